@@ -1,0 +1,236 @@
+"""The one catalogue of error reasons, and how they travel as gRPC statuses (AIP-193).
+
+Every error a service returns is a canonical gRPC status code plus a ``google.rpc.ErrorInfo``
+detail whose ``reason`` is one of :class:`Reason`, ``domain`` is ``"dataservice"`` and whose
+``metadata`` carries the dynamic values (the group, the offending field, the leader address).
+Servicers raise :class:`DsError`; :class:`ErrorInterceptor` turns it into the status, so
+handler code never builds statuses by hand. Clients read it back with :func:`error_info`.
+The README carries the same table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from enum import StrEnum
+from typing import Any, NoReturn
+
+import grpc
+import grpc.aio
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+DOMAIN = "dataservice"
+# Trailing metadata key a follower assigner uses to name the current leader (§3).
+LEADER_METADATA_KEY = "ds-leader"
+
+
+class Reason(StrEnum):
+    """Why a call failed. The value is the ErrorInfo ``reason``; see :data:`CATALOGUE`."""
+
+    INVALID_FIELD = "INVALID_FIELD"
+    GROUP_NOT_FOUND = "GROUP_NOT_FOUND"
+    GROUP_ALREADY_EXISTS = "GROUP_ALREADY_EXISTS"
+    TOPIC_NOT_FOUND = "TOPIC_NOT_FOUND"
+    SIDECAR_NOT_FOUND = "SIDECAR_NOT_FOUND"
+    GROUP_NOT_SERVED = "GROUP_NOT_SERVED"
+    NOT_LEADER = "NOT_LEADER"
+    SESSION_NOT_JOINED = "SESSION_NOT_JOINED"
+    LEASE_NOT_HELD = "LEASE_NOT_HELD"
+    LEASE_EPOCH_STALE = "LEASE_EPOCH_STALE"
+    OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
+    GROUP_MODE_MISMATCH = "GROUP_MODE_MISMATCH"
+    KAFKA_UNAVAILABLE = "KAFKA_UNAVAILABLE"
+    SERVICE_NOT_READY = "SERVICE_NOT_READY"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReasonSpec:
+    code: grpc.StatusCode
+    meaning: str
+
+
+CATALOGUE: Mapping[Reason, ReasonSpec] = {
+    Reason.INVALID_FIELD: ReasonSpec(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "A request field is missing, malformed or out of range; metadata `field` names it.",
+    ),
+    Reason.GROUP_NOT_FOUND: ReasonSpec(
+        grpc.StatusCode.NOT_FOUND, "The group does not exist on the assigner."
+    ),
+    Reason.GROUP_ALREADY_EXISTS: ReasonSpec(
+        grpc.StatusCode.ALREADY_EXISTS, "CreateGroup for a name that exists with other settings."
+    ),
+    Reason.TOPIC_NOT_FOUND: ReasonSpec(
+        grpc.StatusCode.NOT_FOUND, "A topic named in the request does not exist in Kafka."
+    ),
+    Reason.SIDECAR_NOT_FOUND: ReasonSpec(
+        grpc.StatusCode.NOT_FOUND, "The sidecar id is not a live member of the group."
+    ),
+    Reason.GROUP_NOT_SERVED: ReasonSpec(
+        grpc.StatusCode.NOT_FOUND,
+        "This sidecar does not serve the requested group (it serves metadata `served_group`).",
+    ),
+    Reason.NOT_LEADER: ReasonSpec(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "This assigner is a follower; trailing metadata `ds-leader` names the leader.",
+    ),
+    Reason.SESSION_NOT_JOINED: ReasonSpec(
+        grpc.StatusCode.FAILED_PRECONDITION, "A Session stream sent a heartbeat before Join."
+    ),
+    Reason.LEASE_NOT_HELD: ReasonSpec(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "This sidecar does not hold a live lease on the partition (moved or expired).",
+    ),
+    Reason.LEASE_EPOCH_STALE: ReasonSpec(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "The ack or commit names a lease epoch older than the current one; it is refused.",
+    ),
+    Reason.OFFSET_OUT_OF_RANGE: ReasonSpec(
+        grpc.StatusCode.OUT_OF_RANGE, "The requested offset range is outside the partition's log."
+    ),
+    Reason.GROUP_MODE_MISMATCH: ReasonSpec(
+        grpc.StatusCode.FAILED_PRECONDITION, "The operation does not apply to the group's mode."
+    ),
+    Reason.KAFKA_UNAVAILABLE: ReasonSpec(
+        grpc.StatusCode.UNAVAILABLE, "Kafka cannot be reached right now; retry with backoff."
+    ),
+    Reason.SERVICE_NOT_READY: ReasonSpec(
+        grpc.StatusCode.UNAVAILABLE, "The service is starting or stopping; retry with backoff."
+    ),
+    Reason.PERMISSION_DENIED: ReasonSpec(
+        grpc.StatusCode.PERMISSION_DENIED, "The caller may not perform this operation."
+    ),
+}
+
+
+class DsError(Exception):
+    """An error with a catalogued reason; raised by servicers and domain code alike."""
+
+    def __init__(
+        self,
+        reason: Reason,
+        message: str,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        trailing: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.metadata = dict(metadata or {})
+        self.trailing = dict(trailing or {})
+
+    @property
+    def code(self) -> grpc.StatusCode:
+        return CATALOGUE[self.reason].code
+
+    def to_status(self) -> status_pb2.Status:
+        info = error_details_pb2.ErrorInfo(
+            reason=self.reason.value, domain=DOMAIN, metadata=self.metadata
+        )
+        detail = any_pb2.Any()
+        detail.Pack(info)
+        return status_pb2.Status(code=self.code.value[0], message=self.message, details=[detail])
+
+
+def invalid(field: str, message: str) -> DsError:
+    """Shorthand for the most common error: a bad request field."""
+    return DsError(Reason.INVALID_FIELD, f"{field}: {message}", metadata={"field": field})
+
+
+async def abort(context: grpc.aio.ServicerContext[Any, Any], err: DsError) -> NoReturn:
+    status = rpc_status.to_status(err.to_status())
+    trailing = tuple(status.trailing_metadata) + tuple(err.trailing.items())
+    await context.abort(status.code, status.details, trailing)
+    raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+
+
+def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
+    """The ErrorInfo detail of a failed call, if the server sent one."""
+    if not isinstance(error, grpc.Call):
+        return None
+    status = rpc_status.from_call(error)
+    if status is None:
+        return None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            return info
+    return None
+
+
+def trailing_value(error: grpc.RpcError, key: str) -> str | None:
+    """A trailing-metadata value of a failed call (e.g. ``ds-leader``)."""
+    if not isinstance(error, grpc.Call):
+        return None
+    for item in error.trailing_metadata() or ():
+        if item[0] == key:
+            value = item[1]
+            return value.decode() if isinstance(value, bytes) else str(value)
+    return None
+
+
+Handler = Callable[..., Any]
+
+
+class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Turns :class:`DsError` raised by any handler into its status with ErrorInfo."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        return _wrap_handler(handler)
+
+
+def _wrap_handler(handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
+    kwargs = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.unary_unary:
+        return grpc.unary_unary_rpc_method_handler(_wrap_unary(handler.unary_unary), **kwargs)
+    if handler.unary_stream:
+        return grpc.unary_stream_rpc_method_handler(_wrap_stream(handler.unary_stream), **kwargs)
+    if handler.stream_unary:
+        return grpc.stream_unary_rpc_method_handler(_wrap_unary(handler.stream_unary), **kwargs)
+    if handler.stream_stream:
+        return grpc.stream_stream_rpc_method_handler(_wrap_stream(handler.stream_stream), **kwargs)
+    return handler  # pragma: no cover - grpc always sets one of the four
+
+
+def _wrap_unary(behavior: Handler) -> Handler:
+    async def wrapped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            return await behavior(request, context)
+        except DsError as err:
+            await abort(context, err)
+
+    return wrapped
+
+
+def _wrap_stream(behavior: Handler) -> Handler:
+    async def wrapped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            async for response in behavior(request, context):
+                yield response
+        except DsError as err:
+            await abort(context, err)
+
+    return wrapped
+
+
+async def not_implemented(context: grpc.aio.ServicerContext[Any, Any], rpc: str) -> NoReturn:
+    """For RPCs that are part of the API but not built yet: a plain UNIMPLEMENTED."""
+    await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{rpc} is not implemented yet")
+    raise AssertionError("unreachable: context.abort raises")  # pragma: no cover

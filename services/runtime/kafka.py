@@ -1,0 +1,134 @@
+"""Kafka client factories: one place decides how every service talks to Kafka.
+
+Consumers never auto-commit (commits are explicit and fenced, ARCHITECTURE §3); producers
+are idempotent with ``acks=all``. librdkafka's own log lines go through the stdlib logger
+``librdkafka`` instead of raw stderr, and its error callback is classified (§5.2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+
+from services.runtime.settings import ServiceSettings
+
+log = structlog.get_logger(__name__)
+_rdkafka_logger = logging.getLogger("librdkafka")
+
+ErrorCallback = Callable[[KafkaError], None]
+
+
+def _base(settings: ServiceSettings, client_id: str) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "bootstrap.servers": settings.bootstrap,
+        "client.id": client_id,
+        "logger": _rdkafka_logger,
+        # Follow broker leader changes quickly (error-driven refresh does the rest, §10).
+        "topic.metadata.refresh.interval.ms": 30_000,
+    }
+    config.update(settings.kafka)
+    return config
+
+
+def consumer_config(
+    settings: ServiceSettings,
+    *,
+    group: str,
+    client_id: str,
+    overrides: Mapping[str, Any] | None = None,
+    error_cb: ErrorCallback | None = None,
+) -> dict[str, Any]:
+    config = _base(settings, client_id)
+    config.update(
+        {
+            "group.id": group,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+        }
+    )
+    config.update(overrides or {})
+    # Never let a passthrough turn auto-commit back on: fencing depends on explicit commits.
+    config["enable.auto.commit"] = False
+    if error_cb is not None:
+        config["error_cb"] = error_cb
+    return config
+
+
+def new_consumer(
+    settings: ServiceSettings,
+    *,
+    group: str,
+    client_id: str,
+    overrides: Mapping[str, Any] | None = None,
+    error_cb: ErrorCallback | None = None,
+) -> Consumer:
+    return Consumer(
+        consumer_config(
+            settings, group=group, client_id=client_id, overrides=overrides, error_cb=error_cb
+        )
+    )
+
+
+def new_producer(
+    settings: ServiceSettings,
+    *,
+    client_id: str,
+    overrides: Mapping[str, Any] | None = None,
+    error_cb: ErrorCallback | None = None,
+) -> Producer:
+    config = _base(settings, client_id)
+    config.update({"enable.idempotence": True, "acks": "all", "linger.ms": 5})
+    config.update(overrides or {})
+    if error_cb is not None:
+        config["error_cb"] = error_cb
+    return Producer(config)
+
+
+def new_admin(settings: ServiceSettings, *, client_id: str) -> AdminClient:
+    config = _base(settings, client_id)
+    # Errors of a background admin client are expected while Kafka is down; the
+    # dependency probe reports them, so only log them at debug level here.
+    config["error_cb"] = lambda err: log.debug("kafka admin client error", error=str(err))
+    return AdminClient(config)
+
+
+class KafkaProbe:
+    """A dependency check: can we reach the cluster and read its metadata?"""
+
+    name = "kafka"
+
+    def __init__(self, settings: ServiceSettings, *, client_id: str) -> None:
+        self._admin = new_admin(settings, client_id=f"{client_id}-probe")
+        self._bootstrap = settings.bootstrap
+
+    async def check(self) -> None:
+        await asyncio.to_thread(self._list_topics)
+
+    def _list_topics(self) -> None:
+        try:
+            metadata = self._admin.list_topics(timeout=3)
+        except KafkaException as exc:
+            raise ConnectionError(f"Kafka at {self._bootstrap} unreachable: {exc}") from exc
+        if not metadata.brokers:
+            raise ConnectionError(f"Kafka at {self._bootstrap} reports no brokers")
+
+
+def is_retriable(error: KafkaError) -> bool:
+    """Whether librdkafka says an operation with this error may be retried."""
+    return bool(error.retriable()) or error.code() in (
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._TIMED_OUT,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    )

@@ -1,0 +1,211 @@
+"""Settings every service shares, and how they are loaded.
+
+Precedence (highest first): command-line flags, ``DS_*`` environment variables (nested with
+``__``), the YAML file named by ``--config`` / ``DS_CONFIG``, then defaults. Models are frozen
+and loaded once in ``__main__``; nothing reads settings from globals. A bad value ends the
+process with one line naming the setting — see :func:`load_or_exit`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextvars
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, NoReturn, TypeVar
+
+import yaml
+from pydantic import Field, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+_HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
+
+# The parsed YAML file of the load in progress (a context variable, not a global setting:
+# it only exists while load_settings() builds one model).
+_yaml_data: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
+    "ds_yaml_settings", default=None
+)
+
+
+class ConfigError(Exception):
+    """A configuration problem, reported to the operator as one line."""
+
+
+def parse_host_port(value: str, *, what: str = "address") -> tuple[str, int]:
+    """``host:port`` → (host, port), with a clear error for anything else."""
+    match = _HOST_PORT.match(value.strip())
+    if not match:
+        raise ValueError(f"{what} {value!r} is not HOST:PORT")
+    port = int(match.group(2))
+    if not 0 < port < 65536:
+        raise ValueError(f"{what} {value!r} has port {port} outside 1-65535")
+    return match.group(1).strip("[]"), port
+
+
+class _YamlSource(PydanticBaseSettingsSource):
+    """Reads the YAML file parsed by :func:`load_settings` (lowest precedence)."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return (_yaml_data.get() or {}).get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_yaml_data.get() or {})
+
+
+class ServiceSettings(BaseSettings):
+    """What every ds-* service is configured with (ARCHITECTURE §9)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="DS_",
+        env_nested_delimiter="__",
+        frozen=True,
+        extra="forbid",
+    )
+
+    bootstrap: str = Field(
+        "127.0.0.1:9092", description="Kafka bootstrap servers, HOST:PORT[,HOST:PORT...]"
+    )
+    consul: str | None = Field(
+        None, description="Consul agent HTTP address HOST:PORT; unset = static discovery"
+    )
+    host: str = Field("127.0.0.1", description="address the gRPC and HTTP servers bind to")
+    advertise_host: str | None = Field(
+        None, description="address other services use to reach this one (default: host)"
+    )
+    grpc_port: int = Field(0, ge=0, le=65535, description="gRPC port (0 = pick a free one)")
+    http_port: int = Field(0, ge=0, le=65535, description="HTTP port for /metrics and /healthz")
+    log_format: Literal["json", "console"] = "json"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    kafka: dict[str, str] = Field(
+        default_factory=dict, description="librdkafka settings passed through as they are"
+    )
+    shutdown_grace_seconds: float = Field(5.0, ge=0, le=300)
+    dependency_retry_max_seconds: float = Field(
+        10.0, gt=0, le=300, description="cap of the backoff between dependency checks"
+    )
+
+    @field_validator("bootstrap")
+    @classmethod
+    def _valid_bootstrap(cls, value: str) -> str:
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        if not parts:
+            raise ValueError("bootstrap must name at least one HOST:PORT")
+        for part in parts:
+            parse_host_port(part, what="bootstrap server")
+        return ",".join(parts)
+
+    @field_validator("consul")
+    @classmethod
+    def _valid_consul(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        assert value is not None
+        address = value.removeprefix("http://")
+        parse_host_port(address, what="consul address")
+        return address
+
+    @property
+    def advertised(self) -> str:
+        return self.advertise_host or self.host
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _YamlSource(settings_cls))
+
+
+S = TypeVar("S", bound=ServiceSettings)
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}".splitlines()[0]) from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of settings")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def load_settings(cls: type[S], flags: Mapping[str, Any], config_file: Path | None) -> S:
+    """Build ``cls`` from flags > env > YAML file > defaults; raise ConfigError on bad input."""
+    data = read_yaml(config_file) if config_file else {}
+    token = _yaml_data.set(data)
+    try:
+        return cls(**{k: v for k, v in flags.items() if v is not None})
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc)) from exc
+    finally:
+        _yaml_data.reset(token)
+
+
+def _one_line(exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "settings"
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "unknown setting"
+        got = err.get("input")
+        suffix = (
+            f" (got {got!r})"
+            if got is not None and err["type"] != "extra_forbidden" and not isinstance(got, dict)
+            else ""
+        )
+        problems.append(f"{where}: {message}{suffix}")
+    return "invalid configuration: " + "; ".join(problems)
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag as one line and exit code 2, never a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def base_parser(prog: str, description: str) -> OneLineArgumentParser:
+    """The flags every service takes (ARCHITECTURE §9); each also reads a DS_* variable."""
+    parser = OneLineArgumentParser(prog=prog, description=description)
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (DS_BOOTSTRAP)")
+    parser.add_argument("--consul", help="Consul HTTP address; absent = static (DS_CONSUL)")
+    parser.add_argument("--grpc-port", dest="grpc_port", help="gRPC port (DS_GRPC_PORT)")
+    parser.add_argument("--http-port", dest="http_port", help="HTTP port (DS_HTTP_PORT)")
+    parser.add_argument("--host", help="bind address (DS_HOST)")
+    parser.add_argument("--advertise-host", dest="advertise_host", help="(DS_ADVERTISE_HOST)")
+    parser.add_argument("--log-format", dest="log_format", help="json | console (DS_LOG_FORMAT)")
+    parser.add_argument("--log-level", dest="log_level", help="(DS_LOG_LEVEL)")
+    parser.add_argument("--config", help="YAML settings file (DS_CONFIG)")
+    return parser
+
+
+def load_or_exit(
+    cls: type[S], parser: argparse.ArgumentParser, argv: Sequence[str] | None = None
+) -> S:
+    """Parse flags and load settings; on any problem print one line and exit 2."""
+    args = vars(parser.parse_args(argv))
+    config = args.pop("config", None) or os.environ.get("DS_CONFIG")
+    try:
+        return load_settings(cls, args, Path(config) if config else None)
+    except ConfigError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
