@@ -1,0 +1,78 @@
+"""Shared fixtures: real Kafka and Consul for integration and e2e tests.
+
+Each fixture reuses what the environment points at (``KAFKA_BOOTSTRAP``,
+``CONSUL_HTTP_ADDR``) and otherwise starts a local one for the session from
+``services.devstack``. Service-specific fixtures live with their tests.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator
+
+import pytest
+
+from services.devstack.consul import ConsulAgent, ConsulHandle, ConsulOptions, ExternalConsul
+from services.devstack.kafka import (
+    ExternalKafka,
+    KafkaCluster,
+    KafkaHandle,
+    KafkaOptions,
+    TopicFactory,
+)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaHandle]:
+    """A Kafka cluster for the whole session: ``$KAFKA_BOOTSTRAP`` or a local 1-broker one."""
+    if bootstrap := os.environ.get("KAFKA_BOOTSTRAP"):
+        yield ExternalKafka(bootstrap)
+        return
+    # Data under pytest's tmp dir: the last few runs' broker logs stay around to read.
+    cluster = KafkaCluster(KafkaOptions(brokers=1, base_dir=tmp_path_factory.mktemp("kafka")))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """A local 3-broker cluster, started on first use; never an external one, since
+    tests using it kill, pause and restart brokers."""
+    cluster = KafkaCluster(KafkaOptions(brokers=3, base_dir=tmp_path_factory.mktemp("kafka3")))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def consul_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsulHandle]:
+    """A Consul agent for the session: ``$CONSUL_HTTP_ADDR`` or a local dev-mode one."""
+    if addr := os.environ.get("CONSUL_HTTP_ADDR"):
+        # CONSUL_HTTP_ADDR may carry a scheme; the fixture hands out host:port.
+        yield ExternalConsul(addr.removeprefix("http://"))
+        return
+    agent = ConsulAgent(ConsulOptions(base_dir=tmp_path_factory.mktemp("consul")))
+    agent.start()
+    try:
+        yield agent
+    finally:
+        agent.stop()
+
+
+@pytest.fixture
+def topic_factory(
+    kafka_cluster: KafkaHandle, request: pytest.FixtureRequest
+) -> Iterator[TopicFactory]:
+    """``topic_factory(partitions=12, replication=1, config=None) -> name``: a fresh topic
+    on ``kafka_cluster`` named after the test; all are deleted after the test."""
+    factory = TopicFactory(kafka_cluster.bootstrap, request.node.name)
+    yield factory
+    if leftovers := factory.delete_all():
+        # A failed cleanup must not hide the test's own result; the topics are unique.
+        warnings.warn(f"could not delete topics {leftovers}", stacklevel=1)
