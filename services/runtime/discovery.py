@@ -95,9 +95,10 @@ class ConsulDiscovery:
     def __init__(self, address: str, *, check_interval: str = "1s") -> None:
         host, port = parse_host_port(address, what="consul address")
         self._address = address
-        self._client = consul.Consul(host=host, port=port, timeout=5)
-        # A separate client for blocking queries: each holds an HTTP request open.
-        self._watch_client = consul.Consul(host=host, port=port, timeout=120)
+        self._client = consul.Consul(host=host, port=port, connections_timeout=5)
+        # A separate client (own HTTP session) for blocking queries, which hold a request
+        # open for up to their wait; py-consul adds the wait to the timeout by itself.
+        self._watch_client = consul.Consul(host=host, port=port, connections_timeout=5)
         self._check_interval = check_interval
 
     async def check(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -119,6 +120,37 @@ class KafkaProbe:
             raise ConnectionError(f"Kafka at {self._bootstrap} unreachable: {exc}") from exc
         if not metadata.brokers:
             raise ConnectionError(f"Kafka at {self._bootstrap} reports no brokers")
+
+
+class ErrorLogLimiter:
+    """Says whether to log a librdkafka error: the first of each code, then at most one
+    per ``interval`` seconds per code (a down broker raises the same error every retry)."""
+
+    def __init__(self, interval: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self.clock = clock
+        self._last: dict[int, float] = {}
+        self.suppressed: dict[int, int] = {}
+
+    def should_log(self, error: KafkaError) -> bool:
+        now = self.clock()
+        code = int(error.code())
+        last = self._last.get(code)
+        if last is not None and now - last < self.interval:
+            self.suppressed[code] = self.suppressed.get(code, 0) + 1
+            return False
+        self._last[code] = now
+        return True
+
+    def take_suppressed(self, error: KafkaError) -> int:
+        return self.suppressed.pop(int(error.code()), 0)
+
+
+def classify(error: KafkaError) -> str:
+    """fatal | retriable | informational (ARCHITECTURE §5.2)."""
+    if error.fatal():
+        return "fatal"
+    return "retriable" if is_retriable(error) else "informational"
 
 
 def is_retriable(error: KafkaError) -> bool:

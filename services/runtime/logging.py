@@ -43,3 +43,8 @@ def configure(
     )
     structlog.contextvars.bind_contextvars(service=service)
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)
+    # librdkafka repeats every connection failure on each reconnect; the services report the
+    # same errors, classified and rate-limited, through their error callbacks instead.
+    logging.getLogger("librdkafka").setLevel(
+        logging.DEBUG if level == "debug" else logging.CRITICAL
+    )
