@@ -1,0 +1,170 @@
+"""Assigner wiring and lifecycle: groups, the tick loop, Kafka metadata, servicers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+
+import structlog
+from confluent_kafka import KafkaException
+from prometheus_client import CollectorRegistry, ProcessCollector
+
+from dataservice.assigner.v1 import admin_pb2_grpc, assigner_pb2_grpc, binding_pb2_grpc
+from services.assigner.balancer import TopicPartition
+from services.assigner.groups import GroupRuntime
+from services.assigner.metrics import AssignerMetrics
+from services.assigner.rpc import AdminServicer, AssignerServicer, BindingServicer
+from services.assigner.settings import AssignerSettings, GroupSeed
+from services.runtime.errors import DsError, Reason
+from services.runtime.grpcserver import GrpcServer, GrpcService
+from services.runtime.http import Route
+from services.runtime.kafka import KafkaProbe, new_admin
+from services.runtime.lifecycle import Dependency
+
+log = structlog.get_logger(__name__)
+
+
+class AssignerApp:
+    name = "ds-assigner"
+
+    def __init__(self, settings: AssignerSettings) -> None:
+        self.settings = settings
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        self.metrics = AssignerMetrics(self.registry)
+        self.groups: dict[str, GroupRuntime] = {}
+        self._admin = new_admin(settings, client_id="ds-assigner")
+        self._probe = KafkaProbe(settings, client_id="ds-assigner")
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # ---- Service protocol -----------------------------------------------------------------
+
+    def grpc_services(self) -> Sequence[GrpcService]:
+        return [
+            GrpcService(
+                "dataservice.assigner.v1.AssignerService",
+                AssignerServicer(self),
+                assigner_pb2_grpc.add_AssignerServiceServicer_to_server,
+            ),
+            GrpcService(
+                "dataservice.assigner.v1.BindingService",
+                BindingServicer(self),
+                binding_pb2_grpc.add_BindingServiceServicer_to_server,
+            ),
+            GrpcService(
+                "dataservice.assigner.v1.AdminService",
+                AdminServicer(self),
+                admin_pb2_grpc.add_AdminServiceServicer_to_server,
+            ),
+        ]
+
+    def dependencies(self) -> Sequence[Dependency]:
+        return [self._probe]
+
+    def http_routes(self) -> Mapping[str, Route]:
+        return {}
+
+    def instance_meta(self) -> Mapping[str, str]:
+        return {}
+
+    async def on_ready(self, server: GrpcServer) -> None:
+        for seed in self.settings.groups:
+            if seed.name not in self.groups:
+                try:
+                    await self.create_group(seed.name, seed.topics, seed.mode, seed.consumer_config)
+                except DsError as err:
+                    log.error("configured group not created", group=seed.name, error=err.message)
+        self._tasks.append(asyncio.create_task(self._tick_loop(), name="tick"))
+        self._tasks.append(asyncio.create_task(self._metadata_loop(), name="metadata"))
+
+    async def drain(self) -> None:
+        for conn_group in self.groups.values():
+            for conn in list(conn_group.connections.values()):
+                conn.close()
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # ---- state ------------------------------------------------------------------------
+
+    @staticmethod
+    def now() -> float:
+        return time.monotonic()
+
+    def group(self, name: str) -> GroupRuntime:
+        if not name:
+            raise DsError(
+                Reason.INVALID_FIELD, "group: must not be empty", metadata={"field": "group"}
+            )
+        group = self.groups.get(name)
+        if group is None:
+            raise DsError(
+                Reason.GROUP_NOT_FOUND, f"group {name!r} does not exist", metadata={"group": name}
+            )
+        return group
+
+    def metrics_bindings(self) -> None:
+        """Placeholder-free hook: bindings are counted per group in DescribeGroup."""
+
+    async def create_group(
+        self, name: str, topics: list[str], mode: str, consumer_config: Mapping[str, str]
+    ) -> GroupRuntime:
+        seed = GroupSeed(name=name, topics=topics, mode=mode, consumer_config=dict(consumer_config))
+        existing = self.groups.get(name)
+        if existing is not None:
+            if existing.seed == seed:
+                return existing  # idempotent: the same request again
+            raise DsError(
+                Reason.GROUP_ALREADY_EXISTS,
+                f"group {name!r} exists with other settings",
+                metadata={"group": name},
+            )
+        partitions = await self._partitions(topics)
+        group = GroupRuntime(seed, partitions, self.settings, self.metrics)
+        self.groups[name] = group
+        log.info("group created", group=name, topics=topics, partitions=len(partitions))
+        return group
+
+    async def _partitions(self, topics: Sequence[str]) -> list[TopicPartition]:
+        try:
+            metadata = await asyncio.to_thread(self._admin.list_topics, timeout=5)
+        except KafkaException as exc:
+            raise DsError(Reason.KAFKA_UNAVAILABLE, f"cannot read Kafka metadata: {exc}") from exc
+        result: list[TopicPartition] = []
+        for topic in topics:
+            info = metadata.topics.get(topic)
+            if info is None or info.error is not None:
+                raise DsError(
+                    Reason.TOPIC_NOT_FOUND,
+                    f"topic {topic!r} does not exist",
+                    metadata={"topic": topic},
+                )
+            result.extend(TopicPartition(topic, p) for p in sorted(info.partitions))
+        return result
+
+    async def _tick_loop(self) -> None:
+        while True:
+            now = self.now()
+            for group in list(self.groups.values()):
+                try:
+                    group.tick(now)
+                except Exception:
+                    log.exception("tick failed", group=group.name)
+            await asyncio.sleep(self.settings.tick_seconds)
+
+    async def _metadata_loop(self) -> None:
+        """Partitions added to a topic are picked up without a restart."""
+        while True:
+            await asyncio.sleep(self.settings.metadata_refresh_seconds)
+            for group in list(self.groups.values()):
+                try:
+                    partitions = await self._partitions(group.seed.topics)
+                except DsError as err:
+                    log.warning("metadata refresh failed", group=group.name, error=err.message)
+                    continue
+                group.set_partitions(partitions, self.now())

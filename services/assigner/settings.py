@@ -1,0 +1,41 @@
+"""Assigner settings (flags > DS_* env > YAML file > defaults)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from services.runtime.settings import ServiceSettings
+
+
+class GroupSeed(BaseModel):
+    """A group declared in the config file; created at start if it does not exist."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=249)
+    topics: list[str] = Field(min_length=1)
+    mode: Literal["leased", "kafka_group"] = "leased"
+    consumer_config: dict[str, str] = Field(default_factory=dict)
+
+
+class AssignerSettings(ServiceSettings):
+    grpc_port: int = Field(7070, ge=0, le=65535)
+    http_port: int = Field(7071, ge=0, le=65535)
+    lease_ttl_seconds: float = Field(3.0, ge=0.5, le=300)
+    heartbeat_interval_seconds: float = Field(1.0, ge=0.05, le=60)
+    lease_grace_seconds: float = Field(1.0, ge=0.1, le=60)
+    drain_timeout_seconds: float = Field(5.0, ge=0, le=300)
+    tick_seconds: float = Field(0.1, ge=0.01, le=5)
+    metadata_refresh_seconds: float = Field(10.0, ge=0.5, le=600)
+    groups: list[GroupSeed] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _heartbeat_within_ttl(self) -> AssignerSettings:
+        if self.heartbeat_interval_seconds * 2 > self.lease_ttl_seconds:
+            raise ValueError(
+                "heartbeat_interval_seconds must be at most half of lease_ttl_seconds, "
+                "or a single late heartbeat expires every lease"
+            )
+        return self

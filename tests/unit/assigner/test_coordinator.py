@@ -1,0 +1,232 @@
+"""The group coordinator's rules, as scenarios and as a property over random histories.
+
+The safety property (ARCHITECTURE §3.1.4): a partition is granted to a new holder only
+after the previous holder released it (same epoch) or after its lease expired — its last
+renewal + TTL + grace lies in the past. Epochs only grow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.assigner.balancer import TopicPartition
+from services.assigner.coordinator import (
+    COMMITTED,
+    GrantCmd,
+    GroupCoordinator,
+    HeldLease,
+    LeaseState,
+    MemberInfo,
+    Outcome,
+    Progress,
+    Released,
+    RevokeCmd,
+    Timing,
+)
+
+TIMING = Timing(ttl=3.0, grace=1.0)
+TPS = [TopicPartition("t", p) for p in range(6)]
+
+
+def member(mid: str) -> MemberInfo:
+    return MemberInfo(id=mid, endpoint=f"{mid}:1", session_id=f"s-{mid}")
+
+
+def grants(out: Outcome) -> list[GrantCmd]:
+    return [c for c in out.commands if isinstance(c, GrantCmd)]
+
+
+def revokes(out: Outcome) -> list[RevokeCmd]:
+    return [c for c in out.commands if isinstance(c, RevokeCmd)]
+
+
+def test_first_member_gets_every_partition_with_epoch_one() -> None:
+    coord = GroupCoordinator("g", TPS, TIMING)
+    out = coord.join(member("a"), [], now=0.0)
+    assert sorted(g.tp for g in grants(out)) == TPS
+    assert all(g.epoch == 1 and g.start_offset == COMMITTED for g in grants(out))
+
+
+def test_second_member_gets_half_through_revoke_then_release() -> None:
+    coord = GroupCoordinator("g", TPS, TIMING)
+    coord.join(member("a"), [], now=0.0)
+    out = coord.join(member("b"), [], now=1.0)
+    assert grants(out) == [], "nothing is granted before the holder releases"
+    moving = revokes(out)
+    assert len(moving) == 3 and all(r.member == "a" for r in moving)
+
+    released = [Released(r.tp, r.epoch, committed=40 + r.tp.partition) for r in moving]
+    out = coord.heartbeat("a", [], released, now=1.5)
+    handed = grants(out)
+    assert sorted(g.tp for g in handed) == sorted(r.tp for r in moving)
+    for g in handed:
+        assert g.member == "b" and g.epoch == 2 and g.start_offset == 40 + g.tp.partition
+
+
+def test_heartbeat_renews_only_current_epoch_of_granted_leases() -> None:
+    coord = GroupCoordinator("g", TPS[:2], TIMING)
+    coord.join(member("a"), [], now=0.0)
+    progress = [Progress(TPS[0], 1), Progress(TPS[1], 99)]
+    out = coord.heartbeat("a", progress, [], now=2.0)
+    assert out.renewed == [HeldLease(TPS[0], 1)]
+    assert coord.leases[TPS[0]].expires_at == 2.0 + 4.0
+
+
+def test_silent_member_is_lost_after_ttl_plus_grace_and_partitions_move() -> None:
+    coord = GroupCoordinator("g", TPS, TIMING)
+    coord.join(member("a"), [], now=0.0)
+    coord.join(member("b"), [], now=0.0)
+    for tp, lease in coord.leases.items():
+        holder = lease.holder
+        assert holder is not None
+        coord.heartbeat(holder, [Progress(tp, lease.epoch)], [], now=0.5)
+    # b keeps heartbeating, a goes silent.
+    for t in (1.0, 2.0, 3.0, 4.0):
+        coord.heartbeat(
+            "b",
+            [
+                Progress(tp, lease.epoch)
+                for tp, lease in coord.leases.items()
+                if lease.holder == "b"
+            ],
+            [],
+            now=t,
+        )
+    # The leases being revoked from a were never renewed: they lapse first (at 4.0)...
+    early = coord.disconnect_expired(now=4.4)
+    assert early.lost == []
+    # ...then a itself is lost once its last heartbeat is TTL + grace old.
+    out = coord.disconnect_expired(now=4.6)
+    assert out.lost == ["a"]
+    moved = grants(early) + grants(out)
+    assert sorted(g.tp for g in moved) == sorted(
+        tp for tp, lease in coord.leases.items() if lease.epoch == 2
+    )
+    assert all(g.member == "b" and g.start_offset == COMMITTED for g in moved)
+    assert all(lease.holder == "b" for lease in coord.leases.values())
+
+
+def test_reattach_with_current_epochs_moves_nothing() -> None:
+    coord = GroupCoordinator("g", TPS, TIMING)
+    coord.join(member("a"), [], now=0.0)
+    for r in revokes(coord.join(member("b"), [], now=0.0)):
+        coord.heartbeat("a", [], [Released(r.tp, r.epoch, 0)], now=0.1)
+    held = [HeldLease(tp, lease.epoch) for tp, lease in coord.leases.items() if lease.holder == "a"]
+    before = {tp: (lease.holder, lease.epoch) for tp, lease in coord.leases.items()}
+    out = coord.join(member("a"), held, now=1.0)  # stream broke; a re-joins
+    assert out.commands == []
+    assert sorted(out.renewed, key=lambda h: h.tp) == sorted(held, key=lambda h: h.tp)
+    assert {tp: (lease.holder, lease.epoch) for tp, lease in coord.leases.items()} == before
+
+
+def test_graceful_leave_revokes_everything_and_member_goes_after_release() -> None:
+    coord = GroupCoordinator("g", TPS, TIMING)
+    coord.join(member("a"), [], now=0.0)
+    coord.join(member("b"), [], now=0.0)
+    out = coord.leave("a", now=1.0)
+    assert {r.member for r in revokes(out)} <= {"a"}
+    a_held = [lease for lease in coord.leases.values() if lease.holder == "a"]
+    assert all(lease.state is LeaseState.REVOKING for lease in a_held)
+    out = coord.heartbeat(
+        "a", [], [Released(lease.tp, lease.epoch, 7) for lease in a_held], now=1.2
+    )
+    assert all(g.member == "b" for g in grants(out))
+    assert "a" not in coord.members
+    assert all(lease.holder == "b" for lease in coord.leases.values())
+
+
+def test_stale_release_is_ignored() -> None:
+    coord = GroupCoordinator("g", TPS[:1], TIMING)
+    coord.join(member("a"), [], now=0.0)
+    out = coord.heartbeat("a", [], [Released(TPS[0], epoch=0, committed=5)], now=0.5)
+    assert out.commands == [] and coord.leases[TPS[0]].holder == "a"
+
+
+# ---- property: random histories never violate fencing ------------------------------------
+
+MEMBERS = ["a", "b", "c"]
+
+
+@dataclass
+class Model:
+    """What the test observes of each partition's leases, to check each new grant."""
+
+    holder: dict[TopicPartition, tuple[str, int]] = field(default_factory=dict)
+    renewed_at: dict[TopicPartition, float] = field(default_factory=dict)
+    released: set[TopicPartition] = field(default_factory=set)
+    epoch: dict[TopicPartition, int] = field(default_factory=dict)
+
+    def observe(self, out: Outcome, now: float) -> None:
+        for h in out.renewed:
+            if self.holder.get(h.tp, ("", -1))[1] == h.epoch:
+                self.renewed_at[h.tp] = now
+        for g in grants(out):
+            previous = self.holder.get(g.tp)
+            if previous is not None and g.tp not in self.released:
+                expiry = self.renewed_at[g.tp] + TIMING.ttl + TIMING.grace
+                assert now > expiry, (
+                    f"{g.tp} granted to {g.member} at {now} while {previous} valid until {expiry}"
+                )
+            assert g.epoch > self.epoch.get(g.tp, 0), "epochs must grow"
+            self.epoch[g.tp] = g.epoch
+            self.holder[g.tp] = (g.member, g.epoch)
+            self.renewed_at[g.tp] = now
+            self.released.discard(g.tp)
+
+
+operation = st.one_of(
+    st.tuples(st.just("join"), st.sampled_from(MEMBERS)),
+    st.tuples(st.just("heartbeat"), st.sampled_from(MEMBERS)),
+    st.tuples(st.just("release_all"), st.sampled_from(MEMBERS)),
+    st.tuples(st.just("leave"), st.sampled_from(MEMBERS)),
+    st.tuples(st.just("tick"), st.sampled_from(MEMBERS)),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(operation, st.floats(min_value=0.0, max_value=2.5)), max_size=60))
+def test_no_grant_while_the_previous_lease_may_be_valid(
+    history: list[tuple[tuple[str, str], float]],
+) -> None:
+    coord = GroupCoordinator("g", TPS, TIMING)
+    model = Model()
+    now = 0.0
+    for (op, mid), step in history:
+        now += step
+        if op == "join":
+            held = [
+                HeldLease(tp, lease.epoch)
+                for tp, lease in coord.leases.items()
+                if lease.holder == mid
+            ]
+            out = coord.join(member(mid), held, now)
+        elif op == "heartbeat":
+            progress = [
+                Progress(tp, lease.epoch)
+                for tp, lease in coord.leases.items()
+                if lease.holder == mid
+            ]
+            out = coord.heartbeat(mid, progress, [], now)
+        elif op == "release_all":
+            released = [
+                Released(tp, lease.epoch, 0)
+                for tp, lease in coord.leases.items()
+                if lease.holder == mid and lease.state is LeaseState.REVOKING
+            ]
+            out = coord.heartbeat(mid, [], released, now)
+            for r in released:
+                if model.holder.get(r.tp) == (mid, r.epoch):
+                    model.released.add(r.tp)
+        elif op == "leave":
+            out = coord.leave(mid, now)
+        else:
+            out = coord.disconnect_expired(now)
+        model.observe(out, now)
+        # Structural invariants after every step.
+        for lease in coord.leases.values():
+            if lease.holder is not None:
+                assert lease.state is not LeaseState.FREE
+            assert lease.epoch == model.epoch.get(lease.tp, 0)
