@@ -1,0 +1,290 @@
+"""The application's client for the mesh: bind, fetch, ack — and never handle a move.
+
+    with DsClient("demo", client_id="billing-1") as client:
+        for batch in client.stream():
+            process(batch)
+            client.ack(batch)
+
+The client binds through the assigner, keeps a ``WatchBinding`` stream open on a
+background thread (new bindings are pushed the moment a sidecar leaves), and retries
+``UNAVAILABLE`` on its own (AIP-194: only that code). Acks go back to the sidecar that
+delivered the record, tagged with the record's lease epoch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TypeVar
+
+import grpc
+import structlog
+from google.protobuf import duration_pb2
+
+from dataservice.assigner.v1 import binding_pb2, binding_pb2_grpc, types_pb2
+from dataservice.common.v1 import common_pb2
+from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
+from services.runtime.errors import LEADER_METADATA_KEY, trailing_value
+from services.runtime.grpcserver import CHANNEL_OPTIONS
+
+log = structlog.get_logger(__name__)
+
+Record = common_pb2.Record
+T = TypeVar("T")
+
+
+class ClientError(Exception):
+    """A call failed with a status the client must not retry (bad request, unknown group)."""
+
+
+@dataclass
+class _Sidecar:
+    address: str
+    channel: grpc.Channel
+    stub: stream_pb2_grpc.StreamServiceStub
+    partitions: set[tuple[str, int]] = field(default_factory=set)
+
+
+class DsClient:
+    def __init__(
+        self,
+        group: str,
+        *,
+        client_id: str | None = None,
+        assigner: str = "127.0.0.1:7070",
+        auto_ack: bool = False,
+        max_wait: float = 0.5,
+        call_timeout: float = 35.0,
+    ) -> None:
+        self.group = group
+        self.client_id = client_id or f"client-{uuid.uuid4().hex[:12]}"
+        self.assigner = assigner
+        self.auto_ack = auto_ack
+        self.max_wait = max_wait
+        self.call_timeout = call_timeout
+        self._lock = threading.Lock()
+        self._sidecars: dict[str, _Sidecar] = {}
+        self._binding_version = 0
+        self._cursor = 0
+        self._delivered_by: dict[tuple[str, int], str] = {}  # partition → sidecar address
+        self._closed = threading.Event()
+        self._changed = threading.Event()
+        self._assigner_channel = grpc.insecure_channel(assigner, options=CHANNEL_OPTIONS)
+        self._binding_stub = binding_pb2_grpc.BindingServiceStub(self._assigner_channel)
+        self._apply_binding(self._call_assigner(self._bind))
+        self._watcher = threading.Thread(target=self._watch, name="ds-binding-watch", daemon=True)
+        self._watcher.start()
+
+    # ---- public API -------------------------------------------------------------------
+
+    def fetch(self, max_records: int = 500, max_wait: float | None = None) -> list[Record]:
+        """Records from any sidecar of the group; empty if none arrived within max_wait."""
+        wait = self.max_wait if max_wait is None else max_wait
+        deadline = time.monotonic() + wait
+        first_pass = True
+        while not self._closed.is_set():
+            sidecars = self._rotation()
+            if not sidecars:
+                if time.monotonic() >= deadline:
+                    return []
+                self._changed.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+                self._changed.clear()
+                continue
+            for index, sidecar in enumerate(sidecars):
+                # Sweep every sidecar without waiting; long-poll only on the last one.
+                last = index == len(sidecars) - 1
+                remaining = max(0.0, deadline - time.monotonic())
+                poll = remaining if (last and not first_pass) or len(sidecars) == 1 else 0.0
+                records = self._fetch_from(sidecar, max_records, poll)
+                if records:
+                    return records
+            first_pass = False
+            if time.monotonic() >= deadline:
+                return []
+        return []
+
+    def ack(self, records: Iterable[Record]) -> int:
+        """Acknowledge delivered records; returns how many the sidecars accepted."""
+        by_address: dict[str, list[stream_pb2.RecordAck]] = {}
+        for r in records:
+            address = self._delivered_by.get((r.topic, r.partition))
+            if address is None:
+                continue
+            by_address.setdefault(address, []).append(
+                stream_pb2.RecordAck(
+                    topic=r.topic, partition=r.partition, offset=r.offset, lease_epoch=r.lease_epoch
+                )
+            )
+        accepted = 0
+        for address, acks in by_address.items():
+            with self._lock:
+                sidecar = self._sidecars.get(address)
+            if sidecar is None:
+                continue  # the sidecar left: its new owner redelivers these records
+            request = stream_pb2.AckRequest(client_id=self.client_id, group=self.group, acks=acks)
+            try:
+                response = self._retrying(
+                    lambda s=sidecar, q=request: s.stub.Ack(q, timeout=10)  # type: ignore[misc]
+                )
+            except (grpc.RpcError, ClientError) as err:
+                log.warning("ack failed; records will be redelivered", error=str(err))
+                continue
+            accepted += response.acked_count
+        return accepted
+
+    def stream(self, max_records: int = 500) -> Iterator[list[Record]]:
+        """Batches forever (until close); with auto_ack=False, ack each batch yourself."""
+        while not self._closed.is_set():
+            batch = self.fetch(max_records)
+            if batch:
+                yield batch
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        with contextlib.suppress(grpc.RpcError):
+            self._binding_stub.Unbind(
+                binding_pb2.UnbindRequest(client_id=self.client_id, group=self.group), timeout=2
+            )
+        self._assigner_channel.close()
+        with self._lock:
+            for sidecar in self._sidecars.values():
+                sidecar.channel.close()
+            self._sidecars.clear()
+
+    def __enter__(self) -> DsClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def endpoints(self) -> list[str]:
+        with self._lock:
+            return sorted(self._sidecars)
+
+    # ---- binding ----------------------------------------------------------------------
+
+    def _bind(self) -> types_pb2.Binding:
+        request = binding_pb2.BindRequest(client_id=self.client_id, group=self.group)
+        return self._binding_stub.Bind(request, timeout=10).binding
+
+    def _watch(self) -> None:
+        backoff = 0.1
+        while not self._closed.is_set():
+            try:
+                request = binding_pb2.WatchBindingRequest(
+                    client_id=self.client_id, group=self.group, known_version=self._binding_version
+                )
+                for response in self._binding_stub.WatchBinding(request):
+                    self._apply_binding(response.binding)
+                    backoff = 0.1
+            except grpc.RpcError as err:
+                if self._closed.is_set():
+                    return
+                self._follow_leader(err)
+                log.debug("binding watch broken; re-watching", code=str(err.code()))
+            self._closed.wait(backoff * (0.5 + random.random()))
+            backoff = min(backoff * 2, 5.0)
+
+    def _apply_binding(self, binding: types_pb2.Binding) -> None:
+        with self._lock:
+            if binding.version and binding.version < self._binding_version:
+                return
+            self._binding_version = binding.version
+            wanted = {e.address: e for e in binding.endpoints}
+            for address in list(self._sidecars):
+                if address not in wanted:
+                    self._sidecars.pop(address).channel.close()
+            for address, endpoint in wanted.items():
+                sidecar = self._sidecars.get(address)
+                if sidecar is None:
+                    channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                    sidecar = _Sidecar(address, channel, stream_pb2_grpc.StreamServiceStub(channel))
+                    self._sidecars[address] = sidecar
+                sidecar.partitions = {(tp.topic, tp.partition) for tp in endpoint.partitions}
+        log.debug("binding", version=binding.version, endpoints=sorted(wanted))
+        self._changed.set()
+
+    def _follow_leader(self, err: grpc.RpcError) -> None:
+        leader = trailing_value(err, LEADER_METADATA_KEY)
+        if leader and leader != self.assigner:
+            log.info("following the assigner leader", leader=leader)
+            self.assigner = leader
+            old = self._assigner_channel
+            self._assigner_channel = grpc.insecure_channel(leader, options=CHANNEL_OPTIONS)
+            self._binding_stub = binding_pb2_grpc.BindingServiceStub(self._assigner_channel)
+            old.close()
+
+    # ---- calls ------------------------------------------------------------------------
+
+    def _rotation(self) -> list[_Sidecar]:
+        with self._lock:
+            sidecars = [self._sidecars[a] for a in sorted(self._sidecars)]
+        if not sidecars:
+            return []
+        self._cursor = (self._cursor + 1) % len(sidecars)
+        return sidecars[self._cursor :] + sidecars[: self._cursor]
+
+    def _fetch_from(self, sidecar: _Sidecar, max_records: int, wait: float) -> list[Record]:
+        max_wait = duration_pb2.Duration()
+        max_wait.FromNanoseconds(int(wait * 1e9))
+        request = stream_pb2.FetchRequest(
+            client_id=self.client_id,
+            group=self.group,
+            max_records=max_records,
+            max_wait=max_wait,
+            auto_ack=self.auto_ack,
+        )
+        try:
+            response = sidecar.stub.Fetch(request, timeout=wait + self.call_timeout)
+        except grpc.RpcError as err:
+            if err.code() in (
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                grpc.StatusCode.CANCELLED,
+            ):
+                # The sidecar is gone or going: the assigner pushes a new binding.
+                log.debug("sidecar unavailable; waiting for a new binding", sidecar=sidecar.address)
+                return []
+            raise ClientError(
+                f"Fetch from {sidecar.address} failed: {err.code().name}: {err.details()}"
+            ) from err
+        for record in response.records:
+            self._delivered_by[(record.topic, record.partition)] = sidecar.address
+        return list(response.records)
+
+    def _call_assigner(self, fn: Callable[[], types_pb2.Binding]) -> types_pb2.Binding:
+        return self._retrying(fn)
+
+    def _retrying(self, fn: Callable[[], T], attempts: int = 8) -> T:
+        """Retry UNAVAILABLE with jittered backoff (AIP-194), and a follower's redirect to
+        the leader; any other status is the caller's problem and raises ClientError."""
+        backoff = 0.05
+        for attempt in range(attempts):
+            try:
+                return fn()
+            except grpc.RpcError as err:
+                last = attempt == attempts - 1
+                if trailing_value(err, LEADER_METADATA_KEY) and not last:
+                    self._follow_leader(err)
+                    continue
+                if err.code() != grpc.StatusCode.UNAVAILABLE:
+                    raise ClientError(f"{err.code().name}: {err.details()}") from err
+                if last:
+                    raise
+                time.sleep(backoff * (0.5 + random.random()))
+                backoff = min(backoff * 2, 2.0)
+        raise AssertionError("unreachable")

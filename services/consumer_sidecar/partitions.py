@@ -1,0 +1,147 @@
+"""The sidecar's view of the partitions it leases: epoch, local deadline, buffer, acks.
+
+Shared by the Kafka fetch thread (appends records) and the asyncio side (delivers, acks,
+commits), so every buffer operation holds :attr:`PartitionTable.lock`. The local lease
+deadline is the fencing rule of ARCHITECTURE §3.1: past it, a partition is neither
+delivered nor committed, whatever else happens.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from dataservice.common.v1 import common_pb2
+from services.consumer_sidecar.acks import PartitionAcks
+
+
+class TP(NamedTuple):
+    topic: str
+    partition: int
+
+
+# Per-record bookkeeping overhead counted against the buffer cap, besides key and value.
+RECORD_OVERHEAD_BYTES = 96
+
+
+def record_size(record: common_pb2.Record) -> int:
+    return len(record.key) + len(record.value) + RECORD_OVERHEAD_BYTES
+
+
+@dataclass
+class Partition:
+    tp: TP
+    epoch: int
+    deadline: float  # monotonic seconds; nothing is delivered or committed after it
+    acks: PartitionAcks
+    committed: int = -1  # the last offset committed to Kafka by this lease
+    buffer: deque[common_pb2.Record] = field(default_factory=deque)
+    buffered_bytes: int = 0
+    revoking: bool = False
+    paused: bool = False
+    position: int = -1  # next offset the fetcher will append
+    # False between the grant and the moment Kafka fetching is set up. The partition is
+    # already held (heartbeats renew it) but nothing is delivered or committed yet.
+    ready: bool = False
+
+    def live(self, now: float) -> bool:
+        return now < self.deadline
+
+
+class PartitionTable:
+    def __init__(self, buffer_max_bytes: int, clock: Callable[[], float]) -> None:
+        self.lock = threading.Lock()
+        self.partitions: dict[TP, Partition] = {}
+        self.buffer_max_bytes = buffer_max_bytes
+        self.buffered_bytes = 0
+        self.clock = clock
+        self._cursor = 0  # round-robin start for fair delivery across partitions
+
+    def per_partition_cap(self) -> int:
+        return max(self.buffer_max_bytes // max(len(self.partitions), 1), 64 * 1024)
+
+    def append(self, tp: TP, records: list[common_pb2.Record]) -> bool:
+        """Fetch thread: buffer records of a held partition. False if not held any more."""
+        with self.lock:
+            part = self.partitions.get(tp)
+            if part is None or part.revoking or not part.ready:
+                return False
+            for record in records:
+                if record.offset < part.position:
+                    continue  # a re-fetch after seek; already buffered
+                record.lease_epoch = part.epoch
+                size = record_size(record)
+                part.buffer.append(record)
+                part.buffered_bytes += size
+                self.buffered_bytes += size
+                part.position = record.offset + 1
+            return True
+
+    def take(self, max_records: int, max_bytes: int) -> list[tuple[Partition, common_pb2.Record]]:
+        """Delivery: pop up to the limits from live partitions, fairly, marking delivered."""
+        now = self.clock()
+        out: list[tuple[Partition, common_pb2.Record]] = []
+        taken_bytes = 0
+        with self.lock:
+            parts = [
+                p
+                for p in self.partitions.values()
+                if p.buffer and p.ready and not p.revoking and p.live(now)
+            ]
+            if not parts:
+                return out
+            start = self._cursor % len(parts)
+            self._cursor += 1
+            ordered = parts[start:] + parts[:start]
+            # Take a fair share per partition per pass, repeating until limits are hit.
+            while ordered and len(out) < max_records:
+                share = max(1, (max_records - len(out)) // len(ordered))
+                next_round = []
+                for part in ordered:
+                    for _ in range(share):
+                        if not part.buffer or len(out) >= max_records:
+                            break
+                        size = record_size(part.buffer[0])
+                        if out and taken_bytes + size > max_bytes:
+                            return out
+                        record = part.buffer.popleft()
+                        part.buffered_bytes -= size
+                        self.buffered_bytes -= size
+                        taken_bytes += size
+                        part.acks.delivered(record.offset)
+                        out.append((part, record))
+                    if part.buffer:
+                        next_round.append(part)
+                ordered = next_round
+        return out
+
+    def drop_buffer(self, part: Partition) -> None:
+        with self.lock:
+            self.buffered_bytes -= part.buffered_bytes
+            part.buffer.clear()
+            part.buffered_bytes = 0
+
+    def add(self, part: Partition) -> None:
+        with self.lock:
+            old = self.partitions.pop(part.tp, None)
+            if old is not None:
+                self.buffered_bytes -= old.buffered_bytes
+            self.partitions[part.tp] = part
+
+    def remove(self, tp: TP) -> Partition | None:
+        with self.lock:
+            part = self.partitions.pop(tp, None)
+            if part is not None:
+                self.buffered_bytes -= part.buffered_bytes
+            return part
+
+    def get(self, tp: TP) -> Partition | None:
+        with self.lock:
+            return self.partitions.get(tp)
+
+    def snapshot(self) -> list[Partition]:
+        with self.lock:
+            return list(self.partitions.values())

@@ -1,0 +1,249 @@
+"""The sidecar side of ``AssignerService.Session`` (ARCHITECTURE §3.1).
+
+Join (with the leases still held, so a re-attach moves nothing) → heartbeats every
+interval carrying progress and released leases → apply grants and revokes as they come.
+Deadlines without synchronized clocks: the monotonic time each heartbeat is *sent* is kept;
+when its ack arrives, every lease it renews gets deadline = send time + TTL - margin.
+A broken stream is not a lost lease: leases keep serving until their deadline while the
+session reconnects with jittered backoff, following ``ds-leader`` to the leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import grpc
+import grpc.aio
+import structlog
+
+from dataservice.assigner.v1 import assigner_pb2, assigner_pb2_grpc, types_pb2
+from services.consumer_sidecar.leasing import LeaseKeeper
+from services.consumer_sidecar.partitions import TP
+from services.runtime.errors import LEADER_METADATA_KEY, error_info, trailing_value
+from services.runtime.grpcserver import CHANNEL_OPTIONS
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class SessionIdentity:
+    sidecar_id: str
+    group: str
+    endpoint: str
+    zone: str = ""
+    capacity: int = 0
+
+
+class SessionClient:
+    def __init__(
+        self,
+        identity: SessionIdentity,
+        assigner: str,
+        keeper: LeaseKeeper,
+        *,
+        safety_margin: float,
+    ) -> None:
+        self.identity = identity
+        self.assigner = assigner
+        self.keeper = keeper
+        self.margin = safety_margin
+        self.connected = False
+        self.ttl = 3.0
+        self.heartbeat_interval = 1.0
+        self.session_id = ""
+        self._sent_at: dict[int, float] = {}
+        self._seq = 0
+        self._outbox: asyncio.Queue[assigner_pb2.SessionRequest] = asyncio.Queue()
+        self._heartbeat_now = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stopping = False
+        self._grants: dict[TP, int] = {}
+        keeper.on_release = self._heartbeat_now.set
+
+    async def run(self) -> None:
+        """Keep a session open until :meth:`close`; reconnect on any failure."""
+        backoff = 0.1
+        while not self._stopping:
+            try:
+                await self._one_session()
+                backoff = 0.1
+            except grpc.aio.AioRpcError as err:
+                leader = trailing_value(err, LEADER_METADATA_KEY)
+                if leader and leader != self.assigner:
+                    log.info("following the assigner leader", leader=leader)
+                    self.assigner = leader
+                    backoff = 0.05
+                else:
+                    info = error_info(err)
+                    log.warning(
+                        "assigner session failed; reconnecting",
+                        code=err.code().name,
+                        reason=info.reason if info else None,
+                        error=err.details(),
+                        assigner=self.assigner,
+                    )
+            except Exception:
+                log.exception("assigner session crashed; reconnecting")
+            self.connected = False
+            if self._stopping:
+                break
+            await asyncio.sleep(backoff * (0.5 + random.random()))
+            backoff = min(backoff * 2, 5.0)
+
+    async def _one_session(self) -> None:
+        async with grpc.aio.insecure_channel(self.assigner, options=CHANNEL_OPTIONS) as channel:
+            stub = assigner_pb2_grpc.AssignerServiceStub(channel)
+            self._outbox = asyncio.Queue()
+            self._outbox.put_nowait(self._join())
+            call = stub.Session(self._requests())
+            heartbeats = asyncio.create_task(self._heartbeat_loop())
+            try:
+                async for response in call:
+                    await self._handle(response)
+            finally:
+                heartbeats.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await heartbeats
+
+    def _join(self) -> assigner_pb2.SessionRequest:
+        held = [
+            types_pb2.LeaseRef(topic=p.tp.topic, partition=p.tp.partition, epoch=p.epoch)
+            for p in self.keeper.table.snapshot()
+            if not p.revoking
+        ]
+        ident = self.identity
+        return assigner_pb2.SessionRequest(
+            join=assigner_pb2.SessionJoin(
+                sidecar_id=ident.sidecar_id,
+                group=ident.group,
+                endpoint=ident.endpoint,
+                zone=ident.zone,
+                capacity=ident.capacity,
+                held_leases=held,
+            )
+        )
+
+    async def _requests(self) -> AsyncIterator[assigner_pb2.SessionRequest]:
+        while True:
+            request = await self._outbox.get()
+            if request.WhichOneof("kind") == "heartbeat":
+                self._sent_at[request.heartbeat.seq] = time.monotonic()
+            yield request
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._heartbeat_now.wait(), self.heartbeat_interval)
+            self._heartbeat_now.clear()
+            if self.connected:
+                self._outbox.put_nowait(self._heartbeat())
+
+    def _heartbeat(self) -> assigner_pb2.SessionRequest:
+        self._seq += 1
+        progress = [
+            assigner_pb2.LeaseProgress(
+                topic=p.tp.topic,
+                partition=p.tp.partition,
+                epoch=p.epoch,
+                position=p.position,
+                committed_offset=p.committed,
+            )
+            for p in self.keeper.table.snapshot()
+            if not p.revoking
+        ]
+        released = [
+            assigner_pb2.ReleasedLease(
+                topic=r.tp.topic,
+                partition=r.tp.partition,
+                epoch=r.epoch,
+                committed_offset=r.committed,
+            )
+            for r in self.keeper.take_released()
+        ]
+        return assigner_pb2.SessionRequest(
+            heartbeat=assigner_pb2.SessionHeartbeat(
+                seq=self._seq, leases=progress, released_leases=released
+            )
+        )
+
+    async def _handle(self, response: assigner_pb2.SessionResponse) -> None:
+        kind = response.WhichOneof("kind")
+        if kind == "accepted":
+            acc = response.accepted
+            self.ttl = acc.lease_ttl.ToTimedelta().total_seconds() or self.ttl
+            self.heartbeat_interval = (
+                acc.heartbeat_interval.ToTimedelta().total_seconds() or self.heartbeat_interval
+            )
+            self.session_id = acc.session_id
+            self.connected = True
+            log.info("joined", assigner=self.assigner, session=acc.session_id, ttl=self.ttl)
+            self._heartbeat_now.set()
+        elif kind == "grant":
+            g = response.grant
+            # Until the first renewal, the deadline counts from receipt (bounded delay).
+            deadline = time.monotonic() + self.ttl - self.margin
+            tp = TP(g.topic, g.partition)
+            if self.keeper.grant(tp, g.epoch, deadline):
+                # Grants come in bursts: gather those that arrive together into one assign.
+                if not self._grants:
+                    self._spawn(self._start_granted())
+                self._grants[tp] = g.start_offset
+        elif kind == "revoke":
+            r = response.revoke
+            drain = r.drain_timeout.ToTimedelta().total_seconds()
+            self._spawn(self.keeper.revoke(TP(r.topic, r.partition), r.epoch, drain))
+        elif kind == "heartbeat_ack":
+            ack = response.heartbeat_ack
+            sent = self._sent_at.pop(ack.seq, None)
+            for old in [s for s in self._sent_at if s < ack.seq]:
+                del self._sent_at[old]
+            if sent is not None:
+                deadline = sent + self.ttl - self.margin
+                for lease in ack.renewed_leases:
+                    self.keeper.renew(TP(lease.topic, lease.partition), lease.epoch, deadline)
+
+    async def _start_granted(self) -> None:
+        await asyncio.sleep(0.01)
+        grants, self._grants = self._grants, {}
+        await self.keeper.start_fetching(grants)
+
+    def _spawn(self, coro: object) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("lease operation failed", error=repr(task.exception()))
+
+    async def leave(self, timeout: float) -> None:
+        """Graceful leave: ask the assigner to revoke everything, release it, then stop."""
+        if self.connected:
+            try:
+                async with grpc.aio.insecure_channel(self.assigner) as channel:
+                    stub = assigner_pb2_grpc.AssignerServiceStub(channel)
+                    await stub.Leave(
+                        assigner_pb2.LeaveRequest(
+                            sidecar_id=self.identity.sidecar_id,
+                            group=self.identity.group,
+                            session_id=self.session_id,
+                            graceful=True,
+                        ),
+                        timeout=2,
+                    )
+            except grpc.RpcError as err:
+                log.warning("leave failed; releasing leases directly", error=str(err))
+            end = time.monotonic() + timeout
+            while self.keeper.table.snapshot() and time.monotonic() < end:
+                await asyncio.sleep(0.05)
+        # Whatever the assigner did, release what is left (commits acked offsets).
+        await self.keeper.release_all(drain_timeout=max(0.0, timeout / 2))
+        self._heartbeat_now.set()
+        await asyncio.sleep(0.2)  # let the final heartbeat with the releases go out
+        self._stopping = True

@@ -1,0 +1,30 @@
+"""Sidecar settings (flags > DS_* env > YAML file > defaults)."""
+
+from __future__ import annotations
+
+import socket
+
+from pydantic import Field, field_validator
+
+from services.runtime.settings import ServiceSettings, parse_host_port
+
+
+class SidecarSettings(ServiceSettings):
+    grpc_port: int = Field(7080, ge=0, le=65535)
+    http_port: int = Field(7081, ge=0, le=65535)
+    id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=255)
+    group: str = Field(min_length=1, max_length=249, description="the group this sidecar serves")
+    assigner: str = Field("127.0.0.1:7070", description="assigner HOST:PORT (static discovery)")
+    zone: str = ""
+    capacity: int = Field(0, ge=0, description="max partitions (0 = unlimited)")
+    buffer_max_bytes: int = Field(64 * 1024 * 1024, ge=1024 * 1024, le=8 * 1024**3)
+    commit_interval_seconds: float = Field(1.0, gt=0, le=60)
+    commit_max_acks: int = Field(1000, ge=1, description="commit early after this many acks")
+    lease_safety_margin_seconds: float = Field(0.5, ge=0.05, le=30)
+    consume_batch: int = Field(1000, ge=1, le=100_000)
+
+    @field_validator("assigner")
+    @classmethod
+    def _valid_assigner(cls, value: str) -> str:
+        parse_host_port(value, what="assigner address")
+        return value
