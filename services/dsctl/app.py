@@ -1,0 +1,154 @@
+"""``dsctl``: the operators' command line (ARCHITECTURE §5.5)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from services.dsctl import dev
+
+app = typer.Typer(
+    name="dsctl",
+    help="Operate the dataservice mesh.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+dev_app = typer.Typer(help="Run the whole mesh locally on real Kafka.", no_args_is_help=True)
+app.add_typer(dev_app, name="dev")
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+
+
+def _say(message: str) -> None:
+    err_console.print(f"[dim]{message}[/dim]")
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {message}")
+    return typer.Exit(code)
+
+
+@dev_app.command("up")
+def dev_up(
+    detach: Annotated[
+        bool,
+        typer.Option("--detach", "-d", help="Return once healthy; stop with `dsctl dev down`."),
+    ] = False,
+    sidecars: Annotated[int, typer.Option(min=1, max=20, help="How many sidecars.")] = 1,
+    with_consul: Annotated[
+        bool, typer.Option("--with-consul", help="Also run a Consul dev agent for discovery.")
+    ] = False,
+    kafka_port: Annotated[int, typer.Option(min=1, max=65535)] = 9092,
+    producer_rate: Annotated[float, typer.Option(min=0.1, help="Demo records per second.")] = 20.0,
+) -> None:
+    """Start Kafka, the assigner, sidecars, the notifier and a sample producer."""
+    options = dev.UpOptions(
+        sidecars=sidecars,
+        kafka_port=kafka_port,
+        with_consul=with_consul,
+        producer_rate=producer_rate,
+    )
+    try:
+        stack = dev.up(options, _say)
+    except Exception as exc:
+        raise _fail(str(exc)) from None
+    _print_where_to_look(stack)
+    if detach:
+        return
+    console.print("\n[bold]Running in the foreground; Ctrl-C stops everything.[/bold]")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    dev.down_stack(stack, _say)
+    console.print("stopped.")
+
+
+@dev_app.command("status")
+def dev_status(output: Annotated[Output, typer.Option("--output", "-o")] = Output.table) -> None:
+    """What runs, with pids, ports and health. Exit 1 if nothing runs."""
+    stack = dev.Stack.load()
+    if stack is None:
+        if output is Output.json:
+            console.print_json(json.dumps({"running": False, "components": []}))
+        else:
+            err_console.print("no dev stack is running")
+        raise typer.Exit(1)
+    status = stack.status()
+    status["running"] = any(c["running"] for c in status["components"])
+    if output is Output.json:
+        console.print_json(json.dumps(status))
+    else:
+        _status_table(status)
+    if not status["running"]:
+        raise typer.Exit(1)
+
+
+@dev_app.command("down")
+def dev_down() -> None:
+    """Stop everything `dsctl dev up` started; leaves no process behind."""
+    stack = dev.Stack.load()
+    if stack is None:
+        console.print("no dev stack is running")
+        return
+    killed = dev.down_stack(stack, _say)
+    if killed:
+        console.print(f"stopped (had to SIGKILL: {', '.join(killed)})")
+    else:
+        console.print("stopped.")
+
+
+def _status_table(status: dict[str, Any]) -> None:
+    table = Table(title=f"dev stack in {status['dir']}")
+    for column in ("component", "pid", "running", "healthy", "grpc", "http"):
+        table.add_column(column)
+    for c in status["components"]:
+        healthy = {True: "[green]SERVING[/green]", False: "[red]no[/red]", None: "-"}[c["healthy"]]
+        table.add_row(
+            c["name"],
+            str(c["pid"]),
+            "[green]yes[/green]" if c["running"] else "[red]no[/red]",
+            healthy,
+            c["grpc"] or "-",
+            c["http"] or "-",
+        )
+    console.print(table)
+    console.print(f"Kafka bootstrap: {status['bootstrap']}")
+
+
+def _print_where_to_look(stack: dev.Stack) -> None:
+    _status_table(stack.status())
+    sidecar = next(c for c in stack.components if c.name.startswith("sidecar"))
+    lines = [
+        f"Kafka      {stack.bootstrap}  topic {dev.DEMO_TOPIC} ({dev.DEMO_PARTITIONS} partitions),"
+        f" group {dev.DEMO_GROUP}",
+        "assigner   grpc 127.0.0.1:7070   metrics http://127.0.0.1:7071/metrics",
+        "notifier   grpc 127.0.0.1:7090   metrics http://127.0.0.1:7091/metrics",
+        f"sidecar-0  grpc {sidecar.grpc}   metrics http://{sidecar.http}/metrics",
+        f"logs       {stack.dir}/logs",
+    ]
+    if stack.consul:
+        lines.append(f"consul     http://{stack.consul}/ui")
+    console.print("\n".join(lines))
+    console.print("\n[bold]Try:[/bold]")
+    console.print("  grpcurl -plaintext 127.0.0.1:7070 list")
+    console.print(
+        '  grpcurl -plaintext -d \'{"client_id":"me","group":"demo","max_records":3}\' '
+        f"{sidecar.grpc} dataservice.sidecar.v1.StreamService/Fetch"
+    )
+    console.print("  dsctl dev status --output json")
+    console.print("  dsctl dev down")

@@ -1,0 +1,307 @@
+"""The local stack behind ``dsctl dev up|status|down``.
+
+Everything runs as real processes on loopback: Apache Kafka (KRaft, jars from Maven
+Central), optionally a Consul dev agent, the assigner, N sidecars, the notifier and a
+sample producer. Each runs in its own session so it outlives ``dsctl dev up --detach``;
+``stack.json`` in the state directory records pids (with their start times, so a reused
+pid is never signalled) and ports, and ``down`` stops them in reverse order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from services.devstack import procs
+from services.devstack.consul import ConsulAgent, ConsulOptions
+from services.devstack.kafka import KafkaCluster, KafkaOptions
+
+DEMO_TOPIC = "ds.demo"
+DEMO_GROUP = "demo"
+DEMO_PARTITIONS = 12
+
+
+def state_dir() -> Path:
+    base = os.environ.get("DS_DEV_DIR")
+    if base:
+        return Path(base)
+    state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state_home) / "dataservice" / "dev"
+
+
+@dataclass
+class Component:
+    name: str
+    pid: int
+    started: float  # process create_time, to tell a reused pid apart
+    log: str
+    grpc: str | None = None
+    http: str | None = None
+
+    def alive(self) -> bool:
+        try:
+            proc = psutil.Process(self.pid)
+            return abs(proc.create_time() - self.started) < 1.0 and proc.status() != "zombie"
+        except psutil.Error:
+            return False
+
+    def healthy(self) -> bool | None:
+        if self.http is None:
+            return None
+        try:
+            with urllib.request.urlopen(f"http://{self.http}/healthz", timeout=1) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+
+@dataclass
+class Stack:
+    dir: str
+    bootstrap: str
+    consul: str | None
+    components: list[Component] = field(default_factory=list)
+
+    @classmethod
+    def load(cls) -> Stack | None:
+        path = state_dir() / "stack.json"
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        return cls(
+            dir=data["dir"],
+            bootstrap=data["bootstrap"],
+            consul=data.get("consul"),
+            components=[Component(**c) for c in data["components"]],
+        )
+
+    def save(self) -> None:
+        path = Path(self.dir) / "stack.json"
+        path.write_text(json.dumps(asdict(self), indent=2))
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "dir": self.dir,
+            "bootstrap": self.bootstrap,
+            "consul": self.consul,
+            "components": [
+                {
+                    **asdict(c),
+                    "running": c.alive(),
+                    "healthy": c.healthy() if c.alive() else False,
+                }
+                for c in self.components
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    sidecars: int = 1
+    kafka_port: int = 9092
+    with_consul: bool = False
+    producer_rate: float = 20.0
+    timeout: float = 180.0
+
+
+def _record(name: str, proc_pid: int, log: Path, grpc: str | None, http: str | None) -> Component:
+    started = psutil.Process(proc_pid).create_time()
+    return Component(name, proc_pid, started, str(log), grpc, http)
+
+
+def _sidecar_ports(index: int) -> tuple[int, int]:
+    # sidecar-0 gets the documented 7080/7081; more sidecars go above the notifier's 7090s.
+    return (7080, 7081) if index == 0 else (7100 + 2 * index, 7101 + 2 * index)
+
+
+def up(options: UpOptions, say: Callable[[str], None]) -> Stack:
+    existing = Stack.load()
+    if existing is not None and any(c.alive() for c in existing.components):
+        raise RuntimeError("a dev stack is already running (dsctl dev status); run dsctl dev down")
+    root = state_dir()
+    logs = root / "logs"
+    if root.exists():
+        _remove_tree(root)
+    logs.mkdir(parents=True)
+    stack = Stack(dir=str(root), bootstrap=f"127.0.0.1:{options.kafka_port}", consul=None)
+    try:
+        _start_all(stack, options, root, logs, say)
+    except BaseException:
+        say("start failed; stopping what was started")
+        down_stack(stack, say)
+        raise
+    return stack
+
+
+def _start_all(
+    stack: Stack, options: UpOptions, root: Path, logs: Path, say: Callable[[str], None]
+) -> None:
+    say("starting Apache Kafka (KRaft, single node)...")
+    cluster = KafkaCluster(
+        KafkaOptions(base_dir=root / "kafka", port=options.kafka_port, die_with_parent=False)
+    ).start()
+    for i, pid in enumerate(cluster.pids):
+        assert pid is not None
+        stack.components.append(_record(f"kafka-{i}", pid, cluster.log_file(i), None, None))
+        stack.components[-1].grpc = None
+    stack.bootstrap = cluster.bootstrap
+    stack.save()
+    _create_topic(stack.bootstrap, DEMO_TOPIC, DEMO_PARTITIONS)
+
+    if options.with_consul:
+        say("starting Consul (dev agent)...")
+        agent = ConsulAgent(
+            ConsulOptions(base_dir=root / "consul", http_port=8500, die_with_parent=False)
+        ).start()
+        assert agent.pid is not None
+        stack.consul = agent.http_addr
+        stack.components.append(_record("consul", agent.pid, agent.log_file, None, None))
+        stack.save()
+
+    config = root / "assigner.yaml"
+    config.write_text(f"groups:\n  - name: {DEMO_GROUP}\n    topics: [{DEMO_TOPIC}]\n")
+    common = ["--bootstrap", stack.bootstrap, "--log-format", "console"]
+    if stack.consul:
+        common += ["--consul", stack.consul]
+    python = sys.executable
+
+    def start(name: str, argv: list[str], grpc: int, http: int) -> None:
+        log = logs / f"{name}.log"
+        proc = procs.spawn(argv, log, die_with_parent=False)
+        stack.components.append(
+            _record(name, proc.pid, log, f"127.0.0.1:{grpc}", f"127.0.0.1:{http}")
+        )
+        stack.save()
+
+    say("starting the assigner, notifier and sidecars...")
+    start(
+        "assigner",
+        [
+            python,
+            "-m",
+            "services.assigner",
+            *common,
+            "--grpc-port",
+            "7070",
+            "--http-port",
+            "7071",
+            "--config",
+            str(config),
+        ],
+        7070,
+        7071,
+    )
+    start(
+        "notifier",
+        [python, "-m", "services.notifier", *common, "--grpc-port", "7090", "--http-port", "7091"],
+        7090,
+        7091,
+    )
+    for i in range(options.sidecars):
+        grpc, http = _sidecar_ports(i)
+        start(
+            f"sidecar-{i}",
+            [
+                python,
+                "-m",
+                "services.consumer_sidecar",
+                *common,
+                "--grpc-port",
+                str(grpc),
+                "--http-port",
+                str(http),
+                "--group",
+                DEMO_GROUP,
+                "--id",
+                f"sidecar-{i}",
+                "--assigner",
+                "127.0.0.1:7070",
+            ],
+            grpc,
+            http,
+        )
+    log = logs / "producer.log"
+    proc = procs.spawn(
+        [
+            python,
+            "-m",
+            "services.dsctl.producer",
+            "--bootstrap",
+            stack.bootstrap,
+            "--topic",
+            DEMO_TOPIC,
+            "--rate",
+            str(options.producer_rate),
+        ],
+        log,
+        die_with_parent=False,
+    )
+    stack.components.append(_record("producer", proc.pid, log, None, None))
+    stack.save()
+
+    say("waiting until every service reports SERVING...")
+    deadline = time.monotonic() + options.timeout
+    while time.monotonic() < deadline:
+        dead = [c.name for c in stack.components if not c.alive()]
+        if dead:
+            raise RuntimeError(f"{', '.join(dead)} exited; see the logs in {logs}")
+        if all(c.healthy() in (True, None) for c in stack.components):
+            return
+        time.sleep(0.5)
+    pending = [c.name for c in stack.components if c.healthy() is False]
+    raise RuntimeError(f"not healthy within {options.timeout:.0f}s: {', '.join(pending)}")
+
+
+def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        future.result(timeout=30)
+
+
+def down_stack(stack: Stack, say: Callable[[str], None]) -> list[str]:
+    """Stop every component, newest first; returns the names that had to be killed."""
+    killed = []
+    for component in reversed(stack.components):
+        if not component.alive():
+            continue
+        say(f"stopping {component.name}...")
+        if not _stop_pid(component, timeout=40 if component.name.startswith("kafka") else 20):
+            killed.append(component.name)
+    path = Path(stack.dir) / "stack.json"
+    path.unlink(missing_ok=True)
+    return killed
+
+
+def _stop_pid(component: Component, timeout: float) -> bool:
+    """SIGTERM the component's process group, wait, SIGKILL; True if it stopped by itself."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(component.pid, sig)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            os.kill(component.pid, sig)
+        end = time.monotonic() + (timeout if sig == signal.SIGTERM else 10)
+        while time.monotonic() < end:
+            if not component.alive():
+                return sig == signal.SIGTERM
+            time.sleep(0.1)
+    return False
+
+
+def _remove_tree(root: Path) -> None:
+    import shutil
+
+    shutil.rmtree(root, ignore_errors=True)
