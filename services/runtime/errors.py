@@ -24,6 +24,8 @@ from grpc_status import rpc_status
 DOMAIN = "dataservice"
 # Trailing metadata key a follower assigner uses to name the current leader (§3).
 LEADER_METADATA_KEY = "ds-leader"
+# Where gRPC carries the serialized google.rpc.Status (with its details) of a failed call.
+_STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
 
 class Reason(StrEnum):
@@ -78,7 +80,7 @@ CATALOGUE: Mapping[Reason, ReasonSpec] = {
         "This assigner is a follower; trailing metadata `ds-leader` names the leader.",
     ),
     Reason.SESSION_NOT_JOINED: ReasonSpec(
-        grpc.StatusCode.FAILED_PRECONDITION, "A Session stream sent a heartbeat before Join."
+        grpc.StatusCode.INVALID_ARGUMENT, "The first message of a Session stream was not a join."
     ),
     Reason.LEASE_NOT_HELD: ReasonSpec(
         grpc.StatusCode.FAILED_PRECONDITION,
@@ -148,28 +150,31 @@ async def abort(context: grpc.aio.ServicerContext[Any, Any], err: DsError) -> No
     raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 
 
+def _trailing(error: grpc.RpcError) -> list[tuple[str, str | bytes]]:
+    """Trailing metadata of a failed call, sync (grpc.Call) or asyncio (AioRpcError)."""
+    getter = getattr(error, "trailing_metadata", None)
+    if getter is None:
+        return []
+    return [(str(k), v) for k, v in (getter() or ())]
+
+
 def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
     """The ErrorInfo detail of a failed call, if the server sent one."""
-    if not isinstance(error, grpc.Call):
-        return None
-    status = rpc_status.from_call(error)
-    if status is None:
-        return None
-    for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            return info
+    for key, value in _trailing(error):
+        if key != _STATUS_DETAILS_KEY or not isinstance(value, bytes):
+            continue
+        for detail in status_pb2.Status.FromString(value).details:
+            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                return info
     return None
 
 
 def trailing_value(error: grpc.RpcError, key: str) -> str | None:
     """A trailing-metadata value of a failed call (e.g. ``ds-leader``)."""
-    if not isinstance(error, grpc.Call):
-        return None
-    for item in error.trailing_metadata() or ():
-        if item[0] == key:
-            value = item[1]
+    for item_key, value in _trailing(error):
+        if item_key == key:
             return value.decode() if isinstance(value, bytes) else str(value)
     return None
 
