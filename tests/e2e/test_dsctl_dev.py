@@ -1,0 +1,77 @@
+"""The README's run path: ``dsctl dev up --detach`` → status → read data → ``dsctl dev down``.
+
+Uses the fixed service ports of ARCHITECTURE §9 (7070, 7080, 7090, …) and a free Kafka
+port, in a private state directory; nothing may be left running afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from services.consumer_sidecar.client import DsClient
+from services.devstack.ports import free_port, port_is_open
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
+
+FIXED_PORTS = (7070, 7071, 7080, 7081, 7090, 7091, 7102, 7103)
+
+
+def dsctl(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "services.dsctl", *args],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+
+
+def test_dev_up_status_down(tmp_path: Path) -> None:
+    busy = [p for p in FIXED_PORTS if port_is_open(p)]
+    if busy:
+        pytest.fail(f"ports {busy} are in use; stop what runs there (a dev stack?) first")
+    env = {**os.environ, "DS_DEV_DIR": str(tmp_path / "dev"), "COLUMNS": "200"}
+    kafka_port = free_port()
+    up = dsctl("dev", "up", "--detach", "--sidecars", "2", "--kafka-port", str(kafka_port), env=env)
+    pids: list[int] = []
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "grpcurl -plaintext 127.0.0.1:7070 list" in up.stdout
+        status = dsctl("dev", "status", "--output", "json", env=env)
+        assert status.returncode == 0, status.stderr
+        state = json.loads(status.stdout)
+        pids = [c["pid"] for c in state["components"]]
+        names = {c["name"] for c in state["components"]}
+        assert names == {"kafka-0", "assigner", "notifier", "sidecar-0", "sidecar-1", "producer"}
+        assert all(c["running"] for c in state["components"])
+        assert all(c["healthy"] in (True, None) for c in state["components"])
+        assert state["bootstrap"] == f"127.0.0.1:{kafka_port}"
+
+        # The sample producer feeds ds.demo; the demo group serves it through both sidecars.
+        with DsClient("demo", client_id="dev-test", assigner="127.0.0.1:7070") as client:
+            deadline = time.monotonic() + 60
+            while len(client.endpoints) < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert sorted(client.endpoints) == ["127.0.0.1:7080", "127.0.0.1:7102"]
+            got = []
+            while len(got) < 20 and time.monotonic() < deadline:
+                batch = client.fetch(max_records=50, max_wait=1.0)
+                got += batch
+                client.ack(batch)
+            assert len(got) >= 20
+            assert all(json.loads(r.value)["user"].startswith("user-") for r in got)
+    finally:
+        down = dsctl("dev", "down", env=env)
+    assert down.returncode == 0, down.stderr
+    alive = [
+        pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
+    ]
+    assert alive == [], f"processes left behind: {alive}"
+    assert not any(port_is_open(p) for p in (*FIXED_PORTS, kafka_port))
+    after = dsctl("dev", "status", env=env)
+    assert after.returncode == 1 and "no dev stack is running" in after.stderr
