@@ -54,8 +54,10 @@ mkdir -p "$BIN_DIR"
 # Serialise concurrent builds; re-check after acquiring the lock.
 if command -v flock >/dev/null 2>&1; then
   exec 9>"$BIN_DIR/.consul.build.lock"
-  log "waiting for build lock $BIN_DIR/.consul.build.lock"
-  flock 9
+  if ! flock -n 9; then
+    log "another build holds $BIN_DIR/.consul.build.lock; waiting"
+    flock 9
+  fi
   if [[ "${DS_FORCE_REBUILD:-0}" != "1" ]] && is_good "$OUT"; then
     log "built by a concurrent run: $OUT"
     echo "$OUT"
@@ -76,7 +78,7 @@ mkdir -p "$GOMODCACHE" "$GOCACHE"
 TMP="$(mktemp "$BIN_DIR/.consul.tmp.XXXXXX")"
 trap 'rm -f "$TMP"' EXIT
 
-log "building $MAIN_PKG@$PINNED with $("$GO" version) (cold build: ~10 min on 2 cores, ~1.7 GB RSS)"
+log "building $MAIN_PKG@$PINNED with $("$GO" version) (cold: ~10-12 min on 2 cores, ~1.8 GB RSS, ~2 GB module cache)"
 log "GOMODCACHE=$GOMODCACHE GOCACHE=$GOCACHE"
 start=$(date +%s)
 (

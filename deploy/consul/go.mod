@@ -1,3 +1,10 @@
+// Build-only module for deploy/consul/build.sh: pins the open-source
+// (MPL-2.0) Consul agent 1.14.x. Consul's own go.mod uses
+// `replace github.com/hashicorp/consul/{api,sdk,proto-public} => ./...`;
+// replace directives of dependencies are ignored, so the matching published
+// versions are pinned here (api v1.18.1, proto-public v0.2.1, sdk v0.13.0).
+// Do not bump to 1.15+ (retracted envoyextensions/troubleshoot modules) or
+// 1.17+ (BUSL licence).
 module dataservice/deploy/consul
 
 go 1.21

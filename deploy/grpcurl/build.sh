@@ -53,7 +53,10 @@ mkdir -p "$BIN_DIR"
 # Serialise concurrent builds; re-check after acquiring the lock.
 if command -v flock >/dev/null 2>&1; then
   exec 9>"$BIN_DIR/.grpcurl.build.lock"
-  flock 9
+  if ! flock -n 9; then
+    log "another build holds $BIN_DIR/.grpcurl.build.lock; waiting"
+    flock 9
+  fi
   if [[ "${DS_FORCE_REBUILD:-0}" != "1" ]] && is_good "$OUT"; then
     log "built by a concurrent run: $OUT"
     echo "$OUT"

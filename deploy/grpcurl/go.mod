@@ -1,3 +1,5 @@
+// Build-only module for deploy/grpcurl/build.sh: pins grpcurl (latest on the
+// Go module proxy when written). Bump with: go get github.com/fullstorydev/grpcurl@vX && go mod tidy
 module dataservice/deploy/grpcurl
 
 go 1.25.0
