@@ -16,7 +16,8 @@ from services.assigner.balancer import TopicPartition
 from services.assigner.groups import GroupRuntime
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.rpc import AdminServicer, AssignerServicer, BindingServicer
-from services.assigner.settings import AssignerSettings, GroupSeed
+from services.assigner.settings import AssignerSettings
+from services.assigner.state import GroupRecord, StateStore
 from services.runtime.errors import DsError, Reason
 from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route
@@ -38,6 +39,8 @@ class AssignerApp:
         self._admin = new_admin(settings, client_id="ds-assigner")
         self._probe = KafkaProbe(settings, client_id="ds-assigner")
         self._tasks: list[asyncio.Task[None]] = []
+        self.state = StateStore(settings, topic=settings.state_topic)
+        self.leading = False
 
     # ---- Service protocol -----------------------------------------------------------------
 
@@ -70,25 +73,78 @@ class AssignerApp:
         return {}
 
     async def on_ready(self, server: GrpcServer) -> None:
+        """Without Consul this replica is the only one, so it leads at once. (With Consul
+        the leader election calls :meth:`become_leader` / :meth:`step_down`.)"""
+        await self.become_leader()
+
+    async def become_leader(self) -> None:
+        """Rebuild from the state topic, then serve: groups, epochs, bindings. Leases are
+        re-learnt from the sidecars re-attaching; until TTL + grace has passed nothing is
+        granted, so taking over moves no partition."""
+        if self.leading:
+            return
+        await asyncio.to_thread(self.state.ensure_topic)
+        snapshot = await asyncio.to_thread(self.state.load)
+        settle_until = (
+            self.now() + self.settings.lease_ttl_seconds + self.settings.lease_grace_seconds
+        )
+        for record in snapshot.groups.values():
+            try:
+                partitions = await self._partitions(record.topics)
+            except DsError as err:
+                log.error("group from state not restored", group=record.name, error=err.message)
+                continue
+            self.groups[record.name] = GroupRuntime(
+                record,
+                partitions,
+                self.settings,
+                self.metrics,
+                self.state,
+                epochs=snapshot.epochs.get(record.name, {}),
+                settle_until=settle_until,
+                clients=snapshot.bindings.get(record.name, set()),
+            )
+            log.info(
+                "group restored",
+                group=record.name,
+                partitions=len(partitions),
+                epochs=len(snapshot.epochs.get(record.name, {})),
+            )
         for seed in self.settings.groups:
-            if seed.name not in self.groups:
-                try:
-                    await self.create_group(seed.name, seed.topics, seed.mode, seed.consumer_config)
-                except DsError as err:
-                    log.error("configured group not created", group=seed.name, error=err.message)
+            if seed.name in self.groups:
+                if self.groups[seed.name].seed != seed:
+                    log.warning(
+                        "configured group differs from its durable state; the state "
+                        "wins (change it with UpdateGroup)",
+                        group=seed.name,
+                    )
+                continue
+            try:
+                await self.create_group(seed.name, seed.topics, seed.mode, seed.consumer_config)
+            except DsError as err:
+                log.error("configured group not created", group=seed.name, error=err.message)
+        self.leading = True
         self._tasks.append(asyncio.create_task(self._tick_loop(), name="tick"))
         self._tasks.append(asyncio.create_task(self._metadata_loop(), name="metadata"))
 
-    async def drain(self) -> None:
-        for conn_group in self.groups.values():
-            for conn in list(conn_group.connections.values()):
-                conn.close()
-
-    async def close(self) -> None:
+    async def step_down(self) -> None:
+        """Leadership lost (or shutting down): stop acting on any group at once."""
+        self.leading = False
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self._tasks.clear()
+        for group in self.groups.values():
+            group.close()
+        self.groups.clear()
+
+    async def drain(self) -> None:
+        await self.step_down()
+
+    async def close(self) -> None:
+        await self.step_down()
+        await asyncio.to_thread(self.state.close)
 
     # ---- state ------------------------------------------------------------------------
 
@@ -97,6 +153,8 @@ class AssignerApp:
         return time.monotonic()
 
     def group(self, name: str) -> GroupRuntime:
+        if not self.leading:
+            raise DsError(Reason.SERVICE_NOT_READY, "the assigner is not serving groups yet")
         if not name:
             raise DsError(
                 Reason.INVALID_FIELD, "group: must not be empty", metadata={"field": "group"}
@@ -108,16 +166,16 @@ class AssignerApp:
             )
         return group
 
-    def metrics_bindings(self) -> None:
-        """Placeholder-free hook: bindings are counted per group in DescribeGroup."""
-
     async def create_group(
         self, name: str, topics: list[str], mode: str, consumer_config: Mapping[str, str]
     ) -> GroupRuntime:
-        seed = GroupSeed(name=name, topics=topics, mode=mode, consumer_config=dict(consumer_config))
+        record = GroupRecord(
+            name=name, topics=list(topics), mode=mode, consumer_config=dict(consumer_config)
+        )
         existing = self.groups.get(name)
         if existing is not None:
-            if existing.seed == seed:
+            same = (existing.record.topics, existing.record.mode, existing.record.consumer_config)
+            if same == (record.topics, record.mode, record.consumer_config):
                 return existing  # idempotent: the same request again
             raise DsError(
                 Reason.GROUP_ALREADY_EXISTS,
@@ -125,9 +183,33 @@ class AssignerApp:
                 metadata={"group": name},
             )
         partitions = await self._partitions(topics)
-        group = GroupRuntime(seed, partitions, self.settings, self.metrics)
+        try:
+            await self.state.put_group(record)
+        except Exception as exc:
+            raise DsError(Reason.KAFKA_UNAVAILABLE, f"group not stored: {exc}") from exc
+        group = GroupRuntime(record, partitions, self.settings, self.metrics, self.state)
         self.groups[name] = group
         log.info("group created", group=name, topics=topics, partitions=len(partitions))
+        return group
+
+    async def update_group(self, record: GroupRecord) -> GroupRuntime:
+        """Apply a new configuration to a group (UpdateGroup): durable first, then live.
+        New topics' partitions are added; sidecars get consumer config changes pushed."""
+        group = self.group(record.name)
+        partitions = await self._partitions(record.topics)
+        removed = set(group.record.topics) - set(record.topics)
+        if removed:
+            raise DsError(
+                Reason.INVALID_FIELD,
+                f"topics: removing topics from a group is not supported ({sorted(removed)})",
+                metadata={"field": "group.topics"},
+            )
+        try:
+            await self.state.put_group(record)
+        except Exception as exc:
+            raise DsError(Reason.KAFKA_UNAVAILABLE, f"group not stored: {exc}") from exc
+        group.update(record)
+        group.set_partitions(partitions, self.now())
         return group
 
     async def _partitions(self, topics: Sequence[str]) -> list[TopicPartition]:

@@ -1,23 +1,32 @@
 """Group coordination: members, leases with fencing epochs, cooperative handoff (pure).
 
 One :class:`GroupCoordinator` per group. It does no I/O and reads no clock: every event
-(join, heartbeat, leave, tick) passes ``now`` (monotonic seconds) and returns the commands
-to send (:class:`GrantCmd`, :class:`RevokeCmd`). The RPC layer turns those into Session
-messages. The rules (ARCHITECTURE §3, §3.1):
+(join, heartbeat, leave, move, tick) passes ``now`` (monotonic seconds) and returns the
+commands to send (:class:`GrantCmd`, :class:`RevokeCmd`). The RPC layer turns those into
+Session messages, after persisting new epochs. The rules (ARCHITECTURE §3, §3.1):
 
 * a lease is renewed only by a heartbeat of its holder naming its current epoch, and only
-  while it is ``GRANTED``; the assigner's view of its expiry is receive time + TTL + grace;
+  while it is ``GRANTED``; the assigner's view of its expiry is receive time + TTL + grace,
+  and a lease lapses at that expiry, never earlier (whatever happened to its member);
 * a partition moves cooperatively: revoke -> holder releases with its committed offset ->
-  grant to the next holder with epoch + 1 starting at that offset; a holder that does not
+  grant to the chosen next holder with epoch + 1 at that offset; a holder that does not
   release is waited out until its lease expires (it stops by itself before that);
-* a member that misses heartbeats for TTL + grace is lost, its leases are freed and the
-  partitions are balanced over the others (start offset = the group's committed offset).
+* a member that misses heartbeats for TTL + grace is lost; its partitions are balanced
+  over the others as their leases lapse (start offset = the group's committed offset);
+* static identity: a member that leaves *gracefully* keeps its place for the hold window.
+  Its partitions are released (committed) but reserved for it: nothing else moves, and if
+  it re-joins in time it gets exactly them back. After the window they are balanced over
+  the others. (A lost member gets no hold: it did not hand off.)
+* after a restart (state rebuilt from the state topic: epochs, no holders) the group
+  *settles* for TTL + grace: re-attaching sidecars adopt the leases they hold with the
+  current epoch, and nothing is granted until every lease that was valid before the
+  restart would have expired — so a restart moves no partition.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from services.assigner.balancer import BalanceInput, Member, TopicPartition, rebalance
@@ -36,6 +45,7 @@ class RevokeWhy(enum.Enum):
     REBALANCE = "rebalance"
     MOVE = "move"
     SHUTDOWN = "shutdown"
+    FENCED = "fenced"
 
 
 @dataclass(frozen=True)
@@ -77,7 +87,14 @@ class MemberInfo:
     zone: str | None = None
     capacity: int | None = None
     last_seen: float = 0.0
-    leaving: bool = False
+    joined_at: float = 0.0
+    leaving: bool = False  # Leave received; releasing its leases
+    held_until: float | None = None  # gone gracefully; its place is kept until then
+
+    @property
+    def present(self) -> bool:
+        """Connected and serving (not leaving, not away within its hold window)."""
+        return not self.leaving and self.held_until is None
 
 
 @dataclass(frozen=True)
@@ -104,6 +121,11 @@ class Progress:
 class Timing:
     ttl: float = 3.0
     grace: float = 1.0
+    hold_window: float = 10.0  # 0 disables static identity
+
+    @property
+    def expiry(self) -> float:
+        return self.ttl + self.grace
 
 
 @dataclass
@@ -114,17 +136,30 @@ class Outcome:
     renewed: list[HeldLease] = field(default_factory=list)
     membership_changed: bool = False
     lost: list[str] = field(default_factory=list)
+    held_expired: list[str] = field(default_factory=list)
 
 
 class GroupCoordinator:
     def __init__(
-        self, group: str, partitions: Iterable[TopicPartition], timing: Timing | None = None
+        self,
+        group: str,
+        partitions: Iterable[TopicPartition],
+        timing: Timing | None = None,
+        *,
+        epochs: Mapping[TopicPartition, int] | None = None,
+        settle_until: float = 0.0,
     ) -> None:
+        """``epochs`` restores the last epochs from durable state; with them pass
+        ``settle_until`` = start time + TTL + grace (see the module docstring)."""
         self.group = group
         self.timing = timing or Timing()
         self.members: dict[str, MemberInfo] = {}
         self.leases: dict[TopicPartition, Lease] = {}
+        self.settle_until = settle_until
         self.set_partitions(partitions)
+        for tp, epoch in (epochs or {}).items():
+            if tp in self.leases:
+                self.leases[tp].epoch = epoch
 
     # ---- inputs -------------------------------------------------------------------------
 
@@ -133,20 +168,31 @@ class GroupCoordinator:
             self.leases.setdefault(tp, Lease(tp))
 
     def join(self, member: MemberInfo, held: Sequence[HeldLease], now: float) -> Outcome:
-        """A sidecar (re-)attached. Leases it still holds with the current epoch stay put."""
-        out = Outcome(membership_changed=member.id not in self.members)
+        """A sidecar (re-)attached. Leases it still holds with the current epoch stay put;
+        after an assigner restart it adopts them; older epochs are fenced."""
+        previous = self.members.get(member.id)
+        out = Outcome(membership_changed=previous is None or not previous.present)
         member.last_seen = now
+        member.joined_at = previous.joined_at if previous and previous.present else now
         self.members[member.id] = member
         for h in held:
             lease = self.leases.get(h.tp)
-            if (
-                lease
-                and lease.holder == member.id
-                and lease.epoch == h.epoch
-                and lease.state is LeaseState.GRANTED
-            ):
-                lease.expires_at = now + self.timing.ttl + self.timing.grace
+            if lease is None:
+                continue
+            if lease.holder == member.id and lease.epoch == h.epoch:
+                if lease.state is LeaseState.GRANTED:
+                    lease.expires_at = now + self.timing.expiry
+                    out.renewed.append(h)
+            elif lease.state is LeaseState.FREE and lease.epoch == h.epoch:
+                # Rebuilt after a restart: the holder's word plus the epoch from durable
+                # state. Epochs are persisted before a grant is sent, so nobody else can
+                # hold this epoch.
+                lease.holder = member.id
+                lease.state = LeaseState.GRANTED
+                lease.expires_at = now + self.timing.expiry
                 out.renewed.append(h)
+            elif h.epoch < lease.epoch or lease.holder not in (None, member.id):
+                out.commands.append(RevokeCmd(member.id, h.tp, h.epoch, RevokeWhy.FENCED))
         # A revoke sent on the broken stream may have been lost: send it again.
         for lease in self.held_by(member.id):
             if lease.state is LeaseState.REVOKING:
@@ -170,8 +216,6 @@ class GroupCoordinator:
         member.last_seen = now
         for r in released:
             out.commands.extend(self._on_release(member_id, r, now))
-        if released:
-            self._drop_member_if_done(member_id, out)
         for p in progress:
             lease = self.leases.get(p.tp)
             if (
@@ -180,30 +224,75 @@ class GroupCoordinator:
                 and lease.epoch == p.epoch
                 and lease.state is LeaseState.GRANTED
             ):
-                lease.expires_at = now + self.timing.ttl + self.timing.grace
+                lease.expires_at = now + self.timing.expiry
                 if p.committed >= 0:
                     lease.committed = p.committed
                 out.renewed.append(HeldLease(p.tp, p.epoch))
+        if released:
+            self._finish_leave_if_done(member_id, now, out)
         return out
 
     def leave(self, member_id: str, now: float) -> Outcome:
-        """Graceful leave: revoke everything the member holds; it stays until released."""
+        """Graceful leave: revoke everything the member holds; when it has released all,
+        its place is kept for the hold window (static identity)."""
         member = self.members.get(member_id)
         out = Outcome()
         if member is None or member.leaving:
             return out
         member.leaving = True
         out.membership_changed = True
-        out.commands.extend(self._rebalance(now, shutdown=member_id))
-        self._drop_member_if_done(member_id, out)
+        for lease in self.held_by(member_id):
+            if lease.state is LeaseState.GRANTED:
+                lease.state = LeaseState.REVOKING
+                lease.revoked_at = now
+                # With static identity the partition stays reserved for the member.
+                lease.next_holder = member_id if self.timing.hold_window > 0 else None
+                out.commands.append(RevokeCmd(member_id, lease.tp, lease.epoch, RevokeWhy.SHUTDOWN))
+        self._finish_leave_if_done(member_id, now, out)
+        return out
+
+    def abandon(self, member_id: str, now: float) -> Outcome:
+        """Non-graceful leave: the member is gone now; its leases lapse at their expiry
+        (it may still be serving until its own deadline) and then move."""
+        out = Outcome()
+        if self.members.pop(member_id, None) is not None:
+            out.membership_changed = True
+            out.commands.extend(self._rebalance(now))
+        return out
+
+    def move(self, tp: TopicPartition, target: str, now: float) -> Outcome:
+        """Operator move (MoveLease): hand ``tp`` to ``target``. If that would break the
+        count balance, the target hands one of its partitions back in exchange, so the
+        balancer has nothing to undo."""
+        out = Outcome()
+        lease = self.leases[tp]
+        source = self._intended_holder(lease)
+        if source == target:
+            return out
+        counts = self._intended_counts()
+        swap: Lease | None = None
+        if source is not None and counts.get(target, 0) + 1 - (counts.get(source, 0) - 1) > 1:
+            candidates = [
+                other
+                for other in self.held_by(target)
+                if other.state is LeaseState.GRANTED and other.tp != tp
+            ]
+            swap = candidates[0] if candidates else None
+        out.commands.extend(self._redirect(lease, target, now, RevokeWhy.MOVE))
+        if swap is not None and source is not None:
+            out.commands.extend(self._redirect(swap, source, now, RevokeWhy.MOVE))
         return out
 
     def disconnect_expired(self, now: float) -> Outcome:
-        """Tick: expire silent members and unreleased leases, finish pending handoffs."""
+        """Tick: expire silent members, lapsed leases and hold windows; rebalance."""
         out = Outcome()
-        deadline = self.timing.ttl + self.timing.grace
         for member in list(self.members.values()):
-            if now - member.last_seen > deadline:
+            if member.held_until is not None:
+                if now >= member.held_until:
+                    del self.members[member.id]
+                    out.held_expired.append(member.id)
+                    out.membership_changed = True
+            elif now - member.last_seen > self.timing.expiry:
                 del self.members[member.id]
                 out.lost.append(member.id)
                 out.membership_changed = True
@@ -217,16 +306,20 @@ class GroupCoordinator:
                 # The holder may have committed past its last report: the next owner
                 # resumes from what Kafka has, not from our copy.
                 lease.committed = COMMITTED
+                target = lease.next_holder
                 self._free(lease)
+                if target is not None and self._can_take(target) and now >= self.settle_until:
+                    out.commands.append(self._grant(lease, target, now))
         for member_id in [m.id for m in self.members.values() if m.leaving]:
-            self._drop_member_if_done(member_id, out)
+            self._finish_leave_if_done(member_id, now, out)
         out.commands.extend(self._rebalance(now))
         return out
 
     # ---- views --------------------------------------------------------------------------
 
     def live_members(self) -> list[MemberInfo]:
-        return sorted((m for m in self.members.values() if not m.leaving), key=lambda m: m.id)
+        """Members connected and serving, by id."""
+        return sorted((m for m in self.members.values() if m.present), key=lambda m: m.id)
 
     def held_by(self, member_id: str) -> list[Lease]:
         return sorted(
@@ -234,7 +327,49 @@ class GroupCoordinator:
             key=lambda lease: lease.tp,
         )
 
+    def reserved_for(self, member_id: str) -> list[TopicPartition]:
+        """Free partitions kept for a member within its hold window."""
+        member = self.members.get(member_id)
+        if member is None or member.present:
+            return []
+        return sorted(
+            tp
+            for tp, lease in self.leases.items()
+            if lease.state is LeaseState.FREE and lease.next_holder == member_id
+        )
+
     # ---- internals ----------------------------------------------------------------------
+
+    def _can_take(self, member_id: str) -> bool:
+        member = self.members.get(member_id)
+        return member is not None and member.present
+
+    def _intended_holder(self, lease: Lease) -> str | None:
+        if lease.state is LeaseState.REVOKING:
+            return lease.next_holder
+        if lease.state is LeaseState.FREE:
+            return lease.next_holder
+        return lease.holder
+
+    def _intended_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for lease in self.leases.values():
+            holder = self._intended_holder(lease)
+            if holder is not None:
+                counts[holder] = counts.get(holder, 0) + 1
+        return counts
+
+    def _redirect(self, lease: Lease, target: str, now: float, why: RevokeWhy) -> list[Command]:
+        if lease.state is LeaseState.FREE:
+            lease.next_holder = target
+            return [self._grant(lease, target, now)] if self._can_take(target) else []
+        lease.next_holder = target
+        if lease.state is LeaseState.GRANTED:
+            lease.state = LeaseState.REVOKING
+            lease.revoked_at = now
+            assert lease.holder is not None
+            return [RevokeCmd(lease.holder, lease.tp, lease.epoch, why)]
+        return []
 
     def _on_release(self, member_id: str, r: Released, now: float) -> list[Command]:
         lease = self.leases.get(r.tp)
@@ -242,54 +377,79 @@ class GroupCoordinator:
             return []  # stale release of an older epoch: nothing to do
         if r.committed >= 0:
             lease.committed = r.committed
+        target = lease.next_holder
         self._free(lease)
-        return self._rebalance(now)
+        commands: list[Command] = []
+        if target is not None and self._can_take(target) and now >= self.settle_until:
+            # The balancer chose the next holder when it revoked: hand it over directly.
+            commands.append(self._grant(lease, target, now))
+        elif target is not None and target in self.members:
+            lease.next_holder = target  # reserved: its member is away within its hold window
+        commands.extend(self._rebalance(now))
+        return commands
 
     def _free(self, lease: Lease) -> None:
         lease.holder = None
         lease.state = LeaseState.FREE
         lease.next_holder = None
 
-    def _drop_member_if_done(self, member_id: str, out: Outcome) -> None:
+    def _finish_leave_if_done(self, member_id: str, now: float, out: Outcome) -> None:
         member = self.members.get(member_id)
-        if member and member.leaving and not self.held_by(member_id):
+        if member is None or not member.leaving or self.held_by(member_id):
+            return
+        if self.timing.hold_window > 0:
+            member.leaving = False
+            member.held_until = now + self.timing.hold_window
+        else:
             del self.members[member_id]
-            out.membership_changed = True
+            out.commands.extend(self._rebalance(now))
+        out.membership_changed = True
 
-    def _rebalance(self, now: float, shutdown: str | None = None) -> list[Command]:
-        live = self.live_members()
-        if not live:
+    def _rebalance(self, now: float) -> list[Command]:
+        if now < self.settle_until:
+            return []  # rebuilding after a restart: let holders re-attach first
+        present = self.live_members()
+        # Members within their hold window count for the balance (their place is kept);
+        # leaving members no longer do unless the hold applies to them.
+        placeholders = [
+            m
+            for m in self.members.values()
+            if m.held_until is not None or (m.leaving and self.timing.hold_window > 0)
+        ]
+        members = present + sorted(placeholders, key=lambda m: m.id)
+        if not present:
             return []
         current = {
-            tp: (lease.next_holder if lease.state is LeaseState.REVOKING else lease.holder)
+            tp: holder
             for tp, lease in self.leases.items()
-            if lease.holder is not None
+            if (holder := self._intended_holder(lease)) is not None and holder in self.members
         }
         result = rebalance(
             BalanceInput(
                 partitions=sorted(self.leases),
-                members=[Member(m.id, capacity=m.capacity, zone=m.zone) for m in live],
-                current={tp: h for tp, h in current.items() if h is not None},
+                members=[Member(m.id, capacity=m.capacity, zone=m.zone) for m in members],
+                current=current,
             )
         )
         commands: list[Command] = []
         for tp in sorted(self.leases):
             lease = self.leases[tp]
             target = result.assignment.get(tp)
+            if target is None:
+                continue
             if lease.state is LeaseState.FREE:
-                if target is not None:
-                    commands.append(self._grant(lease, target, now))
-            elif lease.holder != target or lease.holder == shutdown:
-                if lease.state is LeaseState.GRANTED:
-                    lease.state = LeaseState.REVOKING
-                    lease.revoked_at = now
-                    why = RevokeWhy.SHUTDOWN if lease.holder == shutdown else RevokeWhy.REBALANCE
-                    assert lease.holder is not None
-                    if lease.holder in self.members:  # a lost member is simply waited out
-                        commands.append(RevokeCmd(lease.holder, tp, lease.epoch, why))
                 lease.next_holder = target
-            elif lease.state is LeaseState.REVOKING and lease.holder == target:
-                lease.next_holder = target  # it stays; the holder still releases first
+                if self._can_take(target):
+                    commands.append(self._grant(lease, target, now))
+            elif lease.state is LeaseState.GRANTED and lease.holder != target:
+                lease.state = LeaseState.REVOKING
+                lease.revoked_at = now
+                lease.next_holder = target
+                assert lease.holder is not None
+                if lease.holder in self.members:  # a lost member is simply waited out
+                    commands.append(RevokeCmd(lease.holder, tp, lease.epoch, RevokeWhy.REBALANCE))
+            elif lease.state is LeaseState.REVOKING:
+                lease.next_holder = target
         return commands
 
     def _grant(self, lease: Lease, member_id: str, now: float) -> GrantCmd:
@@ -297,5 +457,5 @@ class GroupCoordinator:
         lease.holder = member_id
         lease.state = LeaseState.GRANTED
         lease.next_holder = None
-        lease.expires_at = now + self.timing.ttl + self.timing.grace
+        lease.expires_at = now + self.timing.expiry
         return GrantCmd(member_id, lease.tp, lease.epoch, lease.committed)

@@ -1,16 +1,19 @@
 """Live state of the groups: the coordinator of each, its open Session streams, bindings.
 
 This is the adapter between the pure :mod:`coordinator` and the gRPC streams: it turns
-coordinator commands into ``SessionResponse`` messages on the right stream, and pushes a
-new :class:`Binding` to every watching client whenever the holders of a group change.
-Everything here runs on the asyncio loop; nothing blocks.
+coordinator commands into ``SessionResponse`` messages on the right stream — a grant only
+after its epoch is durable in the state topic, and never overtaken by a later message on
+the same stream — and pushes a new :class:`Binding` to every watching client whenever the
+holders of a group change. Everything here runs on the asyncio loop; nothing blocks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 
 import structlog
@@ -34,6 +37,7 @@ from services.assigner.coordinator import (
 )
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.settings import AssignerSettings, GroupSeed
+from services.assigner.state import GroupRecord, StateStore
 
 log = structlog.get_logger(__name__)
 
@@ -41,8 +45,9 @@ _REVOKE_REASONS = {
     RevokeWhy.REBALANCE: assigner_pb2.REVOKE_REASON_REBALANCE,
     RevokeWhy.MOVE: assigner_pb2.REVOKE_REASON_MOVE,
     RevokeWhy.SHUTDOWN: assigner_pb2.REVOKE_REASON_SHUTDOWN,
+    RevokeWhy.FENCED: assigner_pb2.REVOKE_REASON_FENCED,
 }
-_MODES = {
+MODES = {
     "leased": common_pb2.GROUP_MODE_LEASED,
     "kafka_group": common_pb2.GROUP_MODE_KAFKA_GROUP,
 }
@@ -56,55 +61,120 @@ def duration(seconds: float) -> duration_pb2.Duration:
 
 @dataclass
 class Connection:
-    """One open Session stream of one sidecar."""
+    """One open Session stream of one sidecar, with an ordered outgoing pipeline.
+
+    ``queue`` is what the Session handler writes to the stream. A message sent *after* an
+    awaitable (a grant waiting for its epoch to be durable) holds back every later
+    message of this stream until it is released, so the sidecar sees them in order."""
 
     member_id: str
     session_id: str
     queue: asyncio.Queue[assigner_pb2.SessionResponse | None] = field(default_factory=asyncio.Queue)
+    _pending: deque[tuple[Awaitable[None] | None, assigner_pb2.SessionResponse]] = field(
+        default_factory=deque
+    )
+    _pump: asyncio.Task[None] | None = None
+    closed: bool = False
 
-    def send(self, message: assigner_pb2.SessionResponse) -> None:
-        self.queue.put_nowait(message)
+    def send(
+        self, message: assigner_pb2.SessionResponse, after: Awaitable[None] | None = None
+    ) -> None:
+        if self.closed:
+            return
+        if after is None and not self._pending:
+            self.queue.put_nowait(message)
+            return
+        self._pending.append((after, message))
+        if self._pump is None:
+            self._pump = asyncio.get_running_loop().create_task(self._run_pump())
+
+    async def _run_pump(self) -> None:
+        try:
+            while self._pending and not self.closed:
+                after, message = self._pending[0]
+                if after is not None:
+                    try:
+                        await asyncio.shield(after)
+                    except Exception as exc:
+                        # Not durable, so not sent: the lease lapses unrenewed and is
+                        # granted again later with a newer epoch.
+                        log.warning(
+                            "grant withheld: its epoch could not be persisted",
+                            sidecar=self.member_id,
+                            error=str(exc),
+                        )
+                        self._pending.popleft()
+                        continue
+                self._pending.popleft()
+                self.queue.put_nowait(message)
+        finally:
+            self._pump = None
 
     def close(self) -> None:
+        self.closed = True
+        self._pending.clear()
         self.queue.put_nowait(None)
 
 
 class GroupRuntime:
     def __init__(
         self,
-        seed: GroupSeed,
+        record: GroupRecord,
         partitions: Iterable[TopicPartition],
         settings: AssignerSettings,
         metrics: AssignerMetrics,
+        state: StateStore | None,
+        *,
+        epochs: dict[TopicPartition, int] | None = None,
+        settle_until: float = 0.0,
+        clients: Iterable[str] = (),
     ) -> None:
-        self.seed = seed
+        self.record = record
         self.settings = settings
         self.metrics = metrics
+        self.state = state
         self.coordinator = GroupCoordinator(
-            seed.name,
+            record.name,
             partitions,
-            Timing(ttl=settings.lease_ttl_seconds, grace=settings.lease_grace_seconds),
+            Timing(
+                ttl=settings.lease_ttl_seconds,
+                grace=settings.lease_grace_seconds,
+                hold_window=settings.hold_window_seconds,
+            ),
+            epochs=epochs,
+            settle_until=settle_until,
         )
         self.connections: dict[str, Connection] = {}
-        self.clients: set[str] = set()
+        self.clients: set[str] = set(clients)
         self.watchers: set[asyncio.Queue[types_pb2.Binding]] = set()
         self.binding_version = 0
         self._holders_seen: dict[str, tuple[TopicPartition, ...]] = {}
-        self.log = log.bind(group=seed.name)
+        self._background: set[asyncio.Task[None]] = set()
+        self.log = log.bind(group=record.name)
 
     @property
     def name(self) -> str:
-        return self.seed.name
+        return self.record.name
+
+    @property
+    def seed(self) -> GroupSeed:
+        return GroupSeed(
+            name=self.record.name,
+            topics=list(self.record.topics),
+            mode=self.record.mode,
+            consumer_config=dict(self.record.consumer_config),
+        )
 
     def config_proto(self) -> types_pb2.GroupConfig:
         return types_pb2.GroupConfig(
-            name=self.seed.name,
-            topics=list(self.seed.topics),
-            mode=_MODES[self.seed.mode],
-            consumer_config=dict(self.seed.consumer_config),
+            name=self.record.name,
+            topics=list(self.record.topics),
+            mode=MODES[self.record.mode],
+            consumer_config=dict(self.record.consumer_config),
             lease_ttl=duration(self.settings.lease_ttl_seconds),
             heartbeat_interval=duration(self.settings.heartbeat_interval_seconds),
             balance_strategy=types_pb2.BALANCE_STRATEGY_COUNT,
+            config_version=self.record.config_version,
         )
 
     # ---- sessions ---------------------------------------------------------------------
@@ -121,8 +191,9 @@ class GroupRuntime:
                     session_id=conn.session_id,
                     lease_ttl=duration(self.settings.lease_ttl_seconds),
                     heartbeat_interval=duration(self.settings.heartbeat_interval_seconds),
-                    mode=_MODES[self.seed.mode],
-                    consumer_config=dict(self.seed.consumer_config),
+                    mode=MODES[self.record.mode],
+                    consumer_config=dict(self.record.consumer_config),
+                    config_version=self.record.config_version,
                 )
             )
         )
@@ -142,6 +213,8 @@ class GroupRuntime:
             held=len(held),
             kept=len(outcome.renewed),
         )
+        # Leases kept or adopted on (re-)attach are renewed by the sidecar's next heartbeat,
+        # which it sends as soon as it is accepted.
         self.apply(outcome)
         return conn
 
@@ -161,19 +234,7 @@ class GroupRuntime:
         ]
         outcome = self.coordinator.heartbeat(conn.member_id, progress, released, now)
         self.metrics.heartbeats.inc()
-        conn.send(
-            assigner_pb2.SessionResponse(
-                heartbeat_ack=assigner_pb2.HeartbeatAck(
-                    seq=hb.seq,
-                    renewed_leases=[
-                        types_pb2.LeaseRef(
-                            topic=h.tp.topic, partition=h.tp.partition, epoch=h.epoch
-                        )
-                        for h in outcome.renewed
-                    ],
-                )
-            )
-        )
+        conn.send(self._ack(hb.seq, outcome))
         for r in released:
             self.metrics.releases.inc()
             self.log.debug(
@@ -185,9 +246,31 @@ class GroupRuntime:
             )
         self.apply(outcome)
 
-    def leave(self, member_id: str, now: float) -> None:
+    @staticmethod
+    def _ack(seq: int, outcome: Outcome) -> assigner_pb2.SessionResponse:
+        return assigner_pb2.SessionResponse(
+            heartbeat_ack=assigner_pb2.HeartbeatAck(
+                seq=seq,
+                renewed_leases=[
+                    types_pb2.LeaseRef(topic=h.tp.topic, partition=h.tp.partition, epoch=h.epoch)
+                    for h in outcome.renewed
+                ],
+            )
+        )
+
+    def leave(self, member_id: str, now: float) -> float:
+        """Graceful leave; returns the hold window the member's partitions are kept for."""
         self.log.info("sidecar leaving", sidecar=member_id)
         self.apply(self.coordinator.leave(member_id, now))
+        return self.coordinator.timing.hold_window
+
+    def abandon(self, member_id: str, now: float) -> None:
+        self.log.info("sidecar left without handing off", sidecar=member_id)
+        self.apply(self.coordinator.abandon(member_id, now))
+
+    def move_lease(self, tp: TopicPartition, target: str, now: float) -> None:
+        self.log.info("moving lease", topic=tp.topic, partition=tp.partition, target=target)
+        self.apply(self.coordinator.move(tp, target, now))
 
     def tick(self, now: float) -> None:
         outcome = self.coordinator.disconnect_expired(now)
@@ -196,6 +279,8 @@ class GroupRuntime:
             conn = self.connections.pop(member_id, None)
             if conn is not None:
                 conn.close()
+        for member_id in outcome.held_expired:
+            self.log.info("hold window over: the sidecar's partitions move", sidecar=member_id)
         self.apply(outcome)
 
     def set_partitions(self, partitions: Iterable[TopicPartition], now: float) -> None:
@@ -205,15 +290,71 @@ class GroupRuntime:
             self.log.info("partitions added", total=len(self.coordinator.leases))
             self.apply(self.coordinator.disconnect_expired(now))
 
+    def update(self, record: GroupRecord) -> None:
+        """A new configuration (UpdateGroup): push consumer config changes live."""
+        changed_config = record.consumer_config != self.record.consumer_config
+        self.record = record
+        self._persist_group()
+        if changed_config:
+            update = assigner_pb2.SessionResponse(
+                config_update=assigner_pb2.ConfigUpdate(
+                    consumer_config=dict(record.consumer_config),
+                    config_version=record.config_version,
+                )
+            )
+            for conn in self.connections.values():
+                conn.send(update)
+
+    def bind(self, client_id: str) -> None:
+        if client_id not in self.clients:
+            self.clients.add(client_id)
+            if self.state is not None:
+                self._track(self.state.put_binding(self.name, client_id))
+
+    def unbind(self, client_id: str) -> None:
+        if client_id in self.clients:
+            self.clients.discard(client_id)
+            if self.state is not None:
+                self._track(self.state.delete_binding(self.name, client_id))
+
+    def _persist_group(self) -> None:
+        if self.state is not None:
+            self._track(self.state.put_group(self.record))
+
+    def _track(self, future: Awaitable[None]) -> None:
+        async def wait() -> None:
+            try:
+                await future
+            except Exception as exc:
+                self.log.error("state write failed", error=str(exc))
+
+        task = asyncio.get_running_loop().create_task(wait())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def close(self) -> None:
+        for conn in list(self.connections.values()):
+            conn.close()
+        self.connections.clear()
+        for task in list(self._background):
+            task.cancel()
+        for queue in list(self.watchers):
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(types_pb2.Binding(group=self.name, version=-1))
+
     # ---- commands and bindings ----------------------------------------------------------
 
     def apply(self, outcome: Outcome) -> None:
+        grants = [c for c in outcome.commands if isinstance(c, GrantCmd)]
+        durable: Awaitable[None] | None = None
+        if grants and self.state is not None:
+            durable = self.state.put_epochs(self.name, [(g.tp, g.epoch) for g in grants])
         for cmd in outcome.commands:
-            self._dispatch(cmd)
+            self._dispatch(cmd, durable if isinstance(cmd, GrantCmd) else None)
         self._publish_binding_if_changed()
         self._export_distribution()
 
-    def _dispatch(self, cmd: Command) -> None:
+    def _dispatch(self, cmd: Command, after: Awaitable[None] | None) -> None:
         conn = self.connections.get(cmd.member)
         if isinstance(cmd, GrantCmd):
             self.metrics.grants.inc()
@@ -225,7 +366,8 @@ class GroupRuntime:
                     start_offset=cmd.start_offset,
                 )
             )
-        elif isinstance(cmd, RevokeCmd):
+        else:
+            assert isinstance(cmd, RevokeCmd)
             self.metrics.revokes.inc()
             message = assigner_pb2.SessionResponse(
                 revoke=assigner_pb2.LeaseRevoke(
@@ -241,7 +383,7 @@ class GroupRuntime:
             # the lease lapses at its expiry (coordinator rules); nothing is lost.
             self.log.info("command for a detached sidecar deferred", sidecar=cmd.member)
             return
-        conn.send(message)
+        conn.send(message, after)
 
     def binding_for(self, client_id: str) -> types_pb2.Binding:
         endpoints = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,11 @@ from dataservice.assigner.v1 import (
     binding_pb2_grpc,
     types_pb2,
 )
-from dataservice.common.v1 import common_pb2
+from services.assigner import admin
+from services.assigner.balancer import TopicPartition
+from services.assigner.coordinator import Lease, LeaseState, MemberInfo
+from services.assigner.groups import duration
+from services.assigner.state import GroupRecord
 from services.runtime.errors import DsError, Reason, invalid, not_implemented
 
 if TYPE_CHECKING:
@@ -105,8 +110,12 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
                 f"sidecar {request.sidecar_id!r} is not a member of group {request.group!r}",
                 metadata={"group": request.group, "sidecar_id": request.sidecar_id},
             )
-        group.leave(request.sidecar_id, self.app.now())
-        return assigner_pb2.LeaveResponse()
+        hold = 0.0
+        if request.graceful:
+            hold = group.leave(request.sidecar_id, self.app.now())
+        else:
+            group.abandon(request.sidecar_id, self.app.now())
+        return assigner_pb2.LeaveResponse(hold_window=duration(hold))
 
 
 class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
@@ -118,8 +127,7 @@ class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
     ) -> binding_pb2.BindResponse:
         require_id("client_id", request.client_id)
         group = self.app.group(request.group)
-        group.clients.add(request.client_id)
-        self.app.metrics_bindings()
+        group.bind(request.client_id)
         return binding_pb2.BindResponse(binding=group.binding_for(request.client_id))
 
     async def WatchBinding(
@@ -134,6 +142,12 @@ class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
                 yield binding_pb2.WatchBindingResponse(binding=group.binding_for(request.client_id))
             while True:
                 binding = await queue.get()
+                if binding.version < 0:
+                    # The group was closed here (leadership lost, shutting down): end the
+                    # stream with a retryable status; the client re-watches the leader.
+                    raise DsError(
+                        Reason.SERVICE_NOT_READY, "this assigner stopped serving the group"
+                    )
                 binding.client_id = request.client_id
                 yield binding_pb2.WatchBindingResponse(binding=binding)
         finally:
@@ -144,85 +158,162 @@ class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
     ) -> binding_pb2.UnbindResponse:
         require_id("client_id", request.client_id)
         group = self.app.group(request.group)
-        group.clients.discard(request.client_id)
-        self.app.metrics_bindings()
+        group.unbind(request.client_id)
         return binding_pb2.UnbindResponse()
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    """ListGroups, DescribeGroup and CreateGroup; the other RPCs answer UNIMPLEMENTED."""
+    """The operators' API (ARCHITECTURE §5.5) over :mod:`services.assigner.admin`.
+
+    ListGroups, DescribeGroup, CreateGroup, UpdateGroup and MoveLease; ResetOffsets answers
+    UNIMPLEMENTED until the Operations issue. Kafka is read in worker threads only.
+    """
 
     def __init__(self, app: AssignerApp) -> None:
         self.app = app
+        self.requests = admin.IdempotencyCache()
+        self.page_tokens = admin.PageTokens()
+        self._offsets: admin.KafkaOffsets | None = None
+        # One configuration change at a time: the config_version check and the write it
+        # guards must not interleave with another change across the awaits between them.
+        self._writes = asyncio.Lock()
+
+    @property
+    def offsets(self) -> admin.KafkaOffsets:
+        if self._offsets is None:
+            self._offsets = admin.KafkaOffsets(self.app.settings)
+        return self._offsets
+
+    # ---- reads --------------------------------------------------------------------------
 
     async def ListGroups(
         self, request: admin_pb2.ListGroupsRequest, context: Context
     ) -> admin_pb2.ListGroupsResponse:
-        return admin_pb2.ListGroupsResponse(
-            groups=[
+        size = admin.page_size(request.page_size)
+        after = self.page_tokens.parse(request.page_token)
+        names, last = admin.page(sorted(self.app.groups), after, size)
+        groups = [self.app.groups[n] for n in names if n in self.app.groups]
+        # Live, for this page only; Kafka not answering in time gives total_lag -1.
+        offsets = await asyncio.to_thread(
+            self.offsets.read_many, {g.name: sorted(g.coordinator.leases) for g in groups}
+        )
+        summaries = []
+        for g in groups:
+            read = offsets.get(g.name)
+            total = -1 if read is None or isinstance(read, DsError) else admin.total_lag(read)
+            summaries.append(
                 admin_pb2.GroupSummary(
                     config=g.config_proto(),
                     member_count=len(g.coordinator.live_members()),
                     partition_count=len(g.coordinator.leases),
+                    total_lag=total,
                 )
-                for g in sorted(self.app.groups.values(), key=lambda g: g.name)
-            ]
+            )
+        return admin_pb2.ListGroupsResponse(
+            groups=summaries, next_page_token=self.page_tokens.issue(last) if last else ""
         )
 
     async def DescribeGroup(
         self, request: admin_pb2.DescribeGroupRequest, context: Context
     ) -> admin_pb2.DescribeGroupResponse:
+        admin.validate_group_name("group", request.group)
         group = self.app.group(request.group)
-        states = {
-            "free": types_pb2.LEASE_STATE_UNASSIGNED,
-            "granted": types_pb2.LEASE_STATE_GRANTED,
-            "revoking": types_pb2.LEASE_STATE_REVOKING,
-        }
+        partitions = sorted(group.coordinator.leases)
+        offsets = await asyncio.to_thread(self.offsets.read, group.name, partitions)
+        starts = {tp: max(o.committed, o.earliest) for tp, o in offsets.items() if o.lag > 0}
+        oldest = await asyncio.to_thread(self.offsets.oldest_timestamps, starts)
+        now_mono, now_wall = self.app.now(), time.time()
         return admin_pb2.DescribeGroupResponse(
             config=group.config_proto(),
-            members=[
-                types_pb2.Member(
-                    sidecar_id=m.id,
-                    endpoint=m.endpoint,
-                    zone=m.zone or "",
-                    capacity=m.capacity or 0,
+            members=[_member(m, now_mono, now_wall) for m in group.coordinator.live_members()],
+            leases=[_lease(group.coordinator.leases[tp], now_mono, now_wall) for tp in partitions],
+            partitions=[
+                admin_pb2.PartitionLag(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    committed_offset=o.committed,
+                    end_offset=o.end,
+                    lag_records=o.lag,
+                    lag_seconds=admin.lag_seconds(o.lag, oldest.get(tp), now_wall),
                 )
-                for m in group.coordinator.live_members()
-            ],
-            leases=[
-                types_pb2.Lease(
-                    topic=lease.tp.topic,
-                    partition=lease.tp.partition,
-                    holder=lease.holder or "",
-                    epoch=lease.epoch,
-                    state=states[lease.state.value],
-                )
-                for _, lease in sorted(group.coordinator.leases.items())
+                for tp, o in sorted(offsets.items())
             ],
             bindings=[group.binding_for(c) for c in sorted(group.clients)],
         )
+
+    # ---- changes ------------------------------------------------------------------------
 
     async def CreateGroup(
         self, request: admin_pb2.CreateGroupRequest, context: Context
     ) -> admin_pb2.CreateGroupResponse:
         cfg = request.group
-        require_id("group.name", cfg.name)
-        if not cfg.topics:
-            raise invalid("group.topics", "name at least one topic")
-        mode = {
-            common_pb2.GROUP_MODE_UNSPECIFIED: "leased",
-            common_pb2.GROUP_MODE_LEASED: "leased",
-            common_pb2.GROUP_MODE_KAFKA_GROUP: "kafka_group",
-        }[cfg.mode]
-        group = await self.app.create_group(
-            cfg.name, list(cfg.topics), mode, dict(cfg.consumer_config)
+        admin.validate_group_config(cfg, *self._timing_defaults())
+        admin.validate_request_id(request.request_id)
+        # Refuses settings the durable record cannot carry yet rather than dropping them.
+        record = admin.make_record(admin.record_fields(cfg), self._record_defaults())
+        await asyncio.to_thread(
+            admin.check_librdkafka_properties, "group.consumer_config", record.consumer_config
         )
+        return await self.requests.run(
+            "CreateGroup", request, request.request_id, lambda: self._create(record)
+        )
+
+    async def _create(self, record: GroupRecord) -> admin_pb2.CreateGroupResponse:
+        async with self._writes:
+            # The same settings again answer the existing group; other settings are
+            # GROUP_ALREADY_EXISTS; a topic that does not exist is TOPIC_NOT_FOUND.
+            group = await self.app.create_group(
+                record.name, record.topics, record.mode, record.consumer_config
+            )
         return admin_pb2.CreateGroupResponse(group=group.config_proto())
 
     async def UpdateGroup(
         self, request: admin_pb2.UpdateGroupRequest, context: Context
     ) -> admin_pb2.UpdateGroupResponse:
-        await not_implemented(context, "AdminService.UpdateGroup")
+        admin.validate_group_name("group.name", request.group.name)
+        admin.validate_request_id(request.request_id)
+        if request.expected_config_version < 0:
+            raise invalid("expected_config_version", "must be >= 0 (0 = unconditional)")
+        paths = admin.mask_paths(request.update_mask if request.HasField("update_mask") else None)
+        self.app.group(request.group.name)  # NOT_FOUND before anything else
+        return await self.requests.run(
+            "UpdateGroup", request, request.request_id, lambda: self._update(request, paths)
+        )
+
+    async def _update(
+        self, request: admin_pb2.UpdateGroupRequest, paths: tuple[str, ...]
+    ) -> admin_pb2.UpdateGroupResponse:
+        async with self._writes:
+            group = self.app.group(request.group.name)
+            current = group.config_proto()
+            expected = request.expected_config_version
+            if expected and expected != current.config_version:
+                raise admin.version_conflict(group.name, expected, current.config_version)
+            desired = admin.apply_update_mask(current, request.group, paths)
+            admin.validate_group_config(desired, *self._timing_defaults())
+            changed = admin.changed_paths(current, desired)
+            if not changed:
+                return admin_pb2.UpdateGroupResponse(group=current)  # nothing to apply
+            if "mode" in changed:
+                raise DsError(
+                    Reason.GROUP_MODE_MISMATCH,
+                    f"group {group.name!r}: switching between leased and kafka_group mode is "
+                    "not supported yet; the mode switch procedure lands with the sidecar issue",
+                    metadata={"group": group.name, "mode": group.record.mode},
+                )
+            record = admin.make_record(admin.record_fields(desired), self._record_defaults())
+            record.config_version = current.config_version + 1
+            if "consumer_config" in changed:
+                await asyncio.to_thread(
+                    admin.check_librdkafka_properties,
+                    "group.consumer_config",
+                    record.consumer_config,
+                )
+            # Durable first, then live (sidecars get consumer config pushed); a topic that
+            # does not exist is TOPIC_NOT_FOUND.
+            group = await self.app.update_group(record)
+            log.info("group updated", group=group.name, changed=changed)
+            return admin_pb2.UpdateGroupResponse(group=group.config_proto())
 
     async def ResetOffsets(
         self, request: admin_pb2.ResetOffsetsRequest, context: Context
@@ -232,4 +323,98 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def MoveLease(
         self, request: admin_pb2.MoveLeaseRequest, context: Context
     ) -> admin_pb2.MoveLeaseResponse:
-        await not_implemented(context, "AdminService.MoveLease")
+        admin.validate_group_name("group", request.group)
+        if not request.topic:
+            raise invalid("topic", "must not be empty")
+        if request.partition < 0:
+            raise invalid("partition", "must be >= 0")
+        require_id("target_sidecar_id", request.target_sidecar_id)
+        admin.validate_request_id(request.request_id)
+        return await self.requests.run(
+            "MoveLease", request, request.request_id, lambda: self._move(request)
+        )
+
+    async def _move(self, request: admin_pb2.MoveLeaseRequest) -> admin_pb2.MoveLeaseResponse:
+        """Starts the handoff and answers at once with the lease as it is then: REVOKING
+        (holder = the current holder) while the holder drains, or GRANTED to the target when
+        the partition was free or the target already holds it. DescribeGroup shows the
+        target with a higher epoch once the holder has released."""
+        group = self.app.group(request.group)
+        if group.record.mode != "leased":
+            raise DsError(
+                Reason.GROUP_MODE_MISMATCH,
+                f"group {group.name!r} is in {group.record.mode} mode: Kafka assigns its "
+                "partitions",
+                metadata={"group": group.name, "mode": group.record.mode},
+            )
+        tp = TopicPartition(request.topic, request.partition)
+        lease = group.coordinator.leases.get(tp)
+        if lease is None:
+            raise DsError(
+                Reason.TOPIC_NOT_FOUND,
+                f"{request.topic}/{request.partition} is not a partition of group {group.name!r}",
+                metadata={
+                    "group": group.name,
+                    "topic": request.topic,
+                    "partition": str(request.partition),
+                },
+            )
+        target = request.target_sidecar_id
+        if target not in {m.id for m in group.coordinator.live_members()}:
+            raise DsError(
+                Reason.SIDECAR_NOT_FOUND,
+                f"sidecar {target!r} is not a live member of group {group.name!r}",
+                metadata={"group": group.name, "sidecar_id": target},
+            )
+        if not (lease.holder == target and lease.state is LeaseState.GRANTED):
+            group.move_lease(tp, target, self.app.now())  # no-op when already heading there
+        return admin_pb2.MoveLeaseResponse(lease=_lease(lease, self.app.now(), time.time()))
+
+    # ---- helpers ------------------------------------------------------------------------
+
+    def _timing_defaults(self) -> tuple[float, float]:
+        return self.app.settings.lease_ttl_seconds, self.app.settings.heartbeat_interval_seconds
+
+    def _record_defaults(self) -> dict[str, Any]:
+        """What a GroupConfig field means when the record cannot carry it: the assigner-wide
+        settings (groups.config_proto reports them for every group)."""
+        ttl, heartbeat = self._timing_defaults()
+        return {
+            "lease_ttl_seconds": ttl,
+            "heartbeat_interval_seconds": heartbeat,
+            "balance_strategy": "count",
+        }
+
+
+_LEASE_STATES = {
+    LeaseState.FREE: types_pb2.LEASE_STATE_UNASSIGNED,
+    LeaseState.GRANTED: types_pb2.LEASE_STATE_GRANTED,
+    LeaseState.REVOKING: types_pb2.LEASE_STATE_REVOKING,
+}
+
+
+def _lease(lease: Lease, now_mono: float, now_wall: float) -> types_pb2.Lease:
+    proto = types_pb2.Lease(
+        topic=lease.tp.topic,
+        partition=lease.tp.partition,
+        holder=lease.holder or "",
+        epoch=lease.epoch,
+        state=_LEASE_STATES.get(lease.state, types_pb2.LEASE_STATE_UNASSIGNED),
+    )
+    if lease.holder is not None:
+        proto.expires_at.CopyFrom(admin.wall_timestamp(lease.expires_at, now_mono, now_wall))
+    return proto
+
+
+def _member(member: MemberInfo, now_mono: float, now_wall: float) -> types_pb2.Member:
+    proto = types_pb2.Member(
+        sidecar_id=member.id,
+        endpoint=member.endpoint,
+        zone=member.zone or "",
+        capacity=member.capacity or 0,
+    )
+    if member.joined_at:
+        proto.joined_at.CopyFrom(admin.wall_timestamp(member.joined_at, now_mono, now_wall))
+    if member.last_seen:
+        proto.last_heartbeat.CopyFrom(admin.wall_timestamp(member.last_seen, now_mono, now_wall))
+    return proto

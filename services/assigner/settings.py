@@ -27,6 +27,14 @@ class AssignerSettings(ServiceSettings):
     heartbeat_interval_seconds: float = Field(1.0, ge=0.05, le=60)
     lease_grace_seconds: float = Field(1.0, ge=0.1, le=60)
     drain_timeout_seconds: float = Field(5.0, ge=0, le=300)
+    hold_window_seconds: float = Field(
+        10.0,
+        ge=0,
+        le=600,
+        description="static identity: how long a gracefully-left "
+        "sidecar's partitions are kept for it (0 = hand them off at once)",
+    )
+    state_topic: str = Field("__ds_assigner_state", min_length=1, max_length=249)
     tick_seconds: float = Field(0.1, ge=0.01, le=5)
     metadata_refresh_seconds: float = Field(10.0, ge=0.5, le=600)
     groups: list[GroupSeed] = Field(default_factory=list)

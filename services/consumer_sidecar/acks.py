@@ -35,6 +35,11 @@ class PartitionAcks:
         return self._pending[0] if self._pending else self._next
 
     @property
+    def next_offset(self) -> int:
+        """One past the highest delivered offset (where delivery continues)."""
+        return self._next
+
+    @property
     def inflight(self) -> int:
         """Delivered records not yet acked."""
         return len(self._pending) - len(self._acked)

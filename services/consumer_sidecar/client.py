@@ -9,6 +9,13 @@ The client binds through the assigner, keeps a ``WatchBinding`` stream open on a
 background thread (new bindings are pushed the moment a sidecar leaves), and retries
 ``UNAVAILABLE`` on its own (AIP-194: only that code). Acks go back to the sidecar that
 delivered the record, tagged with the record's lease epoch.
+
+Assigner failover (ARCHITECTURE §3 "Leaders"): a follower answers ``FAILED_PRECONDITION``
+with the leader's address in trailing metadata ``ds-leader``; the client switches to it and
+retries at once. Given ``consul=HOST:PORT``, the client also finds the leader in Consul's
+KV (instead of trusting ``assigner``) and follows it with blocking queries on a background
+thread, so a dead leader is left the moment a standby takes the lock. Sidecars stay up
+during a failover: the client keeps fetching from them while it re-binds on the new leader.
 """
 
 from __future__ import annotations
@@ -30,13 +37,18 @@ from google.protobuf import duration_pb2
 from dataservice.assigner.v1 import binding_pb2, binding_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
-from services.runtime.errors import LEADER_METADATA_KEY, trailing_value
+from services.runtime.errors import LEADER_METADATA_KEY, Reason, error_info, trailing_value
 from services.runtime.grpcserver import CHANNEL_OPTIONS
+from services.runtime.leader_watch import DEFAULT_LEADER_KEY, LeaderWatchThread
 
 log = structlog.get_logger(__name__)
 
 Record = common_pb2.Record
 T = TypeVar("T")
+
+# After a leader change, a binding without sidecars is the new leader still gathering its
+# sidecars' re-joins: keep using the old ones this long rather than stop fetching.
+EMPTY_BINDING_GRACE_SECONDS = 10.0
 
 
 class ClientError(Exception):
@@ -61,9 +73,15 @@ class DsClient:
         auto_ack: bool = False,
         max_wait: float = 0.5,
         call_timeout: float = 35.0,
+        consul: str | None = None,
+        leader_key: str = DEFAULT_LEADER_KEY,
     ) -> None:
         self.group = group
         self.client_id = client_id or f"client-{uuid.uuid4().hex[:12]}"
+        self._leader_watch: LeaderWatchThread | None = None
+        if consul:
+            self._leader_watch = LeaderWatchThread(consul, self._on_leader, key=leader_key)
+            assigner = self._leader_watch.current() or assigner
         self.assigner = assigner
         self.auto_ack = auto_ack
         self.max_wait = max_wait
@@ -75,11 +93,18 @@ class DsClient:
         self._delivered_by: dict[tuple[str, int], str] = {}  # partition → sidecar address
         self._closed = threading.Event()
         self._changed = threading.Event()
+        self._assigner_lock = threading.Lock()
+        self._wake_watch = threading.Event()  # close() or a leader change
+        self._watch_call: grpc.Call | None = None
+        self._leader_changed_at: float | None = None
         self._assigner_channel = grpc.insecure_channel(assigner, options=CHANNEL_OPTIONS)
         self._binding_stub = binding_pb2_grpc.BindingServiceStub(self._assigner_channel)
+        self._watched_assigner = self.assigner
         self._apply_binding(self._call_assigner(self._bind))
         self._watcher = threading.Thread(target=self._watch, name="ds-binding-watch", daemon=True)
         self._watcher.start()
+        if self._leader_watch is not None:
+            self._leader_watch.start()
 
     # ---- public API -------------------------------------------------------------------
 
@@ -149,6 +174,9 @@ class DsClient:
         if self._closed.is_set():
             return
         self._closed.set()
+        self._wake_watch.set()
+        if self._leader_watch is not None:
+            self._leader_watch.stop()
         with contextlib.suppress(grpc.RpcError):
             self._binding_stub.Unbind(
                 binding_pb2.UnbindRequest(client_id=self.client_id, group=self.group), timeout=2
@@ -185,23 +213,57 @@ class DsClient:
         backoff = 0.1
         while not self._closed.is_set():
             try:
+                if self.assigner != self._watched_assigner:
+                    self._rebind()
                 request = binding_pb2.WatchBindingRequest(
                     client_id=self.client_id, group=self.group, known_version=self._binding_version
                 )
-                for response in self._binding_stub.WatchBinding(request):
+                call = self._binding_stub.WatchBinding(request)
+                self._watch_call = call
+                if self.assigner != self._watched_assigner:
+                    # The leader moved while we were connecting.
+                    call.cancel()  # type: ignore[no-untyped-call]
+                for response in call:
                     self._apply_binding(response.binding)
                     backoff = 0.1
-            except grpc.RpcError as err:
+            except (grpc.RpcError, ClientError) as err:
                 if self._closed.is_set():
                     return
-                self._follow_leader(err)
-                log.debug("binding watch broken; re-watching", code=str(err.code()))
-            self._closed.wait(backoff * (0.5 + random.random()))
+                if isinstance(err, grpc.RpcError):
+                    self._follow_leader(err)
+                log.debug("binding watch broken; re-watching", error=str(err))
+            finally:
+                self._watch_call = None
+            if self.assigner != self._watched_assigner:
+                continue  # a new leader: re-bind there at once
+            self._wake_watch.wait(backoff * (0.5 + random.random()))
+            self._wake_watch.clear()
             backoff = min(backoff * 2, 5.0)
+
+    def _rebind(self) -> None:
+        """Bind on a new leader. Binding versions of different leaders are not comparable
+        (until assigner state is shared), so the new leader's binding replaces ours."""
+        assigner = self.assigner
+        binding = self._call_assigner(self._bind)
+        self._watched_assigner = assigner
+        with self._lock:
+            self._binding_version = 0
+        self._apply_binding(binding)
 
     def _apply_binding(self, binding: types_pb2.Binding) -> None:
         with self._lock:
             if binding.version and binding.version < self._binding_version:
+                return
+            moved = self._leader_changed_at
+            if (
+                not binding.endpoints
+                and self._sidecars
+                and moved is not None
+                and time.monotonic() - moved < EMPTY_BINDING_GRACE_SECONDS
+            ):
+                # Keep fetching from the sidecars we know; the new leader pushes them
+                # again as they re-join. Its version still counts, so the watch goes on.
+                self._binding_version = binding.version
                 return
             self._binding_version = binding.version
             wanted = {e.address: e for e in binding.endpoints}
@@ -218,15 +280,43 @@ class DsClient:
         log.debug("binding", version=binding.version, endpoints=sorted(wanted))
         self._changed.set()
 
-    def _follow_leader(self, err: grpc.RpcError) -> None:
+    def _follow_leader(self, err: grpc.RpcError) -> bool:
+        """Switch to the leader a follower named; True if there was one to switch to."""
         leader = trailing_value(err, LEADER_METADATA_KEY)
-        if leader and leader != self.assigner:
-            log.info("following the assigner leader", leader=leader)
-            self.assigner = leader
+        if leader:
+            self._switch_assigner(leader)
+            return True
+        return False
+
+    def _on_leader(self, leader: str | None) -> None:
+        """The Consul leader watch saw a new leader (runs on the watch thread)."""
+        if leader:
+            self._switch_assigner(leader)
+
+    def _switch_assigner(self, leader: str) -> None:
+        with self._assigner_lock:
+            if leader == self.assigner or self._closed.is_set():
+                return
+            log.info("following the assigner leader", leader=leader, old=self.assigner)
             old = self._assigner_channel
             self._assigner_channel = grpc.insecure_channel(leader, options=CHANNEL_OPTIONS)
             self._binding_stub = binding_pb2_grpc.BindingServiceStub(self._assigner_channel)
-            old.close()
+            self.assigner = leader
+            self._leader_changed_at = time.monotonic()
+            call = self._watch_call
+        if call is not None:
+            # The watch thread re-binds on the new leader at once.
+            call.cancel()  # type: ignore[no-untyped-call]
+        self._wake_watch.set()
+        old.close()
+
+    def _leader_from_consul(self) -> None:
+        """Read the leader key now (after an assigner call failed)."""
+        if self._leader_watch is None:
+            return
+        with contextlib.suppress(Exception):
+            if leader := self._leader_watch.current():
+                self._switch_assigner(leader)
 
     # ---- calls ------------------------------------------------------------------------
 
@@ -267,24 +357,35 @@ class DsClient:
         return list(response.records)
 
     def _call_assigner(self, fn: Callable[[], types_pb2.Binding]) -> types_pb2.Binding:
-        return self._retrying(fn)
+        return self._retrying(fn, assigner=True)
 
-    def _retrying(self, fn: Callable[[], T], attempts: int = 8) -> T:
+    def _retrying(self, fn: Callable[[], T], attempts: int = 8, *, assigner: bool = False) -> T:
         """Retry UNAVAILABLE with jittered backoff (AIP-194), and a follower's redirect to
-        the leader; any other status is the caller's problem and raises ClientError."""
+        the leader; any other status is the caller's problem and raises ClientError.
+
+        ``fn`` must look the stub up when called (``self._binding_stub``), so a retry after
+        a redirect goes to the new leader. For assigner calls, ``NOT_LEADER`` from a
+        follower that does not know the leader yet (mid-election) is retried like
+        UNAVAILABLE, and with Consul the leader key is read again before each retry."""
         backoff = 0.05
         for attempt in range(attempts):
             try:
                 return fn()
             except grpc.RpcError as err:
                 last = attempt == attempts - 1
-                if trailing_value(err, LEADER_METADATA_KEY) and not last:
-                    self._follow_leader(err)
+                if not last and self._follow_leader(err):
                     continue
-                if err.code() != grpc.StatusCode.UNAVAILABLE:
-                    raise ClientError(f"{err.code().name}: {err.details()}") from err
+                code = err.code()
+                info = error_info(err)
+                electing = assigner and info is not None and info.reason == Reason.NOT_LEADER.value
+                if code != grpc.StatusCode.UNAVAILABLE and not electing:
+                    raise ClientError(f"{code.name}: {err.details()}") from err
                 if last:
+                    if electing:
+                        raise ClientError(f"{code.name}: {err.details()}") from err
                     raise
                 time.sleep(backoff * (0.5 + random.random()))
                 backoff = min(backoff * 2, 2.0)
+                if assigner:
+                    self._leader_from_consul()
         raise AssertionError("unreachable")

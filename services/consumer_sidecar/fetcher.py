@@ -111,6 +111,16 @@ class Fetcher:
         )
         return resolved
 
+    def suspend(self, tp: TP, next_offset: int) -> None:
+        """Fetch thread: pause ``tp`` and rewind to the first undelivered record, so the
+        dropped buffer is fetched again if the lease is renewed."""
+        ktp = TopicPartition(tp.topic, tp.partition, next_offset)
+        self._consumer.pause([ktp])
+        self._consumer.seek(ktp)
+
+    def resume(self, tp: TP) -> None:
+        self._consumer.resume([TopicPartition(tp.topic, tp.partition)])
+
     def unassign(self, tp: TP) -> None:
         self._consumer.incremental_unassign([TopicPartition(tp.topic, tp.partition)])
 
@@ -184,6 +194,8 @@ class Fetcher:
         to_pause: list[TopicPartition] = []
         to_resume: list[TopicPartition] = []
         for part in self._table.snapshot():
+            if part.suspended_at is not None or not part.ready:
+                continue  # paused by the lease keeper, not by backpressure
             full = over_total or part.buffered_bytes >= cap
             if full and not part.paused:
                 part.paused = True

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 from confluent_kafka import KafkaError, KafkaException
@@ -54,6 +55,7 @@ class LeaseKeeper:
         self._acks_since_commit = 0
         self._commit_now = asyncio.Event()
         self._commit_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     # ---- grants and revokes -----------------------------------------------------------
 
@@ -144,6 +146,23 @@ class LeaseKeeper:
         )
         self._release(ReleasedLease(tp, epoch, committed))
 
+    async def fence(self, tp: TP, epoch: int) -> None:
+        """The assigner says this epoch is stale (the partition was granted elsewhere):
+        stop at once, commit nothing, drop the buffer, and confirm the release."""
+        part = self.table.get(tp)
+        if part is not None and part.epoch <= epoch:
+            part.revoking = True
+            self.table.remove(tp)
+            if part.ready:
+                await self.fetcher.run(self.fetcher.unassign, tp)
+            log.warning(
+                "lease fenced: dropped without committing",
+                topic=tp.topic,
+                partition=tp.partition,
+                epoch=epoch,
+            )
+        self._release(ReleasedLease(tp, epoch, -1))
+
     async def release_all(self, drain_timeout: float) -> None:
         await asyncio.gather(
             *(self.revoke(p.tp, p.epoch, drain_timeout) for p in self.table.snapshot())
@@ -158,27 +177,68 @@ class LeaseKeeper:
         return out
 
     def renew(self, tp: TP, epoch: int, deadline: float) -> None:
+        """A heartbeat ack renewed this lease: extend it, and resume it if suspended."""
         part = self.table.get(tp)
-        if part is not None and part.epoch == epoch and not part.revoking:
-            part.deadline = max(part.deadline, deadline)
+        if part is None or part.epoch != epoch or part.revoking:
+            return
+        part.deadline = max(part.deadline, deadline)
+        if part.suspended_at is not None and part.live(self.clock()):
+            part.suspended_at = None
+            log.info(
+                "lease renewed: delivery resumed",
+                topic=tp.topic,
+                partition=tp.partition,
+                epoch=epoch,
+            )
+            self._spawn(self.fetcher.run(self.fetcher.resume, tp))
 
-    async def drop_expired(self) -> None:
-        """Partitions whose local deadline passed stop for good: unassign, drop buffers.
-        No release is reported — the assigner frees the lease at its own (later) expiry."""
-        now = self.clock()
+    def not_renewed(self, renewed: set[tuple[TP, int]], sent_at: float) -> None:
+        """A heartbeat sent after a lease was suspended was acked without renewing it:
+        the assigner no longer counts it as ours. Drop it (nothing more is committed)."""
         for part in self.table.snapshot():
-            if not part.live(now) and not part.revoking:
+            if (
+                part.suspended_at is not None
+                and part.suspended_at <= sent_at
+                and (part.tp, part.epoch) not in renewed
+                and not part.revoking
+            ):
+                part.revoking = True
+                self.table.remove(part.tp)
                 log.warning(
-                    "lease expired locally: stopped delivering and committing",
+                    "suspended lease not renewed by the assigner: dropped",
                     topic=part.tp.topic,
                     partition=part.tp.partition,
                     epoch=part.epoch,
                 )
-                part.revoking = True
-                self.table.remove(part.tp)
-                if part.ready:
-                    tp = part.tp
-                    await self.fetcher.run(self.fetcher.unassign, tp)
+                self._spawn(self.fetcher.run(self.fetcher.unassign, part.tp))
+
+    async def suspend_expired(self) -> None:
+        """Fencing (ARCHITECTURE §3.1.4): once a lease's local deadline passes, nothing of
+        it is delivered or committed; its buffer is dropped and fetching paused."""
+        now = self.clock()
+        for part in self.table.snapshot():
+            if (
+                part.ready
+                and not part.revoking
+                and part.suspended_at is None
+                and not part.live(now)
+            ):
+                part.suspended_at = now
+                self.table.drop_buffer(part)
+                next_offset = part.acks.next_offset
+                part.position = next_offset
+                log.warning(
+                    "lease expired locally: delivery and commits suspended",
+                    topic=part.tp.topic,
+                    partition=part.tp.partition,
+                    epoch=part.epoch,
+                )
+                await self.fetcher.run(self.fetcher.suspend, part.tp, next_offset)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # ---- acks and commits -------------------------------------------------------------
 
@@ -216,7 +276,7 @@ class LeaseKeeper:
             self._acks_since_commit = 0
             try:
                 await self.commit_all()
-                await self.drop_expired()
+                await self.suspend_expired()
             except Exception as exc:
                 log.warning("commit failed; will retry", error=str(exc))
 

@@ -46,6 +46,10 @@ class Partition:
     # False between the grant and the moment Kafka fetching is set up. The partition is
     # already held (heartbeats renew it) but nothing is delivered or committed yet.
     ready: bool = False
+    # Set when the local lease deadline passed: nothing is delivered or committed and
+    # fetching is paused, but the lease is still reported, so a renewal (e.g. by a
+    # restarted assigner adopting it) resumes it; an ack that does not renew it drops it.
+    suspended_at: float | None = None
 
     def live(self, now: float) -> bool:
         return now < self.deadline
@@ -67,7 +71,7 @@ class PartitionTable:
         """Fetch thread: buffer records of a held partition. False if not held any more."""
         with self.lock:
             part = self.partitions.get(tp)
-            if part is None or part.revoking or not part.ready:
+            if part is None or part.revoking or not part.ready or part.suspended_at is not None:
                 return False
             for record in records:
                 if record.offset < part.position:

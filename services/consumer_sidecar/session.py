@@ -6,6 +6,11 @@ Deadlines without synchronized clocks: the monotonic time each heartbeat is *sen
 when its ack arrives, every lease it renews gets deadline = send time + TTL - margin.
 A broken stream is not a lost lease: leases keep serving until their deadline while the
 session reconnects with jittered backoff, following ``ds-leader`` to the leader.
+
+With Consul configured the session also follows the assigner's leader key with blocking
+queries (:mod:`services.runtime.leader_watch`): when another replica takes the lock, the
+open stream (to a dead or demoted leader) is ended and the sidecar re-joins the new leader
+at once, reporting the leases it holds — no backoff, no waiting for a TCP timeout.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.partitions import TP
 from services.runtime.errors import LEADER_METADATA_KEY, error_info, trailing_value
 from services.runtime.grpcserver import CHANNEL_OPTIONS
+from services.runtime.leader_watch import DEFAULT_LEADER_KEY, LeaderWatch
 
 log = structlog.get_logger(__name__)
 
@@ -47,9 +53,13 @@ class SessionClient:
         keeper: LeaseKeeper,
         *,
         safety_margin: float,
+        consul: str | None = None,
+        leader_key: str = DEFAULT_LEADER_KEY,
     ) -> None:
         self.identity = identity
         self.assigner = assigner
+        self.consul = consul
+        self.leader_key = leader_key
         self.keeper = keeper
         self.margin = safety_margin
         self.connected = False
@@ -63,21 +73,61 @@ class SessionClient:
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
         self._grants: dict[TP, int] = {}
+        self._current: asyncio.Task[None] | None = None
+        self._redirected = asyncio.Event()
         keeper.on_release = self._heartbeat_now.set
 
     async def run(self) -> None:
         """Keep a session open until :meth:`close`; reconnect on any failure."""
+        watch = None
+        if self.consul:
+            leader_watch = LeaderWatch(self.consul, self.leader_key, self._on_leader)
+            watch = asyncio.create_task(leader_watch.run(), name="assigner-leader-watch")
+        try:
+            await self._session_loop()
+        finally:
+            if watch is not None:
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
+
+    async def _on_leader(self, leader: str | None) -> None:
+        """Consul names a new leader: move there now, ending a stream to the old one."""
+        if not leader or leader == self.assigner:
+            return
+        log.info("assigner leader changed; moving the session", leader=leader, old=self.assigner)
+        self.assigner = leader
+        self._redirected.set()
+        if self._current is not None and not self._current.done():
+            self._current.cancel()
+
+    async def _session_loop(self) -> None:
         backoff = 0.1
         while not self._stopping:
+            self._redirected.clear()
+            self._current = asyncio.create_task(self._one_session(), name="assigner-session")
             try:
-                await self._one_session()
+                # wait() rather than await: cancelling run() must not look like a redirect,
+                # and a redirect (the task cancelled) must not cancel run().
+                await asyncio.wait({self._current})
+            except asyncio.CancelledError:
+                self._current.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._current
+                raise
+            try:
+                self._current.result()
                 backoff = 0.1
+            except asyncio.CancelledError:
+                backoff = 0.05  # redirected by the leader watch: reconnect at once
             except grpc.aio.AioRpcError as err:
                 leader = trailing_value(err, LEADER_METADATA_KEY)
                 if leader and leader != self.assigner:
                     log.info("following the assigner leader", leader=leader)
                     self.assigner = leader
                     backoff = 0.05
+                elif self._redirected.is_set():
+                    backoff = 0.05  # the stream broke because the leader moved
                 else:
                     info = error_info(err)
                     log.warning(
@@ -92,7 +142,11 @@ class SessionClient:
             self.connected = False
             if self._stopping:
                 break
-            await asyncio.sleep(backoff * (0.5 + random.random()))
+            if self._redirected.is_set():
+                continue  # a new leader is known: no backoff
+            with contextlib.suppress(TimeoutError):
+                # Sleep the backoff, unless the leader watch names a new leader meanwhile.
+                await asyncio.wait_for(self._redirected.wait(), backoff * (0.5 + random.random()))
             backoff = min(backoff * 2, 5.0)
 
     async def _one_session(self) -> None:
@@ -195,8 +249,12 @@ class SessionClient:
                 self._grants[tp] = g.start_offset
         elif kind == "revoke":
             r = response.revoke
-            drain = r.drain_timeout.ToTimedelta().total_seconds()
-            self._spawn(self.keeper.revoke(TP(r.topic, r.partition), r.epoch, drain))
+            if r.reason == assigner_pb2.REVOKE_REASON_FENCED:
+                # Our epoch is stale: the partition is someone else's. Commit nothing.
+                self._spawn(self.keeper.fence(TP(r.topic, r.partition), r.epoch))
+            else:
+                drain = r.drain_timeout.ToTimedelta().total_seconds()
+                self._spawn(self.keeper.revoke(TP(r.topic, r.partition), r.epoch, drain))
         elif kind == "heartbeat_ack":
             ack = response.heartbeat_ack
             sent = self._sent_at.pop(ack.seq, None)
@@ -204,8 +262,10 @@ class SessionClient:
                 del self._sent_at[old]
             if sent is not None:
                 deadline = sent + self.ttl - self.margin
-                for lease in ack.renewed_leases:
-                    self.keeper.renew(TP(lease.topic, lease.partition), lease.epoch, deadline)
+                renewed = {(TP(x.topic, x.partition), x.epoch) for x in ack.renewed_leases}
+                for tp, epoch in renewed:
+                    self.keeper.renew(tp, epoch, deadline)
+                self.keeper.not_renewed(renewed, sent)
 
     async def _start_granted(self) -> None:
         await asyncio.sleep(0.01)

@@ -24,10 +24,12 @@ from services.assigner.coordinator import (
     Progress,
     Released,
     RevokeCmd,
+    RevokeWhy,
     Timing,
 )
 
-TIMING = Timing(ttl=3.0, grace=1.0)
+TIMING = Timing(ttl=3.0, grace=1.0, hold_window=0.0)
+HOLD = Timing(ttl=3.0, grace=1.0, hold_window=10.0)
 TPS = [TopicPartition("t", p) for p in range(6)]
 
 
@@ -187,11 +189,14 @@ operation = st.one_of(
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.lists(st.tuples(operation, st.floats(min_value=0.0, max_value=2.5)), max_size=60))
+@given(
+    st.lists(st.tuples(operation, st.floats(min_value=0.0, max_value=2.5)), max_size=60),
+    st.sampled_from([TIMING, HOLD]),
+)
 def test_no_grant_while_the_previous_lease_may_be_valid(
-    history: list[tuple[tuple[str, str], float]],
+    history: list[tuple[tuple[str, str], float]], timing: Timing
 ) -> None:
-    coord = GroupCoordinator("g", TPS, TIMING)
+    coord = GroupCoordinator("g", TPS, timing)
     model = Model()
     now = 0.0
     for (op, mid), step in history:
@@ -230,3 +235,109 @@ def test_no_grant_while_the_previous_lease_may_be_valid(
             if lease.holder is not None:
                 assert lease.state is not LeaseState.FREE
             assert lease.epoch == model.epoch.get(lease.tp, 0)
+
+
+# ---- static identity, restart, fencing, moves ------------------------------------------
+
+
+def _balanced_pair(timing: Timing) -> GroupCoordinator:
+    coord = GroupCoordinator("g", TPS, timing)
+    coord.join(member("a"), [], now=0.0)
+    for r in revokes(coord.join(member("b"), [], now=0.0)):
+        coord.heartbeat("a", [], [Released(r.tp, r.epoch, 10)], now=0.1)
+    return coord
+
+
+def holders(coord: GroupCoordinator) -> dict[TopicPartition, str | None]:
+    return {tp: lease.holder for tp, lease in coord.leases.items()}
+
+
+def test_graceful_restart_within_hold_window_gets_the_same_partitions_back() -> None:
+    coord = _balanced_pair(HOLD)
+    before = holders(coord)
+    a_parts = [tp for tp, h in before.items() if h == "a"]
+    out = coord.leave("a", now=1.0)
+    assert {r.tp for r in revokes(out)} == set(a_parts)
+    out = coord.heartbeat(
+        "a", [], [Released(tp, coord.leases[tp].epoch, 20) for tp in a_parts], now=1.1
+    )
+    assert grants(out) == [], "nothing moves to b while a's place is held"
+    assert coord.reserved_for("a") == a_parts
+    for t in (2.0, 5.0, 9.0):
+        assert grants(coord.disconnect_expired(now=t)) == []
+        coord.heartbeat(
+            "b",
+            [Progress(tp, coord.leases[tp].epoch) for tp, h in before.items() if h == "b"],
+            [],
+            now=t,
+        )
+    out = coord.join(member("a"), [], now=9.5)
+    assert sorted(g.tp for g in grants(out)) == a_parts
+    assert all(g.member == "a" and g.start_offset == 20 for g in grants(out))
+    assert holders(coord) == before
+    assert revokes(out) == []
+
+
+def test_hold_window_expiry_moves_the_partitions_to_the_others() -> None:
+    coord = _balanced_pair(HOLD)
+    a_parts = [tp for tp, lease in coord.leases.items() if lease.holder == "a"]
+    coord.leave("a", now=1.0)
+    coord.heartbeat("a", [], [Released(tp, coord.leases[tp].epoch, 20) for tp in a_parts], now=1.1)
+    b_parts = [tp for tp, lease in coord.leases.items() if lease.holder == "b"]
+    for t in (3.0, 6.0, 9.0):
+        coord.heartbeat("b", [Progress(tp, coord.leases[tp].epoch) for tp in b_parts], [], now=t)
+    out = coord.disconnect_expired(now=11.2)
+    assert out.held_expired == ["a"]
+    assert sorted(g.tp for g in grants(out)) == a_parts
+    assert all(lease.holder == "b" for lease in coord.leases.values())
+
+
+def test_restart_adopts_reattached_leases_and_moves_nothing() -> None:
+    epochs = {tp: 3 for tp in TPS}
+    coord = GroupCoordinator("g", TPS, TIMING, epochs=epochs, settle_until=4.0)
+    a_held = [HeldLease(tp, 3) for tp in TPS[:3]]
+    b_held = [HeldLease(tp, 3) for tp in TPS[3:]]
+    out_a = coord.join(member("a"), a_held, now=0.5)
+    assert out_a.commands == [] and len(out_a.renewed) == 3
+    out_b = coord.join(member("b"), b_held, now=1.5)
+    assert out_b.commands == [] and len(out_b.renewed) == 3
+    coord.heartbeat("a", [Progress(h.tp, 3) for h in a_held], [], now=3.5)
+    coord.heartbeat("b", [Progress(h.tp, 3) for h in b_held], [], now=3.5)
+    out = coord.disconnect_expired(now=4.5)
+    assert out.commands == []
+    assert {tp: (lease.holder, lease.epoch) for tp, lease in coord.leases.items()} == {
+        **{h.tp: ("a", 3) for h in a_held},
+        **{h.tp: ("b", 3) for h in b_held},
+    }
+
+
+def test_restart_grants_unclaimed_partitions_only_after_settling() -> None:
+    coord = GroupCoordinator("g", TPS, TIMING, epochs={tp: 5 for tp in TPS}, settle_until=4.0)
+    assert coord.join(member("a"), [HeldLease(TPS[0], 5)], now=0.5).commands == []
+    assert coord.disconnect_expired(now=3.9).commands == []
+    coord.heartbeat("a", [Progress(TPS[0], 5)], [], now=3.9)
+    out = coord.disconnect_expired(now=4.1)
+    assert sorted(g.tp for g in grants(out)) == TPS[1:]
+    assert all(g.epoch == 6 for g in grants(out)), "epochs continue from durable state"
+
+
+def test_stale_epoch_on_reattach_is_fenced() -> None:
+    coord = GroupCoordinator("g", TPS[:1], TIMING, epochs={TPS[0]: 7}, settle_until=0.0)
+    out = coord.join(member("z"), [HeldLease(TPS[0], 6)], now=1.0)
+    fenced = [r for r in revokes(out) if r.reason is RevokeWhy.FENCED]
+    assert fenced == [RevokeCmd("z", TPS[0], 6, RevokeWhy.FENCED)]
+
+
+def test_move_swaps_to_keep_the_count_balance() -> None:
+    coord = _balanced_pair(TIMING)
+    tp = next(tp for tp, lease in coord.leases.items() if lease.holder == "a")
+    out = coord.move(tp, "b", now=1.0)
+    moved = revokes(out)
+    assert [r.reason for r in moved] == [RevokeWhy.MOVE, RevokeWhy.MOVE]
+    assert {r.member for r in moved} == {"a", "b"}
+    for r in moved:
+        coord.heartbeat(r.member, [], [Released(r.tp, r.epoch, 0)], now=1.2)
+    assert coord.leases[tp].holder == "b"
+    counts = {m: sum(1 for lease in coord.leases.values() if lease.holder == m) for m in "ab"}
+    assert counts == {"a": 3, "b": 3}
+    assert coord.disconnect_expired(now=1.3).commands == [], "the balancer undoes nothing"
