@@ -120,7 +120,13 @@ class AssignerApp:
                     )
                 continue
             try:
-                await self.create_group(seed.name, seed.topics, seed.mode, seed.consumer_config)
+                await self.create_group(
+                    seed.name,
+                    seed.topics,
+                    seed.mode,
+                    seed.consumer_config,
+                    balance_strategy=seed.balance_strategy,
+                )
             except DsError as err:
                 log.error("configured group not created", group=seed.name, error=err.message)
         self.leading = True
@@ -167,15 +173,31 @@ class AssignerApp:
         return group
 
     async def create_group(
-        self, name: str, topics: list[str], mode: str, consumer_config: Mapping[str, str]
+        self,
+        name: str,
+        topics: list[str],
+        mode: str,
+        consumer_config: Mapping[str, str],
+        *,
+        balance_strategy: str = "count",
     ) -> GroupRuntime:
         record = GroupRecord(
-            name=name, topics=list(topics), mode=mode, consumer_config=dict(consumer_config)
+            name=name,
+            topics=list(topics),
+            mode=mode,
+            consumer_config=dict(consumer_config),
+            balance_strategy=balance_strategy,
         )
         existing = self.groups.get(name)
         if existing is not None:
-            same = (existing.record.topics, existing.record.mode, existing.record.consumer_config)
-            if same == (record.topics, record.mode, record.consumer_config):
+            old = existing.record
+            same = (old.topics, old.mode, old.consumer_config, old.balance_strategy)
+            if same == (
+                record.topics,
+                record.mode,
+                record.consumer_config,
+                record.balance_strategy,
+            ):
                 return existing  # idempotent: the same request again
             raise DsError(
                 Reason.GROUP_ALREADY_EXISTS,

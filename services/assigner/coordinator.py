@@ -29,7 +29,7 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from services.assigner.balancer import BalanceInput, Member, TopicPartition, rebalance
+from services.assigner.balancer import BalanceInput, Member, Strategy, TopicPartition, rebalance
 
 # start_offset value meaning "resume from the group's committed offset in Kafka".
 COMMITTED = -1
@@ -115,6 +115,19 @@ class Progress:
     tp: TopicPartition
     epoch: int
     committed: int = COMMITTED
+    bytes_per_second: float = 0.0
+    lag: int = -1
+
+
+# LOAD strategy: a partition's weight is its observed bytes/s, raised for a backlog: a
+# partition LAG_FULL records behind counts double (it needs catching up, not just keeping
+# up). A heuristic, documented as such; weights only steer the balancer in LOAD mode.
+LAG_FULL = 10_000
+
+
+def partition_weight(bytes_per_second: float, lag: int) -> float:
+    backlog = min(max(lag, 0) / LAG_FULL, 1.0)
+    return max(bytes_per_second, 0.0) * (1.0 + backlog)
 
 
 @dataclass(frozen=True)
@@ -148,6 +161,7 @@ class GroupCoordinator:
         *,
         epochs: Mapping[TopicPartition, int] | None = None,
         settle_until: float = 0.0,
+        strategy: Strategy = Strategy.COUNT,
     ) -> None:
         """``epochs`` restores the last epochs from durable state; with them pass
         ``settle_until`` = start time + TTL + grace (see the module docstring)."""
@@ -156,6 +170,8 @@ class GroupCoordinator:
         self.members: dict[str, MemberInfo] = {}
         self.leases: dict[TopicPartition, Lease] = {}
         self.settle_until = settle_until
+        self.strategy = strategy
+        self.weights: dict[TopicPartition, float] = {}  # LOAD mode, from heartbeats
         self.set_partitions(partitions)
         for tp, epoch in (epochs or {}).items():
             if tp in self.leases:
@@ -227,6 +243,7 @@ class GroupCoordinator:
                 lease.expires_at = now + self.timing.expiry
                 if p.committed >= 0:
                     lease.committed = p.committed
+                self.weights[p.tp] = partition_weight(p.bytes_per_second, p.lag)
                 out.renewed.append(HeldLease(p.tp, p.epoch))
         if released:
             self._finish_leave_if_done(member_id, now, out)
@@ -429,6 +446,8 @@ class GroupCoordinator:
                 partitions=sorted(self.leases),
                 members=[Member(m.id, capacity=m.capacity, zone=m.zone) for m in members],
                 current=current,
+                strategy=self.strategy,
+                weights=self.weights if self.strategy is Strategy.LOAD else {},
             )
         )
         commands: list[Command] = []

@@ -21,7 +21,7 @@ from google.protobuf import duration_pb2
 
 from dataservice.assigner.v1 import assigner_pb2, types_pb2
 from dataservice.common.v1 import common_pb2
-from services.assigner.balancer import TopicPartition
+from services.assigner.balancer import Strategy, TopicPartition
 from services.assigner.coordinator import (
     Command,
     GrantCmd,
@@ -46,6 +46,10 @@ _REVOKE_REASONS = {
     RevokeWhy.MOVE: assigner_pb2.REVOKE_REASON_MOVE,
     RevokeWhy.SHUTDOWN: assigner_pb2.REVOKE_REASON_SHUTDOWN,
     RevokeWhy.FENCED: assigner_pb2.REVOKE_REASON_FENCED,
+}
+STRATEGIES = {
+    "count": types_pb2.BALANCE_STRATEGY_COUNT,
+    "load": types_pb2.BALANCE_STRATEGY_LOAD,
 }
 MODES = {
     "leased": common_pb2.GROUP_MODE_LEASED,
@@ -143,6 +147,7 @@ class GroupRuntime:
             ),
             epochs=epochs,
             settle_until=settle_until,
+            strategy=Strategy(record.balance_strategy),
         )
         self.connections: dict[str, Connection] = {}
         self.clients: set[str] = set(clients)
@@ -163,6 +168,7 @@ class GroupRuntime:
             topics=list(self.record.topics),
             mode=self.record.mode,
             consumer_config=dict(self.record.consumer_config),
+            balance_strategy=self.record.balance_strategy,
         )
 
     def config_proto(self) -> types_pb2.GroupConfig:
@@ -173,7 +179,7 @@ class GroupRuntime:
             consumer_config=dict(self.record.consumer_config),
             lease_ttl=duration(self.settings.lease_ttl_seconds),
             heartbeat_interval=duration(self.settings.heartbeat_interval_seconds),
-            balance_strategy=types_pb2.BALANCE_STRATEGY_COUNT,
+            balance_strategy=STRATEGIES[self.record.balance_strategy],
             config_version=self.record.config_version,
         )
 
@@ -225,7 +231,13 @@ class GroupRuntime:
 
     def heartbeat(self, conn: Connection, hb: assigner_pb2.SessionHeartbeat, now: float) -> None:
         progress = [
-            Progress(TopicPartition(p.topic, p.partition), p.epoch, p.committed_offset)
+            Progress(
+                TopicPartition(p.topic, p.partition),
+                p.epoch,
+                p.committed_offset,
+                bytes_per_second=p.bytes_per_second,
+                lag=p.lag,
+            )
             for p in hb.leases
         ]
         released = [
@@ -294,6 +306,7 @@ class GroupRuntime:
         """A new configuration (UpdateGroup): push consumer config changes live."""
         changed_config = record.consumer_config != self.record.consumer_config
         self.record = record
+        self.coordinator.strategy = Strategy(record.balance_strategy)
         self._persist_group()
         if changed_config:
             update = assigner_pb2.SessionResponse(

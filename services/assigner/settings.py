@@ -18,6 +18,7 @@ class GroupSeed(BaseModel):
     topics: list[str] = Field(min_length=1)
     mode: Literal["leased", "kafka_group"] = "leased"
     consumer_config: dict[str, str] = Field(default_factory=dict)
+    balance_strategy: Literal["count", "load"] = "count"
 
 
 class AssignerSettings(ServiceSettings):

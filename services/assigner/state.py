@@ -50,6 +50,7 @@ class GroupRecord:
     mode: str = "leased"
     consumer_config: dict[str, str] = field(default_factory=dict)
     config_version: int = 1
+    balance_strategy: str = "count"  # count | load
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,6 +59,7 @@ class GroupRecord:
             "mode": self.mode,
             "consumer_config": self.consumer_config,
             "config_version": self.config_version,
+            "balance_strategy": self.balance_strategy,
         }
 
 

@@ -19,6 +19,7 @@ from services.consumer_sidecar.partitions import PartitionTable
 from services.consumer_sidecar.rpc import StreamServicer
 from services.consumer_sidecar.session import SessionClient, SessionIdentity
 from services.consumer_sidecar.settings import SidecarSettings
+from services.consumer_sidecar.stats import parse_partition_stats
 from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route
 from services.runtime.kafka import (
@@ -33,7 +34,7 @@ from services.runtime.lifecycle import Dependency
 log = structlog.get_logger(__name__)
 
 # librdkafka settings the sidecar needs whatever the group config says.
-_SIDECAR_CONSUMER_DEFAULTS = {
+_SIDECAR_CONSUMER_DEFAULTS: dict[str, object] = {
     # Keep librdkafka's own prefetch queue small: the sidecar's buffer is the real one
     # and must bound memory (backpressure pauses partitions past the cap).
     "queued.max.messages.kbytes": 16384,
@@ -64,7 +65,11 @@ class SidecarApp:
             settings,
             group=settings.group,
             client_id=f"ds-sidecar-{settings.id}",
-            overrides=_SIDECAR_CONSUMER_DEFAULTS,
+            overrides={
+                **_SIDECAR_CONSUMER_DEFAULTS,
+                "statistics.interval.ms": settings.statistics_interval_ms,
+                "stats_cb": self._on_stats,
+            },
             error_cb=self._on_kafka_error,
         )
         self.fetcher = Fetcher(
@@ -144,6 +149,10 @@ class SidecarApp:
             await asyncio.to_thread(self.fetcher.stop)
 
     # ---- helpers --------------------------------------------------------------------
+
+    def _on_stats(self, document: str) -> None:
+        """librdkafka statistics (on the fetch thread): high watermarks and lag."""
+        self.table.apply_stats(parse_partition_stats(document))
 
     def _notify_data(self) -> None:
         """Called on the fetch thread when records were buffered."""

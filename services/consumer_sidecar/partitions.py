@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar.acks import PartitionAcks
+
+if TYPE_CHECKING:
+    from services.consumer_sidecar.stats import PartitionStats
 
 
 class TP(NamedTuple):
@@ -50,6 +53,23 @@ class Partition:
     # fetching is paused, but the lease is still reported, so a renewal (e.g. by a
     # restarted assigner adopting it) resumes it; an ack that does not renew it drops it.
     suspended_at: float | None = None
+    fetched_bytes: int = 0  # cumulative, for the bytes/s reported to the assigner
+    high_watermark: int = -1  # from librdkafka statistics; -1 = not known yet
+    lag: int = -1  # records behind the high watermark; -1 = not known yet
+    _rate_mark: tuple[float, int] | None = None
+
+    def take_rate(self, now: float) -> float:
+        """Bytes/s fetched since the previous call (0.0 on the first)."""
+        mark, self._rate_mark = self._rate_mark, (now, self.fetched_bytes)
+        if mark is None or now <= mark[0]:
+            return 0.0
+        return (self.fetched_bytes - mark[1]) / (now - mark[0])
+
+    def reported_lag(self) -> int:
+        """Lag of the committed offset: what the group is behind, as Kafka tools see it."""
+        if self.high_watermark >= 0 and self.committed >= 0:
+            return max(0, self.high_watermark - self.committed)
+        return self.lag
 
     def live(self, now: float) -> bool:
         return now < self.deadline
@@ -80,6 +100,7 @@ class PartitionTable:
                 size = record_size(record)
                 part.buffer.append(record)
                 part.buffered_bytes += size
+                part.fetched_bytes += size
                 self.buffered_bytes += size
                 part.position = record.offset + 1
             return True
@@ -145,6 +166,14 @@ class PartitionTable:
     def get(self, tp: TP) -> Partition | None:
         with self.lock:
             return self.partitions.get(tp)
+
+    def apply_stats(self, stats: Mapping[TP, PartitionStats]) -> None:
+        with self.lock:
+            for tp, pstats in stats.items():
+                part = self.partitions.get(tp)
+                if part is not None:
+                    part.high_watermark = pstats.high_watermark
+                    part.lag = pstats.lag
 
     def snapshot(self) -> list[Partition]:
         with self.lock:

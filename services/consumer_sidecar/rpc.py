@@ -131,7 +131,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                     lease_deadline_remaining=remaining,
                     position=part.position,
                     committed_offset=part.committed,
-                    high_watermark=-1,
+                    high_watermark=part.high_watermark,
                     buffered_records=len(part.buffer),
                     buffered_bytes=part.buffered_bytes,
                     paused=part.paused,

@@ -199,6 +199,7 @@ class SessionClient:
 
     def _heartbeat(self) -> assigner_pb2.SessionRequest:
         self._seq += 1
+        now = time.monotonic()
         progress = [
             assigner_pb2.LeaseProgress(
                 topic=p.tp.topic,
@@ -206,6 +207,8 @@ class SessionClient:
                 epoch=p.epoch,
                 position=p.position,
                 committed_offset=p.committed,
+                lag=p.reported_lag(),
+                bytes_per_second=p.take_rate(now),
             )
             for p in self.keeper.table.snapshot()
             if not p.revoking

@@ -341,3 +341,23 @@ def test_move_swaps_to_keep_the_count_balance() -> None:
     counts = {m: sum(1 for lease in coord.leases.values() if lease.holder == m) for m in "ab"}
     assert counts == {"a": 3, "b": 3}
     assert coord.disconnect_expired(now=1.3).commands == [], "the balancer undoes nothing"
+
+
+def test_load_mode_spreads_heavy_partitions() -> None:
+    from services.assigner.balancer import Strategy
+    from services.assigner.coordinator import partition_weight
+
+    tps = [TopicPartition("t", p) for p in range(8)]
+    coord = GroupCoordinator("g", tps, TIMING, strategy=Strategy.LOAD)
+    coord.join(member("a"), [], now=0.0)
+    # a reports two very heavy partitions and six light ones.
+    heavy = {tps[0], tps[1]}
+    progress = [
+        Progress(tp, 1, bytes_per_second=1_000_000.0 if tp in heavy else 1_000.0) for tp in tps
+    ]
+    coord.heartbeat("a", progress, [], now=0.5)
+    out = coord.join(member("b"), [], now=1.0)
+    moved = {r.tp for r in revokes(out)}
+    assert len(moved & heavy) == 1, "b must take one of the two heavy partitions"
+    assert partition_weight(100.0, 10_000) == 200.0
+    assert partition_weight(100.0, -1) == 100.0
