@@ -14,6 +14,14 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from dataservice.assigner.v1 import admin_pb2_grpc, assigner_pb2_grpc, binding_pb2_grpc
 from services.assigner.balancer import TopicPartition
 from services.assigner.groups import GroupRuntime
+from services.assigner.leader_guard import LeaderGuard
+from services.assigner.leadership import (
+    ElectionSettings,
+    LeaderElector,
+    Leadership,
+    StaticLeadership,
+    Unelected,
+)
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.rpc import AdminServicer, AssignerServicer, BindingServicer
 from services.assigner.settings import AssignerSettings
@@ -41,6 +49,11 @@ class AssignerApp:
         self._tasks: list[asyncio.Task[None]] = []
         self.state = StateStore(settings, topic=settings.state_topic)
         self.leading = False
+        # Replaced in on_ready, once the bound port (the advertised address) is known.
+        self.leadership: Leadership = Unelected()
+        self.leader_guard = LeaderGuard(lambda: self.leadership)
+        self._election: asyncio.Task[None] | None = None
+        self._serving = asyncio.Event()  # set while this replica leads and has loaded state
 
     # ---- Service protocol -----------------------------------------------------------------
 
@@ -72,10 +85,26 @@ class AssignerApp:
     def instance_meta(self) -> Mapping[str, str]:
         return {}
 
+    def grpc_interceptors(self) -> Sequence[LeaderGuard]:
+        """Followers answer FAILED_PRECONDITION NOT_LEADER with ``ds-leader``."""
+        return [self.leader_guard]
+
     async def on_ready(self, server: GrpcServer) -> None:
-        """Without Consul this replica is the only one, so it leads at once. (With Consul
-        the leader election calls :meth:`become_leader` / :meth:`step_down`.)"""
-        await self.become_leader()
+        """Campaign for leadership (Consul session lock); without Consul this replica is
+        the only one and leads at once. Election calls become_leader / step_down."""
+        address = f"{self.settings.advertised}:{server.port}"
+        if self.settings.consul:
+            self.leadership = LeaderElector(
+                ElectionSettings(consul=self.settings.consul, address=address),
+                on_elected=self.become_leader,
+                on_demoted=self.step_down,
+            )
+        else:
+            # The only replica: lead before reporting SERVING (become_leader is idempotent).
+            self.leadership = StaticLeadership(address, on_elected=self.become_leader)
+            await self.become_leader()
+        # Not in self._tasks: step_down cancels those, and the campaign must go on.
+        self._election = asyncio.create_task(self.leadership.run(), name="leader-election")
 
     async def become_leader(self) -> None:
         """Rebuild from the state topic, then serve: groups, epochs, bindings. Leases are
@@ -130,12 +159,14 @@ class AssignerApp:
             except DsError as err:
                 log.error("configured group not created", group=seed.name, error=err.message)
         self.leading = True
+        self._serving.set()
         self._tasks.append(asyncio.create_task(self._tick_loop(), name="tick"))
         self._tasks.append(asyncio.create_task(self._metadata_loop(), name="metadata"))
 
     async def step_down(self) -> None:
         """Leadership lost (or shutting down): stop acting on any group at once."""
         self.leading = False
+        self._serving.clear()
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -146,9 +177,14 @@ class AssignerApp:
         self.groups.clear()
 
     async def drain(self) -> None:
+        await self.leadership.resign()  # release the lock: a standby takes over at once
         await self.step_down()
 
     async def close(self) -> None:
+        if self._election is not None:
+            self._election.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._election
         await self.step_down()
         await asyncio.to_thread(self.state.close)
 
@@ -157,6 +193,14 @@ class AssignerApp:
     @staticmethod
     def now() -> float:
         return time.monotonic()
+
+    async def serving_group(self, name: str, wait: float = 5.0) -> GroupRuntime:
+        """Like :meth:`group`, but a call that reaches a just-elected leader while it is
+        still loading its state waits for it (bounded) instead of bouncing to backoff."""
+        if not self.leading and self.leadership.is_leader:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._serving.wait(), wait)
+        return self.group(name)
 
     def group(self, name: str) -> GroupRuntime:
         if not self.leading:

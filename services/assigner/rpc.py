@@ -64,7 +64,7 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
             raise invalid("join.endpoint", "must be the sidecar's HOST:PORT")
         if join.capacity < 0:
             raise invalid("join.capacity", "must be >= 0 (0 = unlimited)")
-        group = self.app.group(join.group)
+        group = await self.app.serving_group(join.group)
         conn = group.attach(join, self.app.now())
         self.app.metrics.sessions.inc()
         reader = asyncio.create_task(self._read(group, conn, request_iterator))
@@ -126,7 +126,7 @@ class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
         self, request: binding_pb2.BindRequest, context: Context
     ) -> binding_pb2.BindResponse:
         require_id("client_id", request.client_id)
-        group = self.app.group(request.group)
+        group = await self.app.serving_group(request.group)
         group.bind(request.client_id)
         return binding_pb2.BindResponse(binding=group.binding_for(request.client_id))
 
@@ -134,7 +134,7 @@ class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
         self, request: binding_pb2.WatchBindingRequest, context: Context
     ) -> AsyncIterator[binding_pb2.WatchBindingResponse]:
         require_id("client_id", request.client_id)
-        group = self.app.group(request.group)
+        group = await self.app.serving_group(request.group)
         queue: asyncio.Queue[types_pb2.Binding] = asyncio.Queue()
         group.watchers.add(queue)
         try:
@@ -173,15 +173,15 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self.app = app
         self.requests = admin.IdempotencyCache()
         self.page_tokens = admin.PageTokens()
-        self._offsets: admin.KafkaOffsets | None = None
+        self._offsets: admin.OffsetsView | None = None
         # One configuration change at a time: the config_version check and the write it
         # guards must not interleave with another change across the awaits between them.
         self._writes = asyncio.Lock()
 
     @property
-    def offsets(self) -> admin.KafkaOffsets:
+    def offsets(self) -> admin.OffsetsView:
         if self._offsets is None:
-            self._offsets = admin.KafkaOffsets(self.app.settings)
+            self._offsets = admin.OffsetsView(admin.KafkaOffsets(self.app.settings))
         return self._offsets
 
     # ---- reads --------------------------------------------------------------------------
@@ -194,8 +194,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         names, last = admin.page(sorted(self.app.groups), after, size)
         groups = [self.app.groups[n] for n in names if n in self.app.groups]
         # Live, for this page only; Kafka not answering in time gives total_lag -1.
-        offsets = await asyncio.to_thread(
-            self.offsets.read_many, {g.name: sorted(g.coordinator.leases) for g in groups}
+        offsets = await self.offsets.many(
+            {g.name: sorted(g.coordinator.leases) for g in groups},
+            admin.budget(context.time_remaining(), admin.KAFKA_TIMEOUT_SECONDS),
         )
         summaries = []
         for g in groups:
@@ -219,9 +220,15 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         admin.validate_group_name("group", request.group)
         group = self.app.group(request.group)
         partitions = sorted(group.coordinator.leases)
-        offsets = await asyncio.to_thread(self.offsets.read, group.name, partitions)
+        offsets = await self.offsets.group(
+            group.name,
+            partitions,
+            admin.budget(context.time_remaining(), admin.KAFKA_TIMEOUT_SECONDS, share=0.6),
+        )
         starts = {tp: max(o.committed, o.earliest) for tp, o in offsets.items() if o.lag > 0}
-        oldest = await asyncio.to_thread(self.offsets.oldest_timestamps, starts)
+        oldest = await self.offsets.oldest_timestamps(
+            starts, admin.budget(context.time_remaining(), 1.0, share=0.3)
+        )
         now_mono, now_wall = self.app.now(), time.time()
         return admin_pb2.DescribeGroupResponse(
             config=group.config_proto(),

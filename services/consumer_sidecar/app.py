@@ -97,6 +97,7 @@ class SidecarApp:
             settings.assigner,
             self.keeper,
             safety_margin=settings.lease_safety_margin_seconds,
+            consul=settings.consul,
         )
         self._tasks: list[asyncio.Task[None]] = []
 

@@ -226,7 +226,8 @@ class DsClient:
                 for response in call:
                     self._apply_binding(response.binding)
                     backoff = 0.1
-            except (grpc.RpcError, ClientError) as err:
+            except (grpc.RpcError, ClientError, ValueError) as err:
+                # ValueError: the channel was closed under us (a leader switch, or close()).
                 if self._closed.is_set():
                     return
                 if isinstance(err, grpc.RpcError):
@@ -371,6 +372,12 @@ class DsClient:
         for attempt in range(attempts):
             try:
                 return fn()
+            except ValueError:
+                # "Cannot invoke RPC on closed channel": a leader switch replaced the
+                # channel between looking the stub up and calling it. Retry on the new one.
+                if self._closed.is_set() or attempt == attempts - 1:
+                    raise
+                continue
             except grpc.RpcError as err:
                 last = attempt == attempts - 1
                 if not last and self._follow_leader(err):

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import grpc.aio
 import structlog
 from prometheus_client import CollectorRegistry
 
@@ -107,7 +108,13 @@ class ServiceRunner:
         )
 
     async def start(self) -> None:
-        self.grpc = create_server(self.settings, self.service.grpc_services())
+        # A service may add interceptors (the assigner's leader guard).
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = getattr(  # type: ignore[type-arg]
+            self.service, "grpc_interceptors", tuple
+        )()
+        self.grpc = create_server(
+            self.settings, self.service.grpc_services(), interceptors=interceptors
+        )
         await self.grpc.server.start()
         await self.grpc.set_serving(False)
         self.http = HttpEndpoint(

@@ -1,0 +1,149 @@
+"""Followers refuse the assigner's APIs and name the leader (ARCHITECTURE §3 "Leaders").
+
+While this replica is not the leader, every call to ``AssignerService``, ``BindingService``
+and ``AdminService`` fails with ``FAILED_PRECONDITION`` / ``NOT_LEADER`` and trailing
+metadata ``ds-leader`` = the leader's address (empty while none is known); health and
+reflection stay available. A leader that loses its lock ends its open streams (Session,
+WatchBinding) the same way, so sidecars and clients move to the new leader at once instead
+of talking to a replica that no longer decides anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from services.assigner.leadership import Leadership
+from services.runtime.errors import LEADER_METADATA_KEY, DsError, Reason, abort
+
+GUARDED_SERVICES = (
+    "dataservice.assigner.v1.AssignerService",
+    "dataservice.assigner.v1.BindingService",
+    "dataservice.assigner.v1.AdminService",
+)
+
+Context = grpc.aio.ServicerContext[Any, Any]
+Handler = Callable[..., Any]
+
+
+def is_guarded(method: str) -> bool:
+    """``/package.Service/Method`` → whether only the leader may answer it."""
+    service = method.lstrip("/").split("/", 1)[0]
+    return service in GUARDED_SERVICES
+
+
+def not_leader(leader: str | None) -> DsError:
+    """The error a follower answers with."""
+    where = f"the leader is {leader}" if leader else "no leader is known yet"
+    return DsError(
+        Reason.NOT_LEADER,
+        f"this assigner is not the leader; {where}",
+        metadata={"leader": leader or ""},
+        trailing={LEADER_METADATA_KEY: leader or ""},
+    )
+
+
+def rejection(leadership: Leadership, method: str) -> DsError | None:
+    """The error for ``method`` on this replica right now, or None if it may proceed."""
+    if not is_guarded(method) or leadership.is_leader:
+        return None
+    return not_leader(leadership.leader_address)
+
+
+class LeaderGuard(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """``leadership`` is the object itself or a function returning the current one (the
+    server is built before the app knows its port, i.e. before it can campaign)."""
+
+    def __init__(self, leadership: Leadership | Callable[[], Leadership]) -> None:
+        self._leadership = leadership
+
+    @property
+    def leadership(self) -> Leadership:
+        current = self._leadership
+        return current() if callable(current) else current
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        handler = await continuation(handler_call_details)
+        method = str(handler_call_details.method)
+        if handler is None or not is_guarded(method):
+            return handler
+        return self._wrap(handler, method)
+
+    def _wrap(
+        self, handler: grpc.RpcMethodHandler[Any, Any], method: str
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        kwargs = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.unary_unary:
+            unary = self._unary(handler.unary_unary, method)
+            return grpc.unary_unary_rpc_method_handler(unary, **kwargs)
+        if handler.stream_unary:
+            unary = self._unary(handler.stream_unary, method)
+            return grpc.stream_unary_rpc_method_handler(unary, **kwargs)
+        if handler.unary_stream:
+            stream = self._stream(handler.unary_stream, method)
+            return grpc.unary_stream_rpc_method_handler(stream, **kwargs)
+        if handler.stream_stream:
+            stream = self._stream(handler.stream_stream, method)
+            return grpc.stream_stream_rpc_method_handler(stream, **kwargs)
+        return handler  # pragma: no cover - grpc always sets one of the four
+
+    def _unary(self, behavior: Handler, method: str) -> Handler:
+        async def guarded(request: Any, context: Context) -> Any:
+            if (err := rejection(self.leadership, method)) is not None:
+                await abort(context, err)
+            return await behavior(request, context)
+
+        return guarded
+
+    def _stream(self, behavior: Handler, method: str) -> Handler:
+        async def guarded(request: Any, context: Context) -> AsyncIterator[Any]:
+            if (err := rejection(self.leadership, method)) is not None:
+                await abort(context, err)
+            # The term this stream was opened in: when it ends, so does the stream.
+            lost = self.leadership.term_lost()
+            async for response in _until(behavior(request, context), lost):
+                yield response
+            if lost.is_set():
+                await abort(context, not_leader(self.leadership.leader_address))
+
+        return guarded
+
+
+async def _until(stream: AsyncIterator[Any], stop: asyncio.Event) -> AsyncIterator[Any]:
+    """Items of ``stream`` until it ends or ``stop`` is set (then it is closed)."""
+    iterator = stream.__aiter__()
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        while True:
+            item = asyncio.ensure_future(anext(iterator))
+            await asyncio.wait({item, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not item.done():
+                item.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await item
+                return
+            try:
+                value = item.result()
+            except StopAsyncIteration:
+                return
+            yield value
+    finally:
+        stopped.cancel()
+        aclose = getattr(iterator, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()

@@ -1,0 +1,377 @@
+"""Which assigner replica leads: a Consul session lock, or always this one (ARCHITECTURE §2, §6).
+
+With Consul, every replica campaigns for the KV key ``dataservice/assigner/leader``: it
+creates a session and acquires the key with it, writing its advertised gRPC address as the
+value. The holder leads; the others follow with a blocking query on the key and try to
+acquire the moment it has no ``Session``.
+
+Why the session is bound to the replica's own gRPC health check, with ``lock_delay=0``:
+a kill -9 does not release a lock, and a session TTL cannot be shorter than 10 s (Consul
+may even wait twice that). Consul already runs a gRPC health check on every registered
+replica (interval 1 s, ``services/runtime/discovery.py``); a session that names the
+check ``service:<service id>`` is invalidated as soon as that check goes critical, which
+for a dead process (connection refused) takes about one check interval. Measured on Consul
+1.14.11: the key loses its session 0.4 s after a kill -9 of the checked process. Consul's
+default lock-delay (15 s) would then keep the key un-acquirable; 0 lets a standby take it
+at once. The TTL (renewed every third of it) stays as a backstop for a replica that lives
+but cannot reach Consul. A session cannot be created while its check is critical (a fresh
+registration starts critical), so campaigning retries until the replica is SERVING.
+
+A leader that learns the lock is no longer its own (the key changed holder, the session
+was invalidated, or Consul could not be reached for ``stale_after_seconds``) stops acting
+as leader at once: ``is_leader`` turns False, the term's ``lost`` event is set (the leader
+guard ends open streams with it) and ``on_demoted`` runs.
+
+Without Consul, :class:`StaticLeadership` is the embedded default: a single assigner that
+always leads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import consul
+import structlog
+
+from services.runtime.leader_watch import (
+    DEFAULT_LEADER_KEY,
+    consul_client,
+    leader_of,
+    next_index,
+)
+from services.runtime.settings import parse_host_port
+
+log = structlog.get_logger(__name__)
+
+Callback = Callable[[], Awaitable[None]]
+
+
+class Leadership(Protocol):
+    """What the app and the leader guard need to know about leadership."""
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    @property
+    def leader_address(self) -> str | None:
+        """The current leader's gRPC address (this replica's when it leads), None if unknown."""
+
+    def term_lost(self) -> asyncio.Event:
+        """An event set when the current term of leadership ends (set while not leader)."""
+
+    async def run(self) -> None: ...
+
+    async def resign(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ElectionSettings:
+    consul: str  # Consul agent HTTP HOST:PORT
+    address: str  # this replica's advertised gRPC HOST:PORT, the key's value when it leads
+    service_name: str = "ds-assigner"
+    key: str = DEFAULT_LEADER_KEY
+    session_ttl_seconds: int = 10  # Consul's minimum; only a backstop, see the module doc
+    wait_seconds: int = 5  # longest blocking query
+    retry_seconds: float = 0.25  # first retry after a failed Consul call (doubles, max 2 s)
+    stale_after_seconds: float = 5.0  # a leader that cannot confirm its lock this long resigns
+    # Checks to bind the session to; None = serfHealth + this replica's registered service
+    # check, found in the local agent by service name and address.
+    checks: tuple[str, ...] | None = None
+
+
+def service_check_id(services: Mapping[str, Mapping[str, Any]], name: str, address: str) -> str:
+    """The check id (``service:<id>``) of the registered instance of ``name`` at ``address``,
+    from ``/v1/agent/services``; LookupError while it is not registered."""
+    host, port = parse_host_port(address)
+    for service_id, svc in services.items():
+        same_port = svc.get("Service") == name and int(svc.get("Port", -1)) == port
+        if same_port and svc.get("Address") in (host, "", None):
+            return f"service:{service_id}"
+    raise LookupError(f"{name} at {address} is not registered in the local Consul agent yet")
+
+
+class Unelected:
+    """Before the election starts (the server is up before ``on_ready``): not leader, and
+    no leader known."""
+
+    @property
+    def is_leader(self) -> bool:
+        return False
+
+    @property
+    def leader_address(self) -> str | None:
+        return None
+
+    def term_lost(self) -> asyncio.Event:
+        lost = asyncio.Event()
+        lost.set()
+        return lost
+
+    async def run(self) -> None:
+        return None
+
+    async def resign(self) -> None:
+        return None
+
+
+class StaticLeadership:
+    """No Consul: the only assigner, always leader, its address the leader's."""
+
+    def __init__(self, address: str, *, on_elected: Callback | None = None) -> None:
+        self._address = address
+        self._on_elected = on_elected
+        self._never_lost = asyncio.Event()
+
+    @property
+    def is_leader(self) -> bool:
+        return True
+
+    @property
+    def leader_address(self) -> str | None:
+        return self._address
+
+    def term_lost(self) -> asyncio.Event:
+        return self._never_lost
+
+    async def run(self) -> None:
+        log.info("elected leader", address=self._address, election="static")
+        if self._on_elected is not None:
+            await self._on_elected()
+
+    async def resign(self) -> None:
+        return None
+
+
+class LeaderElector:
+    """Campaigns for the Consul lock until :meth:`resign` (see the module doc)."""
+
+    def __init__(
+        self,
+        settings: ElectionSettings,
+        *,
+        on_elected: Callback | None = None,
+        on_demoted: Callback | None = None,
+        client: consul.Consul | None = None,
+    ) -> None:
+        self.settings = settings
+        self.on_elected = on_elected
+        self.on_demoted = on_demoted
+        self.session_id: str | None = None
+        self._is_leader = False
+        self._leader_address: str | None = None
+        self._lost = asyncio.Event()
+        self._lost.set()
+        self._confirmed_at = 0.0
+        self._resigned = False
+        self._client = client or consul_client(settings.consul)
+        # Blocking queries hold a connection for up to wait_seconds: give them their own.
+        self._watch_client = consul_client(settings.consul)
+        self._log = log.bind(key=settings.key, address=settings.address)
+
+    # ---- Leadership -------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self._is_leader
+
+    @property
+    def leader_address(self) -> str | None:
+        return self._leader_address
+
+    def term_lost(self) -> asyncio.Event:
+        return self._lost
+
+    async def run(self) -> None:
+        renewer = asyncio.create_task(self._renew_loop(), name="leader-session-renew")
+        try:
+            await self._campaign()
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+
+    async def resign(self) -> None:
+        """Graceful shutdown: stop leading, release the lock and destroy the session, so a
+        standby acquires the key at once instead of waiting for a health check."""
+        self._resigned = True
+        await self._demote("resigned")
+        session, self.session_id = self.session_id, None
+        if session is None:
+            return
+        try:
+            await asyncio.to_thread(
+                self._client.kv.put, self.settings.key, self.settings.address, release=session
+            )
+            await asyncio.to_thread(self._client.session.destroy, session)
+            self._log.info("leadership resigned; lock released")
+        except Exception as exc:
+            self._log.warning("could not release the leader lock", error=str(exc))
+
+    # ---- campaign ---------------------------------------------------------------------
+
+    async def _campaign(self) -> None:
+        index: int | None = None
+        backoff = self.settings.retry_seconds
+        while not self._resigned:
+            try:
+                new_index, entry = await asyncio.to_thread(
+                    self._watch_client.kv.get,
+                    self.settings.key,
+                    index=index,
+                    wait=f"{self.settings.wait_seconds}s",
+                )
+                index = next_index(index, new_index)
+                if await self._on_key(entry):
+                    index = None  # we just tried to acquire: read the outcome at once
+                backoff = self.settings.retry_seconds
+            except Exception as exc:
+                await self._on_consul_error(exc)
+                index = None
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+
+    async def _on_key(self, entry: Mapping[str, Any] | None) -> bool:
+        """React to the key's current state; True if an acquire was attempted."""
+        holder = entry.get("Session") if entry else None
+        if self._resigned:
+            return False
+        if holder and holder == self.session_id:
+            self._confirmed_at = time.monotonic()
+            await self._elected()
+            return False
+        if self._is_leader:
+            await self._demote("the lock is no longer ours")
+        if holder:
+            self._follow(leader_of(entry))
+            await self._prepare_session()
+            return False
+        self._follow(None)
+        if self.session_id is None:
+            self.session_id = await self._create_session()
+        await self._acquire()
+        return True
+
+    async def _prepare_session(self) -> None:
+        """A follower keeps a session ready, so taking over costs one KV write. Failing is
+        fine here (e.g. our check is not passing yet): it is retried on the next change
+        of the key, and before any acquire."""
+        if self.session_id is not None:
+            return
+        try:
+            self.session_id = await self._create_session()
+        except Exception as exc:
+            self._log.debug("no leader session yet", error=str(exc))
+
+    async def _acquire(self) -> None:
+        assert self.session_id is not None
+        acquired = await asyncio.to_thread(
+            self._client.kv.put,
+            self.settings.key,
+            self.settings.address,
+            acquire=self.session_id,
+        )
+        if not acquired:
+            # Someone else won the race, or our session is gone: find out which.
+            await self._check_session()
+
+    async def _create_session(self) -> str:
+        checks = list(self.settings.checks or ())
+        if self.settings.checks is None:
+            services = await asyncio.to_thread(self._client.agent.services)
+            checks = [
+                "serfHealth",
+                service_check_id(services, self.settings.service_name, self.settings.address),
+            ]
+        session: str = await asyncio.to_thread(
+            self._client.session.create,
+            name=f"{self.settings.service_name} leader {self.settings.address}",
+            checks=checks,
+            lock_delay=0,
+            behavior="release",
+            ttl=self.settings.session_ttl_seconds,
+        )
+        self._log.info("leader session created", session=session, checks=checks)
+        return session
+
+    async def _check_session(self) -> None:
+        session = self.session_id
+        if session is None:
+            return
+        _, info = await asyncio.to_thread(self._client.session.info, session)
+        if info is None:
+            self._log.info("leader session invalidated; creating a new one", session=session)
+            self.session_id = None
+            await self._demote("session invalidated")
+
+    async def _renew_loop(self) -> None:
+        period = max(1.0, self.settings.session_ttl_seconds / 3)
+        while True:
+            await asyncio.sleep(period)
+            session = self.session_id
+            if session is None:
+                continue
+            try:
+                await asyncio.to_thread(self._client.session.renew, session)
+                if self._is_leader:
+                    self._confirmed_at = time.monotonic()
+            except consul.NotFound:
+                if self.session_id == session:
+                    self._log.warning("leader session invalidated by Consul", session=session)
+                    self.session_id = None
+                    await self._demote("session invalidated")
+            except Exception as exc:
+                await self._on_consul_error(exc)
+
+    async def _on_consul_error(self, exc: Exception) -> None:
+        stale = time.monotonic() - self._confirmed_at > self.settings.stale_after_seconds
+        if self._is_leader and stale:
+            await self._demote(f"cannot confirm the lock with Consul: {exc}")
+        if isinstance(exc, LookupError) or "critical state" in str(exc):
+            # Not registered yet / our check is not passing yet: normal during start-up.
+            self._log.debug("cannot campaign yet", error=str(exc))
+        else:
+            self._log.warning("leader election: Consul call failed; retrying", error=str(exc))
+        if "invalid session" in str(exc).lower():
+            self.session_id = None
+
+    # ---- transitions ------------------------------------------------------------------
+
+    async def _elected(self) -> None:
+        if self._is_leader:
+            return
+        self._is_leader = True
+        self._leader_address = self.settings.address
+        self._lost = asyncio.Event()
+        self._log.info("elected leader", session=self.session_id)
+        await self._call(self.on_elected, "on_elected")
+
+    async def _demote(self, why: str) -> None:
+        if not self._is_leader:
+            return
+        self._is_leader = False
+        self._leader_address = None
+        self._lost.set()
+        self._log.warning("lost leadership", why=why)
+        await self._call(self.on_demoted, "on_demoted")
+
+    def _follow(self, leader: str | None) -> None:
+        if leader == self._leader_address:
+            return
+        self._leader_address = leader
+        if leader is None:
+            self._log.info("no leader; campaigning")
+        else:
+            self._log.info("following leader", leader=leader)
+
+    async def _call(self, callback: Callback | None, what: str) -> None:
+        if callback is None:
+            return
+        try:
+            await callback()
+        except Exception:
+            self._log.exception("leadership callback failed", callback=what)

@@ -1,0 +1,284 @@
+"""Leader election decisions, the leader guard, and leader-key parsing (no Consul needed)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import grpc.aio
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from services.assigner.leader_guard import LeaderGuard, is_guarded, not_leader, rejection
+from services.assigner.leadership import (
+    ElectionSettings,
+    LeaderElector,
+    StaticLeadership,
+    service_check_id,
+)
+from services.runtime.errors import LEADER_METADATA_KEY, error_info, trailing_value
+from services.runtime.grpcserver import create_server
+from services.runtime.leader_watch import leader_of, next_index
+from services.runtime.settings import ServiceSettings
+
+
+class FakeLeadership:
+    def __init__(self, is_leader: bool, leader: str | None) -> None:
+        self.is_leader = is_leader
+        self.leader_address = leader
+        self.lost = asyncio.Event()
+
+    def term_lost(self) -> asyncio.Event:
+        return self.lost
+
+    async def run(self) -> None:
+        return None
+
+    async def resign(self) -> None:
+        return None
+
+
+# ---- leader key -------------------------------------------------------------------------
+
+
+def test_leader_of_needs_a_session() -> None:
+    assert leader_of(None) is None
+    assert leader_of({"Value": b"10.0.0.1:7070"}) is None  # released: value stays, no leader
+    assert leader_of({"Value": b"10.0.0.1:7070", "Session": "s1"}) == "10.0.0.1:7070"
+    assert leader_of({"Value": None, "Session": "s1"}) is None
+    assert leader_of({"Value": b" ", "Session": "s1"}) is None
+
+
+def test_next_index_resets_when_it_goes_backwards() -> None:
+    assert next_index(None, "42") == 42
+    assert next_index(42, 43) == 43
+    assert next_index(42, 7) is None
+    assert next_index(42, 0) is None
+    assert next_index(None, None) is None
+
+
+def test_service_check_id_matches_name_and_address() -> None:
+    services = {
+        "ds-sidecar-a": {"Service": "ds-sidecar", "Address": "127.0.0.1", "Port": 7070},
+        "ds-assigner-h-127.0.0.1-7071": {
+            "Service": "ds-assigner",
+            "Address": "127.0.0.1",
+            "Port": 7071,
+        },
+    }
+    assert (
+        service_check_id(services, "ds-assigner", "127.0.0.1:7071")
+        == "service:ds-assigner-h-127.0.0.1-7071"
+    )
+    with pytest.raises(LookupError):
+        service_check_id(services, "ds-assigner", "127.0.0.1:7070")
+
+
+# ---- guard decisions --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "guarded"),
+    [
+        ("/dataservice.assigner.v1.AssignerService/Session", True),
+        ("/dataservice.assigner.v1.BindingService/Bind", True),
+        ("/dataservice.assigner.v1.AdminService/ListGroups", True),
+        ("/grpc.health.v1.Health/Check", False),
+        ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", False),
+        ("/dataservice.sidecar.v1.StreamService/Fetch", False),
+    ],
+)
+def test_only_assigner_apis_are_guarded(method: str, guarded: bool) -> None:
+    assert is_guarded(method) is guarded
+
+
+def test_rejection_names_the_leader() -> None:
+    follower = FakeLeadership(False, "10.0.0.2:7070")
+    err = rejection(follower, "/dataservice.assigner.v1.AdminService/ListGroups")
+    assert err is not None
+    assert err.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert err.reason.value == "NOT_LEADER"
+    assert err.trailing == {LEADER_METADATA_KEY: "10.0.0.2:7070"}
+    assert rejection(follower, "/grpc.health.v1.Health/Check") is None
+    assert rejection(FakeLeadership(True, "me:1"), "/dataservice.assigner.v1.X/Y") is None
+    assert not_leader(None).trailing == {LEADER_METADATA_KEY: ""}
+
+
+# ---- the guard on a real in-process server ------------------------------------------------
+
+_ADMIN = "dataservice.assigner.v1.AdminService"
+_BINDING = "dataservice.assigner.v1.BindingService"
+
+
+def _generic_handlers() -> list[grpc.GenericRpcHandler]:
+    async def list_groups(request: bytes, context: Any) -> bytes:
+        return b"groups"
+
+    async def watch(request: bytes, context: Any) -> AsyncIterator[bytes]:
+        yield b"first"
+        await asyncio.Event().wait()  # a watch stream that never ends by itself
+        yield b"never"  # pragma: no cover
+
+    return [
+        grpc.method_handlers_generic_handler(
+            _ADMIN, {"ListGroups": grpc.unary_unary_rpc_method_handler(list_groups)}
+        ),
+        grpc.method_handlers_generic_handler(
+            _BINDING, {"WatchBinding": grpc.unary_stream_rpc_method_handler(watch)}
+        ),
+    ]
+
+
+async def _serve(leadership: FakeLeadership) -> tuple[grpc.aio.Server, str]:
+    settings = ServiceSettings(host="127.0.0.1", grpc_port=0)
+    server = create_server(settings, [], interceptors=[LeaderGuard(leadership)])
+    server.server.add_generic_rpc_handlers(_generic_handlers())
+    await server.server.start()
+    await server.set_serving(True)
+    return server.server, f"127.0.0.1:{server.port}"
+
+
+def test_follower_rejects_with_leader_and_keeps_health() -> None:
+    asyncio.run(_follower_rejects_with_leader_and_keeps_health())
+
+
+async def _follower_rejects_with_leader_and_keeps_health() -> None:
+    leadership = FakeLeadership(False, "10.9.9.9:7070")
+    server, address = await _serve(leadership)
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            list_groups = channel.unary_unary(f"/{_ADMIN}/ListGroups")
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await list_groups(b"", timeout=5)
+            assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            info = error_info(caught.value)
+            assert info is not None and info.reason == "NOT_LEADER"
+            assert trailing_value(caught.value, LEADER_METADATA_KEY) == "10.9.9.9:7070"
+
+            health = health_pb2_grpc.HealthStub(channel)
+            response = await health.Check(health_pb2.HealthCheckRequest(), timeout=5)
+            assert response.status == health_pb2.HealthCheckResponse.SERVING
+
+            leadership.is_leader = True
+            assert await list_groups(b"", timeout=5) == b"groups"
+    finally:
+        await server.stop(0)
+
+
+def test_demoted_leader_ends_open_streams() -> None:
+    asyncio.run(_demoted_leader_ends_open_streams())
+
+
+async def _demoted_leader_ends_open_streams() -> None:
+    leadership = FakeLeadership(True, "127.0.0.1:1")
+    server, address = await _serve(leadership)
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            call = channel.unary_stream(f"/{_BINDING}/WatchBinding")(b"", timeout=10)
+            assert await call.read() == b"first"
+            leadership.is_leader = False
+            leadership.leader_address = "10.0.0.3:7070"
+            leadership.lost.set()
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await call.read()
+            assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert trailing_value(caught.value, LEADER_METADATA_KEY) == "10.0.0.3:7070"
+    finally:
+        await server.stop(0)
+
+
+# ---- election state machine (a fake Consul client) ----------------------------------------
+
+
+class _FakeKV:
+    def __init__(self) -> None:
+        self.puts: list[dict[str, Any]] = []
+        self.grant = True
+
+    def put(self, key: str, value: str, **kwargs: Any) -> bool:
+        self.puts.append({"key": key, "value": value, **kwargs})
+        return self.grant
+
+
+class _FakeSession:
+    def __init__(self) -> None:
+        self.alive = True
+
+    def info(self, session: str) -> tuple[int, dict[str, Any] | None]:
+        return 1, ({"ID": session} if self.alive else None)
+
+
+class _FakeConsul:
+    def __init__(self) -> None:
+        self.kv = _FakeKV()
+        self.session = _FakeSession()
+
+
+def test_elector_transitions() -> None:
+    asyncio.run(_elector_transitions())
+
+
+async def _elector_transitions() -> None:
+    events: list[str] = []
+
+    async def elected() -> None:
+        events.append("elected")
+
+    async def demoted() -> None:
+        events.append("demoted")
+
+    fake = _FakeConsul()
+    elector = LeaderElector(
+        ElectionSettings(consul="127.0.0.1:8500", address="127.0.0.1:7001"),
+        on_elected=elected,
+        on_demoted=demoted,
+        client=fake,  # type: ignore[arg-type]
+    )
+    elector.session_id = "mine"
+
+    # No holder: acquire with our session and our address.
+    assert await elector._on_key({"Value": b"old:1"}) is True
+    assert fake.kv.puts[-1] == {
+        "key": "dataservice/assigner/leader",
+        "value": "127.0.0.1:7001",
+        "acquire": "mine",
+    }
+    assert not elector.is_leader
+
+    # The key now names our session: elected, once.
+    await elector._on_key({"Value": b"127.0.0.1:7001", "Session": "mine"})
+    await elector._on_key({"Value": b"127.0.0.1:7001", "Session": "mine"})
+    assert elector.is_leader and elector.leader_address == "127.0.0.1:7001"
+    term = elector.term_lost()
+    assert not term.is_set()
+
+    # Another session holds it: demoted at once, following the other replica.
+    await elector._on_key({"Value": b"127.0.0.1:7002", "Session": "theirs"})
+    assert not elector.is_leader and term.is_set()
+    assert elector.leader_address == "127.0.0.1:7002"
+    assert events == ["elected", "demoted"]
+
+    # A lost race with an invalidated session: the session is dropped (re-created next).
+    fake.kv.grant = False
+    fake.session.alive = False
+    await elector._on_key(None)
+    assert elector.session_id is None
+
+
+def test_static_leadership_always_leads() -> None:
+    asyncio.run(_static_leadership_always_leads())
+
+
+async def _static_leadership_always_leads() -> None:
+    called: list[bool] = []
+
+    async def elected() -> None:
+        called.append(True)
+
+    static = StaticLeadership("127.0.0.1:7070", on_elected=elected)
+    await static.run()
+    assert static.is_leader and static.leader_address == "127.0.0.1:7070"
+    assert not static.term_lost().is_set()
+    assert called == [True]
