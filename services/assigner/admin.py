@@ -14,8 +14,12 @@ Documented limits, until durable assigner state (issue 3) lands:
 * page tokens are signed with a per-process key: a token issued before a restart is refused
   (INVALID_ARGUMENT), and the client starts again from the first page.
 * ``lag_seconds`` is the age of the record at the committed offset (the oldest unconsumed
-  one), read with a short-lived consumer in DescribeGroup only, within a time budget; a
-  partition not read in time, or whose record carries no timestamp, reports -1 (unknown).
+  one): its timestamp is read once with a short-lived consumer (``assign()``, never commits)
+  and remembered per (partition, offset), since it never changes. DescribeGroup waits for a
+  probe only briefly (and one probe runs at a time, at most every 2 s); a partition whose
+  record was not read yet, or carries no timestamp, reports -1 (unknown).
+* DescribeGroup's committed and end offsets are at most 1 s old: concurrent and repeated
+  calls share one Kafka read per group per second, so polling it costs Kafka nothing more.
 * ListGroups computes ``total_lag`` live for the groups of the page (one committed-offsets
   request per group, one end-offsets request per page, all in flight together); when Kafka
   cannot answer in time it reports -1 (unknown) instead of failing the listing.
@@ -32,30 +36,28 @@ import hashlib
 import hmac
 import re
 import secrets
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import grpc
 from confluent_kafka import (
     TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
     ConsumerGroupTopicPartitions,
     KafkaException,
 )
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
-
-# Not re-exported in the package's typing stubs; the class itself is public API.
-from confluent_kafka.admin._listoffsets import OffsetSpec
 from google.protobuf import duration_pb2, field_mask_pb2, message, timestamp_pb2
-from google.rpc import error_details_pb2, status_pb2
 
 from dataservice.assigner.v1 import types_pb2
 from dataservice.common.v1 import common_pb2
 from services.assigner.balancer import TopicPartition
 from services.assigner.state import GroupRecord
-from services.runtime.errors import DOMAIN, DsError, Reason, invalid
+from services.runtime.errors import DsError, Reason, invalid
 from services.runtime.kafka import new_admin, new_consumer
 from services.runtime.settings import ServiceSettings
 
@@ -68,6 +70,12 @@ IDEMPOTENCY_MAX_ENTRIES = 10_000
 KAFKA_TIMEOUT_SECONDS = 5.0
 LAG_PROBE_SECONDS = 2.0
 LAG_PROBE_MAX_PARTITIONS = 256
+# DescribeGroup may be polled many times a second (tests watch handoffs that way): offsets
+# are read at most once per OFFSETS_MAX_AGE per group, and a new lag_seconds probe starts at
+# most once per LAG_PROBE_INTERVAL.
+OFFSETS_MAX_AGE_SECONDS = 1.0
+LAG_PROBE_INTERVAL_SECONDS = 2.0
+RECORD_TIMESTAMPS_KEPT = 100_000
 
 # Kafka's own rules for group ids we accept (a group name is its Kafka group id) and for
 # topic names (kafka.common.internals.Topic: legal chars, at most 249).
@@ -105,47 +113,11 @@ MUTABLE_PATHS = (
 IMMUTABLE_PATHS = frozenset({"name", "config_version"})
 
 
-# ---- errors not (yet) in the catalogue ---------------------------------------------------
-
-
-class PreconditionError(DsError):
-    """FAILED_PRECONDITION with a reason that services/runtime/errors.py may not list yet.
-
-    When the catalogue has the reason, :func:`precondition` returns a plain :class:`DsError`;
-    this class only bridges the gap, so the wire format (code + ErrorInfo) is right either way.
-    """
-
-    def __init__(self, reason_name: str, message: str, metadata: Mapping[str, str]) -> None:
-        super().__init__(Reason.INVALID_FIELD, message, metadata=metadata)
-        self.reason_name = reason_name
-
-    @property
-    def code(self) -> grpc.StatusCode:
-        return grpc.StatusCode.FAILED_PRECONDITION
-
-    def to_status(self) -> status_pb2.Status:
-        status = super().to_status()
-        info = error_details_pb2.ErrorInfo(
-            reason=self.reason_name, domain=DOMAIN, metadata=self.metadata
-        )
-        del status.details[:]
-        status.details.add().Pack(info)
-        status.code = grpc.StatusCode.FAILED_PRECONDITION.value[0]
-        return status
-
-
-def precondition(reason_name: str, message: str, metadata: Mapping[str, str]) -> DsError:
-    reason = Reason.__members__.get(reason_name)
-    if reason is not None:
-        return DsError(reason, message, metadata=metadata)
-    return PreconditionError(reason_name, message, metadata)
-
-
 def version_conflict(group: str, expected: int, current: int) -> DsError:
-    return precondition(
-        "CONFIG_VERSION_CONFLICT",
+    return DsError(
+        Reason.CONFIG_VERSION_CONFLICT,
         f"group {group!r} is at config_version {current}, not {expected}: read it again and retry",
-        {"group": group, "expected": str(expected), "current": str(current)},
+        metadata={"group": group, "expected": str(expected), "current": str(current)},
     )
 
 
@@ -203,8 +175,6 @@ def validate_consumer_config(field: str, config: Mapping[str, str]) -> None:
 def check_librdkafka_properties(field: str, config: Mapping[str, str]) -> None:
     """Unknown properties and bad values, as librdkafka judges them. Builds (and closes) a
     consumer that connects nowhere: a few milliseconds, but a C call — run it in a thread."""
-    from confluent_kafka import Consumer  # local: only this check builds a bare consumer
-
     try:
         Consumer({**config, "group.id": "ds-assigner-config-check", "log_level": 0}).close()
     except KafkaException as exc:
@@ -542,6 +512,9 @@ class PartitionOffsets:
         return lag_records(self.committed, self.earliest, self.end)
 
 
+Offsets = dict[TopicPartition, PartitionOffsets]
+
+
 def lag_records(committed: int, earliest: int, end: int) -> int:
     """Records not yet consumed: end - committed, or everything left in the log when
     nothing is committed (or the commit points below the log start, deleted by retention)."""
@@ -587,6 +560,8 @@ class KafkaOffsets:
         self.settings = settings
         self.timeout = timeout
         self._admin = admin or new_admin(settings, client_id="ds-assigner-admin")
+        self._lock = threading.Lock()
+        self._consumer: Consumer | None = None  # for watermarks; never subscribes or commits
 
     def read(
         self, group: str, partitions: Sequence[TopicPartition]
@@ -599,8 +574,8 @@ class KafkaOffsets:
     def read_many(
         self, groups: Mapping[str, Sequence[TopicPartition]]
     ) -> dict[str, dict[TopicPartition, PartitionOffsets] | DsError]:
-        """Offsets of several groups: one committed-offsets request per group and one
-        earliest and one latest list_offsets request for all their partitions."""
+        """Offsets of several groups: one committed-offsets request per group (all in
+        flight together) and the watermarks of their partitions."""
         deadline = time.monotonic() + self.timeout
         all_tps = sorted({tp for tps in groups.values() for tp in tps})
         if not all_tps:
@@ -614,19 +589,7 @@ class KafkaOffsets:
                 for group, tps in groups.items()
                 if tps
             }
-            earliest_spec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
-            latest_spec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-            earliest = self._admin.list_offsets(
-                {_ktp(tp): earliest_spec for tp in all_tps}, request_timeout=self.timeout
-            )
-            latest = self._admin.list_offsets(
-                {_ktp(tp): latest_spec for tp in all_tps}, request_timeout=self.timeout
-            )
-            bounds = {
-                (k.topic, k.partition): v
-                for k, v in _results(earliest, deadline, "earliest").items()
-            }
-            ends = {(k.topic, k.partition): v for k, v in _results(latest, deadline, "end").items()}
+            bounds = self._watermarks(all_tps, deadline)
         except KafkaException as exc:
             err = _unavailable(f"cannot read partition offsets from Kafka: {_text(exc)}")
             return {group: err if tps else {} for group, tps in groups.items()}
@@ -650,12 +613,44 @@ class KafkaOffsets:
             out[group] = {
                 tp: PartitionOffsets(
                     committed=committed.get(tp, NO_OFFSET),
-                    earliest=bounds[tp].offset,
-                    end=ends[tp].offset,
+                    earliest=bounds[tp][0],
+                    end=bounds[tp][1],
                 )
                 for tp in tps
             }
         return out
+
+    def _watermarks(
+        self, tps: Sequence[TopicPartition], deadline: float
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """(log start, high watermark) per partition. A consumer's watermark query rather
+        than AdminClient.list_offsets: librdkafka 2.x crashed the assigner (segfault in
+        rdk:main) on list_offsets against freshly created topics."""
+        out: dict[TopicPartition, tuple[int, int]] = {}
+        with self._lock:
+            if self._consumer is None:
+                self._consumer = new_consumer(
+                    self.settings, group="ds-assigner-watermarks", client_id="ds-assigner-admin"
+                )
+            for tp in tps:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise KafkaException(
+                        f"timed out reading the end offset of {tp.topic}/{tp.partition}"
+                    )
+                marks = self._consumer.get_watermark_offsets(_ktp(tp), timeout=left, cached=False)
+                if marks is None:
+                    raise KafkaException(
+                        f"timed out reading the end offset of {tp.topic}/{tp.partition}"
+                    )
+                out[tp] = (int(marks[0]), int(marks[1]))
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
 
     def oldest_timestamps(
         self, starts: Mapping[TopicPartition, int], budget: float = LAG_PROBE_SECONDS
@@ -712,17 +707,6 @@ def _wait(future: concurrent.futures.Future[Any], deadline: float, what: str) ->
         raise KafkaException(f"timed out reading {what}") from exc
 
 
-def _results(
-    futures: Mapping[KafkaTopicPartition, concurrent.futures.Future[Any]],
-    deadline: float,
-    what: str,
-) -> dict[KafkaTopicPartition, Any]:
-    return {
-        tp: _wait(f, deadline, f"{what} offset of {tp.topic}/{tp.partition}")
-        for tp, f in futures.items()
-    }
-
-
 def _text(exc: BaseException) -> str:
     arg = exc.args[0] if exc.args else exc
     return str(arg.str()) if hasattr(arg, "str") else str(arg)
@@ -730,3 +714,107 @@ def _text(exc: BaseException) -> str:
 
 def _unavailable(message: str, group: str = "") -> DsError:
     return DsError(Reason.KAFKA_UNAVAILABLE, message, metadata={"group": group} if group else None)
+
+
+class OffsetsView:
+    """What the event loop uses: :class:`KafkaOffsets` in worker threads, single-flight and
+    briefly cached, every wait bounded by the caller's budget."""
+
+    def __init__(
+        self,
+        reader: KafkaOffsets,
+        *,
+        max_age: float = OFFSETS_MAX_AGE_SECONDS,
+        probe_interval: float = LAG_PROBE_INTERVAL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.reader = reader
+        self.max_age = max_age
+        self.probe_interval = probe_interval
+        self.clock = clock
+        self._cached: dict[str, tuple[tuple[TopicPartition, ...], float, Offsets]] = {}
+        self._reads: dict[str, asyncio.Task[Offsets]] = {}
+        self._known: OrderedDict[tuple[TopicPartition, int], int] = OrderedDict()
+        self._probe: asyncio.Task[None] | None = None
+        self._next_probe = 0.0
+
+    async def group(self, group: str, partitions: Sequence[TopicPartition], wait: float) -> Offsets:
+        """The group's offsets, read at most ``max_age`` ago; KAFKA_UNAVAILABLE when Kafka
+        does not answer within ``wait`` (or the read's own timeout)."""
+        key = tuple(partitions)
+        cached = self._cached.get(group)
+        if cached is not None and cached[0] == key and self.clock() - cached[1] <= self.max_age:
+            return cached[2]
+        task = self._reads.get(group)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._read(group, key))
+            task.add_done_callback(_retrieve)
+            self._reads[group] = task
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), max(wait, 0.0))
+        except TimeoutError as exc:
+            raise _unavailable(
+                f"Kafka did not answer for the offsets of group {group!r} in time", group
+            ) from exc
+
+    async def _read(self, group: str, partitions: tuple[TopicPartition, ...]) -> Offsets:
+        try:
+            started = self.clock()
+            value = await asyncio.to_thread(self.reader.read, group, partitions)
+            self._cached[group] = (partitions, started, value)
+            return value
+        finally:
+            self._reads.pop(group, None)
+
+    async def many(
+        self, groups: Mapping[str, Sequence[TopicPartition]], wait: float
+    ) -> dict[str, Offsets | DsError]:
+        """Offsets of several groups in one batch; a group not read within ``wait`` maps to
+        a DsError (ListGroups reports its lag as unknown)."""
+        task = asyncio.get_running_loop().create_task(
+            asyncio.to_thread(self.reader.read_many, groups)
+        )
+        task.add_done_callback(_retrieve)
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), max(wait, 0.0))
+        except TimeoutError:
+            err = _unavailable("Kafka did not answer for the groups' offsets in time")
+            return {g: err for g in groups}
+
+    async def oldest_timestamps(
+        self, starts: Mapping[TopicPartition, int], wait: float
+    ) -> dict[TopicPartition, int]:
+        """Timestamps (ms) of the records at ``starts``: the remembered ones, plus what a
+        probe (started now if none ran within ``probe_interval``) reads within ``wait``."""
+        missing = {tp: o for tp, o in starts.items() if (tp, o) not in self._known}
+        if missing and self._probe is None and self.clock() >= self._next_probe:
+            self._next_probe = self.clock() + self.probe_interval
+            self._probe = asyncio.get_running_loop().create_task(self._run_probe(missing))
+        if missing and self._probe is not None and wait > 0:
+            await asyncio.wait({self._probe}, timeout=wait)
+        return {tp: self._known[(tp, o)] for tp, o in starts.items() if (tp, o) in self._known}
+
+    async def _run_probe(self, starts: Mapping[TopicPartition, int]) -> None:
+        try:
+            found = await asyncio.to_thread(self.reader.oldest_timestamps, starts)
+            for tp, ts in found.items():
+                self._known[(tp, starts[tp])] = ts
+            while len(self._known) > RECORD_TIMESTAMPS_KEPT:
+                self._known.popitem(last=False)
+        except Exception:
+            pass  # unknown stays -1; the next probe tries again
+        finally:
+            self._probe = None
+
+
+def budget(time_remaining: float | None, cap: float, share: float = 0.5) -> float:
+    """How long a step may wait: ``share`` of the call's remaining deadline, at most ``cap``."""
+    if time_remaining is None:
+        return cap
+    return max(0.0, min(cap, time_remaining * share))
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Mark a shared task's outcome as seen even when every waiter gave up on it."""
+    if not task.cancelled():
+        task.exception()

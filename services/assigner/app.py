@@ -53,6 +53,7 @@ class AssignerApp:
         self.leadership: Leadership = Unelected()
         self.leader_guard = LeaderGuard(lambda: self.leadership)
         self._election: asyncio.Task[None] | None = None
+        self._admin_servicer = AdminServicer(self)
         self._serving = asyncio.Event()  # set while this replica leads and has loaded state
 
     # ---- Service protocol -----------------------------------------------------------------
@@ -71,7 +72,7 @@ class AssignerApp:
             ),
             GrpcService(
                 "dataservice.assigner.v1.AdminService",
-                AdminServicer(self),
+                self._admin_servicer,
                 admin_pb2_grpc.add_AdminServiceServicer_to_server,
             ),
         ]
@@ -186,6 +187,7 @@ class AssignerApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._election
         await self.step_down()
+        await asyncio.to_thread(self._admin_servicer.close)
         await asyncio.to_thread(self.state.close)
 
     # ---- state ------------------------------------------------------------------------

@@ -338,6 +338,14 @@ class GroupCoordinator:
         """Members connected and serving, by id."""
         return sorted((m for m in self.members.values() if m.present), key=lambda m: m.id)
 
+    def serving_members(self) -> list[MemberInfo]:
+        """Members clients should be bound to: the live ones, plus leaving ones until they
+        have released everything (clients must still be able to ack what they got)."""
+        return sorted(
+            (m for m in self.members.values() if m.present or (m.leaving and self.held_by(m.id))),
+            key=lambda m: m.id,
+        )
+
     def held_by(self, member_id: str) -> list[Lease]:
         return sorted(
             (lease for lease in self.leases.values() if lease.holder == member_id),

@@ -400,7 +400,7 @@ class GroupRuntime:
 
     def binding_for(self, client_id: str) -> types_pb2.Binding:
         endpoints = []
-        for member in self.coordinator.live_members():
+        for member in self.coordinator.serving_members():
             endpoints.append(
                 types_pb2.SidecarEndpoint(
                     sidecar_id=member.id,
@@ -421,7 +421,7 @@ class GroupRuntime:
     def _publish_binding_if_changed(self) -> None:
         holders = {
             m.id: tuple(lease.tp for lease in self.coordinator.held_by(m.id))
-            for m in self.coordinator.live_members()
+            for m in self.coordinator.serving_members()
         }
         if holders == self._holders_seen:
             return

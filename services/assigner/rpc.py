@@ -178,6 +178,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         # guards must not interleave with another change across the awaits between them.
         self._writes = asyncio.Lock()
 
+    def close(self) -> None:
+        if self._offsets is not None:
+            self._offsets.reader.close()
+
     @property
     def offsets(self) -> admin.OffsetsView:
         if self._offsets is None:
@@ -270,7 +274,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             # The same settings again answer the existing group; other settings are
             # GROUP_ALREADY_EXISTS; a topic that does not exist is TOPIC_NOT_FOUND.
             group = await self.app.create_group(
-                record.name, record.topics, record.mode, record.consumer_config
+                record.name,
+                record.topics,
+                record.mode,
+                record.consumer_config,
+                balance_strategy=record.balance_strategy,
             )
         return admin_pb2.CreateGroupResponse(group=group.config_proto())
 

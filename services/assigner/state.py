@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,6 +140,19 @@ class StateStore:
             if error is not None and not _already_exists(error):
                 raise error
         log.info("created the state topic", topic=self.topic, replication=replication)
+        self._wait_for_leader(deadline=time.monotonic() + 30)
+
+    def _wait_for_leader(self, deadline: float) -> None:
+        """A topic just created has no partition leader for a moment; reads before that
+        time out. Wait (bounded) until partition 0 has one."""
+        while time.monotonic() < deadline:
+            topic = self._admin.list_topics(topic=self.topic, timeout=5).topics.get(self.topic)
+            if topic is not None and topic.error is None:
+                partition = topic.partitions.get(0)
+                if partition is not None and partition.leader >= 0:
+                    return
+            time.sleep(0.2)
+        raise KafkaException(f"state topic {self.topic} has no partition leader")
 
     def load(self) -> StateSnapshot:
         """Read the whole topic, from the beginning to the high watermark."""
@@ -158,8 +172,13 @@ class StateStore:
                 return snapshot
             consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
             position = low
+            deadline = time.monotonic() + 60
             while position < high:
-                msg = consumer.poll(5.0)
+                if time.monotonic() > deadline:
+                    raise KafkaException(
+                        f"state topic {self.topic}: read stalled at {position} of {high}"
+                    )
+                msg = consumer.poll(1.0)
                 if msg is None:
                     continue
                 error = msg.error()

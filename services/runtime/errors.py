@@ -43,6 +43,7 @@ class Reason(StrEnum):
     LEASE_EPOCH_STALE = "LEASE_EPOCH_STALE"
     OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
     GROUP_MODE_MISMATCH = "GROUP_MODE_MISMATCH"
+    CONFIG_VERSION_CONFLICT = "CONFIG_VERSION_CONFLICT"
     KAFKA_UNAVAILABLE = "KAFKA_UNAVAILABLE"
     SERVICE_NOT_READY = "SERVICE_NOT_READY"
     PERMISSION_DENIED = "PERMISSION_DENIED"
@@ -95,6 +96,10 @@ CATALOGUE: Mapping[Reason, ReasonSpec] = {
     ),
     Reason.GROUP_MODE_MISMATCH: ReasonSpec(
         grpc.StatusCode.FAILED_PRECONDITION, "The operation does not apply to the group's mode."
+    ),
+    Reason.CONFIG_VERSION_CONFLICT: ReasonSpec(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "UpdateGroup's expected_config_version is not the group's current version.",
     ),
     Reason.KAFKA_UNAVAILABLE: ReasonSpec(
         grpc.StatusCode.UNAVAILABLE, "Kafka cannot be reached right now; retry with backoff."

@@ -172,7 +172,16 @@ class ServiceRunner:
                 await self._register()
             if not self.state.ready_once:
                 assert self.grpc is not None
-                await self.service.on_ready(self.grpc)
+                try:
+                    await self.service.on_ready(self.grpc)
+                except Exception as exc:
+                    # Starting up touched a dependency that is not quite there yet (a
+                    # topic just created, Kafka mid-election): stay NOT_SERVING, retry.
+                    log.warning("start-up step failed; retrying", error=repr(exc))
+                    self.state.problems = {"startup": repr(exc)}
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, self.settings.dependency_retry_max_seconds)
+                    continue
                 self.state.ready_once = True
             await self._set_serving(self.state.registered)
             await asyncio.sleep(RECHECK_SECONDS if self.state.registered else delay)

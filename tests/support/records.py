@@ -1,0 +1,216 @@
+"""Count every record end to end: a steady sequence-numbered producer and a consumer loop.
+
+``SeqProducer`` produces records keyed by a sequence number (key = seq, value carries seq)
+at a steady rate on a background thread, spreading them round-robin over the partitions,
+and remembers which sequences Kafka confirmed. ``ConsumerLoop`` fetches through a
+:class:`DsClient` and acks each batch synchronously right after the fetch, like a plain
+application would, recording every delivery (partition, offset, seq, epoch, sidecar) and
+whether its ack was accepted. :class:`Tally` answers "what was lost, what came twice".
+Failure tests (CONVENTIONS "Tests") check these counts, never a sample.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from services.consumer_sidecar.client import DsClient
+
+
+def value_of(seq: int) -> bytes:
+    return f"seq-{seq}".encode()
+
+
+class SeqProducer:
+    """Produces ``rate`` records/s, seq 0, 1, 2, … to ``topic`` (partition = seq % n)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: float = 500.0) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.rate = rate
+        self._producer = Producer(
+            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
+        )
+        self._lock = threading.Lock()
+        self._confirmed: set[int] = set()
+        self.failed: list[tuple[int, str]] = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="seq-producer", daemon=True)
+
+    def start(self) -> SeqProducer:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        while not self._stop.is_set():
+            due = int((time.monotonic() - started) * self.rate)
+            while self.sent < due:
+                seq = self.sent
+                self._producer.produce(
+                    self.topic,
+                    key=str(seq).encode(),
+                    value=value_of(seq),
+                    partition=seq % self.partitions,
+                    on_delivery=lambda err, msg, s=seq: self._delivered(s, err, msg),
+                )
+                self.sent += 1
+            self._producer.poll(0)
+            time.sleep(0.01)
+
+    def _delivered(self, seq: int, err: KafkaError | None, _msg: Message) -> None:
+        with self._lock:
+            if err is None:
+                self._confirmed.add(seq)
+            else:
+                self.failed.append((seq, str(err)))
+
+    def stop(self) -> set[int]:
+        """Stop producing, flush, and return every sequence Kafka confirmed."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        remaining = self._producer.flush(30)
+        assert remaining == 0, f"{remaining} records not confirmed by Kafka"
+        assert not self.failed, f"produce failures: {self.failed[:5]}"
+        return self.confirmed()
+
+    def confirmed(self) -> set[int]:
+        with self._lock:
+            return set(self._confirmed)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    seq: int
+    partition: int
+    offset: int
+    epoch: int
+    sidecar: str  # address of the sidecar that delivered it
+    fetched_at: float  # monotonic
+    acked: bool  # the sidecar accepted the ack of the whole batch
+    acked_at: float
+
+
+@dataclass
+class Tally:
+    """Every delivery, by sequence. Thread-safe."""
+
+    deliveries: list[Delivery] = field(default_factory=list)
+    by_seq: dict[int, list[Delivery]] = field(default_factory=lambda: defaultdict(list))
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, batch: list[Delivery]) -> None:
+        with self.lock:
+            for d in batch:
+                self.deliveries.append(d)
+                self.by_seq[d.seq].append(d)
+
+    def received(self) -> set[int]:
+        with self.lock:
+            return set(self.by_seq)
+
+    def duplicates(self) -> dict[int, list[Delivery]]:
+        """Sequences delivered more than once, with every delivery of each."""
+        with self.lock:
+            return {s: list(ds) for s, ds in self.by_seq.items() if len(ds) > 1}
+
+    def duplicate_count(self) -> int:
+        return sum(len(ds) - 1 for ds in self.duplicates().values())
+
+    def delivery_times(self) -> list[float]:
+        with self.lock:
+            return sorted(d.fetched_at for d in self.deliveries)
+
+    def longest_gap(self, start: float, end: float) -> tuple[float, float]:
+        """Longest time without a delivery within [start, end]: (seconds, gap start)."""
+        times = [start, *(t for t in self.delivery_times() if start <= t <= end), end]
+        best, at = 0.0, start
+        for a, b in itertools.pairwise(times):
+            if b - a > best:
+                best, at = b - a, a
+        return best, at
+
+
+class ConsumerLoop:
+    """Fetch → record → ack, forever, on a thread. No error handling of its own: an
+    exception escaping DsClient is recorded in :attr:`errors` and ends the loop."""
+
+    def __init__(self, client: DsClient, tally: Tally, max_records: int = 500) -> None:
+        self.client = client
+        self.tally = tally
+        self.max_records = max_records
+        self.errors: list[BaseException] = []
+        self.batches = 0
+        self.partial_acks = 0  # batches whose ack was not (fully) accepted
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="consumer-loop", daemon=True)
+
+    def start(self) -> ConsumerLoop:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                batch = self.client.fetch(self.max_records, max_wait=0.5)
+                if not batch:
+                    continue
+                fetched_at = time.monotonic()
+                sidecar = self.client._delivered_by.get((batch[0].topic, batch[0].partition), "")
+                accepted = self.client.ack(batch)
+                acked_at = time.monotonic()
+                ok = accepted == len(batch)
+                if not ok:
+                    self.partial_acks += 1
+                self.batches += 1
+                self.tally.add(
+                    [
+                        Delivery(
+                            seq=int(r.key.decode()),
+                            partition=r.partition,
+                            offset=r.offset,
+                            epoch=r.lease_epoch,
+                            sidecar=sidecar,
+                            fetched_at=fetched_at,
+                            acked=ok,
+                            acked_at=acked_at,
+                        )
+                        for r in batch
+                    ]
+                )
+                for r in batch:
+                    assert r.value == value_of(int(r.key.decode())), "value does not match key"
+        except BaseException as exc:
+            self.errors.append(exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=40)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+
+def wait_received(tally: Tally, expected: set[int], timeout: float) -> set[int]:
+    """Wait until every expected sequence was delivered; returns the ones still missing."""
+    deadline = time.monotonic() + timeout
+    missing = expected - tally.received()
+    while missing and time.monotonic() < deadline:
+        time.sleep(0.2)
+        missing = expected - tally.received()
+    return missing
+
+
+def describe_missing(missing: set[int], partitions: int, limit: int = 10) -> str:
+    per_partition: dict[int, int] = defaultdict(int)
+    for seq in missing:
+        per_partition[seq % partitions] += 1
+    example = sorted(missing)[:limit]
+    return f"{len(missing)} lost (per partition {dict(per_partition)}; e.g. {example})"
