@@ -5,6 +5,13 @@
             process(batch)
             client.ack(batch)
 
+A client serves one group (given to the constructor), so ``stream()`` takes no group.
+``stream()`` long-polls ``Fetch`` by default; ``use_stream_rpc=True`` (constructor or
+``stream()`` argument) reads over the credit-based ``Stream`` RPC instead: one stream per
+bound sidecar, ``max_records`` of credit each, credit returned as the application takes
+each batch, and ``ack()`` sent on the stream that delivered the records (falling back to
+the ``Ack`` RPC if that stream broke). ``auto_ack=True`` acks at delivery in both modes.
+
 The client binds through the assigner, keeps a ``WatchBinding`` stream open on a
 background thread (new bindings are pushed the moment a sidecar leaves), and retries
 ``UNAVAILABLE`` on its own (AIP-194: only that code). Acks go back to the sidecar that
@@ -21,11 +28,14 @@ during a failover: the client keeps fetching from them while it re-binds on the 
 from __future__ import annotations
 
 import contextlib
+import queue
 import random
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TypeVar
@@ -51,6 +61,10 @@ T = TypeVar("T")
 EMPTY_BINDING_GRACE_SECONDS = 10.0
 
 
+# How long ack() waits for a Stream's ack_result before falling back to the Ack RPC.
+STREAM_ACK_TIMEOUT_SECONDS = 10.0
+
+
 class ClientError(Exception):
     """A call failed with a status the client must not retry (bad request, unknown group)."""
 
@@ -61,6 +75,129 @@ class _Sidecar:
     channel: grpc.Channel
     stub: stream_pb2_grpc.StreamServiceStub
     partitions: set[tuple[str, int]] = field(default_factory=set)
+
+
+class _SidecarStream:
+    """One ``Stream`` call to one sidecar, on its own thread, re-opened while the sidecar is
+    bound. Batches go to ``out``; ack results resolve the futures of :meth:`ack` in order."""
+
+    def __init__(
+        self,
+        client: DsClient,
+        sidecar: _Sidecar,
+        window: int,
+        out: queue.Queue[tuple[_SidecarStream, list[Record] | ClientError]],
+    ) -> None:
+        self.client = client
+        self.sidecar = sidecar
+        self.address = sidecar.address
+        self.window = window
+        self.out = out
+        self._lock = threading.Lock()
+        self._requests: queue.SimpleQueue[stream_pb2.StreamRequest | None] | None = None
+        self._pending: deque[Future[stream_pb2.StreamAckResult]] = deque()
+        self._call: grpc.Call | None = None
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ds-stream", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        with self._lock:
+            requests, call = self._requests, self._call
+        if requests is not None:
+            requests.put(None)
+        if call is not None:
+            call.cancel()  # type: ignore[no-untyped-call]
+
+    def grant(self, records: int) -> None:
+        with self._lock:
+            if self._requests is not None:
+                credit = stream_pb2.StreamCredit(records=records)
+                self._requests.put(stream_pb2.StreamRequest(credit=credit))
+
+    def ack(self, acks: list[stream_pb2.RecordAck], timeout: float) -> int | None:
+        """Acks sent on the stream: how many were accepted, or None if the stream could not
+        answer (not open, broken, slow) and the caller should use the Ack RPC."""
+        future: Future[stream_pb2.StreamAckResult] = Future()
+        with self._lock:
+            if self._requests is None:
+                return None
+            self._pending.append(future)
+            self._requests.put(stream_pb2.StreamRequest(acks=stream_pb2.StreamAcks(acks=acks)))
+        try:
+            return future.result(timeout=timeout).acked_count
+        except Exception:
+            return None
+
+    def _request_iterator(
+        self, requests: queue.SimpleQueue[stream_pb2.StreamRequest | None]
+    ) -> Iterator[stream_pb2.StreamRequest]:
+        yield stream_pb2.StreamRequest(
+            open=stream_pb2.StreamOpen(
+                client_id=self.client.client_id,
+                group=self.client.group,
+                auto_ack=self.client.auto_ack,
+                initial_credit=stream_pb2.StreamCredit(records=self.window),
+            )
+        )
+        while (request := requests.get()) is not None:
+            yield request
+
+    def _run(self) -> None:
+        backoff = 0.1
+        while not self._stopped.is_set():
+            requests: queue.SimpleQueue[stream_pb2.StreamRequest | None] = queue.SimpleQueue()
+            try:
+                call = self.sidecar.stub.Stream(self._request_iterator(requests))
+            except ValueError:  # the channel was closed (unbound, or the client closed)
+                return
+            with self._lock:
+                self._requests, self._call = requests, call
+            try:
+                for response in call:
+                    if response.WhichOneof("kind") == "batch":
+                        self.out.put((self, list(response.batch.records)))
+                        backoff = 0.1
+                    elif response.WhichOneof("kind") == "ack_result":
+                        with self._lock:
+                            future = self._pending.popleft() if self._pending else None
+                        if future is not None:
+                            future.set_result(response.ack_result)
+                error: grpc.RpcError | None = None
+            except grpc.RpcError as err:
+                error = err
+            except ValueError:  # the channel was closed (unbound, or the client closed)
+                error = None
+                self._stopped.set()
+            finally:
+                with self._lock:
+                    self._requests, self._call = None, None
+                    pending, self._pending = self._pending, deque()
+                requests.put(None)
+                for future in pending:
+                    future.set_exception(ConnectionError("stream ended"))
+            if self._stopped.is_set():
+                return
+            if error is not None and error.code() not in (
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.StatusCode.CANCELLED,
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+            ):
+                self.out.put(
+                    (
+                        self,
+                        ClientError(
+                            f"Stream from {self.address}: {error.code().name}: {error.details()}"
+                        ),
+                    )
+                )
+                return
+            # The sidecar is going or the stream broke: re-open while it is still bound.
+            self._stopped.wait(backoff * (0.5 + random.random()))
+            backoff = min(backoff * 2, 2.0)
 
 
 class DsClient:
@@ -75,8 +212,11 @@ class DsClient:
         call_timeout: float = 35.0,
         consul: str | None = None,
         leader_key: str = DEFAULT_LEADER_KEY,
+        use_stream_rpc: bool = False,
     ) -> None:
         self.group = group
+        self.use_stream_rpc = use_stream_rpc
+        self._streams: dict[str, _SidecarStream] = {}  # address → open Stream (stream RPC)
         self.client_id = client_id or f"client-{uuid.uuid4().hex[:12]}"
         self._leader_watch: LeaderWatchThread | None = None
         if consul:
@@ -150,25 +290,91 @@ class DsClient:
         for address, acks in by_address.items():
             with self._lock:
                 sidecar = self._sidecars.get(address)
+                stream = self._streams.get(address)
+            if stream is not None:
+                counted = stream.ack(acks, STREAM_ACK_TIMEOUT_SECONDS)
+                if counted is not None:
+                    accepted += counted
+                    continue
             if sidecar is None:
                 continue  # the sidecar left: its new owner redelivers these records
-            request = stream_pb2.AckRequest(client_id=self.client_id, group=self.group, acks=acks)
-            try:
-                response = self._retrying(
-                    lambda s=sidecar, q=request: s.stub.Ack(q, timeout=10)  # type: ignore[misc]
-                )
-            except (grpc.RpcError, ClientError) as err:
-                log.warning("ack failed; records will be redelivered", error=str(err))
-                continue
-            accepted += response.acked_count
+            accepted += self._ack_rpc(sidecar, acks)
         return accepted
 
-    def stream(self, max_records: int = 500) -> Iterator[list[Record]]:
-        """Batches forever (until close); with auto_ack=False, ack each batch yourself."""
+    def _ack_rpc(self, sidecar: _Sidecar, acks: list[stream_pb2.RecordAck]) -> int:
+        request = stream_pb2.AckRequest(client_id=self.client_id, group=self.group, acks=acks)
+        try:
+            response = self._retrying(
+                lambda s=sidecar, q=request: s.stub.Ack(q, timeout=10)  # type: ignore[misc]
+            )
+        except ClientError as err:
+            info = error_info(err.__cause__) if isinstance(err.__cause__, grpc.RpcError) else None
+            if info is not None and info.reason == Reason.LEASE_EPOCH_STALE.value:
+                # Every ack named an old epoch: the partition moved; its records come again.
+                log.info("acks for a stale lease epoch; records will be redelivered")
+            else:
+                log.warning("ack failed; records will be redelivered", error=str(err))
+            return 0
+        except grpc.RpcError as err:
+            log.warning("ack failed; records will be redelivered", error=str(err))
+            return 0
+        return int(response.acked_count)
+
+    def stream(
+        self, max_records: int = 500, *, use_stream_rpc: bool | None = None
+    ) -> Iterator[list[Record]]:
+        """Batches forever (until close); with auto_ack=False, ack each batch yourself.
+
+        The group is the client's own (one client per group). ``use_stream_rpc`` (default:
+        the constructor's) reads over the ``Stream`` RPC instead of long-polling ``Fetch``;
+        then each bound sidecar may have up to ``max_records`` records on their way."""
+        if self.use_stream_rpc if use_stream_rpc is None else use_stream_rpc:
+            yield from self._stream_rpc(max_records)
+            return
         while not self._closed.is_set():
             batch = self.fetch(max_records)
             if batch:
                 yield batch
+
+    def _stream_rpc(self, window: int) -> Iterator[list[Record]]:
+        out: queue.Queue[tuple[_SidecarStream, list[Record] | ClientError]] = queue.Queue()
+        try:
+            while not self._closed.is_set():
+                self._sync_streams(out, window)
+                try:
+                    stream, item = out.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                if isinstance(item, ClientError):
+                    raise item
+                for record in item:
+                    self._delivered_by[(record.topic, record.partition)] = stream.address
+                yield item
+                stream.grant(len(item))  # the application took the batch: send more
+        finally:
+            with self._lock:
+                streams, self._streams = list(self._streams.values()), {}
+            for stream in streams:
+                stream.stop()
+
+    def _sync_streams(
+        self,
+        out: queue.Queue[tuple[_SidecarStream, list[Record] | ClientError]],
+        window: int,
+    ) -> None:
+        """One Stream per bound sidecar: open new ones, end those no longer bound."""
+        stopped = []
+        with self._lock:
+            for address in list(self._streams):
+                if address not in self._sidecars:
+                    stopped.append(self._streams.pop(address))
+            for address, sidecar in self._sidecars.items():
+                if address not in self._streams:
+                    stream = _SidecarStream(self, sidecar, window, out)
+                    self._streams[address] = stream
+                    stream.start()
+        for stream in stopped:
+            stream.stop()
 
     def close(self) -> None:
         if self._closed.is_set():

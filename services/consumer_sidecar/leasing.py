@@ -5,6 +5,10 @@
   synchronously, unassign, report the release with the committed offset.
 * Commits are batched (every interval, or early after many acks), carry the epoch in their
   metadata, and are refused for a partition whose local lease deadline has passed.
+* Explicit commits (``CommitOffsets``, Spark's batch commit) are fenced the same way plus
+  by the caller's lease epoch. They are authoritative when made: ``Partition.committed``
+  becomes the committed offset, and the ack-driven committer only ever commits an ack
+  point *above* ``Partition.committed``, so it never moves the group backwards behind them.
 """
 
 from __future__ import annotations
@@ -23,9 +27,49 @@ from dataservice.sidecar.v1 import stream_pb2
 from services.consumer_sidecar.acks import AckError, PartitionAcks
 from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
 from services.consumer_sidecar.partitions import TP, Partition, PartitionTable
+from services.runtime.errors import DsError, Reason
 from services.runtime.kafka import is_retriable
 
 log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ExplicitCommit:
+    tp: TP
+    offset: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    commit: ExplicitCommit
+    reason: stream_pb2.RejectReason.ValueType  # REJECT_REASON_UNSPECIFIED when committed
+    message: str = ""
+
+    @property
+    def committed(self) -> bool:
+        return self.reason == stream_pb2.REJECT_REASON_UNSPECIFIED
+
+
+def lease_problem(
+    part: Partition | None, now: float, epoch: int | None = None
+) -> tuple[stream_pb2.RejectReason.ValueType, str] | None:
+    """Why ``part`` may not be committed (or read) under ``epoch`` right now, as a
+    (RejectReason, message); None if its lease is held, set up, live and at that epoch."""
+    if part is None:
+        return stream_pb2.REJECT_REASON_NOT_HELD, "not leased by this sidecar"
+    if part.revoking:
+        return stream_pb2.REJECT_REASON_NOT_HELD, "the lease is being handed off"
+    if epoch is not None and epoch != part.epoch:
+        return (
+            stream_pb2.REJECT_REASON_STALE_EPOCH,
+            f"epoch {epoch} is not the current epoch {part.epoch}",
+        )
+    if not part.live(now) or part.suspended_at is not None:
+        return stream_pb2.REJECT_REASON_LEASE_EXPIRED, "the local lease deadline passed"
+    if not part.ready:
+        return stream_pb2.REJECT_REASON_NOT_HELD, "the lease was just granted; retry shortly"
+    return None
 
 
 @dataclass(frozen=True)
@@ -43,12 +87,14 @@ class LeaseKeeper:
         *,
         commit_interval: float,
         commit_max_acks: int,
+        commit_on_ack: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.table = table
         self.fetcher = fetcher
         self.commit_interval = commit_interval
         self.commit_max_acks = commit_max_acks
+        self.commit_on_ack = commit_on_ack
         self.clock = clock
         self.released: list[ReleasedLease] = []
         self.on_release: Callable[[], None] = lambda: None
@@ -280,6 +326,20 @@ class LeaseKeeper:
             except Exception as exc:
                 log.warning("commit failed; will retry", error=str(exc))
 
+    async def commit_acked(self) -> None:
+        """Make the acks applied so far durable before answering them (commit on ack), so
+        a crash redelivers only what was delivered and not acked (ARCHITECTURE §3). Calls
+        that overlap share the commits: each waits for one that covers its acks."""
+        if not self.commit_on_ack:
+            return
+        try:
+            await self.commit_all()
+        except KafkaException as exc:
+            raise DsError(
+                Reason.KAFKA_UNAVAILABLE,
+                f"acks recorded but not committed yet ({exc}); retry the ack",
+            ) from exc
+
     async def commit_all(self) -> None:
         async with self._commit_lock:
             now = self.clock()
@@ -295,6 +355,38 @@ class LeaseKeeper:
             await self.fetcher.run(self.fetcher.commit, requests)
             for part, request in zip(parts, requests, strict=True):
                 part.committed = max(part.committed, request.offset)
+
+    async def commit_offsets(self, commits: list[ExplicitCommit]) -> list[CommitOutcome]:
+        """Commit explicit offsets, each fenced by its lease epoch and the local deadline,
+        in one Kafka commit on the fetch thread. Outcomes in the order of ``commits``."""
+        async with self._commit_lock:
+            now = self.clock()
+            outcomes: dict[int, CommitOutcome] = {}
+            accepted: list[tuple[int, Partition, ExplicitCommit]] = []
+            for index, commit in enumerate(commits):
+                part = self.table.get(commit.tp)
+                problem = lease_problem(part, now, commit.epoch)
+                if problem is not None:
+                    outcomes[index] = CommitOutcome(commit, *problem)
+                elif part is not None:
+                    accepted.append((index, part, commit))
+            if accepted:
+                requests = [CommitRequest(c.tp, c.offset, c.epoch) for _, _, c in accepted]
+                try:
+                    await self.fetcher.run(self.fetcher.commit, requests)
+                except KafkaException as exc:
+                    log.warning("explicit commit failed", error=str(exc))
+                    for index, _, commit in accepted:
+                        outcomes[index] = CommitOutcome(
+                            commit, stream_pb2.REJECT_REASON_COMMIT_FAILED, str(exc)
+                        )
+                else:
+                    for index, part, commit in accepted:
+                        part.committed = commit.offset
+                        outcomes[index] = CommitOutcome(
+                            commit, stream_pb2.REJECT_REASON_UNSPECIFIED
+                        )
+            return [outcomes[i] for i in range(len(commits))]
 
     async def _commit_partition(self, part: Partition) -> int:
         async with self._commit_lock:

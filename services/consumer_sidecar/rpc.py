@@ -1,7 +1,17 @@
-"""StreamService servicer: Fetch (long-poll), Ack and Status.
+"""StreamService servicer: Fetch, Stream, Ack, ReadRange, CommitOffsets and Status.
 
-Stream, ReadRange and CommitOffsets are part of the API (protos) and answer UNIMPLEMENTED
-until the sidecar issue builds them.
+Delivery (Fetch and Stream) takes records from the one :class:`PartitionTable`, which marks
+them delivered; acks (the Ack RPC and a Stream's ``acks``) go through
+:meth:`LeaseKeeper.ack`. ReadRange reads on its own consumers (``reader.py``) and never
+moves the group's position; CommitOffsets commits on the fetch thread, fenced by epoch.
+
+Stale epochs (README "Errors"): an ``Ack`` request whose every ack is refused because its
+lease epoch is not the partition's current one fails as a whole with
+``FAILED_PRECONDITION``/``LEASE_EPOCH_STALE`` (metadata: topic, partition, epoch,
+current_epoch of the first ack, and how many acks were stale) — the client's records moved
+and will be redelivered. A request with at least one other outcome answers per record
+(``rejected_acks``, reason ``STALE_EPOCH``), and so do a Stream's ``ack_result`` (one
+stale ack must not end a stream) and ``CommitOffsets`` (per partition, by contract).
 """
 
 from __future__ import annotations
@@ -9,19 +19,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc.aio
+import structlog
+from confluent_kafka import KafkaError, KafkaException
 from google.protobuf import duration_pb2
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
-from services.runtime.errors import DsError, Reason, invalid, not_implemented
+from services.consumer_sidecar.leasing import ExplicitCommit, lease_problem
+from services.consumer_sidecar.partitions import TP, Partition
+from services.consumer_sidecar.reader import (
+    RangeOutOfRange,
+    RangeReaders,
+    RangeSpec,
+    ReadStalled,
+)
+from services.runtime.errors import DsError, Reason, invalid
+from services.runtime.kafka import consumer_config
 
 if TYPE_CHECKING:
     from services.consumer_sidecar.app import SidecarApp
 
+log = structlog.get_logger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
+R = TypeVar("R")
 
 DEFAULT_MAX_RECORDS = 500
 MAX_RECORDS = 100_000
@@ -30,11 +55,105 @@ MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_WAIT = 0.5
 MAX_WAIT = 30.0
 MAX_ACKS = 100_000
+# Stream: one batch holds at most this much, whatever the credit.
+STREAM_BATCH_RECORDS = 500
+STREAM_BATCH_BYTES = 1024 * 1024
+# Stream: how long to wait for data before looking again (data_ready is shared).
+STREAM_IDLE_SECONDS = 0.5
+# ReadRange
+DEFAULT_RANGE_CHUNK_BYTES = 4 * 1024 * 1024
+MAX_COMMITS = 100_000
+
+
+@dataclass
+class Credit:
+    """A Stream's flow-control credit (StreamCredit semantics). Byte credit is unlimited
+    until the client grants bytes for the first time; from then on it is counted. A batch
+    may overdraw the byte credit (it holds at least one record); nothing more is sent until
+    the client grants enough to bring it above zero again."""
+
+    records: int = 0
+    bytes: int | None = None  # None = no byte limit
+
+    def add(self, records: int, nbytes: int) -> None:
+        self.records += records
+        if nbytes:
+            self.bytes = nbytes if self.bytes is None else self.bytes + nbytes
+
+    def available(self) -> bool:
+        return self.records > 0 and (self.bytes is None or self.bytes > 0)
+
+    def limits(self, max_records: int, max_bytes: int) -> tuple[int, int]:
+        byte_limit = max_bytes if self.bytes is None else min(max_bytes, self.bytes)
+        return min(self.records, max_records), byte_limit
+
+    def spend(self, records: int, nbytes: int) -> None:
+        self.records -= records
+        if self.bytes is not None:
+            self.bytes -= nbytes
+
+
+@dataclass
+class _StreamState:
+    credit: Credit
+    auto_ack: bool
+    results: deque[stream_pb2.StreamResponse] = field(default_factory=deque)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    error: DsError | None = None
+    ended: bool = False  # the client half-closed or went away
+
+
+def _validate_credit(prefix: str, credit: stream_pb2.StreamCredit) -> None:
+    if credit.records < 0:
+        raise invalid(f"{prefix}.records", "must be >= 0")
+    if credit.bytes < 0:
+        raise invalid(f"{prefix}.bytes", "must be >= 0")
+
+
+def _validate_acks(field_name: str, acks: Any) -> None:
+    if len(acks) > MAX_ACKS:
+        raise invalid(field_name, f"at most {MAX_ACKS} per message")
+    for ack in acks:
+        if not ack.topic:
+            raise invalid(f"{field_name}.topic", "must not be empty")
+        if ack.partition < 0:
+            raise invalid(f"{field_name}.partition", "must be >= 0")
+        if ack.offset < 0:
+            raise invalid(f"{field_name}.offset", "must be >= 0")
+
+
+def _kafka_error(exc: KafkaException, topic: str, partition: int) -> DsError:
+    error = exc.args[0] if exc.args else None
+    unknown = (
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError._UNKNOWN_PARTITION,
+    )
+    if isinstance(error, KafkaError) and error.code() in unknown:
+        return DsError(
+            Reason.TOPIC_NOT_FOUND,
+            f"{topic}[{partition}] does not exist in Kafka",
+            metadata={"topic": topic, "partition": str(partition)},
+        )
+    return DsError(Reason.KAFKA_UNAVAILABLE, f"kafka: {exc}")
 
 
 class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
-    def __init__(self, app: SidecarApp) -> None:
+    def __init__(self, app: SidecarApp, readers: RangeReaders | None = None) -> None:
         self.app = app
+        self.readers = readers or RangeReaders(self._reader_config)
+
+    def _reader_config(self) -> dict[str, Any]:
+        """Range readers: the sidecar's Kafka settings under a group id of their own."""
+        settings = self.app.settings
+        return consumer_config(
+            settings,
+            group=f"{settings.group}.ds-reader",
+            client_id=f"ds-sidecar-{settings.id}-reader",
+        )
+
+    def close(self) -> None:
+        self.readers.close()
 
     def _check_caller(self, client_id: str, group: str) -> None:
         if not client_id:
@@ -76,44 +195,308 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             self.app.data_ready.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.app.data_ready.wait(), remaining)
-        if request.auto_ack:
+        if request.auto_ack and taken:
             for part, record in taken:
                 part.acks.ack(record.offset)
+            await self.app.keeper.commit_acked()  # auto_ack: committed at delivery
         return stream_pb2.FetchResponse(records=[record for _, record in taken])
 
     async def Ack(self, request: stream_pb2.AckRequest, context: Context) -> stream_pb2.AckResponse:
         self._check_caller(request.client_id, request.group)
         if not request.acks:
             raise invalid("acks", "name at least one record")
-        if len(request.acks) > MAX_ACKS:
-            raise invalid("acks", f"at most {MAX_ACKS} per call")
-        rejected = []
-        for ack in request.acks:
-            if ack.offset < 0:
-                raise invalid("acks.offset", "must be >= 0")
-            problem = self.app.keeper.ack(ack)
-            if problem is not None:
-                rejected.append(problem)
+        _validate_acks("acks", request.acks)
+        rejected = [p for p in map(self.app.keeper.ack, request.acks) if p is not None]
+        if len(rejected) == len(request.acks) and all(
+            r.reason == stream_pb2.REJECT_REASON_STALE_EPOCH for r in rejected
+        ):
+            raise self._stale_epoch(rejected)
+        if len(rejected) < len(request.acks):
+            await self.app.keeper.commit_acked()
         return stream_pb2.AckResponse(
             acked_count=len(request.acks) - len(rejected), rejected_acks=rejected
         )
 
+    def _stale_epoch(self, rejected: list[stream_pb2.RejectedAck]) -> DsError:
+        first = rejected[0].ack
+        part = self.app.table.get(TP(first.topic, first.partition))
+        current = part.epoch if part is not None else -1
+        return DsError(
+            Reason.LEASE_EPOCH_STALE,
+            f"{first.topic}[{first.partition}]: epoch {first.lease_epoch} is not the current "
+            f"epoch {current}; the records will be redelivered",
+            metadata={
+                "topic": first.topic,
+                "partition": str(first.partition),
+                "epoch": str(first.lease_epoch),
+                "current_epoch": str(current),
+                "stale_acks": str(len(rejected)),
+            },
+        )
+
+    # ---- Stream -----------------------------------------------------------------------
+
     async def Stream(
         self, request_iterator: AsyncIterator[stream_pb2.StreamRequest], context: Context
     ) -> AsyncIterator[stream_pb2.StreamResponse]:
-        await not_implemented(context, "StreamService.Stream")
-        yield stream_pb2.StreamResponse()  # pragma: no cover - makes this a stream handler
+        try:
+            first = await anext(request_iterator)
+        except StopAsyncIteration:
+            return
+        if first.WhichOneof("kind") != "open":
+            raise invalid("open", "the first Stream message must be open")
+        opened = first.open
+        self._check_caller(opened.client_id, opened.group)
+        _validate_credit("open.initial_credit", opened.initial_credit)
+        if not self.app.session.connected and not self.app.table.snapshot():
+            raise DsError(Reason.SERVICE_NOT_READY, "sidecar has not joined the assigner yet")
+        credit = Credit()
+        credit.add(opened.initial_credit.records, opened.initial_credit.bytes)
+        state = _StreamState(credit=credit, auto_ack=opened.auto_ack)
+        reader = asyncio.create_task(self._read_stream(request_iterator, state))
+        try:
+            while True:
+                state.wake.clear()
+                while state.results:
+                    yield state.results.popleft()
+                if state.error is not None:
+                    raise state.error
+                if state.ended:
+                    return
+                if not state.credit.available():
+                    await self._wait(state, data=False)
+                    continue
+                self.app.data_ready.clear()
+                taken = self.app.table.take(
+                    *state.credit.limits(STREAM_BATCH_RECORDS, STREAM_BATCH_BYTES)
+                )
+                if not taken:
+                    await self._wait(state, data=True)
+                    continue
+                if state.auto_ack:
+                    for part, record in taken:
+                        part.acks.ack(record.offset)
+                    await self.app.keeper.commit_acked()
+                state.credit.spend(len(taken), sum(len(r.key) + len(r.value) for _, r in taken))
+                yield stream_pb2.StreamResponse(
+                    batch=stream_pb2.StreamBatch(records=[r for _, r in taken])
+                )
+        finally:
+            # Records delivered and not acked stay in flight: they are committed when acked
+            # over Ack, or redelivered by the next owner after a handoff (at-least-once).
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+
+    async def _read_stream(
+        self, request_iterator: AsyncIterator[stream_pb2.StreamRequest], state: _StreamState
+    ) -> None:
+        try:
+            async for request in request_iterator:
+                kind = request.WhichOneof("kind")
+                if kind == "credit":
+                    _validate_credit("credit", request.credit)
+                    state.credit.add(request.credit.records, request.credit.bytes)
+                elif kind == "acks":
+                    _validate_acks("acks.acks", request.acks.acks)
+                    rejected = [
+                        p for p in map(self.app.keeper.ack, request.acks.acks) if p is not None
+                    ]
+                    if len(rejected) < len(request.acks.acks):
+                        await self.app.keeper.commit_acked()
+                    result = stream_pb2.StreamAckResult(
+                        acked_count=len(request.acks.acks) - len(rejected), rejected_acks=rejected
+                    )
+                    state.results.append(stream_pb2.StreamResponse(ack_result=result))
+                elif kind == "open":
+                    raise invalid("open", "a Stream is opened once")
+                else:
+                    raise invalid("kind", "set one of open, credit, acks")
+                state.wake.set()
+        except DsError as err:
+            state.error = err
+        except (grpc.aio.AioRpcError, asyncio.CancelledError):
+            pass
+        finally:
+            state.ended = True
+            state.wake.set()
+
+    async def _wait(self, state: _StreamState, *, data: bool) -> None:
+        """Until the client sent something, or (with ``data``) records were buffered."""
+        waits = [asyncio.ensure_future(state.wake.wait())]
+        if data:
+            waits.append(asyncio.ensure_future(self.app.data_ready.wait()))
+        try:
+            await asyncio.wait(
+                waits, timeout=STREAM_IDLE_SECONDS, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for waiter in waits:
+                waiter.cancel()
+
+    # ---- ReadRange --------------------------------------------------------------------
 
     async def ReadRange(
         self, request: stream_pb2.ReadRangeRequest, context: Context
     ) -> AsyncIterator[stream_pb2.ReadRangeResponse]:
-        await not_implemented(context, "StreamService.ReadRange")
-        yield stream_pb2.ReadRangeResponse()  # pragma: no cover - makes this a stream handler
+        self._check_caller(request.client_id, request.group)
+        tp, max_bytes = self._validate_range(request)
+        part = self._held(tp)
+        epoch = part.epoch
+        if request.to_offset == request.from_offset:
+            yield stream_pb2.ReadRangeResponse(lease_epoch=epoch, next_offset=request.to_offset)
+            return
+        spec = RangeSpec(tp, request.from_offset, request.to_offset, max_bytes, epoch)
+        read = await self._kafka(self.readers.open, spec, request=request)
+        try:
+            while True:
+                chunk = await self._kafka(read.next_chunk, request=request)
+                if chunk is None:
+                    raise DsError(Reason.SERVICE_NOT_READY, "the range read was stopped")
+                self._held(tp, epoch)  # every chunk is read under the live lease
+                yield stream_pb2.ReadRangeResponse(
+                    records=chunk.records, lease_epoch=epoch, next_offset=chunk.next_offset
+                )
+                if chunk.next_offset >= request.to_offset:
+                    return
+        finally:
+            # Never blocks the loop: a read still consuming stops within one poll.
+            self.readers.executor.submit(read.close)
+
+    def _validate_range(self, request: stream_pb2.ReadRangeRequest) -> tuple[TP, int]:
+        if not request.topic:
+            raise invalid("topic", "must not be empty")
+        if request.partition < 0:
+            raise invalid("partition", "must be >= 0")
+        if request.from_offset < 0:
+            raise invalid("from_offset", "must be >= 0")
+        if request.to_offset < request.from_offset:
+            raise invalid("to_offset", "must be >= from_offset")
+        if request.max_bytes < 0 or request.max_bytes > MAX_BYTES:
+            raise invalid("max_bytes", f"must be between 0 and {MAX_BYTES}")
+        if request.format == stream_pb2.READ_FORMAT_ARROW_IPC:
+            raise invalid("format", "ARROW_IPC is not supported by this sidecar yet")
+        if request.format not in (
+            stream_pb2.READ_FORMAT_UNSPECIFIED,
+            stream_pb2.READ_FORMAT_RECORDS,
+        ):
+            raise invalid("format", f"unknown format {request.format}")
+        return TP(request.topic, request.partition), request.max_bytes or DEFAULT_RANGE_CHUNK_BYTES
+
+    def _held(self, tp: TP, epoch: int | None = None) -> Partition:
+        """The partition if this sidecar holds its live lease (at ``epoch``), else
+        FAILED_PRECONDITION LEASE_NOT_HELD. The holder is not known here: ask the assigner
+        (DescribeGroup) or the client's binding."""
+        part = self.app.table.get(tp)
+        problem = lease_problem(part, self.app.keeper.clock(), epoch)
+        if problem is None and part is not None:
+            return part
+        reason, message = problem or (stream_pb2.REJECT_REASON_NOT_HELD, "not held")
+        raise DsError(
+            Reason.LEASE_NOT_HELD,
+            f"{tp.topic}[{tp.partition}]: {message}",
+            metadata={
+                "group": self.app.settings.group,
+                "topic": tp.topic,
+                "partition": str(tp.partition),
+                "sidecar_id": self.app.settings.id,
+                "state": stream_pb2.RejectReason.Name(reason).removeprefix("REJECT_REASON_"),
+                "current_epoch": str(part.epoch if part is not None else -1),
+            },
+        )
+
+    async def _kafka(
+        self, fn: Callable[..., R], *args: Any, request: stream_pb2.ReadRangeRequest
+    ) -> R:
+        """Run blocking Kafka work on the readers' threads; its failures as statuses."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self.readers.executor, fn, *args)
+        except RangeOutOfRange as exc:
+            raise DsError(
+                Reason.OFFSET_OUT_OF_RANGE,
+                f"[{request.from_offset}, {request.to_offset}) is outside "
+                f"{request.topic}[{request.partition}]: {exc}",
+                metadata={
+                    "topic": request.topic,
+                    "partition": str(request.partition),
+                    "from_offset": str(request.from_offset),
+                    "to_offset": str(request.to_offset),
+                    "log_start_offset": str(exc.low),
+                    "high_watermark": str(exc.high),
+                },
+            ) from exc
+        except ReadStalled as exc:
+            raise DsError(Reason.KAFKA_UNAVAILABLE, str(exc)) from exc
+        except KafkaException as exc:
+            raise _kafka_error(exc, request.topic, request.partition) from exc
+
+    # ---- CommitOffsets ----------------------------------------------------------------
 
     async def CommitOffsets(
         self, request: stream_pb2.CommitOffsetsRequest, context: Context
     ) -> stream_pb2.CommitOffsetsResponse:
-        await not_implemented(context, "StreamService.CommitOffsets")
+        self._check_caller(request.client_id, request.group)
+        if not request.offsets:
+            raise invalid("offsets", "name at least one offset")
+        if len(request.offsets) > MAX_COMMITS:
+            raise invalid("offsets", f"at most {MAX_COMMITS} per call")
+        seen: set[TP] = set()
+        for commit in request.offsets:
+            if not commit.topic:
+                raise invalid("offsets.topic", "must not be empty")
+            if commit.partition < 0:
+                raise invalid("offsets.partition", "must be >= 0")
+            if commit.offset < 0:
+                raise invalid("offsets.offset", "must be >= 0")
+            if commit.lease_epoch < 0:
+                raise invalid("offsets.lease_epoch", "must be >= 0")
+            tp = TP(commit.topic, commit.partition)
+            if tp in seen:
+                raise invalid("offsets", f"{tp.topic}[{tp.partition}] named twice")
+            seen.add(tp)
+        results: list[stream_pb2.OffsetCommitResult | None] = [None] * len(request.offsets)
+        to_commit: list[tuple[int, ExplicitCommit]] = []
+        for index, commit in enumerate(request.offsets):
+            beyond = await self._beyond_high_watermark(commit)
+            if beyond is not None:
+                results[index] = stream_pb2.OffsetCommitResult(
+                    commit=commit,
+                    reason=stream_pb2.REJECT_REASON_OFFSET_OUT_OF_RANGE,
+                    message=beyond,
+                )
+            else:
+                tp = TP(commit.topic, commit.partition)
+                to_commit.append((index, ExplicitCommit(tp, commit.offset, commit.lease_epoch)))
+        outcomes = await self.app.keeper.commit_offsets([c for _, c in to_commit])
+        for (index, _), outcome in zip(to_commit, outcomes, strict=True):
+            results[index] = stream_pb2.OffsetCommitResult(
+                commit=request.offsets[index],
+                committed=outcome.committed,
+                reason=outcome.reason,
+                message=outcome.message,
+            )
+        return stream_pb2.CommitOffsetsResponse(results=[r for r in results if r is not None])
+
+    async def _beyond_high_watermark(self, commit: stream_pb2.OffsetCommit) -> str | None:
+        """Why the offset is past the partition's high watermark, or None. The watermark
+        from statistics may be old, so one above it is checked against Kafka itself."""
+        part = self.app.table.get(TP(commit.topic, commit.partition))
+        if part is None:
+            return None  # refused as NOT_HELD by the keeper
+        if 0 <= commit.offset <= part.high_watermark:
+            return None
+        loop = asyncio.get_running_loop()
+        try:
+            _low, high = await loop.run_in_executor(
+                self.readers.executor, self.readers.watermarks, part.tp
+            )
+        except KafkaException as exc:
+            log.info("watermark query failed; not checking the range", error=str(exc))
+            return None
+        if commit.offset > high:
+            return f"offset {commit.offset} is beyond the high watermark {high}"
+        return None
 
     async def Status(
         self, request: stream_pb2.StatusRequest, context: Context

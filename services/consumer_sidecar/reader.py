@@ -1,0 +1,218 @@
+"""Exact offset-range reads for ``StreamService.ReadRange`` (Spark, ARCHITECTURE §7).
+
+A range read must not move the group's position, so it never touches the fetch thread's
+consumer: every read gets its own confluent-kafka ``Consumer`` that is only ever
+``assign()``-ed (never ``subscribe()``-d) and never commits. Its ``group.id`` is
+``<group>.ds-reader``, not the leased group's id: Kafka accepts commits from non-members
+only while a group is empty (§10), so nothing that could join or commit may use that id.
+
+All of it is blocking librdkafka I/O: the servicer runs it on :attr:`RangeReaders.executor`
+(its own small thread pool, so long reads never starve the event loop's default executor).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from dataservice.common.v1 import common_pb2
+from services.consumer_sidecar.fetcher import _to_record
+from services.consumer_sidecar.partitions import TP
+
+log = structlog.get_logger(__name__)
+
+CONSUME_BATCH = 500
+CONSUME_TIMEOUT_SECONDS = 0.2
+# Bytes a record adds to a response besides its own encoding (field tag and length).
+RESPONSE_FIELD_OVERHEAD = 8
+
+
+class RangeOutOfRange(Exception):
+    """The range is not inside [log start offset, high watermark] of the partition."""
+
+    def __init__(self, low: int, high: int) -> None:
+        super().__init__(f"the partition's log spans [{low}, {high})")
+        self.low = low
+        self.high = high
+
+
+class ReadStalled(Exception):
+    """No progress from Kafka for the stall timeout (broker down, or an open transaction
+    holding the last stable offset below the range's end)."""
+
+
+@dataclass(frozen=True)
+class RangeSpec:
+    tp: TP
+    from_offset: int
+    to_offset: int  # exclusive
+    max_bytes: int  # per chunk; a chunk holds at least one record whatever its size
+    epoch: int  # stamped on every record read
+
+
+@dataclass
+class Chunk:
+    records: list[common_pb2.Record]
+    next_offset: int  # first offset of the next chunk, or to_offset in the last one
+
+
+class RangeRead:
+    """One open range: call :meth:`next_chunk` until it returns a chunk whose
+    ``next_offset`` is the range's end. Not for concurrent use, except :meth:`close`."""
+
+    def __init__(self, consumer: Consumer, spec: RangeSpec, stall_timeout: float) -> None:
+        self._consumer = consumer
+        self._spec = spec
+        self._stall_timeout = stall_timeout
+        self._backlog: deque[common_pb2.Record] = deque()
+        self._reached_end = False
+        self._done = False
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+
+    def next_chunk(self) -> Chunk | None:
+        """Blocking: the next chunk, or None once the range is done or closed."""
+        with self._lock:
+            if self._done or self._closed.is_set():
+                return None
+            records: list[common_pb2.Record] = []
+            size = 0
+            while True:
+                if not self._backlog:
+                    if self._reached_end:
+                        break
+                    self._fill()
+                    if self._closed.is_set():
+                        return None
+                    continue
+                record = self._backlog[0]
+                record_bytes = record.ByteSize() + RESPONSE_FIELD_OVERHEAD
+                if records and size + record_bytes > self._spec.max_bytes:
+                    return Chunk(records, next_offset=record.offset)
+                self._backlog.popleft()
+                records.append(record)
+                size += record_bytes
+            self._done = True
+            return Chunk(records, next_offset=self._spec.to_offset)
+
+    def _fill(self) -> None:
+        """Consume until at least one record of the range is buffered or its end is seen."""
+        stall_deadline = time.monotonic() + self._stall_timeout
+        while not self._closed.is_set():
+            messages = self._consumer.consume(CONSUME_BATCH, CONSUME_TIMEOUT_SECONDS)
+            for msg in messages:
+                error = msg.error()
+                if error is not None:
+                    self._on_error(error, int(msg.offset() or 0))
+                    if self._reached_end:
+                        return
+                    continue
+                offset = int(msg.offset() or 0)
+                if offset >= self._spec.to_offset:
+                    self._reached_end = True  # past the end, or a gap reaching over it
+                    return
+                record = _to_record(msg)
+                record.lease_epoch = self._spec.epoch
+                self._backlog.append(record)
+            if self._backlog:
+                return
+            if time.monotonic() > stall_deadline:
+                raise ReadStalled(
+                    f"no records from {self._spec.tp.topic}[{self._spec.tp.partition}] "
+                    f"for {self._stall_timeout:.0f} s"
+                )
+
+    def _on_error(self, error: KafkaError, offset: int) -> None:
+        code = error.code()
+        if code == KafkaError._PARTITION_EOF:
+            # The end of the log (or of the stable part): what is left of the range up to
+            # here were gaps (compaction, transaction markers, aborted records).
+            if offset >= self._spec.to_offset:
+                self._reached_end = True
+            return
+        if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+            # Retention deleted the start of the range after it was validated.
+            raise RangeOutOfRange(-1, -1)
+        if error.fatal():
+            raise KafkaException(error)
+        log.info("range read: transient kafka error", error=error.str())
+
+    def close(self) -> None:
+        """Stop a read in progress (from any thread) and close its consumer."""
+        self._closed.set()
+        with self._lock:
+            self._done = True
+            with contextlib.suppress(RuntimeError):  # already closed
+                self._consumer.close()
+
+
+class RangeReaders:
+    """Opens range reads and answers watermark queries, on its own threads."""
+
+    def __init__(
+        self,
+        config: Callable[[], dict[str, Any]],
+        *,
+        max_workers: int = 8,
+        stall_timeout: float = 30.0,
+        kafka_timeout: float = 10.0,
+    ) -> None:
+        self._config = config
+        self.stall_timeout = stall_timeout
+        self.kafka_timeout = kafka_timeout
+        self.executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="ds-reader")
+        self._watermark_consumer: Consumer | None = None
+        self._watermark_lock = threading.Lock()
+
+    def _new_consumer(self) -> Consumer:
+        return Consumer(
+            {
+                **self._config(),
+                # The end of the log is how a range whose tail is all gaps ends.
+                "enable.partition.eof": True,
+                # Never jump silently: a start below the log start is an error, not "earliest".
+                "auto.offset.reset": "error",
+                "enable.auto.commit": False,
+            }
+        )
+
+    def open(self, spec: RangeSpec) -> RangeRead:
+        """Blocking: validate the range against the watermarks and start reading it."""
+        consumer = self._new_consumer()
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(spec.tp.topic, spec.tp.partition), timeout=self.kafka_timeout
+            )
+            if spec.from_offset < low or spec.to_offset > high:
+                raise RangeOutOfRange(low, high)
+            consumer.assign([TopicPartition(spec.tp.topic, spec.tp.partition, spec.from_offset)])
+        except BaseException:
+            consumer.close()
+            raise
+        return RangeRead(consumer, spec, self.stall_timeout)
+
+    def watermarks(self, tp: TP) -> tuple[int, int]:
+        """Blocking: (log start offset, high watermark) as the partition leader says now."""
+        with self._watermark_lock:
+            if self._watermark_consumer is None:
+                self._watermark_consumer = self._new_consumer()
+            low, high = self._watermark_consumer.get_watermark_offsets(
+                TopicPartition(tp.topic, tp.partition), timeout=self.kafka_timeout
+            )
+            return int(low), int(high)
+
+    def close(self) -> None:
+        with self._watermark_lock:
+            if self._watermark_consumer is not None:
+                self._watermark_consumer.close()
+                self._watermark_consumer = None
+        self.executor.shutdown(wait=False, cancel_futures=True)
