@@ -33,6 +33,8 @@ from services.assigner.balancer import BalanceInput, Member, Strategy, TopicPart
 
 # start_offset value meaning "resume from the group's committed offset in Kafka".
 COMMITTED = -1
+# In LOAD mode weights drift continuously; the tick re-balances on them this often.
+LOAD_REBALANCE_SECONDS = 10.0
 
 
 class LeaseState(enum.Enum):
@@ -172,6 +174,11 @@ class GroupCoordinator:
         self.settle_until = settle_until
         self.strategy = strategy
         self.weights: dict[TopicPartition, float] = {}  # LOAD mode, from heartbeats
+        # The tick rebalances only when something changed (or a settle period ended), and
+        # in LOAD mode at most every LOAD_REBALANCE_SECONDS as weights drift: a full
+        # balancer run on every 100 ms tick would cost O(partitions) for nothing.
+        self._rebalance_pending = True
+        self._last_load_rebalance = float("-inf")
         self.set_partitions(partitions)
         for tp, epoch in (epochs or {}).items():
             if tp in self.leases:
@@ -181,7 +188,9 @@ class GroupCoordinator:
 
     def set_partitions(self, partitions: Iterable[TopicPartition]) -> None:
         for tp in partitions:
-            self.leases.setdefault(tp, Lease(tp))
+            if tp not in self.leases:
+                self.leases[tp] = Lease(tp)
+                self._rebalance_pending = True
 
     def join(self, member: MemberInfo, held: Sequence[HeldLease], now: float) -> Outcome:
         """A sidecar (re-)attached. Leases it still holds with the current epoch stay put;
@@ -303,6 +312,7 @@ class GroupCoordinator:
     def disconnect_expired(self, now: float) -> Outcome:
         """Tick: expire silent members, lapsed leases and hold windows; rebalance."""
         out = Outcome()
+        changed = False
         for member in list(self.members.values()):
             if member.held_until is not None:
                 if now >= member.held_until:
@@ -325,11 +335,17 @@ class GroupCoordinator:
                 lease.committed = COMMITTED
                 target = lease.next_holder
                 self._free(lease)
+                changed = True
                 if target is not None and self._can_take(target) and now >= self.settle_until:
                     out.commands.append(self._grant(lease, target, now))
         for member_id in [m.id for m in self.members.values() if m.leaving]:
             self._finish_leave_if_done(member_id, now, out)
-        out.commands.extend(self._rebalance(now))
+        load_due = (
+            self.strategy is Strategy.LOAD
+            and now - self._last_load_rebalance >= LOAD_REBALANCE_SECONDS
+        )
+        if changed or out.membership_changed or self._rebalance_pending or load_due:
+            out.commands.extend(self._rebalance(now))
         return out
 
     # ---- views --------------------------------------------------------------------------
@@ -432,7 +448,10 @@ class GroupCoordinator:
 
     def _rebalance(self, now: float) -> list[Command]:
         if now < self.settle_until:
+            self._rebalance_pending = True
             return []  # rebuilding after a restart: let holders re-attach first
+        self._rebalance_pending = False
+        self._last_load_rebalance = now
         present = self.live_members()
         # Members within their hold window count for the balance (their place is kept);
         # leaving members no longer do unless the hold applies to them.

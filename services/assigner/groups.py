@@ -221,7 +221,7 @@ class GroupRuntime:
         )
         # Leases kept or adopted on (re-)attach are renewed by the sidecar's next heartbeat,
         # which it sends as soon as it is accepted.
-        self.apply(outcome)
+        self.apply(outcome, refresh=True)
         return conn
 
     def detach(self, conn: Connection) -> None:
@@ -357,15 +357,24 @@ class GroupRuntime:
 
     # ---- commands and bindings ----------------------------------------------------------
 
-    def apply(self, outcome: Outcome) -> None:
+    def apply(self, outcome: Outcome, *, refresh: bool | None = None) -> None:
+        """Send the outcome's commands; refresh bindings and metrics when holders may have
+        changed (not on a plain heartbeat: that would cost O(members x partitions) each)."""
         grants = [c for c in outcome.commands if isinstance(c, GrantCmd)]
         durable: Awaitable[None] | None = None
         if grants and self.state is not None:
             durable = self.state.put_epochs(self.name, [(g.tp, g.epoch) for g in grants])
         for cmd in outcome.commands:
             self._dispatch(cmd, durable if isinstance(cmd, GrantCmd) else None)
-        self._publish_binding_if_changed()
-        self._export_distribution()
+        if refresh is None:
+            refresh = bool(
+                outcome.commands or outcome.membership_changed or outcome.lost
+                or outcome.held_expired
+            )  # fmt: skip
+        if refresh:
+            holders = self._holders()
+            self._publish_binding_if_changed(holders)
+            self.metrics.set_distribution(self.name, {m: len(t) for m, t in holders.items()})
 
     def _dispatch(self, cmd: Command, after: Awaitable[None] | None) -> None:
         conn = self.connections.get(cmd.member)
@@ -398,40 +407,40 @@ class GroupRuntime:
             return
         conn.send(message, after)
 
+    def _holders(self) -> dict[str, tuple[TopicPartition, ...]]:
+        """Serving member -> the partitions it holds, in one pass over the leases."""
+        by_holder: dict[str, list[TopicPartition]] = {
+            m.id: [] for m in self.coordinator.serving_members()
+        }
+        for tp, lease in sorted(self.coordinator.leases.items()):
+            if lease.holder in by_holder:
+                by_holder[lease.holder].append(tp)
+        return {m: tuple(tps) for m, tps in by_holder.items()}
+
     def binding_for(self, client_id: str) -> types_pb2.Binding:
-        endpoints = []
-        for member in self.coordinator.serving_members():
-            endpoints.append(
-                types_pb2.SidecarEndpoint(
-                    sidecar_id=member.id,
-                    address=member.endpoint,
-                    zone=member.zone or "",
-                    partitions=[
-                        common_pb2.TopicPartition(
-                            topic=lease.tp.topic, partition=lease.tp.partition
-                        )
-                        for lease in self.coordinator.held_by(member.id)
-                    ],
-                )
+        holders = self._holders()
+        endpoints = [
+            types_pb2.SidecarEndpoint(
+                sidecar_id=member.id,
+                address=member.endpoint,
+                zone=member.zone or "",
+                partitions=[
+                    common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition)
+                    for tp in holders.get(member.id, ())
+                ],
             )
+            for member in self.coordinator.serving_members()
+        ]
         return types_pb2.Binding(
             client_id=client_id, group=self.name, version=self.binding_version, endpoints=endpoints
         )
 
-    def _publish_binding_if_changed(self) -> None:
-        holders = {
-            m.id: tuple(lease.tp for lease in self.coordinator.held_by(m.id))
-            for m in self.coordinator.serving_members()
-        }
+    def _publish_binding_if_changed(self, holders: dict[str, tuple[TopicPartition, ...]]) -> None:
         if holders == self._holders_seen:
             return
         self._holders_seen = holders
         self.binding_version += 1
-        for queue in list(self.watchers):
-            queue.put_nowait(self.binding_for(""))
-
-    def _export_distribution(self) -> None:
-        counts = {
-            m.id: len(self.coordinator.held_by(m.id)) for m in self.coordinator.live_members()
-        }
-        self.metrics.set_distribution(self.name, counts)
+        if self.watchers:
+            binding = self.binding_for("")
+            for queue in list(self.watchers):
+                queue.put_nowait(binding)

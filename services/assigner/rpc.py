@@ -148,8 +148,10 @@ class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
                     raise DsError(
                         Reason.SERVICE_NOT_READY, "this assigner stopped serving the group"
                     )
-                binding.client_id = request.client_id
-                yield binding_pb2.WatchBindingResponse(binding=binding)
+                own = types_pb2.Binding()
+                own.CopyFrom(binding)  # the queued binding is shared by every watcher
+                own.client_id = request.client_id
+                yield binding_pb2.WatchBindingResponse(binding=own)
         finally:
             group.watchers.discard(queue)
 
