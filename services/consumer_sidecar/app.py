@@ -1,18 +1,29 @@
-"""Sidecar wiring and lifecycle: Kafka fetch thread, assigner session, commits, servicer."""
+"""Sidecar wiring and lifecycle: Kafka fetch thread, assigner session, commits, servicer.
+
+The group's mode arrives with the session (``SessionAccepted.mode``): ``leased`` (the
+default; the assigner grants partitions) or ``kafka_group`` (compatibility mode,
+:mod:`services.consumer_sidecar.classic`: Kafka's group coordinator assigns them).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import grpc
+import grpc.aio
 import structlog
 from confluent_kafka import KafkaError
 from prometheus_client import CollectorRegistry, Counter, ProcessCollector
 
+from dataservice.assigner.v1 import assigner_pb2
+from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2_grpc
+from services.consumer_sidecar.classic import ClassicMembership, classic_overrides, group_topics
 from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.partitions import PartitionTable
@@ -20,6 +31,7 @@ from services.consumer_sidecar.rpc import StreamServicer
 from services.consumer_sidecar.session import SessionClient, SessionIdentity
 from services.consumer_sidecar.settings import SidecarSettings
 from services.consumer_sidecar.stats import parse_partition_stats
+from services.runtime.errors import LEADER_METADATA_KEY, trailing_value
 from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route
 from services.runtime.kafka import (
@@ -37,7 +49,9 @@ log = structlog.get_logger(__name__)
 _SIDECAR_CONSUMER_DEFAULTS: dict[str, object] = {
     # Keep librdkafka's own prefetch queue small: the sidecar's buffer is the real one
     # and must bound memory (backpressure pauses partitions past the cap).
-    "queued.max.messages.kbytes": 16384,
+    "queued.max.messages.kbytes": 8192,
+    # One fetch response may not dwarf the cap either (librdkafka's default is 50 MiB).
+    "fetch.max.bytes": 8 * 1024 * 1024,
     "fetch.wait.max.ms": 100,
 }
 _SECRET_KEYS = ("password", "secret", "token", "key.pem")
@@ -99,6 +113,9 @@ class SidecarApp:
             safety_margin=settings.lease_safety_margin_seconds,
             consul=settings.consul,
         )
+        self.session.on_accepted = self._on_accepted
+        # kafka_group mode only: Kafka's rebalance callbacks onto the partition table.
+        self.classic: ClassicMembership | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     # ---- Service protocol -----------------------------------------------------------------
@@ -139,6 +156,12 @@ class SidecarApp:
         """SIGTERM: hand every partition off cooperatively (commit acked offsets first)."""
         if self._loop is None:
             return
+        if self.classic is not None:
+            # kafka_group: stop delivering, wait for in-flight acks (clients still send
+            # them here), commit; then leave the assigner. The consumer closes in close();
+            # as a static member it keeps its place in the Kafka group for
+            # session.timeout.ms, so a quick restart moves no partition.
+            await self.fetcher.run(self.classic.release_all)
         await self.session.leave(timeout=self.settings.shutdown_grace_seconds)
 
     async def close(self) -> None:
@@ -148,6 +171,64 @@ class SidecarApp:
                 await task
         if self._loop is not None:
             await asyncio.to_thread(self.fetcher.stop)
+
+    # ---- kafka_group mode -------------------------------------------------------------
+
+    def _on_accepted(self, accepted: assigner_pb2.SessionAccepted) -> None:
+        """Every (re-)join. The first one in kafka_group mode switches Kafka consumption
+        to subscribe(); the mode never changes while the process runs."""
+        if self.session.mode != common_pb2.GROUP_MODE_KAFKA_GROUP or self.classic is not None:
+            return
+        self.classic = ClassicMembership(
+            self.table, self.fetcher, drain_timeout=self.settings.drain_timeout_seconds
+        )
+        self._tasks.append(
+            asyncio.create_task(
+                self._start_classic(dict(accepted.consumer_config)), name="kafka-group"
+            )
+        )
+
+    async def _start_classic(self, group_config: dict[str, str]) -> None:
+        assert self.classic is not None
+        topics = await self._group_topics()
+        config = consumer_config(
+            self.settings,
+            group=self.settings.group,
+            client_id=f"ds-sidecar-{self.settings.id}",
+            overrides={
+                **_SIDECAR_CONSUMER_DEFAULTS,
+                "statistics.interval.ms": self.settings.statistics_interval_ms,
+                "stats_cb": self._on_stats,
+                **classic_overrides(self.settings.id, group_config),
+            },
+            error_cb=self._on_kafka_error,
+        )
+        await self.fetcher.run(self.fetcher.use_classic, config, topics, self.classic)
+        log.info(
+            "kafka_group mode: subscribed",
+            topics=topics,
+            group_instance_id=self.settings.id,
+            assignor=config["partition.assignment.strategy"],
+        )
+
+    async def _group_topics(self) -> list[str]:
+        """The group's topics from the assigner (following its leader), retried."""
+        backoff = 0.1
+        while True:
+            try:
+                return await group_topics(self.session.assigner, self.settings.group)
+            except grpc.aio.AioRpcError as err:
+                leader = trailing_value(err, LEADER_METADATA_KEY)
+                if leader and leader != self.session.assigner:
+                    self.session.assigner = leader
+                    continue
+                log.warning(
+                    "kafka_group mode: cannot read the group's topics; retrying",
+                    code=err.code().name,
+                    error=err.details(),
+                )
+            await asyncio.sleep(backoff * (0.5 + random.random()))
+            backoff = min(backoff * 2, 5.0)
 
     # ---- helpers --------------------------------------------------------------------
 
@@ -173,11 +254,14 @@ class SidecarApp:
             )
 
     def effective_config(self) -> dict[str, str]:
+        overrides = dict(_SIDECAR_CONSUMER_DEFAULTS)
+        if self.classic is not None:
+            overrides.update(classic_overrides(self.settings.id, {}))
         config: dict[str, Any] = consumer_config(
             self.settings,
             group=self.settings.group,
             client_id=f"ds-sidecar-{self.settings.id}",
-            overrides=_SIDECAR_CONSUMER_DEFAULTS,
+            overrides=overrides,
         )
         config.pop("logger", None)
         return {

@@ -2,10 +2,12 @@
 
 It polls continuously, whatever the application does (so an infrequent caller can never
 make Kafka kick anybody, ARCHITECTURE §1.2), buffers records per partition, and pauses a
-partition whose buffer is full so memory stays under the cap (backpressure). Partitions
-are added and removed with ``incremental_assign``/``incremental_unassign`` — never
-``subscribe()``, so Kafka never rebalances a leased group. Every consumer call happens on
-this thread: other threads hand it commands and wait on a future.
+partition whose buffer is full so memory stays under the cap (backpressure). In leased mode
+partitions are added and removed with ``incremental_assign``/``incremental_unassign`` —
+never ``subscribe()``, so Kafka never rebalances a leased group. In ``kafka_group`` mode
+(:mod:`services.consumer_sidecar.classic`) the assign() consumer is replaced once by a
+``subscribe()`` one whose rebalance callbacks run here, inside ``consume()``. Every
+consumer call happens on this thread: other threads hand it commands and wait on a future.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 from confluent_kafka import (
@@ -32,12 +34,21 @@ from confluent_kafka import (
 from google.protobuf import timestamp_pb2
 
 from dataservice.common.v1 import common_pb2
-from services.consumer_sidecar.partitions import TP, PartitionTable
+from services.consumer_sidecar.acks import PartitionAcks
+from services.consumer_sidecar.partitions import TP, UNLEASED_EPOCH, PartitionTable
+
+if TYPE_CHECKING:
+    from services.consumer_sidecar.classic import ClassicMembership
 
 log = structlog.get_logger(__name__)
 R = TypeVar("R")
 
 POLL_TIMEOUT_SECONDS = 0.05
+DEFERRED_COMMIT_RETRY_SECONDS = 0.2
+# kafka_group mode: commit errors that only mean "the group is rebalancing right now".
+_REBALANCE_COMMIT_ERRORS = frozenset(
+    {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID}
+)
 # A paused partition resumes once its buffer falls below this share of its cap.
 RESUME_FRACTION = 0.5
 
@@ -72,6 +83,9 @@ class Fetcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kafka-fetch", daemon=True)
         self.last_poll = time.monotonic()
+        self.classic = False  # True once subscribe()d (kafka_group mode)
+        self._deferred: dict[TP, CommitRequest] = {}  # kafka_group: refused mid-rebalance
+        self._deferred_retry_at = 0.0
 
     # ---- API for other threads --------------------------------------------------------
 
@@ -106,26 +120,85 @@ class Fetcher:
                     TopicPartition(tp.topic, tp.partition), timeout=10
                 )
                 resolved[tp] = low if low >= 0 else OFFSET_BEGINNING
-        self._consumer.incremental_assign(
-            [TopicPartition(tp.topic, tp.partition, offset) for tp, offset in resolved.items()]
-        )
-        return resolved
+        # Ready *before* fetching starts: this thread appends the first records as soon as
+        # consume() returns them, and a partition that is not ready drops them.
+        assigned: dict[TP, int] = {}
+        with self._table.lock:
+            for tp, offset in resolved.items():
+                part = self._table.partitions.get(tp)
+                if part is None or part.revoking or part.ready:
+                    continue  # revoked or expired while the offsets were looked up
+                part.acks = PartitionAcks(offset)
+                part.position = offset
+                part.committed = offset
+                part.ready = True
+                assigned[tp] = offset
+        ktps = [TopicPartition(tp.topic, tp.partition, offset) for tp, offset in assigned.items()]
+        if ktps:
+            self._consumer.incremental_assign(ktps)
+            # librdkafka keeps a partition's pause flag across unassign/assign: a partition
+            # paused (backpressure, suspension) and later granted back would never fetch.
+            self._consumer.resume(ktps)
+        return assigned
 
-    def suspend(self, tp: TP, next_offset: int) -> None:
-        """Fetch thread: pause ``tp`` and rewind to the first undelivered record, so the
-        dropped buffer is fetched again if the lease is renewed."""
+    def suspend(self, tp: TP) -> None:
+        """Fetch thread: a suspended lease (local deadline passed) stops fetching and is
+        rewound to its first undelivered record, so the dropped buffer is fetched again if
+        the lease is renewed. Runs in order with :meth:`resume` (same thread, FIFO)."""
+        with self._table.lock:
+            part = self._table.partitions.get(tp)
+            if part is None or part.suspended_at is None:
+                return
+            next_offset = part.acks.next_offset
+            part.position = next_offset
         ktp = TopicPartition(tp.topic, tp.partition, next_offset)
         self._consumer.pause([ktp])
         self._consumer.seek(ktp)
 
     def resume(self, tp: TP) -> None:
+        """Fetch thread: the lease was renewed: clear the suspension, fetch again."""
+        with self._table.lock:
+            part = self._table.partitions.get(tp)
+            if part is None:
+                return
+            part.suspended_at = None
+            part.paused = False
         self._consumer.resume([TopicPartition(tp.topic, tp.partition)])
 
     def unassign(self, tp: TP) -> None:
         self._consumer.incremental_unassign([TopicPartition(tp.topic, tp.partition)])
 
+    def use_classic(
+        self, config: dict[str, Any], topics: list[str], membership: ClassicMembership
+    ) -> None:
+        """Fetch thread: kafka_group mode. Replace the (idle) assign() consumer by one that
+        subscribe()s to ``topics``; Kafka's rebalances reach ``membership`` on this thread."""
+        consumer = Consumer(config)
+        try:
+            consumer.subscribe(
+                topics,
+                on_assign=membership.on_assign,
+                on_revoke=membership.on_revoke,
+                on_lost=membership.on_lost,
+            )
+        except Exception:
+            consumer.close()
+            raise
+        old, self._consumer = self._consumer, consumer
+        self.classic = True
+        old.close()
+
+    def commit_offsets(self, commits: list[tuple[TP, int]]) -> None:
+        """Fetch thread: kafka_group mode's commit (no lease: epoch 0 in the metadata)."""
+        self.commit([CommitRequest(tp, offset, UNLEASED_EPOCH) for tp, offset in commits])
+
     def commit(self, requests: list[CommitRequest]) -> None:
-        """Fetch thread: synchronous commit; the metadata records the lease epoch (§3.1.6)."""
+        """Fetch thread: synchronous commit; the metadata records the lease epoch (§3.1.6).
+
+        A request queued before its partition was given up (revoked, fenced, or handed
+        back to Kafka) is dropped: only a partition still held with the same epoch is
+        committed. In kafka_group mode every epoch is 0, so a partition Kafka handed back
+        to us meanwhile is told apart by its committed offset: never commit below it."""
         offsets = [
             TopicPartition(
                 r.tp.topic,
@@ -134,11 +207,53 @@ class Fetcher:
                 metadata=f'{{"epoch":{r.epoch},"sidecar":"{self._sidecar_id}"}}',
             )
             for r in requests
+            if self._still_committable(r)
         ]
-        result = self._consumer.commit(offsets=offsets, asynchronous=False)
-        for tp in result or []:
-            if tp.error is not None:
-                raise KafkaException(tp.error)
+        if not offsets:
+            return
+        kept = [r for r in requests if self._still_committable(r)]
+        try:
+            result = self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            if self._defer_if_rebalancing(exc, kept):
+                return
+            raise
+        failed = [
+            (r, tp.error) for r, tp in zip(kept, result or [], strict=False) if tp.error is not None
+        ]
+        for request, error in failed:
+            if not self._defer_if_rebalancing(KafkaException(error), [request]):
+                raise KafkaException(error)
+
+    def _defer_if_rebalancing(self, exc: KafkaException, requests: list[CommitRequest]) -> bool:
+        """kafka_group mode: a commit refused because a rebalance is under way (the member's
+        generation is changing) is not a failure of the sidecar. It is retried on this thread
+        once the rebalance completes (:meth:`_retry_deferred`); a partition revoked
+        meanwhile has been committed by the revoke callback, one lost is dropped."""
+        error = exc.args[0] if exc.args else None
+        if not (self.classic and isinstance(error, KafkaError)):
+            return False
+        if error.code() not in _REBALANCE_COMMIT_ERRORS:
+            return False
+        for request in requests:
+            self._deferred[request.tp] = request
+        return True
+
+    def _retry_deferred(self) -> None:
+        deferred, self._deferred = self._deferred, {}
+        requests = [r for r in deferred.values() if self._still_committable(r)]
+        if not requests:
+            return
+        try:
+            self.commit(requests)
+        except KafkaException as exc:
+            log.warning("deferred commit failed", error=str(exc))
+
+    def _still_committable(self, request: CommitRequest) -> bool:
+        part = self._table.get(request.tp)
+        if part is None or part.epoch != request.epoch:
+            return False
+        return not self.classic or request.offset >= part.committed
 
     # ---- the loop ---------------------------------------------------------------------
 
@@ -151,6 +266,9 @@ class Fetcher:
                 if messages:
                     self._buffer(messages)
                 self._apply_backpressure()
+                if self._deferred and self.last_poll >= self._deferred_retry_at:
+                    self._deferred_retry_at = self.last_poll + DEFERRED_COMMIT_RETRY_SECONDS
+                    self._retry_deferred()
         except Exception:
             log.exception("fetch loop crashed")
             raise

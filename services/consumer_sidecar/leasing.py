@@ -134,15 +134,10 @@ class LeaseKeeper:
                 backoff = min(backoff * 2, 2.0)
         orphans = []
         for tp, start in starts.items():
-            part = self.table.get(tp)
+            part = self.table.get(tp)  # made ready by the fetch thread (Fetcher.assign)
             if part is None or part.revoking:
                 orphans.append(tp)  # revoked or expired while Kafka was being set up
                 continue
-            with self.table.lock:
-                part.acks = PartitionAcks(start)
-                part.position = start
-                part.committed = start
-                part.ready = True
             log.info(
                 "lease granted",
                 topic=tp.topic,
@@ -223,19 +218,17 @@ class LeaseKeeper:
         return out
 
     def renew(self, tp: TP, epoch: int, deadline: float) -> None:
-        """A heartbeat ack renewed this lease: extend it, and resume it if suspended."""
+        """A heartbeat ack renewed this lease: extend it, and resume it if suspended (on
+        the fetch thread, after the suspension's rewind: same thread, FIFO)."""
         part = self.table.get(tp)
         if part is None or part.epoch != epoch or part.revoking:
             return
         part.deadline = max(part.deadline, deadline)
         if part.suspended_at is not None and part.live(self.clock()):
-            part.suspended_at = None
             log.info(
-                "lease renewed: delivery resumed",
-                topic=tp.topic,
-                partition=tp.partition,
+                "lease renewed: delivery resumes", topic=tp.topic, partition=tp.partition,
                 epoch=epoch,
-            )
+            )  # fmt: skip
             self._spawn(self.fetcher.run(self.fetcher.resume, tp))
 
     def not_renewed(self, renewed: set[tuple[TP, int]], sent_at: float) -> None:
@@ -260,7 +253,8 @@ class LeaseKeeper:
 
     async def suspend_expired(self) -> None:
         """Fencing (ARCHITECTURE §3.1.4): once a lease's local deadline passes, nothing of
-        it is delivered or committed; its buffer is dropped and fetching paused."""
+        it is delivered or committed (the flag stops both at once); its buffer is dropped
+        and, on the fetch thread, fetching is paused and rewound."""
         now = self.clock()
         for part in self.table.snapshot():
             if (
@@ -271,15 +265,13 @@ class LeaseKeeper:
             ):
                 part.suspended_at = now
                 self.table.drop_buffer(part)
-                next_offset = part.acks.next_offset
-                part.position = next_offset
                 log.warning(
                     "lease expired locally: delivery and commits suspended",
                     topic=part.tp.topic,
                     partition=part.tp.partition,
                     epoch=part.epoch,
                 )
-                await self.fetcher.run(self.fetcher.suspend, part.tp, next_offset)
+                await self.fetcher.run(self.fetcher.suspend, part.tp)
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)

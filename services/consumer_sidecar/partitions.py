@@ -26,6 +26,12 @@ class TP(NamedTuple):
     partition: int
 
 
+# kafka_group mode (ARCHITECTURE §5.6): Kafka's group coordinator owns the partitions and
+# fences commits by generation, so there is no lease. Such partitions carry epoch 0 and a
+# deadline that never passes. Finite on purpose: Status turns the deadline into a Duration.
+UNLEASED_EPOCH = 0
+NO_DEADLINE = 1e10  # monotonic seconds (~317 years)
+
 # Per-record bookkeeping overhead counted against the buffer cap, besides key and value.
 RECORD_OVERHEAD_BYTES = 96
 

@@ -11,6 +11,13 @@ With Consul configured the session also follows the assigner's leader key with b
 queries (:mod:`services.runtime.leader_watch`): when another replica takes the lock, the
 open stream (to a dead or demoted leader) is ended and the sidecar re-joins the new leader
 at once, reporting the leases it holds — no backoff, no waiting for a TCP timeout.
+
+The group's mode comes with ``SessionAccepted.mode``. In ``kafka_group`` mode (ARCHITECTURE
+§5.6) Kafka assigns the partitions (:mod:`services.consumer_sidecar.classic`) and the
+session only carries membership (the assigner binds clients to the group's live sidecars)
+and config. Should the assigner still send lease grants for such a group, they are held
+*nominally*: acknowledged and renewed by heartbeats so the assigner's view stays stable,
+released at once when revoked, and never fetched — they must not touch Kafka partitions.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import grpc
@@ -27,7 +34,8 @@ import grpc.aio
 import structlog
 
 from dataservice.assigner.v1 import assigner_pb2, assigner_pb2_grpc, types_pb2
-from services.consumer_sidecar.leasing import LeaseKeeper
+from dataservice.common.v1 import common_pb2
+from services.consumer_sidecar.leasing import LeaseKeeper, ReleasedLease
 from services.consumer_sidecar.partitions import TP
 from services.runtime.errors import LEADER_METADATA_KEY, error_info, trailing_value
 from services.runtime.grpcserver import CHANNEL_OPTIONS
@@ -76,6 +84,16 @@ class SessionClient:
         self._current: asyncio.Task[None] | None = None
         self._redirected = asyncio.Event()
         keeper.on_release = self._heartbeat_now.set
+        # The group's mode, from the first SessionAccepted; kept for the process lifetime
+        # (a mode switch is a stop-all-then-start procedure, see the README).
+        self.mode: common_pb2.GroupMode.ValueType = common_pb2.GROUP_MODE_UNSPECIFIED
+        self.on_accepted: Callable[[assigner_pb2.SessionAccepted], None] = lambda _acc: None
+        self._nominal: dict[TP, int] = {}  # kafka_group mode: leases held only on paper
+        self._nominal_released: list[ReleasedLease] = []
+
+    @property
+    def kafka_group(self) -> bool:
+        return self.mode == common_pb2.GROUP_MODE_KAFKA_GROUP
 
     async def run(self) -> None:
         """Keep a session open until :meth:`close`; reconnect on any failure."""
@@ -165,11 +183,18 @@ class SessionClient:
                     await heartbeats
 
     def _join(self) -> assigner_pb2.SessionRequest:
-        held = [
-            types_pb2.LeaseRef(topic=p.tp.topic, partition=p.tp.partition, epoch=p.epoch)
-            for p in self.keeper.table.snapshot()
-            if not p.revoking
-        ]
+        if self.kafka_group:
+            # Never the Kafka-assigned partitions (epoch 0 would adopt a fresh lease).
+            held = [
+                types_pb2.LeaseRef(topic=tp.topic, partition=tp.partition, epoch=epoch)
+                for tp, epoch in sorted(self._nominal.items())
+            ]
+        else:
+            held = [
+                types_pb2.LeaseRef(topic=p.tp.topic, partition=p.tp.partition, epoch=p.epoch)
+                for p in self.keeper.table.snapshot()
+                if not p.revoking
+            ]
         ident = self.identity
         return assigner_pb2.SessionRequest(
             join=assigner_pb2.SessionJoin(
@@ -199,6 +224,8 @@ class SessionClient:
 
     def _heartbeat(self) -> assigner_pb2.SessionRequest:
         self._seq += 1
+        if self.kafka_group:
+            return self._nominal_heartbeat()
         now = time.monotonic()
         progress = [
             assigner_pb2.LeaseProgress(
@@ -228,8 +255,72 @@ class SessionClient:
             )
         )
 
+    def _nominal_heartbeat(self) -> assigner_pb2.SessionRequest:
+        progress = [
+            assigner_pb2.LeaseProgress(
+                topic=tp.topic,
+                partition=tp.partition,
+                epoch=epoch,
+                position=-1,
+                committed_offset=-1,
+                lag=-1,
+            )
+            for tp, epoch in sorted(self._nominal.items())
+        ]
+        released, self._nominal_released = self._nominal_released, []
+        released += self.keeper.take_released()
+        return assigner_pb2.SessionRequest(
+            heartbeat=assigner_pb2.SessionHeartbeat(
+                seq=self._seq,
+                leases=progress,
+                released_leases=[
+                    assigner_pb2.ReleasedLease(
+                        topic=r.tp.topic,
+                        partition=r.tp.partition,
+                        epoch=r.epoch,
+                        committed_offset=r.committed,
+                    )
+                    for r in released
+                ],
+            )
+        )
+
+    def _learn_mode(self, acc: assigner_pb2.SessionAccepted) -> None:
+        mode = acc.mode or common_pb2.GROUP_MODE_LEASED  # an older assigner sends none
+        if self.mode == common_pb2.GROUP_MODE_UNSPECIFIED:
+            self.mode = mode
+            log.info("group mode", mode=common_pb2.GroupMode.Name(mode))
+        elif mode != self.mode:
+            log.error(
+                "the group's mode changed under a running sidecar; it keeps its mode until "
+                "restarted (stop every sidecar of the group before switching modes)",
+                running=common_pb2.GroupMode.Name(self.mode),
+                assigner=common_pb2.GroupMode.Name(mode),
+            )
+        self.on_accepted(acc)
+
+    def _handle_nominal(self, response: assigner_pb2.SessionResponse) -> None:
+        """kafka_group mode: a lease grant or revoke from an assigner that still runs the
+        lease coordinator for this group. Hold it on paper; never fetch it."""
+        kind = response.WhichOneof("kind")
+        if kind == "grant":
+            g = response.grant
+            tp = TP(g.topic, g.partition)
+            if g.epoch > self._nominal.get(tp, -1):
+                self._nominal[tp] = g.epoch
+        elif kind == "revoke":
+            r = response.revoke
+            tp = TP(r.topic, r.partition)
+            if self._nominal.get(tp, r.epoch) <= r.epoch:
+                self._nominal.pop(tp, None)
+            self._nominal_released.append(ReleasedLease(tp, r.epoch, -1))
+            self._heartbeat_now.set()
+
     async def _handle(self, response: assigner_pb2.SessionResponse) -> None:
         kind = response.WhichOneof("kind")
+        if kind in ("grant", "revoke") and self.kafka_group:
+            self._handle_nominal(response)
+            return
         if kind == "accepted":
             acc = response.accepted
             self.ttl = acc.lease_ttl.ToTimedelta().total_seconds() or self.ttl
@@ -239,6 +330,7 @@ class SessionClient:
             self.session_id = acc.session_id
             self.connected = True
             log.info("joined", assigner=self.assigner, session=acc.session_id, ttl=self.ttl)
+            self._learn_mode(acc)
             self._heartbeat_now.set()
         elif kind == "grant":
             g = response.grant
@@ -285,6 +377,9 @@ class SessionClient:
         if not task.cancelled() and task.exception() is not None:
             log.error("lease operation failed", error=repr(task.exception()))
 
+    def _holds_leases(self) -> bool:
+        return bool(self._nominal) if self.kafka_group else bool(self.keeper.table.snapshot())
+
     async def leave(self, timeout: float) -> None:
         """Graceful leave: ask the assigner to revoke everything, release it, then stop."""
         if self.connected:
@@ -303,10 +398,16 @@ class SessionClient:
             except grpc.RpcError as err:
                 log.warning("leave failed; releasing leases directly", error=str(err))
             end = time.monotonic() + timeout
-            while self.keeper.table.snapshot() and time.monotonic() < end:
+            while self._holds_leases() and time.monotonic() < end:
                 await asyncio.sleep(0.05)
-        # Whatever the assigner did, release what is left (commits acked offsets).
-        await self.keeper.release_all(drain_timeout=max(0.0, timeout / 2))
+        if self.kafka_group:
+            # Kafka's partitions are handed back by the app (classic drain), not here.
+            for tp, epoch in self._nominal.items():
+                self._nominal_released.append(ReleasedLease(tp, epoch, -1))
+            self._nominal.clear()
+        else:
+            # Whatever the assigner did, release what is left (commits acked offsets).
+            await self.keeper.release_all(drain_timeout=max(0.0, timeout / 2))
         self._heartbeat_now.set()
         await asyncio.sleep(0.2)  # let the final heartbeat with the releases go out
         self._stopping = True

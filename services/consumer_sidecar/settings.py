@@ -22,6 +22,13 @@ class SidecarSettings(ServiceSettings):
     commit_max_acks: int = Field(1000, ge=1, description="commit early after this many acks")
     lease_safety_margin_seconds: float = Field(0.5, ge=0.05, le=30)
     consume_batch: int = Field(1000, ge=1, le=100_000)
+    drain_timeout_seconds: float = Field(
+        5.0,
+        ge=0,
+        le=300,
+        description="kafka_group mode: how long a revoked partition waits for in-flight "
+        "acks before committing (leased mode uses the assigner's drain timeout)",
+    )
     statistics_interval_ms: int = Field(
         5000, ge=0, le=600_000, description="librdkafka statistics period (0 = off)"
     )

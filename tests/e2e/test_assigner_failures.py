@@ -31,7 +31,8 @@ TTL, GRACE = 3.0, 1.0  # the assigner's defaults (lease_ttl_seconds, lease_grace
 
 
 class AckedRecordsRedelivered(AssertionError):
-    """Known bug (see the xfail reason): records acked before a kill -9 come again."""
+    """Records whose ack the sidecar had accepted came again after a kill -9 (acks are
+    committed before they are answered, so this must not happen)."""
 
 
 def _describe_duplicates(duplicates: dict[int, list[Delivery]], events: list[float]) -> str:
@@ -127,14 +128,6 @@ def test_rolling_restart_with_sigterm_moves_nothing(mesh: Mesh, topic_factory: o
     assert not result.duplicates, f"records delivered twice: {_summary(run, result)}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AckedRecordsRedelivered,
-    reason="bug: a kill -9 redelivers records whose ack the sidecar had accepted: acked "
-    "offsets are committed only every commit_interval_seconds (1 s) or commit_max_acks "
-    "(services/consumer_sidecar/leasing.py LeaseKeeper.ack/commit_loop), so up to ~1 s of "
-    "acked records come again; ARCHITECTURE §3 bounds redelivery by delivered-not-acked",
-)
 def test_sidecar_kill9_partitions_taken_over_within_ttl(mesh: Mesh, topic_factory: object) -> None:
     """kill -9 of one sidecar: within TTL + grace + 1 s its partitions are granted to the
     live sidecars with new epochs; nothing is lost; what comes twice was delivered by the

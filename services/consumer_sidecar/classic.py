@@ -1,0 +1,220 @@
+"""Compatibility mode ``kafka_group`` (ARCHITECTURE §5.6): classic Kafka group consumption
+behind the same StreamService.
+
+In this mode the sidecar ``subscribe()``s to the group's topics with the cooperative-sticky
+assignor and static membership (``group.instance.id`` = the sidecar id), and Kafka's group
+coordinator decides which sidecar reads which partition. Everything else stays as in
+leased mode: the same fetch loop polls continuously (so ``max.poll.interval.ms`` never
+expires, whatever the application does), the same buffer and pause/resume backpressure,
+the same Fetch/Ack/Status and the same ack tracker and committer. Partitions carry epoch 0
+and no deadline: there is no lease, Kafka fences a stale member's commits by generation.
+
+Kafka's rebalance callbacks run on the fetch thread, inside ``consume()``:
+
+* ``on_assign`` → resolve each partition's start (the group's committed offset, else the
+  earliest, as librdkafka would), ``incremental_assign`` at it, add a table entry;
+* ``on_revoke`` (incremental with cooperative-sticky) → stop delivering, wait for in-flight
+  acks up to the drain timeout, commit the ack tracker's commit point synchronously (still a
+  member of the current generation), remove the entry;
+* ``on_lost`` → the partitions may already be someone else's: drop without committing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+import grpc
+import grpc.aio
+import structlog
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc
+from services.consumer_sidecar.acks import PartitionAcks
+from services.consumer_sidecar.partitions import (
+    NO_DEADLINE,
+    TP,
+    UNLEASED_EPOCH,
+    Partition,
+    PartitionTable,
+)
+from services.runtime.grpcserver import CHANNEL_OPTIONS
+
+log = structlog.get_logger(__name__)
+
+ASSIGNMENT_STRATEGY = "cooperative-sticky"
+# Properties this mode sets itself; a group's consumer_config cannot override them.
+_MODE_KEYS = frozenset(
+    {
+        "group.id",
+        "group.instance.id",
+        "group.protocol",
+        "partition.assignment.strategy",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+    }
+)
+DRAIN_POLL_SECONDS = 0.02
+
+
+def classic_overrides(sidecar_id: str, group_config: Mapping[str, str]) -> dict[str, Any]:
+    """librdkafka overrides of a kafka_group consumer: the group's consumer_config, then
+    what the mode needs (classic protocol, cooperative-sticky, static membership)."""
+    overrides: dict[str, Any] = {k: v for k, v in group_config.items() if k not in _MODE_KEYS}
+    if ignored := sorted(set(group_config) & _MODE_KEYS):
+        log.warning("group consumer_config keys set by kafka_group mode are ignored", keys=ignored)
+    overrides.update(
+        {
+            "group.protocol": "classic",
+            "partition.assignment.strategy": ASSIGNMENT_STRATEGY,
+            "group.instance.id": sidecar_id,
+        }
+    )
+    return overrides
+
+
+def unleased_partition(tp: TP, start: int) -> Partition:
+    """A table entry for a partition Kafka assigned: epoch 0, never expires, ready at once.
+    ``start`` < 0 means "not known": the first delivered record sets the commit point."""
+    part = Partition(tp=tp, epoch=UNLEASED_EPOCH, deadline=NO_DEADLINE, acks=PartitionAcks(start))
+    part.position = start
+    part.committed = start
+    part.ready = True
+    return part
+
+
+class RebalanceTarget(Protocol):
+    """What the rebalance handlers need of the fetcher (they run on its thread)."""
+
+    def assign(self, starts: dict[TP, int]) -> dict[TP, int]: ...
+
+    def commit_offsets(self, commits: list[tuple[TP, int]]) -> None: ...
+
+
+class ClassicMembership:
+    """Kafka's rebalance callbacks, mapped onto the partition table (fetch thread only)."""
+
+    def __init__(
+        self,
+        table: PartitionTable,
+        fetcher: RebalanceTarget,
+        *,
+        drain_timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.table = table
+        self.fetcher = fetcher
+        self.drain_timeout = drain_timeout
+        self.clock = clock
+        self.sleep = sleep
+        self.rebalances = 0
+
+    # ---- librdkafka callbacks (signature: consumer, partitions) -------------------------
+
+    def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.rebalances += 1
+        tps = [TP(str(p.topic), int(p.partition or 0)) for p in partitions]
+        if not tps:
+            return  # confluent-kafka completes an empty incremental assignment itself
+        try:
+            starts = self.fetcher.assign(dict.fromkeys(tps, -1))
+        except KafkaException as exc:
+            # The start offsets could not be read: let librdkafka start at the committed
+            # offsets itself; the first delivered record then sets each commit point.
+            log.warning("start offsets unknown; librdkafka resumes at the commits", error=str(exc))
+            consumer.incremental_assign(partitions)
+            starts = dict.fromkeys(tps, -1)
+        for tp, start in starts.items():
+            self.table.add(unleased_partition(tp, start))
+        log.info(
+            "partitions assigned by Kafka",
+            partitions=_names(starts),
+            starts={f"{tp.topic}[{tp.partition}]": o for tp, o in sorted(starts.items())},
+        )
+
+    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.rebalances += 1
+        tps = [TP(str(p.topic), int(p.partition or 0)) for p in partitions]
+        self.release(tps, commit=True)
+        log.info("partitions revoked by Kafka", partitions=_names(tps))
+
+    def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.rebalances += 1
+        tps = [TP(str(p.topic), int(p.partition or 0)) for p in partitions]
+        self.release(tps, commit=False)
+        log.warning("partitions lost (membership expired): dropped", partitions=_names(tps))
+
+    # ---- shared by the callbacks and the graceful drain ---------------------------------
+
+    def release_all(self) -> None:
+        """Graceful stop: hand back every partition with its acked offsets committed."""
+        self.release([p.tp for p in self.table.snapshot()], commit=True)
+
+    def release(self, tps: Iterable[TP], *, commit: bool) -> None:
+        """Stop delivering ``tps``; if ``commit``, wait for in-flight acks (bounded) and
+        commit each commit point synchronously; then forget them."""
+        parts = [p for tp in tps if (p := self.table.get(tp)) is not None]
+        for part in parts:
+            part.revoking = True  # take() skips it from now on
+            self.table.drop_buffer(part)
+        if commit and parts:
+            self._drain(parts)
+            self._commit(parts)
+        for part in parts:
+            self.table.remove(part.tp)
+
+    def _drain(self, parts: list[Partition]) -> None:
+        deadline = self.clock() + self.drain_timeout
+        while any(p.acks.inflight for p in parts) and self.clock() < deadline:
+            self.sleep(DRAIN_POLL_SECONDS)
+        for part in parts:
+            if part.acks.inflight:
+                log.warning(
+                    "drain timeout: handing back with unacked records (they are redelivered)",
+                    topic=part.tp.topic,
+                    partition=part.tp.partition,
+                    unacked=part.acks.inflight,
+                )
+
+    def _commit(self, parts: list[Partition]) -> None:
+        commits = commit_points(parts)
+        if not commits:
+            return
+        try:
+            self.fetcher.commit_offsets(commits)
+        except KafkaException as exc:
+            # Fenced by Kafka (a newer generation) or Kafka unreachable: the next owner
+            # resumes from the last successful commit; unacked-since records are redelivered.
+            log.warning("commit on revoke failed", error=str(exc))
+            return
+        by_tp = dict(commits)
+        for part in parts:
+            if part.tp in by_tp:
+                part.committed = by_tp[part.tp]
+
+
+def commit_points(parts: Iterable[Partition]) -> list[tuple[TP, int]]:
+    """(partition, offset) to commit: the ack tracker's commit point where it advanced."""
+    out = []
+    for part in parts:
+        point = part.acks.commit_point
+        if part.ready and point >= 0 and point > part.committed:
+            out.append((part.tp, point))
+    return out
+
+
+def _names(tps: Iterable[TP]) -> list[str]:
+    return [f"{tp.topic}[{tp.partition}]" for tp in sorted(tps)]
+
+
+async def group_topics(assigner: str, group: str, timeout: float = 10.0) -> list[str]:
+    """The group's topics, from the assigner's DescribeGroup (SessionAccepted names only the
+    mode). Raises ``grpc.aio.AioRpcError``; a follower's ``ds-leader`` is the caller's."""
+    async with grpc.aio.insecure_channel(assigner, options=CHANNEL_OPTIONS) as channel:
+        stub = admin_pb2_grpc.AdminServiceStub(channel)
+        response = await stub.DescribeGroup(
+            admin_pb2.DescribeGroupRequest(group=group), timeout=timeout
+        )
+    return list(response.config.topics)

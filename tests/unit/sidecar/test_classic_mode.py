@@ -1,0 +1,404 @@
+"""Compatibility mode (``kafka_group``) without Kafka: config, rebalance callbacks on the
+partition table, the commit guard, and the session's handling of the mode."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dataservice.assigner.v1 import assigner_pb2
+from dataservice.common.v1 import common_pb2
+from services.consumer_sidecar.classic import (
+    ClassicMembership,
+    classic_overrides,
+    commit_points,
+    unleased_partition,
+)
+from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
+from services.consumer_sidecar.leasing import LeaseKeeper
+from services.consumer_sidecar.partitions import (
+    NO_DEADLINE,
+    TP,
+    UNLEASED_EPOCH,
+    PartitionTable,
+)
+from services.consumer_sidecar.session import SessionClient, SessionIdentity
+
+T = TP("t", 0)
+U = TP("t", 1)
+
+
+def record(tp: TP, offset: int) -> common_pb2.Record:
+    return common_pb2.Record(topic=tp.topic, partition=tp.partition, offset=offset, value=b"v")
+
+
+class FakeFetcher:
+    """The fetch-thread side the rebalance handlers use."""
+
+    def __init__(self, starts: dict[TP, int] | None = None, fail: str = "") -> None:
+        self.starts = starts or {}
+        self.fail = fail
+        self.commits: list[list[tuple[TP, int]]] = []
+
+    def assign(self, starts: dict[TP, int]) -> dict[TP, int]:
+        if self.fail == "assign":
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        return {tp: self.starts.get(tp, 0) for tp in starts}
+
+    def commit_offsets(self, commits: list[tuple[TP, int]]) -> None:
+        if self.fail == "commit":
+            raise KafkaException(KafkaError(KafkaError.ILLEGAL_GENERATION))
+        self.commits.append(commits)
+
+
+class FakeConsumer:
+    def __init__(self) -> None:
+        self.assigned: list[list[TopicPartition]] = []
+        self.committed: list[list[TopicPartition]] = []
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        self.assigned.append(partitions)
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> list[TopicPartition]:
+        self.committed.append(offsets)
+        return offsets
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.on_sleep: Callable[[], None] = lambda: None
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.on_sleep()
+
+
+def membership(fetcher: FakeFetcher, drain: float = 1.0) -> tuple[ClassicMembership, Clock]:
+    clock = Clock()
+    table = PartitionTable(64 * 1024 * 1024, clock)
+    return (
+        ClassicMembership(table, fetcher, drain_timeout=drain, clock=clock, sleep=clock.sleep),
+        clock,
+    )
+
+
+def kafka_tps(*tps: TP) -> list[TopicPartition]:
+    return [TopicPartition(tp.topic, tp.partition) for tp in tps]
+
+
+def deliver(m: ClassicMembership, tp: TP, offsets: list[int]) -> None:
+    assert m.table.append(tp, [record(tp, o) for o in offsets])
+    taken = m.table.take(10_000, 64 * 1024 * 1024)
+    assert [r.offset for _, r in taken if TP(r.topic, r.partition) == tp] == offsets
+
+
+# ---- config -----------------------------------------------------------------------------
+
+
+def test_overrides_force_cooperative_sticky_static_membership_and_classic_protocol() -> None:
+    overrides = classic_overrides(
+        "pod-7",
+        {
+            "session.timeout.ms": "6000",
+            "fetch.max.bytes": "1048576",
+            "group.id": "other",
+            "group.instance.id": "x",
+            "partition.assignment.strategy": "range",
+            "group.protocol": "consumer",
+            "enable.auto.commit": "true",
+        },
+    )
+    assert overrides["partition.assignment.strategy"] == "cooperative-sticky"
+    assert overrides["group.instance.id"] == "pod-7"
+    assert overrides["group.protocol"] == "classic"
+    assert overrides["session.timeout.ms"] == "6000"
+    assert overrides["fetch.max.bytes"] == "1048576"
+    assert "group.id" not in overrides
+    assert "enable.auto.commit" not in overrides
+
+
+def test_unleased_partition_has_epoch_zero_and_never_expires() -> None:
+    part = unleased_partition(T, 42)
+    assert part.epoch == UNLEASED_EPOCH == 0
+    assert part.deadline == NO_DEADLINE and math.isfinite(NO_DEADLINE)
+    assert part.live(1e9)
+    assert part.ready and part.position == 42 and part.committed == 42
+    assert part.acks.commit_point == 42
+
+
+# ---- rebalance callbacks -------------------------------------------------------------------
+
+
+def test_assign_adds_ready_partitions_at_the_resolved_start() -> None:
+    m, _ = membership(FakeFetcher({T: 5, U: 0}))
+    m.on_assign(FakeConsumer(), kafka_tps(T, U))  # type: ignore[arg-type]
+    assert {p.tp: p.position for p in m.table.snapshot()} == {T: 5, U: 0}
+    assert m.table.append(T, [record(T, 5), record(T, 6)])
+    taken = m.table.take(10, 1 << 20)
+    assert [(r.offset, r.lease_epoch) for _, r in taken] == [(5, 0), (6, 0)]
+
+
+def test_assign_falls_back_to_librdkafka_committed_offsets() -> None:
+    m, _ = membership(FakeFetcher(fail="assign"))
+    consumer = FakeConsumer()
+    m.on_assign(consumer, kafka_tps(T))  # type: ignore[arg-type]
+    assert len(consumer.assigned) == 1  # librdkafka starts at the committed offset itself
+    part = m.table.get(T)
+    assert part is not None and part.ready
+    assert commit_points([part]) == []  # nothing known, nothing delivered: nothing to commit
+    deliver(m, T, [17, 18])
+    part.acks.ack(17)
+    assert commit_points([part]) == [(T, 18)]
+
+
+def test_revoke_waits_for_inflight_acks_then_commits_and_forgets() -> None:
+    fetcher = FakeFetcher({T: 0, U: 0})
+    m, clock = membership(fetcher, drain=5.0)
+    m.on_assign(FakeConsumer(), kafka_tps(T, U))  # type: ignore[arg-type]
+    deliver(m, T, [0, 1, 2])
+    part = m.table.get(T)
+    assert part is not None
+    part.acks.ack(0)
+    # The application acks the rest while the revoke is draining.
+    clock.on_sleep = lambda: [part.acks.ack(o) for o in (1, 2) if o >= part.acks.commit_point]
+    m.on_revoke(FakeConsumer(), kafka_tps(T))  # type: ignore[arg-type]
+    assert fetcher.commits == [[(T, 3)]]
+    assert m.table.get(T) is None
+    assert m.table.get(U) is not None  # cooperative: only the revoked partition goes
+
+
+def test_revoke_stops_delivery_at_once() -> None:
+    m, _ = membership(FakeFetcher({T: 0}), drain=0.0)
+    m.on_assign(FakeConsumer(), kafka_tps(T))  # type: ignore[arg-type]
+    assert m.table.append(T, [record(T, 0)])
+    part = m.table.get(T)
+    assert part is not None
+    m.release([T], commit=False)
+    assert m.table.take(10, 1 << 20) == []
+    assert m.table.buffered_bytes == 0
+
+
+def test_drain_timeout_commits_the_lowest_unacked_offset() -> None:
+    fetcher = FakeFetcher({T: 10})
+    m, clock = membership(fetcher, drain=0.5)
+    m.on_assign(FakeConsumer(), kafka_tps(T))  # type: ignore[arg-type]
+    deliver(m, T, [10, 11, 12, 13])
+    part = m.table.get(T)
+    assert part is not None
+    part.acks.ack(10)
+    part.acks.ack(12)
+    start = clock.now
+    m.on_revoke(FakeConsumer(), kafka_tps(T))  # type: ignore[arg-type]
+    assert clock.now - start >= 0.5
+    assert fetcher.commits == [[(T, 11)]]  # 11 is redelivered by the next owner
+
+
+def test_lost_partitions_are_dropped_without_commit() -> None:
+    fetcher = FakeFetcher({T: 0})
+    m, _ = membership(fetcher)
+    m.on_assign(FakeConsumer(), kafka_tps(T))  # type: ignore[arg-type]
+    deliver(m, T, [0])
+    m.table.partitions[T].acks.ack(0)
+    m.on_lost(FakeConsumer(), kafka_tps(T))  # type: ignore[arg-type]
+    assert fetcher.commits == []
+    assert m.table.get(T) is None
+
+
+def test_a_fenced_commit_on_revoke_still_gives_the_partition_up() -> None:
+    m, _ = membership(FakeFetcher({T: 0}, fail="commit"))
+    m.on_assign(FakeConsumer(), kafka_tps(T))  # type: ignore[arg-type]
+    deliver(m, T, [0])
+    m.table.partitions[T].acks.ack(0)
+    m.on_revoke(FakeConsumer(), kafka_tps(T))  # type: ignore[arg-type]  # must not raise
+    assert m.table.get(T) is None
+
+
+def test_release_all_commits_every_partition() -> None:
+    fetcher = FakeFetcher({T: 0, U: 7})
+    m, _ = membership(fetcher)
+    m.on_assign(FakeConsumer(), kafka_tps(T, U))  # type: ignore[arg-type]
+    deliver(m, T, [0, 1])
+    m.table.partitions[T].acks.ack_all()
+    m.release_all()
+    assert fetcher.commits == [[(T, 2)]]  # U: nothing new to commit
+    assert m.table.snapshot() == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    count=st.integers(min_value=1, max_value=60),
+    acked=st.sets(st.integers(min_value=0, max_value=59)),
+    start=st.integers(min_value=0, max_value=1000),
+)
+def test_revoke_commits_exactly_the_lowest_unacked(count: int, acked: set[int], start: int) -> None:
+    fetcher = FakeFetcher({T: start})
+    m, _ = membership(fetcher, drain=0.1)
+    m.on_assign(FakeConsumer(), kafka_tps(T))  # type: ignore[arg-type]
+    offsets = [start + i for i in range(count)]
+    deliver(m, T, offsets)
+    part = m.table.partitions[T]
+    for i in sorted(acked):
+        if i < count:
+            part.acks.ack(start + i)
+    m.on_revoke(FakeConsumer(), kafka_tps(T))  # type: ignore[arg-type]
+    unacked = [start + i for i in range(count) if i not in acked]
+    expected = unacked[0] if unacked else start + count
+    assert fetcher.commits == ([[(T, expected)]] if expected > start else [])
+
+
+# ---- the commit guard in the fetcher -----------------------------------------------------
+
+
+def fetcher_with(table: PartitionTable, consumer: FakeConsumer) -> Fetcher:
+    return Fetcher(consumer, table, sidecar_id="s", batch=10, on_data=lambda: None)  # type: ignore[arg-type]
+
+
+def test_commits_for_partitions_no_longer_held_are_dropped() -> None:
+    clock = Clock()
+    table = PartitionTable(1 << 26, clock)
+    consumer = FakeConsumer()
+    fetcher = fetcher_with(table, consumer)
+    table.add(unleased_partition(T, 0))
+    fetcher.commit([CommitRequest(T, 5, 0), CommitRequest(U, 5, 0), CommitRequest(T, 6, 3)])
+    assert [(tp.partition, tp.offset) for tp in consumer.committed[0]] == [(0, 5)]
+    assert '"epoch":0' in str(consumer.committed[0][0].metadata)
+
+
+def test_kafka_group_mode_never_commits_below_a_reassigned_partitions_start() -> None:
+    clock = Clock()
+    table = PartitionTable(1 << 26, clock)
+    consumer = FakeConsumer()
+    fetcher = fetcher_with(table, consumer)
+    fetcher.classic = True
+    table.add(unleased_partition(T, 50))  # handed back to us at committed offset 50
+    fetcher.commit_offsets([(T, 40)])  # queued before the revoke: stale
+    assert consumer.committed == []
+    fetcher.commit_offsets([(T, 55)])
+    assert [tp.offset for tp in consumer.committed[0]] == [55]
+
+
+# ---- the session in kafka_group mode -------------------------------------------------------
+
+
+def session() -> tuple[SessionClient, list[assigner_pb2.SessionAccepted]]:
+    clock = Clock()
+    table = PartitionTable(1 << 26, clock)
+    keeper = LeaseKeeper(table, object(), commit_interval=1, commit_max_acks=10)  # type: ignore[arg-type]
+    client = SessionClient(
+        SessionIdentity("s1", "g", "127.0.0.1:1"), "127.0.0.1:2", keeper, safety_margin=0.5
+    )
+    seen: list[assigner_pb2.SessionAccepted] = []
+    client.on_accepted = seen.append
+    return client, seen
+
+
+def accepted(mode: Any) -> assigner_pb2.SessionResponse:
+    return assigner_pb2.SessionResponse(
+        accepted=assigner_pb2.SessionAccepted(session_id="x", mode=mode)
+    )
+
+
+def test_session_learns_kafka_group_mode_and_holds_grants_only_on_paper() -> None:
+    async def scenario() -> None:
+        client, seen = session()
+        client.keeper.table.add(unleased_partition(T, 3))  # a Kafka-assigned partition
+        await client._handle(accepted(common_pb2.GROUP_MODE_KAFKA_GROUP))
+        assert client.kafka_group and len(seen) == 1
+        grant = assigner_pb2.LeaseGrant(topic="t", partition=1, epoch=4, start_offset=-1)
+        await client._handle(assigner_pb2.SessionResponse(grant=grant))
+        # Nothing fetched for the grant: the table holds only what Kafka assigned.
+        assert [p.tp for p in client.keeper.table.snapshot()] == [T]
+        hb = client._heartbeat().heartbeat
+        assert [(x.partition, x.epoch) for x in hb.leases] == [(1, 4)]
+        join = client._join().join
+        assert [(x.partition, x.epoch) for x in join.held_leases] == [(1, 4)]  # never T
+        revoke = assigner_pb2.LeaseRevoke(topic="t", partition=1, epoch=4)
+        await client._handle(assigner_pb2.SessionResponse(revoke=revoke))
+        hb = client._heartbeat().heartbeat
+        assert list(hb.leases) == []
+        assert [(x.partition, x.epoch, x.committed_offset) for x in hb.released_leases] == [
+            (1, 4, -1)
+        ]
+        # A re-join in another mode does not switch a running sidecar.
+        await client._handle(accepted(common_pb2.GROUP_MODE_LEASED))
+        assert client.kafka_group and len(seen) == 2
+
+    asyncio.run(scenario())
+
+
+def test_session_defaults_to_leased_mode() -> None:
+    async def scenario() -> None:
+        client, _ = session()
+        await client._handle(accepted(common_pb2.GROUP_MODE_UNSPECIFIED))
+        assert client.mode == common_pb2.GROUP_MODE_LEASED and not client.kafka_group
+
+    asyncio.run(scenario())
+
+
+def test_leave_in_kafka_group_mode_releases_nominal_leases_not_kafka_partitions() -> None:
+    async def scenario() -> None:
+        client, _ = session()
+        client.keeper.table.add(unleased_partition(T, 3))
+        await client._handle(accepted(common_pb2.GROUP_MODE_KAFKA_GROUP))
+        client.connected = False  # no assigner to call
+        grant = assigner_pb2.LeaseGrant(topic="t", partition=1, epoch=2)
+        await client._handle(assigner_pb2.SessionResponse(grant=grant))
+        await client.leave(timeout=0.1)
+        assert client.keeper.table.get(T) is not None  # the app's classic drain owns it
+        hb = client._heartbeat().heartbeat
+        assert [(x.partition, x.epoch) for x in hb.released_leases] == [(1, 2)]
+
+    asyncio.run(scenario())
+
+
+def test_status_duration_of_an_unleased_partition_is_representable() -> None:
+    # rpc.Status turns deadline - now into a Duration: it must stay finite and in range.
+    from google.protobuf import duration_pb2
+
+    d = duration_pb2.Duration()
+    d.FromNanoseconds(int(max(0.0, NO_DEADLINE - 12345.0) * 1e9))
+    assert 0 < d.seconds < 315_576_000_000
+
+
+class RebalancingConsumer(FakeConsumer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rebalancing = True
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> list[TopicPartition]:
+        if self.rebalancing:
+            raise KafkaException(KafkaError(KafkaError.REBALANCE_IN_PROGRESS))
+        return super().commit(offsets, asynchronous)
+
+
+def test_kafka_group_commits_refused_mid_rebalance_are_retried_after_it() -> None:
+    table = PartitionTable(1 << 26, Clock())
+    consumer = RebalancingConsumer()
+    fetcher = fetcher_with(table, consumer)
+    fetcher.classic = True
+    table.add(unleased_partition(T, 0))
+    table.add(unleased_partition(U, 0))
+    fetcher.commit_offsets([(T, 5), (U, 3)])  # not an error: the ack stays accepted
+    table.remove(U)  # revoked meanwhile: its revoke callback committed it
+    consumer.rebalancing = False
+    fetcher._retry_deferred()
+    assert [(tp.partition, tp.offset) for tp in consumer.committed[0]] == [(0, 5)]
+
+
+def test_leased_mode_commit_errors_are_raised() -> None:
+    table = PartitionTable(1 << 26, Clock())
+    fetcher = fetcher_with(table, RebalancingConsumer())
+    table.add(unleased_partition(T, 0))
+    with pytest.raises(KafkaException):
+        fetcher.commit([CommitRequest(T, 5, 0)])
