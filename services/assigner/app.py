@@ -260,6 +260,20 @@ class AssignerApp:
         log.info("group created", group=name, topics=topics, partitions=len(partitions))
         return group
 
+    async def kafka_group_members(self, name: str) -> int:
+        """Members of the Kafka consumer group ``name`` (classic subscribe() consumers)."""
+
+        def describe() -> int:
+            futures = self._admin.describe_consumer_groups([name], request_timeout=10)
+            return len(futures[name].result(timeout=10).members)
+
+        try:
+            return await asyncio.to_thread(describe)
+        except KafkaException as exc:
+            raise DsError(
+                Reason.KAFKA_UNAVAILABLE, f"cannot describe group {name!r}: {exc}"
+            ) from exc
+
     async def update_group(self, record: GroupRecord) -> GroupRuntime:
         """Apply a new configuration to a group (UpdateGroup): durable first, then live.
         New topics' partitions are added; sidecars get consumer config changes pushed."""

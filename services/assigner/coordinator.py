@@ -164,6 +164,7 @@ class GroupCoordinator:
         epochs: Mapping[TopicPartition, int] | None = None,
         settle_until: float = 0.0,
         strategy: Strategy = Strategy.COUNT,
+        grants_enabled: bool = True,
     ) -> None:
         """``epochs`` restores the last epochs from durable state; with them pass
         ``settle_until`` = start time + TTL + grace (see the module docstring)."""
@@ -173,6 +174,9 @@ class GroupCoordinator:
         self.leases: dict[TopicPartition, Lease] = {}
         self.settle_until = settle_until
         self.strategy = strategy
+        # False for a kafka_group-mode group: Kafka's group coordinator assigns its
+        # partitions; the assigner only tracks membership (and pushes config).
+        self.grants_enabled = grants_enabled
         self.weights: dict[TopicPartition, float] = {}  # LOAD mode, from heartbeats
         # The tick rebalances only when something changed (or a settle period ended), and
         # in LOAD mode at most every LOAD_REBALANCE_SECONDS as weights drift: a full
@@ -200,7 +204,7 @@ class GroupCoordinator:
         member.last_seen = now
         member.joined_at = previous.joined_at if previous and previous.present else now
         self.members[member.id] = member
-        for h in held:
+        for h in held if self.grants_enabled else ():
             lease = self.leases.get(h.tp)
             if lease is None:
                 continue
@@ -447,6 +451,8 @@ class GroupCoordinator:
         out.membership_changed = True
 
     def _rebalance(self, now: float) -> list[Command]:
+        if not self.grants_enabled:
+            return []
         if now < self.settle_until:
             self._rebalance_pending = True
             return []  # rebuilding after a restart: let holders re-attach first

@@ -148,6 +148,7 @@ class GroupRuntime:
             epochs=epochs,
             settle_until=settle_until,
             strategy=Strategy(record.balance_strategy),
+            grants_enabled=record.mode == "leased",
         )
         self.connections: dict[str, Connection] = {}
         self.clients: set[str] = set(clients)
@@ -200,6 +201,7 @@ class GroupRuntime:
                     mode=MODES[self.record.mode],
                     consumer_config=dict(self.record.consumer_config),
                     config_version=self.record.config_version,
+                    topics=list(self.record.topics),
                 )
             )
         )
@@ -307,6 +309,7 @@ class GroupRuntime:
         changed_config = record.consumer_config != self.record.consumer_config
         self.record = record
         self.coordinator.strategy = Strategy(record.balance_strategy)
+        self.coordinator.grants_enabled = record.mode == "leased"
         self._persist_group()
         if changed_config:
             update = assigner_pb2.SessionResponse(

@@ -127,6 +127,7 @@ async def _until(stream: AsyncIterator[Any], stop: asyncio.Event) -> AsyncIterat
     """Items of ``stream`` until it ends or ``stop`` is set (then it is closed)."""
     iterator = stream.__aiter__()
     stopped = asyncio.ensure_future(stop.wait())
+    item: asyncio.Future[Any] | None = None
     try:
         while True:
             item = asyncio.ensure_future(anext(iterator))
@@ -143,6 +144,11 @@ async def _until(stream: AsyncIterator[Any], stop: asyncio.Event) -> AsyncIterat
             yield value
     finally:
         stopped.cancel()
+        if item is not None and not item.done():
+            # Closed from outside (the call ended) while waiting: retrieve whatever the
+            # pending step ends with, so asyncio never reports it as unretrieved.
+            item.cancel()
+            item.add_done_callback(lambda f: f.cancelled() or f.exception())
         aclose = getattr(iterator, "aclose", None)
         if aclose is not None:
             with contextlib.suppress(Exception):

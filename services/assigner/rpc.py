@@ -312,12 +312,23 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             if not changed:
                 return admin_pb2.UpdateGroupResponse(group=current)  # nothing to apply
             if "mode" in changed:
-                raise DsError(
-                    Reason.GROUP_MODE_MISMATCH,
-                    f"group {group.name!r}: switching between leased and kafka_group mode is "
-                    "not supported yet; the mode switch procedure lands with the sidecar issue",
-                    metadata={"group": group.name, "mode": group.record.mode},
-                )
+                # The two modes never run at once on one group id: Kafka accepts commits
+                # from non-members (assign() sidecars) only while the group has no members.
+                members = len(group.coordinator.members)
+                kafka_members = await self.app.kafka_group_members(group.name)
+                if members or kafka_members:
+                    raise DsError(
+                        Reason.GROUP_MODE_MISMATCH,
+                        f"group {group.name!r}: stop every sidecar of the group before "
+                        f"switching modes ({members} attached here, {kafka_members} members "
+                        "in the Kafka group); committed offsets are kept",
+                        metadata={
+                            "group": group.name,
+                            "mode": group.record.mode,
+                            "sidecars": str(members),
+                            "kafka_members": str(kafka_members),
+                        },
+                    )
             record = admin.make_record(admin.record_fields(desired), self._record_defaults())
             record.config_version = current.config_version + 1
             if "consumer_config" in changed:

@@ -184,13 +184,15 @@ class SidecarApp:
         )
         self._tasks.append(
             asyncio.create_task(
-                self._start_classic(dict(accepted.consumer_config)), name="kafka-group"
+                self._start_classic(dict(accepted.consumer_config), list(accepted.topics)),
+                name="kafka-group",
             )
         )
 
-    async def _start_classic(self, group_config: dict[str, str]) -> None:
+    async def _start_classic(self, group_config: dict[str, str], topics: list[str]) -> None:
         assert self.classic is not None
-        topics = await self._group_topics()
+        # The assigner sends the topics with SessionAccepted; an older one does not.
+        topics = topics or await self._group_topics()
         config = consumer_config(
             self.settings,
             group=self.settings.group,

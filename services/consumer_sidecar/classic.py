@@ -118,6 +118,12 @@ class ClassicMembership:
         tps = [TP(str(p.topic), int(p.partition or 0)) for p in partitions]
         if not tps:
             return  # confluent-kafka completes an empty incremental assignment itself
+        # Registered (not ready) first: Fetcher.assign makes ready, and assigns in Kafka,
+        # exactly the partitions the table holds.
+        for tp in tps:
+            part = unleased_partition(tp, -1)
+            part.ready = False
+            self.table.add(part)
         try:
             starts = self.fetcher.assign(dict.fromkeys(tps, -1))
         except KafkaException as exc:
@@ -126,8 +132,12 @@ class ClassicMembership:
             log.warning("start offsets unknown; librdkafka resumes at the commits", error=str(exc))
             consumer.incremental_assign(partitions)
             starts = dict.fromkeys(tps, -1)
+            for tp in tps:
+                self.table.add(unleased_partition(tp, -1))
         for tp, start in starts.items():
-            self.table.add(unleased_partition(tp, start))
+            entry = self.table.get(tp)
+            if entry is not None and not entry.ready:  # a fetcher that only assigns in Kafka
+                self.table.add(unleased_partition(tp, start))
         log.info(
             "partitions assigned by Kafka",
             partitions=_names(starts),

@@ -128,6 +128,19 @@ def test_describe_move_and_consume(admin_stub: tuple[Mesh, str, str, object]) ->
         30,
         "both sidecars joined and every partition leased",
     )
+    # The two modes never run at once on one group id: with sidecars attached, a mode
+    # switch is refused (committed offsets would otherwise be fought over).
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.UpdateGroup(
+            admin_pb2.UpdateGroupRequest(
+                group=types_pb2.GroupConfig(name=group, mode=common_pb2.GROUP_MODE_KAFKA_GROUP),
+                update_mask=field_mask_pb2.FieldMask(paths=["mode"]),
+            ),
+            timeout=20,
+        )
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    info = error_info(refused.value)
+    assert info is not None and info.reason == "GROUP_MODE_MISMATCH"
 
     seen: set[tuple[int, int]] = set()
     with DsClient(group, client_id="admin-e2e", assigner=assigner.grpc_addr) as client:
@@ -317,10 +330,13 @@ def test_bad_requests_get_the_right_codes(admin_stub: tuple[Mesh, str, str, obje
     assert code_and_reason(
         lambda: update(["consumer_config"], 1, consumer_config={"fetch.wait.max.ms": "300"})
     ) == (grpc.StatusCode.FAILED_PRECONDITION, "CONFIG_VERSION_CONFLICT")
-    assert code_and_reason(lambda: update(["mode"], mode=common_pb2.GROUP_MODE_KAFKA_GROUP)) == (
-        grpc.StatusCode.FAILED_PRECONDITION,
-        "GROUP_MODE_MISMATCH",
-    )
+    # No sidecar is attached and the Kafka group is empty: a mode switch is allowed (and
+    # switched back). With sidecars attached it is refused (test_describe_move_and_consume
+    # covers the running case).
+    switched = update(["mode"], mode=common_pb2.GROUP_MODE_KAFKA_GROUP)
+    assert switched.group.mode == common_pb2.GROUP_MODE_KAFKA_GROUP
+    back = update(["mode"], mode=common_pb2.GROUP_MODE_LEASED)
+    assert back.group.mode == common_pb2.GROUP_MODE_LEASED
     assert code_and_reason(lambda: update(["topics"], topics=[topic, "no-such-topic-y"])) == (
         not_found,
         "TOPIC_NOT_FOUND",

@@ -361,3 +361,13 @@ def test_load_mode_spreads_heavy_partitions() -> None:
     assert len(moved & heavy) == 1, "b must take one of the two heavy partitions"
     assert partition_weight(100.0, 10_000) == 200.0
     assert partition_weight(100.0, -1) == 100.0
+
+
+def test_kafka_group_mode_tracks_members_but_never_grants() -> None:
+    coord = GroupCoordinator("g", TPS, TIMING, grants_enabled=False)
+    out = coord.join(member("a"), [HeldLease(TPS[0], 0)], now=0.0)
+    assert out.commands == [] and out.renewed == []
+    assert coord.join(member("b"), [], now=0.1).commands == []
+    assert [m.id for m in coord.live_members()] == ["a", "b"]
+    assert coord.disconnect_expired(now=1.0).commands == []
+    assert all(lease.holder is None for lease in coord.leases.values())

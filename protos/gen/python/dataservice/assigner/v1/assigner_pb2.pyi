@@ -347,6 +347,7 @@ class SessionAccepted(_message.Message):
     MODE_FIELD_NUMBER: _builtins.int
     CONSUMER_CONFIG_FIELD_NUMBER: _builtins.int
     CONFIG_VERSION_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Id of this session, passed back in LeaveRequest."""
     mode: _common_pb2.GroupMode.ValueType
@@ -367,6 +368,10 @@ class SessionAccepted(_message.Message):
     def consumer_config(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """librdkafka consumer properties of the group, to apply on top of the sidecar's own."""
 
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The group's topics; in kafka_group mode the sidecar subscribe()s to them."""
+
     def __init__(
         self,
         *,
@@ -376,10 +381,11 @@ class SessionAccepted(_message.Message):
         mode: _common_pb2.GroupMode.ValueType = ...,
         consumer_config: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         config_version: _builtins.int = ...,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consumer_config", b"consumer_config", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "mode", b"mode", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consumer_config", b"consumer_config", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "mode", b"mode", "session_id", b"session_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
