@@ -22,9 +22,13 @@ class PartitionAcks:
     """Delivered/acked bookkeeping for one partition under one lease epoch."""
 
     start: int  # the offset consumption started from (the committed offset at grant)
+    # Offsets a previous owner had acked above its commit point (from the commit
+    # metadata): they count as acked and are not delivered again.
+    preacked: set[int] = field(default_factory=set)
     _pending: deque[int] = field(default_factory=deque)  # delivered offsets, ascending
     _acked: set[int] = field(default_factory=set)  # acked offsets still in _pending
     _next: int = -1  # one past the highest delivered offset
+    version: int = 0  # bumped by every ack that changes what a commit would record
 
     def __post_init__(self) -> None:
         self._next = self.start
@@ -63,7 +67,24 @@ class PartitionAcks:
         if offset in self._acked:
             return False
         self._acked.add(offset)
+        self.version += 1
         return self._advance()
+
+    def skip_preacked(self, offset: int) -> bool:
+        """A fetched record a previous owner already acked: count it delivered and acked
+        without handing it out. True if it was one."""
+        if offset not in self.preacked or offset < self._next:
+            return False
+        self.preacked.discard(offset)
+        self.delivered(offset)
+        self._acked.add(offset)
+        self.version += 1
+        self._advance()
+        return True
+
+    def acked_above(self) -> list[int]:
+        """Acked offsets above the commit point (what a commit's metadata must carry)."""
+        return sorted(self._acked)
 
     def ack_all(self) -> None:
         """Auto-ack mode / drain: everything delivered counts as acked."""

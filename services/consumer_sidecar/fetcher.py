@@ -34,6 +34,7 @@ from confluent_kafka import (
 from google.protobuf import timestamp_pb2
 
 from dataservice.common.v1 import common_pb2
+from services.consumer_sidecar import commitmeta
 from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.partitions import TP, UNLEASED_EPOCH, PartitionTable
 
@@ -58,6 +59,7 @@ class CommitRequest:
     tp: TP
     offset: int
     epoch: int
+    acked: tuple[tuple[int, int], ...] = ()  # acked ranges above ``offset`` (metadata)
 
 
 class Fetcher:
@@ -110,10 +112,18 @@ class Fetcher:
         committed offset, else the earliest). One committed() round trip for the batch.
         Returns the offset each partition starts from."""
         resolved = dict(starts)
-        unknown = [TopicPartition(tp.topic, tp.partition) for tp, o in starts.items() if o < 0]
-        if unknown:
-            for found in self._consumer.committed(unknown, timeout=10):
-                resolved[TP(str(found.topic), int(found.partition or 0))] = int(found.offset or -1)
+        # One committed() round trip for all: the offsets where none was given, and for
+        # every partition the metadata with what the previous owner acked above it.
+        preacked: dict[TP, set[int]] = {}
+        queried = [TopicPartition(tp.topic, tp.partition) for tp in starts]
+        for found in self._consumer.committed(queried, timeout=10) if queried else []:
+            tp = TP(str(found.topic), int(found.partition or 0))
+            committed = int(found.offset if found.offset is not None else -1)
+            if resolved[tp] < 0:
+                resolved[tp] = committed
+            meta = commitmeta.decode(found.metadata, committed)
+            if meta is not None and meta.acked and committed >= 0 and resolved[tp] == committed:
+                preacked[tp] = commitmeta.expand(meta.acked)
         for tp, offset in resolved.items():
             if offset < 0:
                 low, _high = self._consumer.get_watermark_offsets(
@@ -128,7 +138,7 @@ class Fetcher:
                 part = self._table.partitions.get(tp)
                 if part is None or part.revoking or part.ready:
                     continue  # revoked or expired while the offsets were looked up
-                part.acks = PartitionAcks(offset)
+                part.acks = PartitionAcks(offset, preacked=preacked.get(tp, set()))
                 part.position = offset
                 part.committed = offset
                 part.ready = True
@@ -204,7 +214,7 @@ class Fetcher:
                 r.tp.topic,
                 r.tp.partition,
                 r.offset,
-                metadata=f'{{"epoch":{r.epoch},"sidecar":"{self._sidecar_id}"}}',
+                metadata=commitmeta.encode(r.epoch, self._sidecar_id, r.offset, r.acked),
             )
             for r in requests
             if self._still_committable(r)

@@ -296,7 +296,7 @@ class LeaseKeeper:
                 message=f"epoch {ack.lease_epoch} is not the current epoch {part.epoch}",
             )
         try:
-            part.acks.ack(ack.offset)
+            self.table.ack(part, ack.offset)
         except AckError as exc:
             return stream_pb2.RejectedAck(
                 ack=ack, reason=stream_pb2.REJECT_REASON_NOT_DELIVERED, message=str(exc)
@@ -337,16 +337,25 @@ class LeaseKeeper:
             now = self.clock()
             requests = []
             parts = []
+            versions = []
             for part in self.table.snapshot():
-                point = part.acks.commit_point
-                if part.ready and part.live(now) and not part.revoking and point > part.committed:
-                    requests.append(CommitRequest(part.tp, point, part.epoch))
+                if not part.ready or not part.live(now) or part.revoking:
+                    continue
+                point, acked, version = self.table.commit_view(part)
+                # Commit when the point moves, or when what is acked above it changed (the
+                # metadata carries it, so a crash does not redeliver acked records).
+                if point > part.committed or (
+                    point == part.committed and version != part.committed_version
+                ):
+                    requests.append(CommitRequest(part.tp, point, part.epoch, acked))
                     parts.append(part)
+                    versions.append(version)
             if not requests:
                 return
             await self.fetcher.run(self.fetcher.commit, requests)
-            for part, request in zip(parts, requests, strict=True):
+            for part, request, version in zip(parts, requests, versions, strict=True):
                 part.committed = max(part.committed, request.offset)
+                part.committed_version = version
 
     async def commit_offsets(self, commits: list[ExplicitCommit]) -> list[CommitOutcome]:
         """Commit explicit offsets, each fenced by its lease epoch and the local deadline,
@@ -382,9 +391,13 @@ class LeaseKeeper:
 
     async def _commit_partition(self, part: Partition) -> int:
         async with self._commit_lock:
-            point = part.acks.commit_point
-            if part.ready and point > part.committed and part.live(self.clock()):
-                request = CommitRequest(part.tp, point, part.epoch)
+            point, acked, version = self.table.commit_view(part)
+            moved = point > part.committed or (
+                point == part.committed and version != part.committed_version
+            )
+            if part.ready and moved and part.live(self.clock()):
+                request = CommitRequest(part.tp, point, part.epoch, acked)
                 await self.fetcher.run(self.fetcher.commit, [request])
                 part.committed = point
+                part.committed_version = version
             return part.committed

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar.acks import PartitionAcks
+from services.consumer_sidecar.commitmeta import ranges_of
 
 if TYPE_CHECKING:
     from services.consumer_sidecar.stats import PartitionStats
@@ -47,6 +48,7 @@ class Partition:
     deadline: float  # monotonic seconds; nothing is delivered or committed after it
     acks: PartitionAcks
     committed: int = -1  # the last offset committed to Kafka by this lease
+    committed_version: int = 0  # acks.version at that commit (acked-above ranges included)
     buffer: deque[common_pb2.Record] = field(default_factory=deque)
     buffered_bytes: int = 0
     revoking: bool = False
@@ -141,6 +143,8 @@ class PartitionTable:
                         record = part.buffer.popleft()
                         part.buffered_bytes -= size
                         self.buffered_bytes -= size
+                        if part.acks.skip_preacked(record.offset):
+                            continue  # acked before a handoff: not delivered again
                         taken_bytes += size
                         part.acks.delivered(record.offset)
                         out.append((part, record))
@@ -148,6 +152,18 @@ class PartitionTable:
                         next_round.append(part)
                 ordered = next_round
         return out
+
+    def ack(self, part: Partition, offset: int) -> bool:
+        """Ack under the table lock: the fetch thread updates the same tracker when it
+        skips records a previous owner acked (see PartitionAcks.skip_preacked)."""
+        with self.lock:
+            return part.acks.ack(offset)
+
+    def commit_view(self, part: Partition) -> tuple[int, tuple[tuple[int, int], ...], int]:
+        """(commit point, acked ranges above it, acks version), read consistently."""
+        with self.lock:
+            ranges = tuple(ranges_of(part.acks.acked_above()))
+            return part.acks.commit_point, ranges, part.acks.version
 
     def drop_buffer(self, part: Partition) -> None:
         with self.lock:

@@ -197,7 +197,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                 await asyncio.wait_for(self.app.data_ready.wait(), remaining)
         if request.auto_ack and taken:
             for part, record in taken:
-                part.acks.ack(record.offset)
+                self.app.table.ack(part, record.offset)
             await self.app.keeper.commit_acked()  # auto_ack: committed at delivery
         return stream_pb2.FetchResponse(records=[record for _, record in taken])
 
@@ -275,7 +275,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                     continue
                 if state.auto_ack:
                     for part, record in taken:
-                        part.acks.ack(record.offset)
+                        self.app.table.ack(part, record.offset)
                     await self.app.keeper.commit_acked()
                 state.credit.spend(len(taken), sum(len(r.key) + len(r.value) for _, r in taken))
                 yield stream_pb2.StreamResponse(

@@ -275,16 +275,9 @@ STOP_AT_LEAST = 8.0  # seconds: well past TTL + grace
 
 
 class AckedRecordsRedelivered(AssertionError):
-    """Known bug (1): records whose ack the sidecar accepted came again after it stopped."""
+    """Records whose ack the sidecar accepted came again after it stopped (must not happen)."""
 
 
-@pytest.mark.xfail(
-    strict=False,
-    raises=AckedRecordsRedelivered,
-    reason="lead's fix (1) pending: acked offsets are committed only every "
-    "commit_interval_seconds (services/consumer_sidecar/leasing.py LeaseKeeper.ack / "
-    "commit_loop), so records acked just before the SIGSTOP are redelivered by the new owner",
-)
 def test_sigstopped_zombie_delivers_and_commits_nothing_after_the_move(
     mesh: Mesh, topic_factory: object
 ) -> None:
@@ -431,13 +424,6 @@ def _produce_sequence(bootstrap: str, topic: str, count: int, partitions: int) -
     assert producer.flush(30) == 0
 
 
-@pytest.mark.xfail(
-    strict=False,
-    raises=RedeliveryNotExact,
-    reason="lead's fix (1) pending: acks are committed up to every commit_interval_seconds "
-    "after the Ack response, and only as the lowest un-acked offset per partition, so a "
-    "kill -9 right after random out-of-order acks redelivers acked records too",
-)
 def test_kill9_redelivers_exactly_the_unacked_records(mesh: Mesh, topic_factory: object) -> None:
     topic = topic_factory(partitions=REDELIVERY_PARTITIONS)  # type: ignore[operator]
     group = f"g-{topic}"

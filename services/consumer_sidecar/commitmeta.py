@@ -1,0 +1,70 @@
+"""Commit metadata: who committed (lease epoch, sidecar) and what was acked above it.
+
+The committed offset is the lowest un-acked offset, so records acked *above* a gap would be
+delivered again after a crash. Each commit therefore also records those acked offsets, as
+ranges relative to the committed offset, in the commit's metadata string; the next owner
+skips them (ARCHITECTURE §3: redelivery is what was delivered and not acked). Kafka keeps
+at most ``offset.metadata.max.bytes`` (4096 by default) of metadata: the ranges are
+trimmed, lowest first kept, to fit; anything trimmed is merely redelivered. Pure code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+METADATA_MAX_BYTES = 3800  # under Kafka's default offset.metadata.max.bytes (4096)
+
+
+@dataclass(frozen=True)
+class CommitMetadata:
+    epoch: int
+    sidecar: str
+    acked: tuple[tuple[int, int], ...] = ()  # inclusive absolute offset ranges
+
+
+def ranges_of(offsets: Iterable[int]) -> list[tuple[int, int]]:
+    """Sorted offsets → inclusive ranges of consecutive offsets."""
+    out: list[tuple[int, int]] = []
+    for offset in sorted(set(offsets)):
+        if out and offset == out[-1][1] + 1:
+            out[-1] = (out[-1][0], offset)
+        else:
+            out.append((offset, offset))
+    return out
+
+
+def encode(epoch: int, sidecar: str, committed: int, acked: Sequence[tuple[int, int]]) -> str:
+    """JSON metadata; ranges as [start - committed, length], trimmed to fit the limit."""
+    relative = [[start - committed, end - start + 1] for start, end in acked if start >= committed]
+    while True:
+        document: dict[str, object] = {"epoch": epoch, "sidecar": sidecar}
+        if relative:
+            document["acked"] = relative
+        text = json.dumps(document, separators=(",", ":"))
+        if len(text.encode()) <= METADATA_MAX_BYTES or not relative:
+            return text
+        relative = relative[: max(0, len(relative) * 3 // 4)]
+
+
+def decode(metadata: str | None, committed: int) -> CommitMetadata | None:
+    """Parse what :func:`encode` wrote; None for empty or foreign metadata."""
+    if not metadata:
+        return None
+    try:
+        document = json.loads(metadata)
+        epoch = int(document.get("epoch", 0))
+        sidecar = str(document.get("sidecar", ""))
+        acked = tuple(
+            (committed + int(delta), committed + int(delta) + int(length) - 1)
+            for delta, length in document.get("acked", [])
+            if int(delta) >= 0 and int(length) > 0
+        )
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return CommitMetadata(epoch, sidecar, acked)
+
+
+def expand(ranges: Iterable[tuple[int, int]]) -> set[int]:
+    return {offset for start, end in ranges for offset in range(start, end + 1)}
