@@ -318,6 +318,11 @@ class DsClient:
         except grpc.RpcError as err:
             log.warning("ack failed; records will be redelivered", error=str(err))
             return 0
+        except ValueError:
+            # Its channel was closed by a binding change meanwhile: the sidecar left, and
+            # the partition's next owner redelivers these records.
+            log.info("ack to a sidecar that left; records will be redelivered")
+            return 0
         return int(response.acked_count)
 
     def stream(
@@ -547,6 +552,10 @@ class DsClient:
         )
         try:
             response = sidecar.stub.Fetch(request, timeout=wait + self.call_timeout)
+        except ValueError:
+            # A binding change closed this sidecar's channel while we were about to call it
+            # (another thread): it is gone; fetch from the others.
+            return []
         except grpc.RpcError as err:
             if err.code() in (
                 grpc.StatusCode.UNAVAILABLE,

@@ -95,9 +95,12 @@ def new_producer(
 
 def new_admin(settings: ServiceSettings, *, client_id: str) -> AdminClient:
     config = _base(settings, client_id)
-    # Errors of a background admin client are expected while Kafka is down; the
-    # dependency probe reports them, so only log them at debug level here.
-    config["error_cb"] = lambda err: log.debug("kafka admin client error", error=str(err))
+    # No Python callbacks on an AdminClient: librdkafka may fire them from its own
+    # threads, where confluent-kafka has no call state (seen here as a SIGSEGV in
+    # rdk:main on a fresh broker). Its errors surface through the calls' futures and
+    # the dependency probe; its own log lines stay in C, at error level only.
+    config.pop("logger", None)
+    config["log_level"] = 3
     return AdminClient(config)
 
 

@@ -110,7 +110,9 @@ def admin_stub(mesh: Mesh, topic_factory: object) -> Iterator[tuple[Mesh, str, s
                 return False
             return True
 
-        wait_for(serving_groups, 30, "the assigner serves its configured group")
+        # On a fresh broker the first group-offsets read waits for __consumer_offsets to be
+        # created (50 partitions): give it time on a loaded 2-core machine.
+        wait_for(serving_groups, 90, "the assigner serves its configured group")
         yield mesh, topic, group, (assigner, stub)
 
 
