@@ -42,3 +42,5 @@ protos:
 
 bench-short:
 	$(VENV)/python tests/bench/bench_balancer.py --short
+	$(VENV)/python tests/bench/bench_session.py --short
+	$(VENV)/python tests/bench/bench_sidecar.py --short
