@@ -43,6 +43,8 @@ from services.runtime.leader_watch import DEFAULT_LEADER_KEY, LeaderWatch
 
 log = structlog.get_logger(__name__)
 
+MAX_RECONNECT_BACKOFF = 1.0  # seconds
+
 
 @dataclass(frozen=True)
 class SessionIdentity:
@@ -165,7 +167,9 @@ class SessionClient:
             with contextlib.suppress(TimeoutError):
                 # Sleep the backoff, unless the leader watch names a new leader meanwhile.
                 await asyncio.wait_for(self._redirected.wait(), backoff * (0.5 + random.random()))
-            backoff = min(backoff * 2, 5.0)
+            # Capped at 1 s: a restarted assigner waits TTL + grace for sidecars to
+            # re-attach with their leases before it grants anything (no moves).
+            backoff = min(backoff * 2, MAX_RECONNECT_BACKOFF)
 
     async def _one_session(self) -> None:
         async with grpc.aio.insecure_channel(self.assigner, options=CHANNEL_OPTIONS) as channel:
