@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import structlog
 from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from dataservice.assigner.v1 import admin_pb2_grpc, assigner_pb2_grpc, binding_pb2_grpc
@@ -45,9 +46,9 @@ class AssignerApp:
         self.metrics = AssignerMetrics(self.registry)
         self.groups: dict[str, GroupRuntime] = {}
         self._admin = new_admin(settings, client_id="ds-assigner")
-        self._probe = KafkaProbe(settings, client_id="ds-assigner")
+        self._probe = KafkaProbe(settings, client_id="ds-assigner", admin=self._admin)
         self._tasks: list[asyncio.Task[None]] = []
-        self.state = StateStore(settings, topic=settings.state_topic)
+        self.state = StateStore(settings, topic=settings.state_topic, admin=self._admin)
         self.leading = False
         # Replaced in on_ready, once the bound port (the advertised address) is known.
         self.leadership: Leadership = Unelected()
@@ -191,6 +192,11 @@ class AssignerApp:
         await asyncio.to_thread(self.state.close)
 
     # ---- state ------------------------------------------------------------------------
+
+    @property
+    def kafka_admin(self) -> AdminClient:
+        """The process's one AdminClient (metadata, state topic, offsets, probe)."""
+        return self._admin
 
     @staticmethod
     def now() -> float:

@@ -78,7 +78,6 @@ class Lease:
     expires_at: float = 0.0  # assigner view: last renewal receive time + TTL + grace
     next_holder: str | None = None  # handoff target while REVOKING
     committed: int = COMMITTED  # last committed offset the holder reported
-    revoked_at: float = 0.0
 
 
 @dataclass
@@ -274,7 +273,6 @@ class GroupCoordinator:
         for lease in self.held_by(member_id):
             if lease.state is LeaseState.GRANTED:
                 lease.state = LeaseState.REVOKING
-                lease.revoked_at = now
                 # With static identity the partition stays reserved for the member.
                 lease.next_holder = member_id if self.timing.hold_window > 0 else None
                 out.commands.append(RevokeCmd(member_id, lease.tp, lease.epoch, RevokeWhy.SHUTDOWN))
@@ -411,7 +409,6 @@ class GroupCoordinator:
         lease.next_holder = target
         if lease.state is LeaseState.GRANTED:
             lease.state = LeaseState.REVOKING
-            lease.revoked_at = now
             assert lease.holder is not None
             return [RevokeCmd(lease.holder, lease.tp, lease.epoch, why)]
         return []
@@ -495,7 +492,6 @@ class GroupCoordinator:
                     commands.append(self._grant(lease, target, now))
             elif lease.state is LeaseState.GRANTED and lease.holder != target:
                 lease.state = LeaseState.REVOKING
-                lease.revoked_at = now
                 lease.next_holder = target
                 assert lease.holder is not None
                 if lease.holder in self.members:  # a lost member is simply waited out

@@ -187,7 +187,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     @property
     def offsets(self) -> admin.OffsetsView:
         if self._offsets is None:
-            self._offsets = admin.OffsetsView(admin.KafkaOffsets(self.app.settings))
+            self._offsets = admin.OffsetsView(
+                admin.KafkaOffsets(self.app.settings, admin=self.app.kafka_admin)
+            )
         return self._offsets
 
     # ---- reads --------------------------------------------------------------------------

@@ -108,10 +108,16 @@ def apply_record(snapshot: StateSnapshot, key: bytes, value: bytes | None) -> No
 
 
 class StateStore:
-    def __init__(self, settings: ServiceSettings, *, topic: str = STATE_TOPIC) -> None:
+    def __init__(
+        self,
+        settings: ServiceSettings,
+        *,
+        topic: str = STATE_TOPIC,
+        admin: AdminClient | None = None,
+    ) -> None:
         self.topic = topic
         self._settings = settings
-        self._admin: AdminClient = new_admin(settings, client_id="ds-assigner-state")
+        self._admin: AdminClient = admin or new_admin(settings, client_id="ds-assigner-state")
         self._producer: Producer = new_producer(
             settings, client_id="ds-assigner-state", overrides={"linger.ms": 2}
         )

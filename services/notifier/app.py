@@ -41,8 +41,8 @@ class NotifierApp:
         )
         self.recent: deque[common_pb2.FaultEvent] = deque(maxlen=settings.recent_faults)
         self.watchers: set[asyncio.Queue[common_pb2.FaultEvent]] = set()
-        self._probe = KafkaProbe(settings, client_id="ds-notifier")
         self._admin = new_admin(settings, client_id="ds-notifier")
+        self._probe = KafkaProbe(settings, client_id="ds-notifier", admin=self._admin)
         self._producer = new_producer(settings, client_id="ds-notifier")
         self._poller: asyncio.Task[None] | None = None
 

@@ -29,7 +29,6 @@ def _base(settings: ServiceSettings, client_id: str) -> dict[str, Any]:
     config: dict[str, Any] = {
         "bootstrap.servers": settings.bootstrap,
         "client.id": client_id,
-        "logger": _rdkafka_logger,
         # Follow broker leader changes quickly (error-driven refresh does the rest, §10).
         "topic.metadata.refresh.interval.ms": 30_000,
     }
@@ -53,6 +52,8 @@ def consumer_config(
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": False,
+            # librdkafka's log lines, served inside consume() on the calling thread.
+            "logger": _rdkafka_logger,
         }
     )
     config.update(overrides or {})
@@ -86,7 +87,9 @@ def new_producer(
     error_cb: ErrorCallback | None = None,
 ) -> Producer:
     config = _base(settings, client_id)
-    config.update({"enable.idempotence": True, "acks": "all", "linger.ms": 5})
+    config.update(
+        {"enable.idempotence": True, "acks": "all", "linger.ms": 5, "logger": _rdkafka_logger}
+    )
     config.update(overrides or {})
     if error_cb is not None:
         config["error_cb"] = error_cb
@@ -99,7 +102,6 @@ def new_admin(settings: ServiceSettings, *, client_id: str) -> AdminClient:
     # threads, where confluent-kafka has no call state (seen here as a SIGSEGV in
     # rdk:main on a fresh broker). Its errors surface through the calls' futures and
     # the dependency probe; its own log lines stay in C, at error level only.
-    config.pop("logger", None)
     config["log_level"] = 3
     return AdminClient(config)
 
@@ -109,8 +111,10 @@ class KafkaProbe:
 
     name = "kafka"
 
-    def __init__(self, settings: ServiceSettings, *, client_id: str) -> None:
-        self._admin = new_admin(settings, client_id=f"{client_id}-probe")
+    def __init__(
+        self, settings: ServiceSettings, *, client_id: str, admin: AdminClient | None = None
+    ) -> None:
+        self._admin = admin or new_admin(settings, client_id=f"{client_id}-probe")
         self._bootstrap = settings.bootstrap
 
     async def check(self) -> None:

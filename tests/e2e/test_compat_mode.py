@@ -13,10 +13,10 @@ import time
 from collections import defaultdict
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Producer
 
 from services.consumer_sidecar.client import DsClient
+from tests.support import offsets
 from tests.support.group_modes import (
     GroupSpec,
     describe_kafka_group,
@@ -54,23 +54,11 @@ def produce(bootstrap: str, topic: str) -> Received:
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ds-test-watermarks"})
-    try:
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in range(PARTITIONS)
-        }
-    finally:
-        consumer.close()
+    return offsets.end_offsets(bootstrap, topic, PARTITIONS)
 
 
 def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    request = ConsumerGroupTopicPartitions(
-        group, [TopicPartition(topic, p) for p in range(PARTITIONS)]
-    )
-    result = admin.list_consumer_group_offsets([request])[group].result(timeout=10)
-    return {tp.partition: tp.offset for tp in result.topic_partitions}
+    return offsets.committed_offsets(bootstrap, group, topic, PARTITIONS)
 
 
 def start_sidecars(mesh: Mesh, group: str, assigner: ServiceProcess) -> list[ServiceProcess]:

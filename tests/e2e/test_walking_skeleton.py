@@ -11,10 +11,10 @@ import time
 from collections import defaultdict
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Producer
 
 from services.consumer_sidecar.client import DsClient
+from tests.support import offsets
 from tests.support.mesh import Mesh
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -42,23 +42,11 @@ def produce(bootstrap: str, topic: str, count: int) -> dict[int, list[int]]:
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ds-test-watermarks"})
-    try:
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in range(PARTITIONS)
-        }
-    finally:
-        consumer.close()
+    return offsets.end_offsets(bootstrap, topic, PARTITIONS)
 
 
 def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    request = ConsumerGroupTopicPartitions(
-        group, [TopicPartition(topic, p) for p in range(PARTITIONS)]
-    )
-    result = admin.list_consumer_group_offsets([request])[group].result(timeout=10)
-    return {tp.partition: tp.offset for tp in result.topic_partitions}
+    return offsets.committed_offsets(bootstrap, group, topic, PARTITIONS)
 
 
 def test_fetch_and_ack_every_record_exactly_once(mesh: Mesh, topic_factory: object) -> None:
