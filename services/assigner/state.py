@@ -36,7 +36,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from services.assigner.balancer import TopicPartition as TP
-from services.runtime.kafka import new_admin, new_producer
+from services.runtime.kafka import new_admin, new_producer, wait_partitions_serving
 from services.runtime.settings import ServiceSettings
 
 log = structlog.get_logger(__name__)
@@ -149,16 +149,9 @@ class StateStore:
         self._wait_for_leader(deadline=time.monotonic() + 30)
 
     def _wait_for_leader(self, deadline: float) -> None:
-        """A topic just created has no partition leader for a moment; reads before that
-        time out. Wait (bounded) until partition 0 has one."""
-        while time.monotonic() < deadline:
-            topic = self._admin.list_topics(topic=self.topic, timeout=5).topics.get(self.topic)
-            if topic is not None and topic.error is None:
-                partition = topic.partitions.get(0)
-                if partition is not None and partition.leader >= 0:
-                    return
-            time.sleep(0.2)
-        raise KafkaException(f"state topic {self.topic} has no partition leader")
+        """A topic just created is not served for a moment (reads time out, and writes can
+        be acknowledged and lost): wait, bounded, until its leader answers ListOffsets."""
+        wait_partitions_serving(self._admin, self.topic, 1, timeout=deadline - time.monotonic())
 
     def load(self) -> StateSnapshot:
         """Read the whole topic, from the beginning to the high watermark."""

@@ -17,7 +17,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from services.consumer_sidecar.client import DsClient
 
@@ -33,11 +33,13 @@ class SeqProducer:
         self.topic = topic
         self.partitions = partitions
         self.rate = rate
+        self.bootstrap = bootstrap
         self._producer = Producer(
             {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
         )
         self._lock = threading.Lock()
         self._confirmed: set[int] = set()
+        self.placed: dict[int, tuple[int, int]] = {}  # seq -> (partition, offset) in Kafka
         self.failed: list[tuple[int, str]] = []
         self.sent = 0
         self._stop = threading.Event()
@@ -68,6 +70,7 @@ class SeqProducer:
         with self._lock:
             if err is None:
                 self._confirmed.add(seq)
+                self.placed[seq] = (int(_msg.partition() or 0), int(_msg.offset() or 0))
             else:
                 self.failed.append((seq, str(err)))
 
@@ -208,9 +211,55 @@ def wait_received(tally: Tally, expected: set[int], timeout: float) -> set[int]:
     return missing
 
 
-def describe_missing(missing: set[int], partitions: int, limit: int = 10) -> str:
+def describe_missing(
+    missing: set[int],
+    partitions: int,
+    limit: int = 10,
+    *,
+    producer: SeqProducer | None = None,
+    tally: Tally | None = None,
+) -> str:
+    """What was lost, per partition; with the producer and the tally, also where each lost
+    record sits in Kafka and what the client received around it (to tell a skipped fetch
+    from a lost response or a lost commit)."""
     per_partition: dict[int, int] = defaultdict(int)
     for seq in missing:
         per_partition[seq % partitions] += 1
     example = sorted(missing)[:limit]
-    return f"{len(missing)} lost (per partition {dict(per_partition)}; e.g. {example})"
+    text = f"{len(missing)} lost (per partition {dict(per_partition)}; e.g. {example})"
+    if producer is None or tally is None:
+        return text
+    with tally.lock:
+        deliveries = list(tally.deliveries)
+    for seq in example[:4]:
+        partition, offset = producer.placed.get(seq, (seq % partitions, -1))
+        near = sorted(
+            (d for d in deliveries if d.partition == partition and abs(d.offset - offset) <= 3),
+            key=lambda d: (d.offset, d.fetched_at),
+        )
+        shown = ", ".join(
+            f"{d.offset}(seq {d.seq}, epoch {d.epoch}, {d.sidecar}, acked={d.acked})" for d in near
+        )
+        text += (
+            f"\n  seq {seq} is p{partition}@{offset} (in Kafka there: "
+            f"{_read_back(producer, partition, offset)}); delivered near it: {shown or 'none'}"
+        )
+    return text
+
+
+def _read_back(producer: SeqProducer, partition: int, offset: int) -> str:
+    """The key of the record at ``offset`` read straight from Kafka (a plain assign())."""
+    if offset < 0:
+        return "unknown offset"
+    consumer = Consumer({"bootstrap.servers": producer.bootstrap, "group.id": "ds-test-read-back"})
+    try:
+        consumer.assign([TopicPartition(producer.topic, partition, offset)])
+        msg = consumer.poll(10)
+        if msg is None:
+            return "nothing within 10 s"
+        if msg.error() is not None:
+            return f"error {msg.error()}"
+        key = msg.key()
+        return f"offset {msg.offset()} key {key.decode() if key else None}"
+    finally:
+        consumer.close()
