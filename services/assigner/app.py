@@ -32,6 +32,7 @@ from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route
 from services.runtime.kafka import KafkaProbe, new_admin
 from services.runtime.lifecycle import Dependency
+from services.runtime.reporter import reporter_for
 
 log = structlog.get_logger(__name__)
 
@@ -44,6 +45,7 @@ class AssignerApp:
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
         self.metrics = AssignerMetrics(self.registry)
+        self.faults = reporter_for(settings, "assigner", settings.advertised, self.registry)
         self.groups: dict[str, GroupRuntime] = {}
         self._admin = new_admin(settings, client_id="ds-assigner")
         self._probe = KafkaProbe(settings, client_id="ds-assigner", admin=self._admin)
@@ -95,6 +97,7 @@ class AssignerApp:
         """Campaign for leadership (Consul session lock); without Consul this replica is
         the only one and leads at once. Election calls become_leader / step_down."""
         address = f"{self.settings.advertised}:{server.port}"
+        self.faults.start()
         if self.settings.consul:
             self.leadership = LeaderElector(
                 ElectionSettings(consul=self.settings.consul, address=address),
@@ -134,6 +137,7 @@ class AssignerApp:
                 epochs=snapshot.epochs.get(record.name, {}),
                 settle_until=settle_until,
                 clients=snapshot.bindings.get(record.name, set()),
+                faults=self.faults,
             )
             log.info(
                 "group restored",
@@ -162,6 +166,8 @@ class AssignerApp:
                 log.error("configured group not created", group=seed.name, error=err.message)
         self.leading = True
         self._serving.set()
+        if self.settings.consul:  # elected among replicas: a takeover, resolved once settled
+            self.faults.failover(self.leadership.leader_address, settle_until - self.now())
         self._tasks.append(asyncio.create_task(self._tick_loop(), name="tick"))
         self._tasks.append(asyncio.create_task(self._metadata_loop(), name="metadata"))
 
@@ -190,6 +196,7 @@ class AssignerApp:
         await self.step_down()
         await asyncio.to_thread(self._admin_servicer.close)
         await asyncio.to_thread(self.state.close)
+        await asyncio.to_thread(self.faults.close)
 
     # ---- state ------------------------------------------------------------------------
 
@@ -261,7 +268,9 @@ class AssignerApp:
             await self.state.put_group(record)
         except Exception as exc:
             raise DsError(Reason.KAFKA_UNAVAILABLE, f"group not stored: {exc}") from exc
-        group = GroupRuntime(record, partitions, self.settings, self.metrics, self.state)
+        group = GroupRuntime(
+            record, partitions, self.settings, self.metrics, self.state, faults=self.faults
+        )
         self.groups[name] = group
         log.info("group created", group=name, topics=topics, partitions=len(partitions))
         return group

@@ -38,6 +38,7 @@ from services.assigner.coordinator import (
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.settings import AssignerSettings, GroupSeed
 from services.assigner.state import GroupRecord, StateStore
+from services.runtime.reporter import FaultReporter, GroupFaults
 
 log = structlog.get_logger(__name__)
 
@@ -132,8 +133,10 @@ class GroupRuntime:
         epochs: dict[TopicPartition, int] | None = None,
         settle_until: float = 0.0,
         clients: Iterable[str] = (),
+        faults: FaultReporter | None = None,
     ) -> None:
         self.record = record
+        self.faults = GroupFaults(faults, record.name)
         self.settings = settings
         self.metrics = metrics
         self.state = state
@@ -214,6 +217,7 @@ class GroupRuntime:
         )
         held = [HeldLease(TopicPartition(h.topic, h.partition), h.epoch) for h in join.held_leases]
         outcome = self.coordinator.join(member, held, now)
+        self.faults.joined(join.sidecar_id)
         self.log.info(
             "sidecar joined",
             sidecar=join.sidecar_id,
@@ -275,11 +279,13 @@ class GroupRuntime:
     def leave(self, member_id: str, now: float) -> float:
         """Graceful leave; returns the hold window the member's partitions are kept for."""
         self.log.info("sidecar leaving", sidecar=member_id)
+        self.faults.left(member_id)
         self.apply(self.coordinator.leave(member_id, now))
         return self.coordinator.timing.hold_window
 
     def abandon(self, member_id: str, now: float) -> None:
         self.log.info("sidecar left without handing off", sidecar=member_id)
+        self.faults.left(member_id, graceful=False)
         self.apply(self.coordinator.abandon(member_id, now))
 
     def move_lease(self, tp: TopicPartition, target: str, now: float) -> None:
@@ -290,6 +296,7 @@ class GroupRuntime:
         outcome = self.coordinator.disconnect_expired(now)
         for member_id in outcome.lost:
             self.log.warning("sidecar lost: no heartbeat within TTL + grace", sidecar=member_id)
+            self.faults.lost(member_id)
             conn = self.connections.pop(member_id, None)
             if conn is not None:
                 conn.close()
@@ -375,6 +382,9 @@ class GroupRuntime:
                 or outcome.held_expired
             )  # fmt: skip
         if refresh:
+            self.faults.granted(
+                [(g.tp, g.member) for g in grants], self.coordinator.leases.values()
+            )
             holders = self._holders()
             self._publish_binding_if_changed(holders)
             self.metrics.set_distribution(self.name, {m: len(t) for m, t in holders.items()})
@@ -443,6 +453,7 @@ class GroupRuntime:
             return
         self._holders_seen = holders
         self.binding_version += 1
+        self.faults.rebound(holders, len(self.clients))
         if self.watchers:
             binding = self.binding_for("")
             for queue in list(self.watchers):

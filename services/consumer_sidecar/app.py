@@ -42,6 +42,7 @@ from services.runtime.kafka import (
     new_consumer,
 )
 from services.runtime.lifecycle import Dependency
+from services.runtime.reporter import SidecarFaults, reporter_for
 
 log = structlog.get_logger(__name__)
 
@@ -114,6 +115,9 @@ class SidecarApp:
             consul=settings.consul,
         )
         self.session.on_accepted = self._on_accepted
+        self.reporter = reporter_for(settings, "sidecar", settings.id, self.registry)
+        self.faults = SidecarFaults(self.reporter, settings.group, settings.id)
+        self.keeper.on_commit = self.faults.commit
         # kafka_group mode only: Kafka's rebalance callbacks onto the partition table.
         self.classic: ClassicMembership | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -151,6 +155,8 @@ class SidecarApp:
         self.fetcher.start()
         self._tasks.append(asyncio.create_task(self.session.run(), name="session"))
         self._tasks.append(asyncio.create_task(self.keeper.commit_loop(), name="commits"))
+        self.reporter.start()
+        self._tasks.append(asyncio.create_task(self._watch_backpressure(), name="backpressure"))
 
     async def drain(self) -> None:
         """SIGTERM: hand every partition off cooperatively (commit acked offsets first)."""
@@ -171,6 +177,7 @@ class SidecarApp:
                 await task
         if self._loop is not None:
             await asyncio.to_thread(self.fetcher.stop)
+        await asyncio.to_thread(self.reporter.close)
 
     # ---- kafka_group mode -------------------------------------------------------------
 
@@ -237,6 +244,17 @@ class SidecarApp:
     def _on_stats(self, document: str) -> None:
         """librdkafka statistics (on the fetch thread): high watermarks and lag."""
         self.table.apply_stats(parse_partition_stats(document))
+        self.faults.brokers_up(document)
+
+    async def _watch_backpressure(self) -> None:
+        """CLIENT_BACKPRESSURE: partitions paused on a full buffer (not by their lease)."""
+        while True:
+            await asyncio.sleep(1.0)
+            self.faults.backpressure(
+                (p.tp.topic, p.tp.partition)
+                for p in self.table.snapshot()
+                if p.paused and p.suspended_at is None
+            )
 
     def _notify_data(self) -> None:
         """Called on the fetch thread when records were buffered."""
@@ -246,6 +264,7 @@ class SidecarApp:
     def _on_kafka_error(self, error: KafkaError) -> None:
         kind = classify(error)
         self.kafka_errors.labels(kind, error.name()).inc()
+        self.faults.kafka_error(error.name(), error.str())
         if self._error_log.should_log(error):
             log.warning(
                 "kafka error",

@@ -98,6 +98,8 @@ class LeaseKeeper:
         self.clock = clock
         self.released: list[ReleasedLease] = []
         self.on_release: Callable[[], None] = lambda: None
+        # The outcome of each commit round (None = success): the sidecar's fault hook.
+        self.on_commit: Callable[[BaseException | None], None] = lambda _error: None
         self._acks_since_commit = 0
         self._commit_now = asyncio.Event()
         self._commit_lock = asyncio.Lock()
@@ -314,9 +316,11 @@ class LeaseKeeper:
             self._acks_since_commit = 0
             try:
                 await self.commit_all()
+                self.on_commit(None)
                 await self.suspend_expired()
             except Exception as exc:
                 log.warning("commit failed; will retry", error=str(exc))
+                self.on_commit(exc)
 
     async def commit_acked(self) -> None:
         """Make the acks applied so far durable before answering them (commit on ack), so

@@ -13,6 +13,9 @@ from services.runtime.settings import base_parser, load_or_exit
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = base_parser("ds-notifier", "Publishes fault events to Kafka.")
+    parser.add_argument(
+        "--outbox-path", dest="outbox_path", help="SQLite outbox file (DS_OUTBOX_PATH)"
+    )
     settings = load_or_exit(NotifierSettings, parser, argv)
     configure("ds-notifier", fmt=settings.log_format, level=settings.log_level)
     from services.notifier.app import NotifierApp  # after logging is configured

@@ -1,22 +1,45 @@
-"""Notifier wiring: publishes fault events to Kafka (``ds.faults``, keyed by group)."""
+"""Notifier wiring: reports → storm suppression → durable outbox → Kafka (and alerts).
+
+* ``ReportFault`` (and the lag evaluator) → :meth:`NotifierApp.report`: validate, answer a
+  re-report of a known id as before, suppress storms, and write the event to the SQLite
+  outbox in one transaction with the record of the report. Kafka is not involved, so
+  reports are accepted while Kafka is down.
+* The Kafka relay publishes the outbox in order to ``ds.faults`` (keyed by group,
+  protobuf or JSON) and, for each confirmed fault, queues the rendered alerts of matching
+  templates (``alerts.py``); the webhook relay POSTs webhook alerts.
+* The lag monitor evaluates every group and reports LAG_* faults through the same path.
+
+Kafka is needed once at start (topics, templates); later outages only delay publishing,
+so the notifier stays SERVING while its outbox is writable.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import threading
 import time
 import uuid
-from collections import deque
-from collections.abc import Mapping, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import structlog
-from confluent_kafka import KafkaError, KafkaException, Message
-from confluent_kafka.cimpl import NewTopic
-from prometheus_client import CollectorRegistry, Counter, ProcessCollector
+from confluent_kafka import Consumer, Producer
+from google.protobuf import json_format
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from dataservice.common.v1 import common_pb2
-from dataservice.notifier.v1 import notifier_pb2_grpc
+from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
+from services.notifier import faults, lag, template_store, templates
+from services.notifier.alerts import AlertRouter
+from services.notifier.lag_monitor import LagMonitor
+from services.notifier.metrics import NotifierMetrics
+from services.notifier.outbox import KAFKA_LANE, WEBHOOK_LANE, Outbox, OutboxItem, Received
+from services.notifier.relay import ID_HEADER, KafkaRelay, RelayHooks, WebhookRelay
 from services.notifier.rpc import NotifierServicer
 from services.notifier.settings import NotifierSettings
+from services.notifier.suppression import StormSuppressor
 from services.runtime.errors import DsError, Reason
 from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route
@@ -24,6 +47,55 @@ from services.runtime.kafka import KafkaProbe, new_admin, new_producer
 from services.runtime.lifecycle import Dependency
 
 log = structlog.get_logger(__name__)
+
+PROTOBUF_CONTENT_TYPE = "application/x-protobuf; type=dataservice.common.v1.FaultEvent"
+JSON_CONTENT_TYPE = "application/json; type=dataservice.common.v1.FaultEvent"
+_IDEMPOTENCY_KEYS = 10_000
+
+
+def encode_event(event: common_pb2.FaultEvent, encoding: str) -> tuple[bytes, str]:
+    if encoding == "json":
+        text = json_format.MessageToJson(event, preserving_proto_field_name=True, indent=None)
+        return text.encode(), JSON_CONTENT_TYPE
+    return event.SerializeToString(), PROTOBUF_CONTENT_TYPE
+
+
+def decode_event(value: bytes, content_type: str) -> common_pb2.FaultEvent:
+    event = common_pb2.FaultEvent()
+    if content_type.startswith("application/json"):
+        json_format.Parse(value, event)
+    else:
+        event.ParseFromString(value)
+    return event
+
+
+class _StartupKafka:
+    """Kafka matters for health only until the notifier has started (topics created,
+    templates loaded). After that an outage does not make it NOT_SERVING: reports are
+    accepted into the outbox and published when Kafka is back."""
+
+    name = "kafka"
+
+    def __init__(self, probe: KafkaProbe, started: threading.Event) -> None:
+        self._probe = probe
+        self._started = started
+
+    async def check(self) -> None:
+        if not self._started.is_set():
+            await self._probe.check()
+
+
+class _OutboxProbe:
+    name = "outbox"
+
+    def __init__(self, outbox: Outbox) -> None:
+        self._outbox = outbox
+
+    async def check(self) -> None:
+        try:
+            await asyncio.to_thread(self._outbox.count, KAFKA_LANE)
+        except Exception as exc:
+            raise ConnectionError(f"outbox {self._outbox.path} unusable: {exc}") from exc
 
 
 class NotifierApp:
@@ -33,18 +105,77 @@ class NotifierApp:
         self.settings = settings
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
-        self.published = Counter(
-            "ds_notifier_faults_published",
-            "Fault events published to Kafka",
-            ["type", "state"],
-            registry=self.registry,
-        )
+        self.metrics = NotifierMetrics(self.registry)
+        self.instance = socket.gethostname()
+        self.outbox = Outbox(settings.resolved_outbox_path(), history_max=settings.recent_faults)
         self.recent: deque[common_pb2.FaultEvent] = deque(maxlen=settings.recent_faults)
+        for raw in self.outbox.history(settings.recent_faults):
+            self.recent.append(common_pb2.FaultEvent.FromString(raw))
         self.watchers: set[asyncio.Queue[common_pb2.FaultEvent]] = set()
+        self.suppressor = StormSuppressor(self._window_for)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._report_lock = asyncio.Lock()
         self._admin = new_admin(settings, client_id="ds-notifier")
         self._probe = KafkaProbe(settings, client_id="ds-notifier", admin=self._admin)
-        self._producer = new_producer(settings, client_id="ds-notifier")
-        self._poller: asyncio.Task[None] | None = None
+        self._started = threading.Event()
+        self._templates_producer = new_producer(settings, client_id="ds-notifier-templates")
+        self.templates = template_store.TemplateStore(
+            settings.templates_topic,
+            admin=self._admin,
+            producer=self._templates_producer,
+            new_consumer=lambda: self._consumer("ds-notifier-templates"),
+            replication=settings.faults_topic_replication,
+        )
+        self.router = AlertRouter(
+            self.templates.all,
+            topic_prefix=settings.alerts_topic_prefix,
+            metrics=self.metrics,
+            clock=time.monotonic,
+        )
+        hooks = RelayHooks(
+            delivered=self._on_delivered,
+            dead_letter=self._on_dead_letter,
+            reconciled=lambda n: self.metrics.reconciled.inc(n),
+        )
+        self.kafka_relay = KafkaRelay(
+            self.outbox,
+            new_producer=self._relay_producer,
+            new_consumer=lambda: self._consumer("ds-notifier-reconcile"),
+            hooks=hooks,
+            ready=self._started,
+        )
+        self.webhook_relay = WebhookRelay(
+            self.outbox, hooks=hooks, timeout=settings.webhook_timeout_seconds
+        )
+        self.lag = LagMonitor(settings.lag, self._admin, lambda: self._consumer("ds-notifier-lag"))
+        self._idempotent: OrderedDict[str, notifier_pb2.AlertTemplate | None] = OrderedDict()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._threads_started = False
+
+    # ---- Kafka clients ------------------------------------------------------------------
+
+    def _relay_producer(self) -> Producer:
+        # Retry forever while Kafka is down; idempotence keeps order and drops duplicates.
+        return new_producer(
+            self.settings,
+            client_id="ds-notifier-outbox",
+            overrides={"message.timeout.ms": 0, "max.in.flight.requests.per.connection": 5},
+        )
+
+    def _consumer(self, client_id: str) -> Consumer:
+        config = {
+            "bootstrap.servers": self.settings.bootstrap,
+            "client.id": client_id,
+            "group.id": f"{client_id}-{uuid.uuid4().hex[:8]}",  # never joins, never commits
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+            "isolation.level": "read_committed",
+            "log_level": 3,
+        }
+        config.update(self.settings.kafka)
+        return Consumer(config)
+
+    # ---- Service protocol -------------------------------------------------------------
 
     def grpc_services(self) -> Sequence[GrpcService]:
         return [
@@ -56,7 +187,7 @@ class NotifierApp:
         ]
 
     def dependencies(self) -> Sequence[Dependency]:
-        return [self._probe]
+        return [_StartupKafka(self._probe, self._started), _OutboxProbe(self.outbox)]
 
     def http_routes(self) -> Mapping[str, Route]:
         return {}
@@ -65,77 +196,310 @@ class NotifierApp:
         return {}
 
     async def on_ready(self, server: GrpcServer) -> None:
-        await asyncio.to_thread(self._ensure_topic)
-        self._poller = asyncio.create_task(self._poll_producer(), name="producer-poll")
+        """Kafka is reachable: create topics, load templates, start publishing (idempotent:
+        the lifecycle retries this on failure)."""
+        self._loop = asyncio.get_running_loop()
+        await asyncio.to_thread(
+            template_store.ensure_topic,
+            self._admin,
+            self.settings.faults_topic,
+            self.settings.faults_topic_partitions,
+            self.settings.faults_topic_replication,
+            {},
+        )
+        if not self._threads_started:
+            await asyncio.to_thread(self.templates.start)
+            self.kafka_relay.start()
+            self.webhook_relay.start()
+            if self.settings.lag.enabled:
+                self.lag.start()
+                self._spawn(self._lag_poll_loop(), "lag-poll")
+                self._spawn(self._lag_evaluate_loop(), "lag-evaluate")
+            self._spawn(self._timer_loop(), "timers")
+            self._threads_started = True
+        self._started.set()
+        self.kafka_relay.notify()
+
+    def _spawn(self, coro: Awaitable[None], name: str) -> None:
+        self._tasks.append(asyncio.create_task(coro, name=name))  # type: ignore[arg-type]
 
     async def drain(self) -> None:
         return None
 
     async def close(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
-        remaining = await asyncio.to_thread(self._producer.flush, 10)
-        if remaining:
-            log.error("fault events not delivered at shutdown", count=remaining)
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.lag.stop()
+        self.templates.stop()
+        await asyncio.to_thread(self.kafka_relay.stop, 10.0)
+        await asyncio.to_thread(self.webhook_relay.stop)
+        await asyncio.to_thread(self._templates_producer.flush, 5)
+        pending = self.outbox.count(KAFKA_LANE)
+        if pending:
+            log.warning("stopping with fault events still queued in the outbox", count=pending)
+        self.outbox.close()
 
-    def _ensure_topic(self) -> None:
-        topic = NewTopic(
-            self.settings.faults_topic,
-            self.settings.faults_topic_partitions,
-            self.settings.faults_topic_replication,
-        )
-        for future in self._admin.create_topics([topic]).values():
-            try:
-                future.result()
-                log.info("created faults topic", topic=self.settings.faults_topic)
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise
+    # ---- reports --------------------------------------------------------------------------
 
-    async def _poll_producer(self) -> None:
-        while True:
-            await asyncio.to_thread(self._producer.poll, 0.5)
+    def _window_for(self, fault_type: faults.FaultTypeValue) -> float:
+        name = faults.short_type(fault_type)
+        windows = self.settings.suppression_window_seconds
+        if name in windows:
+            return windows[name]
+        if "*" in windows:
+            return windows["*"]
+        spec = faults.CATALOGUE.get(fault_type)
+        return spec.window_seconds if spec is not None else faults.DEFAULT_WINDOW_SECONDS
 
-    async def publish(self, event: common_pb2.FaultEvent) -> common_pb2.FaultEvent:
-        """Publish and wait for Kafka's ack (acks=all, idempotent producer)."""
-        event = common_pb2.FaultEvent.FromString(event.SerializeToString())  # own copy
-        if not event.id:
-            event.id = str(uuid.uuid4())
-        if not event.HasField("detected_at"):
-            event.detected_at.FromNanoseconds(time.time_ns())
-        loop = asyncio.get_running_loop()
-        delivered: asyncio.Future[None] = loop.create_future()
-
-        def on_delivery(err: KafkaError | None, _msg: Message) -> None:
-            if err is None:
-                loop.call_soon_threadsafe(delivered.set_result, None)
+    async def report(self, reported: common_pb2.FaultEvent) -> tuple[str, bool]:
+        """Accept one valid report durably; returns (event id, suppressed)."""
+        async with self._report_lock:
+            if reported.id:
+                known = await asyncio.to_thread(self.outbox.received, reported.id)
+                if known is not None:
+                    return known.event_id, known.suppressed
+            event = common_pb2.FaultEvent()
+            event.CopyFrom(reported)
+            if not event.id:
+                event.id = str(uuid.uuid4())
+            if not event.HasField("detected_at"):
+                event.detected_at.FromNanoseconds(time.time_ns())
+            if not event.dedupe_key:
+                event.dedupe_key = faults.default_dedupe_key(event)
+            type_name = faults.short_type(event.type)
+            self.metrics.reports.labels(type_name, faults.short_state(event.state)).inc()
+            admission = self.suppressor.admit(event, time.monotonic())
+            answer = Received(event.id, not admission.publish)
+            items: list[OutboxItem] = []
+            if admission.publish:
+                event.suppressed_count = admission.suppressed_count
+                items.append(self._fault_item(event))
             else:
-                loop.call_soon_threadsafe(delivered.set_exception, KafkaException(err))
+                self.metrics.suppressed.labels(type_name).inc()
+            try:
+                await asyncio.to_thread(self.outbox.append, items, received=(event.id, answer))
+            except Exception as exc:
+                raise DsError(
+                    Reason.SERVICE_NOT_READY, f"fault not stored: outbox not writable ({exc})"
+                ) from exc
+        if items:
+            self.kafka_relay.notify()
+        return answer.event_id, answer.suppressed
 
-        self._producer.produce(
-            self.settings.faults_topic,
-            key=event.group.encode(),
-            value=event.SerializeToString(),
-            headers={
-                "content-type": b"application/x-protobuf; type=dataservice.common.v1.FaultEvent"
-            },
-            on_delivery=on_delivery,
-        )
-        try:
-            await asyncio.wait_for(delivered, 30)
-        except (TimeoutError, KafkaException) as exc:
-            raise DsError(Reason.KAFKA_UNAVAILABLE, f"fault event not published: {exc}") from exc
-        self.published.labels(
-            common_pb2.FaultType.Name(event.type), common_pb2.FaultState.Name(event.state)
-        ).inc()
-        self.recent.append(event)
-        for queue in list(self.watchers):
-            if not queue.full():
-                queue.put_nowait(event)
-        log.info(
-            "fault published",
-            type=common_pb2.FaultType.Name(event.type),
-            group=event.group,
+    def _fault_item(self, event: common_pb2.FaultEvent) -> OutboxItem:
+        value, content_type = encode_event(event, self.settings.fault_encoding)
+        return OutboxItem(
             id=event.id,
+            destination=self.settings.faults_topic,
+            value=value,
+            key=event.group.encode(),
+            headers=((ID_HEADER, event.id), ("content-type", content_type)),
+            lane=KAFKA_LANE,
+            kind="fault",
+        )
+
+    async def _queue_summaries(self) -> None:
+        summaries = self.suppressor.due(time.monotonic())
+        if summaries:
+            items = [self._fault_item(e) for e in summaries]
+            await asyncio.to_thread(self.outbox.append, items)
+            self.kafka_relay.notify()
+
+    # ---- delivery (relay threads) -------------------------------------------------------
+
+    def _on_delivered(self, items: Sequence[OutboxItem]) -> list[OutboxItem]:
+        follow_ups: list[OutboxItem] = []
+        published: list[common_pb2.FaultEvent] = []
+        for item in items:
+            if item.kind != "fault":
+                route = "webhook" if item.lane == WEBHOOK_LANE else "kafka"
+                self.metrics.alerts_delivered.labels(route).inc()
+                continue
+            content_type = dict(item.headers).get("content-type", PROTOBUF_CONTENT_TYPE)
+            event = decode_event(item.value, content_type)
+            published.append(event)
+            self.metrics.published.labels(
+                faults.short_type(event.type), faults.short_state(event.state)
+            ).inc()
+            follow_ups.extend(self.router.alerts_for(event))
+        if published:
+            self.outbox.add_history([(e.id, e.SerializeToString()) for e in published])
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._fan_out, published)
+        if any(i.lane == WEBHOOK_LANE for i in follow_ups):
+            self.webhook_relay.notify()
+        return follow_ups
+
+    def _on_dead_letter(self, item: OutboxItem, why: str) -> None:
+        self.metrics.dead_letters.labels(item.kind).inc()
+        log.error(
+            "outbox item dropped: permanent delivery error",
+            id=item.id,
+            kind=item.kind,
+            destination=item.destination,
+            error=why,
+        )
+
+    def _fan_out(self, events: list[common_pb2.FaultEvent]) -> None:
+        for event in events:
+            self.recent.append(event)
+            for queue in list(self.watchers):
+                if not queue.full():
+                    queue.put_nowait(event)
+            log.info(
+                "fault published",
+                type=faults.short_type(event.type),
+                state=faults.short_state(event.state),
+                group=event.group,
+                id=event.id,
+                suppressed_count=event.suppressed_count,
+            )
+
+    # ---- timers ---------------------------------------------------------------------------
+
+    async def _timer_loop(self) -> None:
+        """Storm-suppression summaries, held alerts, the outbox gauge."""
+        while True:
+            await asyncio.sleep(0.5)
+            try:
+                await self._queue_summaries()
+                held = self.router.due()
+                if held:
+                    await asyncio.to_thread(self.outbox.append, held)
+                    self.kafka_relay.notify()
+                    self.webhook_relay.notify()
+                for lane in (KAFKA_LANE, WEBHOOK_LANE):
+                    count = await asyncio.to_thread(self.outbox.count, lane)
+                    self.metrics.outbox_pending.labels(lane).set(count)
+            except Exception:
+                log.exception("notifier timer failed")
+
+    # ---- lag ------------------------------------------------------------------------------
+
+    async def _lag_poll_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(self.lag.poll)
+            except Exception as exc:
+                self.metrics.lag_poll_errors.inc()
+                log.warning("high-watermark poll failed", error=repr(exc))
+            await asyncio.sleep(self.settings.lag.poll_seconds)
+
+    async def _lag_evaluate_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.lag.evaluate_seconds)
+            try:
+                await self.evaluate_lag()
+            except Exception:
+                log.exception("lag evaluation failed")
+
+    async def evaluate_lag(self) -> None:
+        groups = await asyncio.to_thread(self.lag.evaluate)
+        self.metrics.set_lag(groups)
+        self.metrics.lag_evaluations.inc()
+        for transition in self.lag.transitions(groups):
+            await self.report(self._lag_event(transition))
+
+    def _lag_event(self, transition: lag.Transition) -> common_pb2.FaultEvent:
+        spec = faults.CATALOGUE[transition.type]
+        parts = transition.condition.partitions
+        topics = transition.condition.topics
+        worst_records = max((p.lag_records for p in parts), default=0)
+        worst_seconds = max((p.lag_seconds for p in parts), default=0.0)
+        opened = transition.state == common_pb2.FAULT_STATE_OPEN
+        event = common_pb2.FaultEvent(
+            type=transition.type,
+            state=transition.state,
+            severity=spec.severity,
+            source_service="notifier",
+            source_instance=self.instance,
+            group=transition.group,
+            topic=topics[0] if len(topics) == 1 else "",
+            partitions=sorted({p.partition for p in parts}) if len(topics) == 1 else [],
+            message=(
+                f"group {transition.group}: {spec.name} on {len(parts)} partition(s), "
+                f"lag {worst_records} records / {worst_seconds:.1f} s"
+                if opened
+                else f"group {transition.group}: {spec.name} resolved"
+            ),
+            dedupe_key=f"{spec.name}|{transition.group}",
+        )
+        event.attributes.update(
+            {
+                "lag": str(worst_records),
+                "lag_seconds": f"{worst_seconds:.1f}",
+                "status": ",".join(sorted({p.status.name for p in parts})),
+                "topics": ",".join(topics),
+                "partitions": ",".join(f"{p.topic}:{p.partition}" for p in parts[:50]),
+            }
         )
         return event
+
+    # ---- alert templates ------------------------------------------------------------------
+
+    def _require_templates(self) -> None:
+        if not self._started.is_set():
+            raise DsError(
+                Reason.SERVICE_NOT_READY, "alert templates are not loaded yet (Kafka unreachable)"
+            )
+
+    def _remember(self, request_id: str, answer: notifier_pb2.AlertTemplate | None) -> None:
+        if request_id:
+            self._idempotent[request_id] = answer
+            while len(self._idempotent) > _IDEMPOTENCY_KEYS:
+                self._idempotent.popitem(last=False)
+
+    async def put_template(
+        self, template: notifier_pb2.AlertTemplate, request_id: str
+    ) -> notifier_pb2.AlertTemplate:
+        self._require_templates()
+        if request_id in self._idempotent and (done := self._idempotent[request_id]) is not None:
+            return done
+        stored = notifier_pb2.AlertTemplate()
+        stored.CopyFrom(template)
+        if stored.WhichOneof("route") == "kafka":
+            stored.kafka.topic = templates.kafka_topic(stored, self.settings.alerts_topic_prefix)
+            await self._kafka_call(
+                template_store.ensure_topic,
+                self._admin,
+                stored.kafka.topic,
+                self.settings.alerts_topic_partitions,
+                self.settings.faults_topic_replication,
+                {},
+            )
+        await self._kafka_await(self.templates.put(stored))
+        self._remember(request_id, stored)
+        log.info("alert template stored", caller=stored.caller, template=stored.name)
+        return stored
+
+    def list_templates(self, caller: str) -> list[notifier_pb2.AlertTemplate]:
+        self._require_templates()
+        return [t for t in self.templates.all() if not caller or t.caller == caller]
+
+    async def delete_template(self, caller: str, name: str, request_id: str) -> None:
+        self._require_templates()
+        if request_id and request_id in self._idempotent:
+            return
+        if self.templates.get(caller, name) is None:
+            raise DsError(
+                Reason.ALERT_TEMPLATE_NOT_FOUND,
+                f"no alert template {name!r} of caller {caller!r}",
+                metadata={"caller": caller, "name": name},
+            )
+        await self._kafka_await(self.templates.delete(caller, name))
+        self._remember(request_id, None)
+        log.info("alert template deleted", caller=caller, template=name)
+
+    async def _kafka_call(self, fn: Callable[..., None], *args: object) -> None:
+        await self._kafka_await(asyncio.to_thread(fn, *args))
+
+    @staticmethod
+    async def _kafka_await(awaitable: Awaitable[None]) -> None:
+        try:
+            await awaitable
+        except DsError:
+            raise
+        except Exception as exc:
+            raise DsError(Reason.KAFKA_UNAVAILABLE, f"alert template not stored: {exc!r}") from exc

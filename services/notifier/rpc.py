@@ -1,30 +1,86 @@
-"""NotifierService servicer: ReportFault, ListFaults and WatchFaults.
+"""NotifierService servicer: request validation and answers; the work is in ``app.py``.
 
-Alert templates are part of the API and answer UNIMPLEMENTED until the notifier issue
-builds them (with the durable outbox, storm suppression and lag evaluation).
+Every RPC validates its request first and fails with INVALID_ARGUMENT / ``INVALID_FIELD``
+(metadata ``field`` names the field) before touching any state.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
 
 import grpc.aio
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
-from services.runtime.errors import invalid, not_implemented
+from services.notifier import templates
+from services.runtime.errors import invalid
 
 if TYPE_CHECKING:
     from services.notifier.app import NotifierApp
 
 Context = grpc.aio.ServicerContext[Any, Any]
 MAX_PAGE = 1000
+MAX_ATTRIBUTES = 64
+MAX_MESSAGE_BYTES = 4096
+MAX_NAME = 255
 
 
 def _matches(event: common_pb2.FaultEvent, group: str, types: set[int]) -> bool:
     return (not group or event.group == group) and (not types or event.type in types)
+
+
+def _check_uuid(value: str, field: str) -> None:
+    try:
+        parsed = uuid.UUID(value)
+    except ValueError:
+        raise invalid(field, f"{value!r} is not a UUID") from None
+    if str(parsed) != value:
+        raise invalid(field, "must be a lowercase hyphenated UUID")
+
+
+def _check_types(types: Iterable[int], field: str) -> set[int]:
+    known = set(common_pb2.FaultType.values())
+    out = set()
+    for i, value in enumerate(types):
+        if value == common_pb2.FAULT_TYPE_UNSPECIFIED:
+            raise invalid(f"{field}[{i}]", "must not be FAULT_TYPE_UNSPECIFIED")
+        if value not in known:
+            raise invalid(f"{field}[{i}]", f"unknown fault type {value}")
+        out.add(int(value))
+    return out
+
+
+def validate_event(event: common_pb2.FaultEvent) -> None:
+    if event.id:
+        _check_uuid(event.id, "event.id")
+    if event.type == common_pb2.FAULT_TYPE_UNSPECIFIED:
+        raise invalid("event.type", "must name a fault type")
+    if event.type not in common_pb2.FaultType.values():
+        raise invalid("event.type", f"unknown fault type {event.type}")
+    if event.state not in (common_pb2.FAULT_STATE_OPEN, common_pb2.FAULT_STATE_RESOLVED):
+        raise invalid("event.state", "must be FAULT_STATE_OPEN or FAULT_STATE_RESOLVED")
+    if event.severity == common_pb2.SEVERITY_UNSPECIFIED:
+        raise invalid("event.severity", "must be set")
+    if event.severity not in common_pb2.Severity.values():
+        raise invalid("event.severity", f"unknown severity {event.severity}")
+    if not event.source_service:
+        raise invalid("event.source_service", "must name the reporting service")
+    for name in ("source_service", "source_instance", "group", "topic", "consumer_id", "client_id"):
+        if len(getattr(event, name)) > MAX_NAME:
+            raise invalid(f"event.{name}", f"is longer than {MAX_NAME} characters")
+    if any(p < 0 for p in event.partitions):
+        raise invalid("event.partitions", "must not be negative")
+    if len(event.attributes) > MAX_ATTRIBUTES:
+        raise invalid("event.attributes", f"more than {MAX_ATTRIBUTES} attributes")
+    if len(event.message.encode()) > MAX_MESSAGE_BYTES:
+        raise invalid("event.message", f"is longer than {MAX_MESSAGE_BYTES} bytes")
+    if len(event.dedupe_key) > 1024:
+        raise invalid("event.dedupe_key", "is longer than 1024 characters")
+    if event.suppressed_count < 0:
+        raise invalid("event.suppressed_count", "must not be negative")
 
 
 class NotifierServicer(notifier_pb2_grpc.NotifierServiceServicer):
@@ -36,19 +92,9 @@ class NotifierServicer(notifier_pb2_grpc.NotifierServiceServicer):
     ) -> notifier_pb2.ReportFaultResponse:
         if not request.HasField("event"):
             raise invalid("event", "is required")
-        event = request.event
-        if event.type == common_pb2.FAULT_TYPE_UNSPECIFIED:
-            raise invalid("event.type", "must name a fault type")
-        if event.type not in common_pb2.FaultType.values():
-            raise invalid("event.type", f"unknown fault type {event.type}")
-        if event.state == common_pb2.FAULT_STATE_UNSPECIFIED:
-            raise invalid("event.state", "must be OPEN or RESOLVED")
-        if event.severity == common_pb2.SEVERITY_UNSPECIFIED:
-            raise invalid("event.severity", "must be set")
-        if not event.source_service:
-            raise invalid("event.source_service", "must name the reporting service")
-        published = await self.app.publish(event)
-        return notifier_pb2.ReportFaultResponse(event_id=published.id, suppressed=False)
+        validate_event(request.event)
+        event_id, suppressed = await self.app.report(request.event)
+        return notifier_pb2.ReportFaultResponse(event_id=event_id, suppressed=suppressed)
 
     async def ListFaults(
         self, request: notifier_pb2.ListFaultsRequest, context: Context
@@ -60,14 +106,12 @@ class NotifierServicer(notifier_pb2_grpc.NotifierServiceServicer):
             if not request.page_token.isdigit():
                 raise invalid("page_token", "is not a token returned by ListFaults")
             start = int(request.page_token)
+        types = _check_types(request.types, "types")
         size = request.page_size or 100
-        types = {int(t) for t in request.types}
-        matching = [
-            e
-            for e in reversed(self.app.recent)
-            if _matches(e, request.group, types)
-            and not (request.open_only and e.state != common_pb2.FAULT_STATE_OPEN)
-        ]
+        recent = list(self.app.recent)
+        if request.open_only:
+            recent = _still_open(recent)
+        matching = [e for e in reversed(recent) if _matches(e, request.group, types)]
         page = matching[start : start + size]
         token = str(start + size) if start + size < len(matching) else ""
         return notifier_pb2.ListFaultsResponse(faults=page, next_page_token=token)
@@ -75,9 +119,9 @@ class NotifierServicer(notifier_pb2_grpc.NotifierServiceServicer):
     async def WatchFaults(
         self, request: notifier_pb2.WatchFaultsRequest, context: Context
     ) -> AsyncIterator[notifier_pb2.WatchFaultsResponse]:
+        types = _check_types(request.types, "types")
         queue: asyncio.Queue[common_pb2.FaultEvent] = asyncio.Queue(maxsize=10_000)
         self.app.watchers.add(queue)
-        types = {int(t) for t in request.types}
         try:
             while True:
                 event = await queue.get()
@@ -89,14 +133,46 @@ class NotifierServicer(notifier_pb2_grpc.NotifierServiceServicer):
     async def PutAlertTemplate(
         self, request: notifier_pb2.PutAlertTemplateRequest, context: Context
     ) -> notifier_pb2.PutAlertTemplateResponse:
-        await not_implemented(context, "NotifierService.PutAlertTemplate")
+        if not request.HasField("template"):
+            raise invalid("template", "is required")
+        if request.request_id:
+            _check_uuid(request.request_id, "request_id")
+        try:
+            templates.validate(request.template)
+        except templates.TemplateInvalid as exc:
+            raise invalid(exc.field, exc.message) from None
+        stored = await self.app.put_template(request.template, request.request_id)
+        return notifier_pb2.PutAlertTemplateResponse(template=stored)
 
     async def ListAlertTemplates(
         self, request: notifier_pb2.ListAlertTemplatesRequest, context: Context
     ) -> notifier_pb2.ListAlertTemplatesResponse:
-        await not_implemented(context, "NotifierService.ListAlertTemplates")
+        if request.caller and not templates.valid_name(request.caller):
+            raise invalid("caller", "must be 1-128 of [A-Za-z0-9._-]")
+        found = self.app.list_templates(request.caller)
+        return notifier_pb2.ListAlertTemplatesResponse(templates=found)
 
     async def DeleteAlertTemplate(
         self, request: notifier_pb2.DeleteAlertTemplateRequest, context: Context
     ) -> notifier_pb2.DeleteAlertTemplateResponse:
-        await not_implemented(context, "NotifierService.DeleteAlertTemplate")
+        if not request.caller:
+            raise invalid("caller", "is required")
+        if not request.name:
+            raise invalid("name", "is required")
+        if request.request_id:
+            _check_uuid(request.request_id, "request_id")
+        await self.app.delete_template(request.caller, request.name, request.request_id)
+        return notifier_pb2.DeleteAlertTemplateResponse()
+
+
+def _still_open(events: list[common_pb2.FaultEvent]) -> list[common_pb2.FaultEvent]:
+    """OPEN events whose dedupe key has not been resolved since."""
+    latest: dict[str, int] = {}
+    for event in events:
+        latest[event.dedupe_key] = event.state
+    return [
+        e
+        for e in events
+        if e.state == common_pb2.FAULT_STATE_OPEN
+        and latest[e.dedupe_key] == common_pb2.FAULT_STATE_OPEN
+    ]

@@ -2,9 +2,66 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+import os
+import re
+from pathlib import Path
+from typing import Literal
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from services.notifier.faults import parse_type
 from services.runtime.settings import ServiceSettings
+
+
+class LagThresholdSettings(BaseModel):
+    """Lag thresholds of one group (0 = off). LAG_WARNING / LAG_ERROR open past them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    warn_records: int = Field(0, ge=0)
+    error_records: int = Field(0, ge=0)
+    warn_seconds: float = Field(0.0, ge=0)
+    error_seconds: float = Field(0.0, ge=0)
+
+
+class LagSettings(BaseModel):
+    """The lag evaluator (Burrow's rules; see services/notifier/lag.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = True
+    poll_seconds: float = Field(
+        5.0, gt=0, le=600, description="high watermarks are read this often (batched)"
+    )
+    evaluate_seconds: float = Field(5.0, gt=0, le=600, description="groups evaluated this often")
+    intervals: int = Field(10, ge=2, le=1000, description="commits in the sliding window")
+    min_distance_seconds: float = Field(
+        1.0, ge=0, le=3600, description="commits closer than this replace the newest one"
+    )
+    min_complete: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Burrow's minimum-complete: a partition whose window is less full is OK",
+    )
+    history_points: int = Field(360, ge=2, le=100_000, description="high-watermark samples")
+    expire_group_seconds: float = Field(
+        7 * 24 * 3600, gt=0, description="forget a group that has not committed for this long"
+    )
+    group_include: str = Field(".*", description="regex: groups evaluated")
+    group_exclude: str = Field("^$", description="regex: groups never evaluated")
+    thresholds: dict[str, LagThresholdSettings] = Field(
+        default_factory=dict, description='per group name; "*" is the default for all'
+    )
+
+    @field_validator("group_include", "group_exclude")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return value
 
 
 class NotifierSettings(ServiceSettings):
@@ -13,4 +70,39 @@ class NotifierSettings(ServiceSettings):
     faults_topic: str = Field("ds.faults", min_length=1, max_length=249)
     faults_topic_partitions: int = Field(6, ge=1, le=1000)
     faults_topic_replication: int = Field(1, ge=1, le=7)
+    fault_encoding: Literal["protobuf", "json"] = Field(
+        "protobuf", description="how events are written to the faults topic"
+    )
     recent_faults: int = Field(10_000, ge=100, le=1_000_000, description="kept for ListFaults")
+    outbox_path: Path | None = Field(
+        None,
+        description="SQLite outbox (WAL); keep it on a volume. Default: "
+        "$XDG_STATE_HOME (~/.local/state)/dataservice/notifier-outbox-<grpc port>.sqlite",
+    )
+    suppression_window_seconds: dict[str, float] = Field(
+        default_factory=dict,
+        description="storm-suppression window per fault type (e.g. COMMIT_FAILED: 10); "
+        '"*" for all; default from the catalogue',
+    )
+    templates_topic: str = Field("ds.alert_templates", min_length=1, max_length=249)
+    alerts_topic_prefix: str = Field("ds.alerts.", min_length=1, max_length=200)
+    alerts_topic_partitions: int = Field(3, ge=1, le=1000)
+    webhook_timeout_seconds: float = Field(5.0, gt=0, le=120)
+    lag: LagSettings = Field(default_factory=LagSettings)
+
+    def resolved_outbox_path(self) -> Path:
+        if self.outbox_path is not None:
+            return self.outbox_path
+        state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        name = f"{self.grpc_port}" if self.grpc_port else f"pid{os.getpid()}"
+        return Path(state) / "dataservice" / f"notifier-outbox-{name}.sqlite"
+
+    @field_validator("suppression_window_seconds")
+    @classmethod
+    def _known_types(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, seconds in value.items():
+            if name != "*":
+                parse_type(name)
+            if seconds < 0:
+                raise ValueError(f"window of {name} must not be negative")
+        return value

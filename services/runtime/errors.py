@@ -47,6 +47,7 @@ class Reason(StrEnum):
     KAFKA_UNAVAILABLE = "KAFKA_UNAVAILABLE"
     SERVICE_NOT_READY = "SERVICE_NOT_READY"
     PERMISSION_DENIED = "PERMISSION_DENIED"
+    ALERT_TEMPLATE_NOT_FOUND = "ALERT_TEMPLATE_NOT_FOUND"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +110,9 @@ CATALOGUE: Mapping[Reason, ReasonSpec] = {
     ),
     Reason.PERMISSION_DENIED: ReasonSpec(
         grpc.StatusCode.PERMISSION_DENIED, "The caller may not perform this operation."
+    ),
+    Reason.ALERT_TEMPLATE_NOT_FOUND: ReasonSpec(
+        grpc.StatusCode.NOT_FOUND, "No alert template with this caller and name exists."
     ),
 }
 

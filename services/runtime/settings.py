@@ -76,6 +76,11 @@ class ServiceSettings(BaseSettings):
     consul: str | None = Field(
         None, description="Consul agent HTTP address HOST:PORT; unset = static discovery"
     )
+    notifier: str | None = Field(
+        None,
+        description="notifier HOST:PORT for fault reports; unset = a healthy ds-notifier "
+        "from Consul when --consul is set, else faults are only logged",
+    )
     host: str = Field("127.0.0.1", description="address the gRPC and HTTP servers bind to")
     advertise_host: str | None = Field(
         None, description="address other services use to reach this one (default: host)"
@@ -101,6 +106,15 @@ class ServiceSettings(BaseSettings):
         for part in parts:
             parse_host_port(part, what="bootstrap server")
         return ",".join(parts)
+
+    @field_validator("notifier")
+    @classmethod
+    def _valid_notifier(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        assert value is not None
+        parse_host_port(value, what="notifier address")
+        return value
 
     @field_validator("consul")
     @classmethod
@@ -188,6 +202,7 @@ def base_parser(prog: str, description: str) -> OneLineArgumentParser:
     parser = OneLineArgumentParser(prog=prog, description=description)
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (DS_BOOTSTRAP)")
     parser.add_argument("--consul", help="Consul HTTP address; absent = static (DS_CONSUL)")
+    parser.add_argument("--notifier", help="notifier HOST:PORT for faults (DS_NOTIFIER)")
     parser.add_argument("--grpc-port", dest="grpc_port", help="gRPC port (DS_GRPC_PORT)")
     parser.add_argument("--http-port", dest="http_port", help="HTTP port (DS_HTTP_PORT)")
     parser.add_argument("--host", help="bind address (DS_HOST)")

@@ -135,6 +135,9 @@ class Mesh:
 
     def service(self, kind: str, *args: str, name: str | None = None) -> ServiceProcess:
         grpc_port, http_port = free_ports(2)
+        if kind == "notifier" and "--outbox-path" not in args:
+            # The test's own outbox, not the default under ~/.local/state.
+            args = (*args, "--outbox-path", str(self.log_dir / f"{name or kind}-outbox.sqlite"))
         svc = ServiceProcess(
             kind,
             [*self._common(), *args],

@@ -209,7 +209,9 @@ class KafkaRoute(_message.Message):
 
     TOPIC_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
-    """Kafka topic to publish to, e.g. "ds.alerts"; records are keyed by group."""
+    """Kafka topic to publish to; empty = "ds.alerts.<caller>" (created by the notifier).
+    Records are keyed by group; the value is the rendered text.
+    """
     def __init__(
         self,
         *,

@@ -104,8 +104,9 @@ class NotifierServiceServicer:
     def PutAlertTemplate(self, request, context):
         """Creates or replaces the alert template (caller, name).
         Errors: INVALID_ARGUMENT (empty caller or name, template text that does not parse, no
-        route, empty Kafka topic, webhook url not http(s), negative send_interval, unspecified
-        fault type), PERMISSION_DENIED (admin role required), UNAVAILABLE.
+        route, invalid Kafka topic name, webhook url not http(s), negative send_interval,
+        unspecified fault type, request_id not a UUID), PERMISSION_DENIED (admin role required),
+        UNAVAILABLE (Kafka unreachable: the template could not be stored).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -113,8 +114,8 @@ class NotifierServiceServicer:
 
     def ListAlertTemplates(self, request, context):
         """Lists alert templates, ordered by caller and name.
-        Errors: PERMISSION_DENIED (listing another caller's templates without the admin role),
-        UNAVAILABLE.
+        Errors: INVALID_ARGUMENT (caller not a valid name), PERMISSION_DENIED (listing another
+        caller's templates without the admin role), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

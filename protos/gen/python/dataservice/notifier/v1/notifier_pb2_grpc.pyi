@@ -63,13 +63,14 @@ class NotifierServiceStub:
     PutAlertTemplate: _grpc.UnaryUnaryMultiCallable[_notifier_pb2.PutAlertTemplateRequest, _notifier_pb2.PutAlertTemplateResponse]
     """Creates or replaces the alert template (caller, name).
     Errors: INVALID_ARGUMENT (empty caller or name, template text that does not parse, no
-    route, empty Kafka topic, webhook url not http(s), negative send_interval, unspecified
-    fault type), PERMISSION_DENIED (admin role required), UNAVAILABLE.
+    route, invalid Kafka topic name, webhook url not http(s), negative send_interval,
+    unspecified fault type, request_id not a UUID), PERMISSION_DENIED (admin role required),
+    UNAVAILABLE (Kafka unreachable: the template could not be stored).
     """
     ListAlertTemplates: _grpc.UnaryUnaryMultiCallable[_notifier_pb2.ListAlertTemplatesRequest, _notifier_pb2.ListAlertTemplatesResponse]
     """Lists alert templates, ordered by caller and name.
-    Errors: PERMISSION_DENIED (listing another caller's templates without the admin role),
-    UNAVAILABLE.
+    Errors: INVALID_ARGUMENT (caller not a valid name), PERMISSION_DENIED (listing another
+    caller's templates without the admin role), UNAVAILABLE.
     """
     DeleteAlertTemplate: _grpc.UnaryUnaryMultiCallable[_notifier_pb2.DeleteAlertTemplateRequest, _notifier_pb2.DeleteAlertTemplateResponse]
     """Deletes the alert template (caller, name).
@@ -103,13 +104,14 @@ class NotifierServiceAsyncStub(NotifierServiceStub):
     PutAlertTemplate: _aio.UnaryUnaryMultiCallable[_notifier_pb2.PutAlertTemplateRequest, _notifier_pb2.PutAlertTemplateResponse]  # type: ignore[assignment]
     """Creates or replaces the alert template (caller, name).
     Errors: INVALID_ARGUMENT (empty caller or name, template text that does not parse, no
-    route, empty Kafka topic, webhook url not http(s), negative send_interval, unspecified
-    fault type), PERMISSION_DENIED (admin role required), UNAVAILABLE.
+    route, invalid Kafka topic name, webhook url not http(s), negative send_interval,
+    unspecified fault type, request_id not a UUID), PERMISSION_DENIED (admin role required),
+    UNAVAILABLE (Kafka unreachable: the template could not be stored).
     """
     ListAlertTemplates: _aio.UnaryUnaryMultiCallable[_notifier_pb2.ListAlertTemplatesRequest, _notifier_pb2.ListAlertTemplatesResponse]  # type: ignore[assignment]
     """Lists alert templates, ordered by caller and name.
-    Errors: PERMISSION_DENIED (listing another caller's templates without the admin role),
-    UNAVAILABLE.
+    Errors: INVALID_ARGUMENT (caller not a valid name), PERMISSION_DENIED (listing another
+    caller's templates without the admin role), UNAVAILABLE.
     """
     DeleteAlertTemplate: _aio.UnaryUnaryMultiCallable[_notifier_pb2.DeleteAlertTemplateRequest, _notifier_pb2.DeleteAlertTemplateResponse]  # type: ignore[assignment]
     """Deletes the alert template (caller, name).
@@ -164,8 +166,9 @@ class NotifierServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_notifier_pb2.PutAlertTemplateResponse, _abc.Awaitable[_notifier_pb2.PutAlertTemplateResponse]]:
         """Creates or replaces the alert template (caller, name).
         Errors: INVALID_ARGUMENT (empty caller or name, template text that does not parse, no
-        route, empty Kafka topic, webhook url not http(s), negative send_interval, unspecified
-        fault type), PERMISSION_DENIED (admin role required), UNAVAILABLE.
+        route, invalid Kafka topic name, webhook url not http(s), negative send_interval,
+        unspecified fault type, request_id not a UUID), PERMISSION_DENIED (admin role required),
+        UNAVAILABLE (Kafka unreachable: the template could not be stored).
         """
 
     @_abc_1.abstractmethod
@@ -175,8 +178,8 @@ class NotifierServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_notifier_pb2.ListAlertTemplatesResponse, _abc.Awaitable[_notifier_pb2.ListAlertTemplatesResponse]]:
         """Lists alert templates, ordered by caller and name.
-        Errors: PERMISSION_DENIED (listing another caller's templates without the admin role),
-        UNAVAILABLE.
+        Errors: INVALID_ARGUMENT (caller not a valid name), PERMISSION_DENIED (listing another
+        caller's templates without the admin role), UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod

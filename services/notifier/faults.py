@@ -1,0 +1,229 @@
+"""The fault catalogue (ARCHITECTURE §5.4): what each fault type means, when it is raised,
+which node reports it, how serious it is, when it resolves and how long its storms are
+suppressed. The one place this is written down; the README table is generated from the
+same data (``tests/unit/notifier/test_faults.py`` checks they agree).
+
+Pure data: no I/O, importable by every service (the shared reporter takes default
+severities from here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from dataservice.common.v1 import common_pb2
+
+FaultTypeValue: TypeAlias = common_pb2.FaultType.ValueType
+SeverityValue: TypeAlias = common_pb2.Severity.ValueType
+
+# The default storm-suppression window (seconds) per type; a notifier setting overrides it.
+DEFAULT_WINDOW_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    type: FaultTypeValue
+    what: str  # definition
+    when: str  # trigger
+    who: str  # reporting node: "assigner", "sidecar" or "notifier"
+    severity: SeverityValue
+    resolved: str  # when the matching RESOLVED event is sent
+    window_seconds: float = DEFAULT_WINDOW_SECONDS
+
+    @property
+    def name(self) -> str:
+        """``CONSUMER_LOST`` for ``FAULT_TYPE_CONSUMER_LOST``."""
+        return short_type(self.type)
+
+
+T = common_pb2
+CATALOGUE: Mapping[FaultTypeValue, FaultSpec] = {
+    spec.type: spec
+    for spec in (
+        FaultSpec(
+            T.FAULT_TYPE_CONSUMER_LOST,
+            "A sidecar of the group died or was cut off: its leases expired without a Leave.",
+            "No heartbeat from the sidecar for lease TTL + grace (kill -9, SIGSTOP, partition).",
+            "assigner",
+            T.SEVERITY_ERROR,
+            "The same sidecar id joins the group again.",
+        ),
+        FaultSpec(
+            T.FAULT_TYPE_CONSUMER_LEFT,
+            "A sidecar left the group gracefully (SIGTERM, scale-in).",
+            "The sidecar's Leave (all its partitions handed off).",
+            "assigner",
+            T.SEVERITY_INFO,
+            "The same sidecar id joins the group again.",
+        ),
+        FaultSpec(
+            T.FAULT_TYPE_PARTITIONS_REASSIGNED,
+            "Partitions of the group moved to other sidecars.",
+            "The assigner granted partitions to a new holder after a loss, leave, "
+            "hold-window expiry or MoveLease.",
+            "assigner",
+            T.SEVERITY_WARNING,
+            "Every partition of the group is held again (sent with the reassignment when "
+            "no partition is left unheld).",
+        ),
+        FaultSpec(
+            T.FAULT_TYPE_CLIENT_REBOUND,
+            "Application clients of the group were bound to a new set of sidecars.",
+            "The sidecars serving the group changed (a sidecar lost, left or joined).",
+            "assigner",
+            T.SEVERITY_INFO,
+            "Sent at once: the new binding is already pushed to the clients.",
+        ),
+        FaultSpec(
+            T.FAULT_TYPE_ASSIGNER_FAILOVER,
+            "A new assigner replica took over leadership.",
+            "A replica won the leader election and loaded the state topic.",
+            "assigner",
+            T.SEVERITY_WARNING,
+            "Sent once the new leader's settle period (TTL + grace) is over.",
+        ),
+        FaultSpec(
+            T.FAULT_TYPE_COMMIT_FAILED,
+            "Committing offsets to Kafka failed (acks recorded but not durable yet).",
+            "A sidecar commit (ack-driven, revoke or explicit) raised a Kafka error.",
+            "sidecar",
+            T.SEVERITY_ERROR,
+            "The next commit of the sidecar succeeds.",
+        ),
+        FaultSpec(
+            T.FAULT_TYPE_BROKER_UNREACHABLE,
+            "The sidecar cannot reach the Kafka brokers.",
+            "librdkafka reports all brokers down or a transport failure.",
+            "sidecar",
+            T.SEVERITY_CRITICAL,
+            "The sidecar's Kafka dependency check succeeds again.",
+        ),
+        FaultSpec(
+            T.FAULT_TYPE_POISON_RECORD,
+            "A record could not be read or delivered (corrupt, oversized, undecodable).",
+            "The fetch loop gets a message-level error from Kafka for a partition.",
+            "sidecar",
+            T.SEVERITY_ERROR,
+            "The partition delivers records again after the bad one.",
+        ),
+        FaultSpec(
+            T.FAULT_TYPE_CLIENT_BACKPRESSURE,
+            "Clients do not keep up: partitions are paused on a full buffer.",
+            "The fetch loop pauses a partition because its buffer reached the cap.",
+            "sidecar",
+            T.SEVERITY_WARNING,
+            "The paused partition resumes (buffer below half the cap).",
+            window_seconds=30.0,
+        ),
+        FaultSpec(
+            T.FAULT_TYPE_LAG_WARNING,
+            "The group falls behind: offsets advance but lag does not decrease over the "
+            "window (Burrow WARN), or lag is past the group's warning threshold.",
+            "A lag evaluation of the group.",
+            "notifier",
+            T.SEVERITY_WARNING,
+            "An evaluation finds no partition in WARN and lag under the warning threshold.",
+        ),
+        FaultSpec(
+            T.FAULT_TYPE_LAG_ERROR,
+            "Lag of the group is past its error threshold (records or seconds).",
+            "A lag evaluation of the group.",
+            "notifier",
+            T.SEVERITY_ERROR,
+            "An evaluation finds lag under the error threshold.",
+        ),
+        FaultSpec(
+            T.FAULT_TYPE_LAG_STALLED,
+            "The group commits, but the committed offset does not move while lag is non-zero "
+            "(Burrow STALL).",
+            "A lag evaluation finds a partition in STALL.",
+            "notifier",
+            T.SEVERITY_ERROR,
+            "An evaluation finds no partition in STALL.",
+        ),
+        FaultSpec(
+            T.FAULT_TYPE_LAG_STOPPED,
+            "The group stopped committing while lag is non-zero (Burrow STOP).",
+            "A lag evaluation finds a partition in STOP.",
+            "notifier",
+            T.SEVERITY_ERROR,
+            "An evaluation finds no partition in STOP.",
+        ),
+        FaultSpec(
+            T.FAULT_TYPE_LAG_REWOUND,
+            "The committed offset of the group moved backwards (Burrow REWIND).",
+            "A lag evaluation finds a partition in REWIND.",
+            "notifier",
+            T.SEVERITY_WARNING,
+            "An evaluation finds no partition in REWIND.",
+        ),
+    )
+}
+
+_TYPE_PREFIX = "FAULT_TYPE_"
+_SEVERITY_PREFIX = "SEVERITY_"
+_STATE_PREFIX = "FAULT_STATE_"
+
+
+def short_type(value: FaultTypeValue) -> str:
+    return common_pb2.FaultType.Name(value).removeprefix(_TYPE_PREFIX)
+
+
+def short_severity(value: SeverityValue) -> str:
+    return common_pb2.Severity.Name(value).removeprefix(_SEVERITY_PREFIX)
+
+
+def short_state(value: common_pb2.FaultState.ValueType) -> str:
+    return common_pb2.FaultState.Name(value).removeprefix(_STATE_PREFIX)
+
+
+def parse_type(name: str) -> FaultTypeValue:
+    """``LAG_ERROR`` or ``FAULT_TYPE_LAG_ERROR`` -> the enum value; ValueError otherwise."""
+    upper = name.strip().upper()
+    full = upper if upper.startswith(_TYPE_PREFIX) else _TYPE_PREFIX + upper
+    try:
+        value = common_pb2.FaultType.Value(full)
+    except ValueError:
+        raise ValueError(f"unknown fault type {name!r}") from None
+    if value == common_pb2.FAULT_TYPE_UNSPECIFIED:
+        raise ValueError("fault type must not be UNSPECIFIED")
+    return value
+
+
+def parse_severity(name: str) -> SeverityValue:
+    upper = name.strip().upper()
+    full = upper if upper.startswith(_SEVERITY_PREFIX) else _SEVERITY_PREFIX + upper
+    try:
+        return common_pb2.Severity.Value(full)
+    except ValueError:
+        raise ValueError(f"unknown severity {name!r}") from None
+
+
+def default_dedupe_key(event: common_pb2.FaultEvent) -> str:
+    """What makes two reports "the same fault": type and every coordinate it names.
+    The state is not part of it, so a RESOLVED event carries its OPEN event's key."""
+    parts: Iterable[str] = (
+        short_type(event.type),
+        event.group,
+        event.topic,
+        ",".join(str(p) for p in sorted(event.partitions)),
+        event.consumer_id,
+        event.client_id,
+    )
+    return "|".join(parts)
+
+
+def readme_table() -> str:
+    """The README's fault catalogue table (Markdown)."""
+    lines = [
+        "| fault | who | severity | what | when | resolved |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for spec in CATALOGUE.values():
+        lines.append(
+            f"| `{spec.name}` | {spec.who} | {short_severity(spec.severity)} | {spec.what} "
+            f"| {spec.when} | {spec.resolved} |"
+        )
+    return "\n".join(lines)

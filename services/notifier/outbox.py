@@ -1,0 +1,242 @@
+"""The notifier's durable outbox: SQLite in WAL mode, ``synchronous=FULL``.
+
+Everything the notifier must send — fault events and rendered alerts for Kafka, alerts for
+webhooks — is first written here, in the same transaction as the record of the report that
+caused it, and only then acknowledged to the reporter. Relays take pending items in order
+(``seq``), send them, and delete them once the destination confirmed. A kill -9 at any
+point loses nothing: an item is either not yet acknowledged to its reporter (who retries
+with the same id) or durable here until it is confirmed delivered. An item delivered but
+not yet deleted when the process died is found again on restart by the Kafka relay's
+reconciliation (``relay.py``), so it is not sent twice.
+
+Two lanes keep a slow webhook from holding back Kafka: ``kafka`` (one ordered stream) and
+``webhook`` (sent independently, retried with backoff).
+
+Thread-safe: one connection guarded by a lock; every method is a short transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+KAFKA_LANE = "kafka"
+WEBHOOK_LANE = "webhook"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS outbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    lane TEXT NOT NULL,
+    id TEXT NOT NULL UNIQUE,
+    destination TEXT NOT NULL,
+    key BLOB,
+    value BLOB NOT NULL,
+    headers TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS outbox_lane ON outbox (lane, seq);
+CREATE TABLE IF NOT EXISTS received (
+    id TEXT PRIMARY KEY,
+    event_id TEXT NOT NULL,
+    suppressed INTEGER NOT NULL,
+    at_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS history (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    event BLOB NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class OutboxItem:
+    """One message to send: ``destination`` is a Kafka topic or a webhook URL."""
+
+    id: str
+    destination: str
+    value: bytes
+    key: bytes | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    lane: str = KAFKA_LANE
+    kind: str = "fault"  # "fault" or "alert": what the relay tells watchers about
+    seq: int = 0  # assigned by the outbox
+    created_ms: int = 0
+    attempts: int = 0
+
+    def header_pairs(self) -> list[tuple[str, str | bytes | None]]:
+        return [(k, v.encode()) for k, v in self.headers]
+
+
+@dataclass(frozen=True)
+class Received:
+    """A report already received: what it was answered (idempotent re-reports)."""
+
+    event_id: str
+    suppressed: bool
+
+
+class Outbox:
+    def __init__(self, path: Path, *, received_max: int = 100_000, history_max: int = 10_000):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._received_max = received_max
+        self._history_max = history_max
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # FULL: a committed transaction survives power loss too, not only a process crash.
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+        self._closed = False
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._db.close()
+
+    # ---- writes ---------------------------------------------------------------------
+
+    def append(
+        self, items: Sequence[OutboxItem], *, received: tuple[str, Received] | None = None
+    ) -> None:
+        """Durably queue ``items`` (in this order) and remember the report they came from,
+        in one transaction. Items whose id is already queued are skipped."""
+        now_ms = int(time.time() * 1000)
+        with self._lock:
+            # Something to send: fsync before answering (FULL). Only the record of a
+            # suppressed report: a crash of the process still keeps it (WAL), and losing it
+            # to a power cut only means a re-sent duplicate gets published; skip the fsync
+            # so a storm of reports costs no disk flush each.
+            self._db.execute(f"PRAGMA synchronous={'FULL' if items else 'NORMAL'}")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for item in items:
+                    self._insert(item, now_ms)
+                if received is not None:
+                    report_id, answer = received
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO received (id, event_id, suppressed, at_ms) "
+                        "VALUES (?, ?, ?, ?)",
+                        (report_id, answer.event_id, int(answer.suppressed), now_ms),
+                    )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def remove(self, seqs: Iterable[int]) -> None:
+        self.complete(seqs, ())
+
+    def complete(self, seqs: Iterable[int], follow_ups: Sequence[OutboxItem]) -> None:
+        """Forget delivered items and queue what their delivery caused (the alerts of a
+        published fault) in one transaction: a crash leaves either both or neither."""
+        now_ms = int(time.time() * 1000)
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in seqs])
+                for item in follow_ups:
+                    self._insert(item, now_ms)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def _insert(self, item: OutboxItem, now_ms: int) -> None:
+        self._db.execute(
+            "INSERT OR IGNORE INTO outbox (lane, id, destination, key, value, "
+            "headers, kind, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                item.lane,
+                item.id,
+                item.destination,
+                item.key,
+                item.value,
+                json.dumps(list(item.headers)),
+                item.kind,
+                item.created_ms or now_ms,
+            ),
+        )
+
+    def record_attempt(self, seq: int) -> None:
+        with self._lock:
+            self._db.execute("UPDATE outbox SET attempts = attempts + 1 WHERE seq = ?", (seq,))
+
+    def add_history(self, events: Sequence[tuple[str, bytes]]) -> None:
+        """Published fault events (id, serialized), kept for ListFaults across restarts."""
+        if not events:
+            return
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.executemany("INSERT OR IGNORE INTO history (id, event) VALUES (?, ?)", events)
+            self._db.execute(
+                "DELETE FROM history WHERE seq <= (SELECT MAX(seq) FROM history) - ?",
+                (self._history_max,),
+            )
+            self._db.execute("COMMIT")
+
+    def prune_received(self) -> int:
+        """Forget the oldest received-report records beyond the bound."""
+        with self._lock:
+            cursor = self._db.execute(
+                "DELETE FROM received WHERE id IN (SELECT id FROM received ORDER BY at_ms DESC "
+                "LIMIT -1 OFFSET ?)",
+                (self._received_max,),
+            )
+            return int(cursor.rowcount)
+
+    # ---- reads ----------------------------------------------------------------------
+
+    def pending(self, lane: str, limit: int, after_seq: int = 0) -> list[OutboxItem]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, id, destination, key, value, headers, kind, created_ms, attempts "
+                "FROM outbox WHERE lane = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (lane, after_seq, limit),
+            ).fetchall()
+        return [
+            OutboxItem(
+                id=row[1],
+                destination=row[2],
+                key=row[3],
+                value=row[4],
+                headers=tuple((str(k), str(v)) for k, v in json.loads(row[5])),
+                lane=lane,
+                kind=row[6],
+                seq=row[0],
+                created_ms=row[7],
+                attempts=row[8],
+            )
+            for row in rows
+        ]
+
+    def count(self, lane: str) -> int:
+        with self._lock:
+            (n,) = self._db.execute(
+                "SELECT COUNT(*) FROM outbox WHERE lane = ?", (lane,)
+            ).fetchone()
+        return int(n)
+
+    def received(self, report_id: str) -> Received | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT event_id, suppressed FROM received WHERE id = ?", (report_id,)
+            ).fetchone()
+        return None if row is None else Received(row[0], bool(row[1]))
+
+    def history(self, limit: int) -> list[bytes]:
+        """The last ``limit`` published events, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT event FROM history ORDER BY seq DESC LIMIT ?", (limit,)
+            ).fetchall()
+        return [row[0] for row in reversed(rows)]

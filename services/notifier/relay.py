@@ -1,0 +1,371 @@
+"""Relays: move outbox items to their destinations, in order, exactly once.
+
+``KafkaRelay`` (one thread) publishes the ``kafka`` lane with an idempotent producer
+(``acks=all``, ``message.timeout.ms=0``: librdkafka retries forever while Kafka is down,
+and its idempotence keeps order and drops retry duplicates within a producer session).
+An item is deleted from the outbox only after Kafka confirmed it. Two things could still
+publish an item twice: the notifier dying after Kafka stored an item but before the outbox
+forgot it, and a producer that had to be replaced after an uncertain failure. Both are
+closed by *reconciliation*, run before publishing starts and after every uncertain
+failure: read the destination topics from the creation time of the oldest pending item to
+their end, and drop from the outbox every pending item whose id (header ``ds-id``) is
+already there. Kafka is the record of what was published; the outbox of what is still due.
+
+``WebhookRelay`` (another thread) POSTs the ``webhook`` lane: at-least-once (the receiver
+dedupes on the ``X-DS-Id`` header), in order per URL, a failing URL backing off
+without holding back the others.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from services.notifier.outbox import KAFKA_LANE, WEBHOOK_LANE, Outbox, OutboxItem
+
+log = structlog.get_logger(__name__)
+
+ID_HEADER = "ds-id"
+# Delivery errors that retrying cannot fix: the item goes to the dead-letter log.
+_PERMANENT = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.TOPIC_EXCEPTION,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
+# Pending items read back from Kafka this long before their creation time (clock skew).
+RECONCILE_SLACK_MS = 60_000
+
+
+@dataclass(frozen=True)
+class RelayHooks:
+    """What the relay reports back (called on the relay thread). ``delivered`` returns the
+    items that delivery causes (the alerts of a published fault); they are queued in the
+    same outbox transaction that forgets the delivered items."""
+
+    delivered: Callable[[Sequence[OutboxItem]], Sequence[OutboxItem]]
+    dead_letter: Callable[[OutboxItem, str], None]
+    reconciled: Callable[[int], None]
+
+
+class _Uncertain(Exception):
+    """A delivery failed in a way that leaves its outcome unknown: reconcile, resume."""
+
+
+class KafkaRelay:
+    def __init__(
+        self,
+        outbox: Outbox,
+        *,
+        new_producer: Callable[[], Producer],
+        new_consumer: Callable[[], Consumer],
+        hooks: RelayHooks,
+        ready: threading.Event | None = None,
+        max_in_flight: int = 1000,
+    ) -> None:
+        self._outbox = outbox
+        self._ready = ready
+        self._new_producer = new_producer
+        self._new_consumer = new_consumer
+        self._hooks = hooks
+        self._max_in_flight = max_in_flight
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="outbox-kafka", daemon=True)
+        self.connected = threading.Event()  # set once reconciliation has succeeded
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def notify(self) -> None:
+        """New items were appended: publish them now rather than on the next tick."""
+        self._wake.set()
+
+    def stop(self, timeout: float) -> None:
+        """Stop after giving in-flight items up to ``timeout`` seconds to be confirmed."""
+        self._stop_deadline = time.monotonic() + timeout
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout + 5)
+
+    # ---- the thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = 0.5
+        while self._ready is not None and not self._ready.is_set():
+            if self._stop.is_set():
+                return
+            self._ready.wait(0.5)
+        while not self._stop.is_set():
+            try:
+                self._reconcile()
+                self.connected.set()
+                backoff = 0.5
+                self._pump()
+            except _Uncertain as exc:
+                log.warning("outbox relay: delivery outcome uncertain; reconciling", error=str(exc))
+            except Exception as exc:
+                log.warning("outbox relay failed; retrying", error=repr(exc))
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    def _pump(self) -> None:
+        producer = self._new_producer()
+        in_flight: dict[int, OutboxItem] = {}
+        done: list[tuple[OutboxItem, KafkaError | None]] = []
+        last_seq = 0
+
+        def on_delivery(item: OutboxItem) -> Callable[[KafkaError | None, Message], None]:
+            def callback(err: KafkaError | None, _msg: Message) -> None:
+                done.append((item, err))
+
+            return callback
+
+        try:
+            while True:
+                if self._stop.is_set():
+                    self._finish(producer, in_flight, done)
+                    return
+                room = self._max_in_flight - len(in_flight)
+                if room > 0:
+                    for item in self._outbox.pending(KAFKA_LANE, room, after_seq=last_seq):
+                        producer.produce(
+                            item.destination,
+                            key=item.key,
+                            value=item.value,
+                            headers=item.header_pairs(),
+                            on_delivery=on_delivery(item),
+                        )
+                        in_flight[item.seq] = item
+                        last_seq = item.seq
+                producer.poll(0.05 if in_flight else 0)
+                self._settle(done, in_flight)
+                if not in_flight:
+                    self._wake.wait(0.2)
+                    self._wake.clear()
+        finally:
+            # Unsent messages must not leave later: their items stay in the outbox and
+            # are published (or found by reconciliation) by the next producer.
+            producer.purge(in_queue=True, in_flight=False, blocking=False)
+            producer.flush(0)
+
+    def _settle(
+        self,
+        done: list[tuple[OutboxItem, KafkaError | None]],
+        in_flight: dict[int, OutboxItem],
+    ) -> None:
+        if not done:
+            return
+        batch, done[:] = list(done), []
+        delivered = [item for item, err in batch if err is None]
+        if delivered:
+            follow_ups = self._hooks.delivered(delivered)
+            self._outbox.complete([item.seq for item in delivered], follow_ups)
+        uncertain: list[str] = []
+        for item, err in batch:
+            in_flight.pop(item.seq, None)
+            if err is None:
+                continue
+            if err.code() in _PERMANENT:
+                self._outbox.remove([item.seq])
+                self._hooks.dead_letter(item, err.str())
+            else:
+                uncertain.append(f"{item.id}: {err.str()}")
+        if uncertain:
+            raise _Uncertain("; ".join(uncertain[:3]))
+
+    def _finish(
+        self,
+        producer: Producer,
+        in_flight: dict[int, OutboxItem],
+        done: list[tuple[OutboxItem, KafkaError | None]],
+    ) -> None:
+        deadline = getattr(self, "_stop_deadline", time.monotonic())
+        while in_flight and time.monotonic() < deadline:
+            producer.poll(0.1)
+            try:
+                self._settle(done, in_flight)
+            except _Uncertain:
+                return
+        if in_flight:
+            log.info(
+                "outbox relay stopping with items in flight; they stay queued", count=len(in_flight)
+            )
+
+    # ---- reconciliation -----------------------------------------------------------------
+
+    def _reconcile(self) -> None:
+        pending = self._outbox.pending(KAFKA_LANE, 1_000_000)
+        if not pending:
+            return
+        by_topic: dict[str, list[OutboxItem]] = {}
+        for item in pending:
+            by_topic.setdefault(item.destination, []).append(item)
+        found: set[str] = set()
+        consumer = self._new_consumer()
+        try:
+            for topic, items in by_topic.items():
+                since = min(i.created_ms for i in items) - RECONCILE_SLACK_MS
+                found |= self._ids_in_topic(consumer, topic, since, {i.id for i in items})
+        finally:
+            consumer.close()
+        if found:
+            published = [item for item in pending if item.id in found]
+            # Their delivery was confirmed by reading them back: do what delivery does.
+            follow_ups = self._hooks.delivered(published)
+            self._outbox.complete([item.seq for item in published], follow_ups)
+        self._hooks.reconciled(len(found))
+        log.info("outbox reconciled", pending=len(pending), already_published=len(found))
+
+    def _ids_in_topic(
+        self, consumer: Consumer, topic: str, since_ms: int, wanted: set[str]
+    ) -> set[str]:
+        metadata = consumer.list_topics(topic, timeout=10)
+        info = metadata.topics.get(topic)
+        if info is None or info.error is not None:
+            if info is not None and info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                return set()  # nothing was published to a topic that does not exist
+            raise KafkaException(info.error if info is not None else "no metadata")
+        starts = consumer.offsets_for_times(
+            [TopicPartition(topic, p, max(since_ms, 0)) for p in info.partitions], timeout=10
+        )
+        ends: dict[int, int] = {}
+        assign: list[TopicPartition] = []
+        for tp in starts:
+            _low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, tp.partition), timeout=10
+            )
+            start = tp.offset if tp.offset >= 0 else high  # -1: nothing at/after the time
+            if start < high:
+                ends[tp.partition] = high
+                assign.append(TopicPartition(topic, tp.partition, start))
+        if not assign:
+            return set()
+        found: set[str] = set()
+        consumer.assign(assign)
+        deadline = time.monotonic() + 120
+        try:
+            while ends and time.monotonic() < deadline:
+                for msg in consumer.consume(1000, 0.5):
+                    if msg.error() is not None:
+                        continue
+                    partition = int(msg.partition() or 0)
+                    for key, value in msg.headers() or []:  # type: ignore[str-unpack]
+                        if key == ID_HEADER and value is not None:
+                            text = value.decode() if isinstance(value, bytes) else str(value)
+                            if text in wanted:
+                                found.add(text)
+                    offset = int(msg.offset() or 0)
+                    if partition in ends and offset + 1 >= ends[partition]:
+                        del ends[partition]
+            if ends:
+                raise KafkaException(f"reconciliation of {topic} did not reach the log end")
+        finally:
+            consumer.unassign()
+        return found
+
+
+class WebhookRelay:
+    """POSTs the webhook lane; per-URL order, exponential backoff per failing URL."""
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        *,
+        hooks: RelayHooks,
+        timeout: float = 5.0,
+        max_backoff: float = 60.0,
+        opener: Callable[..., Any] = urllib.request.urlopen,
+    ) -> None:
+        self._outbox = outbox
+        self._hooks = hooks
+        self._timeout = timeout
+        self._max_backoff = max_backoff
+        self._open = opener
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._backoff: dict[str, tuple[float, float]] = {}  # url -> (retry_at, delay)
+        self._thread = threading.Thread(target=self._run, name="outbox-webhook", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def notify(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(self._timeout + 5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                sent = self._round()
+            except Exception as exc:
+                log.warning("webhook relay failed; retrying", error=repr(exc))
+                sent = 0
+            if not sent:
+                self._wake.wait(0.5)
+                self._wake.clear()
+
+    def _round(self) -> int:
+        now = time.monotonic()
+        blocked: set[str] = {u for u, (at, _d) in self._backoff.items() if at > now}
+        sent = 0
+        for item in self._outbox.pending(WEBHOOK_LANE, 200):
+            if self._stop.is_set():
+                break
+            url = item.destination
+            if url in blocked:
+                continue  # keep this URL's order: nothing after a failed item goes first
+            outcome = self._post(item)
+            if outcome is None:
+                self._outbox.complete([item.seq], self._hooks.delivered([item]))
+                self._backoff.pop(url, None)
+                sent += 1
+            elif outcome.startswith("permanent:"):
+                self._outbox.remove([item.seq])
+                self._hooks.dead_letter(item, outcome)
+            else:
+                self._outbox.record_attempt(item.seq)
+                _at, delay = self._backoff.get(url, (0.0, 0.5))
+                self._backoff[url] = (time.monotonic() + delay, min(delay * 2, self._max_backoff))
+                blocked.add(url)
+                log.warning("webhook delivery failed; backing off", url=url, error=outcome)
+        return sent
+
+    def _post(self, item: OutboxItem) -> str | None:
+        """None when delivered; else why (prefixed ``permanent:`` for a 4xx)."""
+        request = urllib.request.Request(item.destination, data=item.value, method="POST")
+        request.add_header("Content-Type", "text/plain; charset=utf-8")
+        for key, value in item.headers:
+            if key.startswith("ds-"):  # ds-id -> X-DS-Id (the receiver dedupes on it)
+                request.add_header(f"X-DS-{key.removeprefix('ds-').title()}", value)
+        try:
+            with self._open(request, timeout=self._timeout) as response:
+                status = int(response.status)
+        except urllib.error.HTTPError as exc:
+            status = int(exc.code)
+        except (OSError, ValueError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        if 200 <= status < 300:
+            return None
+        if 400 <= status < 500 and status not in (408, 429):
+            return f"permanent: HTTP {status}"
+        return f"HTTP {status}"

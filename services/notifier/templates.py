@@ -1,0 +1,201 @@
+"""Per-caller alert templates (pure): validation, matching, sandboxed rendering and the
+send-interval limiter.
+
+Templates are Jinja2 rendered in an immutable sandbox (no attribute access to internals,
+no mutation, no file system); their variables are the FaultEvent's fields by proto name,
+with enums as short names (``type`` ``LAG_ERROR``, ``state`` ``OPEN``, ``severity``
+``ERROR``), ``partitions`` a list, ``attributes`` a dict and ``detected_at`` an ISO 8601
+string — e.g. ``"{{ group }} lag {{ attributes.lag }}"``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from dataservice.common.v1 import common_pb2
+from dataservice.notifier.v1 import notifier_pb2
+from services.notifier.faults import short_severity, short_state, short_type
+
+MAX_TEMPLATE_CHARS = 16 * 1024
+_NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_MAX_INTERVAL_SECONDS = 7 * 24 * 3600
+
+_ENV = ImmutableSandboxedEnvironment(autoescape=False, undefined=jinja2.Undefined)
+
+
+class TemplateInvalid(ValueError):
+    """A template that cannot be stored; ``field`` names the offending request field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def valid_name(text: str) -> bool:
+    """A caller or template name: it becomes part of a Kafka topic name."""
+    return bool(_NAME.match(text))
+
+
+def kafka_topic(template: notifier_pb2.AlertTemplate, prefix: str) -> str:
+    """The Kafka topic of a Kafka-routed template (empty topic = ``<prefix><caller>``)."""
+    return template.kafka.topic or f"{prefix}{template.caller}"
+
+
+def validate(template: notifier_pb2.AlertTemplate, field: str = "template") -> None:
+    """Raise :class:`TemplateInvalid` for anything PutAlertTemplate must refuse."""
+    if not template.caller:
+        raise TemplateInvalid(f"{field}.caller", "is required")
+    if not _NAME.match(template.caller):
+        raise TemplateInvalid(f"{field}.caller", "must be 1-128 of [A-Za-z0-9._-]")
+    if not template.name:
+        raise TemplateInvalid(f"{field}.name", "is required")
+    if not _NAME.match(template.name):
+        raise TemplateInvalid(f"{field}.name", "must be 1-128 of [A-Za-z0-9._-]")
+    for i, group in enumerate(template.groups):
+        if not group:
+            raise TemplateInvalid(f"{field}.groups[{i}]", "must not be empty")
+    for i, fault_type in enumerate(template.fault_types):
+        if fault_type == common_pb2.FAULT_TYPE_UNSPECIFIED:
+            raise TemplateInvalid(f"{field}.fault_types[{i}]", "must not be UNSPECIFIED")
+        if fault_type not in common_pb2.FaultType.values():
+            raise TemplateInvalid(f"{field}.fault_types[{i}]", f"unknown fault type {fault_type}")
+    if template.min_severity not in common_pb2.Severity.values():
+        raise TemplateInvalid(f"{field}.min_severity", f"unknown severity {template.min_severity}")
+    if not template.open_template:
+        raise TemplateInvalid(f"{field}.open_template", "is required")
+    _parse(template.open_template, f"{field}.open_template")
+    if template.resolved_template:
+        _parse(template.resolved_template, f"{field}.resolved_template")
+    interval = template.send_interval
+    if interval.seconds < 0 or interval.nanos < 0 or interval.nanos >= 1_000_000_000:
+        raise TemplateInvalid(f"{field}.send_interval", "must be a non-negative duration")
+    if interval.seconds > _MAX_INTERVAL_SECONDS:
+        raise TemplateInvalid(f"{field}.send_interval", "must be at most 7 days")
+    route = template.WhichOneof("route")
+    if route is None:
+        raise TemplateInvalid(f"{field}.route", "a kafka or webhook route is required")
+    if route == "kafka" and template.kafka.topic and not _TOPIC.match(template.kafka.topic):
+        raise TemplateInvalid(f"{field}.kafka.topic", "is not a valid Kafka topic name")
+    if route == "webhook":
+        _check_url(template.webhook.url, f"{field}.webhook.url")
+
+
+def _parse(text: str, field: str) -> None:
+    if len(text) > MAX_TEMPLATE_CHARS:
+        raise TemplateInvalid(field, f"is longer than {MAX_TEMPLATE_CHARS} characters")
+    try:
+        _ENV.parse(text)
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateInvalid(field, f"does not parse: {exc.message} (line {exc.lineno})") from None
+
+
+def _check_url(url: str, field: str) -> None:
+    if not url:
+        raise TemplateInvalid(field, "is required")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise TemplateInvalid(field, "must be an http:// or https:// URL")
+    if not parts.hostname:
+        raise TemplateInvalid(field, "has no host")
+
+
+def matches(template: notifier_pb2.AlertTemplate, event: common_pb2.FaultEvent) -> bool:
+    if template.groups and event.group not in template.groups:
+        return False
+    if template.fault_types and event.type not in template.fault_types:
+        return False
+    severity = event.severity or common_pb2.SEVERITY_INFO
+    return severity >= (template.min_severity or common_pb2.SEVERITY_INFO)
+
+
+def variables(event: common_pb2.FaultEvent) -> dict[str, Any]:
+    detected = ""
+    if event.HasField("detected_at"):
+        detected = (
+            datetime.fromtimestamp(event.detected_at.ToNanoseconds() / 1e9, UTC)
+            .isoformat()
+            .replace("+00:00", "Z")
+        )
+    return {
+        "id": event.id,
+        "type": short_type(event.type),
+        "state": short_state(event.state),
+        "severity": short_severity(event.severity),
+        "source_service": event.source_service,
+        "source_instance": event.source_instance,
+        "group": event.group,
+        "topic": event.topic,
+        "partitions": list(event.partitions),
+        "consumer_id": event.consumer_id,
+        "client_id": event.client_id,
+        "detected_at": detected,
+        "message": event.message,
+        "attributes": dict(event.attributes),
+        "dedupe_key": event.dedupe_key,
+        "suppressed_count": event.suppressed_count,
+    }
+
+
+def render(text: str, event: common_pb2.FaultEvent) -> str:
+    """Render one template text. Raises on a template bug (a sandbox violation, a bad
+    filter call); the alert router then sends a line naming the error instead."""
+    return _ENV.from_string(text).render(variables(event))
+
+
+@dataclass(frozen=True)
+class Offer:
+    send: bool
+    rate_limited: bool
+
+
+@dataclass
+class _Sent:
+    at: float
+    state: int
+    pending: common_pb2.FaultEvent | None = None
+
+
+class SendLimiter:
+    """At most one alert per (template, fault) per send interval. Inside the interval the
+    newest event is held; when the interval ends it is sent only if it changes the state
+    last sent (a fault that flapped and cleared gets its resolved message; one that
+    flapped back to where it was sends nothing more)."""
+
+    def __init__(self) -> None:
+        self._sent: dict[tuple[str, str, str], _Sent] = {}
+        self._intervals: dict[tuple[str, str, str], float] = {}
+
+    def offer(
+        self, key: tuple[str, str, str], event: common_pb2.FaultEvent, interval: float, now: float
+    ) -> Offer:
+        sent = self._sent.get(key)
+        if interval <= 0 or sent is None or now - sent.at >= interval:
+            self._sent[key] = _Sent(now, event.state)
+            self._intervals[key] = interval
+            return Offer(True, False)
+        sent.pending = event
+        return Offer(False, True)
+
+    def due(self, now: float) -> list[tuple[tuple[str, str, str], common_pb2.FaultEvent]]:
+        out = []
+        for key, sent in list(self._sent.items()):
+            interval = self._intervals.get(key, 0.0)
+            if now - sent.at < interval:
+                continue
+            pending, sent.pending = sent.pending, None
+            if pending is not None and pending.state != sent.state:
+                self._sent[key] = _Sent(now, pending.state)
+                out.append((key, pending))
+            elif pending is None:
+                del self._sent[key]
+                self._intervals.pop(key, None)
+        return out

@@ -1,0 +1,71 @@
+"""The fault catalogue is complete and the README carries its table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dataservice.common.v1 import common_pb2
+from services.notifier import faults
+
+README = Path(__file__).resolve().parents[3] / "README.md"
+
+
+def test_every_fault_type_is_catalogued() -> None:
+    types = {v for v in common_pb2.FaultType.values() if v != common_pb2.FAULT_TYPE_UNSPECIFIED}
+    assert set(faults.CATALOGUE) == types
+    for spec in faults.CATALOGUE.values():
+        assert spec.what and spec.when and spec.resolved
+        assert spec.who in {"assigner", "sidecar", "notifier"}
+        assert spec.severity != common_pb2.SEVERITY_UNSPECIFIED
+
+
+def test_readme_has_the_catalogue_table() -> None:
+    assert faults.readme_table() in README.read_text()
+
+
+def test_names_parse_both_ways() -> None:
+    assert faults.parse_type("lag_error") == common_pb2.FAULT_TYPE_LAG_ERROR
+    assert faults.parse_type("FAULT_TYPE_CONSUMER_LOST") == common_pb2.FAULT_TYPE_CONSUMER_LOST
+    assert faults.parse_severity("warning") == common_pb2.SEVERITY_WARNING
+    with pytest.raises(ValueError, match="unknown"):
+        faults.parse_type("NOPE")
+    with pytest.raises(ValueError, match="UNSPECIFIED"):
+        faults.parse_type("UNSPECIFIED")
+
+
+def test_default_dedupe_key_ignores_state_and_partition_order() -> None:
+    a = common_pb2.FaultEvent(
+        type=common_pb2.FAULT_TYPE_POISON_RECORD, group="g", topic="t", partitions=[3, 1]
+    )
+    b = common_pb2.FaultEvent(
+        type=common_pb2.FAULT_TYPE_POISON_RECORD,
+        state=common_pb2.FAULT_STATE_RESOLVED,
+        group="g",
+        topic="t",
+        partitions=[1, 3],
+    )
+    assert faults.default_dedupe_key(a) == faults.default_dedupe_key(b) == "POISON_RECORD|g|t|1,3||"
+
+
+def test_events_encode_as_protobuf_by_default_and_json_on_request() -> None:
+    from services.notifier.app import decode_event, encode_event
+
+    event = common_pb2.FaultEvent(
+        id="00000000-0000-4000-8000-000000000001",
+        type=common_pb2.FAULT_TYPE_LAG_ERROR,
+        state=common_pb2.FAULT_STATE_OPEN,
+        severity=common_pb2.SEVERITY_ERROR,
+        group="g",
+        partitions=[1, 2],
+        suppressed_count=3,
+    )
+    event.attributes["lag"] = "12"
+    raw, content_type = encode_event(event, "protobuf")
+    assert content_type.startswith("application/x-protobuf")
+    assert decode_event(raw, content_type) == event
+    text, json_type = encode_event(event, "json")
+    assert json_type.startswith("application/json")
+    assert b'"type": "FAULT_TYPE_LAG_ERROR"' in text and b'"suppressed_count": "3"' in text
+    assert decode_event(text, json_type) == event
