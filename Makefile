@@ -35,7 +35,7 @@ lint:
 	$(VENV)/ruff format --check .
 
 typecheck:
-	$(VENV)/mypy services
+	$(VENV)/mypy services spark
 
 protos:
 	bash protos/check.sh
@@ -44,3 +44,4 @@ bench-short:
 	$(VENV)/python tests/bench/bench_balancer.py --short
 	$(VENV)/python tests/bench/bench_session.py --short
 	$(VENV)/python tests/bench/bench_sidecar.py --short
+	$(VENV)/python tests/bench/bench_spark.py --short

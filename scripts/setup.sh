@@ -2,7 +2,8 @@
 # Installs everything the project needs on a fresh machine, and nothing by hand:
 #   * a Python virtualenv in .venv with the project (editable) and its dev tools;
 #   * buf (npm package @bufbuild/buf, pinned in package-lock.json) in node_modules/;
-#   * Apache Kafka's jars (Maven Central, deploy/kafka/pom.xml);
+#   * Apache Kafka's jars (Maven Central, deploy/kafka/pom.xml), and Spark's Kafka source
+#     (deploy/spark/pom.xml, for the Spark benchmark);
 #   * grpcurl and Consul 1.14 built from the Go module proxy (deploy/*/build.sh).
 # Every download is cached under ~/.cache (pip, npm, Maven via ~/.m2, Go modules and the
 # built binaries under ~/.cache/dataservice), so a second run takes seconds; nothing
@@ -37,7 +38,8 @@ if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e '.[dev]'
+# The spark extra (PySpark, pyarrow, pandas, matplotlib): the Spark tests and jobs need it.
+.venv/bin/python -m pip install --quiet -e '.[dev,spark]'
 
 step "buf (npm @bufbuild/buf)"
 npm ci --no-audit --no-fund --loglevel=error --cache "$HOME/.cache/dataservice/npm"
@@ -46,6 +48,8 @@ step "Apache Kafka jars (Maven Central)"
 .venv/bin/python -c 'from services.devstack.kafka import ensure_kafka_jars; print(ensure_kafka_jars())'
 
 if [[ $QUICK == 0 ]]; then
+  step "Spark's Kafka source jars for the Spark benchmark (Maven Central, deploy/spark/pom.xml)"
+  .venv/bin/python -m spark.kafka_jars >/dev/null
   step "grpcurl (Go module proxy)"
   bash deploy/grpcurl/build.sh
   step "Consul 1.14 (Go module proxy)"

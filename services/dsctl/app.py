@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from services.dsctl import dev
+from services.dsctl.alerts import alerts_app
 
 app = typer.Typer(
     name="dsctl",
@@ -23,6 +24,7 @@ app = typer.Typer(
 )
 dev_app = typer.Typer(help="Run the whole mesh locally on real Kafka.", no_args_is_help=True)
 app.add_typer(dev_app, name="dev")
+app.add_typer(alerts_app, name="alerts")
 
 console = Console()
 err_console = Console(stderr=True)
@@ -54,6 +56,14 @@ def dev_up(
     ] = False,
     kafka_port: Annotated[int, typer.Option(min=1, max=65535)] = 9092,
     producer_rate: Annotated[float, typer.Option(min=0.1, help="Demo records per second.")] = 20.0,
+    spark_distribution: Annotated[
+        bool,
+        typer.Option(
+            "--spark-distribution",
+            help="Also run the Spark distribution/lag job on the demo group (report refreshed "
+            "every minute).",
+        ),
+    ] = False,
 ) -> None:
     """Start Kafka, the assigner, sidecars, the notifier and a sample producer."""
     options = dev.UpOptions(
@@ -61,6 +71,7 @@ def dev_up(
         kafka_port=kafka_port,
         with_consul=with_consul,
         producer_rate=producer_rate,
+        spark_distribution=spark_distribution,
     )
     try:
         stack = dev.up(options, _say)
@@ -143,6 +154,8 @@ def _print_where_to_look(stack: dev.Stack) -> None:
     ]
     if stack.consul:
         lines.append(f"consul     http://{stack.consul}/ui")
+    if any(c.name == dev.SPARK_DISTRIBUTION for c in stack.components):
+        lines.append(f"spark      {dev.spark_report(stack)} (distribution and lag, every minute)")
     console.print("\n".join(lines))
     console.print("\n[bold]Try:[/bold]")
     console.print("  grpcurl -plaintext 127.0.0.1:7070 list")

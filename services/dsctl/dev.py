@@ -27,6 +27,7 @@ from confluent_kafka.cimpl import NewTopic
 from services.devstack import procs
 from services.devstack.consul import ConsulAgent, ConsulOptions
 from services.devstack.kafka import KafkaCluster, KafkaOptions
+from services.runtime.kafka import wait_partitions_serving
 
 DEMO_TOPIC = "ds.demo"
 DEMO_GROUP = "demo"
@@ -114,6 +115,8 @@ class UpOptions:
     with_consul: bool = False
     producer_rate: float = 20.0
     timeout: float = 180.0
+    spark_distribution: bool = False  # also run spark.jobs.distribution on the demo group
+    spark_every: float = 60.0
 
 
 def _record(name: str, proc_pid: int, log: Path, grpc: str | None, http: str | None) -> Component:
@@ -176,6 +179,7 @@ def _start_all(
     if stack.consul:
         common += ["--consul", stack.consul]
     python = sys.executable
+    report_to = ["--notifier", "127.0.0.1:7090"]  # faults of the assigner and sidecars
 
     def start(name: str, argv: list[str], grpc: int, http: int) -> None:
         log = logs / f"{name}.log"
@@ -199,13 +203,25 @@ def _start_all(
             "7071",
             "--config",
             str(config),
+            *report_to,
         ],
         7070,
         7071,
     )
     start(
         "notifier",
-        [python, "-m", "services.notifier", *common, "--grpc-port", "7090", "--http-port", "7091"],
+        [
+            python,
+            "-m",
+            "services.notifier",
+            *common,
+            "--grpc-port",
+            "7090",
+            "--http-port",
+            "7091",
+            "--outbox-path",
+            str(root / "notifier-outbox.sqlite"),
+        ],
         7090,
         7091,
     )
@@ -228,6 +244,7 @@ def _start_all(
                 f"sidecar-{i}",
                 "--assigner",
                 "127.0.0.1:7070",
+                *report_to,
             ],
             grpc,
             http,
@@ -250,6 +267,9 @@ def _start_all(
     )
     stack.components.append(_record("producer", proc.pid, log, None, None))
     stack.save()
+    if options.spark_distribution:
+        say("starting the Spark distribution job (spark.jobs.distribution)...")
+        _start_spark_distribution(stack, logs, options.spark_every)
 
     say("waiting until every service reports SERVING...")
     deadline = time.monotonic() + options.timeout
@@ -264,10 +284,33 @@ def _start_all(
     raise RuntimeError(f"not healthy within {options.timeout:.0f}s: {', '.join(pending)}")
 
 
+SPARK_DISTRIBUTION = "spark-distribution"
+
+
+def spark_report(stack: Stack) -> Path:
+    return Path(stack.dir) / "spark" / "distribution" / "report.html"
+
+
+def _start_spark_distribution(stack: Stack, logs: Path, every: float) -> None:
+    """The distribution/lag job (spark/jobs/distribution.py) on the demo group through the
+    sidecars, redone every ``every`` seconds into ``<state dir>/spark/distribution``."""
+    log = logs / f"{SPARK_DISTRIBUTION}.log"
+    argv = [
+        sys.executable, "-m", "spark.jobs.distribution",
+        "--assigner", "127.0.0.1:7070", "--group", DEMO_GROUP,
+        "--output", str(spark_report(stack).parent), "--every", str(every),
+        "--master", "local[2]", "--shuffle-partitions", "4",
+    ]  # fmt: skip
+    proc = procs.spawn(argv, log, die_with_parent=False)
+    stack.components.append(_record(SPARK_DISTRIBUTION, proc.pid, log, None, None))
+    stack.save()
+
+
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
         future.result(timeout=30)
+    wait_partitions_serving(admin, topic, partitions)  # the producer writes at once
 
 
 def down_stack(stack: Stack, say: Callable[[str], None]) -> list[str]:

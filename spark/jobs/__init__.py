@@ -1,0 +1,1 @@
+"""Spark jobs over the mesh: ``python -m spark.jobs.<name>`` or ``spark-submit``."""

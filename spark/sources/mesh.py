@@ -1,0 +1,591 @@
+"""How the ``dataservice`` source talks to the mesh: the assigner and the sidecars.
+
+* :class:`AssignerClient` — ``AdminService.DescribeGroup`` (the group's topics, members and
+  their endpoints, who leases which partition at which epoch, committed and end offsets),
+  following a follower's ``ds-leader`` redirect, the other ``assigner`` addresses, or the
+  leader key in Consul, and retrying ``UNAVAILABLE`` (AIP-194).
+* :func:`read_range` — one input partition's exact ``[from, to)`` through the owning
+  sidecar's ``ReadRange``, chunk by chunk. When the owner goes away (``UNAVAILABLE``) or
+  the lease moved (``LEASE_NOT_HELD``), it asks the assigner who holds the partition now
+  and goes on from the first offset it has not returned yet, so every record of the range
+  is returned exactly once however often the lease moves.
+* :func:`commit_offsets` — ``CommitOffsets`` on the sidecars that hold the partitions
+  *now*, as their own ``Status`` says (their lease epoch fences the commit), retried while
+  leases move.
+
+Nothing here imports Spark: executors and the driver's source worker both use it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+
+from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
+from dataservice.common.v1 import common_pb2
+from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
+from services.runtime.errors import LEADER_METADATA_KEY, Reason, error_info, trailing_value
+
+# Standard logging, not structlog: this runs in every Spark Python worker, where importing
+# structlog (and the services' runtime, pydantic settings) would cost each worker start.
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+T = TypeVar("T")
+
+CALL_TIMEOUT_SECONDS = 10.0
+# As services.runtime.grpcserver.CHANNEL_OPTIONS (not imported, see above): ReadRange chunks
+# are up to 64 MiB.
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024 + 1024 * 1024),
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+# A probe that is always out of range (to_offset beyond any log): the sidecar answers
+# OUT_OF_RANGE with the partition's log start offset and high watermark, reading nothing.
+PROBE_TO_OFFSET = 2**62
+# Failures after which the owner of a partition is looked up again and the call retried.
+RETRY_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    }
+)
+MOVED_REASONS = frozenset(
+    {
+        Reason.LEASE_NOT_HELD.value,
+        Reason.LEASE_EPOCH_STALE.value,
+        Reason.GROUP_NOT_SERVED.value,
+        Reason.SERVICE_NOT_READY.value,
+        Reason.KAFKA_UNAVAILABLE.value,
+    }
+)
+
+
+class MeshError(RuntimeError):
+    """A call to the mesh failed for good (bad request, unknown group, data loss, no owner
+    for a partition within the read timeout)."""
+
+
+class DataLossError(MeshError):
+    """Records of a planned range are gone from Kafka (retention, a recreated topic)."""
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    holder: str  # sidecar id; "" when unassigned
+    epoch: int
+    state: int  # types_pb2.LeaseState
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """One DescribeGroup answer."""
+
+    group: str
+    topics: tuple[str, ...]
+    members: Mapping[str, str]  # sidecar id -> StreamService endpoint
+    leases: Mapping[TP, LeaseInfo]
+    ends: Mapping[TP, int]  # high watermarks
+    committed: Mapping[TP, int]  # -1 = nothing committed
+
+    @classmethod
+    def from_proto(cls, group: str, response: admin_pb2.DescribeGroupResponse) -> GroupView:
+        return cls(
+            group=group,
+            topics=tuple(response.config.topics),
+            members={m.sidecar_id: m.endpoint for m in response.members},
+            leases={
+                (lease.topic, lease.partition): LeaseInfo(lease.holder, lease.epoch, lease.state)
+                for lease in response.leases
+            },
+            ends={(p.topic, p.partition): p.end_offset for p in response.partitions},
+            committed={(p.topic, p.partition): p.committed_offset for p in response.partitions},
+        )
+
+    def endpoint_of(self, tp: TP) -> str | None:
+        """Where the assigner says the partition is served, if anywhere."""
+        lease = self.leases.get(tp)
+        if lease is None or not lease.holder or lease.state == types_pb2.LEASE_STATE_UNASSIGNED:
+            return None
+        return self.members.get(lease.holder)
+
+
+def _reason(err: grpc.RpcError) -> str:
+    info = error_info(err)
+    return info.reason if info is not None else ""
+
+
+def _describe_error(err: grpc.RpcError) -> str:
+    return f"{err.code().name}: {err.details()}"
+
+
+class AssignerClient:
+    """DescribeGroup on the assigner leader. Thread-safe."""
+
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        consul: str | None = None,
+        *,
+        call_timeout: float = CALL_TIMEOUT_SECONDS,
+    ) -> None:
+        if not addresses and consul is None:
+            raise MeshError("no assigner address and no Consul to find one")
+        self._addresses = list(addresses)
+        self._consul = consul
+        self._call_timeout = call_timeout
+        self._lock = threading.Lock()
+        self._address = self._addresses[0] if self._addresses else ""
+        self._channel: grpc.Channel | None = None
+        self._next = 0
+        if consul is not None:
+            self._leader_from_consul()
+
+    def _leader_from_consul(self) -> None:
+        if self._consul is None:
+            return
+        # Imported here: the Consul client is only needed with the consul option.
+        from services.runtime.leader_watch import consul_client, read_leader
+
+        try:
+            leader = read_leader(consul_client(self._consul))
+        except Exception as exc:  # Consul down: keep the address we have
+            log.info("consul %s: leader lookup failed: %s", self._consul, exc)
+            return
+        if leader:
+            self._switch(leader)
+
+    def _switch(self, address: str) -> None:
+        with self._lock:
+            if address == self._address and self._channel is not None:
+                return
+            old, self._channel = self._channel, None
+            self._address = address
+        if old is not None:
+            old.close()
+
+    def _rotate(self) -> None:
+        """Try the next configured address (a replica that may be the leader now)."""
+        if len(self._addresses) > 1:
+            self._next = (self._next + 1) % len(self._addresses)
+            self._switch(self._addresses[self._next])
+        self._leader_from_consul()
+
+    def _stub(self) -> admin_pb2_grpc.AdminServiceStub:
+        with self._lock:
+            if not self._address:
+                raise MeshError("the assigner leader is unknown (no leader key in Consul)")
+            if self._channel is None:
+                self._channel = grpc.insecure_channel(self._address, options=CHANNEL_OPTIONS)
+            return admin_pb2_grpc.AdminServiceStub(self._channel)
+
+    def describe(self, group: str, timeout: float = 60.0) -> GroupView:
+        """The group as the assigner leader sees it now; retries for up to ``timeout``."""
+        deadline = time.monotonic() + timeout
+        backoff = 0.1
+        request = admin_pb2.DescribeGroupRequest(group=group)
+        while True:
+            try:
+                response = self._stub().DescribeGroup(request, timeout=self._call_timeout)
+                return GroupView.from_proto(group, response)
+            except ValueError:
+                continue  # the channel was replaced by a leader switch between lookup and call
+            except grpc.RpcError as err:
+                leader = trailing_value(err, LEADER_METADATA_KEY)
+                if leader and leader != self._address:
+                    self._switch(leader)
+                    continue
+                electing = _reason(err) == Reason.NOT_LEADER.value
+                if err.code() not in RETRY_CODES and not electing:
+                    raise MeshError(f"DescribeGroup({group}): {_describe_error(err)}") from err
+                if time.monotonic() + backoff > deadline:
+                    raise MeshError(
+                        f"DescribeGroup({group}): no answer within {timeout:.0f} s: "
+                        f"{_describe_error(err)}"
+                    ) from err
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                self._rotate()
+
+    def close(self) -> None:
+        with self._lock:
+            channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
+
+
+class SidecarPool:
+    """One channel per sidecar endpoint, kept for reuse, and which endpoints refused the
+    ARROW_IPC read format (so they are asked for records from then on). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}
+        self._records_only: set[str] = set()
+
+    def arrow_refused(self, endpoint: str) -> None:
+        with self._lock:
+            self._records_only.add(endpoint)
+
+    def takes_arrow(self, endpoint: str) -> bool:
+        with self._lock:
+            return endpoint not in self._records_only
+
+    def stub(self, endpoint: str) -> stream_pb2_grpc.StreamServiceStub:
+        with self._lock:
+            channel = self._channels.get(endpoint)
+            if channel is None:
+                channel = grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
+                self._channels[endpoint] = channel
+            return stream_pb2_grpc.StreamServiceStub(channel)
+
+    def close(self) -> None:
+        with self._lock:
+            channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            channel.close()
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """What a read or a commit needs: the group, how to reach the assigner, the channels."""
+
+    group: str
+    client_id: str
+    assigner: AssignerClient
+    sidecars: SidecarPool
+
+    def close(self) -> None:
+        self.assigner.close()
+        self.sidecars.close()
+
+
+# Executors read many ranges per Python worker process: reuse clients across tasks.
+_SHARED: dict[tuple[tuple[str, ...], str | None, str, str], Mesh] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_mesh(addresses: Sequence[str], consul: str | None, group: str, client_id: str) -> Mesh:
+    key = (tuple(addresses), consul, group, client_id)
+    with _SHARED_LOCK:
+        mesh = _SHARED.get(key)
+        if mesh is None:
+            mesh = Mesh(group, client_id, AssignerClient(addresses, consul), SidecarPool())
+            _SHARED[key] = mesh
+        return mesh
+
+
+@dataclass(frozen=True)
+class ReadSpec:
+    """One input partition: ``[from_offset, to_offset)`` of a partition."""
+
+    topic: str
+    partition: int
+    from_offset: int
+    to_offset: int
+    endpoint: str | None  # where the planner saw the lease; None = ask the assigner
+    from_earliest: bool = False  # the range starts at "the beginning": a log start above
+    # from_offset is not data loss (a new partition, startingOffsets=earliest)
+
+
+@dataclass(frozen=True)
+class ReadPolicy:
+    chunk_bytes: int
+    read_timeout: float  # give up after this long without progress
+    fail_on_data_loss: bool
+    arrow: bool = True  # ask for ARROW_IPC chunks; records from sidecars that refuse it
+
+
+@dataclass(frozen=True)
+class ReadChunk:
+    """One ReadRange response: records, or an Arrow IPC stream of them (columns as in
+    stream.proto's READ_FORMAT_ARROW_IPC), starting at or after ``start``."""
+
+    start: int
+    records: Sequence[common_pb2.Record]
+    arrow_ipc: bytes
+
+
+class _Follower:
+    """Finds the current owner of one partition, backing off between attempts, and gives
+    up once ``timeout`` passes without progress."""
+
+    def __init__(self, mesh: Mesh, tp: TP, endpoint: str | None, timeout: float) -> None:
+        self.mesh = mesh
+        self.tp = tp
+        self.endpoint = endpoint
+        self.timeout = timeout
+        self.last_progress = time.monotonic()
+        self.backoff = 0.05
+        self.last_error = ""
+
+    def progressed(self) -> None:
+        self.last_progress = time.monotonic()
+        self.backoff = 0.05
+
+    def owner(self) -> str:
+        while self.endpoint is None:
+            self._check_deadline()
+            view = self.mesh.assigner.describe(self.mesh.group, timeout=self.timeout)
+            self.endpoint = view.endpoint_of(self.tp)
+            if self.endpoint is None:
+                self.last_error = "no sidecar holds the partition"
+                self._sleep()
+        return self.endpoint
+
+    def moved(self, err: grpc.RpcError) -> None:
+        """The owner failed with a retriable status: look it up again after a pause."""
+        self.last_error = f"{self.endpoint}: {_describe_error(err)}"
+        log.warning(
+            "%s[%d]: owner unavailable, asking the assigner again: %s",
+            self.tp[0],
+            self.tp[1],
+            self.last_error,
+        )
+        self.endpoint = None
+        self._check_deadline()
+        self._sleep()
+
+    def _sleep(self) -> None:
+        time.sleep(self.backoff)
+        self.backoff = min(self.backoff * 2, 1.0)
+
+    def _check_deadline(self) -> None:
+        if time.monotonic() - self.last_progress > self.timeout:
+            raise MeshError(
+                f"{self.tp[0]}[{self.tp[1]}]: no sidecar served the partition for "
+                f"{self.timeout:.0f} s (last: {self.last_error or 'none'})"
+            )
+
+
+def _retriable(err: grpc.RpcError) -> bool:
+    return err.code() in RETRY_CODES or _reason(err) in MOVED_REASONS
+
+
+def _refuses_arrow(err: grpc.RpcError) -> bool:
+    """INVALID_ARGUMENT on the ``format`` field: a sidecar without ARROW_IPC support."""
+    info = error_info(err)
+    return (
+        err.code() == grpc.StatusCode.INVALID_ARGUMENT
+        and info is not None
+        and info.metadata.get("field") == "format"
+    )
+
+
+def read_range(mesh: Mesh, spec: ReadSpec, policy: ReadPolicy) -> Iterator[ReadChunk]:
+    """``spec``'s range in offset order, in the sidecar's chunks; each record exactly once,
+    following lease moves. Raises :class:`MeshError` when no owner serves the partition
+    for ``policy.read_timeout`` and :class:`DataLossError` when the range is gone from
+    Kafka (unless the policy allows skipping)."""
+    tp = (spec.topic, spec.partition)
+    position = spec.from_offset
+    follower = _Follower(mesh, tp, spec.endpoint, policy.read_timeout)
+    while position < spec.to_offset:
+        endpoint = follower.owner()
+        arrow = policy.arrow and mesh.sidecars.takes_arrow(endpoint)
+        request = stream_pb2.ReadRangeRequest(
+            client_id=mesh.client_id,
+            group=mesh.group,
+            topic=spec.topic,
+            partition=spec.partition,
+            from_offset=position,
+            to_offset=spec.to_offset,
+            max_bytes=policy.chunk_bytes,
+            format=stream_pb2.READ_FORMAT_ARROW_IPC if arrow else stream_pb2.READ_FORMAT_RECORDS,
+        )
+        try:
+            stream = mesh.sidecars.stub(endpoint).ReadRange(request, timeout=policy.read_timeout)
+            for response in stream:
+                records = response.records
+                if records and records[0].offset < position:
+                    raise MeshError(
+                        f"{spec.topic}[{spec.partition}]: the sidecar returned offset "
+                        f"{records[0].offset} below {position}"
+                    )
+                if records or response.arrow_ipc:
+                    yield ReadChunk(position, records, response.arrow_ipc)
+                if response.next_offset > position:
+                    position = response.next_offset
+                    follower.progressed()
+        except grpc.RpcError as err:
+            if arrow and _refuses_arrow(err):
+                mesh.sidecars.arrow_refused(endpoint)  # validated before reading: retry now
+                continue
+            if err.code() == grpc.StatusCode.OUT_OF_RANGE:
+                position = _after_out_of_range(err, spec, position, policy)
+                follower.progressed()
+                continue
+            if not _retriable(err):
+                raise MeshError(
+                    f"ReadRange {spec.topic}[{spec.partition}] [{position}, {spec.to_offset}) "
+                    f"on {endpoint}: {_describe_error(err)}"
+                ) from err
+            follower.moved(err)
+
+
+def _after_out_of_range(
+    err: grpc.RpcError, spec: ReadSpec, position: int, policy: ReadPolicy
+) -> int:
+    """Where to go on after an OUT_OF_RANGE: the log start, when records below it were
+    deleted and that is allowed; otherwise the range is lost."""
+    info = error_info(err)
+    metadata = dict(info.metadata) if info is not None else {}
+    try:
+        log_start = int(metadata.get("log_start_offset", "-1"))
+        high = int(metadata.get("high_watermark", "-1"))
+    except ValueError:
+        log_start = high = -1
+    if 0 <= high < spec.to_offset:
+        raise DataLossError(
+            f"{spec.topic}[{spec.partition}]: the log ends at {high}, below the planned end "
+            f"{spec.to_offset} (was the topic recreated?)"
+        ) from err
+    if log_start > position:
+        if spec.from_earliest or not policy.fail_on_data_loss:
+            if not spec.from_earliest:
+                log.warning(
+                    "%s[%d]: offsets [%d, %d) were deleted before they were read; skipping",
+                    spec.topic,
+                    spec.partition,
+                    position,
+                    min(log_start, spec.to_offset),
+                )
+            return min(log_start, spec.to_offset)
+        raise DataLossError(
+            f"{spec.topic}[{spec.partition}]: offsets [{position}, {log_start}) were deleted "
+            "before they were read (set failOnDataLoss=false to skip them)"
+        ) from err
+    raise MeshError(
+        f"ReadRange {spec.topic}[{spec.partition}] [{position}, {spec.to_offset}): "
+        f"{_describe_error(err)}"
+    ) from err
+
+
+def log_start_offset(mesh: Mesh, tp: TP, endpoint: str | None, timeout: float) -> int:
+    """The partition's log start offset, asked of its owner with an always-out-of-range
+    ReadRange (the sidecar validates a range against the log before reading anything)."""
+    follower = _Follower(mesh, tp, endpoint, timeout)
+    request = stream_pb2.ReadRangeRequest(
+        client_id=mesh.client_id,
+        group=mesh.group,
+        topic=tp[0],
+        partition=tp[1],
+        from_offset=0,
+        to_offset=PROBE_TO_OFFSET,
+        max_bytes=1024,
+        format=stream_pb2.READ_FORMAT_RECORDS,
+    )
+    while True:
+        owner = follower.owner()
+        try:
+            for _ in mesh.sidecars.stub(owner).ReadRange(request, timeout=CALL_TIMEOUT_SECONDS):
+                pass
+        except grpc.RpcError as err:
+            if err.code() == grpc.StatusCode.OUT_OF_RANGE:
+                info = error_info(err)
+                if info is not None and "log_start_offset" in info.metadata:
+                    return int(info.metadata["log_start_offset"])
+            if not _retriable(err):
+                raise MeshError(
+                    f"log start of {tp[0]}[{tp[1]}] on {owner}: {_describe_error(err)}"
+                ) from err
+            follower.moved(err)
+            continue
+        raise MeshError(f"log start of {tp[0]}[{tp[1]}]: {owner} read a range beyond any log")
+
+
+@dataclass(frozen=True)
+class Holder:
+    endpoint: str
+    epoch: int
+
+
+def live_holders(mesh: Mesh, view: GroupView) -> dict[TP, Holder]:
+    """Who serves each partition right now, by the sidecars' own ``Status``: a partition
+    whose local lease deadline has not passed, at the highest epoch if two claim it.
+    A member that does not answer is skipped; the assigner's view fills the gaps."""
+    holders: dict[TP, Holder] = {}
+    for endpoint in sorted(set(view.members.values())):
+        try:
+            status = mesh.sidecars.stub(endpoint).Status(
+                stream_pb2.StatusRequest(), timeout=CALL_TIMEOUT_SECONDS
+            )
+        except grpc.RpcError:
+            continue
+        if status.group != mesh.group:
+            continue
+        for part in status.partitions:
+            remaining = part.lease_deadline_remaining
+            if remaining.seconds <= 0 and remaining.nanos <= 0:
+                continue
+            tp = (part.topic, part.partition)
+            known = holders.get(tp)
+            if known is None or part.lease_epoch > known.epoch:
+                holders[tp] = Holder(endpoint, part.lease_epoch)
+    for tp, lease in view.leases.items():
+        assigned = view.endpoint_of(tp)
+        if tp not in holders and assigned is not None:
+            holders[tp] = Holder(assigned, lease.epoch)
+    return holders
+
+
+def commit_offsets(
+    mesh: Mesh,
+    offsets: Mapping[TP, int],
+    timeout: float,
+    describe: Callable[[], GroupView] | None = None,
+) -> dict[TP, str]:
+    """Commit ``offsets`` to the group through the sidecars holding the partitions now,
+    each under the holder's current lease epoch; retried while leases move, for up to
+    ``timeout``. Returns what could not be committed, with why (empty = all committed)."""
+    pending: dict[TP, str] = {tp: "not tried" for tp in offsets}
+    deadline = time.monotonic() + timeout
+    backoff = 0.1
+    while True:
+        view = describe() if describe is not None else mesh.assigner.describe(mesh.group)
+        holders = live_holders(mesh, view)
+        by_endpoint: dict[str, list[stream_pb2.OffsetCommit]] = {}
+        for tp in sorted(pending):
+            holder = holders.get(tp)
+            if holder is None:
+                pending[tp] = "no sidecar holds the partition"
+                continue
+            by_endpoint.setdefault(holder.endpoint, []).append(
+                stream_pb2.OffsetCommit(
+                    topic=tp[0], partition=tp[1], offset=offsets[tp], lease_epoch=holder.epoch
+                )
+            )
+        for endpoint, commits in by_endpoint.items():
+            request = stream_pb2.CommitOffsetsRequest(
+                client_id=mesh.client_id, group=mesh.group, offsets=commits
+            )
+            try:
+                response = mesh.sidecars.stub(endpoint).CommitOffsets(
+                    request, timeout=CALL_TIMEOUT_SECONDS
+                )
+            except grpc.RpcError as err:
+                if not _retriable(err):
+                    raise MeshError(f"CommitOffsets on {endpoint}: {_describe_error(err)}") from err
+                for commit in commits:
+                    pending[(commit.topic, commit.partition)] = _describe_error(err)
+                continue
+            for result in response.results:
+                tp = (result.commit.topic, result.commit.partition)
+                if result.committed:
+                    pending.pop(tp, None)
+                else:
+                    reason = stream_pb2.RejectReason.Name(result.reason)
+                    pending[tp] = f"{reason}: {result.message}"
+        if not pending or time.monotonic() + backoff > deadline:
+            return pending
+        time.sleep(backoff)
+        backoff = min(backoff * 2, 1.0)
