@@ -12,6 +12,14 @@ bound sidecar, ``max_records`` of credit each, credit returned as the applicatio
 each batch, and ``ack()`` sent on the stream that delivered the records (falling back to
 the ``Ack`` RPC if that stream broke). ``auto_ack=True`` acks at delivery in both modes.
 
+Records arrive as ``RecordBatch`` columns (``DELIVERY_FORMAT_BATCHES``) and are handed to the
+application as :class:`DsRecord` tuples (``topic``, ``partition``, ``offset``, ``key``,
+``value``, ``timestamp_ms``, ``headers``, ``lease_epoch``; a Kafka null key or value is
+``None``) in a :class:`Batch` — an immutable sequence that builds each record as it is read
+and remembers the offset ranges it came in, so ``ack(batch)`` sends one range ack per
+partition run instead of one ack per record. Acking any other collection of records (a
+subset, several batches) works too: the client groups it into runs of consecutive offsets.
+
 The client binds through the assigner, keeps a ``WatchBinding`` stream open on a
 background thread (new bindings are pushed the moment a sidecar leaves), and retries
 ``UNAVAILABLE`` on its own (AIP-194: only that code). Acks go back to the sidecar that
@@ -33,27 +41,30 @@ import random
 import threading
 import time
 import uuid
+from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from itertools import accumulate, chain, compress, pairwise, repeat
+from operator import add, attrgetter, ne, or_
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 import grpc
 import structlog
 from google.protobuf import duration_pb2
 
 from dataservice.assigner.v1 import binding_pb2, binding_pb2_grpc, types_pb2
-from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
+from services.consumer_sidecar.batches import Columns, DsRecord, from_record
 from services.runtime.errors import LEADER_METADATA_KEY, Reason, error_info, trailing_value
 from services.runtime.grpcserver import CHANNEL_OPTIONS
 from services.runtime.leader_watch import DEFAULT_LEADER_KEY, LeaderWatchThread
 
 log = structlog.get_logger(__name__)
 
-Record = common_pb2.Record
+Record = DsRecord
 T = TypeVar("T")
 
 # After a leader change, a binding without sidecars is the new leader still gathering its
@@ -67,6 +78,143 @@ STREAM_ACK_TIMEOUT_SECONDS = 10.0
 
 class ClientError(Exception):
     """A call failed with a status the client must not retry (bad request, unknown group)."""
+
+
+@dataclass(frozen=True)
+class _Span:
+    """Records of one partition delivered together: acked with one RangeAck."""
+
+    topic: str
+    partition: int
+    lease_epoch: int
+    from_offset: int
+    to_offset: int  # one past the last record's offset
+    count: int
+
+    def range_ack(self) -> stream_pb2.RangeAck:
+        return stream_pb2.RangeAck(
+            topic=self.topic,
+            partition=self.partition,
+            lease_epoch=self.lease_epoch,
+            from_offset=self.from_offset,
+            to_offset=self.to_offset,
+        )
+
+
+class Batch(Sequence[DsRecord]):
+    """The records of one fetch (or of what one Stream delivered): an immutable sequence
+    that knows the offset ranges it was delivered in, so acking it whole costs one range
+    ack per partition run. It holds the records as columns and builds each DsRecord as it
+    is read (see :class:`~services.consumer_sidecar.batches.Columns`); ``list(batch)``
+    gives a plain list. Compares equal to a list of the same records."""
+
+    __slots__ = ("_ends", "_parts", "spans")
+
+    def __init__(
+        self,
+        parts: Iterable[Columns | Sequence[DsRecord]] = (),
+        spans: Iterable[_Span] = (),
+    ) -> None:
+        self._parts = [p for p in parts if len(p)]
+        self._ends = list(accumulate(map(len, self._parts)))
+        self.spans = tuple(spans)
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def __iter__(self) -> Iterator[DsRecord]:
+        return chain.from_iterable(
+            p.records() if isinstance(p, Columns) else iter(p) for p in self._parts
+        )
+
+    @overload
+    def __getitem__(self, index: int) -> DsRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[DsRecord]: ...
+
+    def __getitem__(self, index: int | slice) -> DsRecord | list[DsRecord]:
+        if isinstance(index, slice):
+            return list(self)[index]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("batch index out of range")
+        k = bisect_right(self._ends, index)
+        part = self._parts[k]
+        local = index - (self._ends[k - 1] if k else 0)
+        return part.record(local) if isinstance(part, Columns) else part[local]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Batch | list | tuple):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Batch({list(self)!r})"
+
+
+def decode_batches(batches: Iterable[stream_pb2.RecordBatch]) -> Batch:
+    """RecordBatch messages as one Batch."""
+    parts = []
+    spans = []
+    for batch in batches:
+        columns = Columns(batch)
+        if not len(columns):
+            continue
+        parts.append(columns)
+        offsets = columns.offsets
+        spans.append(
+            _Span(
+                batch.topic,
+                batch.partition,
+                batch.lease_epoch,
+                offsets[0],
+                offsets[-1] + 1,
+                len(offsets),
+            )
+        )
+    return Batch(parts, spans)
+
+
+_ACK_KEY = attrgetter("topic", "partition", "lease_epoch")
+_OFFSET = attrgetter("offset")
+
+
+def spans_of(records: Sequence[Any]) -> list[_Span]:
+    """Records (DsRecord or Record messages) as runs of consecutive offsets of one
+    partition and epoch, in the order given: what one RangeAck each may acknowledge."""
+    if isinstance(records, Batch):
+        return list(records.spans)
+    n = len(records)
+    if n == 0:
+        return []
+    keys = list(map(_ACK_KEY, records))
+    offsets = list(map(_OFFSET, records))
+    followers = map(add, offsets, repeat(1))
+    breaks = map(or_, map(ne, keys[1:], keys[:-1]), map(ne, offsets[1:], followers))
+    bounds = [0, *compress(range(1, n), breaks), n]
+    return [
+        _Span(*keys[lo], offsets[lo], offsets[hi - 1] + 1, hi - lo) for lo, hi in pairwise(bounds)
+    ]
+
+
+def _accepted(spans: Sequence[_Span], rejected: Iterable[stream_pb2.RejectedRangeAck]) -> int:
+    """Records acked by ``spans`` minus those of the refused ranges."""
+    refused: dict[tuple[str, int, int, int, int], int] = {}
+    for r in rejected:
+        key = (r.ack.topic, r.ack.partition, r.ack.lease_epoch, r.ack.from_offset, r.ack.to_offset)
+        refused[key] = refused.get(key, 0) + 1
+    total = 0
+    for span in spans:
+        key = (span.topic, span.partition, span.lease_epoch, span.from_offset, span.to_offset)
+        if refused.get(key, 0) > 0:
+            refused[key] -= 1
+            continue
+        total += span.count
+    return total
 
 
 @dataclass
@@ -86,7 +234,7 @@ class _SidecarStream:
         client: DsClient,
         sidecar: _Sidecar,
         window: int,
-        out: queue.Queue[tuple[_SidecarStream, list[Record] | ClientError]],
+        out: queue.Queue[tuple[_SidecarStream, Batch | ClientError]],
     ) -> None:
         self.client = client
         self.sidecar = sidecar
@@ -118,19 +266,22 @@ class _SidecarStream:
                 credit = stream_pb2.StreamCredit(records=records)
                 self._requests.put(stream_pb2.StreamRequest(credit=credit))
 
-    def ack(self, acks: list[stream_pb2.RecordAck], timeout: float) -> int | None:
-        """Acks sent on the stream: how many were accepted, or None if the stream could not
-        answer (not open, broken, slow) and the caller should use the Ack RPC."""
+    def ack(self, spans: list[_Span], timeout: float) -> int | None:
+        """Range acks sent on the stream: how many records were accepted, or None if the
+        stream could not answer (not open, broken, slow) and the caller should use the Ack
+        RPC."""
         future: Future[stream_pb2.StreamAckResult] = Future()
+        acks = stream_pb2.StreamAcks(ranges=[s.range_ack() for s in spans])
         with self._lock:
             if self._requests is None:
                 return None
             self._pending.append(future)
-            self._requests.put(stream_pb2.StreamRequest(acks=stream_pb2.StreamAcks(acks=acks)))
+            self._requests.put(stream_pb2.StreamRequest(acks=acks))
         try:
-            return future.result(timeout=timeout).acked_count
+            result = future.result(timeout=timeout)
         except Exception:
             return None
+        return _accepted(spans, result.rejected_ranges)
 
     def _request_iterator(
         self, requests: queue.SimpleQueue[stream_pb2.StreamRequest | None]
@@ -141,6 +292,7 @@ class _SidecarStream:
                 group=self.client.group,
                 auto_ack=self.client.auto_ack,
                 initial_credit=stream_pb2.StreamCredit(records=self.window),
+                format=stream_pb2.DELIVERY_FORMAT_BATCHES,
             )
         )
         while (request := requests.get()) is not None:
@@ -159,7 +311,7 @@ class _SidecarStream:
             try:
                 for response in call:
                     if response.WhichOneof("kind") == "batch":
-                        self.out.put((self, list(response.batch.records)))
+                        self.out.put((self, _received(response.batch)))
                         backoff = 0.1
                     elif response.WhichOneof("kind") == "ack_result":
                         with self._lock:
@@ -198,6 +350,23 @@ class _SidecarStream:
             # The sidecar is going or the stream broke: re-open while it is still bound.
             self._stopped.wait(backoff * (0.5 + random.random()))
             backoff = min(backoff * 2, 2.0)
+
+
+def _joined(batches: list[Batch]) -> Batch:
+    if len(batches) == 1:
+        return batches[0]
+    return Batch(
+        [part for b in batches for part in b._parts], [span for b in batches for span in b.spans]
+    )
+
+
+def _received(message: stream_pb2.FetchResponse | stream_pb2.StreamBatch) -> Batch:
+    """The records of a Fetch response or Stream batch; Record messages (a sidecar that
+    predates DELIVERY_FORMAT_BATCHES) are converted one by one."""
+    if message.batches or not message.records:
+        return decode_batches(message.batches)
+    records = [from_record(r) for r in message.records]
+    return Batch([records], spans_of(records))
 
 
 class DsClient:
@@ -248,8 +417,11 @@ class DsClient:
 
     # ---- public API -------------------------------------------------------------------
 
-    def fetch(self, max_records: int = 500, max_wait: float | None = None) -> list[Record]:
-        """Records from any sidecar of the group; empty if none arrived within max_wait."""
+    def fetch(
+        self, max_records: int = 500, max_wait: float | None = None, max_bytes: int = 0
+    ) -> Batch:
+        """Records from any sidecar of the group; empty if none arrived within max_wait.
+        ``max_bytes`` bounds the batch's keys and values (0 = the sidecar's default)."""
         wait = self.max_wait if max_wait is None else max_wait
         deadline = time.monotonic() + wait
         first_pass = True
@@ -257,7 +429,7 @@ class DsClient:
             sidecars = self._rotation()
             if not sidecars:
                 if time.monotonic() >= deadline:
-                    return []
+                    return Batch()
                 self._changed.wait(min(0.1, max(0.0, deadline - time.monotonic())))
                 self._changed.clear()
                 continue
@@ -266,43 +438,43 @@ class DsClient:
                 last = index == len(sidecars) - 1
                 remaining = max(0.0, deadline - time.monotonic())
                 poll = remaining if (last and not first_pass) or len(sidecars) == 1 else 0.0
-                records = self._fetch_from(sidecar, max_records, poll)
+                records = self._fetch_from(sidecar, max_records, poll, max_bytes)
                 if records:
                     return records
             first_pass = False
             if time.monotonic() >= deadline:
-                return []
-        return []
+                return Batch()
+        return Batch()
 
     def ack(self, records: Iterable[Record]) -> int:
-        """Acknowledge delivered records; returns how many the sidecars accepted."""
-        by_address: dict[str, list[stream_pb2.RecordAck]] = {}
-        for r in records:
-            address = self._delivered_by.get((r.topic, r.partition))
-            if address is None:
-                continue
-            by_address.setdefault(address, []).append(
-                stream_pb2.RecordAck(
-                    topic=r.topic, partition=r.partition, offset=r.offset, lease_epoch=r.lease_epoch
-                )
-            )
+        """Acknowledge delivered records; returns how many the sidecars accepted. A whole
+        Batch as returned goes as one range ack per partition run; other collections are
+        grouped into runs of consecutive offsets."""
+        spans = spans_of(records if isinstance(records, Sequence) else list(records))
+        by_address: dict[str, list[_Span]] = {}
+        for span in spans:
+            address = self._delivered_by.get((span.topic, span.partition))
+            if address is not None:
+                by_address.setdefault(address, []).append(span)
         accepted = 0
-        for address, acks in by_address.items():
+        for address, sent in by_address.items():
             with self._lock:
                 sidecar = self._sidecars.get(address)
                 stream = self._streams.get(address)
             if stream is not None:
-                counted = stream.ack(acks, STREAM_ACK_TIMEOUT_SECONDS)
+                counted = stream.ack(sent, STREAM_ACK_TIMEOUT_SECONDS)
                 if counted is not None:
                     accepted += counted
                     continue
             if sidecar is None:
                 continue  # the sidecar left: its new owner redelivers these records
-            accepted += self._ack_rpc(sidecar, acks)
+            accepted += self._ack_rpc(sidecar, sent)
         return accepted
 
-    def _ack_rpc(self, sidecar: _Sidecar, acks: list[stream_pb2.RecordAck]) -> int:
-        request = stream_pb2.AckRequest(client_id=self.client_id, group=self.group, acks=acks)
+    def _ack_rpc(self, sidecar: _Sidecar, spans: list[_Span]) -> int:
+        request = stream_pb2.AckRequest(
+            client_id=self.client_id, group=self.group, ranges=[s.range_ack() for s in spans]
+        )
         try:
             response = self._retrying(
                 lambda s=sidecar, q=request: s.stub.Ack(q, timeout=10)  # type: ignore[misc]
@@ -323,11 +495,11 @@ class DsClient:
             # the partition's next owner redelivers these records.
             log.info("ack to a sidecar that left; records will be redelivered")
             return 0
-        return int(response.acked_count)
+        return _accepted(spans, response.rejected_ranges)
 
     def stream(
         self, max_records: int = 500, *, use_stream_rpc: bool | None = None
-    ) -> Iterator[list[Record]]:
+    ) -> Iterator[Batch]:
         """Batches forever (until close); with auto_ack=False, ack each batch yourself.
 
         The group is the client's own (one client per group). ``use_stream_rpc`` (default:
@@ -341,21 +513,40 @@ class DsClient:
             if batch:
                 yield batch
 
-    def _stream_rpc(self, window: int) -> Iterator[list[Record]]:
-        out: queue.Queue[tuple[_SidecarStream, list[Record] | ClientError]] = queue.Queue()
+    def _stream_rpc(self, window: int) -> Iterator[Batch]:
+        out: queue.Queue[tuple[_SidecarStream, Batch | ClientError]] = queue.Queue()
+        failed: ClientError | None = None
         try:
             while not self._closed.is_set():
+                if failed is not None:
+                    raise failed
                 self._sync_streams(out, window)
                 try:
-                    stream, item = out.get(timeout=0.2)
+                    arrived = [out.get(timeout=0.2)]
                 except queue.Empty:
                     continue
-                if isinstance(item, ClientError):
-                    raise item
-                for record in item:
-                    self._delivered_by[(record.topic, record.partition)] = stream.address
-                yield item
-                stream.grant(len(item))  # the application took the batch: send more
+                # What arrived while the application was busy (acking, say) goes out as one
+                # batch, up to the window: one ack for all of it instead of one per message.
+                count = len(arrived[0][1]) if isinstance(arrived[0][1], Batch) else 0
+                while count < window:
+                    try:
+                        arrived.append(out.get_nowait())
+                    except queue.Empty:
+                        break
+                    count += len(arrived[-1][1]) if isinstance(arrived[-1][1], Batch) else 0
+                batches: list[Batch] = []
+                for stream, item in arrived:
+                    if isinstance(item, ClientError):
+                        failed = failed or item  # raised once what came before is handed out
+                        continue
+                    for span in item.spans or ():
+                        self._delivered_by[(span.topic, span.partition)] = stream.address
+                    # The window counts records on their way to the application: these have
+                    # arrived, so the sidecar may send more while they are processed.
+                    stream.grant(len(item))
+                    batches.append(item)
+                if batches:
+                    yield _joined(batches)
         finally:
             with self._lock:
                 streams, self._streams = list(self._streams.values()), {}
@@ -364,7 +555,7 @@ class DsClient:
 
     def _sync_streams(
         self,
-        out: queue.Queue[tuple[_SidecarStream, list[Record] | ClientError]],
+        out: queue.Queue[tuple[_SidecarStream, Batch | ClientError]],
         window: int,
     ) -> None:
         """One Stream per bound sidecar: open new ones, end those no longer bound."""
@@ -540,22 +731,26 @@ class DsClient:
         self._cursor = (self._cursor + 1) % len(sidecars)
         return sidecars[self._cursor :] + sidecars[: self._cursor]
 
-    def _fetch_from(self, sidecar: _Sidecar, max_records: int, wait: float) -> list[Record]:
+    def _fetch_from(
+        self, sidecar: _Sidecar, max_records: int, wait: float, max_bytes: int = 0
+    ) -> Batch:
         max_wait = duration_pb2.Duration()
         max_wait.FromNanoseconds(int(wait * 1e9))
         request = stream_pb2.FetchRequest(
             client_id=self.client_id,
             group=self.group,
             max_records=max_records,
+            max_bytes=max_bytes,
             max_wait=max_wait,
             auto_ack=self.auto_ack,
+            format=stream_pb2.DELIVERY_FORMAT_BATCHES,
         )
         try:
             response = sidecar.stub.Fetch(request, timeout=wait + self.call_timeout)
         except ValueError:
             # A binding change closed this sidecar's channel while we were about to call it
             # (another thread): it is gone; fetch from the others.
-            return []
+            return Batch()
         except grpc.RpcError as err:
             if err.code() in (
                 grpc.StatusCode.UNAVAILABLE,
@@ -564,13 +759,14 @@ class DsClient:
             ):
                 # The sidecar is gone or going: the assigner pushes a new binding.
                 log.debug("sidecar unavailable; waiting for a new binding", sidecar=sidecar.address)
-                return []
+                return Batch()
             raise ClientError(
                 f"Fetch from {sidecar.address} failed: {err.code().name}: {err.details()}"
             ) from err
-        for record in response.records:
-            self._delivered_by[(record.topic, record.partition)] = sidecar.address
-        return list(response.records)
+        batch = _received(response)
+        for span in batch.spans:
+            self._delivered_by[(span.topic, span.partition)] = sidecar.address
+        return batch
 
     def _call_assigner(self, fn: Callable[[], types_pb2.Binding]) -> types_pb2.Binding:
         return self._retrying(fn, assigner=True)

@@ -36,6 +36,7 @@ from google.protobuf import timestamp_pb2
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar import commitmeta
 from services.consumer_sidecar.acks import PartitionAcks
+from services.consumer_sidecar.batches import runs_from_messages
 from services.consumer_sidecar.partitions import TP, UNLEASED_EPOCH, PartitionTable
 
 if TYPE_CHECKING:
@@ -44,7 +45,12 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 R = TypeVar("R")
 
+# How long one consume() waits for records, which is also how long a command (a commit, an
+# assign) may wait for the consume() in progress. An application's ack waits for its
+# commit, so while records or commands flow the wait is short; idle, the loop wakes less.
 POLL_TIMEOUT_SECONDS = 0.05
+BUSY_POLL_TIMEOUT_SECONDS = 0.002
+BUSY_SECONDS = 1.0  # busy: records or a command within this long
 DEFERRED_COMMIT_RETRY_SECONDS = 0.2
 # kafka_group mode: commit errors that only mean "the group is rebalancing right now".
 _REBALANCE_COMMIT_ERRORS = frozenset(
@@ -87,6 +93,8 @@ class Fetcher:
         self.last_poll = time.monotonic()
         self.classic = False  # True once subscribe()d (kafka_group mode)
         self._deferred: dict[TP, CommitRequest] = {}  # kafka_group: refused mid-rebalance
+        # Every topic this consumer was ever given: with one, records need no topic lookup.
+        self._topics: set[str] = set()
         self._deferred_retry_at = 0.0
 
     # ---- API for other threads --------------------------------------------------------
@@ -114,7 +122,7 @@ class Fetcher:
         resolved = dict(starts)
         # One committed() round trip for all: the offsets where none was given, and for
         # every partition the metadata with what the previous owner acked above it.
-        preacked: dict[TP, set[int]] = {}
+        preacked: dict[TP, tuple[tuple[int, int], ...]] = {}
         queried = [TopicPartition(tp.topic, tp.partition) for tp in starts]
         for found in self._consumer.committed(queried, timeout=10) if queried else []:
             tp = TP(str(found.topic), int(found.partition or 0))
@@ -123,7 +131,7 @@ class Fetcher:
                 resolved[tp] = committed
             meta = commitmeta.decode(found.metadata, committed)
             if meta is not None and meta.acked and committed >= 0 and resolved[tp] == committed:
-                preacked[tp] = commitmeta.expand(meta.acked)
+                preacked[tp] = meta.acked
         for tp, offset in resolved.items():
             if offset < 0:
                 low, _high = self._consumer.get_watermark_offsets(
@@ -138,12 +146,13 @@ class Fetcher:
                 part = self._table.partitions.get(tp)
                 if part is None or part.revoking or part.ready:
                     continue  # revoked or expired while the offsets were looked up
-                part.acks = PartitionAcks(offset, preacked=preacked.get(tp, set()))
+                part.acks = PartitionAcks(offset, preacked=preacked.get(tp, ()))
                 part.position = offset
                 part.committed = offset
                 part.ready = True
                 assigned[tp] = offset
         ktps = [TopicPartition(tp.topic, tp.partition, offset) for tp, offset in assigned.items()]
+        self._topics.update(tp.topic for tp in assigned)
         if ktps:
             self._consumer.incremental_assign(ktps)
             # librdkafka keeps a partition's pause flag across unassign/assign: a partition
@@ -184,6 +193,9 @@ class Fetcher:
         """Fetch thread: kafka_group mode. Replace the (idle) assign() consumer by one that
         subscribe()s to ``topics``; Kafka's rebalances reach ``membership`` on this thread."""
         consumer = Consumer(config)
+        self._topics.update(topics)
+        if any(t.startswith("^") for t in topics):
+            self._topics.add("^")  # a pattern may match several topics: always look them up
         try:
             consumer.subscribe(
                 topics,
@@ -268,12 +280,17 @@ class Fetcher:
     # ---- the loop ---------------------------------------------------------------------
 
     def _run(self) -> None:
+        busy_until = 0.0
         try:
             while not self._stop.is_set():
-                self._run_commands()
-                messages = self._consumer.consume(self._batch, POLL_TIMEOUT_SECONDS)
+                if self._run_commands():
+                    busy_until = self.last_poll + BUSY_SECONDS
+                busy = self.last_poll < busy_until
+                timeout = BUSY_POLL_TIMEOUT_SECONDS if busy else POLL_TIMEOUT_SECONDS
+                messages = self._consumer.consume(self._batch, timeout)
                 self.last_poll = time.monotonic()
                 if messages:
+                    busy_until = self.last_poll + BUSY_SECONDS
                     self._buffer(messages)
                 self._apply_backpressure()
                 if self._deferred and self.last_poll >= self._deferred_retry_at:
@@ -286,12 +303,15 @@ class Fetcher:
             self._run_commands()
             self._consumer.close()
 
-    def _run_commands(self) -> None:
+    def _run_commands(self) -> bool:
+        """Run the queued commands; True if there were any."""
+        ran = False
         while True:
             try:
                 fn, future = self._commands.get_nowait()
             except queue.Empty:
-                return
+                return ran
+            ran = True
             if not future.set_running_or_notify_cancel():
                 continue
             try:
@@ -300,18 +320,15 @@ class Fetcher:
                 future.set_exception(exc)
 
     def _buffer(self, messages: list[Message]) -> None:
-        by_tp: dict[TP, list[common_pb2.Record]] = {}
-        for msg in messages:
-            error = msg.error()
-            if error is not None:
-                if self._on_error is not None:
-                    self._on_error(error)
-                continue
-            tp = TP(str(msg.topic()), int(msg.partition() or 0))
-            by_tp.setdefault(tp, []).append(_to_record(msg))
+        """Buffer a consume() batch as one column chunk per partition run (batches.py)."""
+        only = next(iter(self._topics)) if len(self._topics) == 1 else None
+        runs, errors = runs_from_messages(messages, only)
+        if self._on_error is not None:
+            for error in errors:
+                self._on_error(error)
         added = False
-        for tp, records in by_tp.items():
-            if self._table.append(tp, records):
+        for run in runs:
+            if self._table.append(TP(run.topic, run.partition), run.chunk):
                 added = True
         if added:
             self._on_data()
@@ -338,6 +355,7 @@ class Fetcher:
 
 
 def _to_record(msg: Message) -> common_pb2.Record:
+    """One Message as a Record (ReadRange's RECORDS format)."""
     record = common_pb2.Record(
         topic=str(msg.topic()), partition=int(msg.partition() or 0), offset=int(msg.offset() or 0)
     )

@@ -72,6 +72,20 @@ def lease_problem(
     return None
 
 
+def _ack_problem(
+    part: Partition | None, epoch: int, name: str
+) -> tuple[stream_pb2.RejectReason.ValueType, str] | None:
+    """Why an ack under ``epoch`` is refused (as :meth:`LeaseKeeper.ack` decides), or None."""
+    if part is None:
+        return stream_pb2.REJECT_REASON_NOT_HELD, f"{name} is not leased by this sidecar"
+    if epoch != part.epoch:
+        return (
+            stream_pb2.REJECT_REASON_STALE_EPOCH,
+            f"epoch {epoch} is not the current epoch {part.epoch}",
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class ReleasedLease:
     tp: TP
@@ -303,6 +317,22 @@ class LeaseKeeper:
             return stream_pb2.RejectedAck(
                 ack=ack, reason=stream_pb2.REJECT_REASON_NOT_DELIVERED, message=str(exc)
             )
+        self._acks_since_commit += 1
+        if self._acks_since_commit >= self.commit_max_acks:
+            self._commit_now.set()
+        return None
+
+    def ack_range(self, ack: stream_pb2.RangeAck) -> stream_pb2.RejectedRangeAck | None:
+        """Every delivered record of [from_offset, to_offset) acked; checked like :meth:`ack`."""
+        part = self.table.get(TP(ack.topic, ack.partition))
+        reject = _ack_problem(part, ack.lease_epoch, f"{ack.topic}[{ack.partition}]")
+        if reject is None and part is not None:
+            try:
+                self.table.ack_range(part, ack.from_offset, ack.to_offset)
+            except AckError as exc:
+                reject = (stream_pb2.REJECT_REASON_NOT_DELIVERED, str(exc))
+        if reject is not None:
+            return stream_pb2.RejectedRangeAck(ack=ack, reason=reject[0], message=reject[1])
         self._acks_since_commit += 1
         if self._acks_since_commit >= self.commit_max_acks:
             self._commit_now.set()

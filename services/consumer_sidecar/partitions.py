@@ -4,6 +4,10 @@ Shared by the Kafka fetch thread (appends records) and the asyncio side (deliver
 commits), so every buffer operation holds :attr:`PartitionTable.lock`. The local lease
 deadline is the fencing rule of ARCHITECTURE §3.1: past it, a partition is neither
 delivered nor committed, whatever else happens.
+
+A partition's buffer is a queue of column chunks (:mod:`services.consumer_sidecar.batches`),
+and delivery hands out slices of them: appending, taking and acking cost a few operations
+per chunk or per range, not per record.
 """
 
 from __future__ import annotations
@@ -14,9 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
-from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar.acks import PartitionAcks
-from services.consumer_sidecar.commitmeta import ranges_of
+from services.consumer_sidecar.batches import RECORD_OVERHEAD_BYTES, Chunk, Slice
 
 if TYPE_CHECKING:
     from services.consumer_sidecar.stats import PartitionStats
@@ -33,12 +36,7 @@ class TP(NamedTuple):
 UNLEASED_EPOCH = 0
 NO_DEADLINE = 1e10  # monotonic seconds (~317 years)
 
-# Per-record bookkeeping overhead counted against the buffer cap, besides key and value.
-RECORD_OVERHEAD_BYTES = 96
-
-
-def record_size(record: common_pb2.Record) -> int:
-    return len(record.key) + len(record.value) + RECORD_OVERHEAD_BYTES
+__all__ = ["NO_DEADLINE", "RECORD_OVERHEAD_BYTES", "TP", "UNLEASED_EPOCH", "Partition"]
 
 
 @dataclass
@@ -49,8 +47,9 @@ class Partition:
     acks: PartitionAcks
     committed: int = -1  # the last offset committed to Kafka by this lease
     committed_version: int = 0  # acks.version at that commit (acked-above ranges included)
-    buffer: deque[common_pb2.Record] = field(default_factory=deque)
+    buffer: deque[Chunk] = field(default_factory=deque)  # chunk.start: first undelivered
     buffered_bytes: int = 0
+    buffered_records: int = 0
     revoking: bool = False
     paused: bool = False
     position: int = -1  # next offset the fetcher will append
@@ -95,29 +94,29 @@ class PartitionTable:
     def per_partition_cap(self) -> int:
         return max(self.buffer_max_bytes // max(len(self.partitions), 1), 64 * 1024)
 
-    def append(self, tp: TP, records: list[common_pb2.Record]) -> bool:
-        """Fetch thread: buffer records of a held partition. False if not held any more."""
+    def append(self, tp: TP, chunk: Chunk) -> bool:
+        """Fetch thread: buffer a chunk of a held partition. False if not held any more."""
         with self.lock:
             part = self.partitions.get(tp)
             if part is None or part.revoking or not part.ready or part.suspended_at is not None:
                 return False
-            for record in records:
-                if record.offset < part.position:
-                    continue  # a re-fetch after seek; already buffered
-                record.lease_epoch = part.epoch
-                size = record_size(record)
-                part.buffer.append(record)
-                part.buffered_bytes += size
-                part.fetched_bytes += size
-                self.buffered_bytes += size
-                part.position = record.offset + 1
+            chunk.skip_below(part.position)  # a re-fetch after a seek: already buffered
+            if chunk.start >= len(chunk):
+                return True
+            size = chunk.remaining_bytes()
+            part.buffer.append(chunk)
+            part.buffered_bytes += size
+            part.buffered_records += len(chunk) - chunk.start
+            part.fetched_bytes += size
+            self.buffered_bytes += size
+            part.position = chunk.offsets[-1] + 1
             return True
 
-    def take(self, max_records: int, max_bytes: int) -> list[tuple[Partition, common_pb2.Record]]:
-        """Delivery: pop up to the limits from live partitions, fairly, marking delivered."""
+    def take(self, max_records: int, max_bytes: int) -> list[Slice]:
+        """Delivery: up to the limits from live partitions, fairly, marked delivered. At
+        least one record when any is buffered, whatever its size."""
         now = self.clock()
-        out: list[tuple[Partition, common_pb2.Record]] = []
-        taken_bytes = 0
+        out: list[Slice] = []
         with self.lock:
             parts = [
                 p
@@ -129,40 +128,84 @@ class PartitionTable:
             start = self._cursor % len(parts)
             self._cursor += 1
             ordered = parts[start:] + parts[:start]
+            budget = _Budget(max_records, max_bytes)
             # Take a fair share per partition per pass, repeating until limits are hit.
-            while ordered and len(out) < max_records:
-                share = max(1, (max_records - len(out)) // len(ordered))
+            while ordered and budget.open():
+                share = max(1, budget.records // len(ordered))
                 next_round = []
                 for part in ordered:
-                    for _ in range(share):
-                        if not part.buffer or len(out) >= max_records:
-                            break
-                        size = record_size(part.buffer[0])
-                        if out and taken_bytes + size > max_bytes:
-                            return out
-                        record = part.buffer.popleft()
-                        part.buffered_bytes -= size
-                        self.buffered_bytes -= size
-                        if part.acks.skip_preacked(record.offset):
-                            continue  # acked before a handoff: not delivered again
-                        taken_bytes += size
-                        part.acks.delivered(record.offset)
-                        out.append((part, record))
+                    self._take_from(part, min(share, budget.records), budget, out)
                     if part.buffer:
                         next_round.append(part)
+                    if not budget.open():
+                        break
                 ordered = next_round
         return out
 
+    def _take_from(self, part: Partition, count: int, budget: _Budget, out: list[Slice]) -> None:
+        """Up to ``count`` records of ``part`` within the byte budget (lock held)."""
+        while count > 0 and part.buffer:
+            chunk = part.buffer[0]
+            n = chunk.fitting(count, budget.bytes)
+            if n == 0:
+                if not budget.first:
+                    budget.bytes = 0  # the next record does not fit: this take is full
+                    return
+                n = 1  # one record always goes, whatever its size
+            before = chunk.remaining_bytes()
+            taken = chunk.take(n, part.tp.topic, part.tp.partition, part.epoch)
+            if chunk.start == len(chunk):
+                part.buffer.popleft()
+            size = before - chunk.remaining_bytes()
+            part.buffered_bytes -= size
+            part.buffered_records -= n
+            self.buffered_bytes -= size
+            count -= n
+            budget.spend(n, size)
+            out.extend(self._deliver(part, taken))
+
+    @staticmethod
+    def _deliver(part: Partition, taken: Slice) -> list[Slice]:
+        """Mark a slice's records delivered; the slices to send. Records a previous owner
+        acked before a handoff are skipped (not delivered again)."""
+        first, last = taken.first_offset, taken.last_offset
+        acks = part.acks
+        if not acks.preacked_within(first, last + 1):
+            if last - first == len(taken) - 1:
+                acks.delivered_run(first, last + 1)
+            else:  # gaps (compaction, transaction markers)
+                acks.delivered_offsets(taken.offsets)
+            return [taken]
+        keep = []
+        for offset in taken.offsets:
+            skipped = acks.skip_preacked(offset)
+            if not skipped:
+                acks.delivered(offset)
+            keep.append(not skipped)
+        return taken.split(keep)
+
     def ack(self, part: Partition, offset: int) -> bool:
-        """Ack under the table lock: the fetch thread updates the same tracker when it
-        skips records a previous owner acked (see PartitionAcks.skip_preacked)."""
+        """Ack under the table lock: delivery (take) updates the same tracker."""
         with self.lock:
             return part.acks.ack(offset)
+
+    def ack_range(self, part: Partition, lo: int, hi: int) -> bool:
+        """Ack every delivered record of [lo, hi) under the table lock."""
+        with self.lock:
+            return part.acks.ack_range(lo, hi)
+
+    def ack_slices(self, slices: list[Slice]) -> None:
+        """auto_ack: the slices just delivered count as acked."""
+        with self.lock:
+            for s in slices:
+                part = self.partitions.get(TP(s.topic, s.partition))
+                if part is not None and part.epoch == s.epoch:
+                    part.acks.ack_range(s.first_offset, s.last_offset + 1)
 
     def commit_view(self, part: Partition) -> tuple[int, tuple[tuple[int, int], ...], int]:
         """(commit point, acked ranges above it, acks version), read consistently."""
         with self.lock:
-            ranges = tuple(ranges_of(part.acks.acked_above()))
+            ranges = tuple(part.acks.acked_above())
             return part.acks.commit_point, ranges, part.acks.version
 
     def drop_buffer(self, part: Partition) -> None:
@@ -170,6 +213,7 @@ class PartitionTable:
             self.buffered_bytes -= part.buffered_bytes
             part.buffer.clear()
             part.buffered_bytes = 0
+            part.buffered_records = 0
 
     def add(self, part: Partition) -> None:
         with self.lock:
@@ -200,3 +244,21 @@ class PartitionTable:
     def snapshot(self) -> list[Partition]:
         with self.lock:
             return list(self.partitions.values())
+
+
+@dataclass
+class _Budget:
+    """What one take may still hand out."""
+
+    records: int
+    bytes: int
+    first: bool = True  # nothing taken yet
+
+    def open(self) -> bool:
+        return self.records > 0 and self.bytes > 0
+
+    def spend(self, records: int, nbytes: int) -> None:
+        self.records -= records
+        self.bytes -= nbytes
+        if records:
+            self.first = False

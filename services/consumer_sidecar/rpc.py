@@ -1,14 +1,18 @@
 """StreamService servicer: Fetch, Stream, Ack, ReadRange, CommitOffsets and Status.
 
 Delivery (Fetch and Stream) takes records from the one :class:`PartitionTable`, which marks
-them delivered; acks (the Ack RPC and a Stream's ``acks``) go through
-:meth:`LeaseKeeper.ack`. ReadRange reads on its own consumers (``reader.py``) and never
-moves the group's position; CommitOffsets commits on the fetch thread, fenced by epoch.
+them delivered, as slices of its column chunks; each slice goes out as one ``RecordBatch``
+(``DELIVERY_FORMAT_BATCHES``, what :class:`DsClient` asks for) or as one ``Record`` message
+per record (the default, for clients that predate batches). Acks (the Ack RPC and a
+Stream's ``acks``), one per record or one per offset range, go through
+:meth:`LeaseKeeper.ack` / :meth:`LeaseKeeper.ack_range`. ReadRange reads on its own
+consumers (``reader.py``) and never moves the group's position; CommitOffsets commits on
+the fetch thread, fenced by epoch.
 
 Stale epochs (README "Errors"): an ``Ack`` request whose every ack is refused because its
 lease epoch is not the partition's current one fails as a whole with
 ``FAILED_PRECONDITION``/``LEASE_EPOCH_STALE`` (metadata: topic, partition, epoch,
-current_epoch of the first ack, and how many acks were stale) — the client's records moved
+current_epoch of the first ack or range, and how many were stale) — the client's records moved
 and will be redelivered. A request with at least one other outcome answers per record
 (``rejected_acks``, reason ``STALE_EPOCH``), and so do a Stream's ``ack_result`` (one
 stale ack must not end a stream) and ``CommitOffsets`` (per partition, by contract).
@@ -30,6 +34,7 @@ from confluent_kafka import KafkaError, KafkaException
 from google.protobuf import duration_pb2
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
+from services.consumer_sidecar.batches import Slice
 from services.consumer_sidecar.leasing import ExplicitCommit, lease_problem
 from services.consumer_sidecar.partitions import TP, Partition
 from services.consumer_sidecar.reader import (
@@ -55,9 +60,17 @@ MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_WAIT = 0.5
 MAX_WAIT = 30.0
 MAX_ACKS = 100_000
-# Stream: one batch holds at most this much, whatever the credit.
+# Stream: one message holds at most this much, whatever the credit (Record messages, and
+# the much cheaper RecordBatch columns).
 STREAM_BATCH_RECORDS = 500
 STREAM_BATCH_BYTES = 1024 * 1024
+STREAM_COLUMNS_RECORDS = 10_000
+STREAM_COLUMNS_BYTES = 4 * 1024 * 1024
+_FORMATS = (
+    stream_pb2.DELIVERY_FORMAT_UNSPECIFIED,
+    stream_pb2.DELIVERY_FORMAT_RECORDS,
+    stream_pb2.DELIVERY_FORMAT_BATCHES,
+)
 # Stream: how long to wait for data before looking again (data_ready is shared).
 STREAM_IDLE_SECONDS = 0.5
 # ReadRange
@@ -97,6 +110,7 @@ class Credit:
 class _StreamState:
     credit: Credit
     auto_ack: bool
+    columns: bool  # DELIVERY_FORMAT_BATCHES
     results: deque[stream_pb2.StreamResponse] = field(default_factory=deque)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     error: DsError | None = None
@@ -120,6 +134,45 @@ def _validate_acks(field_name: str, acks: Any) -> None:
             raise invalid(f"{field_name}.partition", "must be >= 0")
         if ack.offset < 0:
             raise invalid(f"{field_name}.offset", "must be >= 0")
+
+
+def _validate_ranges(field_name: str, ranges: Any) -> None:
+    if len(ranges) > MAX_ACKS:
+        raise invalid(field_name, f"at most {MAX_ACKS} per message")
+    for ack in ranges:
+        if not ack.topic:
+            raise invalid(f"{field_name}.topic", "must not be empty")
+        if ack.partition < 0:
+            raise invalid(f"{field_name}.partition", "must be >= 0")
+        if ack.from_offset < 0:
+            raise invalid(f"{field_name}.from_offset", "must be >= 0")
+        if ack.to_offset <= ack.from_offset:
+            raise invalid(f"{field_name}.to_offset", "must be > from_offset")
+
+
+def _validate_format(field_name: str, value: int) -> bool:
+    """True for DELIVERY_FORMAT_BATCHES; an unknown format is INVALID_ARGUMENT."""
+    if value not in _FORMATS:
+        raise invalid(field_name, f"unknown delivery format {value}")
+    return value == stream_pb2.DELIVERY_FORMAT_BATCHES
+
+
+@dataclass(frozen=True)
+class _AckOutcome:
+    """What one Ack request (or a Stream's ``acks`` message) came to."""
+
+    accepted: int
+    rejected: list[stream_pb2.RejectedAck]
+    rejected_ranges: list[stream_pb2.RejectedRangeAck]
+
+    def all_stale(self) -> bool:
+        stale = stream_pb2.REJECT_REASON_STALE_EPOCH
+        return (
+            self.accepted == 0
+            and bool(self.rejected or self.rejected_ranges)
+            and all(r.reason == stale for r in self.rejected)
+            and all(r.reason == stale for r in self.rejected_ranges)
+        )
 
 
 def _kafka_error(exc: KafkaException, topic: str, partition: int) -> DsError:
@@ -184,6 +237,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         )
         if not 0 <= max_wait <= MAX_WAIT:
             raise invalid("max_wait", f"must be between 0 and {MAX_WAIT:.0f} s")
+        columns = _validate_format("format", request.format)
         if not self.app.session.connected and not self.app.table.snapshot():
             raise DsError(Reason.SERVICE_NOT_READY, "sidecar has not joined the assigner yet")
         deadline = time.monotonic() + max_wait
@@ -196,29 +250,43 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.app.data_ready.wait(), remaining)
         if request.auto_ack and taken:
-            for part, record in taken:
-                self.app.table.ack(part, record.offset)
+            self.app.table.ack_slices(taken)
             await self.app.keeper.commit_acked()  # auto_ack: committed at delivery
-        return stream_pb2.FetchResponse(records=[record for _, record in taken])
+        response = stream_pb2.FetchResponse()
+        if columns:
+            for s in taken:
+                s.fill(response.batches.add())
+        else:
+            response.records.extend(_records(taken))
+        return response
 
     async def Ack(self, request: stream_pb2.AckRequest, context: Context) -> stream_pb2.AckResponse:
         self._check_caller(request.client_id, request.group)
-        if not request.acks:
-            raise invalid("acks", "name at least one record")
+        if not request.acks and not request.ranges:
+            raise invalid("acks", "name at least one record or range")
         _validate_acks("acks", request.acks)
-        rejected = [p for p in map(self.app.keeper.ack, request.acks) if p is not None]
-        if len(rejected) == len(request.acks) and all(
-            r.reason == stream_pb2.REJECT_REASON_STALE_EPOCH for r in rejected
-        ):
-            raise self._stale_epoch(rejected)
-        if len(rejected) < len(request.acks):
+        _validate_ranges("ranges", request.ranges)
+        outcome = self._apply_acks(request.acks, request.ranges)
+        if outcome.all_stale():
+            raise self._stale_epoch(outcome)
+        if outcome.accepted:
             await self.app.keeper.commit_acked()
         return stream_pb2.AckResponse(
-            acked_count=len(request.acks) - len(rejected), rejected_acks=rejected
+            acked_count=outcome.accepted,
+            rejected_acks=outcome.rejected,
+            rejected_ranges=outcome.rejected_ranges,
         )
 
-    def _stale_epoch(self, rejected: list[stream_pb2.RejectedAck]) -> DsError:
-        first = rejected[0].ack
+    def _apply_acks(self, acks: Any, ranges: Any) -> _AckOutcome:
+        rejected = [p for p in map(self.app.keeper.ack, acks) if p is not None]
+        rejected_ranges = [p for p in map(self.app.keeper.ack_range, ranges) if p is not None]
+        accepted = len(acks) + len(ranges) - len(rejected) - len(rejected_ranges)
+        return _AckOutcome(accepted, rejected, rejected_ranges)
+
+    def _stale_epoch(self, outcome: _AckOutcome) -> DsError:
+        first: stream_pb2.RecordAck | stream_pb2.RangeAck = (
+            outcome.rejected[0].ack if outcome.rejected else outcome.rejected_ranges[0].ack
+        )
         part = self.app.table.get(TP(first.topic, first.partition))
         current = part.epoch if part is not None else -1
         return DsError(
@@ -230,7 +298,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                 "partition": str(first.partition),
                 "epoch": str(first.lease_epoch),
                 "current_epoch": str(current),
-                "stale_acks": str(len(rejected)),
+                "stale_acks": str(len(outcome.rejected) + len(outcome.rejected_ranges)),
             },
         )
 
@@ -248,11 +316,17 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         opened = first.open
         self._check_caller(opened.client_id, opened.group)
         _validate_credit("open.initial_credit", opened.initial_credit)
+        columns = _validate_format("open.format", opened.format)
         if not self.app.session.connected and not self.app.table.snapshot():
             raise DsError(Reason.SERVICE_NOT_READY, "sidecar has not joined the assigner yet")
         credit = Credit()
         credit.add(opened.initial_credit.records, opened.initial_credit.bytes)
-        state = _StreamState(credit=credit, auto_ack=opened.auto_ack)
+        state = _StreamState(credit=credit, auto_ack=opened.auto_ack, columns=columns)
+        limits = (
+            (STREAM_COLUMNS_RECORDS, STREAM_COLUMNS_BYTES)
+            if columns
+            else (STREAM_BATCH_RECORDS, STREAM_BATCH_BYTES)
+        )
         reader = asyncio.create_task(self._read_stream(request_iterator, state))
         try:
             while True:
@@ -267,20 +341,21 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                     await self._wait(state, data=False)
                     continue
                 self.app.data_ready.clear()
-                taken = self.app.table.take(
-                    *state.credit.limits(STREAM_BATCH_RECORDS, STREAM_BATCH_BYTES)
-                )
+                taken = self.app.table.take(*state.credit.limits(*limits))
                 if not taken:
                     await self._wait(state, data=True)
                     continue
                 if state.auto_ack:
-                    for part, record in taken:
-                        self.app.table.ack(part, record.offset)
+                    self.app.table.ack_slices(taken)
                     await self.app.keeper.commit_acked()
-                state.credit.spend(len(taken), sum(len(r.key) + len(r.value) for _, r in taken))
-                yield stream_pb2.StreamResponse(
-                    batch=stream_pb2.StreamBatch(records=[r for _, r in taken])
-                )
+                state.credit.spend(sum(map(len, taken)), sum(s.data_bytes() for s in taken))
+                response = stream_pb2.StreamResponse()
+                if state.columns:
+                    for s in taken:
+                        s.fill(response.batch.batches.add())
+                else:
+                    response.batch.records.extend(_records(taken))
+                yield response
         finally:
             # Records delivered and not acked stay in flight: they are committed when acked
             # over Ack, or redelivered by the next owner after a handoff (at-least-once).
@@ -299,13 +374,14 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                     state.credit.add(request.credit.records, request.credit.bytes)
                 elif kind == "acks":
                     _validate_acks("acks.acks", request.acks.acks)
-                    rejected = [
-                        p for p in map(self.app.keeper.ack, request.acks.acks) if p is not None
-                    ]
-                    if len(rejected) < len(request.acks.acks):
+                    _validate_ranges("acks.ranges", request.acks.ranges)
+                    outcome = self._apply_acks(request.acks.acks, request.acks.ranges)
+                    if outcome.accepted:
                         await self.app.keeper.commit_acked()
                     result = stream_pb2.StreamAckResult(
-                        acked_count=len(request.acks.acks) - len(rejected), rejected_acks=rejected
+                        acked_count=outcome.accepted,
+                        rejected_acks=outcome.rejected,
+                        rejected_ranges=outcome.rejected_ranges,
                     )
                     state.results.append(stream_pb2.StreamResponse(ack_result=result))
                 elif kind == "open":
@@ -515,7 +591,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                     position=part.position,
                     committed_offset=part.committed,
                     high_watermark=part.high_watermark,
-                    buffered_records=len(part.buffer),
+                    buffered_records=part.buffered_records,
                     buffered_bytes=part.buffered_bytes,
                     paused=part.paused,
                     inflight=part.acks.inflight,
@@ -530,3 +606,8 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             consumer_config=self.app.effective_config(),
             assigner_connected=self.app.session.connected,
         )
+
+
+def _records(slices: list[Slice]) -> list[Any]:
+    """DELIVERY_FORMAT_RECORDS: one Record message per record."""
+    return [record for s in slices for record in s.to_records()]

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from dataservice.assigner.v1 import assigner_pb2
 from dataservice.common.v1 import common_pb2
+from services.consumer_sidecar.batches import Chunk, chunk_from_records
 from services.consumer_sidecar.classic import (
     ClassicMembership,
     classic_overrides,
@@ -37,6 +38,10 @@ U = TP("t", 1)
 
 def record(tp: TP, offset: int) -> common_pb2.Record:
     return common_pb2.Record(topic=tp.topic, partition=tp.partition, offset=offset, value=b"v")
+
+
+def chunk(*records: common_pb2.Record) -> Chunk:
+    return chunk_from_records(records)
 
 
 class FakeFetcher:
@@ -98,9 +103,9 @@ def kafka_tps(*tps: TP) -> list[TopicPartition]:
 
 
 def deliver(m: ClassicMembership, tp: TP, offsets: list[int]) -> None:
-    assert m.table.append(tp, [record(tp, o) for o in offsets])
+    assert m.table.append(tp, chunk(*(record(tp, o) for o in offsets)))
     taken = m.table.take(10_000, 64 * 1024 * 1024)
-    assert [r.offset for _, r in taken if TP(r.topic, r.partition) == tp] == offsets
+    assert [o for s in taken if TP(s.topic, s.partition) == tp for o in s.offsets] == offsets
 
 
 # ---- config -----------------------------------------------------------------------------
@@ -144,9 +149,9 @@ def test_assign_adds_ready_partitions_at_the_resolved_start() -> None:
     m, _ = membership(FakeFetcher({T: 5, U: 0}))
     m.on_assign(FakeConsumer(), kafka_tps(T, U))  # type: ignore[arg-type]
     assert {p.tp: p.position for p in m.table.snapshot()} == {T: 5, U: 0}
-    assert m.table.append(T, [record(T, 5), record(T, 6)])
+    assert m.table.append(T, chunk(record(T, 5), record(T, 6)))
     taken = m.table.take(10, 1 << 20)
-    assert [(r.offset, r.lease_epoch) for _, r in taken] == [(5, 0), (6, 0)]
+    assert [(r.offset, r.lease_epoch) for s in taken for r in s.to_records()] == [(5, 0), (6, 0)]
 
 
 def test_assign_falls_back_to_librdkafka_committed_offsets() -> None:
@@ -181,7 +186,7 @@ def test_revoke_waits_for_inflight_acks_then_commits_and_forgets() -> None:
 def test_revoke_stops_delivery_at_once() -> None:
     m, _ = membership(FakeFetcher({T: 0}), drain=0.0)
     m.on_assign(FakeConsumer(), kafka_tps(T))  # type: ignore[arg-type]
-    assert m.table.append(T, [record(T, 0)])
+    assert m.table.append(T, chunk(record(T, 0)))
     part = m.table.get(T)
     assert part is not None
     m.release([T], commit=False)

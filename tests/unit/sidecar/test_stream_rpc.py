@@ -21,6 +21,7 @@ from confluent_kafka import KafkaError
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from services.consumer_sidecar.acks import PartitionAcks
+from services.consumer_sidecar.batches import chunk_from_records, decode_batch
 from services.consumer_sidecar.fetcher import CommitRequest
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.partitions import TP, Partition, PartitionTable
@@ -102,7 +103,7 @@ class FakeApp:
             common_pb2.Record(topic=TOPIC, partition=partition, offset=o, value=b"v%d" % o)
             for o in offsets
         ]
-        assert self.table.append(TP(TOPIC, partition), records)
+        assert self.table.append(TP(TOPIC, partition), chunk_from_records(records))
         self.data_ready.set()
 
 
@@ -347,7 +348,7 @@ def test_ack_all_stale_is_failed_precondition_mixed_is_per_record() -> None:
     async def body(stub: stream_pb2_grpc.StreamServiceStub, app: FakeApp) -> None:
         app.hold(0, epoch=5)
         app.buffer(0, range(3))
-        delivered = [r for _, r in app.table.take(10, 1 << 20)]
+        delivered = [r for s in app.table.take(10, 1 << 20) for r in s.to_records()]
         stale = acks_of(delivered, epoch=4)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await stub.Ack(stream_pb2.AckRequest(client_id="c", group=GROUP, acks=stale))
@@ -402,6 +403,128 @@ def test_ack_validation() -> None:
     run(body)
 
 
+# ---- DELIVERY_FORMAT_BATCHES and range acks -------------------------------------------
+
+
+def fetch_request(**kw: Any) -> stream_pb2.FetchRequest:
+    fields: dict[str, Any] = {"client_id": "c", "group": GROUP, "max_records": 100}
+    fields.update(kw)
+    request = stream_pb2.FetchRequest(**fields)
+    request.max_wait.FromMilliseconds(0)
+    return request
+
+
+def range_ack(partition: int, lo: int, hi: int, epoch: int) -> stream_pb2.RangeAck:
+    return stream_pb2.RangeAck(
+        topic=TOPIC, partition=partition, from_offset=lo, to_offset=hi, lease_epoch=epoch
+    )
+
+
+def test_fetch_batches_carry_the_epoch_and_decode_to_the_records() -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, app: FakeApp) -> None:
+        app.hold(0, epoch=3)
+        app.hold(1, epoch=5)
+        app.buffer(0, range(4))
+        app.buffer(1, range(10, 13))
+        batches = stream_pb2.DELIVERY_FORMAT_BATCHES
+        response = await stub.Fetch(fetch_request(format=batches))
+        assert not response.records
+        got = {(b.partition, b.lease_epoch): decode_batch(b) for b in response.batches}
+        assert {k: [(r.offset, r.value) for r in v] for k, v in got.items()} == {
+            (0, 3): [(o, b"v%d" % o) for o in range(4)],
+            (1, 5): [(o, b"v%d" % o) for o in range(10, 13)],
+        }
+        assert all(r.lease_epoch == epoch for (_, epoch), v in got.items() for r in v)
+        # The default (an older client) is one Record message per record.
+        app.buffer(0, range(4, 6))
+        legacy = await stub.Fetch(fetch_request())
+        assert [(r.offset, r.lease_epoch) for r in legacy.records] == [(4, 3), (5, 3)]
+        assert not legacy.batches
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Fetch(fetch_request(format=9))
+        assert reason_of(caught.value)[2]["field"] == "format"
+
+    run(body)
+
+
+def test_range_acks_commit_and_count_like_record_acks() -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, app: FakeApp) -> None:
+        p0 = app.hold(0, epoch=3)
+        app.hold(1, epoch=5)
+        app.buffer(0, range(10))
+        app.buffer(1, range(4))
+        await stub.Fetch(fetch_request(format=stream_pb2.DELIVERY_FORMAT_BATCHES))
+        # Out of order: the upper half first, then the lower, with a stale range between.
+        response = await stub.Ack(
+            stream_pb2.AckRequest(
+                client_id="c",
+                group=GROUP,
+                ranges=[range_ack(0, 5, 10, 3), range_ack(1, 0, 4, 4), range_ack(0, 0, 11, 3)],
+            )
+        )
+        assert response.acked_count == 1
+        assert [(r.ack.partition, r.reason) for r in response.rejected_ranges] == [
+            (1, stream_pb2.REJECT_REASON_STALE_EPOCH),
+            (0, stream_pb2.REJECT_REASON_NOT_DELIVERED),  # 10 was never delivered
+        ]
+        assert p0.acks.commit_point == 0 and p0.acks.inflight == 5
+        assert app.fetcher.commits[-1].acked == ((5, 9),)  # acked above the commit point
+        response = await stub.Ack(
+            stream_pb2.AckRequest(client_id="c", group=GROUP, ranges=[range_ack(0, 0, 5, 3)])
+        )
+        assert response.acked_count == 1 and not response.rejected_ranges
+        assert p0.acks.commit_point == 10
+        last = app.fetcher.commits[-1]
+        assert (last.tp.partition, last.offset, last.epoch) == (0, 10, 3)
+        # Only stale ranges: the whole request fails, as with record acks.
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Ack(
+                stream_pb2.AckRequest(client_id="c", group=GROUP, ranges=[range_ack(1, 0, 4, 4)])
+            )
+        code, reason, metadata = reason_of(caught.value)
+        assert (code, reason) == (grpc.StatusCode.FAILED_PRECONDITION, "LEASE_EPOCH_STALE")
+        assert (metadata["partition"], metadata["current_epoch"]) == ("1", "5")
+        for bad, field_name in (
+            (range_ack(0, 5, 5, 3), "ranges.to_offset"),
+            (range_ack(0, -1, 5, 3), "ranges.from_offset"),
+            (stream_pb2.RangeAck(partition=0, from_offset=0, to_offset=1), "ranges.topic"),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await stub.Ack(stream_pb2.AckRequest(client_id="c", group=GROUP, ranges=[bad]))
+            assert reason_of(caught.value)[2]["field"] == field_name
+
+    run(body)
+
+
+def test_stream_batches_with_range_acks_and_auto_ack() -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, app: FakeApp) -> None:
+        part = app.hold(0, epoch=2)
+        app.buffer(0, range(6))
+        opened = opening(records=4)
+        opened.open.format = stream_pb2.DELIVERY_FORMAT_BATCHES
+        requests = Requests(opened)
+        call = stub.Stream(requests)
+        first = await call.read()
+        (batch,) = first.batch.batches
+        assert [r.offset for r in decode_batch(batch)] == [0, 1, 2, 3]
+        acks = stream_pb2.StreamAcks(ranges=[range_ack(0, 0, 4, 2)])
+        requests.send(stream_pb2.StreamRequest(acks=acks))
+        result = await call.read()
+        assert result.ack_result.acked_count == 1 and not result.ack_result.rejected_ranges
+        assert part.acks.commit_point == 4
+        call.cancel()
+
+        auto = opening(records=100, auto_ack=True)
+        auto.open.format = stream_pb2.DELIVERY_FORMAT_BATCHES
+        call = stub.Stream(Requests(auto))
+        response = await call.read()
+        assert [r.offset for b in response.batch.batches for r in decode_batch(b)] == [4, 5]
+        assert part.acks.inflight == 0 and part.acks.commit_point == 6
+        call.cancel()
+
+    run(body)
+
+
 # ---- CommitOffsets --------------------------------------------------------------------
 
 
@@ -449,7 +572,7 @@ def test_commit_offsets_fenced_by_epoch_and_lease() -> None:
         assert p0.committed == 120 and p3.committed == 500
         # The ack-driven committer never goes back below an explicit commit.
         app.buffer(0, range(5))
-        delivered = [r for _, r in app.table.take(10, 1 << 20)]
+        delivered = [r for s in app.table.take(10, 1 << 20) for r in s.to_records()]
         for record in delivered:
             p0.acks.ack(record.offset)
         await app.keeper.commit_all()

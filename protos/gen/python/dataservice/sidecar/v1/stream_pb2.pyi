@@ -31,6 +31,34 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _DeliveryFormat:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _DeliveryFormatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DeliveryFormat.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    DELIVERY_FORMAT_UNSPECIFIED: _DeliveryFormat.ValueType  # 0
+    """Not set; treated as DELIVERY_FORMAT_RECORDS (what clients that predate the field get)."""
+    DELIVERY_FORMAT_RECORDS: _DeliveryFormat.ValueType  # 1
+    """One dataservice.common.v1.Record message per record."""
+    DELIVERY_FORMAT_BATCHES: _DeliveryFormat.ValueType  # 2
+    """RecordBatch messages: a partition's records as columns (packed offsets, timestamps and
+    lengths, concatenated keys and values), several times cheaper to build and to read.
+    """
+
+class DeliveryFormat(_DeliveryFormat, metaclass=_DeliveryFormatEnumTypeWrapper):
+    """How Fetch and Stream encode delivered records."""
+
+DELIVERY_FORMAT_UNSPECIFIED: DeliveryFormat.ValueType  # 0
+"""Not set; treated as DELIVERY_FORMAT_RECORDS (what clients that predate the field get)."""
+DELIVERY_FORMAT_RECORDS: DeliveryFormat.ValueType  # 1
+"""One dataservice.common.v1.Record message per record."""
+DELIVERY_FORMAT_BATCHES: DeliveryFormat.ValueType  # 2
+"""RecordBatch messages: a partition's records as columns (packed offsets, timestamps and
+lengths, concatenated keys and values), several times cheaper to build and to read.
+"""
+Global___DeliveryFormat: _TypeAlias = DeliveryFormat  # noqa: Y015
+
 class _RejectReason:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -117,6 +145,7 @@ class FetchRequest(_message.Message):
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     MAX_WAIT_FIELD_NUMBER: _builtins.int
     AUTO_ACK_FIELD_NUMBER: _builtins.int
+    FORMAT_FIELD_NUMBER: _builtins.int
     client_id: _builtins.str
     """Application client id (as bound with BindingService.Bind)."""
     group: _builtins.str
@@ -131,6 +160,8 @@ class FetchRequest(_message.Message):
     """Treat the returned records as acked at delivery (no Ack calls needed; at-most-once for
     records lost by the client).
     """
+    format: Global___DeliveryFormat.ValueType
+    """How the records are encoded in the response; unset = DELIVERY_FORMAT_RECORDS."""
     @_builtins.property
     def max_wait(self) -> _duration_pb2.Duration:
         """How long to wait for records when none are buffered; unset = server default (500 ms),
@@ -146,10 +177,11 @@ class FetchRequest(_message.Message):
         max_bytes: _builtins.int = ...,
         max_wait: _duration_pb2.Duration | None = ...,
         auto_ack: _builtins.bool = ...,
+        format: Global___DeliveryFormat.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["max_wait", b"max_wait"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["auto_ack", b"auto_ack", "client_id", b"client_id", "group", b"group", "max_bytes", b"max_bytes", "max_records", b"max_records", "max_wait", b"max_wait"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auto_ack", b"auto_ack", "client_id", b"client_id", "format", b"format", "group", b"group", "max_bytes", b"max_bytes", "max_records", b"max_records", "max_wait", b"max_wait"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -162,22 +194,136 @@ class FetchResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RECORDS_FIELD_NUMBER: _builtins.int
+    BATCHES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Record]:
-        """Records delivered, in offset order within each partition; may be empty."""
+        """Records delivered, in offset order within each partition; may be empty
+        (DELIVERY_FORMAT_RECORDS; empty with DELIVERY_FORMAT_BATCHES).
+        """
+
+    @_builtins.property
+    def batches(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordBatch]:
+        """Records delivered, one batch per partition run (DELIVERY_FORMAT_BATCHES; empty with
+        DELIVERY_FORMAT_RECORDS).
+        """
 
     def __init__(
         self,
         *,
         records: _abc.Iterable[_common_pb2.Record] | None = ...,
+        batches: _abc.Iterable[Global___RecordBatch] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batches", b"batches", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FetchResponse: _TypeAlias = FetchResponse  # noqa: Y015
+
+@_typing.final
+class RecordBatch(_message.Message):
+    """Consecutively delivered records of one partition, as columns. The numeric columns are
+    packed little-endian arrays (one element per record, in record order), so that neither
+    side converts records one by one. Record i has offset offsets[i] and timestamp
+    timestamps[i], and its key and value are the next key_lengths[i] and value_lengths[i]
+    bytes of keys and values (a length of -1 is a Kafka null and takes no bytes). Every
+    record of the batch carries lease_epoch.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    LEASE_EPOCH_FIELD_NUMBER: _builtins.int
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    TIMESTAMPS_FIELD_NUMBER: _builtins.int
+    VALUE_LENGTHS_FIELD_NUMBER: _builtins.int
+    VALUES_FIELD_NUMBER: _builtins.int
+    KEY_LENGTHS_FIELD_NUMBER: _builtins.int
+    KEYS_FIELD_NUMBER: _builtins.int
+    HEADERS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """Topic of the records."""
+    partition: _builtins.int
+    """Partition of the records."""
+    lease_epoch: _builtins.int
+    """Epoch of the partition lease under which the records were delivered; acks echo it.
+    0 in kafka_group mode, which has no leases.
+    """
+    offsets: _builtins.bytes
+    """Offsets, int64 little-endian, ascending (not necessarily consecutive: compaction,
+    transaction markers). Its length / 8 is the number of records.
+    """
+    timestamps: _builtins.bytes
+    """Timestamps in milliseconds since the Unix epoch (CreateTime or LogAppendTime, per topic
+    config), int64 little-endian; -1 = none. Empty when no record has one.
+    """
+    value_lengths: _builtins.bytes
+    """Length of each record's value in `values`, int32 little-endian; -1 = null value (a
+    tombstone).
+    """
+    values: _builtins.bytes
+    """The values, concatenated in record order."""
+    key_lengths: _builtins.bytes
+    """Length of each record's key in `keys`, int32 little-endian; -1 = null key. Empty when
+    every key is null.
+    """
+    keys: _builtins.bytes
+    """The keys, concatenated in record order."""
+    @_builtins.property
+    def headers(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordBatchHeaders]:
+        """Headers of the records that have any, by record index."""
+
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        lease_epoch: _builtins.int = ...,
+        offsets: _builtins.bytes = ...,
+        timestamps: _builtins.bytes = ...,
+        value_lengths: _builtins.bytes = ...,
+        values: _builtins.bytes = ...,
+        key_lengths: _builtins.bytes = ...,
+        keys: _builtins.bytes = ...,
+        headers: _abc.Iterable[Global___RecordBatchHeaders] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["headers", b"headers", "key_lengths", b"key_lengths", "keys", b"keys", "lease_epoch", b"lease_epoch", "offsets", b"offsets", "partition", b"partition", "timestamps", b"timestamps", "topic", b"topic", "value_lengths", b"value_lengths", "values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordBatch: _TypeAlias = RecordBatch  # noqa: Y015
+
+@_typing.final
+class RecordBatchHeaders(_message.Message):
+    """The headers of one record of a RecordBatch."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    HEADERS_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    """Index of the record in its batch (0-based)."""
+    @_builtins.property
+    def headers(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Header]:
+        """Record headers in their Kafka order."""
+
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        headers: _abc.Iterable[_common_pb2.Header] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["headers", b"headers", "index", b"index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordBatchHeaders: _TypeAlias = RecordBatchHeaders  # noqa: Y015
 
 @_typing.final
 class StreamRequest(_message.Message):
@@ -227,12 +373,15 @@ class StreamOpen(_message.Message):
     GROUP_FIELD_NUMBER: _builtins.int
     AUTO_ACK_FIELD_NUMBER: _builtins.int
     INITIAL_CREDIT_FIELD_NUMBER: _builtins.int
+    FORMAT_FIELD_NUMBER: _builtins.int
     client_id: _builtins.str
     """Application client id."""
     group: _builtins.str
     """Consumer group to read."""
     auto_ack: _builtins.bool
     """Treat every sent record as acked at delivery."""
+    format: Global___DeliveryFormat.ValueType
+    """How the records are encoded in StreamBatch; unset = DELIVERY_FORMAT_RECORDS."""
     @_builtins.property
     def initial_credit(self) -> Global___StreamCredit:
         """Credit granted up front; unset = nothing is sent until the first `credit`."""
@@ -244,10 +393,11 @@ class StreamOpen(_message.Message):
         group: _builtins.str = ...,
         auto_ack: _builtins.bool = ...,
         initial_credit: Global___StreamCredit | None = ...,
+        format: Global___DeliveryFormat.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["initial_credit", b"initial_credit"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["auto_ack", b"auto_ack", "client_id", b"client_id", "group", b"group", "initial_credit", b"initial_credit"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auto_ack", b"auto_ack", "client_id", b"client_id", "format", b"format", "group", b"group", "initial_credit", b"initial_credit"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -288,18 +438,24 @@ class StreamAcks(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ACKS_FIELD_NUMBER: _builtins.int
+    RANGES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def acks(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordAck]:
         """Records acknowledged."""
+
+    @_builtins.property
+    def ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___RangeAck]:
+        """Offset ranges acknowledged (every delivered record in each range)."""
 
     def __init__(
         self,
         *,
         acks: _abc.Iterable[Global___RecordAck] | None = ...,
+        ranges: _abc.Iterable[Global___RangeAck] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "ranges", b"ranges"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -344,18 +500,24 @@ class StreamBatch(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RECORDS_FIELD_NUMBER: _builtins.int
+    BATCHES_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Record]:
-        """Records delivered, in offset order within each partition."""
+        """Records delivered, in offset order within each partition (DELIVERY_FORMAT_RECORDS)."""
+
+    @_builtins.property
+    def batches(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordBatch]:
+        """Records delivered, one batch per partition run (DELIVERY_FORMAT_BATCHES)."""
 
     def __init__(
         self,
         *,
         records: _abc.Iterable[_common_pb2.Record] | None = ...,
+        batches: _abc.Iterable[Global___RecordBatch] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batches", b"batches", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -369,21 +531,27 @@ class StreamAckResult(_message.Message):
 
     ACKED_COUNT_FIELD_NUMBER: _builtins.int
     REJECTED_ACKS_FIELD_NUMBER: _builtins.int
+    REJECTED_RANGES_FIELD_NUMBER: _builtins.int
     acked_count: _builtins.int
-    """Number of acks accepted."""
+    """Number of acks accepted: each accepted RecordAck and each accepted RangeAck counts one."""
     @_builtins.property
     def rejected_acks(self) -> _containers.RepeatedCompositeFieldContainer[Global___RejectedAck]:
         """Acks that were not accepted, with why."""
+
+    @_builtins.property
+    def rejected_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___RejectedRangeAck]:
+        """Range acks that were not accepted, with why."""
 
     def __init__(
         self,
         *,
         acked_count: _builtins.int = ...,
         rejected_acks: _abc.Iterable[Global___RejectedAck] | None = ...,
+        rejected_ranges: _abc.Iterable[Global___RejectedRangeAck] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked_count", b"acked_count", "rejected_acks", b"rejected_acks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked_count", b"acked_count", "rejected_acks", b"rejected_acks", "rejected_ranges", b"rejected_ranges"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -422,6 +590,82 @@ class RecordAck(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RecordAck: _TypeAlias = RecordAck  # noqa: Y015
+
+@_typing.final
+class RangeAck(_message.Message):
+    """Acknowledgement of every record delivered in [from_offset, to_offset) of one partition:
+    one message for a whole RecordBatch (from its first offset to one past its last). Offsets
+    in the range that were not delivered because they hold no record (compaction gaps,
+    transaction markers) are ignored; a range reaching past the last delivered record is
+    refused (REJECT_REASON_NOT_DELIVERED) and none of it is applied. to_offset <= from_offset
+    is INVALID_ARGUMENT.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    FROM_OFFSET_FIELD_NUMBER: _builtins.int
+    TO_OFFSET_FIELD_NUMBER: _builtins.int
+    LEASE_EPOCH_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """Topic of the records."""
+    partition: _builtins.int
+    """Partition of the records."""
+    from_offset: _builtins.int
+    """First offset acknowledged (inclusive)."""
+    to_offset: _builtins.int
+    """Offset after the last one acknowledged (exclusive)."""
+    lease_epoch: _builtins.int
+    """lease_epoch of the delivered records, echoed."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        from_offset: _builtins.int = ...,
+        to_offset: _builtins.int = ...,
+        lease_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_offset", b"from_offset", "lease_epoch", b"lease_epoch", "partition", b"partition", "to_offset", b"to_offset", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RangeAck: _TypeAlias = RangeAck  # noqa: Y015
+
+@_typing.final
+class RejectedRangeAck(_message.Message):
+    """A range ack that was not accepted (none of its records were acknowledged)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACK_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    reason: Global___RejectReason.ValueType
+    """Why it was not accepted."""
+    message: _builtins.str
+    """Human-readable detail."""
+    @_builtins.property
+    def ack(self) -> Global___RangeAck:
+        """The range ack as sent."""
+
+    def __init__(
+        self,
+        *,
+        ack: Global___RangeAck | None = ...,
+        reason: Global___RejectReason.ValueType = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "message", b"message", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RejectedRangeAck: _TypeAlias = RejectedRangeAck  # noqa: Y015
 
 @_typing.final
 class RejectedAck(_message.Message):
@@ -464,6 +708,7 @@ class AckRequest(_message.Message):
     CLIENT_ID_FIELD_NUMBER: _builtins.int
     GROUP_FIELD_NUMBER: _builtins.int
     ACKS_FIELD_NUMBER: _builtins.int
+    RANGES_FIELD_NUMBER: _builtins.int
     client_id: _builtins.str
     """Application client id."""
     group: _builtins.str
@@ -472,16 +717,21 @@ class AckRequest(_message.Message):
     def acks(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordAck]:
         """Records acknowledged."""
 
+    @_builtins.property
+    def ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___RangeAck]:
+        """Offset ranges acknowledged (every delivered record in each range)."""
+
     def __init__(
         self,
         *,
         client_id: _builtins.str = ...,
         group: _builtins.str = ...,
         acks: _abc.Iterable[Global___RecordAck] | None = ...,
+        ranges: _abc.Iterable[Global___RangeAck] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "client_id", b"client_id", "group", b"group"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "client_id", b"client_id", "group", b"group", "ranges", b"ranges"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -495,21 +745,27 @@ class AckResponse(_message.Message):
 
     ACKED_COUNT_FIELD_NUMBER: _builtins.int
     REJECTED_ACKS_FIELD_NUMBER: _builtins.int
+    REJECTED_RANGES_FIELD_NUMBER: _builtins.int
     acked_count: _builtins.int
-    """Number of acks accepted."""
+    """Number of acks accepted: each accepted RecordAck and each accepted RangeAck counts one."""
     @_builtins.property
     def rejected_acks(self) -> _containers.RepeatedCompositeFieldContainer[Global___RejectedAck]:
         """Acks that were not accepted, with why."""
+
+    @_builtins.property
+    def rejected_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___RejectedRangeAck]:
+        """Range acks that were not accepted, with why."""
 
     def __init__(
         self,
         *,
         acked_count: _builtins.int = ...,
         rejected_acks: _abc.Iterable[Global___RejectedAck] | None = ...,
+        rejected_ranges: _abc.Iterable[Global___RejectedRangeAck] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked_count", b"acked_count", "rejected_acks", b"rejected_acks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked_count", b"acked_count", "rejected_acks", b"rejected_acks", "rejected_ranges", b"rejected_ranges"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

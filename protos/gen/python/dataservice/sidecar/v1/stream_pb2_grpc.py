@@ -75,9 +75,9 @@ class StreamServiceServicer:
         """Long-poll fetch: returns as soon as max_records or max_bytes are buffered for the
         client, or when max_wait elapses (possibly with no records; that is not an error).
         Errors: INVALID_ARGUMENT (empty client_id/group, max_records negative or > 100000,
-        max_bytes negative or > 64 MiB, max_wait negative or > 30 s), NOT_FOUND (group not served
-        by this sidecar), PERMISSION_DENIED (caller may not read the group), UNAVAILABLE
-        (sidecar shutting down or not yet joined).
+        max_bytes negative or > 64 MiB, max_wait negative or > 30 s, unknown format),
+        NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED (caller may not read
+        the group), UNAVAILABLE (sidecar shutting down or not yet joined).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -88,7 +88,8 @@ class StreamServiceServicer:
         the sidecar sends record batches while the client has credit and answers every `acks`
         message with an `ack_result`.
         Errors: INVALID_ARGUMENT (first message not `open`, second `open`, empty
-        client_id/group, negative credit), NOT_FOUND (group not served by this sidecar),
+        client_id/group, negative credit, unknown format, a range ack's to_offset <=
+        from_offset), NOT_FOUND (group not served by this sidecar),
         PERMISSION_DENIED, UNAVAILABLE (sidecar shutting down: the stream ends, rebind).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -96,11 +97,13 @@ class StreamServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Ack(self, request, context):
-        """Acknowledges delivered records; acking an already-acked record counts as acked.
-        Per-record problems are reported in rejected_acks, not as an RPC error.
-        Errors: INVALID_ARGUMENT (empty client_id/group, no acks, more than 100000 acks,
-        negative offset), NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED,
-        UNAVAILABLE.
+        """Acknowledges delivered records, one by one (acks) or by offset range (ranges); acking
+        an already-acked record counts as acked. Per-record and per-range problems are reported
+        in rejected_acks and rejected_ranges, not as an RPC error.
+        Errors: INVALID_ARGUMENT (empty client_id/group, no acks nor ranges, more than 100000
+        acks or ranges, negative offset, a range's to_offset <= from_offset), NOT_FOUND (group not served by this sidecar),
+        PERMISSION_DENIED, FAILED_PRECONDITION (every ack and range names a stale lease epoch:
+        ErrorInfo reason LEASE_EPOCH_STALE), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

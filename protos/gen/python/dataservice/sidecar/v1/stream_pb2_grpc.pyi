@@ -47,24 +47,27 @@ class StreamServiceStub:
     """Long-poll fetch: returns as soon as max_records or max_bytes are buffered for the
     client, or when max_wait elapses (possibly with no records; that is not an error).
     Errors: INVALID_ARGUMENT (empty client_id/group, max_records negative or > 100000,
-    max_bytes negative or > 64 MiB, max_wait negative or > 30 s), NOT_FOUND (group not served
-    by this sidecar), PERMISSION_DENIED (caller may not read the group), UNAVAILABLE
-    (sidecar shutting down or not yet joined).
+    max_bytes negative or > 64 MiB, max_wait negative or > 30 s, unknown format),
+    NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED (caller may not read
+    the group), UNAVAILABLE (sidecar shutting down or not yet joined).
     """
     Stream: _grpc.StreamStreamMultiCallable[_stream_pb2.StreamRequest, _stream_pb2.StreamResponse]
     """Credit-based bidirectional stream: the client sends `open` first, then credits and acks;
     the sidecar sends record batches while the client has credit and answers every `acks`
     message with an `ack_result`.
     Errors: INVALID_ARGUMENT (first message not `open`, second `open`, empty
-    client_id/group, negative credit), NOT_FOUND (group not served by this sidecar),
+    client_id/group, negative credit, unknown format, a range ack's to_offset <=
+    from_offset), NOT_FOUND (group not served by this sidecar),
     PERMISSION_DENIED, UNAVAILABLE (sidecar shutting down: the stream ends, rebind).
     """
     Ack: _grpc.UnaryUnaryMultiCallable[_stream_pb2.AckRequest, _stream_pb2.AckResponse]
-    """Acknowledges delivered records; acking an already-acked record counts as acked.
-    Per-record problems are reported in rejected_acks, not as an RPC error.
-    Errors: INVALID_ARGUMENT (empty client_id/group, no acks, more than 100000 acks,
-    negative offset), NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED,
-    UNAVAILABLE.
+    """Acknowledges delivered records, one by one (acks) or by offset range (ranges); acking
+    an already-acked record counts as acked. Per-record and per-range problems are reported
+    in rejected_acks and rejected_ranges, not as an RPC error.
+    Errors: INVALID_ARGUMENT (empty client_id/group, no acks nor ranges, more than 100000
+    acks or ranges, negative offset, a range's to_offset <= from_offset), NOT_FOUND (group not served by this sidecar),
+    PERMISSION_DENIED, FAILED_PRECONDITION (every ack and range names a stale lease epoch:
+    ErrorInfo reason LEASE_EPOCH_STALE), UNAVAILABLE.
     """
     ReadRange: _grpc.UnaryStreamMultiCallable[_stream_pb2.ReadRangeRequest, _stream_pb2.ReadRangeResponse]
     """Reads the exact offset range [from_offset, to_offset) of one partition this sidecar
@@ -96,24 +99,27 @@ class StreamServiceAsyncStub(StreamServiceStub):
     """Long-poll fetch: returns as soon as max_records or max_bytes are buffered for the
     client, or when max_wait elapses (possibly with no records; that is not an error).
     Errors: INVALID_ARGUMENT (empty client_id/group, max_records negative or > 100000,
-    max_bytes negative or > 64 MiB, max_wait negative or > 30 s), NOT_FOUND (group not served
-    by this sidecar), PERMISSION_DENIED (caller may not read the group), UNAVAILABLE
-    (sidecar shutting down or not yet joined).
+    max_bytes negative or > 64 MiB, max_wait negative or > 30 s, unknown format),
+    NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED (caller may not read
+    the group), UNAVAILABLE (sidecar shutting down or not yet joined).
     """
     Stream: _aio.StreamStreamMultiCallable[_stream_pb2.StreamRequest, _stream_pb2.StreamResponse]  # type: ignore[assignment]
     """Credit-based bidirectional stream: the client sends `open` first, then credits and acks;
     the sidecar sends record batches while the client has credit and answers every `acks`
     message with an `ack_result`.
     Errors: INVALID_ARGUMENT (first message not `open`, second `open`, empty
-    client_id/group, negative credit), NOT_FOUND (group not served by this sidecar),
+    client_id/group, negative credit, unknown format, a range ack's to_offset <=
+    from_offset), NOT_FOUND (group not served by this sidecar),
     PERMISSION_DENIED, UNAVAILABLE (sidecar shutting down: the stream ends, rebind).
     """
     Ack: _aio.UnaryUnaryMultiCallable[_stream_pb2.AckRequest, _stream_pb2.AckResponse]  # type: ignore[assignment]
-    """Acknowledges delivered records; acking an already-acked record counts as acked.
-    Per-record problems are reported in rejected_acks, not as an RPC error.
-    Errors: INVALID_ARGUMENT (empty client_id/group, no acks, more than 100000 acks,
-    negative offset), NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED,
-    UNAVAILABLE.
+    """Acknowledges delivered records, one by one (acks) or by offset range (ranges); acking
+    an already-acked record counts as acked. Per-record and per-range problems are reported
+    in rejected_acks and rejected_ranges, not as an RPC error.
+    Errors: INVALID_ARGUMENT (empty client_id/group, no acks nor ranges, more than 100000
+    acks or ranges, negative offset, a range's to_offset <= from_offset), NOT_FOUND (group not served by this sidecar),
+    PERMISSION_DENIED, FAILED_PRECONDITION (every ack and range names a stale lease epoch:
+    ErrorInfo reason LEASE_EPOCH_STALE), UNAVAILABLE.
     """
     ReadRange: _aio.UnaryStreamMultiCallable[_stream_pb2.ReadRangeRequest, _stream_pb2.ReadRangeResponse]  # type: ignore[assignment]
     """Reads the exact offset range [from_offset, to_offset) of one partition this sidecar
@@ -148,9 +154,9 @@ class StreamServiceServicer(metaclass=_abc_1.ABCMeta):
         """Long-poll fetch: returns as soon as max_records or max_bytes are buffered for the
         client, or when max_wait elapses (possibly with no records; that is not an error).
         Errors: INVALID_ARGUMENT (empty client_id/group, max_records negative or > 100000,
-        max_bytes negative or > 64 MiB, max_wait negative or > 30 s), NOT_FOUND (group not served
-        by this sidecar), PERMISSION_DENIED (caller may not read the group), UNAVAILABLE
-        (sidecar shutting down or not yet joined).
+        max_bytes negative or > 64 MiB, max_wait negative or > 30 s, unknown format),
+        NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED (caller may not read
+        the group), UNAVAILABLE (sidecar shutting down or not yet joined).
         """
 
     @_abc_1.abstractmethod
@@ -163,7 +169,8 @@ class StreamServiceServicer(metaclass=_abc_1.ABCMeta):
         the sidecar sends record batches while the client has credit and answers every `acks`
         message with an `ack_result`.
         Errors: INVALID_ARGUMENT (first message not `open`, second `open`, empty
-        client_id/group, negative credit), NOT_FOUND (group not served by this sidecar),
+        client_id/group, negative credit, unknown format, a range ack's to_offset <=
+        from_offset), NOT_FOUND (group not served by this sidecar),
         PERMISSION_DENIED, UNAVAILABLE (sidecar shutting down: the stream ends, rebind).
         """
 
@@ -173,11 +180,13 @@ class StreamServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _stream_pb2.AckRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_stream_pb2.AckResponse, _abc.Awaitable[_stream_pb2.AckResponse]]:
-        """Acknowledges delivered records; acking an already-acked record counts as acked.
-        Per-record problems are reported in rejected_acks, not as an RPC error.
-        Errors: INVALID_ARGUMENT (empty client_id/group, no acks, more than 100000 acks,
-        negative offset), NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED,
-        UNAVAILABLE.
+        """Acknowledges delivered records, one by one (acks) or by offset range (ranges); acking
+        an already-acked record counts as acked. Per-record and per-range problems are reported
+        in rejected_acks and rejected_ranges, not as an RPC error.
+        Errors: INVALID_ARGUMENT (empty client_id/group, no acks nor ranges, more than 100000
+        acks or ranges, negative offset, a range's to_offset <= from_offset), NOT_FOUND (group not served by this sidecar),
+        PERMISSION_DENIED, FAILED_PRECONDITION (every ack and range names a stale lease epoch:
+        ErrorInfo reason LEASE_EPOCH_STALE), UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod

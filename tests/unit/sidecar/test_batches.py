@@ -1,0 +1,237 @@
+"""Column chunks: consume() batches in, RecordBatch/Record messages out, DsRecords back.
+
+Property: whatever the batch (several topics and partitions in runs, null keys and values,
+headers, records with and without timestamps, errors mixed in) and however delivery slices
+it (record and byte limits), the client reads back exactly the records that were consumed,
+in offset order per partition, each stamped with its lease epoch — through the compact
+RecordBatch as through one Record message per record.
+"""
+
+from __future__ import annotations
+
+import random
+from array import array
+
+import pytest
+from confluent_kafka import KafkaError, Message
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dataservice.sidecar.v1 import stream_pb2
+from services.consumer_sidecar.acks import PartitionAcks
+from services.consumer_sidecar.batches import (
+    RECORD_OVERHEAD_BYTES,
+    DsRecord,
+    Slice,
+    chunk_from_records,
+    decode_batch,
+    from_record,
+    runs_from_messages,
+)
+from services.consumer_sidecar.partitions import TP, Partition, PartitionTable
+
+EPOCHS = {("a", 0): 3, ("a", 1): 4, ("b", 0): 7}
+
+optional_bytes = st.one_of(st.none(), st.binary(max_size=40))
+headers = st.one_of(
+    st.none(), st.lists(st.tuples(st.text(max_size=5), st.binary(max_size=8)), max_size=3)
+)
+
+
+@st.composite
+def consumed(draw: st.DrawFn) -> tuple[list[Message], list[DsRecord]]:
+    """A consume() batch (runs of records per partition, errors mixed in) and the records
+    an application must read from it."""
+    next_offset = {tp: draw(st.integers(0, 10**12)) for tp in EPOCHS}
+    messages: list[Message] = []
+    expected: list[DsRecord] = []
+    for _ in range(draw(st.integers(0, 6))):
+        tp = draw(st.sampled_from(sorted(EPOCHS)))
+        for _ in range(draw(st.integers(1, 25))):
+            if draw(st.integers(0, 30)) == 0:
+                messages.append(Message(error=KafkaError(KafkaError._TRANSPORT)))
+                continue
+            offset = next_offset[tp] + draw(st.sampled_from([0, 0, 0, 1, 5]))  # some gaps
+            next_offset[tp] = offset + 1
+            key, value, hs = draw(optional_bytes), draw(optional_bytes), draw(headers)
+            ts = draw(st.one_of(st.just(-1), st.integers(0, 2**41)))
+            messages.append(
+                Message(
+                    topic=tp[0],
+                    partition=tp[1],
+                    offset=offset,
+                    key=key,
+                    value=value,
+                    headers=hs,
+                    timestamp=(1 if ts >= 0 else 0, ts),
+                )
+            )
+            record = DsRecord(tp[0], tp[1], offset, key, value, ts, hs or None, EPOCHS[tp])
+            expected.append(record)
+    return messages, expected
+
+
+def table_holding(messages: list[Message]) -> PartitionTable:
+    table = PartitionTable(1 << 40, lambda: 0.0)
+    for (topic, partition), epoch in EPOCHS.items():
+        start = min((m.offset() for m in messages if m.error() is None
+                     and (m.topic(), m.partition()) == (topic, partition)), default=0)  # fmt: skip
+        table.add(
+            Partition(
+                tp=TP(topic, partition),
+                epoch=epoch,
+                deadline=1.0,
+                acks=PartitionAcks(start),
+                position=start,
+                ready=True,
+            )
+        )
+    return table
+
+
+def by_partition(records: list[DsRecord]) -> dict[tuple[str, int], list[DsRecord]]:
+    out: dict[tuple[str, int], list[DsRecord]] = {}
+    for r in records:
+        out.setdefault((r.topic, r.partition), []).append(r)
+    return out
+
+
+@settings(max_examples=100, deadline=None)
+@given(consumed(), st.integers(1, 40), st.integers(1, 3000), st.booleans())
+def test_what_is_consumed_is_what_the_client_reads(
+    case: tuple[list[Message], list[DsRecord]], max_records: int, max_bytes: int, wire: bool
+) -> None:
+    messages, expected = case
+    runs, errors = runs_from_messages(messages)
+    assert len(errors) == sum(m.error() is not None for m in messages)
+    table = table_holding(messages)
+    for run in runs:
+        assert table.append(TP(run.topic, run.partition), run.chunk)
+    assert table.buffered_bytes == sum(
+        len(r.key or b"") + len(r.value or b"") + RECORD_OVERHEAD_BYTES for r in expected
+    )
+    got: list[DsRecord] = []
+    while taken := table.take(max_records, max_bytes):
+        assert sum(map(len, taken)) <= max_records
+        data = sum(s.data_bytes() for s in taken) + RECORD_OVERHEAD_BYTES * sum(map(len, taken))
+        assert data <= max_bytes or sum(map(len, taken)) == 1  # one record always goes
+        for s in taken:
+            batch = s.to_batch()
+            if wire:
+                batch = stream_pb2.RecordBatch.FromString(batch.SerializeToString())
+            decoded = decode_batch(batch)
+            assert decoded == [from_record(r) for r in s.to_records()]
+            got.extend(decoded)
+    assert table.buffered_bytes == 0
+    assert by_partition(got) == by_partition(expected)
+    for (topic, partition), records in by_partition(expected).items():
+        part = table.get(TP(topic, partition))
+        assert part is not None and part.acks.inflight == len(records)
+
+
+def test_a_byte_limit_cuts_inside_a_chunk_and_resumes_there() -> None:
+    tp = TP("a", 0)
+    messages = [
+        Message(topic="a", partition=0, offset=o, value=b"v" * 10, timestamp=(1, 1000 + o))
+        for o in range(10)
+    ]
+    table = table_holding(messages)
+    (run,), _ = runs_from_messages(messages)
+    table.append(tp, run.chunk)
+    one = 10 + RECORD_OVERHEAD_BYTES
+    first = table.take(100, 3 * one + 5)
+    assert [list(s.offsets) for s in first] == [[0, 1, 2]]
+    rest = table.take(100, 1 << 20)
+    assert [list(s.offsets) for s in rest] == [list(range(3, 10))]
+    assert [r.timestamp_ms for r in decode_batch(rest[0].to_batch())] == list(range(1003, 1010))
+
+
+def test_records_a_previous_owner_acked_are_skipped_in_place() -> None:
+    tp = TP("a", 0)
+    messages = [Message(topic="a", partition=0, offset=o, value=b"%d" % o) for o in range(10)]
+    table = table_holding(messages)
+    part = table.get(tp)
+    assert part is not None
+    part.acks = PartitionAcks(0, preacked=[(2, 3), (7, 7)])
+    (run,), _ = runs_from_messages(messages)
+    table.append(tp, run.chunk)
+    taken = table.take(100, 1 << 20)
+    assert [list(s.offsets) for s in taken] == [[0, 1], [4, 5, 6], [8, 9]]
+    values = [r.value for s in taken for r in decode_batch(s.to_batch())]
+    assert values == [b"0", b"1", b"4", b"5", b"6", b"8", b"9"]
+    assert part.acks.unacked() == [0, 1, 4, 5, 6, 8, 9]
+
+
+def test_a_refetch_after_a_seek_is_not_buffered_twice() -> None:
+    tp = TP("a", 0)
+    messages = [Message(topic="a", partition=0, offset=o, value=b"x") for o in range(5)]
+    table = table_holding(messages)
+    (run,), _ = runs_from_messages(messages)
+    assert table.append(tp, run.chunk)
+    (again,), _ = runs_from_messages([*messages[2:], Message(topic="a", partition=0, offset=5)])
+    assert table.append(tp, again.chunk)
+    taken = table.take(100, 1 << 20)
+    assert [o for s in taken for o in s.offsets] == [0, 1, 2, 3, 4, 5]
+    assert decode_batch(taken[-1].to_batch())[-1].value is None
+
+
+def test_fixed_and_variable_sizes_and_nulls_split_alike() -> None:
+    rng = random.Random(7)
+    for sizes in ([5] * 50, [rng.randint(0, 9) for _ in range(50)], [0] * 10):
+        values = [bytes([65 + i % 26]) * size for i, size in enumerate(sizes)]
+        values[3] = None  # type: ignore[call-overload]
+        msgs = [Message(topic="a", partition=1, offset=i, value=v) for i, v in enumerate(values)]
+        (run,), _ = runs_from_messages(msgs)
+        s = Slice("a", 1, 9, run.chunk, 0, len(values), 0, len(run.chunk.values), 0, 0)
+        assert [r.value for r in decode_batch(s.to_batch())] == values
+
+
+def test_a_malformed_batch_is_refused() -> None:
+    good = stream_pb2.RecordBatch(
+        topic="a",
+        offsets=array("q", [1, 2]).tobytes(),
+        value_lengths=array("i", [1, 1]).tobytes(),
+        values=b"xy",
+    )
+    assert [r.value for r in decode_batch(good)] == [b"x", b"y"]
+    for broken in (
+        stream_pb2.RecordBatch(offsets=good.offsets, value_lengths=good.value_lengths, values=b"x"),
+        stream_pb2.RecordBatch(offsets=good.offsets[:7]),
+        stream_pb2.RecordBatch(offsets=good.offsets, value_lengths=array("i", [1]).tobytes()),
+        stream_pb2.RecordBatch(
+            offsets=good.offsets, timestamps=array("q", [5]).tobytes(), values=b""
+        ),
+    ):
+        with pytest.raises(ValueError):
+            decode_batch(broken)
+
+
+def test_record_messages_round_trip_through_a_chunk() -> None:
+    messages = [
+        Message(topic="b", partition=0, offset=5, key=b"k", value=None, timestamp=(1, 1700)),
+        Message(
+            topic="b", partition=0, offset=6, value=b"v", headers=[("h", b"1")], timestamp=(0, -1)
+        ),
+    ]
+    (run,), _ = runs_from_messages(messages)
+    whole = Slice("b", 0, 7, run.chunk, 0, 2, 0, 1, 0, 1)
+    records = whole.to_records()
+    again = chunk_from_records(records)
+    assert list(again.offsets) == [5, 6]
+    assert [from_record(r) for r in records] == [
+        DsRecord("b", 0, 5, b"k", None, 1700, None, 7),
+        DsRecord("b", 0, 6, None, b"v", -1, [("h", b"1")], 7),
+    ]
+
+
+@settings(max_examples=25, deadline=None)
+@given(consumed())
+def test_a_consumer_of_one_topic_reads_no_topic_names(
+    case: tuple[list[Message], list[DsRecord]],
+) -> None:
+    messages = [m for m in case[0] if m.error() is not None or m.topic() == "a"]
+    looked_up, _ = runs_from_messages(messages)
+    assumed, _ = runs_from_messages(messages, only_topic="a")
+    assert [(r.topic, r.partition, list(r.chunk.offsets)) for r in assumed] == [
+        (r.topic, r.partition, list(r.chunk.offsets)) for r in looked_up
+    ]
