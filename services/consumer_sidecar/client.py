@@ -19,6 +19,9 @@ application as :class:`DsRecord` tuples (``topic``, ``partition``, ``offset``, `
 and remembers the offset ranges it came in, so ``ack(batch)`` sends one range ack per
 partition run instead of one ack per record. Acking any other collection of records (a
 subset, several batches) works too: the client groups it into runs of consecutive offsets.
+A sidecar answers an ack once it is committed; ``ack_nowait(batch)`` sends it from a
+background thread, in order, and returns a future, so the next ``fetch()`` travels while
+the sidecar commits (``close()`` waits for the acks still on their way).
 
 The client binds through the assigner, keeps a ``WatchBinding`` stream open on a
 background thread (new bindings are pushed the moment a sidecar leaves), and retries
@@ -44,7 +47,7 @@ import uuid
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, compress, pairwise, repeat
 from operator import add, attrgetter, ne, or_
@@ -402,6 +405,11 @@ class DsClient:
         self._delivered_by: dict[tuple[str, int], str] = {}  # partition → sidecar address
         self._closed = threading.Event()
         self._changed = threading.Event()
+        # ack_nowait(): one worker, so a client's acks reach the sidecars in the order given;
+        # started on first use, drained by close().
+        self._acker: ThreadPoolExecutor | None = None
+        self._acker_lock = threading.Lock()
+        self._acks_closed = False
         self._assigner_lock = threading.Lock()
         self._wake_watch = threading.Event()  # close() or a leader change
         self._watch_call: grpc.Call | None = None
@@ -470,6 +478,22 @@ class DsClient:
                 continue  # the sidecar left: its new owner redelivers these records
             accepted += self._ack_rpc(sidecar, sent)
         return accepted
+
+    def ack_nowait(self, records: Iterable[Record]) -> Future[int]:
+        """Acknowledge like :meth:`ack` without waiting for the answer: the future gives
+        how many records the sidecars accepted. The acks are sent in the order of the
+        calls, by one background thread, so the next :meth:`fetch` travels while the
+        sidecar commits this batch (commit on ack costs a broker round trip). Nothing is
+        weaker than with ``ack``: a record counts as processed once the future says it
+        was accepted, and an ack that fails only means redelivery. :meth:`close` waits
+        for the acks still on their way."""
+        batch = records if isinstance(records, Sequence) else list(records)
+        with self._acker_lock:
+            if self._acks_closed:
+                raise ClientError("the client is closed")
+            if self._acker is None:
+                self._acker = ThreadPoolExecutor(1, thread_name_prefix="ds-ack")
+            return self._acker.submit(self.ack, batch)
 
     def _ack_rpc(self, sidecar: _Sidecar, spans: list[_Span]) -> int:
         request = stream_pb2.AckRequest(
@@ -575,6 +599,10 @@ class DsClient:
     def close(self) -> None:
         if self._closed.is_set():
             return
+        with self._acker_lock:
+            acker, self._acker, self._acks_closed = self._acker, None, True
+        if acker is not None:
+            acker.shutdown(wait=True)  # the acks on their way reach the sidecars first
         self._closed.set()
         self._wake_watch.set()
         if self._leader_watch is not None:

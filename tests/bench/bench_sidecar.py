@@ -13,6 +13,8 @@ never an asserted time):
 (b) through a sidecar with ``Fetch`` (``DsClient.fetch``: batches of up to 10,000 records,
     what the application gets — DsRecords with key, value and offset read by the loop, as
     in (a) — and one ``ack(batch)`` per batch, committed before it returns);
+(b2) as (b) with ``ack_nowait(batch)``: the ack travels (and is committed) while the next
+    batch is fetched; every ack's answer is checked before the rate is taken;
 (c) through ``StreamService.Stream`` (``DsClient.stream(use_stream_rpc=True)``: credit
     window of 20,000 records, the same reads and one ack per batch on the stream);
 (d) produce-to-client latency p50/p99 at 1,000 records/s, sidecar vs a direct consumer;
@@ -35,6 +37,7 @@ import tempfile
 import threading
 import time
 import uuid
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,9 +160,15 @@ def serving_sidecar(
     return sidecar, time.monotonic()
 
 
-def fetch_through(mesh: Mesh, assigner: ServiceProcess, group: str, n: int, env=None) -> Rate:  # type: ignore[no-untyped-def]
+def fetch_through(  # type: ignore[no-untyped-def]
+    mesh: Mesh, assigner: ServiceProcess, group: str, n: int, env=None, *, nowait: bool = False
+) -> Rate:
+    """(b) ``fetch`` + ``ack`` per batch; with ``nowait``, (b2) ``fetch`` + ``ack_nowait``:
+    the ack of one batch travels while the next is fetched, and every ack's answer is
+    checked (all records accepted) before the rate is taken."""
     sidecar, started = serving_sidecar(mesh, assigner, group, env)
     got = 0
+    pending: list[tuple[Future[int], int]] = []
     try:
         with DsClient(group, client_id="bench-fetch", assigner=assigner.grpc_addr) as client:
             deadline = started + 300
@@ -168,14 +177,20 @@ def fetch_through(mesh: Mesh, assigner: ServiceProcess, group: str, n: int, env=
                 batch = client.fetch(FETCH_MAX, max_wait=1.0, max_bytes=FETCH_MAX_BYTES)
                 if batch:
                     read = read_records(batch)
-                    if client.ack(batch) != read:
+                    if nowait:
+                        pending.append((client.ack_nowait(batch), read))
+                    elif client.ack(batch) != read:
                         raise RuntimeError("a batch was not acked whole")
                     if first is None:
                         first = time.monotonic()  # the first batch starts the clock, uncounted
                         n -= read
                         continue
                     got += read
-        return Rate(got, time.monotonic() - (first or started))
+            for future, read in pending:
+                if future.result(timeout=60) != read:
+                    raise RuntimeError("a batch was not acked whole")
+            took = time.monotonic() - (first or started)
+        return Rate(got, took)
     finally:
         sidecar.stop()
 
@@ -299,7 +314,7 @@ def run(bootstrap: str, profile: Profile, log_dir: Path) -> None:
     sizes = {100: profile.records_100, 1024: profile.records_1k}
     topics = {size: f"bench-sidecar-{size}-{run_id}" for size in sizes}
     lat_topic = f"bench-sidecar-lat-{run_id}"
-    modes = [f"{m}{i}" for m in ("fetch", "stream") for i in range(profile.rounds)]
+    modes = [f"{m}{i}" for m in ("fetch", "fetchnw", "stream") for i in range(profile.rounds)]
     groups = [(f"g-{m}-{topics[s]}", [topics[s]]) for s in sizes for m in [*modes, "nostats"]]
     groups.append((f"g-{lat_topic}", [lat_topic]))
     for topic in [*topics.values(), lat_topic]:
@@ -309,7 +324,8 @@ def run(bootstrap: str, profile: Profile, log_dir: Path) -> None:
         f"batches of {FETCH_MAX}, no commits, the sidecar's librdkafka fetch settings "
         f"{SIDECAR_CONSUMER_DEFAULTS}; (a0) the same with librdkafka defaults; (b) "
         f"DsClient.fetch batches of up to {FETCH_MAX} + ack(batch), committed before it "
-        f"returns; (c) DsClient.stream over the Stream RPC, credit {STREAM_CREDIT}, "
+        f"returns; (b2) the same with ack_nowait(batch); (c) DsClient.stream over the "
+        f"Stream RPC, credit {STREAM_CREDIT}, "
         f"ack(batch) on the stream. Rates from the first batch on; best of {profile.rounds} "
         "interleaved rounds each."
     )
@@ -321,21 +337,27 @@ def run(bootstrap: str, profile: Profile, log_dir: Path) -> None:
                 topic = topics[size]
                 took = produce_bulk(bootstrap, topic, n, size, PARTITIONS)
                 print(f"\n== {n} records x {size} B (produced in {took:.1f}s)", flush=True)
-                bases, fetches, streams = [], [], []
+                bases, fetches, nowaits, streams = [], [], [], []
                 for i in range(profile.rounds):
                     bases.append(direct_consume(bootstrap, topic, n))
                     fetches.append(fetch_through(mesh, assigner, f"g-fetch{i}-{topic}", n))
+                    nowaits.append(
+                        fetch_through(mesh, assigner, f"g-fetchnw{i}-{topic}", n, nowait=True)
+                    )
                     streams.append(stream_through(mesh, assigner, f"g-stream{i}-{topic}", n))
                     print(
                         f"   round {i + 1}: (a) {bases[-1].per_second:,.0f}  (b) "
-                        f"{fetches[-1].per_second:,.0f}  (c) {streams[-1].per_second:,.0f} rec/s",
+                        f"{fetches[-1].per_second:,.0f}  (b2) {nowaits[-1].per_second:,.0f}  "
+                        f"(c) {streams[-1].per_second:,.0f} rec/s",
                         flush=True,
                     )
                 base, fetch, stream = best(bases), best(fetches), best(streams)
+                nowait = best(nowaits)
                 default = direct_consume(bootstrap, topic, n, sidecar_settings=False)
                 print(f"(a)  direct consume() baseline     {base}")
                 print(f"(a0) direct, librdkafka defaults   {default}")
                 print(f"(b)  sidecar Fetch (stats 5000 ms) {fetch}  ratio {ratio(fetch, base)}")
+                print(f"(b2) sidecar Fetch + ack_nowait    {nowait}  ratio {ratio(nowait, base)}")
                 print(f"(c)  sidecar Stream                {stream}  ratio {ratio(stream, base)}")
                 env = {"DS_STATISTICS_INTERVAL_MS": "0"}
                 nostats = fetch_through(mesh, assigner, f"g-nostats-{topic}", n, env)
