@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: setup setup-quick run up down test test-unit check lint typecheck protos bench-short
+.PHONY: setup setup-quick run up down test test-unit check lint typecheck protos rules bench-short
 
 setup:
 	scripts/setup.sh
@@ -28,7 +28,7 @@ test: setup
 test-unit:
 	$(VENV)/python -m pytest tests/unit
 
-check: lint typecheck protos
+check: lint typecheck protos rules
 
 lint:
 	$(VENV)/ruff check .
@@ -39,6 +39,16 @@ typecheck:
 
 protos:
 	bash protos/check.sh
+
+# deploy/: both Prometheus configs (Debian's promtool lacks Consul SD: the Consul config is
+# then checked with its SD block replaced, see tests/support/prom.py), the rules, their
+# unit tests, and the Alertmanager config.
+rules:
+	$(VENV)/python -m tests.support.prom check-config \
+		deploy/prometheus/prometheus.yml deploy/prometheus/prometheus-static.yml
+	promtool check rules deploy/prometheus/rules/*.yml
+	promtool test rules deploy/prometheus/tests/*.yml
+	amtool check-config deploy/alertmanager/alertmanager.yml
 
 bench-short:
 	$(VENV)/python tests/bench/bench_balancer.py --short

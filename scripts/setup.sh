@@ -4,13 +4,16 @@
 #   * buf (npm package @bufbuild/buf, pinned in package-lock.json) in node_modules/;
 #   * Apache Kafka's jars (Maven Central, deploy/kafka/pom.xml), and Spark's Kafka source
 #     (deploy/spark/pom.xml, for the Spark benchmark);
-#   * grpcurl and Consul 1.14 built from the Go module proxy (deploy/*/build.sh).
+#   * grpcurl and Consul 1.14 built from the Go module proxy (deploy/*/build.sh);
+#   * the Debian packages prometheus, prometheus-alertmanager and chromium (the alerting
+#     and /ui tests run them), with apt, only when one of their commands is missing.
 # Every download is cached under ~/.cache (pip, npm, Maven via ~/.m2, Go modules and the
-# built binaries under ~/.cache/dataservice), so a second run takes seconds; nothing
-# depends on the cache being there. Needs: python3 (>= 3.11), java 17 + mvn, go, node/npm.
+# built binaries under ~/.cache/dataservice, the .debs under ~/.cache/dataservice/apt), so
+# a second run takes seconds; nothing depends on the cache being there. Needs: python3
+# (>= 3.11), java 17 + mvn, go, node/npm; for the Debian packages root or sudo, and apt.
 #
 #   scripts/setup.sh          everything
-#   scripts/setup.sh --quick  skip the Go builds (grpcurl, Consul): enough to run the stack
+#   scripts/setup.sh --quick  skip the Go builds and the Debian packages: enough to run the stack
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -19,6 +22,35 @@ QUICK=0
 [[ "${1:-}" == "--quick" ]] && QUICK=1
 
 step() { printf '\n== %s\n' "$*" >&2; }
+
+DEBIAN_PACKAGES=(prometheus prometheus-alertmanager chromium)
+DEBIAN_COMMANDS=(prometheus promtool prometheus-alertmanager amtool chromium)
+
+# Prometheus, Alertmanager (with promtool, amtool) and headless Chromium from Debian.
+install_debian_packages() {
+  local missing=() cmd
+  for cmd in "${DEBIAN_COMMANDS[@]}"; do
+    command -v "$cmd" >/dev/null 2>&1 || missing+=("$cmd")
+  done
+  if [[ ${#missing[@]} -eq 0 ]]; then
+    step "Prometheus, Alertmanager, Chromium: already installed"
+    return
+  fi
+  step "Debian packages ${DEBIAN_PACKAGES[*]} (missing: ${missing[*]})"
+  command -v apt-get >/dev/null 2>&1 \
+    || { echo "setup: apt-get not found; install ${DEBIAN_PACKAGES[*]} by hand" >&2; exit 1; }
+  local as_root=()
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null 2>&1 \
+      || { echo "setup: installing ${DEBIAN_PACKAGES[*]} needs root or sudo" >&2; exit 1; }
+    as_root=(sudo)
+  fi
+  local archives="$DS_CACHE_DIR/apt"
+  mkdir -p "$archives/partial"
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+    -o Dir::Cache::archives="$archives" "${DEBIAN_PACKAGES[@]}"
+}
 
 require() {
   command -v "$1" >/dev/null 2>&1 || { echo "setup: '$1' is required but not installed ($2)" >&2; exit 1; }
@@ -54,5 +86,6 @@ if [[ $QUICK == 0 ]]; then
   bash deploy/grpcurl/build.sh
   step "Consul 1.14 (Go module proxy)"
   bash deploy/consul/build.sh
+  install_debian_packages
 fi
 step "setup done"
