@@ -18,7 +18,7 @@ import grpc
 import grpc.aio
 import structlog
 from confluent_kafka import KafkaError
-from prometheus_client import CollectorRegistry, Counter, ProcessCollector
+from prometheus_client import CollectorRegistry, ProcessCollector
 
 from dataservice.assigner.v1 import assigner_pb2
 from dataservice.common.v1 import common_pb2
@@ -26,11 +26,12 @@ from dataservice.sidecar.v1 import stream_pb2_grpc
 from services.consumer_sidecar.classic import ClassicMembership, classic_overrides, group_topics
 from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.leasing import LeaseKeeper
+from services.consumer_sidecar.metrics import AccessInterceptor, SidecarMetrics
 from services.consumer_sidecar.partitions import PartitionTable
 from services.consumer_sidecar.rpc import StreamServicer
 from services.consumer_sidecar.session import SessionClient, SessionIdentity
 from services.consumer_sidecar.settings import SidecarSettings
-from services.consumer_sidecar.stats import parse_partition_stats
+from services.consumer_sidecar.stats import parse_statistics
 from services.runtime.errors import LEADER_METADATA_KEY, trailing_value
 from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route
@@ -69,12 +70,14 @@ class SidecarApp:
         self.settings = settings
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
-        self.kafka_errors = Counter(
-            "ds_sidecar_kafka_errors",
-            "librdkafka errors by class",
-            ["kind", "code"],
-            registry=self.registry,
+        self.metrics = SidecarMetrics(
+            self.registry,
+            settings.group,
+            enabled=settings.metrics_enabled,
+            max_client_ids=settings.metrics_max_client_ids,
+            client_idle_seconds=settings.metrics_client_idle_seconds,
         )
+        self.kafka_errors = self.metrics.kafka_errors
         self._error_log = ErrorLogLimiter()
         self.table = PartitionTable(settings.buffer_max_bytes, time.monotonic)
         self.data_ready = asyncio.Event()
@@ -122,9 +125,30 @@ class SidecarApp:
         self.reporter = reporter_for(settings, "sidecar", settings.id, self.registry)
         self.faults = SidecarFaults(self.reporter, settings.group, settings.id)
         self.keeper.on_commit = self.faults.commit
+        self._wire_metrics()
         # kafka_group mode only: Kafka's rebalance callbacks onto the partition table.
         self.classic: ClassicMembership | None = None
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _wire_metrics(self) -> None:
+        """Scrape-time views always; the counting hooks unless metrics are disabled."""
+        fetcher = self.fetcher
+        self.metrics.watch(self.table, lambda: fetcher.last_poll, lambda: self.session.connected)
+        if not self.metrics.enabled:
+            return
+        fetcher.on_poll = self.metrics.polls.polled
+        fetcher.on_consumed = self.metrics.consumed
+        fetcher.on_commit_request = self.metrics.committed
+        self.keeper.on_lease_change = self.metrics.lease_changed
+        self.keeper.on_lease_settled = self.metrics.lease_settled
+        self.session.on_heartbeat_sent = self.metrics.heartbeat_sent
+        self.session.on_heartbeat_acked = self.metrics.heartbeat_acked
+
+    def grpc_interceptors(self) -> Sequence[grpc.aio.ServerInterceptor]:  # type: ignore[type-arg]
+        """Client-access metrics: every StreamService call by client, method and code."""
+        if not self.metrics.enabled:
+            return ()
+        return (AccessInterceptor(self.metrics.clients),)
 
     # ---- Service protocol -----------------------------------------------------------------
 
@@ -132,7 +156,9 @@ class SidecarApp:
         return [
             GrpcService(
                 "dataservice.sidecar.v1.StreamService",
-                StreamServicer(self),
+                StreamServicer(
+                    self, clients=self.metrics.clients if self.metrics.enabled else None
+                ),
                 stream_pb2_grpc.add_StreamServiceServicer_to_server,
             )
         ]
@@ -246,8 +272,10 @@ class SidecarApp:
     # ---- helpers --------------------------------------------------------------------
 
     def _on_stats(self, document: str) -> None:
-        """librdkafka statistics (on the fetch thread): high watermarks and lag."""
-        self.table.apply_stats(parse_partition_stats(document))
+        """librdkafka statistics (on the fetch thread): high watermarks, lag, broker figures."""
+        stats = parse_statistics(document)
+        self.table.apply_stats(stats.partitions)
+        self.metrics.statistics(stats)
         self.faults.brokers_up(document)
 
     async def _watch_backpressure(self) -> None:

@@ -96,6 +96,10 @@ class Fetcher:
         # Every topic this consumer was ever given: with one, records need no topic lookup.
         self._topics: set[str] = set()
         self._deferred_retry_at = 0.0
+        # Instrumentation hooks (metrics.py), all called on this thread.
+        self.on_poll: Callable[[float, float], None] = lambda _started, _returned: None
+        self.on_consumed: Callable[[str, int, int], None] = lambda _topic, _n, _bytes: None
+        self.on_commit_request: Callable[[bool, float], None] = lambda _ok, _seconds: None
 
     # ---- API for other threads --------------------------------------------------------
 
@@ -234,15 +238,18 @@ class Fetcher:
         if not offsets:
             return
         kept = [r for r in requests if self._still_committable(r)]
+        started = time.monotonic()
         try:
             result = self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
+            self.on_commit_request(False, time.monotonic() - started)
             if self._defer_if_rebalancing(exc, kept):
                 return
             raise
         failed = [
             (r, tp.error) for r, tp in zip(kept, result or [], strict=False) if tp.error is not None
         ]
+        self.on_commit_request(not failed, time.monotonic() - started)
         for request, error in failed:
             if not self._defer_if_rebalancing(KafkaException(error), [request]):
                 raise KafkaException(error)
@@ -287,8 +294,10 @@ class Fetcher:
                     busy_until = self.last_poll + BUSY_SECONDS
                 busy = self.last_poll < busy_until
                 timeout = BUSY_POLL_TIMEOUT_SECONDS if busy else POLL_TIMEOUT_SECONDS
+                poll_started = time.monotonic()
                 messages = self._consumer.consume(self._batch, timeout)
                 self.last_poll = time.monotonic()
+                self.on_poll(poll_started, self.last_poll)
                 if messages:
                     busy_until = self.last_poll + BUSY_SECONDS
                     self._buffer(messages)
@@ -328,6 +337,8 @@ class Fetcher:
                 self._on_error(error)
         added = False
         for run in runs:
+            chunk = run.chunk
+            self.on_consumed(run.topic, len(chunk), len(chunk.values) + len(chunk.keys))
             if self._table.append(TP(run.topic, run.partition), run.chunk):
                 added = True
         if added:

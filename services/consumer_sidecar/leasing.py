@@ -114,6 +114,11 @@ class LeaseKeeper:
         self.on_release: Callable[[], None] = lambda: None
         # The outcome of each commit round (None = success): the sidecar's fault hook.
         self.on_commit: Callable[[BaseException | None], None] = lambda _error: None
+        # Instrumentation hooks (metrics.py): a lease change by kind (grant, revoke,
+        # expire), and how long a grant or revoke took to settle.
+        self.on_lease_change: Callable[[str], None] = lambda _kind: None
+        self.on_lease_settled: Callable[[str, float], None] = lambda _kind, _seconds: None
+        self._granted_at: dict[TP, float] = {}
         self._acks_since_commit = 0
         self._commit_now = asyncio.Event()
         self._commit_lock = asyncio.Lock()
@@ -128,6 +133,8 @@ class LeaseKeeper:
         if existing is not None and existing.epoch >= epoch:
             return False
         self.table.add(Partition(tp=tp, epoch=epoch, deadline=deadline, acks=PartitionAcks(-1)))
+        self._granted_at[tp] = self.clock()
+        self.on_lease_change("grant")
         return True
 
     async def start_fetching(self, grants: dict[TP, int]) -> None:
@@ -154,6 +161,9 @@ class LeaseKeeper:
             if part is None or part.revoking:
                 orphans.append(tp)  # revoked or expired while Kafka was being set up
                 continue
+            granted_at = self._granted_at.pop(tp, None)
+            if granted_at is not None:
+                self.on_lease_settled("grant", self.clock() - granted_at)
             log.info(
                 "lease granted",
                 topic=tp.topic,
@@ -175,6 +185,9 @@ class LeaseKeeper:
             self._release(ReleasedLease(tp, epoch, -1))
             return
         part.revoking = True
+        self.on_lease_change("revoke")
+        revoked_at = self.clock()
+        self._granted_at.pop(tp, None)
         self.table.drop_buffer(part)
         if not part.ready:
             # Revoked before fetching started: nothing delivered, nothing to commit.
@@ -202,6 +215,7 @@ class LeaseKeeper:
             committed=committed,
         )
         self._release(ReleasedLease(tp, epoch, committed))
+        self.on_lease_settled("revoke", self.clock() - revoked_at)
 
     async def fence(self, tp: TP, epoch: int) -> None:
         """The assigner says this epoch is stale (the partition was granted elsewhere):
@@ -209,6 +223,8 @@ class LeaseKeeper:
         part = self.table.get(tp)
         if part is not None and part.epoch <= epoch:
             part.revoking = True
+            self.on_lease_change("revoke")
+            self._granted_at.pop(tp, None)
             self.table.remove(tp)
             if part.ready:
                 await self.fetcher.run(self.fetcher.unassign, tp)
@@ -280,6 +296,7 @@ class LeaseKeeper:
                 and not part.live(now)
             ):
                 part.suspended_at = now
+                self.on_lease_change("expire")
                 self.table.drop_buffer(part)
                 log.warning(
                     "lease expired locally: delivery and commits suspended",

@@ -36,6 +36,7 @@ from google.protobuf import duration_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from services.consumer_sidecar.batches import Slice
 from services.consumer_sidecar.leasing import ExplicitCommit, lease_problem
+from services.consumer_sidecar.metrics import ClientMetrics, acked_records
 from services.consumer_sidecar.partitions import TP, Partition
 from services.consumer_sidecar.reader import (
     RangeOutOfRange,
@@ -115,6 +116,7 @@ class _StreamState:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     error: DsError | None = None
     ended: bool = False  # the client half-closed or went away
+    client_id: str = ""  # for the client-access metrics
 
 
 def _validate_credit(prefix: str, credit: stream_pb2.StreamCredit) -> None:
@@ -192,9 +194,15 @@ def _kafka_error(exc: KafkaException, topic: str, partition: int) -> DsError:
 
 
 class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
-    def __init__(self, app: SidecarApp, readers: RangeReaders | None = None) -> None:
+    def __init__(
+        self,
+        app: SidecarApp,
+        readers: RangeReaders | None = None,
+        clients: ClientMetrics | None = None,
+    ) -> None:
         self.app = app
         self.readers = readers or RangeReaders(self._reader_config)
+        self.clients = clients  # client-access metrics; None = not counted
 
     def _reader_config(self) -> dict[str, Any]:
         """Range readers: the sidecar's Kafka settings under a group id of their own."""
@@ -252,6 +260,8 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         if request.auto_ack and taken:
             self.app.table.ack_slices(taken)
             await self.app.keeper.commit_acked()  # auto_ack: committed at delivery
+        if self.clients is not None:
+            self.clients.delivered(request.client_id, taken, acked=request.auto_ack)
         response = stream_pb2.FetchResponse()
         if columns:
             for s in taken:
@@ -267,6 +277,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         _validate_acks("acks", request.acks)
         _validate_ranges("ranges", request.ranges)
         outcome = self._apply_acks(request.acks, request.ranges)
+        self._count_acks(request.client_id, request.acks, request.ranges, outcome)
         if outcome.all_stale():
             raise self._stale_epoch(outcome)
         if outcome.accepted:
@@ -282,6 +293,11 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         rejected_ranges = [p for p in map(self.app.keeper.ack_range, ranges) if p is not None]
         accepted = len(acks) + len(ranges) - len(rejected) - len(rejected_ranges)
         return _AckOutcome(accepted, rejected, rejected_ranges)
+
+    def _count_acks(self, client_id: str, acks: Any, ranges: Any, outcome: _AckOutcome) -> None:
+        if self.clients is not None:
+            records = acked_records(acks, ranges, outcome.rejected, outcome.rejected_ranges)
+            self.clients.acked(client_id, records)
 
     def _stale_epoch(self, outcome: _AckOutcome) -> DsError:
         first: stream_pb2.RecordAck | stream_pb2.RangeAck = (
@@ -321,13 +337,17 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             raise DsError(Reason.SERVICE_NOT_READY, "sidecar has not joined the assigner yet")
         credit = Credit()
         credit.add(opened.initial_credit.records, opened.initial_credit.bytes)
-        state = _StreamState(credit=credit, auto_ack=opened.auto_ack, columns=columns)
+        state = _StreamState(
+            credit=credit, auto_ack=opened.auto_ack, columns=columns, client_id=opened.client_id
+        )
         limits = (
             (STREAM_COLUMNS_RECORDS, STREAM_COLUMNS_BYTES)
             if columns
             else (STREAM_BATCH_RECORDS, STREAM_BATCH_BYTES)
         )
         reader = asyncio.create_task(self._read_stream(request_iterator, state))
+        clients = self.clients
+        client_label = clients.stream_opened(opened.client_id) if clients is not None else ""
         try:
             while True:
                 state.wake.clear()
@@ -348,6 +368,8 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                 if state.auto_ack:
                     self.app.table.ack_slices(taken)
                     await self.app.keeper.commit_acked()
+                if clients is not None:
+                    clients.delivered(opened.client_id, taken, acked=state.auto_ack)
                 state.credit.spend(sum(map(len, taken)), sum(s.data_bytes() for s in taken))
                 response = stream_pb2.StreamResponse()
                 if state.columns:
@@ -362,6 +384,8 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
+            if clients is not None:
+                clients.stream_closed(client_label)
 
     async def _read_stream(
         self, request_iterator: AsyncIterator[stream_pb2.StreamRequest], state: _StreamState
@@ -376,6 +400,9 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                     _validate_acks("acks.acks", request.acks.acks)
                     _validate_ranges("acks.ranges", request.acks.ranges)
                     outcome = self._apply_acks(request.acks.acks, request.acks.ranges)
+                    self._count_acks(
+                        state.client_id, request.acks.acks, request.acks.ranges, outcome
+                    )
                     if outcome.accepted:
                         await self.app.keeper.commit_acked()
                     result = stream_pb2.StreamAckResult(
@@ -430,6 +457,12 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                 if chunk is None:
                     raise DsError(Reason.SERVICE_NOT_READY, "the range read was stopped")
                 self._held(tp, epoch)  # every chunk is read under the live lease
+                if self.clients is not None:
+                    self.clients.served_records(
+                        request.client_id,
+                        len(chunk.records),
+                        sum(len(r.key) + len(r.value) for r in chunk.records),
+                    )
                 yield stream_pb2.ReadRangeResponse(
                     records=chunk.records, lease_epoch=epoch, next_offset=chunk.next_offset
                 )

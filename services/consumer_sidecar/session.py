@@ -91,6 +91,9 @@ class SessionClient:
         self.mode: common_pb2.GroupMode.ValueType = common_pb2.GROUP_MODE_UNSPECIFIED
         self.on_accepted: Callable[[assigner_pb2.SessionAccepted], None] = lambda _acc: None
         self._nominal: dict[TP, int] = {}  # kafka_group mode: leases held only on paper
+        # Instrumentation hooks (metrics.py): a heartbeat sent; its ack's round trip.
+        self.on_heartbeat_sent: Callable[[], None] = lambda: None
+        self.on_heartbeat_acked: Callable[[float], None] = lambda _seconds: None
         self._nominal_released: list[ReleasedLease] = []
 
     @property
@@ -216,6 +219,7 @@ class SessionClient:
             request = await self._outbox.get()
             if request.WhichOneof("kind") == "heartbeat":
                 self._sent_at[request.heartbeat.seq] = time.monotonic()
+                self.on_heartbeat_sent()
             yield request
 
     async def _heartbeat_loop(self) -> None:
@@ -360,6 +364,7 @@ class SessionClient:
             for old in [s for s in self._sent_at if s < ack.seq]:
                 del self._sent_at[old]
             if sent is not None:
+                self.on_heartbeat_acked(time.monotonic() - sent)
                 deadline = sent + self.ttl - self.margin
                 renewed = {(TP(x.topic, x.partition), x.epoch) for x in ack.renewed_leases}
                 for tp, epoch in renewed:

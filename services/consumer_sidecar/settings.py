@@ -35,6 +35,17 @@ class SidecarSettings(ServiceSettings):
     statistics_interval_ms: int = Field(
         5000, ge=0, le=600_000, description="librdkafka statistics period (0 = off)"
     )
+    metrics_enabled: bool = Field(
+        True,
+        description="count consumption, commits, leases, polls and client access (off: "
+        "only the scrape-time views of the partition table and statistics remain)",
+    )
+    metrics_max_client_ids: int = Field(
+        100, ge=1, le=10_000, description="client_id label values tracked before 'other'"
+    )
+    metrics_client_idle_seconds: float = Field(
+        600.0, ge=0, description="idle time after which a client_id gives its label up"
+    )
 
     @field_validator("assigner")
     @classmethod

@@ -1,42 +1,178 @@
-"""librdkafka statistics → per-partition high watermark and lag (pure parsing).
+"""librdkafka statistics → what the sidecar needs and exports (pure parsing, no I/O).
 
 librdkafka emits a JSON document every ``statistics.interval.ms`` from inside
-``consume()`` (ARCHITECTURE §10). Per partition it has ``hi_offset`` (high watermark),
-``ls_offset`` (last stable offset) and ``consumer_lag``; -1 means unknown. Partitions
--1 (the topic's internal "UA" bucket) are skipped.
+``consume()`` (ARCHITECTURE §10; field reference: librdkafka's STATISTICS.md).
+
+* Per partition (``topics.<t>.partitions.<p>``): ``hi_offset`` (high watermark),
+  ``lo_offset`` (log start offset), ``consumer_lag`` (hi_offset - max(app_offset,
+  committed_offset)), ``fetchq_cnt``/``fetchq_size`` (librdkafka's prefetch queue). An
+  offset librdkafka does not know is -1 or -1001 (``RD_KAFKA_OFFSET_INVALID``); both
+  become -1 here. Partition -1 (the topic's internal "UA" bucket) is skipped.
+* Per broker (``brokers.<name>``): ``req.Fetch`` (Fetch requests sent, cumulative), ``rx``
+  and ``rxbytes`` (responses and bytes received, cumulative), and two *window* stats that
+  librdkafka resets at every emit: ``rtt`` (request round trip, microseconds) and
+  ``throttle`` (broker throttle time, milliseconds). :class:`WindowTotals` adds the windows
+  up so they can be exported as cumulative ``_count``/``_sum`` series.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from services.consumer_sidecar.partitions import TP
+
+UNKNOWN = -1
 
 
 @dataclass(frozen=True)
 class PartitionStats:
     high_watermark: int
     lag: int  # records between the consumer's position and the end; -1 = unknown
+    log_start: int = UNKNOWN  # lo_offset: the partition's first offset on the broker
+    fetch_queue_records: int = 0  # fetchq_cnt: prefetched, not yet returned by consume()
 
 
-def parse_partition_stats(document: str) -> dict[TP, PartitionStats]:
+@dataclass(frozen=True)
+class Window:
+    """One librdkafka rolling window (values in the unit librdkafka uses for it)."""
+
+    count: int = 0
+    total: int = 0
+    max: int = 0
+    p50: int = 0
+    p99: int = 0
+
+
+@dataclass(frozen=True)
+class BrokerStats:
+    name: str  # librdkafka's "host:port/nodeid"
+    node_id: int  # -1 for a bootstrap entry
+    state: str
+    fetch_requests: int  # req.Fetch, cumulative
+    responses: int  # rx, cumulative
+    received_bytes: int  # rxbytes, cumulative
+    rtt_us: Window = field(default_factory=Window)
+    throttle_ms: Window = field(default_factory=Window)
+
+
+@dataclass(frozen=True)
+class Statistics:
+    partitions: dict[TP, PartitionStats]
+    brokers: dict[str, BrokerStats]
+
+
+def _offset(value: Any) -> int:
+    """An offset field: librdkafka's -1001 (invalid) and any negative value → -1."""
     try:
-        stats: dict[str, Any] = json.loads(document)
-    except ValueError:
-        return {}
+        number = int(value)
+    except (TypeError, ValueError):
+        return UNKNOWN
+    return number if number >= 0 else UNKNOWN
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _window(raw: Any) -> Window:
+    if not isinstance(raw, Mapping):
+        return Window()
+    return Window(
+        count=_int(raw.get("cnt")),
+        total=_int(raw.get("sum")),
+        max=_int(raw.get("max")),
+        p50=_int(raw.get("p50")),
+        p99=_int(raw.get("p99")),
+    )
+
+
+def _partitions(stats: Mapping[str, Any]) -> dict[TP, PartitionStats]:
     out: dict[TP, PartitionStats] = {}
-    for topic, tstats in (stats.get("topics") or {}).items():
-        for pid, pstats in (tstats.get("partitions") or {}).items():
+    topics = stats.get("topics")
+    for topic, tstats in (topics if isinstance(topics, Mapping) else {}).items():
+        partitions = tstats.get("partitions") if isinstance(tstats, Mapping) else None
+        for pid, pstats in (partitions if isinstance(partitions, Mapping) else {}).items():
             try:
                 partition = int(pid)
             except ValueError:
                 continue
-            if partition < 0:
+            if partition < 0 or not isinstance(pstats, Mapping):
                 continue
+            lag = _int(pstats.get("consumer_lag", UNKNOWN))
             out[TP(topic, partition)] = PartitionStats(
-                high_watermark=int(pstats.get("hi_offset", -1)),
-                lag=int(pstats.get("consumer_lag", -1)),
+                high_watermark=_offset(pstats.get("hi_offset")),
+                lag=lag if lag >= 0 else UNKNOWN,
+                log_start=_offset(pstats.get("lo_offset")),
+                fetch_queue_records=max(0, _int(pstats.get("fetchq_cnt"))),
             )
     return out
+
+
+def _brokers(stats: Mapping[str, Any]) -> dict[str, BrokerStats]:
+    out: dict[str, BrokerStats] = {}
+    brokers = stats.get("brokers")
+    for name, bstats in (brokers if isinstance(brokers, Mapping) else {}).items():
+        if not isinstance(bstats, Mapping):
+            continue
+        requests = bstats.get("req")
+        out[str(name)] = BrokerStats(
+            name=str(name),
+            node_id=_int(bstats.get("nodeid", -1)),
+            state=str(bstats.get("state", "")),
+            fetch_requests=_int(requests.get("Fetch")) if isinstance(requests, Mapping) else 0,
+            responses=_int(bstats.get("rx")),
+            received_bytes=_int(bstats.get("rxbytes")),
+            rtt_us=_window(bstats.get("rtt")),
+            throttle_ms=_window(bstats.get("throttle")),
+        )
+    return out
+
+
+def parse_statistics(document: str) -> Statistics:
+    """The whole document; an unreadable one gives empty statistics."""
+    try:
+        stats = json.loads(document)
+    except ValueError:
+        return Statistics({}, {})
+    if not isinstance(stats, Mapping):
+        return Statistics({}, {})
+    return Statistics(_partitions(stats), _brokers(stats))
+
+
+def parse_partition_stats(document: str) -> dict[TP, PartitionStats]:
+    return parse_statistics(document).partitions
+
+
+@dataclass
+class WindowSums:
+    """Cumulative count and sum of one window stat over every emit so far."""
+
+    count: int = 0
+    total: int = 0
+    last: Window = field(default_factory=Window)
+
+    def add(self, window: Window) -> None:
+        self.count += window.count
+        self.total += window.total
+        self.last = window
+
+
+@dataclass
+class WindowTotals:
+    """librdkafka's windows, reset at every emit, made cumulative per broker (what a
+    Prometheus summary's ``_count``/``_sum`` must be). Not thread-safe: fed by the one
+    statistics callback; readers take :meth:`snapshot`."""
+
+    rtt: dict[str, WindowSums] = field(default_factory=dict)
+    throttle: dict[str, WindowSums] = field(default_factory=dict)
+
+    def add(self, brokers: Mapping[str, BrokerStats]) -> None:
+        for name, broker in brokers.items():
+            self.rtt.setdefault(name, WindowSums()).add(broker.rtt_us)
+            self.throttle.setdefault(name, WindowSums()).add(broker.throttle_ms)
