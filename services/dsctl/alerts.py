@@ -15,8 +15,8 @@ from rich.table import Table
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
+from services.dsctl.admin_client import ExitCode, classify_rpc_error, notifier_endpoint
 from services.notifier.faults import parse_severity, parse_type, short_severity, short_type
-from services.runtime.errors import error_info
 
 alerts_app = typer.Typer(
     help="Per-caller alert templates (rendered alerts for matching faults).",
@@ -41,13 +41,11 @@ def _stub(address: str) -> tuple[grpc.Channel, notifier_pb2_grpc.NotifierService
     return channel, notifier_pb2_grpc.NotifierServiceStub(channel)
 
 
-def _fail(err: grpc.RpcError) -> typer.Exit:
-    info = error_info(err)
-    reason = f" [{info.reason}]" if info is not None else ""
-    code = err.code().name if hasattr(err, "code") else "ERROR"
-    details = err.details() if hasattr(err, "details") else str(err)
-    err_console.print(f"[red]error:[/red] {code}{reason}: {details}")
-    return typer.Exit(1)
+def _fail(err: grpc.RpcError, address: str) -> typer.Exit:
+    """The error on stderr and dsctl's documented exit code (see ``dsctl --help``)."""
+    failure = classify_rpc_error(err, notifier_endpoint(address))
+    err_console.print(f"[red]error:[/red] {failure.message}", highlight=False, soft_wrap=True)
+    return typer.Exit(int(failure.exit_code))
 
 
 def build_template(
@@ -130,7 +128,7 @@ def put(
         )
     except ValueError as exc:
         err_console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        raise typer.Exit(int(ExitCode.ERROR)) from None
     channel, stub = _stub(notifier)
     with channel:
         try:
@@ -141,7 +139,7 @@ def put(
                 timeout=20,
             )
         except grpc.RpcError as err:
-            raise _fail(err) from None
+            raise _fail(err, notifier) from None
     stored = response.template
     route = stored.webhook.url if stored.WhichOneof("route") == "webhook" else stored.kafka.topic
     console.print(f"stored {stored.caller}/{stored.name} → {route}")
@@ -161,7 +159,7 @@ def list_templates(
                 notifier_pb2.ListAlertTemplatesRequest(caller=caller), timeout=10
             )
         except grpc.RpcError as err:
-            raise _fail(err) from None
+            raise _fail(err, notifier) from None
     if output is Output.json:
         rows = [
             json_format.MessageToDict(t, preserving_proto_field_name=True)
@@ -203,5 +201,5 @@ def delete(
                 timeout=20,
             )
         except grpc.RpcError as err:
-            raise _fail(err) from None
+            raise _fail(err, notifier) from None
     console.print(f"deleted {caller}/{name}")

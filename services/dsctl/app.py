@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import threading
 from enum import StrEnum
 from typing import Annotated, Any
@@ -11,17 +12,41 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer import rich_utils
 
-from services.dsctl import dev
+from services.dsctl import dev, read
+from services.dsctl.admin_client import EXIT_CODES_HELP, ExitCode
 from services.dsctl.alerts import alerts_app
 
-app = typer.Typer(
+_CLICK_USAGE_ERROR = 2
+
+
+class _Dsctl(typer.Typer):
+    """The Typer app, with click's usage errors ending in exit status 1 (click's own 2
+    means "not found" in dsctl's documented exit codes)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = super().__call__(*args, standalone_mode=False, **kwargs)
+        except typer.TyperException as err:
+            rich_utils.rich_format_error(err)  # type: ignore[arg-type]
+            code = int(getattr(err, "exit_code", ExitCode.ERROR))
+            sys.exit(int(ExitCode.ERROR) if code == _CLICK_USAGE_ERROR else code)
+        except typer.Abort:
+            rich_utils.rich_abort_error()
+            sys.exit(int(ExitCode.ERROR))
+        # Non-standalone click returns the exit code of typer.Exit, or the command's value.
+        sys.exit(result if isinstance(result, int) else int(ExitCode.OK))
+
+
+app = _Dsctl(
     name="dsctl",
-    help="Operate the dataservice mesh.",
+    help=f"Operate the dataservice mesh.\n\n{EXIT_CODES_HELP}",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+read.register(app)
 dev_app = typer.Typer(help="Run the whole mesh locally on real Kafka.", no_args_is_help=True)
 app.add_typer(dev_app, name="dev")
 app.add_typer(alerts_app, name="alerts")
