@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from dataservice.assigner.v1 import admin_pb2_grpc, assigner_pb2_grpc, binding_pb2_grpc
+from services.assigner.admin import OffsetsView
 from services.assigner.balancer import TopicPartition
 from services.assigner.groups import GroupRuntime
 from services.assigner.leader_guard import LeaderGuard
@@ -27,6 +28,9 @@ from services.assigner.metrics import AssignerMetrics
 from services.assigner.rpc import AdminServicer, AssignerServicer, BindingServicer
 from services.assigner.settings import AssignerSettings
 from services.assigner.state import GroupRecord, StateStore
+from services.assigner.ui.gather import LagSampler, UiData
+from services.assigner.ui.history import LagHistory
+from services.assigner.ui.routes import UiRoutes
 from services.runtime.errors import DsError, Reason
 from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route
@@ -58,6 +62,12 @@ class AssignerApp:
         self._election: asyncio.Task[None] | None = None
         self._admin_servicer = AdminServicer(self)
         self._serving = asyncio.Event()  # set while this replica leads and has loaded state
+        # /ui: pages gathered on this loop (set in on_ready), lag history sampled by the leader.
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.address = settings.advertised
+        self.lag_history = LagHistory()
+        self._ui_data = UiData(self, self.lag_history)
+        self._ui = UiRoutes(self, self._ui_data)
 
     # ---- Service protocol -----------------------------------------------------------------
 
@@ -84,7 +94,7 @@ class AssignerApp:
         return [self._probe]
 
     def http_routes(self) -> Mapping[str, Route]:
-        return {}
+        return self._ui.routes()
 
     def instance_meta(self) -> Mapping[str, str]:
         return {}
@@ -97,6 +107,8 @@ class AssignerApp:
         """Campaign for leadership (Consul session lock); without Consul this replica is
         the only one and leads at once. Election calls become_leader / step_down."""
         address = f"{self.settings.advertised}:{server.port}"
+        self.address = address
+        self.loop = asyncio.get_running_loop()
         self.faults.start()
         if self.settings.consul:
             self.leadership = LeaderElector(
@@ -166,15 +178,19 @@ class AssignerApp:
                 log.error("configured group not created", group=seed.name, error=err.message)
         self.leading = True
         self._serving.set()
+        self.metrics.leader.set(1)
         if self.settings.consul:  # elected among replicas: a takeover, resolved once settled
             self.faults.failover(self.leadership.leader_address, settle_until - self.now())
         self._tasks.append(asyncio.create_task(self._tick_loop(), name="tick"))
         self._tasks.append(asyncio.create_task(self._metadata_loop(), name="metadata"))
+        sampler = LagSampler(self, self.lag_history)
+        self._tasks.append(asyncio.create_task(sampler.run(), name="lag-sample"))
 
     async def step_down(self) -> None:
         """Leadership lost (or shutting down): stop acting on any group at once."""
         self.leading = False
         self._serving.clear()
+        self.metrics.leader.set(0)
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -182,7 +198,9 @@ class AssignerApp:
         self._tasks.clear()
         for group in self.groups.values():
             group.close()
+            self.metrics.forget_group(group.name)
         self.groups.clear()
+        self.lag_history.retain(set())
 
     async def drain(self) -> None:
         await self.leadership.resign()  # release the lock: a standby takes over at once
@@ -194,6 +212,7 @@ class AssignerApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._election
         await self.step_down()
+        await self._ui_data.close()
         await asyncio.to_thread(self._admin_servicer.close)
         await asyncio.to_thread(self.state.close)
         await asyncio.to_thread(self.faults.close)
@@ -204,6 +223,11 @@ class AssignerApp:
     def kafka_admin(self) -> AdminClient:
         """The process's one AdminClient (metadata, state topic, offsets, probe)."""
         return self._admin
+
+    @property
+    def offsets(self) -> OffsetsView:
+        """The offsets reader DescribeGroup uses (shared cache: /ui shows the same figures)."""
+        return self._admin_servicer.offsets
 
     @staticmethod
     def now() -> float:

@@ -151,6 +151,8 @@ class Outcome:
     membership_changed: bool = False
     lost: list[str] = field(default_factory=list)
     held_expired: list[str] = field(default_factory=list)
+    # Leases that lapsed at their expiry in this event (metrics only).
+    expired: list[TopicPartition] = field(default_factory=list)
 
 
 class GroupCoordinator:
@@ -335,6 +337,7 @@ class GroupCoordinator:
                 # The holder may have committed past its last report: the next owner
                 # resumes from what Kafka has, not from our copy.
                 lease.committed = COMMITTED
+                out.expired.append(lease.tp)
                 target = lease.next_holder
                 self._free(lease)
                 changed = True

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Iterable
@@ -160,6 +161,15 @@ class GroupRuntime:
         self._holders_seen: dict[str, tuple[TopicPartition, ...]] = {}
         self._background: set[asyncio.Task[None]] = set()
         self.log = log.bind(group=record.name)
+        # Observability only (metrics and /ui), never read by a decision:
+        # bytes/s per partition and per sidecar as last reported in heartbeats,
+        # the first revoke time (monotonic) and epoch of each partition in handoff,
+        # and the sidecars the group's clients were last bound to.
+        self.partition_rates: dict[TopicPartition, float] = {}
+        self.sidecar_rates: dict[str, float] = {}
+        self._revoked_at: dict[TopicPartition, tuple[float, int]] = {}
+        self._bound_sidecars: frozenset[str] | None = None
+        self.metrics.bindings.labels(record.name).set(len(self.clients))
 
     @property
     def name(self) -> str:
@@ -252,6 +262,7 @@ class GroupRuntime:
         ]
         outcome = self.coordinator.heartbeat(conn.member_id, progress, released, now)
         self.metrics.heartbeats.inc()
+        self._observe_progress(conn.member_id, progress, outcome)
         conn.send(self._ack(hb.seq, outcome))
         for r in released:
             self.metrics.releases.inc()
@@ -263,6 +274,28 @@ class GroupRuntime:
                 committed=r.committed,
             )
         self.apply(outcome)
+
+    def _observe_progress(
+        self, member_id: str, progress: Iterable[Progress], outcome: Outcome
+    ) -> None:
+        """Metrics from a heartbeat: bytes/s of the member's renewed leases, and the end
+        of each handoff whose new holder now renews the partition under its new epoch."""
+        renewed = {h.tp: h.epoch for h in outcome.renewed}
+        rate = 0.0
+        for p in progress:
+            if renewed.get(p.tp) == p.epoch:
+                self.partition_rates[p.tp] = p.bytes_per_second
+                rate += p.bytes_per_second
+        if member_id in self._holders_seen:  # not for a member that is leaving or gone
+            self.sidecar_rates[member_id] = rate
+            self.metrics.set_sidecar_rate(self.name, member_id, rate)
+        if self._revoked_at:
+            now = time.monotonic()
+            for tp, epoch in renewed.items():
+                started = self._revoked_at.get(tp)
+                if started is not None and epoch > started[1]:
+                    del self._revoked_at[tp]
+                    self.metrics.handoff_latency.labels(self.name).observe(now - started[0])
 
     @staticmethod
     def _ack(seq: int, outcome: Outcome) -> assigner_pb2.SessionResponse:
@@ -333,12 +366,14 @@ class GroupRuntime:
             self.clients.add(client_id)
             if self.state is not None:
                 self._track(self.state.put_binding(self.name, client_id))
+            self.metrics.bindings.labels(self.name).set(len(self.clients))
 
     def unbind(self, client_id: str) -> None:
         if client_id in self.clients:
             self.clients.discard(client_id)
             if self.state is not None:
                 self._track(self.state.delete_binding(self.name, client_id))
+            self.metrics.bindings.labels(self.name).set(len(self.clients))
 
     def _persist_group(self) -> None:
         if self.state is not None:
@@ -376,6 +411,8 @@ class GroupRuntime:
             durable = self.state.put_epochs(self.name, [(g.tp, g.epoch) for g in grants])
         for cmd in outcome.commands:
             self._dispatch(cmd, durable if isinstance(cmd, GrantCmd) else None)
+        if outcome.expired:
+            self.metrics.expiries.labels(self.name).inc(len(outcome.expired))
         if refresh is None:
             refresh = bool(
                 outcome.commands or outcome.membership_changed or outcome.lost
@@ -388,11 +425,13 @@ class GroupRuntime:
             holders = self._holders()
             self._publish_binding_if_changed(holders)
             self.metrics.set_distribution(self.name, {m: len(t) for m, t in holders.items()})
+            for gone in set(self.sidecar_rates) - set(holders):
+                del self.sidecar_rates[gone]
 
     def _dispatch(self, cmd: Command, after: Awaitable[None] | None) -> None:
         conn = self.connections.get(cmd.member)
         if isinstance(cmd, GrantCmd):
-            self.metrics.grants.inc()
+            self.metrics.grants.labels(self.name).inc()
             message = assigner_pb2.SessionResponse(
                 grant=assigner_pb2.LeaseGrant(
                     topic=cmd.tp.topic,
@@ -403,7 +442,9 @@ class GroupRuntime:
             )
         else:
             assert isinstance(cmd, RevokeCmd)
-            self.metrics.revokes.inc()
+            self.metrics.revokes.labels(self.name).inc()
+            if cmd.reason is not RevokeWhy.FENCED:  # a stale epoch, not a handoff
+                self._revoked_at.setdefault(cmd.tp, (time.monotonic(), cmd.epoch))
             message = assigner_pb2.SessionResponse(
                 revoke=assigner_pb2.LeaseRevoke(
                     topic=cmd.tp.topic,
@@ -454,6 +495,10 @@ class GroupRuntime:
         self._holders_seen = holders
         self.binding_version += 1
         self.faults.rebound(holders, len(self.clients))
+        serving = frozenset(holders)
+        if self._bound_sidecars is not None and serving != self._bound_sidecars:
+            self.metrics.rebinds.labels(self.name).inc(len(self.clients))
+        self._bound_sidecars = serving
         if self.watchers:
             binding = self.binding_for("")
             for queue in list(self.watchers):

@@ -1,10 +1,38 @@
-"""Every metric the assigner exports, declared against one injected registry."""
+"""Every metric the assigner exports, declared against one injected registry.
+
+Names follow the shared contract (README, "Assigner metrics"). prometheus_client appends
+``_total`` to counters: ``Counter("ds_assigner_lease_grants", ...)`` is exported as
+``ds_assigner_lease_grants_total``.
+
+Handoff latency is measured from the moment the assigner sends ``Revoke`` for a partition
+to the first heartbeat of the next holder that renews the partition under its new epoch
+(the new owner has it and is serving it). A handoff back to the same sidecar (static
+identity after a graceful restart) counts too; a lease that simply lapses (lost sidecar,
+no revoke) does not: its cost is the lease expiry, counted in
+``ds_assigner_lease_expiries_total``.
+"""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# Handoffs wait for the holder to drain (drain timeout, default 5 s) and, after a graceful
+# leave, for the hold window (default 10 s): buckets reach well past both.
+HANDOFF_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0)
+
+
+def imbalance_ratio(counts: Mapping[str, int]) -> float:
+    """max / mean partitions per sidecar (1.0 = perfectly even); 0.0 when there is no
+    sidecar or no partition is held (nothing to compare)."""
+    if not counts:
+        return 0.0
+    total = sum(counts.values())
+    if total <= 0:
+        return 0.0
+    return max(counts.values()) / (total / len(counts))
 
 
 class AssignerMetrics:
@@ -13,10 +41,29 @@ class AssignerMetrics:
         self.heartbeats = Counter(
             "ds_assigner_heartbeats", "Session heartbeats received", registry=registry
         )
-        self.grants = Counter("ds_assigner_lease_grants", "Lease grants sent", registry=registry)
-        self.revokes = Counter("ds_assigner_lease_revokes", "Lease revokes sent", registry=registry)
+        self.grants = Counter(
+            "ds_assigner_lease_grants", "Lease grants sent", ["group"], registry=registry
+        )
+        self.revokes = Counter(
+            "ds_assigner_lease_revokes", "Lease revokes sent", ["group"], registry=registry
+        )
+        self.expiries = Counter(
+            "ds_assigner_lease_expiries",
+            "Leases that lapsed at their expiry without being released (holder lost, "
+            "or a revoke not answered in time)",
+            ["group"],
+            registry=registry,
+        )
         self.releases = Counter(
             "ds_assigner_lease_releases", "Leases released by their holder", registry=registry
+        )
+        self.handoff_latency = Histogram(
+            "ds_assigner_handoff_latency_seconds",
+            "Revoke sent -> first heartbeat of the next holder renewing the partition "
+            "under its new epoch",
+            ["group"],
+            buckets=HANDOFF_BUCKETS,
+            registry=registry,
         )
         self.sessions = Gauge(
             "ds_assigner_sessions", "Open sidecar Session streams", registry=registry
@@ -30,12 +77,61 @@ class AssignerMetrics:
         self.members = Gauge(
             "ds_assigner_members", "Live sidecars per group", ["group"], registry=registry
         )
+        self.sidecar_rate = Gauge(
+            "ds_assigner_sidecar_bytes_per_second",
+            "Bytes/s the sidecar fetches for the group, summed over its leases (as reported "
+            "in its last heartbeat)",
+            ["group", "sidecar"],
+            registry=registry,
+        )
+        self.imbalance = Gauge(
+            "ds_assigner_imbalance_ratio",
+            "max / mean partitions per serving sidecar (1 = even; 0 = no sidecar)",
+            ["group"],
+            registry=registry,
+        )
+        self.bindings = Gauge(
+            "ds_assigner_bindings", "Application clients bound to the group", ["group"],
+            registry=registry,
+        )  # fmt: skip
+        self.rebinds = Counter(
+            "ds_assigner_rebinds",
+            "Client rebinds: bound clients pushed a binding whose set of sidecars changed "
+            "(one per client per change)",
+            ["group"],
+            registry=registry,
+        )
+        self.leader = Gauge(
+            "ds_assigner_leader", "1 while this assigner instance leads, else 0",
+            registry=registry,
+        )  # fmt: skip
+        self.leader.set(0)
         self._known: dict[str, set[str]] = {}
+        self._rated: dict[str, set[str]] = {}
 
     def set_distribution(self, group: str, counts: Mapping[str, int]) -> None:
         for gone in self._known.get(group, set()) - set(counts):
             self.partitions.remove(group, gone)
+        for gone in self._rated.get(group, set()) - set(counts):
+            self.sidecar_rate.remove(group, gone)
+            self._rated[group].discard(gone)
         for sidecar, count in counts.items():
             self.partitions.labels(group, sidecar).set(count)
         self._known[group] = set(counts)
         self.members.labels(group).set(len(counts))
+        self.imbalance.labels(group).set(imbalance_ratio(counts))
+
+    def set_sidecar_rate(self, group: str, sidecar: str, bytes_per_second: float) -> None:
+        self.sidecar_rate.labels(group, sidecar).set(bytes_per_second)
+        self._rated.setdefault(group, set()).add(sidecar)
+
+    def forget_group(self, group: str) -> None:
+        """The group is no longer served here (leadership lost): drop its series so a
+        follower does not export a stale distribution."""
+        for sidecar in self._known.pop(group, set()):
+            self.partitions.remove(group, sidecar)
+        for sidecar in self._rated.pop(group, set()):
+            self.sidecar_rate.remove(group, sidecar)
+        for gauge in (self.members, self.imbalance, self.bindings):
+            with contextlib.suppress(KeyError):
+                gauge.remove(group)

@@ -1,0 +1,337 @@
+"""Data for the pages, read from the live groups on the event loop (the I/O side of /ui).
+
+Offsets come from the same :class:`~services.assigner.admin.OffsetsView` that
+``AdminService.DescribeGroup`` uses (same cache, same lag and lag-seconds rules), so the
+page and DescribeGroup agree. Broker leaders come from Kafka metadata, recent faults from
+the notifier's ``ListFaults``. Every coroutine here runs on the assigner's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import grpc.aio
+import structlog
+from confluent_kafka import KafkaException
+
+from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
+from services.assigner import admin
+from services.assigner.balancer import TopicPartition
+from services.assigner.coordinator import Lease, LeaseState
+from services.assigner.metrics import imbalance_ratio
+from services.assigner.ui.history import LagHistory
+from services.assigner.ui.model import (
+    BindingRow,
+    BrokerLoad,
+    DistributionView,
+    FaultRow,
+    Faults,
+    GroupDistribution,
+    GroupSummary,
+    IndexView,
+    LagView,
+    NotLeader,
+    Page,
+    PartitionRow,
+    SidecarLoad,
+)
+from services.notifier.faults import short_severity, short_state, short_type
+from services.notifier.lag import Status, group_status
+from services.runtime.discovery import make_discovery
+from services.runtime.errors import DsError
+
+if TYPE_CHECKING:
+    from services.assigner.app import AssignerApp
+    from services.assigner.groups import GroupRuntime
+
+log = structlog.get_logger(__name__)
+
+LAG_SAMPLE_SECONDS = 5.0
+OFFSETS_WAIT_SECONDS = 3.0
+TIMESTAMPS_WAIT_SECONDS = 1.0
+NOTIFIER_TIMEOUT_SECONDS = 2.0
+METADATA_TIMEOUT_SECONDS = 5.0
+FAULTS_SHOWN = 20
+_STATES = {LeaseState.GRANTED: "granted", LeaseState.REVOKING: "revoking", LeaseState.FREE: "free"}
+
+
+def _key(tp: TopicPartition) -> str:
+    return f"{tp.topic}/{tp.partition}"
+
+
+class UiData:
+    """Builds the pages' data from one :class:`AssignerApp`."""
+
+    def __init__(self, app: AssignerApp, history: LagHistory) -> None:
+        self.app = app
+        self.history = history
+        self._notifier: tuple[str, grpc.aio.Channel] | None = None
+
+    def page(self) -> Page:
+        now = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        return Page(instance=self.app.address, generated_at=now)
+
+    async def not_leader(self) -> NotLeader | None:
+        """None while this replica leads and serves; else who does."""
+        if self.app.leading:
+            return None
+        leader = self.app.leadership.leader_address
+        return NotLeader(self.page(), leader, await self._leader_ui(leader))
+
+    async def _leader_ui(self, leader: str | None) -> str | None:
+        """The leader's /ui URL: its HTTP port is in its Consul registration's meta."""
+        if leader is None or not self.app.settings.consul:
+            return None
+        try:
+            _index, instances = await make_discovery(self.app.settings.consul).healthy(
+                self.app.name
+            )
+        except Exception:
+            return None
+        for instance in instances:
+            if instance.endpoint == leader and instance.meta.get("http_port"):
+                return f"http://{instance.address}:{instance.meta['http_port']}/ui"
+        return None
+
+    # ---- index --------------------------------------------------------------------------
+
+    async def index(self) -> IndexView:
+        groups = [self.app.groups[n] for n in sorted(self.app.groups)]
+        read = await self.app.offsets.many(
+            {g.name: sorted(g.coordinator.leases) for g in groups}, OFFSETS_WAIT_SECONDS
+        )
+        errors = sorted({str(r.message) for r in read.values() if isinstance(r, DsError)})
+        summaries = []
+        for g in groups:
+            offsets = read.get(g.name)
+            total = (
+                -1 if offsets is None or isinstance(offsets, DsError) else admin.total_lag(offsets)
+            )
+            summaries.append(
+                GroupSummary(
+                    name=g.name,
+                    mode=g.record.mode,
+                    strategy=g.record.balance_strategy,
+                    sidecars=len(g.coordinator.live_members()),
+                    partitions=len(g.coordinator.leases),
+                    clients=len(g.clients),
+                    total_lag=total,
+                )
+            )
+        return IndexView(self.page(), tuple(summaries), "; ".join(errors))
+
+    # ---- distribution ------------------------------------------------------------------
+
+    async def distribution(self) -> DistributionView:
+        groups = [self.app.groups[n] for n in sorted(self.app.groups)]
+        topics = sorted({t for g in groups for t in g.record.topics})
+        leaders: dict[TopicPartition, int] = {}
+        hosts: dict[int, str] = {}
+        broker_error = ""
+        if topics:
+            try:
+                leaders, hosts = await asyncio.to_thread(self._broker_leaders, topics)
+            except KafkaException as exc:
+                broker_error = f"cannot read Kafka metadata: {exc}"
+        return DistributionView(
+            self.page(),
+            tuple(_group_distribution(g, leaders, hosts) for g in groups),
+            broker_error,
+        )
+
+    def _broker_leaders(
+        self, topics: Sequence[str]
+    ) -> tuple[dict[TopicPartition, int], dict[int, str]]:
+        """Partition -> leader broker id, and broker id -> host:port (blocking)."""
+        metadata = self.app.kafka_admin.list_topics(timeout=METADATA_TIMEOUT_SECONDS)
+        hosts = {b.id: f"{b.host}:{b.port}" for b in metadata.brokers.values()}
+        leaders: dict[TopicPartition, int] = {}
+        for topic in topics:
+            info = metadata.topics.get(topic)
+            if info is None or info.error is not None:
+                continue
+            for p in info.partitions.values():
+                leaders[TopicPartition(topic, p.id)] = p.leader
+        return leaders, hosts
+
+    # ---- lag ----------------------------------------------------------------------------
+
+    async def lag(self, name: str) -> LagView:
+        """Raises DsError (GROUP_NOT_FOUND, KAFKA_UNAVAILABLE) as DescribeGroup would."""
+        admin.validate_group_name("group", name)
+        group = self.app.group(name)
+        partitions = sorted(group.coordinator.leases)
+        offsets = await self.app.offsets.group(group.name, partitions, OFFSETS_WAIT_SECONDS)
+        starts = {tp: max(o.committed, o.earliest) for tp, o in offsets.items() if o.lag > 0}
+        oldest = await self.app.offsets.oldest_timestamps(starts, TIMESTAMPS_WAIT_SECONDS)
+        now_wall, now_mono = time.time(), self.app.now()
+        rows = []
+        statuses = []
+        for tp, o in sorted(offsets.items()):
+            lease = group.coordinator.leases.get(tp)
+            status = self.history.status(group.name, tp, now_mono)
+            statuses.append(status)
+            rows.append(
+                PartitionRow(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    holder=(lease.holder or "") if lease else "",
+                    epoch=lease.epoch if lease else 0,
+                    state=_STATES[lease.state] if lease else "free",
+                    committed=o.committed,
+                    end=o.end,
+                    lag_records=o.lag,
+                    lag_seconds=admin.lag_seconds(o.lag, oldest.get(tp), now_wall),
+                    status=status.name,
+                    trend=tuple(self.history.trend(group.name, tp)),
+                    bytes_per_second=group.partition_rates.get(tp, 0.0)
+                    if lease and lease.holder
+                    else 0.0,
+                )
+            )
+        overall = group_status(s for s in statuses if s is not Status.NOTFOUND)
+        return LagView(
+            page=self.page(),
+            group=group.name,
+            status=overall.name if rows else Status.NOTFOUND.name,
+            partitions=tuple(rows),
+            bindings=_bindings(group),
+            faults=await self.faults(group.name),
+            sample_seconds=LAG_SAMPLE_SECONDS,
+        )
+
+    async def faults(self, group: str) -> Faults:
+        address = self.app.settings.notifier
+        if not address:
+            return Faults(note="notifier not configured (--notifier HOST:PORT)")
+        try:
+            stub = notifier_pb2_grpc.NotifierServiceStub(self._channel(address))
+            response = await stub.ListFaults(
+                notifier_pb2.ListFaultsRequest(group=group, page_size=FAULTS_SHOWN),
+                timeout=NOTIFIER_TIMEOUT_SECONDS,
+            )
+        except grpc.aio.AioRpcError as exc:
+            return Faults(note=f"notifier {address} did not answer: {exc.code().name}")
+        rows = tuple(
+            FaultRow(
+                detected_at=f.detected_at.ToDatetime(tzinfo=UTC).isoformat(timespec="seconds")
+                if f.HasField("detected_at")
+                else "",
+                type=short_type(f.type),
+                state=short_state(f.state),
+                severity=short_severity(f.severity),
+                source=f"{f.source_service} {f.source_instance}".strip(),
+                message=f.message,
+            )
+            for f in response.faults
+        )
+        return Faults(rows=rows)
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        if self._notifier is None or self._notifier[0] != address:
+            self._notifier = (address, grpc.aio.insecure_channel(address))
+        return self._notifier[1]
+
+    async def close(self) -> None:
+        if self._notifier is not None:
+            await self._notifier[1].close(None)
+            self._notifier = None
+
+
+def _group_distribution(
+    group: GroupRuntime, leaders: dict[TopicPartition, int], hosts: dict[int, str]
+) -> GroupDistribution:
+    coordinator = group.coordinator
+    members = coordinator.serving_members()
+    held: dict[str, list[str]] = {m.id: [] for m in members}
+    unassigned: list[str] = []
+    by_broker: dict[int, list[str]] = {}
+    for tp, lease in sorted(coordinator.leases.items()):
+        if _serving(lease) and lease.holder in held:
+            held[lease.holder].append(_key(tp))
+        else:
+            unassigned.append(_key(tp))
+        if tp in leaders:
+            by_broker.setdefault(leaders[tp], []).append(_key(tp))
+    sidecars = tuple(
+        SidecarLoad(
+            sidecar_id=m.id,
+            endpoint=m.endpoint,
+            zone=m.zone or "",
+            partitions=tuple(held[m.id]),
+            bytes_per_second=group.sidecar_rates.get(m.id, 0.0),
+        )
+        for m in members
+    )
+    brokers = tuple(
+        BrokerLoad(broker_id=b, host=hosts.get(b, "?"), partitions=tuple(tps))
+        for b, tps in sorted(by_broker.items())
+    )
+    return GroupDistribution(
+        name=group.name,
+        mode=group.record.mode,
+        strategy=group.record.balance_strategy,
+        sidecars=sidecars,
+        brokers=brokers,
+        unassigned=tuple(unassigned),
+        imbalance=imbalance_ratio({s.sidecar_id: len(s.partitions) for s in sidecars}),
+    )
+
+
+def _serving(lease: Lease) -> bool:
+    """Held right now (granted, or revoking while its holder drains)."""
+    return lease.holder is not None and lease.state is not LeaseState.FREE
+
+
+def _bindings(group: GroupRuntime) -> tuple[BindingRow, ...]:
+    rows = []
+    for client in sorted(group.clients):
+        binding = group.binding_for(client)
+        rows.append(
+            BindingRow(
+                client_id=client,
+                sidecars=tuple(f"{e.sidecar_id}@{e.address}" for e in binding.endpoints),
+            )
+        )
+    return tuple(rows)
+
+
+class LagSampler:
+    """The leader's timer: every ``interval`` seconds, each group's committed and end
+    offsets go into the lag history (the sparkline and Burrow's windows)."""
+
+    def __init__(
+        self, app: AssignerApp, history: LagHistory, interval: float = LAG_SAMPLE_SECONDS
+    ) -> None:
+        self.app = app
+        self.history = history
+        self.interval = interval
+
+    async def run(self) -> None:
+        # Not at once on election: a just-created topic's first offset reads are the ones
+        # that crashed librdkafka (see services/assigner/admin.py); one interval later the
+        # partitions serve.
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.sample_once()
+            except Exception:
+                log.exception("lag sample failed")
+
+    async def sample_once(self) -> None:
+        groups = {name: sorted(g.coordinator.leases) for name, g in self.app.groups.items()}
+        self.history.retain(set(groups))
+        if not groups:
+            return
+        read = await self.app.offsets.many(groups, OFFSETS_WAIT_SECONDS)
+        now = self.app.now()
+        for name, offsets in read.items():
+            if isinstance(offsets, DsError):
+                log.debug("lag sample skipped", group=name, error=offsets.message)
+                continue
+            for tp, o in offsets.items():
+                self.history.add(name, tp, o.committed, o.end, o.lag, now)
