@@ -172,11 +172,18 @@ def _print_where_to_look(stack: dev.Stack) -> None:
     lines = [
         f"Kafka      {stack.bootstrap}  topic {dev.DEMO_TOPIC} ({dev.DEMO_PARTITIONS} partitions),"
         f" group {dev.DEMO_GROUP}",
-        "assigner   grpc 127.0.0.1:7070   metrics http://127.0.0.1:7071/metrics",
+        "assigner   grpc 127.0.0.1:7070   metrics http://127.0.0.1:7071/metrics"
+        "   views http://127.0.0.1:7071/ui",
         "notifier   grpc 127.0.0.1:7090   metrics http://127.0.0.1:7091/metrics",
         f"sidecar-0  grpc {sidecar.grpc}   metrics http://{sidecar.http}/metrics",
         f"logs       {stack.dir}/logs",
     ]
+    if any(c.name == dev.PROBE_SIDECAR for c in stack.components):
+        lines.append(
+            f"probe      topic {dev.PROBE_TOPIC} via group {dev.PROBE_GROUP} "
+            f"({dev.PROBE_SIDECAR} :{dev.PROBE_SIDECAR_PORTS[0]}); ds_probe_* on the notifier's "
+            "metrics"
+        )
     if stack.consul:
         lines.append(f"consul     http://{stack.consul}/ui")
     if any(c.name == dev.SPARK_DISTRIBUTION for c in stack.components):
@@ -188,5 +195,6 @@ def _print_where_to_look(stack: dev.Stack) -> None:
         '  grpcurl -plaintext -d \'{"client_id":"me","group":"demo","max_records":3}\' '
         f"{sidecar.grpc} dataservice.sidecar.v1.StreamService/Fetch"
     )
+    console.print("  dsctl groups; dsctl lag demo; dsctl top; dsctl faults --follow")
     console.print("  dsctl dev status --output json")
     console.print("  dsctl dev down")

@@ -1,10 +1,11 @@
 """The local stack behind ``dsctl dev up|status|down``.
 
 Everything runs as real processes on loopback: Apache Kafka (KRaft, jars from Maven
-Central), optionally a Consul dev agent, the assigner, N sidecars, the notifier and a
-sample producer. Each runs in its own session so it outlives ``dsctl dev up --detach``;
-``stack.json`` in the state directory records pids (with their start times, so a reused
-pid is never signalled) and ports, and ``down`` stops them in reverse order.
+Central), optionally a Consul dev agent, the assigner, N sidecars, the notifier (with the
+end-to-end probe on) and the probe group's sidecar, and a sample producer. Each runs in
+its own session so it outlives ``dsctl dev up --detach``; ``stack.json`` in the state
+directory records pids (with their start times, so a reused pid is never signalled) and
+ports, and ``down`` stops them in reverse order.
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ from services.runtime.kafka import wait_partitions_serving
 DEMO_TOPIC = "ds.demo"
 DEMO_GROUP = "demo"
 DEMO_PARTITIONS = 12
+# The end-to-end probe (services/notifier/probe.py): the notifier creates the topic and the
+# group and consumes the probes through their own sidecar, so `dsctl dev up` shows the
+# probe's round trip (ds_probe_* on the notifier's /metrics, 7091).
+PROBE_TOPIC = "ds.probe"
+PROBE_GROUP = "ds-probe"
+PROBE_SIDECAR = "sidecar-probe"
 
 
 def state_dir() -> Path:
@@ -117,6 +124,7 @@ class UpOptions:
     timeout: float = 180.0
     spark_distribution: bool = False  # also run spark.jobs.distribution on the demo group
     spark_every: float = 60.0
+    probe: bool = True  # run the end-to-end probe (notifier + a sidecar of its group)
 
 
 def _record(name: str, proc_pid: int, log: Path, grpc: str | None, http: str | None) -> Component:
@@ -127,6 +135,23 @@ def _record(name: str, proc_pid: int, log: Path, grpc: str | None, http: str | N
 def _sidecar_ports(index: int) -> tuple[int, int]:
     # sidecar-0 gets the documented 7080/7081; more sidecars go above the notifier's 7090s.
     return (7080, 7081) if index == 0 else (7100 + 2 * index, 7101 + 2 * index)
+
+
+# The probe group's sidecar: next to sidecar-0, below the notifier's 7090s.
+PROBE_SIDECAR_PORTS = (7082, 7083)
+
+
+def _notifier_config(root: Path, options: UpOptions) -> Path:
+    """The notifier's YAML: the probe on, binding through the stack's assigner."""
+    config = root / "notifier.yaml"
+    probe = {
+        "enabled": options.probe,
+        "topic": PROBE_TOPIC,
+        "group": PROBE_GROUP,
+        "assigner": "127.0.0.1:7070",
+    }
+    config.write_text(json.dumps({"probe": probe}, indent=2) + "\n")  # JSON is valid YAML
+    return config
 
 
 def up(options: UpOptions, say: Callable[[str], None]) -> Stack:
@@ -221,34 +246,25 @@ def _start_all(
             "7091",
             "--outbox-path",
             str(root / "notifier-outbox.sqlite"),
+            "--config",
+            str(_notifier_config(root, options)),
         ],
         7090,
         7091,
     )
+
+    def start_sidecar(name: str, group: str, grpc: int, http: int) -> None:
+        argv = [
+            python, "-m", "services.consumer_sidecar", *common,
+            "--grpc-port", str(grpc), "--http-port", str(http),
+            "--group", group, "--id", name, "--assigner", "127.0.0.1:7070", *report_to,
+        ]  # fmt: skip
+        start(name, argv, grpc, http)
+
     for i in range(options.sidecars):
-        grpc, http = _sidecar_ports(i)
-        start(
-            f"sidecar-{i}",
-            [
-                python,
-                "-m",
-                "services.consumer_sidecar",
-                *common,
-                "--grpc-port",
-                str(grpc),
-                "--http-port",
-                str(http),
-                "--group",
-                DEMO_GROUP,
-                "--id",
-                f"sidecar-{i}",
-                "--assigner",
-                "127.0.0.1:7070",
-                *report_to,
-            ],
-            grpc,
-            http,
-        )
+        start_sidecar(f"sidecar-{i}", DEMO_GROUP, *_sidecar_ports(i))
+    if options.probe:
+        start_sidecar(PROBE_SIDECAR, PROBE_GROUP, *PROBE_SIDECAR_PORTS)
     log = logs / "producer.log"
     proc = procs.spawn(
         [

@@ -8,6 +8,8 @@
   protobuf or JSON) and, for each confirmed fault, queues the rendered alerts of matching
   templates (``alerts.py``); the webhook relay POSTs webhook alerts.
 * The lag monitor evaluates every group and reports LAG_* faults through the same path.
+* The end-to-end probe (optional, ``probe.enabled``) produces probe records and consumes
+  them through the mesh; lost probes raise PROBE_LOST through the same path.
 
 Kafka is needed once at start (topics, templates); later outages only delay publishing,
 so the notifier stays SERVING while its outbox is writable.
@@ -34,8 +36,9 @@ from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
 from services.notifier import faults, lag, template_store, templates
 from services.notifier.alerts import AlertRouter
 from services.notifier.lag_monitor import LagMonitor
-from services.notifier.metrics import NotifierMetrics
+from services.notifier.metrics import NotifierMetrics, ProbeMetrics
 from services.notifier.outbox import KAFKA_LANE, WEBHOOK_LANE, Outbox, OutboxItem, Received
+from services.notifier.probe import TICK_SECONDS, Prober, fault_event, new_instance_id
 from services.notifier.relay import ID_HEADER, KafkaRelay, RelayHooks, WebhookRelay
 from services.notifier.rpc import NotifierServicer
 from services.notifier.settings import NotifierSettings
@@ -148,6 +151,16 @@ class NotifierApp:
             self.outbox, hooks=hooks, timeout=settings.webhook_timeout_seconds
         )
         self.lag = LagMonitor(settings.lag, self._admin, lambda: self._consumer("ds-notifier-lag"))
+        self.prober: Prober | None = None
+        if settings.probe.enabled:
+            self.prober = Prober(
+                settings.probe,
+                instance=new_instance_id(self.instance),
+                admin=self._admin,
+                producer=self._probe_producer(),
+                metrics=ProbeMetrics(self.registry),
+                consul=settings.consul,
+            )
         self._idempotent: OrderedDict[str, notifier_pb2.AlertTemplate | None] = OrderedDict()
         self._tasks: list[asyncio.Task[None]] = []
         self._threads_started = False
@@ -160,6 +173,18 @@ class NotifierApp:
             self.settings,
             client_id="ds-notifier-outbox",
             overrides={"message.timeout.ms": 0, "max.in.flight.requests.per.connection": 5},
+        )
+
+    def _probe_producer(self) -> Producer:
+        # Unbatched (a probe's round trip should not include linger time); a probe the
+        # producer cannot deliver within the probe timeout is reported failed, not kept.
+        return new_producer(
+            self.settings,
+            client_id="ds-notifier-probe",
+            overrides={
+                "linger.ms": 0,
+                "message.timeout.ms": max(1000, int(self.settings.probe.timeout_seconds * 1000)),
+            },
         )
 
     def _consumer(self, client_id: str) -> Consumer:
@@ -207,6 +232,8 @@ class NotifierApp:
             self.settings.faults_topic_replication,
             {},
         )
+        if self.prober is not None:
+            await asyncio.to_thread(self.prober.setup)
         if not self._threads_started:
             await asyncio.to_thread(self.templates.start)
             self.kafka_relay.start()
@@ -215,6 +242,9 @@ class NotifierApp:
                 self.lag.start()
                 self._spawn(self._lag_poll_loop(), "lag-poll")
                 self._spawn(self._lag_evaluate_loop(), "lag-evaluate")
+            if self.prober is not None:
+                self.prober.start()
+                self._spawn(self._probe_loop(self.prober), "probe")
             self._spawn(self._timer_loop(), "timers")
             self._threads_started = True
         self._started.set()
@@ -232,6 +262,8 @@ class NotifierApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self.lag.stop()
+        if self.prober is not None:
+            await asyncio.to_thread(self.prober.stop)
         self.templates.stop()
         await asyncio.to_thread(self.kafka_relay.stop, 10.0)
         await asyncio.to_thread(self.webhook_relay.stop)
@@ -436,6 +468,18 @@ class NotifierApp:
             }
         )
         return event
+
+    # ---- end-to-end probe -------------------------------------------------------------------
+
+    async def _probe_loop(self, prober: Prober) -> None:
+        while True:
+            try:
+                change = await asyncio.to_thread(prober.tick)
+                if change is not None:
+                    await self.report(fault_event(change, prober.settings, self.instance))
+            except Exception as exc:  # Kafka unreachable, say: the next tick tries again
+                log.warning("probe round failed", error=repr(exc))
+            await asyncio.sleep(TICK_SECONDS)
 
     # ---- alert templates ------------------------------------------------------------------
 

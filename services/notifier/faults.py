@@ -159,6 +159,16 @@ CATALOGUE: Mapping[FaultTypeValue, FaultSpec] = {
             T.SEVERITY_WARNING,
             "An evaluation finds no partition in REWIND.",
         ),
+        FaultSpec(
+            T.FAULT_TYPE_PROBE_LOST,
+            "End-to-end delivery is broken: a probe record produced to the probe topic was "
+            "not consumed through the mesh (probe group) in time.",
+            "A probe is not received within the probe timeout (sidecar of the probe group "
+            "stopped or cut off, assigner down, Kafka not delivering).",
+            "notifier",
+            T.SEVERITY_ERROR,
+            "Every partition that lost a probe delivers a later probe within the timeout.",
+        ),
     )
 }
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from services.notifier.lag import GroupLag
 
@@ -123,3 +123,73 @@ class NotifierMetrics:
             self.group_status.remove(name)
         self._lag_labels = seen
         self._group_labels = names
+
+
+# Round trips of a healthy mesh are tens of milliseconds; the top buckets reach the
+# default probe timeout (30 s), past which a probe counts as lost instead.
+PROBE_ROUNDTRIP_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0,
+)  # fmt: skip
+
+
+class ProbeMetrics:
+    """The end-to-end probe's metrics (declared only when the probe is enabled, so a
+    notifier without it exports no probe series an alert could misread)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.sent = Counter(
+            "ds_probe_sent",
+            "Probe records produced to the probe topic",
+            ["partition"],
+            registry=registry,
+        )
+        self.received = Counter(
+            "ds_probe_received",
+            "Probe records consumed back through the mesh within the probe timeout",
+            registry=registry,
+        )
+        self.lost = Counter(
+            "ds_probe_lost",
+            "Probe records not consumed through the mesh within the probe timeout",
+            ["partition"],
+            registry=registry,
+        )
+        self.late = Counter(
+            "ds_probe_late",
+            "Probe records consumed after they had been counted lost",
+            registry=registry,
+        )
+        self.discarded = Counter(
+            "ds_probe_discarded",
+            "Records of the probe topic not counted: another instance's or an earlier run's "
+            "probes (foreign), second deliveries (duplicate), not a probe (undecodable)",
+            ["reason"],
+            registry=registry,
+        )
+        self.produce_errors = Counter(
+            "ds_probe_produce_errors",
+            "Probe records the producer could not deliver to Kafka (not counted as lost)",
+            registry=registry,
+        )
+        self.roundtrip = Histogram(
+            "ds_probe_roundtrip_seconds",
+            "Probe round trip: produced by the notifier until received by its probe consumer "
+            "through the mesh (probes received within the timeout)",
+            buckets=PROBE_ROUNDTRIP_BUCKETS,
+            registry=registry,
+        )
+        self.last_success = Gauge(
+            "ds_probe_last_success_timestamp_seconds",
+            "Unix time of the last probe received within the timeout (0 = none yet)",
+            registry=registry,
+        )
+        self.in_flight = Gauge(
+            "ds_probe_in_flight",
+            "Probes sent and neither received nor counted lost yet",
+            registry=registry,
+        )
+        self.consumer_errors = Counter(
+            "ds_probe_consumer_errors",
+            "Failures of the probe consumer (group creation, bind, fetch); retried",
+            registry=registry,
+        )

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from services.notifier.faults import parse_type
-from services.runtime.settings import ServiceSettings
+from services.runtime.settings import ServiceSettings, parse_host_port
 
 
 class LagThresholdSettings(BaseModel):
@@ -64,6 +64,47 @@ class LagSettings(BaseModel):
         return value
 
 
+class ProbeSettings(BaseModel):
+    """The end-to-end delivery probe (services/notifier/probe.py): probe records produced to
+    every partition of ``topic`` and consumed back through the mesh as group ``group``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = Field(
+        False, description="run the probe (needs a sidecar serving the probe group)"
+    )
+    topic: str = Field("ds.probe", min_length=1, max_length=249, description="probe topic")
+    group: str = Field(
+        "ds-probe",
+        min_length=1,
+        max_length=200,
+        description="leased group that consumes the probe topic (created if missing)",
+    )
+    partitions: int = Field(
+        3, ge=1, le=1000, description="partitions of the probe topic when the probe creates it"
+    )
+    replication: int = Field(
+        1, ge=1, le=7, description="replication factor of the probe topic when created"
+    )
+    interval_seconds: float = Field(
+        5.0, gt=0, le=3600, description="one probe record per partition this often"
+    )
+    timeout_seconds: float = Field(
+        30.0, gt=0, le=3600, description="a probe not consumed within this is counted lost"
+    )
+    assigner: str = Field(
+        "127.0.0.1:7070",
+        description="assigner HOST:PORT the probe consumer binds through (with --consul, "
+        "the leader in Consul's KV is used instead)",
+    )
+
+    @field_validator("assigner")
+    @classmethod
+    def _valid_assigner(cls, value: str) -> str:
+        parse_host_port(value, what="probe assigner address")
+        return value
+
+
 class NotifierSettings(ServiceSettings):
     grpc_port: int = Field(7090, ge=0, le=65535)
     http_port: int = Field(7091, ge=0, le=65535)
@@ -89,6 +130,7 @@ class NotifierSettings(ServiceSettings):
     alerts_topic_partitions: int = Field(3, ge=1, le=1000)
     webhook_timeout_seconds: float = Field(5.0, gt=0, le=120)
     lag: LagSettings = Field(default_factory=LagSettings)
+    probe: ProbeSettings = Field(default_factory=ProbeSettings)
 
     def resolved_outbox_path(self) -> Path:
         if self.outbox_path is not None:

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -21,7 +22,7 @@ from services.devstack.ports import free_port, port_is_open
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
 
-FIXED_PORTS = (7070, 7071, 7080, 7081, 7090, 7091, 7102, 7103)
+FIXED_PORTS = (7070, 7071, 7080, 7081, 7082, 7083, 7090, 7091, 7102, 7103)
 
 
 def dsctl(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -47,7 +48,15 @@ def test_dev_up_status_down(tmp_path: Path) -> None:
         state = json.loads(status.stdout)
         pids = [c["pid"] for c in state["components"]]
         names = {c["name"] for c in state["components"]}
-        assert names == {"kafka-0", "assigner", "notifier", "sidecar-0", "sidecar-1", "producer"}
+        assert names == {
+            "kafka-0",
+            "assigner",
+            "notifier",
+            "sidecar-0",
+            "sidecar-1",
+            "sidecar-probe",
+            "producer",
+        }
         assert all(c["running"] for c in state["components"])
         assert all(c["healthy"] in (True, None) for c in state["components"])
         assert state["bootstrap"] == f"127.0.0.1:{kafka_port}"
@@ -65,6 +74,20 @@ def test_dev_up_status_down(tmp_path: Path) -> None:
                 client.ack(batch)
             assert len(got) >= 20
             assert all(json.loads(r.value)["user"].startswith("user-") for r in got)
+
+        # The end-to-end probe round-trips through its own sidecar (notifier /metrics).
+        def probe_received() -> float:
+            with urllib.request.urlopen("http://127.0.0.1:7091/metrics", timeout=5) as r:
+                text = r.read().decode()
+            for line in text.splitlines():
+                if line.startswith("ds_probe_received_total "):
+                    return float(line.split()[1])
+            return 0.0
+
+        deadline = time.monotonic() + 90
+        while probe_received() == 0 and time.monotonic() < deadline:
+            time.sleep(1)
+        assert probe_received() > 0
     finally:
         down = dsctl("dev", "down", env=env)
     assert down.returncode == 0, down.stderr

@@ -96,6 +96,10 @@ class _FaultTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FaultType.V
     """
     FAULT_TYPE_LAG_REWOUND: _FaultType.ValueType  # 14
     """Notifier lag evaluator: the committed offset moved backwards (Burrow "REWIND")."""
+    FAULT_TYPE_PROBE_LOST: _FaultType.ValueType  # 15
+    """Notifier end-to-end probe: a probe record produced to a partition of the probe topic
+    was not delivered through the mesh within the probe timeout.
+    """
 
 class FaultType(_FaultType, metaclass=_FaultTypeEnumTypeWrapper):
     """What kind of fault an event reports. Each type has a definition (what), a trigger (when)
@@ -136,6 +140,10 @@ FAULT_TYPE_LAG_STOPPED: FaultType.ValueType  # 13
 """
 FAULT_TYPE_LAG_REWOUND: FaultType.ValueType  # 14
 """Notifier lag evaluator: the committed offset moved backwards (Burrow "REWIND")."""
+FAULT_TYPE_PROBE_LOST: FaultType.ValueType  # 15
+"""Notifier end-to-end probe: a probe record produced to a partition of the probe topic
+was not delivered through the mesh within the probe timeout.
+"""
 Global___FaultType: _TypeAlias = FaultType  # noqa: Y015
 
 class _FaultState:
