@@ -19,7 +19,7 @@ from rich.text import Text
 
 from dataservice.assigner.v1 import admin_pb2, types_pb2
 from dataservice.common.v1 import common_pb2
-from services.notifier.faults import short_severity, short_state, short_type
+from services.notifier.faults import event_fields
 
 Doc = dict[str, Any]
 PartitionKey = tuple[str, str, int]  # (group, topic, partition)
@@ -372,24 +372,7 @@ def _partitions_text(partitions: Sequence[Doc]) -> str:
 
 
 def fault_doc(event: common_pb2.FaultEvent) -> Doc:
-    return {
-        "id": event.id,
-        "type": short_type(event.type),
-        "state": short_state(event.state),
-        "severity": short_severity(event.severity),
-        "source_service": event.source_service,
-        "source_instance": event.source_instance,
-        "group": event.group,
-        "topic": event.topic,
-        "partitions": list(event.partitions),
-        "consumer_id": event.consumer_id,
-        "client_id": event.client_id,
-        "detected_at": iso(event.detected_at),
-        "message": event.message,
-        "attributes": dict(sorted(event.attributes.items())),
-        "dedupe_key": event.dedupe_key,
-        "suppressed_count": event.suppressed_count,
-    }
+    return event_fields(event)
 
 
 def faults_doc(events: Iterable[common_pb2.FaultEvent]) -> Doc:

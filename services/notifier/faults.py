@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from dataservice.common.v1 import common_pb2
 
@@ -187,6 +187,29 @@ def short_severity(value: SeverityValue) -> str:
 
 def short_state(value: common_pb2.FaultState.ValueType) -> str:
     return common_pb2.FaultState.Name(value).removeprefix(_STATE_PREFIX)
+
+
+def event_fields(event: common_pb2.FaultEvent) -> dict[str, Any]:
+    """An event as plain fields with short enum names: what alert templates render and
+    what ``dsctl faults --output json`` prints. ``detected_at`` is RFC 3339 UTC, or None."""
+    return {
+        "id": event.id,
+        "type": short_type(event.type),
+        "state": short_state(event.state),
+        "severity": short_severity(event.severity),
+        "source_service": event.source_service,
+        "source_instance": event.source_instance,
+        "group": event.group,
+        "topic": event.topic,
+        "partitions": list(event.partitions),
+        "consumer_id": event.consumer_id,
+        "client_id": event.client_id,
+        "detected_at": event.detected_at.ToJsonString() if event.HasField("detected_at") else None,
+        "message": event.message,
+        "attributes": dict(sorted(event.attributes.items())),
+        "dedupe_key": event.dedupe_key,
+        "suppressed_count": event.suppressed_count,
+    }
 
 
 def parse_type(name: str) -> FaultTypeValue:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,7 +20,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2
-from services.notifier.faults import short_severity, short_state, short_type
+from services.notifier.faults import event_fields
 
 MAX_TEMPLATE_CHARS = 16 * 1024
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -118,31 +117,10 @@ def matches(template: notifier_pb2.AlertTemplate, event: common_pb2.FaultEvent) 
 
 
 def variables(event: common_pb2.FaultEvent) -> dict[str, Any]:
-    detected = ""
-    if event.HasField("detected_at"):
-        detected = (
-            datetime.fromtimestamp(event.detected_at.ToNanoseconds() / 1e9, UTC)
-            .isoformat()
-            .replace("+00:00", "Z")
-        )
-    return {
-        "id": event.id,
-        "type": short_type(event.type),
-        "state": short_state(event.state),
-        "severity": short_severity(event.severity),
-        "source_service": event.source_service,
-        "source_instance": event.source_instance,
-        "group": event.group,
-        "topic": event.topic,
-        "partitions": list(event.partitions),
-        "consumer_id": event.consumer_id,
-        "client_id": event.client_id,
-        "detected_at": detected,
-        "message": event.message,
-        "attributes": dict(event.attributes),
-        "dedupe_key": event.dedupe_key,
-        "suppressed_count": event.suppressed_count,
-    }
+    """A template's variables: the event's fields (``detected_at`` "" when unknown)."""
+    fields = event_fields(event)
+    fields["detected_at"] = fields["detected_at"] or ""
+    return fields
 
 
 def render(text: str, event: common_pb2.FaultEvent) -> str:
