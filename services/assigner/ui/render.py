@@ -68,8 +68,14 @@ def _fmt_seconds(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+# What a badge says where Burrow's own word would puzzle an operator; the title keeps
+# Burrow's status name (and data-status, for scripts, stays Burrow's).
+_STATUS_LABELS = {"NOTFOUND": "no commit yet"}
+
+
 def _status(status: str) -> str:
-    return f'<span class="status s-{_e(status)}">{_e(status)}</span>'
+    label = _STATUS_LABELS.get(status, status)
+    return f'<span class="status s-{_e(status)}" title="{_e(status)}">{_e(label)}</span>'
 
 
 def layout(page: Page, title: str, body: str, *, refresh: bool = True) -> str:
