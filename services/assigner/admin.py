@@ -21,8 +21,8 @@ Documented limits, until durable assigner state (issue 3) lands:
 * DescribeGroup's committed and end offsets are at most 1 s old: concurrent and repeated
   calls share one Kafka read per group per second, so polling it costs Kafka nothing more.
 * ListGroups computes ``total_lag`` live for the groups of the page (one committed-offsets
-  request per group, one end-offsets request per page, all in flight together); when Kafka
-  cannot answer in time it reports -1 (unknown) instead of failing the listing.
+  request per group, one end-offsets request per partition, within one deadline); when
+  Kafka cannot answer in time it reports -1 (unknown) instead of failing the listing.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import concurrent.futures
 import dataclasses
 import hashlib
 import hmac
@@ -43,14 +42,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from confluent_kafka import (
-    TIMESTAMP_NOT_AVAILABLE,
-    Consumer,
-    ConsumerGroupTopicPartitions,
-    KafkaException,
-)
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
-from confluent_kafka.admin import AdminClient
 from google.protobuf import duration_pb2, field_mask_pb2, message, timestamp_pb2
 
 from dataservice.assigner.v1 import types_pb2
@@ -58,7 +51,7 @@ from dataservice.common.v1 import common_pb2
 from services.assigner.balancer import TopicPartition
 from services.assigner.state import GroupRecord
 from services.runtime.errors import DsError, Reason, invalid
-from services.runtime.kafka import new_admin, new_consumer
+from services.runtime.kafka import is_retriable, new_consumer
 from services.runtime.settings import ServiceSettings
 
 M = TypeVar("M", bound=message.Message)
@@ -70,6 +63,11 @@ IDEMPOTENCY_MAX_ENTRIES = 10_000
 KAFKA_TIMEOUT_SECONDS = 5.0
 LAG_PROBE_SECONDS = 2.0
 LAG_PROBE_MAX_PARTITIONS = 256
+# Groups whose committed-offsets consumer is kept open between reads (least recently read
+# closed first): the assigner's groups, and a ListGroups page's, stay warm.
+COMMITTED_READERS_KEPT = 128
+# Pause before asking again after a retriable error (the coordinator is being re-found).
+COMMITTED_RETRY_SECONDS = 0.1
 # DescribeGroup may be polled many times a second (tests watch handoffs that way): offsets
 # are read at most once per OFFSETS_MAX_AGE per group, and a new lag_seconds probe starts at
 # most once per LAG_PROBE_INTERVAL.
@@ -545,23 +543,23 @@ def wall_timestamp(mono: float, now_mono: float, now_wall: float) -> timestamp_p
 class KafkaOffsets:
     """Reads a group's committed offsets and its partitions' log bounds from Kafka.
 
-    Every method blocks (up to ``timeout``): call it through ``asyncio.to_thread``. All
-    requests of one call are in flight together; Kafka that cannot answer in time raises
+    Every method blocks (up to ``timeout``): call it through ``asyncio.to_thread``. One
+    call's requests share one deadline; Kafka that cannot answer in time raises
     ``DsError(KAFKA_UNAVAILABLE)``.
+
+    Committed offsets are read by a consumer whose ``group.id`` is the group, never by an
+    AdminClient: see :meth:`_committed`. No consumer here subscribes (so none joins a
+    group) or commits; all are used and closed under ``_lock``, one thread at a time.
     """
 
     def __init__(
-        self,
-        settings: ServiceSettings,
-        *,
-        admin: AdminClient | None = None,
-        timeout: float = KAFKA_TIMEOUT_SECONDS,
+        self, settings: ServiceSettings, *, timeout: float = KAFKA_TIMEOUT_SECONDS
     ) -> None:
         self.settings = settings
         self.timeout = timeout
-        self._admin = admin or new_admin(settings, client_id="ds-assigner-admin")
-        self._lock = threading.Lock()
-        self._consumer: Consumer | None = None  # for watermarks; never subscribes or commits
+        self._lock = threading.RLock()  # read_many holds it around _watermarks
+        self._consumer: Consumer | None = None  # for watermarks
+        self._readers: OrderedDict[str, Consumer] = OrderedDict()  # committed offsets, by group
 
     def read(
         self, group: str, partitions: Sequence[TopicPartition]
@@ -574,58 +572,96 @@ class KafkaOffsets:
     def read_many(
         self, groups: Mapping[str, Sequence[TopicPartition]]
     ) -> dict[str, dict[TopicPartition, PartitionOffsets] | DsError]:
-        """Offsets of several groups: one committed-offsets request per group (all in
-        flight together) and the watermarks of their partitions."""
+        """Offsets of several groups: each group's committed offsets, then the watermarks
+        of all their partitions, within one deadline."""
         deadline = time.monotonic() + self.timeout
         all_tps = sorted({tp for tps in groups.values() for tp in tps})
         if not all_tps:
             return {g: {} for g in groups}
-        try:
-            committed_futures = {
-                group: self._admin.list_consumer_group_offsets(
-                    [ConsumerGroupTopicPartitions(group, [_ktp(tp) for tp in tps])],
-                    request_timeout=self.timeout,
-                )[group]
-                for group, tps in groups.items()
-                if tps
-            }
-            bounds = self._watermarks(all_tps, deadline)
-        except KafkaException as exc:
-            err = _unavailable(f"cannot read partition offsets from Kafka: {_text(exc)}")
-            return {group: err if tps else {} for group, tps in groups.items()}
         out: dict[str, dict[TopicPartition, PartitionOffsets] | DsError] = {}
-        for group, tps in groups.items():
-            if not tps:
-                out[group] = {}
-                continue
+        committed: dict[str, dict[tuple[str, int], int]] = {}
+        with self._lock:
+            for group, tps in groups.items():
+                try:
+                    committed[group] = self._committed(group, tps, deadline) if tps else {}
+                except KafkaException as exc:
+                    out[group] = _unavailable(
+                        f"cannot read committed offsets of group {group!r}: {_text(exc)}", group
+                    )
+            if not any(groups[g] for g in committed):
+                return {group: out.get(group, {}) for group in groups}
             try:
-                listed = _wait(committed_futures[group], deadline, f"committed offsets of {group}")
+                bounds = self._watermarks(all_tps, deadline)
             except KafkaException as exc:
-                out[group] = _unavailable(
-                    f"cannot read committed offsets of group {group!r}: {_text(exc)}", group
-                )
+                err = _unavailable(f"cannot read partition offsets from Kafka: {_text(exc)}")
+                return {group: err if tps else {} for group, tps in groups.items()}
+        for group, tps in groups.items():
+            if group in out:
                 continue
-            committed = {
-                (ktp.topic, ktp.partition): (ktp.offset if ktp.offset >= 0 else NO_OFFSET)
-                for ktp in listed.topic_partitions
-                if ktp.error is None
-            }
             out[group] = {
                 tp: PartitionOffsets(
-                    committed=committed.get(tp, NO_OFFSET),
+                    committed=committed[group].get(tp, NO_OFFSET),
                     earliest=bounds[tp][0],
                     end=bounds[tp][1],
                 )
                 for tp in tps
             }
-        return out
+        return {group: out[group] for group in groups}
+
+    def _committed(
+        self, group: str, tps: Sequence[TopicPartition], deadline: float
+    ) -> dict[tuple[str, int], int]:
+        """(topic, partition) -> the group's committed offset; a partition without one is
+        missing. Called under ``_lock``.
+
+        Through a consumer of the group, not AdminClient.list_consumer_group_offsets: when
+        an OffsetFetch is answered NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE, librdkafka
+        (2.16 here; confluentinc/librdkafka#5040) asks the client's own consumer group to
+        re-find its coordinator, and an AdminClient has none: a NULL dereference on its
+        rdk:main thread, a SIGSEGV that kills the assigner. Kafka answers so whenever a
+        group's coordinator is not where the client looked: on a fresh broker until
+        __consumer_offsets is loaded (the first DescribeGroup), and on every coordinator
+        move. A consumer has the group, re-finds the coordinator, and the read is asked
+        again until ``deadline``.
+        """
+        reader = self._reader(group)
+        request = [_ktp(tp) for tp in tps]
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise KafkaException(f"timed out reading the committed offsets of {group}")
+            try:
+                listed = reader.committed(request, timeout=left)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if not (isinstance(error, KafkaError) and is_retriable(error)):
+                    raise
+                time.sleep(max(0.0, min(COMMITTED_RETRY_SECONDS, deadline - time.monotonic())))
+                continue
+            return {
+                (ktp.topic, ktp.partition): (ktp.offset if ktp.offset >= 0 else NO_OFFSET)
+                for ktp in listed
+                if ktp.error is None
+            }
+
+    def _reader(self, group: str) -> Consumer:
+        """The group's committed-offsets consumer, kept for the next read. Under ``_lock``."""
+        reader = self._readers.pop(group, None)
+        if reader is None:
+            reader = new_consumer(self.settings, group=group, client_id="ds-assigner-offsets")
+        self._readers[group] = reader  # the most recently read last
+        while len(self._readers) > COMMITTED_READERS_KEPT:
+            _, oldest = self._readers.popitem(last=False)
+            oldest.close()
+        return reader
 
     def _watermarks(
         self, tps: Sequence[TopicPartition], deadline: float
     ) -> dict[TopicPartition, tuple[int, int]]:
         """(log start, high watermark) per partition. A consumer's watermark query rather
-        than AdminClient.list_offsets: librdkafka 2.x crashed the assigner (segfault in
-        rdk:main) on list_offsets against freshly created topics."""
+        than AdminClient.list_offsets: the assigner once died (segfault in rdk:main) around
+        list_offsets on a fresh broker, most likely the OffsetFetch crash of
+        :meth:`_committed` rather than list_offsets itself."""
         out: dict[TopicPartition, tuple[int, int]] = {}
         with self._lock:
             if self._consumer is None:
@@ -651,6 +687,8 @@ class KafkaOffsets:
             if self._consumer is not None:
                 self._consumer.close()
                 self._consumer = None
+            while self._readers:
+                self._readers.popitem()[1].close()
 
     def oldest_timestamps(
         self, starts: Mapping[TopicPartition, int], budget: float = LAG_PROBE_SECONDS
@@ -698,13 +736,6 @@ def _ktp(tp: TopicPartition, offset: int | None = None) -> KafkaTopicPartition:
     if offset is None:
         return KafkaTopicPartition(tp.topic, tp.partition)
     return KafkaTopicPartition(tp.topic, tp.partition, offset)
-
-
-def _wait(future: concurrent.futures.Future[Any], deadline: float, what: str) -> Any:
-    try:
-        return future.result(timeout=max(0.0, deadline - time.monotonic()))
-    except concurrent.futures.TimeoutError as exc:
-        raise KafkaException(f"timed out reading {what}") from exc
 
 
 def _text(exc: BaseException) -> str:

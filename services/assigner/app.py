@@ -221,7 +221,7 @@ class AssignerApp:
 
     @property
     def kafka_admin(self) -> AdminClient:
-        """The process's one AdminClient (metadata, state topic, offsets, probe)."""
+        """The process's one AdminClient (metadata, state topic, probe)."""
         return self._admin
 
     @property

@@ -187,9 +187,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     @property
     def offsets(self) -> admin.OffsetsView:
         if self._offsets is None:
-            self._offsets = admin.OffsetsView(
-                admin.KafkaOffsets(self.app.settings, admin=self.app.kafka_admin)
-            )
+            self._offsets = admin.OffsetsView(admin.KafkaOffsets(self.app.settings))
         return self._offsets
 
     # ---- reads --------------------------------------------------------------------------

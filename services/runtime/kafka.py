@@ -100,8 +100,10 @@ def new_admin(settings: ServiceSettings, *, client_id: str) -> AdminClient:
     config = _base(settings, client_id)
     # No Python callbacks on an AdminClient: librdkafka may fire them from its own
     # threads, where confluent-kafka has no call state (seen here as a SIGSEGV in
-    # rdk:main on a fresh broker). Its errors surface through the calls' futures and
-    # the dependency probe; its own log lines stay in C, at error level only.
+    # rdk:main on a fresh broker; that crash was most likely librdkafka#5040, see
+    # services/assigner/admin.py KafkaOffsets._committed). Its errors surface through
+    # the calls' futures and the dependency probe; its own log lines stay in C, at error
+    # level only.
     config["log_level"] = 3
     return AdminClient(config)
 

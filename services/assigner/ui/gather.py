@@ -312,9 +312,9 @@ class LagSampler:
         self.interval = interval
 
     async def run(self) -> None:
-        # Not at once on election: a just-created topic's first offset reads are the ones
-        # that crashed librdkafka (see services/assigner/admin.py); one interval later the
-        # partitions serve.
+        # The first sample one interval after election: the new leader's first reads
+        # (DescribeGroup, the state topic) go first, and the trend starts from a settled
+        # point.
         while True:
             await asyncio.sleep(self.interval)
             try:
