@@ -1,7 +1,7 @@
 """AdminService on the real mesh (issue: Assigner, item 8).
 
 An assigner and two sidecars on a real Kafka broker: DescribeGroup's committed and end
-offsets and lag per partition equal what Kafka's own AdminClient reports; MoveLease hands a
+offsets and lag per partition equal what Kafka itself reports; MoveLease hands a
 partition to the other sidecar (new holder, higher epoch) and consumption goes on; bad
 requests get the right status code and ErrorInfo reason.
 """
@@ -14,8 +14,7 @@ from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, Producer, TopicPartition
 from google.protobuf import field_mask_pb2
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
@@ -26,6 +25,7 @@ from services.consumer_sidecar.client import DsClient
 from services.runtime.errors import DsError, Reason, error_info
 from services.runtime.settings import ServiceSettings
 from tests.support.mesh import Mesh
+from tests.support.offsets import committed_offsets
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -44,12 +44,10 @@ def produce(bootstrap: str, topic: str, count: int) -> None:
 
 def kafka_offsets(bootstrap: str, group: str, topic: str) -> dict[int, tuple[int, int]]:
     """partition -> (committed or -1, end offset), read directly from Kafka."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    request = ConsumerGroupTopicPartitions(
-        group, [TopicPartition(topic, p) for p in range(PARTITIONS)]
-    )
-    listed = admin.list_consumer_group_offsets([request])[group].result(timeout=10)
-    committed = {tp.partition: max(tp.offset, -1) for tp in listed.topic_partitions}
+    committed = {
+        p: max(offset, -1)
+        for p, offset in committed_offsets(bootstrap, group, topic, PARTITIONS).items()
+    }
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ds-test-watermarks"})
     try:
         return {

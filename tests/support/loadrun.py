@@ -14,12 +14,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-from confluent_kafka.admin import AdminClient
-
 from services.consumer_sidecar.client import DsClient
 from tests.support.assignment import Assignment, AssignmentWatcher, wait_stable
 from tests.support.mesh import Mesh, ServiceProcess
+from tests.support.offsets import committed_offsets
 from tests.support.records import ConsumerLoop, Delivery, SeqProducer, Tally, wait_received
 
 
@@ -80,12 +78,7 @@ class LoadRun:
 
     def committed(self) -> dict[int, int]:
         """The group's committed offsets in Kafka, per partition (-1001 = none)."""
-        admin = AdminClient({"bootstrap.servers": self.mesh.bootstrap})
-        request = ConsumerGroupTopicPartitions(
-            self.group, [TopicPartition(self.topic, p) for p in range(self.partitions)]
-        )
-        result = admin.list_consumer_group_offsets([request])[self.group].result(timeout=10)
-        return {tp.partition: tp.offset for tp in result.topic_partitions}
+        return committed_offsets(self.mesh.bootstrap, self.group, self.topic, self.partitions)
 
     def finish(self, drain_timeout: float = 60) -> Result:
         try:

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 import grpc
 import psutil
 import yaml
-from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, Producer
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from services.devstack.ports import free_ports
 from tests.support.mesh import Mesh, ServiceProcess
+from tests.support.offsets import committed_partitions, group_reader
 
 
 def start_sidecar(
@@ -82,14 +82,9 @@ def parse_commit(offset: int, metadata: str | None) -> Commit:
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, Commit]:
     """The group's committed offsets of ``topic`` with their metadata (offset -1001 = none)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    request = ConsumerGroupTopicPartitions(
-        group, [TopicPartition(topic, p) for p in range(partitions)]
-    )
-    result = admin.list_consumer_group_offsets([request])[group].result(timeout=10)
     return {
         tp.partition: parse_commit(tp.offset, getattr(tp, "metadata", None))
-        for tp in result.topic_partitions
+        for tp in committed_partitions(bootstrap, group, topic, partitions)
     }
 
 
@@ -120,20 +115,25 @@ class CommitWatcher:
         self._thread.join(timeout=15)
 
     def _run(self) -> None:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        request = ConsumerGroupTopicPartitions(
-            self.group, [TopicPartition(self.topic, p) for p in range(self.partitions)]
-        )
+        reader = group_reader(self.bootstrap, self.group)
+        try:
+            self._poll(reader)
+        finally:
+            reader.close()
+
+    def _poll(self, reader: Consumer) -> None:
         while not self._stop.is_set():
             try:
-                result = admin.list_consumer_group_offsets([request])[self.group].result(timeout=5)
+                listed = committed_partitions(
+                    self.bootstrap, self.group, self.topic, self.partitions, reader=reader
+                )
             except Exception:  # a poll that fails is retried; the count is reported
                 self.failed_polls += 1
                 self._stop.wait(self.interval)
                 continue
             now = time.monotonic()
             with self._lock:
-                for tp in result.topic_partitions:
+                for tp in listed:
                     commit = parse_commit(tp.offset, getattr(tp, "metadata", None))
                     seq = self.history.setdefault(tp.partition, [])
                     if not seq or seq[-1][1] != commit:
