@@ -218,13 +218,24 @@ class Fetcher:
         """Fetch thread: kafka_group mode's commit (no lease: epoch 0 in the metadata)."""
         self.commit([CommitRequest(tp, offset, UNLEASED_EPOCH) for tp, offset in commits])
 
-    def commit(self, requests: list[CommitRequest]) -> None:
+    def commit(self, requests: list[CommitRequest]) -> list[CommitRequest]:
         """Fetch thread: synchronous commit; the metadata records the lease epoch (§3.1.6).
+        Returns the requests committed (the others were dropped, see below).
 
         A request queued before its partition was given up (revoked, fenced, or handed
         back to Kafka) is dropped: only a partition still held with the same epoch is
-        committed. In kafka_group mode every epoch is 0, so a partition Kafka handed back
-        to us meanwhile is told apart by its committed offset: never commit below it."""
+        committed. So is one whose local lease deadline passed while it waited in the
+        command queue: a process paused (SIGSTOP, a VM stall) between the asyncio side's
+        check and this thread's turn must not commit when it wakes, since the partition may
+        be another sidecar's by then and Kafka does not fence commits from non-members
+        (ARCHITECTURE §10). The deadline is checked here, the last moment before the
+        request is handed to librdkafka. In kafka_group mode every epoch is 0, so a
+        partition Kafka handed back to us meanwhile is told apart by its committed offset:
+        never commit below it."""
+        now = self._table.clock()
+        kept = [r for r in requests if self._still_committable(r, now)]
+        if not kept:
+            return []
         offsets = [
             TopicPartition(
                 r.tp.topic,
@@ -232,27 +243,41 @@ class Fetcher:
                 r.offset,
                 metadata=commitmeta.encode(r.epoch, self._sidecar_id, r.offset, r.acked),
             )
-            for r in requests
-            if self._still_committable(r)
+            for r in kept
         ]
-        if not offsets:
-            return
-        kept = [r for r in requests if self._still_committable(r)]
         started = time.monotonic()
         try:
             result = self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
             self.on_commit_request(False, time.monotonic() - started)
             if self._defer_if_rebalancing(exc, kept):
-                return
+                return []
             raise
         failed = [
             (r, tp.error) for r, tp in zip(kept, result or [], strict=False) if tp.error is not None
         ]
         self.on_commit_request(not failed, time.monotonic() - started)
+        self._warn_if_outlived(kept)
         for request, error in failed:
             if not self._defer_if_rebalancing(KafkaException(error), [request]):
                 raise KafkaException(error)
+        return kept
+
+    def _warn_if_outlived(self, committed: list[CommitRequest]) -> None:
+        """A commit whose lease deadline passed while librdkafka sent it (the process was
+        paused inside the call) may have reached Kafka after the partition moved: say so,
+        with what was committed, so an operator can tell a late commit from a fencing bug."""
+        now = self._table.clock()
+        for request in committed:
+            part = self._table.get(request.tp)
+            if part is not None and part.epoch == request.epoch and not part.live(now):
+                log.warning(
+                    "commit outlived its lease: it may have landed after the partition moved",
+                    topic=request.tp.topic,
+                    partition=request.tp.partition,
+                    offset=request.offset,
+                    epoch=request.epoch,
+                )
 
     def _defer_if_rebalancing(self, exc: KafkaException, requests: list[CommitRequest]) -> bool:
         """kafka_group mode: a commit refused because a rebalance is under way (the member's
@@ -270,7 +295,8 @@ class Fetcher:
 
     def _retry_deferred(self) -> None:
         deferred, self._deferred = self._deferred, {}
-        requests = [r for r in deferred.values() if self._still_committable(r)]
+        now = self._table.clock()
+        requests = [r for r in deferred.values() if self._still_committable(r, now)]
         if not requests:
             return
         try:
@@ -278,9 +304,9 @@ class Fetcher:
         except KafkaException as exc:
             log.warning("deferred commit failed", error=str(exc))
 
-    def _still_committable(self, request: CommitRequest) -> bool:
+    def _still_committable(self, request: CommitRequest, now: float) -> bool:
         part = self._table.get(request.tp)
-        if part is None or part.epoch != request.epoch:
+        if part is None or part.epoch != request.epoch or not part.live(now):
             return False
         return not self.classic or request.offset >= part.committed
 

@@ -403,10 +403,12 @@ class LeaseKeeper:
                     versions.append(version)
             if not requests:
                 return
-            await self.fetcher.run(self.fetcher.commit, requests)
+            sent = await self.fetcher.run(self.fetcher.commit, requests)
+            done = {id(r) for r in sent}  # a request the fetch thread dropped stays pending
             for part, request, version in zip(parts, requests, versions, strict=True):
-                part.committed = max(part.committed, request.offset)
-                part.committed_version = version
+                if id(request) in done:
+                    part.committed = max(part.committed, request.offset)
+                    part.committed_version = version
 
     async def commit_offsets(self, commits: list[ExplicitCommit]) -> list[CommitOutcome]:
         """Commit explicit offsets, each fenced by its lease epoch and the local deadline,
@@ -425,7 +427,7 @@ class LeaseKeeper:
             if accepted:
                 requests = [CommitRequest(c.tp, c.offset, c.epoch) for _, _, c in accepted]
                 try:
-                    await self.fetcher.run(self.fetcher.commit, requests)
+                    sent = await self.fetcher.run(self.fetcher.commit, requests)
                 except KafkaException as exc:
                     log.warning("explicit commit failed", error=str(exc))
                     for index, _, commit in accepted:
@@ -433,7 +435,16 @@ class LeaseKeeper:
                             commit, stream_pb2.REJECT_REASON_COMMIT_FAILED, str(exc)
                         )
                 else:
-                    for index, part, commit in accepted:
+                    done = {id(r) for r in sent}
+                    for (index, part, commit), request in zip(accepted, requests, strict=True):
+                        if id(request) not in done:  # its lease lapsed before it was sent
+                            problem = lease_problem(part, self.clock(), commit.epoch)
+                            reason, detail = problem or (
+                                stream_pb2.REJECT_REASON_COMMIT_FAILED,
+                                "the lease was given up before the commit was sent",
+                            )
+                            outcomes[index] = CommitOutcome(commit, reason, detail)
+                            continue
                         part.committed = commit.offset
                         outcomes[index] = CommitOutcome(
                             commit, stream_pb2.REJECT_REASON_UNSPECIFIED
@@ -448,7 +459,7 @@ class LeaseKeeper:
             )
             if part.ready and moved and part.live(self.clock()):
                 request = CommitRequest(part.tp, point, part.epoch, acked)
-                await self.fetcher.run(self.fetcher.commit, [request])
-                part.committed = point
-                part.committed_version = version
+                if await self.fetcher.run(self.fetcher.commit, [request]):
+                    part.committed = point
+                    part.committed_version = version
             return part.committed

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from dataservice.assigner.v1 import assigner_pb2
 from dataservice.common.v1 import common_pb2
+from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.batches import Chunk, chunk_from_records
 from services.consumer_sidecar.classic import (
     ClassicMembership,
@@ -28,6 +29,7 @@ from services.consumer_sidecar.partitions import (
     NO_DEADLINE,
     TP,
     UNLEASED_EPOCH,
+    Partition,
     PartitionTable,
 )
 from services.consumer_sidecar.session import SessionClient, SessionIdentity
@@ -278,6 +280,27 @@ def test_commits_for_partitions_no_longer_held_are_dropped() -> None:
     fetcher.commit([CommitRequest(T, 5, 0), CommitRequest(U, 5, 0), CommitRequest(T, 6, 3)])
     assert [(tp.partition, tp.offset) for tp in consumer.committed[0]] == [(0, 5)]
     assert '"epoch":0' in str(consumer.committed[0][0].metadata)
+
+
+def test_a_commit_whose_lease_lapsed_while_queued_is_not_sent() -> None:
+    # The asyncio side checked the lease, then the process was paused (SIGSTOP) before the
+    # fetch thread's turn: on waking, the deadline has passed and the partition may be
+    # another sidecar's, whose commits Kafka would not protect from ours.
+    clock = Clock()
+    table = PartitionTable(1 << 26, clock)
+    consumer = FakeConsumer()
+    fetcher = fetcher_with(table, consumer)
+    table.add(Partition(tp=T, epoch=2, deadline=clock.now + 3, acks=PartitionAcks(0)))
+    table.add(Partition(tp=U, epoch=2, deadline=clock.now + 30, acks=PartitionAcks(0)))
+    first = CommitRequest(T, 5, 2)
+    assert fetcher.commit([first]) == [first]
+    clock.now += 4  # paused past T's deadline, not U's
+    late, other = CommitRequest(T, 9, 2), CommitRequest(U, 7, 2)
+    assert fetcher.commit([late, other]) == [other]
+    assert [[(tp.partition, tp.offset) for tp in c] for c in consumer.committed] == [
+        [(0, 5)],
+        [(1, 7)],
+    ]
 
 
 def test_kafka_group_mode_never_commits_below_a_reassigned_partitions_start() -> None:

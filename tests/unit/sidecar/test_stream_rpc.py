@@ -42,8 +42,9 @@ class FakeFetcher:
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         return fn(*args)
 
-    def commit(self, requests: list[CommitRequest]) -> None:
+    def commit(self, requests: list[CommitRequest]) -> list[CommitRequest]:
         self.commits.extend(requests)
+        return requests
 
 
 @dataclass
