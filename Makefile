@@ -54,4 +54,5 @@ bench-short:
 	$(VENV)/python tests/bench/bench_balancer.py --short
 	$(VENV)/python tests/bench/bench_session.py --short
 	$(VENV)/python tests/bench/bench_sidecar.py --short
+	$(VENV)/python tests/bench/bench_metrics_overhead.py --short
 	$(VENV)/python tests/bench/bench_spark.py --short
