@@ -118,6 +118,10 @@ class AssignerMetrics:
         for sidecar, count in counts.items():
             self.partitions.labels(group, sidecar).set(count)
         self._known[group] = set(counts)
+        # The group's counters exist from 0 on, so the first expiry or rebind is an
+        # increase() that alert rules see (a series born at 1 shows no increase).
+        for counter in (self.grants, self.revokes, self.expiries, self.rebinds):
+            counter.labels(group)
         self.members.labels(group).set(len(counts))
         self.imbalance.labels(group).set(imbalance_ratio(counts))
 
