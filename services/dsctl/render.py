@@ -418,13 +418,20 @@ def faults_table(faults: Sequence[Doc], title: str = "faults") -> Table:
 def committed_offsets(
     described: Iterable[admin_pb2.DescribeGroupResponse],
 ) -> dict[PartitionKey, int]:
-    """(group, topic, partition) → committed offset, for partitions that have one."""
-    return {
-        (d.config.name, p.topic, p.partition): p.committed_offset
-        for d in described
-        for p in d.partitions
-        if p.committed_offset >= 0
-    }
+    """(group, topic, partition) → the group's position: its committed offset, or, for a
+    partition with nothing committed yet, where consumption starts (the end offset minus
+    the lag, which then counts every record in the log). So the first commit on a
+    partition counts the records it covers instead of being skipped. Partitions whose
+    offsets are unknown (-1) are absent."""
+    positions: dict[PartitionKey, int] = {}
+    for d in described:
+        for p in d.partitions:
+            key = (d.config.name, p.topic, p.partition)
+            if p.committed_offset >= 0:
+                positions[key] = p.committed_offset
+            elif p.end_offset >= 0 and p.lag_records >= 0:
+                positions[key] = max(0, p.end_offset - p.lag_records)
+    return positions
 
 
 def consumed_since(

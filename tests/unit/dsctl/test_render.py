@@ -186,6 +186,18 @@ def test_consumed_since_skips_uncommitted_and_clamps_resets() -> None:
     assert render.consumed_since(before, after) == {("g", "t", 0): 30, ("g", "t", 1): 0}
 
 
+def test_a_partitions_first_commit_counts_from_where_consumption_started() -> None:
+    # Nothing committed yet: the group's position is end - lag (here the log starts at 0);
+    # the first commit (20) then counts 20 records instead of being skipped.
+    before = described("g", [(0, -1, 100, 1.0), (1, 75, 100, 1.0)], {0: "a", 1: "a"}, ["a"])
+    after = described("g", [(0, 20, 100, 1.0), (1, 95, 100, 1.0)], {0: "a", 1: "a"}, ["a"])
+    assert render.committed_offsets([before]) == {("g", "t", 0): 0, ("g", "t", 1): 75}
+    consumed = render.consumed_since(
+        render.committed_offsets([before]), render.committed_offsets([after])
+    )
+    assert consumed == {("g", "t", 0): 20, ("g", "t", 1): 20}
+
+
 def test_top_doc_credits_rates_to_current_holder() -> None:
     before = described("g", [(0, 0, 100, 1.0), (1, 0, 100, 1.0), (2, 0, 100, 1.0)],
                        {0: "a", 1: "a", 2: "b"}, ["a", "b", "c"])  # fmt: skip
