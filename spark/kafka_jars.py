@@ -11,17 +11,13 @@ broker; a marker holding the pom's hash makes an edited pom fetch again.
 
 from __future__ import annotations
 
-import hashlib
 import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-from services.devstack.cache import cache_dir, file_lock
+from services.devstack.cache import cache_dir, ensure_maven_jars
 
 POM = Path(__file__).resolve().parents[1] / "deploy" / "spark" / "pom.xml"
-_MARKER = ".fetched"
 
 
 def spark_version(pom: Path = POM) -> str:
@@ -46,37 +42,8 @@ def ensure_spark_kafka_jars() -> list[Path]:
     version = spark_version()
     _check_pyspark(version)
     jars = cache_dir() / f"spark-kafka-{version}" / "jars"
-    want = hashlib.sha256(POM.read_bytes()).hexdigest()
-    if _fetched_hash(jars) != want:
-        with file_lock(jars.parent / "fetch.lock"):
-            if _fetched_hash(jars) != want:
-                _fetch(jars)
-                (jars / _MARKER).write_text(want + "\n")
+    ensure_maven_jars(POM, jars, "spark-sql-kafka-*.jar", "spark-sql-kafka")
     return sorted(jars.glob("*.jar"))
-
-
-def _fetched_hash(jars: Path) -> str | None:
-    try:
-        return (jars / _MARKER).read_text().strip()
-    except OSError:
-        return None
-
-
-def _fetch(jars: Path) -> None:
-    partial = jars.with_name("jars.partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    argv = [
-        "mvn", "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
-        "-DincludeScope=runtime", f"-DoutputDirectory={partial}",
-    ]  # fmt: skip
-    result = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if result.returncode != 0 or not any(partial.glob("spark-sql-kafka-*.jar")):
-        raise RuntimeError(
-            f"fetching spark-sql-kafka failed ({' '.join(argv)}), exit {result.returncode}:\n"
-            f"{result.stdout[-3000:]}{result.stderr[-3000:]}"
-        )
-    shutil.rmtree(jars, ignore_errors=True)
-    partial.rename(jars)
 
 
 def main() -> int:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import hashlib
 import re
 import shutil
 import signal
@@ -36,14 +35,13 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # admin re-exports it without __all__ (mypy)
 
 from services.devstack import procs
-from services.devstack.cache import cache_dir, file_lock
+from services.devstack.cache import cache_dir, ensure_maven_jars
 from services.devstack.ports import LOOPBACK, free_ports, port_is_open
 from services.runtime.kafka import partitions_serving
 
 DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy" / "kafka"
 POM = DEPLOY_DIR / "pom.xml"
 LOG4J2_CONFIG = DEPLOY_DIR / "log4j2.properties"
-_MARKER = ".fetched"  # written into libs/ after a complete fetch; holds the pom's sha256
 
 
 def kafka_version(pom: Path = POM) -> str:
@@ -61,41 +59,7 @@ def ensure_kafka_jars() -> Path:
     fix) re-fetches instead of mixing old and new jars in one classpath.
     """
     libs = cache_dir() / f"kafka-{kafka_version()}" / "libs"
-    want = hashlib.sha256(POM.read_bytes()).hexdigest()
-    if _fetched_hash(libs) == want:
-        return libs
-    with file_lock(libs.parent / "fetch.lock"):
-        # Another process may have finished the fetch while we waited for the lock.
-        if _fetched_hash(libs) != want:
-            _fetch_jars(libs)
-            (libs / _MARKER).write_text(want + "\n")
-    return libs
-
-
-def _fetched_hash(libs: Path) -> str | None:
-    try:
-        return (libs / _MARKER).read_text().strip()
-    except OSError:
-        return None
-
-
-def _fetch_jars(libs: Path) -> None:
-    # Fetch into a fresh sibling and swap it in, so a stale jar (e.g. an old slf4j-api)
-    # never survives next to its replacement and a failed fetch leaves nothing half-done.
-    partial = libs.with_name("libs.partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    argv = [
-        "mvn", "-q", "-B", "-f", str(POM), "dependency:copy-dependencies",
-        "-DincludeScope=runtime", f"-DoutputDirectory={partial}",
-    ]  # fmt: skip
-    result = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if result.returncode != 0 or not any(partial.glob("kafka_*.jar")):
-        raise RuntimeError(
-            f"fetching Kafka jars failed ({' '.join(argv)}), exit {result.returncode}:\n"
-            f"{result.stdout[-3000:]}{result.stderr[-3000:]}"
-        )
-    shutil.rmtree(libs, ignore_errors=True)
-    partial.rename(libs)
+    return ensure_maven_jars(POM, libs, "kafka_*.jar", "Kafka jars")
 
 
 def random_kafka_uuid() -> str:
