@@ -95,6 +95,10 @@ class Fetcher:
         self._deferred: dict[TP, CommitRequest] = {}  # kafka_group: refused mid-rebalance
         # Every topic this consumer was ever given: with one, records need no topic lookup.
         self._topics: set[str] = set()
+        # What librdkafka has assigned (leased mode; this thread only): a partition whose
+        # old lease was suspended and is granted again must be unassigned first, since
+        # incremental_assign refuses one already assigned (_CONFLICT).
+        self._assigned: set[TP] = set()
         self._deferred_retry_at = 0.0
         # Instrumentation hooks (metrics.py), all called on this thread.
         self.on_poll: Callable[[float, float], None] = lambda _started, _returned: None
@@ -157,8 +161,15 @@ class Fetcher:
                 assigned[tp] = offset
         ktps = [TopicPartition(tp.topic, tp.partition, offset) for tp, offset in assigned.items()]
         self._topics.update(tp.topic for tp in assigned)
+        if stale := [
+            TopicPartition(tp.topic, tp.partition) for tp in assigned if tp in self._assigned
+        ]:
+            # Left over from an earlier epoch of this sidecar (a suspended lease the assigner
+            # granted back under a new epoch): start over at the new start offset.
+            self._consumer.incremental_unassign(stale)
         if ktps:
             self._consumer.incremental_assign(ktps)
+            self._assigned.update(assigned)
             # librdkafka keeps a partition's pause flag across unassign/assign: a partition
             # paused (backpressure, suspension) and later granted back would never fetch.
             self._consumer.resume(ktps)
@@ -189,7 +200,10 @@ class Fetcher:
         self._consumer.resume([TopicPartition(tp.topic, tp.partition)])
 
     def unassign(self, tp: TP) -> None:
-        self._consumer.incremental_unassign([TopicPartition(tp.topic, tp.partition)])
+        """Fetch thread: stop fetching ``tp`` (a no-op when it is not assigned)."""
+        if tp in self._assigned:
+            self._assigned.discard(tp)
+            self._consumer.incremental_unassign([TopicPartition(tp.topic, tp.partition)])
 
     def use_classic(
         self, config: dict[str, Any], topics: list[str], membership: ClassicMembership

@@ -132,6 +132,10 @@ class LeaseKeeper:
         existing = self.table.get(tp)
         if existing is not None and existing.epoch >= epoch:
             return False
+        if existing is not None:
+            # An older epoch still held here (a suspended lease granted back, or a re-grant
+            # after a re-attach): it ends now; its Kafka assignment is replaced by assign().
+            existing.revoking = True
         self.table.add(Partition(tp=tp, epoch=epoch, deadline=deadline, acks=PartitionAcks(-1)))
         self._granted_at[tp] = self.clock()
         self.on_lease_change("grant")
@@ -205,8 +209,9 @@ class LeaseKeeper:
                 unacked=part.acks.inflight,
             )
         committed = await self._commit_partition(part)
-        await self.fetcher.run(self.fetcher.unassign, tp)
-        self.table.remove(tp)
+        if self.table.get(tp) is part:  # not superseded by a new grant meanwhile
+            await self.fetcher.run(self.fetcher.unassign, tp)
+            self.table.remove(tp)
         log.info(
             "lease released",
             topic=tp.topic,
