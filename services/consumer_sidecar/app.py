@@ -94,6 +94,12 @@ class SidecarApp:
             },
             error_cb=self._on_kafka_error,
         )
+        committer = new_consumer(
+            settings,
+            group=settings.group,
+            client_id=f"ds-sidecar-{settings.id}-commit",
+            error_cb=self._on_kafka_error,
+        )
         self.fetcher = Fetcher(
             consumer,
             self.table,
@@ -101,6 +107,7 @@ class SidecarApp:
             batch=settings.consume_batch,
             on_data=self._notify_data,
             on_error=self._on_kafka_error,
+            committer=committer,
         )
         self.keeper = LeaseKeeper(
             self.table,

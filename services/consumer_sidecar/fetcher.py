@@ -7,18 +7,21 @@ partitions are added and removed with ``incremental_assign``/``incremental_unass
 never ``subscribe()``, so Kafka never rebalances a leased group. In ``kafka_group`` mode
 (:mod:`services.consumer_sidecar.classic`) the assign() consumer is replaced once by a
 ``subscribe()`` one whose rebalance callbacks run here, inside ``consume()``. Every
-consumer call happens on this thread: other threads hand it commands and wait on a future.
+consumer call happens on this thread (other threads hand it commands and wait on a future).
+Leased mode's commits go through a second consumer of the group, on a commit thread of its
+own (:meth:`Fetcher.commit_async`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -52,6 +55,7 @@ POLL_TIMEOUT_SECONDS = 0.05
 BUSY_POLL_TIMEOUT_SECONDS = 0.002
 BUSY_SECONDS = 1.0  # busy: records or a command within this long
 DEFERRED_COMMIT_RETRY_SECONDS = 0.2
+COMMITTER_SERVE_SECONDS = 1.0
 # kafka_group mode: commit errors that only mean "the group is rebalancing right now".
 _REBALANCE_COMMIT_ERRORS = frozenset(
     {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID}
@@ -78,8 +82,10 @@ class Fetcher:
         batch: int,
         on_data: Callable[[], None],
         on_error: Callable[[KafkaError], None] | None = None,
+        committer: Consumer | None = None,
     ) -> None:
         self._consumer = consumer
+        self._commit_consumer = committer
         self._table = table
         self._sidecar_id = sidecar_id
         self._batch = batch
@@ -90,6 +96,13 @@ class Fetcher:
         )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kafka-fetch", daemon=True)
+        # Leased mode's commits, when a ``committer`` consumer is given: an application's ack
+        # waits for its commit, and on the fetch thread a commit first waited for the
+        # consume() in progress and then held fetching up for its round trip (half of a
+        # Fetch+ack cycle's time in the benchmark). confluent-kafka serializes the calls on
+        # one handle, hence a consumer of its own: a group without members (leased mode
+        # never subscribes) takes commits from any consumer of it.
+        self._committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-commit")
         self.last_poll = time.monotonic()
         self.classic = False  # True once subscribe()d (kafka_group mode)
         self._deferred: dict[TP, CommitRequest] = {}  # kafka_group: refused mid-rebalance
@@ -100,6 +113,7 @@ class Fetcher:
         # incremental_assign refuses one already assigned (_CONFLICT).
         self._assigned: set[TP] = set()
         self._deferred_retry_at = 0.0
+        self._serve_at = 0.0
         # Instrumentation hooks (metrics.py), all called on this thread.
         self.on_poll: Callable[[float, float], None] = lambda _started, _returned: None
         self.on_consumed: Callable[[str, int, int], None] = lambda _topic, _n, _bytes: None
@@ -111,6 +125,9 @@ class Fetcher:
         self._thread.start()
 
     def stop(self) -> None:
+        self._committer.shutdown(wait=True)
+        if self._commit_consumer is not None:
+            self._commit_consumer.close()
         self._stop.set()
         self._thread.join(timeout=30)
 
@@ -122,6 +139,17 @@ class Fetcher:
 
     async def run(self, fn: Callable[..., R], *args: Any) -> R:
         return await asyncio.wrap_future(self.call(fn, *args))
+
+    async def commit_async(self, requests: list[CommitRequest]) -> list[CommitRequest]:
+        """:meth:`commit` off the event loop. Leased mode: through the commit consumer on the
+        commit thread, so the commit neither waits for the consume() in progress nor stops
+        fetching for its round trip (the lease checks are made there, right before it, as
+        on the fetch thread). kafka_group mode (or without a commit consumer): on the fetch
+        thread, where commits interleave with the rebalance callbacks that consume() runs."""
+        if self.classic or self._commit_consumer is None:
+            return await self.run(self.commit, requests)
+        future = self._committer.submit(self.commit, requests, self._commit_consumer)
+        return await asyncio.wrap_future(future)
 
     def assign(self, starts: dict[TP, int]) -> dict[TP, int]:
         """Fetch thread: start fetching each partition at its start offset (<0 = the group's
@@ -232,8 +260,11 @@ class Fetcher:
         """Fetch thread: kafka_group mode's commit (no lease: epoch 0 in the metadata)."""
         self.commit([CommitRequest(tp, offset, UNLEASED_EPOCH) for tp, offset in commits])
 
-    def commit(self, requests: list[CommitRequest]) -> list[CommitRequest]:
-        """Fetch thread: synchronous commit; the metadata records the lease epoch (§3.1.6).
+    def commit(
+        self, requests: list[CommitRequest], consumer: Consumer | None = None
+    ) -> list[CommitRequest]:
+        """Commit thread or fetch thread (:meth:`commit_async`): synchronous commit; the
+        metadata records the lease epoch (§3.1.6).
         Returns the requests committed (the others were dropped, see below).
 
         A request queued before its partition was given up (revoked, fenced, or handed
@@ -261,7 +292,7 @@ class Fetcher:
         ]
         started = time.monotonic()
         try:
-            result = self._consumer.commit(offsets=offsets, asynchronous=False)
+            result = (consumer or self._consumer).commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
             self.on_commit_request(False, time.monotonic() - started)
             if self._defer_if_rebalancing(exc, kept):
@@ -342,6 +373,9 @@ class Fetcher:
                     busy_until = self.last_poll + BUSY_SECONDS
                     self._buffer(messages)
                 self._apply_backpressure()
+                if self._commit_consumer is not None and self.last_poll >= self._serve_at:
+                    self._serve_at = self.last_poll + COMMITTER_SERVE_SECONDS
+                    self._serve_committer()
                 if self._deferred and self.last_poll >= self._deferred_retry_at:
                     self._deferred_retry_at = self.last_poll + DEFERRED_COMMIT_RETRY_SECONDS
                     self._retry_deferred()
@@ -351,6 +385,13 @@ class Fetcher:
         finally:
             self._run_commands()
             self._consumer.close()
+
+    def _serve_committer(self) -> None:
+        """Serve the commit consumer's events (its log lines and errors are delivered by a
+        poll; it has nothing to fetch) on the commit thread, without waiting for it."""
+        assert self._commit_consumer is not None
+        with contextlib.suppress(RuntimeError):  # the commit thread is shut down: stopping
+            self._committer.submit(self._commit_consumer.poll, 0)
 
     def _run_commands(self) -> bool:
         """Run the queued commands; True if there were any."""

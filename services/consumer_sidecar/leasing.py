@@ -408,7 +408,7 @@ class LeaseKeeper:
                     versions.append(version)
             if not requests:
                 return
-            sent = await self.fetcher.run(self.fetcher.commit, requests)
+            sent = await self.fetcher.commit_async(requests)
             done = {id(r) for r in sent}  # a request the fetch thread dropped stays pending
             for part, request, version in zip(parts, requests, versions, strict=True):
                 if id(request) in done:
@@ -432,7 +432,7 @@ class LeaseKeeper:
             if accepted:
                 requests = [CommitRequest(c.tp, c.offset, c.epoch) for _, _, c in accepted]
                 try:
-                    sent = await self.fetcher.run(self.fetcher.commit, requests)
+                    sent = await self.fetcher.commit_async(requests)
                 except KafkaException as exc:
                     log.warning("explicit commit failed", error=str(exc))
                     for index, _, commit in accepted:
@@ -464,7 +464,7 @@ class LeaseKeeper:
             )
             if part.ready and moved and part.live(self.clock()):
                 request = CommitRequest(part.tp, point, part.epoch, acked)
-                if await self.fetcher.run(self.fetcher.commit, [request]):
+                if await self.fetcher.commit_async([request]):
                     part.committed = point
                     part.committed_version = version
             return part.committed

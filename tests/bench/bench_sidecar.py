@@ -9,14 +9,17 @@ never an asserted time):
 (a) baseline: a confluent-kafka ``assign()`` + batch ``consume()`` loop over the same data
     (batches of 10,000), reading every record's key, value and offset, with the librdkafka
     fetch settings the sidecar uses (so the ratio is the cost of the hop through the
-    sidecar); (a0) the same loop with librdkafka's defaults, for reference;
+    sidecar), committing nothing; (a0) the same loop with librdkafka's defaults, for
+    reference; (a1) (a) with a synchronous commit after each batch: the same at-least-once
+    guarantee as (b)'s ``ack``, whose answer waits for its commit;
 (b) through a sidecar with ``Fetch`` (``DsClient.fetch``: batches of up to 10,000 records,
     what the application gets — DsRecords with key, value and offset read by the loop, as
     in (a) — and one ``ack(batch)`` per batch, committed before it returns);
 (b2) as (b) with ``ack_nowait(batch)``: the ack travels (and is committed) while the next
     batch is fetched; every ack's answer is checked before the rate is taken;
 (c) through ``StreamService.Stream`` (``DsClient.stream(use_stream_rpc=True)``: credit
-    window of 20,000 records, the same reads and one ack per batch on the stream);
+    window of 20,000 records, the same reads and one ack per batch on the stream, waited
+    for); (c2) the same with ``ack_nowait(batch)``, every answer checked at the end;
 (d) produce-to-client latency p50/p99 at 1,000 records/s, sidecar vs a direct consumer;
 (e) (b) with librdkafka statistics on (default 5000 ms) and off
     (``DS_STATISTICS_INTERVAL_MS=0``): the overhead ratio.
@@ -78,7 +81,8 @@ class Profile:
     rounds: int
 
 
-SHORT = Profile(records_100=300_000, records_1k=100_000, latency_seconds=8.0, rounds=2)
+# Short still runs each rate for a second or more: shorter runs mostly measured start-up.
+SHORT = Profile(records_100=600_000, records_1k=200_000, latency_seconds=8.0, rounds=2)
 FULL = Profile(records_100=1_000_000, records_1k=300_000, latency_seconds=30.0, rounds=3)
 
 
@@ -122,7 +126,9 @@ def read_records(records: list[DsRecord]) -> int:
 # ---- (a) direct consumer ------------------------------------------------------------------
 
 
-def direct_consume(bootstrap: str, topic: str, n: int, *, sidecar_settings: bool = True) -> Rate:
+def direct_consume(
+    bootstrap: str, topic: str, n: int, *, sidecar_settings: bool = True, commit: bool = False
+) -> Rate:
     started = time.monotonic()
     config: dict[str, object] = {
         "bootstrap.servers": bootstrap,
@@ -139,6 +145,8 @@ def direct_consume(bootstrap: str, topic: str, n: int, *, sidecar_settings: bool
         deadline = started + 300
         while got < n and time.monotonic() < deadline:
             batch = read_messages(consumer.consume(FETCH_MAX, 1.0))
+            if batch and commit:
+                consumer.commit(asynchronous=False)  # the positions after this batch
             if batch and first is None:
                 first = time.monotonic()  # the first batch starts the clock, uncounted
                 n -= batch
@@ -195,16 +203,23 @@ def fetch_through(  # type: ignore[no-untyped-def]
         sidecar.stop()
 
 
-def stream_through(mesh: Mesh, assigner: ServiceProcess, group: str, n: int) -> Rate:
+def stream_through(
+    mesh: Mesh, assigner: ServiceProcess, group: str, n: int, *, nowait: bool = False
+) -> Rate:
+    """(c) ``stream`` + ``ack`` per batch; with ``nowait``, (c2) ``ack_nowait``, every
+    answer checked (all records accepted) before the rate is taken."""
     sidecar, started = serving_sidecar(mesh, assigner, group)
     got = 0
     first: float | None = None  # steady state: the first batch starts the clock, uncounted
+    pending: list[tuple[Future[int], int]] = []
     try:
         with DsClient(group, client_id="bench-stream", assigner=assigner.grpc_addr) as client:
             deadline = started + 300
             for batch in client.stream(STREAM_CREDIT, use_stream_rpc=True):
                 read = read_records(batch)
-                if client.ack(batch) != read:
+                if nowait:
+                    pending.append((client.ack_nowait(batch), read))
+                elif client.ack(batch) != read:
                     raise RuntimeError("a batch was not acked whole")
                 if first is None:
                     first = time.monotonic()
@@ -212,6 +227,10 @@ def stream_through(mesh: Mesh, assigner: ServiceProcess, group: str, n: int) -> 
                 else:
                     got += read
                 if got >= n or time.monotonic() > deadline:
+                    # Still on the stream (leaving the loop closes it): the acks' answers.
+                    for future, acked in pending:
+                        if future.result(timeout=60) != acked:
+                            raise RuntimeError("a batch was not acked whole")
                     break
         return Rate(got, time.monotonic() - (first or started))
     finally:
@@ -314,7 +333,9 @@ def run(bootstrap: str, profile: Profile, log_dir: Path) -> None:
     sizes = {100: profile.records_100, 1024: profile.records_1k}
     topics = {size: f"bench-sidecar-{size}-{run_id}" for size in sizes}
     lat_topic = f"bench-sidecar-lat-{run_id}"
-    modes = [f"{m}{i}" for m in ("fetch", "fetchnw", "stream") for i in range(profile.rounds)]
+    modes = [
+        f"{m}{i}" for m in ("fetch", "fetchnw", "stream", "streamnw") for i in range(profile.rounds)
+    ]
     groups = [(f"g-{m}-{topics[s]}", [topics[s]]) for s in sizes for m in [*modes, "nostats"]]
     groups.append((f"g-{lat_topic}", [lat_topic]))
     for topic in [*topics.values(), lat_topic]:
@@ -322,12 +343,12 @@ def run(bootstrap: str, profile: Profile, log_dir: Path) -> None:
     print(
         "Each side reads every record's key, value and offset. (a) confluent-kafka consume() "
         f"batches of {FETCH_MAX}, no commits, the sidecar's librdkafka fetch settings "
-        f"{SIDECAR_CONSUMER_DEFAULTS}; (a0) the same with librdkafka defaults; (b) "
-        f"DsClient.fetch batches of up to {FETCH_MAX} + ack(batch), committed before it "
-        f"returns; (b2) the same with ack_nowait(batch); (c) DsClient.stream over the "
-        f"Stream RPC, credit {STREAM_CREDIT}, "
-        f"ack(batch) on the stream. Rates from the first batch on; best of {profile.rounds} "
-        "interleaved rounds each."
+        f"{SIDECAR_CONSUMER_DEFAULTS}; (a0) the same with librdkafka defaults; (a1) (a) with "
+        f"a synchronous commit per batch; (b) DsClient.fetch batches of up to {FETCH_MAX} + "
+        f"ack(batch), committed before it returns; (b2) the same with ack_nowait(batch); (c) "
+        f"DsClient.stream over the Stream RPC, credit {STREAM_CREDIT}, ack(batch) on the "
+        f"stream; (c2) the same with ack_nowait(batch). Rates from the first batch on; best "
+        f"of {profile.rounds} interleaved rounds each."
     )
     try:
         with running_mesh(bootstrap, log_dir) as mesh:
@@ -337,28 +358,44 @@ def run(bootstrap: str, profile: Profile, log_dir: Path) -> None:
                 topic = topics[size]
                 took = produce_bulk(bootstrap, topic, n, size, PARTITIONS)
                 print(f"\n== {n} records x {size} B (produced in {took:.1f}s)", flush=True)
-                bases, fetches, nowaits, streams = [], [], [], []
+                rates: dict[str, list[Rate]] = {k: [] for k in ("a", "a1", "b", "b2", "c", "c2")}
                 for i in range(profile.rounds):
-                    bases.append(direct_consume(bootstrap, topic, n))
-                    fetches.append(fetch_through(mesh, assigner, f"g-fetch{i}-{topic}", n))
-                    nowaits.append(
+                    rates["a"].append(direct_consume(bootstrap, topic, n))
+                    rates["a1"].append(direct_consume(bootstrap, topic, n, commit=True))
+                    rates["b"].append(fetch_through(mesh, assigner, f"g-fetch{i}-{topic}", n))
+                    rates["b2"].append(
                         fetch_through(mesh, assigner, f"g-fetchnw{i}-{topic}", n, nowait=True)
                     )
-                    streams.append(stream_through(mesh, assigner, f"g-stream{i}-{topic}", n))
+                    rates["c"].append(stream_through(mesh, assigner, f"g-stream{i}-{topic}", n))
+                    rates["c2"].append(
+                        stream_through(mesh, assigner, f"g-streamnw{i}-{topic}", n, nowait=True)
+                    )
                     print(
-                        f"   round {i + 1}: (a) {bases[-1].per_second:,.0f}  (b) "
-                        f"{fetches[-1].per_second:,.0f}  (b2) {nowaits[-1].per_second:,.0f}  "
-                        f"(c) {streams[-1].per_second:,.0f} rec/s",
+                        f"   round {i + 1}: "
+                        + "  ".join(f"({k}) {v[-1].per_second:,.0f}" for k, v in rates.items())
+                        + " rec/s",
                         flush=True,
                     )
-                base, fetch, stream = best(bases), best(fetches), best(streams)
-                nowait = best(nowaits)
+                base, committing = best(rates["a"]), best(rates["a1"])
+                fetch, nowait = best(rates["b"]), best(rates["b2"])
+                stream, stream_nowait = best(rates["c"]), best(rates["c2"])
                 default = direct_consume(bootstrap, topic, n, sidecar_settings=False)
                 print(f"(a)  direct consume() baseline     {base}")
                 print(f"(a0) direct, librdkafka defaults   {default}")
-                print(f"(b)  sidecar Fetch (stats 5000 ms) {fetch}  ratio {ratio(fetch, base)}")
+                print(f"(a1) direct + commit per batch     {committing}")
+                print(
+                    f"(b)  sidecar Fetch + ack           {fetch}  ratio {ratio(fetch, base)}"
+                    f" (to a1: {ratio(fetch, committing)})"
+                )
                 print(f"(b2) sidecar Fetch + ack_nowait    {nowait}  ratio {ratio(nowait, base)}")
-                print(f"(c)  sidecar Stream                {stream}  ratio {ratio(stream, base)}")
+                print(
+                    f"(c)  sidecar Stream + ack          {stream}  ratio {ratio(stream, base)}"
+                    f" (to a1: {ratio(stream, committing)})"
+                )
+                print(
+                    f"(c2) sidecar Stream + ack_nowait   {stream_nowait}  ratio "
+                    f"{ratio(stream_nowait, base)}"
+                )
                 env = {"DS_STATISTICS_INTERVAL_MS": "0"}
                 nostats = fetch_through(mesh, assigner, f"g-nostats-{topic}", n, env)
                 print(

@@ -46,6 +46,9 @@ class FakeFetcher:
         self.commits.extend(requests)
         return requests
 
+    async def commit_async(self, requests: list[CommitRequest]) -> list[CommitRequest]:
+        return self.commit(requests)
+
 
 @dataclass
 class FakeReaders:
