@@ -286,13 +286,15 @@ class SidecarApp:
         self.faults.brokers_up(document)
 
     async def _watch_backpressure(self) -> None:
-        """CLIENT_BACKPRESSURE: partitions paused on a full buffer (not by their lease)."""
+        """CLIENT_BACKPRESSURE: partitions not fetching because the buffer is full (paused
+        past their cap, or all of them while consumption is held back), not by their lease."""
         while True:
             await asyncio.sleep(1.0)
+            holding = self.table.holding
             self.faults.backpressure(
                 (p.tp.topic, p.tp.partition)
                 for p in self.table.snapshot()
-                if p.paused and p.suspended_at is None
+                if (p.paused or (holding and p.ready)) and p.suspended_at is None
             )
 
     def _notify_data(self) -> None:

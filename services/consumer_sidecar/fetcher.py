@@ -1,8 +1,9 @@
 """The one Kafka consume loop of a sidecar, on its own thread.
 
 It polls continuously, whatever the application does (so an infrequent caller can never
-make Kafka kick anybody, ARCHITECTURE §1.2), buffers records per partition, and pauses a
-partition whose buffer is full so memory stays under the cap (backpressure). In leased mode
+make Kafka kick anybody, ARCHITECTURE §1.2), buffers records per partition, and keeps memory
+under the cap (backpressure): a full buffer holds consume() back for a moment, then pauses
+partitions; one partition past its share of the buffer is paused. In leased mode
 partitions are added and removed with ``incremental_assign``/``incremental_unassign`` —
 never ``subscribe()``, so Kafka never rebalances a leased group. In ``kafka_group`` mode
 (:mod:`services.consumer_sidecar.classic`) the assign() consumer is replaced once by a
@@ -62,6 +63,11 @@ _REBALANCE_COMMIT_ERRORS = frozenset(
 )
 # A paused partition resumes once its buffer falls below this share of its cap.
 RESUME_FRACTION = 0.5
+# Leased mode: a partition is paused past this many times its fair share of the buffer
+# (one partition's backlog must not crowd the others out); the whole buffer full holds
+# consume() back (Fetcher._holding) for up to HOLD_SECONDS, then pauses partitions.
+LEASED_PARTITION_SHARE = 2
+HOLD_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,9 @@ class Fetcher:
         )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kafka-fetch", daemon=True)
+        # Wakes the loop while it holds consumption back: a delivery made room, or a command.
+        self._wake = threading.Event()
+        table.on_room = self._wake.set
         # Leased mode's commits, when a ``committer`` consumer is given: an application's ack
         # waits for its commit, and on the fetch thread a commit first waited for the
         # consume() in progress and then held fetching up for its round trip (half of a
@@ -114,6 +123,7 @@ class Fetcher:
         self._assigned: set[TP] = set()
         self._deferred_retry_at = 0.0
         self._serve_at = 0.0
+        self._full_since: float | None = None  # leased mode: since when the buffer is full
         # Instrumentation hooks (metrics.py), all called on this thread.
         self.on_poll: Callable[[float, float], None] = lambda _started, _returned: None
         self.on_consumed: Callable[[str, int, int], None] = lambda _topic, _n, _bytes: None
@@ -135,6 +145,7 @@ class Fetcher:
         """Run ``fn(*args)`` on the fetch thread (between polls); a future of its result."""
         future: Future[R] = Future()
         self._commands.put((functools.partial(fn, *args), future))
+        self._wake.set()
         return future
 
     async def run(self, fn: Callable[..., R], *args: Any) -> R:
@@ -363,6 +374,11 @@ class Fetcher:
             while not self._stop.is_set():
                 if self._run_commands():
                     busy_until = self.last_poll + BUSY_SECONDS
+                if self._holding():
+                    self._wake.wait(POLL_TIMEOUT_SECONDS)
+                    self._wake.clear()
+                    self.last_poll = time.monotonic()  # alive, holding back on purpose
+                    continue
                 busy = self.last_poll < busy_until
                 timeout = BUSY_POLL_TIMEOUT_SECONDS if busy else POLL_TIMEOUT_SECONDS
                 poll_started = time.monotonic()
@@ -425,9 +441,33 @@ class Fetcher:
         if added:
             self._on_data()
 
+    def _holding(self) -> bool:
+        """Leased mode, buffer full: hold consume() back for up to HOLD_SECONDS rather than
+        pause every partition at once. pause() drops what librdkafka prefetched, and a
+        resumed partition delivered again only after 300+ ms: under a backlog the buffer
+        ran dry at every resume. Held back, librdkafka's own queue
+        (``queued.max.messages.kbytes``) bounds its prefetching, and consumption goes on the
+        moment a delivery makes room. Full for longer (a slow application), partitions are
+        paused as before, so that consume() serves statistics (lag) and errors again.
+        kafka_group mode never holds back: it must keep polling (``max.poll.interval.ms``)."""
+        table = self._table
+        if self.classic or table.buffered_bytes < table.buffer_max_bytes:
+            self._full_since = None
+            table.holding = False
+            return False
+        now = time.monotonic()
+        if self._full_since is None:
+            self._full_since = now
+        table.holding = now - self._full_since < HOLD_SECONDS
+        return table.holding
+
     def _apply_backpressure(self) -> None:
-        cap = self._table.per_partition_cap()
+        share = 1 if self.classic else LEASED_PARTITION_SHARE
+        cap = self._table.per_partition_cap(share)
         over_total = self._table.buffered_bytes >= self._table.buffer_max_bytes
+        if not self.classic:  # leased: only once holding back has lasted HOLD_SECONDS
+            held = self._full_since
+            over_total = over_total and held is not None and self.last_poll - held >= HOLD_SECONDS
         to_pause: list[TopicPartition] = []
         to_resume: list[TopicPartition] = []
         for part in self._table.snapshot():

@@ -117,7 +117,7 @@ METRIC_TABLE: tuple[MetricSpec, ...] = (
     _spec("ds_sidecar_buffer_bytes", "gauge", G, VIEW,
           "Bytes buffered (key, value and per-record bookkeeping)"),
     _spec("ds_sidecar_buffer_limit_bytes", "gauge", G, "settings buffer_max_bytes",
-          "Buffer cap; partitions pause when it is reached"),
+          "Buffer cap; fetching holds back when it is reached"),
     _spec("ds_sidecar_assigned_partitions", "gauge", G, VIEW,
           "Partitions whose lease this sidecar holds (kafka_group mode: assigned by Kafka)"),
     _spec("ds_sidecar_commits_total", "counter", "group,result", OWN,

@@ -90,9 +90,15 @@ class PartitionTable:
         self.buffered_bytes = 0
         self.clock = clock
         self._cursor = 0  # round-robin start for fair delivery across partitions
+        # Set by the fetch thread while it holds consumption back on a full buffer (leased
+        # mode; Fetcher._holding); ``on_room`` wakes it when a delivery made room.
+        self.holding = False
+        self.on_room: Callable[[], None] = lambda: None
 
-    def per_partition_cap(self) -> int:
-        return max(self.buffer_max_bytes // max(len(self.partitions), 1), 64 * 1024)
+    def per_partition_cap(self, share: int = 1) -> int:
+        """A partition's buffer cap: ``share`` times its fair share of the total."""
+        fair = self.buffer_max_bytes // max(len(self.partitions), 1)
+        return max(share * fair, 64 * 1024)
 
     def append(self, tp: TP, chunk: Chunk) -> bool:
         """Fetch thread: buffer a chunk of a held partition. False if not held any more."""
@@ -140,6 +146,9 @@ class PartitionTable:
                     if not budget.open():
                         break
                 ordered = next_round
+            room = out and self.buffered_bytes < self.buffer_max_bytes
+        if room:
+            self.on_room()
         return out
 
     def _take_from(self, part: Partition, count: int, budget: _Budget, out: list[Slice]) -> None:

@@ -110,11 +110,12 @@ CATALOGUE: Mapping[FaultTypeValue, FaultSpec] = {
         ),
         FaultSpec(
             T.FAULT_TYPE_CLIENT_BACKPRESSURE,
-            "Clients do not keep up: partitions are paused on a full buffer.",
-            "The fetch loop pauses a partition because its buffer reached the cap.",
+            "Clients do not keep up: partitions stop fetching on a full buffer.",
+            "The fetch loop holds a partition back because the buffer reached the cap "
+            "(paused past its share, or all held while the whole buffer is full).",
             "sidecar",
             T.SEVERITY_WARNING,
-            "The paused partition resumes (buffer below half the cap).",
+            "The partition fetches again (a delivery made room in the buffer).",
             window_seconds=30.0,
         ),
         FaultSpec(
