@@ -117,6 +117,8 @@ class _StreamState:
     error: DsError | None = None
     ended: bool = False  # the client half-closed or went away
     client_id: str = ""  # for the client-access metrics
+    # The answer to the latest acks (their commit): answers go out in the order of the acks.
+    answering: asyncio.Task[None] | None = None
 
 
 def _validate_credit(prefix: str, credit: stream_pb2.StreamCredit) -> None:
@@ -403,14 +405,11 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                     self._count_acks(
                         state.client_id, request.acks.acks, request.acks.ranges, outcome
                     )
-                    if outcome.accepted:
-                        await self.app.keeper.commit_acked()
-                    result = stream_pb2.StreamAckResult(
-                        acked_count=outcome.accepted,
-                        rejected_acks=outcome.rejected,
-                        rejected_ranges=outcome.rejected_ranges,
+                    # Answered once committed, by a task of its own: credits that arrive
+                    # meanwhile are not held up behind the commit's round trip.
+                    state.answering = asyncio.create_task(
+                        self._answer_acks(state, outcome, state.answering)
                     )
-                    state.results.append(stream_pb2.StreamResponse(ack_result=result))
                 elif kind == "open":
                     raise invalid("open", "a Stream is opened once")
                 else:
@@ -421,8 +420,35 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
             pass
         finally:
+            if state.answering is not None:  # the answers to acks already made
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(state.answering)
             state.ended = True
             state.wake.set()
+
+    async def _answer_acks(
+        self, state: _StreamState, outcome: _AckOutcome, previous: asyncio.Task[None] | None
+    ) -> None:
+        """Commit what ``outcome`` accepted, then queue its StreamAckResult after the
+        previous acks' answer (whose commit this one's may already cover). A commit that
+        fails ends the stream with its status, as before an answer."""
+        try:
+            if outcome.accepted:
+                await self.app.keeper.commit_acked()
+        except DsError as err:
+            state.error = state.error or err
+        if previous is not None:
+            await previous
+        if state.error is not None:
+            state.wake.set()
+            return
+        result = stream_pb2.StreamAckResult(
+            acked_count=outcome.accepted,
+            rejected_acks=outcome.rejected,
+            rejected_ranges=outcome.rejected_ranges,
+        )
+        state.results.append(stream_pb2.StreamResponse(ack_result=result))
+        state.wake.set()
 
     async def _wait(self, state: _StreamState, *, data: bool) -> None:
         """Until the client sent something, or (with ``data``) records were buffered."""
