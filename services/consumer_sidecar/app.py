@@ -60,6 +60,7 @@ _SIDECAR_CONSUMER_DEFAULTS: dict[str, object] = {
     # fell to a fifth. Fetch again as soon as the queue has drained below the threshold.
     "fetch.queue.backoff.ms": 10,
 }
+LIBRDKAFKA_QUEUE_KIB = 65536  # librdkafka's default queued.max.messages.kbytes
 _SECRET_KEYS = ("password", "secret", "token", "key.pem")
 
 
@@ -94,6 +95,10 @@ class SidecarApp:
             },
             error_cb=self._on_kafka_error,
         )
+        fetch_config = consumer_config(
+            settings, group=settings.group, client_id="", overrides=_SIDECAR_CONSUMER_DEFAULTS
+        )
+        prefetch_kib = int(fetch_config.get("queued.max.messages.kbytes", LIBRDKAFKA_QUEUE_KIB))
         committer = new_consumer(
             settings,
             group=settings.group,
@@ -108,6 +113,7 @@ class SidecarApp:
             on_data=self._notify_data,
             on_error=self._on_kafka_error,
             committer=committer,
+            prefetch_bytes=prefetch_kib * 1024,
         )
         self.keeper = LeaseKeeper(
             self.table,

@@ -89,6 +89,7 @@ class Fetcher:
         on_data: Callable[[], None],
         on_error: Callable[[KafkaError], None] | None = None,
         committer: Consumer | None = None,
+        prefetch_bytes: int = 0,
     ) -> None:
         self._consumer = consumer
         self._commit_consumer = committer
@@ -105,6 +106,9 @@ class Fetcher:
         # Wakes the loop while it holds consumption back: a delivery made room, or a command.
         self._wake = threading.Event()
         table.on_room = self._wake.set
+        # Held back, librdkafka keeps up to ``prefetch_bytes`` (queued.max.messages.kbytes)
+        # prefetched: holding starts that much below the cap, so both together stay in it.
+        table.hold_at = max(table.buffer_max_bytes // 2, table.buffer_max_bytes - prefetch_bytes)
         # Leased mode's commits, when a ``committer`` consumer is given: an application's ack
         # waits for its commit, and on the fetch thread a commit first waited for the
         # consume() in progress and then held fetching up for its round trip (half of a
@@ -451,7 +455,7 @@ class Fetcher:
         paused as before, so that consume() serves statistics (lag) and errors again.
         kafka_group mode never holds back: it must keep polling (``max.poll.interval.ms``)."""
         table = self._table
-        if self.classic or table.buffered_bytes < table.buffer_max_bytes:
+        if self.classic or table.buffered_bytes < table.hold_at:
             self._full_since = None
             table.holding = False
             return False
@@ -467,7 +471,8 @@ class Fetcher:
         over_total = self._table.buffered_bytes >= self._table.buffer_max_bytes
         if not self.classic:  # leased: only once holding back has lasted HOLD_SECONDS
             held = self._full_since
-            over_total = over_total and held is not None and self.last_poll - held >= HOLD_SECONDS
+            full = self._table.buffered_bytes >= self._table.hold_at
+            over_total = full and held is not None and self.last_poll - held >= HOLD_SECONDS
         to_pause: list[TopicPartition] = []
         to_resume: list[TopicPartition] = []
         for part in self._table.snapshot():

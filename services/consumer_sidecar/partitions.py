@@ -91,8 +91,10 @@ class PartitionTable:
         self.clock = clock
         self._cursor = 0  # round-robin start for fair delivery across partitions
         # Set by the fetch thread while it holds consumption back on a full buffer (leased
-        # mode; Fetcher._holding); ``on_room`` wakes it when a delivery made room.
+        # mode; Fetcher._holding); ``on_room`` wakes it when a delivery made room below
+        # ``hold_at`` (the cap less what librdkafka may hold prefetched meanwhile).
         self.holding = False
+        self.hold_at = buffer_max_bytes
         self.on_room: Callable[[], None] = lambda: None
 
     def per_partition_cap(self, share: int = 1) -> int:
@@ -146,7 +148,7 @@ class PartitionTable:
                     if not budget.open():
                         break
                 ordered = next_round
-            room = out and self.buffered_bytes < self.buffer_max_bytes
+            room = out and self.buffered_bytes < self.hold_at
         if room:
             self.on_room()
         return out

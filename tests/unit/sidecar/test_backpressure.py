@@ -118,3 +118,27 @@ def test_kafka_group_mode_pauses_at_once_and_never_holds() -> None:
     assert not fetcher._holding()  # it must keep polling (max.poll.interval.ms)
     fetcher._apply_backpressure()
     assert consumer.paused == {0, 1}
+
+
+def test_holding_starts_below_the_cap_by_what_librdkafka_may_prefetch() -> None:
+    # Held back, librdkafka keeps up to queued.max.messages.kbytes prefetched: the buffer
+    # and that queue together stay within the cap.
+    table = PartitionTable(100 * 1024, time.monotonic)
+    fetcher = Fetcher(
+        PausingConsumer(),  # type: ignore[arg-type]
+        table,
+        sidecar_id="s",
+        batch=100,
+        on_data=lambda: None,
+        prefetch_bytes=30 * 1024,
+    )
+    part = Partition(
+        tp=TP(TOPIC, 0), epoch=1, deadline=time.monotonic() + 60, acks=PartitionAcks(0)
+    )
+    part.ready, part.position = True, 0
+    table.add(part)
+    assert table.hold_at == 70 * 1024
+    fill(table, 0, 60)  # ~64 KB: under hold_at
+    assert not fetcher._holding()
+    fill(table, 0, 10)  # ~75 KB: past hold_at, still under the cap
+    assert fetcher._holding()
