@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import grpc.aio
 import structlog
-from confluent_kafka import KafkaError
+from confluent_kafka import Consumer, KafkaError
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from dataservice.assigner.v1 import assigner_pb2
@@ -60,7 +60,6 @@ _SIDECAR_CONSUMER_DEFAULTS: dict[str, object] = {
     # fell to a fifth. Fetch again as soon as the queue has drained below the threshold.
     "fetch.queue.backoff.ms": 10,
 }
-LIBRDKAFKA_QUEUE_KIB = 65536  # librdkafka's default queued.max.messages.kbytes
 _SECRET_KEYS = ("password", "secret", "token", "key.pem")
 
 
@@ -84,7 +83,7 @@ class SidecarApp:
         self.data_ready = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._probe = KafkaProbe(settings, client_id=f"ds-sidecar-{settings.id}")
-        consumer = new_consumer(
+        fetch_config = consumer_config(
             settings,
             group=settings.group,
             client_id=f"ds-sidecar-{settings.id}",
@@ -95,10 +94,7 @@ class SidecarApp:
             },
             error_cb=self._on_kafka_error,
         )
-        fetch_config = consumer_config(
-            settings, group=settings.group, client_id="", overrides=_SIDECAR_CONSUMER_DEFAULTS
-        )
-        prefetch_kib = int(fetch_config.get("queued.max.messages.kbytes", LIBRDKAFKA_QUEUE_KIB))
+        consumer = Consumer(fetch_config)
         committer = new_consumer(
             settings,
             group=settings.group,
@@ -113,7 +109,7 @@ class SidecarApp:
             on_data=self._notify_data,
             on_error=self._on_kafka_error,
             committer=committer,
-            prefetch_bytes=prefetch_kib * 1024,
+            prefetch_bytes=int(fetch_config["queued.max.messages.kbytes"]) * 1024,
         )
         self.keeper = LeaseKeeper(
             self.table,

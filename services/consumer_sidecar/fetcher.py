@@ -121,10 +121,6 @@ class Fetcher:
         self._deferred: dict[TP, CommitRequest] = {}  # kafka_group: refused mid-rebalance
         # Every topic this consumer was ever given: with one, records need no topic lookup.
         self._topics: set[str] = set()
-        # What librdkafka has assigned (leased mode; this thread only): a partition whose
-        # old lease was suspended and is granted again must be unassigned first, since
-        # incremental_assign refuses one already assigned (_CONFLICT).
-        self._assigned: set[TP] = set()
         self._deferred_retry_at = 0.0
         self._serve_at = 0.0
         self._full_since: float | None = None  # leased mode: since when the buffer is full
@@ -204,15 +200,14 @@ class Fetcher:
                 assigned[tp] = offset
         ktps = [TopicPartition(tp.topic, tp.partition, offset) for tp, offset in assigned.items()]
         self._topics.update(tp.topic for tp in assigned)
-        if stale := [
-            TopicPartition(tp.topic, tp.partition) for tp in assigned if tp in self._assigned
-        ]:
+        current = self._assignment()
+        if stale := [TopicPartition(tp.topic, tp.partition) for tp in assigned if tp in current]:
             # Left over from an earlier epoch of this sidecar (a suspended lease the assigner
-            # granted back under a new epoch): start over at the new start offset.
+            # granted back under a new epoch): incremental_assign refuses a partition already
+            # assigned (_CONFLICT), so start over at the new start offset.
             self._consumer.incremental_unassign(stale)
         if ktps:
             self._consumer.incremental_assign(ktps)
-            self._assigned.update(assigned)
             # librdkafka keeps a partition's pause flag across unassign/assign: a partition
             # paused (backpressure, suspension) and later granted back would never fetch.
             self._consumer.resume(ktps)
@@ -244,9 +239,11 @@ class Fetcher:
 
     def unassign(self, tp: TP) -> None:
         """Fetch thread: stop fetching ``tp`` (a no-op when it is not assigned)."""
-        if tp in self._assigned:
-            self._assigned.discard(tp)
+        if tp in self._assignment():
             self._consumer.incremental_unassign([TopicPartition(tp.topic, tp.partition)])
+
+    def _assignment(self) -> set[TP]:
+        return {TP(str(k.topic), int(k.partition or 0)) for k in self._consumer.assignment()}
 
     def use_classic(
         self, config: dict[str, Any], topics: list[str], membership: ClassicMembership
@@ -468,11 +465,12 @@ class Fetcher:
     def _apply_backpressure(self) -> None:
         share = 1 if self.classic else LEASED_PARTITION_SHARE
         cap = self._table.per_partition_cap(share)
-        over_total = self._table.buffered_bytes >= self._table.buffer_max_bytes
-        if not self.classic:  # leased: only once holding back has lasted HOLD_SECONDS
-            held = self._full_since
-            full = self._table.buffered_bytes >= self._table.hold_at
-            over_total = full and held is not None and self.last_poll - held >= HOLD_SECONDS
+        table = self._table
+        if self.classic:
+            over_total = table.buffered_bytes >= table.buffer_max_bytes
+        else:  # leased: full, and no longer held back (HOLD_SECONDS passed, see _holding)
+            full = table.buffered_bytes >= table.hold_at
+            over_total = full and self._full_since is not None and not table.holding
         to_pause: list[TopicPartition] = []
         to_resume: list[TopicPartition] = []
         for part in self._table.snapshot():

@@ -168,6 +168,13 @@ def serving_sidecar(
     return sidecar, time.monotonic()
 
 
+def check_acks(pending: list[tuple[Future[int], int]]) -> None:
+    """Every ack_nowait answer accepted its whole batch."""
+    for future, read in pending:
+        if future.result(timeout=60) != read:
+            raise RuntimeError("a batch was not acked whole")
+
+
 def fetch_through(  # type: ignore[no-untyped-def]
     mesh: Mesh, assigner: ServiceProcess, group: str, n: int, env=None, *, nowait: bool = False
 ) -> Rate:
@@ -194,9 +201,7 @@ def fetch_through(  # type: ignore[no-untyped-def]
                         n -= read
                         continue
                     got += read
-            for future, read in pending:
-                if future.result(timeout=60) != read:
-                    raise RuntimeError("a batch was not acked whole")
+            check_acks(pending)
             took = time.monotonic() - (first or started)
         return Rate(got, took)
     finally:
@@ -227,10 +232,7 @@ def stream_through(
                 else:
                     got += read
                 if got >= n or time.monotonic() > deadline:
-                    # Still on the stream (leaving the loop closes it): the acks' answers.
-                    for future, acked in pending:
-                        if future.result(timeout=60) != acked:
-                            raise RuntimeError("a batch was not acked whole")
+                    check_acks(pending)  # still on the stream: leaving the loop closes it
                     break
         return Rate(got, time.monotonic() - (first or started))
     finally:

@@ -33,10 +33,19 @@ class PausingConsumer:
         self.paused -= {tp.partition for tp in partitions}
 
 
-def setup(partitions: int, cap: int) -> tuple[PartitionTable, Fetcher, PausingConsumer]:
+def setup(
+    partitions: int, cap: int, prefetch: int = 0
+) -> tuple[PartitionTable, Fetcher, PausingConsumer]:
     table = PartitionTable(cap, time.monotonic)
     consumer = PausingConsumer()
-    fetcher = Fetcher(consumer, table, sidecar_id="s", batch=100, on_data=lambda: None)  # type: ignore[arg-type]
+    fetcher = Fetcher(
+        consumer,  # type: ignore[arg-type]
+        table,
+        sidecar_id="s",
+        batch=100,
+        on_data=lambda: None,
+        prefetch_bytes=prefetch,
+    )
     for p in range(partitions):
         part = Partition(
             tp=TP(TOPIC, p), epoch=1, deadline=time.monotonic() + 60, acks=PartitionAcks(0)
@@ -123,20 +132,7 @@ def test_kafka_group_mode_pauses_at_once_and_never_holds() -> None:
 def test_holding_starts_below_the_cap_by_what_librdkafka_may_prefetch() -> None:
     # Held back, librdkafka keeps up to queued.max.messages.kbytes prefetched: the buffer
     # and that queue together stay within the cap.
-    table = PartitionTable(100 * 1024, time.monotonic)
-    fetcher = Fetcher(
-        PausingConsumer(),  # type: ignore[arg-type]
-        table,
-        sidecar_id="s",
-        batch=100,
-        on_data=lambda: None,
-        prefetch_bytes=30 * 1024,
-    )
-    part = Partition(
-        tp=TP(TOPIC, 0), epoch=1, deadline=time.monotonic() + 60, acks=PartitionAcks(0)
-    )
-    part.ready, part.position = True, 0
-    table.add(part)
+    table, fetcher, _ = setup(partitions=1, cap=100 * 1024, prefetch=30 * 1024)
     assert table.hold_at == 70 * 1024
     fill(table, 0, 60)  # ~64 KB: under hold_at
     assert not fetcher._holding()
