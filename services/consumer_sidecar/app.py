@@ -22,13 +22,12 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 
 from dataservice.assigner.v1 import assigner_pb2
 from dataservice.common.v1 import common_pb2
-from dataservice.sidecar.v1 import stream_pb2_grpc
 from services.consumer_sidecar.classic import ClassicMembership, classic_overrides, group_topics
 from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.metrics import AccessInterceptor, SidecarMetrics
 from services.consumer_sidecar.partitions import PartitionTable
-from services.consumer_sidecar.rpc import StreamServicer
+from services.consumer_sidecar.rpc import StreamServicer, add_to_server
 from services.consumer_sidecar.session import SessionClient, SessionIdentity
 from services.consumer_sidecar.settings import SidecarSettings
 from services.consumer_sidecar.stats import parse_statistics
@@ -168,7 +167,7 @@ class SidecarApp:
                 StreamServicer(
                     self, clients=self.metrics.clients if self.metrics.enabled else None
                 ),
-                stream_pb2_grpc.add_StreamServiceServicer_to_server,
+                add_to_server,
             )
         ]
 

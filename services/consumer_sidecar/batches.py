@@ -40,6 +40,8 @@ NULL_LENGTH = -1
 _BIG_ENDIAN = sys.byteorder == "big"  # the wire columns are little-endian
 
 Headers = list[tuple[str, bytes]]
+# Bytes data[lo:hi] of a buffer, as (data, lo, hi): a part of a received message.
+Region = tuple[bytes, int, int]
 
 
 class DsRecord(NamedTuple):
@@ -313,14 +315,14 @@ class Slice:
         batch.topic = self.topic
         batch.partition = self.partition
         batch.lease_epoch = self.epoch
-        batch.offsets = _packed(chunk.offsets[lo:hi])
+        batch.offsets = packed(chunk.offsets[lo:hi])
         batch.values = chunk.values[self.vlo : self.vhi]
-        batch.value_lengths = _packed(_lengths(chunk.value_lengths, lo, hi, chunk.value_nulls))
+        batch.value_lengths = packed(lengths_column(chunk.value_lengths, lo, hi, chunk.value_nulls))
         if chunk.timestamps is not None:
-            batch.timestamps = _packed(chunk.timestamps[lo:hi])
+            batch.timestamps = packed(chunk.timestamps[lo:hi])
         if chunk.key_lengths is not None:
             batch.keys = chunk.keys[self.klo : self.khi]
-            batch.key_lengths = _packed(_lengths(chunk.key_lengths, lo, hi, chunk.key_nulls))
+            batch.key_lengths = packed(lengths_column(chunk.key_lengths, lo, hi, chunk.key_nulls))
         if chunk.headers:
             for k in sorted(k for k in chunk.headers if lo <= k < hi):
                 entry = batch.headers.add(index=k - lo)
@@ -359,7 +361,8 @@ class Slice:
         return out
 
 
-def _lengths(lengths: array[int], lo: int, hi: int, nulls: frozenset[int]) -> array[int]:
+def lengths_column(lengths: array[int], lo: int, hi: int, nulls: frozenset[int]) -> array[int]:
+    """Lengths of records [lo, hi), a null as NULL_LENGTH."""
     out = lengths[lo:hi]
     for k in nulls:
         if lo <= k < hi:
@@ -367,7 +370,8 @@ def _lengths(lengths: array[int], lo: int, hi: int, nulls: frozenset[int]) -> ar
     return out
 
 
-def _packed(column: array[int]) -> bytes:
+def packed(column: array[int]) -> bytes:
+    """A column as little-endian wire bytes."""
     if _BIG_ENDIAN:
         column = array(column.typecode, column)
         column.byteswap()
@@ -406,27 +410,86 @@ class Columns:
         "topic",
         "values",
     )
+    timestamps: list[int] | None
+    headers: list[Headers | None] | None
 
     def __init__(self, batch: stream_pb2.RecordBatch) -> None:
-        self.topic = batch.topic
-        self.partition = batch.partition
-        self.lease_epoch = batch.lease_epoch
-        self.offsets = _unpacked("q", batch.offsets)
-        n = len(self.offsets)
-        self.values = _split(batch.values, _unpacked("i", batch.value_lengths), n)
-        self.keys = _split(batch.keys, _unpacked("i", batch.key_lengths), n)
-        self.timestamps: list[int] | None = None
-        if batch.timestamps:
-            self.timestamps = _unpacked("q", batch.timestamps)
-            if len(self.timestamps) != n:
-                raise ValueError(f"{len(self.timestamps)} timestamps for {n} records")
-        self.headers: list[Headers | None] | None = None
+        values, keys = batch.values, batch.keys
+        self._columns(
+            batch.topic,
+            batch.partition,
+            batch.lease_epoch,
+            batch.offsets,
+            batch.timestamps,
+            batch.value_lengths,
+            (values, 0, len(values)),
+            batch.key_lengths,
+            (keys, 0, len(keys)),
+        )
         if batch.headers:
-            self.headers = [None] * n
+            n = len(self.offsets)
+            headers: list[Headers | None] = [None] * n
             for entry in batch.headers:
                 if not 0 <= entry.index < n:
                     raise ValueError(f"headers for record {entry.index} of {n}")
-                self.headers[entry.index] = [(h.key, h.value) for h in entry.headers]
+                headers[entry.index] = [(h.key, h.value) for h in entry.headers]
+            self.headers = headers
+
+    @classmethod
+    def from_wire(
+        cls,
+        *,
+        topic: str,
+        partition: int,
+        lease_epoch: int,
+        offsets: bytes,
+        timestamps: bytes,
+        value_lengths: bytes,
+        values: Region,
+        key_lengths: bytes,
+        keys: Region,
+    ) -> Columns:
+        """A RecordBatch's fields as read from its wire bytes (``wire.parse_batches``),
+        keys and values as regions of the received message: each is cut from it once."""
+        self = cls.__new__(cls)
+        self._columns(
+            topic,
+            partition,
+            lease_epoch,
+            offsets,
+            timestamps,
+            value_lengths,
+            values,
+            key_lengths,
+            keys,
+        )
+        return self
+
+    def _columns(
+        self,
+        topic: str,
+        partition: int,
+        lease_epoch: int,
+        offsets: bytes,
+        timestamps: bytes,
+        value_lengths: bytes,
+        values: Region,
+        key_lengths: bytes,
+        keys: Region,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.lease_epoch = lease_epoch
+        self.offsets = _unpacked("q", offsets)
+        n = len(self.offsets)
+        self.values = _split(values, _unpacked("i", value_lengths), n)
+        self.keys = _split(keys, _unpacked("i", key_lengths), n)
+        self.timestamps = None
+        if timestamps:
+            self.timestamps = _unpacked("q", timestamps)
+            if len(self.timestamps) != n:
+                raise ValueError(f"{len(self.timestamps)} timestamps for {n} records")
+        self.headers = None
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -464,26 +527,32 @@ def decode_batch(batch: stream_pb2.RecordBatch) -> list[DsRecord]:
     return list(Columns(batch).records())
 
 
-def _split(blob: bytes, lengths: list[int], n: int) -> list[bytes | None]:
-    """``blob`` cut at ``lengths`` (-1 = None); all None when there are no lengths."""
+def _split(region: Region, lengths: list[int], n: int) -> list[bytes | None]:
+    """The bytes ``data[lo:hi]`` of ``region`` = (data, lo, hi) cut at ``lengths`` (-1 =
+    None); all None when there are no lengths."""
     if not lengths:
         return [None] * n
     if len(lengths) != n:
         raise ValueError(f"{len(lengths)} lengths for {n} records")
-    if sum(lengths) == len(blob) and min(lengths) >= 0:
-        # Successive reads of a BytesIO over the blob (which shares its buffer): C-level
+    data, lo, hi = region
+    if sum(lengths) == hi - lo and min(lengths) >= 0:
+        # Successive reads of a BytesIO over the data (which shares its buffer): C-level
         # throughout, about a third of the cost of slicing in a comprehension.
-        return list(map(io.BytesIO(blob).read, lengths))
+        reader = io.BytesIO(data)
+        reader.seek(lo)
+        return list(map(reader.read, lengths))
     out: list[bytes | None] = []
-    position = 0
+    position = lo
     for length in lengths:
         if length < 0:
             out.append(None)
             continue
-        out.append(blob[position : position + length])
+        if position + length > hi:
+            raise ValueError(f"lengths add up to more than the {hi - lo} bytes of data")
+        out.append(data[position : position + length])
         position += length
-    if position != len(blob):
-        raise ValueError(f"lengths add up to {position} bytes, the data holds {len(blob)}")
+    if position != hi:
+        raise ValueError(f"lengths add up to {position - lo} bytes, the data holds {hi - lo}")
     return out
 
 

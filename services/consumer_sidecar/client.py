@@ -60,6 +60,7 @@ from google.protobuf import duration_pb2
 
 from dataservice.assigner.v1 import binding_pb2, binding_pb2_grpc, types_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
+from services.consumer_sidecar import wire
 from services.consumer_sidecar.batches import Columns, DsRecord, from_record
 from services.runtime.errors import LEADER_METADATA_KEY, Reason, error_info, trailing_value
 from services.runtime.grpcserver import CHANNEL_OPTIONS
@@ -161,19 +162,22 @@ class Batch(Sequence[DsRecord]):
 
 def decode_batches(batches: Iterable[stream_pb2.RecordBatch]) -> Batch:
     """RecordBatch messages as one Batch."""
+    return _batch_of(map(Columns, batches))
+
+
+def _batch_of(decoded: Iterable[Columns]) -> Batch:
     parts = []
     spans = []
-    for batch in batches:
-        columns = Columns(batch)
+    for columns in decoded:
         if not len(columns):
             continue
         parts.append(columns)
         offsets = columns.offsets
         spans.append(
             _Span(
-                batch.topic,
-                batch.partition,
-                batch.lease_epoch,
+                columns.topic,
+                columns.partition,
+                columns.lease_epoch,
                 offsets[0],
                 offsets[-1] + 1,
                 len(offsets),
@@ -220,12 +224,50 @@ def _accepted(spans: Sequence[_Span], rejected: Iterable[stream_pb2.RejectedRang
     return total
 
 
+_SERVICE = "/dataservice.sidecar.v1.StreamService/"
+
+
+def _fetched(data: bytes) -> Batch:
+    """A Fetch response as a Batch: its RecordBatches read in place (``wire.py``), anything
+    else (an older sidecar's Record messages, headers) parsed by protobuf."""
+    columns = wire.parse_batches(data)
+    if columns is None:
+        return _received(stream_pb2.FetchResponse.FromString(data))
+    return _batch_of(columns)
+
+
+def _streamed(data: bytes) -> Batch | stream_pb2.StreamResponse:
+    """A Stream response: a batch as a Batch (read like :func:`_fetched`), an ack result
+    as its message."""
+    columns = wire.parse_stream_batch(data)
+    if columns is None:
+        return stream_pb2.StreamResponse.FromString(data)
+    return _batch_of(columns)
+
+
 @dataclass
 class _Sidecar:
     address: str
     channel: grpc.Channel
     stub: stream_pb2_grpc.StreamServiceStub
     partitions: set[tuple[str, int]] = field(default_factory=set)
+    # Fetch and Stream with responses read by _fetched and _streamed.
+    fetch: grpc.UnaryUnaryMultiCallable[stream_pb2.FetchRequest, Batch] = field(init=False)
+    stream: grpc.StreamStreamMultiCallable[
+        stream_pb2.StreamRequest, Batch | stream_pb2.StreamResponse
+    ] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.fetch = self.channel.unary_unary(
+            _SERVICE + "Fetch",
+            request_serializer=stream_pb2.FetchRequest.SerializeToString,
+            response_deserializer=_fetched,
+        )
+        self.stream = self.channel.stream_stream(
+            _SERVICE + "Stream",
+            request_serializer=stream_pb2.StreamRequest.SerializeToString,
+            response_deserializer=_streamed,
+        )
 
 
 class _SidecarStream:
@@ -306,14 +348,17 @@ class _SidecarStream:
         while not self._stopped.is_set():
             requests: queue.SimpleQueue[stream_pb2.StreamRequest | None] = queue.SimpleQueue()
             try:
-                call = self.sidecar.stub.Stream(self._request_iterator(requests))
+                call = self.sidecar.stream(self._request_iterator(requests))
             except ValueError:  # the channel was closed (unbound, or the client closed)
                 return
             with self._lock:
                 self._requests, self._call = requests, call
             try:
                 for response in call:
-                    if response.WhichOneof("kind") == "batch":
+                    if isinstance(response, Batch):
+                        self.out.put((self, response))
+                        backoff = 0.1
+                    elif response.WhichOneof("kind") == "batch":
                         self.out.put((self, _received(response.batch)))
                         backoff = 0.1
                     elif response.WhichOneof("kind") == "ack_result":
@@ -774,7 +819,7 @@ class DsClient:
             format=stream_pb2.DELIVERY_FORMAT_BATCHES,
         )
         try:
-            response = sidecar.stub.Fetch(request, timeout=wait + self.call_timeout)
+            batch: Batch = sidecar.fetch(request, timeout=wait + self.call_timeout)
         except ValueError:
             # A binding change closed this sidecar's channel while we were about to call it
             # (another thread): it is gone; fetch from the others.
@@ -791,7 +836,6 @@ class DsClient:
             raise ClientError(
                 f"Fetch from {sidecar.address} failed: {err.code().name}: {err.details()}"
             ) from err
-        batch = _received(response)
         for span in batch.spans:
             self._delivered_by[(span.topic, span.partition)] = sidecar.address
         return batch

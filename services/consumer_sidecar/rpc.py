@@ -3,8 +3,11 @@
 Delivery (Fetch and Stream) takes records from the one :class:`PartitionTable`, which marks
 them delivered, as slices of its column chunks; each slice goes out as one ``RecordBatch``
 (``DELIVERY_FORMAT_BATCHES``, what :class:`DsClient` asks for) or as one ``Record`` message
-per record (the default, for clients that predate batches). Acks (the Ack RPC and a
-Stream's ``acks``), one per record or one per offset range, go through
+per record (the default, for clients that predate batches). RecordBatches are written to
+wire bytes straight from the chunks (``wire.py``), so Fetch and Stream may answer bytes:
+:func:`add_to_server` registers the service with a serializer that passes them through.
+
+Acks (the Ack RPC and a Stream's ``acks``), one per record or one per offset range, go through
 :meth:`LeaseKeeper.ack` / :meth:`LeaseKeeper.ack_range`. ReadRange reads on its own
 consumers (``reader.py``) and never moves the group's position; CommitOffsets commits on
 the fetch thread, fenced by epoch.
@@ -31,9 +34,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import grpc.aio
 import structlog
 from confluent_kafka import KafkaError, KafkaException
-from google.protobuf import duration_pb2
+from google.protobuf import duration_pb2, message_factory
+from google.protobuf.message import Message
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
+from services.consumer_sidecar import wire
 from services.consumer_sidecar.batches import Slice
 from services.consumer_sidecar.leasing import ExplicitCommit, lease_problem
 from services.consumer_sidecar.metrics import ClientMetrics, acked_records
@@ -195,6 +200,39 @@ def _kafka_error(exc: KafkaException, topic: str, partition: int) -> DsError:
     return DsError(Reason.KAFKA_UNAVAILABLE, f"kafka: {exc}")
 
 
+def _serialize(response: Message | bytes) -> bytes:
+    """A response message, or one already encoded (``wire.py``), as wire bytes."""
+    return response if isinstance(response, bytes) else response.SerializeToString()
+
+
+_HANDLERS = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+def add_to_server(servicer: StreamServicer, server: grpc.aio.Server) -> None:
+    """Register StreamService as ``stream_pb2_grpc.add_StreamServiceServicer_to_server``
+    does (every method of the proto's service, by its descriptor), except that any
+    response may be wire bytes already."""
+    service = stream_pb2.DESCRIPTOR.services_by_name["StreamService"]
+    handlers = {}
+    for method in service.methods:
+        request = message_factory.GetMessageClass(method.input_type)
+        handler = _HANDLERS[method.client_streaming, method.server_streaming]
+        handlers[method.name] = handler(
+            getattr(servicer, method.name),
+            request_deserializer=request.FromString,
+            response_serializer=_serialize,
+        )
+    generic = grpc.method_handlers_generic_handler(service.full_name, handlers)
+    server.add_generic_rpc_handlers((generic,))
+    # As the generated code does (grpcio >= 1.63; not in the grpc-stubs).
+    server.add_registered_method_handlers(service.full_name, handlers)  # type: ignore[attr-defined]
+
+
 class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
     def __init__(
         self,
@@ -230,9 +268,9 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                 metadata={"group": group, "served_group": self.app.settings.group},
             )
 
-    async def Fetch(
+    async def Fetch(  # type: ignore[override]
         self, request: stream_pb2.FetchRequest, context: Context
-    ) -> stream_pb2.FetchResponse:
+    ) -> stream_pb2.FetchResponse | bytes:
         self._check_caller(request.client_id, request.group)
         max_records = request.max_records or DEFAULT_MAX_RECORDS
         if not 0 < max_records <= MAX_RECORDS:
@@ -264,13 +302,9 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             await self.app.keeper.commit_acked()  # auto_ack: committed at delivery
         if self.clients is not None:
             self.clients.delivered(request.client_id, taken, acked=request.auto_ack)
-        response = stream_pb2.FetchResponse()
         if columns:
-            for s in taken:
-                s.fill(response.batches.add())
-        else:
-            response.records.extend(_records(taken))
-        return response
+            return wire.fetch_response(taken)
+        return stream_pb2.FetchResponse(records=_records(taken))
 
     async def Ack(self, request: stream_pb2.AckRequest, context: Context) -> stream_pb2.AckResponse:
         self._check_caller(request.client_id, request.group)
@@ -322,9 +356,9 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
 
     # ---- Stream -----------------------------------------------------------------------
 
-    async def Stream(
+    async def Stream(  # type: ignore[override]
         self, request_iterator: AsyncIterator[stream_pb2.StreamRequest], context: Context
-    ) -> AsyncIterator[stream_pb2.StreamResponse]:
+    ) -> AsyncIterator[stream_pb2.StreamResponse | bytes]:
         try:
             first = await anext(request_iterator)
         except StopAsyncIteration:
@@ -373,13 +407,11 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                 if clients is not None:
                     clients.delivered(opened.client_id, taken, acked=state.auto_ack)
                 state.credit.spend(sum(map(len, taken)), sum(s.data_bytes() for s in taken))
-                response = stream_pb2.StreamResponse()
                 if state.columns:
-                    for s in taken:
-                        s.fill(response.batch.batches.add())
+                    yield wire.stream_response(taken)
                 else:
-                    response.batch.records.extend(_records(taken))
-                yield response
+                    batch = stream_pb2.StreamBatch(records=_records(taken))
+                    yield stream_pb2.StreamResponse(batch=batch)
         finally:
             # Records delivered and not acked stay in flight: they are committed when acked
             # over Ack, or redelivered by the next owner after a handoff (at-least-once).

@@ -26,7 +26,7 @@ from services.consumer_sidecar.fetcher import CommitRequest
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.partitions import TP, Partition, PartitionTable
 from services.consumer_sidecar.reader import Chunk, RangeRead, RangeSpec
-from services.consumer_sidecar.rpc import Credit, StreamServicer
+from services.consumer_sidecar.rpc import Credit, StreamServicer, add_to_server
 from services.runtime.errors import error_info
 from services.runtime.grpcserver import GrpcService, create_server
 from services.runtime.settings import ServiceSettings
@@ -125,7 +125,7 @@ def run(body: Body, app: FakeApp | None = None, readers: FakeReaders | None = No
                 GrpcService(
                     "dataservice.sidecar.v1.StreamService",
                     servicer,
-                    stream_pb2_grpc.add_StreamServiceServicer_to_server,
+                    add_to_server,
                 )
             ],
         )
