@@ -47,7 +47,7 @@ import uuid
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from itertools import accumulate, chain, compress, pairwise, repeat
 from operator import add, attrgetter, ne, or_
@@ -210,18 +210,94 @@ def spans_of(records: Sequence[Any]) -> list[_Span]:
 
 def _accepted(spans: Sequence[_Span], rejected: Iterable[stream_pb2.RejectedRangeAck]) -> int:
     """Records acked by ``spans`` minus those of the refused ranges."""
+    return _counted(spans, _accepted_spans(spans, rejected))
+
+
+def _accepted_spans(
+    spans: Sequence[_Span], rejected: Iterable[stream_pb2.RejectedRangeAck]
+) -> list[bool]:
+    """For each of ``spans`` (range acks sent in this order), whether it was accepted: a
+    refused range is matched to the first span sent with its key not yet matched."""
     refused: dict[tuple[str, int, int, int, int], int] = {}
     for r in rejected:
         key = (r.ack.topic, r.ack.partition, r.ack.lease_epoch, r.ack.from_offset, r.ack.to_offset)
         refused[key] = refused.get(key, 0) + 1
-    total = 0
+    out = []
     for span in spans:
         key = (span.topic, span.partition, span.lease_epoch, span.from_offset, span.to_offset)
         if refused.get(key, 0) > 0:
             refused[key] -= 1
-            continue
-        total += span.count
-    return total
+            out.append(False)
+        else:
+            out.append(True)
+    return out
+
+
+def _counted(spans: Sequence[_Span], accepted: Sequence[bool]) -> int:
+    return sum(span.count for span, ok in zip(spans, accepted, strict=True) if ok)
+
+
+# Range acks in one coalesced ack_nowait send at most (the sidecar takes 100,000 a message).
+MAX_COALESCED_SPANS = 10_000
+
+
+class _Acker:
+    """``ack_nowait``'s thread: sends the acks queued since its last send as one ack (one
+    commit on each sidecar, however many batches queued up meanwhile), in the order of
+    the calls, and resolves each call's future with its own records' count.
+
+    Without coalescing, a client that acks faster than a commit takes queued one commit
+    per batch, and its acks fell further behind its reads the longer it ran."""
+
+    def __init__(self, send: Callable[[list[_Span]], list[bool]]) -> None:
+        self._send = send
+        self._queue: queue.SimpleQueue[tuple[list[_Span], Future[int]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="ds-ack", daemon=True)
+        self._thread.start()
+
+    def submit(self, spans: list[_Span]) -> Future[int]:
+        future: Future[int] = Future()
+        self._queue.put((spans, future))
+        return future
+
+    def close(self) -> None:
+        """Returns once every ack submitted before it has its answer."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        closing = False
+        while not closing:
+            first = self._queue.get()
+            if first is None:
+                return
+            items = [first]
+            queued = len(first[0])
+            while queued < MAX_COALESCED_SPANS:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    closing = True  # send what was queued before close(), then stop
+                    break
+                items.append(item)
+                queued += len(item[0])
+            self._answer(items)
+
+    def _answer(self, items: list[tuple[list[_Span], Future[int]]]) -> None:
+        spans = [span for item_spans, _ in items for span in item_spans]
+        try:
+            accepted = self._send(spans)
+        except BaseException as exc:  # every caller waiting gets the failure
+            for _, future in items:
+                future.set_exception(exc)
+            return
+        start = 0
+        for item_spans, future in items:
+            end = start + len(item_spans)
+            future.set_result(_counted(item_spans, accepted[start:end]))
+            start = end
 
 
 _SERVICE = "/dataservice.sidecar.v1.StreamService/"
@@ -311,10 +387,9 @@ class _SidecarStream:
                 credit = stream_pb2.StreamCredit(records=records)
                 self._requests.put(stream_pb2.StreamRequest(credit=credit))
 
-    def ack(self, spans: list[_Span], timeout: float) -> int | None:
-        """Range acks sent on the stream: how many records were accepted, or None if the
-        stream could not answer (not open, broken, slow) and the caller should use the Ack
-        RPC."""
+    def ack(self, spans: list[_Span], timeout: float) -> list[bool] | None:
+        """Range acks sent on the stream: whether each was accepted, or None if the stream
+        could not answer (not open, broken, slow) and the caller should use the Ack RPC."""
         future: Future[stream_pb2.StreamAckResult] = Future()
         acks = stream_pb2.StreamAcks(ranges=[s.range_ack() for s in spans])
         with self._lock:
@@ -326,7 +401,7 @@ class _SidecarStream:
             result = future.result(timeout=timeout)
         except Exception:
             return None
-        return _accepted(spans, result.rejected_ranges)
+        return _accepted_spans(spans, result.rejected_ranges)
 
     def _request_iterator(
         self, requests: queue.SimpleQueue[stream_pb2.StreamRequest | None]
@@ -450,9 +525,9 @@ class DsClient:
         self._delivered_by: dict[tuple[str, int], str] = {}  # partition → sidecar address
         self._closed = threading.Event()
         self._changed = threading.Event()
-        # ack_nowait(): one worker, so a client's acks reach the sidecars in the order given;
+        # ack_nowait(): one thread, so a client's acks reach the sidecars in the order given;
         # started on first use, drained by close().
-        self._acker: ThreadPoolExecutor | None = None
+        self._acker: _Acker | None = None
         self._acker_lock = threading.Lock()
         self._acks_closed = False
         self._assigner_lock = threading.Lock()
@@ -504,43 +579,49 @@ class DsClient:
         Batch as returned goes as one range ack per partition run; other collections are
         grouped into runs of consecutive offsets."""
         spans = spans_of(records if isinstance(records, Sequence) else list(records))
-        by_address: dict[str, list[_Span]] = {}
-        for span in spans:
+        return _counted(spans, self._ack_spans(spans))
+
+    def _ack_spans(self, spans: list[_Span]) -> list[bool]:
+        """Send range acks, each to the sidecar that delivered its records (on its stream
+        if one is open, else with the Ack RPC): whether each was accepted."""
+        by_address: dict[str, list[int]] = {}
+        for index, span in enumerate(spans):
             address = self._delivered_by.get((span.topic, span.partition))
             if address is not None:
-                by_address.setdefault(address, []).append(span)
-        accepted = 0
-        for address, sent in by_address.items():
+                by_address.setdefault(address, []).append(index)
+        accepted = [False] * len(spans)
+        for address, indices in by_address.items():
+            sent = [spans[i] for i in indices]
             with self._lock:
                 sidecar = self._sidecars.get(address)
                 stream = self._streams.get(address)
-            if stream is not None:
-                counted = stream.ack(sent, STREAM_ACK_TIMEOUT_SECONDS)
-                if counted is not None:
-                    accepted += counted
-                    continue
-            if sidecar is None:
-                continue  # the sidecar left: its new owner redelivers these records
-            accepted += self._ack_rpc(sidecar, sent)
+            answers = stream.ack(sent, STREAM_ACK_TIMEOUT_SECONDS) if stream is not None else None
+            if answers is None:
+                if sidecar is None:
+                    continue  # the sidecar left: its new owner redelivers these records
+                answers = self._ack_rpc(sidecar, sent)
+            for index, ok in zip(indices, answers, strict=True):
+                accepted[index] = ok
         return accepted
 
     def ack_nowait(self, records: Iterable[Record]) -> Future[int]:
         """Acknowledge like :meth:`ack` without waiting for the answer: the future gives
         how many records the sidecars accepted. The acks are sent in the order of the
         calls, by one background thread, so the next :meth:`fetch` travels while the
-        sidecar commits this batch (commit on ack costs a broker round trip). Nothing is
-        weaker than with ``ack``: a record counts as processed once the future says it
+        sidecar commits this batch (commit on ack costs a broker round trip); the acks
+        that queue up while one is committed go together in the next (one commit). Nothing
+        is weaker than with ``ack``: a record counts as processed once the future says it
         was accepted, and an ack that fails only means redelivery. :meth:`close` waits
         for the acks still on their way."""
-        batch = records if isinstance(records, Sequence) else list(records)
+        spans = spans_of(records if isinstance(records, Sequence) else list(records))
         with self._acker_lock:
             if self._acks_closed:
                 raise ClientError("the client is closed")
             if self._acker is None:
-                self._acker = ThreadPoolExecutor(1, thread_name_prefix="ds-ack")
-            return self._acker.submit(self.ack, batch)
+                self._acker = _Acker(self._ack_spans)
+            return self._acker.submit(spans)
 
-    def _ack_rpc(self, sidecar: _Sidecar, spans: list[_Span]) -> int:
+    def _ack_rpc(self, sidecar: _Sidecar, spans: list[_Span]) -> list[bool]:
         request = stream_pb2.AckRequest(
             client_id=self.client_id, group=self.group, ranges=[s.range_ack() for s in spans]
         )
@@ -555,16 +636,15 @@ class DsClient:
                 log.info("acks for a stale lease epoch; records will be redelivered")
             else:
                 log.warning("ack failed; records will be redelivered", error=str(err))
-            return 0
         except grpc.RpcError as err:
             log.warning("ack failed; records will be redelivered", error=str(err))
-            return 0
         except ValueError:
             # Its channel was closed by a binding change meanwhile: the sidecar left, and
             # the partition's next owner redelivers these records.
             log.info("ack to a sidecar that left; records will be redelivered")
-            return 0
-        return _accepted(spans, response.rejected_ranges)
+        else:
+            return _accepted_spans(spans, response.rejected_ranges)
+        return [False] * len(spans)
 
     def stream(
         self, max_records: int = 500, *, use_stream_rpc: bool | None = None
@@ -647,7 +727,7 @@ class DsClient:
         with self._acker_lock:
             acker, self._acker, self._acks_closed = self._acker, None, True
         if acker is not None:
-            acker.shutdown(wait=True)  # the acks on their way reach the sidecars first
+            acker.close()  # the acks on their way reach the sidecars first
         self._closed.set()
         self._wake_watch.set()
         if self._leader_watch is not None:

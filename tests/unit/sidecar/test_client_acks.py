@@ -7,6 +7,7 @@ partition and epoch — never a range that covers a record the application did n
 
 from __future__ import annotations
 
+import threading
 from array import array
 
 from hypothesis import given, settings
@@ -15,7 +16,15 @@ from hypothesis import strategies as st
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2
 from services.consumer_sidecar.batches import DsRecord
-from services.consumer_sidecar.client import Batch, _accepted, _joined, _received, spans_of
+from services.consumer_sidecar.client import (
+    Batch,
+    _accepted,
+    _Acker,
+    _joined,
+    _received,
+    _Span,
+    spans_of,
+)
 
 
 def record(partition: int, offset: int, epoch: int = 1) -> DsRecord:
@@ -116,3 +125,43 @@ def test_batches_that_arrived_together_are_handed_out_as_one() -> None:
         (0, 3, 4),
     ]
     assert not Batch() and Batch() == []
+
+
+def test_acks_queued_behind_a_slow_one_go_together_each_counted_on_its_own() -> None:
+    sent: list[list[_Span]] = []
+    first_sent, release = threading.Event(), threading.Event()
+
+    def send(spans: list[_Span]) -> list[bool]:
+        sent.append(spans)
+        first_sent.set()
+        release.wait(10)  # the first ack's commit takes a while
+        return [s.partition != 2 for s in spans]  # partition 2's ranges are refused
+
+    acker = _Acker(send)
+    first = acker.submit(spans_of([record(0, 1), record(0, 2)]))
+    assert first_sent.wait(10)
+    later = [
+        acker.submit(spans_of([record(1, 5)])),
+        acker.submit(spans_of([record(2, 7), record(2, 8), record(0, 3)])),
+        acker.submit([]),
+    ]
+    release.set()
+    acker.close()  # returns once every submitted ack has its answer
+
+    assert [f.result() for f in (first, *later)] == [2, 1, 1, 0]
+    # The three acks queued while the first was out went as one, in the order submitted.
+    assert [[(s.partition, s.from_offset, s.to_offset) for s in spans] for spans in sent] == [
+        [(0, 1, 3)],
+        [(1, 5, 6), (2, 7, 9), (0, 3, 4)],
+    ]
+
+
+def test_a_failed_send_fails_every_ack_it_carried() -> None:
+    def send(spans: list[_Span]) -> list[bool]:
+        raise RuntimeError("channel closed")
+
+    acker = _Acker(send)
+    futures = [acker.submit(spans_of([record(0, n)])) for n in range(3)]
+    acker.close()
+    for future in futures:
+        assert isinstance(future.exception(), RuntimeError)
