@@ -414,31 +414,8 @@ class Columns:
     timestamps: list[int] | None
     headers: list[Headers | None] | None
 
-    def __init__(self, batch: stream_pb2.RecordBatch) -> None:
-        values, keys = batch.values, batch.keys
-        self._columns(
-            batch.topic,
-            batch.partition,
-            batch.lease_epoch,
-            batch.offsets,
-            batch.timestamps,
-            batch.value_lengths,
-            (values, 0, len(values)),
-            batch.key_lengths,
-            (keys, 0, len(keys)),
-        )
-        if batch.headers:
-            n = len(self.offsets)
-            headers: list[Headers | None] = [None] * n
-            for entry in batch.headers:
-                if not 0 <= entry.index < n:
-                    raise ValueError(f"headers for record {entry.index} of {n}")
-                headers[entry.index] = [(h.key, h.value) for h in entry.headers]
-            self.headers = headers
-
-    @classmethod
-    def from_wire(
-        cls,
+    def __init__(
+        self,
         *,
         topic: str,
         partition: int,
@@ -449,35 +426,10 @@ class Columns:
         values: Region,
         key_lengths: bytes,
         keys: Region,
-    ) -> Columns:
-        """A RecordBatch's fields as read from its wire bytes (``wire.parse_batches``),
-        keys and values as regions of the received message: each is cut from it once."""
-        self = cls.__new__(cls)
-        self._columns(
-            topic,
-            partition,
-            lease_epoch,
-            offsets,
-            timestamps,
-            value_lengths,
-            values,
-            key_lengths,
-            keys,
-        )
-        return self
-
-    def _columns(
-        self,
-        topic: str,
-        partition: int,
-        lease_epoch: int,
-        offsets: bytes,
-        timestamps: bytes,
-        value_lengths: bytes,
-        values: Region,
-        key_lengths: bytes,
-        keys: Region,
     ) -> None:
+        """A RecordBatch's fields, its keys and values as regions of a buffer: of the
+        received message itself when read from wire bytes (``wire.parse_batches``), so
+        each key and value is cut from it once."""
         self.topic = topic
         self.partition = partition
         self.lease_epoch = lease_epoch
@@ -491,6 +443,31 @@ class Columns:
             if len(self.timestamps) != n:
                 raise ValueError(f"{len(self.timestamps)} timestamps for {n} records")
         self.headers = None
+
+    @classmethod
+    def of(cls, batch: stream_pb2.RecordBatch) -> Columns:
+        """A RecordBatch message's columns."""
+        values, keys = batch.values, batch.keys
+        columns = cls(
+            topic=batch.topic,
+            partition=batch.partition,
+            lease_epoch=batch.lease_epoch,
+            offsets=batch.offsets,
+            timestamps=batch.timestamps,
+            value_lengths=batch.value_lengths,
+            values=(values, 0, len(values)),
+            key_lengths=batch.key_lengths,
+            keys=(keys, 0, len(keys)),
+        )
+        if batch.headers:
+            n = len(columns)
+            headers: list[Headers | None] = [None] * n
+            for entry in batch.headers:
+                if not 0 <= entry.index < n:
+                    raise ValueError(f"headers for record {entry.index} of {n}")
+                headers[entry.index] = [(h.key, h.value) for h in entry.headers]
+            columns.headers = headers
+        return columns
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -525,7 +502,7 @@ class Columns:
 
 def decode_batch(batch: stream_pb2.RecordBatch) -> list[DsRecord]:
     """A RecordBatch as a list of DsRecords."""
-    return list(Columns(batch).records())
+    return list(Columns.of(batch).records())
 
 
 def _split(region: Region, lengths: list[int], n: int) -> list[bytes | None]:

@@ -162,7 +162,7 @@ class Batch(Sequence[DsRecord]):
 
 def decode_batches(batches: Iterable[stream_pb2.RecordBatch]) -> Batch:
     """RecordBatch messages as one Batch."""
-    return _batch_of(map(Columns, batches))
+    return _batch_of(map(Columns.of, batches))
 
 
 def _batch_of(decoded: Iterable[Columns]) -> Batch:

@@ -179,7 +179,7 @@ def _record_batch(data: bytes, pos: int, end: int) -> Columns | None:
         lo, hi = spans.get(number, (0, 0))
         return data[lo:hi]
 
-    return Columns.from_wire(
+    return Columns(
         topic=field(_TOPIC).decode(),
         partition=_signed(ints[_PARTITION], 32),
         lease_epoch=_signed(ints[_EPOCH], 64),

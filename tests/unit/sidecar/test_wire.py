@@ -52,7 +52,7 @@ def test_encoded_bytes_are_protobufs_and_read_back_alike(
         stream = stream_pb2.StreamResponse(batch=stream_pb2.StreamBatch(batches=expected.batches))
         assert wire.stream_response(taken) == stream.SerializeToString()
 
-        by_protobuf = [Columns(b) for b in stream_pb2.FetchResponse.FromString(data).batches]
+        by_protobuf = [Columns.of(b) for b in stream_pb2.FetchResponse.FromString(data).batches]
         parsed = wire.parse_batches(data)
         streamed = wire.parse_stream_batch(wire.stream_response(taken))
         if any(b.headers for b in expected.batches):
