@@ -21,7 +21,11 @@ partition run instead of one ack per record. Acking any other collection of reco
 subset, several batches) works too: the client groups it into runs of consecutive offsets.
 A sidecar answers an ack once it is committed; ``ack_nowait(batch)`` sends it from a
 background thread, in order, and returns a future, so the next ``fetch()`` travels while
-the sidecar commits (``close()`` waits for the acks still on their way).
+the sidecar commits; the acks that queue up meanwhile go together as the next ack (one
+commit). ``close()`` waits for the acks still on their way.
+
+Fetch and Stream responses are read without building their protobuf messages
+(``wire.parse_batches``): keys and values are cut from the received bytes directly.
 
 The client binds through the assigner, keeps a ``WatchBinding`` stream open on a
 background thread (new bindings are pushed the moment a sidecar leaves), and retries
