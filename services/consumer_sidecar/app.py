@@ -23,9 +23,10 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from dataservice.assigner.v1 import assigner_pb2
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar.classic import ClassicMembership, classic_overrides, group_topics
+from services.consumer_sidecar.client_access import AccessInterceptor
 from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.leasing import LeaseKeeper
-from services.consumer_sidecar.metrics import AccessInterceptor, SidecarMetrics
+from services.consumer_sidecar.metrics import SidecarMetrics
 from services.consumer_sidecar.partitions import PartitionTable
 from services.consumer_sidecar.rpc import StreamServicer, add_to_server
 from services.consumer_sidecar.session import SessionClient, SessionIdentity

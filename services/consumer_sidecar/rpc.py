@@ -40,8 +40,8 @@ from google.protobuf.message import Message
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from services.consumer_sidecar import wire
 from services.consumer_sidecar.batches import Slice
+from services.consumer_sidecar.client_access import ClientMetrics, acked_records
 from services.consumer_sidecar.leasing import ExplicitCommit, lease_problem
-from services.consumer_sidecar.metrics import ClientMetrics, acked_records
 from services.consumer_sidecar.partitions import TP, Partition
 from services.consumer_sidecar.reader import (
     RangeOutOfRange,

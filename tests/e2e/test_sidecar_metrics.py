@@ -22,7 +22,8 @@ from prometheus_client.samples import Sample
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from services.consumer_sidecar.client import DsClient
-from services.consumer_sidecar.metrics import METRIC_TABLE, OTHER_CLIENT
+from services.consumer_sidecar.client_access import OTHER_CLIENT
+from services.consumer_sidecar.metric_table import METRIC_TABLE
 from tests.support.mesh import Mesh, ServiceProcess
 from tests.support.sidecar_probe import start_sidecar
 

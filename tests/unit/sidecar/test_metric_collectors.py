@@ -15,15 +15,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar.batches import Slice, chunk_from_records
-from services.consumer_sidecar.metrics import (
-    AGE_BUCKETS,
-    METRIC_TABLE,
-    OPERATOR_NAMES,
+from services.consumer_sidecar.client_access import (
     OTHER_CLIENT,
-    Buckets,
     ClientIdLimiter,
     ClientMetrics,
     acked_records,
+)
+from services.consumer_sidecar.metric_table import (
+    AGE_BUCKETS,
+    METRIC_TABLE,
+    OPERATOR_NAMES,
+    Buckets,
 )
 
 README = Path(__file__).resolve().parents[3] / "README.md"

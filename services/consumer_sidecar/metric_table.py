@@ -1,0 +1,307 @@
+"""The sidecar's metric table: every name it exports, with type, labels, source and help
+(:data:`METRIC_TABLE`: the README's "Sidecar metrics" table and the end-to-end test are
+both checked against it), the Java consumer's metric names mapped to ours
+(:data:`OPERATOR_NAMES`), histogram bounds, and :class:`Buckets`, a histogram's state kept
+in plain Python and rendered at scrape time. Declarations and pure code only.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_left
+from collections.abc import Sequence
+from typing import NamedTuple
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+REQUEST_BUCKETS = (*LATENCY_BUCKETS, 30.0, 60.0, 300.0)
+AGE_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    900.0,
+    3600.0,
+)
+POLL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0)
+LEASE_KINDS = ("grant", "revoke", "expire")
+
+
+# ---- the table of every exported metric -----------------------------------------------------
+
+
+class MetricSpec(NamedTuple):
+    name: str  # as exposed (counters with _total)
+    type: str  # counter | gauge | histogram | summary
+    labels: tuple[str, ...]
+    source: str  # where the figure comes from
+    help: str
+
+
+def _spec(name: str, kind: str, labels: str, source: str, help_text: str) -> MetricSpec:
+    return MetricSpec(name, kind, tuple(labels.split(",")) if labels else (), source, help_text)
+
+
+G, GTP, GC = "group", "group,topic,partition", "group,client_id"
+STATS = "librdkafka statistics"
+OWN = "sidecar timing/counting"
+VIEW = "partition table at scrape time"
+METRIC_TABLE: tuple[MetricSpec, ...] = (
+    _spec("ds_sidecar_records_consumed_total", "counter", "group,topic", OWN,
+          "Records returned by the sidecar's consume() calls (counted per partition run)"),
+    _spec("ds_sidecar_bytes_consumed_total", "counter", "group,topic", OWN,
+          "Key plus value bytes of the records returned by consume()"),
+    _spec("ds_sidecar_records_lag", "gauge", GTP, f"{STATS} hi_offset; {VIEW}",
+          "Records between the fetch position and the high watermark (hi_offset at the last "
+          "statistics; records buffered in the sidecar are not lag)"),
+    _spec("ds_sidecar_records_lag_max", "gauge", G, f"{STATS}; {VIEW}",
+          "Largest ds_sidecar_records_lag over the partitions this sidecar holds"),
+    _spec("ds_sidecar_records_lead", "gauge", GTP, f"{STATS} lo_offset; {VIEW}",
+          "Records between the log start offset (lo_offset) and the fetch position"),
+    _spec("ds_sidecar_records_lead_min", "gauge", G, f"{STATS}; {VIEW}",
+          "Smallest ds_sidecar_records_lead over the partitions this sidecar holds"),
+    _spec("ds_sidecar_buffered_records", "gauge", GTP, VIEW,
+          "Records fetched and buffered in the sidecar, not yet delivered"),
+    _spec("ds_sidecar_buffer_bytes", "gauge", G, VIEW,
+          "Bytes buffered (key, value and per-record bookkeeping)"),
+    _spec("ds_sidecar_buffer_limit_bytes", "gauge", G, "settings buffer_max_bytes",
+          "Buffer cap; fetching holds back when it is reached"),
+    _spec("ds_sidecar_assigned_partitions", "gauge", G, VIEW,
+          "Partitions whose lease this sidecar holds (kafka_group mode: assigned by Kafka)"),
+    _spec("ds_sidecar_commits_total", "counter", "group,result", OWN,
+          "Offset commit requests to Kafka, by result (ok, error)"),
+    _spec("ds_sidecar_commit_latency_seconds", "histogram", G, OWN,
+          "Duration of one synchronous offset commit request to Kafka"),
+    _spec("ds_sidecar_lease_changes_total", "counter", "group,kind", "session commands",
+          "Lease changes (grant, revoke incl. fenced, expire = local deadline passed)"),
+    _spec("ds_sidecar_lease_change_latency_seconds", "histogram", "group,kind", OWN,
+          "grant: grant received until Kafka fetching is set up; revoke: revoke received "
+          "until the partition is drained, committed and released"),
+    _spec("ds_sidecar_last_lease_change_timestamp_seconds", "gauge", G, OWN,
+          "Unix time of the last lease change (0 = none yet)"),
+    _spec("ds_sidecar_poll_interval_seconds", "histogram", G, OWN,
+          "Time between the starts of successive consume() calls of the fetch loop"),
+    _spec("ds_sidecar_poll_wait_seconds_total", "counter", G, OWN,
+          "Time the fetch loop spent inside consume() waiting for records; its rate is the "
+          "poll idle ratio"),
+    _spec("ds_sidecar_last_poll_age_seconds", "gauge", G, OWN,
+          "Seconds since the fetch loop's last consume() returned"),
+    _spec("ds_sidecar_record_age_seconds", "histogram", G, OWN,
+          "Age of each record when handed to a client (delivery time - record timestamp), "
+          "observed per delivered slice: buckets exact when a partition's timestamps do not "
+          "decrease, _sum estimated within each bucket; records without a timestamp are not "
+          "observed"),
+    _spec("ds_sidecar_heartbeats_total", "counter", G, OWN,
+          "Session heartbeats sent to the assigner"),
+    _spec("ds_sidecar_heartbeat_response_seconds", "histogram", G, OWN,
+          "Session heartbeat round trip: sent until the assigner's ack arrived"),
+    _spec("ds_sidecar_assigner_connected", "gauge", G, OWN,
+          "1 while the session with the assigner is joined, else 0"),
+    _spec("ds_sidecar_fetch_requests_total", "counter", "group,broker", f"{STATS} req.Fetch",
+          "Fetch requests sent to each broker"),
+    _spec("ds_sidecar_broker_responses_total", "counter", "group,broker", f"{STATS} rx",
+          "Responses received from each broker (all request types)"),
+    _spec("ds_sidecar_broker_received_bytes_total", "counter", "group,broker",
+          f"{STATS} rxbytes", "Bytes received from each broker (all responses)"),
+    _spec("ds_sidecar_broker_rtt_seconds", "summary", "group,broker", f"{STATS} rtt",
+          "Broker request round trip (mostly Fetch, which waits up to fetch.wait.max.ms); "
+          "quantiles over the last statistics window, _count/_sum cumulative"),
+    _spec("ds_sidecar_broker_rtt_max_seconds", "gauge", "group,broker", f"{STATS} rtt.max",
+          "Longest broker round trip in the last statistics window"),
+    _spec("ds_sidecar_broker_throttle_seconds", "summary", "group,broker",
+          f"{STATS} throttle", "Broker throttle time; quantiles over the last statistics "
+          "window, _count/_sum cumulative"),
+    _spec("ds_sidecar_broker_throttle_max_seconds", "gauge", "group,broker",
+          f"{STATS} throttle.max", "Longest broker throttle time in the last statistics window"),
+    _spec("ds_sidecar_kafka_errors_total", "counter", "kind,code", "librdkafka error_cb",
+          "librdkafka errors by class (fatal, retriable, informational) and code"),
+    _spec("ds_client_requests_total", "counter", "group,client_id,method,code", OWN,
+          "StreamService calls by client, method and gRPC status code"),
+    _spec("ds_client_request_duration_seconds", "histogram", "group,client_id,method", OWN,
+          "StreamService call duration by client and method (a Stream: its lifetime)"),
+    _spec("ds_client_records_served_total", "counter", GC, OWN,
+          "Records handed to the client (Fetch, Stream and ReadRange)"),
+    _spec("ds_client_bytes_served_total", "counter", GC, OWN,
+          "Key plus value bytes handed to the client"),
+    _spec("ds_client_active_streams", "gauge", GC, OWN, "Open Stream calls of the client"),
+    _spec("ds_client_acks_total", "counter", GC, OWN,
+          "Records acknowledged by the client (a range ack counts its offset span; "
+          "auto_ack deliveries count as acked)"),
+    _spec("ds_client_redeliveries_total", "counter", GC, OWN,
+          "Records delivered again below the highest offset this sidecar process had "
+          "already delivered of their partition (after a lease came back)"),
+    _spec("ds_client_last_seen_timestamp_seconds", "gauge", GC, OWN,
+          "Unix time of the client's last call or delivery"),
+)  # fmt: skip
+SPECS = {spec.name: spec for spec in METRIC_TABLE}
+
+
+def help_of(name: str) -> str:
+    return SPECS[name].help
+
+
+def base_name(name: str) -> str:
+    """prometheus_client appends ``_total`` to a counter's name itself."""
+    return name.removesuffix("_total")
+
+
+# ---- pure parts ---------------------------------------------------------------------------
+
+
+class Buckets:
+    """A histogram's state (non-cumulative bucket counts, the last one +Inf), cheap to
+    update from one thread and rendered by a collector."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def observe_timestamps(self, stamps: array[int], lo: int, hi: int, now_ms: int) -> None:
+        """Ages (``now_ms`` - timestamp, seconds) of ``stamps[lo:hi]`` without a pass over
+        the records: a few bisections, exact when the timestamps do not decrease (then the
+        records of one bucket are a contiguous run). The sum is estimated per bucket from
+        the ages at both ends of its run."""
+        if hi <= lo:
+            return
+        first, last = stamps[lo], stamps[hi - 1]
+        newest, oldest = sorted(((now_ms - last) / 1000, (now_ms - first) / 1000))
+        k_lo = bisect_left(self.bounds, newest)
+        k_hi = bisect_left(self.bounds, oldest)
+        if k_lo == k_hi:
+            self.counts[k_lo] += hi - lo
+            self.total += (hi - lo) * (newest + oldest) / 2
+            return
+        upper = hi  # records [upper, hi) are counted (youngest first)
+        for k in range(k_lo, k_hi):
+            pos = bisect_left(stamps, now_ms - self.bounds[k] * 1000, lo, hi)
+            pos = min(max(pos, lo), upper)
+            self._add_run(k, stamps, pos, upper, now_ms)
+            upper = pos
+        self._add_run(k_hi, stamps, lo, upper, now_ms)
+
+    def _add_run(self, k: int, stamps: array[int], lo: int, hi: int, now_ms: int) -> None:
+        if hi > lo:
+            self.counts[k] += hi - lo
+            self.total += (hi - lo) * ((now_ms - stamps[lo]) + (now_ms - stamps[hi - 1])) / 2000
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        out, running = [], 0
+        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            running += count
+            out.append(("+Inf" if bound == float("inf") else _float(bound), float(running)))
+        return out
+
+
+def _float(value: float) -> str:
+    return repr(float(value))
+
+
+# ---- the operators' names (Java consumer MBeans) → ours -----------------------------------
+
+
+class OperatorName(NamedTuple):
+    java: str  # the Java consumer's metric (kafka.consumer:type=consumer-fetch-manager-metrics…)
+    ours: str  # our metric, or "—" when it cannot exist here
+    promql: str  # how to get the figure (or why it does not exist)
+
+
+OPERATOR_NAMES: tuple[OperatorName, ...] = (
+    OperatorName("records-lag-max", "ds_sidecar_records_lag_max",
+                 "`max_over_time(ds_sidecar_records_lag_max[1m])`"),
+    OperatorName("records-lag (per partition)", "ds_sidecar_records_lag",
+                 "`ds_sidecar_records_lag`"),
+    OperatorName("records-lag-avg (per partition)", "ds_sidecar_records_lag",
+                 "`avg_over_time(ds_sidecar_records_lag[1m])`"),
+    OperatorName("records-lag-max (per partition)", "ds_sidecar_records_lag",
+                 "`max_over_time(ds_sidecar_records_lag[1m])`"),
+    OperatorName("records-lead (per partition)", "ds_sidecar_records_lead",
+                 "`ds_sidecar_records_lead`"),
+    OperatorName("records-lead-min", "ds_sidecar_records_lead_min",
+                 "`min_over_time(ds_sidecar_records_lead_min[1m])`"),
+    OperatorName("records-consumed-rate", "ds_sidecar_records_consumed_total",
+                 "`rate(ds_sidecar_records_consumed_total[1m])`"),
+    OperatorName("records-consumed-total", "ds_sidecar_records_consumed_total",
+                 "`ds_sidecar_records_consumed_total`"),
+    OperatorName("bytes-consumed-rate", "ds_sidecar_bytes_consumed_total",
+                 "`rate(ds_sidecar_bytes_consumed_total[1m])`"),
+    OperatorName("bytes-consumed-total", "ds_sidecar_bytes_consumed_total",
+                 "`ds_sidecar_bytes_consumed_total`"),
+    OperatorName("records-per-request-avg", "ds_sidecar_records_consumed_total",
+                 "`sum(rate(ds_sidecar_records_consumed_total[1m])) / "
+                 "sum(rate(ds_sidecar_fetch_requests_total[1m]))`"),
+    OperatorName("fetch-latency-avg", "ds_sidecar_broker_rtt_seconds",
+                 "`rate(ds_sidecar_broker_rtt_seconds_sum[1m]) / "
+                 "rate(ds_sidecar_broker_rtt_seconds_count[1m])` (librdkafka times every "
+                 "request to the broker; a consumer's are nearly all Fetch)"),
+    OperatorName("fetch-latency-max", "ds_sidecar_broker_rtt_max_seconds",
+                 "`max_over_time(ds_sidecar_broker_rtt_max_seconds[1m])`"),
+    OperatorName("fetch-rate", "ds_sidecar_fetch_requests_total",
+                 "`rate(ds_sidecar_fetch_requests_total[1m])`"),
+    OperatorName("fetch-size-avg", "ds_sidecar_bytes_consumed_total",
+                 "`sum(rate(ds_sidecar_bytes_consumed_total[1m])) / "
+                 "sum(rate(ds_sidecar_fetch_requests_total[1m]))`"),
+    OperatorName("fetch-size-max", "—",
+                 "cannot exist: librdkafka decodes Fetch responses internally and reports no "
+                 "per-response size; `ds_sidecar_broker_received_bytes_total` / "
+                 "`ds_sidecar_broker_responses_total` gives the mean response size"),
+    OperatorName("fetch-throttle-time-avg / -max", "ds_sidecar_broker_throttle_seconds",
+                 "avg: `rate(…_sum[1m]) / rate(…_count[1m])`; max: "
+                 "`ds_sidecar_broker_throttle_max_seconds`"),
+    OperatorName("commit-latency-avg", "ds_sidecar_commit_latency_seconds",
+                 "`rate(ds_sidecar_commit_latency_seconds_sum[1m]) / "
+                 "rate(ds_sidecar_commit_latency_seconds_count[1m])`"),
+    OperatorName("commit-latency-max", "ds_sidecar_commit_latency_seconds",
+                 "`histogram_quantile(1, rate(ds_sidecar_commit_latency_seconds_bucket[1m]))` "
+                 "(bucket bound)"),
+    OperatorName("commit-rate", "ds_sidecar_commits_total", "`rate(ds_sidecar_commits_total[1m])`"),
+    OperatorName("commit-total", "ds_sidecar_commits_total", "`ds_sidecar_commits_total`"),
+    OperatorName("assigned-partitions", "ds_sidecar_assigned_partitions",
+                 "`ds_sidecar_assigned_partitions`"),
+    OperatorName("rebalance-total (here: lease changes)", "ds_sidecar_lease_changes_total",
+                 "`sum by (group) (ds_sidecar_lease_changes_total)`"),
+    OperatorName("rebalance-rate-per-hour", "ds_sidecar_lease_changes_total",
+                 "`sum by (group) (increase(ds_sidecar_lease_changes_total[1h]))`"),
+    OperatorName("rebalance-latency-avg / -max", "ds_sidecar_lease_change_latency_seconds",
+                 "avg: `rate(…_sum[5m]) / rate(…_count[5m])`; max: "
+                 "`histogram_quantile(1, rate(…_bucket[5m]))`"),
+    OperatorName("last-rebalance-seconds-ago", "ds_sidecar_last_lease_change_timestamp_seconds",
+                 "`time() - ds_sidecar_last_lease_change_timestamp_seconds`"),
+    OperatorName("time-between-poll-avg", "ds_sidecar_poll_interval_seconds",
+                 "`rate(ds_sidecar_poll_interval_seconds_sum[1m]) / "
+                 "rate(ds_sidecar_poll_interval_seconds_count[1m])`"),
+    OperatorName("time-between-poll-max", "ds_sidecar_poll_interval_seconds",
+                 "`histogram_quantile(1, rate(ds_sidecar_poll_interval_seconds_bucket[1m]))`"),
+    OperatorName("last-poll-seconds-ago", "ds_sidecar_last_poll_age_seconds",
+                 "`ds_sidecar_last_poll_age_seconds`"),
+    OperatorName("poll-idle-ratio-avg", "ds_sidecar_poll_wait_seconds_total",
+                 "`rate(ds_sidecar_poll_wait_seconds_total[1m])`"),
+    OperatorName("heartbeat-rate (here: session heartbeats)", "ds_sidecar_heartbeats_total",
+                 "`rate(ds_sidecar_heartbeats_total[1m])`"),
+    OperatorName("heartbeat-response-time-max", "ds_sidecar_heartbeat_response_seconds",
+                 "`histogram_quantile(1, rate(ds_sidecar_heartbeat_response_seconds_bucket[1m]))`"),
+    OperatorName("last-heartbeat-seconds-ago", "ds_sidecar_assigner_connected",
+                 "not exported as such: a sidecar without heartbeat acks loses its leases "
+                 "within the TTL; `ds_sidecar_assigner_connected == 0` is the alert"),
+    OperatorName("join-rate / sync-rate / sync-time", "—",
+                 "cannot exist in leased mode: no Kafka group membership (assign() only); "
+                 "joins are the session's, counted as lease grants"),
+)  # fmt: skip
