@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
-from services.notifier import faults, lag, template_store, templates
+from services.notifier import faults, template_store, templates
 from services.notifier.alerts import AlertRouter
 from services.notifier.lag_monitor import LagMonitor
 from services.notifier.metrics import NotifierMetrics, ProbeMetrics
@@ -43,6 +43,7 @@ from services.notifier.relay import ID_HEADER, KafkaRelay, RelayHooks, WebhookRe
 from services.notifier.rpc import NotifierServicer
 from services.notifier.settings import NotifierSettings
 from services.notifier.suppression import StormSuppressor
+from services.runtime import lag
 from services.runtime.errors import DsError, Reason
 from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route

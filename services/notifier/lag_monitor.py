@@ -24,8 +24,9 @@ import structlog
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-from services.notifier import lag, offsets_topic
+from services.notifier import offsets_topic
 from services.notifier.settings import LagSettings
+from services.runtime import lag
 
 log = structlog.get_logger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from services.notifier.lag import GroupLag
+from services.runtime.lag import GroupLag
 
 
 class NotifierMetrics:

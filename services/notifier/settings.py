@@ -25,7 +25,7 @@ class LagThresholdSettings(BaseModel):
 
 
 class LagSettings(BaseModel):
-    """The lag evaluator (Burrow's rules; see services/notifier/lag.py)."""
+    """The lag evaluator (Burrow's rules; see services/runtime/lag.py)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

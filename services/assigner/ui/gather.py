@@ -40,9 +40,9 @@ from services.assigner.ui.model import (
     SidecarLoad,
 )
 from services.notifier.faults import short_severity, short_state, short_type
-from services.notifier.lag import Status, group_status
 from services.runtime.discovery import make_discovery
 from services.runtime.errors import DsError
+from services.runtime.lag import Status, group_status
 
 if TYPE_CHECKING:
     from services.assigner.app import AssignerApp

@@ -3,7 +3,7 @@
 The leader samples each group's committed and end offsets on a timer
 (:class:`~services.assigner.ui.gather.LagSampler`) and adds them here. Per partition this
 keeps a ring of the last ``points`` lag samples (the sparkline) and the windows Burrow's
-rules need (:mod:`services.notifier.lag`: a window of distinct commits and the recent
+rules need (:mod:`services.runtime.lag`: a window of distinct commits and the recent
 high watermarks), so the status shown is the one the notifier's lag evaluator would give
 for the same samples. A window is judged once it is ``min_complete`` full; before that a
 partition with lag shows OK, as in Burrow.
@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from services.assigner.balancer import TopicPartition
-from services.notifier.lag import CommitWindow, Status, WatermarkHistory, evaluate_partition
+from services.runtime.lag import CommitWindow, Status, WatermarkHistory, evaluate_partition
 
 SPARK_POINTS = 60  # at the default 5 s sampling: the last five minutes
 WINDOW_INTERVALS = 10  # Burrow's default window of commits

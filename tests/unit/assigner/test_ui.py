@@ -27,7 +27,7 @@ from services.assigner.ui.model import (
     PartitionRow,
     SidecarLoad,
 )
-from services.notifier.lag import Status
+from services.runtime.lag import Status
 
 TP = TopicPartition("orders", 0)
 PAGE = Page(instance="10.0.0.1:7070", generated_at="2025-01-01T00:00:00Z")

@@ -17,8 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dataservice.common.v1 import common_pb2
-from services.notifier import lag
-from services.notifier.lag import Commit, Status
+from services.runtime import lag
+from services.runtime.lag import Commit, Status
 
 
 @dataclass(frozen=True)
