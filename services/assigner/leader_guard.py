@@ -20,6 +20,7 @@ import grpc.aio
 
 from services.assigner.leadership import Leadership
 from services.runtime.errors import LEADER_METADATA_KEY, DsError, Reason, abort
+from services.runtime.handlers import Behavior, rewrapped
 
 GUARDED_SERVICES = (
     "dataservice.assigner.v1.AssignerService",
@@ -28,7 +29,6 @@ GUARDED_SERVICES = (
 )
 
 Context = grpc.aio.ServicerContext[Any, Any]
-Handler = Callable[..., Any]
 
 
 def is_guarded(method: str) -> bool:
@@ -78,30 +78,14 @@ class LeaderGuard(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         method = str(handler_call_details.method)
         if handler is None or not is_guarded(method):
             return handler
-        return self._wrap(handler, method)
+        return rewrapped(
+            handler,
+            lambda behavior, _, streaming: (self._stream if streaming else self._unary)(
+                behavior, method
+            ),
+        )
 
-    def _wrap(
-        self, handler: grpc.RpcMethodHandler[Any, Any], method: str
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        kwargs = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary:
-            unary = self._unary(handler.unary_unary, method)
-            return grpc.unary_unary_rpc_method_handler(unary, **kwargs)
-        if handler.stream_unary:
-            unary = self._unary(handler.stream_unary, method)
-            return grpc.stream_unary_rpc_method_handler(unary, **kwargs)
-        if handler.unary_stream:
-            stream = self._stream(handler.unary_stream, method)
-            return grpc.unary_stream_rpc_method_handler(stream, **kwargs)
-        if handler.stream_stream:
-            stream = self._stream(handler.stream_stream, method)
-            return grpc.stream_stream_rpc_method_handler(stream, **kwargs)
-        return handler  # pragma: no cover - grpc always sets one of the four
-
-    def _unary(self, behavior: Handler, method: str) -> Handler:
+    def _unary(self, behavior: Behavior, method: str) -> Behavior:
         async def guarded(request: Any, context: Context) -> Any:
             if (err := rejection(self.leadership, method)) is not None:
                 await abort(context, err)
@@ -109,7 +93,7 @@ class LeaderGuard(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
 
         return guarded
 
-    def _stream(self, behavior: Handler, method: str) -> Handler:
+    def _stream(self, behavior: Behavior, method: str) -> Behavior:
         async def guarded(request: Any, context: Context) -> AsyncIterator[Any]:
             if (err := rejection(self.leadership, method)) is not None:
                 await abort(context, err)

@@ -37,6 +37,7 @@ from services.consumer_sidecar.metric_table import (
     help_of,
 )
 from services.runtime.errors import DsError
+from services.runtime.handlers import Behavior, rewrapped
 
 if TYPE_CHECKING:
     from services.consumer_sidecar.batches import Slice
@@ -287,23 +288,13 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         if handler is None or not path.startswith(SERVICE_PREFIX):
             return handler
         method = path.removeprefix(SERVICE_PREFIX)
-        kwargs = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
-                self._unary(method, handler.unary_unary), **kwargs
-            )
-        if handler.unary_stream:
-            return grpc.unary_stream_rpc_method_handler(
-                self._stream(method, handler.unary_stream, peek=False), **kwargs
-            )
-        if handler.stream_stream:
-            return grpc.stream_stream_rpc_method_handler(
-                self._stream(method, handler.stream_stream, peek=True), **kwargs
-            )
-        return handler
+
+        def wrap(behavior: Behavior, request_streaming: bool, streaming: bool) -> Behavior:
+            if streaming:  # a Stream's client id comes with its first (open) request
+                return self._stream(method, behavior, peek=request_streaming)
+            return self._unary(method, behavior)
+
+        return rewrapped(handler, wrap)
 
     def _unary(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
         clients = self.clients

@@ -50,6 +50,7 @@ from services.consumer_sidecar.reader import (
     ReadStalled,
 )
 from services.runtime.errors import DsError, Reason, invalid
+from services.runtime.handlers import method_handler
 from services.runtime.kafka import consumer_config
 
 if TYPE_CHECKING:
@@ -205,14 +206,6 @@ def _serialize(response: Message | bytes) -> bytes:
     return response if isinstance(response, bytes) else response.SerializeToString()
 
 
-_HANDLERS = {
-    (False, False): grpc.unary_unary_rpc_method_handler,
-    (False, True): grpc.unary_stream_rpc_method_handler,
-    (True, False): grpc.stream_unary_rpc_method_handler,
-    (True, True): grpc.stream_stream_rpc_method_handler,
-}
-
-
 def add_to_server(servicer: StreamServicer, server: grpc.aio.Server) -> None:
     """Register StreamService as ``stream_pb2_grpc.add_StreamServiceServicer_to_server``
     does (every method of the proto's service, by its descriptor), except that any
@@ -220,11 +213,11 @@ def add_to_server(servicer: StreamServicer, server: grpc.aio.Server) -> None:
     service = stream_pb2.DESCRIPTOR.services_by_name["StreamService"]
     handlers = {}
     for method in service.methods:
-        request = message_factory.GetMessageClass(method.input_type)
-        handler = _HANDLERS[method.client_streaming, method.server_streaming]
-        handlers[method.name] = handler(
+        handlers[method.name] = method_handler(
             getattr(servicer, method.name),
-            request_deserializer=request.FromString,
+            request_streaming=method.client_streaming,
+            response_streaming=method.server_streaming,
+            request_deserializer=message_factory.GetMessageClass(method.input_type).FromString,
             response_serializer=_serialize,
         )
     generic = grpc.method_handlers_generic_handler(service.full_name, handlers)

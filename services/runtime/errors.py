@@ -21,6 +21,8 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+from services.runtime.handlers import Behavior, rewrapped
+
 DOMAIN = "dataservice"
 # Trailing metadata key a follower assigner uses to name the current leader (§3).
 LEADER_METADATA_KEY = "ds-leader"
@@ -188,9 +190,6 @@ def trailing_value(error: grpc.RpcError, key: str) -> str | None:
     return None
 
 
-Handler = Callable[..., Any]
-
-
 class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     """Turns :class:`DsError` raised by any handler into its status with ErrorInfo."""
 
@@ -208,22 +207,13 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
 
 
 def _wrap_handler(handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
-    kwargs = {
-        "request_deserializer": handler.request_deserializer,
-        "response_serializer": handler.response_serializer,
-    }
-    if handler.unary_unary:
-        return grpc.unary_unary_rpc_method_handler(_wrap_unary(handler.unary_unary), **kwargs)
-    if handler.unary_stream:
-        return grpc.unary_stream_rpc_method_handler(_wrap_stream(handler.unary_stream), **kwargs)
-    if handler.stream_unary:
-        return grpc.stream_unary_rpc_method_handler(_wrap_unary(handler.stream_unary), **kwargs)
-    if handler.stream_stream:
-        return grpc.stream_stream_rpc_method_handler(_wrap_stream(handler.stream_stream), **kwargs)
-    return handler  # pragma: no cover - grpc always sets one of the four
+    return rewrapped(
+        handler,
+        lambda behavior, _, streams: _wrap_stream(behavior) if streams else _wrap_unary(behavior),
+    )
 
 
-def _wrap_unary(behavior: Handler) -> Handler:
+def _wrap_unary(behavior: Behavior) -> Behavior:
     async def wrapped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         try:
             return await behavior(request, context)
@@ -233,7 +223,7 @@ def _wrap_unary(behavior: Handler) -> Handler:
     return wrapped
 
 
-def _wrap_stream(behavior: Handler) -> Handler:
+def _wrap_stream(behavior: Behavior) -> Behavior:
     async def wrapped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         try:
             async for response in behavior(request, context):
