@@ -306,12 +306,9 @@ class Slice:
         return Slice(self.topic, self.partition, self.epoch, self.chunk, lo, hi, vlo, vhi, klo, khi)
 
     def to_batch(self) -> stream_pb2.RecordBatch:
-        return self.fill(stream_pb2.RecordBatch())
-
-    def fill(self, batch: stream_pb2.RecordBatch) -> stream_pb2.RecordBatch:
-        """Write the slice into ``batch`` — best one just added to the response's repeated
-        field, so its bytes are copied into the response once (a message passed to a
-        constructor or ``extend`` is copied again)."""
+        """The slice as a RecordBatch message (delivery writes its wire bytes directly,
+        ``wire.record_batch``; this is for headers, and for tests)."""
+        batch = stream_pb2.RecordBatch()
         chunk, lo, hi = self.chunk, self.lo, self.hi
         batch.topic = self.topic
         batch.partition = self.partition

@@ -49,7 +49,7 @@ import threading
 import time
 import uuid
 from bisect import bisect_right
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -212,9 +212,8 @@ def spans_of(records: Sequence[Any]) -> list[_Span]:
     ]
 
 
-def _accepted(spans: Sequence[_Span], rejected: Iterable[stream_pb2.RejectedRangeAck]) -> int:
-    """Records acked by ``spans`` minus those of the refused ranges."""
-    return _counted(spans, _accepted_spans(spans, rejected))
+# A range ack's identity, the same on a _Span and on a RangeAck message.
+_RANGE_KEY = attrgetter("topic", "partition", "lease_epoch", "from_offset", "to_offset")
 
 
 def _accepted_spans(
@@ -222,18 +221,11 @@ def _accepted_spans(
 ) -> list[bool]:
     """For each of ``spans`` (range acks sent in this order), whether it was accepted: a
     refused range is matched to the first span sent with its key not yet matched."""
-    refused: dict[tuple[str, int, int, int, int], int] = {}
-    for r in rejected:
-        key = (r.ack.topic, r.ack.partition, r.ack.lease_epoch, r.ack.from_offset, r.ack.to_offset)
-        refused[key] = refused.get(key, 0) + 1
+    refused = Counter(_RANGE_KEY(r.ack) for r in rejected)
     out = []
-    for span in spans:
-        key = (span.topic, span.partition, span.lease_epoch, span.from_offset, span.to_offset)
-        if refused.get(key, 0) > 0:
-            refused[key] -= 1
-            out.append(False)
-        else:
-            out.append(True)
+    for key in map(_RANGE_KEY, spans):
+        out.append(refused[key] <= 0)
+        refused[key] -= 1
     return out
 
 
@@ -304,7 +296,7 @@ class _Acker:
             start = end
 
 
-_SERVICE = "/dataservice.sidecar.v1.StreamService/"
+_SERVICE = f"/{stream_pb2.DESCRIPTOR.services_by_name['StreamService'].full_name}/"
 
 
 def _fetched(data: bytes) -> Batch:

@@ -463,21 +463,23 @@ class Fetcher:
         return table.holding
 
     def _apply_backpressure(self) -> None:
-        share = 1 if self.classic else LEASED_PARTITION_SHARE
-        cap = self._table.per_partition_cap(share)
         table = self._table
+        cap = table.per_partition_cap(1 if self.classic else LEASED_PARTITION_SHARE)
         if self.classic:
             over_total = table.buffered_bytes >= table.buffer_max_bytes
         else:  # leased: full, and no longer held back (HOLD_SECONDS passed, see _holding)
-            full = table.buffered_bytes >= table.hold_at
-            over_total = full and self._full_since is not None and not table.holding
+            over_total = (
+                table.buffered_bytes >= table.hold_at
+                and self._full_since is not None
+                and not table.holding
+            )
         to_pause: list[TopicPartition] = []
         to_resume: list[TopicPartition] = []
-        for part in self._table.snapshot():
+        for part in table.snapshot():
             if part.suspended_at is not None or not part.ready:
                 continue  # paused by the lease keeper, not by backpressure
-            full = over_total or part.buffered_bytes >= cap
-            if full and not part.paused:
+            over = over_total or part.buffered_bytes >= cap
+            if over and not part.paused:
                 part.paused = True
                 to_pause.append(TopicPartition(part.tp.topic, part.tp.partition))
             elif part.paused and not over_total and part.buffered_bytes < cap * RESUME_FRACTION:

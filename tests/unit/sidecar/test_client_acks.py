@@ -18,8 +18,9 @@ from dataservice.sidecar.v1 import stream_pb2
 from services.consumer_sidecar.batches import DsRecord
 from services.consumer_sidecar.client import (
     Batch,
-    _accepted,
+    _accepted_spans,
     _Acker,
+    _counted,
     _joined,
     _received,
     _Span,
@@ -96,8 +97,8 @@ def test_records_of_refused_ranges_are_not_counted() -> None:
     refused = stream_pb2.RejectedRangeAck(
         ack=spans[1].range_ack(), reason=stream_pb2.REJECT_REASON_STALE_EPOCH
     )
-    assert _accepted(spans, []) == 4
-    assert _accepted(spans, [refused]) == 3
+    assert _counted(spans, _accepted_spans(spans, [])) == 4
+    assert _counted(spans, _accepted_spans(spans, [refused])) == 3
 
 
 def test_batches_that_arrived_together_are_handed_out_as_one() -> None:
