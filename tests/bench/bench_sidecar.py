@@ -24,6 +24,12 @@ never an asserted time):
 (e) (b) with librdkafka statistics on (default 5000 ms) and off
     (``DS_STATISTICS_INTERVAL_MS=0``): the overhead ratio.
 
+With each best rate, the CPU seconds per million records that each process spent over the
+same window (``/proc/PID/stat``): the application (this process), the sidecar and the
+broker (when this script started it). Unlike wall-clock rates they hardly move with the
+machine's load, and they show what bounds the ratios on a small machine: the sidecar path
+runs three busy processes where the direct loop runs two.
+
 Every rate runs from the first batch the application receives to the last (steady state:
 start-up is not timed on either side); only one consumer or sidecar runs at a time. A
 shared machine makes single runs noisy, so (a), (b) and (c) are measured ROUNDS times,
@@ -34,6 +40,7 @@ the baseline as for the sidecar. Not collected by pytest (file name).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -41,7 +48,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from confluent_kafka import (
@@ -82,7 +89,7 @@ class Profile:
 
 
 # Short still runs each rate for a second or more: shorter runs mostly measured start-up.
-SHORT = Profile(records_100=600_000, records_1k=200_000, latency_seconds=8.0, rounds=2)
+SHORT = Profile(records_100=600_000, records_1k=200_000, latency_seconds=8.0, rounds=3)
 FULL = Profile(records_100=1_000_000, records_1k=300_000, latency_seconds=30.0, rounds=3)
 
 
@@ -90,6 +97,7 @@ FULL = Profile(records_100=1_000_000, records_1k=300_000, latency_seconds=30.0, 
 class Rate:
     records: int
     seconds: float
+    cpu: dict[str, float] = field(default_factory=dict)  # process → CPU s over the window
 
     @property
     def per_second(self) -> float:
@@ -97,6 +105,46 @@ class Rate:
 
     def __str__(self) -> str:
         return f"{self.per_second:>10,.0f} rec/s ({self.records} in {self.seconds:.2f}s)"
+
+    def cpu_line(self) -> str:
+        """CPU seconds per million records by process, their sum, and the cores it kept
+        busy over the window."""
+        if not self.cpu or not self.records:
+            return ""
+        per = 1e6 / self.records
+        parts = " + ".join(f"{name} {used * per:.2f}" for name, used in self.cpu.items())
+        total = sum(self.cpu.values())
+        return (
+            f"CPU s per 1M records: {parts} = {total * per:.2f}; "
+            f"{total / self.seconds:.2f} of {os.cpu_count()} cores busy"
+        )
+
+
+# ---- CPU per process -----------------------------------------------------------------------
+
+_TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process (all its threads) has used so far (Linux)."""
+    # The command name in parentheses may hold spaces: the fields follow its last ')'.
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_SECOND
+
+
+class CpuWindow:
+    """CPU seconds each named process used between :meth:`start` and :meth:`used`; a
+    process without a pid (a broker this script did not start) is left out."""
+
+    def __init__(self, pids: dict[str, int | None]) -> None:
+        self.pids = {name: pid for name, pid in pids.items() if pid is not None}
+        self._started: dict[str, float] = {}
+
+    def start(self) -> None:
+        self._started = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    def used(self) -> dict[str, float]:
+        return {name: cpu_seconds(pid) - self._started[name] for name, pid in self.pids.items()}
 
 
 # ---- what the application does with each record, on both sides ---------------------------
@@ -127,9 +175,16 @@ def read_records(records: list[DsRecord]) -> int:
 
 
 def direct_consume(
-    bootstrap: str, topic: str, n: int, *, sidecar_settings: bool = True, commit: bool = False
+    bootstrap: str,
+    topic: str,
+    n: int,
+    *,
+    sidecar_settings: bool = True,
+    commit: bool = False,
+    broker_pid: int | None = None,
 ) -> Rate:
     started = time.monotonic()
+    cpu = CpuWindow({"app": os.getpid(), "broker": broker_pid})
     config: dict[str, object] = {
         "bootstrap.servers": bootstrap,
         "group.id": f"bench-direct-{uuid.uuid4().hex[:8]}",
@@ -149,10 +204,11 @@ def direct_consume(
                 consumer.commit(asynchronous=False)  # the positions after this batch
             if batch and first is None:
                 first = time.monotonic()  # the first batch starts the clock, uncounted
+                cpu.start()
                 n -= batch
                 continue
             got += batch
-        return Rate(got, time.monotonic() - (first or started))
+        return Rate(got, time.monotonic() - (first or started), cpu.used() if first else {})
     finally:
         consumer.close()
 
@@ -176,12 +232,20 @@ def check_acks(pending: list[tuple[Future[int], int]]) -> None:
 
 
 def fetch_through(  # type: ignore[no-untyped-def]
-    mesh: Mesh, assigner: ServiceProcess, group: str, n: int, env=None, *, nowait: bool = False
+    mesh: Mesh,
+    assigner: ServiceProcess,
+    group: str,
+    n: int,
+    env=None,
+    *,
+    nowait: bool = False,
+    broker_pid: int | None = None,
 ) -> Rate:
     """(b) ``fetch`` + ``ack`` per batch; with ``nowait``, (b2) ``fetch`` + ``ack_nowait``:
     the ack of one batch travels while the next is fetched, and every ack's answer is
     checked (all records accepted) before the rate is taken."""
     sidecar, started = serving_sidecar(mesh, assigner, group, env)
+    cpu = CpuWindow({"app": os.getpid(), "sidecar": sidecar.pid, "broker": broker_pid})
     got = 0
     pending: list[tuple[Future[int], int]] = []
     try:
@@ -198,22 +262,31 @@ def fetch_through(  # type: ignore[no-untyped-def]
                         raise RuntimeError("a batch was not acked whole")
                     if first is None:
                         first = time.monotonic()  # the first batch starts the clock, uncounted
+                        cpu.start()
                         n -= read
                         continue
                     got += read
             check_acks(pending)
             took = time.monotonic() - (first or started)
-        return Rate(got, took)
+            used = cpu.used() if first else {}
+        return Rate(got, took, used)
     finally:
         sidecar.stop()
 
 
 def stream_through(
-    mesh: Mesh, assigner: ServiceProcess, group: str, n: int, *, nowait: bool = False
+    mesh: Mesh,
+    assigner: ServiceProcess,
+    group: str,
+    n: int,
+    *,
+    nowait: bool = False,
+    broker_pid: int | None = None,
 ) -> Rate:
     """(c) ``stream`` + ``ack`` per batch; with ``nowait``, (c2) ``ack_nowait``, every
     answer checked (all records accepted) before the rate is taken."""
     sidecar, started = serving_sidecar(mesh, assigner, group)
+    cpu = CpuWindow({"app": os.getpid(), "sidecar": sidecar.pid, "broker": broker_pid})
     got = 0
     first: float | None = None  # steady state: the first batch starts the clock, uncounted
     pending: list[tuple[Future[int], int]] = []
@@ -228,13 +301,16 @@ def stream_through(
                     raise RuntimeError("a batch was not acked whole")
                 if first is None:
                     first = time.monotonic()
+                    cpu.start()
                     n -= read
                 else:
                     got += read
                 if got >= n or time.monotonic() > deadline:
                     check_acks(pending)  # still on the stream: leaving the loop closes it
                     break
-        return Rate(got, time.monotonic() - (first or started))
+            took = time.monotonic() - (first or started)
+            used = cpu.used() if first else {}
+        return Rate(got, took, used)
     finally:
         sidecar.stop()
 
@@ -330,7 +406,7 @@ def best(rates: list[Rate]) -> Rate:
     return max(rates, key=lambda r: r.per_second)
 
 
-def run(bootstrap: str, profile: Profile, log_dir: Path) -> None:
+def run(bootstrap: str, profile: Profile, log_dir: Path, broker_pid: int | None = None) -> None:
     run_id = uuid.uuid4().hex[:6]
     sizes = {100: profile.records_100, 1024: profile.records_1k}
     topics = {size: f"bench-sidecar-{size}-{run_id}" for size in sizes}
@@ -361,17 +437,34 @@ def run(bootstrap: str, profile: Profile, log_dir: Path) -> None:
                 took = produce_bulk(bootstrap, topic, n, size, PARTITIONS)
                 print(f"\n== {n} records x {size} B (produced in {took:.1f}s)", flush=True)
                 rates: dict[str, list[Rate]] = {k: [] for k in ("a", "a1", "b", "b2", "c", "c2")}
+                pid = broker_pid
                 for i in range(profile.rounds):
-                    rates["a"].append(direct_consume(bootstrap, topic, n))
-                    rates["a1"].append(direct_consume(bootstrap, topic, n, commit=True))
-                    rates["b"].append(fetch_through(mesh, assigner, f"g-fetch{i}-{topic}", n))
-                    rates["b2"].append(
-                        fetch_through(mesh, assigner, f"g-fetchnw{i}-{topic}", n, nowait=True)
+                    rates["a"].append(direct_consume(bootstrap, topic, n, broker_pid=pid))
+                    rates["a1"].append(
+                        direct_consume(bootstrap, topic, n, commit=True, broker_pid=pid)
                     )
-                    rates["c"].append(stream_through(mesh, assigner, f"g-stream{i}-{topic}", n))
-                    rates["c2"].append(
-                        stream_through(mesh, assigner, f"g-streamnw{i}-{topic}", n, nowait=True)
-                    )
+                    for key, group, nowait in (("b", "fetch", False), ("b2", "fetchnw", True)):
+                        rates[key].append(
+                            fetch_through(
+                                mesh,
+                                assigner,
+                                f"g-{group}{i}-{topic}",
+                                n,
+                                nowait=nowait,
+                                broker_pid=pid,
+                            )
+                        )
+                    for key, group, nowait in (("c", "stream", False), ("c2", "streamnw", True)):
+                        rates[key].append(
+                            stream_through(
+                                mesh,
+                                assigner,
+                                f"g-{group}{i}-{topic}",
+                                n,
+                                nowait=nowait,
+                                broker_pid=pid,
+                            )
+                        )
                     print(
                         f"   round {i + 1}: "
                         + "  ".join(f"({k}) {v[-1].per_second:,.0f}" for k, v in rates.items())
@@ -398,6 +491,9 @@ def run(bootstrap: str, profile: Profile, log_dir: Path) -> None:
                     f"(c2) sidecar Stream + ack_nowait   {stream_nowait}  ratio "
                     f"{ratio(stream_nowait, base)}"
                 )
+                print("     with each best rate above, over the same window:")
+                for key in ("a", "a1", "b", "b2", "c", "c2"):
+                    print(f"     ({key}) {best(rates[key]).cpu_line()}")
                 env = {"DS_STATISTICS_INTERVAL_MS": "0"}
                 nostats = fetch_through(mesh, assigner, f"g-nostats-{topic}", n, env)
                 print(
@@ -445,7 +541,7 @@ def main() -> int:
         print(f"kafka started in {time.monotonic() - started:.1f}s at {bootstrap}")
     try:
         with tempfile.TemporaryDirectory(prefix="bench-sidecar-") as tmp:
-            run(bootstrap, profile, Path(tmp))
+            run(bootstrap, profile, Path(tmp), cluster.pids[0] if cluster is not None else None)
     finally:
         if cluster is not None:
             cluster.stop()

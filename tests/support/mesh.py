@@ -44,6 +44,10 @@ class ServiceProcess:
     def grpc_addr(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
 
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
     def start(self) -> ServiceProcess:
         argv = [
             sys.executable, "-m", MODULES[self.kind],
