@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -20,7 +20,7 @@ import grpc.aio
 
 from services.assigner.leadership import Leadership
 from services.runtime.errors import LEADER_METADATA_KEY, DsError, Reason, abort
-from services.runtime.handlers import Behavior, rewrapped
+from services.runtime.handlers import Behavior, WrappingInterceptor
 
 GUARDED_SERVICES = (
     "dataservice.assigner.v1.AssignerService",
@@ -55,7 +55,7 @@ def rejection(leadership: Leadership, method: str) -> DsError | None:
     return not_leader(leadership.leader_address)
 
 
-class LeaderGuard(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+class LeaderGuard(WrappingInterceptor):
     """``leadership`` is the object itself or a function returning the current one (the
     server is built before the app knows its port, i.e. before it can campaign)."""
 
@@ -67,23 +67,13 @@ class LeaderGuard(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         current = self._leadership
         return current() if callable(current) else current
 
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        handler = await continuation(handler_call_details)
-        method = str(handler_call_details.method)
-        if handler is None or not is_guarded(method):
-            return handler
-        return rewrapped(
-            handler,
-            lambda behavior, _, streaming: (self._stream if streaming else self._unary)(
-                behavior, method
-            ),
-        )
+    def covers(self, method: str) -> bool:
+        return is_guarded(method)
+
+    def wrap(
+        self, method: str, behavior: Behavior, request_streaming: bool, response_streaming: bool
+    ) -> Behavior:
+        return (self._stream if response_streaming else self._unary)(behavior, method)
 
     def _unary(self, behavior: Behavior, method: str) -> Behavior:
         async def guarded(request: Any, context: Context) -> Any:

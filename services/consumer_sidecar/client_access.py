@@ -14,7 +14,7 @@ import asyncio
 import time
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,7 @@ from services.consumer_sidecar.metric_table import (
     help_of,
 )
 from services.runtime.errors import DsError
-from services.runtime.handlers import Behavior, rewrapped
+from services.runtime.handlers import Behavior, WrappingInterceptor
 
 if TYPE_CHECKING:
     from services.consumer_sidecar.batches import Slice
@@ -266,7 +266,7 @@ class ClientMetrics(Collector):
         yield age
 
 
-class AccessInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+class AccessInterceptor(WrappingInterceptor):
     """Counts and times every StreamService call by client, method and status code.
 
     Installed inside :class:`services.runtime.errors.ErrorInterceptor`, so it sees a
@@ -276,25 +276,16 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     def __init__(self, clients: ClientMetrics) -> None:
         self.clients = clients
 
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        handler = await continuation(handler_call_details)
-        path = str(handler_call_details.method)
-        if handler is None or not path.startswith(SERVICE_PREFIX):
-            return handler
-        method = path.removeprefix(SERVICE_PREFIX)
+    def covers(self, method: str) -> bool:
+        return method.startswith(SERVICE_PREFIX)
 
-        def wrap(behavior: Behavior, request_streaming: bool, streaming: bool) -> Behavior:
-            if streaming:  # a Stream's client id comes with its first (open) request
-                return self._stream(method, behavior, peek=request_streaming)
-            return self._unary(method, behavior)
-
-        return rewrapped(handler, wrap)
+    def wrap(
+        self, method: str, behavior: Behavior, request_streaming: bool, response_streaming: bool
+    ) -> Behavior:
+        name = method.removeprefix(SERVICE_PREFIX)
+        if response_streaming:  # a Stream's client id comes with its first (open) request
+            return self._stream(name, behavior, peek=request_streaming)
+        return self._unary(name, behavior)
 
     def _unary(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
         clients = self.clients

@@ -11,7 +11,7 @@ The README carries the same table.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, NoReturn
 
@@ -21,7 +21,7 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from services.runtime.handlers import Behavior, rewrapped
+from services.runtime.handlers import Behavior, WrappingInterceptor
 
 DOMAIN = "dataservice"
 # Trailing metadata key a follower assigner uses to name the current leader (§3).
@@ -190,27 +190,13 @@ def trailing_value(error: grpc.RpcError, key: str) -> str | None:
     return None
 
 
-class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+class ErrorInterceptor(WrappingInterceptor):
     """Turns :class:`DsError` raised by any handler into its status with ErrorInfo."""
 
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        return _wrap_handler(handler)
-
-
-def _wrap_handler(handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
-    return rewrapped(
-        handler,
-        lambda behavior, _, streams: _wrap_stream(behavior) if streams else _wrap_unary(behavior),
-    )
+    def wrap(
+        self, method: str, behavior: Behavior, request_streaming: bool, response_streaming: bool
+    ) -> Behavior:
+        return _wrap_stream(behavior) if response_streaming else _wrap_unary(behavior)
 
 
 def _wrap_unary(behavior: Behavior) -> Behavior:

@@ -1,13 +1,16 @@
 """gRPC method handlers by their shape (request and response streaming or not): building
-one, and rebuilding one with its behaviour wrapped (what every server interceptor here
-does), its (de)serializers kept."""
+one, and rebuilding one with its behaviour wrapped, its (de)serializers kept; and the base
+of every server interceptor here, which does exactly that for the methods it covers."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import abc
+import functools
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
+import grpc.aio
 
 Behavior = Callable[..., Any]
 # wrap(behavior, request_streaming, response_streaming) -> the behavior to serve instead
@@ -56,3 +59,31 @@ def rewrapped(
                 response_serializer=handler.response_serializer,
             )
     return handler  # pragma: no cover - grpc always sets one of the four
+
+
+class WrappingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Serves every method it :meth:`covers` through :meth:`wrap`; the others, and calls
+    to unknown methods, pass through untouched."""
+
+    def covers(self, method: str) -> bool:
+        """Whether to wrap ``method`` (its full path, ``/package.Service/Method``)."""
+        return True
+
+    @abc.abstractmethod
+    def wrap(
+        self, method: str, behavior: Behavior, request_streaming: bool, response_streaming: bool
+    ) -> Behavior:
+        """The behavior to serve ``method`` with instead of ``behavior``."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        handler = await continuation(handler_call_details)
+        method = str(handler_call_details.method)
+        if handler is None or not self.covers(method):
+            return handler
+        return rewrapped(handler, functools.partial(self.wrap, method))
