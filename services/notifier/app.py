@@ -28,13 +28,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import structlog
 from confluent_kafka import Consumer, Producer
-from google.protobuf import json_format
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
 from services.notifier import faults, template_store, templates
 from services.notifier.alerts import AlertRouter
+from services.notifier.event_codec import PROTOBUF_CONTENT_TYPE, decode_event, encode_event
 from services.notifier.lag_monitor import LagMonitor
 from services.notifier.metrics import NotifierMetrics, ProbeMetrics
 from services.notifier.outbox import KAFKA_LANE, WEBHOOK_LANE, Outbox, OutboxItem, Received
@@ -52,25 +52,7 @@ from services.runtime.lifecycle import Dependency
 
 log = structlog.get_logger(__name__)
 
-PROTOBUF_CONTENT_TYPE = "application/x-protobuf; type=dataservice.common.v1.FaultEvent"
-JSON_CONTENT_TYPE = "application/json; type=dataservice.common.v1.FaultEvent"
 _IDEMPOTENCY_KEYS = 10_000
-
-
-def encode_event(event: common_pb2.FaultEvent, encoding: str) -> tuple[bytes, str]:
-    if encoding == "json":
-        text = json_format.MessageToJson(event, preserving_proto_field_name=True, indent=None)
-        return text.encode(), JSON_CONTENT_TYPE
-    return event.SerializeToString(), PROTOBUF_CONTENT_TYPE
-
-
-def decode_event(value: bytes, content_type: str) -> common_pb2.FaultEvent:
-    event = common_pb2.FaultEvent()
-    if content_type.startswith("application/json"):
-        json_format.Parse(value, event)
-    else:
-        event.ParseFromString(value)
-    return event
 
 
 class _StartupKafka:

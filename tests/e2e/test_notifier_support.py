@@ -16,7 +16,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2_grpc
-from services.notifier.app import decode_event
+from services.notifier.event_codec import decode_event
 from tests.support.mesh import Mesh, ServiceProcess
 
 T = TypeVar("T")

@@ -50,7 +50,7 @@ def test_default_dedupe_key_ignores_state_and_partition_order() -> None:
 
 
 def test_events_encode_as_protobuf_by_default_and_json_on_request() -> None:
-    from services.notifier.app import decode_event, encode_event
+    from services.notifier.event_codec import decode_event, encode_event
 
     event = common_pb2.FaultEvent(
         id="00000000-0000-4000-8000-000000000001",
