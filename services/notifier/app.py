@@ -36,6 +36,7 @@ from services.notifier import faults, template_store, templates
 from services.notifier.alerts import AlertRouter
 from services.notifier.event_codec import PROTOBUF_CONTENT_TYPE, decode_event, encode_event
 from services.notifier.lag_monitor import LagMonitor
+from services.notifier.lag_monitor import fault_event as lag_fault_event
 from services.notifier.metrics import NotifierMetrics, ProbeMetrics
 from services.notifier.outbox import KAFKA_LANE, WEBHOOK_LANE, Outbox, OutboxItem, Received
 from services.notifier.probe import TICK_SECONDS, Prober, fault_event, new_instance_id
@@ -43,7 +44,6 @@ from services.notifier.relay import ID_HEADER, KafkaRelay, RelayHooks, WebhookRe
 from services.notifier.rpc import NotifierServicer
 from services.notifier.settings import NotifierSettings
 from services.notifier.suppression import StormSuppressor
-from services.runtime import lag
 from services.runtime.errors import DsError, Reason
 from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route
@@ -415,42 +415,7 @@ class NotifierApp:
         self.metrics.set_lag(groups)
         self.metrics.lag_evaluations.inc()
         for transition in self.lag.transitions(groups):
-            await self.report(self._lag_event(transition))
-
-    def _lag_event(self, transition: lag.Transition) -> common_pb2.FaultEvent:
-        spec = faults.CATALOGUE[transition.type]
-        parts = transition.condition.partitions
-        topics = transition.condition.topics
-        worst_records = max((p.lag_records for p in parts), default=0)
-        worst_seconds = max((p.lag_seconds for p in parts), default=0.0)
-        opened = transition.state == common_pb2.FAULT_STATE_OPEN
-        event = common_pb2.FaultEvent(
-            type=transition.type,
-            state=transition.state,
-            severity=spec.severity,
-            source_service="notifier",
-            source_instance=self.instance,
-            group=transition.group,
-            topic=topics[0] if len(topics) == 1 else "",
-            partitions=sorted({p.partition for p in parts}) if len(topics) == 1 else [],
-            message=(
-                f"group {transition.group}: {spec.name} on {len(parts)} partition(s), "
-                f"lag {worst_records} records / {worst_seconds:.1f} s"
-                if opened
-                else f"group {transition.group}: {spec.name} resolved"
-            ),
-            dedupe_key=f"{spec.name}|{transition.group}",
-        )
-        event.attributes.update(
-            {
-                "lag": str(worst_records),
-                "lag_seconds": f"{worst_seconds:.1f}",
-                "status": ",".join(sorted({p.status.name for p in parts})),
-                "topics": ",".join(topics),
-                "partitions": ",".join(f"{p.topic}:{p.partition}" for p in parts[:50]),
-            }
-        )
-        return event
+            await self.report(lag_fault_event(transition, self.instance))
 
     # ---- end-to-end probe -------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ AdminClient, both in the background (never at scrape time); evaluation in :mod:`
   for every partition of every topic some group commits to give the high watermarks,
   appended to each partition's :class:`lag.WatermarkHistory`.
 * Every ``evaluate_seconds`` each group is evaluated; the result goes to the metrics and
-  through :class:`lag.LagFaultTracker` to LAG_* fault events.
+  through :class:`lag.LagFaultTracker` to LAG_* fault events (:func:`fault_event`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ import structlog
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
+from dataservice.common.v1 import common_pb2
 from services.notifier import offsets_topic
+from services.notifier.faults import CATALOGUE
 from services.notifier.settings import LagSettings
 from services.runtime import lag
 
@@ -254,3 +256,40 @@ class LagMonitor:
         for group_name in {g for g, _t in self.tracker.open} - seen:
             out.extend(self.tracker.forget(group_name))
         return out
+
+
+def fault_event(transition: lag.Transition, instance: str) -> common_pb2.FaultEvent:
+    """The LAG_* event (OPEN or RESOLVED) of a tracker transition, reported by ``instance``."""
+    spec = CATALOGUE[transition.type]
+    parts = transition.condition.partitions
+    topics = transition.condition.topics
+    worst_records = max((p.lag_records for p in parts), default=0)
+    worst_seconds = max((p.lag_seconds for p in parts), default=0.0)
+    opened = transition.state == common_pb2.FAULT_STATE_OPEN
+    event = common_pb2.FaultEvent(
+        type=transition.type,
+        state=transition.state,
+        severity=spec.severity,
+        source_service="notifier",
+        source_instance=instance,
+        group=transition.group,
+        topic=topics[0] if len(topics) == 1 else "",
+        partitions=sorted({p.partition for p in parts}) if len(topics) == 1 else [],
+        message=(
+            f"group {transition.group}: {spec.name} on {len(parts)} partition(s), "
+            f"lag {worst_records} records / {worst_seconds:.1f} s"
+            if opened
+            else f"group {transition.group}: {spec.name} resolved"
+        ),
+        dedupe_key=f"{spec.name}|{transition.group}",
+    )
+    event.attributes.update(
+        {
+            "lag": str(worst_records),
+            "lag_seconds": f"{worst_seconds:.1f}",
+            "status": ",".join(sorted({p.status.name for p in parts})),
+            "topics": ",".join(topics),
+            "partitions": ",".join(f"{p.topic}:{p.partition}" for p in parts[:50]),
+        }
+    )
+    return event
