@@ -1,4 +1,6 @@
-"""NotifierService servicer: request validation and answers; the work is in ``app.py``.
+"""NotifierService servicer: request validation and answers. The work is done by the two
+objects it is given: the fault pipeline (``pipeline.py``: report, list, watch) and the
+template service (``template_service.py``: put, list, delete).
 
 Every RPC validates its request first and fails with INVALID_ARGUMENT / ``INVALID_FIELD``
 (metadata ``field`` names the field) before touching any state.
@@ -6,20 +8,18 @@ Every RPC validates its request first and fails with INVALID_ARGUMENT / ``INVALI
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc.aio
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
 from services.notifier import templates
+from services.notifier.pipeline import FaultPipeline
+from services.notifier.template_service import TemplateService
 from services.runtime.errors import invalid
-
-if TYPE_CHECKING:
-    from services.notifier.app import NotifierApp
 
 Context = grpc.aio.ServicerContext[Any, Any]
 MAX_PAGE = 1000
@@ -84,8 +84,9 @@ def validate_event(event: common_pb2.FaultEvent) -> None:
 
 
 class NotifierServicer(notifier_pb2_grpc.NotifierServiceServicer):
-    def __init__(self, app: NotifierApp) -> None:
-        self.app = app
+    def __init__(self, pipeline: FaultPipeline, template_service: TemplateService) -> None:
+        self._pipeline = pipeline
+        self._templates = template_service
 
     async def ReportFault(
         self, request: notifier_pb2.ReportFaultRequest, context: Context
@@ -93,7 +94,7 @@ class NotifierServicer(notifier_pb2_grpc.NotifierServiceServicer):
         if not request.HasField("event"):
             raise invalid("event", "is required")
         validate_event(request.event)
-        event_id, suppressed = await self.app.report(request.event)
+        event_id, suppressed = await self._pipeline.report(request.event)
         return notifier_pb2.ReportFaultResponse(event_id=event_id, suppressed=suppressed)
 
     async def ListFaults(
@@ -108,7 +109,7 @@ class NotifierServicer(notifier_pb2_grpc.NotifierServiceServicer):
             start = int(request.page_token)
         types = _check_types(request.types, "types")
         size = request.page_size or 100
-        recent = list(self.app.recent)
+        recent = self._pipeline.recent()
         if request.open_only:
             recent = _still_open(recent)
         matching = [e for e in reversed(recent) if _matches(e, request.group, types)]
@@ -120,15 +121,11 @@ class NotifierServicer(notifier_pb2_grpc.NotifierServiceServicer):
         self, request: notifier_pb2.WatchFaultsRequest, context: Context
     ) -> AsyncIterator[notifier_pb2.WatchFaultsResponse]:
         types = _check_types(request.types, "types")
-        queue: asyncio.Queue[common_pb2.FaultEvent] = asyncio.Queue(maxsize=10_000)
-        self.app.watchers.add(queue)
-        try:
+        with self._pipeline.watch() as queue:
             while True:
                 event = await queue.get()
                 if _matches(event, request.group, types):
                     yield notifier_pb2.WatchFaultsResponse(event=event)
-        finally:
-            self.app.watchers.discard(queue)
 
     async def PutAlertTemplate(
         self, request: notifier_pb2.PutAlertTemplateRequest, context: Context
@@ -141,7 +138,7 @@ class NotifierServicer(notifier_pb2_grpc.NotifierServiceServicer):
             templates.validate(request.template)
         except templates.TemplateInvalid as exc:
             raise invalid(exc.field, exc.message) from None
-        stored = await self.app.put_template(request.template, request.request_id)
+        stored = await self._templates.put(request.template, request.request_id)
         return notifier_pb2.PutAlertTemplateResponse(template=stored)
 
     async def ListAlertTemplates(
@@ -149,7 +146,7 @@ class NotifierServicer(notifier_pb2_grpc.NotifierServiceServicer):
     ) -> notifier_pb2.ListAlertTemplatesResponse:
         if request.caller and not templates.valid_name(request.caller):
             raise invalid("caller", "must be 1-128 of [A-Za-z0-9._-]")
-        found = self.app.list_templates(request.caller)
+        found = self._templates.list(request.caller)
         return notifier_pb2.ListAlertTemplatesResponse(templates=found)
 
     async def DeleteAlertTemplate(
@@ -161,7 +158,7 @@ class NotifierServicer(notifier_pb2_grpc.NotifierServiceServicer):
             raise invalid("name", "is required")
         if request.request_id:
             _check_uuid(request.request_id, "request_id")
-        await self.app.delete_template(request.caller, request.name, request.request_id)
+        await self._templates.delete(request.caller, request.name, request.request_id)
         return notifier_pb2.DeleteAlertTemplateResponse()
 
 
