@@ -64,8 +64,8 @@ from google.protobuf import duration_pb2
 
 from dataservice.assigner.v1 import binding_pb2, binding_pb2_grpc, types_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
-from services.consumer_sidecar import wire
-from services.consumer_sidecar.batches import Columns, DsRecord, from_record
+from services.records import wire
+from services.records.batches import Columns, DsRecord, from_record
 from services.runtime.errors import LEADER_METADATA_KEY, Reason, error_info, trailing_value
 from services.runtime.grpcserver import CHANNEL_OPTIONS
 from services.runtime.leader_watch import DEFAULT_LEADER_KEY, LeaderWatchThread
@@ -113,7 +113,7 @@ class Batch(Sequence[DsRecord]):
     """The records of one fetch (or of what one Stream delivered): an immutable sequence
     that knows the offset ranges it was delivered in, so acking it whole costs one range
     ack per partition run. It holds the records as columns and builds each DsRecord as it
-    is read (see :class:`~services.consumer_sidecar.batches.Columns`); ``list(batch)``
+    is read (see :class:`~services.records.batches.Columns`); ``list(batch)``
     gives a plain list. Compares equal to a list of the same records."""
 
     __slots__ = ("_ends", "_parts", "spans")

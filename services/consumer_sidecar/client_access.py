@@ -40,7 +40,7 @@ from services.runtime.errors import DsError
 from services.runtime.handlers import Behavior, WrappingInterceptor
 
 if TYPE_CHECKING:
-    from services.consumer_sidecar.batches import Slice
+    from services.records.batches import Slice
 
 OTHER_CLIENT = "other"
 UNKNOWN_CLIENT = "unknown"  # a request without a client_id (Status; an invalid request)

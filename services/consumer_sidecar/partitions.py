@@ -5,7 +5,7 @@ commits), so every buffer operation holds :attr:`PartitionTable.lock`. The local
 deadline is the fencing rule of ARCHITECTURE §3.1: past it, a partition is neither
 delivered nor committed, whatever else happens.
 
-A partition's buffer is a queue of column chunks (:mod:`services.consumer_sidecar.batches`),
+A partition's buffer is a queue of column chunks (:mod:`services.records.batches`),
 and delivery hands out slices of them: appending, taking and acking cost a few operations
 per chunk or per range, not per record.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from services.consumer_sidecar.acks import PartitionAcks
-from services.consumer_sidecar.batches import RECORD_OVERHEAD_BYTES, Chunk, Slice
+from services.records.batches import RECORD_OVERHEAD_BYTES, Chunk, Slice
 
 if TYPE_CHECKING:
     from services.consumer_sidecar.stats import PartitionStats

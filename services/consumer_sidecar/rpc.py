@@ -4,8 +4,9 @@ Delivery (Fetch and Stream) takes records from the one :class:`PartitionTable`, 
 them delivered, as slices of its column chunks; each slice goes out as one ``RecordBatch``
 (``DELIVERY_FORMAT_BATCHES``, what :class:`DsClient` asks for) or as one ``Record`` message
 per record (the default, for clients that predate batches). RecordBatches are written to
-wire bytes straight from the chunks (``wire.py``), so Fetch and Stream may answer bytes:
-:func:`add_to_server` registers the service with a serializer that passes them through.
+wire bytes straight from the chunks (``services/records/wire.py``), so Fetch and Stream may
+answer bytes: :func:`add_to_server` registers the service with a serializer that passes
+them through.
 
 Acks (the Ack RPC and a Stream's ``acks``), one per record or one per offset range, go through
 :meth:`LeaseKeeper.ack` / :meth:`LeaseKeeper.ack_range`. ReadRange reads on its own
@@ -38,8 +39,6 @@ from google.protobuf import duration_pb2, message_factory
 from google.protobuf.message import Message
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
-from services.consumer_sidecar import wire
-from services.consumer_sidecar.batches import Slice
 from services.consumer_sidecar.client_access import ClientMetrics, acked_records
 from services.consumer_sidecar.leasing import ExplicitCommit, lease_problem
 from services.consumer_sidecar.partitions import TP, Partition
@@ -49,6 +48,8 @@ from services.consumer_sidecar.reader import (
     RangeSpec,
     ReadStalled,
 )
+from services.records import wire
+from services.records.batches import Slice
 from services.runtime.errors import DsError, Reason, invalid
 from services.runtime.handlers import method_handler
 from services.runtime.kafka import consumer_config

@@ -63,7 +63,6 @@ from confluent_kafka import (
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from services.consumer_sidecar.app import _SIDECAR_CONSUMER_DEFAULTS as SIDECAR_CONSUMER_DEFAULTS
-from services.consumer_sidecar.batches import DsRecord
 from services.consumer_sidecar.client import DsClient
 from services.devstack.kafka import (
     KafkaCluster,
@@ -71,6 +70,7 @@ from services.devstack.kafka import (
     create_topic,
     delete_topic,
 )
+from services.records.batches import DsRecord
 from tests.support.mesh import Mesh, ServiceProcess, running_mesh
 from tests.support.sidecar_probe import produce_bulk, start_sidecar
 

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from dataservice.assigner.v1 import assigner_pb2
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar.acks import PartitionAcks
-from services.consumer_sidecar.batches import Chunk, chunk_from_records
 from services.consumer_sidecar.classic import (
     ClassicMembership,
     classic_overrides,
@@ -33,6 +32,7 @@ from services.consumer_sidecar.partitions import (
     PartitionTable,
 )
 from services.consumer_sidecar.session import SessionClient, SessionIdentity
+from services.records.batches import Chunk, chunk_from_records
 
 T = TP("t", 0)
 U = TP("t", 1)

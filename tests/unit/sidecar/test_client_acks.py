@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2
-from services.consumer_sidecar.batches import DsRecord
 from services.consumer_sidecar.client import (
     Batch,
     _accepted_spans,
@@ -26,6 +25,7 @@ from services.consumer_sidecar.client import (
     _Span,
     spans_of,
 )
+from services.records.batches import DsRecord
 
 
 def record(partition: int, offset: int, epoch: int = 1) -> DsRecord:

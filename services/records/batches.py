@@ -2,14 +2,14 @@
 
 Python work per record is what bounds a sidecar's throughput (one Python process relays
 every record), so records never become one Python object each on their way through it.
-The fetch thread turns a ``consume()`` batch into one :class:`Chunk` per partition run —
-offsets, timestamps and key/value lengths in ``array``\\ s, keys and values concatenated
-into one ``bytes`` each — with a fixed number of C-level passes over the batch (``map`` of
-the unbound ``Message`` methods), and drops the ``Message`` objects. Delivery hands out
-:class:`Slice`\\ s of chunks; a slice becomes one ``RecordBatch`` (``DELIVERY_FORMAT_BATCHES``:
-packed little-endian columns, so encoding is a few memory copies) or, for clients that
-predate it, one ``common.v1.Record`` per record. The client turns a ``RecordBatch`` back
-into :class:`DsRecord` tuples, column by column (:func:`decode_batch`).
+The sidecar's fetch thread turns a ``consume()`` batch into one :class:`Chunk` per
+partition run (``services/consumer_sidecar/runs.py``) — offsets, timestamps and key/value
+lengths in ``array``\\ s, keys and values concatenated into one ``bytes`` each
+(:func:`chunk_of`). Delivery hands out :class:`Slice`\\ s of chunks; a slice becomes one
+``RecordBatch`` (``DELIVERY_FORMAT_BATCHES``: packed little-endian columns, so encoding is
+a few memory copies) or, for clients that predate it, one ``common.v1.Record`` per record.
+The client turns a ``RecordBatch`` back into :class:`DsRecord` tuples, column by column
+(:class:`Columns`, :func:`decode_batch`).
 
 Pure code: no I/O, no locks (the partition table serializes access to its chunks).
 """
@@ -22,11 +22,10 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, compress, pairwise, repeat
-from operator import add, is_not, itemgetter, ne, or_
+from itertools import accumulate, repeat
+from operator import add
 from typing import Any, NamedTuple
 
-from confluent_kafka import KafkaError, Message
 from google.protobuf import timestamp_pb2
 
 from dataservice.common.v1 import common_pb2
@@ -122,70 +121,19 @@ class Chunk:
             self.start += 1
 
 
-# ---- building chunks on the fetch thread --------------------------------------------------
+# ---- building chunks ---------------------------------------------------------------------
 
 
-class Run(NamedTuple):
-    """One partition's records of a consume() batch, as a chunk."""
-
-    topic: str
-    partition: int
-    chunk: Chunk
-
-
-def runs_from_messages(
-    messages: Sequence[Message], only_topic: str | None = None
-) -> tuple[list[Run], list[KafkaError]]:
-    """Split a consume() batch into per-partition runs of records (each a Chunk) and the
-    errors it carried. A fixed number of C-level passes over the batch; Python work per
-    record only for rare cases (null values, headers). ``only_topic``: the consumer never
-    had any other topic, so no record's topic needs reading."""
-    errors = list(map(Message.error, messages))
-    failed: list[KafkaError] = []
-    # By identity: KafkaError's == raises when compared with None.
-    if any(map(is_not, errors, repeat(None))):
-        failed = [e for e in errors if e is not None]
-        messages = [m for m, e in zip(messages, errors, strict=True) if e is None]
-    n = len(messages)
-    if n == 0:
-        return [], failed
-    # Typed loosely: the stubs allow None where a consumed record never has one.
-    partitions: list[Any] = list(map(Message.partition, messages))
-    topics: list[Any] = [only_topic] * n if only_topic else list(map(Message.topic, messages))
-    # array() from a list, not an iterator: a third faster (measured, 5,000 records).
-    offsets: array[int] = array("q", list(map(Message.offset, messages)))  # type: ignore[arg-type]
-    values: list[Any] = list(map(Message.value, messages))
-    keys: list[Any] = list(map(Message.key, messages))
-    # librdkafka gives -1 for a record without a timestamp (TIMESTAMP_NOT_AVAILABLE).
-    stamps = array("q", list(map(itemgetter(1), map(Message.timestamp, messages))))
-    headers: list[Any] = list(map(Message.headers, messages))
-    # Where the partition (or topic) changes: librdkafka hands out fetched records in
-    # per-partition runs.
-    changes: Iterable[bool] = map(ne, partitions[1:], partitions[:-1])
-    if not only_topic:
-        changes = map(or_, changes, map(ne, topics[1:], topics[:-1]))
-    bounds = [0, *compress(range(1, n), changes), n]
-    runs = []
-    for lo, hi in pairwise(bounds):
-        timestamps = stamps[lo:hi]
-        chunk = _chunk(
-            offsets[lo:hi],
-            None if timestamps.count(NO_TIMESTAMP) == hi - lo else timestamps,
-            values[lo:hi],
-            keys[lo:hi],
-            headers[lo:hi],
-        )
-        runs.append(Run(str(topics[lo]), int(partitions[lo]), chunk))
-    return runs, failed
-
-
-def _chunk(
+def chunk_of(
     offsets: array[int],
     timestamps: array[int] | None,
     values: list[bytes | None],
     keys: list[bytes | None],
     headers: list[Any],
 ) -> Chunk:
+    """A chunk of records given column by column: ``values``/``keys`` one per record
+    (``None`` = a Kafka null), ``headers`` one list of (key, value) pairs or ``None`` per
+    record (a header value may be ``str``, as confluent-kafka gives it)."""
     n = len(offsets)
     value_nulls = _nulls(values)
     blob, lengths = _concatenate(values, value_nulls)
@@ -231,7 +179,7 @@ def _as_bytes(value: bytes | str | None) -> bytes:
 def chunk_from_records(records: Sequence[common_pb2.Record]) -> Chunk:
     """A chunk from Record messages (tests, and any caller holding Records)."""
     stamped = any(r.HasField("timestamp") for r in records)
-    return _chunk(
+    return chunk_of(
         array("q", (r.offset for r in records)),
         array("q", (_ms(r) for r in records)) if stamped else None,
         [r.value if r.HasField("value") else None for r in records],

@@ -18,10 +18,11 @@ from hypothesis import strategies as st
 
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2
-from services.consumer_sidecar import wire
-from services.consumer_sidecar.batches import Columns, DsRecord, Slice, runs_from_messages
 from services.consumer_sidecar.partitions import TP
-from tests.unit.sidecar.test_batches import consumed, table_holding
+from services.consumer_sidecar.runs import runs_from_messages
+from services.records import wire
+from services.records.batches import Columns, DsRecord, Slice
+from tests.unit.records.test_batches import consumed, table_holding
 
 
 def delivered(messages: list[Message], max_records: int, max_bytes: int) -> list[list[Slice]]:
