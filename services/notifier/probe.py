@@ -30,7 +30,7 @@ from confluent_kafka.admin import AdminClient
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
-from services.consumer_sidecar.client import Batch, DsClient
+from services.client import Batch, DsClient
 from services.notifier import faults, template_store
 from services.notifier.metrics import ProbeMetrics
 from services.notifier.probe_tracker import FaultChange, Outcome, ProbeMessage, ProbeTracker

@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from services.consumer_sidecar.client import DsClient
+from services.client import DsClient
 from services.devstack.kafka import KafkaCluster, KafkaOptions, create_topic, delete_topic
 from tests.bench.bench_sidecar import (
     PARTITIONS,

@@ -62,8 +62,8 @@ from confluent_kafka import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from services.client import DsClient
 from services.consumer_sidecar.app import _SIDECAR_CONSUMER_DEFAULTS as SIDECAR_CONSUMER_DEFAULTS
-from services.consumer_sidecar.client import DsClient
 from services.devstack.kafka import (
     KafkaCluster,
     KafkaOptions,

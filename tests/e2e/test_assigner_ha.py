@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import Producer
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc
-from services.consumer_sidecar.client import DsClient
+from services.client import DsClient
 from services.runtime.errors import LEADER_METADATA_KEY, error_info, trailing_value
 from services.runtime.leader_watch import DEFAULT_LEADER_KEY, read_leader
 from tests.support.mesh import ServiceProcess, running_mesh

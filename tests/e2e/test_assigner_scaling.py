@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from services.consumer_sidecar.client import DsClient
+from services.client import DsClient
 from tests.support.assignment import (
     AssignmentWatcher,
     GroupView,

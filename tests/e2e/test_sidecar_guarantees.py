@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
-from services.consumer_sidecar.client import DsClient
+from services.client import DsClient
 from tests.support.assignment import (
     AssignmentWatcher,
     GroupView,

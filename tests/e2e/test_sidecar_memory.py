@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from services.consumer_sidecar.client import DsClient
+from services.client import DsClient
 from services.consumer_sidecar.settings import SidecarSettings
 from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh

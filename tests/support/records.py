@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from services.consumer_sidecar.client import DsClient
+from services.client import DsClient
 
 
 def value_of(seq: int) -> bytes:

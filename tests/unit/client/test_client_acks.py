@@ -15,16 +15,16 @@ from hypothesis import strategies as st
 
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2
-from services.consumer_sidecar.client import (
+from services.client.acker import Acker
+from services.client.batch import (
     Batch,
-    _accepted_spans,
-    _Acker,
-    _counted,
-    _joined,
-    _received,
-    _Span,
+    Span,
+    accepted_spans,
+    counted,
+    received,
     spans_of,
 )
+from services.client.batch import joined as join_batches
 from services.records.batches import DsRecord
 
 
@@ -67,7 +67,7 @@ def test_a_whole_batch_is_acked_by_its_delivery_ranges() -> None:
         value_lengths=array("i", [1, 1, 1]).tobytes(),
         values=b"abc",
     )
-    got = _received(stream_pb2.FetchResponse(batches=[batch]))
+    got = received(stream_pb2.FetchResponse(batches=[batch]))
     assert isinstance(got, Batch) and [r.value for r in got] == [b"a", b"b", b"c"]
     assert got[-1] == got[2] == DsRecord("t", 2, 13, None, b"c", -1, None, 4)
     assert got == list(got) and got[1:] == list(got)[1:]
@@ -84,7 +84,7 @@ def test_records_from_an_older_sidecar_are_converted() -> None:
             common_pb2.Record(topic="t", partition=0, offset=6, key=b"k", lease_epoch=2),
         ]
     )
-    got = _received(response)
+    got = received(response)
     assert got == [
         DsRecord("t", 0, 5, None, b"x", -1, None, 2),
         DsRecord("t", 0, 6, b"k", None, -1, None, 2),
@@ -97,8 +97,8 @@ def test_records_of_refused_ranges_are_not_counted() -> None:
     refused = stream_pb2.RejectedRangeAck(
         ack=spans[1].range_ack(), reason=stream_pb2.REJECT_REASON_STALE_EPOCH
     )
-    assert _counted(spans, _accepted_spans(spans, [])) == 4
-    assert _counted(spans, _accepted_spans(spans, [refused])) == 3
+    assert counted(spans, accepted_spans(spans, [])) == 4
+    assert counted(spans, accepted_spans(spans, [refused])) == 3
 
 
 def test_batches_that_arrived_together_are_handed_out_as_one() -> None:
@@ -111,9 +111,9 @@ def test_batches_that_arrived_together_are_handed_out_as_one() -> None:
             value_lengths=array("i", [1] * len(offsets)).tobytes(),
             values=b"v" * len(offsets),
         )
-        return _received(stream_pb2.StreamBatch(batches=[batch]))
+        return received(stream_pb2.StreamBatch(batches=[batch]))
 
-    joined = _joined([part(0, [1, 2]), part(1, [7]), part(0, [3])])
+    joined = join_batches([part(0, [1, 2]), part(1, [7]), part(0, [3])])
     assert [(r.partition, r.offset) for r in joined] == [(0, 1), (0, 2), (1, 7), (0, 3)]
     assert [(r.partition, r.offset) for r in (joined[0], joined[2], joined[3])] == [
         (0, 1),
@@ -129,16 +129,16 @@ def test_batches_that_arrived_together_are_handed_out_as_one() -> None:
 
 
 def test_acks_queued_behind_a_slow_one_go_together_each_counted_on_its_own() -> None:
-    sent: list[list[_Span]] = []
+    sent: list[list[Span]] = []
     first_sent, release = threading.Event(), threading.Event()
 
-    def send(spans: list[_Span]) -> list[bool]:
+    def send(spans: list[Span]) -> list[bool]:
         sent.append(spans)
         first_sent.set()
         release.wait(10)  # the first ack's commit takes a while
         return [s.partition != 2 for s in spans]  # partition 2's ranges are refused
 
-    acker = _Acker(send)
+    acker = Acker(send)
     first = acker.submit(spans_of([record(0, 1), record(0, 2)]))
     assert first_sent.wait(10)
     later = [
@@ -158,10 +158,10 @@ def test_acks_queued_behind_a_slow_one_go_together_each_counted_on_its_own() -> 
 
 
 def test_a_failed_send_fails_every_ack_it_carried() -> None:
-    def send(spans: list[_Span]) -> list[bool]:
+    def send(spans: list[Span]) -> list[bool]:
         raise RuntimeError("channel closed")
 
-    acker = _Acker(send)
+    acker = Acker(send)
     futures = [acker.submit(spans_of([record(0, n)])) for n in range(3)]
     acker.close()
     for future in futures:

@@ -1,0 +1,337 @@
+"""DsClient: read a group's records from its sidecars and ack them.
+
+Reading (``Fetch`` long-polls over the bound sidecars in turn, or one ``Stream`` per
+sidecar) and acking (each ack to the sidecar that delivered the records) live here; which
+sidecars are bound, and following the assigner's leader, is :mod:`binding`'s job.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future
+from types import TracebackType
+
+import grpc
+import structlog
+from google.protobuf import duration_pb2
+
+from dataservice.sidecar.v1 import stream_pb2
+from services.client.acker import Acker
+from services.client.batch import Batch, Span, accepted_spans, counted, joined, spans_of
+from services.client.binding import BindingKeeper
+from services.client.errors import ClientError
+from services.client.sidecar import Sidecar
+from services.client.stream import SidecarStream
+from services.records.batches import DsRecord
+from services.runtime.errors import Reason, error_info
+from services.runtime.leader_watch import DEFAULT_LEADER_KEY
+
+log = structlog.get_logger(__name__)
+
+# How long ack() waits for a Stream's ack_result before falling back to the Ack RPC.
+STREAM_ACK_TIMEOUT_SECONDS = 10.0
+
+
+class DsClient:
+    def __init__(
+        self,
+        group: str,
+        *,
+        client_id: str | None = None,
+        assigner: str = "127.0.0.1:7070",
+        auto_ack: bool = False,
+        max_wait: float = 0.5,
+        call_timeout: float = 35.0,
+        consul: str | None = None,
+        leader_key: str = DEFAULT_LEADER_KEY,
+        use_stream_rpc: bool = False,
+    ) -> None:
+        self.group = group
+        self.use_stream_rpc = use_stream_rpc
+        self._streams: dict[str, SidecarStream] = {}  # address → open Stream (stream RPC)
+        self.client_id = client_id or f"client-{uuid.uuid4().hex[:12]}"
+        self.auto_ack = auto_ack
+        self.max_wait = max_wait
+        self.call_timeout = call_timeout
+        self._lock = threading.Lock()  # the binding's sidecars and our streams
+        self._cursor = 0
+        self._delivered_by: dict[tuple[str, int], str] = {}  # partition → sidecar address
+        # ack_nowait(): one thread, so a client's acks reach the sidecars in the order given;
+        # started on first use, drained by close().
+        self._acker: Acker | None = None
+        self._acker_lock = threading.Lock()
+        self._acks_closed = False
+        self._binding = BindingKeeper(
+            group,
+            self.client_id,
+            assigner=assigner,
+            consul=consul,
+            leader_key=leader_key,
+            lock=self._lock,
+        )
+
+    # ---- public API -------------------------------------------------------------------
+
+    def fetch(
+        self, max_records: int = 500, max_wait: float | None = None, max_bytes: int = 0
+    ) -> Batch:
+        """Records from any sidecar of the group; empty if none arrived within max_wait.
+        ``max_bytes`` bounds the batch's keys and values (0 = the sidecar's default)."""
+        wait = self.max_wait if max_wait is None else max_wait
+        deadline = time.monotonic() + wait
+        first_pass = True
+        while not self._binding.closed.is_set():
+            sidecars = self._rotation()
+            if not sidecars:
+                if time.monotonic() >= deadline:
+                    return Batch()
+                self._binding.changed.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+                self._binding.changed.clear()
+                continue
+            for index, sidecar in enumerate(sidecars):
+                # Sweep every sidecar without waiting; long-poll only on the last one.
+                last = index == len(sidecars) - 1
+                remaining = max(0.0, deadline - time.monotonic())
+                poll = remaining if (last and not first_pass) or len(sidecars) == 1 else 0.0
+                records = self._fetch_from(sidecar, max_records, poll, max_bytes)
+                if records:
+                    return records
+            first_pass = False
+            if time.monotonic() >= deadline:
+                return Batch()
+        return Batch()
+
+    def ack(self, records: Iterable[DsRecord]) -> int:
+        """Acknowledge delivered records; returns how many the sidecars accepted. A whole
+        Batch as returned goes as one range ack per partition run; other collections are
+        grouped into runs of consecutive offsets."""
+        spans = spans_of(records if isinstance(records, Sequence) else list(records))
+        return counted(spans, self._ack_spans(spans))
+
+    def _ack_spans(self, spans: list[Span]) -> list[bool]:
+        """Send range acks, each to the sidecar that delivered its records (on its stream
+        if one is open, else with the Ack RPC): whether each was accepted."""
+        by_address: dict[str, list[int]] = {}
+        for index, span in enumerate(spans):
+            address = self._delivered_by.get((span.topic, span.partition))
+            if address is not None:
+                by_address.setdefault(address, []).append(index)
+        accepted = [False] * len(spans)
+        for address, indices in by_address.items():
+            sent = [spans[i] for i in indices]
+            with self._lock:
+                sidecar = self._binding.sidecars.get(address)
+                stream = self._streams.get(address)
+            answers = stream.ack(sent, STREAM_ACK_TIMEOUT_SECONDS) if stream is not None else None
+            if answers is None:
+                if sidecar is None:
+                    continue  # the sidecar left: its new owner redelivers these records
+                answers = self._ack_rpc(sidecar, sent)
+            for index, ok in zip(indices, answers, strict=True):
+                accepted[index] = ok
+        return accepted
+
+    def ack_nowait(self, records: Iterable[DsRecord]) -> Future[int]:
+        """Acknowledge like :meth:`ack` without waiting for the answer: the future gives
+        how many records the sidecars accepted. The acks are sent in the order of the
+        calls, by one background thread, so the next :meth:`fetch` travels while the
+        sidecar commits this batch (commit on ack costs a broker round trip); the acks
+        that queue up while one is committed go together in the next (one commit). Nothing
+        is weaker than with ``ack``: a record counts as processed once the future says it
+        was accepted, and an ack that fails only means redelivery. :meth:`close` waits
+        for the acks still on their way."""
+        spans = spans_of(records if isinstance(records, Sequence) else list(records))
+        with self._acker_lock:
+            if self._acks_closed:
+                raise ClientError("the client is closed")
+            if self._acker is None:
+                self._acker = Acker(self._ack_spans)
+            return self._acker.submit(spans)
+
+    def _ack_rpc(self, sidecar: Sidecar, spans: list[Span]) -> list[bool]:
+        request = stream_pb2.AckRequest(
+            client_id=self.client_id, group=self.group, ranges=[s.range_ack() for s in spans]
+        )
+        try:
+            response = self._binding.retrying(
+                lambda s=sidecar, q=request: s.stub.Ack(q, timeout=10)  # type: ignore[misc]
+            )
+        except ClientError as err:
+            info = error_info(err.__cause__) if isinstance(err.__cause__, grpc.RpcError) else None
+            if info is not None and info.reason == Reason.LEASE_EPOCH_STALE.value:
+                # Every ack named an old epoch: the partition moved; its records come again.
+                log.info("acks for a stale lease epoch; records will be redelivered")
+            else:
+                log.warning("ack failed; records will be redelivered", error=str(err))
+        except grpc.RpcError as err:
+            log.warning("ack failed; records will be redelivered", error=str(err))
+        except ValueError:
+            # Its channel was closed by a binding change meanwhile: the sidecar left, and
+            # the partition's next owner redelivers these records.
+            log.info("ack to a sidecar that left; records will be redelivered")
+        else:
+            return accepted_spans(spans, response.rejected_ranges)
+        return [False] * len(spans)
+
+    def stream(
+        self, max_records: int = 500, *, use_stream_rpc: bool | None = None
+    ) -> Iterator[Batch]:
+        """Batches forever (until close); with auto_ack=False, ack each batch yourself.
+
+        The group is the client's own (one client per group). ``use_stream_rpc`` (default:
+        the constructor's) reads over the ``Stream`` RPC instead of long-polling ``Fetch``;
+        then each bound sidecar may have up to ``max_records`` records on their way."""
+        if self.use_stream_rpc if use_stream_rpc is None else use_stream_rpc:
+            yield from self._stream_rpc(max_records)
+            return
+        while not self._binding.closed.is_set():
+            batch = self.fetch(max_records)
+            if batch:
+                yield batch
+
+    def _stream_rpc(self, window: int) -> Iterator[Batch]:
+        out: queue.Queue[tuple[SidecarStream, Batch | ClientError]] = queue.Queue()
+        failed: ClientError | None = None
+        try:
+            while not self._binding.closed.is_set():
+                if failed is not None:
+                    raise failed
+                self._sync_streams(out, window)
+                try:
+                    arrived = [out.get(timeout=0.2)]
+                except queue.Empty:
+                    continue
+                # What arrived while the application was busy (acking, say) goes out as one
+                # batch, up to the window: one ack for all of it instead of one per message.
+                count = len(arrived[0][1]) if isinstance(arrived[0][1], Batch) else 0
+                while count < window:
+                    try:
+                        arrived.append(out.get_nowait())
+                    except queue.Empty:
+                        break
+                    count += len(arrived[-1][1]) if isinstance(arrived[-1][1], Batch) else 0
+                batches: list[Batch] = []
+                for stream, item in arrived:
+                    if isinstance(item, ClientError):
+                        failed = failed or item  # raised once what came before is handed out
+                        continue
+                    for span in item.spans or ():
+                        self._delivered_by[(span.topic, span.partition)] = stream.address
+                    # The window counts records on their way to the application: these have
+                    # arrived, so the sidecar may send more while they are processed.
+                    stream.grant(len(item))
+                    batches.append(item)
+                if batches:
+                    yield joined(batches)
+        finally:
+            with self._lock:
+                streams, self._streams = list(self._streams.values()), {}
+            for stream in streams:
+                stream.stop()
+
+    def _sync_streams(
+        self,
+        out: queue.Queue[tuple[SidecarStream, Batch | ClientError]],
+        window: int,
+    ) -> None:
+        """One Stream per bound sidecar: open new ones, end those no longer bound."""
+        stopped = []
+        with self._lock:
+            for address in list(self._streams):
+                if address not in self._binding.sidecars:
+                    stopped.append(self._streams.pop(address))
+            for address, sidecar in self._binding.sidecars.items():
+                if address not in self._streams:
+                    stream = SidecarStream(sidecar, self._stream_open(window), out)
+                    self._streams[address] = stream
+                    stream.start()
+        for stream in stopped:
+            stream.stop()
+
+    def _stream_open(self, window: int) -> stream_pb2.StreamOpen:
+        return stream_pb2.StreamOpen(
+            client_id=self.client_id,
+            group=self.group,
+            auto_ack=self.auto_ack,
+            initial_credit=stream_pb2.StreamCredit(records=window),
+            format=stream_pb2.DELIVERY_FORMAT_BATCHES,
+        )
+
+    def close(self) -> None:
+        if self._binding.closed.is_set():
+            return
+        with self._acker_lock:
+            acker, self._acker, self._acks_closed = self._acker, None, True
+        if acker is not None:
+            acker.close()  # the acks on their way reach the sidecars first
+        self._binding.close()
+
+    def __enter__(self) -> DsClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def endpoints(self) -> list[str]:
+        with self._lock:
+            return sorted(self._binding.sidecars)
+
+    @property
+    def assigner(self) -> str:
+        return self._binding.assigner
+
+    # ---- calls ------------------------------------------------------------------------
+
+    def _rotation(self) -> list[Sidecar]:
+        with self._lock:
+            sidecars = [self._binding.sidecars[a] for a in sorted(self._binding.sidecars)]
+        if not sidecars:
+            return []
+        self._cursor = (self._cursor + 1) % len(sidecars)
+        return sidecars[self._cursor :] + sidecars[: self._cursor]
+
+    def _fetch_from(
+        self, sidecar: Sidecar, max_records: int, wait: float, max_bytes: int = 0
+    ) -> Batch:
+        max_wait = duration_pb2.Duration()
+        max_wait.FromNanoseconds(int(wait * 1e9))
+        request = stream_pb2.FetchRequest(
+            client_id=self.client_id,
+            group=self.group,
+            max_records=max_records,
+            max_bytes=max_bytes,
+            max_wait=max_wait,
+            auto_ack=self.auto_ack,
+            format=stream_pb2.DELIVERY_FORMAT_BATCHES,
+        )
+        try:
+            batch: Batch = sidecar.fetch(request, timeout=wait + self.call_timeout)
+        except ValueError:
+            # A binding change closed this sidecar's channel while we were about to call it
+            # (another thread): it is gone; fetch from the others.
+            return Batch()
+        except grpc.RpcError as err:
+            if err.code() in (
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                grpc.StatusCode.CANCELLED,
+            ):
+                # The sidecar is gone or going: the assigner pushes a new binding.
+                log.debug("sidecar unavailable; waiting for a new binding", sidecar=sidecar.address)
+                return Batch()
+            raise ClientError(
+                f"Fetch from {sidecar.address} failed: {err.code().name}: {err.details()}"
+            ) from err
+        for span in batch.spans:
+            self._delivered_by[(span.topic, span.partition)] = sidecar.address
+        return batch
