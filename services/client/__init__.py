@@ -1,4 +1,53 @@
-"""The application's client for the mesh."""
+"""The application's client for the mesh: bind, fetch, ack — and never handle a move.
+
+    from services.client import DsClient
+
+    with DsClient("demo", client_id="billing-1", assigner="127.0.0.1:7070") as client:
+        for batch in client.stream():
+            process(batch)
+            client.ack(batch)
+
+A client serves one group (given to the constructor), so ``stream()`` takes no group.
+``stream()`` long-polls ``Fetch`` by default; ``use_stream_rpc=True`` (constructor or
+``stream()`` argument) reads over the credit-based ``Stream`` RPC instead: one stream per
+bound sidecar, ``max_records`` of credit each, credit returned as the application takes
+each batch, and ``ack()`` sent on the stream that delivered the records (falling back to
+the ``Ack`` RPC if that stream broke). ``auto_ack=True`` acks at delivery in both modes.
+
+Records arrive as ``RecordBatch`` columns (``DELIVERY_FORMAT_BATCHES``) and are handed to the
+application as :class:`DsRecord` tuples (``topic``, ``partition``, ``offset``, ``key``,
+``value``, ``timestamp_ms``, ``headers``, ``lease_epoch``; a Kafka null key or value is
+``None``) in a :class:`Batch` — an immutable sequence that builds each record as it is read
+and remembers the offset ranges it came in, so ``ack(batch)`` sends one range ack per
+partition run instead of one ack per record. Acking any other collection of records (a
+subset, several batches) works too: the client groups it into runs of consecutive offsets.
+A sidecar answers an ack once it is committed; ``ack_nowait(batch)`` sends it from a
+background thread, in order, and returns a future, so the next ``fetch()`` travels while
+the sidecar commits; the acks that queue up meanwhile go together as the next ack (one
+commit). ``close()`` waits for the acks still on their way.
+
+Fetch and Stream responses are read without building their protobuf messages
+(``services.records.wire.parse_batches``): keys and values are cut from the received bytes
+directly.
+
+The client binds through the assigner, keeps a ``WatchBinding`` stream open on a
+background thread (new bindings are pushed the moment a sidecar leaves), and retries
+``UNAVAILABLE`` on its own (AIP-194: only that code). Acks go back to the sidecar that
+delivered the record, tagged with the record's lease epoch.
+
+Assigner failover (ARCHITECTURE §3 "Leaders"): a follower answers ``FAILED_PRECONDITION``
+with the leader's address in trailing metadata ``ds-leader``; the client switches to it and
+retries at once. Given ``consul=HOST:PORT``, the client also finds the leader in Consul's
+KV (instead of trusting ``assigner``) and follows it with blocking queries on a background
+thread, so a dead leader is left the moment a standby takes the lock. Sidecars stay up
+during a failover: the client keeps fetching from them while it re-binds on the new leader.
+
+The names below (``__all__``) are the library's public surface; its modules are the
+implementation, one job each: ``client`` (:class:`DsClient`: fetch, stream, ack),
+``batch`` (batches, and acks as offset ranges), ``acker`` (``ack_nowait``'s thread),
+``stream`` (the ``Stream`` RPC reader), ``sidecar`` (one bound sidecar's calls),
+``binding`` (binding, leader following, retries) and ``errors``.
+"""
 
 from services.client.batch import Batch
 from services.client.client import DsClient

@@ -45,11 +45,21 @@ class Span:
 
 
 class Batch(Sequence[DsRecord]):
-    """The records of one fetch (or of what one Stream delivered): an immutable sequence
-    that knows the offset ranges it was delivered in, so acking it whole costs one range
-    ack per partition run. It holds the records as columns and builds each DsRecord as it
-    is read (see :class:`~services.records.batches.Columns`); ``list(batch)``
-    gives a plain list. Compares equal to a list of the same records."""
+    """The records of one fetch (or of what one Stream delivered), as an immutable sequence
+    of :class:`~services.records.batches.DsRecord`.
+
+    A batch knows the offset ranges it was delivered in (:attr:`spans`), so acking it
+    whole costs one range ack per partition run. It holds the records as columns and
+    builds each record as it is read (see :class:`~services.records.batches.Columns`):
+    iterate it rather than keep ``list(batch)`` around when it is large. Records are in
+    offset order per partition; an empty batch is false. Indexing by a slice gives a
+    list. A batch compares equal to a list or tuple of the same records, and is not
+    hashable.
+
+    Attributes:
+        spans: The offset ranges the records were delivered in, one per partition run
+            (what :meth:`~services.client.DsClient.ack` sends for the whole batch).
+    """
 
     __slots__ = ("_ends", "_parts", "spans")
 

@@ -37,6 +37,44 @@ STREAM_ACK_TIMEOUT_SECONDS = 10.0
 
 
 class DsClient:
+    """Reads one consumer group's records through the sidecars that serve it, and acks them.
+
+    The client is bound to its group's sidecars by the assigner and keeps that binding
+    current by itself: a sidecar that leaves is dropped and the partitions' new owners are
+    read from the moment the assigner pushes the new binding; an assigner failover is
+    followed without the application noticing. Use it as a context manager, or call
+    :meth:`close`.
+
+    Guarantees (ARCHITECTURE §3 "Delivery"):
+
+    * At least once. A record is committed to the Kafka consumer group only once it is
+      acked (with ``auto_ack``, once it was delivered). A record delivered and not acked
+      stays in flight and holds its partition's commit point back; it is delivered again
+      once the partition changes hands (a handoff, a sidecar that dies or restarts).
+      Duplicates are possible, loss is not.
+    * Within a partition, records arrive in offset order; across partitions there is no
+      order. What is delivered again after a handoff starts over from the partition's
+      commit point.
+    * Every record carries the epoch of the lease it was delivered under, and its ack goes
+      to the sidecar that delivered it: an ack for a partition that moved since is refused
+      (not counted), and the partition's new owner delivers the record again.
+
+    Threads: the binding watch (and with ``consul`` the leader watch) runs in the
+    background, ``ack_nowait`` sends from a thread of its own, and ``use_stream_rpc`` reads
+    each sidecar's stream on a thread of its own; all are daemon threads, ended by
+    :meth:`close`. Read (``fetch``/``stream``) from one thread at a time; acks may be sent
+    while the next batch is read.
+
+    Attributes:
+        group: The consumer group this client reads.
+        client_id: The client's identity towards the assigner and the sidecars (bindings,
+            per-client metrics).
+        auto_ack: Whether sidecars ack records at delivery.
+        max_wait: The default long-poll wait of :meth:`fetch`, in seconds.
+        call_timeout: Added to the long-poll wait as each ``Fetch`` call's deadline.
+        use_stream_rpc: Whether :meth:`stream` reads over the ``Stream`` RPC by default.
+    """
+
     def __init__(
         self,
         group: str,
@@ -50,6 +88,38 @@ class DsClient:
         leader_key: str = DEFAULT_LEADER_KEY,
         use_stream_rpc: bool = False,
     ) -> None:
+        """Bind to the group's sidecars through the assigner and start following the binding.
+
+        Returns once the assigner has answered the bind; the sidecars it names are reached
+        on first use.
+
+        Args:
+            group: The consumer group to read; one client reads one group.
+            client_id: A stable identity for this application instance; default a random
+                ``client-<hex>`` (fine for one-off readers, but per-client metrics then
+                change name at every start).
+            assigner: ``HOST:PORT`` of an assigner. Any replica will do: a follower's
+                answer names the leader (``ds-leader``) and the client switches to it.
+            auto_ack: Let the sidecars ack records as they deliver them: no :meth:`ack`
+                calls, but a crash of the application loses what it had not processed.
+            max_wait: The default long-poll wait of :meth:`fetch`, in seconds.
+            call_timeout: Added to the long-poll wait as each ``Fetch`` call's deadline.
+            consul: ``HOST:PORT`` of Consul: the leader is read from ``leader_key`` at
+                start (instead of trusting ``assigner``) and followed with blocking
+                queries from then on.
+            leader_key: The Consul KV key the assigner leader holds.
+            use_stream_rpc: Read over the credit-based ``Stream`` RPC in :meth:`stream`
+                by default, instead of long-polling ``Fetch``.
+
+        Raises:
+            ClientError: The assigner refused the bind (an unknown group:
+                ``NOT_FOUND``/``GROUP_NOT_FOUND``), or no leader emerged while retrying
+                (``NOT_LEADER``).
+            grpc.RpcError: No assigner answered (``UNAVAILABLE``) through the retries
+                (8 attempts with jittered backoff, a few seconds).
+            Exception: What py-consul raises (``consul.ConsulException``, a connection
+                error) when ``consul`` is given and cannot be read at start.
+        """
         self.group = group
         self.use_stream_rpc = use_stream_rpc
         self._streams: dict[str, SidecarStream] = {}  # address → open Stream (stream RPC)
@@ -79,8 +149,29 @@ class DsClient:
     def fetch(
         self, max_records: int = 500, max_wait: float | None = None, max_bytes: int = 0
     ) -> Batch:
-        """Records from any sidecar of the group; empty if none arrived within max_wait.
-        ``max_bytes`` bounds the batch's keys and values (0 = the sidecar's default)."""
+        """Records from any sidecar of the group; empty if none arrived within ``max_wait``.
+
+        The bound sidecars are asked in turn without waiting, then the last one long-polls
+        for what is left of ``max_wait``; the records come from one sidecar. A sidecar
+        that is unavailable is skipped (the assigner pushes a new binding). Unless the
+        client was made with ``auto_ack``, ack what you processed (:meth:`ack`,
+        :meth:`ack_nowait`).
+
+        Args:
+            max_records: At most this many records.
+            max_wait: How long to wait for records, in seconds; default the client's.
+            max_bytes: Bound on the batch's keys and values; 0 = the sidecar's default.
+                A record larger than the bound still comes, alone.
+
+        Returns:
+            The records, as one :class:`Batch`; empty when none arrived in time or the
+            client is closed.
+
+        Raises:
+            ClientError: A sidecar refused the request with a status other than
+                ``UNAVAILABLE``, ``DEADLINE_EXCEEDED`` or ``CANCELLED`` (an invalid
+                ``max_records``, a sidecar that does not serve the group).
+        """
         wait = self.max_wait if max_wait is None else max_wait
         deadline = time.monotonic() + wait
         first_pass = True
@@ -106,9 +197,25 @@ class DsClient:
         return Batch()
 
     def ack(self, records: Iterable[DsRecord]) -> int:
-        """Acknowledge delivered records; returns how many the sidecars accepted. A whole
-        Batch as returned goes as one range ack per partition run; other collections are
-        grouped into runs of consecutive offsets."""
+        """Acknowledge delivered records, and wait until their sidecars have committed them.
+
+        A whole :class:`Batch` as returned goes as one range ack per partition run; any
+        other collection of records (a subset, several batches) is cut into runs of
+        consecutive offsets, and no range ever covers a record not given. Each run goes to
+        the sidecar that delivered it (on its stream, with ``use_stream_rpc``); the
+        partition's commit point advances to its lowest offset not acked yet, and the
+        sidecar answers once that is committed to Kafka (a broker round trip: see
+        :meth:`ack_nowait` to overlap it with the next fetch).
+
+        Args:
+            records: Records as this client delivered them.
+
+        Returns:
+            How many of the records the sidecars accepted. The others were not committed
+            and are delivered again: their partition moved to another sidecar (a stale
+            lease epoch, a sidecar that left) or the ack failed; each case is logged.
+            Failures never raise: ``UNAVAILABLE`` is retried a few times, then counted.
+        """
         spans = spans_of(records if isinstance(records, Sequence) else list(records))
         return counted(spans, self._ack_spans(spans))
 
@@ -136,14 +243,25 @@ class DsClient:
         return accepted
 
     def ack_nowait(self, records: Iterable[DsRecord]) -> Future[int]:
-        """Acknowledge like :meth:`ack` without waiting for the answer: the future gives
-        how many records the sidecars accepted. The acks are sent in the order of the
-        calls, by one background thread, so the next :meth:`fetch` travels while the
-        sidecar commits this batch (commit on ack costs a broker round trip); the acks
-        that queue up while one is committed go together in the next (one commit). Nothing
-        is weaker than with ``ack``: a record counts as processed once the future says it
-        was accepted, and an ack that fails only means redelivery. :meth:`close` waits
-        for the acks still on their way."""
+        """Acknowledge like :meth:`ack` without waiting for the answer.
+
+        The acks are sent in the order of the calls, by one background thread, so the next
+        :meth:`fetch` travels while the sidecar commits this batch (commit on ack costs a
+        broker round trip); the acks that queue up while one is committed go together in
+        the next (one commit). Nothing is weaker than with :meth:`ack`: a record counts as
+        processed once the future says it was accepted, and an ack that fails only means
+        redelivery. :meth:`close` waits for the acks still on their way.
+
+        Args:
+            records: Records as this client delivered them.
+
+        Returns:
+            A future of how many of the records the sidecars accepted (as :meth:`ack`
+            returns it), resolved on the ack thread.
+
+        Raises:
+            ClientError: The client is closed.
+        """
         spans = spans_of(records if isinstance(records, Sequence) else list(records))
         with self._acker_lock:
             if self._acks_closed:
@@ -180,11 +298,31 @@ class DsClient:
     def stream(
         self, max_records: int = 500, *, use_stream_rpc: bool | None = None
     ) -> Iterator[Batch]:
-        """Batches forever (until close); with auto_ack=False, ack each batch yourself.
+        """Batches as they arrive, until the client is closed; never an empty one.
 
-        The group is the client's own (one client per group). ``use_stream_rpc`` (default:
-        the constructor's) reads over the ``Stream`` RPC instead of long-polling ``Fetch``;
-        then each bound sidecar may have up to ``max_records`` records on their way."""
+        Unless the client was made with ``auto_ack``, ack each batch yourself
+        (:meth:`ack`, :meth:`ack_nowait`). The group is the client's own (one client per group).
+        By default each batch is one :meth:`fetch`. Over the ``Stream`` RPC, each bound
+        sidecar may have up to ``max_records`` records on their way to the application
+        (credit is returned as batches are handed out), and what arrived from several
+        sidecars while the application was busy is handed out as one batch of about
+        ``max_records``. Closing the generator ends its streams.
+
+        Args:
+            max_records: Records per fetch, or each sidecar's credit over the ``Stream``
+                RPC.
+            use_stream_rpc: Read over the ``Stream`` RPC instead of long-polling
+                ``Fetch``; default the constructor's choice.
+
+        Yields:
+            Batches of records, in offset order per partition.
+
+        Raises:
+            ClientError: As :meth:`fetch`; over the ``Stream`` RPC, a sidecar ended its
+                stream with a status other than ``UNAVAILABLE``, ``CANCELLED`` or
+                ``DEADLINE_EXCEEDED`` (raised once the batches that came before it are
+                handed out).
+        """
         if self.use_stream_rpc if use_stream_rpc is None else use_stream_rpc:
             yield from self._stream_rpc(max_records)
             return
@@ -262,6 +400,13 @@ class DsClient:
         )
 
     def close(self) -> None:
+        """Wait for the acks :meth:`ack_nowait` has on their way, then unbind and disconnect.
+
+        Unbinding is best effort (2 s); records delivered and not acked are delivered
+        again once their partitions change hands, as after a crash. Afterwards
+        :meth:`fetch` returns empty batches, :meth:`stream` ends and :meth:`ack_nowait`
+        raises. Calling it again does nothing.
+        """
         if self._binding.closed.is_set():
             return
         with self._acker_lock:
@@ -283,11 +428,13 @@ class DsClient:
 
     @property
     def endpoints(self) -> list[str]:
+        """The addresses of the sidecars the client is bound to now, sorted."""
         with self._lock:
             return sorted(self._binding.sidecars)
 
     @property
     def assigner(self) -> str:
+        """The address of the assigner the client talks to now (the leader it follows)."""
         return self._binding.assigner
 
     # ---- calls ------------------------------------------------------------------------

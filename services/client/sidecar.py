@@ -34,6 +34,9 @@ def streamed(data: bytes) -> Batch | stream_pb2.StreamResponse:
 
 @dataclass
 class Sidecar:
+    """A bound sidecar: its channel, its calls, and the partitions the binding says it
+    serves. The channel is closed when a binding no longer names it."""
+
     address: str
     channel: grpc.Channel
     stub: stream_pb2_grpc.StreamServiceStub

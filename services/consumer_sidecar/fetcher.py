@@ -427,7 +427,7 @@ class Fetcher:
                 future.set_exception(exc)
 
     def _buffer(self, messages: list[Message]) -> None:
-        """Buffer a consume() batch as one column chunk per partition run (batches.py)."""
+        """Buffer a consume() batch as one column chunk per partition run (runs.py)."""
         only = next(iter(self._topics)) if len(self._topics) == 1 else None
         runs, errors = runs_from_messages(messages, only)
         if self._on_error is not None:

@@ -46,9 +46,17 @@ Region = tuple[bytes, int, int]
 class DsRecord(NamedTuple):
     """One record as an application reads it (immutable; built column-wise, cheaply).
 
-    ``key``/``value`` are ``None`` for a Kafka null; ``timestamp_ms`` is -1 when the record
-    has none; ``headers`` is ``None`` or a list of (key, value) pairs in Kafka order.
-    Acks echo ``lease_epoch`` (ARCHITECTURE §3)."""
+    Attributes:
+        topic: The Kafka topic.
+        partition: The partition of ``topic``.
+        offset: The record's offset in that partition.
+        key: The key; ``None`` for a Kafka null.
+        value: The value; ``None`` for a Kafka null.
+        timestamp_ms: The record's timestamp in ms since the epoch; -1 when it has none.
+        headers: ``None``, or a list of (key, value) pairs in Kafka order.
+        lease_epoch: The epoch of the lease the record was delivered under; its ack
+            echoes it, and a sidecar refuses an ack of an older epoch (ARCHITECTURE §3).
+    """
 
     topic: str
     partition: int

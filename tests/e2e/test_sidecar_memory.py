@@ -6,9 +6,10 @@ A 1 GiB backlog (1 KiB values) on a real broker, one sidecar with the default bu
 sidecar's resident memory, sampled every 0.5 s, stays under cap + 150 MiB.
 
 Where it goes: ~75 MiB before any record (interpreter, gRPC, protobuf, librdkafka); the
-buffer itself, whose records are column chunks (batches.py) that take what they are
-counted for; librdkafka's prefetch queue (``queued.max.messages.kbytes``, 8 MiB) and one
-fetch response in flight (``fetch.max.bytes``, 8 MiB); the heap malloc keeps for reuse.
+buffer itself, whose records are column chunks (services/records/batches.py) that take
+what they are counted for; librdkafka's prefetch queue (``queued.max.messages.kbytes``,
+8 MiB) and one fetch response in flight (``fetch.max.bytes``, 8 MiB); the heap malloc
+keeps for reuse.
 Records were one protobuf message each before, at about twice their counted size: the
 peak was 200-215 MiB, now about 150-160 MiB.
 """
