@@ -39,7 +39,7 @@ from services.dsctl.admin_client import (
     FaultFilter,
     NotifierClient,
 )
-from services.notifier.faults import parse_type
+from services.runtime.faults import parse_type
 
 console = Console()
 err_console = Console(stderr=True)

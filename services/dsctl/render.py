@@ -19,7 +19,7 @@ from rich.text import Text
 
 from dataservice.assigner.v1 import admin_pb2, types_pb2
 from dataservice.common.v1 import common_pb2
-from services.notifier.faults import event_fields
+from services.runtime.faults import event_fields
 
 Doc = dict[str, Any]
 PartitionKey = tuple[str, str, int]  # (group, topic, partition)

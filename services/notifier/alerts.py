@@ -19,9 +19,9 @@ import structlog
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2
 from services.notifier import templates
-from services.notifier.faults import short_state, short_type
 from services.notifier.metrics import NotifierMetrics
 from services.notifier.outbox import KAFKA_LANE, WEBHOOK_LANE, OutboxItem
+from services.runtime.faults import short_state, short_type
 
 log = structlog.get_logger(__name__)
 

@@ -26,9 +26,9 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 
 from dataservice.common.v1 import common_pb2
 from services.notifier import offsets_topic
-from services.notifier.faults import CATALOGUE
 from services.notifier.settings import LagSettings
 from services.runtime import lag
+from services.runtime.faults import CATALOGUE
 
 log = structlog.get_logger(__name__)
 

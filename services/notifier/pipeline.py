@@ -27,7 +27,6 @@ from dataclasses import dataclass
 import structlog
 
 from dataservice.common.v1 import common_pb2
-from services.notifier import faults
 from services.notifier.alerts import AlertRouter
 from services.notifier.event_codec import PROTOBUF_CONTENT_TYPE, decode_event, encode_event
 from services.notifier.history import FaultHistory
@@ -36,6 +35,7 @@ from services.notifier.outbox import KAFKA_LANE, WEBHOOK_LANE, Outbox, OutboxIte
 from services.notifier.relay import ID_HEADER, RelayHooks
 from services.notifier.settings import NotifierSettings
 from services.notifier.suppression import StormSuppressor
+from services.runtime import faults
 from services.runtime.errors import DsError, Reason
 
 log = structlog.get_logger(__name__)

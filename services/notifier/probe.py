@@ -31,11 +31,12 @@ from confluent_kafka.admin import AdminClient
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
 from services.client import Batch, DsClient
-from services.notifier import faults, template_store
+from services.notifier import template_store
 from services.notifier.metrics import ProbeMetrics
 from services.notifier.probe_tracker import FaultChange, Outcome, ProbeMessage, ProbeTracker
 from services.notifier.probe_tracker import decode as decode_probe
 from services.notifier.settings import ProbeSettings
+from services.runtime import faults
 from services.runtime.errors import LEADER_METADATA_KEY, Reason, error_info, trailing_value
 from services.runtime.grpcserver import CHANNEL_OPTIONS
 from services.runtime.leader_watch import consul_client, read_leader

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from services.notifier.faults import parse_type
+from services.runtime.faults import parse_type
 from services.runtime.settings import ServiceSettings, parse_host_port
 
 

@@ -20,7 +20,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2
-from services.notifier.faults import event_fields
+from services.runtime.faults import event_fields
 
 MAX_TEMPLATE_CHARS = 16 * 1024
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")

@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
-from services.notifier.faults import CATALOGUE, short_state, short_type
+from services.runtime.faults import CATALOGUE, short_state, short_type
 
 log = structlog.get_logger(__name__)
 

@@ -39,9 +39,9 @@ from services.assigner.ui.model import (
     PartitionRow,
     SidecarLoad,
 )
-from services.notifier.faults import short_severity, short_state, short_type
 from services.runtime.discovery import make_discovery
 from services.runtime.errors import DsError
+from services.runtime.faults import short_severity, short_state, short_type
 from services.runtime.lag import Status, group_status
 
 if TYPE_CHECKING:

@@ -6,11 +6,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from dataservice.common.v1 import common_pb2
-from services.notifier import faults
 from services.notifier.metrics import ProbeMetrics
 from services.notifier.probe import fault_event, new_instance_id
 from services.notifier.probe_tracker import FaultChange
 from services.notifier.settings import NotifierSettings, ProbeSettings
+from services.runtime import faults
 from services.runtime.settings import ConfigError, load_settings
 
 

@@ -103,7 +103,7 @@ class _FaultTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FaultType.V
 
 class FaultType(_FaultType, metaclass=_FaultTypeEnumTypeWrapper):
     """What kind of fault an event reports. Each type has a definition (what), a trigger (when)
-    and a reporting node (who) in services/notifier/faults.py, and a matching RESOLVED event.
+    and a reporting node (who) in services/runtime/faults.py, and a matching RESOLVED event.
     """
 
 FAULT_TYPE_UNSPECIFIED: FaultType.ValueType  # 0

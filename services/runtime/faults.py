@@ -1,10 +1,11 @@
 """The fault catalogue (ARCHITECTURE §5.4): what each fault type means, when it is raised,
 which node reports it, how serious it is, when it resolves and how long its storms are
 suppressed. The one place this is written down; the README table is generated from the
-same data (``tests/unit/notifier/test_faults.py`` checks they agree).
+same data (``tests/unit/runtime/test_faults.py`` checks they agree).
 
-Pure data: no I/O, importable by every service (the shared reporter takes default
-severities from here).
+Pure data: no I/O. It lives in the shared layer because every service speaks it: the
+reporter takes default severities from here, the notifier its windows and dedupe keys,
+the assigner's UI and ``dsctl`` their short names and parsing.
 """
 
 from __future__ import annotations

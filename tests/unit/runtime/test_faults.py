@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dataservice.common.v1 import common_pb2
-from services.notifier import faults
+from services.runtime import faults
 
 README = Path(__file__).resolve().parents[3] / "README.md"
 
@@ -47,25 +47,3 @@ def test_default_dedupe_key_ignores_state_and_partition_order() -> None:
         partitions=[1, 3],
     )
     assert faults.default_dedupe_key(a) == faults.default_dedupe_key(b) == "POISON_RECORD|g|t|1,3||"
-
-
-def test_events_encode_as_protobuf_by_default_and_json_on_request() -> None:
-    from services.notifier.event_codec import decode_event, encode_event
-
-    event = common_pb2.FaultEvent(
-        id="00000000-0000-4000-8000-000000000001",
-        type=common_pb2.FAULT_TYPE_LAG_ERROR,
-        state=common_pb2.FAULT_STATE_OPEN,
-        severity=common_pb2.SEVERITY_ERROR,
-        group="g",
-        partitions=[1, 2],
-        suppressed_count=3,
-    )
-    event.attributes["lag"] = "12"
-    raw, content_type = encode_event(event, "protobuf")
-    assert content_type.startswith("application/x-protobuf")
-    assert decode_event(raw, content_type) == event
-    text, json_type = encode_event(event, "json")
-    assert json_type.startswith("application/json")
-    assert b'"type": "FAULT_TYPE_LAG_ERROR"' in text and b'"suppressed_count": "3"' in text
-    assert decode_event(text, json_type) == event
