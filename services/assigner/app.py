@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from dataservice.assigner.v1 import admin_pb2_grpc, assigner_pb2_grpc, binding_pb2_grpc
 from services.assigner.admin import OffsetsView
 from services.assigner.balancer import TopicPartition
+from services.assigner.faults import report_failover
 from services.assigner.groups import GroupRuntime
 from services.assigner.leader_guard import LeaderGuard
 from services.assigner.leadership import (
@@ -180,7 +181,7 @@ class AssignerApp:
         self._serving.set()
         self.metrics.leader.set(1)
         if self.settings.consul:  # elected among replicas: a takeover, resolved once settled
-            self.faults.failover(self.leadership.leader_address, settle_until - self.now())
+            report_failover(self.faults, self.leadership.leader_address, settle_until - self.now())
         self._tasks.append(asyncio.create_task(self._tick_loop(), name="tick"))
         self._tasks.append(asyncio.create_task(self._metadata_loop(), name="metadata"))
         sampler = LagSampler(self, self.lag_history)

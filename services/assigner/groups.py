@@ -36,10 +36,11 @@ from services.assigner.coordinator import (
     RevokeWhy,
     Timing,
 )
+from services.assigner.faults import GroupFaults
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.settings import AssignerSettings, GroupSeed
 from services.assigner.state import GroupRecord, StateStore
-from services.runtime.reporter import FaultReporter, GroupFaults
+from services.runtime.reporter import FaultReporter
 
 log = structlog.get_logger(__name__)
 

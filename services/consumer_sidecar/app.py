@@ -24,6 +24,7 @@ from dataservice.assigner.v1 import assigner_pb2
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar.classic import ClassicMembership, classic_overrides, group_topics
 from services.consumer_sidecar.client_access import AccessInterceptor
+from services.consumer_sidecar.faults import SidecarFaults
 from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.metrics import SidecarMetrics
@@ -43,7 +44,7 @@ from services.runtime.kafka import (
     new_consumer,
 )
 from services.runtime.lifecycle import Dependency
-from services.runtime.reporter import SidecarFaults, reporter_for
+from services.runtime.reporter import reporter_for
 
 log = structlog.get_logger(__name__)
 

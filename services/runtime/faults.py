@@ -18,6 +18,8 @@ from dataservice.common.v1 import common_pb2
 
 FaultTypeValue: TypeAlias = common_pb2.FaultType.ValueType
 SeverityValue: TypeAlias = common_pb2.Severity.ValueType
+OPEN = common_pb2.FAULT_STATE_OPEN
+RESOLVED = common_pb2.FAULT_STATE_RESOLVED
 
 # The default storm-suppression window (seconds) per type; a notifier setting overrides it.
 DEFAULT_WINDOW_SECONDS = 10.0

@@ -14,6 +14,10 @@ active and RESOLVED when it stops being active, nothing in between.
 Where the notifier is: ``--notifier HOST:PORT`` (``DS_NOTIFIER``); else, with ``--consul``,
 a healthy ``ds-notifier`` instance looked up before each (re)connect; else nowhere, and
 faults are only logged.
+
+This module knows no fault of any service: what each service reports, and when, is that
+service's emitters (``services/assigner/faults.py``, ``services/consumer_sidecar/faults.py``),
+which call ``report()`` / ``track()`` here and wrap their hooks in :func:`never_raises`.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import ParamSpec, TypeAlias, TypeVar
+from typing import ParamSpec, TypeVar
 
 import grpc
 import structlog
@@ -34,13 +38,17 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
-from services.runtime.faults import CATALOGUE, short_state, short_type
+from services.runtime.faults import (
+    CATALOGUE,
+    OPEN,
+    RESOLVED,
+    FaultTypeValue,
+    short_state,
+    short_type,
+)
 
 log = structlog.get_logger(__name__)
 
-FaultType: TypeAlias = common_pb2.FaultType.ValueType
-OPEN = common_pb2.FAULT_STATE_OPEN
-RESOLVED = common_pb2.FAULT_STATE_RESOLVED
 # Codes worth retrying: the notifier is down, overloaded, starting, or the answer was lost.
 _RETRY = frozenset(
     {
@@ -59,7 +67,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _never_raises(fn: Callable[P, R | None]) -> Callable[P, R | None]:
+def never_raises(fn: Callable[P, R | None]) -> Callable[P, R | None]:
     """Fault hooks run inside the data path (librdkafka callbacks, the assigner's tick):
     a bug in reporting must cost a log line, never the caller."""
 
@@ -177,10 +185,10 @@ class FaultReporter:
 
     # ---- reporting (any thread, never blocks) ------------------------------------------
 
-    @_never_raises
+    @never_raises
     def report(
         self,
-        fault_type: FaultType,
+        fault_type: FaultTypeValue,
         state: common_pb2.FaultState.ValueType = OPEN,
         *,
         group: str = "",
@@ -235,12 +243,12 @@ class FaultReporter:
             self._cond.notify()
         return event.id
 
-    @_never_raises
+    @never_raises
     def track(
         self,
         key: object,
         active: bool,
-        fault_type: FaultType,
+        fault_type: FaultTypeValue,
         *,
         repeat: bool = False,
         **fields: object,
@@ -277,27 +285,6 @@ class FaultReporter:
 
     def is_open(self, key: object) -> bool:
         return key in self._tracked
-
-    @_never_raises
-    def failover(self, leader: str | None, settle_seconds: float) -> None:
-        """ASSIGNER_FAILOVER: this replica took over; RESOLVED once its settle period (TTL
-        + grace, when re-attaching sidecars have adopted their leases) is over."""
-        key = "ASSIGNER_FAILOVER"
-        self.report(
-            common_pb2.FAULT_TYPE_ASSIGNER_FAILOVER,
-            OPEN,
-            message=f"assigner {leader or '?'} took over leadership",
-            attributes={"leader": leader or ""},
-            dedupe_key=key,
-        )
-        timer = threading.Timer(
-            max(settle_seconds, 0.0),
-            self.report,
-            args=(common_pb2.FAULT_TYPE_ASSIGNER_FAILOVER, RESOLVED),
-            kwargs={"message": f"assigner {leader or '?'} settled", "dedupe_key": key},
-        )
-        timer.daemon = True
-        timer.start()
 
     # ---- the sender thread ----------------------------------------------------------------
 
@@ -403,217 +390,3 @@ def reporter_for(
         ),
         registry,
     )
-
-
-class GroupFaults:
-    """The assigner's fault hooks for one group: one call at each decision point."""
-
-    def __init__(self, reporter: FaultReporter | None, group: str) -> None:
-        self.reporter = reporter or FaultReporter.disabled("assigner")
-        self.group = group
-        self._holders: dict[object, str] = {}  # partition -> the member it was granted to
-        self._reassigning = False
-        self._serving: set[str] | None = None
-
-    def _member(self, fault: FaultType, member_id: str, active: bool, message: str) -> None:
-        name = short_type(fault)
-        self.reporter.track(
-            (name, member_id),
-            active,
-            fault,
-            group=self.group,
-            consumer_id=member_id,
-            message=message,
-            dedupe_key=f"{name}|{self.group}|{member_id}",
-        )
-
-    @_never_raises
-    def lost(self, member_id: str) -> None:
-        """No heartbeat within TTL + grace (the lease expired without a Leave)."""
-        self._member(
-            common_pb2.FAULT_TYPE_CONSUMER_LOST,
-            member_id,
-            True,
-            f"sidecar {member_id} lost: no heartbeat within lease TTL + grace",
-        )
-
-    @_never_raises
-    def left(self, member_id: str, graceful: bool = True) -> None:
-        how = "handed its partitions off" if graceful else "left without handing off"
-        self._member(
-            common_pb2.FAULT_TYPE_CONSUMER_LEFT,
-            member_id,
-            True,
-            f"sidecar {member_id} left the group ({how})",
-        )
-
-    @_never_raises
-    def joined(self, member_id: str) -> None:
-        """The sidecar is back: whatever was open about it is resolved."""
-        for fault in (common_pb2.FAULT_TYPE_CONSUMER_LOST, common_pb2.FAULT_TYPE_CONSUMER_LEFT):
-            self._member(fault, member_id, False, f"sidecar {member_id} joined the group")
-
-    @_never_raises
-    def granted(self, grants: Iterable[tuple[object, str]], leases: Iterable[object]) -> None:
-        """Grants just sent (partition, member): a partition granted to another member than
-        before moved. RESOLVED once every partition of the group is held again."""
-        moved: dict[str, list[int]] = {}
-        sources: set[str] = set()
-        targets: set[str] = set()
-        for tp, member in grants:
-            before = self._holders.get(tp)
-            self._holders[tp] = member
-            if before is not None and before != member:
-                moved.setdefault(str(getattr(tp, "topic", "")), []).append(
-                    int(getattr(tp, "partition", -1))
-                )
-                sources.add(before)
-                targets.add(member)
-        key = f"PARTITIONS_REASSIGNED|{self.group}"
-        if moved:
-            self._reassigning = True
-            for topic, partitions in sorted(moved.items()):
-                self.reporter.report(
-                    common_pb2.FAULT_TYPE_PARTITIONS_REASSIGNED,
-                    OPEN,
-                    group=self.group,
-                    topic=topic,
-                    partitions=partitions,
-                    message=f"{len(partitions)} partition(s) of {topic} moved from "
-                    f"{', '.join(sorted(sources))} to {', '.join(sorted(targets))}",
-                    attributes={"from": ",".join(sorted(sources)), "to": ",".join(sorted(targets))},
-                    dedupe_key=key,
-                )
-        if self._reassigning and all(
-            getattr(getattr(lease, "state", None), "name", "") == "GRANTED" for lease in leases
-        ):
-            self._reassigning = False
-            self.reporter.report(
-                common_pb2.FAULT_TYPE_PARTITIONS_REASSIGNED,
-                RESOLVED,
-                group=self.group,
-                message="every partition of the group is held again",
-                dedupe_key=key,
-            )
-
-    @_never_raises
-    def rebound(self, serving: Iterable[str], clients: int) -> None:
-        """The sidecars bound to the group's clients changed (the binding was pushed)."""
-        now = set(serving)
-        before, self._serving = self._serving, now
-        if before is None or before == now or clients == 0:
-            return
-        key = f"CLIENT_REBOUND|{self.group}"
-        detail = {
-            "clients": clients,
-            "added": ",".join(sorted(now - before)),
-            "removed": ",".join(sorted(before - now)),
-        }
-        message = f"{clients} client(s) rebound to {', '.join(sorted(now)) or 'no sidecar'}"
-        for state in (OPEN, RESOLVED):
-            self.reporter.report(
-                common_pb2.FAULT_TYPE_CLIENT_REBOUND,
-                state,
-                group=self.group,
-                message=message,
-                attributes=detail,
-                dedupe_key=key,
-            )
-
-
-# librdkafka error codes (KafkaError) that mean the brokers cannot be reached, and those
-# that mean a record could not be read.
-_UNREACHABLE_CODES = ("_ALL_BROKERS_DOWN", "_TRANSPORT", "_RESOLVE", "_AUTHENTICATION")
-_POISON_CODES = ("_BAD_MSG", "_BAD_COMPRESSION", "CORRUPT_MESSAGE", "INVALID_RECORD")
-
-
-class SidecarFaults:
-    """The sidecar's fault hooks (Kafka errors, statistics, commits, backpressure)."""
-
-    def __init__(self, reporter: FaultReporter | None, group: str, sidecar_id: str) -> None:
-        self.reporter = reporter or FaultReporter.disabled("sidecar")
-        self.group = group
-        self.sidecar_id = sidecar_id
-        self._paused: set[tuple[str, int]] = set()
-
-    @_never_raises
-    def kafka_error(self, code_name: str, text: str) -> None:
-        """An error callback of librdkafka (any thread)."""
-        if code_name in _UNREACHABLE_CODES:
-            self.reporter.track(
-                "BROKER_UNREACHABLE",
-                True,
-                common_pb2.FAULT_TYPE_BROKER_UNREACHABLE,
-                group=self.group,
-                consumer_id=self.sidecar_id,
-                message=f"Kafka unreachable: {text}",
-                attributes={"error": code_name},
-                dedupe_key=f"BROKER_UNREACHABLE|{self.group}|{self.sidecar_id}",
-            )
-        elif code_name in _POISON_CODES:
-            self.reporter.report(
-                common_pb2.FAULT_TYPE_POISON_RECORD,
-                OPEN,
-                group=self.group,
-                consumer_id=self.sidecar_id,
-                message=f"record not readable: {text}",
-                attributes={"error": code_name},
-            )
-
-    @_never_raises
-    def brokers_up(self, statistics: str) -> None:
-        """librdkafka statistics (JSON): a broker in state UP resolves BROKER_UNREACHABLE."""
-        if self.reporter.is_open("BROKER_UNREACHABLE") and '"state":"UP"' in statistics:
-            self.reporter.track(
-                "BROKER_UNREACHABLE",
-                False,
-                common_pb2.FAULT_TYPE_BROKER_UNREACHABLE,
-                message="Kafka reachable again",
-            )
-
-    @_never_raises
-    def commit(self, error: BaseException | None) -> None:
-        """The outcome of a commit round: every failure is reported (the notifier
-        suppresses the storm and counts it); the first success after one resolves it."""
-        key = f"COMMIT_FAILED|{self.group}|{self.sidecar_id}"
-        if error is not None:
-            self.reporter.track(
-                "COMMIT_FAILED",
-                True,
-                common_pb2.FAULT_TYPE_COMMIT_FAILED,
-                repeat=True,
-                group=self.group,
-                consumer_id=self.sidecar_id,
-                message=f"commit failed: {error}",
-                attributes={"error": type(error).__name__},
-                dedupe_key=key,
-            )
-        elif self.reporter.is_open("COMMIT_FAILED"):
-            self.reporter.track(
-                "COMMIT_FAILED",
-                False,
-                common_pb2.FAULT_TYPE_COMMIT_FAILED,
-                message="commits succeed again",
-            )
-
-    @_never_raises
-    def backpressure(self, paused: Iterable[tuple[str, int]]) -> None:
-        """The partitions paused on a full buffer right now (topic, partition)."""
-        now = set(paused)
-        for topic, partition in sorted(now ^ self._paused):
-            active = (topic, partition) in now
-            self.reporter.track(
-                ("CLIENT_BACKPRESSURE", topic, partition),
-                active,
-                common_pb2.FAULT_TYPE_CLIENT_BACKPRESSURE,
-                group=self.group,
-                consumer_id=self.sidecar_id,
-                topic=topic,
-                partitions=[partition],
-                message=(
-                    f"{topic}[{partition}] paused: clients do not keep up (buffer full)"
-                    if active
-                    else f"{topic}[{partition}] resumed"
-                ),
-            )
-        self._paused = now

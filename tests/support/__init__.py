@@ -1,1 +1,1 @@
-"""Helpers shared by the integration and end-to-end tests."""
+"""Helpers shared by the tests (mostly the integration and end-to-end ones)."""

@@ -1,0 +1,153 @@
+"""The assigner's fault emitters (ARCHITECTURE §5.4): CONSUMER_LOST, CONSUMER_LEFT,
+PARTITIONS_REASSIGNED and CLIENT_REBOUND per group, ASSIGNER_FAILOVER per replica.
+
+Each hook is one call at a decision point of the assigner and turns it into reports on the
+shared :class:`~services.runtime.reporter.FaultReporter`; none of them raises.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from dataservice.common.v1 import common_pb2
+from services.runtime.faults import OPEN, RESOLVED, FaultTypeValue, short_type
+from services.runtime.reporter import FaultReporter, never_raises
+
+
+class GroupFaults:
+    """The assigner's fault hooks for one group: one call at each decision point."""
+
+    def __init__(self, reporter: FaultReporter | None, group: str) -> None:
+        self.reporter = reporter or FaultReporter.disabled("assigner")
+        self.group = group
+        self._holders: dict[object, str] = {}  # partition -> the member it was granted to
+        self._reassigning = False
+        self._serving: set[str] | None = None
+
+    def _member(self, fault: FaultTypeValue, member_id: str, active: bool, message: str) -> None:
+        name = short_type(fault)
+        self.reporter.track(
+            (name, member_id),
+            active,
+            fault,
+            group=self.group,
+            consumer_id=member_id,
+            message=message,
+            dedupe_key=f"{name}|{self.group}|{member_id}",
+        )
+
+    @never_raises
+    def lost(self, member_id: str) -> None:
+        """No heartbeat within TTL + grace (the lease expired without a Leave)."""
+        self._member(
+            common_pb2.FAULT_TYPE_CONSUMER_LOST,
+            member_id,
+            True,
+            f"sidecar {member_id} lost: no heartbeat within lease TTL + grace",
+        )
+
+    @never_raises
+    def left(self, member_id: str, graceful: bool = True) -> None:
+        how = "handed its partitions off" if graceful else "left without handing off"
+        self._member(
+            common_pb2.FAULT_TYPE_CONSUMER_LEFT,
+            member_id,
+            True,
+            f"sidecar {member_id} left the group ({how})",
+        )
+
+    @never_raises
+    def joined(self, member_id: str) -> None:
+        """The sidecar is back: whatever was open about it is resolved."""
+        for fault in (common_pb2.FAULT_TYPE_CONSUMER_LOST, common_pb2.FAULT_TYPE_CONSUMER_LEFT):
+            self._member(fault, member_id, False, f"sidecar {member_id} joined the group")
+
+    @never_raises
+    def granted(self, grants: Iterable[tuple[object, str]], leases: Iterable[object]) -> None:
+        """Grants just sent (partition, member): a partition granted to another member than
+        before moved. RESOLVED once every partition of the group is held again."""
+        moved: dict[str, list[int]] = {}
+        sources: set[str] = set()
+        targets: set[str] = set()
+        for tp, member in grants:
+            before = self._holders.get(tp)
+            self._holders[tp] = member
+            if before is not None and before != member:
+                moved.setdefault(str(getattr(tp, "topic", "")), []).append(
+                    int(getattr(tp, "partition", -1))
+                )
+                sources.add(before)
+                targets.add(member)
+        key = f"PARTITIONS_REASSIGNED|{self.group}"
+        if moved:
+            self._reassigning = True
+            for topic, partitions in sorted(moved.items()):
+                self.reporter.report(
+                    common_pb2.FAULT_TYPE_PARTITIONS_REASSIGNED,
+                    OPEN,
+                    group=self.group,
+                    topic=topic,
+                    partitions=partitions,
+                    message=f"{len(partitions)} partition(s) of {topic} moved from "
+                    f"{', '.join(sorted(sources))} to {', '.join(sorted(targets))}",
+                    attributes={"from": ",".join(sorted(sources)), "to": ",".join(sorted(targets))},
+                    dedupe_key=key,
+                )
+        if self._reassigning and all(
+            getattr(getattr(lease, "state", None), "name", "") == "GRANTED" for lease in leases
+        ):
+            self._reassigning = False
+            self.reporter.report(
+                common_pb2.FAULT_TYPE_PARTITIONS_REASSIGNED,
+                RESOLVED,
+                group=self.group,
+                message="every partition of the group is held again",
+                dedupe_key=key,
+            )
+
+    @never_raises
+    def rebound(self, serving: Iterable[str], clients: int) -> None:
+        """The sidecars bound to the group's clients changed (the binding was pushed)."""
+        now = set(serving)
+        before, self._serving = self._serving, now
+        if before is None or before == now or clients == 0:
+            return
+        key = f"CLIENT_REBOUND|{self.group}"
+        detail = {
+            "clients": clients,
+            "added": ",".join(sorted(now - before)),
+            "removed": ",".join(sorted(before - now)),
+        }
+        message = f"{clients} client(s) rebound to {', '.join(sorted(now)) or 'no sidecar'}"
+        for state in (OPEN, RESOLVED):
+            self.reporter.report(
+                common_pb2.FAULT_TYPE_CLIENT_REBOUND,
+                state,
+                group=self.group,
+                message=message,
+                attributes=detail,
+                dedupe_key=key,
+            )
+
+
+@never_raises
+def report_failover(reporter: FaultReporter, leader: str | None, settle_seconds: float) -> None:
+    """ASSIGNER_FAILOVER: this replica took over; RESOLVED once its settle period (TTL
+    + grace, when re-attaching sidecars have adopted their leases) is over."""
+    key = "ASSIGNER_FAILOVER"
+    reporter.report(
+        common_pb2.FAULT_TYPE_ASSIGNER_FAILOVER,
+        OPEN,
+        message=f"assigner {leader or '?'} took over leadership",
+        attributes={"leader": leader or ""},
+        dedupe_key=key,
+    )
+    timer = threading.Timer(
+        max(settle_seconds, 0.0),
+        reporter.report,
+        args=(common_pb2.FAULT_TYPE_ASSIGNER_FAILOVER, RESOLVED),
+        kwargs={"message": f"assigner {leader or '?'} settled", "dedupe_key": key},
+    )
+    timer.daemon = True
+    timer.start()

@@ -1,0 +1,113 @@
+"""The sidecar's fault emitters (ARCHITECTURE §5.4): BROKER_UNREACHABLE and POISON_RECORD
+from librdkafka's error callback and statistics, COMMIT_FAILED from each commit round,
+CLIENT_BACKPRESSURE from the fetch loop's paused partitions.
+
+Each hook turns what the sidecar saw into reports on the shared
+:class:`~services.runtime.reporter.FaultReporter`; none of them raises (they run inside
+librdkafka callbacks and the fetch loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from dataservice.common.v1 import common_pb2
+from services.runtime.faults import OPEN
+from services.runtime.reporter import FaultReporter, never_raises
+
+# librdkafka error codes (KafkaError) that mean the brokers cannot be reached, and those
+# that mean a record could not be read.
+_UNREACHABLE_CODES = ("_ALL_BROKERS_DOWN", "_TRANSPORT", "_RESOLVE", "_AUTHENTICATION")
+_POISON_CODES = ("_BAD_MSG", "_BAD_COMPRESSION", "CORRUPT_MESSAGE", "INVALID_RECORD")
+
+
+class SidecarFaults:
+    """The sidecar's fault hooks (Kafka errors, statistics, commits, backpressure)."""
+
+    def __init__(self, reporter: FaultReporter | None, group: str, sidecar_id: str) -> None:
+        self.reporter = reporter or FaultReporter.disabled("sidecar")
+        self.group = group
+        self.sidecar_id = sidecar_id
+        self._paused: set[tuple[str, int]] = set()
+
+    @never_raises
+    def kafka_error(self, code_name: str, text: str) -> None:
+        """An error callback of librdkafka (any thread)."""
+        if code_name in _UNREACHABLE_CODES:
+            self.reporter.track(
+                "BROKER_UNREACHABLE",
+                True,
+                common_pb2.FAULT_TYPE_BROKER_UNREACHABLE,
+                group=self.group,
+                consumer_id=self.sidecar_id,
+                message=f"Kafka unreachable: {text}",
+                attributes={"error": code_name},
+                dedupe_key=f"BROKER_UNREACHABLE|{self.group}|{self.sidecar_id}",
+            )
+        elif code_name in _POISON_CODES:
+            self.reporter.report(
+                common_pb2.FAULT_TYPE_POISON_RECORD,
+                OPEN,
+                group=self.group,
+                consumer_id=self.sidecar_id,
+                message=f"record not readable: {text}",
+                attributes={"error": code_name},
+            )
+
+    @never_raises
+    def brokers_up(self, statistics: str) -> None:
+        """librdkafka statistics (JSON): a broker in state UP resolves BROKER_UNREACHABLE."""
+        if self.reporter.is_open("BROKER_UNREACHABLE") and '"state":"UP"' in statistics:
+            self.reporter.track(
+                "BROKER_UNREACHABLE",
+                False,
+                common_pb2.FAULT_TYPE_BROKER_UNREACHABLE,
+                message="Kafka reachable again",
+            )
+
+    @never_raises
+    def commit(self, error: BaseException | None) -> None:
+        """The outcome of a commit round: every failure is reported (the notifier
+        suppresses the storm and counts it); the first success after one resolves it."""
+        key = f"COMMIT_FAILED|{self.group}|{self.sidecar_id}"
+        if error is not None:
+            self.reporter.track(
+                "COMMIT_FAILED",
+                True,
+                common_pb2.FAULT_TYPE_COMMIT_FAILED,
+                repeat=True,
+                group=self.group,
+                consumer_id=self.sidecar_id,
+                message=f"commit failed: {error}",
+                attributes={"error": type(error).__name__},
+                dedupe_key=key,
+            )
+        elif self.reporter.is_open("COMMIT_FAILED"):
+            self.reporter.track(
+                "COMMIT_FAILED",
+                False,
+                common_pb2.FAULT_TYPE_COMMIT_FAILED,
+                message="commits succeed again",
+            )
+
+    @never_raises
+    def backpressure(self, paused: Iterable[tuple[str, int]]) -> None:
+        """The partitions paused on a full buffer right now (topic, partition)."""
+        now = set(paused)
+        for topic, partition in sorted(now ^ self._paused):
+            active = (topic, partition) in now
+            self.reporter.track(
+                ("CLIENT_BACKPRESSURE", topic, partition),
+                active,
+                common_pb2.FAULT_TYPE_CLIENT_BACKPRESSURE,
+                group=self.group,
+                consumer_id=self.sidecar_id,
+                topic=topic,
+                partitions=[partition],
+                message=(
+                    f"{topic}[{partition}] paused: clients do not keep up (buffer full)"
+                    if active
+                    else f"{topic}[{partition}] resumed"
+                ),
+            )
+        self._paused = now

@@ -1,0 +1,86 @@
+"""The assigner's fault hooks (pure logic: a reporter that is never started keeps what it
+would send)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from enum import Enum
+
+from services.assigner.faults import GroupFaults, report_failover
+from tests.support.fault_reports import kinds, reporter
+
+
+class State(Enum):
+    GRANTED = 1
+    FREE = 2
+
+
+@dataclass
+class Lease:
+    state: State
+
+
+@dataclass(frozen=True)
+class TP:
+    topic: str
+    partition: int
+
+
+def test_group_faults_lost_moved_and_back() -> None:
+    r = reporter()
+    faults = GroupFaults(r, "g")
+    faults.granted([(TP("t", 0), "a"), (TP("t", 1), "a")], [Lease(State.GRANTED)] * 2)
+    assert kinds(r) == []  # first grants move nothing
+    faults.lost("a")
+    faults.granted([(TP("t", 0), "b"), (TP("t", 1), "b")], [Lease(State.GRANTED)] * 2)
+    faults.joined("a")
+    faults.joined("a")
+    assert kinds(r) == [
+        ("CONSUMER_LOST", "OPEN"),
+        ("PARTITIONS_REASSIGNED", "OPEN"),
+        ("PARTITIONS_REASSIGNED", "RESOLVED"),
+        ("CONSUMER_LOST", "RESOLVED"),
+    ]
+    moved = r.buffered()[1]
+    assert (moved.topic, list(moved.partitions)) == ("t", [0, 1])
+    assert dict(moved.attributes) == {"from": "a", "to": "b"}
+    lost, resolved = r.buffered()[0], r.buffered()[3]
+    assert lost.consumer_id == resolved.consumer_id == "a"
+    assert lost.dedupe_key == resolved.dedupe_key
+
+
+def test_reassignment_resolves_only_when_every_partition_is_held() -> None:
+    r = reporter()
+    faults = GroupFaults(r, "g")
+    faults.granted([(TP("t", 0), "a")], [Lease(State.GRANTED)])
+    faults.granted([(TP("t", 0), "b")], [Lease(State.GRANTED), Lease(State.FREE)])
+    faults.granted([], [Lease(State.GRANTED), Lease(State.GRANTED)])
+    assert kinds(r) == [("PARTITIONS_REASSIGNED", "OPEN"), ("PARTITIONS_REASSIGNED", "RESOLVED")]
+
+
+def test_group_faults_left_and_rebound() -> None:
+    r = reporter()
+    faults = GroupFaults(r, "g")
+    faults.rebound({"a", "b"}, clients=2)  # the first binding: nothing moved
+    faults.left("b")
+    faults.rebound({"a"}, clients=2)
+    faults.rebound({"a"}, clients=2)  # unchanged
+    faults.rebound({"a", "c"}, clients=0)  # no client to rebind
+    assert kinds(r) == [
+        ("CONSUMER_LEFT", "OPEN"),
+        ("CLIENT_REBOUND", "OPEN"),
+        ("CLIENT_REBOUND", "RESOLVED"),
+    ]
+    assert r.buffered()[1].attributes["removed"] == "b"
+
+
+def test_failover_opens_now_and_resolves_after_the_settle_period() -> None:
+    r = reporter()
+    report_failover(r, "10.0.0.2:7070", settle_seconds=0.2)
+    assert kinds(r) == [("ASSIGNER_FAILOVER", "OPEN")]
+    deadline = time.monotonic() + 5
+    while r.pending < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert kinds(r) == [("ASSIGNER_FAILOVER", "OPEN"), ("ASSIGNER_FAILOVER", "RESOLVED")]
+    assert r.buffered()[0].attributes["leader"] == "10.0.0.2:7070"
