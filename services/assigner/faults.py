@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterable
 
 from dataservice.common.v1 import common_pb2
-from services.runtime.faults import OPEN, RESOLVED, FaultTypeValue, short_type
+from services.runtime.faults import OPEN, RESOLVED, FaultTypeValue, dedupe_key, short_type
 from services.runtime.reporter import FaultReporter, never_raises
 
 
@@ -26,15 +26,14 @@ class GroupFaults:
         self._serving: set[str] | None = None
 
     def _member(self, fault: FaultTypeValue, member_id: str, active: bool, message: str) -> None:
-        name = short_type(fault)
         self.reporter.track(
-            (name, member_id),
+            (short_type(fault), member_id),
             active,
             fault,
             group=self.group,
             consumer_id=member_id,
             message=message,
-            dedupe_key=f"{name}|{self.group}|{member_id}",
+            dedupe_key=dedupe_key(fault, self.group, member_id),
         )
 
     @never_raises
@@ -79,7 +78,7 @@ class GroupFaults:
                 )
                 sources.add(before)
                 targets.add(member)
-        key = f"PARTITIONS_REASSIGNED|{self.group}"
+        key = dedupe_key(common_pb2.FAULT_TYPE_PARTITIONS_REASSIGNED, self.group)
         if moved:
             self._reassigning = True
             for topic, partitions in sorted(moved.items()):
@@ -113,7 +112,7 @@ class GroupFaults:
         before, self._serving = self._serving, now
         if before is None or before == now or clients == 0:
             return
-        key = f"CLIENT_REBOUND|{self.group}"
+        key = dedupe_key(common_pb2.FAULT_TYPE_CLIENT_REBOUND, self.group)
         detail = {
             "clients": clients,
             "added": ",".join(sorted(now - before)),
@@ -135,7 +134,7 @@ class GroupFaults:
 def report_failover(reporter: FaultReporter, leader: str | None, settle_seconds: float) -> None:
     """ASSIGNER_FAILOVER: this replica took over; RESOLVED once its settle period (TTL
     + grace, when re-attaching sidecars have adopted their leases) is over."""
-    key = "ASSIGNER_FAILOVER"
+    key = dedupe_key(common_pb2.FAULT_TYPE_ASSIGNER_FAILOVER)
     reporter.report(
         common_pb2.FAULT_TYPE_ASSIGNER_FAILOVER,
         OPEN,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from dataservice.common.v1 import common_pb2
-from services.runtime.faults import OPEN
+from services.runtime.faults import OPEN, dedupe_key
 from services.runtime.reporter import FaultReporter, never_raises
 
 # librdkafka error codes (KafkaError) that mean the brokers cannot be reached, and those
@@ -42,7 +42,9 @@ class SidecarFaults:
                 consumer_id=self.sidecar_id,
                 message=f"Kafka unreachable: {text}",
                 attributes={"error": code_name},
-                dedupe_key=f"BROKER_UNREACHABLE|{self.group}|{self.sidecar_id}",
+                dedupe_key=dedupe_key(
+                    common_pb2.FAULT_TYPE_BROKER_UNREACHABLE, self.group, self.sidecar_id
+                ),
             )
         elif code_name in _POISON_CODES:
             self.reporter.report(
@@ -69,7 +71,7 @@ class SidecarFaults:
     def commit(self, error: BaseException | None) -> None:
         """The outcome of a commit round: every failure is reported (the notifier
         suppresses the storm and counts it); the first success after one resolves it."""
-        key = f"COMMIT_FAILED|{self.group}|{self.sidecar_id}"
+        key = dedupe_key(common_pb2.FAULT_TYPE_COMMIT_FAILED, self.group, self.sidecar_id)
         if error is not None:
             self.reporter.track(
                 "COMMIT_FAILED",

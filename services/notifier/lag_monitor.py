@@ -28,7 +28,7 @@ from dataservice.common.v1 import common_pb2
 from services.notifier import offsets_topic
 from services.notifier.settings import LagSettings
 from services.runtime import lag
-from services.runtime.faults import CATALOGUE
+from services.runtime.faults import CATALOGUE, dedupe_key
 
 log = structlog.get_logger(__name__)
 
@@ -281,7 +281,7 @@ def fault_event(transition: lag.Transition, instance: str) -> common_pb2.FaultEv
             if opened
             else f"group {transition.group}: {spec.name} resolved"
         ),
-        dedupe_key=f"{spec.name}|{transition.group}",
+        dedupe_key=dedupe_key(transition.type, transition.group),
     )
     event.attributes.update(
         {

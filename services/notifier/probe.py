@@ -83,7 +83,7 @@ def fault_event(
         partitions=list(change.partitions),
         message=message,
         # One key for the episode: the partition set may grow while it is open.
-        dedupe_key=f"{spec.name}|{settings.group}|{settings.topic}",
+        dedupe_key=faults.dedupe_key(spec.type, settings.group, settings.topic),
     )
     event.attributes.update(
         {

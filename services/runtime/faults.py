@@ -4,13 +4,13 @@ suppressed. The one place this is written down; the README table is generated fr
 same data (``tests/unit/runtime/test_faults.py`` checks they agree).
 
 Pure data: no I/O. It lives in the shared layer because every service speaks it: the
-reporter takes default severities from here, the notifier its windows and dedupe keys,
-the assigner's UI and ``dsctl`` their short names and parsing.
+reporter takes default severities from here, the notifier its suppression windows, every
+emitter its dedupe keys, the assigner's UI and ``dsctl`` their short names and parsing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -238,18 +238,26 @@ def parse_severity(name: str) -> SeverityValue:
         raise ValueError(f"unknown severity {name!r}") from None
 
 
+def dedupe_key(fault_type: FaultTypeValue, *coordinates: str) -> str:
+    """The key that makes two reports "the same fault" for storm suppression and for
+    matching a RESOLVED event to its OPEN one: the short type name, then the coordinates
+    the emitter chose (``CONSUMER_LOST|group|sidecar``; the probe's omits its partitions,
+    which may grow while the fault is open). Every emitter builds its keys here, so they
+    all have one shape."""
+    return "|".join((short_type(fault_type), *coordinates))
+
+
 def default_dedupe_key(event: common_pb2.FaultEvent) -> str:
-    """What makes two reports "the same fault": type and every coordinate it names.
+    """The key of a report that brings none: type and every coordinate it names.
     The state is not part of it, so a RESOLVED event carries its OPEN event's key."""
-    parts: Iterable[str] = (
-        short_type(event.type),
+    return dedupe_key(
+        event.type,
         event.group,
         event.topic,
         ",".join(str(p) for p in sorted(event.partitions)),
         event.consumer_id,
         event.client_id,
     )
-    return "|".join(parts)
 
 
 def readme_table() -> str:

@@ -47,3 +47,11 @@ def test_default_dedupe_key_ignores_state_and_partition_order() -> None:
         partitions=[1, 3],
     )
     assert faults.default_dedupe_key(a) == faults.default_dedupe_key(b) == "POISON_RECORD|g|t|1,3||"
+
+
+def test_dedupe_keys_are_the_short_type_and_the_chosen_coordinates() -> None:
+    assert faults.dedupe_key(common_pb2.FAULT_TYPE_ASSIGNER_FAILOVER) == "ASSIGNER_FAILOVER"
+    assert (
+        faults.dedupe_key(common_pb2.FAULT_TYPE_CONSUMER_LOST, "g", "sidecar-1")
+        == "CONSUMER_LOST|g|sidecar-1"
+    )
