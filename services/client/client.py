@@ -11,9 +11,10 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from types import TracebackType
+from typing import Any
 
 import grpc
 import structlog
@@ -29,6 +30,7 @@ from services.client.stream import SidecarStream
 from services.records.batches import DsRecord
 from services.runtime.errors import Reason, error_info
 from services.runtime.leader_watch import DEFAULT_LEADER_KEY
+from services.runtime.mesh_env import MeshEnv
 
 log = structlog.get_logger(__name__)
 
@@ -143,6 +145,38 @@ class DsClient:
             leader_key=leader_key,
             lock=self._lock,
         )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> DsClient:
+        """A client configured the way an injected pod describes the mesh.
+
+        The sidecar injector (``dsctl inject``, the admission webhook) gives every
+        application container ``DS_GROUP``, ``DS_ASSIGNER`` and ``DS_SIDECAR``
+        (services/runtime/mesh_env.py); this reads them, so an application needs no
+        configuration of its own to find the mesh.
+
+        Args:
+            environ: The variables to read; default ``os.environ``.
+            **options: Any other constructor argument (``auto_ack``, ``use_stream_rpc``,
+                ...); ``client_id``, ``assigner`` and ``consul`` given here win over the
+                environment.
+
+        Returns:
+            A client of group ``DS_GROUP``, bound through ``DS_ASSIGNER`` (default
+            ``127.0.0.1:7070``), with client id ``DS_CLIENT_ID`` or else the hostname (in
+            Kubernetes: the pod name), following the leader in Consul if ``DS_CONSUL`` is
+            set.
+
+        Raises:
+            KeyError: ``DS_GROUP`` is not set (the pod was not injected).
+            ClientError, grpc.RpcError: As the constructor.
+        """
+        env = MeshEnv.read(environ)
+        options.setdefault("client_id", env.client_id)
+        options.setdefault("assigner", env.assigner)
+        if env.consul is not None:
+            options.setdefault("consul", env.consul)
+        return cls(env.group, **options)
 
     # ---- public API -------------------------------------------------------------------
 

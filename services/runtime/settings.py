@@ -60,8 +60,10 @@ class _YamlSource(PydanticBaseSettingsSource):
         return dict(_yaml_data.get() or {})
 
 
-class ServiceSettings(BaseSettings):
-    """What every ds-* service is configured with (ARCHITECTURE §9)."""
+class DsSettings(BaseSettings):
+    """How every ds-* process reads its settings: ``DS_*`` variables (nested with ``__``) over
+    the YAML file, frozen, unknown keys refused. :class:`ServiceSettings` adds what the gRPC
+    services share; a process that is not one of them (the injector) builds on this."""
 
     model_config = SettingsConfigDict(
         env_prefix="DS_",
@@ -69,6 +71,21 @@ class ServiceSettings(BaseSettings):
         frozen=True,
         extra="forbid",
     )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _YamlSource(settings_cls))
+
+
+class ServiceSettings(DsSettings):
+    """What every ds-* service is configured with (ARCHITECTURE §9)."""
 
     bootstrap: str = Field(
         "127.0.0.1:9092", description="Kafka bootstrap servers, HOST:PORT[,HOST:PORT...]"
@@ -130,19 +147,8 @@ class ServiceSettings(BaseSettings):
     def advertised(self) -> str:
         return self.advertise_host or self.host
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _YamlSource(settings_cls))
 
-
-S = TypeVar("S", bound=ServiceSettings)
+S = TypeVar("S", bound=DsSettings)
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
