@@ -1,0 +1,322 @@
+"""Add the dataservice sidecar to a pod: the one change ``dsctl inject`` makes to manifests
+and the admission webhook makes to pods (pure: plain dicts in, new dicts out, no I/O).
+
+What an injected pod gets (ARCHITECTURE §5.7):
+
+* the sidecar as a *native sidecar*: the first init container, ``restartPolicy: Always``,
+  so Kubernetes starts it (and waits for its startup probe: its gRPC port listens) before
+  the other init containers and the application, and stops it after the application;
+* readiness on gRPC health (NOT_SERVING while Kafka or the assigner is unreachable, and
+  while stopping), liveness on its HTTP port accepting connections (never on a dependency:
+  a Kafka outage must not restart pods);
+* a ``preStop`` hook, ``dsctl handoff``: the sidecar leaves its group through the assigner,
+  which revokes its leases; it drains in-flight acks, commits and releases each partition
+  while it still serves, and the hook returns once it holds none — then SIGTERM finds
+  nothing left to hand off;
+* ``terminationGracePeriodSeconds`` raised to cover the application's stop and the hand-off;
+* in every application container, the variables the client library reads
+  (services/runtime/mesh_env.py): ``DS_SIDECAR``, ``DS_GROUP``, ``DS_ASSIGNER``.
+
+Who is injected: a pod (template) or its workload annotated or labelled
+``dataservice.io/inject: "true"`` — or any pod when injection is on by default (a namespace
+labelled for the webhook, ``dsctl inject --all``) — unless it says ``"false"``. The group
+is ``dataservice.io/group`` (pod template first, then the workload), else the caller's
+fallback. Injecting is idempotent: an injected pod is brought to exactly what a fresh
+injection gives (a changed template updates it), and injecting that again changes nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from services.injector.template import SidecarTemplate
+from services.runtime import mesh_env
+
+INJECT = "dataservice.io/inject"
+GROUP = "dataservice.io/group"
+SIDECAR_NAME = "ds-sidecar"
+# Kubernetes' default when a pod does not set it.
+DEFAULT_GRACE_SECONDS = 30
+MAX_GROUP_LENGTH = 249  # Kafka's limit on a group id
+
+# Kinds whose pod template is injected, with the apiVersion they must have.
+WORKLOAD_KINDS = {"Deployment": "apps/v1", "StatefulSet": "apps/v1", "Job": "batch/v1"}
+# Variables an injected application container gets; injection owns these names.
+APP_ENV_NAMES = (mesh_env.SIDECAR, mesh_env.GROUP, mesh_env.ASSIGNER)
+# Pod fields the sidecar's settings may refer to as $(NAME), from the downward API.
+_FIELD_REFS = (
+    ("POD_NAME", "metadata.name"),
+    ("POD_IP", "status.podIP"),
+    ("HOST_IP", "status.hostIP"),
+)
+
+
+class Action(StrEnum):
+    INJECTED = "injected"  # the sidecar was added
+    UPDATED = "updated"  # an injected pod was brought up to the template
+    UNCHANGED = "unchanged"  # already exactly as injection makes it
+    SKIPPED = "skipped"  # not opted in, or opted out
+    FAILED = "failed"  # opted in, but cannot be injected (no group)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether to inject a pod, for which group, and why (for the operator)."""
+
+    inject: bool
+    group: str | None
+    reason: str
+    error: bool = False
+
+
+@dataclass(frozen=True)
+class Result:
+    """What happened to one workload of a manifest."""
+
+    kind: str
+    name: str
+    action: Action
+    reason: str
+
+
+def _metadata_value(metadata: Mapping[str, Any] | None, key: str) -> str | None:
+    """An annotation, else a label, of that key (annotations hold what labels cannot)."""
+    if not metadata:
+        return None
+    for section in ("annotations", "labels"):
+        values = metadata.get(section) or {}
+        if key in values and values[key] is not None:
+            return str(values[key]).strip()
+    return None
+
+
+def _first(metas: Sequence[Mapping[str, Any] | None], key: str) -> str | None:
+    for meta in metas:
+        value = _metadata_value(meta, key)
+        if value is not None:
+            return value
+    return None
+
+
+def decide(
+    pod_metadata: Mapping[str, Any] | None,
+    workload_metadata: Mapping[str, Any] | None = None,
+    *,
+    default: bool = False,
+    fallback_group: str | None = None,
+) -> Decision:
+    """Whether a pod is injected: its own ``dataservice.io/inject`` first, then its
+    workload's, then ``default``. The group: ``dataservice.io/group`` the same way, else
+    ``fallback_group``. Opted in without a group is an error (``error=True``)."""
+    metas = (pod_metadata, workload_metadata)
+    flag = _first(metas, INJECT)
+    if flag is None and not default:
+        return Decision(False, None, f'not opted in ({INJECT}: "true")')
+    if flag is not None and flag.lower() == "false":
+        return Decision(False, None, f'opted out ({INJECT}: "false")')
+    if flag is not None and flag.lower() != "true":
+        return Decision(False, None, f'{INJECT}: "{flag}" is neither "true" nor "false"', True)
+    group = _first(metas, GROUP) or (fallback_group or "").strip() or None
+    if group is None:
+        return Decision(False, None, f"no group: annotate {GROUP} or pass --group", True)
+    if len(group) > MAX_GROUP_LENGTH:
+        return Decision(False, None, f"{GROUP} is longer than {MAX_GROUP_LENGTH}", True)
+    return Decision(True, group, "opted in" if flag is not None else "injected by default")
+
+
+def _env(name: str, value: str) -> dict[str, Any]:
+    return {"name": name, "value": value}
+
+
+def _field_env(name: str, field_path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+def sidecar_env(group: str, template: SidecarTemplate) -> list[dict[str, Any]]:
+    """The sidecar container's environment: the downward-API fields first (so values may
+    name them as $(POD_IP) etc.), then its DS_* settings (README "Running the services")."""
+    env = [_field_env(name, path) for name, path in _FIELD_REFS]
+    settings: list[tuple[str, str | None]] = [
+        ("DS_ID", "$(POD_NAME)"),  # stable id = pod name (a StatefulSet pod keeps it)
+        ("DS_GROUP", group),
+        ("DS_BOOTSTRAP", template.bootstrap),
+        ("DS_ASSIGNER", template.assigner),
+        ("DS_CONSUL", template.consul),
+        ("DS_NOTIFIER", template.notifier),
+        ("DS_HOST", "0.0.0.0"),  # clients of the group in other pods, and Spark, fetch here
+        ("DS_ADVERTISE_HOST", "$(POD_IP)"),
+        ("DS_GRPC_PORT", str(template.grpc_port)),
+        ("DS_HTTP_PORT", str(template.http_port)),
+        ("DS_LOG_FORMAT", template.log_format),
+    ]
+    env += [_env(name, value) for name, value in settings if value is not None]
+    own = {entry["name"] for entry in env}
+    env += [_env(name, value) for name, value in sorted(template.env.items()) if name not in own]
+    return env
+
+
+def sidecar_container(group: str, template: SidecarTemplate) -> dict[str, Any]:
+    """The native sidecar container for ``group``."""
+    resources: dict[str, Any] = {
+        "requests": {"cpu": template.cpu_request, "memory": template.memory_request},
+        "limits": {"memory": template.memory_limit},
+    }
+    if template.cpu_limit is not None:
+        resources["limits"]["cpu"] = template.cpu_limit
+    return {
+        "name": SIDECAR_NAME,
+        "image": template.image,
+        "imagePullPolicy": template.image_pull_policy,
+        "args": ["sidecar"],
+        "restartPolicy": "Always",
+        "ports": [
+            {"name": "ds-grpc", "containerPort": template.grpc_port, "protocol": "TCP"},
+            {"name": "ds-http", "containerPort": template.http_port, "protocol": "TCP"},
+        ],
+        "env": sidecar_env(group, template),
+        "resources": resources,
+        # The application starts once the sidecar listens (its client retries UNAVAILABLE
+        # until the sidecar serves); not on SERVING, which needs Kafka and the assigner.
+        "startupProbe": {
+            "tcpSocket": {"port": template.grpc_port},
+            "periodSeconds": 1,
+            "failureThreshold": 60,
+        },
+        "readinessProbe": {
+            "grpc": {"port": template.grpc_port},
+            "periodSeconds": 5,
+            "failureThreshold": 2,
+        },
+        "livenessProbe": {
+            "tcpSocket": {"port": template.http_port},
+            "periodSeconds": 10,
+            "failureThreshold": 6,
+        },
+        "lifecycle": {
+            "preStop": {
+                "exec": {
+                    "command": [
+                        "dsctl",
+                        "handoff",
+                        "--sidecar",
+                        f"127.0.0.1:{template.grpc_port}",
+                        "--timeout",
+                        str(template.handoff_timeout_seconds),
+                    ]
+                }
+            }
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+
+
+def app_env(group: str, template: SidecarTemplate) -> list[dict[str, Any]]:
+    """What every application container gets: how the client library finds the mesh."""
+    return [
+        _env(mesh_env.SIDECAR, f"127.0.0.1:{template.grpc_port}"),
+        _env(mesh_env.GROUP, group),
+        _env(mesh_env.ASSIGNER, template.assigner),
+    ]
+
+
+def _with_env(container: Mapping[str, Any], ours: list[dict[str, Any]]) -> dict[str, Any]:
+    """``container`` with our variables first (the application's own may refer to them as
+    $(DS_GROUP)) and its other variables after them, in their order."""
+    theirs = [e for e in container.get("env") or [] if e.get("name") not in APP_ENV_NAMES]
+    return {**container, "env": [*ours, *theirs]}
+
+
+def inject_pod(pod: Mapping[str, Any], group: str, template: SidecarTemplate) -> dict[str, Any]:
+    """A copy of ``pod`` (a Pod, or a pod template: ``metadata`` + ``spec``) with the sidecar
+    for ``group``. Applied to its own result it changes nothing."""
+    result = copy.deepcopy(dict(pod))
+    spec = dict(result.get("spec") or {})
+    init = [c for c in spec.get("initContainers") or [] if c.get("name") != SIDECAR_NAME]
+    spec["initContainers"] = [sidecar_container(group, template), *init]
+    ours = app_env(group, template)
+    spec["containers"] = [_with_env(c, ours) for c in spec.get("containers") or []]
+    current = spec.get("terminationGracePeriodSeconds")
+    grace = DEFAULT_GRACE_SECONDS if current is None else int(current)
+    spec["terminationGracePeriodSeconds"] = max(grace, template.termination_grace_seconds)
+    result["spec"] = spec
+    return result
+
+
+def has_sidecar(pod: Mapping[str, Any]) -> bool:
+    spec = pod.get("spec") or {}
+    return any(c.get("name") == SIDECAR_NAME for c in spec.get("initContainers") or [])
+
+
+def _action(before: Mapping[str, Any], after: Mapping[str, Any]) -> Action:
+    if before == after:
+        return Action.UNCHANGED
+    return Action.UPDATED if has_sidecar(before) else Action.INJECTED
+
+
+def inject_document(
+    document: Any,
+    template: SidecarTemplate,
+    *,
+    default: bool = False,
+    fallback_group: str | None = None,
+) -> tuple[Any, list[Result]]:
+    """One manifest document with its workloads injected, and what happened to each. A
+    ``List`` is injected item by item; every other kind is returned as it is."""
+    if not isinstance(document, dict):
+        return document, []
+    kind = document.get("kind")
+    if kind == "List":
+        items, results = _inject_all(document.get("items") or [], template, default, fallback_group)
+        return {**document, "items": items}, results
+    if WORKLOAD_KINDS.get(str(kind)) != document.get("apiVersion"):
+        return document, []
+    metadata = document.get("metadata") or {}
+    name = f"{kind}/{metadata.get('name', '?')}"
+    pod = (document.get("spec") or {}).get("template") or {}
+    decision = decide(pod.get("metadata"), metadata, default=default, fallback_group=fallback_group)
+    if not decision.inject or decision.group is None:
+        action = Action.FAILED if decision.error else Action.SKIPPED
+        return document, [Result(str(kind), name, action, decision.reason)]
+    injected = inject_pod(pod, decision.group, template)
+    action = _action(pod, injected)
+    if action is Action.UNCHANGED:
+        return document, [Result(str(kind), name, action, "already injected")]
+    out = {**document, "spec": {**document["spec"], "template": injected}}
+    return out, [Result(str(kind), name, action, f"group {decision.group}")]
+
+
+def _inject_all(
+    documents: Iterable[Any],
+    template: SidecarTemplate,
+    default: bool,
+    fallback_group: str | None,
+) -> tuple[list[Any], list[Result]]:
+    out: list[Any] = []
+    results: list[Result] = []
+    for document in documents:
+        injected, found = inject_document(
+            document, template, default=default, fallback_group=fallback_group
+        )
+        out.append(injected)
+        results += found
+    return out, results
+
+
+def inject_documents(
+    documents: Iterable[Any],
+    template: SidecarTemplate,
+    *,
+    default: bool = False,
+    fallback_group: str | None = None,
+) -> tuple[list[Any], list[Result]]:
+    """Every document of a multi-document manifest, in order (see :func:`inject_document`)."""
+    return _inject_all(documents, template, default, fallback_group)

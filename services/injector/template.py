@@ -1,0 +1,142 @@
+"""What the injector adds to a pod: the sidecar's image, where it finds the mesh, its ports,
+resources and shutdown budget. One YAML file (the ``ds-sidecar-template`` ConfigMap in
+deploy/k8s) configures the webhook and ``dsctl inject --template`` alike; the defaults are
+the values of deploy/k8s/base, so an injection without a file matches the base install."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from services.runtime.settings import ConfigError, parse_host_port, read_yaml
+
+DIST = "dataservice-mesh"
+IMAGE_NAME = "dataservice-mesh"
+
+
+def package_version() -> str:
+    """The project version (pyproject.toml), which is also the image tag."""
+    try:
+        return version(DIST)
+    except PackageNotFoundError:  # pragma: no cover - the package is always installed
+        return "0.0.0"
+
+
+def default_image() -> str:
+    return f"{IMAGE_NAME}:{package_version()}"
+
+
+def _host_port(value: str, what: str) -> str:
+    # Values may name Kubernetes variables (`$(HOST_IP):8500`), expanded by the kubelet.
+    if "$(" not in value:
+        parse_host_port(value, what=what)
+    return value
+
+
+class SidecarTemplate(BaseModel):
+    """The injected sidecar. Every field is also documented in README "Deploying"."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    image: str = Field(default_factory=default_image, min_length=1)
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    bootstrap: str = Field(
+        "kafka-bootstrap.kafka.svc:9092", description="Kafka bootstrap servers of the sidecar"
+    )
+    assigner: str = Field(
+        "ds-assigner.dataservice.svc:7070",
+        description="assigner HOST:PORT (the Service; followers name the leader)",
+    )
+    consul: str | None = Field(
+        None,
+        description="Consul agent HOST:PORT, e.g. $(HOST_IP):8500 for a node-local agent; "
+        "unset = the sidecar neither registers nor watches the leader key in Consul",
+    )
+    notifier: str | None = Field(
+        "ds-notifier.dataservice.svc:7090", description="where the sidecar reports faults"
+    )
+    grpc_port: int = Field(7080, ge=1, le=65535)
+    http_port: int = Field(7081, ge=1, le=65535)
+    log_format: Literal["json", "console"] = "json"
+    # Measured: RSS 150-178 MiB with a 1 GiB backlog and the default 64 MiB buffer cap;
+    # bound cap + 150 MiB (README, tests/e2e/test_sidecar_memory.py). Raise both with
+    # DS_BUFFER_MAX_BYTES in `env`.
+    cpu_request: str = "100m"
+    memory_request: str = "192Mi"
+    memory_limit: str = "256Mi"
+    cpu_limit: str | None = None
+    handoff_timeout_seconds: int = Field(
+        15, ge=1, le=600, description="the preStop hand-off waits at most this long"
+    )
+    termination_grace_seconds: int = Field(
+        45,
+        ge=1,
+        le=3600,
+        description="the pod's terminationGracePeriodSeconds is raised to at least this: "
+        "Kubernetes' default 30 s for the application, then the sidecar's hand-off",
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="more DS_* settings of the sidecar (name: value)"
+    )
+
+    @field_validator("bootstrap")
+    @classmethod
+    def _valid_bootstrap(cls, value: str) -> str:
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        if not parts:
+            raise ValueError("bootstrap must name at least one HOST:PORT")
+        for part in parts:
+            _host_port(part, "bootstrap server")
+        return ",".join(parts)
+
+    @field_validator("assigner", "consul", "notifier")
+    @classmethod
+    def _valid_address(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        assert value is not None
+        return _host_port(value, "address")
+
+    @field_validator("env")
+    @classmethod
+    def _valid_env(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not name.startswith("DS_"):
+                raise ValueError(f"env {name!r}: only DS_* settings of the sidecar go here")
+        return value
+
+    @model_validator(mode="after")
+    def _grace_covers_handoff(self) -> SidecarTemplate:
+        if self.termination_grace_seconds <= self.handoff_timeout_seconds:
+            raise ValueError(
+                "termination_grace_seconds must exceed handoff_timeout_seconds, "
+                "or the hand-off is cut short"
+            )
+        return self
+
+
+def load_template(path: Path | None, **overrides: str | None) -> SidecarTemplate:
+    """The template from a YAML file (or the defaults), with non-None ``overrides`` on top;
+    ConfigError naming the setting when a value is bad."""
+    data = read_yaml(path) if path is not None else {}
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        template = SidecarTemplate(**data)
+    except ValidationError as exc:
+        where = f" in {path}" if path else ""
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+        raise ConfigError(f"invalid sidecar template{where}: {problems}") from exc
+    return template

@@ -1,0 +1,291 @@
+"""The sidecar patch (services/injector/patch.py): who is injected, what a pod gets, and the
+guarantees dsctl inject and the webhook rely on (idempotence, opt-out, kinds untouched)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.injector.patch import (
+    APP_ENV_NAMES,
+    GROUP,
+    INJECT,
+    SIDECAR_NAME,
+    Action,
+    decide,
+    inject_document,
+    inject_documents,
+    inject_pod,
+)
+from services.injector.template import SidecarTemplate
+from tests.support.pods import groups, metadata, names, pod_templates
+
+TEMPLATE = SidecarTemplate()
+OTHER_TEMPLATE = SidecarTemplate(
+    image="registry.example/dataservice-mesh:9.9.9",
+    assigner="assigner.elsewhere:7070",
+    grpc_port=9080,
+    termination_grace_seconds=90,
+    env={"DS_BUFFER_MAX_BYTES": "134217728"},
+)
+
+
+def deployment(pod: dict[str, Any], meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "orders", **(meta or {})},
+        "spec": {"selector": {"matchLabels": {"app": "orders"}}, "template": pod},
+    }
+
+
+def opted_in(group: str = "orders") -> dict[str, Any]:
+    return {
+        "metadata": {"annotations": {INJECT: "true", GROUP: group}},
+        "spec": {"containers": [{"name": "app", "image": "orders:1"}]},
+    }
+
+
+# ---- the pod -------------------------------------------------------------------------
+
+
+@given(pod_templates(), names, st.sampled_from([TEMPLATE, OTHER_TEMPLATE]))
+@settings(max_examples=100)
+def test_injecting_an_injected_pod_changes_nothing(
+    pod: dict[str, Any], group: str, template: SidecarTemplate
+) -> None:
+    once = inject_pod(pod, group, template)
+    assert inject_pod(once, group, template) == once
+
+
+@given(pod_templates(), names)
+@settings(max_examples=100)
+def test_a_changed_template_converges_to_a_fresh_injection(pod: dict[str, Any], group: str) -> None:
+    assert inject_pod(inject_pod(pod, group, TEMPLATE), group, OTHER_TEMPLATE) == inject_pod(
+        pod, group, OTHER_TEMPLATE
+    )
+
+
+@given(pod_templates(), names)
+@settings(max_examples=100)
+def test_the_pod_gets_one_native_sidecar_first_and_keeps_the_rest(
+    pod: dict[str, Any], group: str
+) -> None:
+    before = copy.deepcopy(pod)
+    spec = inject_pod(pod, group, TEMPLATE)["spec"]
+    assert pod == before, "the input was modified"
+    init = spec["initContainers"]
+    assert [c["name"] for c in init].count(SIDECAR_NAME) == 1
+    assert init[0]["name"] == SIDECAR_NAME and init[0]["restartPolicy"] == "Always"
+    others = [c for c in before["spec"].get("initContainers", []) if c["name"] != SIDECAR_NAME]
+    assert init[1:] == others
+    assert [c["name"] for c in spec["containers"]] == [
+        c["name"] for c in before["spec"]["containers"]
+    ]
+    for injected, original in zip(spec["containers"], before["spec"]["containers"], strict=True):
+        env = injected["env"]
+        assert [e["name"] for e in env[:3]] == list(APP_ENV_NAMES)
+        assert {e["name"]: e["value"] for e in env[:3]}["DS_GROUP"] == group
+        theirs = [e for e in original.get("env", []) if e["name"] not in APP_ENV_NAMES]
+        assert env[3:] == theirs
+        assert {k: v for k, v in injected.items() if k != "env"} == {
+            k: v for k, v in original.items() if k != "env"
+        }
+    grace = before["spec"].get("terminationGracePeriodSeconds", 30)
+    assert spec["terminationGracePeriodSeconds"] == max(grace, TEMPLATE.termination_grace_seconds)
+    assert pod["metadata"] == inject_pod(pod, group, TEMPLATE)["metadata"]
+
+
+def test_the_sidecar_container() -> None:
+    sidecar = inject_pod(opted_in(), "orders", OTHER_TEMPLATE)["spec"]["initContainers"][0]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in sidecar["env"]}
+    assert sidecar["image"] == "registry.example/dataservice-mesh:9.9.9"
+    assert sidecar["args"] == ["sidecar"]
+    assert env["DS_GROUP"] == "orders"
+    assert env["DS_ID"] == "$(POD_NAME)"
+    assert env["DS_ADVERTISE_HOST"] == "$(POD_IP)"
+    assert env["DS_ASSIGNER"] == "assigner.elsewhere:7070"
+    assert env["DS_GRPC_PORT"] == "9080"
+    assert env["DS_BUFFER_MAX_BYTES"] == "134217728"
+    assert "DS_CONSUL" not in env
+    names_in_order = [e["name"] for e in sidecar["env"]]
+    assert names_in_order.index("POD_IP") < names_in_order.index("DS_ADVERTISE_HOST")
+    assert sidecar["readinessProbe"] == {
+        "grpc": {"port": 9080},
+        "periodSeconds": 5,
+        "failureThreshold": 2,
+    }
+    assert sidecar["lifecycle"]["preStop"]["exec"]["command"] == [
+        "dsctl", "handoff", "--sidecar", "127.0.0.1:9080", "--timeout", "15",
+    ]  # fmt: skip
+    assert sidecar["resources"] == {
+        "requests": {"cpu": "100m", "memory": "192Mi"},
+        "limits": {"memory": "256Mi"},
+    }
+
+
+def test_consul_for_the_sidecar_may_name_the_node() -> None:
+    template = SidecarTemplate(consul="$(HOST_IP):8500")
+    sidecar = inject_pod(opted_in(), "orders", template)["spec"]["initContainers"][0]
+    names_in_order = [e["name"] for e in sidecar["env"]]
+    assert {"name": "DS_CONSUL", "value": "$(HOST_IP):8500"} in sidecar["env"]
+    assert names_in_order.index("HOST_IP") < names_in_order.index("DS_CONSUL")
+
+
+# ---- who is injected ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pod", "workload", "default", "fallback", "expected"),
+    [
+        ({}, {}, False, "g", (False, None, False)),  # not opted in
+        ({}, {}, True, "g", (True, "g", False)),  # namespace / --all
+        ({"labels": {INJECT: "true", GROUP: "p"}}, {}, False, None, (True, "p", False)),
+        ({"annotations": {INJECT: "false"}}, {}, True, "g", (False, None, False)),
+        (
+            {"annotations": {INJECT: "false"}},
+            {"labels": {INJECT: "true"}},
+            False,
+            "g",
+            (False, None, False),
+        ),
+        (
+            {"labels": {INJECT: "true"}},
+            {"annotations": {INJECT: "false"}},
+            False,
+            "g",
+            (True, "g", False),
+        ),
+        ({}, {"annotations": {INJECT: "true", GROUP: "w"}}, False, None, (True, "w", False)),
+        (
+            {"annotations": {GROUP: "p"}},
+            {"annotations": {INJECT: "true", GROUP: "w"}},
+            False,
+            "f",
+            (True, "p", False),
+        ),
+        ({"annotations": {INJECT: "True"}}, {}, False, "f", (True, "f", False)),
+        ({"annotations": {INJECT: "true"}}, {}, False, None, (False, None, True)),  # no group
+        ({"annotations": {INJECT: "yes"}}, {}, False, "g", (False, None, True)),
+        ({"annotations": {INJECT: "true", GROUP: "x" * 250}}, {}, False, None, (False, None, True)),
+        (
+            {"annotations": {INJECT: "true"}, "labels": {INJECT: "false"}},
+            {},
+            False,
+            "g",
+            (True, "g", False),
+        ),
+    ],
+)
+def test_decide(
+    pod: dict[str, Any],
+    workload: dict[str, Any],
+    default: bool,
+    fallback: str | None,
+    expected: tuple[bool, str | None, bool],
+) -> None:
+    decision = decide(pod, workload, default=default, fallback_group=fallback)
+    assert (decision.inject, decision.group, decision.error) == expected
+    assert decision.reason
+
+
+# ---- manifests ---------------------------------------------------------------------
+
+
+@given(pod_templates(), metadata(), st.booleans(), groups)
+@settings(max_examples=100)
+def test_documents_inject_once_and_then_stay(
+    pod: dict[str, Any], meta: dict[str, Any], default: bool, fallback: str | None
+) -> None:
+    doc = deployment(pod, meta)
+    before = copy.deepcopy(doc)
+    once, results = inject_document(doc, TEMPLATE, default=default, fallback_group=fallback)
+    assert doc == before
+    (result,) = results
+    decision = decide(pod["metadata"], doc["metadata"], default=default, fallback_group=fallback)
+    if not decision.inject:
+        assert once == doc
+        assert result.action is (Action.FAILED if decision.error else Action.SKIPPED)
+        return
+    assert result.action in (Action.INJECTED, Action.UPDATED, Action.UNCHANGED)
+    assert once["spec"]["template"] == inject_pod(pod, str(decision.group), TEMPLATE)
+    assert {k: v for k, v in once.items() if k != "spec"} == {
+        k: v for k, v in doc.items() if k != "spec"
+    }
+    twice, again = inject_document(once, TEMPLATE, default=default, fallback_group=fallback)
+    assert twice == once
+    assert [r.action for r in again] == [Action.UNCHANGED]
+
+
+@given(metadata())
+def test_opted_out_workloads_stay_exactly_as_they_are(meta: dict[str, Any]) -> None:
+    pod = opted_in()
+    pod["metadata"]["annotations"][INJECT] = "false"
+    doc = deployment(pod, meta)
+    out, results = inject_document(doc, TEMPLATE, default=True, fallback_group="g")
+    assert out == doc and out is doc
+    assert [r.action for r in results] == [Action.SKIPPED]
+
+
+OTHER_KINDS = [
+    {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": {"ports": []}},
+    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}},
+    {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "d"},
+        "spec": {"template": opted_in()},
+    },
+    {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "annotations": {INJECT: "true", GROUP: "g"}},
+        "spec": opted_in()["spec"],
+    },
+    {
+        "apiVersion": "extensions/v1beta1",
+        "kind": "Deployment",
+        "metadata": {"name": "old"},
+        "spec": {"template": opted_in()},
+    },
+    "a plain string",
+    ["a", "list"],
+]
+
+
+@pytest.mark.parametrize("doc", OTHER_KINDS)
+def test_other_kinds_pass_through_unchanged(doc: Any) -> None:
+    before = copy.deepcopy(doc)
+    out, results = inject_document(doc, TEMPLATE, default=True, fallback_group="g")
+    assert out == before and results == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "api_version"),
+    [("Deployment", "apps/v1"), ("StatefulSet", "apps/v1"), ("Job", "batch/v1")],
+)
+def test_workload_kinds(kind: str, api_version: str) -> None:
+    doc = {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": "w"},
+        "spec": {"template": opted_in()},
+    }
+    out, results = inject_document(doc, TEMPLATE)
+    assert [(r.kind, r.name, r.action) for r in results] == [(kind, f"{kind}/w", Action.INJECTED)]
+    assert out["spec"]["template"]["spec"]["initContainers"][0]["name"] == SIDECAR_NAME
+
+
+def test_a_list_is_injected_item_by_item_and_documents_keep_their_order() -> None:
+    service = OTHER_KINDS[0]
+    listed = {"apiVersion": "v1", "kind": "List", "items": [deployment(opted_in("a")), service]}
+    docs, results = inject_documents([service, listed, deployment(opted_in("b"))], TEMPLATE)
+    assert docs[0] == service and docs[1]["items"][1] == service
+    assert [r.reason for r in results] == ["group a", "group b"]
+    assert (
+        docs[1]["items"][0]["spec"]["template"]["spec"]["initContainers"][0]["name"] == SIDECAR_NAME
+    )

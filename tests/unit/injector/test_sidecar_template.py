@@ -1,0 +1,52 @@
+"""The sidecar template (services/injector/template.py): defaults, file, overrides, errors."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from services.injector.template import SidecarTemplate, load_template, package_version
+from services.runtime.settings import ConfigError
+
+
+def test_defaults_name_the_project_image_and_the_base_install() -> None:
+    template = SidecarTemplate()
+    assert template.image == f"dataservice-mesh:{package_version()}"
+    assert template.assigner == "ds-assigner.dataservice.svc:7070"
+    assert (template.grpc_port, template.http_port) == (7080, 7081)
+    assert template.termination_grace_seconds > template.handoff_timeout_seconds
+
+
+def test_file_then_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "sidecar.yaml"
+    path.write_text(
+        "image: reg/dataservice-mesh:1.2.3\nbootstrap: k1:9092, k2:9092\n"
+        "consul: $(HOST_IP):8500\nenv:\n  DS_BUFFER_MAX_BYTES: '134217728'\n"
+    )
+    template = load_template(path, image=None, assigner="a.example:7070")
+    assert template.image == "reg/dataservice-mesh:1.2.3"
+    assert template.bootstrap == "k1:9092,k2:9092"
+    assert template.consul == "$(HOST_IP):8500"
+    assert template.assigner == "a.example:7070"
+    assert template.env == {"DS_BUFFER_MAX_BYTES": "134217728"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("assigner: nowhere\n", "assigner"),
+        ("bootstrap: ''\n", "bootstrap"),
+        ("grpc_port: 70000\n", "grpc_port"),
+        ("env:\n  PATH: /bin\n", "only DS_* settings"),
+        ("handoff_timeout_seconds: 60\n", "must exceed handoff_timeout_seconds"),
+        ("imagee: x\n", "imagee"),
+        ("- a list\n", "must hold a mapping"),
+    ],
+)
+def test_bad_templates_name_the_setting(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "sidecar.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_template(path)
