@@ -121,7 +121,7 @@ def classify_rpc_error(err: grpc.RpcError, where: Endpoint) -> CliError:
     return classify(code, details or "", info.reason if info is not None else None, where)
 
 
-def _leader_of(err: grpc.RpcError) -> str | None:
+def leader_of(err: grpc.RpcError) -> str | None:
     """The leader's address when ``err`` is a follower's NOT_LEADER answer naming one."""
     if not hasattr(err, "code") or err.code() is not grpc.StatusCode.FAILED_PRECONDITION:
         return None
@@ -156,7 +156,7 @@ class AssignerClient:
         try:
             return rpc(self._stub)
         except grpc.RpcError as err:
-            leader = _leader_of(err)
+            leader = leader_of(err)
             if leader is None or leader == self.endpoint.address:
                 raise classify_rpc_error(err, self.endpoint) from None
         # Followed once: a second NOT_LEADER means leadership is moving; report it.

@@ -1,0 +1,102 @@
+"""``dsctl handoff``: hand a running sidecar's leases off and wait until it holds none.
+
+The preStop hook of every injected sidecar (services/injector/patch.py). It asks the local
+sidecar who it is (``Status``), then asks the assigner to let it leave gracefully (``Leave``,
+following ``ds-leader`` to the leader): the assigner revokes every lease, and the sidecar —
+still up and serving acks — drains, commits and releases each partition the cooperative way
+(ARCHITECTURE §3.1.5). The command returns once ``Status`` lists no partition, so the
+kubelet's SIGTERM that follows finds nothing left to hand off. If it cannot finish in time,
+SIGTERM's own graceful stop releases what is left (committing acked offsets).
+
+In kafka_group mode Kafka's coordinator owns the partitions: there is nothing to hand off
+through the assigner, and SIGTERM hands them back to Kafka.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import grpc
+
+from dataservice.assigner.v1 import assigner_pb2, assigner_pb2_grpc
+from dataservice.common.v1 import common_pb2
+from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
+from services.dsctl.admin_client import (
+    CliError,
+    Endpoint,
+    ExitCode,
+    assigner_endpoint,
+    classify_rpc_error,
+    leader_of,
+)
+from services.runtime.errors import Reason, error_info
+
+POLL_SECONDS = 0.2
+CALL_TIMEOUT_SECONDS = 5.0
+
+
+def sidecar_endpoint(address: str) -> Endpoint:
+    return Endpoint("sidecar", address, "--sidecar", "DS_SIDECAR")
+
+
+def status(sidecar: str) -> stream_pb2.StatusResponse:
+    with grpc.insecure_channel(sidecar) as channel:
+        stub = stream_pb2_grpc.StreamServiceStub(channel)
+        try:
+            return stub.Status(stream_pb2.StatusRequest(), timeout=CALL_TIMEOUT_SECONDS)
+        except grpc.RpcError as err:
+            raise classify_rpc_error(err, sidecar_endpoint(sidecar)) from None
+
+
+def leave(assigner: str, sidecar_id: str, group: str) -> bool:
+    """Graceful Leave of ``sidecar_id`` at the leader; False if it is not a member (it
+    never joined, or has left already)."""
+    request = assigner_pb2.LeaveRequest(sidecar_id=sidecar_id, group=group, graceful=True)
+    address = assigner
+    for _ in range(2):  # the instance named, then the leader it names
+        with grpc.insecure_channel(address) as channel:
+            stub = assigner_pb2_grpc.AssignerServiceStub(channel)
+            try:
+                stub.Leave(request, timeout=CALL_TIMEOUT_SECONDS)
+                return True
+            except grpc.RpcError as err:
+                leader = leader_of(err)
+                if leader is not None and leader != address:
+                    address = leader
+                    continue
+                info = error_info(err)
+                if info is not None and info.reason == Reason.SIDECAR_NOT_FOUND:
+                    return False
+                raise classify_rpc_error(err, assigner_endpoint(address)) from None
+    raise CliError(
+        f"assigner leadership is moving (last asked {address}); retry", ExitCode.UNAVAILABLE
+    )
+
+
+def handoff(sidecar: str, assigner: str, timeout: float, say: Callable[[str], None]) -> None:
+    """Hand off every lease of the sidecar at ``sidecar``; CliError if it did not finish."""
+    before = status(sidecar)
+    if before.mode == common_pb2.GROUP_MODE_KAFKA_GROUP:
+        say(f"{before.sidecar_id}: kafka_group mode; SIGTERM hands its partitions to Kafka")
+        return
+    if not leave(assigner, before.sidecar_id, before.group):
+        say(f"{before.sidecar_id} is not a member of group {before.group}: nothing to hand off")
+        return
+    say(
+        f"{before.sidecar_id} leaves group {before.group}: handing off "
+        f"{len(before.partitions)} partition(s)"
+    )
+    deadline = time.monotonic() + timeout
+    while True:
+        held = len(status(sidecar).partitions)
+        if held == 0:
+            say(f"{before.sidecar_id} handed every partition off")
+            return
+        if time.monotonic() >= deadline:
+            raise CliError(
+                f"{before.sidecar_id} still holds {held} partition(s) after {timeout:g} s; "
+                "its SIGTERM stop releases them",
+                ExitCode.UNAVAILABLE,
+            )
+        time.sleep(POLL_SECONDS)
