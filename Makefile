@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: setup setup-quick run up down test test-unit check lint typecheck protos rules bench-short
+.PHONY: setup setup-quick run up down test test-unit check lint typecheck protos rules k8s-check bench-short
 
 setup:
 	scripts/setup.sh
@@ -28,7 +28,7 @@ test: setup
 test-unit:
 	$(VENV)/python -m pytest tests/unit
 
-check: lint typecheck protos rules
+check: lint typecheck protos rules k8s-check
 
 lint:
 	$(VENV)/ruff check .
@@ -49,6 +49,12 @@ rules:
 	promtool check rules deploy/prometheus/rules/*.yml
 	promtool test rules deploy/prometheus/tests/*.yml
 	amtool check-config deploy/alertmanager/alertmanager.yml
+
+# deploy/k8s: every overlay rendered with kustomize (deploy/kustomize, built on first use) and
+# every document, the examples and their injected form validated against Kubernetes' schemas
+# (kubernetes-validate, strict), plus the rules copies, image tag and sidecar template.
+k8s-check:
+	$(VENV)/python -m tests.support.k8s check
 
 bench-short:
 	$(VENV)/python tests/bench/bench_balancer.py --short

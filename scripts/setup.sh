@@ -4,7 +4,7 @@
 #   * buf (npm package @bufbuild/buf, pinned in package-lock.json) in node_modules/;
 #   * Apache Kafka's jars (Maven Central, deploy/kafka/pom.xml), and Spark's Kafka source
 #     (deploy/spark/pom.xml, for the Spark benchmark);
-#   * grpcurl and Consul 1.14 built from the Go module proxy (deploy/*/build.sh);
+#   * grpcurl, Consul 1.14 and kustomize built from the Go module proxy (deploy/*/build.sh);
 #   * the Debian packages prometheus, prometheus-alertmanager and chromium (the alerting
 #     and /ui tests run them), with apt, only when one of their commands is missing.
 # Every download is cached under ~/.cache (pip, npm, Maven via ~/.m2, Go modules and the
@@ -86,6 +86,8 @@ if [[ $QUICK == 0 ]]; then
   bash deploy/grpcurl/build.sh
   step "Consul 1.14 (Go module proxy)"
   bash deploy/consul/build.sh
+  step "kustomize (Go module proxy; make k8s-check renders deploy/k8s with it)"
+  bash deploy/kustomize/build.sh
   install_debian_packages
 fi
 step "setup done"

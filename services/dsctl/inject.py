@@ -42,9 +42,7 @@ def read_documents(stream: TextIO) -> list[Any]:
 
 def dump_documents(documents: list[Any]) -> str:
     """Documents as multi-document YAML, keys in their order, long strings not folded."""
-    return yaml.safe_dump_all(
-        documents, sort_keys=False, explicit_start=len(documents) > 1, width=1_000_000
-    )
+    return yaml.safe_dump_all(documents, sort_keys=False, width=1_000_000)
 
 
 def inject(
