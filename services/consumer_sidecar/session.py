@@ -37,7 +37,7 @@ from dataservice.assigner.v1 import assigner_pb2, assigner_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar.leasing import LeaseKeeper, ReleasedLease
 from services.consumer_sidecar.partitions import TP
-from services.runtime.errors import LEADER_METADATA_KEY, error_info, trailing_value
+from services.runtime.errors import LEADER_METADATA_KEY, Reason, error_info, trailing_value
 from services.runtime.grpcserver import CHANNEL_OPTIONS
 from services.runtime.leader_watch import DEFAULT_LEADER_KEY, LeaderWatch
 
@@ -405,7 +405,12 @@ class SessionClient:
                         timeout=2,
                     )
             except grpc.RpcError as err:
-                log.warning("leave failed; releasing leases directly", error=str(err))
+                info = error_info(err)
+                if info is not None and info.reason == Reason.SIDECAR_NOT_FOUND:
+                    # The preStop hand-off (dsctl handoff) left the group already.
+                    log.info("already left the group")
+                else:
+                    log.warning("leave failed; releasing leases directly", error=str(err))
             end = time.monotonic() + timeout
             while self._holds_leases() and time.monotonic() < end:
                 await asyncio.sleep(0.05)

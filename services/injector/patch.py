@@ -9,10 +9,10 @@ What an injected pod gets (ARCHITECTURE §5.7):
 * readiness on gRPC health (NOT_SERVING while Kafka or the assigner is unreachable, and
   while stopping), liveness on its HTTP port accepting connections (never on a dependency:
   a Kafka outage must not restart pods);
-* a ``preStop`` hook, ``dsctl handoff``: the sidecar leaves its group through the assigner,
-  which revokes its leases; it drains in-flight acks, commits and releases each partition
-  while it still serves, and the hook returns once it holds none — then SIGTERM finds
-  nothing left to hand off;
+* a ``preStop`` hook, ``dsctl handoff`` (run as ``python -m services.dsctl.handoff``): the
+  sidecar leaves its group through the assigner, which revokes its leases; it drains
+  in-flight acks, commits and releases each partition while it still serves, and the hook
+  returns once it holds none — then SIGTERM finds nothing left to hand off;
 * ``terminationGracePeriodSeconds`` raised to cover the application's stop and the hand-off;
 * in every application container, the variables the client library reads
   (services/runtime/mesh_env.py): ``DS_SIDECAR``, ``DS_GROUP``, ``DS_ASSIGNER``.
@@ -200,8 +200,9 @@ def sidecar_container(group: str, template: SidecarTemplate) -> dict[str, Any]:
             "preStop": {
                 "exec": {
                     "command": [
-                        "dsctl",
-                        "handoff",
+                        "python",
+                        "-m",
+                        "services.dsctl.handoff",
                         "--sidecar",
                         f"127.0.0.1:{template.grpc_port}",
                         "--timeout",

@@ -120,7 +120,7 @@ def test_the_sidecar_container() -> None:
         "failureThreshold": 2,
     }
     assert sidecar["lifecycle"]["preStop"]["exec"]["command"] == [
-        "dsctl", "handoff", "--sidecar", "127.0.0.1:9080", "--timeout", "15",
+        "python", "-m", "services.dsctl.handoff", "--sidecar", "127.0.0.1:9080", "--timeout", "15",
     ]  # fmt: skip
     assert sidecar["resources"] == {
         "requests": {"cpu": "100m", "memory": "192Mi"},
