@@ -210,3 +210,15 @@ def test_a_drifted_rules_copy_is_reported(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(k8s, "REPO", tmp_path)
     monkeypatch.setattr(k8s, "K8S", tmp_path / "deploy" / "k8s")
     assert "alerts.yml differs" in next(consistency_problems([]))
+
+
+def test_settings_files_load_as_the_services_read_them() -> None:
+    from services.assigner.settings import AssignerSettings
+    from services.notifier.settings import NotifierSettings
+    from services.runtime.settings import load_settings
+
+    config = K8S / "base" / "config"
+    assigner = load_settings(AssignerSettings, {}, config / "assigner.yaml")
+    assert assigner.hold_window_seconds == 10 and assigner.groups == []
+    notifier = load_settings(NotifierSettings, {}, config / "notifier.yaml")
+    assert str(notifier.resolved_outbox_path()) == "/var/lib/dataservice/notifier-outbox.sqlite"
