@@ -36,8 +36,9 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from services.assigner.balancer import TopicPartition as TP
-from services.runtime.kafka import new_admin, new_producer, wait_partitions_serving
+from services.runtime.kafka import new_admin, new_producer
 from services.runtime.settings import ServiceSettings
+from services.runtime.topics import wait_partitions_serving
 
 log = structlog.get_logger(__name__)
 

@@ -37,7 +37,7 @@ from confluent_kafka.cimpl import NewTopic  # admin re-exports it without __all_
 from services.devstack import procs
 from services.devstack.cache import cache_dir, ensure_maven_jars
 from services.devstack.ports import LOOPBACK, free_ports, port_is_open
-from services.runtime.kafka import partitions_serving
+from services.runtime.topics import partitions_serving
 
 DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy" / "kafka"
 POM = DEPLOY_DIR / "pom.xml"
@@ -534,8 +534,14 @@ class TopicFactory:
         replication: int = 1,
         config: Mapping[str, str] | None = None,
     ) -> str:
-        name = f"t-{self.label}-{uuid.uuid4().hex[:8]}"
+        name = self.reserve()
         create_topic(self.bootstrap, name, partitions, replication, config)
+        return name
+
+    def reserve(self) -> str:
+        """A fresh name, not created, deleted at the end like the others (for a test of
+        the code that creates it)."""
+        name = f"t-{self.label}-{uuid.uuid4().hex[:8]}"
         self.created.append(name)
         return name
 

@@ -28,7 +28,7 @@ from confluent_kafka.cimpl import NewTopic
 from services.devstack import procs
 from services.devstack.consul import ConsulAgent, ConsulOptions
 from services.devstack.kafka import KafkaCluster, KafkaOptions
-from services.runtime.kafka import wait_partitions_serving
+from services.runtime.topics import wait_partitions_serving
 
 DEMO_TOPIC = "ds.demo"
 DEMO_GROUP = "demo"

@@ -28,7 +28,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from dataservice.notifier.v1 import notifier_pb2
-from services.runtime.kafka import wait_partitions_serving
+from services.runtime.topics import wait_partitions_serving
 
 log = structlog.get_logger(__name__)
 

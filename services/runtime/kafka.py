@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
 
 from services.runtime.settings import ServiceSettings
 
@@ -106,35 +106,6 @@ def new_admin(settings: ServiceSettings, *, client_id: str) -> AdminClient:
     # level only.
     config["log_level"] = 3
     return AdminClient(config)
-
-
-def partitions_serving(admin: AdminClient, topic: str, partitions: int) -> bool:
-    """True once every partition of ``topic`` answers ListOffsets from its leader.
-
-    A new topic's leaders appear in the metadata a few hundred milliseconds before they
-    serve the partitions, and on Kafka 4.1.1 records produced in that window can be
-    acknowledged and still be missing from the log (measured here: 4 of 25
-    fresh topics lost their first batch). Whoever creates a topic and then writes to it
-    waits for this first.
-    """
-    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-    request = {TopicPartition(topic, p): latest for p in range(partitions)}
-    futures = admin.list_offsets(request, request_timeout=5)
-    # exception(), not result(): a raised traceback would pin the AdminClient in a cycle.
-    return all(f.exception(timeout=10) is None for f in futures.values())
-
-
-def wait_partitions_serving(
-    admin: AdminClient, topic: str, partitions: int, timeout: float = 30.0
-) -> None:
-    """Block until :func:`partitions_serving`; KafkaException when ``timeout`` passes."""
-    deadline = time.monotonic() + timeout
-    while not partitions_serving(admin, topic, partitions):
-        if time.monotonic() >= deadline:
-            raise KafkaException(
-                KafkaError(KafkaError._TIMED_OUT, f"topic {topic}: partitions not served")
-            )
-        time.sleep(0.1)
 
 
 class KafkaProbe:
