@@ -16,33 +16,24 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    Producer,
-    TopicPartition,
-)
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
 from services.assigner.balancer import TopicPartition as TP
-from services.runtime.kafka import new_admin, new_producer
 from services.runtime.settings import ServiceSettings
-from services.runtime.topics import wait_partitions_serving
+from services.runtime.topics import CompactedTopic
 
 log = structlog.get_logger(__name__)
 
 STATE_TOPIC = "__ds_assigner_state"
+# How long a write may wait for Kafka's acknowledgement: librdkafka's default
+# message.timeout.ms, the bound state writes have always had. A grant waits for its epoch's
+# write, so this is how long a grant is held back while Kafka is unreachable.
+WRITE_TIMEOUT_SECONDS = 300.0
 
 
 @dataclass
@@ -117,79 +108,24 @@ class StateStore:
         admin: AdminClient | None = None,
     ) -> None:
         self.topic = topic
-        self._settings = settings
-        self._admin: AdminClient = admin or new_admin(settings, client_id="ds-assigner-state")
-        self._producer: Producer = new_producer(
-            settings, client_id="ds-assigner-state", overrides={"linger.ms": 2}
+        # Replication left to the cluster: 3 replicas, min.insync.replicas 2 where it can.
+        self._topic = CompactedTopic(
+            settings,
+            topic,
+            client_id="ds-assigner-state",
+            admin=admin,
+            producer_overrides={"linger.ms": 2},
         )
-        self._stop = threading.Event()
-        self._poller = threading.Thread(target=self._poll, name="state-producer", daemon=True)
-        self._poller.start()
 
     # ---- setup and load (blocking: call through asyncio.to_thread) ----------------------
 
     def ensure_topic(self) -> None:
-        metadata = self._admin.list_topics(timeout=10)
-        if self.topic in metadata.topics:
-            return
-        replication = min(3, len(metadata.brokers))
-        new = NewTopic(
-            self.topic,
-            num_partitions=1,
-            replication_factor=replication,
-            config={
-                "cleanup.policy": "compact",
-                "min.insync.replicas": str(min(2, replication)),
-            },
-        )
-        for future in self._admin.create_topics([new]).values():
-            error = future.exception()
-            if error is not None and not _already_exists(error):
-                raise error
-        log.info("created the state topic", topic=self.topic, replication=replication)
-        self._wait_for_leader(deadline=time.monotonic() + 30)
-
-    def _wait_for_leader(self, deadline: float) -> None:
-        """A topic just created is not served for a moment (reads time out, and writes can
-        be acknowledged and lost): wait, bounded, until its leader answers ListOffsets."""
-        wait_partitions_serving(self._admin, self.topic, 1, timeout=deadline - time.monotonic())
+        self._topic.ensure()
 
     def load(self) -> StateSnapshot:
         """Read the whole topic, from the beginning to the high watermark."""
         snapshot = StateSnapshot()
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self._settings.bootstrap,
-                "group.id": "ds-assigner-state-reader",  # never commits; assign() only
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                **self._settings.kafka,
-            }
-        )
-        try:
-            low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=10)
-            if high <= low:
-                return snapshot
-            consumer.assign([TopicPartition(self.topic, 0, OFFSET_BEGINNING)])
-            position = low
-            deadline = time.monotonic() + 60
-            while position < high:
-                if time.monotonic() > deadline:
-                    raise KafkaException(
-                        f"state topic {self.topic}: read stalled at {position} of {high}"
-                    )
-                msg = consumer.poll(1.0)
-                if msg is None:
-                    continue
-                error = msg.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        break
-                    raise KafkaException(error)
-                apply_record(snapshot, msg.key() or b"", msg.value())
-                position = int(msg.offset() or 0) + 1
-        finally:
-            consumer.close()
+        self._topic.load(lambda record: apply_record(snapshot, record.key, record.value))
         log.info(
             "state loaded",
             records=snapshot.records,
@@ -218,47 +154,20 @@ class StateStore:
         return self._write([(_key("binding", group, client_id), None)])
 
     def _write(self, records: list[tuple[bytes, bytes | None]]) -> asyncio.Future[None]:
-        """Produce records; the future resolves when Kafka acknowledged all of them."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-        remaining = len(records)
+        """Produce records now; the future resolves when Kafka acknowledged all of them."""
+        written = self._topic.produce(records, timeout=WRITE_TIMEOUT_SECONDS)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-        def on_delivery(err: KafkaError | None, _msg: Message) -> None:
-            nonlocal remaining
+        def settle(future: asyncio.Future[list[int]]) -> None:
+            if done.done():
+                return
+            if (error := future.exception()) is not None:
+                done.set_exception(error)
+            else:
+                done.set_result(None)
 
-            def settle() -> None:
-                nonlocal remaining
-                if done.done():
-                    return
-                if err is not None:
-                    done.set_exception(KafkaException(err))
-                    return
-                remaining -= 1
-                if remaining == 0:
-                    done.set_result(None)
-
-            loop.call_soon_threadsafe(settle)
-
-        try:
-            for key, value in records:
-                self._producer.produce(self.topic, key=key, value=value, on_delivery=on_delivery)
-        except (BufferError, KafkaException) as exc:
-            done.set_exception(exc)
-        if not records:
-            done.set_result(None)
+        written.add_done_callback(settle)
         return done
 
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            self._producer.poll(0.05)
-
     def close(self) -> None:
-        self._producer.flush(10)
-        self._stop.set()
-        self._poller.join(timeout=5)
-
-
-def _already_exists(error: object) -> bool:
-    args = getattr(error, "args", ())
-    code = args[0].code() if args and isinstance(args[0], KafkaError) else None
-    return code == KafkaError.TOPIC_ALREADY_EXISTS
+        self._topic.close(flush_timeout=10)

@@ -49,6 +49,7 @@ from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route
 from services.runtime.kafka import KafkaProbe, new_admin, new_producer
 from services.runtime.lifecycle import Dependency
+from services.runtime.topics import TopicSpec, ensure_topic
 
 log = structlog.get_logger(__name__)
 
@@ -99,12 +100,10 @@ class NotifierApp:
         self._admin = new_admin(settings, client_id="ds-notifier")
         self._probe = KafkaProbe(settings, client_id="ds-notifier", admin=self._admin)
         self._started = threading.Event()
-        self._templates_producer = new_producer(settings, client_id="ds-notifier-templates")
         self.template_store = template_store.TemplateStore(
+            settings,
             settings.templates_topic,
             admin=self._admin,
-            producer=self._templates_producer,
-            new_consumer=lambda: self._consumer("ds-notifier-templates"),
             replication=settings.faults_topic_replication,
         )
         self.templates = TemplateService(
@@ -192,13 +191,10 @@ class NotifierApp:
         return Consumer(config)
 
     def _ensure_alerts_topic(self, topic: str) -> None:
-        template_store.ensure_topic(
-            self._admin,
-            topic,
-            self.settings.alerts_topic_partitions,
-            self.settings.faults_topic_replication,
-            {},
+        spec = TopicSpec(
+            topic, self.settings.alerts_topic_partitions, self.settings.faults_topic_replication
         )
+        ensure_topic(self._admin, spec)
 
     # ---- Service protocol -------------------------------------------------------------
 
@@ -224,14 +220,12 @@ class NotifierApp:
         """Kafka is reachable: create topics, load templates, start publishing (idempotent:
         the lifecycle retries this on failure)."""
         self.pipeline.attach(asyncio.get_running_loop())
-        await asyncio.to_thread(
-            template_store.ensure_topic,
-            self._admin,
+        faults_topic = TopicSpec(
             self.settings.faults_topic,
             self.settings.faults_topic_partitions,
             self.settings.faults_topic_replication,
-            {},
         )
+        await asyncio.to_thread(ensure_topic, self._admin, faults_topic)
         if self.prober is not None:
             await asyncio.to_thread(self.prober.setup)
         if not self._threads_started:
@@ -264,10 +258,9 @@ class NotifierApp:
         self.lag.stop()
         if self.prober is not None:
             await asyncio.to_thread(self.prober.stop)
-        self.template_store.stop()
+        await asyncio.to_thread(self.template_store.stop)
         await asyncio.to_thread(self.kafka_relay.stop, 10.0)
         await asyncio.to_thread(self.webhook_relay.stop)
-        await asyncio.to_thread(self._templates_producer.flush, 5)
         pending = self.outbox.count(KAFKA_LANE)
         if pending:
             log.warning("stopping with fault events still queued in the outbox", count=pending)

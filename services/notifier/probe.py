@@ -31,7 +31,6 @@ from confluent_kafka.admin import AdminClient
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
 from services.client import Batch, DsClient
-from services.notifier import template_store
 from services.notifier.metrics import ProbeMetrics
 from services.notifier.probe_tracker import FaultChange, Outcome, ProbeMessage, ProbeTracker
 from services.notifier.probe_tracker import decode as decode_probe
@@ -40,6 +39,7 @@ from services.runtime import faults
 from services.runtime.errors import LEADER_METADATA_KEY, Reason, error_info, trailing_value
 from services.runtime.grpcserver import CHANNEL_OPTIONS
 from services.runtime.leader_watch import consul_client, read_leader
+from services.runtime.topics import TopicSpec, ensure_topic
 
 log = structlog.get_logger(__name__)
 
@@ -133,13 +133,13 @@ class Prober:
 
     def setup(self) -> None:
         """Create the probe topic if missing (blocking; idempotent)."""
-        template_store.ensure_topic(
-            self._admin,
+        spec = TopicSpec(
             self.settings.topic,
             self.settings.partitions,
             self.settings.replication,
             {"retention.ms": str(TOPIC_RETENTION_MS)},
         )
+        ensure_topic(self._admin, spec)
 
     def start(self) -> None:
         self._consumer.start()

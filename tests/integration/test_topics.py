@@ -1,8 +1,10 @@
-"""The compacted-topic primitive (services/runtime/topics.py) on a real broker."""
+"""The compacted-topic primitive (services/runtime/topics.py) on a real broker, and the two
+stores built on it writing the same bytes they always wrote (so existing topics load)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 
@@ -10,7 +12,11 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
+from dataservice.notifier.v1 import notifier_pb2
+from services.assigner.balancer import TopicPartition as TP
+from services.assigner.state import GroupRecord, StateStore
 from services.devstack.kafka import TopicFactory
+from services.notifier.template_store import TemplateStore
 from services.runtime.settings import ServiceSettings
 from services.runtime.topics import CompactedTopic, Record, TopicSpec, ensure_topic
 
@@ -144,3 +150,82 @@ def test_a_write_kafka_refuses_fails_with_its_error(topic_factory: TopicFactory)
         assert asyncio.run(refusal()) == KafkaError.MSG_SIZE_TOO_LARGE
     finally:
         topic.close()
+
+
+def test_state_store_writes_the_bytes_it_always_wrote_and_loads_them(
+    topic_factory: TopicFactory,
+) -> None:
+    name = topic_factory.reserve()
+    store = StateStore(settings_for(topic_factory), topic=name)
+    group = GroupRecord(name="g", topics=["t1"], consumer_config={"fetch.min.bytes": "1"})
+    try:
+        store.ensure_topic()
+
+        async def write() -> None:
+            await store.put_group(group)
+            await store.put_epochs("g", [(TP("t1", 0), 3), (TP("t1", 1), 5)])
+            await store.put_binding("g", "c1")
+            await store.put_binding("g", "c2")
+            await store.delete_binding("g", "c1")
+
+        asyncio.run(write())
+        snapshot = store.load()
+    finally:
+        store.close()
+    assert raw_records(topic_factory.bootstrap, name) == [
+        (
+            b'["group","g"]',
+            b'{"name": "g", "topics": ["t1"], "mode": "leased", "consumer_config": '
+            b'{"fetch.min.bytes": "1"}, "config_version": 1, "balance_strategy": "count"}',
+        ),
+        (b'["epoch","g","t1",0]', b'{"epoch": 3}'),
+        (b'["epoch","g","t1",1]', b'{"epoch": 5}'),
+        (b'["binding","g","c1"]', b'{"bound":true}'),
+        (b'["binding","g","c2"]', b'{"bound":true}'),
+        (b'["binding","g","c1"]', None),
+    ]
+    assert snapshot.groups == {"g": group}
+    assert snapshot.epochs == {"g": {TP("t1", 0): 3, TP("t1", 1): 5}}
+    assert snapshot.bindings == {"g": {"c2"}}
+    assert snapshot.records == 6
+
+
+def test_template_stores_write_the_same_bytes_and_follow_each_other(
+    topic_factory: TopicFactory,
+) -> None:
+    name = topic_factory.reserve()
+    settings = settings_for(topic_factory)
+    admin = AdminClient({"bootstrap.servers": topic_factory.bootstrap})
+    first = TemplateStore(settings, name, admin=admin, replication=1)
+    second = TemplateStore(settings, name, admin=admin, replication=1)
+    template = notifier_pb2.AlertTemplate(caller="team-a", name="lag", open_template="{{ group }}")
+    try:
+        first.start(timeout=30)
+        second.start(timeout=30)
+
+        async def put_then_delete() -> None:
+            await first.put(template)
+            deadline = time.monotonic() + 30
+            while second.get("team-a", "lag") is None:  # the second replica's tail
+                assert time.monotonic() < deadline, "the other store never saw the put"
+                await asyncio.sleep(0.05)
+            await second.delete("team-a", "lag")
+
+        asyncio.run(put_then_delete())
+        assert second.get("team-a", "lag") is None
+    finally:
+        first.stop()
+        second.stop()
+    key = json.dumps(["team-a", "lag"]).encode()
+    assert key == b'["team-a", "lag"]'
+    assert raw_records(topic_factory.bootstrap, name) == [
+        (key, template.SerializeToString()),
+        (key, None),
+    ]
+
+    restarted = TemplateStore(settings, name, admin=admin, replication=1)
+    try:
+        restarted.start(timeout=30)
+        assert restarted.all() == []
+    finally:
+        restarted.stop()
