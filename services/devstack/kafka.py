@@ -32,12 +32,11 @@ from typing import Protocol
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic  # admin re-exports it without __all__ (mypy)
 
 from services.devstack import procs
 from services.devstack.cache import cache_dir, ensure_maven_jars
 from services.devstack.ports import LOOPBACK, free_ports, port_is_open
-from services.runtime.topics import partitions_serving
+from services.runtime.topics import TopicSpec, ensure_topic
 
 DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy" / "kafka"
 POM = DEPLOY_DIR / "pom.xml"
@@ -455,31 +454,22 @@ def create_topic(
     config: Mapping[str, str] | None = None,
     timeout: float = 30.0,
 ) -> None:
-    """Create ``name`` and wait until every partition's leader serves it.
+    """Create ``name`` and wait until every partition's leader serves it; a topic of that
+    name already there is an error (a test never reuses another's records).
 
     A leader in the metadata is not enough: on Kafka 4.1.1 (KRaft) the leader is advertised
     a few hundred milliseconds before it answers ListOffsets for the new partition, and
     records produced in that window can be acknowledged and still be missing from the log
     (seen with a plain idempotent producer and a plain assign() consumer, no mesh involved:
-    4 of 25 fresh 24-partition topics lost their first batch). So wait for ListOffsets too.
+    4 of 25 fresh 24-partition topics lost their first batch). So ``ensure_topic`` waits
+    for ListOffsets too.
     """
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    topic = NewTopic(
-        name, num_partitions=partitions, replication_factor=replication, config=dict(config or {})
-    )
-    futures = admin.create_topics([topic], operation_timeout=timeout, request_timeout=timeout)
-    if (error := _future_error(futures[name], timeout)) is not None:
-        raise error
-    procs.wait_until(
-        lambda: _topic_ready(admin, name, partitions),
-        timeout=timeout,
-        what=f"topic {name} leaders",
-    )
-    procs.wait_until(
-        lambda: partitions_serving(admin, name, partitions),
-        timeout=timeout,
-        what=f"topic {name} partitions answering ListOffsets",
-    )
+    spec = TopicSpec(name, partitions, replication, dict(config or {}))
+    if not ensure_topic(admin, spec, timeout=timeout):
+        raise KafkaException(
+            KafkaError(KafkaError.TOPIC_ALREADY_EXISTS, f"topic {name} already exists")
+        )
 
 
 def delete_topic(bootstrap: str, name: str, timeout: float = 30.0) -> None:
@@ -506,13 +496,6 @@ def _future_error(future: Future[None], timeout: float) -> KafkaException | None
     if isinstance(error, KafkaException):
         return error
     raise error
-
-
-def _topic_ready(admin: AdminClient, name: str, partitions: int) -> bool:
-    topic = admin.list_topics(topic=name, timeout=5).topics.get(name)
-    if topic is None or topic.error is not None or len(topic.partitions) != partitions:
-        return False
-    return all(p.leader >= 0 for p in topic.partitions.values())
 
 
 class TopicFactory:

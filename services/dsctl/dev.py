@@ -22,13 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
 from services.devstack import procs
 from services.devstack.consul import ConsulAgent, ConsulOptions
-from services.devstack.kafka import KafkaCluster, KafkaOptions
-from services.runtime.topics import wait_partitions_serving
+from services.devstack.kafka import KafkaCluster, KafkaOptions, create_topic
 
 DEMO_TOPIC = "ds.demo"
 DEMO_GROUP = "demo"
@@ -186,7 +183,8 @@ def _start_all(
         stack.components[-1].grpc = None
     stack.bootstrap = cluster.bootstrap
     stack.save()
-    _create_topic(stack.bootstrap, DEMO_TOPIC, DEMO_PARTITIONS)
+    # Served when this returns: the sample producer writes at once.
+    create_topic(stack.bootstrap, DEMO_TOPIC, DEMO_PARTITIONS)
 
     if options.with_consul:
         say("starting Consul (dev agent)...")
@@ -320,13 +318,6 @@ def _start_spark_distribution(stack: Stack, logs: Path, every: float) -> None:
     proc = procs.spawn(argv, log, die_with_parent=False)
     stack.components.append(_record(SPARK_DISTRIBUTION, proc.pid, log, None, None))
     stack.save()
-
-
-def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-        future.result(timeout=30)
-    wait_partitions_serving(admin, topic, partitions)  # the producer writes at once
 
 
 def down_stack(stack: Stack, say: Callable[[str], None]) -> list[str]:
