@@ -13,7 +13,6 @@ from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from dataservice.assigner.v1 import admin_pb2_grpc, assigner_pb2_grpc, binding_pb2_grpc
-from services.assigner.admin import OffsetsView
 from services.assigner.balancer import TopicPartition
 from services.assigner.faults import report_failover
 from services.assigner.groups import GroupRuntime
@@ -26,6 +25,7 @@ from services.assigner.leadership import (
     Unelected,
 )
 from services.assigner.metrics import AssignerMetrics
+from services.assigner.offsets_view import OffsetsView
 from services.assigner.rpc import AdminServicer, AssignerServicer, BindingServicer
 from services.assigner.settings import AssignerSettings
 from services.assigner.state import GroupRecord, StateStore

@@ -21,10 +21,24 @@ from dataservice.assigner.v1 import (
     binding_pb2_grpc,
     types_pb2,
 )
-from services.assigner import admin
+from services.assigner.admin.idempotency import IdempotencyCache
+from services.assigner.admin.librdkafka import check_librdkafka_properties
+from services.assigner.admin.messages import lease_message, member_message
+from services.assigner.admin.paging import PageTokens, page, page_size
+from services.assigner.admin.records import make_record, record_fields
+from services.assigner.admin.update_mask import apply_update_mask, changed_paths, mask_paths
+from services.assigner.admin.validation import (
+    validate_group_config,
+    validate_group_name,
+    validate_request_id,
+    version_conflict,
+)
 from services.assigner.balancer import TopicPartition
-from services.assigner.coordinator import Lease, LeaseState, MemberInfo
+from services.assigner.coordinator import LeaseState
 from services.assigner.groups import duration
+from services.assigner.kafka_offsets import KAFKA_TIMEOUT_SECONDS, KafkaOffsets
+from services.assigner.offsets import lag_seconds, total_lag
+from services.assigner.offsets_view import OffsetsView, budget
 from services.assigner.state import GroupRecord
 from services.runtime.errors import DsError, Reason, invalid, not_implemented
 
@@ -173,9 +187,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     def __init__(self, app: AssignerApp) -> None:
         self.app = app
-        self.requests = admin.IdempotencyCache()
-        self.page_tokens = admin.PageTokens()
-        self._offsets: admin.OffsetsView | None = None
+        self.requests = IdempotencyCache()
+        self.page_tokens = PageTokens()
+        self._offsets: OffsetsView | None = None
         # One configuration change at a time: the config_version check and the write it
         # guards must not interleave with another change across the awaits between them.
         self._writes = asyncio.Lock()
@@ -185,9 +199,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             self._offsets.reader.close()
 
     @property
-    def offsets(self) -> admin.OffsetsView:
+    def offsets(self) -> OffsetsView:
         if self._offsets is None:
-            self._offsets = admin.OffsetsView(admin.KafkaOffsets(self.app.settings))
+            self._offsets = OffsetsView(KafkaOffsets(self.app.settings))
         return self._offsets
 
     # ---- reads --------------------------------------------------------------------------
@@ -195,19 +209,19 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def ListGroups(
         self, request: admin_pb2.ListGroupsRequest, context: Context
     ) -> admin_pb2.ListGroupsResponse:
-        size = admin.page_size(request.page_size)
+        size = page_size(request.page_size)
         after = self.page_tokens.parse(request.page_token)
-        names, last = admin.page(sorted(self.app.groups), after, size)
+        names, last = page(sorted(self.app.groups), after, size)
         groups = [self.app.groups[n] for n in names if n in self.app.groups]
         # Live, for this page only; Kafka not answering in time gives total_lag -1.
         offsets = await self.offsets.many(
             {g.name: sorted(g.coordinator.leases) for g in groups},
-            admin.budget(context.time_remaining(), admin.KAFKA_TIMEOUT_SECONDS),
+            budget(context.time_remaining(), KAFKA_TIMEOUT_SECONDS),
         )
         summaries = []
         for g in groups:
             read = offsets.get(g.name)
-            total = -1 if read is None or isinstance(read, DsError) else admin.total_lag(read)
+            total = -1 if read is None or isinstance(read, DsError) else total_lag(read)
             summaries.append(
                 admin_pb2.GroupSummary(
                     config=g.config_proto(),
@@ -223,23 +237,27 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def DescribeGroup(
         self, request: admin_pb2.DescribeGroupRequest, context: Context
     ) -> admin_pb2.DescribeGroupResponse:
-        admin.validate_group_name("group", request.group)
+        validate_group_name("group", request.group)
         group = self.app.group(request.group)
         partitions = sorted(group.coordinator.leases)
         offsets = await self.offsets.group(
             group.name,
             partitions,
-            admin.budget(context.time_remaining(), admin.KAFKA_TIMEOUT_SECONDS, share=0.6),
+            budget(context.time_remaining(), KAFKA_TIMEOUT_SECONDS, share=0.6),
         )
         starts = {tp: max(o.committed, o.earliest) for tp, o in offsets.items() if o.lag > 0}
         oldest = await self.offsets.oldest_timestamps(
-            starts, admin.budget(context.time_remaining(), 1.0, share=0.3)
+            starts, budget(context.time_remaining(), 1.0, share=0.3)
         )
         now_mono, now_wall = self.app.now(), time.time()
         return admin_pb2.DescribeGroupResponse(
             config=group.config_proto(),
-            members=[_member(m, now_mono, now_wall) for m in group.coordinator.live_members()],
-            leases=[_lease(group.coordinator.leases[tp], now_mono, now_wall) for tp in partitions],
+            members=[
+                member_message(m, now_mono, now_wall) for m in group.coordinator.live_members()
+            ],
+            leases=[
+                lease_message(group.coordinator.leases[tp], now_mono, now_wall) for tp in partitions
+            ],
             partitions=[
                 admin_pb2.PartitionLag(
                     topic=tp.topic,
@@ -247,7 +265,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                     committed_offset=o.committed,
                     end_offset=o.end,
                     lag_records=o.lag,
-                    lag_seconds=admin.lag_seconds(o.lag, oldest.get(tp), now_wall),
+                    lag_seconds=lag_seconds(o.lag, oldest.get(tp), now_wall),
                 )
                 for tp, o in sorted(offsets.items())
             ],
@@ -260,12 +278,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.CreateGroupRequest, context: Context
     ) -> admin_pb2.CreateGroupResponse:
         cfg = request.group
-        admin.validate_group_config(cfg, *self._timing_defaults())
-        admin.validate_request_id(request.request_id)
+        validate_group_config(cfg, *self._timing_defaults())
+        validate_request_id(request.request_id)
         # Refuses settings the durable record cannot carry yet rather than dropping them.
-        record = admin.make_record(admin.record_fields(cfg), self._record_defaults())
+        record = make_record(record_fields(cfg), self._record_defaults())
         await asyncio.to_thread(
-            admin.check_librdkafka_properties, "group.consumer_config", record.consumer_config
+            check_librdkafka_properties, "group.consumer_config", record.consumer_config
         )
         return await self.requests.run(
             "CreateGroup", request, request.request_id, lambda: self._create(record)
@@ -287,11 +305,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def UpdateGroup(
         self, request: admin_pb2.UpdateGroupRequest, context: Context
     ) -> admin_pb2.UpdateGroupResponse:
-        admin.validate_group_name("group.name", request.group.name)
-        admin.validate_request_id(request.request_id)
+        validate_group_name("group.name", request.group.name)
+        validate_request_id(request.request_id)
         if request.expected_config_version < 0:
             raise invalid("expected_config_version", "must be >= 0 (0 = unconditional)")
-        paths = admin.mask_paths(request.update_mask if request.HasField("update_mask") else None)
+        paths = mask_paths(request.update_mask if request.HasField("update_mask") else None)
         self.app.group(request.group.name)  # NOT_FOUND before anything else
         return await self.requests.run(
             "UpdateGroup", request, request.request_id, lambda: self._update(request, paths)
@@ -305,10 +323,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             current = group.config_proto()
             expected = request.expected_config_version
             if expected and expected != current.config_version:
-                raise admin.version_conflict(group.name, expected, current.config_version)
-            desired = admin.apply_update_mask(current, request.group, paths)
-            admin.validate_group_config(desired, *self._timing_defaults())
-            changed = admin.changed_paths(current, desired)
+                raise version_conflict(group.name, expected, current.config_version)
+            desired = apply_update_mask(current, request.group, paths)
+            validate_group_config(desired, *self._timing_defaults())
+            changed = changed_paths(current, desired)
             if not changed:
                 return admin_pb2.UpdateGroupResponse(group=current)  # nothing to apply
             if "mode" in changed:
@@ -329,11 +347,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                             "kafka_members": str(kafka_members),
                         },
                     )
-            record = admin.make_record(admin.record_fields(desired), self._record_defaults())
+            record = make_record(record_fields(desired), self._record_defaults())
             record.config_version = current.config_version + 1
             if "consumer_config" in changed:
                 await asyncio.to_thread(
-                    admin.check_librdkafka_properties,
+                    check_librdkafka_properties,
                     "group.consumer_config",
                     record.consumer_config,
                 )
@@ -351,13 +369,13 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def MoveLease(
         self, request: admin_pb2.MoveLeaseRequest, context: Context
     ) -> admin_pb2.MoveLeaseResponse:
-        admin.validate_group_name("group", request.group)
+        validate_group_name("group", request.group)
         if not request.topic:
             raise invalid("topic", "must not be empty")
         if request.partition < 0:
             raise invalid("partition", "must be >= 0")
         require_id("target_sidecar_id", request.target_sidecar_id)
-        admin.validate_request_id(request.request_id)
+        validate_request_id(request.request_id)
         return await self.requests.run(
             "MoveLease", request, request.request_id, lambda: self._move(request)
         )
@@ -396,7 +414,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             )
         if not (lease.holder == target and lease.state is LeaseState.GRANTED):
             group.move_lease(tp, target, self.app.now())  # no-op when already heading there
-        return admin_pb2.MoveLeaseResponse(lease=_lease(lease, self.app.now(), time.time()))
+        return admin_pb2.MoveLeaseResponse(lease=lease_message(lease, self.app.now(), time.time()))
 
     # ---- helpers ------------------------------------------------------------------------
 
@@ -412,37 +430,3 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             "heartbeat_interval_seconds": heartbeat,
             "balance_strategy": "count",
         }
-
-
-_LEASE_STATES = {
-    LeaseState.FREE: types_pb2.LEASE_STATE_UNASSIGNED,
-    LeaseState.GRANTED: types_pb2.LEASE_STATE_GRANTED,
-    LeaseState.REVOKING: types_pb2.LEASE_STATE_REVOKING,
-}
-
-
-def _lease(lease: Lease, now_mono: float, now_wall: float) -> types_pb2.Lease:
-    proto = types_pb2.Lease(
-        topic=lease.tp.topic,
-        partition=lease.tp.partition,
-        holder=lease.holder or "",
-        epoch=lease.epoch,
-        state=_LEASE_STATES.get(lease.state, types_pb2.LEASE_STATE_UNASSIGNED),
-    )
-    if lease.holder is not None:
-        proto.expires_at.CopyFrom(admin.wall_timestamp(lease.expires_at, now_mono, now_wall))
-    return proto
-
-
-def _member(member: MemberInfo, now_mono: float, now_wall: float) -> types_pb2.Member:
-    proto = types_pb2.Member(
-        sidecar_id=member.id,
-        endpoint=member.endpoint,
-        zone=member.zone or "",
-        capacity=member.capacity or 0,
-    )
-    if member.joined_at:
-        proto.joined_at.CopyFrom(admin.wall_timestamp(member.joined_at, now_mono, now_wall))
-    if member.last_seen:
-        proto.last_heartbeat.CopyFrom(admin.wall_timestamp(member.last_seen, now_mono, now_wall))
-    return proto

@@ -1,6 +1,6 @@
 """Data for the pages, read from the live groups on the event loop (the I/O side of /ui).
 
-Offsets come from the same :class:`~services.assigner.admin.OffsetsView` that
+Offsets come from the same :class:`~services.assigner.offsets_view.OffsetsView` that
 ``AdminService.DescribeGroup`` uses (same cache, same lag and lag-seconds rules), so the
 page and DescribeGroup agree. Broker leaders come from Kafka metadata, recent faults from
 the notifier's ``ListFaults``. Every coroutine here runs on the assigner's loop.
@@ -19,10 +19,11 @@ import structlog
 from confluent_kafka import KafkaException
 
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
-from services.assigner import admin
+from services.assigner.admin.validation import validate_group_name
 from services.assigner.balancer import TopicPartition
 from services.assigner.coordinator import Lease, LeaseState
 from services.assigner.metrics import imbalance_ratio
+from services.assigner.offsets import lag_seconds, total_lag
 from services.assigner.ui.history import LagHistory
 from services.assigner.ui.model import (
     BindingRow,
@@ -108,9 +109,7 @@ class UiData:
         summaries = []
         for g in groups:
             offsets = read.get(g.name)
-            total = (
-                -1 if offsets is None or isinstance(offsets, DsError) else admin.total_lag(offsets)
-            )
+            total = -1 if offsets is None or isinstance(offsets, DsError) else total_lag(offsets)
             summaries.append(
                 GroupSummary(
                     name=g.name,
@@ -162,7 +161,7 @@ class UiData:
 
     async def lag(self, name: str) -> LagView:
         """Raises DsError (GROUP_NOT_FOUND, KAFKA_UNAVAILABLE) as DescribeGroup would."""
-        admin.validate_group_name("group", name)
+        validate_group_name("group", name)
         group = self.app.group(name)
         partitions = sorted(group.coordinator.leases)
         offsets = await self.app.offsets.group(group.name, partitions, OFFSETS_WAIT_SECONDS)
@@ -185,7 +184,7 @@ class UiData:
                     committed=o.committed,
                     end=o.end,
                     lag_records=o.lag,
-                    lag_seconds=admin.lag_seconds(o.lag, oldest.get(tp), now_wall),
+                    lag_seconds=lag_seconds(o.lag, oldest.get(tp), now_wall),
                     status=status.name,
                     trend=tuple(self.history.trend(group.name, tp)),
                     bytes_per_second=group.partition_rates.get(tp, 0.0)

@@ -13,8 +13,32 @@ from hypothesis import strategies as st
 
 from dataservice.assigner.v1 import admin_pb2, types_pb2
 from dataservice.common.v1 import common_pb2
-from services.assigner import admin
+from services.assigner.admin.idempotency import IdempotencyCache, fingerprint
+from services.assigner.admin.librdkafka import check_librdkafka_properties
+from services.assigner.admin.messages import wall_timestamp
+from services.assigner.admin.paging import (
+    DEFAULT_PAGE_SIZE,
+    MAX_PAGE_SIZE,
+    PageTokens,
+    page,
+    page_size,
+)
+from services.assigner.admin.records import make_record, record_fields
+from services.assigner.admin.update_mask import (
+    MUTABLE_PATHS,
+    apply_update_mask,
+    changed_paths,
+    mask_paths,
+)
+from services.assigner.admin.validation import (
+    validate_group_config,
+    validate_request_id,
+    validate_timing,
+    version_conflict,
+)
 from services.assigner.balancer import TopicPartition
+from services.assigner.offsets import Offsets, PartitionOffsets, lag_records, lag_seconds, total_lag
+from services.assigner.offsets_view import OffsetsView, budget
 from services.runtime.errors import DsError, Reason
 
 
@@ -35,7 +59,7 @@ def dur(seconds: float) -> duration_pb2.Duration:
 
 
 def check(cfg: types_pb2.GroupConfig) -> None:
-    admin.validate_group_config(cfg, 3.0, 1.0)
+    validate_group_config(cfg, 3.0, 1.0)
 
 
 def field_of(excinfo: pytest.ExceptionInfo[DsError]) -> str:
@@ -85,13 +109,13 @@ def test_consumer_config_may_not_set_what_the_mesh_owns(key: str) -> None:
 
 
 def test_librdkafka_judges_property_names_and_values() -> None:
-    admin.check_librdkafka_properties("c", {"fetch.max.bytes": "52428800"})
+    check_librdkafka_properties("c", {"fetch.max.bytes": "52428800"})
     with pytest.raises(DsError) as excinfo:
-        admin.check_librdkafka_properties("c", {"no.such.property": "1"})
+        check_librdkafka_properties("c", {"no.such.property": "1"})
     assert field_of(excinfo) == "c"
     assert excinfo.value.metadata["key"] == "no.such.property"
     with pytest.raises(DsError) as excinfo:
-        admin.check_librdkafka_properties("c", {"fetch.max.bytes": "lots"})
+        check_librdkafka_properties("c", {"fetch.max.bytes": "lots"})
     assert excinfo.value.metadata["key"] == "fetch.max.bytes"
 
 
@@ -103,13 +127,13 @@ def test_heartbeat_must_fit_twice_in_the_lease_ttl() -> None:
         check(config(lease_ttl=dur(0.1)))
     assert field_of(excinfo) == "group.lease_ttl"
     # Unset values mean the assigner's defaults (3 s, 1 s), which fit.
-    assert admin.validate_timing(config(), 3.0, 1.0) == (3.0, 1.0)
+    assert validate_timing(config(), 3.0, 1.0) == (3.0, 1.0)
 
 
 @pytest.mark.parametrize("request_id", ["has space", "x" * 129, "a/b"])
 def test_request_ids_are_uuid_like(request_id: str) -> None:
     with pytest.raises(DsError) as excinfo:
-        admin.validate_request_id(request_id)
+        validate_request_id(request_id)
     assert field_of(excinfo) == "request_id"
 
 
@@ -121,14 +145,14 @@ def mask(*paths: str) -> field_mask_pb2.FieldMask:
 
 
 def test_an_empty_mask_means_every_mutable_field() -> None:
-    assert admin.mask_paths(None) == admin.MUTABLE_PATHS
-    assert admin.mask_paths(mask()) == admin.MUTABLE_PATHS
+    assert mask_paths(None) == MUTABLE_PATHS
+    assert mask_paths(mask()) == MUTABLE_PATHS
 
 
 @pytest.mark.parametrize("path", ["name", "config_version", "bogus", "consumer_config.x"])
 def test_immutable_or_unknown_mask_paths_are_refused(path: str) -> None:
     with pytest.raises(DsError) as excinfo:
-        admin.mask_paths(mask("topics", path))
+        mask_paths(mask("topics", path))
     assert field_of(excinfo) == "update_mask"
     assert excinfo.value.metadata["path"] == path
 
@@ -136,12 +160,12 @@ def test_immutable_or_unknown_mask_paths_are_refused(path: str) -> None:
 def test_mask_replaces_named_fields_only_maps_as_a_whole() -> None:
     current = config(consumer_config={"a": "1", "b": "2"}, alert_template="old", lease_ttl=dur(6))
     patch = config(name="orders", topics=["x"], consumer_config={"c": "3"}, alert_template="new")
-    result = admin.apply_update_mask(current, patch, ["consumer_config", "lease_ttl"])
+    result = apply_update_mask(current, patch, ["consumer_config", "lease_ttl"])
     assert dict(result.consumer_config) == {"c": "3"}
     assert not result.HasField("lease_ttl")  # unset in the patch: back to the default
     assert list(result.topics) == ["orders.v1"]
     assert result.alert_template == "old"
-    assert admin.changed_paths(current, result) == ["consumer_config", "lease_ttl"]
+    assert changed_paths(current, result) == ["consumer_config", "lease_ttl"]
 
 
 configs = st.builds(
@@ -156,20 +180,20 @@ configs = st.builds(
 )
 
 
-@given(configs, configs, st.lists(st.sampled_from(admin.MUTABLE_PATHS), unique=True))
+@given(configs, configs, st.lists(st.sampled_from(MUTABLE_PATHS), unique=True))
 def test_mask_application_properties(
     current: types_pb2.GroupConfig, patch: types_pb2.GroupConfig, paths: list[str]
 ) -> None:
-    result = admin.apply_update_mask(current, patch, paths)
+    result = apply_update_mask(current, patch, paths)
     assert result.name == current.name
     assert result.config_version == current.config_version
-    changed = admin.changed_paths(current, result)
+    changed = changed_paths(current, result)
     assert set(changed) <= set(paths)
     # Applying the same patch again changes nothing more.
-    assert admin.apply_update_mask(result, patch, paths) == result
+    assert apply_update_mask(result, patch, paths) == result
     # With every path, the mutable fields are the patch's.
-    full = admin.apply_update_mask(current, patch, admin.MUTABLE_PATHS)
-    assert admin.changed_paths(patch, full) == []
+    full = apply_update_mask(current, patch, MUTABLE_PATHS)
+    assert changed_paths(patch, full) == []
 
 
 def test_record_refuses_settings_it_cannot_carry() -> None:
@@ -178,16 +202,16 @@ def test_record_refuses_settings_it_cannot_carry() -> None:
         "heartbeat_interval_seconds": 1.0,
         "balance_strategy": "count",
     }
-    record = admin.make_record(
-        admin.record_fields(config(lease_ttl=dur(3), consumer_config={"a": "1"})), defaults
+    record = make_record(
+        record_fields(config(lease_ttl=dur(3), consumer_config={"a": "1"})), defaults
     )
     assert (record.name, record.topics, record.mode) == ("orders", ["orders.v1"], "leased")
     assert record.consumer_config == {"a": "1"}
     with pytest.raises(DsError) as excinfo:
-        admin.make_record(admin.record_fields(config(lease_ttl=dur(8))), defaults)
+        make_record(record_fields(config(lease_ttl=dur(8))), defaults)
     assert field_of(excinfo) == "group.lease_ttl"
     with pytest.raises(DsError) as excinfo:
-        admin.make_record(admin.record_fields(config(alert_template="x")), defaults)
+        make_record(record_fields(config(alert_template="x")), defaults)
     assert field_of(excinfo) == "group.alert_template"
 
 
@@ -221,7 +245,7 @@ class Counter:
 def test_a_retry_returns_the_first_response_without_applying_again() -> None:
     async def scenario() -> None:
         clock, apply = Clock(), Counter()
-        cache = admin.IdempotencyCache(ttl=600, clock=clock)
+        cache = IdempotencyCache(ttl=600, clock=clock)
         first = await cache.run("MoveLease", move(1), "r-1", apply)
         clock.now += 599
         again = await cache.run("MoveLease", move(1), "r-1", apply)
@@ -240,7 +264,7 @@ def test_a_retry_returns_the_first_response_without_applying_again() -> None:
 
 def test_a_used_request_id_with_another_body_is_refused() -> None:
     async def scenario() -> None:
-        cache = admin.IdempotencyCache(clock=Clock())
+        cache = IdempotencyCache(clock=Clock())
         await cache.run("MoveLease", move(1), "r-1", Counter())
         with pytest.raises(DsError) as excinfo:
             await cache.run("MoveLease", move(2), "r-1", Counter())
@@ -255,7 +279,7 @@ def test_a_used_request_id_with_another_body_is_refused() -> None:
 
 def test_failures_are_not_remembered_and_concurrent_retries_run_once() -> None:
     async def scenario() -> None:
-        cache = admin.IdempotencyCache(clock=Clock())
+        cache = IdempotencyCache(clock=Clock())
 
         async def failing() -> admin_pb2.MoveLeaseResponse:
             raise DsError(Reason.SIDECAR_NOT_FOUND, "no")
@@ -275,7 +299,7 @@ def test_failures_are_not_remembered_and_concurrent_retries_run_once() -> None:
 
 def test_the_cache_is_bounded() -> None:
     async def scenario() -> None:
-        cache = admin.IdempotencyCache(clock=Clock(), max_entries=3)
+        cache = IdempotencyCache(clock=Clock(), max_entries=3)
         for i in range(5):
             await cache.run("MoveLease", move(1, f"r-{i}"), f"r-{i}", Counter())
         assert len(cache) == 3
@@ -284,30 +308,30 @@ def test_the_cache_is_bounded() -> None:
 
 
 def test_the_fingerprint_ignores_only_the_request_id() -> None:
-    assert admin.fingerprint("M", move(1, "a")) == admin.fingerprint("M", move(1, "b"))
-    assert admin.fingerprint("M", move(1)) != admin.fingerprint("M", move(2))
-    assert admin.fingerprint("M", move(1)) != admin.fingerprint("N", move(1))
+    assert fingerprint("M", move(1, "a")) == fingerprint("M", move(1, "b"))
+    assert fingerprint("M", move(1)) != fingerprint("M", move(2))
+    assert fingerprint("M", move(1)) != fingerprint("N", move(1))
 
 
 # ---- paging --------------------------------------------------------------------------
 
 
 def test_page_tokens_are_only_accepted_from_their_issuer() -> None:
-    tokens = admin.PageTokens()
+    tokens = PageTokens()
     assert tokens.parse("") == ""
     assert tokens.parse(tokens.issue("orders")) == "orders"
-    for bad in ["garbage", "!!!", admin.PageTokens().issue("orders"), tokens.issue("x")[:-2]]:
+    for bad in ["garbage", "!!!", PageTokens().issue("orders"), tokens.issue("x")[:-2]]:
         with pytest.raises(DsError) as excinfo:
             tokens.parse(bad)
         assert field_of(excinfo) == "page_token"
 
 
 def test_page_size_defaults_and_caps() -> None:
-    assert admin.page_size(0) == admin.DEFAULT_PAGE_SIZE
-    assert admin.page_size(7) == 7
-    assert admin.page_size(5000) == admin.MAX_PAGE_SIZE
+    assert page_size(0) == DEFAULT_PAGE_SIZE
+    assert page_size(7) == 7
+    assert page_size(5000) == MAX_PAGE_SIZE
     with pytest.raises(DsError) as excinfo:
-        admin.page_size(-1)
+        page_size(-1)
     assert field_of(excinfo) == "page_size"
 
 
@@ -317,7 +341,7 @@ def test_paging_visits_every_name_once_in_order(names: list[str], size: int) -> 
     seen: list[str] = []
     after = ""
     for _ in range(len(names) + 2):
-        chosen, last = admin.page(names, after, size)
+        chosen, last = page(names, after, size)
         assert len(chosen) <= size
         seen.extend(chosen)
         if not last:
@@ -341,26 +365,26 @@ def test_paging_visits_every_name_once_in_order(names: list[str], size: int) -> 
     ],
 )
 def test_lag_in_records(committed: int, earliest: int, end: int, lag: int) -> None:
-    assert admin.lag_records(committed, earliest, end) == lag
-    assert admin.PartitionOffsets(committed, earliest, end).lag == lag
+    assert lag_records(committed, earliest, end) == lag
+    assert PartitionOffsets(committed, earliest, end).lag == lag
 
 
 def test_lag_in_seconds() -> None:
-    assert admin.lag_seconds(0, None, 1000.0) == 0.0
-    assert admin.lag_seconds(5, None, 1000.0) == -1.0
-    assert admin.lag_seconds(5, 990_000, 1000.0) == pytest.approx(10.0)
-    assert admin.lag_seconds(5, 1_010_000, 1000.0) == 0.0  # clock skew: never negative
-    total = {TopicPartition("t", 0): admin.PartitionOffsets(1, 0, 5)}
-    assert admin.total_lag(total) == 4
+    assert lag_seconds(0, None, 1000.0) == 0.0
+    assert lag_seconds(5, None, 1000.0) == -1.0
+    assert lag_seconds(5, 990_000, 1000.0) == pytest.approx(10.0)
+    assert lag_seconds(5, 1_010_000, 1000.0) == 0.0  # clock skew: never negative
+    total = {TopicPartition("t", 0): PartitionOffsets(1, 0, 5)}
+    assert total_lag(total) == 4
 
 
 def test_monotonic_instants_become_wall_clock_time() -> None:
-    ts = admin.wall_timestamp(mono=95.0, now_mono=100.0, now_wall=1_700_000_000.0)
+    ts = wall_timestamp(mono=95.0, now_mono=100.0, now_wall=1_700_000_000.0)
     assert ts.ToNanoseconds() == 1_699_999_995 * 10**9
 
 
 def test_a_precondition_not_yet_catalogued_still_travels_as_failed_precondition() -> None:
-    err = admin.version_conflict("g", 3, 4)
+    err = version_conflict("g", 3, 4)
     assert err.code is grpc.StatusCode.FAILED_PRECONDITION
     status = err.to_status()
     assert status.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
@@ -379,14 +403,14 @@ class FakeReader:
         self.reads = 0
         self.probes = 0
 
-    def read(self, group: str, partitions: object) -> admin.Offsets:
+    def read(self, group: str, partitions: object) -> Offsets:
         import time
 
         self.reads += 1
         time.sleep(self.delay)
-        return {TopicPartition("t", 0): admin.PartitionOffsets(self.reads, 0, 10)}
+        return {TopicPartition("t", 0): PartitionOffsets(self.reads, 0, 10)}
 
-    def read_many(self, groups: dict[str, object]) -> dict[str, admin.Offsets]:
+    def read_many(self, groups: dict[str, object]) -> dict[str, Offsets]:
         return {g: self.read(g, None) for g in groups}
 
     def oldest_timestamps(self, starts: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
@@ -394,8 +418,8 @@ class FakeReader:
         return {tp: 1000 * offset for tp, offset in starts.items()}
 
 
-def view(reader: FakeReader, clock: Clock) -> admin.OffsetsView:
-    return admin.OffsetsView(reader, max_age=1.0, probe_interval=2.0, clock=clock)  # type: ignore[arg-type]
+def view(reader: FakeReader, clock: Clock) -> OffsetsView:
+    return OffsetsView(reader, max_age=1.0, probe_interval=2.0, clock=clock)  # type: ignore[arg-type]
 
 
 def test_polling_reads_kafka_once_per_max_age() -> None:
@@ -447,7 +471,7 @@ def test_record_timestamps_are_probed_rarely_and_remembered() -> None:
 
 
 def test_budget_takes_a_share_of_the_deadline() -> None:
-    assert admin.budget(None, 5.0) == 5.0
-    assert admin.budget(1.0, 5.0) == 0.5
-    assert admin.budget(100.0, 5.0) == 5.0
-    assert admin.budget(-1.0, 5.0) == 0.0
+    assert budget(None, 5.0) == 5.0
+    assert budget(1.0, 5.0) == 0.5
+    assert budget(100.0, 5.0) == 5.0
+    assert budget(-1.0, 5.0) == 0.0

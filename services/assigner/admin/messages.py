@@ -1,0 +1,50 @@
+"""Group state as the admin API's messages (pure): leases, members, and this process's
+monotonic instants as wall-clock timestamps."""
+
+from __future__ import annotations
+
+from google.protobuf import timestamp_pb2
+
+from dataservice.assigner.v1 import types_pb2
+from services.assigner.coordinator import Lease, LeaseState, MemberInfo
+
+
+def wall_timestamp(mono: float, now_mono: float, now_wall: float) -> timestamp_pb2.Timestamp:
+    """A monotonic instant of this process as wall-clock time."""
+    ts = timestamp_pb2.Timestamp()
+    ts.FromNanoseconds(int((now_wall - (now_mono - mono)) * 1e9))
+    return ts
+
+
+_LEASE_STATES = {
+    LeaseState.FREE: types_pb2.LEASE_STATE_UNASSIGNED,
+    LeaseState.GRANTED: types_pb2.LEASE_STATE_GRANTED,
+    LeaseState.REVOKING: types_pb2.LEASE_STATE_REVOKING,
+}
+
+
+def lease_message(lease: Lease, now_mono: float, now_wall: float) -> types_pb2.Lease:
+    proto = types_pb2.Lease(
+        topic=lease.tp.topic,
+        partition=lease.tp.partition,
+        holder=lease.holder or "",
+        epoch=lease.epoch,
+        state=_LEASE_STATES.get(lease.state, types_pb2.LEASE_STATE_UNASSIGNED),
+    )
+    if lease.holder is not None:
+        proto.expires_at.CopyFrom(wall_timestamp(lease.expires_at, now_mono, now_wall))
+    return proto
+
+
+def member_message(member: MemberInfo, now_mono: float, now_wall: float) -> types_pb2.Member:
+    proto = types_pb2.Member(
+        sidecar_id=member.id,
+        endpoint=member.endpoint,
+        zone=member.zone or "",
+        capacity=member.capacity or 0,
+    )
+    if member.joined_at:
+        proto.joined_at.CopyFrom(wall_timestamp(member.joined_at, now_mono, now_wall))
+    if member.last_seen:
+        proto.last_heartbeat.CopyFrom(wall_timestamp(member.last_seen, now_mono, now_wall))
+    return proto

@@ -1,0 +1,139 @@
+"""Checks of the admin API's request fields and of whole ``GroupConfig`` messages (pure).
+
+Each check raises ``DsError(INVALID_FIELD)`` naming the field (AIP-193); none does I/O.
+What librdkafka itself accepts as a consumer property is checked apart, in
+:mod:`.librdkafka`, since that needs a C call.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+from google.protobuf import duration_pb2
+
+from dataservice.assigner.v1 import types_pb2
+from dataservice.common.v1 import common_pb2
+from services.runtime.errors import DsError, Reason, invalid
+
+# Kafka's own rules for group ids we accept (a group name is its Kafka group id) and for
+# topic names (kafka.common.internals.Topic: legal chars, at most 249).
+_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# Properties the mesh owns: the group id is the group's name, and commits must stay explicit
+# and epoch-fenced (ARCHITECTURE §3), so neither may be set per group.
+FORBIDDEN_CONSUMER_KEYS = frozenset({"group.id", "enable.auto.commit"})
+MAX_TOPICS = 1000
+MAX_CONSUMER_CONFIG = 200
+MAX_ALERT_TEMPLATE = 255
+# Same bounds as the assigner-wide settings (services/assigner/settings.py).
+LEASE_TTL_RANGE = (0.5, 300.0)
+HEARTBEAT_RANGE = (0.05, 60.0)
+
+MODES: Mapping[int, str] = {
+    common_pb2.GROUP_MODE_LEASED: "leased",
+    common_pb2.GROUP_MODE_KAFKA_GROUP: "kafka_group",
+}
+BALANCE_STRATEGIES: Mapping[int, str] = {
+    types_pb2.BALANCE_STRATEGY_UNSPECIFIED: "count",
+    types_pb2.BALANCE_STRATEGY_COUNT: "count",
+    types_pb2.BALANCE_STRATEGY_LOAD: "load",
+}
+
+
+def version_conflict(group: str, expected: int, current: int) -> DsError:
+    return DsError(
+        Reason.CONFIG_VERSION_CONFLICT,
+        f"group {group!r} is at config_version {current}, not {expected}: read it again and retry",
+        metadata={"group": group, "expected": str(expected), "current": str(current)},
+    )
+
+
+def validate_group_name(field: str, name: str) -> str:
+    if not name:
+        raise invalid(field, "must not be empty")
+    if not _NAME.match(name):
+        raise invalid(field, "a group name is a Kafka group id: at most 249 of A-Z a-z 0-9 . _ -")
+    return name
+
+
+def validate_request_id(request_id: str) -> str:
+    if request_id and not _REQUEST_ID.match(request_id):
+        raise invalid("request_id", "must be a UUID (at most 128 of A-Z a-z 0-9 . _ : -)")
+    return request_id
+
+
+def validate_topics(field: str, topics: Sequence[str]) -> None:
+    if not topics:
+        raise invalid(field, "name at least one topic")
+    if len(topics) > MAX_TOPICS:
+        raise invalid(field, f"at most {MAX_TOPICS} topics")
+    seen: set[str] = set()
+    for i, topic in enumerate(topics):
+        if not _NAME.match(topic) or topic in (".", ".."):
+            raise invalid(f"{field}[{i}]", f"{topic!r} is not a valid Kafka topic name")
+        if topic in seen:
+            raise invalid(f"{field}[{i}]", f"topic {topic!r} is named twice")
+        seen.add(topic)
+
+
+def validate_consumer_config(field: str, config: Mapping[str, str]) -> None:
+    """The mesh's rules for per-group librdkafka properties (what librdkafka itself
+    accepts is checked by :func:`.librdkafka.check_librdkafka_properties`)."""
+    if len(config) > MAX_CONSUMER_CONFIG:
+        raise invalid(field, f"at most {MAX_CONSUMER_CONFIG} properties")
+    for key in sorted(config):
+        if key in FORBIDDEN_CONSUMER_KEYS:
+            raise DsError(
+                Reason.INVALID_FIELD,
+                f"{field}: {key!r} is set by the mesh and cannot be configured per group",
+                metadata={"field": field, "key": key},
+            )
+        if not key or len(key) > 255 or key != key.strip():
+            raise DsError(
+                Reason.INVALID_FIELD,
+                f"{field}: {key!r} is not a property name",
+                metadata={"field": field, "key": key},
+            )
+
+
+def seconds(d: duration_pb2.Duration) -> float:
+    return d.seconds + d.nanos / 1e9
+
+
+def validate_timing(
+    cfg: types_pb2.GroupConfig, default_ttl: float, default_heartbeat: float
+) -> tuple[float, float]:
+    """The group's effective (lease_ttl, heartbeat_interval), both checked."""
+    ttl = seconds(cfg.lease_ttl) if cfg.HasField("lease_ttl") else default_ttl
+    heartbeat = (
+        seconds(cfg.heartbeat_interval) if cfg.HasField("heartbeat_interval") else default_heartbeat
+    )
+    if not LEASE_TTL_RANGE[0] <= ttl <= LEASE_TTL_RANGE[1]:
+        raise invalid("group.lease_ttl", f"must be within {LEASE_TTL_RANGE} seconds")
+    if not HEARTBEAT_RANGE[0] <= heartbeat <= HEARTBEAT_RANGE[1]:
+        raise invalid("group.heartbeat_interval", f"must be within {HEARTBEAT_RANGE} seconds")
+    if heartbeat * 2 > ttl:
+        raise invalid(
+            "group.heartbeat_interval",
+            "must be at most half of lease_ttl, or a single late heartbeat expires every lease",
+        )
+    return ttl, heartbeat
+
+
+def validate_group_config(
+    cfg: types_pb2.GroupConfig, default_ttl: float, default_heartbeat: float
+) -> None:
+    """A whole GroupConfig as CreateGroup receives it, or as UpdateGroup would leave it."""
+    validate_group_name("group.name", cfg.name)
+    validate_topics("group.topics", cfg.topics)
+    if cfg.mode not in MODES:
+        raise invalid("group.mode", "must be GROUP_MODE_LEASED or GROUP_MODE_KAFKA_GROUP")
+    validate_consumer_config("group.consumer_config", cfg.consumer_config)
+    if len(cfg.alert_template) > MAX_ALERT_TEMPLATE or (
+        cfg.alert_template and not _NAME.match(cfg.alert_template)
+    ):
+        raise invalid("group.alert_template", "must be a template name (A-Z a-z 0-9 . _ -)")
+    if cfg.balance_strategy not in BALANCE_STRATEGIES:
+        raise invalid("group.balance_strategy", "unknown balance strategy")
+    validate_timing(cfg, default_ttl, default_heartbeat)

@@ -1,0 +1,54 @@
+"""A group's offsets on a partition and the lag they mean (pure).
+
+Shared by DescribeGroup, ListGroups, the ``/ui`` pages and the lag sampler, so that every
+view computes lag by the same rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from services.assigner.balancer import TopicPartition
+from services.runtime.errors import DsError, Reason
+
+NO_OFFSET = -1
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    committed: int  # the group's committed offset (next to consume); -1 = none
+    earliest: int  # log start offset
+    end: int  # high watermark
+
+    @property
+    def lag(self) -> int:
+        return lag_records(self.committed, self.earliest, self.end)
+
+
+Offsets = dict[TopicPartition, PartitionOffsets]
+
+
+def lag_records(committed: int, earliest: int, end: int) -> int:
+    """Records not yet consumed: end - committed, or everything left in the log when
+    nothing is committed (or the commit points below the log start, deleted by retention)."""
+    start = committed if committed >= 0 else earliest
+    return max(0, end - max(start, earliest))
+
+
+def total_lag(offsets: Mapping[TopicPartition, PartitionOffsets]) -> int:
+    return sum(o.lag for o in offsets.values())
+
+
+def lag_seconds(lag: int, oldest_ms: int | None, now_wall: float) -> float:
+    """Age of the oldest unconsumed record; 0 when caught up, -1 when unknown."""
+    if lag == 0:
+        return 0.0
+    if oldest_ms is None:
+        return -1.0
+    return max(0.0, now_wall - oldest_ms / 1000.0)
+
+
+def unavailable(message: str, group: str = "") -> DsError:
+    """KAFKA_UNAVAILABLE for offsets Kafka did not give (in time)."""
+    return DsError(Reason.KAFKA_UNAVAILABLE, message, metadata={"group": group} if group else None)
