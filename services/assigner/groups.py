@@ -16,6 +16,7 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import structlog
 from google.protobuf import duration_pb2
@@ -39,7 +40,7 @@ from services.assigner.coordinator import (
 from services.assigner.faults import GroupFaults
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.settings import AssignerSettings, GroupSeed
-from services.assigner.state import GroupRecord, StateStore
+from services.assigner.state import GroupRecord
 from services.runtime.reporter import FaultReporter
 
 log = structlog.get_logger(__name__)
@@ -58,6 +59,21 @@ MODES = {
     "leased": common_pb2.GROUP_MODE_LEASED,
     "kafka_group": common_pb2.GROUP_MODE_KAFKA_GROUP,
 }
+
+
+class GroupStore(Protocol):
+    """The durable writes of a group (:class:`~services.assigner.state.StateStore` in the
+    assigner). Each returns once Kafka acknowledged the record, or raises."""
+
+    def put_group(self, record: GroupRecord) -> asyncio.Future[None]: ...
+
+    def put_epochs(
+        self, group: str, epochs: Iterable[tuple[TopicPartition, int]]
+    ) -> asyncio.Future[None]: ...
+
+    def put_binding(self, group: str, client_id: str) -> asyncio.Future[None]: ...
+
+    def delete_binding(self, group: str, client_id: str) -> asyncio.Future[None]: ...
 
 
 def duration(seconds: float) -> duration_pb2.Duration:
@@ -130,7 +146,7 @@ class GroupRuntime:
         partitions: Iterable[TopicPartition],
         settings: AssignerSettings,
         metrics: AssignerMetrics,
-        state: StateStore | None,
+        state: GroupStore | None,
         *,
         epochs: dict[TopicPartition, int] | None = None,
         settle_until: float = 0.0,

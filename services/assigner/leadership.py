@@ -375,3 +375,24 @@ class LeaderElector:
             await callback()
         except Exception:
             self._log.exception("leadership callback failed", callback=what)
+
+
+class Replica:
+    """This replica as its servicers, leader guard and pages see it: its advertised gRPC
+    address and its current :class:`Leadership`.
+
+    Both are only known in ``on_ready`` (the bound port; the election starts there), after
+    everything that reads them was built, so those hold this object and read it per call.
+    """
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.leadership: Leadership = Unelected()
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leadership.is_leader
+
+    @property
+    def leader_address(self) -> str | None:
+        return self.leadership.leader_address

@@ -1,4 +1,9 @@
-"""gRPC servicers of the assigner: thin adapters over :class:`AssignerApp` state."""
+"""gRPC servicers of the assigner: thin adapters over the narrow objects they are given.
+
+The groups come from :class:`~services.assigner.registry.GroupRegistry`, offsets from
+:class:`~services.assigner.offsets_view.OffsetsView`, the time from a clock; none of them
+knows the app, so each runs on an in-process server in the unit tests.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,8 @@ import asyncio
 import contextlib
 import re
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
 
 import grpc.aio
 import structlog
@@ -35,20 +40,20 @@ from services.assigner.admin.validation import (
 )
 from services.assigner.balancer import TopicPartition
 from services.assigner.coordinator import LeaseState
-from services.assigner.groups import duration
-from services.assigner.kafka_offsets import KAFKA_TIMEOUT_SECONDS, KafkaOffsets
+from services.assigner.groups import GroupRuntime, duration
+from services.assigner.kafka_offsets import KAFKA_TIMEOUT_SECONDS
+from services.assigner.metrics import AssignerMetrics
 from services.assigner.offsets import lag_seconds, total_lag
 from services.assigner.offsets_view import OffsetsView, budget
+from services.assigner.registry import GroupRegistry
+from services.assigner.settings import AssignerSettings
 from services.assigner.state import GroupRecord
 from services.runtime.errors import DsError, Reason, invalid, not_implemented
-
-if TYPE_CHECKING:
-    from services.assigner.app import AssignerApp
-    from services.assigner.groups import GroupRuntime
 
 log = structlog.get_logger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
 _ID = re.compile(r"^[A-Za-z0-9._:@-]{1,255}$")
+Clock = Callable[[], float]
 
 
 def require_id(field: str, value: str) -> str:
@@ -59,9 +64,23 @@ def require_id(field: str, value: str) -> str:
     return value
 
 
+class KafkaGroups(Protocol):
+    """Kafka's classic consumer groups (:class:`~services.assigner.kafka_cluster.KafkaCluster`)."""
+
+    async def group_members(self, group: str) -> int:
+        """Members of the Kafka consumer group; DsError KAFKA_UNAVAILABLE."""
+        ...
+
+
 class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
-    def __init__(self, app: AssignerApp) -> None:
-        self.app = app
+    """The sidecars' Session and Leave (ARCHITECTURE §3.1)."""
+
+    def __init__(
+        self, groups: GroupRegistry, metrics: AssignerMetrics, clock: Clock = time.monotonic
+    ) -> None:
+        self.groups = groups
+        self.metrics = metrics
+        self.clock = clock
 
     async def Session(
         self, request_iterator: AsyncIterator[assigner_pb2.SessionRequest], context: Context
@@ -78,9 +97,9 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
             raise invalid("join.endpoint", "must be the sidecar's HOST:PORT")
         if join.capacity < 0:
             raise invalid("join.capacity", "must be >= 0 (0 = unlimited)")
-        group = await self.app.serving_group(join.group)
-        conn = group.attach(join, self.app.now())
-        self.app.metrics.sessions.inc()
+        group = await self.groups.serving_group(join.group)
+        conn = group.attach(join, self.clock())
+        self.metrics.sessions.inc()
         reader = asyncio.create_task(self._read(group, conn, request_iterator))
         try:
             while True:
@@ -93,7 +112,7 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
             group.detach(conn)
-            self.app.metrics.sessions.dec()
+            self.metrics.sessions.dec()
 
     async def _read(
         self,
@@ -104,7 +123,7 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
         try:
             async for request in request_iterator:
                 if request.WhichOneof("kind") == "heartbeat":
-                    group.heartbeat(conn, request.heartbeat, self.app.now())
+                    group.heartbeat(conn, request.heartbeat, self.clock())
                 else:
                     log.warning("ignoring a second join on an open session", sidecar=conn.member_id)
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
@@ -117,7 +136,7 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
         self, request: assigner_pb2.LeaveRequest, context: Context
     ) -> assigner_pb2.LeaveResponse:
         require_id("sidecar_id", request.sidecar_id)
-        group = self.app.group(request.group)
+        group = self.groups.group(request.group)
         if request.sidecar_id not in group.coordinator.members:
             raise DsError(
                 Reason.SIDECAR_NOT_FOUND,
@@ -126,21 +145,23 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
             )
         hold = 0.0
         if request.graceful:
-            hold = group.leave(request.sidecar_id, self.app.now())
+            hold = group.leave(request.sidecar_id, self.clock())
         else:
-            group.abandon(request.sidecar_id, self.app.now())
+            group.abandon(request.sidecar_id, self.clock())
         return assigner_pb2.LeaveResponse(hold_window=duration(hold))
 
 
 class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
-    def __init__(self, app: AssignerApp) -> None:
-        self.app = app
+    """The application clients' bindings to the sidecars serving their group."""
+
+    def __init__(self, groups: GroupRegistry) -> None:
+        self.groups = groups
 
     async def Bind(
         self, request: binding_pb2.BindRequest, context: Context
     ) -> binding_pb2.BindResponse:
         require_id("client_id", request.client_id)
-        group = await self.app.serving_group(request.group)
+        group = await self.groups.serving_group(request.group)
         group.bind(request.client_id)
         return binding_pb2.BindResponse(binding=group.binding_for(request.client_id))
 
@@ -148,7 +169,7 @@ class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
         self, request: binding_pb2.WatchBindingRequest, context: Context
     ) -> AsyncIterator[binding_pb2.WatchBindingResponse]:
         require_id("client_id", request.client_id)
-        group = await self.app.serving_group(request.group)
+        group = await self.groups.serving_group(request.group)
         queue: asyncio.Queue[types_pb2.Binding] = asyncio.Queue()
         group.watchers.add(queue)
         try:
@@ -173,7 +194,7 @@ class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
         self, request: binding_pb2.UnbindRequest, context: Context
     ) -> binding_pb2.UnbindResponse:
         require_id("client_id", request.client_id)
-        group = self.app.group(request.group)
+        group = self.groups.group(request.group)
         group.unbind(request.client_id)
         return binding_pb2.UnbindResponse()
 
@@ -185,24 +206,24 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     UNIMPLEMENTED until the Operations issue. Kafka is read in worker threads only.
     """
 
-    def __init__(self, app: AssignerApp) -> None:
-        self.app = app
+    def __init__(
+        self,
+        groups: GroupRegistry,
+        offsets: OffsetsView,
+        kafka: KafkaGroups,
+        settings: AssignerSettings,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.groups = groups
+        self.offsets = offsets
+        self.kafka = kafka
+        self.settings = settings
+        self.clock = clock
         self.requests = IdempotencyCache()
         self.page_tokens = PageTokens()
-        self._offsets: OffsetsView | None = None
         # One configuration change at a time: the config_version check and the write it
         # guards must not interleave with another change across the awaits between them.
         self._writes = asyncio.Lock()
-
-    def close(self) -> None:
-        if self._offsets is not None:
-            self._offsets.reader.close()
-
-    @property
-    def offsets(self) -> OffsetsView:
-        if self._offsets is None:
-            self._offsets = OffsetsView(KafkaOffsets(self.app.settings))
-        return self._offsets
 
     # ---- reads --------------------------------------------------------------------------
 
@@ -211,8 +232,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.ListGroupsResponse:
         size = page_size(request.page_size)
         after = self.page_tokens.parse(request.page_token)
-        names, last = page(sorted(self.app.groups), after, size)
-        groups = [self.app.groups[n] for n in names if n in self.app.groups]
+        names, last = page(self.groups.names(), after, size)
+        groups = [g for n in names if (g := self.groups.get(n)) is not None]
         # Live, for this page only; Kafka not answering in time gives total_lag -1.
         offsets = await self.offsets.many(
             {g.name: sorted(g.coordinator.leases) for g in groups},
@@ -238,7 +259,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.DescribeGroupRequest, context: Context
     ) -> admin_pb2.DescribeGroupResponse:
         validate_group_name("group", request.group)
-        group = self.app.group(request.group)
+        group = self.groups.group(request.group)
         partitions = sorted(group.coordinator.leases)
         offsets = await self.offsets.group(
             group.name,
@@ -249,7 +270,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         oldest = await self.offsets.oldest_timestamps(
             starts, budget(context.time_remaining(), 1.0, share=0.3)
         )
-        now_mono, now_wall = self.app.now(), time.time()
+        now_mono, now_wall = self.clock(), time.time()
         return admin_pb2.DescribeGroupResponse(
             config=group.config_proto(),
             members=[
@@ -293,13 +314,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         async with self._writes:
             # The same settings again answer the existing group; other settings are
             # GROUP_ALREADY_EXISTS; a topic that does not exist is TOPIC_NOT_FOUND.
-            group = await self.app.create_group(
-                record.name,
-                record.topics,
-                record.mode,
-                record.consumer_config,
-                balance_strategy=record.balance_strategy,
-            )
+            group = await self.groups.create_group(record)
         return admin_pb2.CreateGroupResponse(group=group.config_proto())
 
     async def UpdateGroup(
@@ -310,7 +325,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         if request.expected_config_version < 0:
             raise invalid("expected_config_version", "must be >= 0 (0 = unconditional)")
         paths = mask_paths(request.update_mask if request.HasField("update_mask") else None)
-        self.app.group(request.group.name)  # NOT_FOUND before anything else
+        self.groups.group(request.group.name)  # NOT_FOUND before anything else
         return await self.requests.run(
             "UpdateGroup", request, request.request_id, lambda: self._update(request, paths)
         )
@@ -319,7 +334,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.UpdateGroupRequest, paths: tuple[str, ...]
     ) -> admin_pb2.UpdateGroupResponse:
         async with self._writes:
-            group = self.app.group(request.group.name)
+            group = self.groups.group(request.group.name)
             current = group.config_proto()
             expected = request.expected_config_version
             if expected and expected != current.config_version:
@@ -333,7 +348,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 # The two modes never run at once on one group id: Kafka accepts commits
                 # from non-members (assign() sidecars) only while the group has no members.
                 members = len(group.coordinator.members)
-                kafka_members = await self.app.kafka_group_members(group.name)
+                kafka_members = await self.kafka.group_members(group.name)
                 if members or kafka_members:
                     raise DsError(
                         Reason.GROUP_MODE_MISMATCH,
@@ -357,7 +372,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 )
             # Durable first, then live (sidecars get consumer config pushed); a topic that
             # does not exist is TOPIC_NOT_FOUND.
-            group = await self.app.update_group(record)
+            group = await self.groups.update_group(record)
             log.info("group updated", group=group.name, changed=changed)
             return admin_pb2.UpdateGroupResponse(group=group.config_proto())
 
@@ -385,7 +400,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         (holder = the current holder) while the holder drains, or GRANTED to the target when
         the partition was free or the target already holds it. DescribeGroup shows the
         target with a higher epoch once the holder has released."""
-        group = self.app.group(request.group)
+        group = self.groups.group(request.group)
         if group.record.mode != "leased":
             raise DsError(
                 Reason.GROUP_MODE_MISMATCH,
@@ -413,13 +428,13 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 metadata={"group": group.name, "sidecar_id": target},
             )
         if not (lease.holder == target and lease.state is LeaseState.GRANTED):
-            group.move_lease(tp, target, self.app.now())  # no-op when already heading there
-        return admin_pb2.MoveLeaseResponse(lease=lease_message(lease, self.app.now(), time.time()))
+            group.move_lease(tp, target, self.clock())  # no-op when already heading there
+        return admin_pb2.MoveLeaseResponse(lease=lease_message(lease, self.clock(), time.time()))
 
     # ---- helpers ------------------------------------------------------------------------
 
     def _timing_defaults(self) -> tuple[float, float]:
-        return self.app.settings.lease_ttl_seconds, self.app.settings.heartbeat_interval_seconds
+        return self.settings.lease_ttl_seconds, self.settings.heartbeat_interval_seconds
 
     def _record_defaults(self) -> dict[str, Any]:
         """What a GroupConfig field means when the record cannot carry it: the assigner-wide

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 import grpc.aio
 import structlog
@@ -22,8 +22,14 @@ from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
 from services.assigner.admin.validation import validate_group_name
 from services.assigner.balancer import TopicPartition
 from services.assigner.coordinator import Lease, LeaseState
+from services.assigner.groups import GroupRuntime
+from services.assigner.kafka_cluster import KafkaCluster
+from services.assigner.leadership import Replica
 from services.assigner.metrics import imbalance_ratio
 from services.assigner.offsets import lag_seconds, total_lag
+from services.assigner.offsets_view import OffsetsView
+from services.assigner.registry import GroupRegistry
+from services.assigner.settings import AssignerSettings
 from services.assigner.ui.history import LagHistory
 from services.assigner.ui.model import (
     BindingRow,
@@ -45,17 +51,12 @@ from services.runtime.errors import DsError
 from services.runtime.faults import short_severity, short_state, short_type
 from services.runtime.lag import Status, group_status
 
-if TYPE_CHECKING:
-    from services.assigner.app import AssignerApp
-    from services.assigner.groups import GroupRuntime
-
 log = structlog.get_logger(__name__)
 
 LAG_SAMPLE_SECONDS = 5.0
 OFFSETS_WAIT_SECONDS = 3.0
 TIMESTAMPS_WAIT_SECONDS = 1.0
 NOTIFIER_TIMEOUT_SECONDS = 2.0
-METADATA_TIMEOUT_SECONDS = 5.0
 FAULTS_SHOWN = 20
 _STATES = {LeaseState.GRANTED: "granted", LeaseState.REVOKING: "revoking", LeaseState.FREE: "free"}
 
@@ -64,33 +65,51 @@ def _key(tp: TopicPartition) -> str:
     return f"{tp.topic}/{tp.partition}"
 
 
-class UiData:
-    """Builds the pages' data from one :class:`AssignerApp`."""
+@dataclass(frozen=True)
+class UiSources:
+    """What the pages read: the live groups, their offsets (the view DescribeGroup uses),
+    Kafka's metadata, this replica, the settings (Consul, notifier) and the clock."""
 
-    def __init__(self, app: AssignerApp, history: LagHistory) -> None:
-        self.app = app
+    groups: GroupRegistry
+    offsets: OffsetsView
+    cluster: KafkaCluster
+    replica: Replica
+    settings: AssignerSettings
+    service: str  # this service's name in discovery (for the leader's /ui link)
+    clock: Callable[[], float] = time.monotonic
+
+
+class UiData:
+    """Builds the pages' data from :class:`UiSources`."""
+
+    def __init__(self, sources: UiSources, history: LagHistory) -> None:
+        self.groups = sources.groups
+        self.offsets = sources.offsets
+        self.cluster = sources.cluster
+        self.replica = sources.replica
+        self.settings = sources.settings
+        self.service = sources.service
+        self.clock = sources.clock
         self.history = history
         self._notifier: tuple[str, grpc.aio.Channel] | None = None
 
     def page(self) -> Page:
         now = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-        return Page(instance=self.app.address, generated_at=now)
+        return Page(instance=self.replica.address, generated_at=now)
 
     async def not_leader(self) -> NotLeader | None:
         """None while this replica leads and serves; else who does."""
-        if self.app.leading:
+        if self.groups.serving:
             return None
-        leader = self.app.leadership.leader_address
+        leader = self.replica.leader_address
         return NotLeader(self.page(), leader, await self._leader_ui(leader))
 
     async def _leader_ui(self, leader: str | None) -> str | None:
         """The leader's /ui URL: its HTTP port is in its Consul registration's meta."""
-        if leader is None or not self.app.settings.consul:
+        if leader is None or not self.settings.consul:
             return None
         try:
-            _index, instances = await make_discovery(self.app.settings.consul).healthy(
-                self.app.name
-            )
+            _index, instances = await make_discovery(self.settings.consul).healthy(self.service)
         except Exception:
             return None
         for instance in instances:
@@ -101,8 +120,8 @@ class UiData:
     # ---- index --------------------------------------------------------------------------
 
     async def index(self) -> IndexView:
-        groups = [self.app.groups[n] for n in sorted(self.app.groups)]
-        read = await self.app.offsets.many(
+        groups = list(self.groups)
+        read = await self.offsets.many(
             {g.name: sorted(g.coordinator.leases) for g in groups}, OFFSETS_WAIT_SECONDS
         )
         errors = sorted({str(r.message) for r in read.values() if isinstance(r, DsError)})
@@ -126,14 +145,14 @@ class UiData:
     # ---- distribution ------------------------------------------------------------------
 
     async def distribution(self) -> DistributionView:
-        groups = [self.app.groups[n] for n in sorted(self.app.groups)]
+        groups = list(self.groups)
         topics = sorted({t for g in groups for t in g.record.topics})
         leaders: dict[TopicPartition, int] = {}
         hosts: dict[int, str] = {}
         broker_error = ""
         if topics:
             try:
-                leaders, hosts = await asyncio.to_thread(self._broker_leaders, topics)
+                leaders, hosts = await asyncio.to_thread(self.cluster.broker_leaders, topics)
             except KafkaException as exc:
                 broker_error = f"cannot read Kafka metadata: {exc}"
         return DistributionView(
@@ -142,32 +161,17 @@ class UiData:
             broker_error,
         )
 
-    def _broker_leaders(
-        self, topics: Sequence[str]
-    ) -> tuple[dict[TopicPartition, int], dict[int, str]]:
-        """Partition -> leader broker id, and broker id -> host:port (blocking)."""
-        metadata = self.app.kafka_admin.list_topics(timeout=METADATA_TIMEOUT_SECONDS)
-        hosts = {b.id: f"{b.host}:{b.port}" for b in metadata.brokers.values()}
-        leaders: dict[TopicPartition, int] = {}
-        for topic in topics:
-            info = metadata.topics.get(topic)
-            if info is None or info.error is not None:
-                continue
-            for p in info.partitions.values():
-                leaders[TopicPartition(topic, p.id)] = p.leader
-        return leaders, hosts
-
     # ---- lag ----------------------------------------------------------------------------
 
     async def lag(self, name: str) -> LagView:
         """Raises DsError (GROUP_NOT_FOUND, KAFKA_UNAVAILABLE) as DescribeGroup would."""
         validate_group_name("group", name)
-        group = self.app.group(name)
+        group = self.groups.group(name)
         partitions = sorted(group.coordinator.leases)
-        offsets = await self.app.offsets.group(group.name, partitions, OFFSETS_WAIT_SECONDS)
+        offsets = await self.offsets.group(group.name, partitions, OFFSETS_WAIT_SECONDS)
         starts = {tp: max(o.committed, o.earliest) for tp, o in offsets.items() if o.lag > 0}
-        oldest = await self.app.offsets.oldest_timestamps(starts, TIMESTAMPS_WAIT_SECONDS)
-        now_wall, now_mono = time.time(), self.app.now()
+        oldest = await self.offsets.oldest_timestamps(starts, TIMESTAMPS_WAIT_SECONDS)
+        now_wall, now_mono = time.time(), self.clock()
         rows = []
         statuses = []
         for tp, o in sorted(offsets.items()):
@@ -204,7 +208,7 @@ class UiData:
         )
 
     async def faults(self, group: str) -> Faults:
-        address = self.app.settings.notifier
+        address = self.settings.notifier
         if not address:
             return Faults(note="notifier not configured (--notifier HOST:PORT)")
         try:
@@ -304,11 +308,19 @@ class LagSampler:
     offsets go into the lag history (the sparkline and Burrow's windows)."""
 
     def __init__(
-        self, app: AssignerApp, history: LagHistory, interval: float = LAG_SAMPLE_SECONDS
+        self,
+        groups: GroupRegistry,
+        offsets: OffsetsView,
+        history: LagHistory,
+        *,
+        interval: float = LAG_SAMPLE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.app = app
+        self.groups = groups
+        self.offsets = offsets
         self.history = history
         self.interval = interval
+        self.clock = clock
 
     async def run(self) -> None:
         # The first sample one interval after election: the new leader's first reads
@@ -322,12 +334,12 @@ class LagSampler:
                 log.exception("lag sample failed")
 
     async def sample_once(self) -> None:
-        groups = {name: sorted(g.coordinator.leases) for name, g in self.app.groups.items()}
+        groups = {g.name: sorted(g.coordinator.leases) for g in self.groups}
         self.history.retain(set(groups))
         if not groups:
             return
-        read = await self.app.offsets.many(groups, OFFSETS_WAIT_SECONDS)
-        now = self.app.now()
+        read = await self.offsets.many(groups, OFFSETS_WAIT_SECONDS)
+        now = self.clock()
         for name, offsets in read.items():
             if isinstance(offsets, DsError):
                 log.debug("lag sample skipped", group=name, error=offsets.message)

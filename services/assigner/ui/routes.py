@@ -6,16 +6,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from services.assigner.ui import render
 from services.assigner.ui.gather import UiData
 from services.assigner.ui.model import Problem
 from services.runtime.errors import DsError, Reason
 from services.runtime.http import HttpResponse, Route
-
-if TYPE_CHECKING:
-    from services.assigner.app import AssignerApp
 
 V = TypeVar("V")
 HTML = "text/html; charset=utf-8"
@@ -29,9 +26,12 @@ _STATUS = {
 
 
 class UiRoutes:
-    def __init__(self, app: AssignerApp, data: UiData) -> None:
-        self.app = app
+    """The pages; until :attr:`loop` is set (the app does so once its loop runs) every page
+    answers 503."""
+
+    def __init__(self, data: UiData) -> None:
         self.data = data
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     def routes(self) -> Mapping[str, Route]:
         return {
@@ -52,7 +52,7 @@ class UiRoutes:
         return self._page(lambda: self.data.lag(group), render.render_lag)
 
     def _page(self, gather: Callable[[], Awaitable[V]], draw: Callable[[V], str]) -> HttpResponse:
-        loop = self.app.loop
+        loop = self.loop
         if loop is None or loop.is_closed():
             return _html(503, render.render_problem(self._problem(503, "Starting", "not ready")))
         try:
