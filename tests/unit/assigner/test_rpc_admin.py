@@ -1,0 +1,590 @@
+"""AdminService on an in-process server: request validation, error mapping (status code +
+ErrorInfo reason) and the happy path of every RPC, without a Kafka broker."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+from google.protobuf import duration_pb2, field_mask_pb2
+
+from dataservice.assigner.v1 import admin_pb2, assigner_pb2, types_pb2
+from dataservice.common.v1 import common_pb2
+from services.assigner.admin.paging import MAX_PAGE_SIZE
+from services.assigner.balancer import TopicPartition
+from services.assigner.coordinator import LeaseState
+from tests.unit.assigner.rpc_harness import (
+    TOPIC,
+    Assigner,
+    Sidecar,
+    field_error,
+    leased_config,
+    reason_of,
+    refused,
+    run,
+)
+
+OTHER = "payments.v1"
+TOPICS = {TOPIC: 4, OTHER: 2}
+
+
+def seconds(value: float) -> duration_pb2.Duration:
+    d = duration_pb2.Duration()
+    d.FromNanoseconds(int(value * 1e9))
+    return d
+
+
+def mask(*paths: str) -> field_mask_pb2.FieldMask:
+    return field_mask_pb2.FieldMask(paths=list(paths))
+
+
+# ---- ListGroups ---------------------------------------------------------------------------
+
+
+def test_list_groups_pages_through_every_group_with_its_lag() -> None:
+    async def body(a: Assigner) -> None:
+        for name in ("c", "a", "b"):
+            await a.create(name)
+        tp = TopicPartition(TOPIC, 0)
+        a.offsets.bounds[tp] = (0, 100)
+        a.offsets.committed[("a", tp)] = 40
+        first = await a.admin.ListGroups(admin_pb2.ListGroupsRequest(page_size=2))
+        assert [g.config.name for g in first.groups] == ["a", "b"]
+        assert first.groups[0].total_lag == 60
+        assert first.groups[0].partition_count == 4
+        assert first.groups[0].member_count == 0
+        assert first.next_page_token
+        second = await a.admin.ListGroups(
+            admin_pb2.ListGroupsRequest(page_size=2, page_token=first.next_page_token)
+        )
+        assert [g.config.name for g in second.groups] == ["c"]
+        assert second.next_page_token == ""
+
+    run(body)
+
+
+def test_list_groups_reports_unknown_lag_when_kafka_does_not_answer() -> None:
+    async def body(a: Assigner) -> None:
+        await a.create("a")
+        a.offsets.down = True
+        response = await a.admin.ListGroups(admin_pb2.ListGroupsRequest())
+        assert [(g.config.name, g.total_lag) for g in response.groups] == [("a", -1)]
+
+    run(body)
+
+
+def test_list_groups_caps_an_absurd_page_size_and_refuses_a_negative_one() -> None:
+    async def body(a: Assigner) -> None:
+        for i in range(MAX_PAGE_SIZE + 1):
+            await a.create(f"g{i:04d}")
+        response = await a.admin.ListGroups(admin_pb2.ListGroupsRequest(page_size=2**31 - 1))
+        assert len(response.groups) == MAX_PAGE_SIZE
+        rest = await a.admin.ListGroups(
+            admin_pb2.ListGroupsRequest(page_token=response.next_page_token)
+        )
+        assert [g.config.name for g in rest.groups] == [f"g{MAX_PAGE_SIZE:04d}"]
+        err = await refused(a.admin.ListGroups(admin_pb2.ListGroupsRequest(page_size=-1)))
+        assert field_error(err) == "page_size"
+
+    run(body, topics={TOPIC: 1})
+
+
+@pytest.mark.parametrize("token", ["not-a-token", "!!!", "QUJDREVGR0hJSktMTU5PUFFSU1RVVldY"])
+def test_list_groups_refuses_a_token_it_did_not_issue(token: str) -> None:
+    async def body(a: Assigner) -> None:
+        err = await refused(a.admin.ListGroups(admin_pb2.ListGroupsRequest(page_token=token)))
+        assert field_error(err) == "page_token"
+
+    run(body)
+
+
+# ---- DescribeGroup ------------------------------------------------------------------------
+
+
+def test_describe_group_shows_members_leases_lag_and_bindings() -> None:
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        sidecar = Sidecar(a.sessions, "sc-1")
+        await sidecar.join("g")
+        grants = await sidecar.grants(4)
+        await sidecar.heartbeat(grants)
+        tp = TopicPartition(TOPIC, 1)
+        a.offsets.bounds[tp] = (0, 50)
+        a.offsets.committed[("g", tp)] = 30
+        a.groups.group("g").bind("app-1")
+        response = await a.admin.DescribeGroup(admin_pb2.DescribeGroupRequest(group="g"))
+        assert response.config.name == "g"
+        assert [m.sidecar_id for m in response.members] == ["sc-1"]
+        assert response.members[0].HasField("last_heartbeat")
+        assert [(le.partition, le.holder, le.state) for le in response.leases] == [
+            (p, "sc-1", types_pb2.LEASE_STATE_GRANTED) for p in range(4)
+        ]
+        lag = {
+            p.partition: (p.committed_offset, p.end_offset, p.lag_records)
+            for p in response.partitions
+        }
+        assert lag[1] == (30, 50, 20)
+        assert lag[0] == (-1, 0, 0)
+        assert [b.client_id for b in response.bindings] == ["app-1"]
+        await sidecar.close()
+
+    run(body)
+
+
+@pytest.mark.parametrize("group", ["", "has space", "a" * 250])
+def test_describe_group_refuses_a_bad_name(group: str) -> None:
+    async def body(a: Assigner) -> None:
+        err = await refused(a.admin.DescribeGroup(admin_pb2.DescribeGroupRequest(group=group)))
+        assert field_error(err) == "group"
+
+    run(body)
+
+
+def test_describe_group_maps_unknown_groups_and_kafka_outages() -> None:
+    async def body(a: Assigner) -> None:
+        err = await refused(a.admin.DescribeGroup(admin_pb2.DescribeGroupRequest(group="nope")))
+        assert reason_of(err) == (grpc.StatusCode.NOT_FOUND, "GROUP_NOT_FOUND", {"group": "nope"})
+        await a.create("g")
+        a.offsets.down = True
+        err = await refused(a.admin.DescribeGroup(admin_pb2.DescribeGroupRequest(group="g")))
+        code, reason, metadata = reason_of(err)
+        assert (code, reason, metadata["group"]) == (
+            grpc.StatusCode.UNAVAILABLE,
+            "KAFKA_UNAVAILABLE",
+            "g",
+        )
+
+    run(body)
+
+
+def test_describe_group_while_not_serving_is_not_ready() -> None:
+    async def body(a: Assigner) -> None:
+        err = await refused(a.admin.DescribeGroup(admin_pb2.DescribeGroupRequest(group="g")))
+        code, reason, _ = reason_of(err)
+        assert (code, reason) == (grpc.StatusCode.UNAVAILABLE, "SERVICE_NOT_READY")
+
+    run(body, serving=False)
+
+
+# ---- CreateGroup --------------------------------------------------------------------------
+
+
+def test_create_group_stores_then_serves_and_is_idempotent() -> None:
+    async def body(a: Assigner) -> None:
+        request = admin_pb2.CreateGroupRequest(
+            group=leased_config("g", TOPIC, OTHER, consumer_config={"fetch.max.bytes": "1048576"}),
+            request_id="req-1",
+        )
+        created = await a.admin.CreateGroup(request)
+        assert created.group.name == "g"
+        assert list(created.group.topics) == [TOPIC, OTHER]
+        assert created.group.config_version == 1
+        assert a.store.records["g"].consumer_config == {"fetch.max.bytes": "1048576"}
+        assert len(a.groups.group("g").coordinator.leases) == 6
+        # The same request again (a retry) and the same settings without a request_id
+        # both answer the existing group; nothing is written again.
+        writes = len(a.store.writes)
+        assert await a.admin.CreateGroup(request) == created
+        request.request_id = ""
+        assert await a.admin.CreateGroup(request) == created
+        assert len(a.store.writes) == writes
+
+    run(body, topics=TOPICS)
+
+
+def test_create_group_with_other_settings_for_an_existing_name_already_exists() -> None:
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        err = await refused(
+            a.admin.CreateGroup(admin_pb2.CreateGroupRequest(group=leased_config("g", OTHER)))
+        )
+        assert reason_of(err) == (
+            grpc.StatusCode.ALREADY_EXISTS,
+            "GROUP_ALREADY_EXISTS",
+            {"group": "g"},
+        )
+
+    run(body, topics=TOPICS)
+
+
+def test_create_group_refuses_a_request_id_reused_for_another_request() -> None:
+    async def body(a: Assigner) -> None:
+        await a.admin.CreateGroup(
+            admin_pb2.CreateGroupRequest(group=leased_config("g"), request_id="req-1")
+        )
+        err = await refused(
+            a.admin.CreateGroup(
+                admin_pb2.CreateGroupRequest(group=leased_config("h"), request_id="req-1")
+            )
+        )
+        assert field_error(err) == "request_id"
+
+    run(body)
+
+
+@pytest.mark.parametrize(
+    ("config", "request_id", "field"),
+    [
+        (leased_config(""), "", "group.name"),
+        (leased_config("has space"), "", "group.name"),
+        (types_pb2.GroupConfig(name="g", mode=common_pb2.GROUP_MODE_LEASED), "", "group.topics"),
+        (leased_config("g", "bad topic"), "", "group.topics[0]"),
+        (leased_config("g", TOPIC, TOPIC), "", "group.topics[1]"),
+        (types_pb2.GroupConfig(name="g", topics=[TOPIC]), "", "group.mode"),
+        (leased_config("g", consumer_config={"group.id": "x"}), "", "group.consumer_config"),
+        (
+            leased_config("g", consumer_config={"no.such.property": "1"}),
+            "",
+            "group.consumer_config",
+        ),
+        (
+            leased_config("g", consumer_config={"fetch.max.bytes": "lots"}),
+            "",
+            "group.consumer_config",
+        ),
+        (leased_config("g", alert_template="not a name"), "", "group.alert_template"),
+        (leased_config("g", balance_strategy=99), "", "group.balance_strategy"),
+        (leased_config("g", lease_ttl=seconds(0.1)), "", "group.lease_ttl"),
+        (leased_config("g", heartbeat_interval=seconds(2.0)), "", "group.heartbeat_interval"),
+        # Valid, but a per-group value this assigner cannot apply yet: refused, not dropped.
+        (leased_config("g", lease_ttl=seconds(10.0)), "", "group.lease_ttl"),
+        (leased_config("g", alert_template="oncall"), "", "group.alert_template"),
+        (leased_config("g"), "has space", "request_id"),
+    ],
+)
+def test_create_group_refuses_bad_fields(
+    config: types_pb2.GroupConfig, request_id: str, field: str
+) -> None:
+    async def body(a: Assigner) -> None:
+        err = await refused(
+            a.admin.CreateGroup(admin_pb2.CreateGroupRequest(group=config, request_id=request_id))
+        )
+        assert field_error(err) == field
+        assert len(a.groups) == 0 and a.store.writes == []
+
+    run(body)
+
+
+def test_create_group_maps_unknown_topics_and_kafka_outages() -> None:
+    async def body(a: Assigner) -> None:
+        err = await refused(
+            a.admin.CreateGroup(admin_pb2.CreateGroupRequest(group=leased_config("g", "nope")))
+        )
+        assert reason_of(err) == (grpc.StatusCode.NOT_FOUND, "TOPIC_NOT_FOUND", {"topic": "nope"})
+        a.kafka.down = True
+        err = await refused(
+            a.admin.CreateGroup(admin_pb2.CreateGroupRequest(group=leased_config("g")))
+        )
+        assert reason_of(err)[:2] == (grpc.StatusCode.UNAVAILABLE, "KAFKA_UNAVAILABLE")
+        a.kafka.down = False
+        a.store.failing = True  # the state topic refuses the write: nothing is served
+        err = await refused(
+            a.admin.CreateGroup(admin_pb2.CreateGroupRequest(group=leased_config("g")))
+        )
+        assert reason_of(err)[:2] == (grpc.StatusCode.UNAVAILABLE, "KAFKA_UNAVAILABLE")
+        assert len(a.groups) == 0
+        # Failures are not remembered: the retry succeeds once the state topic is back.
+        a.store.failing = False
+        created = await a.admin.CreateGroup(admin_pb2.CreateGroupRequest(group=leased_config("g")))
+        assert created.group.name == "g"
+
+    run(body)
+
+
+# ---- UpdateGroup --------------------------------------------------------------------------
+
+
+def test_update_group_applies_the_mask_durably_and_pushes_consumer_config() -> None:
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        sidecar = Sidecar(a.sessions, "sc-1")
+        await sidecar.join("g")
+        await sidecar.grants(4)
+        patch = leased_config("g", OTHER, consumer_config={"fetch.max.bytes": "1048576"})
+        response = await a.admin.UpdateGroup(
+            admin_pb2.UpdateGroupRequest(
+                group=patch, update_mask=mask("consumer_config"), expected_config_version=1
+            )
+        )
+        assert response.group.config_version == 2
+        assert list(response.group.topics) == [TOPIC]  # not in the mask: unchanged
+        assert dict(response.group.consumer_config) == {"fetch.max.bytes": "1048576"}
+        assert a.store.records["g"].config_version == 2
+        while (message := await sidecar.next()).WhichOneof("kind") != "config_update":
+            pass
+        assert message.config_update.config_version == 2
+        # Adding a topic adds its partitions; the same change again changes nothing.
+        request = admin_pb2.UpdateGroupRequest(
+            group=leased_config("g", TOPIC, OTHER), update_mask=mask("topics")
+        )
+        assert (await a.admin.UpdateGroup(request)).group.config_version == 3
+        assert len(a.groups.group("g").coordinator.leases) == 6
+        assert (await a.admin.UpdateGroup(request)).group.config_version == 3
+        await sidecar.close()
+
+    run(body, topics=TOPICS)
+
+
+def test_update_group_refuses_a_stale_config_version() -> None:
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        err = await refused(
+            a.admin.UpdateGroup(
+                admin_pb2.UpdateGroupRequest(group=leased_config("g"), expected_config_version=7)
+            )
+        )
+        assert reason_of(err) == (
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "CONFIG_VERSION_CONFLICT",
+            {"group": "g", "expected": "7", "current": "1"},
+        )
+
+    run(body)
+
+
+@pytest.mark.parametrize(
+    ("request_", "field"),
+    [
+        (admin_pb2.UpdateGroupRequest(group=leased_config("")), "group.name"),
+        (admin_pb2.UpdateGroupRequest(group=leased_config("g"), request_id="a b"), "request_id"),
+        (
+            admin_pb2.UpdateGroupRequest(group=leased_config("g"), expected_config_version=-1),
+            "expected_config_version",
+        ),
+        (
+            admin_pb2.UpdateGroupRequest(group=leased_config("g"), update_mask=mask("name")),
+            "update_mask",
+        ),
+        (
+            admin_pb2.UpdateGroupRequest(
+                group=leased_config("g"), update_mask=mask("config_version")
+            ),
+            "update_mask",
+        ),
+        (
+            admin_pb2.UpdateGroupRequest(group=leased_config("g"), update_mask=mask("nope")),
+            "update_mask",
+        ),
+        (
+            admin_pb2.UpdateGroupRequest(
+                group=leased_config("g", consumer_config={"enable.auto.commit": "true"}),
+                update_mask=mask("consumer_config"),
+            ),
+            "group.consumer_config",
+        ),
+        (
+            admin_pb2.UpdateGroupRequest(
+                group=types_pb2.GroupConfig(name="g"), update_mask=mask("topics")
+            ),
+            "group.topics",
+        ),
+        # Removing a topic from a group is not supported.
+        (
+            admin_pb2.UpdateGroupRequest(
+                group=leased_config("g", OTHER), update_mask=mask("topics")
+            ),
+            "group.topics",
+        ),
+    ],
+)
+def test_update_group_refuses_bad_fields(
+    request_: admin_pb2.UpdateGroupRequest, field: str
+) -> None:
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        writes = list(a.store.writes)
+        assert field_error(await refused(a.admin.UpdateGroup(request_))) == field
+        assert a.store.writes == writes
+
+    run(body, topics=TOPICS)
+
+
+def test_update_group_maps_unknown_groups_and_topics() -> None:
+    async def body(a: Assigner) -> None:
+        err = await refused(
+            a.admin.UpdateGroup(admin_pb2.UpdateGroupRequest(group=leased_config("nope")))
+        )
+        assert reason_of(err) == (grpc.StatusCode.NOT_FOUND, "GROUP_NOT_FOUND", {"group": "nope"})
+        await a.create("g")
+        err = await refused(
+            a.admin.UpdateGroup(
+                admin_pb2.UpdateGroupRequest(
+                    group=leased_config("g", TOPIC, "missing"), update_mask=mask("topics")
+                )
+            )
+        )
+        assert reason_of(err) == (
+            grpc.StatusCode.NOT_FOUND,
+            "TOPIC_NOT_FOUND",
+            {"topic": "missing"},
+        )
+
+    run(body)
+
+
+def test_switching_modes_needs_every_consumer_of_the_group_stopped() -> None:
+    to_kafka_group = admin_pb2.UpdateGroupRequest(
+        group=types_pb2.GroupConfig(name="g", mode=common_pb2.GROUP_MODE_KAFKA_GROUP),
+        update_mask=mask("mode"),
+    )
+
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        sidecar = Sidecar(a.sessions, "sc-1")
+        await sidecar.join("g")
+        code, reason, metadata = reason_of(await refused(a.admin.UpdateGroup(to_kafka_group)))
+        assert (code, reason) == (grpc.StatusCode.FAILED_PRECONDITION, "GROUP_MODE_MISMATCH")
+        assert metadata["sidecars"] == "1"
+        await sidecar.close()
+        await a.sessions.Leave(assigner_pb2.LeaveRequest(sidecar_id="sc-1", group="g"))
+        a.kafka.members["g"] = 2  # classic consumers still in the Kafka group
+        code, reason, metadata = reason_of(await refused(a.admin.UpdateGroup(to_kafka_group)))
+        assert (code, reason, metadata["kafka_members"]) == (
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "GROUP_MODE_MISMATCH",
+            "2",
+        )
+        a.kafka.members["g"] = 0
+        switched = await a.admin.UpdateGroup(to_kafka_group)
+        assert switched.group.mode == common_pb2.GROUP_MODE_KAFKA_GROUP
+
+    run(body)
+
+
+# ---- ResetOffsets -------------------------------------------------------------------------
+
+
+def test_reset_offsets_is_not_implemented_yet() -> None:
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        err = await refused(a.admin.ResetOffsets(admin_pb2.ResetOffsetsRequest(group="g")))
+        assert err.code() == grpc.StatusCode.UNIMPLEMENTED
+
+    run(body)
+
+
+# ---- MoveLease ----------------------------------------------------------------------------
+
+
+def test_move_lease_starts_the_handoff_to_the_target() -> None:
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        first = Sidecar(a.sessions, "sc-1")
+        await first.join("g")
+        await first.heartbeat(await first.grants(4))
+        second = Sidecar(a.sessions, "sc-2")
+        await second.join("g")
+        # sc-2's join moves half the partitions (REBALANCE); move one that sc-1 keeps.
+        leases = a.groups.group("g").coordinator.leases
+        moving = next(
+            tp.partition
+            for tp, lease in sorted(leases.items())
+            if lease.holder == "sc-1" and lease.state is LeaseState.GRANTED
+        )
+        response = await a.admin.MoveLease(
+            admin_pb2.MoveLeaseRequest(
+                group="g", topic=TOPIC, partition=moving, target_sidecar_id="sc-2", request_id="m-1"
+            )
+        )
+        assert (response.lease.partition, response.lease.holder, response.lease.state) == (
+            moving,
+            "sc-1",
+            types_pb2.LEASE_STATE_REVOKING,
+        )
+        while (message := await first.next()).WhichOneof("kind") != "revoke" or (
+            message.revoke.partition != moving
+        ):
+            pass
+        assert message.revoke.reason == assigner_pb2.REVOKE_REASON_MOVE
+        await first.close()
+        await second.close()
+
+    run(body)
+
+
+@pytest.mark.parametrize(
+    ("request_", "field"),
+    [
+        (admin_pb2.MoveLeaseRequest(group="", topic=TOPIC, target_sidecar_id="s"), "group"),
+        (admin_pb2.MoveLeaseRequest(group="g", topic="", target_sidecar_id="s"), "topic"),
+        (
+            admin_pb2.MoveLeaseRequest(group="g", topic=TOPIC, partition=-1, target_sidecar_id="s"),
+            "partition",
+        ),
+        (
+            admin_pb2.MoveLeaseRequest(group="g", topic=TOPIC, target_sidecar_id=""),
+            "target_sidecar_id",
+        ),
+        (
+            admin_pb2.MoveLeaseRequest(group="g", topic=TOPIC, target_sidecar_id="a b"),
+            "target_sidecar_id",
+        ),
+        (
+            admin_pb2.MoveLeaseRequest(
+                group="g", topic=TOPIC, target_sidecar_id="s", request_id="a b"
+            ),
+            "request_id",
+        ),
+    ],
+)
+def test_move_lease_refuses_bad_fields(request_: admin_pb2.MoveLeaseRequest, field: str) -> None:
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        assert field_error(await refused(a.admin.MoveLease(request_))) == field
+
+    run(body)
+
+
+def test_move_lease_maps_unknown_groups_partitions_sidecars_and_modes() -> None:
+    def move(
+        group: str = "g", partition: int = 0, target: str = "sc-1"
+    ) -> admin_pb2.MoveLeaseRequest:
+        return admin_pb2.MoveLeaseRequest(
+            group=group, topic=TOPIC, partition=partition, target_sidecar_id=target
+        )
+
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        await a.create("classic", mode="kafka_group")
+        sidecar = Sidecar(a.sessions, "sc-1")
+        await sidecar.join("g")
+        err = await refused(a.admin.MoveLease(move(group="nope")))
+        assert reason_of(err) == (grpc.StatusCode.NOT_FOUND, "GROUP_NOT_FOUND", {"group": "nope"})
+        err = await refused(a.admin.MoveLease(move(partition=9)))
+        code, reason, metadata = reason_of(err)
+        assert (code, reason, metadata["partition"]) == (
+            grpc.StatusCode.NOT_FOUND,
+            "TOPIC_NOT_FOUND",
+            "9",
+        )
+        err = await refused(a.admin.MoveLease(move(target="sc-9")))
+        assert reason_of(err) == (
+            grpc.StatusCode.NOT_FOUND,
+            "SIDECAR_NOT_FOUND",
+            {"group": "g", "sidecar_id": "sc-9"},
+        )
+        err = await refused(a.admin.MoveLease(move(group="classic")))
+        assert reason_of(err) == (
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "GROUP_MODE_MISMATCH",
+            {"group": "classic", "mode": "kafka_group"},
+        )
+        await sidecar.close()
+
+    run(body)
+
+
+def test_admin_calls_while_not_serving_are_not_ready() -> None:
+    async def body(a: Assigner) -> None:
+        calls = [
+            a.admin.UpdateGroup(admin_pb2.UpdateGroupRequest(group=leased_config("g"))),
+            a.admin.MoveLease(
+                admin_pb2.MoveLeaseRequest(group="g", topic=TOPIC, target_sidecar_id="sc-1")
+            ),
+        ]
+        for err in await asyncio.gather(*(refused(c) for c in calls)):
+            code, reason, _ = reason_of(err)
+            assert (code, reason) == (grpc.StatusCode.UNAVAILABLE, "SERVICE_NOT_READY")
+
+    run(body, serving=False)

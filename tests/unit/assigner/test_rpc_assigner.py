@@ -1,0 +1,215 @@
+"""AssignerService (Session, Leave) on an in-process server: request validation, error
+mapping (status code + ErrorInfo reason) and the happy path, without a Kafka broker."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+
+from dataservice.assigner.v1 import assigner_pb2
+from tests.unit.assigner.rpc_harness import (
+    TOPIC,
+    Assigner,
+    Sidecar,
+    field_error,
+    join,
+    reason_of,
+    run,
+    stream_refused,
+)
+
+
+async def session_error(
+    a: Assigner, *requests: assigner_pb2.SessionRequest
+) -> grpc.aio.AioRpcError:
+    async def messages() -> AsyncIterator[assigner_pb2.SessionRequest]:
+        for request in requests:
+            yield request
+        await asyncio.sleep(5)  # keep the stream open: the error must come from the server
+
+    return await stream_refused(a.sessions.Session(messages()))
+
+
+# ---- Session ------------------------------------------------------------------------------
+
+
+def test_a_session_is_accepted_granted_and_renewed() -> None:
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        sidecar = Sidecar(a.sessions, "sc-1")
+        accepted = await sidecar.join("g")
+        assert accepted.session_id
+        assert list(accepted.topics) == [TOPIC]
+        assert accepted.lease_ttl.ToNanoseconds() == int(a.settings.lease_ttl_seconds * 1e9)
+        assert accepted.config_version == 1
+        grants = await sidecar.grants(4)
+        assert sorted(g.partition for g in grants) == [0, 1, 2, 3]
+        assert all(g.topic == TOPIC and g.epoch == 1 for g in grants)
+        # Each grant's epoch was durable before the grant was sent.
+        assert any(w[0] == "epochs" and w[1] == "g" for w in a.store.writes)
+        ack = await sidecar.heartbeat(grants)
+        assert ack.seq == 1
+        assert sorted(r.partition for r in ack.renewed_leases) == [0, 1, 2, 3]
+        assert a.prometheus.get_sample_value("ds_assigner_sessions") == 1
+        assert [m.id for m in a.groups.group("g").coordinator.live_members()] == ["sc-1"]
+        await sidecar.close()
+
+    run(body)
+
+
+def test_the_first_session_message_must_be_a_join() -> None:
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        err = await session_error(
+            a, assigner_pb2.SessionRequest(heartbeat=assigner_pb2.SessionHeartbeat(seq=1))
+        )
+        code, reason, _ = reason_of(err)
+        assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "SESSION_NOT_JOINED")
+
+    run(body)
+
+
+@pytest.mark.parametrize(
+    ("request_", "field"),
+    [
+        (join("", "g"), "join.sidecar_id"),
+        (join("has space", "g"), "join.sidecar_id"),
+        (join("x" * 256, "g"), "join.sidecar_id"),
+        (join("sc-1", "g", endpoint=""), "join.endpoint"),
+        (join("sc-1", "g", capacity=-1), "join.capacity"),
+        (join("sc-1", ""), "group"),
+    ],
+)
+def test_a_bad_join_is_invalid_field(request_: assigner_pb2.SessionRequest, field: str) -> None:
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        assert field_error(await session_error(a, request_)) == field
+
+    run(body)
+
+
+def test_joining_an_unknown_group_is_not_found() -> None:
+    async def body(a: Assigner) -> None:
+        code, reason, metadata = reason_of(await session_error(a, join("sc-1", "nope")))
+        assert (code, reason, metadata) == (
+            grpc.StatusCode.NOT_FOUND,
+            "GROUP_NOT_FOUND",
+            {"group": "nope"},
+        )
+
+    run(body)
+
+
+def test_a_replica_that_does_not_serve_is_not_ready() -> None:
+    async def body(a: Assigner) -> None:
+        code, reason, _ = reason_of(await session_error(a, join("sc-1", "g")))
+        assert (code, reason) == (grpc.StatusCode.UNAVAILABLE, "SERVICE_NOT_READY")
+
+    run(body, serving=False)
+
+
+def test_a_just_elected_leader_answers_once_it_has_loaded_its_state() -> None:
+    async def body(a: Assigner) -> None:
+        a.leader[0] = True  # elected, still loading: the join waits instead of bouncing
+        sidecar = Sidecar(a.sessions, "sc-1")
+        joined = asyncio.ensure_future(sidecar.join("g"))
+        await asyncio.sleep(0.3)
+        assert not joined.done()
+        await a.create("g")
+        a.groups.start_serving()
+        accepted = await joined
+        assert accepted.session_id
+        await sidecar.close()
+
+    run(body, serving=False)
+
+
+def test_a_session_ends_when_its_group_is_closed() -> None:
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        sidecar = Sidecar(a.sessions, "sc-1")
+        await sidecar.join("g")
+        await sidecar.grants(4)
+        a.groups.stop_serving()
+        a.groups.clear()  # leadership lost: every stream of the group ends
+        while (message := await asyncio.wait_for(sidecar.call.read(), 5)) is not grpc.aio.EOF:
+            assert message.WhichOneof("kind") != "accepted"
+        assert await sidecar.call.code() == grpc.StatusCode.OK
+
+    run(body)
+
+
+# ---- Leave ----------------------------------------------------------------------------------
+
+
+def test_a_graceful_leave_answers_the_hold_window() -> None:
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        sidecar = Sidecar(a.sessions, "sc-1")
+        await sidecar.join("g")
+        response = await a.sessions.Leave(
+            assigner_pb2.LeaveRequest(sidecar_id="sc-1", group="g", graceful=True)
+        )
+        assert response.hold_window.ToNanoseconds() == int(a.settings.hold_window_seconds * 1e9)
+        assert a.groups.group("g").coordinator.members["sc-1"].leaving
+        await sidecar.close()
+
+    run(body)
+
+
+def test_an_abrupt_leave_keeps_nothing_for_the_sidecar() -> None:
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        sidecar = Sidecar(a.sessions, "sc-1")
+        await sidecar.join("g")
+        response = await a.sessions.Leave(
+            assigner_pb2.LeaveRequest(sidecar_id="sc-1", group="g", graceful=False)
+        )
+        assert response.hold_window.ToNanoseconds() == 0
+        assert a.groups.group("g").coordinator.live_members() == []
+        await sidecar.close()
+
+    run(body)
+
+
+@pytest.mark.parametrize(
+    ("request_", "expected"),
+    [
+        (assigner_pb2.LeaveRequest(sidecar_id="", group="g"), ("INVALID_FIELD", "sidecar_id")),
+        (assigner_pb2.LeaveRequest(sidecar_id="a/b", group="g"), ("INVALID_FIELD", "sidecar_id")),
+        (assigner_pb2.LeaveRequest(sidecar_id="sc-1", group=""), ("INVALID_FIELD", "group")),
+        (assigner_pb2.LeaveRequest(sidecar_id="sc-1", group="nope"), ("GROUP_NOT_FOUND", "nope")),
+        (assigner_pb2.LeaveRequest(sidecar_id="sc-9", group="g"), ("SIDECAR_NOT_FOUND", "sc-9")),
+    ],
+)
+def test_a_bad_leave_is_refused(
+    request_: assigner_pb2.LeaveRequest, expected: tuple[str, str]
+) -> None:
+    codes = {
+        "INVALID_FIELD": grpc.StatusCode.INVALID_ARGUMENT,
+        "GROUP_NOT_FOUND": grpc.StatusCode.NOT_FOUND,
+        "SIDECAR_NOT_FOUND": grpc.StatusCode.NOT_FOUND,
+    }
+
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await a.sessions.Leave(request_)
+        code, reason, metadata = reason_of(caught.value)
+        assert (code, reason) == (codes[expected[0]], expected[0])
+        assert expected[1] in metadata.values()
+
+    run(body)
+
+
+def test_leave_while_not_serving_is_not_ready() -> None:
+    async def body(a: Assigner) -> None:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await a.sessions.Leave(assigner_pb2.LeaveRequest(sidecar_id="sc-1", group="g"))
+        code, reason, _ = reason_of(caught.value)
+        assert (code, reason) == (grpc.StatusCode.UNAVAILABLE, "SERVICE_NOT_READY")
+
+    run(body, serving=False)
