@@ -1,0 +1,196 @@
+"""Running deploy/docker-compose.yml with podman-compose, and waiting until it is healthy.
+
+Debian's podman (4.3) runs health checks only through systemd timers, and podman-compose
+honours ``depends_on: condition: service_healthy`` only on podman >= 4.6; on these machines
+``up -d`` therefore returns once every container has started, in dependency order. The
+services wait for their own dependencies (Kafka, Consul, the assigner), so the stack
+converges; :func:`wait_healthy` runs each container's health check (``podman healthcheck
+run``) until all pass, which is what ``docker compose up --wait`` does by itself.
+
+    python -m services.devstack.compose up      # up -d, then wait until healthy
+    python -m services.devstack.compose status  # each container, its state and health
+    python -m services.devstack.compose down    # down -v, then check nothing is left
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.devstack import podman
+
+COMPOSE_FILE = podman.REPO / "deploy" / "docker-compose.yml"
+PROJECT = "dataservice"  # the file's top-level `name`
+UP_TIMEOUT = 300.0
+
+
+class ComposeError(RuntimeError):
+    """The stack did not come up, or did not go away."""
+
+
+@dataclass(frozen=True)
+class Container:
+    name: str
+    service: str
+    state: str  # running, exited, ...
+    health: str  # healthy, unhealthy, starting, or "" without a health check
+    exit_code: int
+
+    @property
+    def one_shot(self) -> bool:
+        """A container that ran to completion (kafka-init) is done, not down."""
+        return self.state == "exited" and self.exit_code == 0 and self.service.endswith("-init")
+
+
+def compose_argv(*args: str) -> list[str]:
+    """``podman-compose -f deploy/docker-compose.yml ARGS``, from PATH or this venv."""
+    exe = shutil.which("podman-compose") or str(Path(sys.executable).with_name("podman-compose"))
+    if not Path(exe).exists():
+        podman.require("podman-compose")
+    return [exe, "-f", str(COMPOSE_FILE), *args]
+
+
+def compose(*args: str, env: Mapping[str, str] | None = None, timeout: float = 600) -> str:
+    return podman.run(compose_argv(*args), env=env, timeout=timeout).stdout
+
+
+def containers(project: str = PROJECT) -> list[Container]:
+    out = podman.podman(
+        "ps", "--all", "--format", "json", "--filter", f"label=io.podman.compose.project={project}"
+    )
+    found = []
+    for item in json.loads(out or "[]"):
+        labels = item.get("Labels") or {}
+        names = item.get("Names") or [item.get("Id", "?")[:12]]
+        found.append(
+            Container(
+                name=names[0],
+                service=labels.get("com.docker.compose.service", names[0]),
+                state=str(item.get("State", "")),
+                health=_health(item),
+                exit_code=int(item.get("ExitCode") or 0),
+            )
+        )
+    return sorted(found, key=lambda c: c.service)
+
+
+def _health(item: Mapping[str, object]) -> str:
+    # podman ps prints "Up 5 seconds ago (healthy)" as Status; no separate field in 4.3.
+    status = str(item.get("Status", ""))
+    for health in ("unhealthy", "healthy", "starting"):
+        if f"({health})" in status:
+            return health
+    return ""
+
+
+def container_of(service: str, project: str = PROJECT) -> str:
+    """The container name of ``service`` (one replica per service here)."""
+    for c in containers(project):
+        if c.service == service:
+            return c.name
+    raise ComposeError(f"no container for service {service!r} in project {project!r}")
+
+
+def check_health(name: str) -> bool:
+    """Run ``name``'s health check once (this records its status); True if it passed."""
+    result = podman.run(
+        [podman.require("podman"), "healthcheck", "run", name], check=False, timeout=60
+    )
+    return result.returncode == 0
+
+
+def wait_healthy(
+    project: str = PROJECT,
+    timeout: float = UP_TIMEOUT,
+    services: Sequence[str] | None = None,
+    report: Callable[[str], None] | None = None,
+) -> list[Container]:
+    """Run the health checks of the project's containers (or of ``services``) until each
+    passes; raise ComposeError naming the laggards (and their log tails) after ``timeout``.
+    A container that exited fails at once, except a one-shot that ended with 0."""
+    deadline = time.monotonic() + timeout
+    healthy: set[str] = set()
+    while True:
+        current = [c for c in containers(project) if services is None or c.service in services]
+        for c in current:
+            if c.name in healthy or c.one_shot:
+                continue
+            if c.state == "exited":
+                raise ComposeError(f"{c.service} exited with {c.exit_code}:\n{logs(c.name)}")
+            if c.state == "running" and check_health(c.name):
+                healthy.add(c.name)
+                if report is not None:
+                    report(f"compose: {c.service} healthy")
+        waiting = [c for c in current if c.name not in healthy and not c.one_shot]
+        if current and not waiting:
+            return containers(project)
+        if time.monotonic() > deadline:
+            names = [c.service for c in waiting] or ["(no containers)"]
+            tails = "\n".join(f"--- {c.service} ---\n{logs(c.name)}" for c in waiting)
+            raise ComposeError(f"not healthy after {timeout:.0f}s: {', '.join(names)}\n{tails}")
+        time.sleep(2)
+
+
+def logs(name: str, lines: int = 30) -> str:
+    result = podman.run(
+        [podman.require("podman"), "logs", "--tail", str(lines), name], check=False, timeout=30
+    )
+    return (result.stdout + result.stderr).strip()
+
+
+def up(env: Mapping[str, str] | None = None, timeout: float = UP_TIMEOUT) -> list[Container]:
+    """``up -d`` then :func:`wait_healthy`."""
+    compose("up", "-d", "--no-deps", env=env, timeout=timeout)
+    return wait_healthy(timeout=timeout, report=print)
+
+
+def leftovers(project: str = PROJECT) -> list[str]:
+    """Containers, pods and volumes of ``project`` still there (none after ``down -v``)."""
+    label = f"label=io.podman.compose.project={project}"
+    found = [f"container {c.name}" for c in containers(project)]
+    pods = podman.podman("pod", "ps", "--format", "{{.Name}}", "--filter", f"name=pod_{project}")
+    found += [f"pod {name}" for name in pods.split()]
+    volumes = podman.podman("volume", "ls", "--format", "{{.Name}}", "--filter", label)
+    found += [f"volume {name}" for name in volumes.split()]
+    return found
+
+
+def down(env: Mapping[str, str] | None = None) -> None:
+    """``down -v``; raise ComposeError if a container, pod or volume is left."""
+    compose("down", "-v", "-t", "30", env=env)
+    if left := leftovers():
+        raise ComposeError(f"left after down -v: {', '.join(left)}")
+
+
+def status() -> str:
+    rows = [f"{'service':<14} {'container':<28} {'state':<9} health"]
+    rows += [f"{c.service:<14} {c.name:<28} {c.state:<9} {c.health}" for c in containers()]
+    return "\n".join(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m services.devstack.compose")
+    parser.add_argument("command", choices=["up", "wait", "status", "down"])
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "up":
+            up()
+        elif args.command == "wait":
+            wait_healthy(report=print)
+        elif args.command == "down":
+            down()
+        if args.command != "down":
+            print(status())
+    except (ComposeError, podman.PodmanError) as exc:
+        print(f"compose: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main()
