@@ -78,6 +78,7 @@ class ElectionSettings:
     session_ttl_seconds: int = 10  # Consul's minimum; only a backstop, see the module doc
     wait_seconds: int = 5  # longest blocking query
     retry_seconds: float = 0.25  # first retry after a failed Consul call (doubles, max 2 s)
+    step_aside_seconds: float = 2.0  # pause after giving up a lock it could not lead with
     stale_after_seconds: float = 5.0  # a leader that cannot confirm its lock this long resigns
     # Checks to bind the session to; None = serfHealth + this replica's registered service
     # check, found in the local agent by service name and address.
@@ -348,7 +349,27 @@ class LeaderElector:
         self._leader_address = self.settings.address
         self._lost = asyncio.Event()
         self._log.info("elected leader", session=self.session_id)
-        await self._call(self.on_elected, "on_elected")
+        if not await self._call(self.on_elected, "on_elected"):
+            await self._step_aside()
+
+    async def _step_aside(self) -> None:
+        """Give the lock up after ``on_elected`` failed (e.g. the state topic did not serve
+        in time while the brokers were still starting): a replica that holds the lock but
+        never took office would leave the mesh without a working leader until it restarts.
+        Demote, release the key (the session stays) and pause before campaigning again, so a
+        standby can take the lock, or this replica retries taking office."""
+        await self._demote("could not take office")
+        if self.session_id is not None:
+            try:
+                await asyncio.to_thread(
+                    self._client.kv.put,
+                    self.settings.key,
+                    self.settings.address,
+                    release=self.session_id,
+                )
+            except Exception as exc:
+                self._log.warning("could not release the leader lock", error=str(exc))
+        await asyncio.sleep(self.settings.step_aside_seconds)
 
     async def _demote(self, why: str) -> None:
         if not self._is_leader:
@@ -368,13 +389,16 @@ class LeaderElector:
         else:
             self._log.info("following leader", leader=leader)
 
-    async def _call(self, callback: Callback | None, what: str) -> None:
+    async def _call(self, callback: Callback | None, what: str) -> bool:
+        """Run a leadership callback; False (logged) if it raised."""
         if callback is None:
-            return
+            return True
         try:
             await callback()
         except Exception:
             self._log.exception("leadership callback failed", callback=what)
+            return False
+        return True
 
 
 class Replica:

@@ -267,6 +267,48 @@ async def _elector_transitions() -> None:
     assert elector.session_id is None
 
 
+def test_elected_replica_that_cannot_take_office_releases_the_lock() -> None:
+    asyncio.run(_cannot_take_office())
+
+
+async def _cannot_take_office() -> None:
+    """on_elected failing (the state topic did not serve in time) must not leave a replica
+    holding the lock without serving: it demotes itself and releases the key, so a standby
+    (or itself, on the next campaign round) takes office."""
+    events: list[str] = []
+    attempts = 0
+
+    async def elected() -> None:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            raise TimeoutError("state topic not serving")
+        events.append("elected")
+
+    async def demoted() -> None:
+        events.append("demoted")
+
+    fake = _FakeConsul()
+    elector = LeaderElector(
+        ElectionSettings(consul="127.0.0.1:8500", address="127.0.0.1:7001", step_aside_seconds=0),
+        on_elected=elected,
+        on_demoted=demoted,
+        client=fake,  # type: ignore[arg-type]
+    )
+    elector.session_id = "mine"
+    await elector._on_key({"Value": b"127.0.0.1:7001", "Session": "mine"})
+    assert not elector.is_leader and elector.term_lost().is_set()
+    assert fake.kv.puts[-1] == {
+        "key": "dataservice/assigner/leader",
+        "value": "127.0.0.1:7001",
+        "release": "mine",
+    }
+    assert events == ["demoted"]
+    # The next round finds the key held by its session again: it takes office this time.
+    await elector._on_key({"Value": b"127.0.0.1:7001", "Session": "mine"})
+    assert elector.is_leader and events == ["demoted", "elected"]
+
+
 def test_static_leadership_always_leads() -> None:
     asyncio.run(_static_leadership_always_leads())
 
