@@ -1,6 +1,7 @@
 """``ds-demo-app``: the sample application of the compose stack (deploy/docker-compose.yml).
 
 It does what an application beside a sidecar does — binds its group through the assigner,
-fetches, acks — and keeps a log of every record it acked, so the compose tests can count
-produced against received records through faults (``GET /received``).
+fetches, acks — and keeps a log of every record it received and whether its ack was
+accepted, so the compose tests can count produced against received records through faults
+(``GET /received``).
 """

@@ -11,7 +11,7 @@ from services.runtime.settings import base_parser, load_or_exit
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = base_parser("ds-demo-app", "Binds a group, fetches, acks, and logs what it acked.")
+    parser = base_parser("ds-demo-app", "Binds a group, fetches, acks, and logs what it received.")
     parser.add_argument("--group", help="group to read (DS_GROUP)")
     parser.add_argument("--assigner", help="assigner HOST:PORT (DS_ASSIGNER)")
     parser.add_argument("--client-id", dest="client_id", help="(DS_CLIENT_ID)")

@@ -27,7 +27,9 @@ class DemoApp:
         self.registry = CollectorRegistry()
         self.received = ReceivedLog(settings.max_log_records)
         self._acked = Counter(
-            "ds_demo_records_acked", "Records fetched and acked", registry=self.registry
+            "ds_demo_records_acked",
+            "Records fetched and acked (ack accepted)",
+            registry=self.registry,
         )
         self._errors = Counter(
             "ds_demo_errors", "Failed binds, fetches and acks", registry=self.registry
@@ -46,7 +48,7 @@ class DemoApp:
             "group": self.settings.group,
             "client_id": self.settings.client_id,
             "sidecars": client.endpoints if client is not None else [],
-            "acked": self.received.total,
+            "received": self.received.total,
         }
 
     def routes(self) -> Mapping[str, Route]:
@@ -82,7 +84,7 @@ class DemoApp:
                     client.close()
         finally:
             http.stop()
-            log.info("stopped", acked=self.received.total)
+            log.info("stopped", received=self.received.total)
 
     def _connect(self) -> DsClient | None:
         try:
@@ -107,12 +109,25 @@ class DemoApp:
         while not self._stop.is_set():
             try:
                 batch = client.fetch(max_records=self.settings.max_records)
-                if batch:
-                    self.received.add(batch)
-                    self._acked.inc(client.ack(batch))
             except grpc.RpcError as exc:
-                # The client retried UNAVAILABLE itself; anything else: log, back off, go on
-                # (a record not acked is delivered again, so nothing is lost).
-                self._errors.inc()
-                log.warning("fetch or ack failed", error=str(exc))
-                self._stop.wait(RETRY_SECONDS)
+                self._failed("fetch", exc)
+                continue
+            if not batch:
+                continue
+            acked = False
+            try:
+                accepted = client.ack(batch)
+                acked = accepted == len(batch)
+                self._acked.inc(accepted)
+            except grpc.RpcError as exc:
+                # A record whose ack failed is delivered again (at least once): nothing is
+                # lost, and the log says which deliveries may come twice.
+                self._failed("ack", exc)
+            finally:
+                self.received.add(batch, acked=acked)
+
+    def _failed(self, what: str, exc: grpc.RpcError) -> None:
+        # The client retried UNAVAILABLE itself; anything else: log, back off, go on.
+        self._errors.inc()
+        log.warning(f"{what} failed", error=str(exc))
+        self._stop.wait(RETRY_SECONDS)

@@ -1,4 +1,4 @@
-"""The log of acked records that ``GET /received`` serves (pure, thread-safe)."""
+"""The log of received records that ``GET /received`` serves (pure, thread-safe)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from services.consumer_sidecar.batches import DsRecord
 
 
 class ReceivedLog:
-    """Every acked record as ``[key, topic, partition, offset, lease_epoch, received_ms]``,
-    numbered from 0 in the order acked, the oldest dropped past ``capacity``."""
+    """Every received record as ``[key, topic, partition, offset, lease_epoch, received_ms,
+    acked]`` (``acked``: the sidecar accepted the ack of its whole batch), numbered from 0 in
+    the order received, the oldest dropped past ``capacity``."""
 
     def __init__(self, capacity: int) -> None:
         self._entries: deque[list[Any]] = deque(maxlen=capacity)
@@ -24,7 +25,7 @@ class ReceivedLog:
     def total(self) -> int:
         return self._total
 
-    def add(self, records: Iterable[DsRecord]) -> None:
+    def add(self, records: Iterable[DsRecord], *, acked: bool) -> None:
         now_ms = int(time.time() * 1000)
         rows = [
             [
@@ -34,6 +35,7 @@ class ReceivedLog:
                 r.offset,
                 r.lease_epoch,
                 now_ms,
+                acked,
             ]
             for r in records
         ]
