@@ -1,11 +1,14 @@
 """Running deploy/docker-compose.yml with podman-compose, and waiting until it is healthy.
 
-Debian's podman (4.3) runs health checks only through systemd timers, and podman-compose
-honours ``depends_on: condition: service_healthy`` only on podman >= 4.6; on these machines
-``up -d`` therefore returns once every container has started, in dependency order. The
-services wait for their own dependencies (Kafka, Consul, the assigner), so the stack
-converges; :func:`wait_healthy` runs each container's health check (``podman healthcheck
-run``) until all pass, which is what ``docker compose up --wait`` does by itself.
+Debian's podman (4.3) runs health checks only through systemd timers, podman-compose
+honours ``depends_on: condition: service_healthy`` only on podman >= 4.6, and podman 4.3's
+``--requires`` (which podman-compose passes for ``depends_on``) cannot start a chain of
+dependencies. So :func:`up` does what ``docker compose up --wait`` does, itself: it starts
+the services in waves of the file's ``depends_on`` graph (``up -d --no-deps`` per wave) and
+before the next wave runs each container's health check (``podman healthcheck run``) until
+it passes, or, for a dependency with ``condition: service_completed_successfully``, waits
+until it exited with 0. Starting everything at once is not enough: an assigner that starts
+while one broker is up creates its state topic with replication 1.
 
     python -m services.devstack.compose up      # up -d, then wait until healthy
     python -m services.devstack.compose status  # each container, its state and health
@@ -22,6 +25,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from services.devstack import podman
 
@@ -144,10 +150,68 @@ def logs(name: str, lines: int = 30) -> str:
     return (result.stdout + result.stderr).strip()
 
 
+def waves(services: Mapping[str, Any]) -> list[list[str]]:
+    """The services of a compose file's ``services`` mapping in start order: each wave holds
+    the services whose ``depends_on`` are all in earlier waves."""
+    needs = {name: set(_depends_on(spec)) for name, spec in services.items()}
+    order: list[list[str]] = []
+    done: set[str] = set()
+    while len(done) < len(needs):
+        wave = sorted(name for name, deps in needs.items() if name not in done and deps <= done)
+        if not wave:
+            raise ComposeError(f"depends_on has a cycle among {sorted(set(needs) - done)}")
+        order.append(wave)
+        done.update(wave)
+    return order
+
+
+def completed_conditions(services: Mapping[str, Any]) -> set[str]:
+    """Services others wait for with ``condition: service_completed_successfully``."""
+    return {
+        dep
+        for spec in services.values()
+        for dep, how in _depends_on(spec).items()
+        if how.get("condition") == "service_completed_successfully"
+    }
+
+
+def _depends_on(spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    deps = spec.get("depends_on") or {}
+    if isinstance(deps, list):  # the short form: started, no condition
+        return {name: {} for name in deps}
+    return {name: dict(how or {}) for name, how in deps.items()}
+
+
+def wait_completed(service: str, timeout: float) -> None:
+    """Wait until ``service``'s container exited with 0 (a one-shot, like kafka-init)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        c = next((c for c in containers() if c.service == service), None)
+        if c is not None and c.state == "exited":
+            if c.exit_code != 0:
+                raise ComposeError(f"{service} exited with {c.exit_code}:\n{logs(c.name)}")
+            return
+        time.sleep(1)
+    raise ComposeError(
+        f"{service} did not complete in {timeout:.0f}s:\n{logs(container_of(service))}"
+    )
+
+
 def up(env: Mapping[str, str] | None = None, timeout: float = UP_TIMEOUT) -> list[Container]:
-    """``up -d`` then :func:`wait_healthy`."""
-    compose("up", "-d", "--no-deps", env=env, timeout=timeout)
-    return wait_healthy(timeout=timeout, report=print)
+    """Start the stack wave by wave, each wave healthy (or completed) before the next."""
+    services: Mapping[str, Any] = yaml.safe_load(COMPOSE_FILE.read_text())["services"]
+    one_shots = completed_conditions(services)
+    deadline = time.monotonic() + timeout
+    for wave in waves(services):
+        compose("up", "-d", "--no-deps", *wave, env=env, timeout=timeout)
+        remaining = max(1.0, deadline - time.monotonic())
+        for service in (s for s in wave if s in one_shots):
+            wait_completed(service, remaining)
+            print(f"compose: {service} completed", flush=True)
+        others = [s for s in wave if s not in one_shots]
+        if others:
+            wait_healthy(timeout=remaining, services=others, report=print)
+    return containers()
 
 
 def leftovers(project: str = PROJECT) -> list[str]:
