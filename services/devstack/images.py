@@ -110,7 +110,8 @@ def ensure_base() -> Outcome:
         if not tar.is_file():
             how = "built"
             podman.require("mmdebstrap")
-            partial = tar.with_suffix(".partial")
+            # mmdebstrap picks its output format from the name's extension: keep ".tar".
+            partial = tar.with_name(f".{tar.stem}.partial.tar")
             podman.run(["mmdebstrap", *MMDEBSTRAP_ARGS, str(partial)], timeout=1800)
             partial.rename(tar)
             _prune(BASE_NAME, keep=tar)
@@ -146,7 +147,7 @@ def ensure_image(spec: ImageSpec, base: Outcome) -> Outcome:
             spec.prepare(context)
             shutil.copy(containerfile, context / "Containerfile")
             _build(context, ref, {"BASE": base.ref})
-        partial = tar.with_suffix(".partial")
+        partial = tar.with_name(f".{tar.stem}.partial.tar")
         partial.unlink(missing_ok=True)
         podman.podman("save", "--format", "docker-archive", "--output", str(partial), ref)
         partial.rename(tar)
@@ -189,6 +190,20 @@ def _prune(name: str, keep: Path) -> None:
     for old in images_dir().glob(f"{name}-*.tar"):
         if old != keep:
             old.unlink(missing_ok=True)
+
+
+def _remove_stale(name: str, keep: str) -> None:
+    """Remove the images of older inputs (NAME:<hash>) and the labelled images that lost
+    their tags to a newer build, so rebuilds do not pile up in podman's storage. An image a
+    container still uses stays (podman refuses to remove it)."""
+    podman.podman(
+        "image", "prune", "--force", "--filter", f"label=org.opencontainers.image.title={name}",
+        check=False,
+    )  # fmt: skip
+    listed = podman.podman("images", "--format", "{{.Repository}}:{{.Tag}}", f"localhost/{name}")
+    for ref in listed.split():
+        if ref != keep and re.fullmatch(rf"localhost/{name}:[0-9a-f]{{16}}", ref):
+            podman.podman("rmi", ref, check=False)
 
 
 def revision() -> str:
@@ -282,6 +297,7 @@ def ensure_images(
         step = time.monotonic()
         content = ensure_image(spec, base)
         tags = label(spec, content)
+        _remove_stale(spec.name, keep=content.ref)
         outcome = Outcome(spec.name, content.ref, content.how, time.monotonic() - step)
         outcomes.append(outcome)
         report(f"images: {spec.name} {outcome.how} in {outcome.seconds:.1f}s -> {', '.join(tags)}")
