@@ -1,0 +1,178 @@
+"""deploy/docker-compose.yml end to end (issue 19): the stack comes up healthy from the
+images, then, with records produced throughout and every one counted through the demo
+applications (produced, received, lost = 0, each duplicate explained), a sidecar container
+is killed, the leading assigner's container restarted and a broker container stopped; a lag
+alert travels from the notifier through Prometheus to Alertmanager and its webhook; and
+``down -v`` leaves no container, pod or volume. One summary line per fault.
+
+The tests run in file order on one stack (the conftest's session fixture). The lag alert
+comes first: after the sidecar kill, the repo's critical DsConsumerLost (lease expiries in
+the last 5 minutes) is active for the group and, by the repo's inhibit rule, rightly
+suppresses the group's warnings such as the lag alert.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+
+import pytest
+
+from services.devstack import compose
+from services.devstack.images import project_version
+from services.devstack.ports import port_is_open
+from tests.compose.stack import (
+    ASSIGNERS,
+    BOOTSTRAP,
+    GROUP,
+    PARTITIONS,
+    TOPIC,
+    Received,
+    Stack,
+    account,
+    assert_clean,
+    http_json,
+    run_fault,
+    wait_until,
+)
+from tests.support.prom import WebhookSink
+from tests.support.records import SeqProducer
+
+pytestmark = [pytest.mark.compose, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+SERVICES = {
+    "kafka-1", "kafka-2", "kafka-3", "kafka-init", "consul", "assigner-1", "assigner-2",
+    "notifier", "sidecar-a", "sidecar-b", "demo-a", "demo-b", "prometheus", "alertmanager",
+}  # fmt: skip
+ALERT = "DsGroupLagRecordsHigh"
+BACKLOG = 12_000  # above DsGroupLagRecordsHigh's 10000
+
+
+def test_stack_is_up_healthy_read_only_and_non_root(stack: Stack) -> None:
+    running = {c.service: c for c in compose.containers()}
+    assert set(running) == SERVICES
+    for service, c in running.items():
+        if service == "kafka-init":
+            assert (c.state, c.exit_code) == ("exited", 0)  # created the topic and ended
+        else:
+            assert c.state == "running", f"{service} is {c.state}"
+    # One assigner leads (Consul's lock), the other stands by; the group is balanced.
+    assert stack.leader() in ASSIGNERS
+    stack.wait_balanced()
+    mesh = json.loads(stack.podman("inspect", stack.container("sidecar-a")))[0]
+    assert mesh["Config"]["User"] == "10001:10001"
+    assert mesh["HostConfig"]["ReadonlyRootfs"] is True
+    labels = json.loads(stack.podman("image", "inspect", "dataservice-mesh:dev"))[0]["Labels"]
+    assert labels["org.opencontainers.image.version"] == project_version()
+    assert len(labels["org.opencontainers.image.revision"]) >= 40
+
+
+def _alerts(**labels: str) -> list[dict[str, object]]:
+    query = urllib.parse.urlencode([("filter", f'{k}="{v}"') for k, v in labels.items()])
+    return list(http_json(f"http://127.0.0.1:9093/api/v2/alerts?{query}"))
+
+
+def test_lag_alert_reaches_alertmanager(
+    stack: Stack, received: Received, webhook_sink: WebhookSink
+) -> None:
+    """Both applications stop reading (their containers paused): the backlog shows as the
+    group's lag in the notifier, Prometheus fires the repo's rule, Alertmanager routes it to
+    the group's owner (orders-team) and posts it to the webhook; then they resume and read
+    every record."""
+    started = time.monotonic()
+    received.poll()
+    apps = [stack.container("demo-a"), stack.container("demo-b")]
+    stack.podman("pause", *apps)
+    producer = SeqProducer(BOOTSTRAP, TOPIC, PARTITIONS, rate=5_000).start()
+    try:
+        wait_until(lambda: producer.sent >= BACKLOG, 60, "the backlog produced")
+    finally:
+        confirmed = producer.stop()
+    try:
+        alert = wait_until(lambda: _alerts(alertname=ALERT, group=GROUP), 120, ALERT)[0]
+        assert [r["name"] for r in alert["receivers"]] == ["orders-team"]
+        assert alert["status"]["state"] == "active"
+        posted = wait_until(
+            lambda: [
+                a
+                for path, body in webhook_sink.received
+                if path == "/alerts/orders"
+                for a in body.get("alerts", [])
+                if a["labels"].get("alertname") == ALERT and a["labels"].get("group") == GROUP
+            ],
+            60,
+            "the orders team's webhook notification",
+        )
+        assert posted[0]["status"] == "firing"
+        alerted = time.monotonic() - started
+    finally:
+        stack.podman("unpause", *apps)
+    received.wait_all(producer, confirmed, timeout=120)
+    result = account(producer, confirmed, received)
+    print(
+        f"\n{result.line('both applications paused', time.monotonic() - started)}; "
+        f"{ALERT} for {GROUP} at Alertmanager (orders-team) and its webhook after {alerted:.0f}s",
+        flush=True,
+    )
+    assert_clean(result)
+
+
+def test_kill_a_sidecar_container(stack: Stack, received: Received) -> None:
+    sidecar = stack.container("sidecar-a")
+
+    def kill_and_come_back() -> None:
+        stack.podman("kill", "--signal", "KILL", sidecar)
+        # Its leases expire; sidecar-b takes all six partitions.
+        wait_until(lambda: stack.holders() == {"sidecar-b": PARTITIONS}, 60, "the handoff")
+        if stack.state("sidecar-a") != "running":  # no restart policy ran it again
+            stack.podman("start", sidecar)
+        stack.wait_healthy("sidecar-a")
+        stack.wait_balanced()
+
+    result, seconds = run_fault(stack, received, kill_and_come_back)
+    print(f"\n{result.line('kill sidecar-a (SIGKILL)', seconds)}", flush=True)
+    assert_clean(result)
+
+
+def test_restart_the_leading_assigner_container(stack: Stack, received: Received) -> None:
+    leader = stack.leader()
+    assert leader in ASSIGNERS
+    service = ASSIGNERS[leader]
+
+    def restart() -> None:
+        stack.podman("restart", "--time", "30", stack.container(service))
+        stack.wait_healthy(service)
+        wait_until(stack.leader, 60, "an assigner leading again")
+        stack.wait_balanced()
+
+    result, seconds = run_fault(stack, received, restart)
+    print(
+        f"\n{result.line(f'restart {service} (leader; now {stack.leader()})', seconds)}",
+        flush=True,
+    )
+    assert_clean(result)
+
+
+def test_stop_a_broker_container(stack: Stack, received: Received) -> None:
+    broker = stack.container("kafka-2")
+
+    def stop_and_start() -> None:
+        stack.podman("stop", "--time", "30", broker)
+        time.sleep(10)  # records keep flowing on two brokers (replication 3, min ISR 2)
+        stack.podman("start", broker)
+        stack.wait_healthy("kafka-2")
+
+    result, seconds = run_fault(stack, received, stop_and_start)
+    print(f"\n{result.line('stop kafka-2 for 10s', seconds)}", flush=True)
+    assert_clean(result)
+
+
+def test_down_leaves_nothing(stack: Stack) -> None:
+    compose.down()
+    assert compose.leftovers() == []
+    # And nothing listens on the stack's ports any more.
+    open_ports = [
+        p for p in (9092, 9192, 9292, 8500, 7070, 7170, 7080, 9090, 9093) if port_is_open(p)
+    ]
+    assert open_ports == []
