@@ -1,11 +1,14 @@
 # The two commands of the README, and the checks CI runs.
 #   make run    set up (first time) and run the local stack in the foreground (Ctrl-C stops it)
 #   make test   set up (first time) and run every test on real Kafka and Consul
+#   make compose-up / compose-down   the whole mesh in containers (deploy/docker-compose.yml)
+#   make compose-test                its tests (tests/compose; part of make test)
 SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: setup setup-quick run up down test test-unit check lint typecheck protos rules k8s-check bench-short
+.PHONY: setup setup-quick run up down test test-unit check lint typecheck protos rules k8s-check \
+	bench-short images compose-up compose-down compose-test
 
 setup:
 	scripts/setup.sh
@@ -28,6 +31,20 @@ test: setup
 test-unit:
 	$(VENV)/python -m pytest tests/unit
 
+# Container images (deploy/container/), built from Debian packages and cached under
+# ~/.cache/dataservice/images; then the compose stack, up once every health check passes.
+images:
+	$(VENV)/python -m services.devstack.images
+
+compose-up: images
+	$(VENV)/python -m services.devstack.compose up
+
+compose-down:
+	$(VENV)/python -m services.devstack.compose down
+
+compose-test:
+	$(VENV)/python -m pytest tests/compose -v
+
 check: lint typecheck protos rules k8s-check
 
 lint:
@@ -45,7 +62,8 @@ protos:
 # unit tests, and the Alertmanager config.
 rules:
 	$(VENV)/python -m tests.support.prom check-config \
-		deploy/prometheus/prometheus.yml deploy/prometheus/prometheus-static.yml
+		deploy/prometheus/prometheus.yml deploy/prometheus/prometheus-static.yml \
+		deploy/prometheus/prometheus-compose.yml
 	promtool check rules deploy/prometheus/rules/*.yml
 	promtool test rules deploy/prometheus/tests/*.yml
 	amtool check-config deploy/alertmanager/alertmanager.yml

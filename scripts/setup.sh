@@ -6,7 +6,9 @@
 #     (deploy/spark/pom.xml, for the Spark benchmark);
 #   * grpcurl, Consul 1.14 and kustomize built from the Go module proxy (deploy/*/build.sh);
 #   * the Debian packages prometheus, prometheus-alertmanager and chromium (the alerting
-#     and /ui tests run them), with apt, only when one of their commands is missing.
+#     and /ui tests run them), and podman, runc and mmdebstrap (the container images and
+#     the compose tests: deploy/container/, tests/compose), with apt, only when one of their
+#     commands is missing; podman-compose comes with the dev extra (PyPI).
 # Every download is cached under ~/.cache (pip, npm, Maven via ~/.m2, Go modules and the
 # built binaries under ~/.cache/dataservice, the .debs under ~/.cache/dataservice/apt), so
 # a second run takes seconds; nothing depends on the cache being there. Needs: python3
@@ -23,17 +25,18 @@ QUICK=0
 
 step() { printf '\n== %s\n' "$*" >&2; }
 
-DEBIAN_PACKAGES=(prometheus prometheus-alertmanager chromium)
-DEBIAN_COMMANDS=(prometheus promtool prometheus-alertmanager amtool chromium)
+DEBIAN_PACKAGES=(prometheus prometheus-alertmanager chromium podman runc mmdebstrap)
+DEBIAN_COMMANDS=(prometheus promtool prometheus-alertmanager amtool chromium podman runc mmdebstrap)
 
-# Prometheus, Alertmanager (with promtool, amtool) and headless Chromium from Debian.
+# Prometheus, Alertmanager (with promtool, amtool), headless Chromium, and the container
+# tools (podman with the runc runtime, mmdebstrap for the images' Debian base) from Debian.
 install_debian_packages() {
   local missing=() cmd
   for cmd in "${DEBIAN_COMMANDS[@]}"; do
     command -v "$cmd" >/dev/null 2>&1 || missing+=("$cmd")
   done
   if [[ ${#missing[@]} -eq 0 ]]; then
-    step "Prometheus, Alertmanager, Chromium: already installed"
+    step "Prometheus, Alertmanager, Chromium, podman, runc, mmdebstrap: already installed"
     return
   fi
   step "Debian packages ${DEBIAN_PACKAGES[*]} (missing: ${missing[*]})"
