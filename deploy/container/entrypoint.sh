@@ -26,7 +26,7 @@ case "$service" in
   sidecar) exec ds-sidecar "$@" ;;
   notifier) exec ds-notifier "$@" ;;
   dsctl) exec dsctl "$@" ;;
-  injector) exec python -m services.injector "$@" ;;
+  injector) exec ds-injector "$@" ;;
   demo-app) exec ds-demo-app "$@" ;;
   help | -h | --help) usage ;;
   *)

@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from services.consumer_sidecar.batches import DsRecord
+from services.client import DsRecord
 
 
 class ReceivedLog:
