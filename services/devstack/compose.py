@@ -214,14 +214,21 @@ def up(env: Mapping[str, str] | None = None, timeout: float = UP_TIMEOUT) -> lis
     return containers()
 
 
-def leftovers(project: str = PROJECT) -> list[str]:
-    """Containers, pods and volumes of ``project`` still there (none after ``down -v``)."""
+def volumes() -> set[str]:
+    """Every volume podman has (named or anonymous)."""
+    return set(podman.podman("volume", "ls", "--quiet").split())
+
+
+def leftovers(project: str = PROJECT, volumes_before: set[str] | None = None) -> list[str]:
+    """Containers, pods and volumes of ``project`` still there (none after ``down -v``); with
+    ``volumes_before``, also any volume created since, anonymous ones included."""
     label = f"label=io.podman.compose.project={project}"
     found = [f"container {c.name}" for c in containers(project)]
     pods = podman.podman("pod", "ps", "--format", "{{.Name}}", "--filter", f"name=pod_{project}")
     found += [f"pod {name}" for name in pods.split()]
-    volumes = podman.podman("volume", "ls", "--format", "{{.Name}}", "--filter", label)
-    found += [f"volume {name}" for name in volumes.split()]
+    named = set(podman.podman("volume", "ls", "--format", "{{.Name}}", "--filter", label).split())
+    new = volumes() - volumes_before if volumes_before is not None else set()
+    found += [f"volume {name}" for name in sorted(named | new)]
     return found
 
 

@@ -62,6 +62,7 @@ def stack(
     directory = tmp_path_factory.mktemp("compose")
     _readable(directory)
     env = _test_configs(directory, webhook_sink)
+    volumes_before = compose.volumes()
     try:
         up = time.monotonic()
         compose.up(env=env)
@@ -69,7 +70,7 @@ def stack(
             f"compose: images {up - started:.0f}s, up and healthy {time.monotonic() - up:.0f}s",
             flush=True,
         )
-        yield Stack()
+        yield Stack(volumes_before)
     finally:
         if compose.containers():  # the last test takes it down; this is for failures
             compose.down(env=env)

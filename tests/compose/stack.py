@@ -59,7 +59,10 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str, every: float
 
 
 class Stack:
-    """The running compose project."""
+    """The running compose project; ``volumes_before``: every volume before it came up."""
+
+    def __init__(self, volumes_before: set[str]) -> None:
+        self.volumes_before = volumes_before
 
     def container(self, service: str) -> str:
         return compose.container_of(service)

@@ -173,7 +173,7 @@ def test_stop_a_broker_container(stack: Stack, received: Received) -> None:
 
 def test_down_leaves_nothing(stack: Stack) -> None:
     compose.down()
-    assert compose.leftovers() == []
+    assert compose.leftovers(volumes_before=stack.volumes_before) == []
     # And nothing listens on the stack's ports any more.
     open_ports = [
         p for p in (9092, 9192, 9292, 8500, 7070, 7170, 7080, 9090, 9093) if port_is_open(p)
