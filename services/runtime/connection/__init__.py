@@ -1,0 +1,48 @@
+"""The one way every client in the tree reaches the assigner, the sidecars and the notifier.
+
+* :mod:`.settings`: :class:`ConnectionSettings` (message sizes, keepalive, reconnect
+  backoff, gRPC's own retry of ``UNAVAILABLE`` as a channel service config);
+* :mod:`.credentials`: the channel and per-call credentials (none yet: the seam where TLS
+  and tokens are attached, once, for every client);
+* :mod:`.channels`: :func:`open_channel` and :func:`open_aio_channel`, the only code that
+  creates gRPC channels;
+* :mod:`.targets`: :class:`AssignerTarget`, where the assigner is (replica addresses, the
+  Consul leader key);
+* :mod:`.policy` (pure): after a failure, follow ``ds-leader``, retry with jittered
+  backoff, or raise; a call's budget;
+* :mod:`.follower` and :mod:`.aio_follower`: :class:`LeaderFollower` (threads) and
+  :class:`AioLeaderFollower` (asyncio), which hold the leader's address and channel and run
+  calls on it; :func:`retry_call` for a peer that is not followed.
+
+Importing this package pulls in neither structlog nor pydantic (Spark workers use it), and
+py-consul only once a target with Consul is used.
+"""
+
+from services.runtime.connection.aio_follower import AioLeaderFollower
+from services.runtime.connection.channels import open_aio_channel, open_channel
+from services.runtime.connection.follower import LeaderFollower, retry_call
+from services.runtime.connection.policy import FOLLOW_ONCE, Backoff, CallPolicy
+from services.runtime.connection.settings import (
+    DEFAULT_SETTINGS,
+    MAX_MESSAGE_BYTES,
+    ConnectionSettings,
+    GrpcRetryPolicy,
+)
+from services.runtime.connection.targets import AssignerTarget, LeaderUnknown
+
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "FOLLOW_ONCE",
+    "MAX_MESSAGE_BYTES",
+    "AioLeaderFollower",
+    "AssignerTarget",
+    "Backoff",
+    "CallPolicy",
+    "ConnectionSettings",
+    "GrpcRetryPolicy",
+    "LeaderFollower",
+    "LeaderUnknown",
+    "open_aio_channel",
+    "open_channel",
+    "retry_call",
+]
