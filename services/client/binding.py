@@ -5,9 +5,9 @@ stream open on a background thread (a new binding is pushed the moment a sidecar
 opens a channel to each bound sidecar and closes those no longer bound. It follows the
 assigner's leader (ARCHITECTURE §3 "Leaders"): a follower answers ``FAILED_PRECONDITION``
 with the leader's address in trailing metadata ``ds-leader`` and the keeper switches to it
-at once; given Consul, it also follows the leader key with blocking queries. Calls that
-may fail over (the assigner's, and the client's acks) go through :meth:`retrying`, which
-retries ``UNAVAILABLE`` only (AIP-194).
+at once; given Consul, it also follows the leader key with blocking queries. Both are the
+runtime's connection module's (:class:`~services.runtime.connection.LeaderFollower`): the
+keeper keeps its own watch loop, and re-binds on the new leader when the follower switches.
 """
 
 from __future__ import annotations
@@ -26,13 +26,23 @@ from dataservice.assigner.v1 import binding_pb2, binding_pb2_grpc, types_pb2
 from dataservice.sidecar.v1 import stream_pb2_grpc
 from services.client.errors import ClientError
 from services.client.sidecar import Sidecar
-from services.runtime.errors import LEADER_METADATA_KEY, Reason, error_info, trailing_value
-from services.runtime.grpcserver import CHANNEL_OPTIONS
-from services.runtime.leader_watch import LeaderWatchThread
+from services.runtime.connection import (
+    DEFAULT_SETTINGS,
+    AssignerTarget,
+    CallPolicy,
+    ConnectionSettings,
+    LeaderFollower,
+    open_channel,
+)
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
+Binding = binding_pb2_grpc.BindingServiceStub
+
+# The client's calls: 8 attempts, backing off from 50 ms to 2 s; an election in progress
+# (NOT_LEADER without a leader) is waited out like UNAVAILABLE.
+CALLS = CallPolicy(attempts=8)
 
 # After a leader change, a binding without sidecars is the new leader still gathering its
 # sidecars' re-joins: keep using the old ones this long rather than stop fetching.
@@ -55,45 +65,49 @@ class BindingKeeper:
         consul: str | None,
         leader_key: str,
         lock: threading.Lock,
+        settings: ConnectionSettings = DEFAULT_SETTINGS,
     ) -> None:
-        """Binds at once (retrying as :meth:`retrying` does), then starts the watch thread
-        and, given ``consul``, the leader watch."""
+        """Binds at once (retrying as :data:`CALLS` allows), then starts the watch thread
+        and, given ``consul``, the leader watch. With ``consul`` the leader is read from
+        ``leader_key`` first (raising what py-consul raises if it cannot be read)."""
         self.group = group
         self.client_id = client_id
-        self._leader_watch: LeaderWatchThread | None = None
-        if consul:
-            self._leader_watch = LeaderWatchThread(consul, self._on_leader, key=leader_key)
-            assigner = self._leader_watch.current() or assigner
-        self.assigner = assigner
+        self._settings = settings
+        self._assigner = LeaderFollower(AssignerTarget((assigner,), consul, leader_key), settings)
         self._lock = lock
         self.sidecars: dict[str, Sidecar] = {}
         self._binding_version = 0
         self.closed = threading.Event()
         self.changed = threading.Event()
-        self._assigner_lock = threading.Lock()
         self._wake_watch = threading.Event()  # close() or a leader change
         self._watch_call: grpc.Call | None = None
         self._leader_changed_at: float | None = None
-        self._assigner_channel = grpc.insecure_channel(assigner, options=CHANNEL_OPTIONS)
-        self._binding_stub = binding_pb2_grpc.BindingServiceStub(self._assigner_channel)
-        self._watched_assigner = self.assigner
-        self._apply_binding(self._call_assigner(self._bind))
+        try:
+            if consul:
+                self._assigner.locate()  # where to start: no "leader change" yet
+            self._assigner.on_leader_change(self._on_leader)
+            self._watched_assigner = self.assigner
+            self._apply_binding(self._call_assigner(self._bind))
+        except BaseException:
+            self._assigner.close()
+            raise
         self._watcher = threading.Thread(target=self._watch, name="ds-binding-watch", daemon=True)
         self._watcher.start()
-        if self._leader_watch is not None:
-            self._leader_watch.start()
+        self._assigner.start()
+
+    @property
+    def assigner(self) -> str:
+        """The address of the assigner followed now."""
+        return self._assigner.address
 
     def close(self) -> None:
-        """Stop following, unbind (best effort, 2 s) and close every channel."""
+        """Unbind (best effort, 2 s), stop following and close every channel."""
         self.closed.set()
         self._wake_watch.set()
-        if self._leader_watch is not None:
-            self._leader_watch.stop()
-        with contextlib.suppress(grpc.RpcError):
-            self._binding_stub.Unbind(
-                binding_pb2.UnbindRequest(client_id=self.client_id, group=self.group), timeout=2
-            )
-        self._assigner_channel.close()
+        request = binding_pb2.UnbindRequest(client_id=self.client_id, group=self.group)
+        with contextlib.suppress(grpc.RpcError, ValueError):
+            self._assigner.stub(Binding).Unbind(request, timeout=2)
+        self._assigner.close()
         with self._lock:
             for sidecar in self.sidecars.values():
                 sidecar.channel.close()
@@ -101,9 +115,9 @@ class BindingKeeper:
 
     # ---- binding ----------------------------------------------------------------------
 
-    def _bind(self) -> types_pb2.Binding:
+    def _bind(self, stub: Binding) -> types_pb2.Binding:
         request = binding_pb2.BindRequest(client_id=self.client_id, group=self.group)
-        return self._binding_stub.Bind(request, timeout=10).binding
+        return stub.Bind(request, timeout=10).binding
 
     def _watch(self) -> None:
         backoff = 0.1
@@ -114,7 +128,7 @@ class BindingKeeper:
                 request = binding_pb2.WatchBindingRequest(
                     client_id=self.client_id, group=self.group, known_version=self._binding_version
                 )
-                call = self._binding_stub.WatchBinding(request)
+                call = self._assigner.stub(Binding).WatchBinding(request)
                 self._watch_call = call
                 if self.assigner != self._watched_assigner:
                     # The leader moved while we were connecting.
@@ -127,7 +141,7 @@ class BindingKeeper:
                 if self.closed.is_set():
                     return
                 if isinstance(err, grpc.RpcError):
-                    self._follow_leader(err)
+                    self._assigner.follow(err)
                 log.debug("binding watch broken; re-watching", error=str(err))
             finally:
                 self._watch_call = None
@@ -170,89 +184,32 @@ class BindingKeeper:
             for address, endpoint in wanted.items():
                 sidecar = self.sidecars.get(address)
                 if sidecar is None:
-                    channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                    channel = open_channel(address, self._settings)
                     sidecar = Sidecar(address, channel, stream_pb2_grpc.StreamServiceStub(channel))
                     self.sidecars[address] = sidecar
                 sidecar.partitions = {(tp.topic, tp.partition) for tp in endpoint.partitions}
         log.debug("binding", version=binding.version, endpoints=sorted(wanted))
         self.changed.set()
 
-    def _follow_leader(self, err: grpc.RpcError) -> bool:
-        """Switch to the leader a follower named; True if there was one to switch to."""
-        leader = trailing_value(err, LEADER_METADATA_KEY)
-        if leader:
-            self._switch_assigner(leader)
-            return True
-        return False
-
-    def _on_leader(self, leader: str | None) -> None:
-        """The Consul leader watch saw a new leader (runs on the watch thread)."""
-        if leader:
-            self._switch_assigner(leader)
-
-    def _switch_assigner(self, leader: str) -> None:
-        with self._assigner_lock:
-            if leader == self.assigner or self.closed.is_set():
-                return
-            log.info("following the assigner leader", leader=leader, old=self.assigner)
-            old = self._assigner_channel
-            self._assigner_channel = grpc.insecure_channel(leader, options=CHANNEL_OPTIONS)
-            self._binding_stub = binding_pb2_grpc.BindingServiceStub(self._assigner_channel)
-            self.assigner = leader
-            self._leader_changed_at = time.monotonic()
-            call = self._watch_call
+    def _on_leader(self, leader: str) -> None:
+        """The follower switched to a new leader (a ``ds-leader`` answer, or the Consul
+        watch): the watch thread re-binds there at once."""
+        if self.closed.is_set():
+            return
+        log.info("following the assigner leader", leader=leader)
+        self._leader_changed_at = time.monotonic()
+        call = self._watch_call
         if call is not None:
-            # The watch thread re-binds on the new leader at once.
             call.cancel()  # type: ignore[no-untyped-call]
         self._wake_watch.set()
-        old.close()
 
-    def _leader_from_consul(self) -> None:
-        """Read the leader key now (after an assigner call failed)."""
-        if self._leader_watch is None:
-            return
-        with contextlib.suppress(Exception):
-            if leader := self._leader_watch.current():
-                self._switch_assigner(leader)
-
-    # ---- calls ------------------------------------------------------------------------
-
-    def _call_assigner(self, fn: Callable[[], types_pb2.Binding]) -> types_pb2.Binding:
-        return self.retrying(fn, assigner=True)
-
-    def retrying(self, fn: Callable[[], T], attempts: int = 8, *, assigner: bool = False) -> T:
-        """Retry UNAVAILABLE with jittered backoff (AIP-194), and a follower's redirect to
-        the leader; any other status is the caller's problem and raises ClientError.
-
-        ``fn`` must look the stub up when called (``self._binding_stub``), so a retry after
-        a redirect goes to the new leader. For assigner calls, ``NOT_LEADER`` from a
-        follower that does not know the leader yet (mid-election) is retried like
-        UNAVAILABLE, and with Consul the leader key is read again before each retry."""
-        backoff = 0.05
-        for attempt in range(attempts):
-            try:
-                return fn()
-            except ValueError:
-                # "Cannot invoke RPC on closed channel": a leader switch replaced the
-                # channel between looking the stub up and calling it. Retry on the new one.
-                if self.closed.is_set() or attempt == attempts - 1:
-                    raise
-                continue
-            except grpc.RpcError as err:
-                last = attempt == attempts - 1
-                if not last and self._follow_leader(err):
-                    continue
-                code = err.code()
-                info = error_info(err)
-                electing = assigner and info is not None and info.reason == Reason.NOT_LEADER.value
-                if code != grpc.StatusCode.UNAVAILABLE and not electing:
-                    raise ClientError(f"{code.name}: {err.details()}") from err
-                if last:
-                    if electing:
-                        raise ClientError(f"{code.name}: {err.details()}") from err
-                    raise
-                time.sleep(backoff * (0.5 + random.random()))
-                backoff = min(backoff * 2, 2.0)
-                if assigner:
-                    self._leader_from_consul()
-        raise AssertionError("unreachable")
+    def _call_assigner(self, fn: Callable[[Binding], T]) -> T:
+        """``fn`` on the leader as :data:`CALLS` allows. ``UNAVAILABLE`` to the end raises
+        as it came; any other status (an election that did not end included) raises
+        :class:`ClientError`."""
+        try:
+            return self._assigner.call(Binding, fn, CALLS)
+        except grpc.RpcError as err:
+            if err.code() is grpc.StatusCode.UNAVAILABLE:
+                raise
+            raise ClientError(f"{err.code().name}: {err.details()}") from err
