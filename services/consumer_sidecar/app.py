@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,7 +32,6 @@ from services.consumer_sidecar.rpc import StreamServicer, add_to_server
 from services.consumer_sidecar.session import SessionClient, SessionIdentity
 from services.consumer_sidecar.settings import SidecarSettings
 from services.consumer_sidecar.stats import parse_statistics
-from services.runtime.errors import LEADER_METADATA_KEY, trailing_value
 from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route
 from services.runtime.kafka import (
@@ -239,7 +237,7 @@ class SidecarApp:
     async def _start_classic(self, group_config: dict[str, str], topics: list[str]) -> None:
         assert self.classic is not None
         # The assigner sends the topics with SessionAccepted; an older one does not.
-        topics = topics or await self._group_topics()
+        topics = topics or await group_topics(self.session.follower, self.settings.group)
         config = consumer_config(
             self.settings,
             group=self.settings.group,
@@ -259,25 +257,6 @@ class SidecarApp:
             group_instance_id=self.settings.id,
             assignor=config["partition.assignment.strategy"],
         )
-
-    async def _group_topics(self) -> list[str]:
-        """The group's topics from the assigner (following its leader), retried."""
-        backoff = 0.1
-        while True:
-            try:
-                return await group_topics(self.session.assigner, self.settings.group)
-            except grpc.aio.AioRpcError as err:
-                leader = trailing_value(err, LEADER_METADATA_KEY)
-                if leader and leader != self.session.assigner:
-                    self.session.assigner = leader
-                    continue
-                log.warning(
-                    "kafka_group mode: cannot read the group's topics; retrying",
-                    code=err.code().name,
-                    error=err.details(),
-                )
-            await asyncio.sleep(backoff * (0.5 + random.random()))
-            backoff = min(backoff * 2, 5.0)
 
     # ---- helpers --------------------------------------------------------------------
 

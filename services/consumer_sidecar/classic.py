@@ -39,9 +39,15 @@ from services.consumer_sidecar.partitions import (
     Partition,
     PartitionTable,
 )
-from services.runtime.grpcserver import CHANNEL_OPTIONS
+from services.runtime.connection import AioLeaderFollower, Backoff, CallPolicy
 
 log = structlog.get_logger(__name__)
+
+# Nothing is consumed before the group's topics are known: ask for them until the assigner
+# answers, whatever it answers meanwhile, backing off from 0.1 s to 5 s.
+TOPICS_CALLS = CallPolicy(
+    attempts=None, retry_codes=frozenset(grpc.StatusCode), backoff=Backoff(0.1, 5.0)
+)
 
 ASSIGNMENT_STRATEGY = "cooperative-sticky"
 # Properties this mode sets itself; a group's consumer_config cannot override them.
@@ -219,12 +225,22 @@ def _names(tps: Iterable[TP]) -> list[str]:
     return [f"{tp.topic}[{tp.partition}]" for tp in sorted(tps)]
 
 
-async def group_topics(assigner: str, group: str, timeout: float = 10.0) -> list[str]:
+async def group_topics(assigner: AioLeaderFollower, group: str, timeout: float = 10.0) -> list[str]:
     """The group's topics, from the assigner's DescribeGroup (SessionAccepted names only the
-    mode). Raises ``grpc.aio.AioRpcError``; a follower's ``ds-leader`` is the caller's."""
-    async with grpc.aio.insecure_channel(assigner, options=CHANNEL_OPTIONS) as channel:
-        stub = admin_pb2_grpc.AdminServiceStub(channel)
-        response = await stub.DescribeGroup(
-            admin_pb2.DescribeGroupRequest(group=group), timeout=timeout
-        )
+    mode): asked of the leader until it answers, as :data:`TOPICS_CALLS` says."""
+    request = admin_pb2.DescribeGroupRequest(group=group)
+    response = await assigner.call(
+        admin_pb2_grpc.AdminServiceStub,
+        lambda stub: stub.DescribeGroup(request, timeout=timeout),
+        TOPICS_CALLS,
+        on_retry=_topics_not_read,
+    )
     return list(response.config.topics)
+
+
+def _topics_not_read(err: grpc.RpcError) -> None:
+    log.warning(
+        "kafka_group mode: cannot read the group's topics; retrying",
+        code=err.code().name,
+        error=err.details(),
+    )

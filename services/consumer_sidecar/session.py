@@ -7,10 +7,12 @@ when its ack arrives, every lease it renews gets deadline = send time + TTL - ma
 A broken stream is not a lost lease: leases keep serving until their deadline while the
 session reconnects with jittered backoff, following ``ds-leader`` to the leader.
 
-With Consul configured the session also follows the assigner's leader key with blocking
-queries (:mod:`services.runtime.leader_watch`): when another replica takes the lock, the
-open stream (to a dead or demoted leader) is ended and the sidecar re-joins the new leader
-at once, reporting the leases it holds — no backoff, no waiting for a TCP timeout.
+The assigner's address, its channel and the leader following are the session's
+:class:`~services.runtime.connection.AioLeaderFollower`'s. With Consul configured it also
+follows the assigner's leader key with blocking queries: when another replica takes the
+lock, the open stream (to a dead or demoted leader) is ended and the sidecar re-joins the
+new leader at once, reporting the leases it holds — no backoff, no waiting for a TCP
+timeout.
 
 The group's mode comes with ``SessionAccepted.mode``. In ``kafka_group`` mode (ARCHITECTURE
 §5.6) Kafka assigns the partitions (:mod:`services.consumer_sidecar.classic`) and the
@@ -37,9 +39,14 @@ from dataservice.assigner.v1 import assigner_pb2, assigner_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar.leasing import LeaseKeeper, ReleasedLease
 from services.consumer_sidecar.partitions import TP
-from services.runtime.errors import LEADER_METADATA_KEY, Reason, error_info, trailing_value
-from services.runtime.grpcserver import CHANNEL_OPTIONS
-from services.runtime.leader_watch import DEFAULT_LEADER_KEY, LeaderWatch
+from services.runtime.connection import (
+    DEFAULT_SETTINGS,
+    AioLeaderFollower,
+    AssignerTarget,
+    ConnectionSettings,
+)
+from services.runtime.errors import Reason, error_info
+from services.runtime.leader_watch import DEFAULT_LEADER_KEY
 
 log = structlog.get_logger(__name__)
 
@@ -65,11 +72,12 @@ class SessionClient:
         safety_margin: float,
         consul: str | None = None,
         leader_key: str = DEFAULT_LEADER_KEY,
+        settings: ConnectionSettings = DEFAULT_SETTINGS,
     ) -> None:
         self.identity = identity
-        self.assigner = assigner
-        self.consul = consul
-        self.leader_key = leader_key
+        # The assigner leader's address and channel; also the app's for its own calls.
+        self.follower = AioLeaderFollower(AssignerTarget((assigner,), consul, leader_key), settings)
+        self.follower.on_leader_change(self._on_leader)
         self.keeper = keeper
         self.margin = safety_margin
         self.connected = False
@@ -100,26 +108,24 @@ class SessionClient:
     def kafka_group(self) -> bool:
         return self.mode == common_pb2.GROUP_MODE_KAFKA_GROUP
 
+    @property
+    def assigner(self) -> str:
+        """The address of the assigner followed now."""
+        return self.follower.address
+
     async def run(self) -> None:
-        """Keep a session open until :meth:`close`; reconnect on any failure."""
-        watch = None
-        if self.consul:
-            leader_watch = LeaderWatch(self.consul, self.leader_key, self._on_leader)
-            watch = asyncio.create_task(leader_watch.run(), name="assigner-leader-watch")
+        """Keep a session open until cancelled; reconnect on any failure. Follows the
+        Consul leader key meanwhile (given Consul); closes the follower at the end."""
+        self.follower.start()
         try:
             await self._session_loop()
         finally:
-            if watch is not None:
-                watch.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watch
+            await self.follower.close()
 
-    async def _on_leader(self, leader: str | None) -> None:
-        """Consul names a new leader: move there now, ending a stream to the old one."""
-        if not leader or leader == self.assigner:
-            return
-        log.info("assigner leader changed; moving the session", leader=leader, old=self.assigner)
-        self.assigner = leader
+    def _on_leader(self, leader: str) -> None:
+        """The follower switched to a new leader (a ``ds-leader`` answer, or Consul names
+        it): move there now, ending a stream to the old one."""
+        log.info("assigner leader changed; moving the session", leader=leader)
         self._redirected.set()
         if self._current is not None and not self._current.done():
             self._current.cancel()
@@ -144,12 +150,7 @@ class SessionClient:
             except asyncio.CancelledError:
                 backoff = 0.05  # redirected by the leader watch: reconnect at once
             except grpc.aio.AioRpcError as err:
-                leader = trailing_value(err, LEADER_METADATA_KEY)
-                if leader and leader != self.assigner:
-                    log.info("following the assigner leader", leader=leader)
-                    self.assigner = leader
-                    backoff = 0.05
-                elif self._redirected.is_set():
+                if await self.follower.follow(err) or self._redirected.is_set():
                     backoff = 0.05  # the stream broke because the leader moved
                 else:
                     info = error_info(err)
@@ -175,19 +176,18 @@ class SessionClient:
             backoff = min(backoff * 2, MAX_RECONNECT_BACKOFF)
 
     async def _one_session(self) -> None:
-        async with grpc.aio.insecure_channel(self.assigner, options=CHANNEL_OPTIONS) as channel:
-            stub = assigner_pb2_grpc.AssignerServiceStub(channel)
-            self._outbox = asyncio.Queue()
-            self._outbox.put_nowait(self._join())
-            call = stub.Session(self._requests())
-            heartbeats = asyncio.create_task(self._heartbeat_loop())
-            try:
-                async for response in call:
-                    await self._handle(response)
-            finally:
-                heartbeats.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await heartbeats
+        stub = self.follower.stub(assigner_pb2_grpc.AssignerServiceStub)
+        self._outbox = asyncio.Queue()
+        self._outbox.put_nowait(self._join())
+        call = stub.Session(self._requests())
+        heartbeats = asyncio.create_task(self._heartbeat_loop())
+        try:
+            async for response in call:
+                await self._handle(response)
+        finally:
+            heartbeats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeats
 
     def _join(self) -> assigner_pb2.SessionRequest:
         if self.kafka_group:
@@ -392,18 +392,15 @@ class SessionClient:
     async def leave(self, timeout: float) -> None:
         """Graceful leave: ask the assigner to revoke everything, release it, then stop."""
         if self.connected:
+            request = assigner_pb2.LeaveRequest(
+                sidecar_id=self.identity.sidecar_id,
+                group=self.identity.group,
+                session_id=self.session_id,
+                graceful=True,
+            )
             try:
-                async with grpc.aio.insecure_channel(self.assigner) as channel:
-                    stub = assigner_pb2_grpc.AssignerServiceStub(channel)
-                    await stub.Leave(
-                        assigner_pb2.LeaveRequest(
-                            sidecar_id=self.identity.sidecar_id,
-                            group=self.identity.group,
-                            session_id=self.session_id,
-                            graceful=True,
-                        ),
-                        timeout=2,
-                    )
+                stub = self.follower.stub(assigner_pb2_grpc.AssignerServiceStub)
+                await stub.Leave(request, timeout=2)
             except grpc.RpcError as err:
                 info = error_info(err)
                 if info is not None and info.reason == Reason.SIDECAR_NOT_FOUND:
