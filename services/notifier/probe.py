@@ -36,9 +36,8 @@ from services.notifier.probe_tracker import FaultChange, Outcome, ProbeMessage, 
 from services.notifier.probe_tracker import decode as decode_probe
 from services.notifier.settings import ProbeSettings
 from services.runtime import faults
-from services.runtime.errors import LEADER_METADATA_KEY, Reason, error_info, trailing_value
-from services.runtime.grpcserver import CHANNEL_OPTIONS
-from services.runtime.leader_watch import consul_client, read_leader
+from services.runtime.connection import FOLLOW_ONCE, AssignerTarget, LeaderFollower
+from services.runtime.errors import Reason, error_info
 from services.runtime.topics import TopicSpec, ensure_topic
 
 log = structlog.get_logger(__name__)
@@ -291,41 +290,32 @@ class Prober:
                 self.metrics.discarded.labels(receipt.outcome.value).inc()
 
     def _ensure_group(self) -> None:
-        """Create the leased probe group through the assigner's AdminService (once)."""
+        """Create the leased probe group through the assigner's AdminService (once): on
+        the leader the Consul key names (given Consul), or following a redirect once."""
         if self._group_ready:
             return
-        address = self._assigner_address()
+        target = AssignerTarget((self.settings.assigner,), self._consul)
+        assigner = LeaderFollower(target)
         try:
-            self._create_group(address)
-        except grpc.RpcError as err:
-            leader = trailing_value(err, LEADER_METADATA_KEY)
-            if not leader or leader == address:
-                raise
-            self._create_group(leader)  # a follower named the leader
+            assigner.locate()
+            assigner.call(admin_pb2_grpc.AdminServiceStub, self._create_group, FOLLOW_ONCE)
+        finally:
+            assigner.close()
         self._group_ready = True
 
-    def _assigner_address(self) -> str:
-        if self._consul:
-            leader = read_leader(consul_client(self._consul))
-            if leader:
-                return leader
-        return self.settings.assigner
-
-    def _create_group(self, address: str) -> None:
+    def _create_group(self, stub: admin_pb2_grpc.AdminServiceStub) -> None:
         group = types_pb2.GroupConfig(
             name=self.settings.group,
             topics=[self.settings.topic],
             mode=common_pb2.GROUP_MODE_LEASED,
         )
-        with grpc.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
-            stub = admin_pb2_grpc.AdminServiceStub(channel)
-            try:
-                stub.CreateGroup(admin_pb2.CreateGroupRequest(group=group), timeout=10)
-            except grpc.RpcError as err:
-                info = error_info(err)
-                if info is None or info.reason != Reason.GROUP_ALREADY_EXISTS.value:
-                    raise
-                # Configured by an operator (other settings): use it as it is.
-                log.info("probe group exists", group=self.settings.group, detail=err.details())
-                return
+        try:
+            stub.CreateGroup(admin_pb2.CreateGroupRequest(group=group), timeout=10)
+        except grpc.RpcError as err:
+            info = error_info(err)
+            if info is None or info.reason != Reason.GROUP_ALREADY_EXISTS.value:
+                raise
+            # Configured by an operator (other settings): use it as it is.
+            log.info("probe group exists", group=self.settings.group, detail=err.details())
+            return
         log.info("probe group ready", group=self.settings.group, topic=self.settings.topic)
