@@ -7,7 +7,8 @@ what to check), so commands never print a traceback. :func:`classify` is the pur
 
 A follower assigner answers ``FAILED_PRECONDITION`` / ``NOT_LEADER`` with the leader's
 address in trailing metadata ``ds-leader`` (ARCHITECTURE §3); :class:`AssignerClient`
-follows it once, so pointing dsctl at any assigner instance works.
+follows it once (the connection module's ``FOLLOW_ONCE``), so pointing dsctl at any
+assigner instance works. Channels come from ``services.runtime.connection``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from google.protobuf import message
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
-from services.runtime.errors import LEADER_METADATA_KEY, Reason, error_info, trailing_value
+from services.runtime.connection import FOLLOW_ONCE, AssignerTarget, LeaderFollower, open_channel
+from services.runtime.errors import Reason, error_info
 
 DEFAULT_ASSIGNER = "127.0.0.1:7070"
 DEFAULT_NOTIFIER = "127.0.0.1:7090"
@@ -121,30 +123,20 @@ def classify_rpc_error(err: grpc.RpcError, where: Endpoint) -> CliError:
     return classify(code, details or "", info.reason if info is not None else None, where)
 
 
-def leader_of(err: grpc.RpcError) -> str | None:
-    """The leader's address when ``err`` is a follower's NOT_LEADER answer naming one."""
-    if not hasattr(err, "code") or err.code() is not grpc.StatusCode.FAILED_PRECONDITION:
-        return None
-    info = error_info(err)
-    if info is None or info.reason != Reason.NOT_LEADER:
-        return None
-    return trailing_value(err, LEADER_METADATA_KEY) or None
-
-
 class AssignerClient:
     """AdminService calls with a timeout, leader following and error mapping."""
 
     def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
         self.timeout = timeout
-        self._connect(address)
+        self._assigner = LeaderFollower(AssignerTarget((address,)))
 
-    def _connect(self, address: str) -> None:
-        self.endpoint = assigner_endpoint(address)
-        self._channel = grpc.insecure_channel(address)
-        self._stub = admin_pb2_grpc.AdminServiceStub(self._channel)
+    @property
+    def endpoint(self) -> Endpoint:
+        """The assigner called now (the leader, once a follower named it)."""
+        return assigner_endpoint(self._assigner.address)
 
     def close(self) -> None:
-        self._channel.close()
+        self._assigner.close()
 
     def __enter__(self) -> AssignerClient:
         return self
@@ -153,17 +145,9 @@ class AssignerClient:
         self.close()
 
     def _call(self, rpc: Callable[[admin_pb2_grpc.AdminServiceStub], R]) -> R:
-        try:
-            return rpc(self._stub)
-        except grpc.RpcError as err:
-            leader = leader_of(err)
-            if leader is None or leader == self.endpoint.address:
-                raise classify_rpc_error(err, self.endpoint) from None
         # Followed once: a second NOT_LEADER means leadership is moving; report it.
-        self.close()
-        self._connect(leader)
         try:
-            return rpc(self._stub)
+            return self._assigner.call(admin_pb2_grpc.AdminServiceStub, rpc, FOLLOW_ONCE)
         except grpc.RpcError as err:
             raise classify_rpc_error(err, self.endpoint) from None
 
@@ -218,7 +202,7 @@ class NotifierClient:
     def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
         self.endpoint = notifier_endpoint(address)
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(address)
+        self._channel = open_channel(address)
         self._stub = notifier_pb2_grpc.NotifierServiceStub(self._channel)
 
     def close(self) -> None:

@@ -35,9 +35,9 @@ from services.dsctl.admin_client import (
     ExitCode,
     assigner_endpoint,
     classify_rpc_error,
-    leader_of,
 )
-from services.runtime.errors import Reason, error_info
+from services.runtime.connection import FOLLOW_ONCE, AssignerTarget, LeaderFollower, open_channel
+from services.runtime.errors import LEADER_METADATA_KEY, Reason, error_info, trailing_value
 from services.runtime.settings import OneLineArgumentParser
 
 POLL_SECONDS = 0.2
@@ -49,7 +49,7 @@ def sidecar_endpoint(address: str) -> Endpoint:
 
 
 def status(sidecar: str) -> stream_pb2.StatusResponse:
-    with grpc.insecure_channel(sidecar) as channel:
+    with open_channel(sidecar) as channel:
         stub = stream_pb2_grpc.StreamServiceStub(channel)
         try:
             return stub.Status(stream_pb2.StatusRequest(), timeout=CALL_TIMEOUT_SECONDS)
@@ -61,25 +61,27 @@ def leave(assigner: str, sidecar_id: str, group: str) -> bool:
     """Graceful Leave of ``sidecar_id`` at the leader; False if it is not a member (it
     never joined, or has left already)."""
     request = assigner_pb2.LeaveRequest(sidecar_id=sidecar_id, group=group, graceful=True)
-    address = assigner
-    for _ in range(2):  # the instance named, then the leader it names
-        with grpc.insecure_channel(address) as channel:
-            stub = assigner_pb2_grpc.AssignerServiceStub(channel)
-            try:
-                stub.Leave(request, timeout=CALL_TIMEOUT_SECONDS)
-                return True
-            except grpc.RpcError as err:
-                leader = leader_of(err)
-                if leader is not None and leader != address:
-                    address = leader
-                    continue
-                info = error_info(err)
-                if info is not None and info.reason == Reason.SIDECAR_NOT_FOUND:
-                    return False
-                raise classify_rpc_error(err, assigner_endpoint(address)) from None
-    raise CliError(
-        f"assigner leadership is moving (last asked {address}); retry", ExitCode.UNAVAILABLE
-    )
+    assigner_at = LeaderFollower(AssignerTarget((assigner,)))
+    try:
+        assigner_at.call(
+            assigner_pb2_grpc.AssignerServiceStub,
+            lambda stub: stub.Leave(request, timeout=CALL_TIMEOUT_SECONDS),
+            FOLLOW_ONCE,  # the instance named, then the leader it names
+        )
+        return True
+    except grpc.RpcError as err:
+        info = error_info(err)
+        if info is not None and info.reason == Reason.SIDECAR_NOT_FOUND:
+            return False
+        address = assigner_at.address
+        if trailing_value(err, LEADER_METADATA_KEY) not in (None, "", address):
+            raise CliError(
+                f"assigner leadership is moving (last asked {address}); retry",
+                ExitCode.UNAVAILABLE,
+            ) from None
+        raise classify_rpc_error(err, assigner_endpoint(address)) from None
+    finally:
+        assigner_at.close()
 
 
 def handoff(sidecar: str, assigner: str, timeout: float, say: Callable[[str], None]) -> None:
