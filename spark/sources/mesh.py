@@ -1,9 +1,10 @@
 """How the ``dataservice`` source talks to the mesh: the assigner and the sidecars.
 
 * :class:`AssignerClient` — ``AdminService.DescribeGroup`` (the group's topics, members and
-  their endpoints, who leases which partition at which epoch, committed and end offsets),
-  following a follower's ``ds-leader`` redirect, the other ``assigner`` addresses, or the
-  leader key in Consul, and retrying ``UNAVAILABLE`` (AIP-194).
+  their endpoints, who leases which partition at which epoch, committed and end offsets)
+  on the leader, through the runtime's ``LeaderFollower``: following a follower's
+  ``ds-leader`` redirect, the other ``assigner`` addresses, or the leader key in Consul,
+  and retrying ``UNAVAILABLE`` (AIP-194).
 * :func:`read_range` — one input partition's exact ``[from, to)`` through the owning
   sidecar's ``ReadRange``, chunk by chunk. When the owner goes away (``UNAVAILABLE``) or
   the lease moved (``LEASE_NOT_HELD``), it asks the assigner who holds the partition now
@@ -13,11 +14,13 @@
   *now*, as their own ``Status`` says (their lease epoch fences the commit), retried while
   leases move.
 
-Nothing here imports Spark: executors and the driver's source worker both use it.
+Nothing here imports Spark: executors and the driver's source worker both use it. Every
+channel comes from ``services.runtime.connection``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -30,7 +33,17 @@ import grpc
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
-from services.runtime.errors import LEADER_METADATA_KEY, Reason, error_info, trailing_value
+from services.runtime.connection import (
+    MAX_MESSAGE_BYTES,
+    AssignerTarget,
+    Backoff,
+    CallPolicy,
+    ConnectionSettings,
+    LeaderFollower,
+    LeaderUnknown,
+    open_channel,
+)
+from services.runtime.errors import Reason, error_info
 
 # Standard logging, not structlog: this runs in every Spark Python worker, where importing
 # structlog (and the services' runtime, pydantic settings) would cost each worker start.
@@ -40,13 +53,8 @@ TP = tuple[str, int]
 T = TypeVar("T")
 
 CALL_TIMEOUT_SECONDS = 10.0
-# As services.runtime.grpcserver.CHANNEL_OPTIONS (not imported, see above): ReadRange chunks
-# are up to 64 MiB.
-CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024 + 1024 * 1024),
-    ("grpc.keepalive_time_ms", 20_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-]
+# ReadRange chunks are up to 64 MiB of records: room for their framing on top.
+CONNECTION = ConnectionSettings(max_receive_bytes=MAX_MESSAGE_BYTES + 1024 * 1024)
 # A probe that is always out of range (to_offset beyond any log): the sidecar answers
 # OUT_OF_RANGE with the partition's log start offset and high watermark, reading nothing.
 PROBE_TO_OFFSET = 2**62
@@ -59,6 +67,9 @@ RETRY_CODES = frozenset(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
     }
 )
+# DescribeGroup: retried on those failures and through an election, backing off from
+# 0.1 s to 2 s, for as long as the caller's timeout allows (its deadline).
+DESCRIBE_CALLS = CallPolicy(attempts=None, retry_codes=RETRY_CODES, backoff=Backoff(0.1, 2.0))
 MOVED_REASONS = frozenset(
     {
         Reason.LEASE_NOT_HELD.value,
@@ -138,89 +149,39 @@ class AssignerClient:
         *,
         call_timeout: float = CALL_TIMEOUT_SECONDS,
     ) -> None:
-        if not addresses and consul is None:
-            raise MeshError("no assigner address and no Consul to find one")
-        self._addresses = list(addresses)
-        self._consul = consul
-        self._call_timeout = call_timeout
-        self._lock = threading.Lock()
-        self._address = self._addresses[0] if self._addresses else ""
-        self._channel: grpc.Channel | None = None
-        self._next = 0
-        if consul is not None:
-            self._leader_from_consul()
-
-    def _leader_from_consul(self) -> None:
-        if self._consul is None:
-            return
-        # Imported here: the Consul client is only needed with the consul option.
-        from services.runtime.leader_watch import consul_client, read_leader
-
         try:
-            leader = read_leader(consul_client(self._consul))
-        except Exception as exc:  # Consul down: keep the address we have
-            log.info("consul %s: leader lookup failed: %s", self._consul, exc)
-            return
-        if leader:
-            self._switch(leader)
-
-    def _switch(self, address: str) -> None:
-        with self._lock:
-            if address == self._address and self._channel is not None:
-                return
-            old, self._channel = self._channel, None
-            self._address = address
-        if old is not None:
-            old.close()
-
-    def _rotate(self) -> None:
-        """Try the next configured address (a replica that may be the leader now)."""
-        if len(self._addresses) > 1:
-            self._next = (self._next + 1) % len(self._addresses)
-            self._switch(self._addresses[self._next])
-        self._leader_from_consul()
-
-    def _stub(self) -> admin_pb2_grpc.AdminServiceStub:
-        with self._lock:
-            if not self._address:
-                raise MeshError("the assigner leader is unknown (no leader key in Consul)")
-            if self._channel is None:
-                self._channel = grpc.insecure_channel(self._address, options=CHANNEL_OPTIONS)
-            return admin_pb2_grpc.AdminServiceStub(self._channel)
+            target = AssignerTarget(tuple(addresses), consul)
+        except LeaderUnknown as exc:
+            raise MeshError(str(exc)) from None
+        self._call_timeout = call_timeout
+        self._assigner = LeaderFollower(target, CONNECTION)
+        try:
+            self._assigner.locate()
+        except Exception as exc:  # Consul down: start with the addresses we have
+            log.info("consul %s: leader lookup failed: %s", consul, exc)
 
     def describe(self, group: str, timeout: float = 60.0) -> GroupView:
         """The group as the assigner leader sees it now; retries for up to ``timeout``."""
-        deadline = time.monotonic() + timeout
-        backoff = 0.1
         request = admin_pb2.DescribeGroupRequest(group=group)
-        while True:
-            try:
-                response = self._stub().DescribeGroup(request, timeout=self._call_timeout)
-                return GroupView.from_proto(group, response)
-            except ValueError:
-                continue  # the channel was replaced by a leader switch between lookup and call
-            except grpc.RpcError as err:
-                leader = trailing_value(err, LEADER_METADATA_KEY)
-                if leader and leader != self._address:
-                    self._switch(leader)
-                    continue
-                electing = _reason(err) == Reason.NOT_LEADER.value
-                if err.code() not in RETRY_CODES and not electing:
-                    raise MeshError(f"DescribeGroup({group}): {_describe_error(err)}") from err
-                if time.monotonic() + backoff > deadline:
-                    raise MeshError(
-                        f"DescribeGroup({group}): no answer within {timeout:.0f} s: "
-                        f"{_describe_error(err)}"
-                    ) from err
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
-                self._rotate()
+        try:
+            response = self._assigner.call(
+                admin_pb2_grpc.AdminServiceStub,
+                lambda stub: stub.DescribeGroup(request, timeout=self._call_timeout),
+                dataclasses.replace(DESCRIBE_CALLS, deadline=timeout),
+            )
+        except LeaderUnknown as exc:
+            raise MeshError(str(exc)) from None
+        except grpc.RpcError as err:
+            if err.code() in RETRY_CODES or _reason(err) == Reason.NOT_LEADER.value:
+                raise MeshError(
+                    f"DescribeGroup({group}): no answer within {timeout:.0f} s: "
+                    f"{_describe_error(err)}"
+                ) from err
+            raise MeshError(f"DescribeGroup({group}): {_describe_error(err)}") from err
+        return GroupView.from_proto(group, response)
 
     def close(self) -> None:
-        with self._lock:
-            channel, self._channel = self._channel, None
-        if channel is not None:
-            channel.close()
+        self._assigner.close()
 
 
 class SidecarPool:
@@ -244,7 +205,7 @@ class SidecarPool:
         with self._lock:
             channel = self._channels.get(endpoint)
             if channel is None:
-                channel = grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
+                channel = open_channel(endpoint, CONNECTION)
                 self._channels[endpoint] = channel
             return stream_pb2_grpc.StreamServiceStub(channel)
 
