@@ -12,23 +12,17 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
 from grpc_reflection.v1alpha import reflection
 
+from services.runtime.connection.settings import MAX_MESSAGE_BYTES
 from services.runtime.errors import ErrorInterceptor
 from services.runtime.settings import ServiceSettings
 
-# Messages up to 64 MiB: ReadRange and Fetch batches can be large; the sidecar bounds them.
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# What servers accept; clients' channel options are services.runtime.connection's.
 SERVER_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.keepalive_time_ms", 20_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
-]
-CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.keepalive_time_ms", 20_000),
-    ("grpc.keepalive_permit_without_calls", 1),
 ]
 
 

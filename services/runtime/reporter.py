@@ -38,6 +38,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
+from services.runtime.connection import open_channel
 from services.runtime.faults import (
     CATALOGUE,
     OPEN,
@@ -303,7 +304,7 @@ class FaultReporter:
             if stub is None:
                 address = self._safe_resolve()
                 if address is not None:
-                    channel = grpc.insecure_channel(address)
+                    channel = open_channel(address)
                     stub = notifier_pb2_grpc.NotifierServiceStub(channel)
             outcome = "unreachable" if stub is None else self._send(stub, event)
             if outcome == "retry" or outcome == "unreachable":

@@ -46,6 +46,7 @@ from services.assigner.ui.model import (
     PartitionRow,
     SidecarLoad,
 )
+from services.runtime.connection import open_aio_channel
 from services.runtime.discovery import make_discovery
 from services.runtime.errors import DsError
 from services.runtime.faults import short_severity, short_state, short_type
@@ -236,7 +237,7 @@ class UiData:
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         if self._notifier is None or self._notifier[0] != address:
-            self._notifier = (address, grpc.aio.insecure_channel(address))
+            self._notifier = (address, open_aio_channel(address))
         return self._notifier[1]
 
     async def close(self) -> None:
