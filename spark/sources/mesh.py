@@ -46,7 +46,8 @@ from services.runtime.connection import (
 from services.runtime.errors import Reason, error_info
 
 # Standard logging, not structlog: this runs in every Spark Python worker, where importing
-# structlog (and the services' runtime, pydantic settings) would cost each worker start.
+# structlog (and pydantic, the services' settings) would cost each worker start; the
+# runtime's connection module imports neither.
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]

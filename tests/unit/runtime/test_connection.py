@@ -16,18 +16,12 @@ import pytest
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
 from services.devstack.ports import free_port
-from services.runtime.connection import (
-    FOLLOW_ONCE,
-    AioLeaderFollower,
-    AssignerTarget,
-    Backoff,
-    CallPolicy,
-    ConnectionSettings,
-    LeaderFollower,
-    LeaderUnknown,
-    open_channel,
-    retry_call,
-)
+from services.runtime.connection.aio_follower import AioLeaderFollower
+from services.runtime.connection.channels import open_channel
+from services.runtime.connection.follower import LeaderFollower, retry_call
+from services.runtime.connection.policy import FOLLOW_ONCE, Backoff, CallPolicy
+from services.runtime.connection.settings import ConnectionSettings
+from services.runtime.connection.targets import AssignerTarget, LeaderUnknown
 from services.runtime.errors import LEADER_METADATA_KEY, DsError, Reason, abort, error_info
 
 QUICK = CallPolicy(attempts=6, backoff=Backoff(0.01, 0.05))
