@@ -74,6 +74,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
+from services.runtime.topic_partition import TopicPartition
+
 __all__ = [
     "LOAD_TOLERANCE",
     "BalanceInput",
@@ -81,7 +83,6 @@ __all__ = [
     "Member",
     "Move",
     "Strategy",
-    "TopicPartition",
     "movement_lower_bound",
     "rebalance",
 ]
@@ -92,11 +93,6 @@ LOAD_TOLERANCE = 0.10
 # Float sums of the same weights in different groupings differ in the last bits; a load this
 # close to the bound counts as within it, so rounding never causes a move.
 _REL_EPS = 1e-9
-
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
 
 
 class Strategy(StrEnum):

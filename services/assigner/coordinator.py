@@ -29,7 +29,8 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from services.assigner.balancer import BalanceInput, Member, Strategy, TopicPartition, rebalance
+from services.assigner.balancer import BalanceInput, Member, Strategy, rebalance
+from services.runtime.topic_partition import TopicPartition
 
 # start_offset value meaning "resume from the group's committed offset in Kafka".
 COMMITTED = -1

@@ -23,7 +23,7 @@ from google.protobuf import duration_pb2
 
 from dataservice.assigner.v1 import assigner_pb2, types_pb2
 from dataservice.common.v1 import common_pb2
-from services.assigner.balancer import Strategy, TopicPartition
+from services.assigner.balancer import Strategy
 from services.assigner.coordinator import (
     Command,
     GrantCmd,
@@ -42,6 +42,7 @@ from services.assigner.metrics import AssignerMetrics
 from services.assigner.settings import AssignerSettings, GroupSeed
 from services.assigner.state import GroupRecord
 from services.runtime.reporter import FaultReporter
+from services.runtime.topic_partition import TopicPartition
 
 log = structlog.get_logger(__name__)
 

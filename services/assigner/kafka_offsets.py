@@ -20,11 +20,11 @@ from collections.abc import Mapping, Sequence
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from services.assigner.balancer import TopicPartition
 from services.assigner.offsets import NO_OFFSET, PartitionOffsets, unavailable
 from services.runtime.errors import DsError
 from services.runtime.kafka import is_retriable, new_consumer
 from services.runtime.settings import ServiceSettings
+from services.runtime.topic_partition import TopicPartition
 
 KAFKA_TIMEOUT_SECONDS = 5.0
 LAG_PROBE_SECONDS = 2.0

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.assigner.balancer import TopicPartition
 from services.runtime.errors import DsError, Reason
+from services.runtime.topic_partition import TopicPartition
 
 NO_OFFSET = -1
 

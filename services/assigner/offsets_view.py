@@ -22,9 +22,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from services.assigner.balancer import TopicPartition
 from services.assigner.offsets import Offsets, unavailable
 from services.runtime.errors import DsError
+from services.runtime.topic_partition import TopicPartition
 
 # DescribeGroup may be polled many times a second (tests watch handoffs that way): offsets
 # are read at most once per OFFSETS_MAX_AGE per group, and a new lag_seconds probe starts at

@@ -38,7 +38,6 @@ from services.assigner.admin.validation import (
     validate_request_id,
     version_conflict,
 )
-from services.assigner.balancer import TopicPartition
 from services.assigner.coordinator import LeaseState
 from services.assigner.groups import GroupRuntime, duration
 from services.assigner.kafka_offsets import KAFKA_TIMEOUT_SECONDS
@@ -49,6 +48,7 @@ from services.assigner.registry import GroupRegistry
 from services.assigner.settings import AssignerSettings
 from services.assigner.state import GroupRecord
 from services.runtime.errors import DsError, Reason, invalid, not_implemented
+from services.runtime.topic_partition import TopicPartition
 
 log = structlog.get_logger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]

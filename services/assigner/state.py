@@ -23,8 +23,8 @@ from typing import Any
 import structlog
 from confluent_kafka.admin import AdminClient
 
-from services.assigner.balancer import TopicPartition as TP
 from services.runtime.settings import ServiceSettings
+from services.runtime.topic_partition import TP
 from services.runtime.topics import CompactedTopic
 
 log = structlog.get_logger(__name__)

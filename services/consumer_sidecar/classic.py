@@ -34,12 +34,12 @@ from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc
 from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.partitions import (
     NO_DEADLINE,
-    TP,
     UNLEASED_EPOCH,
     Partition,
     PartitionTable,
 )
 from services.runtime.connection import AioLeaderFollower, Backoff, CallPolicy
+from services.runtime.topic_partition import TP
 
 log = structlog.get_logger(__name__)
 

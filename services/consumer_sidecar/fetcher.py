@@ -40,8 +40,9 @@ from google.protobuf import timestamp_pb2
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar import commitmeta
 from services.consumer_sidecar.acks import PartitionAcks
-from services.consumer_sidecar.partitions import TP, UNLEASED_EPOCH, PartitionTable
+from services.consumer_sidecar.partitions import UNLEASED_EPOCH, PartitionTable
 from services.consumer_sidecar.runs import runs_from_messages
+from services.runtime.topic_partition import TP
 
 if TYPE_CHECKING:
     from services.consumer_sidecar.classic import ClassicMembership

@@ -26,9 +26,10 @@ from confluent_kafka import KafkaError, KafkaException
 from dataservice.sidecar.v1 import stream_pb2
 from services.consumer_sidecar.acks import AckError, PartitionAcks
 from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
-from services.consumer_sidecar.partitions import TP, Partition, PartitionTable
+from services.consumer_sidecar.partitions import Partition, PartitionTable
 from services.runtime.errors import DsError, Reason
 from services.runtime.kafka import is_retriable
+from services.runtime.topic_partition import TP
 
 log = structlog.get_logger(__name__)
 

@@ -16,19 +16,11 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
 
 from services.consumer_sidecar.acks import PartitionAcks
+from services.consumer_sidecar.stats import PartitionStats
 from services.records.batches import RECORD_OVERHEAD_BYTES, Chunk, Slice
-
-if TYPE_CHECKING:
-    from services.consumer_sidecar.stats import PartitionStats
-
-
-class TP(NamedTuple):
-    topic: str
-    partition: int
-
+from services.runtime.topic_partition import TP
 
 # kafka_group mode (ARCHITECTURE §5.6): Kafka's group coordinator owns the partitions and
 # fences commits by generation, so there is no lease. Such partitions carry epoch 0 and a
@@ -36,7 +28,7 @@ class TP(NamedTuple):
 UNLEASED_EPOCH = 0
 NO_DEADLINE = 1e10  # monotonic seconds (~317 years)
 
-__all__ = ["NO_DEADLINE", "RECORD_OVERHEAD_BYTES", "TP", "UNLEASED_EPOCH", "Partition"]
+__all__ = ["NO_DEADLINE", "RECORD_OVERHEAD_BYTES", "UNLEASED_EPOCH", "Partition"]
 
 
 @dataclass

@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar.fetcher import _to_record
-from services.consumer_sidecar.partitions import TP
+from services.runtime.topic_partition import TP
 
 log = structlog.get_logger(__name__)
 

@@ -41,7 +41,7 @@ from google.protobuf.message import Message
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from services.consumer_sidecar.client_access import ClientMetrics, acked_records
 from services.consumer_sidecar.leasing import ExplicitCommit, lease_problem
-from services.consumer_sidecar.partitions import TP, Partition
+from services.consumer_sidecar.partitions import Partition
 from services.consumer_sidecar.reader import (
     RangeOutOfRange,
     RangeReaders,
@@ -53,6 +53,7 @@ from services.records.batches import Slice
 from services.runtime.errors import DsError, Reason, invalid
 from services.runtime.handlers import method_handler
 from services.runtime.kafka import consumer_config
+from services.runtime.topic_partition import TP
 
 if TYPE_CHECKING:
     from services.consumer_sidecar.app import SidecarApp

@@ -38,7 +38,6 @@ import structlog
 from dataservice.assigner.v1 import assigner_pb2, assigner_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar.leasing import LeaseKeeper, ReleasedLease
-from services.consumer_sidecar.partitions import TP
 from services.runtime.connection import (
     DEFAULT_SETTINGS,
     AioLeaderFollower,
@@ -47,6 +46,7 @@ from services.runtime.connection import (
 )
 from services.runtime.errors import Reason, error_info
 from services.runtime.leader_watch import DEFAULT_LEADER_KEY
+from services.runtime.topic_partition import TP
 
 log = structlog.get_logger(__name__)
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.consumer_sidecar.partitions import TP
+from services.runtime.topic_partition import TP
 
 UNKNOWN = -1
 

@@ -46,6 +46,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from services.runtime.topic_partition import TP
 from spark.jobs.common import (
     add_source_args,
     add_spark_args,
@@ -104,7 +105,7 @@ class LagSampler:
         now = dt.datetime.now(dt.UTC)
         with self._lock:
             for (topic, partition), end in sorted(view.ends.items()):
-                committed = view.committed.get((topic, partition), -1)
+                committed = view.committed.get(TP(topic, partition), -1)
                 self.rows.append(
                     {
                         "sampled_at": now,

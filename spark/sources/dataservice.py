@@ -60,6 +60,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from services.runtime.topic_partition import TP
 from spark.sources import offsets as off
 from spark.sources.arrow import BatchBuilder
 from spark.sources.mesh import (
@@ -78,8 +79,6 @@ from spark.sources.mesh import (
 from spark.sources.options import OptionError, SourceOptions, parse_options, schema_ddl
 
 log = logging.getLogger(__name__)  # standard logging: see spark.sources.mesh
-
-TP = off.TP
 
 
 class RangePartition(InputPartition):
@@ -229,7 +228,7 @@ class _Planner:
                     partition=r.partition,
                     from_offset=r.from_offset,
                     to_offset=r.to_offset,
-                    endpoint=view.endpoint_of((r.topic, r.partition)),
+                    endpoint=view.endpoint_of(TP(r.topic, r.partition)),
                     from_earliest=(r.topic, r.partition) not in start,
                 )
             )

@@ -44,13 +44,13 @@ from services.runtime.connection import (
     open_channel,
 )
 from services.runtime.errors import Reason, error_info
+from services.runtime.topic_partition import TP
 
 # Standard logging, not structlog: this runs in every Spark Python worker, where importing
 # structlog (and pydantic, the services' settings) would cost each worker start; the
 # runtime's connection module imports neither.
 log = logging.getLogger(__name__)
 
-TP = tuple[str, int]
 T = TypeVar("T")
 
 CALL_TIMEOUT_SECONDS = 10.0
@@ -116,11 +116,11 @@ class GroupView:
             topics=tuple(response.config.topics),
             members={m.sidecar_id: m.endpoint for m in response.members},
             leases={
-                (lease.topic, lease.partition): LeaseInfo(lease.holder, lease.epoch, lease.state)
+                TP(lease.topic, lease.partition): LeaseInfo(lease.holder, lease.epoch, lease.state)
                 for lease in response.leases
             },
-            ends={(p.topic, p.partition): p.end_offset for p in response.partitions},
-            committed={(p.topic, p.partition): p.committed_offset for p in response.partitions},
+            ends={TP(p.topic, p.partition): p.end_offset for p in response.partitions},
+            committed={TP(p.topic, p.partition): p.committed_offset for p in response.partitions},
         )
 
     def endpoint_of(self, tp: TP) -> str | None:
@@ -348,7 +348,7 @@ def read_range(mesh: Mesh, spec: ReadSpec, policy: ReadPolicy) -> Iterator[ReadC
     following lease moves. Raises :class:`MeshError` when no owner serves the partition
     for ``policy.read_timeout`` and :class:`DataLossError` when the range is gone from
     Kafka (unless the policy allows skipping)."""
-    tp = (spec.topic, spec.partition)
+    tp = TP(spec.topic, spec.partition)
     position = spec.from_offset
     follower = _Follower(mesh, tp, spec.endpoint, policy.read_timeout)
     while position < spec.to_offset:
@@ -489,7 +489,7 @@ def live_holders(mesh: Mesh, view: GroupView) -> dict[TP, Holder]:
             remaining = part.lease_deadline_remaining
             if remaining.seconds <= 0 and remaining.nanos <= 0:
                 continue
-            tp = (part.topic, part.partition)
+            tp = TP(part.topic, part.partition)
             known = holders.get(tp)
             if known is None or part.lease_epoch > known.epoch:
                 holders[tp] = Holder(endpoint, part.lease_epoch)
@@ -538,10 +538,10 @@ def commit_offsets(
                 if not _retriable(err):
                     raise MeshError(f"CommitOffsets on {endpoint}: {_describe_error(err)}") from err
                 for commit in commits:
-                    pending[(commit.topic, commit.partition)] = _describe_error(err)
+                    pending[TP(commit.topic, commit.partition)] = _describe_error(err)
                 continue
             for result in response.results:
-                tp = (result.commit.topic, result.commit.partition)
+                tp = TP(result.commit.topic, result.commit.partition)
                 if result.committed:
                     pending.pop(tp, None)
                 else:

@@ -19,7 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-TP = tuple[str, int]
+from services.runtime.topic_partition import TP
+
 Offsets = dict[TP, int]
 
 # Spark's Kafka source conventions for per-partition starting offsets in JSON.
@@ -72,7 +73,7 @@ def from_json(value: Any, *, allow_special: bool = False) -> Offsets:
                 raise OffsetsError(f"{topic}: bad partition {key!r}")
             if isinstance(offset, bool) or not isinstance(offset, int) or offset < lowest:
                 raise OffsetsError(f"{topic}[{partition}]: bad offset {offset!r}")
-            out[(topic, partition)] = offset
+            out[TP(topic, partition)] = offset
     return out
 
 

@@ -28,9 +28,9 @@ from services.assigner.balancer import (
     BalanceResult,
     Member,
     Strategy,
-    TopicPartition,
     rebalance,
 )
+from services.runtime.topic_partition import TopicPartition
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 TOPICS = 50

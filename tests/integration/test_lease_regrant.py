@@ -18,8 +18,9 @@ from confluent_kafka import Consumer, Producer
 
 from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.leasing import LeaseKeeper
-from services.consumer_sidecar.partitions import TP, PartitionTable
+from services.consumer_sidecar.partitions import PartitionTable
 from services.devstack.kafka import KafkaHandle, TopicFactory
+from services.runtime.topic_partition import TP
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

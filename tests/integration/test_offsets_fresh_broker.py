@@ -26,7 +26,7 @@ GROUPS = 60  # spread over __consumer_offsets' 50 partitions: some are not loade
 READ_MANY = """
 import json, sys
 from services.assigner.kafka_offsets import KafkaOffsets
-from services.assigner.balancer import TopicPartition
+from services.runtime.topic_partition import TopicPartition
 from services.runtime.errors import DsError
 from services.runtime.settings import ServiceSettings
 

@@ -13,11 +13,11 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from dataservice.notifier.v1 import notifier_pb2
-from services.assigner.balancer import TopicPartition as TP
 from services.assigner.state import GroupRecord, StateStore
 from services.devstack.kafka import TopicFactory
 from services.notifier.template_store import TemplateStore
 from services.runtime.settings import ServiceSettings
+from services.runtime.topic_partition import TP
 from services.runtime.topics import CompactedTopic, Record, TopicSpec, ensure_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

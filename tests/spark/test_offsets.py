@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.runtime.topic_partition import TP, TopicPartition
 from spark.sources import offsets as off
 
 TPS = st.tuples(st.sampled_from(["a", "b", "orders.v1"]), st.integers(0, 40))
@@ -21,6 +22,16 @@ def test_json_is_canonical_whatever_the_insertion_order() -> None:
     # Topics by name, partitions by number (not as strings: "10" after "2"), string keys.
     assert off.dumps(forward) == '{"a":{"1":0},"b":{"2":7,"10":5}}'
     assert json.dumps(off.to_json(forward)) == json.dumps(off.to_json(backward))
+
+
+def test_json_of_topic_partition_keys_is_the_same_bytes() -> None:
+    """The offsets' keys are the shared TopicPartition type; a checkpoint written with the
+    plain (topic, partition) tuples before reads back equal and writes the same bytes."""
+    plain = {("b", 10): 5, ("b", 2): 7, ("a", 1): 0}
+    typed = {TP(topic, partition): offset for (topic, partition), offset in plain.items()}
+    assert off.dumps(typed) == off.dumps(plain) == '{"a":{"1":0},"b":{"2":7,"10":5}}'
+    loaded = off.from_json(off.dumps(plain))
+    assert loaded == typed and all(isinstance(tp, TopicPartition) for tp in loaded)
 
 
 @given(st.dictionaries(TPS, st.integers(0, 2**62)))

@@ -20,7 +20,6 @@ from confluent_kafka import KafkaException
 
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
 from services.assigner.admin.validation import validate_group_name
-from services.assigner.balancer import TopicPartition
 from services.assigner.coordinator import Lease, LeaseState
 from services.assigner.groups import GroupRuntime
 from services.assigner.kafka_cluster import KafkaCluster
@@ -51,6 +50,7 @@ from services.runtime.discovery import make_discovery
 from services.runtime.errors import DsError
 from services.runtime.faults import short_severity, short_state, short_type
 from services.runtime.lag import Status, group_status
+from services.runtime.topic_partition import TopicPartition
 
 log = structlog.get_logger(__name__)
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from services.assigner.balancer import TopicPartition
 from services.runtime.lag import CommitWindow, Status, WatermarkHistory, evaluate_partition
+from services.runtime.topic_partition import TopicPartition
 
 SPARK_POINTS = 60  # at the default 5 s sampling: the last five minutes
 WINDOW_INTERVALS = 10  # Burrow's default window of commits

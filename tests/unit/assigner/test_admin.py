@@ -36,10 +36,10 @@ from services.assigner.admin.validation import (
     validate_timing,
     version_conflict,
 )
-from services.assigner.balancer import TopicPartition
 from services.assigner.offsets import Offsets, PartitionOffsets, lag_records, lag_seconds, total_lag
 from services.assigner.offsets_view import OffsetsView, budget
 from services.runtime.errors import DsError, Reason
+from services.runtime.topic_partition import TopicPartition
 
 
 def config(**kwargs: object) -> types_pb2.GroupConfig:

@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from dataservice.assigner.v1 import assigner_pb2
-from services.assigner.balancer import TopicPartition
 from services.assigner.groups import GroupRuntime
 from services.assigner.metrics import AssignerMetrics, imbalance_ratio
 from services.assigner.settings import AssignerSettings
 from services.assigner.state import GroupRecord
+from services.runtime.topic_partition import TopicPartition
 
 
 def value(registry: CollectorRegistry, name: str, **labels: str) -> float:

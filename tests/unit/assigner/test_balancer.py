@@ -25,10 +25,10 @@ from services.assigner.balancer import (
     Member,
     Move,
     Strategy,
-    TopicPartition,
     movement_lower_bound,
     rebalance,
 )
+from services.runtime.topic_partition import TopicPartition
 
 PROPERTY = settings(max_examples=500, deadline=None)
 ZONES = ["z0", "z1", "z2"]

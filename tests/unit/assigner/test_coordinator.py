@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.assigner.balancer import TopicPartition
 from services.assigner.coordinator import (
     COMMITTED,
     GrantCmd,
@@ -27,6 +26,7 @@ from services.assigner.coordinator import (
     RevokeWhy,
     Timing,
 )
+from services.runtime.topic_partition import TopicPartition
 
 TIMING = Timing(ttl=3.0, grace=1.0, hold_window=0.0)
 HOLD = Timing(ttl=3.0, grace=1.0, hold_window=10.0)

@@ -12,8 +12,8 @@ from google.protobuf import duration_pb2, field_mask_pb2
 from dataservice.assigner.v1 import admin_pb2, assigner_pb2, types_pb2
 from dataservice.common.v1 import common_pb2
 from services.assigner.admin.paging import MAX_PAGE_SIZE
-from services.assigner.balancer import TopicPartition
 from services.assigner.coordinator import LeaseState
+from services.runtime.topic_partition import TopicPartition
 from tests.unit.assigner.rpc_harness import (
     TOPIC,
     Assigner,

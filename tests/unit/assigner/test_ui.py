@@ -8,7 +8,6 @@ from html.parser import HTMLParser
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.assigner.balancer import TopicPartition
 from services.assigner.ui import render
 from services.assigner.ui.charts import bar_chart_svg, sparkline_svg
 from services.assigner.ui.history import LagHistory
@@ -28,6 +27,7 @@ from services.assigner.ui.model import (
     SidecarLoad,
 )
 from services.runtime.lag import Status
+from services.runtime.topic_partition import TopicPartition
 
 TP = TopicPartition("orders", 0)
 PAGE = Page(instance="10.0.0.1:7070", generated_at="2025-01-01T00:00:00Z")

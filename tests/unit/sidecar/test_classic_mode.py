@@ -26,13 +26,13 @@ from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.partitions import (
     NO_DEADLINE,
-    TP,
     UNLEASED_EPOCH,
     Partition,
     PartitionTable,
 )
 from services.consumer_sidecar.session import SessionClient, SessionIdentity
 from services.records.batches import Chunk, chunk_from_records
+from services.runtime.topic_partition import TP
 
 T = TP("t", 0)
 U = TP("t", 1)

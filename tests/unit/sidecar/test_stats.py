@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from services.consumer_sidecar.acks import PartitionAcks
-from services.consumer_sidecar.partitions import TP, Partition
+from services.consumer_sidecar.partitions import Partition
 from services.consumer_sidecar.stats import (
     PartitionStats,
     Statistics,
@@ -14,6 +14,7 @@ from services.consumer_sidecar.stats import (
     parse_partition_stats,
     parse_statistics,
 )
+from services.runtime.topic_partition import TP
 
 
 def test_parses_high_watermark_and_lag_and_skips_the_ua_partition() -> None:

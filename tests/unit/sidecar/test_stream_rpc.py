@@ -23,13 +23,14 @@ from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.fetcher import CommitRequest
 from services.consumer_sidecar.leasing import LeaseKeeper
-from services.consumer_sidecar.partitions import TP, Partition, PartitionTable
+from services.consumer_sidecar.partitions import Partition, PartitionTable
 from services.consumer_sidecar.reader import Chunk, RangeRead, RangeSpec
 from services.consumer_sidecar.rpc import Credit, StreamServicer, add_to_server
 from services.records.batches import chunk_from_records, decode_batch
 from services.runtime.errors import error_info
 from services.runtime.grpcserver import GrpcService, create_server
 from services.runtime.settings import ServiceSettings
+from services.runtime.topic_partition import TP
 
 GROUP = "g"
 TOPIC = "t"
