@@ -1,8 +1,10 @@
-"""Sidecar wiring and lifecycle: Kafka fetch thread, assigner session, commits, servicer.
+"""Sidecar wiring and lifecycle: builds the partition table, the Kafka fetch thread, the
+lease keeper, the assigner session and the StreamService servicer, and runs and stops them.
 
-The group's mode arrives with the session (``SessionAccepted.mode``): ``leased`` (the
-default; the assigner grants partitions) or ``kafka_group`` (compatibility mode,
-:mod:`services.consumer_sidecar.classic`: Kafka's group coordinator assigns them).
+What each part does lives in its own module: the consumer configurations
+(``kafka_config.py``), librdkafka's callbacks (``kafka_callbacks.py``), compatibility mode
+``kafka_group`` (``kafka_group.py``, ``classic.py``), the CLIENT_BACKPRESSURE watcher
+(``backpressure_watch.py``).
 """
 
 from __future__ import annotations
@@ -10,56 +12,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 import grpc
 import grpc.aio
-import structlog
-from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import Consumer
 from prometheus_client import CollectorRegistry, ProcessCollector
 
-from dataservice.assigner.v1 import assigner_pb2
-from dataservice.common.v1 import common_pb2
-from services.consumer_sidecar.classic import ClassicMembership, classic_overrides, group_topics
+from services.consumer_sidecar import kafka_config
+from services.consumer_sidecar.backpressure_watch import watch_backpressure
+from services.consumer_sidecar.classic import group_topics
 from services.consumer_sidecar.client_access import AccessInterceptor
 from services.consumer_sidecar.faults import SidecarFaults
 from services.consumer_sidecar.fetcher import Fetcher
+from services.consumer_sidecar.kafka_callbacks import KafkaCallbacks
+from services.consumer_sidecar.kafka_group import KafkaGroupMode
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.metrics import SidecarMetrics
 from services.consumer_sidecar.partitions import PartitionTable
 from services.consumer_sidecar.rpc import StreamServicer, add_to_server
 from services.consumer_sidecar.session import SessionClient, SessionIdentity
 from services.consumer_sidecar.settings import SidecarSettings
-from services.consumer_sidecar.stats import parse_statistics
 from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route
-from services.runtime.kafka import (
-    ErrorLogLimiter,
-    KafkaProbe,
-    classify,
-    consumer_config,
-    new_consumer,
-)
+from services.runtime.kafka import KafkaProbe, new_consumer
 from services.runtime.lifecycle import Dependency
 from services.runtime.reporter import reporter_for
-
-log = structlog.get_logger(__name__)
-
-# librdkafka settings the sidecar needs whatever the group config says.
-_SIDECAR_CONSUMER_DEFAULTS: dict[str, object] = {
-    # Keep librdkafka's own prefetch queue small: the sidecar's buffer is the real one
-    # and must bound memory (backpressure pauses partitions past the cap).
-    "queued.max.messages.kbytes": 8192,
-    # One fetch response may not dwarf the cap either (librdkafka's default is 50 MiB).
-    "fetch.max.bytes": 8 * 1024 * 1024,
-    "fetch.wait.max.ms": 100,
-    # With a queue that small, one fetch response fills it, and librdkafka then postpones
-    # the partitions' next fetch by fetch.queue.backoff.ms (default 1000 ms): records/s
-    # fell to a fifth. Fetch again as soon as the queue has drained below the threshold.
-    "fetch.queue.backoff.ms": 10,
-}
-_SECRET_KEYS = ("password", "secret", "token", "key.pem")
 
 
 class SidecarApp:
@@ -76,37 +55,29 @@ class SidecarApp:
             max_client_ids=settings.metrics_max_client_ids,
             client_idle_seconds=settings.metrics_client_idle_seconds,
         )
-        self.kafka_errors = self.metrics.kafka_errors
-        self._error_log = ErrorLogLimiter()
         self.table = PartitionTable(settings.buffer_max_bytes, time.monotonic)
         self.data_ready = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._probe = KafkaProbe(settings, client_id=f"ds-sidecar-{settings.id}")
-        fetch_config = consumer_config(
-            settings,
-            group=settings.group,
-            client_id=f"ds-sidecar-{settings.id}",
-            overrides={
-                **_SIDECAR_CONSUMER_DEFAULTS,
-                "statistics.interval.ms": settings.statistics_interval_ms,
-                "stats_cb": self._on_stats,
-            },
-            error_cb=self._on_kafka_error,
+        self._probe = KafkaProbe(settings, client_id=kafka_config.fetch_client_id(settings))
+        self.reporter = reporter_for(settings, "sidecar", settings.id, self.registry)
+        self.faults = SidecarFaults(self.reporter, settings.group, settings.id)
+        self.kafka_callbacks = KafkaCallbacks(self.table, self.metrics, self.faults)
+        fetch_config = kafka_config.fetch_config(
+            settings, on_stats=self.kafka_callbacks.on_stats, on_error=self.kafka_callbacks.on_error
         )
-        consumer = Consumer(fetch_config)
         committer = new_consumer(
             settings,
             group=settings.group,
             client_id=f"ds-sidecar-{settings.id}-commit",
-            error_cb=self._on_kafka_error,
+            error_cb=self.kafka_callbacks.on_error,
         )
         self.fetcher = Fetcher(
-            consumer,
+            Consumer(fetch_config),
             self.table,
             sidecar_id=settings.id,
             batch=settings.consume_batch,
             on_data=self._notify_data,
-            on_error=self._on_kafka_error,
+            on_error=self.kafka_callbacks.on_error,
             committer=committer,
             prefetch_bytes=int(fetch_config["queued.max.messages.kbytes"]) * 1024,
         )
@@ -116,6 +87,7 @@ class SidecarApp:
             commit_interval=settings.commit_interval_seconds,
             commit_max_acks=settings.commit_max_acks,
         )
+        self.keeper.on_commit = self.faults.commit
         self.session = SessionClient(
             SessionIdentity(
                 sidecar_id=settings.id,
@@ -129,13 +101,19 @@ class SidecarApp:
             safety_margin=settings.lease_safety_margin_seconds,
             consul=settings.consul,
         )
-        self.session.on_accepted = self._on_accepted
-        self.reporter = reporter_for(settings, "sidecar", settings.id, self.registry)
-        self.faults = SidecarFaults(self.reporter, settings.group, settings.id)
-        self.keeper.on_commit = self.faults.commit
+        self.kafka_group = KafkaGroupMode(
+            self.table,
+            self.fetcher,
+            settings,
+            on_stats=self.kafka_callbacks.on_stats,
+            on_error=self.kafka_callbacks.on_error,
+            group_topics=lambda: group_topics(self.session.follower, settings.group),
+            spawn=self._spawn,
+        )
+        self.session.on_accepted = lambda accepted: self.kafka_group.on_accepted(
+            accepted, kafka_group=self.session.kafka_group
+        )
         self._wire_metrics()
-        # kafka_group mode only: Kafka's rebalance callbacks onto the partition table.
-        self.classic: ClassicMembership | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     def _wire_metrics(self) -> None:
@@ -161,12 +139,11 @@ class SidecarApp:
     # ---- Service protocol -----------------------------------------------------------------
 
     def grpc_services(self) -> Sequence[GrpcService]:
+        clients = self.metrics.clients if self.metrics.enabled else None
         return [
             GrpcService(
                 "dataservice.sidecar.v1.StreamService",
-                StreamServicer(
-                    self, clients=self.metrics.clients if self.metrics.enabled else None
-                ),
+                StreamServicer(self, clients=clients),
                 add_to_server,
             )
         ]
@@ -191,21 +168,17 @@ class SidecarApp:
             capacity=self.settings.capacity,
         )
         self.fetcher.start()
-        self._tasks.append(asyncio.create_task(self.session.run(), name="session"))
-        self._tasks.append(asyncio.create_task(self.keeper.commit_loop(), name="commits"))
+        self._spawn(self.session.run(), "session")
+        self._spawn(self.keeper.commit_loop(), "commits")
         self.reporter.start()
-        self._tasks.append(asyncio.create_task(self._watch_backpressure(), name="backpressure"))
+        self._spawn(watch_backpressure(self.table, self.faults), "backpressure")
 
     async def drain(self) -> None:
         """SIGTERM: hand every partition off cooperatively (commit acked offsets first)."""
         if self._loop is None:
             return
-        if self.classic is not None:
-            # kafka_group: stop delivering, wait for in-flight acks (clients still send
-            # them here), commit; then leave the assigner. The consumer closes in close();
-            # as a static member it keeps its place in the Kafka group for
-            # session.timeout.ms, so a quick restart moves no partition.
-            await self.fetcher.run(self.classic.release_all)
+        # kafka_group: stop delivering, wait for in-flight acks, commit; then leave.
+        await self.kafka_group.release_all()
         await self.session.leave(timeout=self.settings.shutdown_grace_seconds)
 
     async def close(self) -> None:
@@ -217,98 +190,14 @@ class SidecarApp:
             await asyncio.to_thread(self.fetcher.stop)
         await asyncio.to_thread(self.reporter.close)
 
-    # ---- kafka_group mode -------------------------------------------------------------
-
-    def _on_accepted(self, accepted: assigner_pb2.SessionAccepted) -> None:
-        """Every (re-)join. The first one in kafka_group mode switches Kafka consumption
-        to subscribe(); the mode never changes while the process runs."""
-        if self.session.mode != common_pb2.GROUP_MODE_KAFKA_GROUP or self.classic is not None:
-            return
-        self.classic = ClassicMembership(
-            self.table, self.fetcher, drain_timeout=self.settings.drain_timeout_seconds
-        )
-        self._tasks.append(
-            asyncio.create_task(
-                self._start_classic(dict(accepted.consumer_config), list(accepted.topics)),
-                name="kafka-group",
-            )
-        )
-
-    async def _start_classic(self, group_config: dict[str, str], topics: list[str]) -> None:
-        assert self.classic is not None
-        # The assigner sends the topics with SessionAccepted; an older one does not.
-        topics = topics or await group_topics(self.session.follower, self.settings.group)
-        config = consumer_config(
-            self.settings,
-            group=self.settings.group,
-            client_id=f"ds-sidecar-{self.settings.id}",
-            overrides={
-                **_SIDECAR_CONSUMER_DEFAULTS,
-                "statistics.interval.ms": self.settings.statistics_interval_ms,
-                "stats_cb": self._on_stats,
-                **classic_overrides(self.settings.id, group_config),
-            },
-            error_cb=self._on_kafka_error,
-        )
-        await self.fetcher.run(self.fetcher.use_classic, config, topics, self.classic)
-        log.info(
-            "kafka_group mode: subscribed",
-            topics=topics,
-            group_instance_id=self.settings.id,
-            assignor=config["partition.assignment.strategy"],
-        )
-
-    # ---- helpers --------------------------------------------------------------------
-
-    def _on_stats(self, document: str) -> None:
-        """librdkafka statistics (on the fetch thread): high watermarks, lag, broker figures."""
-        stats = parse_statistics(document)
-        self.table.apply_stats(stats.partitions)
-        self.metrics.statistics(stats)
-        self.faults.brokers_up(document)
-
-    async def _watch_backpressure(self) -> None:
-        """CLIENT_BACKPRESSURE: partitions not fetching because the buffer is full (paused
-        past their cap, or all of them while consumption is held back), not by their lease."""
-        while True:
-            await asyncio.sleep(1.0)
-            holding = self.table.holding
-            self.faults.backpressure(
-                (p.tp.topic, p.tp.partition)
-                for p in self.table.snapshot()
-                if (p.paused or (holding and p.ready)) and p.suspended_at is None
-            )
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """A task of the sidecar's lifetime: cancelled by :meth:`close`."""
+        self._tasks.append(asyncio.create_task(coro, name=name))
 
     def _notify_data(self) -> None:
         """Called on the fetch thread when records were buffered."""
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self.data_ready.set)
 
-    def _on_kafka_error(self, error: KafkaError) -> None:
-        kind = classify(error)
-        self.kafka_errors.labels(kind, error.name()).inc()
-        self.faults.kafka_error(error.name(), error.str())
-        if self._error_log.should_log(error):
-            log.warning(
-                "kafka error",
-                kind=kind,
-                code=error.name(),
-                error=error.str(),
-                repeated_since_last_log=self._error_log.take_suppressed(error),
-            )
-
     def effective_config(self) -> dict[str, str]:
-        overrides = dict(_SIDECAR_CONSUMER_DEFAULTS)
-        if self.classic is not None:
-            overrides.update(classic_overrides(self.settings.id, {}))
-        config: dict[str, Any] = consumer_config(
-            self.settings,
-            group=self.settings.group,
-            client_id=f"ds-sidecar-{self.settings.id}",
-            overrides=overrides,
-        )
-        config.pop("logger", None)
-        return {
-            key: ("***" if any(s in key for s in _SECRET_KEYS) else str(value))
-            for key, value in sorted(config.items())
-        }
+        return kafka_config.effective_config(self.settings, kafka_group=self.kafka_group.active)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -40,6 +41,7 @@ from google.protobuf.message import Message
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from services.consumer_sidecar.client_access import ClientMetrics, acked_records
+from services.consumer_sidecar.kafka_config import reader_config
 from services.consumer_sidecar.leasing import ExplicitCommit, lease_problem
 from services.consumer_sidecar.partitions import Partition
 from services.consumer_sidecar.reader import (
@@ -52,7 +54,6 @@ from services.records import wire
 from services.records.batches import Slice
 from services.runtime.errors import DsError, Reason, invalid
 from services.runtime.handlers import method_handler
-from services.runtime.kafka import consumer_config
 from services.runtime.topic_partition import TP
 
 if TYPE_CHECKING:
@@ -236,17 +237,8 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         clients: ClientMetrics | None = None,
     ) -> None:
         self.app = app
-        self.readers = readers or RangeReaders(self._reader_config)
+        self.readers = readers or RangeReaders(functools.partial(reader_config, app.settings))
         self.clients = clients  # client-access metrics; None = not counted
-
-    def _reader_config(self) -> dict[str, Any]:
-        """Range readers: the sidecar's Kafka settings under a group id of their own."""
-        settings = self.app.settings
-        return consumer_config(
-            settings,
-            group=f"{settings.group}.ds-reader",
-            client_id=f"ds-sidecar-{settings.id}-reader",
-        )
 
     def close(self) -> None:
         self.readers.close()

@@ -63,7 +63,7 @@ from confluent_kafka import (
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from services.client import DsClient
-from services.consumer_sidecar.app import _SIDECAR_CONSUMER_DEFAULTS as SIDECAR_CONSUMER_DEFAULTS
+from services.consumer_sidecar.kafka_config import SIDECAR_CONSUMER_DEFAULTS
 from services.devstack.kafka import (
     KafkaCluster,
     KafkaOptions,

@@ -14,6 +14,7 @@ from confluent_kafka import TopicPartition
 
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar.acks import PartitionAcks
+from services.consumer_sidecar.backpressure_watch import backpressured
 from services.consumer_sidecar.fetcher import HOLD_SECONDS, Fetcher
 from services.consumer_sidecar.partitions import Partition, PartitionTable
 from services.records.batches import chunk_from_records
@@ -139,3 +140,19 @@ def test_holding_starts_below_the_cap_by_what_librdkafka_may_prefetch() -> None:
     assert not fetcher._holding()
     fill(table, 0, 10)  # ~75 KB: past hold_at, still under the cap
     assert fetcher._holding()
+
+
+def test_client_backpressure_names_held_back_and_paused_partitions_not_suspended() -> None:
+    # What the CLIENT_BACKPRESSURE watcher reports, over the states the fetcher sets.
+    table, fetcher, consumer = setup(partitions=4, cap=400 * 1024)
+    assert backpressured(table) == []
+    fill(table, 0, 200)  # ~219 KB, over twice its fair share: paused
+    assert not fetcher._holding()
+    fetcher._apply_backpressure()
+    assert consumer.paused == {0} and backpressured(table) == [TP(TOPIC, 0)]
+    fill(table, 1, 200)  # the whole buffer full: consumption held back for every partition
+    assert fetcher._holding() and table.holding
+    assert sorted(backpressured(table)) == [TP(TOPIC, p) for p in range(4)]
+    # A suspended lease is paused for fencing, not because clients are slow.
+    table.partitions[TP(TOPIC, 3)].suspended_at = time.monotonic()
+    assert sorted(backpressured(table)) == [TP(TOPIC, p) for p in range(3)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ from services.consumer_sidecar.classic import (
     unleased_partition,
 )
 from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
+from services.consumer_sidecar.kafka_group import KafkaGroupMode
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.partitions import (
     NO_DEADLINE,
@@ -31,6 +33,7 @@ from services.consumer_sidecar.partitions import (
     PartitionTable,
 )
 from services.consumer_sidecar.session import SessionClient, SessionIdentity
+from services.consumer_sidecar.settings import SidecarSettings
 from services.records.batches import Chunk, chunk_from_records
 from services.runtime.topic_partition import TP
 
@@ -240,6 +243,76 @@ def test_release_all_commits_every_partition() -> None:
     m.release_all()
     assert fetcher.commits == [[(T, 2)]]  # U: nothing new to commit
     assert m.table.snapshot() == []
+
+
+class SubscribingFetcher(FakeFetcher):
+    """FakeFetcher plus what KafkaGroupMode drives: run() on the "fetch thread" at once,
+    use_classic() recording what the consumer would subscribe with."""
+
+    def __init__(self) -> None:
+        super().__init__({T: 0})
+        self.subscribed: list[tuple[dict[str, Any], list[str], ClassicMembership]] = []
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return fn(*args)
+
+    def use_classic(
+        self, config: dict[str, Any], topics: list[str], membership: ClassicMembership
+    ) -> None:
+        self.subscribed.append((config, topics, membership))
+
+
+def test_kafka_group_mode_subscribes_once_with_the_groups_config_and_releases() -> None:
+    def on_stats(document: str) -> None: ...
+
+    def on_error(error: KafkaError) -> None: ...
+
+    async def main() -> None:
+        fetcher = SubscribingFetcher()
+        table = PartitionTable(64 * 1024 * 1024, time.monotonic)
+        tasks: list[asyncio.Task[None]] = []
+        asked: list[str] = []
+
+        async def group_topics() -> list[str]:
+            asked.append("DescribeGroup")
+            return ["t", "u"]
+
+        mode = KafkaGroupMode(
+            table,
+            fetcher,  # type: ignore[arg-type]
+            SidecarSettings(group="g", id="sc-1", statistics_interval_ms=1000),
+            on_stats=on_stats,
+            on_error=on_error,
+            group_topics=group_topics,
+            spawn=lambda coro, name: tasks.append(asyncio.create_task(coro, name=name)),
+        )
+        accepted = assigner_pb2.SessionAccepted(
+            consumer_config={"fetch.min.bytes": "1024", "group.id": "other"}
+        )
+        mode.on_accepted(accepted, kafka_group=False)  # a leased group: nothing to do
+        assert not mode.active and not tasks
+        mode.on_accepted(accepted, kafka_group=True)
+        mode.on_accepted(accepted, kafka_group=True)  # a re-join: switched once only
+        assert mode.active and len(tasks) == 1
+        await tasks[0]
+        ((config, topics, subscribed_as),) = fetcher.subscribed
+        assert topics == ["t", "u"] and asked  # not in SessionAccepted: asked the assigner
+        assert subscribed_as is mode.membership
+        assert (config["group.id"], config["group.instance.id"]) == ("g", "sc-1")
+        assert config["partition.assignment.strategy"] == "cooperative-sticky"
+        assert config["fetch.min.bytes"] == "1024"  # the group's consumer_config
+        assert config["queued.max.messages.kbytes"] == 8192  # the sidecar's own defaults
+        assert config["statistics.interval.ms"] == 1000
+        assert config["stats_cb"] is on_stats and config["error_cb"] is on_error
+        # SIGTERM: every Kafka-assigned partition handed back with its acked offsets.
+        assert subscribed_as is not None
+        subscribed_as.on_assign(FakeConsumer(), kafka_tps(T))  # type: ignore[arg-type]
+        deliver(subscribed_as, T, [0, 1, 2])
+        table.partitions[T].acks.ack_all()
+        await mode.release_all()
+        assert fetcher.commits == [[(T, 3)]] and table.snapshot() == []
+
+    asyncio.run(main())
 
 
 @settings(max_examples=200, deadline=None)

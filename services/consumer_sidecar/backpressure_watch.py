@@ -1,0 +1,36 @@
+"""CLIENT_BACKPRESSURE: the partitions that are not fetching because the buffer is full.
+
+The fetch thread acts on a full buffer (``fetcher.py``: it holds ``consume()`` back, then
+pauses partitions past their cap); this watcher only looks, once a second, and hands the
+partitions held back that way to the fault hooks, which open and resolve the fault per
+partition. A suspended lease is paused too, but for fencing, not because clients are slow:
+it is not named.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from services.consumer_sidecar.faults import SidecarFaults
+from services.consumer_sidecar.partitions import PartitionTable
+from services.runtime.topic_partition import TP
+
+CHECK_SECONDS = 1.0
+
+
+def backpressured(table: PartitionTable) -> list[TP]:
+    """Paused past their cap, or every ready partition while consumption is held back;
+    not the suspended ones."""
+    holding = table.holding
+    return [
+        p.tp
+        for p in table.snapshot()
+        if (p.paused or (holding and p.ready)) and p.suspended_at is None
+    ]
+
+
+async def watch_backpressure(table: PartitionTable, faults: SidecarFaults) -> None:
+    """Until cancelled: every :data:`CHECK_SECONDS`, report what :func:`backpressured` names."""
+    while True:
+        await asyncio.sleep(CHECK_SECONDS)
+        faults.backpressure(backpressured(table))
