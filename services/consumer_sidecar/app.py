@@ -1,16 +1,17 @@
 """Sidecar wiring and lifecycle: builds the partition table, the Kafka fetch thread, the
 lease keeper, the assigner session and the StreamService servicer, and runs and stops them.
 
-What each part does lives in its own module: the consumer configurations
-(``kafka_config.py``), librdkafka's callbacks (``kafka_callbacks.py``), compatibility mode
-``kafka_group`` (``kafka_group.py``, ``classic.py``), the CLIENT_BACKPRESSURE watcher
-(``backpressure_watch.py``).
+What each part does lives in its own module: the delivery view the servicer is given
+(``serving.py``), the consumer configurations (``kafka_config.py``), librdkafka's callbacks
+(``kafka_callbacks.py``), compatibility mode ``kafka_group`` (``kafka_group.py``,
+``classic.py``), the CLIENT_BACKPRESSURE watcher (``backpressure_watch.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
@@ -31,7 +32,9 @@ from services.consumer_sidecar.kafka_group import KafkaGroupMode
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.metrics import SidecarMetrics
 from services.consumer_sidecar.partitions import PartitionTable
+from services.consumer_sidecar.reader import RangeReaders
 from services.consumer_sidecar.rpc import StreamServicer, add_to_server
+from services.consumer_sidecar.serving import DataSignal, Serving
 from services.consumer_sidecar.session import SessionClient, SessionIdentity
 from services.consumer_sidecar.settings import SidecarSettings
 from services.runtime.grpcserver import GrpcServer, GrpcService
@@ -56,7 +59,7 @@ class SidecarApp:
             client_idle_seconds=settings.metrics_client_idle_seconds,
         )
         self.table = PartitionTable(settings.buffer_max_bytes, time.monotonic)
-        self.data_ready = asyncio.Event()
+        self.data = DataSignal()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._probe = KafkaProbe(settings, client_id=kafka_config.fetch_client_id(settings))
         self.reporter = reporter_for(settings, "sidecar", settings.id, self.registry)
@@ -76,7 +79,7 @@ class SidecarApp:
             self.table,
             sidecar_id=settings.id,
             batch=settings.consume_batch,
-            on_data=self._notify_data,
+            on_data=self.data.notify,
             on_error=self.kafka_callbacks.on_error,
             committer=committer,
             prefetch_bytes=int(fetch_config["queued.max.messages.kbytes"]) * 1024,
@@ -113,6 +116,17 @@ class SidecarApp:
         self.session.on_accepted = lambda accepted: self.kafka_group.on_accepted(
             accepted, kafka_group=self.session.kafka_group
         )
+        self.serving = Serving(
+            self.table,
+            self.keeper,
+            self.data,
+            group=settings.group,
+            sidecar_id=settings.id,
+            connected=lambda: self.session.connected,
+            consumer_config=lambda: kafka_config.effective_config(
+                settings, kafka_group=self.kafka_group.active
+            ),
+        )
         self._wire_metrics()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -139,11 +153,12 @@ class SidecarApp:
     # ---- Service protocol -----------------------------------------------------------------
 
     def grpc_services(self) -> Sequence[GrpcService]:
+        readers = RangeReaders(functools.partial(kafka_config.reader_config, self.settings))
         clients = self.metrics.clients if self.metrics.enabled else None
         return [
             GrpcService(
                 "dataservice.sidecar.v1.StreamService",
-                StreamServicer(self, clients=clients),
+                StreamServicer(self.serving, readers, clients=clients),
                 add_to_server,
             )
         ]
@@ -159,6 +174,7 @@ class SidecarApp:
 
     async def on_ready(self, server: GrpcServer) -> None:
         self._loop = asyncio.get_running_loop()
+        self.data.bind_loop(self._loop)
         endpoint = f"{self.settings.advertised}:{server.port}"
         self.session.identity = SessionIdentity(
             sidecar_id=self.settings.id,
@@ -193,11 +209,3 @@ class SidecarApp:
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         """A task of the sidecar's lifetime: cancelled by :meth:`close`."""
         self._tasks.append(asyncio.create_task(coro, name=name))
-
-    def _notify_data(self) -> None:
-        """Called on the fetch thread when records were buffered."""
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self.data_ready.set)
-
-    def effective_config(self) -> dict[str, str]:
-        return kafka_config.effective_config(self.settings, kafka_group=self.kafka_group.active)

@@ -1,5 +1,9 @@
 """StreamService servicer: Fetch, Stream, Ack, ReadRange, CommitOffsets and Status.
 
+The servicer validates requests and maps outcomes to responses and statuses. It is given a
+:class:`Serving` (``serving.py``: delivery from the partition table, acks and commits of
+the lease keeper, this sidecar's group and id) and the range readers, not the sidecar.
+
 Delivery (Fetch and Stream) takes records from the one :class:`PartitionTable`, which marks
 them delivered, as slices of its column chunks; each slice goes out as one ``RecordBatch``
 (``DELIVERY_FORMAT_BATCHES``, what :class:`DsClient` asks for) or as one ``Record`` message
@@ -26,12 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import grpc.aio
 import structlog
@@ -41,7 +44,6 @@ from google.protobuf.message import Message
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from services.consumer_sidecar.client_access import ClientMetrics, acked_records
-from services.consumer_sidecar.kafka_config import reader_config
 from services.consumer_sidecar.leasing import ExplicitCommit, lease_problem
 from services.consumer_sidecar.partitions import Partition
 from services.consumer_sidecar.reader import (
@@ -50,14 +52,12 @@ from services.consumer_sidecar.reader import (
     RangeSpec,
     ReadStalled,
 )
+from services.consumer_sidecar.serving import Serving
 from services.records import wire
 from services.records.batches import Slice
 from services.runtime.errors import DsError, Reason, invalid
 from services.runtime.handlers import method_handler
 from services.runtime.topic_partition import TP
-
-if TYPE_CHECKING:
-    from services.consumer_sidecar.app import SidecarApp
 
 log = structlog.get_logger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -232,12 +232,12 @@ def add_to_server(servicer: StreamServicer, server: grpc.aio.Server) -> None:
 class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
     def __init__(
         self,
-        app: SidecarApp,
-        readers: RangeReaders | None = None,
+        serving: Serving,
+        readers: RangeReaders,
         clients: ClientMetrics | None = None,
     ) -> None:
-        self.app = app
-        self.readers = readers or RangeReaders(functools.partial(reader_config, app.settings))
+        self.serving = serving
+        self.readers = readers  # ReadRange's consumers and watermark queries
         self.clients = clients  # client-access metrics; None = not counted
 
     def close(self) -> None:
@@ -248,11 +248,11 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             raise invalid("client_id", "must not be empty")
         if not group:
             raise invalid("group", "must not be empty")
-        if group != self.app.settings.group:
+        if group != self.serving.group:
             raise DsError(
                 Reason.GROUP_NOT_SERVED,
-                f"this sidecar serves group {self.app.settings.group!r}, not {group!r}",
-                metadata={"group": group, "served_group": self.app.settings.group},
+                f"this sidecar serves group {self.serving.group!r}, not {group!r}",
+                metadata={"group": group, "served_group": self.serving.group},
             )
 
     async def Fetch(  # type: ignore[override]
@@ -273,20 +273,19 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         if not 0 <= max_wait <= MAX_WAIT:
             raise invalid("max_wait", f"must be between 0 and {MAX_WAIT:.0f} s")
         columns = _validate_format("format", request.format)
-        if not self.app.session.connected and not self.app.table.snapshot():
+        if not self.serving.has_joined():
             raise DsError(Reason.SERVICE_NOT_READY, "sidecar has not joined the assigner yet")
         deadline = time.monotonic() + max_wait
         while True:
-            taken = self.app.table.take(max_records, max_bytes)
+            taken = self.serving.take(max_records, max_bytes)
             remaining = deadline - time.monotonic()
             if taken or remaining <= 0:
                 break
-            self.app.data_ready.clear()
+            self.serving.data_ready.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.app.data_ready.wait(), remaining)
+                await asyncio.wait_for(self.serving.data_ready.wait(), remaining)
         if request.auto_ack and taken:
-            self.app.table.ack_slices(taken)
-            await self.app.keeper.commit_acked()  # auto_ack: committed at delivery
+            await self.serving.ack_delivered(taken)  # auto_ack: committed at delivery
         if self.clients is not None:
             self.clients.delivered(request.client_id, taken, acked=request.auto_ack)
         if columns:
@@ -304,7 +303,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         if outcome.all_stale():
             raise self._stale_epoch(outcome)
         if outcome.accepted:
-            await self.app.keeper.commit_acked()
+            await self.serving.commit_acked()
         return stream_pb2.AckResponse(
             acked_count=outcome.accepted,
             rejected_acks=outcome.rejected,
@@ -312,8 +311,8 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         )
 
     def _apply_acks(self, acks: Any, ranges: Any) -> _AckOutcome:
-        rejected = [p for p in map(self.app.keeper.ack, acks) if p is not None]
-        rejected_ranges = [p for p in map(self.app.keeper.ack_range, ranges) if p is not None]
+        rejected = [p for p in map(self.serving.ack, acks) if p is not None]
+        rejected_ranges = [p for p in map(self.serving.ack_range, ranges) if p is not None]
         accepted = len(acks) + len(ranges) - len(rejected) - len(rejected_ranges)
         return _AckOutcome(accepted, rejected, rejected_ranges)
 
@@ -326,7 +325,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         first: stream_pb2.RecordAck | stream_pb2.RangeAck = (
             outcome.rejected[0].ack if outcome.rejected else outcome.rejected_ranges[0].ack
         )
-        part = self.app.table.get(TP(first.topic, first.partition))
+        part = self.serving.partition(TP(first.topic, first.partition))
         current = part.epoch if part is not None else -1
         return DsError(
             Reason.LEASE_EPOCH_STALE,
@@ -356,7 +355,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         self._check_caller(opened.client_id, opened.group)
         _validate_credit("open.initial_credit", opened.initial_credit)
         columns = _validate_format("open.format", opened.format)
-        if not self.app.session.connected and not self.app.table.snapshot():
+        if not self.serving.has_joined():
             raise DsError(Reason.SERVICE_NOT_READY, "sidecar has not joined the assigner yet")
         credit = Credit()
         credit.add(opened.initial_credit.records, opened.initial_credit.bytes)
@@ -383,14 +382,13 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                 if not state.credit.available():
                     await self._wait(state, data=False)
                     continue
-                self.app.data_ready.clear()
-                taken = self.app.table.take(*state.credit.limits(*limits))
+                self.serving.data_ready.clear()
+                taken = self.serving.take(*state.credit.limits(*limits))
                 if not taken:
                     await self._wait(state, data=True)
                     continue
                 if state.auto_ack:
-                    self.app.table.ack_slices(taken)
-                    await self.app.keeper.commit_acked()
+                    await self.serving.ack_delivered(taken)
                 if clients is not None:
                     clients.delivered(opened.client_id, taken, acked=state.auto_ack)
                 state.credit.spend(sum(map(len, taken)), sum(s.data_bytes() for s in taken))
@@ -453,7 +451,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         fails ends the stream with its status, as before an answer."""
         try:
             if outcome.accepted:
-                await self.app.keeper.commit_acked()
+                await self.serving.commit_acked()
         except DsError as err:
             state.error = state.error or err
         if previous is not None:
@@ -473,7 +471,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         """Until the client sent something, or (with ``data``) records were buffered."""
         waits = [asyncio.ensure_future(state.wake.wait())]
         if data:
-            waits.append(asyncio.ensure_future(self.app.data_ready.wait()))
+            waits.append(asyncio.ensure_future(self.serving.data_ready.wait()))
         try:
             await asyncio.wait(
                 waits, timeout=STREAM_IDLE_SECONDS, return_when=asyncio.FIRST_COMPLETED
@@ -541,8 +539,8 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         """The partition if this sidecar holds its live lease (at ``epoch``), else
         FAILED_PRECONDITION LEASE_NOT_HELD. The holder is not known here: ask the assigner
         (DescribeGroup) or the client's binding."""
-        part = self.app.table.get(tp)
-        problem = lease_problem(part, self.app.keeper.clock(), epoch)
+        part = self.serving.partition(tp)
+        problem = lease_problem(part, self.serving.now(), epoch)
         if problem is None and part is not None:
             return part
         reason, message = problem or (stream_pb2.REJECT_REASON_NOT_HELD, "not held")
@@ -550,10 +548,10 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             Reason.LEASE_NOT_HELD,
             f"{tp.topic}[{tp.partition}]: {message}",
             metadata={
-                "group": self.app.settings.group,
+                "group": self.serving.group,
                 "topic": tp.topic,
                 "partition": str(tp.partition),
-                "sidecar_id": self.app.settings.id,
+                "sidecar_id": self.serving.sidecar_id,
                 "state": stream_pb2.RejectReason.Name(reason).removeprefix("REJECT_REASON_"),
                 "current_epoch": str(part.epoch if part is not None else -1),
             },
@@ -622,7 +620,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             else:
                 tp = TP(commit.topic, commit.partition)
                 to_commit.append((index, ExplicitCommit(tp, commit.offset, commit.lease_epoch)))
-        outcomes = await self.app.keeper.commit_offsets([c for _, c in to_commit])
+        outcomes = await self.serving.commit_offsets([c for _, c in to_commit])
         for (index, _), outcome in zip(to_commit, outcomes, strict=True):
             results[index] = stream_pb2.OffsetCommitResult(
                 commit=request.offsets[index],
@@ -635,7 +633,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
     async def _beyond_high_watermark(self, commit: stream_pb2.OffsetCommit) -> str | None:
         """Why the offset is past the partition's high watermark, or None. The watermark
         from statistics may be old, so one above it is checked against Kafka itself."""
-        part = self.app.table.get(TP(commit.topic, commit.partition))
+        part = self.serving.partition(TP(commit.topic, commit.partition))
         if part is None:
             return None  # refused as NOT_HELD by the keeper
         if 0 <= commit.offset <= part.high_watermark:
@@ -657,7 +655,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
     ) -> stream_pb2.StatusResponse:
         now = time.monotonic()
         partitions = []
-        for part in sorted(self.app.table.snapshot(), key=lambda p: p.tp):
+        for part in sorted(self.serving.partitions(), key=lambda p: p.tp):
             remaining = duration_pb2.Duration()
             remaining.FromNanoseconds(int(max(0.0, part.deadline - now) * 1e9))
             partitions.append(
@@ -676,13 +674,13 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                 )
             )
         return stream_pb2.StatusResponse(
-            sidecar_id=self.app.settings.id,
-            group=self.app.settings.group,
+            sidecar_id=self.serving.sidecar_id,
+            group=self.serving.group,
             partitions=partitions,
-            buffer_bytes=self.app.table.buffered_bytes,
-            buffer_cap_bytes=self.app.table.buffer_max_bytes,
-            consumer_config=self.app.effective_config(),
-            assigner_connected=self.app.session.connected,
+            buffer_bytes=self.serving.buffered_bytes,
+            buffer_cap_bytes=self.serving.buffer_cap_bytes,
+            consumer_config=self.serving.consumer_config(),
+            assigner_connected=self.serving.connected(),
         )
 
 

@@ -1,16 +1,14 @@
 """StreamService Stream, Ack, ReadRange and CommitOffsets through an in-process gRPC server.
 
-The servicer runs on a real grpc.aio server on port 0 over a real PartitionTable and
-LeaseKeeper; only Kafka is faked (the fetcher's commit and the range readers).
+The servicer runs on a real grpc.aio server on port 0, given a real Serving over a real
+PartitionTable and LeaseKeeper; only Kafka is faked (the fetcher's commit and the range
+readers): ``stream_harness.py``. Each RPC's validation and error mapping:
+``test_stream_rpc_errors.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import grpc
@@ -20,174 +18,26 @@ from confluent_kafka import KafkaError
 
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
-from services.consumer_sidecar.acks import PartitionAcks
-from services.consumer_sidecar.fetcher import CommitRequest
-from services.consumer_sidecar.leasing import LeaseKeeper
-from services.consumer_sidecar.partitions import Partition, PartitionTable
 from services.consumer_sidecar.reader import Chunk, RangeRead, RangeSpec
-from services.consumer_sidecar.rpc import Credit, StreamServicer, add_to_server
-from services.records.batches import chunk_from_records, decode_batch
-from services.runtime.errors import error_info
-from services.runtime.grpcserver import GrpcService, create_server
-from services.runtime.settings import ServiceSettings
+from services.consumer_sidecar.rpc import Credit
+from services.records.batches import decode_batch
 from services.runtime.topic_partition import TP
-
-GROUP = "g"
-TOPIC = "t"
-
-
-class FakeFetcher:
-    def __init__(self) -> None:
-        self.commits: list[CommitRequest] = []
-
-    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return fn(*args)
-
-    def commit(self, requests: list[CommitRequest]) -> list[CommitRequest]:
-        self.commits.extend(requests)
-        return requests
-
-    async def commit_async(self, requests: list[CommitRequest]) -> list[CommitRequest]:
-        return self.commit(requests)
-
-
-@dataclass
-class FakeReaders:
-    high: int = 1000
-    chunks: list[Chunk] = field(default_factory=list)
-    opened: list[RangeSpec] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self.executor = ThreadPoolExecutor(2)
-
-    def watermarks(self, tp: TP) -> tuple[int, int]:
-        return 0, self.high
-
-    def open(self, spec: RangeSpec) -> Any:
-        self.opened.append(spec)
-        chunks = list(self.chunks)
-        return SimpleNamespace(
-            next_chunk=lambda: chunks.pop(0) if chunks else None, close=lambda: None
-        )
-
-    def close(self) -> None:
-        self.executor.shutdown()
-
-
-class FakeApp:
-    def __init__(self) -> None:
-        self.settings = SimpleNamespace(group=GROUP, id="sc-1")
-        self.table = PartitionTable(64 * 1024 * 1024, time.monotonic)
-        self.data_ready = asyncio.Event()
-        self.session = SimpleNamespace(connected=True)
-        self.fetcher = FakeFetcher()
-        self.keeper = LeaseKeeper(
-            self.table,
-            self.fetcher,  # type: ignore[arg-type]
-            commit_interval=1.0,
-            commit_max_acks=1000,
-        )
-
-    def hold(self, partition: int, epoch: int = 1, start: int = 0, ttl: float = 60) -> Partition:
-        part = Partition(
-            tp=TP(TOPIC, partition),
-            epoch=epoch,
-            deadline=time.monotonic() + ttl,
-            acks=PartitionAcks(start),
-            committed=start,
-            position=start,
-            ready=True,
-        )
-        self.table.add(part)
-        return part
-
-    def buffer(self, partition: int, offsets: range) -> None:
-        records = [
-            common_pb2.Record(topic=TOPIC, partition=partition, offset=o, value=b"v%d" % o)
-            for o in offsets
-        ]
-        assert self.table.append(TP(TOPIC, partition), chunk_from_records(records))
-        self.data_ready.set()
-
-
-Body = Callable[[stream_pb2_grpc.StreamServiceStub, FakeApp], Awaitable[None]]
-
-
-def run(body: Body, app: FakeApp | None = None, readers: FakeReaders | None = None) -> None:
-    async def main() -> None:
-        the_app = app or FakeApp()
-        the_app.data_ready = asyncio.Event()
-        servicer = StreamServicer(the_app, readers or FakeReaders())  # type: ignore[arg-type]
-        server = create_server(
-            ServiceSettings(grpc_port=0, http_port=0),
-            [
-                GrpcService(
-                    "dataservice.sidecar.v1.StreamService",
-                    servicer,
-                    add_to_server,
-                )
-            ],
-        )
-        await server.server.start()
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-                await asyncio.wait_for(
-                    body(stream_pb2_grpc.StreamServiceStub(channel), the_app), 20
-                )
-        finally:
-            await server.server.stop(0)
-
-    asyncio.run(main())
-
-
-def reason_of(err: grpc.aio.AioRpcError) -> tuple[grpc.StatusCode, str, dict[str, str]]:
-    info = error_info(err)
-    assert info is not None, err
-    return err.code(), info.reason, dict(info.metadata)
-
-
-def opening(
-    records: int = 0, nbytes: int = 0, auto_ack: bool = False, **kw: Any
-) -> stream_pb2.StreamRequest:
-    return stream_pb2.StreamRequest(
-        open=stream_pb2.StreamOpen(
-            client_id=kw.get("client_id", "c1"),
-            group=kw.get("group", GROUP),
-            auto_ack=auto_ack,
-            initial_credit=stream_pb2.StreamCredit(records=records, bytes=nbytes),
-        )
-    )
-
-
-class Requests:
-    """A request stream the test feeds as it goes."""
-
-    def __init__(self, *first: stream_pb2.StreamRequest) -> None:
-        self.queue: asyncio.Queue[stream_pb2.StreamRequest | None] = asyncio.Queue()
-        for request in first:
-            self.queue.put_nowait(request)
-
-    def send(self, request: stream_pb2.StreamRequest | None) -> None:
-        self.queue.put_nowait(request)
-
-    async def __aiter__(self) -> AsyncIterator[stream_pb2.StreamRequest]:
-        while (request := await self.queue.get()) is not None:
-            yield request
-
-
-def acks_of(records: Any, epoch: int | None = None) -> list[stream_pb2.RecordAck]:
-    return [
-        stream_pb2.RecordAck(
-            topic=r.topic,
-            partition=r.partition,
-            offset=r.offset,
-            lease_epoch=r.lease_epoch if epoch is None else epoch,
-        )
-        for r in records
-    ]
-
+from tests.unit.sidecar.stream_harness import (
+    GROUP,
+    TOPIC,
+    FakeReaders,
+    Requests,
+    Sidecar,
+    acks_of,
+    commit,
+    fetch_request,
+    opening,
+    range_ack,
+    read_all,
+    read_request,
+    reason_of,
+    run,
+)
 
 # ---- Credit ---------------------------------------------------------------------------
 
@@ -211,9 +61,9 @@ def test_credit_counts_bytes_only_once_granted() -> None:
 
 
 def test_stream_sends_within_credit_and_answers_acks() -> None:
-    async def body(stub: stream_pb2_grpc.StreamServiceStub, app: FakeApp) -> None:
-        part = app.hold(0, epoch=3)
-        app.buffer(0, range(10))
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        part = sc.hold(0, epoch=3)
+        sc.buffer(0, range(10))
         requests = Requests(opening(records=4))
         call = stub.Stream(requests)
         first = await call.read()
@@ -252,9 +102,9 @@ def test_stream_sends_within_credit_and_answers_acks() -> None:
 
 
 def test_stream_byte_credit_and_auto_ack() -> None:
-    async def body(stub: stream_pb2_grpc.StreamServiceStub, app: FakeApp) -> None:
-        part = app.hold(1)
-        app.buffer(1, range(5))  # values of 2 bytes each
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        part = sc.hold(1)
+        sc.buffer(1, range(5))  # values of 2 bytes each
         requests = Requests(opening(records=100, nbytes=3, auto_ack=True))
         call = stub.Stream(requests)
         response = await call.read()
@@ -269,11 +119,11 @@ def test_stream_byte_credit_and_auto_ack() -> None:
 
 
 def test_stream_records_arriving_later_are_sent() -> None:
-    async def body(stub: stream_pb2_grpc.StreamServiceStub, app: FakeApp) -> None:
-        app.hold(0)
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        sc.hold(0)
         call = stub.Stream(Requests(opening(records=100)))
         await asyncio.sleep(0.2)
-        app.buffer(0, range(3))
+        sc.buffer(0, range(3))
         response = await call.read()
         assert [r.offset for r in response.batch.records] == [0, 1, 2]
         call.cancel()
@@ -304,7 +154,7 @@ def test_stream_records_arriving_later_are_sent() -> None:
 def test_stream_bad_open(
     first: stream_pb2.StreamRequest, code: grpc.StatusCode, reason: str, field: str | None
 ) -> None:
-    async def body(stub: stream_pb2_grpc.StreamServiceStub, app: FakeApp) -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
         call = stub.Stream(Requests(first))
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await call.read()
@@ -332,7 +182,7 @@ def test_stream_bad_open(
     ],
 )
 def test_stream_bad_later_message_ends_stream(later: stream_pb2.StreamRequest, field: str) -> None:
-    async def body(stub: stream_pb2_grpc.StreamServiceStub, app: FakeApp) -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
         call = stub.Stream(Requests(opening(), later))
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await call.read()
@@ -350,10 +200,10 @@ def test_stream_bad_later_message_ends_stream(later: stream_pb2.StreamRequest, f
 
 
 def test_ack_all_stale_is_failed_precondition_mixed_is_per_record() -> None:
-    async def body(stub: stream_pb2_grpc.StreamServiceStub, app: FakeApp) -> None:
-        app.hold(0, epoch=5)
-        app.buffer(0, range(3))
-        delivered = [r for s in app.table.take(10, 1 << 20) for r in s.to_records()]
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        sc.hold(0, epoch=5)
+        sc.buffer(0, range(3))
+        delivered = [r for s in sc.table.take(10, 1 << 20) for r in s.to_records()]
         stale = acks_of(delivered, epoch=4)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await stub.Ack(stream_pb2.AckRequest(client_id="c", group=GROUP, acks=stale))
@@ -381,7 +231,7 @@ def test_ack_all_stale_is_failed_precondition_mixed_is_per_record() -> None:
 
 
 def test_ack_validation() -> None:
-    async def body(stub: stream_pb2_grpc.StreamServiceStub, app: FakeApp) -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
         cases = [
             (stream_pb2.AckRequest(client_id="c", group=GROUP), "acks"),
             (
@@ -411,26 +261,12 @@ def test_ack_validation() -> None:
 # ---- DELIVERY_FORMAT_BATCHES and range acks -------------------------------------------
 
 
-def fetch_request(**kw: Any) -> stream_pb2.FetchRequest:
-    fields: dict[str, Any] = {"client_id": "c", "group": GROUP, "max_records": 100}
-    fields.update(kw)
-    request = stream_pb2.FetchRequest(**fields)
-    request.max_wait.FromMilliseconds(0)
-    return request
-
-
-def range_ack(partition: int, lo: int, hi: int, epoch: int) -> stream_pb2.RangeAck:
-    return stream_pb2.RangeAck(
-        topic=TOPIC, partition=partition, from_offset=lo, to_offset=hi, lease_epoch=epoch
-    )
-
-
 def test_fetch_batches_carry_the_epoch_and_decode_to_the_records() -> None:
-    async def body(stub: stream_pb2_grpc.StreamServiceStub, app: FakeApp) -> None:
-        app.hold(0, epoch=3)
-        app.hold(1, epoch=5)
-        app.buffer(0, range(4))
-        app.buffer(1, range(10, 13))
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        sc.hold(0, epoch=3)
+        sc.hold(1, epoch=5)
+        sc.buffer(0, range(4))
+        sc.buffer(1, range(10, 13))
         batches = stream_pb2.DELIVERY_FORMAT_BATCHES
         response = await stub.Fetch(fetch_request(format=batches))
         assert not response.records
@@ -441,7 +277,7 @@ def test_fetch_batches_carry_the_epoch_and_decode_to_the_records() -> None:
         }
         assert all(r.lease_epoch == epoch for (_, epoch), v in got.items() for r in v)
         # The default (an older client) is one Record message per record.
-        app.buffer(0, range(4, 6))
+        sc.buffer(0, range(4, 6))
         legacy = await stub.Fetch(fetch_request())
         assert [(r.offset, r.lease_epoch) for r in legacy.records] == [(4, 3), (5, 3)]
         assert not legacy.batches
@@ -453,11 +289,11 @@ def test_fetch_batches_carry_the_epoch_and_decode_to_the_records() -> None:
 
 
 def test_range_acks_commit_and_count_like_record_acks() -> None:
-    async def body(stub: stream_pb2_grpc.StreamServiceStub, app: FakeApp) -> None:
-        p0 = app.hold(0, epoch=3)
-        app.hold(1, epoch=5)
-        app.buffer(0, range(10))
-        app.buffer(1, range(4))
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        p0 = sc.hold(0, epoch=3)
+        sc.hold(1, epoch=5)
+        sc.buffer(0, range(10))
+        sc.buffer(1, range(4))
         await stub.Fetch(fetch_request(format=stream_pb2.DELIVERY_FORMAT_BATCHES))
         # Out of order: the upper half first, then the lower, with a stale range between.
         response = await stub.Ack(
@@ -473,13 +309,13 @@ def test_range_acks_commit_and_count_like_record_acks() -> None:
             (0, stream_pb2.REJECT_REASON_NOT_DELIVERED),  # 10 was never delivered
         ]
         assert p0.acks.commit_point == 0 and p0.acks.inflight == 5
-        assert app.fetcher.commits[-1].acked == ((5, 9),)  # acked above the commit point
+        assert sc.fetcher.commits[-1].acked == ((5, 9),)  # acked above the commit point
         response = await stub.Ack(
             stream_pb2.AckRequest(client_id="c", group=GROUP, ranges=[range_ack(0, 0, 5, 3)])
         )
         assert response.acked_count == 1 and not response.rejected_ranges
         assert p0.acks.commit_point == 10
-        last = app.fetcher.commits[-1]
+        last = sc.fetcher.commits[-1]
         assert (last.tp.partition, last.offset, last.epoch) == (0, 10, 3)
         # Only stale ranges: the whole request fails, as with record acks.
         with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -502,9 +338,9 @@ def test_range_acks_commit_and_count_like_record_acks() -> None:
 
 
 def test_stream_batches_with_range_acks_and_auto_ack() -> None:
-    async def body(stub: stream_pb2_grpc.StreamServiceStub, app: FakeApp) -> None:
-        part = app.hold(0, epoch=2)
-        app.buffer(0, range(6))
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        part = sc.hold(0, epoch=2)
+        sc.buffer(0, range(6))
         opened = opening(records=4)
         opened.open.format = stream_pb2.DELIVERY_FORMAT_BATCHES
         requests = Requests(opened)
@@ -533,18 +369,12 @@ def test_stream_batches_with_range_acks_and_auto_ack() -> None:
 # ---- CommitOffsets --------------------------------------------------------------------
 
 
-def commit(partition: int, offset: int, epoch: int) -> stream_pb2.OffsetCommit:
-    return stream_pb2.OffsetCommit(
-        topic=TOPIC, partition=partition, offset=offset, lease_epoch=epoch
-    )
-
-
 def test_commit_offsets_fenced_by_epoch_and_lease() -> None:
-    async def body(stub: stream_pb2_grpc.StreamServiceStub, app: FakeApp) -> None:
-        p0 = app.hold(0, epoch=2)
-        app.hold(1, epoch=7)
-        app.hold(2, epoch=1, ttl=-1)  # local deadline passed
-        p3 = app.hold(3, epoch=1)
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        p0 = sc.hold(0, epoch=2)
+        sc.hold(1, epoch=7)
+        sc.hold(2, epoch=1, ttl=-1)  # local deadline passed
+        p3 = sc.hold(3, epoch=1)
         p3.high_watermark = 40  # stale statistics: Kafka (FakeReaders) says 1000
         request = stream_pb2.CommitOffsetsRequest(
             client_id="spark",
@@ -558,7 +388,7 @@ def test_commit_offsets_fenced_by_epoch_and_lease() -> None:
                 commit(0 + 5, 10, 1),
             ],
         )
-        app.hold(5, epoch=1)
+        sc.hold(5, epoch=1)
         request.offsets[5].offset = 1001  # beyond the high watermark
         response = await stub.CommitOffsets(request)
         got = [(r.commit.partition, r.committed, r.reason) for r in response.results]
@@ -570,24 +400,24 @@ def test_commit_offsets_fenced_by_epoch_and_lease() -> None:
             (4, False, stream_pb2.REJECT_REASON_NOT_HELD),
             (5, False, stream_pb2.REJECT_REASON_OFFSET_OUT_OF_RANGE),
         ]
-        assert [(c.tp.partition, c.offset, c.epoch) for c in app.fetcher.commits] == [
+        assert [(c.tp.partition, c.offset, c.epoch) for c in sc.fetcher.commits] == [
             (0, 120, 2),
             (3, 500, 1),
         ]
         assert p0.committed == 120 and p3.committed == 500
         # The ack-driven committer never goes back below an explicit commit.
-        app.buffer(0, range(5))
-        delivered = [r for s in app.table.take(10, 1 << 20) for r in s.to_records()]
+        sc.buffer(0, range(5))
+        delivered = [r for s in sc.table.take(10, 1 << 20) for r in s.to_records()]
         for record in delivered:
             p0.acks.ack(record.offset)
-        await app.keeper.commit_all()
-        assert len(app.fetcher.commits) == 2 and p0.committed == 120
+        await sc.keeper.commit_all()
+        assert len(sc.fetcher.commits) == 2 and p0.committed == 120
 
     run(body)
 
 
 def test_commit_offsets_validation() -> None:
-    async def body(stub: stream_pb2_grpc.StreamServiceStub, app: FakeApp) -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
         cases = [
             (stream_pb2.CommitOffsetsRequest(client_id="s", group=GROUP), "offsets"),
             (
@@ -625,25 +455,6 @@ def test_commit_offsets_validation() -> None:
 # ---- ReadRange ------------------------------------------------------------------------
 
 
-def read_request(**kw: Any) -> stream_pb2.ReadRangeRequest:
-    fields: dict[str, Any] = {
-        "client_id": "spark",
-        "group": GROUP,
-        "topic": TOPIC,
-        "partition": 0,
-        "from_offset": 0,
-        "to_offset": 10,
-    }
-    fields.update(kw)
-    return stream_pb2.ReadRangeRequest(**fields)
-
-
-async def read_all(
-    stub: stream_pb2_grpc.StreamServiceStub, request: stream_pb2.ReadRangeRequest
-) -> list[stream_pb2.ReadRangeResponse]:
-    return [response async for response in stub.ReadRange(request)]
-
-
 @pytest.mark.parametrize(
     ("fields", "field_name"),
     [
@@ -658,8 +469,8 @@ async def read_all(
     ],
 )
 def test_read_range_validation(fields: dict[str, Any], field_name: str) -> None:
-    async def body(stub: stream_pb2_grpc.StreamServiceStub, app: FakeApp) -> None:
-        app.hold(0)
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        sc.hold(0)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await read_all(stub, read_request(**fields))
         code, reason, metadata = reason_of(caught.value)
@@ -673,9 +484,9 @@ def test_read_range_validation(fields: dict[str, Any], field_name: str) -> None:
 
 
 def test_read_range_needs_a_live_lease() -> None:
-    async def body(stub: stream_pb2_grpc.StreamServiceStub, app: FakeApp) -> None:
-        app.hold(1, ttl=-1)
-        revoking = app.hold(2)
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        sc.hold(1, ttl=-1)
+        revoking = sc.hold(2)
         revoking.revoking = True
         for partition, state in [(0, "NOT_HELD"), (1, "LEASE_EXPIRED"), (2, "NOT_HELD")]:
             with pytest.raises(grpc.aio.AioRpcError) as caught:
@@ -696,8 +507,8 @@ def test_read_range_streams_chunks_with_epoch_and_empty_range() -> None:
         ]
     )
 
-    async def body(stub: stream_pb2_grpc.StreamServiceStub, app: FakeApp) -> None:
-        app.hold(0, epoch=9)
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        sc.hold(0, epoch=9)
         responses = await read_all(stub, read_request(max_bytes=100))
         assert [(len(r.records), r.lease_epoch, r.next_offset) for r in responses] == [
             (2, 9, 4),

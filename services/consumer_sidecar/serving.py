@@ -1,0 +1,132 @@
+"""What StreamService serves from: the narrow view of the sidecar its servicer is given.
+
+The servicer (``rpc.py``) validates requests, maps them onto this object and maps its answers
+to responses and statuses; it never sees the sidecar's wiring (the session, the fetcher,
+the settings, ``SidecarApp``). :class:`Serving` covers exactly what the RPCs need:
+
+* delivery from the :class:`PartitionTable` (take, auto-ack) and the event that records
+  were buffered (:class:`DataSignal`: notified on the fetch thread, awaited by Fetch and
+  Stream);
+* acks, commits and the lease clock of the :class:`LeaseKeeper`;
+* the held partitions and the buffer, for ReadRange's lease checks and Status;
+* who this sidecar is (its group and id), whether it has joined the assigner, and the
+  consumer configuration Status shows.
+
+So ``rpc.py`` is tested in-process against a real table and keeper, with no process around
+them (``tests/unit/sidecar/test_stream_rpc.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from dataservice.sidecar.v1 import stream_pb2
+from services.consumer_sidecar.leasing import CommitOutcome, ExplicitCommit, LeaseKeeper
+from services.consumer_sidecar.partitions import Partition, PartitionTable
+from services.records.batches import Slice
+from services.runtime.topic_partition import TP
+
+
+class DataSignal:
+    """Records were buffered: notified on the fetch thread, awaited on the event loop."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The loop the RPCs run on; until it is bound, :meth:`notify` does nothing."""
+        self._loop = loop
+
+    def notify(self) -> None:
+        """Set the event, from any thread."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.event.set)
+
+
+class Serving:
+    def __init__(
+        self,
+        table: PartitionTable,
+        keeper: LeaseKeeper,
+        data: DataSignal,
+        *,
+        group: str,
+        sidecar_id: str,
+        connected: Callable[[], bool],
+        consumer_config: Callable[[], dict[str, str]],
+    ) -> None:
+        self.group = group
+        self.sidecar_id = sidecar_id
+        self._table = table
+        self._keeper = keeper
+        self._connected = connected
+        self._consumer_config = consumer_config
+        # Set when records were buffered; Fetch and Stream clear it before they look.
+        self.data_ready = data.event
+
+    # ---- the session ------------------------------------------------------------------
+
+    def connected(self) -> bool:
+        """The session to the assigner is up."""
+        return self._connected()
+
+    def has_joined(self) -> bool:
+        """Something can be served: the session is up, or partitions are still held (a
+        broken session keeps serving its leases until their local deadlines)."""
+        return self._connected() or bool(self._table.snapshot())
+
+    # ---- delivery ---------------------------------------------------------------------
+
+    def take(self, max_records: int, max_bytes: int) -> list[Slice]:
+        """Up to the limits from live partitions, fairly, marked delivered."""
+        return self._table.take(max_records, max_bytes)
+
+    async def ack_delivered(self, slices: list[Slice]) -> None:
+        """auto_ack: the slices just delivered count as acked, and are committed now."""
+        self._table.ack_slices(slices)
+        await self._keeper.commit_acked()
+
+    # ---- acks and commits -------------------------------------------------------------
+
+    def ack(self, ack: stream_pb2.RecordAck) -> stream_pb2.RejectedAck | None:
+        """Apply one record ack; why it is refused, or None (:meth:`LeaseKeeper.ack`)."""
+        return self._keeper.ack(ack)
+
+    def ack_range(self, ack: stream_pb2.RangeAck) -> stream_pb2.RejectedRangeAck | None:
+        """Apply one range ack; why it is refused, or None (:meth:`LeaseKeeper.ack_range`)."""
+        return self._keeper.ack_range(ack)
+
+    async def commit_acked(self) -> None:
+        """Make the acks applied so far durable; ``DsError`` KAFKA_UNAVAILABLE if not."""
+        await self._keeper.commit_acked()
+
+    async def commit_offsets(self, commits: list[ExplicitCommit]) -> list[CommitOutcome]:
+        """Explicit commits, each fenced by its lease epoch; outcomes in their order."""
+        return await self._keeper.commit_offsets(commits)
+
+    # ---- the held partitions ----------------------------------------------------------
+
+    def partition(self, tp: TP) -> Partition | None:
+        """The table's entry for ``tp``, if this sidecar holds it (in any state)."""
+        return self._table.get(tp)
+
+    def partitions(self) -> list[Partition]:
+        return self._table.snapshot()
+
+    def now(self) -> float:
+        """The lease clock (monotonic seconds), against which deadlines are compared."""
+        return self._keeper.clock()
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._table.buffered_bytes
+
+    @property
+    def buffer_cap_bytes(self) -> int:
+        return self._table.buffer_max_bytes
+
+    def consumer_config(self) -> dict[str, str]:
+        """The effective librdkafka configuration, secrets masked (Status)."""
+        return self._consumer_config()
