@@ -7,7 +7,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: setup setup-quick run up down test test-unit check lint typecheck protos rules k8s-check \
+.PHONY: imports setup setup-quick run up down test test-unit check lint typecheck protos rules k8s-check \
 	bench-short images compose-up compose-down compose-test
 
 setup:
@@ -45,11 +45,16 @@ compose-down:
 compose-test:
 	$(VENV)/python -m pytest tests/compose -v
 
-check: lint typecheck protos rules k8s-check
+check: lint typecheck imports protos rules k8s-check
 
 lint:
 	$(VENV)/ruff check .
 	$(VENV)/ruff format --check .
+
+# The import structure (.importlinter): the shared layer imports no service, no service imports
+# another's package, no import circle (TYPE_CHECKING imports included).
+imports:
+	$(VENV)/lint-imports --no-cache
 
 typecheck:
 	$(VENV)/mypy services spark
