@@ -50,6 +50,8 @@ class Reason(StrEnum):
     SERVICE_NOT_READY = "SERVICE_NOT_READY"
     PERMISSION_DENIED = "PERMISSION_DENIED"
     ALERT_TEMPLATE_NOT_FOUND = "ALERT_TEMPLATE_NOT_FOUND"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    SESSION_HELD = "SESSION_HELD"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +113,18 @@ CATALOGUE: Mapping[Reason, ReasonSpec] = {
         grpc.StatusCode.UNAVAILABLE, "The service is starting or stopping; retry with backoff."
     ),
     Reason.PERMISSION_DENIED: ReasonSpec(
-        grpc.StatusCode.PERMISSION_DENIED, "The caller may not perform this operation."
+        grpc.StatusCode.PERMISSION_DENIED,
+        "The caller may not perform this operation; metadata `permission` names what it "
+        "needs and `identity` who called.",
+    ),
+    Reason.UNAUTHENTICATED: ReasonSpec(
+        grpc.StatusCode.UNAUTHENTICATED,
+        "Authorization is on and the call carries no valid identity (no token, or a bad or "
+        "expired one, or no client certificate); metadata `why` says which.",
+    ),
+    Reason.SESSION_HELD: ReasonSpec(
+        grpc.StatusCode.PERMISSION_DENIED,
+        "A live session of another identity holds this sidecar id; metadata `sidecar_id`.",
     ),
     Reason.ALERT_TEMPLATE_NOT_FOUND: ReasonSpec(
         grpc.StatusCode.NOT_FOUND, "No alert template with this caller and name exists."

@@ -2,11 +2,21 @@
 
 A small threaded stdlib server is enough: scrapes and health probes are rare and cheap,
 and keeping it off the asyncio loop means a busy loop never fails a liveness probe.
+
+With TLS configured every connection is wrapped with the current
+:class:`~services.runtime.server_tls.HttpTls` context (reloaded when the certificate
+changes; the handshake runs on the connection's own thread). With authorization on, the
+extra pages (the assigner's ``/ui``) need the ``view`` permission (roles ``viewer`` or
+``admin``), shown by a bearer token (``Authorization: Bearer``) or a client certificate:
+401 without an identity, 403 without the permission. ``/metrics`` and ``/healthz`` stay
+open to anyone who can connect: Prometheus and the probes carry no identity.
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -16,6 +26,14 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from services.runtime.auth import Guard, Permission, Verb
+from services.runtime.auth.identity import bearer_token
+from services.runtime.connection.tls import TlsConfig
+from services.runtime.errors import DsError, Reason
+from services.runtime.server_tls import HttpTls
+
+OPEN_PATHS = frozenset({"/metrics", "/healthz"})
 
 
 @dataclass(frozen=True)
@@ -43,6 +61,9 @@ class HttpEndpoint:
         registry: CollectorRegistry,
         health: Callable[[], tuple[bool, Mapping[str, Any]]],
         routes: Mapping[str, Route] | None = None,
+        *,
+        tls: TlsConfig | None = None,
+        guard: Guard | None = None,
     ) -> None:
         all_routes: dict[str, Route] = {
             "/metrics": lambda _q: HttpResponse(
@@ -51,8 +72,12 @@ class HttpEndpoint:
             "/healthz": lambda _q: _health_response(health),
         }
         all_routes.update(routes or {})
-        handler = _make_handler(all_routes)
-        self._server = ThreadingHTTPServer((host, port), handler)
+        handler = _make_handler(all_routes, guard)
+        self._server = (
+            ThreadingHTTPServer((host, port), handler)
+            if tls is None
+            else _TlsHttpServer((host, port), handler, HttpTls(tls))
+        )
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
 
@@ -75,19 +100,78 @@ def _health_response(health: Callable[[], tuple[bool, Mapping[str, Any]]]) -> Ht
     )
 
 
-def _make_handler(routes: Mapping[str, Route]) -> type[BaseHTTPRequestHandler]:
+class _TlsHttpServer(ThreadingHTTPServer):
+    """Wraps each accepted connection in TLS; the handshake happens on the handler's
+    thread (on its first read), so a slow or silent client never blocks accepting."""
+
+    def __init__(
+        self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], tls: HttpTls
+    ) -> None:
+        self._tls = tls
+        super().__init__(address, handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, address = super().get_request()
+        wrapped = self._tls.context().wrap_socket(
+            sock, server_side=True, do_handshake_on_connect=False
+        )
+        return wrapped, address
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A failed handshake (a plaintext client, an untrusted certificate) is the client's
+        problem: no traceback on stderr."""
+
+
+def _peer_certificate_name(connection: Any) -> str | None:
+    if not isinstance(connection, ssl.SSLSocket):
+        return None
+    certificate: Any = connection.getpeercert() or {}
+    for rdn in certificate.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+def _guarded(guard: Guard | None, path: str, headers: Any, connection: Any) -> HttpResponse | None:
+    """The refusal of a request for a protected page, or None to serve it."""
+    if guard is None or path in OPEN_PATHS:
+        return None
+    authorization = headers.get("Authorization")
+    token = bearer_token([("authorization", authorization)]) if authorization else None
+    try:
+        guard.check(
+            f"GET {path}",
+            token,
+            _peer_certificate_name(connection),
+            Permission(Verb.VIEW),
+        )
+    except DsError as err:
+        status = 401 if err.reason is Reason.UNAUTHENTICATED else 403
+        return HttpResponse(status, f"{err.message}\n".encode())
+    return None
+
+
+def _make_handler(
+    routes: Mapping[str, Route], guard: Guard | None = None
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             url = urlsplit(self.path)
             route = routes.get(url.path)
+            refusal = _guarded(guard, url.path, self.headers, self.connection) if route else None
             if route is None:
                 response = HttpResponse(HTTPStatus.NOT_FOUND, b"not found\n")
+            elif refusal is not None:
+                response = refusal
             else:
                 try:
                     response = route(parse_qs(url.query))
                 except Exception as exc:  # a broken page must not take the server down
                     response = HttpResponse(500, f"internal error: {exc}\n".encode())
             self.send_response(response.status)
+            if response.status == 401:
+                self.send_header("WWW-Authenticate", 'Bearer realm="dataservice"')
             self.send_header("Content-Type", response.content_type)
             self.send_header("Content-Length", str(len(response.body)))
             self.end_headers()

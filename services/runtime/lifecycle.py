@@ -23,6 +23,7 @@ import grpc.aio
 import structlog
 from prometheus_client import CollectorRegistry
 
+from services.runtime.auth import build_guard
 from services.runtime.discovery import Discovery, ServiceInstance
 from services.runtime.grpcserver import GrpcServer, GrpcService, create_server
 from services.runtime.http import HttpEndpoint, Route
@@ -112,8 +113,11 @@ class ServiceRunner:
         interceptors: Sequence[grpc.aio.ServerInterceptor] = getattr(  # type: ignore[type-arg]
             self.service, "grpc_interceptors", tuple
         )()
+        # Authorization (when on): the policy is read now, so a bad file stops the start.
+        guard = build_guard(self.settings.auth, self.service.registry)
+        auth = guard.interceptor(getattr(self.service, "served_group", "")) if guard else None
         self.grpc = create_server(
-            self.settings, self.service.grpc_services(), interceptors=interceptors
+            self.settings, self.service.grpc_services(), interceptors=interceptors, auth=auth
         )
         await self.grpc.server.start()
         await self.grpc.set_serving(False)
@@ -123,6 +127,8 @@ class ServiceRunner:
             self.service.registry,
             self.health_snapshot,
             self.service.http_routes(),
+            tls=self.settings.tls if self.settings.tls.server_enabled else None,
+            guard=guard,
         )
         self.http.start()
         log.info(

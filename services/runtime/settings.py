@@ -18,13 +18,16 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn, TypeVar
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
+
+from services.runtime.auth.settings import AuthSettings
+from services.runtime.connection import DEFAULT_SETTINGS, PLAINTEXT, ConnectionSettings, TlsConfig
 
 _HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
 
@@ -113,6 +116,35 @@ class ServiceSettings(DsSettings):
     dependency_retry_max_seconds: float = Field(
         10.0, gt=0, le=300, description="cap of the backoff between dependency checks"
     )
+    tls: TlsConfig = Field(
+        PLAINTEXT,
+        description="TLS of this service's gRPC and HTTP servers and of its own client "
+        "channels (DS_TLS__CA_FILE, __CERT_FILE, __KEY_FILE, __CLIENT_AUTH, __TOKEN_FILE)",
+    )
+    auth: AuthSettings = Field(
+        default_factory=AuthSettings,
+        description="authentication and the policy (DS_AUTH__ENABLED, __POLICY_FILE, ...)",
+    )
+
+    @model_validator(mode="after")
+    def _auth_needs_tls(self) -> ServiceSettings:
+        if self.auth.enabled and not self.tls.server_enabled:
+            raise ValueError(
+                "auth.enabled needs tls.cert_file and tls.key_file: tokens are never sent "
+                "in the clear"
+            )
+        if (
+            self.auth.enabled
+            and self.auth.identity_from == "certificate"
+            and (self.tls.client_auth != "require")
+        ):
+            raise ValueError("auth.identity_from=certificate needs tls.client_auth=require")
+        return self
+
+    @property
+    def connection(self) -> ConnectionSettings:
+        """How this service's own clients (its session, reporter, probe) reach the mesh."""
+        return DEFAULT_SETTINGS.with_tls(self.tls)
 
     @field_validator("bootstrap")
     @classmethod

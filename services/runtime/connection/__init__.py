@@ -2,8 +2,10 @@
 
 * :mod:`.settings`: :class:`ConnectionSettings` (message sizes, keepalive, reconnect
   backoff, gRPC's own retry of ``UNAVAILABLE`` as a channel service config);
-* :mod:`.credentials`: the channel and per-call credentials (none yet: the seam where TLS
-  and tokens are attached, once, for every client);
+* :mod:`.tls`: :class:`TlsConfig` (the CA, a certificate and key, mTLS, a token file;
+  ``DS_TLS__*``), servers' and clients' transport security in one value;
+* :mod:`.credentials`: the channel and per-call credentials made from it (TLS, mTLS, the
+  bearer token): attached here, once, for every client;
 * :mod:`.channels`: :func:`open_channel` and :func:`open_aio_channel`, the only code that
   creates gRPC channels;
 * :mod:`.targets`: :class:`AssignerTarget`, where the assigner is (replica addresses, the
@@ -29,11 +31,13 @@ from services.runtime.connection.settings import (
     GrpcRetryPolicy,
 )
 from services.runtime.connection.targets import AssignerTarget, LeaderUnknown
+from services.runtime.connection.tls import PLAINTEXT, TlsConfig
 
 __all__ = [
     "DEFAULT_SETTINGS",
     "FOLLOW_ONCE",
     "MAX_MESSAGE_BYTES",
+    "PLAINTEXT",
     "AioLeaderFollower",
     "AssignerTarget",
     "Backoff",
@@ -42,6 +46,7 @@ __all__ = [
     "GrpcRetryPolicy",
     "LeaderFollower",
     "LeaderUnknown",
+    "TlsConfig",
     "open_aio_channel",
     "open_channel",
     "retry_call",

@@ -3,9 +3,9 @@
 :class:`ConnectionSettings` is what :func:`~services.runtime.connection.channels.open_channel`
 turns into gRPC channel options: message sizes, keepalive, how fast a lost connection is
 tried again, and a service config with gRPC's own retry of ``UNAVAILABLE`` (AIP-194,
-gRFC A6). It is also the value transport security will extend: TLS material and a token
-source become fields here, and :mod:`~services.runtime.connection.credentials` turns them
-into credentials; no caller changes.
+gRFC A6), and transport security (:class:`~services.runtime.connection.tls.TlsConfig`: the
+CA, a client certificate, a token file), which
+:mod:`~services.runtime.connection.credentials` turns into credentials.
 
 Nothing here imports structlog or pydantic: Spark's Python workers import this module, and
 each of them starts a fresh interpreter.
@@ -13,9 +13,12 @@ each of them starts a fresh interpreter.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from services.runtime.connection.tls import PLAINTEXT, TlsConfig
 
 # Messages up to 64 MiB: ReadRange and Fetch batches can be large; the sidecar bounds them.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -57,6 +60,12 @@ class ConnectionSettings:
     reconnect_max_seconds: float = 1.0
     # None: gRPC does not retry; every failure reaches the caller at once.
     retry: GrpcRetryPolicy | None = field(default_factory=GrpcRetryPolicy)
+    # TLS, mTLS and the bearer token; PLAINTEXT: none of them (loopback, `make run`).
+    tls: TlsConfig = PLAINTEXT
+
+    def with_tls(self, tls: TlsConfig) -> ConnectionSettings:
+        """These settings over ``tls``."""
+        return dataclasses.replace(self, tls=tls)
 
 
 DEFAULT_SETTINGS = ConnectionSettings()
@@ -88,6 +97,8 @@ def channel_options(settings: ConnectionSettings) -> ChannelOptions:
         ("grpc.initial_reconnect_backoff_ms", int(settings.reconnect_initial_seconds * 1000)),
         ("grpc.max_reconnect_backoff_ms", int(settings.reconnect_max_seconds * 1000)),
     ]
+    if settings.tls.server_name:
+        options.append(("grpc.ssl_target_name_override", settings.tls.server_name))
     config = service_config(settings)
     if config is None:
         options.append(("grpc.enable_retries", 0))

@@ -1,0 +1,80 @@
+"""Authentication and authorization of the mesh's callers (ARCHITECTURE §8).
+
+* :mod:`.settings`: :class:`AuthSettings` (``auth:`` / ``DS_AUTH__*``), off by default;
+* :mod:`.policy` (pure): roles, permissions and the policy file;
+* :mod:`.rules` (pure): the permission each RPC needs, read from its request;
+* :mod:`.tokens`: JWTs (PyJWT) and static tokens → identities;
+* :mod:`.identity`: :class:`Authenticator` (token or certificate → identity) and the
+  current call's identity (:func:`current_identity`);
+* :mod:`.refusals`: refusals counted per identity, logged once per identity per minute;
+* :mod:`.interceptor`: :class:`AuthInterceptor`, the one place calls are allowed or refused;
+* :class:`Guard` (here): the same decision for the HTTP pages (``/ui``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry
+
+from services.runtime.auth.identity import Authenticator, Identity, current_identity
+from services.runtime.auth.interceptor import AuthInterceptor, permission_denied
+from services.runtime.auth.policy import Permission, Policy, Verb, parse_policy
+from services.runtime.auth.refusals import Refusals
+from services.runtime.auth.settings import AuthSettings
+from services.runtime.errors import DsError
+from services.runtime.watched_file import WatchedFile
+
+__all__ = [
+    "AuthInterceptor",
+    "AuthSettings",
+    "Guard",
+    "Identity",
+    "Permission",
+    "Verb",
+    "build_guard",
+    "current_identity",
+]
+
+
+@dataclass(frozen=True)
+class Guard:
+    """Everything authorization needs in one process: the authenticator, the policy file
+    and the refusal counter; the gRPC interceptor and the HTTP pages share it."""
+
+    authenticator: Authenticator
+    policy: WatchedFile[Policy]
+    refusals: Refusals
+
+    def interceptor(self, served_group: str = "") -> AuthInterceptor:
+        return AuthInterceptor(
+            self.authenticator, self.policy, self.refusals, served_group=served_group
+        )
+
+    def check(
+        self, what: str, token: str | None, certificate: str | None, permission: Permission
+    ) -> Identity:
+        """The caller, if it may do ``permission``; DsError UNAUTHENTICATED or
+        PERMISSION_DENIED (counted and logged like a refused call) if not."""
+        identity: Identity | None = None
+        try:
+            identity = self.authenticator.authenticate(token, certificate)
+            if not self.policy.get().allows(identity.name, permission):
+                raise permission_denied(identity, permission, what)
+            return identity
+        except DsError as err:
+            self.refusals.refused(
+                identity.name if identity else None, err.code.name, what, err.message
+            )
+            raise
+
+
+def build_guard(settings: AuthSettings, registry: CollectorRegistry) -> Guard | None:
+    """The process's guard; None when authorization is off. Reads the policy (and so fails
+    at start, with the file named, when it is missing or malformed)."""
+    if not settings.enabled:
+        return None
+    assert settings.policy_file is not None
+    policy = WatchedFile(settings.policy_file, parse_policy)
+    policy.get()
+    return Guard(Authenticator(settings), policy, Refusals(registry))

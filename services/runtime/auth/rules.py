@@ -1,0 +1,105 @@
+"""Which permission each RPC of the mesh needs, read from its request (pure).
+
+One table for every service: the full method name → a rule that reads the permission from
+the request (for a client-streaming RPC, from its first message: the Session's join, the
+Stream's open). A method the table does not name is refused (fail closed): a new RPC is
+unreachable until it is given a rule here, and a unit test holds every RPC of every
+service's descriptor to having one.
+
+Health checks are public (Consul and Kubernetes probe them without credentials); server
+reflection needs a known caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from services.runtime.auth.policy import Permission, Verb
+
+# The request (or the first message of a request stream) → the resource it names.
+Resource = Callable[[Any], str]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The verb one method needs, and where its resource is in the request."""
+
+    verb: Verb
+    resource: Resource | None = None
+    # The resource is the serving process's own group (the sidecar's Status).
+    served_group: bool = False
+
+    def permission(self, request: Any, served_group: str) -> Permission:
+        if self.served_group:
+            return Permission(self.verb, served_group)
+        return Permission(self.verb, self.resource(request) if self.resource else "")
+
+
+def _group(request: Any) -> str:
+    return str(request.group)
+
+
+def _sidecar(request: Any) -> str:
+    return str(request.sidecar_id)
+
+
+def _join_sidecar(request: Any) -> str:
+    return str(request.join.sidecar_id) if request.WhichOneof("kind") == "join" else ""
+
+
+def _open_group(request: Any) -> str:
+    return str(request.open.group) if request.WhichOneof("kind") == "open" else ""
+
+
+_ASSIGNER = "/dataservice.assigner.v1.AssignerService/"
+_BINDING = "/dataservice.assigner.v1.BindingService/"
+_ADMIN = "/dataservice.assigner.v1.AdminService/"
+_STREAM = "/dataservice.sidecar.v1.StreamService/"
+_NOTIFIER = "/dataservice.notifier.v1.NotifierService/"
+
+RULES: Mapping[str, Rule] = {
+    _ASSIGNER + "Session": Rule(Verb.SESSION, _join_sidecar),
+    _ASSIGNER + "Leave": Rule(Verb.SESSION, _sidecar),
+    _BINDING + "Bind": Rule(Verb.READ, _group),
+    _BINDING + "WatchBinding": Rule(Verb.READ, _group),
+    _BINDING + "Unbind": Rule(Verb.READ, _group),
+    _ADMIN + "ListGroups": Rule(Verb.VIEW),
+    _ADMIN + "DescribeGroup": Rule(Verb.DESCRIBE, _group),
+    _ADMIN + "CreateGroup": Rule(Verb.ADMIN),
+    _ADMIN + "UpdateGroup": Rule(Verb.ADMIN),
+    _ADMIN + "ResetOffsets": Rule(Verb.ADMIN),
+    _ADMIN + "MoveLease": Rule(Verb.ADMIN),
+    _STREAM + "Fetch": Rule(Verb.READ, _group),
+    _STREAM + "Stream": Rule(Verb.READ, _open_group),
+    _STREAM + "Ack": Rule(Verb.READ, _group),
+    _STREAM + "ReadRange": Rule(Verb.READ, _group),
+    _STREAM + "CommitOffsets": Rule(Verb.READ, _group),
+    _STREAM + "Status": Rule(Verb.READ, served_group=True),
+    _NOTIFIER + "ReportFault": Rule(Verb.REPORT),
+    _NOTIFIER + "ListFaults": Rule(Verb.VIEW),
+    _NOTIFIER + "WatchFaults": Rule(Verb.VIEW),
+    _NOTIFIER + "ListAlertTemplates": Rule(Verb.VIEW),
+    _NOTIFIER + "PutAlertTemplate": Rule(Verb.ADMIN),
+    _NOTIFIER + "DeleteAlertTemplate": Rule(Verb.ADMIN),
+}
+
+PUBLIC_PREFIXES = ("/grpc.health.v1.Health/",)
+AUTHENTICATED_PREFIXES = (
+    "/grpc.reflection.v1alpha.ServerReflection/",
+    "/grpc.reflection.v1.ServerReflection/",
+)
+
+
+def is_public(method: str) -> bool:
+    """Whether anyone, known or not, may call ``method`` (health checks)."""
+    return method.startswith(PUBLIC_PREFIXES)
+
+
+def rule_for(method: str) -> Rule | None:
+    """The rule of ``method``; None: no rule, the call is refused."""
+    rule = RULES.get(method)
+    if rule is None and method.startswith(AUTHENTICATED_PREFIXES):
+        return Rule(Verb.AUTHENTICATED)
+    return rule

@@ -1,0 +1,49 @@
+"""How a service authenticates and authorizes its callers (``auth:`` / ``DS_AUTH__*``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+IdentityFrom = Literal["token", "certificate", "token_or_certificate"]
+
+
+class AuthSettings(BaseModel):
+    """Off by default: every caller may do everything, as on loopback with ``make run``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = Field(False, description="authenticate every call and apply the policy")
+    policy_file: Path | None = Field(
+        None, description="YAML: identities → roles (re-read on change)"
+    )
+    identity_from: IdentityFrom = Field(
+        "token_or_certificate",
+        description="who a caller is: its bearer token's subject, its client certificate's "
+        "common name (needs tls.client_auth=require), or the token when it sends one, else "
+        "the certificate",
+    )
+    jwt_key_file: Path | None = Field(
+        None, description="PEM public key (or HMAC secret) tokens are verified against"
+    )
+    jwt_algorithms: tuple[str, ...] = Field(("ES256", "RS256", "EdDSA"))
+    jwt_audience: str | None = Field("dataservice", description="required `aud` claim")
+    jwt_issuer: str | None = Field(None, description="required `iss` claim, if set")
+    tokens_file: Path | None = Field(
+        None, description="static tokens for small set-ups, YAML `tokens: {IDENTITY: TOKEN}`"
+    )
+
+    @model_validator(mode="after")
+    def _complete(self) -> AuthSettings:
+        if not self.enabled:
+            return self
+        if self.policy_file is None:
+            raise ValueError("auth.enabled needs auth.policy_file")
+        if self.identity_from != "certificate" and not (self.jwt_key_file or self.tokens_file):
+            raise ValueError(
+                f"auth.identity_from={self.identity_from} needs auth.jwt_key_file or "
+                "auth.tokens_file"
+            )
+        return self
