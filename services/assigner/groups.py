@@ -41,6 +41,7 @@ from services.assigner.faults import GroupFaults
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.settings import AssignerSettings, GroupSeed
 from services.assigner.state import GroupRecord
+from services.runtime.errors import DsError, Reason
 from services.runtime.reporter import FaultReporter
 from services.runtime.topic_partition import TopicPartition
 
@@ -93,6 +94,8 @@ class Connection:
 
     member_id: str
     session_id: str
+    # The identity that opened the stream (authorization on), else None.
+    owner: str | None = None
     queue: asyncio.Queue[assigner_pb2.SessionResponse | None] = field(default_factory=asyncio.Queue)
     _pending: deque[tuple[Awaitable[None] | None, assigner_pb2.SessionResponse]] = field(
         default_factory=deque
@@ -217,11 +220,29 @@ class GroupRuntime:
 
     # ---- sessions ---------------------------------------------------------------------
 
-    def attach(self, join: assigner_pb2.SessionJoin, now: float) -> Connection:
-        previous = self.connections.pop(join.sidecar_id, None)
+    def attach(
+        self, join: assigner_pb2.SessionJoin, now: float, owner: str | None = None
+    ) -> Connection:
+        """A Session stream of ``join.sidecar_id``, opened by ``owner`` (its identity, when
+        authorization is on). A re-attach replaces the sidecar's open stream, unless that
+        stream is live and another identity holds it: DsError SESSION_HELD, and the holder
+        keeps its stream and its leases."""
+        previous = self.connections.get(join.sidecar_id)
+        if (
+            previous is not None
+            and not previous.closed
+            and previous.owner is not None
+            and previous.owner != owner
+        ):
+            raise DsError(
+                Reason.SESSION_HELD,
+                f"sidecar id {join.sidecar_id!r} is held by a live session of another identity",
+                metadata={"sidecar_id": join.sidecar_id, "group": self.record.name},
+            )
         if previous is not None:
+            del self.connections[join.sidecar_id]
             previous.close()  # a re-attach replaces the old stream
-        conn = Connection(join.sidecar_id, uuid.uuid4().hex)
+        conn = Connection(join.sidecar_id, uuid.uuid4().hex, owner=owner)
         self.connections[join.sidecar_id] = conn
         conn.send(
             assigner_pb2.SessionResponse(

@@ -38,13 +38,13 @@ from typing import Any, Protocol
 import consul
 import structlog
 
+from services.runtime.addresses import parse_host_port
 from services.runtime.leader_watch import (
     DEFAULT_LEADER_KEY,
     consul_client,
     leader_of,
     next_index,
 )
-from services.runtime.settings import parse_host_port
 
 log = structlog.get_logger(__name__)
 

@@ -47,6 +47,7 @@ from services.assigner.offsets_view import OffsetsView, budget
 from services.assigner.registry import GroupRegistry
 from services.assigner.settings import AssignerSettings
 from services.assigner.state import GroupRecord
+from services.runtime.auth import current_identity
 from services.runtime.errors import DsError, Reason, invalid, not_implemented
 from services.runtime.topic_partition import TopicPartition
 
@@ -98,7 +99,10 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
         if join.capacity < 0:
             raise invalid("join.capacity", "must be >= 0 (0 = unlimited)")
         group = await self.groups.serving_group(join.group)
-        conn = group.attach(join, self.clock())
+        # Authorization (when on) let this identity name this sidecar id; the group also
+        # keeps another identity from taking over a live session of it.
+        caller = current_identity()
+        conn = group.attach(join, self.clock(), owner=caller.name if caller else None)
         self.metrics.sessions.inc()
         reader = asyncio.create_task(self._read(group, conn, request_iterator))
         try:

@@ -28,7 +28,13 @@ from services.client.errors import ClientError
 from services.client.sidecar import Sidecar
 from services.client.stream import SidecarStream
 from services.records.batches import DsRecord
-from services.runtime.connection import CallPolicy, retry_call
+from services.runtime.connection import (
+    DEFAULT_SETTINGS,
+    CallPolicy,
+    ConnectionSettings,
+    TlsConfig,
+    retry_call,
+)
 from services.runtime.errors import Reason, error_info
 from services.runtime.leader_watch import DEFAULT_LEADER_KEY
 from services.runtime.mesh_env import MeshEnv
@@ -92,6 +98,7 @@ class DsClient:
         consul: str | None = None,
         leader_key: str = DEFAULT_LEADER_KEY,
         use_stream_rpc: bool = False,
+        connection: ConnectionSettings | None = None,
     ) -> None:
         """Bind to the group's sidecars through the assigner and start following the binding.
 
@@ -115,11 +122,17 @@ class DsClient:
             leader_key: The Consul KV key the assigner leader holds.
             use_stream_rpc: Read over the credit-based ``Stream`` RPC in :meth:`stream`
                 by default, instead of long-polling ``Fetch``.
+            connection: How to reach the mesh (channel options, TLS, mTLS, the bearer
+                token). Default: the runtime's defaults with the TLS settings of the
+                ``DS_TLS__*`` variables (``DS_TLS__CA_FILE``, ``DS_TLS__TOKEN_FILE``, ...;
+                none set: plaintext).
 
         Raises:
             ClientError: The assigner refused the bind (an unknown group:
-                ``NOT_FOUND``/``GROUP_NOT_FOUND``), or no leader emerged while retrying
-                (``NOT_LEADER``).
+                ``NOT_FOUND``/``GROUP_NOT_FOUND``; with authorization on,
+                ``UNAUTHENTICATED`` or ``PERMISSION_DENIED``), or no leader emerged while
+                retrying (``NOT_LEADER``).
+            ValueError: A ``DS_TLS__*`` variable is malformed.
             grpc.RpcError: No assigner answered (``UNAVAILABLE``) through the retries
                 (8 attempts with jittered backoff, a few seconds).
             Exception: What py-consul raises (``consul.ConsulException``, a connection
@@ -140,6 +153,11 @@ class DsClient:
         self._acker: Acker | None = None
         self._acker_lock = threading.Lock()
         self._acks_closed = False
+        self.connection = (
+            connection
+            if connection is not None
+            else DEFAULT_SETTINGS.with_tls(TlsConfig.from_env())
+        )
         self._binding = BindingKeeper(
             group,
             self.client_id,
@@ -147,6 +165,7 @@ class DsClient:
             consul=consul,
             leader_key=leader_key,
             lock=self._lock,
+            settings=self.connection,
         )
 
     @classmethod

@@ -103,6 +103,7 @@ class SidecarApp:
             self.keeper,
             safety_margin=settings.lease_safety_margin_seconds,
             consul=settings.consul,
+            settings=settings.connection,
         )
         self.kafka_group = KafkaGroupMode(
             self.table,
@@ -168,6 +169,12 @@ class SidecarApp:
 
     def http_routes(self) -> Mapping[str, Route]:
         return {}
+
+    @property
+    def served_group(self) -> str:
+        """The group this sidecar serves: what its Status call reveals, so what the
+        authorization of Status checks (``reader:GROUP``)."""
+        return self.settings.group
 
     def instance_meta(self) -> Mapping[str, str]:
         return {"group": self.settings.group, "sidecar_id": self.settings.id}

@@ -6,7 +6,8 @@ import socket
 
 from pydantic import Field, field_validator
 
-from services.runtime.settings import ServiceSettings, parse_host_port
+from services.runtime.addresses import parse_host_port
+from services.runtime.settings import ServiceSettings
 
 
 class DemoAppSettings(ServiceSettings):

@@ -25,6 +25,7 @@ from google.protobuf import message
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
+from services.dsctl.connection import connection
 from services.runtime.connection import FOLLOW_ONCE, AssignerTarget, LeaderFollower, open_channel
 from services.runtime.errors import Reason, error_info
 
@@ -113,6 +114,12 @@ def classify(code: grpc.StatusCode, details: str, reason: str | None, where: End
             f"{where} is a follower and no leader is elected yet{tag}: {details}. Retry shortly.",
             ExitCode.UNAVAILABLE,
         )
+    if code is grpc.StatusCode.UNAUTHENTICATED:
+        return CliError(
+            f"{where} refused the request: {code.name}{tag}: {details}. Give dsctl a token "
+            "(DS_TLS__TOKEN_FILE) and the CA (DS_TLS__CA_FILE).",
+            ExitCode.ERROR,
+        )
     return CliError(f"{where} refused the request: {code.name}{tag}: {details}", ExitCode.ERROR)
 
 
@@ -128,7 +135,7 @@ class AssignerClient:
 
     def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
         self.timeout = timeout
-        self._assigner = LeaderFollower(AssignerTarget((address,)))
+        self._assigner = LeaderFollower(AssignerTarget((address,)), connection())
 
     @property
     def endpoint(self) -> Endpoint:
@@ -202,7 +209,7 @@ class NotifierClient:
     def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
         self.endpoint = notifier_endpoint(address)
         self.timeout = timeout
-        self._channel = open_channel(address)
+        self._channel = open_channel(address, connection())
         self._stub = notifier_pb2_grpc.NotifierServiceStub(self._channel)
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ from rich.table import Table
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
 from services.dsctl.admin_client import ExitCode, classify_rpc_error, notifier_endpoint
+from services.dsctl.connection import connection
 from services.runtime.connection import open_channel
 from services.runtime.faults import parse_severity, parse_type, short_severity, short_type
 
@@ -38,7 +39,7 @@ class Output(StrEnum):
 
 
 def _stub(address: str) -> tuple[grpc.Channel, notifier_pb2_grpc.NotifierServiceStub]:
-    channel = open_channel(address)
+    channel = open_channel(address, connection())
     return channel, notifier_pb2_grpc.NotifierServiceStub(channel)
 
 

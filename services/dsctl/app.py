@@ -90,6 +90,14 @@ def dev_up(
             "every minute).",
         ),
     ] = False,
+    secure: Annotated[
+        bool,
+        typer.Option(
+            "--secure",
+            help="TLS and mTLS on every port, tokens and authorization: a development CA, "
+            "certificates, tokens and a policy are made in the state directory's pki/.",
+        ),
+    ] = False,
 ) -> None:
     """Start Kafka, the assigner, sidecars, the notifier and a sample producer."""
     options = dev.UpOptions(
@@ -98,6 +106,7 @@ def dev_up(
         with_consul=with_consul,
         producer_rate=producer_rate,
         spark_distribution=spark_distribution,
+        secure=secure,
     )
     try:
         stack = dev.up(options, _say)
@@ -190,6 +199,9 @@ def _print_where_to_look(stack: dev.Stack) -> None:
     if any(c.name == dev.SPARK_DISTRIBUTION for c in stack.components):
         lines.append(f"spark      {dev.spark_report(stack)} (distribution and lag, every minute)")
     console.print("\n".join(lines))
+    if stack.pki is not None:
+        _print_secure_usage(stack.pki, sidecar.grpc or "127.0.0.1:7080")
+        return
     console.print("\n[bold]Try:[/bold]")
     console.print("  grpcurl -plaintext 127.0.0.1:7070 list")
     console.print(
@@ -199,3 +211,26 @@ def _print_where_to_look(stack: dev.Stack) -> None:
     console.print("  dsctl groups; dsctl lag demo; dsctl top; dsctl faults --follow")
     console.print("  dsctl dev status --output json")
     console.print("  dsctl dev down")
+
+
+def _print_secure_usage(pki: str, sidecar: str) -> None:
+    """--secure: how to reach the stack (the CA, the client certificate, a token)."""
+    console.print(
+        f"\n[bold]Secure:[/bold] mTLS on every port, tokens required. CA, certificates, "
+        f"tokens and the policy are in {pki}/ (admin.jwt, viewer.jwt, reader-demo.jwt)."
+    )
+    console.print("[bold]Use dsctl (or an application) with:[/bold]")
+    console.print(f"  export DS_TLS__CA_FILE={pki}/ca.pem DS_TLS__CERT_FILE={pki}/client.pem")
+    console.print(f"  export DS_TLS__KEY_FILE={pki}/client.key DS_TLS__TOKEN_FILE={pki}/admin.jwt")
+    console.print("[bold]Try:[/bold]")
+    tls = f"-cacert {pki}/ca.pem -cert {pki}/client.pem -key {pki}/client.key"
+    console.print(
+        f'  grpcurl {tls} -H "authorization: Bearer $(cat {pki}/admin.jwt)" '
+        "127.0.0.1:7070 dataservice.assigner.v1.AdminService/ListGroups"
+    )
+    console.print(
+        f'  grpcurl {tls} -H "authorization: Bearer $(cat {pki}/reader-demo.jwt)" '
+        '-d \'{"client_id":"me","group":"demo","max_records":3}\' '
+        f"{sidecar} dataservice.sidecar.v1.StreamService/Fetch"
+    )
+    console.print("  dsctl groups; dsctl lag demo; dsctl dev status --output json")

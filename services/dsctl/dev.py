@@ -6,6 +6,11 @@ end-to-end probe on) and the probe group's sidecar, and a sample producer. Each 
 its own session so it outlives ``dsctl dev up --detach``; ``stack.json`` in the state
 directory records pids (with their start times, so a reused pid is never signalled) and
 ports, and ``down`` stops them in reverse order.
+
+``--secure`` first makes a development PKI in ``pki/`` of the state directory
+(:mod:`services.devstack.secure`) and runs every service with TLS and mTLS on its gRPC and
+HTTP ports, a token of its own and authorization on; the health checks here go through
+the same mTLS.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import sys
 import time
 import urllib.request
@@ -23,9 +29,10 @@ from typing import Any
 
 import psutil
 
-from services.devstack import procs
+from services.devstack import procs, secure
 from services.devstack.consul import ConsulAgent, ConsulOptions
 from services.devstack.kafka import KafkaCluster, KafkaOptions, create_topic
+from services.devstack.pki import DevPki
 
 DEMO_TOPIC = "ds.demo"
 DEMO_GROUP = "demo"
@@ -62,11 +69,12 @@ class Component:
         except psutil.Error:
             return False
 
-    def healthy(self) -> bool | None:
+    def healthy(self, tls: ssl.SSLContext | None = None) -> bool | None:
         if self.http is None:
             return None
+        url = f"{'https' if tls else 'http'}://{self.http}/healthz"
         try:
-            with urllib.request.urlopen(f"http://{self.http}/healthz", timeout=1) as response:
+            with urllib.request.urlopen(url, timeout=1, context=tls) as response:
                 return bool(response.status == 200)
         except OSError:
             return False
@@ -78,6 +86,19 @@ class Stack:
     bootstrap: str
     consul: str | None
     components: list[Component] = field(default_factory=list)
+    pki: str | None = None  # --secure: the directory of the CA, certificates and tokens
+
+    def client_tls(self) -> ssl.SSLContext | None:
+        """How dsctl itself reaches the stack's HTTP ports (mTLS with the client
+        certificate); None: plaintext."""
+        if self.pki is None:
+            return None
+        pki = DevPki(Path(self.pki))
+        context = ssl.create_default_context(cafile=str(pki.ca))
+        context.load_cert_chain(
+            pki.cert(secure.CLIENT_CERTIFICATE), pki.key(secure.CLIENT_CERTIFICATE)
+        )
+        return context
 
     @classmethod
     def load(cls) -> Stack | None:
@@ -90,6 +111,7 @@ class Stack:
             bootstrap=data["bootstrap"],
             consul=data.get("consul"),
             components=[Component(**c) for c in data["components"]],
+            pki=data.get("pki"),
         )
 
     def save(self) -> None:
@@ -97,15 +119,17 @@ class Stack:
         path.write_text(json.dumps(asdict(self), indent=2))
 
     def status(self) -> dict[str, Any]:
+        tls = self.client_tls()
         return {
             "dir": self.dir,
             "bootstrap": self.bootstrap,
             "consul": self.consul,
+            "pki": self.pki,
             "components": [
                 {
                     **asdict(c),
                     "running": c.alive(),
-                    "healthy": c.healthy() if c.alive() else False,
+                    "healthy": c.healthy(tls) if c.alive() else False,
                 }
                 for c in self.components
             ],
@@ -122,6 +146,7 @@ class UpOptions:
     spark_distribution: bool = False  # also run spark.jobs.distribution on the demo group
     spark_every: float = 60.0
     probe: bool = True  # run the end-to-end probe (notifier + a sidecar of its group)
+    secure: bool = False  # TLS, mTLS, tokens and authorization everywhere (a dev PKI)
 
 
 def _record(name: str, proc_pid: int, log: Path, grpc: str | None, http: str | None) -> Component:
@@ -196,6 +221,14 @@ def _start_all(
         stack.components.append(_record("consul", agent.pid, agent.log_file, None, None))
         stack.save()
 
+    sidecar_names = [f"sidecar-{i}" for i in range(options.sidecars)]
+    pki: DevPki | None = None
+    if options.secure:
+        say("making a development CA, certificates and tokens (pki/)...")
+        pki = secure.make_stack_pki(root / "pki", [*sidecar_names, PROBE_SIDECAR], PROBE_GROUP)
+        stack.pki = str(pki.directory)
+        stack.save()
+
     config = root / "assigner.yaml"
     config.write_text(f"groups:\n  - name: {DEMO_GROUP}\n    topics: [{DEMO_TOPIC}]\n")
     common = ["--bootstrap", stack.bootstrap, "--log-format", "console"]
@@ -206,7 +239,8 @@ def _start_all(
 
     def start(name: str, argv: list[str], grpc: int, http: int) -> None:
         log = logs / f"{name}.log"
-        proc = procs.spawn(argv, log, die_with_parent=False)
+        env = None if pki is None else {**os.environ, **secure.service_env(pki, name)}
+        proc = procs.spawn(argv, log, env=env, die_with_parent=False)
         stack.components.append(
             _record(name, proc.pid, log, f"127.0.0.1:{grpc}", f"127.0.0.1:{http}")
         )
@@ -259,8 +293,8 @@ def _start_all(
         ]  # fmt: skip
         start(name, argv, grpc, http)
 
-    for i in range(options.sidecars):
-        start_sidecar(f"sidecar-{i}", DEMO_GROUP, *_sidecar_ports(i))
+    for i, name in enumerate(sidecar_names):
+        start_sidecar(name, DEMO_GROUP, *_sidecar_ports(i))
     if options.probe:
         start_sidecar(PROBE_SIDECAR, PROBE_GROUP, *PROBE_SIDECAR_PORTS)
     log = logs / "producer.log"
@@ -286,15 +320,16 @@ def _start_all(
         _start_spark_distribution(stack, logs, options.spark_every)
 
     say("waiting until every service reports SERVING...")
+    tls = stack.client_tls()
     deadline = time.monotonic() + options.timeout
     while time.monotonic() < deadline:
         dead = [c.name for c in stack.components if not c.alive()]
         if dead:
             raise RuntimeError(f"{', '.join(dead)} exited; see the logs in {logs}")
-        if all(c.healthy() in (True, None) for c in stack.components):
+        if all(c.healthy(tls) in (True, None) for c in stack.components):
             return
         time.sleep(0.5)
-    pending = [c.name for c in stack.components if c.healthy() is False]
+    pending = [c.name for c in stack.components if c.healthy(tls) is False]
     raise RuntimeError(f"not healthy within {options.timeout:.0f}s: {', '.join(pending)}")
 
 

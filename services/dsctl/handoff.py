@@ -36,6 +36,7 @@ from services.dsctl.admin_client import (
     assigner_endpoint,
     classify_rpc_error,
 )
+from services.dsctl.connection import connection
 from services.runtime.connection import FOLLOW_ONCE, AssignerTarget, LeaderFollower, open_channel
 from services.runtime.errors import LEADER_METADATA_KEY, Reason, error_info, trailing_value
 from services.runtime.settings import OneLineArgumentParser
@@ -49,7 +50,7 @@ def sidecar_endpoint(address: str) -> Endpoint:
 
 
 def status(sidecar: str) -> stream_pb2.StatusResponse:
-    with open_channel(sidecar) as channel:
+    with open_channel(sidecar, connection()) as channel:
         stub = stream_pb2_grpc.StreamServiceStub(channel)
         try:
             return stub.Status(stream_pb2.StatusRequest(), timeout=CALL_TIMEOUT_SECONDS)
@@ -61,7 +62,7 @@ def leave(assigner: str, sidecar_id: str, group: str) -> bool:
     """Graceful Leave of ``sidecar_id`` at the leader; False if it is not a member (it
     never joined, or has left already)."""
     request = assigner_pb2.LeaveRequest(sidecar_id=sidecar_id, group=group, graceful=True)
-    assigner_at = LeaderFollower(AssignerTarget((assigner,)))
+    assigner_at = LeaderFollower(AssignerTarget((assigner,)), connection())
     try:
         assigner_at.call(
             assigner_pb2_grpc.AssignerServiceStub,

@@ -18,7 +18,8 @@ from pydantic import (
     model_validator,
 )
 
-from services.runtime.settings import ConfigError, parse_host_port, read_yaml
+from services.runtime.addresses import parse_host_port
+from services.runtime.settings import ConfigError, read_yaml
 
 DIST = "dataservice-mesh"
 IMAGE_NAME = "dataservice-mesh"

@@ -151,6 +151,7 @@ class NotifierApp:
                 producer=self._probe_producer(),
                 metrics=ProbeMetrics(self.registry),
                 consul=settings.consul,
+                connection=settings.connection,
             )
         self._tasks: list[asyncio.Task[None]] = []
         self._threads_started = False

@@ -36,7 +36,13 @@ from services.notifier.probe_tracker import FaultChange, Outcome, ProbeMessage, 
 from services.notifier.probe_tracker import decode as decode_probe
 from services.notifier.settings import ProbeSettings
 from services.runtime import faults
-from services.runtime.connection import FOLLOW_ONCE, AssignerTarget, LeaderFollower
+from services.runtime.connection import (
+    DEFAULT_SETTINGS,
+    FOLLOW_ONCE,
+    AssignerTarget,
+    ConnectionSettings,
+    LeaderFollower,
+)
 from services.runtime.errors import Reason, error_info
 from services.runtime.topics import TopicSpec, ensure_topic
 
@@ -106,6 +112,7 @@ class Prober:
         producer: Producer,
         metrics: ProbeMetrics,
         consul: str | None = None,
+        connection: ConnectionSettings = DEFAULT_SETTINGS,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -115,6 +122,7 @@ class Prober:
         self._producer = producer
         self.metrics = metrics
         self._consul = consul
+        self._connection = connection
         self._clock = clock
         self._wall_clock = wall_clock
         self._lock = threading.Lock()  # the tracker: tick thread and consumer thread
@@ -236,6 +244,7 @@ class Prober:
                     consul=self._consul,
                     max_wait=FETCH_WAIT_SECONDS,
                     call_timeout=FETCH_CALL_TIMEOUT_SECONDS,
+                    connection=self._connection,
                 )
                 with self._lock:
                     self._client = client
@@ -295,7 +304,7 @@ class Prober:
         if self._group_ready:
             return
         target = AssignerTarget((self.settings.assigner,), self._consul)
-        assigner = LeaderFollower(target)
+        assigner = LeaderFollower(target, self._connection)
         try:
             assigner.locate()
             assigner.call(admin_pb2_grpc.AdminServiceStub, self._create_group, FOLLOW_ONCE)

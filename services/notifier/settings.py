@@ -9,8 +9,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from services.runtime.addresses import parse_host_port
 from services.runtime.faults import parse_type
-from services.runtime.settings import ServiceSettings, parse_host_port
+from services.runtime.settings import ServiceSettings
 
 
 class LagThresholdSettings(BaseModel):

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import consul
 import structlog
 
-from services.runtime.settings import parse_host_port
+from services.runtime.addresses import parse_host_port
 
 log = structlog.get_logger(__name__)
 

@@ -38,7 +38,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
-from services.runtime.connection import open_channel
+from services.runtime.connection import DEFAULT_SETTINGS, ConnectionSettings, open_channel
 from services.runtime.faults import (
     CATALOGUE,
     OPEN,
@@ -92,6 +92,8 @@ class ReporterConfig:
     capacity: int = 10_000
     call_timeout: float = 5.0
     max_backoff: float = 30.0
+    # How the notifier is reached (TLS, the service's token).
+    connection: ConnectionSettings = DEFAULT_SETTINGS
 
 
 class _Metrics:
@@ -304,7 +306,7 @@ class FaultReporter:
             if stub is None:
                 address = self._safe_resolve()
                 if address is not None:
-                    channel = open_channel(address)
+                    channel = open_channel(address, self.config.connection)
                     stub = notifier_pb2_grpc.NotifierServiceStub(channel)
             outcome = "unreachable" if stub is None else self._send(stub, event)
             if outcome == "retry" or outcome == "unreachable":
@@ -388,6 +390,7 @@ def reporter_for(
             source_instance=source_instance,
             notifier=notifier,
             consul=consul_address,
+            connection=getattr(settings, "connection", DEFAULT_SETTINGS),
         ),
         registry,
     )

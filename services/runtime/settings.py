@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextvars
 import os
-import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,10 +25,9 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from services.runtime.addresses import parse_host_port
 from services.runtime.auth.settings import AuthSettings
 from services.runtime.connection import DEFAULT_SETTINGS, PLAINTEXT, ConnectionSettings, TlsConfig
-
-_HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
 
 # The parsed YAML file of the load in progress (a context variable, not a global setting:
 # it only exists while load_settings() builds one model).
@@ -40,17 +38,6 @@ _yaml_data: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.Conte
 
 class ConfigError(Exception):
     """A configuration problem, reported to the operator as one line."""
-
-
-def parse_host_port(value: str, *, what: str = "address") -> tuple[str, int]:
-    """``host:port`` → (host, port), with a clear error for anything else."""
-    match = _HOST_PORT.match(value.strip())
-    if not match:
-        raise ValueError(f"{what} {value!r} is not HOST:PORT")
-    port = int(match.group(2))
-    if not 0 < port < 65536:
-        raise ValueError(f"{what} {value!r} has port {port} outside 1-65535")
-    return match.group(1).strip("[]"), port
 
 
 class _YamlSource(PydanticBaseSettingsSource):

@@ -41,6 +41,7 @@ from services.runtime.connection import (
     ConnectionSettings,
     LeaderFollower,
     LeaderUnknown,
+    TlsConfig,
     open_channel,
 )
 from services.runtime.errors import Reason, error_info
@@ -56,6 +57,14 @@ T = TypeVar("T")
 CALL_TIMEOUT_SECONDS = 10.0
 # ReadRange chunks are up to 64 MiB of records: room for their framing on top.
 CONNECTION = ConnectionSettings(max_receive_bytes=MAX_MESSAGE_BYTES + 1024 * 1024)
+
+
+def connection() -> ConnectionSettings:
+    """:data:`CONNECTION` with the TLS, mTLS and token files of the ``DS_TLS__*`` variables
+    (the services' own; Spark's Python workers inherit the driver's environment)."""
+    return CONNECTION.with_tls(TlsConfig.from_env())
+
+
 # A probe that is always out of range (to_offset beyond any log): the sidecar answers
 # OUT_OF_RANGE with the partition's log start offset and high watermark, reading nothing.
 PROBE_TO_OFFSET = 2**62
@@ -155,7 +164,7 @@ class AssignerClient:
         except LeaderUnknown as exc:
             raise MeshError(str(exc)) from None
         self._call_timeout = call_timeout
-        self._assigner = LeaderFollower(target, CONNECTION)
+        self._assigner = LeaderFollower(target, connection())
         try:
             self._assigner.locate()
         except Exception as exc:  # Consul down: start with the addresses we have
@@ -206,7 +215,7 @@ class SidecarPool:
         with self._lock:
             channel = self._channels.get(endpoint)
             if channel is None:
-                channel = open_channel(endpoint, CONNECTION)
+                channel = open_channel(endpoint, connection())
                 self._channels[endpoint] = channel
             return stream_pb2_grpc.StreamServiceStub(channel)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -64,10 +65,21 @@ class ServiceProcess:
             )  # fmt: skip
         return self
 
+    def http_tls(self) -> ssl.SSLContext | None:
+        """How to reach this service's HTTP port: with its own CA and certificate when its
+        environment gives it TLS (``DS_TLS__*``); None: plaintext."""
+        if "DS_TLS__CERT_FILE" not in self.env:
+            return None
+        context = ssl.create_default_context(cafile=self.env.get("DS_TLS__CA_FILE"))
+        context.load_cert_chain(self.env["DS_TLS__CERT_FILE"], self.env["DS_TLS__KEY_FILE"])
+        return context
+
     def healthz(self) -> int | None:
+        tls = self.http_tls()
+        scheme = "https" if tls else "http"
         try:
             with urllib.request.urlopen(
-                f"http://127.0.0.1:{self.http_port}/healthz", timeout=1
+                f"{scheme}://127.0.0.1:{self.http_port}/healthz", timeout=1, context=tls
             ) as response:
                 return int(response.status)
         except urllib.error.HTTPError as err:
@@ -137,7 +149,13 @@ class Mesh:
             common += ["--consul", self.consul]
         return common
 
-    def service(self, kind: str, *args: str, name: str | None = None) -> ServiceProcess:
+    def service(
+        self,
+        kind: str,
+        *args: str,
+        name: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ServiceProcess:
         grpc_port, http_port = free_ports(2)
         if kind == "notifier" and "--outbox-path" not in args:
             # The test's own outbox, not the default under ~/.local/state.
@@ -148,26 +166,35 @@ class Mesh:
             self.log_dir / f"{name or kind}.log",
             grpc_port,
             http_port,
+            dict(env or {}),
         )
         self.services.append(svc)
         return svc.start()
 
     def assigner(
-        self, groups: Sequence[tuple[str, Sequence[str]]] = (), *args: str
+        self,
+        groups: Sequence[tuple[str, Sequence[str]]] = (),
+        *args: str,
+        env: dict[str, str] | None = None,
     ) -> ServiceProcess:
         config = self.log_dir / f"assigner-{len(self.services)}.yaml"
         lines = ["groups:"] + [
             f"  - name: {name}\n    topics: [{', '.join(topics)}]" for name, topics in groups
         ]
         config.write_text("\n".join(lines) + "\n" if groups else "groups: []\n")
-        return self.service("assigner", "--config", str(config), *args)
+        return self.service("assigner", "--config", str(config), *args, env=env)
 
     def sidecar(
-        self, group: str, assigner: ServiceProcess, sidecar_id: str, *args: str
+        self,
+        group: str,
+        assigner: ServiceProcess,
+        sidecar_id: str,
+        *args: str,
+        env: dict[str, str] | None = None,
     ) -> ServiceProcess:
         return self.service(
             "sidecar", "--group", group, "--id", sidecar_id, "--assigner", assigner.grpc_addr,
-            *args, name=sidecar_id,
+            *args, name=sidecar_id, env=env,
         )  # fmt: skip
 
     def stop_all(self) -> None:

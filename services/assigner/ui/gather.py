@@ -237,7 +237,7 @@ class UiData:
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         if self._notifier is None or self._notifier[0] != address:
-            self._notifier = (address, open_aio_channel(address))
+            self._notifier = (address, open_aio_channel(address, self.settings.connection))
         return self._notifier[1]
 
     async def close(self) -> None:

@@ -8,7 +8,8 @@ import pytest
 
 from services.assigner.settings import AssignerSettings
 from services.consumer_sidecar.settings import SidecarSettings
-from services.runtime.settings import ConfigError, load_settings, parse_host_port
+from services.runtime.addresses import parse_host_port
+from services.runtime.settings import ConfigError, load_settings
 
 
 @pytest.mark.parametrize(

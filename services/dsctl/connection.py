@@ -1,0 +1,15 @@
+"""How dsctl reaches the mesh: the runtime's channel defaults with the TLS, mTLS and token
+files of the ``DS_TLS__*`` variables (``DS_TLS__CA_FILE``, ``DS_TLS__TOKEN_FILE``, ...), the
+same variables and meaning as every service's ``tls`` settings; none set: plaintext."""
+
+from __future__ import annotations
+
+import functools
+
+from services.runtime.connection import DEFAULT_SETTINGS, ConnectionSettings, TlsConfig
+
+
+@functools.cache
+def connection() -> ConnectionSettings:
+    """Read once per dsctl run; ValueError naming the variable if one is malformed."""
+    return DEFAULT_SETTINGS.with_tls(TlsConfig.from_env())
