@@ -144,6 +144,8 @@ def run(bootstrap: str, records: int, rounds: int, log_dir: Path) -> None:
             flush=True,
         )
         config = [(g, [topic]) for g in groups.values()]
+        for side in ("plain", "secure"):
+            (log_dir / side).mkdir()
         with (
             running_mesh(bootstrap, log_dir / "plain") as plain,
             running_mesh(bootstrap, log_dir / "secure") as secure,
