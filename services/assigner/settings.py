@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from services.runtime.consumer_config import ConsumerConfigError, validate
 from services.runtime.settings import ServiceSettings
 
 
@@ -19,6 +20,16 @@ class GroupSeed(BaseModel):
     mode: Literal["leased", "kafka_group"] = "leased"
     consumer_config: dict[str, str] = Field(default_factory=dict)
     balance_strategy: Literal["count", "load"] = "count"
+
+    @field_validator("consumer_config")
+    @classmethod
+    def _allowed_consumer_config(cls, value: dict[str, str]) -> dict[str, str]:
+        """The same rules as CreateGroup's: the allow-list, then librdkafka's verdict."""
+        try:
+            validate(value)
+        except ConsumerConfigError as err:
+            raise ValueError(err.message) from None
+        return value
 
 
 class AssignerSettings(ServiceSettings):

@@ -18,21 +18,11 @@ from confluent_kafka import KafkaError
 
 from services.consumer_sidecar.classic import classic_overrides
 from services.consumer_sidecar.settings import SidecarSettings
+from services.runtime.consumer_config import SIDECAR_CONSUMER_DEFAULTS
 from services.runtime.kafka import consumer_config
 
-# librdkafka settings the sidecar needs whatever the group config says.
-SIDECAR_CONSUMER_DEFAULTS: dict[str, object] = {
-    # Keep librdkafka's own prefetch queue small: the sidecar's buffer is the real one
-    # and must bound memory (backpressure pauses partitions past the cap).
-    "queued.max.messages.kbytes": 8192,
-    # One fetch response may not dwarf the cap either (librdkafka's default is 50 MiB).
-    "fetch.max.bytes": 8 * 1024 * 1024,
-    "fetch.wait.max.ms": 100,
-    # With a queue that small, one fetch response fills it, and librdkafka then postpones
-    # the partitions' next fetch by fetch.queue.backoff.ms (default 1000 ms): records/s
-    # fell to a fifth. Fetch again as soon as the queue has drained below the threshold.
-    "fetch.queue.backoff.ms": 10,
-}
+__all__ = ["SIDECAR_CONSUMER_DEFAULTS", "effective_config", "fetch_config", "reader_config"]
+
 _SECRET_KEYS = ("password", "secret", "token", "key.pem")
 
 

@@ -14,17 +14,14 @@ from google.protobuf import duration_pb2
 
 from dataservice.assigner.v1 import types_pb2
 from dataservice.common.v1 import common_pb2
+from services.runtime.consumer_config import ConsumerConfigError, check_allowed
 from services.runtime.errors import DsError, Reason, invalid
 
 # Kafka's own rules for group ids we accept (a group name is its Kafka group id) and for
 # topic names (kafka.common.internals.Topic: legal chars, at most 249).
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-# Properties the mesh owns: the group id is the group's name, and commits must stay explicit
-# and epoch-fenced (ARCHITECTURE §3), so neither may be set per group.
-FORBIDDEN_CONSUMER_KEYS = frozenset({"group.id", "enable.auto.commit"})
 MAX_TOPICS = 1000
-MAX_CONSUMER_CONFIG = 200
 MAX_ALERT_TEMPLATE = 255
 # Same bounds as the assigner-wide settings (services/assigner/settings.py).
 LEASE_TTL_RANGE = (0.5, 300.0)
@@ -78,23 +75,19 @@ def validate_topics(field: str, topics: Sequence[str]) -> None:
 
 
 def validate_consumer_config(field: str, config: Mapping[str, str]) -> None:
-    """The mesh's rules for per-group librdkafka properties (what librdkafka itself
-    accepts is checked by :func:`.librdkafka.check_librdkafka_properties`)."""
-    if len(config) > MAX_CONSUMER_CONFIG:
-        raise invalid(field, f"at most {MAX_CONSUMER_CONFIG} properties")
-    for key in sorted(config):
-        if key in FORBIDDEN_CONSUMER_KEYS:
-            raise DsError(
-                Reason.INVALID_FIELD,
-                f"{field}: {key!r} is set by the mesh and cannot be configured per group",
-                metadata={"field": field, "key": key},
-            )
-        if not key or len(key) > 255 or key != key.strip():
-            raise DsError(
-                Reason.INVALID_FIELD,
-                f"{field}: {key!r} is not a property name",
-                metadata={"field": field, "key": key},
-            )
+    """The mesh's allow-list for per-group librdkafka properties
+    (:func:`services.runtime.consumer_config.check_allowed`); what librdkafka itself accepts
+    is checked by :func:`.librdkafka.check_librdkafka_properties`, only after this."""
+    try:
+        check_allowed(config)
+    except ConsumerConfigError as err:
+        raise consumer_config_error(field, err) from None
+
+
+def consumer_config_error(field: str, err: ConsumerConfigError) -> DsError:
+    """INVALID_FIELD naming the field and, in the message and metadata ``key``, the key."""
+    metadata = {"field": field, "key": err.key} if err.key else {"field": field}
+    return DsError(Reason.INVALID_FIELD, f"{field}: {err.message}", metadata=metadata)
 
 
 def seconds(d: duration_pb2.Duration) -> float:

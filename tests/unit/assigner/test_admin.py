@@ -10,6 +10,7 @@ from google.protobuf import duration_pb2, field_mask_pb2
 from google.rpc import error_details_pb2
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from dataservice.assigner.v1 import admin_pb2, types_pb2
 from dataservice.common.v1 import common_pb2
@@ -38,6 +39,7 @@ from services.assigner.admin.validation import (
 )
 from services.assigner.offsets import Offsets, PartitionOffsets, lag_records, lag_seconds, total_lag
 from services.assigner.offsets_view import OffsetsView, budget
+from services.assigner.settings import GroupSeed
 from services.runtime.errors import DsError, Reason
 from services.runtime.topic_partition import TopicPartition
 
@@ -475,3 +477,11 @@ def test_budget_takes_a_share_of_the_deadline() -> None:
     assert budget(1.0, 5.0) == 0.5
     assert budget(100.0, 5.0) == 5.0
     assert budget(-1.0, 5.0) == 0.0
+
+
+def test_groups_declared_in_the_config_file_follow_the_same_allow_list() -> None:
+    GroupSeed(name="g", topics=["t"], consumer_config={"fetch.max.bytes": "1048576"})
+    with pytest.raises(ValidationError, match=r"'bootstrap\.servers' changes where or as whom"):
+        GroupSeed(name="g", topics=["t"], consumer_config={"bootstrap.servers": "evil:9092"})
+    with pytest.raises(ValidationError, match=r"fetch\.max\.bytes"):
+        GroupSeed(name="g", topics=["t"], consumer_config={"fetch.max.bytes": "lots"})

@@ -588,3 +588,67 @@ def test_admin_calls_while_not_serving_are_not_ready() -> None:
             assert (code, reason) == (grpc.StatusCode.UNAVAILABLE, "SERVICE_NOT_READY")
 
     run(body, serving=False)
+
+
+# ---- the group consumer config: the allow-list, pushes, what each member runs ---------------
+
+REFUSED_KEYS = [
+    "bootstrap.servers",
+    "security.protocol",
+    "sasl.password",
+    "ssl.key.location",
+    "plugin.library.paths",
+    "interceptors",
+    "client.id",
+    "group.id",
+    "group.instance.id",
+    "enable.auto.commit",
+    "no.such.property",
+]
+
+
+@pytest.mark.parametrize("mode", [common_pb2.GROUP_MODE_LEASED, common_pb2.GROUP_MODE_KAFKA_GROUP])
+@pytest.mark.parametrize("key", REFUSED_KEYS)
+def test_a_key_off_the_allow_list_is_refused_naming_it_in_either_mode(
+    key: str, mode: common_pb2.GroupMode.ValueType
+) -> None:
+    async def body(a: Assigner) -> None:
+        config = {"fetch.max.bytes": "1048576", key: "x"}
+        group = leased_config("g", consumer_config=config)
+        group.mode = mode
+        err = await refused(a.admin.CreateGroup(admin_pb2.CreateGroupRequest(group=group)))
+        assert reason_of(err) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "INVALID_FIELD",
+            {"field": "group.consumer_config", "key": key},
+        )
+        assert key in err.details()
+        assert a.groups.get("g") is None
+        # Nor may an update set it; the refused update changes nothing.
+        await a.create(
+            "g", mode="leased" if mode == common_pb2.GROUP_MODE_LEASED else "kafka_group"
+        )
+        err = await refused(
+            a.admin.UpdateGroup(
+                admin_pb2.UpdateGroupRequest(group=group, update_mask=mask("consumer_config"))
+            )
+        )
+        assert reason_of(err)[2] == {"field": "group.consumer_config", "key": key}
+        assert a.groups.group("g").record.config_version == 1
+        assert a.groups.group("g").record.consumer_config == {}
+
+    run(body)
+
+
+def test_librdkafka_judges_values_on_top_of_the_sidecar_defaults() -> None:
+    async def body(a: Assigner) -> None:
+        # Alone a valid value; on the sidecar's fetch.max.bytes (8 MiB) one it cannot build.
+        group = leased_config("g", consumer_config={"receive.message.max.bytes": "1000000"})
+        err = await refused(a.admin.CreateGroup(admin_pb2.CreateGroupRequest(group=group)))
+        assert reason_of(err)[2] == {
+            "field": "group.consumer_config",
+            "key": "receive.message.max.bytes",
+        }
+        assert "must be >= `fetch.max.bytes` + 512" in err.details()
+
+    run(body)
