@@ -1,5 +1,6 @@
 """The assigner's fault emitters (ARCHITECTURE §5.4): CONSUMER_LOST, CONSUMER_LEFT,
-PARTITIONS_REASSIGNED and CLIENT_REBOUND per group, ASSIGNER_FAILOVER per replica.
+PARTITIONS_REASSIGNED, CLIENT_REBOUND and CONFIG_REJECTED (what a sidecar's heartbeats say
+of the group's consumer config) per group, ASSIGNER_FAILOVER per replica.
 
 Each hook is one call at a decision point of the assigner and turns it into reports on the
 shared :class:`~services.runtime.reporter.FaultReporter`; none of them raises.
@@ -24,6 +25,7 @@ class GroupFaults:
         self._holders: dict[object, str] = {}  # partition -> the member it was granted to
         self._reassigning = False
         self._serving: set[str] | None = None
+        self._rejections: dict[str, tuple[int, str]] = {}  # member -> the refusal reported
 
     def _member(self, fault: FaultTypeValue, member_id: str, active: bool, message: str) -> None:
         self.reporter.track(
@@ -61,6 +63,55 @@ class GroupFaults:
         """The sidecar is back: whatever was open about it is resolved."""
         for fault in (common_pb2.FAULT_TYPE_CONSUMER_LOST, common_pb2.FAULT_TYPE_CONSUMER_LEFT):
             self._member(fault, member_id, False, f"sidecar {member_id} joined the group")
+
+    @never_raises
+    def config_status(
+        self, member_id: str, applied_version: int, rejection: tuple[int, str] | None
+    ) -> None:
+        """A heartbeat's report of the group's consumer config: a refusal (version, reason)
+        not reported yet opens CONFIG_REJECTED for the member (again for a newer refusal);
+        none any more resolves it (the member applied a later version cleanly)."""
+        before = self._rejections.get(member_id)
+        if rejection == before:
+            return
+        key = ("CONFIG_REJECTED", self.group, member_id)
+        fault = common_pb2.FAULT_TYPE_CONFIG_REJECTED
+        if rejection is None:
+            del self._rejections[member_id]
+            self.reporter.track(
+                key, False, fault, message=f"sidecar {member_id} runs config {applied_version}"
+            )
+            return
+        self._rejections[member_id] = rejection
+        version, reason = rejection
+        self.reporter.track(
+            key,
+            True,
+            fault,
+            repeat=True,
+            group=self.group,
+            consumer_id=member_id,
+            message=f"sidecar {member_id} did not apply consumer config {version}: {reason}; "
+            f"it runs config {applied_version}",
+            attributes={
+                "config_version": str(version),
+                "reason": reason,
+                "running_version": str(applied_version),
+            },
+            dedupe_key=dedupe_key(fault, self.group, member_id),
+        )
+
+    @never_raises
+    def gone(self, member_id: str) -> None:
+        """The member left or was lost: a refusal of its is moot (resolved)."""
+        if member_id in self._rejections:
+            del self._rejections[member_id]
+            self.reporter.track(
+                ("CONFIG_REJECTED", self.group, member_id),
+                False,
+                common_pb2.FAULT_TYPE_CONFIG_REJECTED,
+                message=f"sidecar {member_id} left the group",
+            )
 
     @never_raises
     def granted(self, grants: Iterable[tuple[object, str]], leases: Iterable[object]) -> None:

@@ -84,6 +84,14 @@ def duration(seconds: float) -> duration_pb2.Duration:
     return d
 
 
+@dataclass(frozen=True)
+class MemberConfig:
+    """What a member's last heartbeat said of the group's consumer config."""
+
+    applied_version: int  # the version it runs; 0 = not reported
+    rejection: tuple[int, str] | None = None  # the newest refused (version, reason)
+
+
 @dataclass
 class Connection:
     """One open Session stream of one sidecar, with an ordered outgoing pipeline.
@@ -191,6 +199,8 @@ class GroupRuntime:
         self._revoked_at: dict[TopicPartition, tuple[float, int]] = {}
         self._bound_sidecars: frozenset[str] | None = None
         self.metrics.bindings.labels(record.name).set(len(self.clients))
+        # The group's consumer config as each member reports running it (DescribeGroup).
+        self.member_configs: dict[str, MemberConfig] = {}
 
     @property
     def name(self) -> str:
@@ -301,6 +311,7 @@ class GroupRuntime:
         ]
         outcome = self.coordinator.heartbeat(conn.member_id, progress, released, now)
         self.metrics.heartbeats.inc()
+        self._observe_config(conn.member_id, hb)
         self._observe_progress(conn.member_id, progress, outcome)
         conn.send(self._ack(hb.seq, outcome))
         for r in released:
@@ -336,6 +347,20 @@ class GroupRuntime:
                     del self._revoked_at[tp]
                     self.metrics.handoff_latency.labels(self.name).observe(now - started[0])
 
+    def _observe_config(self, member_id: str, hb: assigner_pb2.SessionHeartbeat) -> None:
+        """The group's consumer config as the member runs it; its refusals are faults."""
+        rejection = None
+        if hb.HasField("config_rejection"):
+            rejection = (hb.config_rejection.config_version, hb.config_rejection.reason)
+        reported = MemberConfig(hb.applied_config_version, rejection)
+        if self.member_configs.get(member_id) != reported:
+            self.member_configs[member_id] = reported
+            self.faults.config_status(member_id, reported.applied_version, rejection)
+
+    def _forget_member(self, member_id: str) -> None:
+        self.member_configs.pop(member_id, None)
+        self.faults.gone(member_id)
+
     @staticmethod
     def _ack(seq: int, outcome: Outcome) -> assigner_pb2.SessionResponse:
         return assigner_pb2.SessionResponse(
@@ -352,12 +377,14 @@ class GroupRuntime:
         """Graceful leave; returns the hold window the member's partitions are kept for."""
         self.log.info("sidecar leaving", sidecar=member_id)
         self.faults.left(member_id)
+        self._forget_member(member_id)
         self.apply(self.coordinator.leave(member_id, now))
         return self.coordinator.timing.hold_window
 
     def abandon(self, member_id: str, now: float) -> None:
         self.log.info("sidecar left without handing off", sidecar=member_id)
         self.faults.left(member_id, graceful=False)
+        self._forget_member(member_id)
         self.apply(self.coordinator.abandon(member_id, now))
 
     def move_lease(self, tp: TopicPartition, target: str, now: float) -> None:
@@ -369,6 +396,7 @@ class GroupRuntime:
         for member_id in outcome.lost:
             self.log.warning("sidecar lost: no heartbeat within TTL + grace", sidecar=member_id)
             self.faults.lost(member_id)
+            self._forget_member(member_id)
             conn = self.connections.pop(member_id, None)
             if conn is not None:
                 conn.close()
@@ -384,13 +412,16 @@ class GroupRuntime:
             self.apply(self.coordinator.disconnect_expired(now))
 
     def update(self, record: GroupRecord) -> None:
-        """A new configuration (UpdateGroup): push consumer config changes live."""
-        changed_config = record.consumer_config != self.record.consumer_config
+        """A new configuration (UpdateGroup): every new config version goes to every
+        sidecar at once (ConfigUpdate), so each reports running the group's current version
+        whatever field changed; a sidecar replaces its consumer only if the consumer
+        config itself changed."""
+        new_version = record.config_version != self.record.config_version
         self.record = record
         self.coordinator.strategy = Strategy(record.balance_strategy)
         self.coordinator.grants_enabled = record.mode == "leased"
         self._persist_group()
-        if changed_config:
+        if new_version:
             update = assigner_pb2.SessionResponse(
                 config_update=assigner_pb2.ConfigUpdate(
                     consumer_config=dict(record.consumer_config),

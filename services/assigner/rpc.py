@@ -278,7 +278,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return admin_pb2.DescribeGroupResponse(
             config=group.config_proto(),
             members=[
-                member_message(m, now_mono, now_wall) for m in group.coordinator.live_members()
+                member_message(m, now_mono, now_wall, config=group.member_configs.get(m.id))
+                for m in group.coordinator.live_members()
             ],
             leases=[
                 lease_message(group.coordinator.leases[tp], now_mono, now_wall) for tp in partitions

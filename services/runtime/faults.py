@@ -88,6 +88,16 @@ CATALOGUE: Mapping[FaultTypeValue, FaultSpec] = {
             "Sent once the new leader's settle period (TTL + grace) is over.",
         ),
         FaultSpec(
+            T.FAULT_TYPE_CONFIG_REJECTED,
+            "A sidecar could not apply the group's consumer config; it keeps running the "
+            "config it had.",
+            "A sidecar's heartbeat reports a config version it refused (librdkafka refused "
+            "the properties there, or some are not allowed), with the reason.",
+            "assigner",
+            T.SEVERITY_WARNING,
+            "The sidecar applies a later version of the group's config, or leaves the group.",
+        ),
+        FaultSpec(
             T.FAULT_TYPE_COMMIT_FAILED,
             "Committing offsets to Kafka failed (acks recorded but not durable yet).",
             "A sidecar commit (ack-driven, revoke or explicit) raised a Kafka error.",

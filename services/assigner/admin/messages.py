@@ -7,6 +7,7 @@ from google.protobuf import timestamp_pb2
 
 from dataservice.assigner.v1 import types_pb2
 from services.assigner.coordinator import Lease, LeaseState, MemberInfo
+from services.assigner.groups import MemberConfig
 
 
 def wall_timestamp(mono: float, now_mono: float, now_wall: float) -> timestamp_pb2.Timestamp:
@@ -36,13 +37,25 @@ def lease_message(lease: Lease, now_mono: float, now_wall: float) -> types_pb2.L
     return proto
 
 
-def member_message(member: MemberInfo, now_mono: float, now_wall: float) -> types_pb2.Member:
+def member_message(
+    member: MemberInfo,
+    now_mono: float,
+    now_wall: float,
+    *,
+    config: MemberConfig | None = None,
+) -> types_pb2.Member:
+    """``config``: the group's consumer config as the member last reported running it."""
     proto = types_pb2.Member(
         sidecar_id=member.id,
         endpoint=member.endpoint,
         zone=member.zone or "",
         capacity=member.capacity or 0,
     )
+    if config is not None:
+        proto.applied_config_version = config.applied_version
+        if config.rejection is not None:
+            proto.config_rejection.config_version = config.rejection[0]
+            proto.config_rejection.reason = config.rejection[1]
     if member.joined_at:
         proto.joined_at.CopyFrom(wall_timestamp(member.joined_at, now_mono, now_wall))
     if member.last_seen:

@@ -84,3 +84,38 @@ def test_failover_opens_now_and_resolves_after_the_settle_period() -> None:
         time.sleep(0.05)
     assert kinds(r) == [("ASSIGNER_FAILOVER", "OPEN"), ("ASSIGNER_FAILOVER", "RESOLVED")]
     assert r.buffered()[0].attributes["leader"] == "10.0.0.2:7070"
+
+
+def test_a_refused_consumer_config_opens_per_member_and_resolves_once_a_later_one_runs() -> None:
+    r = reporter()
+    faults = GroupFaults(r, "g")
+    faults.config_status("a", 1, None)  # runs version 1: nothing to say
+    faults.config_status("a", 1, (2, "`fetch.max.bytes` must be >= `message.max.bytes`"))
+    faults.config_status("a", 1, (2, "`fetch.max.bytes` must be >= `message.max.bytes`"))
+    faults.config_status("a", 1, (3, "refused again"))  # a newer refusal: reported again
+    faults.config_status("b", 3, None)
+    faults.config_status("a", 4, None)  # applied a later version cleanly
+    assert kinds(r) == [
+        ("CONFIG_REJECTED", "OPEN"),
+        ("CONFIG_REJECTED", "OPEN"),
+        ("CONFIG_REJECTED", "RESOLVED"),
+    ]
+    first, second, resolved = r.buffered()
+    assert first.consumer_id == "a" and first.group == "g"
+    assert dict(first.attributes) == {
+        "config_version": "2",
+        "reason": "`fetch.max.bytes` must be >= `message.max.bytes`",
+        "running_version": "1",
+    }
+    assert second.attributes["config_version"] == "3"
+    assert first.dedupe_key == second.dedupe_key == resolved.dedupe_key == "CONFIG_REJECTED|g|a"
+    assert resolved.consumer_id == "a"
+
+
+def test_a_refusal_of_a_member_that_leaves_is_resolved() -> None:
+    r = reporter()
+    faults = GroupFaults(r, "g")
+    faults.gone("a")  # nothing open: nothing sent
+    faults.config_status("a", 1, (2, "no"))
+    faults.gone("a")
+    assert kinds(r) == [("CONFIG_REJECTED", "OPEN"), ("CONFIG_REJECTED", "RESOLVED")]

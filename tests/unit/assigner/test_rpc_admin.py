@@ -652,3 +652,45 @@ def test_librdkafka_judges_values_on_top_of_the_sidecar_defaults() -> None:
         assert "must be >= `fetch.max.bytes` + 512" in err.details()
 
     run(body)
+
+
+def test_every_new_version_is_pushed_and_describe_shows_what_each_member_runs() -> None:
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        sidecar = Sidecar(a.sessions, "sc-1")
+        await sidecar.join("g")
+        grants = await sidecar.grants(4)
+        await sidecar.heartbeat(grants)
+        # A change of another field than consumer_config is a new version too: pushed, so
+        # the sidecars report running the group's current version.
+        request = admin_pb2.UpdateGroupRequest(
+            group=leased_config("g", balance_strategy=types_pb2.BALANCE_STRATEGY_LOAD),
+            update_mask=mask("balance_strategy"),
+        )
+        assert (await a.admin.UpdateGroup(request)).group.config_version == 2
+        while (message := await sidecar.next()).WhichOneof("kind") != "config_update":
+            pass
+        assert message.config_update.config_version == 2
+        assert dict(message.config_update.consumer_config) == {}
+        heartbeat = assigner_pb2.SessionHeartbeat(
+            seq=2,
+            leases=[
+                assigner_pb2.LeaseProgress(topic=g.topic, partition=g.partition, epoch=g.epoch)
+                for g in grants
+            ],
+            applied_config_version=1,
+            config_rejection=types_pb2.ConfigRejection(config_version=2, reason="no"),
+        )
+        await sidecar.call.write(assigner_pb2.SessionRequest(heartbeat=heartbeat))
+        while (await sidecar.next()).WhichOneof("kind") != "heartbeat_ack":
+            pass
+        described = await a.admin.DescribeGroup(admin_pb2.DescribeGroupRequest(group="g"))
+        (member,) = described.members
+        assert member.applied_config_version == 1
+        assert (member.config_rejection.config_version, member.config_rejection.reason) == (
+            2,
+            "no",
+        )
+        await sidecar.close()
+
+    run(body)

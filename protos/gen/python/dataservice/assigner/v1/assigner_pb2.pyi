@@ -158,9 +158,15 @@ class SessionHeartbeat(_message.Message):
     SEQ_FIELD_NUMBER: _builtins.int
     LEASES_FIELD_NUMBER: _builtins.int
     RELEASED_LEASES_FIELD_NUMBER: _builtins.int
+    APPLIED_CONFIG_VERSION_FIELD_NUMBER: _builtins.int
+    CONFIG_REJECTION_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     """Sequence number of this heartbeat, strictly increasing within a stream (starts at 1).
     The sidecar records its monotonic send time per seq to compute lease deadlines.
+    """
+    applied_config_version: _builtins.int
+    """Version of the group config the sidecar runs (from SessionAccepted or a ConfigUpdate);
+    0 = none yet, or a sidecar that predates the field.
     """
     @_builtins.property
     def leases(self) -> _containers.RepeatedCompositeFieldContainer[Global___LeaseProgress]:
@@ -170,16 +176,24 @@ class SessionHeartbeat(_message.Message):
     def released_leases(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReleasedLease]:
         """Leases the sidecar released (after a revoke, or on shutdown) since its last heartbeat."""
 
+    @_builtins.property
+    def config_rejection(self) -> _types_pb2.ConfigRejection:
+        """The newest group config the sidecar could not apply (its old one keeps running), sent in
+        every heartbeat until it applies a later version cleanly; unset = none.
+        """
+
     def __init__(
         self,
         *,
         seq: _builtins.int = ...,
         leases: _abc.Iterable[Global___LeaseProgress] | None = ...,
         released_leases: _abc.Iterable[Global___ReleasedLease] | None = ...,
+        applied_config_version: _builtins.int = ...,
+        config_rejection: _types_pb2.ConfigRejection | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config_rejection", b"config_rejection"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["leases", b"leases", "released_leases", b"released_leases", "seq", b"seq"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_config_version", b"applied_config_version", "config_rejection", b"config_rejection", "leases", b"leases", "released_leases", b"released_leases", "seq", b"seq"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -471,7 +485,10 @@ Global___LeaseRevoke: _TypeAlias = LeaseRevoke  # noqa: Y015
 
 @_typing.final
 class ConfigUpdate(_message.Message):
-    """The group's consumer configuration changed; the sidecar applies it without a restart."""
+    """The group's configuration changed; the sidecar applies consumer_config without a restart
+    and without giving up a lease, and reports the version it runs in its next heartbeat (at
+    once). Sent on every change of config_version, whatever field changed.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 

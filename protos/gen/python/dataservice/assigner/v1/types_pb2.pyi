@@ -189,6 +189,8 @@ class Member(_message.Message):
     CAPACITY_FIELD_NUMBER: _builtins.int
     JOINED_AT_FIELD_NUMBER: _builtins.int
     LAST_HEARTBEAT_FIELD_NUMBER: _builtins.int
+    APPLIED_CONFIG_VERSION_FIELD_NUMBER: _builtins.int
+    CONFIG_REJECTION_FIELD_NUMBER: _builtins.int
     sidecar_id: _builtins.str
     """Stable sidecar id (pod name)."""
     endpoint: _builtins.str
@@ -197,6 +199,10 @@ class Member(_message.Message):
     """Zone (failure domain) the sidecar runs in; empty = unknown."""
     capacity: _builtins.int
     """Maximum number of partitions the sidecar accepts; 0 = unlimited."""
+    applied_config_version: _builtins.int
+    """Version of the group config the sidecar reports it runs (GroupConfig.config_version);
+    0 = not reported yet.
+    """
     @_builtins.property
     def joined_at(self) -> _timestamp_pb2.Timestamp:
         """When the sidecar's current membership began (assigner wall clock)."""
@@ -204,6 +210,12 @@ class Member(_message.Message):
     @_builtins.property
     def last_heartbeat(self) -> _timestamp_pb2.Timestamp:
         """When the assigner last received a heartbeat from it (assigner wall clock)."""
+
+    @_builtins.property
+    def config_rejection(self) -> Global___ConfigRejection:
+        """The newest group config the sidecar could not apply (it runs applied_config_version);
+        unset = none.
+        """
 
     def __init__(
         self,
@@ -214,14 +226,44 @@ class Member(_message.Message):
         capacity: _builtins.int = ...,
         joined_at: _timestamp_pb2.Timestamp | None = ...,
         last_heartbeat: _timestamp_pb2.Timestamp | None = ...,
+        applied_config_version: _builtins.int = ...,
+        config_rejection: Global___ConfigRejection | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["joined_at", b"joined_at", "last_heartbeat", b"last_heartbeat"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config_rejection", b"config_rejection", "joined_at", b"joined_at", "last_heartbeat", b"last_heartbeat"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "endpoint", b"endpoint", "joined_at", b"joined_at", "last_heartbeat", b"last_heartbeat", "sidecar_id", b"sidecar_id", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_config_version", b"applied_config_version", "capacity", b"capacity", "config_rejection", b"config_rejection", "endpoint", b"endpoint", "joined_at", b"joined_at", "last_heartbeat", b"last_heartbeat", "sidecar_id", b"sidecar_id", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Member: _TypeAlias = Member  # noqa: Y015
+
+@_typing.final
+class ConfigRejection(_message.Message):
+    """A group config a sidecar could not apply, and why (librdkafka's refusal, or properties it
+    may not run). The sidecar keeps running the config it had.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONFIG_VERSION_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    config_version: _builtins.int
+    """GroupConfig.config_version of the refused config."""
+    reason: _builtins.str
+    """Why, in one line (e.g. "`receive.message.max.bytes` must be >= `fetch.max.bytes` + 512")."""
+    def __init__(
+        self,
+        *,
+        config_version: _builtins.int = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConfigRejection: _TypeAlias = ConfigRejection  # noqa: Y015
 
 @_typing.final
 class Lease(_message.Message):

@@ -100,6 +100,10 @@ class _FaultTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FaultType.V
     """Notifier end-to-end probe: a probe record produced to a partition of the probe topic
     was not delivered through the mesh within the probe timeout.
     """
+    FAULT_TYPE_CONFIG_REJECTED: _FaultType.ValueType  # 17
+    """Assigner, from a sidecar's session: the sidecar could not apply the group's consumer
+    config (librdkafka refused it there); it keeps running the config it had.
+    """
 
 class FaultType(_FaultType, metaclass=_FaultTypeEnumTypeWrapper):
     """What kind of fault an event reports. Each type has a definition (what), a trigger (when)
@@ -143,6 +147,10 @@ FAULT_TYPE_LAG_REWOUND: FaultType.ValueType  # 14
 FAULT_TYPE_PROBE_LOST: FaultType.ValueType  # 15
 """Notifier end-to-end probe: a probe record produced to a partition of the probe topic
 was not delivered through the mesh within the probe timeout.
+"""
+FAULT_TYPE_CONFIG_REJECTED: FaultType.ValueType  # 17
+"""Assigner, from a sidecar's session: the sidecar could not apply the group's consumer
+config (librdkafka refused it there); it keeps running the config it had.
 """
 Global___FaultType: _TypeAlias = FaultType  # noqa: Y015
 
