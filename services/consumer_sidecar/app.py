@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 import grpc.aio
+import structlog
 from confluent_kafka import Consumer
 from prometheus_client import CollectorRegistry, ProcessCollector
 
@@ -30,18 +31,21 @@ from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.kafka_callbacks import KafkaCallbacks
 from services.consumer_sidecar.kafka_group import KafkaGroupMode
 from services.consumer_sidecar.leasing import LeaseKeeper
+from services.consumer_sidecar.live_config import LiveConfig
 from services.consumer_sidecar.metrics import SidecarMetrics
 from services.consumer_sidecar.partitions import PartitionTable
 from services.consumer_sidecar.reader import RangeReaders
 from services.consumer_sidecar.rpc import StreamServicer, add_to_server
 from services.consumer_sidecar.serving import DataSignal, Serving
-from services.consumer_sidecar.session import SessionClient, SessionIdentity
+from services.consumer_sidecar.session import ConfigStatus, SessionClient, SessionIdentity
 from services.consumer_sidecar.settings import SidecarSettings
 from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route
 from services.runtime.kafka import KafkaProbe, new_consumer
 from services.runtime.lifecycle import Dependency
 from services.runtime.reporter import reporter_for
+
+log = structlog.get_logger(__name__)
 
 
 class SidecarApp:
@@ -117,6 +121,18 @@ class SidecarApp:
         self.session.on_accepted = lambda accepted: self.kafka_group.on_accepted(
             accepted, kafka_group=self.session.kafka_group
         )
+        self.live_config = LiveConfig(
+            replace=self._replace_consumer,
+            effective=lambda group: kafka_config.shown_config(
+                kafka_config.fetch_config(
+                    settings, group_config=group, kafka_group=self.session.kafka_group
+                )
+            ),
+            kafka_group=lambda: self.session.kafka_group,
+            on_change=self.session.config_changed,
+        )
+        self.session.on_config = self.live_config.offer
+        self.session.config_status = self._config_status
         self.serving = Serving(
             self.table,
             self.keeper,
@@ -124,9 +140,8 @@ class SidecarApp:
             group=settings.group,
             sidecar_id=settings.id,
             connected=lambda: self.session.connected,
-            consumer_config=lambda: kafka_config.effective_config(
-                settings, kafka_group=self.kafka_group.active
-            ),
+            consumer_config=lambda: self.live_config.applied.effective,
+            config_version=lambda: self.live_config.applied.version,
         )
         self._wire_metrics()
         self._tasks: list[asyncio.Task[None]] = []
@@ -144,6 +159,27 @@ class SidecarApp:
         self.keeper.on_lease_settled = self.metrics.lease_settled
         self.session.on_heartbeat_sent = self.metrics.heartbeat_sent
         self.session.on_heartbeat_acked = self.metrics.heartbeat_acked
+
+    async def _replace_consumer(self, group_config: dict[str, str]) -> None:
+        """A new fetch consumer for the group's changed consumer_config (live_config.py):
+        in place at the buffer's positions (leased), or a new member under the same static
+        id (kafka_group). KafkaException if librdkafka refuses it; the old one runs on."""
+        if self.session.kafka_group:
+            await self.kafka_group.apply(group_config)
+            return
+        config = kafka_config.fetch_config(
+            self.settings,
+            on_stats=self.kafka_callbacks.on_stats,
+            on_error=self.kafka_callbacks.on_error,
+            group_config=group_config,
+        )
+        moved = await self.fetcher.run(self.fetcher.replace_consumer, config)
+        log.info("fetch consumer replaced for the group's consumer config", partitions=moved)
+
+    def _config_status(self) -> ConfigStatus:
+        rejected = self.live_config.rejected
+        version = self.live_config.applied.version
+        return version, (rejected.version, rejected.reason) if rejected is not None else None
 
     def grpc_interceptors(self) -> Sequence[grpc.aio.ServerInterceptor]:  # type: ignore[type-arg]
         """Client-access metrics: every StreamService call by client, method and code."""
@@ -191,6 +227,7 @@ class SidecarApp:
             capacity=self.settings.capacity,
         )
         self.fetcher.start()
+        self._spawn(self.live_config.run(), "live-config")
         self._spawn(self.session.run(), "session")
         self._spawn(self.keeper.commit_loop(), "commits")
         self.reporter.start()

@@ -107,9 +107,7 @@ class Fetcher:
         # Wakes the loop while it holds consumption back: a delivery made room, or a command.
         self._wake = threading.Event()
         table.on_room = self._wake.set
-        # Held back, librdkafka keeps up to ``prefetch_bytes`` (queued.max.messages.kbytes)
-        # prefetched: holding starts that much below the cap, so both together stay in it.
-        table.hold_at = max(table.buffer_max_bytes // 2, table.buffer_max_bytes - prefetch_bytes)
+        self._set_prefetch(prefetch_bytes)
         # Leased mode's commits, when a ``committer`` consumer is given: an application's ack
         # waits for its commit, and on the fetch thread a commit first waited for the
         # consume() in progress and then held fetching up for its round trip (half of a
@@ -119,6 +117,7 @@ class Fetcher:
         self._committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-commit")
         self.last_poll = time.monotonic()
         self.classic = False  # True once subscribe()d (kafka_group mode)
+        self.subscribed = False  # kafka_group mode: the consumer of now is subscribe()d
         self._deferred: dict[TP, CommitRequest] = {}  # kafka_group: refused mid-rebalance
         # Every topic this consumer was ever given: with one, records need no topic lookup.
         self._topics: set[str] = set()
@@ -246,6 +245,76 @@ class Fetcher:
     def _assignment(self) -> set[TP]:
         return {TP(str(k.topic), int(k.partition or 0)) for k in self._consumer.assignment()}
 
+    def _set_prefetch(self, prefetch_bytes: int) -> None:
+        # Held back, librdkafka keeps up to ``prefetch_bytes`` (queued.max.messages.kbytes)
+        # prefetched: holding starts that much below the cap, so both together stay in it.
+        table = self._table
+        table.hold_at = max(table.buffer_max_bytes // 2, table.buffer_max_bytes - prefetch_bytes)
+
+    def replace_consumer(self, config: dict[str, Any]) -> int:
+        """Fetch thread, leased mode: a group config change librdkafka cannot apply to a
+        running consumer (it can apply none). The new consumer takes over every partition
+        the old one fetches, each at the next offset the buffer has not got yet, paused if
+        it was (backpressure, a suspended lease); then the old one is closed. The buffer,
+        what is in flight and the acks stay as they are (they are the table's, not the
+        consumer's), and commits go through the commit consumer meanwhile: nothing is
+        delivered twice or skipped, no lease changes, and clients never notice. Whatever
+        the old consumer had prefetched beyond the buffer is fetched again. A config
+        librdkafka refuses raises KafkaException here, with nothing changed. Returns how
+        many partitions moved over."""
+        consumer = Consumer(config)
+        try:
+            starts: list[TopicPartition] = []
+            paused: list[TopicPartition] = []
+            with self._table.lock:
+                for tp in sorted(self._assignment()):
+                    part = self._table.partitions.get(tp)
+                    if part is None or part.revoking or not part.ready:
+                        continue  # being given up: its unassign() finds nothing to do
+                    ktp = TopicPartition(tp.topic, tp.partition, part.position)
+                    starts.append(ktp)
+                    if part.paused or part.suspended_at is not None:
+                        paused.append(ktp)
+            if starts:
+                consumer.incremental_assign(starts)
+            if paused:
+                consumer.pause(paused)
+        except BaseException:
+            consumer.close()
+            raise
+        old, self._consumer = self._consumer, consumer
+        self._set_prefetch(int(config.get("queued.max.messages.kbytes", 0)) * 1024)
+        old.close()
+        return len(starts)
+
+    def resubscribe(
+        self, config: dict[str, Any], topics: list[str], membership: ClassicMembership
+    ) -> None:
+        """Fetch thread, kafka_group mode: a new subscribe()d consumer for a changed group
+        config. The old member hands its partitions back as on a revoke (stop delivering,
+        drain in-flight acks, commit them) and closes; a static member sends no LeaveGroup,
+        so the new consumer joins under the same ``group.instance.id`` in its place and
+        Kafka gives the partitions back starting at the commits. A config librdkafka
+        refuses raises KafkaException before anything is handed back."""
+        consumer = Consumer(config)
+        membership.release_all()
+        old, self._consumer = self._consumer, consumer
+        self.subscribed = False
+        self._deferred.clear()  # the partitions were just committed and handed back
+        old.close()
+        self._subscribe(consumer, topics, membership)
+
+    def _subscribe(
+        self, consumer: Consumer, topics: list[str], membership: ClassicMembership
+    ) -> None:
+        consumer.subscribe(
+            topics,
+            on_assign=membership.on_assign,
+            on_revoke=membership.on_revoke,
+            on_lost=membership.on_lost,
+        )
+        self.subscribed = True
+
     def use_classic(
         self, config: dict[str, Any], topics: list[str], membership: ClassicMembership
     ) -> None:
@@ -256,12 +325,7 @@ class Fetcher:
         if any(t.startswith("^") for t in topics):
             self._topics.add("^")  # a pattern may match several topics: always look them up
         try:
-            consumer.subscribe(
-                topics,
-                on_assign=membership.on_assign,
-                on_revoke=membership.on_revoke,
-                on_lost=membership.on_lost,
-            )
+            self._subscribe(consumer, topics, membership)
         except Exception:
             consumer.close()
             raise

@@ -1,10 +1,12 @@
 """The sidecar's librdkafka configurations, built from its settings (no client is made here).
 
-* :func:`fetch_config`: the fetch consumer's, in leased mode and, with the group's
-  ``consumer_config``, in kafka_group mode (:func:`classic.classic_overrides`);
+* :func:`fetch_config`: the fetch consumer's: the sidecar's settings, its defaults
+  (:data:`SIDECAR_CONSUMER_DEFAULTS`), then the group's ``consumer_config`` on top (in both
+  modes), and in kafka_group mode what that mode sets itself
+  (:func:`classic.classic_overrides`);
 * :func:`reader_config`: ReadRange's consumers, under a group id of their own so a range
   read never moves the group's position;
-* :func:`effective_config`: what ``Status`` shows, secrets masked.
+* :func:`shown_config`: a configuration as ``Status`` shows it, secrets masked.
 
 The commit consumer is the runtime's plain group consumer (``new_consumer``).
 """
@@ -18,12 +20,13 @@ from confluent_kafka import KafkaError
 
 from services.consumer_sidecar.classic import classic_overrides
 from services.consumer_sidecar.settings import SidecarSettings
-from services.runtime.consumer_config import SIDECAR_CONSUMER_DEFAULTS
+from services.runtime.consumer_config import ALLOWED, SIDECAR_CONSUMER_DEFAULTS
 from services.runtime.kafka import consumer_config
 
-__all__ = ["SIDECAR_CONSUMER_DEFAULTS", "effective_config", "fetch_config", "reader_config"]
+__all__ = ["SIDECAR_CONSUMER_DEFAULTS", "fetch_config", "reader_config", "shown_config"]
 
 _SECRET_KEYS = ("password", "secret", "token", "key.pem")
+_CALLBACKS = ("stats_cb", "error_cb", "logger")
 
 
 def fetch_client_id(settings: SidecarSettings) -> str:
@@ -33,19 +36,26 @@ def fetch_client_id(settings: SidecarSettings) -> str:
 def fetch_config(
     settings: SidecarSettings,
     *,
-    on_stats: Callable[[str], None],
-    on_error: Callable[[KafkaError], None],
+    on_stats: Callable[[str], None] | None = None,
+    on_error: Callable[[KafkaError], None] | None = None,
     group_config: Mapping[str, str] | None = None,
+    kafka_group: bool = False,
 ) -> dict[str, Any]:
-    """The fetch consumer's configuration. With ``group_config`` (kafka_group mode) the
-    group's consumer_config and what that mode sets itself come on top."""
+    """The fetch consumer's configuration: the group's ``group_config`` on top of the
+    sidecar's defaults; in kafka_group mode what that mode sets itself comes last. Only
+    allow-listed properties of ``group_config`` are used: the assigner refuses others, and a
+    record written before the allow-list existed must not reach librdkafka either."""
     overrides: dict[str, Any] = {
         **SIDECAR_CONSUMER_DEFAULTS,
         "statistics.interval.ms": settings.statistics_interval_ms,
-        "stats_cb": on_stats,
     }
-    if group_config is not None:
-        overrides.update(classic_overrides(settings.id, group_config))
+    if on_stats is not None:
+        overrides["stats_cb"] = on_stats
+    allowed = {k: v for k, v in (group_config or {}).items() if k in ALLOWED}
+    if kafka_group:
+        overrides.update(classic_overrides(settings.id, allowed))
+    else:
+        overrides.update(allowed)
     return consumer_config(
         settings,
         group=settings.group,
@@ -64,20 +74,11 @@ def reader_config(settings: SidecarSettings) -> dict[str, Any]:
     )
 
 
-def effective_config(settings: SidecarSettings, *, kafka_group: bool) -> dict[str, str]:
-    """The fetch consumer's configuration as Status shows it: values as strings, sorted,
-    secrets masked, no callbacks."""
-    overrides = dict(SIDECAR_CONSUMER_DEFAULTS)
-    if kafka_group:
-        overrides.update(classic_overrides(settings.id, {}))
-    config: dict[str, Any] = consumer_config(
-        settings,
-        group=settings.group,
-        client_id=fetch_client_id(settings),
-        overrides=overrides,
-    )
-    config.pop("logger", None)
+def shown_config(config: Mapping[str, Any]) -> dict[str, str]:
+    """A consumer configuration as Status shows it: values as strings, sorted, secrets
+    masked, no callbacks."""
     return {
         key: ("***" if any(s in key for s in _SECRET_KEYS) else str(value))
         for key, value in sorted(config.items())
+        if key not in _CALLBACKS
     }

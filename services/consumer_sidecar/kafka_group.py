@@ -5,15 +5,20 @@ join of a kafka_group group switches the fetch consumer from ``assign()`` to
 ``subscribe()`` to the group's topics, with :class:`ClassicMembership` mapping Kafka's
 rebalances onto the partition table (:mod:`services.consumer_sidecar.classic`). The mode
 never changes while the process runs; a leased group never gets here.
+
+A later change of the group's ``consumer_config`` (``live_config.py``) takes a new
+subscribe()d consumer: :meth:`KafkaGroupMode.apply` hands the partitions back as on a
+revoke and joins again under the same static ``group.instance.id``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import structlog
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from dataservice.assigner.v1 import assigner_pb2
 from services.consumer_sidecar.classic import ClassicMembership
@@ -21,6 +26,7 @@ from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.kafka_config import fetch_config
 from services.consumer_sidecar.partitions import PartitionTable
 from services.consumer_sidecar.settings import SidecarSettings
+from services.runtime.consumer_config import ALLOWED
 
 log = structlog.get_logger(__name__)
 
@@ -52,6 +58,11 @@ class KafkaGroupMode:
         self._spawn = spawn
         # Kafka's rebalance callbacks onto the partition table, once in kafka_group mode.
         self.membership: ClassicMembership | None = None
+        # The group's consumer_config the subscribed consumer runs (None: not subscribed yet),
+        # the topics it subscribed to, and when the first subscribe() is done.
+        self.running: dict[str, str] | None = None
+        self._topics: list[str] = []
+        self._started: asyncio.Future[None] | None = None
 
     @property
     def active(self) -> bool:
@@ -65,6 +76,7 @@ class KafkaGroupMode:
         self.membership = ClassicMembership(
             self._table, self._fetcher, drain_timeout=self._settings.drain_timeout_seconds
         )
+        self._started = asyncio.get_running_loop().create_future()
         self._spawn(
             self._start(self.membership, dict(accepted.consumer_config), list(accepted.topics)),
             "kafka-group",
@@ -73,21 +85,69 @@ class KafkaGroupMode:
     async def _start(
         self, membership: ClassicMembership, group_config: dict[str, str], topics: list[str]
     ) -> None:
+        # Only what the sidecar may run of it (as live_config.py offers it, too).
+        group_config = {k: v for k, v in group_config.items() if k in ALLOWED}
         # The assigner sends the topics with SessionAccepted; an older one does not.
-        topics = topics or await self._group_topics()
-        config = fetch_config(
+        try:
+            self._topics = topics or await self._group_topics()
+            try:
+                config = self._config(group_config)
+                await self._fetcher.run(self._fetcher.use_classic, config, self._topics, membership)
+            except KafkaException as exc:
+                # The group's config does not build here: consume with the sidecar's own, and
+                # let the config change report the refusal (it tries the config again).
+                log.error("kafka_group mode: the group's consumer_config failed", error=str(exc))
+                group_config = {}
+                config = self._config(group_config)
+                await self._fetcher.run(self._fetcher.use_classic, config, self._topics, membership)
+            self.running = group_config
+            log.info(
+                "kafka_group mode: subscribed",
+                topics=self._topics,
+                group_instance_id=self._settings.id,
+                assignor=config["partition.assignment.strategy"],
+            )
+        finally:
+            if self._started is not None and not self._started.done():
+                self._started.set_result(None)
+
+    def _config(self, group_config: dict[str, str]) -> dict[str, Any]:
+        return fetch_config(
             self._settings,
             on_stats=self._on_stats,
             on_error=self._on_error,
             group_config=group_config,
+            kafka_group=True,
         )
-        await self._fetcher.run(self._fetcher.use_classic, config, topics, membership)
-        log.info(
-            "kafka_group mode: subscribed",
-            topics=topics,
-            group_instance_id=self._settings.id,
-            assignor=config["partition.assignment.strategy"],
-        )
+
+    async def apply(self, group_config: dict[str, str]) -> None:
+        """Run the group's ``group_config`` (a live config change): nothing to do if the
+        subscribed consumer already runs it; else a new consumer joins in its place (see
+        :meth:`Fetcher.resubscribe`). KafkaException if librdkafka refuses it: the old
+        consumer keeps running (or, should a refusal come after the hand-back, one built
+        again from the previous config)."""
+        if self._started is not None:
+            await asyncio.shield(self._started)
+        membership, previous = self.membership, self.running
+        if membership is None or previous is None:
+            raise KafkaException(
+                KafkaError(KafkaError._STATE, "kafka_group mode is not subscribed")
+            )
+        if group_config == previous:
+            return
+        try:
+            await self._fetcher.run(
+                self._fetcher.resubscribe, self._config(group_config), self._topics, membership
+            )
+        except KafkaException:
+            if self._fetcher.subscribed:
+                raise  # refused before anything changed
+            await self._fetcher.run(
+                self._fetcher.resubscribe, self._config(previous), self._topics, membership
+            )
+            raise
+        self.running = dict(group_config)
+        log.info("kafka_group mode: joined again with the new consumer config")
 
     async def release_all(self) -> None:
         """Graceful stop in kafka_group mode: stop delivering, wait for in-flight acks

@@ -680,6 +680,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             buffer_bytes=self.serving.buffered_bytes,
             buffer_cap_bytes=self.serving.buffer_cap_bytes,
             consumer_config=self.serving.consumer_config(),
+            config_version=self.serving.config_version(),
             assigner_connected=self.serving.connected(),
         )
 

@@ -10,7 +10,7 @@ the settings, ``SidecarApp``). :class:`Serving` covers exactly what the RPCs nee
 * acks, commits and the lease clock of the :class:`LeaseKeeper`;
 * the held partitions and the buffer, for ReadRange's lease checks and Status;
 * who this sidecar is (its group and id), whether it has joined the assigner, and the
-  consumer configuration Status shows.
+  consumer configuration Status shows, with the version of the group's config that runs.
 
 So ``rpc.py`` is tested in-process against a real table and keeper, with no process around
 them (``tests/unit/sidecar/test_stream_rpc.py``).
@@ -56,6 +56,7 @@ class Serving:
         sidecar_id: str,
         connected: Callable[[], bool],
         consumer_config: Callable[[], dict[str, str]],
+        config_version: Callable[[], int] = lambda: 0,
     ) -> None:
         self.group = group
         self.sidecar_id = sidecar_id
@@ -63,6 +64,7 @@ class Serving:
         self._keeper = keeper
         self._connected = connected
         self._consumer_config = consumer_config
+        self._config_version = config_version
         # Set when records were buffered; Fetch and Stream clear it before they look.
         self.data_ready = data.event
 
@@ -130,3 +132,7 @@ class Serving:
     def consumer_config(self) -> dict[str, str]:
         """The effective librdkafka configuration, secrets masked (Status)."""
         return self._consumer_config()
+
+    def config_version(self) -> int:
+        """The version of the group's config that runs (0: none applied yet)."""
+        return self._config_version()

@@ -14,6 +14,11 @@ lock, the open stream (to a dead or demoted leader) is ended and the sidecar re-
 new leader at once, reporting the leases it holds — no backoff, no waiting for a TCP
 timeout.
 
+The group's consumer config comes with ``SessionAccepted`` and every ``ConfigUpdate``: each
+is handed to :attr:`SessionClient.on_config` (the sidecar's ``live_config.py`` applies it),
+and every heartbeat reports the version that runs and the last refusal
+(:attr:`SessionClient.config_status`), in either mode.
+
 The group's mode comes with ``SessionAccepted.mode``. In ``kafka_group`` mode (ARCHITECTURE
 §5.6) Kafka assigns the partitions (:mod:`services.consumer_sidecar.classic`) and the
 session only carries membership (the assigner binds clients to the group's live sidecars)
@@ -51,6 +56,11 @@ from services.runtime.topic_partition import TP
 log = structlog.get_logger(__name__)
 
 MAX_RECONNECT_BACKOFF = 1.0  # seconds
+
+
+# What a heartbeat reports of the group's consumer config: the version that runs, and the
+# newest refused version with its reason (None: none).
+ConfigStatus = tuple[int, tuple[int, str] | None]
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,10 @@ class SessionClient:
         # (a mode switch is a stop-all-then-start procedure, see the README).
         self.mode: common_pb2.GroupMode.ValueType = common_pb2.GROUP_MODE_UNSPECIFIED
         self.on_accepted: Callable[[assigner_pb2.SessionAccepted], None] = lambda _acc: None
+        # The group's consumer config (version, properties) from a join or a ConfigUpdate;
+        # and what runs: (applied version, the last refusal as (version, reason) or None).
+        self.on_config: Callable[[int, dict[str, str]], None] = lambda _version, _config: None
+        self.config_status: Callable[[], ConfigStatus] = lambda: (0, None)
         self._nominal: dict[TP, int] = {}  # kafka_group mode: leases held only on paper
         # Instrumentation hooks (metrics.py): a heartbeat sent; its ack's round trip.
         self.on_heartbeat_sent: Callable[[], None] = lambda: None
@@ -258,10 +272,22 @@ class SessionClient:
             for r in self.keeper.take_released()
         ]
         return assigner_pb2.SessionRequest(
-            heartbeat=assigner_pb2.SessionHeartbeat(
-                seq=self._seq, leases=progress, released_leases=released
+            heartbeat=self._with_config(
+                assigner_pb2.SessionHeartbeat(
+                    seq=self._seq, leases=progress, released_leases=released
+                )
             )
         )
+
+    def _with_config(
+        self, heartbeat: assigner_pb2.SessionHeartbeat
+    ) -> assigner_pb2.SessionHeartbeat:
+        version, rejected = self.config_status()
+        heartbeat.applied_config_version = version
+        if rejected is not None:
+            heartbeat.config_rejection.config_version = rejected[0]
+            heartbeat.config_rejection.reason = rejected[1]
+        return heartbeat
 
     def _nominal_heartbeat(self) -> assigner_pb2.SessionRequest:
         progress = [
@@ -278,18 +304,20 @@ class SessionClient:
         released, self._nominal_released = self._nominal_released, []
         released += self.keeper.take_released()
         return assigner_pb2.SessionRequest(
-            heartbeat=assigner_pb2.SessionHeartbeat(
-                seq=self._seq,
-                leases=progress,
-                released_leases=[
-                    assigner_pb2.ReleasedLease(
-                        topic=r.tp.topic,
-                        partition=r.tp.partition,
-                        epoch=r.epoch,
-                        committed_offset=r.committed,
-                    )
-                    for r in released
-                ],
+            heartbeat=self._with_config(
+                assigner_pb2.SessionHeartbeat(
+                    seq=self._seq,
+                    leases=progress,
+                    released_leases=[
+                        assigner_pb2.ReleasedLease(
+                            topic=r.tp.topic,
+                            partition=r.tp.partition,
+                            epoch=r.epoch,
+                            committed_offset=r.committed,
+                        )
+                        for r in released
+                    ],
+                )
             )
         )
 
@@ -339,7 +367,11 @@ class SessionClient:
             self.connected = True
             log.info("joined", assigner=self.assigner, session=acc.session_id, ttl=self.ttl)
             self._learn_mode(acc)
+            self.on_config(acc.config_version, dict(acc.consumer_config))
             self._heartbeat_now.set()
+        elif kind == "config_update":
+            update = response.config_update
+            self.on_config(update.config_version, dict(update.consumer_config))
         elif kind == "grant":
             g = response.grant
             # Until the first renewal, the deadline counts from receipt (bounded delay).
@@ -370,6 +402,10 @@ class SessionClient:
                 for tp, epoch in renewed:
                     self.keeper.renew(tp, epoch, deadline)
                 self.keeper.not_renewed(renewed, sent)
+
+    def config_changed(self) -> None:
+        """What runs of the group's config changed: report it in a heartbeat now."""
+        self._heartbeat_now.set()
 
     async def _start_granted(self) -> None:
         await asyncio.sleep(0.01)
