@@ -46,11 +46,13 @@ class ExitCode(IntEnum):
     NOT_FOUND = 2  # unknown group (or other named resource)
     UNAVAILABLE = 3  # assigner/notifier unreachable, not ready, or no leader elected
     THRESHOLD = 4  # a --max-lag threshold was exceeded
+    NOT_APPLIED = 5  # a change was stored, but not every member applied it (config set)
 
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok; 1 usage error or bad input; 2 not found (unknown group); "
-    "3 assigner/notifier unreachable or unavailable; 4 lag over --max-lag."
+    "3 assigner/notifier unreachable or unavailable; 4 lag over --max-lag; "
+    "5 config set stored, but not every member applied it (refused, or not in time)."
 )
 
 
@@ -180,6 +182,9 @@ class AssignerClient:
             raise CliError("GROUP must not be empty", ExitCode.ERROR)
         request = admin_pb2.DescribeGroupRequest(group=group)
         return self._call(lambda s: s.DescribeGroup(request, timeout=self.timeout))
+
+    def update_group(self, request: admin_pb2.UpdateGroupRequest) -> admin_pb2.UpdateGroupResponse:
+        return self._call(lambda s: s.UpdateGroup(request, timeout=self.timeout))
 
     def describe_groups(self, group: str | None) -> list[admin_pb2.DescribeGroupResponse]:
         """DescribeGroup of ``group`` (NOT_FOUND is an error), or of every group the

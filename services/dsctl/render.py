@@ -222,6 +222,19 @@ def member_doc(m: types_pb2.Member) -> Doc:
         "capacity": m.capacity,
         "joined_at": iso(m.joined_at),
         "last_heartbeat": iso(m.last_heartbeat),
+        # The group config version the sidecar runs (null: not reported yet), and the
+        # newest one it refused.
+        "applied_config_version": m.applied_config_version or None,
+        "config_rejection": rejection_doc(m),
+    }
+
+
+def rejection_doc(m: types_pb2.Member) -> Doc | None:
+    if not m.HasField("config_rejection"):
+        return None
+    return {
+        "config_version": m.config_rejection.config_version,
+        "reason": m.config_rejection.reason,
     }
 
 
@@ -287,7 +300,7 @@ def describe_view(doc: Doc) -> RenderableType:
     )
 
     members = Table(title=f"members ({len(doc['members'])})")
-    for column in ("sidecar", "endpoint", "zone", "capacity", "joined", "last heartbeat"):
+    for column in ("sidecar", "endpoint", "zone", "capacity", "joined", "last heartbeat", "config"):
         members.add_column(column)
     for m in doc["members"]:
         members.add_row(
@@ -297,9 +310,18 @@ def describe_view(doc: Doc) -> RenderableType:
             str(m["capacity"] or "∞"),
             m["joined_at"] or "-",
             m["last_heartbeat"] or "-",
+            member_config_text(m),
         )
 
     return RichGroup(header, members, partitions_table(doc), bindings_table(doc["bindings"]))
+
+
+def member_config_text(m: Doc) -> str:
+    """``v3``, ``v3 (v4 refused)`` or ``?`` for a member doc."""
+    text = f"v{m['applied_config_version']}" if m["applied_config_version"] else "?"
+    if m["config_rejection"] is not None:
+        text += f" (v{m['config_rejection']['config_version']} refused)"
+    return text
 
 
 def partitions_table(doc: Doc) -> Table:
