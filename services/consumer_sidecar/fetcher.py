@@ -38,10 +38,10 @@ from confluent_kafka import (
 from google.protobuf import timestamp_pb2
 
 from dataservice.common.v1 import common_pb2
-from services.consumer_sidecar import commitmeta
 from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.partitions import UNLEASED_EPOCH, PartitionTable
 from services.consumer_sidecar.runs import runs_from_messages
+from services.runtime import commitmeta
 from services.runtime.topic_partition import TP
 
 if TYPE_CHECKING:

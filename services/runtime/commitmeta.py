@@ -6,6 +6,9 @@ ranges relative to the committed offset, in the commit's metadata string; the ne
 skips them (ARCHITECTURE §3: redelivery is what was delivered and not acked). Kafka keeps
 at most ``offset.metadata.max.bytes`` (4096 by default) of metadata: the ranges are
 trimmed, lowest first kept, to fit; anything trimmed is merely redelivered. Pure code.
+
+Shared: sidecars write it with every commit, and the assigner with the offsets it commits
+for a reset (under the new lease epoch, nothing acked above); the next owner reads it.
 """
 
 from __future__ import annotations

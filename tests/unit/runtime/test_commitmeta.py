@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.consumer_sidecar.commitmeta import (
+from services.runtime.commitmeta import (
     METADATA_MAX_BYTES,
     decode,
     encode,
