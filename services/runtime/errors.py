@@ -52,6 +52,8 @@ class Reason(StrEnum):
     ALERT_TEMPLATE_NOT_FOUND = "ALERT_TEMPLATE_NOT_FOUND"
     UNAUTHENTICATED = "UNAUTHENTICATED"
     SESSION_HELD = "SESSION_HELD"
+    GROUP_NOT_EMPTY = "GROUP_NOT_EMPTY"
+    OPERATION_IN_PROGRESS = "OPERATION_IN_PROGRESS"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +130,16 @@ CATALOGUE: Mapping[Reason, ReasonSpec] = {
     ),
     Reason.ALERT_TEMPLATE_NOT_FOUND: ReasonSpec(
         grpc.StatusCode.NOT_FOUND, "No alert template with this caller and name exists."
+    ),
+    Reason.GROUP_NOT_EMPTY: ReasonSpec(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "The Kafka consumer group has members (metadata `members`); stop them first, as "
+        "kafka-consumer-groups --reset-offsets requires.",
+    ),
+    Reason.OPERATION_IN_PROGRESS: ReasonSpec(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "Another operation on the group (metadata `operation`: an offset reset of the same "
+        "partitions, a mode switch) is running; retry once it is done.",
     ),
 }
 

@@ -183,6 +183,18 @@ CATALOGUE: Mapping[FaultTypeValue, FaultSpec] = {
             T.SEVERITY_ERROR,
             "Every partition that lost a probe delivers a later probe within the timeout.",
         ),
+        FaultSpec(
+            T.FAULT_TYPE_OFFSETS_RESET,
+            "The group's committed offsets were reset; the audit record: who (attribute "
+            "`actor`), from where (`source`: admin, or external for a reset made with "
+            "Kafka's tools), which partitions, and old and new offsets (`offsets`: "
+            "`partition:old->new`, comma-separated; `epochs` for leased groups).",
+            "A ResetOffsets that committed new offsets (one event per topic).",
+            "assigner",
+            T.SEVERITY_WARNING,
+            "Sent at once with the OPEN event: the reset is complete when it is reported.",
+            window_seconds=0.0,
+        ),
     )
 }
 

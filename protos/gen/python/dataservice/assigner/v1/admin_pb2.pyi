@@ -489,6 +489,9 @@ class PartitionReset(_message.Message):
     OLD_OFFSET_FIELD_NUMBER: _builtins.int
     NEW_OFFSET_FIELD_NUMBER: _builtins.int
     APPLIED_FIELD_NUMBER: _builtins.int
+    CLAMPED_FIELD_NUMBER: _builtins.int
+    TARGET_OFFSET_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     """Topic name."""
     partition: _builtins.int
@@ -499,6 +502,16 @@ class PartitionReset(_message.Message):
     """Committed offset after the reset (or that would be, with dry_run)."""
     applied: _builtins.bool
     """Whether the new offset was committed (always false with dry_run)."""
+    clamped: _builtins.bool
+    """The strategy's target was outside [log start offset, end offset] and new_offset is the
+    nearest bound instead.
+    """
+    target_offset: _builtins.int
+    """The offset the strategy asked for, before clamping (equal to new_offset unless clamped)."""
+    epoch: _builtins.int
+    """Leased groups: the lease epoch the new offset was committed under (the partition's
+    holder runs under it from then on); 0 for kafka_group groups and dry runs.
+    """
     def __init__(
         self,
         *,
@@ -507,10 +520,13 @@ class PartitionReset(_message.Message):
         old_offset: _builtins.int = ...,
         new_offset: _builtins.int = ...,
         applied: _builtins.bool = ...,
+        clamped: _builtins.bool = ...,
+        target_offset: _builtins.int = ...,
+        epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "new_offset", b"new_offset", "old_offset", b"old_offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "clamped", b"clamped", "epoch", b"epoch", "new_offset", b"new_offset", "old_offset", b"old_offset", "partition", b"partition", "target_offset", b"target_offset", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -607,3 +623,117 @@ class MoveLeaseResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MoveLeaseResponse: _TypeAlias = MoveLeaseResponse  # noqa: Y015
+
+@_typing.final
+class DrainSidecarRequest(_message.Message):
+    """Request of AdminService.DrainSidecar."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    SIDECAR_ID_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    """Group name."""
+    sidecar_id: _builtins.str
+    """Sidecar id to drain; must be a member of the group."""
+    request_id: _builtins.str
+    """Idempotency key (UUID); empty = not idempotent."""
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        sidecar_id: _builtins.str = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "request_id", b"request_id", "sidecar_id", b"sidecar_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DrainSidecarRequest: _TypeAlias = DrainSidecarRequest  # noqa: Y015
+
+@_typing.final
+class DrainSidecarResponse(_message.Message):
+    """Response of AdminService.DrainSidecar."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBER_FIELD_NUMBER: _builtins.int
+    LEASES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def member(self) -> _types_pb2.Member:
+        """The member after the change (drained set)."""
+
+    @_builtins.property
+    def leases(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Lease]:
+        """Leases the sidecar still holds, ordered by topic and partition (REVOKING while they move)."""
+
+    def __init__(
+        self,
+        *,
+        member: _types_pb2.Member | None = ...,
+        leases: _abc.Iterable[_types_pb2.Lease] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["member", b"member"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leases", b"leases", "member", b"member"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DrainSidecarResponse: _TypeAlias = DrainSidecarResponse  # noqa: Y015
+
+@_typing.final
+class UndrainSidecarRequest(_message.Message):
+    """Request of AdminService.UndrainSidecar."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    SIDECAR_ID_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    """Group name."""
+    sidecar_id: _builtins.str
+    """Sidecar id to undrain."""
+    request_id: _builtins.str
+    """Idempotency key (UUID); empty = not idempotent."""
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        sidecar_id: _builtins.str = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "request_id", b"request_id", "sidecar_id", b"sidecar_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UndrainSidecarRequest: _TypeAlias = UndrainSidecarRequest  # noqa: Y015
+
+@_typing.final
+class UndrainSidecarResponse(_message.Message):
+    """Response of AdminService.UndrainSidecar."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def member(self) -> _types_pb2.Member:
+        """The member after the change (drained cleared); unset if it is not connected now."""
+
+    def __init__(
+        self,
+        *,
+        member: _types_pb2.Member | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["member", b"member"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["member", b"member"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UndrainSidecarResponse: _TypeAlias = UndrainSidecarResponse  # noqa: Y015

@@ -65,6 +65,16 @@ class AdminServiceStub:
                 request_serializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.MoveLeaseRequest.SerializeToString,
                 response_deserializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.MoveLeaseResponse.FromString,
                 _registered_method=True)
+        self.DrainSidecar = channel.unary_unary(
+                '/dataservice.assigner.v1.AdminService/DrainSidecar',
+                request_serializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.DrainSidecarRequest.SerializeToString,
+                response_deserializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.DrainSidecarResponse.FromString,
+                _registered_method=True)
+        self.UndrainSidecar = channel.unary_unary(
+                '/dataservice.assigner.v1.AdminService/UndrainSidecar',
+                request_serializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.UndrainSidecarRequest.SerializeToString,
+                response_deserializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.UndrainSidecarResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -102,22 +112,38 @@ class AdminServiceServicer:
 
     def UpdateGroup(self, request, context):
         """Updates the fields of a group named by update_mask; sidecars apply consumer_config live.
+        A change of `mode` switches the group with its sidecars attached and its clients bound,
+        keeping the committed offsets, and returns once the switch is complete: to kafka_group,
+        every lease is revoked cooperatively (in-flight acks drained, acked offsets committed),
+        then the mode is stored and the sidecars re-join and subscribe(); to leased, the mode is
+        stored, the sidecars re-join, hand their partitions back and leave Kafka's group, and
+        leases are granted once that group is empty (Kafka accepts the commits of assign()
+        consumers only then). If the call's deadline passes first, the switch goes on.
         Errors: INVALID_ARGUMENT (empty name, unknown or immutable mask path, invalid values as
         for CreateGroup), NOT_FOUND (unknown group or topic), PERMISSION_DENIED,
-        FAILED_PRECONDITION (expected_config_version mismatch; or + `ds-leader` on a follower),
-        UNAVAILABLE.
+        FAILED_PRECONDITION (expected_config_version mismatch; OPERATION_IN_PROGRESS: an offset
+        reset is running; or + `ds-leader` on a follower), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ResetOffsets(self, request, context):
-        """Resets a group's committed offsets: pauses the affected partitions, commits the new
-        offsets (epoch-fenced), resumes them. With dry_run, only computes the new offsets.
+        """Resets a group's committed offsets. Leased groups: the affected partitions are paused on
+        their holders (revoked with reason CONFIG and no drain; the holders drop what they
+        buffered and what is in flight, commit what was acked and release), the new offsets are
+        committed under a new lease epoch per partition, and each partition is granted back to
+        the same holder under that epoch at the new offset: nothing moves between sidecars, a
+        bound client reads the new position on its next fetch, and an ack from before the reset
+        is refused as stale. kafka_group groups: only while Kafka's group has no members (the
+        rule of kafka-consumer-groups --reset-offsets). Targets outside [log start, end] are
+        clamped (PartitionReset.clamped). With dry_run, only computes the new offsets.
         Errors: INVALID_ARGUMENT (empty group, unspecified strategy, topic not in the group,
-        partition out of range, negative absolute offset or timestamp), NOT_FOUND (unknown
-        group), PERMISSION_DENIED, FAILED_PRECONDITION (a partition could not be paused in time;
-        or + `ds-leader`), UNAVAILABLE (Kafka unreachable).
+        partition out of range, negative absolute offset, negative timestamp or one in the
+        future), NOT_FOUND (unknown group), PERMISSION_DENIED, FAILED_PRECONDITION
+        (GROUP_NOT_EMPTY: a kafka_group group with members; OPERATION_IN_PROGRESS: a reset of
+        the same partitions or a mode switch is running; or + `ds-leader`), UNAVAILABLE (Kafka
+        unreachable).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -130,6 +156,30 @@ class AdminServiceServicer:
         topic, partition or target sidecar), PERMISSION_DENIED, FAILED_PRECONDITION (group not in
         leased mode, target at capacity, a handoff of the partition already in progress; or +
         `ds-leader`), UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DrainSidecar(self, request, context):
+        """Drains a sidecar for maintenance: it stays connected, but its capacity counts as 0, so
+        every lease it holds moves to the other members with a cooperative handoff (revoke ->
+        drain in-flight acks -> commit -> grant). Persisted: it stays drained across assigner
+        restarts until UndrainSidecar. Returns once the revokes are sent, with the leases the
+        sidecar still holds (DescribeGroup shows the progress).
+        Errors: INVALID_ARGUMENT (empty fields), NOT_FOUND (unknown group, sidecar not a member),
+        PERMISSION_DENIED, FAILED_PRECONDITION (group not in leased mode; or + `ds-leader`),
+        UNAVAILABLE (the state topic cannot be written).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UndrainSidecar(self, request, context):
+        """Ends a drain: the sidecar's capacity counts again and the group is rebalanced, so it gets
+        its share of partitions back with cooperative handoffs.
+        Errors: INVALID_ARGUMENT (empty fields), NOT_FOUND (unknown group, sidecar neither a
+        member nor drained), PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`, UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -167,6 +217,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.MoveLease,
                     request_deserializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.MoveLeaseRequest.FromString,
                     response_serializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.MoveLeaseResponse.SerializeToString,
+            ),
+            'DrainSidecar': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainSidecar,
+                    request_deserializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.DrainSidecarRequest.FromString,
+                    response_serializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.DrainSidecarResponse.SerializeToString,
+            ),
+            'UndrainSidecar': grpc.unary_unary_rpc_method_handler(
+                    servicer.UndrainSidecar,
+                    request_deserializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.UndrainSidecarRequest.FromString,
+                    response_serializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.UndrainSidecarResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -332,6 +392,60 @@ class AdminService:
             '/dataservice.assigner.v1.AdminService/MoveLease',
             dataservice_dot_assigner_dot_v1_dot_admin__pb2.MoveLeaseRequest.SerializeToString,
             dataservice_dot_assigner_dot_v1_dot_admin__pb2.MoveLeaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainSidecar(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dataservice.assigner.v1.AdminService/DrainSidecar',
+            dataservice_dot_assigner_dot_v1_dot_admin__pb2.DrainSidecarRequest.SerializeToString,
+            dataservice_dot_assigner_dot_v1_dot_admin__pb2.DrainSidecarResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UndrainSidecar(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dataservice.assigner.v1.AdminService/UndrainSidecar',
+            dataservice_dot_assigner_dot_v1_dot_admin__pb2.UndrainSidecarRequest.SerializeToString,
+            dataservice_dot_assigner_dot_v1_dot_admin__pb2.UndrainSidecarResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -63,18 +63,34 @@ class AdminServiceStub:
     """
     UpdateGroup: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UpdateGroupRequest, _admin_pb2.UpdateGroupResponse]
     """Updates the fields of a group named by update_mask; sidecars apply consumer_config live.
+    A change of `mode` switches the group with its sidecars attached and its clients bound,
+    keeping the committed offsets, and returns once the switch is complete: to kafka_group,
+    every lease is revoked cooperatively (in-flight acks drained, acked offsets committed),
+    then the mode is stored and the sidecars re-join and subscribe(); to leased, the mode is
+    stored, the sidecars re-join, hand their partitions back and leave Kafka's group, and
+    leases are granted once that group is empty (Kafka accepts the commits of assign()
+    consumers only then). If the call's deadline passes first, the switch goes on.
     Errors: INVALID_ARGUMENT (empty name, unknown or immutable mask path, invalid values as
     for CreateGroup), NOT_FOUND (unknown group or topic), PERMISSION_DENIED,
-    FAILED_PRECONDITION (expected_config_version mismatch; or + `ds-leader` on a follower),
-    UNAVAILABLE.
+    FAILED_PRECONDITION (expected_config_version mismatch; OPERATION_IN_PROGRESS: an offset
+    reset is running; or + `ds-leader` on a follower), UNAVAILABLE.
     """
     ResetOffsets: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ResetOffsetsRequest, _admin_pb2.ResetOffsetsResponse]
-    """Resets a group's committed offsets: pauses the affected partitions, commits the new
-    offsets (epoch-fenced), resumes them. With dry_run, only computes the new offsets.
+    """Resets a group's committed offsets. Leased groups: the affected partitions are paused on
+    their holders (revoked with reason CONFIG and no drain; the holders drop what they
+    buffered and what is in flight, commit what was acked and release), the new offsets are
+    committed under a new lease epoch per partition, and each partition is granted back to
+    the same holder under that epoch at the new offset: nothing moves between sidecars, a
+    bound client reads the new position on its next fetch, and an ack from before the reset
+    is refused as stale. kafka_group groups: only while Kafka's group has no members (the
+    rule of kafka-consumer-groups --reset-offsets). Targets outside [log start, end] are
+    clamped (PartitionReset.clamped). With dry_run, only computes the new offsets.
     Errors: INVALID_ARGUMENT (empty group, unspecified strategy, topic not in the group,
-    partition out of range, negative absolute offset or timestamp), NOT_FOUND (unknown
-    group), PERMISSION_DENIED, FAILED_PRECONDITION (a partition could not be paused in time;
-    or + `ds-leader`), UNAVAILABLE (Kafka unreachable).
+    partition out of range, negative absolute offset, negative timestamp or one in the
+    future), NOT_FOUND (unknown group), PERMISSION_DENIED, FAILED_PRECONDITION
+    (GROUP_NOT_EMPTY: a kafka_group group with members; OPERATION_IN_PROGRESS: a reset of
+    the same partitions or a mode switch is running; or + `ds-leader`), UNAVAILABLE (Kafka
+    unreachable).
     """
     MoveLease: _grpc.UnaryUnaryMultiCallable[_admin_pb2.MoveLeaseRequest, _admin_pb2.MoveLeaseResponse]
     """Moves one partition's lease to another sidecar with a cooperative handoff (revoke with
@@ -83,6 +99,22 @@ class AdminServiceStub:
     topic, partition or target sidecar), PERMISSION_DENIED, FAILED_PRECONDITION (group not in
     leased mode, target at capacity, a handoff of the partition already in progress; or +
     `ds-leader`), UNAVAILABLE.
+    """
+    DrainSidecar: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DrainSidecarRequest, _admin_pb2.DrainSidecarResponse]
+    """Drains a sidecar for maintenance: it stays connected, but its capacity counts as 0, so
+    every lease it holds moves to the other members with a cooperative handoff (revoke ->
+    drain in-flight acks -> commit -> grant). Persisted: it stays drained across assigner
+    restarts until UndrainSidecar. Returns once the revokes are sent, with the leases the
+    sidecar still holds (DescribeGroup shows the progress).
+    Errors: INVALID_ARGUMENT (empty fields), NOT_FOUND (unknown group, sidecar not a member),
+    PERMISSION_DENIED, FAILED_PRECONDITION (group not in leased mode; or + `ds-leader`),
+    UNAVAILABLE (the state topic cannot be written).
+    """
+    UndrainSidecar: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UndrainSidecarRequest, _admin_pb2.UndrainSidecarResponse]
+    """Ends a drain: the sidecar's capacity counts again and the group is rebalanced, so it gets
+    its share of partitions back with cooperative handoffs.
+    Errors: INVALID_ARGUMENT (empty fields), NOT_FOUND (unknown group, sidecar neither a
+    member nor drained), PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`, UNAVAILABLE.
     """
 
 @_typing.type_check_only
@@ -109,18 +141,34 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """
     UpdateGroup: _aio.UnaryUnaryMultiCallable[_admin_pb2.UpdateGroupRequest, _admin_pb2.UpdateGroupResponse]  # type: ignore[assignment]
     """Updates the fields of a group named by update_mask; sidecars apply consumer_config live.
+    A change of `mode` switches the group with its sidecars attached and its clients bound,
+    keeping the committed offsets, and returns once the switch is complete: to kafka_group,
+    every lease is revoked cooperatively (in-flight acks drained, acked offsets committed),
+    then the mode is stored and the sidecars re-join and subscribe(); to leased, the mode is
+    stored, the sidecars re-join, hand their partitions back and leave Kafka's group, and
+    leases are granted once that group is empty (Kafka accepts the commits of assign()
+    consumers only then). If the call's deadline passes first, the switch goes on.
     Errors: INVALID_ARGUMENT (empty name, unknown or immutable mask path, invalid values as
     for CreateGroup), NOT_FOUND (unknown group or topic), PERMISSION_DENIED,
-    FAILED_PRECONDITION (expected_config_version mismatch; or + `ds-leader` on a follower),
-    UNAVAILABLE.
+    FAILED_PRECONDITION (expected_config_version mismatch; OPERATION_IN_PROGRESS: an offset
+    reset is running; or + `ds-leader` on a follower), UNAVAILABLE.
     """
     ResetOffsets: _aio.UnaryUnaryMultiCallable[_admin_pb2.ResetOffsetsRequest, _admin_pb2.ResetOffsetsResponse]  # type: ignore[assignment]
-    """Resets a group's committed offsets: pauses the affected partitions, commits the new
-    offsets (epoch-fenced), resumes them. With dry_run, only computes the new offsets.
+    """Resets a group's committed offsets. Leased groups: the affected partitions are paused on
+    their holders (revoked with reason CONFIG and no drain; the holders drop what they
+    buffered and what is in flight, commit what was acked and release), the new offsets are
+    committed under a new lease epoch per partition, and each partition is granted back to
+    the same holder under that epoch at the new offset: nothing moves between sidecars, a
+    bound client reads the new position on its next fetch, and an ack from before the reset
+    is refused as stale. kafka_group groups: only while Kafka's group has no members (the
+    rule of kafka-consumer-groups --reset-offsets). Targets outside [log start, end] are
+    clamped (PartitionReset.clamped). With dry_run, only computes the new offsets.
     Errors: INVALID_ARGUMENT (empty group, unspecified strategy, topic not in the group,
-    partition out of range, negative absolute offset or timestamp), NOT_FOUND (unknown
-    group), PERMISSION_DENIED, FAILED_PRECONDITION (a partition could not be paused in time;
-    or + `ds-leader`), UNAVAILABLE (Kafka unreachable).
+    partition out of range, negative absolute offset, negative timestamp or one in the
+    future), NOT_FOUND (unknown group), PERMISSION_DENIED, FAILED_PRECONDITION
+    (GROUP_NOT_EMPTY: a kafka_group group with members; OPERATION_IN_PROGRESS: a reset of
+    the same partitions or a mode switch is running; or + `ds-leader`), UNAVAILABLE (Kafka
+    unreachable).
     """
     MoveLease: _aio.UnaryUnaryMultiCallable[_admin_pb2.MoveLeaseRequest, _admin_pb2.MoveLeaseResponse]  # type: ignore[assignment]
     """Moves one partition's lease to another sidecar with a cooperative handoff (revoke with
@@ -129,6 +177,22 @@ class AdminServiceAsyncStub(AdminServiceStub):
     topic, partition or target sidecar), PERMISSION_DENIED, FAILED_PRECONDITION (group not in
     leased mode, target at capacity, a handoff of the partition already in progress; or +
     `ds-leader`), UNAVAILABLE.
+    """
+    DrainSidecar: _aio.UnaryUnaryMultiCallable[_admin_pb2.DrainSidecarRequest, _admin_pb2.DrainSidecarResponse]  # type: ignore[assignment]
+    """Drains a sidecar for maintenance: it stays connected, but its capacity counts as 0, so
+    every lease it holds moves to the other members with a cooperative handoff (revoke ->
+    drain in-flight acks -> commit -> grant). Persisted: it stays drained across assigner
+    restarts until UndrainSidecar. Returns once the revokes are sent, with the leases the
+    sidecar still holds (DescribeGroup shows the progress).
+    Errors: INVALID_ARGUMENT (empty fields), NOT_FOUND (unknown group, sidecar not a member),
+    PERMISSION_DENIED, FAILED_PRECONDITION (group not in leased mode; or + `ds-leader`),
+    UNAVAILABLE (the state topic cannot be written).
+    """
+    UndrainSidecar: _aio.UnaryUnaryMultiCallable[_admin_pb2.UndrainSidecarRequest, _admin_pb2.UndrainSidecarResponse]  # type: ignore[assignment]
+    """Ends a drain: the sidecar's capacity counts again and the group is rebalanced, so it gets
+    its share of partitions back with cooperative handoffs.
+    Errors: INVALID_ARGUMENT (empty fields), NOT_FOUND (unknown group, sidecar neither a
+    member nor drained), PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`, UNAVAILABLE.
     """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -176,10 +240,17 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.UpdateGroupResponse, _abc.Awaitable[_admin_pb2.UpdateGroupResponse]]:
         """Updates the fields of a group named by update_mask; sidecars apply consumer_config live.
+        A change of `mode` switches the group with its sidecars attached and its clients bound,
+        keeping the committed offsets, and returns once the switch is complete: to kafka_group,
+        every lease is revoked cooperatively (in-flight acks drained, acked offsets committed),
+        then the mode is stored and the sidecars re-join and subscribe(); to leased, the mode is
+        stored, the sidecars re-join, hand their partitions back and leave Kafka's group, and
+        leases are granted once that group is empty (Kafka accepts the commits of assign()
+        consumers only then). If the call's deadline passes first, the switch goes on.
         Errors: INVALID_ARGUMENT (empty name, unknown or immutable mask path, invalid values as
         for CreateGroup), NOT_FOUND (unknown group or topic), PERMISSION_DENIED,
-        FAILED_PRECONDITION (expected_config_version mismatch; or + `ds-leader` on a follower),
-        UNAVAILABLE.
+        FAILED_PRECONDITION (expected_config_version mismatch; OPERATION_IN_PROGRESS: an offset
+        reset is running; or + `ds-leader` on a follower), UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
@@ -188,12 +259,21 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.ResetOffsetsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ResetOffsetsResponse, _abc.Awaitable[_admin_pb2.ResetOffsetsResponse]]:
-        """Resets a group's committed offsets: pauses the affected partitions, commits the new
-        offsets (epoch-fenced), resumes them. With dry_run, only computes the new offsets.
+        """Resets a group's committed offsets. Leased groups: the affected partitions are paused on
+        their holders (revoked with reason CONFIG and no drain; the holders drop what they
+        buffered and what is in flight, commit what was acked and release), the new offsets are
+        committed under a new lease epoch per partition, and each partition is granted back to
+        the same holder under that epoch at the new offset: nothing moves between sidecars, a
+        bound client reads the new position on its next fetch, and an ack from before the reset
+        is refused as stale. kafka_group groups: only while Kafka's group has no members (the
+        rule of kafka-consumer-groups --reset-offsets). Targets outside [log start, end] are
+        clamped (PartitionReset.clamped). With dry_run, only computes the new offsets.
         Errors: INVALID_ARGUMENT (empty group, unspecified strategy, topic not in the group,
-        partition out of range, negative absolute offset or timestamp), NOT_FOUND (unknown
-        group), PERMISSION_DENIED, FAILED_PRECONDITION (a partition could not be paused in time;
-        or + `ds-leader`), UNAVAILABLE (Kafka unreachable).
+        partition out of range, negative absolute offset, negative timestamp or one in the
+        future), NOT_FOUND (unknown group), PERMISSION_DENIED, FAILED_PRECONDITION
+        (GROUP_NOT_EMPTY: a kafka_group group with members; OPERATION_IN_PROGRESS: a reset of
+        the same partitions or a mode switch is running; or + `ds-leader`), UNAVAILABLE (Kafka
+        unreachable).
         """
 
     @_abc_1.abstractmethod
@@ -208,6 +288,34 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         topic, partition or target sidecar), PERMISSION_DENIED, FAILED_PRECONDITION (group not in
         leased mode, target at capacity, a handoff of the partition already in progress; or +
         `ds-leader`), UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def DrainSidecar(
+        self,
+        request: _admin_pb2.DrainSidecarRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DrainSidecarResponse, _abc.Awaitable[_admin_pb2.DrainSidecarResponse]]:
+        """Drains a sidecar for maintenance: it stays connected, but its capacity counts as 0, so
+        every lease it holds moves to the other members with a cooperative handoff (revoke ->
+        drain in-flight acks -> commit -> grant). Persisted: it stays drained across assigner
+        restarts until UndrainSidecar. Returns once the revokes are sent, with the leases the
+        sidecar still holds (DescribeGroup shows the progress).
+        Errors: INVALID_ARGUMENT (empty fields), NOT_FOUND (unknown group, sidecar not a member),
+        PERMISSION_DENIED, FAILED_PRECONDITION (group not in leased mode; or + `ds-leader`),
+        UNAVAILABLE (the state topic cannot be written).
+        """
+
+    @_abc_1.abstractmethod
+    def UndrainSidecar(
+        self,
+        request: _admin_pb2.UndrainSidecarRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.UndrainSidecarResponse, _abc.Awaitable[_admin_pb2.UndrainSidecarResponse]]:
+        """Ends a drain: the sidecar's capacity counts again and the group is rebalanced, so it gets
+        its share of partitions back with cooperative handoffs.
+        Errors: INVALID_ARGUMENT (empty fields), NOT_FOUND (unknown group, sidecar neither a
+        member nor drained), PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`, UNAVAILABLE.
         """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

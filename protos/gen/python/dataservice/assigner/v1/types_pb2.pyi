@@ -191,6 +191,7 @@ class Member(_message.Message):
     LAST_HEARTBEAT_FIELD_NUMBER: _builtins.int
     APPLIED_CONFIG_VERSION_FIELD_NUMBER: _builtins.int
     CONFIG_REJECTION_FIELD_NUMBER: _builtins.int
+    DRAINED_FIELD_NUMBER: _builtins.int
     sidecar_id: _builtins.str
     """Stable sidecar id (pod name)."""
     endpoint: _builtins.str
@@ -202,6 +203,10 @@ class Member(_message.Message):
     applied_config_version: _builtins.int
     """Version of the group config the sidecar reports it runs (GroupConfig.config_version);
     0 = not reported yet.
+    """
+    drained: _builtins.bool
+    """Drained by an operator (AdminService.DrainSidecar): its capacity counts as 0, so its
+    leases move to the other members while it stays connected, until UndrainSidecar.
     """
     @_builtins.property
     def joined_at(self) -> _timestamp_pb2.Timestamp:
@@ -228,10 +233,11 @@ class Member(_message.Message):
         last_heartbeat: _timestamp_pb2.Timestamp | None = ...,
         applied_config_version: _builtins.int = ...,
         config_rejection: Global___ConfigRejection | None = ...,
+        drained: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config_rejection", b"config_rejection", "joined_at", b"joined_at", "last_heartbeat", b"last_heartbeat"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_config_version", b"applied_config_version", "capacity", b"capacity", "config_rejection", b"config_rejection", "endpoint", b"endpoint", "joined_at", b"joined_at", "last_heartbeat", b"last_heartbeat", "sidecar_id", b"sidecar_id", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_config_version", b"applied_config_version", "capacity", b"capacity", "config_rejection", b"config_rejection", "drained", b"drained", "endpoint", b"endpoint", "joined_at", b"joined_at", "last_heartbeat", b"last_heartbeat", "sidecar_id", b"sidecar_id", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

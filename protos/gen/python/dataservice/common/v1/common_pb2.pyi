@@ -100,6 +100,11 @@ class _FaultTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FaultType.V
     """Notifier end-to-end probe: a probe record produced to a partition of the probe topic
     was not delivered through the mesh within the probe timeout.
     """
+    FAULT_TYPE_OFFSETS_RESET: _FaultType.ValueType  # 16
+    """Assigner: a group's committed offsets were reset (AdminService.ResetOffsets, or a reset
+    made with Kafka's own tools and followed by the assigner): the audit record of who, when,
+    which partitions, and the old and new offsets.
+    """
     FAULT_TYPE_CONFIG_REJECTED: _FaultType.ValueType  # 17
     """Assigner, from a sidecar's session: the sidecar could not apply the group's consumer
     config (librdkafka refused it there); it keeps running the config it had.
@@ -147,6 +152,11 @@ FAULT_TYPE_LAG_REWOUND: FaultType.ValueType  # 14
 FAULT_TYPE_PROBE_LOST: FaultType.ValueType  # 15
 """Notifier end-to-end probe: a probe record produced to a partition of the probe topic
 was not delivered through the mesh within the probe timeout.
+"""
+FAULT_TYPE_OFFSETS_RESET: FaultType.ValueType  # 16
+"""Assigner: a group's committed offsets were reset (AdminService.ResetOffsets, or a reset
+made with Kafka's own tools and followed by the assigner): the audit record of who, when,
+which partitions, and the old and new offsets.
 """
 FAULT_TYPE_CONFIG_REJECTED: FaultType.ValueType  # 17
 """Assigner, from a sidecar's session: the sidecar could not apply the group's consumer
