@@ -20,7 +20,16 @@ Session messages, after persisting new epochs. The rules (ARCHITECTURE §3, §3.
 * after a restart (state rebuilt from the state topic: epochs, no holders) the group
   *settles* for TTL + grace: re-attaching sidecars adopt the leases they hold with the
   current epoch, and nothing is granted until every lease that was valid before the
-  restart would have expired — so a restart moves no partition.
+  restart would have expired — so a restart moves no partition;
+* an offset reset *pauses* partitions (:meth:`GroupCoordinator.pause`): each is taken from
+  its holder like a handoff (revoke, release or expiry) but reserved for it, granted to
+  nobody, and given back to the same member under a new epoch at the new offset
+  (:meth:`GroupCoordinator.resume`) — the fencing rules above, and no partition moves;
+* a drained member (:meth:`GroupCoordinator.set_drained`) stays connected with capacity 0:
+  the balancer moves its partitions off, cooperatively, and gives it none until undrained;
+* a mode switch stops granting and revokes every lease cooperatively
+  (:meth:`GroupCoordinator.stop_granting`), and starts granting again at the committed
+  offsets (:meth:`GroupCoordinator.start_granting`).
 """
 
 from __future__ import annotations
@@ -49,6 +58,8 @@ class RevokeWhy(enum.Enum):
     MOVE = "move"
     SHUTDOWN = "shutdown"
     FENCED = "fenced"
+    RESET = "reset"  # an offset reset pauses the partition: release at once, no drain
+    CONFIG = "config"  # a mode switch: drain, commit, release; nothing is granted after
 
 
 @dataclass(frozen=True)
@@ -180,6 +191,10 @@ class GroupCoordinator:
         # partitions; the assigner only tracks membership (and pushes config).
         self.grants_enabled = grants_enabled
         self.weights: dict[TopicPartition, float] = {}  # LOAD mode, from heartbeats
+        # Offset resets in progress: paused partition -> the member it goes back to.
+        self.paused: dict[TopicPartition, str | None] = {}
+        # Members an operator drained: capacity 0 until undrained (persisted by the adapter).
+        self.drained: set[str] = set()
         # The tick rebalances only when something changed (or a settle period ended), and
         # in LOAD mode at most every LOAD_REBALANCE_SECONDS as weights drift: a full
         # balancer run on every 100 ms tick would cost O(partitions) for nothing.
@@ -214,6 +229,10 @@ class GroupCoordinator:
                 if lease.state is LeaseState.GRANTED:
                     lease.expires_at = now + self.timing.expiry
                     out.renewed.append(h)
+            elif h.tp in self.paused:
+                # Released or lapsed for an offset reset: whatever the sidecar still has of
+                # it is from before the reset. Nothing of it may be committed.
+                out.commands.append(RevokeCmd(member.id, h.tp, h.epoch, RevokeWhy.FENCED))
             elif lease.state is LeaseState.FREE and lease.epoch == h.epoch:
                 # Rebuilt after a restart: the holder's word plus the epoch from durable
                 # state. Epochs are persisted before a grant is sent, so nobody else can
@@ -228,7 +247,7 @@ class GroupCoordinator:
         for lease in self.held_by(member.id):
             if lease.state is LeaseState.REVOKING:
                 out.commands.append(
-                    RevokeCmd(member.id, lease.tp, lease.epoch, RevokeWhy.REBALANCE)
+                    RevokeCmd(member.id, lease.tp, lease.epoch, self._revoke_reason(lease.tp))
                 )
         out.commands.extend(self._rebalance(now))
         return out
@@ -298,7 +317,7 @@ class GroupCoordinator:
         out = Outcome()
         lease = self.leases[tp]
         source = self._intended_holder(lease)
-        if source == target:
+        if source == target or tp in self.paused:
             return out
         counts = self._intended_counts()
         swap: Lease | None = None
@@ -313,6 +332,124 @@ class GroupCoordinator:
         if swap is not None and source is not None:
             out.commands.extend(self._redirect(swap, source, now, RevokeWhy.MOVE))
         return out
+
+    # ---- offset resets: pause, new epochs, resume --------------------------------------
+
+    def pause(self, tps: Iterable[TopicPartition], now: float) -> Outcome:
+        """Offset reset, step 1: take ``tps`` from their holders without moving them.
+
+        A held partition is revoked (RESET: no drain — the holder drops its buffer and what
+        is in flight, commits what was acked and releases); one in a handoff finishes it; a
+        free one stays free. Each is reserved for the member that holds it (or would next),
+        and none is granted to anyone until :meth:`resume` or :meth:`unpause`. A holder that
+        does not release is waited out until its lease expires, as in any handoff."""
+        out = Outcome()
+        for tp in sorted(tps):
+            lease = self.leases[tp]
+            if tp in self.paused:
+                continue
+            self.paused[tp] = self._intended_holder(lease)
+            if lease.state is LeaseState.GRANTED:
+                assert lease.holder is not None
+                lease.state = LeaseState.REVOKING
+                lease.next_holder = lease.holder
+                out.commands.append(RevokeCmd(lease.holder, tp, lease.epoch, RevokeWhy.RESET))
+        return out
+
+    def is_paused(self, tps: Iterable[TopicPartition]) -> bool:
+        """Whether every partition of ``tps`` is paused and held by nobody (released, or
+        its lease lapsed): nothing can commit it any more but the assigner."""
+        return all(tp in self.paused and self.leases[tp].holder is None for tp in tps)
+
+    def reset_epochs(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Offset reset, step 2: a new epoch for each paused partition, under which its new
+        offset is committed and it is granted back (:meth:`resume` does not bump it again).
+        The adapter persists them before it commits."""
+        epochs = {}
+        for tp in sorted(tps):
+            lease = self.leases[tp]
+            if not self.is_paused([tp]):
+                raise ValueError(f"{tp} is not paused")
+            lease.epoch += 1
+            epochs[tp] = lease.epoch
+        return epochs
+
+    def resume(self, offsets: Mapping[TopicPartition, int], now: float) -> Outcome:
+        """Offset reset, step 3, once the new offsets are committed: each partition goes
+        back to the member it was reserved for, under its :meth:`reset_epochs` epoch, at its
+        new offset. One whose member cannot take it any more (gone, drained) is balanced
+        over the others like any free partition, starting at the new offset too."""
+        out = Outcome()
+        for tp, offset in sorted(offsets.items()):
+            holder = self.paused.pop(tp, None)
+            lease = self.leases[tp]
+            lease.committed = offset
+            lease.next_holder = None
+            if (
+                holder is not None
+                and lease.holder is None
+                and self._can_take(holder)
+                and self.grants_enabled
+                and now >= self.settle_until
+            ):
+                out.commands.append(self._grant(lease, holder, now, new_epoch=False))
+        out.commands.extend(self._rebalance(now))
+        return out
+
+    def unpause(self, tps: Iterable[TopicPartition], now: float) -> Outcome:
+        """A reset that committed nothing: the partitions are granted again as after any
+        handoff (a new epoch, at the offset their holder committed when it released)."""
+        for tp in tps:
+            if self.paused.pop(tp, None) is not None:
+                self.leases[tp].next_holder = None
+        self._rebalance_pending = True
+        return Outcome(commands=self._rebalance(now))
+
+    # ---- drains -------------------------------------------------------------------------
+
+    def set_drained(self, member_id: str, drained: bool, now: float) -> Outcome:
+        """An operator drains a member (its capacity counts as 0: its partitions move off
+        with cooperative handoffs while it stays connected) or ends the drain (it gets its
+        share back). Persisting the drain is the adapter's job."""
+        if drained:
+            self.drained.add(member_id)
+        else:
+            self.drained.discard(member_id)
+        self._rebalance_pending = True
+        return Outcome(commands=self._rebalance(now), membership_changed=True)
+
+    # ---- mode switches ------------------------------------------------------------------
+
+    def stop_granting(self, now: float) -> Outcome:
+        """Switch to kafka_group, step 1: grant nothing from now on, and revoke every held
+        lease cooperatively (CONFIG: the holder drains in-flight acks, commits and
+        releases). A holder that does not release is waited out until its lease expires;
+        :meth:`unheld` tells when no partition has a holder left."""
+        self.grants_enabled = False
+        out = Outcome()
+        for tp in sorted(self.leases):
+            lease = self.leases[tp]
+            lease.next_holder = None
+            if lease.state is LeaseState.GRANTED:
+                assert lease.holder is not None
+                lease.state = LeaseState.REVOKING
+                out.commands.append(RevokeCmd(lease.holder, tp, lease.epoch, RevokeWhy.CONFIG))
+        return out
+
+    def unheld(self) -> bool:
+        """No partition has a holder (every lease released or lapsed)."""
+        return all(lease.holder is None for lease in self.leases.values())
+
+    def start_granting(self, now: float) -> Outcome:
+        """Granting (re)starts: a switch to leased once Kafka's group is empty, or a switch
+        to kafka_group called off. Every free partition starts at the committed offset
+        Kafka has (what the classic consumers committed), never at an older report."""
+        self.grants_enabled = True
+        for lease in self.leases.values():
+            if lease.holder is None:
+                lease.committed = COMMITTED
+        self._rebalance_pending = True
+        return Outcome(commands=self._rebalance(now), membership_changed=True)
 
     def disconnect_expired(self, now: float) -> Outcome:
         """Tick: expire silent members, lapsed leases and hold windows; rebalance."""
@@ -342,7 +479,9 @@ class GroupCoordinator:
                 target = lease.next_holder
                 self._free(lease)
                 changed = True
-                if target is not None and self._can_take(target) and now >= self.settle_until:
+                if lease.tp in self.paused:
+                    lease.next_holder = target  # reserved; granted back by resume()
+                elif target is not None and self._can_take(target) and now >= self.settle_until:
                     out.commands.append(self._grant(lease, target, now))
         for member_id in [m.id for m in self.members.values() if m.leaving]:
             self._finish_leave_if_done(member_id, now, out)
@@ -389,7 +528,13 @@ class GroupCoordinator:
 
     def _can_take(self, member_id: str) -> bool:
         member = self.members.get(member_id)
-        return member is not None and member.present
+        return member is not None and member.present and member_id not in self.drained
+
+    def _revoke_reason(self, tp: TopicPartition) -> RevokeWhy:
+        """Why a lease in REVOKING was revoked, for sending the revoke again."""
+        if tp in self.paused:
+            return RevokeWhy.RESET
+        return RevokeWhy.REBALANCE if self.grants_enabled else RevokeWhy.CONFIG
 
     def _intended_holder(self, lease: Lease) -> str | None:
         if lease.state is LeaseState.REVOKING:
@@ -425,6 +570,9 @@ class GroupCoordinator:
             lease.committed = r.committed
         target = lease.next_holder
         self._free(lease)
+        if r.tp in self.paused:
+            lease.next_holder = target  # reserved for its holder; resume() grants it back
+            return []
         commands: list[Command] = []
         if target is not None and self._can_take(target) and now >= self.settle_until:
             # The balancer chose the next holder when it revoked: hand it over directly.
@@ -478,7 +626,10 @@ class GroupCoordinator:
         result = rebalance(
             BalanceInput(
                 partitions=sorted(self.leases),
-                members=[Member(m.id, capacity=m.capacity, zone=m.zone) for m in members],
+                members=[
+                    Member(m.id, capacity=0 if m.id in self.drained else m.capacity, zone=m.zone)
+                    for m in members
+                ],
                 current=current,
                 strategy=self.strategy,
                 weights=self.weights if self.strategy is Strategy.LOAD else {},
@@ -488,7 +639,7 @@ class GroupCoordinator:
         for tp in sorted(self.leases):
             lease = self.leases[tp]
             target = result.assignment.get(tp)
-            if target is None:
+            if target is None or tp in self.paused:
                 continue
             if lease.state is LeaseState.FREE:
                 lease.next_holder = target
@@ -504,8 +655,11 @@ class GroupCoordinator:
                 lease.next_holder = target
         return commands
 
-    def _grant(self, lease: Lease, member_id: str, now: float) -> GrantCmd:
-        lease.epoch += 1
+    def _grant(
+        self, lease: Lease, member_id: str, now: float, *, new_epoch: bool = True
+    ) -> GrantCmd:
+        if new_epoch:
+            lease.epoch += 1
         lease.holder = member_id
         lease.state = LeaseState.GRANTED
         lease.next_holder = None
