@@ -15,6 +15,7 @@ from dataservice.assigner.v1 import admin_pb2_grpc, assigner_pb2_grpc, binding_p
 from services.assigner.faults import report_failover
 from services.assigner.kafka_cluster import KafkaCluster
 from services.assigner.kafka_offsets import KafkaOffsets
+from services.assigner.kafka_reset import KafkaResets
 from services.assigner.leader_guard import LeaderGuard
 from services.assigner.leadership import (
     ElectionSettings,
@@ -25,6 +26,7 @@ from services.assigner.leadership import (
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.offsets_view import OffsetsView
 from services.assigner.registry import GroupRegistry
+from services.assigner.resets import OffsetResets
 from services.assigner.rpc import AdminServicer, AssignerServicer, BindingServicer
 from services.assigner.settings import AssignerSettings
 from services.assigner.state import StateStore
@@ -69,6 +71,11 @@ class AssignerApp:
         )
         # One offsets view (and its cache) for DescribeGroup, ListGroups and /ui.
         self.offsets = OffsetsView(KafkaOffsets(settings))
+        # Offset resets read fresh offsets (never the view's cache) and commit.
+        self._reset_offsets = KafkaOffsets(settings)
+        self.resets = OffsetResets(
+            KafkaResets(settings, self._reset_offsets), self.cluster, clock=self.now
+        )
         # /ui: pages gathered on this loop (set in on_ready), lag history sampled by the leader.
         self.lag_history = LagHistory()
         self._ui_data = UiData(
@@ -102,7 +109,12 @@ class AssignerApp:
             GrpcService(
                 "dataservice.assigner.v1.AdminService",
                 AdminServicer(
-                    self.groups, self.offsets, self.cluster, self.settings, clock=self.now
+                    self.groups,
+                    self.offsets,
+                    self.cluster,
+                    self.settings,
+                    clock=self.now,
+                    resets=self.resets,
                 ),
                 admin_pb2_grpc.add_AdminServiceServicer_to_server,
             ),
@@ -187,6 +199,7 @@ class AssignerApp:
         await self.step_down()
         await self._ui_data.close()
         await asyncio.to_thread(self.offsets.close)
+        await asyncio.to_thread(self._reset_offsets.close)
         await asyncio.to_thread(self.state.close)
         await asyncio.to_thread(self.faults.close)
 

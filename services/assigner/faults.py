@@ -1,6 +1,6 @@
 """The assigner's fault emitters (ARCHITECTURE §5.4): CONSUMER_LOST, CONSUMER_LEFT,
-PARTITIONS_REASSIGNED, CLIENT_REBOUND and CONFIG_REJECTED (what a sidecar's heartbeats say
-of the group's consumer config) per group, ASSIGNER_FAILOVER per replica.
+PARTITIONS_REASSIGNED, CLIENT_REBOUND, OFFSETS_RESET and CONFIG_REJECTED (what a sidecar's
+heartbeats say of the group's consumer config) per group, ASSIGNER_FAILOVER per replica.
 
 Each hook is one call at a decision point of the assigner and turns it into reports on the
 shared :class:`~services.runtime.reporter.FaultReporter`; none of them raises.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from dataservice.common.v1 import common_pb2
 from services.runtime.faults import OPEN, RESOLVED, FaultTypeValue, dedupe_key, short_type
@@ -179,6 +180,57 @@ class GroupFaults:
                 attributes=detail,
                 dedupe_key=key,
             )
+
+    @never_raises
+    def offsets_reset(self, audit: ResetAudit) -> None:
+        """OFFSETS_RESET: the audit record of a reset that committed new offsets, one event
+        per topic (OPEN, then RESOLVED at once: the reset is complete when reported)."""
+        by_topic: dict[str, list[tuple[int, int, int, int]]] = {}
+        for topic, partition, old, new, epoch in audit.partitions:
+            by_topic.setdefault(topic, []).append((partition, old, new, epoch))
+        for topic, rows in sorted(by_topic.items()):
+            rows.sort()
+            offsets = ",".join(f"{p}:{old}->{new}" for p, old, new, _ in rows)
+            attributes = {
+                "actor": audit.actor,
+                "source": audit.source,
+                "strategy": audit.strategy,
+                "offsets": offsets,
+            }
+            if any(epoch for *_, epoch in rows):
+                attributes["epochs"] = ",".join(f"{p}:{epoch}" for p, _, _, epoch in rows)
+            if audit.request_id:
+                attributes["request_id"] = audit.request_id
+            # Unique per reset: an audit record is never merged with another one.
+            key = dedupe_key(common_pb2.FAULT_TYPE_OFFSETS_RESET, self.group, topic, audit.reset_id)
+            message = (
+                f"offsets of {len(rows)} partition(s) of {topic} reset ({audit.strategy}) by "
+                f"{audit.actor or '?'} ({audit.source})"
+            )
+            for state in (OPEN, RESOLVED):
+                self.reporter.report(
+                    common_pb2.FAULT_TYPE_OFFSETS_RESET,
+                    state,
+                    group=self.group,
+                    topic=topic,
+                    partitions=[p for p, *_ in rows],
+                    message=message,
+                    attributes=attributes,
+                    dedupe_key=key,
+                )
+
+
+@dataclass(frozen=True)
+class ResetAudit:
+    """What OFFSETS_RESET records of one reset."""
+
+    reset_id: str
+    actor: str  # who asked: the caller's identity, else its address
+    source: str  # "admin" (ResetOffsets) or "external" (a reset made with Kafka's tools)
+    strategy: str
+    request_id: str
+    # (topic, partition, old offset, new offset, lease epoch; 0 = none), per partition.
+    partitions: tuple[tuple[str, int, int, int, int], ...]
 
 
 @never_raises

@@ -14,9 +14,9 @@ import contextlib
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 import structlog
 from google.protobuf import duration_pb2
@@ -46,12 +46,15 @@ from services.runtime.reporter import FaultReporter
 from services.runtime.topic_partition import TopicPartition
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 _REVOKE_REASONS = {
     RevokeWhy.REBALANCE: assigner_pb2.REVOKE_REASON_REBALANCE,
     RevokeWhy.MOVE: assigner_pb2.REVOKE_REASON_MOVE,
     RevokeWhy.SHUTDOWN: assigner_pb2.REVOKE_REASON_SHUTDOWN,
     RevokeWhy.FENCED: assigner_pb2.REVOKE_REASON_FENCED,
+    RevokeWhy.RESET: assigner_pb2.REVOKE_REASON_CONFIG,
+    RevokeWhy.CONFIG: assigner_pb2.REVOKE_REASON_CONFIG,
 }
 STRATEGIES = {
     "count": types_pb2.BALANCE_STRATEGY_COUNT,
@@ -76,6 +79,8 @@ class GroupStore(Protocol):
     def put_binding(self, group: str, client_id: str) -> asyncio.Future[None]: ...
 
     def delete_binding(self, group: str, client_id: str) -> asyncio.Future[None]: ...
+
+    def put_drain(self, group: str, sidecar_id: str, drained: bool) -> asyncio.Future[None]: ...
 
 
 def duration(seconds: float) -> duration_pb2.Duration:
@@ -163,6 +168,7 @@ class GroupRuntime:
         epochs: dict[TopicPartition, int] | None = None,
         settle_until: float = 0.0,
         clients: Iterable[str] = (),
+        drained: Iterable[str] = (),
         faults: FaultReporter | None = None,
     ) -> None:
         self.record = record
@@ -183,12 +189,16 @@ class GroupRuntime:
             strategy=Strategy(record.balance_strategy),
             grants_enabled=record.mode == "leased",
         )
+        self.coordinator.drained = set(drained)
+        # The operator's operation running on the group (an offset reset, a mode switch),
+        # if any: one at a time (begin_operation).
+        self.operation: str | None = None
         self.connections: dict[str, Connection] = {}
         self.clients: set[str] = set(clients)
         self.watchers: set[asyncio.Queue[types_pb2.Binding]] = set()
         self.binding_version = 0
         self._holders_seen: dict[str, tuple[TopicPartition, ...]] = {}
-        self._background: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[Any]] = set()
         self.log = log.bind(group=record.name)
         # Observability only (metrics and /ui), never read by a decision:
         # bytes/s per partition and per sidecar as last reported in heartbeats,
@@ -415,11 +425,12 @@ class GroupRuntime:
         """A new configuration (UpdateGroup): every new config version goes to every
         sidecar at once (ConfigUpdate), so each reports running the group's current version
         whatever field changed; a sidecar replaces its consumer only if the consumer
-        config itself changed."""
+        config itself changed. A new mode is only recorded here: whether leases are granted
+        is the mode switch's to decide (:mod:`services.assigner.mode_switch`), in step with
+        the sidecars."""
         new_version = record.config_version != self.record.config_version
         self.record = record
         self.coordinator.strategy = Strategy(record.balance_strategy)
-        self.coordinator.grants_enabled = record.mode == "leased"
         self._persist_group()
         if new_version:
             update = assigner_pb2.SessionResponse(
@@ -430,6 +441,52 @@ class GroupRuntime:
             )
             for conn in self.connections.values():
                 conn.send(update)
+
+    # ---- operations: drains, the mode switch's re-join, one operation at a time --------
+
+    async def set_drained(self, member_id: str, drained: bool, now: float) -> None:
+        """Drain a member (or end its drain): durable first, then its leases move."""
+        if self.state is not None:
+            await self.state.put_drain(self.name, member_id, drained)
+        self.log.info("sidecar drained" if drained else "sidecar undrained", sidecar=member_id)
+        self.apply(self.coordinator.set_drained(member_id, drained, now))
+
+    async def persist_epochs(self, epochs: dict[TopicPartition, int]) -> None:
+        """Epochs made outside a grant (an offset reset's), durable before they are used."""
+        if self.state is not None and epochs:
+            await self.state.put_epochs(self.name, sorted(epochs.items()))
+
+    def rejoin_all(self) -> None:
+        """End every sidecar's Session stream: each re-joins at once and learns the group's
+        mode and config from its SessionAccepted (a mode switch). Membership and leases
+        are untouched: a broken stream is not a lost member."""
+        for conn in list(self.connections.values()):
+            conn.close()
+
+    def check_idle(self) -> None:
+        """OPERATION_IN_PROGRESS while an operation (an offset reset, a mode switch) runs."""
+        if self.operation is not None:
+            raise DsError(
+                Reason.OPERATION_IN_PROGRESS,
+                f"group {self.name!r}: {self.operation} is in progress; retry once it is done",
+                metadata={"group": self.name, "operation": self.operation},
+            )
+
+    def begin_operation(self, name: str) -> None:
+        """Mark ``name`` as running on the group; OPERATION_IN_PROGRESS if another one is."""
+        self.check_idle()
+        self.operation = name
+
+    def end_operation(self) -> None:
+        self.operation = None
+
+    def in_background(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run an operation that must not stop halfway when its caller gives up (a call's
+        deadline): it runs to its end unless the group closes."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
 
     def bind(self, client_id: str) -> None:
         if client_id not in self.clients:
@@ -513,15 +570,18 @@ class GroupRuntime:
         else:
             assert isinstance(cmd, RevokeCmd)
             self.metrics.revokes.labels(self.name).inc()
-            if cmd.reason is not RevokeWhy.FENCED:  # a stale epoch, not a handoff
+            if cmd.reason not in (RevokeWhy.FENCED, RevokeWhy.RESET):  # not a handoff
                 self._revoked_at.setdefault(cmd.tp, (time.monotonic(), cmd.epoch))
+            # A reset pauses the partition: the holder drops what is in flight at once
+            # (acks of it are refused as stale from now on) instead of waiting for it.
+            drain = 0.0 if cmd.reason is RevokeWhy.RESET else self.settings.drain_timeout_seconds
             message = assigner_pb2.SessionResponse(
                 revoke=assigner_pb2.LeaseRevoke(
                     topic=cmd.tp.topic,
                     partition=cmd.tp.partition,
                     epoch=cmd.epoch,
                     reason=_REVOKE_REASONS[cmd.reason],
-                    drain_timeout=duration(self.settings.drain_timeout_seconds),
+                    drain_timeout=duration(drain),
                 )
             )
         if conn is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Protocol
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -54,6 +55,15 @@ def broker_leaders_of(metadata: ClusterMetadata, topics: Sequence[str]) -> Broke
         for p in info.partitions.values():
             leaders[TopicPartition(topic, p.id)] = p.leader
     return leaders, hosts
+
+
+class GroupMembers(Protocol):
+    """Kafka's classic consumer groups, as the admin operations ask about them (a mode
+    switch, a reset, the old "stop everything first" rule): :class:`KafkaCluster`."""
+
+    async def group_members(self, group: str) -> int:
+        """Members of the Kafka consumer group; DsError KAFKA_UNAVAILABLE."""
+        ...
 
 
 class KafkaCluster:

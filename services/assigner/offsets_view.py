@@ -69,6 +69,7 @@ class OffsetsView:
         self.clock = clock
         self._cached: dict[str, tuple[tuple[TopicPartition, ...], float, Offsets]] = {}
         self._reads: dict[str, asyncio.Task[Offsets]] = {}
+        self._forgotten_at: dict[str, float] = {}
         self._known: OrderedDict[tuple[TopicPartition, int], int] = OrderedDict()
         self._probe: asyncio.Task[None] | None = None
         self._next_probe = 0.0
@@ -96,14 +97,23 @@ class OffsetsView:
                 f"Kafka did not answer for the offsets of group {group!r} in time", group
             ) from exc
 
+    def forget(self, group: str) -> None:
+        """Drop the group's cached offsets: they just changed (an offset reset), and the next
+        DescribeGroup must show the new ones, not those read up to a second ago."""
+        self._cached.pop(group, None)
+        self._reads.pop(group, None)  # a read in flight began before: the next one starts anew
+        self._forgotten_at[group] = self.clock()
+
     async def _read(self, group: str, partitions: tuple[TopicPartition, ...]) -> Offsets:
         try:
             started = self.clock()
             value = await asyncio.to_thread(self.reader.read, group, partitions)
-            self._cached[group] = (partitions, started, value)
+            if self._forgotten_at.get(group, float("-inf")) < started:
+                self._cached[group] = (partitions, started, value)
             return value
         finally:
-            self._reads.pop(group, None)
+            if self._reads.get(group) is asyncio.current_task():
+                self._reads.pop(group, None)
 
     async def many(
         self, groups: Mapping[str, Sequence[TopicPartition]], wait: float

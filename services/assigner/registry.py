@@ -191,6 +191,7 @@ class GroupRegistry:
                 epochs=snapshot.epochs.get(record.name, {}),
                 settle_until=settle_until,
                 clients=snapshot.bindings.get(record.name, set()),
+                drained=snapshot.drained.get(record.name, set()),
                 faults=self.faults,
             )
             log.info(

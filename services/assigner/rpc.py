@@ -12,7 +12,7 @@ import contextlib
 import re
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from typing import Any
 
 import grpc.aio
 import structlog
@@ -31,6 +31,7 @@ from services.assigner.admin.librdkafka import check_librdkafka_properties
 from services.assigner.admin.messages import lease_message, member_message
 from services.assigner.admin.paging import PageTokens, page, page_size
 from services.assigner.admin.records import make_record, record_fields
+from services.assigner.admin.reset_request import reset_spec
 from services.assigner.admin.update_mask import apply_update_mask, changed_paths, mask_paths
 from services.assigner.admin.validation import (
     validate_group_config,
@@ -40,21 +41,29 @@ from services.assigner.admin.validation import (
 )
 from services.assigner.coordinator import LeaseState
 from services.assigner.groups import GroupRuntime, duration
+from services.assigner.kafka_cluster import GroupMembers
 from services.assigner.kafka_offsets import KAFKA_TIMEOUT_SECONDS
 from services.assigner.metrics import AssignerMetrics
+from services.assigner.mode_switch import ModeSwitch
 from services.assigner.offsets import lag_seconds, total_lag
 from services.assigner.offsets_view import OffsetsView, budget
 from services.assigner.registry import GroupRegistry
+from services.assigner.resets import OffsetResets, ResetOrder, ResetResult
 from services.assigner.settings import AssignerSettings
 from services.assigner.state import GroupRecord
 from services.runtime.auth import current_identity
-from services.runtime.errors import DsError, Reason, invalid, not_implemented
+from services.runtime.errors import DsError, Reason, invalid
 from services.runtime.topic_partition import TopicPartition
 
 log = structlog.get_logger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
 _ID = re.compile(r"^[A-Za-z0-9._:@-]{1,255}$")
 Clock = Callable[[], float]
+# Request metadata naming who asks for an admin change (dsctl sends user@host), for the
+# audit records when authorization is off; the caller's address when absent. With
+# authorization on, the authenticated identity is the actor and this names the person.
+ACTOR_METADATA_KEY = "ds-actor"
+MAX_ACTOR_LENGTH = 200
 
 
 def require_id(field: str, value: str) -> str:
@@ -63,14 +72,6 @@ def require_id(field: str, value: str) -> str:
     if not _ID.match(value):
         raise invalid(field, "may only hold letters, digits and . _ : @ - (at most 255)")
     return value
-
-
-class KafkaGroups(Protocol):
-    """Kafka's classic consumer groups (:class:`~services.assigner.kafka_cluster.KafkaCluster`)."""
-
-    async def group_members(self, group: str) -> int:
-        """Members of the Kafka consumer group; DsError KAFKA_UNAVAILABLE."""
-        ...
 
 
 class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
@@ -204,25 +205,30 @@ class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    """The operators' API (ARCHITECTURE §5.5) over :mod:`services.assigner.admin`.
-
-    ListGroups, DescribeGroup, CreateGroup, UpdateGroup and MoveLease; ResetOffsets answers
-    UNIMPLEMENTED until the Operations issue. Kafka is read in worker threads only.
+    """The operators' API (ARCHITECTURE §5.5) over :mod:`services.assigner.admin`, the
+    offset resets (:mod:`services.assigner.resets`) and the mode switch
+    (:mod:`services.assigner.mode_switch`). Kafka is read in worker threads only.
     """
 
     def __init__(
         self,
         groups: GroupRegistry,
         offsets: OffsetsView,
-        kafka: KafkaGroups,
+        kafka: GroupMembers,
         settings: AssignerSettings,
         clock: Clock = time.monotonic,
+        *,
+        resets: OffsetResets,
+        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.groups = groups
         self.offsets = offsets
         self.kafka = kafka
         self.settings = settings
         self.clock = clock
+        self.resets = resets
+        self.wall_ms = wall_ms
+        self.switch = ModeSwitch(kafka, drain_timeout=settings.drain_timeout_seconds, clock=clock)
         self.requests = IdempotencyCache()
         self.page_tokens = PageTokens()
         # One configuration change at a time: the config_version check and the write it
@@ -278,7 +284,13 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return admin_pb2.DescribeGroupResponse(
             config=group.config_proto(),
             members=[
-                member_message(m, now_mono, now_wall, config=group.member_configs.get(m.id))
+                member_message(
+                    m,
+                    now_mono,
+                    now_wall,
+                    config=group.member_configs.get(m.id),
+                    drained=m.id in group.coordinator.drained,
+                )
                 for m in group.coordinator.live_members()
             ],
             leases=[
@@ -349,24 +361,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             changed = changed_paths(current, desired)
             if not changed:
                 return admin_pb2.UpdateGroupResponse(group=current)  # nothing to apply
-            if "mode" in changed:
-                # The two modes never run at once on one group id: Kafka accepts commits
-                # from non-members (assign() sidecars) only while the group has no members.
-                members = len(group.coordinator.members)
-                kafka_members = await self.kafka.group_members(group.name)
-                if members or kafka_members:
-                    raise DsError(
-                        Reason.GROUP_MODE_MISMATCH,
-                        f"group {group.name!r}: stop every sidecar of the group before "
-                        f"switching modes ({members} attached here, {kafka_members} members "
-                        "in the Kafka group); committed offsets are kept",
-                        metadata={
-                            "group": group.name,
-                            "mode": group.record.mode,
-                            "sidecars": str(members),
-                            "kafka_members": str(kafka_members),
-                        },
-                    )
+            group.check_idle()  # OPERATION_IN_PROGRESS while a reset or switch runs
             record = make_record(record_fields(desired), self._record_defaults())
             record.config_version = current.config_version + 1
             if "consumer_config" in changed:
@@ -375,16 +370,43 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                     "group.consumer_config",
                     record.consumer_config,
                 )
-            # Durable first, then live (sidecars get consumer config pushed); a topic that
-            # does not exist is TOPIC_NOT_FOUND.
-            group = await self.groups.update_group(record)
+            if "mode" in changed:
+                # With its sidecars attached and clients bound; returns once switched.
+                await self.groups.topics.partitions(record.topics)  # TOPIC_NOT_FOUND first
+                await self.switch.switch(group, record, self.groups.update_group)
+            else:
+                # Durable first, then live (sidecars get consumer config pushed); a topic
+                # that does not exist is TOPIC_NOT_FOUND.
+                group = await self.groups.update_group(record)
             log.info("group updated", group=group.name, changed=changed)
             return admin_pb2.UpdateGroupResponse(group=group.config_proto())
 
     async def ResetOffsets(
         self, request: admin_pb2.ResetOffsetsRequest, context: Context
     ) -> admin_pb2.ResetOffsetsResponse:
-        await not_implemented(context, "AdminService.ResetOffsets")
+        validate_group_name("group", request.group)
+        validate_request_id(request.request_id)
+        group = self.groups.group(request.group)
+        spec = reset_spec(
+            request, group.record.topics, sorted(group.coordinator.leases), self.wall_ms()
+        )
+        if request.dry_run:
+            return _reset_response(await self.resets.preview(group, spec), dry_run=True)
+        order = ResetOrder(
+            spec, source="admin", actor=_actor(context), request_id=request.request_id
+        )
+        return await self.requests.run(
+            "ResetOffsets", request, request.request_id, lambda: self._reset(group, order)
+        )
+
+    async def _reset(
+        self, group: GroupRuntime, order: ResetOrder
+    ) -> admin_pb2.ResetOffsetsResponse:
+        try:
+            result = await self.resets.reset(group, order)
+        finally:
+            self.offsets.forget(group.name)
+        return _reset_response(result, dry_run=False)
 
     async def MoveLease(
         self, request: admin_pb2.MoveLeaseRequest, context: Context
@@ -415,6 +437,13 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             )
         tp = TopicPartition(request.topic, request.partition)
         lease = group.coordinator.leases.get(tp)
+        if lease is not None and tp in group.coordinator.paused:
+            raise DsError(
+                Reason.OPERATION_IN_PROGRESS,
+                f"{tp.topic}/{tp.partition} of group {group.name!r} is paused for an offset "
+                "reset; move it once the reset is done",
+                metadata={"group": group.name, "operation": "an offset reset"},
+            )
         if lease is None:
             raise DsError(
                 Reason.TOPIC_NOT_FOUND,
@@ -436,6 +465,74 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             group.move_lease(tp, target, self.clock())  # no-op when already heading there
         return admin_pb2.MoveLeaseResponse(lease=lease_message(lease, self.clock(), time.time()))
 
+    async def DrainSidecar(
+        self, request: admin_pb2.DrainSidecarRequest, context: Context
+    ) -> admin_pb2.DrainSidecarResponse:
+        validate_group_name("group", request.group)
+        require_id("sidecar_id", request.sidecar_id)
+        validate_request_id(request.request_id)
+        return await self.requests.run(
+            "DrainSidecar", request, request.request_id, lambda: self._drain(request)
+        )
+
+    async def _drain(
+        self, request: admin_pb2.DrainSidecarRequest
+    ) -> admin_pb2.DrainSidecarResponse:
+        group = self.groups.group(request.group)
+        if group.record.mode != "leased":
+            raise DsError(
+                Reason.GROUP_MODE_MISMATCH,
+                f"group {group.name!r} is in {group.record.mode} mode: Kafka assigns its "
+                "partitions (stop the sidecar instead)",
+                metadata={"group": group.name, "mode": group.record.mode},
+            )
+        member = next(
+            (m for m in group.coordinator.live_members() if m.id == request.sidecar_id), None
+        )
+        if member is None:
+            raise _sidecar_not_found(group.name, request.sidecar_id)
+        await self._set_drained(group, request.sidecar_id, drained=True)
+        now_mono, now_wall = self.clock(), time.time()
+        return admin_pb2.DrainSidecarResponse(
+            member=member_message(member, now_mono, now_wall, drained=True),
+            leases=[
+                lease_message(lease, now_mono, now_wall)
+                for lease in group.coordinator.held_by(request.sidecar_id)
+            ],
+        )
+
+    async def UndrainSidecar(
+        self, request: admin_pb2.UndrainSidecarRequest, context: Context
+    ) -> admin_pb2.UndrainSidecarResponse:
+        validate_group_name("group", request.group)
+        require_id("sidecar_id", request.sidecar_id)
+        validate_request_id(request.request_id)
+        return await self.requests.run(
+            "UndrainSidecar", request, request.request_id, lambda: self._undrain(request)
+        )
+
+    async def _undrain(
+        self, request: admin_pb2.UndrainSidecarRequest
+    ) -> admin_pb2.UndrainSidecarResponse:
+        group = self.groups.group(request.group)
+        sidecar = request.sidecar_id
+        live = {m.id: m for m in group.coordinator.live_members()}
+        if sidecar not in live and sidecar not in group.coordinator.drained:
+            raise _sidecar_not_found(group.name, sidecar)
+        await self._set_drained(group, sidecar, drained=False)
+        response = admin_pb2.UndrainSidecarResponse()
+        if sidecar in live:
+            response.member.CopyFrom(member_message(live[sidecar], self.clock(), time.time()))
+        return response
+
+    async def _set_drained(self, group: GroupRuntime, sidecar: str, *, drained: bool) -> None:
+        try:
+            await group.set_drained(sidecar, drained, self.clock())
+        except Exception as exc:
+            raise DsError(
+                Reason.KAFKA_UNAVAILABLE, f"the drain was not stored (nothing changed): {exc}"
+            ) from exc
+
     # ---- helpers ------------------------------------------------------------------------
 
     def _timing_defaults(self) -> tuple[float, float]:
@@ -450,3 +547,45 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             "heartbeat_interval_seconds": heartbeat,
             "balance_strategy": "count",
         }
+
+
+def _sidecar_not_found(group: str, sidecar: str) -> DsError:
+    return DsError(
+        Reason.SIDECAR_NOT_FOUND,
+        f"sidecar {sidecar!r} is not a live member of group {group!r}",
+        metadata={"group": group, "sidecar_id": sidecar},
+    )
+
+
+def _actor(context: Context) -> str:
+    """Who asks, for the audit record: the authenticated identity (with what it says of
+    itself in ``ds-actor``), else ``ds-actor``, else the caller's address."""
+    said = ""
+    for key, value in context.invocation_metadata() or ():
+        if key == ACTOR_METADATA_KEY and value:
+            said = value if isinstance(value, str) else value.decode(errors="replace")
+    identity = current_identity()
+    if identity is not None:
+        who = f"{identity.name} ({said})" if said else identity.name
+    else:
+        who = said or str(context.peer() or "")
+    return who[:MAX_ACTOR_LENGTH]
+
+
+def _reset_response(result: ResetResult, *, dry_run: bool) -> admin_pb2.ResetOffsetsResponse:
+    return admin_pb2.ResetOffsetsResponse(
+        partitions=[
+            admin_pb2.PartitionReset(
+                topic=r.tp.topic,
+                partition=r.tp.partition,
+                old_offset=r.old,
+                new_offset=r.new,
+                applied=result.applied,
+                clamped=r.clamped,
+                target_offset=r.target,
+                epoch=result.epochs.get(r.tp, 0),
+            )
+            for r in result.partitions
+        ],
+        dry_run=dry_run,
+    )

@@ -1,15 +1,17 @@
 """Durable assigner state in the compacted topic ``__ds_assigner_state`` (ARCHITECTURE §6).
 
 What survives an assigner restart or a leader change: groups (topics, mode, consumer
-config, config version), client bindings and the last lease epoch of every partition.
+config, config version), client bindings, the last lease epoch of every partition and the
+sidecars an operator drained.
 Holders are *not* stored: a restarted leader learns them from the sidecars re-attaching
 with their leases (see coordinator: settle + adopt), which is what keeps a restart from
 moving anything. Epochs are written, and acknowledged by Kafka (acks=all, idempotent
 producer), *before* the grant that carries them is sent, so epochs never go backwards.
 
 Records are keyed by a JSON array (``["group", name]``, ``["epoch", group, topic,
-partition]``, ``["binding", group, client_id]``) so compaction keeps the last of each; a
-null value (tombstone) deletes. The topic has one partition: order matters.
+partition]``, ``["binding", group, client_id]``, ``["drain", group, sidecar_id]``) so
+compaction keeps the last of each; a null value (tombstone) deletes. The topic has one
+partition: order matters.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class StateSnapshot:
     groups: dict[str, GroupRecord] = field(default_factory=dict)
     epochs: dict[str, dict[TP, int]] = field(default_factory=dict)
     bindings: dict[str, set[str]] = field(default_factory=dict)
+    drained: dict[str, set[str]] = field(default_factory=dict)
     records: int = 0
 
 
@@ -96,6 +99,12 @@ def apply_record(snapshot: StateSnapshot, key: bytes, value: bytes | None) -> No
             clients.discard(parts[2])
         else:
             clients.add(parts[2])
+    elif kind == "drain" and len(parts) == 3:
+        drained = snapshot.drained.setdefault(parts[1], set())
+        if data is None:
+            drained.discard(parts[2])
+        else:
+            drained.add(parts[2])
     snapshot.records += 1
 
 
@@ -152,6 +161,10 @@ class StateStore:
 
     def delete_binding(self, group: str, client_id: str) -> asyncio.Future[None]:
         return self._write([(_key("binding", group, client_id), None)])
+
+    def put_drain(self, group: str, sidecar_id: str, drained: bool) -> asyncio.Future[None]:
+        value = b'{"drained":true}' if drained else None
+        return self._write([(_key("drain", group, sidecar_id), value)])
 
     def _write(self, records: list[tuple[bytes, bytes | None]]) -> asyncio.Future[None]:
         """Produce records now; the future resolves when Kafka acknowledged all of them."""

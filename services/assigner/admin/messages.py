@@ -43,6 +43,7 @@ def member_message(
     now_wall: float,
     *,
     config: MemberConfig | None = None,
+    drained: bool = False,
 ) -> types_pb2.Member:
     """``config``: the group's consumer config as the member last reported running it."""
     proto = types_pb2.Member(
@@ -50,6 +51,7 @@ def member_message(
         endpoint=member.endpoint,
         zone=member.zone or "",
         capacity=member.capacity or 0,
+        drained=drained,
     )
     if config is not None:
         proto.applied_config_version = config.applied_version

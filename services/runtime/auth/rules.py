@@ -71,6 +71,8 @@ RULES: Mapping[str, Rule] = {
     _ADMIN + "UpdateGroup": Rule(Verb.ADMIN),
     _ADMIN + "ResetOffsets": Rule(Verb.ADMIN),
     _ADMIN + "MoveLease": Rule(Verb.ADMIN),
+    _ADMIN + "DrainSidecar": Rule(Verb.ADMIN),
+    _ADMIN + "UndrainSidecar": Rule(Verb.ADMIN),
     _STREAM + "Fetch": Rule(Verb.READ, _group),
     _STREAM + "Stream": Rule(Verb.READ, _open_group),
     _STREAM + "Ack": Rule(Verb.READ, _group),

@@ -6,7 +6,8 @@ groups and coordinators, the :class:`OffsetsView` cache, the idempotency cache, 
 tokens, the error interceptor. Only Kafka is replaced, at the narrow objects the app would
 wire to it: topic metadata and classic group members (:class:`MemoryKafka`, which reads
 real confluent-kafka ``ClusterMetadata`` through :func:`partitions_of`), the durable state
-writes (:class:`MemoryStore`) and the offsets reads (:class:`MemoryOffsets`).
+writes (:class:`MemoryStore`) and the offsets reads, offsets-for-times and reset commits
+(:class:`MemoryOffsets`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from services.assigner.metrics import AssignerMetrics
 from services.assigner.offsets import Offsets, PartitionOffsets, unavailable
 from services.assigner.offsets_view import OffsetsView
 from services.assigner.registry import GroupRegistry
+from services.assigner.resets import OffsetResets
 from services.assigner.rpc import AdminServicer, AssignerServicer, BindingServicer
 from services.assigner.settings import AssignerSettings
 from services.assigner.state import GroupRecord
@@ -102,6 +104,9 @@ class MemoryStore:
     def delete_binding(self, group: str, client_id: str) -> asyncio.Future[None]:
         return self._ack("unbinding", group, client_id)
 
+    def put_drain(self, group: str, sidecar_id: str, drained: bool) -> asyncio.Future[None]:
+        return self._ack("drain" if drained else "undrain", group, sidecar_id)
+
     def _ack(self, *write: str) -> asyncio.Future[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self.failing:
@@ -119,6 +124,8 @@ class MemoryOffsets:
     committed: dict[tuple[str, TopicPartition], int] = field(default_factory=dict)
     bounds: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
     timestamps: dict[tuple[TopicPartition, int], int] = field(default_factory=dict)
+    by_time: dict[TopicPartition, int] = field(default_factory=dict)  # offsets-for-times
+    commits: list[tuple[str, dict[TopicPartition, tuple[int, int]]]] = field(default_factory=list)
     down: bool = False
 
     def read(self, group: str, partitions: Sequence[TopicPartition]) -> Offsets:
@@ -148,6 +155,17 @@ class MemoryOffsets:
         return {
             tp: self.timestamps[(tp, o)] for tp, o in starts.items() if (tp, o) in self.timestamps
         }
+
+    def offsets_for_times(self, times: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        return {tp: self.by_time.get(tp, -1) for tp in times}
+
+    def commit(self, group: str, offsets: Mapping[TopicPartition, tuple[int, int]]) -> None:
+        """A reset's commit: (offset, epoch) per partition, as Kafka would keep it."""
+        if self.down:
+            raise unavailable(f"cannot commit the new offsets of group {group!r}", group)
+        self.commits.append((group, dict(offsets)))
+        for tp, (offset, _epoch) in offsets.items():
+            self.committed[(group, tp)] = offset
 
     def close(self) -> None:
         pass
@@ -215,7 +233,9 @@ def run(
                 ),
                 GrpcService(
                     "dataservice.assigner.v1.AdminService",
-                    AdminServicer(groups, view, kafka, the_settings),
+                    AdminServicer(
+                        groups, view, kafka, the_settings, resets=OffsetResets(offsets, kafka)
+                    ),
                     admin_pb2_grpc.add_AdminServiceServicer_to_server,
                 ),
             ],

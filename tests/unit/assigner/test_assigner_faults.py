@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from enum import Enum
 
-from services.assigner.faults import GroupFaults, report_failover
+from services.assigner.faults import GroupFaults, ResetAudit, report_failover
 from tests.support.fault_reports import kinds, reporter
 
 
@@ -119,3 +119,35 @@ def test_a_refusal_of_a_member_that_leaves_is_resolved() -> None:
     faults.config_status("a", 1, (2, "no"))
     faults.gone("a")
     assert kinds(r) == [("CONFIG_REJECTED", "OPEN"), ("CONFIG_REJECTED", "RESOLVED")]
+
+
+def test_an_offset_reset_is_audited_per_topic_with_who_and_the_offsets() -> None:
+    r = reporter()
+    GroupFaults(r, "g").offsets_reset(
+        ResetAudit(
+            reset_id="r1",
+            actor="ops@host",
+            source="admin",
+            strategy="earliest",
+            request_id="req-1",
+            partitions=(("t", 1, 120, 0, 4), ("t", 0, 80, 0, 3), ("u", 0, -1, 0, 2)),
+        )
+    )
+    assert kinds(r) == [
+        ("OFFSETS_RESET", "OPEN"),
+        ("OFFSETS_RESET", "RESOLVED"),
+        ("OFFSETS_RESET", "OPEN"),
+        ("OFFSETS_RESET", "RESOLVED"),
+    ]
+    t_open = r.buffered()[0]
+    assert (t_open.group, t_open.topic, list(t_open.partitions)) == ("g", "t", [0, 1])
+    assert dict(t_open.attributes) == {
+        "actor": "ops@host",
+        "source": "admin",
+        "strategy": "earliest",
+        "offsets": "0:80->0,1:120->0",
+        "epochs": "0:3,1:4",
+        "request_id": "req-1",
+    }
+    assert t_open.dedupe_key == r.buffered()[1].dedupe_key != r.buffered()[2].dedupe_key
+    assert r.buffered()[2].attributes["offsets"] == "0:-1->0"

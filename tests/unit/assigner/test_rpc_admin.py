@@ -423,47 +423,6 @@ def test_update_group_maps_unknown_groups_and_topics() -> None:
     run(body)
 
 
-def test_switching_modes_needs_every_consumer_of_the_group_stopped() -> None:
-    to_kafka_group = admin_pb2.UpdateGroupRequest(
-        group=types_pb2.GroupConfig(name="g", mode=common_pb2.GROUP_MODE_KAFKA_GROUP),
-        update_mask=mask("mode"),
-    )
-
-    async def body(a: Assigner) -> None:
-        await a.create("g")
-        sidecar = Sidecar(a.sessions, "sc-1")
-        await sidecar.join("g")
-        code, reason, metadata = reason_of(await refused(a.admin.UpdateGroup(to_kafka_group)))
-        assert (code, reason) == (grpc.StatusCode.FAILED_PRECONDITION, "GROUP_MODE_MISMATCH")
-        assert metadata["sidecars"] == "1"
-        await sidecar.close()
-        await a.sessions.Leave(assigner_pb2.LeaveRequest(sidecar_id="sc-1", group="g"))
-        a.kafka.members["g"] = 2  # classic consumers still in the Kafka group
-        code, reason, metadata = reason_of(await refused(a.admin.UpdateGroup(to_kafka_group)))
-        assert (code, reason, metadata["kafka_members"]) == (
-            grpc.StatusCode.FAILED_PRECONDITION,
-            "GROUP_MODE_MISMATCH",
-            "2",
-        )
-        a.kafka.members["g"] = 0
-        switched = await a.admin.UpdateGroup(to_kafka_group)
-        assert switched.group.mode == common_pb2.GROUP_MODE_KAFKA_GROUP
-
-    run(body)
-
-
-# ---- ResetOffsets -------------------------------------------------------------------------
-
-
-def test_reset_offsets_is_not_implemented_yet() -> None:
-    async def body(a: Assigner) -> None:
-        await a.create("g")
-        err = await refused(a.admin.ResetOffsets(admin_pb2.ResetOffsetsRequest(group="g")))
-        assert err.code() == grpc.StatusCode.UNIMPLEMENTED
-
-    run(body)
-
-
 # ---- MoveLease ----------------------------------------------------------------------------
 
 
