@@ -117,6 +117,7 @@ class SidecarApp:
             on_error=self.kafka_callbacks.on_error,
             group_topics=lambda: group_topics(self.session.follower, settings.group),
             spawn=self._spawn,
+            drop_leases=self.keeper.drop_all,
         )
         self.session.on_accepted = lambda accepted: self.kafka_group.on_accepted(
             accepted, kafka_group=self.session.kafka_group

@@ -6,8 +6,9 @@ under the cap (backpressure): a full buffer holds consume() back for a moment, t
 partitions; one partition past its share of the buffer is paused. In leased mode
 partitions are added and removed with ``incremental_assign``/``incremental_unassign`` —
 never ``subscribe()``, so Kafka never rebalances a leased group. In ``kafka_group`` mode
-(:mod:`services.consumer_sidecar.classic`) the assign() consumer is replaced once by a
-``subscribe()`` one whose rebalance callbacks run here, inside ``consume()``. Every
+(:mod:`services.consumer_sidecar.classic`) the assign() consumer is replaced by a
+``subscribe()`` one whose rebalance callbacks run here, inside ``consume()``, and back
+again when the group switches to leased mode. Every
 consumer call happens on this thread (other threads hand it commands and wait on a future).
 Leased mode's commits go through a second consumer of the group, on a commit thread of its
 own (:meth:`Fetcher.commit_async`).
@@ -57,6 +58,9 @@ POLL_TIMEOUT_SECONDS = 0.05
 BUSY_POLL_TIMEOUT_SECONDS = 0.002
 BUSY_SECONDS = 1.0  # busy: records or a command within this long
 DEFERRED_COMMIT_RETRY_SECONDS = 0.2
+# Leaving kafka_group mode: how long Kafka may take to revoke the partitions after
+# unsubscribe(), beyond the time the revoke callback drains in-flight acks.
+UNSUBSCRIBE_SECONDS = 10.0
 COMMITTER_SERVE_SECONDS = 1.0
 # kafka_group mode: commit errors that only mean "the group is rebalancing right now".
 _REBALANCE_COMMIT_ERRORS = frozenset(
@@ -332,6 +336,33 @@ class Fetcher:
         old, self._consumer = self._consumer, consumer
         self.classic = True
         old.close()
+
+    def use_assign(self, config: dict[str, Any], membership: ClassicMembership) -> list[TP]:
+        """Fetch thread: back from kafka_group mode to leased mode. unsubscribe() makes
+        Kafka revoke every partition (``membership`` drains, commits and forgets each,
+        inside the consume() calls here) and the member leave the group — at once, static
+        membership included (librdkafka skips the LeaveGroup of a static member only when
+        it closes). Then a fresh assign() consumer takes over. Returns the partitions that
+        were dropped without a revoke (Kafka did not answer in time): their unacked records
+        are delivered again."""
+        consumer = self._consumer
+        consumer.unsubscribe()
+        deadline = time.monotonic() + membership.drain_timeout + UNSUBSCRIBE_SECONDS
+        while time.monotonic() < deadline:
+            messages = consumer.consume(self._batch, POLL_TIMEOUT_SECONDS)
+            self.last_poll = time.monotonic()
+            if messages:
+                self._buffer(messages)  # partitions not yet revoked still deliver
+            if not consumer.assignment() and not self._table.snapshot():
+                break
+        dropped = [p.tp for p in self._table.snapshot() if p.epoch == UNLEASED_EPOCH]
+        for tp in dropped:
+            self._table.remove(tp)
+        self._consumer = Consumer(config)
+        self.classic = False
+        self._deferred.clear()
+        consumer.close()
+        return dropped
 
     def commit_offsets(self, commits: list[tuple[TP, int]]) -> None:
         """Fetch thread: kafka_group mode's commit (no lease: epoch 0 in the metadata)."""

@@ -2,7 +2,10 @@
 
 * Grant → fetch from the start offset (the group's committed offset by default).
 * Revoke → stop delivering, wait for in-flight acks up to the drain timeout, commit
-  synchronously, unassign, report the release with the committed offset.
+  synchronously, unassign, report the release with the committed offset. A revoke for a
+  configuration change (an offset reset: no drain; a mode switch) also *retires* the
+  epoch: until the partition is granted again, an ack naming it is refused as stale (the
+  records are delivered again from the new position), not as a partition held elsewhere.
 * Commits are batched (every interval, or early after many acks), carry the epoch in their
   metadata, and are refused for a partition whose local lease deadline has passed.
 * Explicit commits (``CommitOffsets``, Spark's batch commit) are fenced the same way plus
@@ -32,6 +35,9 @@ from services.runtime.kafka import is_retriable
 from services.runtime.topic_partition import TP
 
 log = structlog.get_logger(__name__)
+
+# How long a retired epoch answers acks as stale after its release (then: not held).
+RETIRED_EPOCH_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -74,9 +80,16 @@ def lease_problem(
 
 
 def _ack_problem(
-    part: Partition | None, epoch: int, name: str
+    part: Partition | None, epoch: int, name: str, retired: int | None = None
 ) -> tuple[stream_pb2.RejectReason.ValueType, str] | None:
-    """Why an ack under ``epoch`` is refused (as :meth:`LeaseKeeper.ack` decides), or None."""
+    """Why an ack under ``epoch`` is refused (as :meth:`LeaseKeeper.ack` decides), or None.
+    ``retired``: the epoch this sidecar gave ``name`` up under for a configuration change."""
+    if part is None and retired is not None and epoch <= retired:
+        return (
+            stream_pb2.REJECT_REASON_STALE_EPOCH,
+            f"epoch {epoch} of {name} was retired (offset reset or mode switch); its records "
+            "come again from the new position",
+        )
     if part is None:
         return stream_pb2.REJECT_REASON_NOT_HELD, f"{name} is not leased by this sidecar"
     if epoch != part.epoch:
@@ -120,6 +133,8 @@ class LeaseKeeper:
         self.on_lease_change: Callable[[str], None] = lambda _kind: None
         self.on_lease_settled: Callable[[str, float], None] = lambda _kind, _seconds: None
         self._granted_at: dict[TP, float] = {}
+        # Epochs given up for a configuration change: partition -> (epoch, when).
+        self._retired: dict[TP, tuple[int, float]] = {}
         self._acks_since_commit = 0
         self._commit_now = asyncio.Event()
         self._commit_lock = asyncio.Lock()
@@ -133,6 +148,7 @@ class LeaseKeeper:
         existing = self.table.get(tp)
         if existing is not None and existing.epoch >= epoch:
             return False
+        self._retired.pop(tp, None)
         if existing is not None:
             # An older epoch still held here (a suspended lease granted back, or a re-grant
             # after a re-attach): it ends now; its Kafka assignment is replaced by assign().
@@ -183,7 +199,12 @@ class LeaseKeeper:
         part = self.table.get(tp)
         return part is not None and not part.revoking and not part.ready
 
-    async def revoke(self, tp: TP, epoch: int, drain_timeout: float) -> None:
+    async def revoke(
+        self, tp: TP, epoch: int, drain_timeout: float, *, retire: bool = False
+    ) -> None:
+        """Hand ``tp`` back (module docstring); ``retire`` for a configuration change."""
+        if retire:
+            self._retire(tp, epoch)
         part = self.table.get(tp)
         if part is None or part.epoch != epoch:
             # Not held (already released, or an older epoch): confirm so the assigner moves on.
@@ -241,6 +262,24 @@ class LeaseKeeper:
                 epoch=epoch,
             )
         self._release(ReleasedLease(tp, epoch, -1))
+
+    def _retire(self, tp: TP, epoch: int) -> None:
+        now = self.clock()
+        for old in [t for t, (_, at) in self._retired.items() if now - at > RETIRED_EPOCH_SECONDS]:
+            del self._retired[old]
+        self._retired[tp] = (max(epoch, self._retired.get(tp, (epoch, now))[0]), now)
+
+    def retired_epoch(self, tp: TP) -> int | None:
+        """The epoch ``tp`` was given up under for a configuration change, lately."""
+        retired = self._retired.get(tp)
+        if retired is None or self.clock() - retired[1] > RETIRED_EPOCH_SECONDS:
+            return None
+        return retired[0]
+
+    async def drop_all(self) -> None:
+        """The group switches to kafka_group: whatever leases are left here (lapsed on the
+        assigner's side) are dropped without committing, like a fenced lease."""
+        await asyncio.gather(*(self.fence(p.tp, p.epoch) for p in self.table.snapshot()))
 
     async def release_all(self, drain_timeout: float) -> None:
         await asyncio.gather(
@@ -323,11 +362,10 @@ class LeaseKeeper:
         tp = TP(ack.topic, ack.partition)
         part = self.table.get(tp)
         if part is None:
-            return stream_pb2.RejectedAck(
-                ack=ack,
-                reason=stream_pb2.REJECT_REASON_NOT_HELD,
-                message=f"{tp.topic}[{tp.partition}] is not leased by this sidecar",
-            )
+            reason, message = _ack_problem(
+                None, ack.lease_epoch, f"{tp.topic}[{tp.partition}]", self.retired_epoch(tp)
+            ) or (stream_pb2.REJECT_REASON_NOT_HELD, "not held")
+            return stream_pb2.RejectedAck(ack=ack, reason=reason, message=message)
         if ack.lease_epoch != part.epoch:
             return stream_pb2.RejectedAck(
                 ack=ack,
@@ -347,8 +385,10 @@ class LeaseKeeper:
 
     def ack_range(self, ack: stream_pb2.RangeAck) -> stream_pb2.RejectedRangeAck | None:
         """Every delivered record of [from_offset, to_offset) acked; checked like :meth:`ack`."""
-        part = self.table.get(TP(ack.topic, ack.partition))
-        reject = _ack_problem(part, ack.lease_epoch, f"{ack.topic}[{ack.partition}]")
+        tp = TP(ack.topic, ack.partition)
+        part = self.table.get(tp)
+        retired = self.retired_epoch(tp) if part is None else None
+        reject = _ack_problem(part, ack.lease_epoch, f"{ack.topic}[{ack.partition}]", retired)
         if reject is None and part is not None:
             try:
                 self.table.ack_range(part, ack.from_offset, ack.to_offset)

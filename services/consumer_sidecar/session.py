@@ -25,6 +25,9 @@ session only carries membership (the assigner binds clients to the group's live 
 and config. Should the assigner still send lease grants for such a group, they are held
 *nominally*: acknowledged and renewed by heartbeats so the assigner's view stays stable,
 released at once when revoked, and never fetched — they must not touch Kafka partitions.
+A mode switch (``UpdateGroup``) ends the session: the sidecar re-joins, and a
+``SessionAccepted`` with another mode switches it at runtime (``on_accepted`` does the
+consumer's part, :mod:`services.consumer_sidecar.kafka_group`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import structlog
 from dataservice.assigner.v1 import assigner_pb2, assigner_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar.leasing import LeaseKeeper, ReleasedLease
+from services.consumer_sidecar.partitions import UNLEASED_EPOCH
 from services.runtime.connection import (
     DEFAULT_SETTINGS,
     AioLeaderFollower,
@@ -104,8 +108,7 @@ class SessionClient:
         self._current: asyncio.Task[None] | None = None
         self._redirected = asyncio.Event()
         keeper.on_release = self._heartbeat_now.set
-        # The group's mode, from the first SessionAccepted; kept for the process lifetime
-        # (a mode switch is a stop-all-then-start procedure, see the README).
+        # The group's mode, from the latest SessionAccepted (a mode switch re-joins).
         self.mode: common_pb2.GroupMode.ValueType = common_pb2.GROUP_MODE_UNSPECIFIED
         self.on_accepted: Callable[[assigner_pb2.SessionAccepted], None] = lambda _acc: None
         # The group's consumer config (version, properties) from a join or a ConfigUpdate;
@@ -211,10 +214,12 @@ class SessionClient:
                 for tp, epoch in sorted(self._nominal.items())
             ]
         else:
+            # Leases only: a partition Kafka assigned (epoch 0, left from kafka_group mode
+            # while switching back) is no lease, and epoch 0 would adopt a fresh one.
             held = [
                 types_pb2.LeaseRef(topic=p.tp.topic, partition=p.tp.partition, epoch=p.epoch)
                 for p in self.keeper.table.snapshot()
-                if not p.revoking
+                if not p.revoking and p.epoch != UNLEASED_EPOCH
             ]
         ident = self.identity
         return assigner_pb2.SessionRequest(
@@ -260,7 +265,7 @@ class SessionClient:
                 bytes_per_second=p.take_rate(now),
             )
             for p in self.keeper.table.snapshot()
-            if not p.revoking
+            if not p.revoking and p.epoch != UNLEASED_EPOCH
         ]
         released = [
             assigner_pb2.ReleasedLease(
@@ -324,15 +329,18 @@ class SessionClient:
     def _learn_mode(self, acc: assigner_pb2.SessionAccepted) -> None:
         mode = acc.mode or common_pb2.GROUP_MODE_LEASED  # an older assigner sends none
         if self.mode == common_pb2.GROUP_MODE_UNSPECIFIED:
-            self.mode = mode
             log.info("group mode", mode=common_pb2.GroupMode.Name(mode))
         elif mode != self.mode:
-            log.error(
-                "the group's mode changed under a running sidecar; it keeps its mode until "
-                "restarted (stop every sidecar of the group before switching modes)",
+            # A mode switch: the assigner revoked every lease (to kafka_group) or waits for
+            # Kafka's group to empty (to leased) before it grants; on_accepted switches the
+            # consumer. Nominal leases of kafka_group mode end with it.
+            log.info(
+                "group mode changed: switching",
                 running=common_pb2.GroupMode.Name(self.mode),
-                assigner=common_pb2.GroupMode.Name(mode),
+                mode=common_pb2.GroupMode.Name(mode),
             )
+            self._nominal.clear()
+        self.mode = mode
         self.on_accepted(acc)
 
     def _handle_nominal(self, response: assigner_pb2.SessionResponse) -> None:
@@ -389,7 +397,11 @@ class SessionClient:
                 self._spawn(self.keeper.fence(TP(r.topic, r.partition), r.epoch))
             else:
                 drain = r.drain_timeout.ToTimedelta().total_seconds()
-                self._spawn(self.keeper.revoke(TP(r.topic, r.partition), r.epoch, drain))
+                # CONFIG (an offset reset, a mode switch): this epoch ends for good.
+                retire = r.reason == assigner_pb2.REVOKE_REASON_CONFIG
+                self._spawn(
+                    self.keeper.revoke(TP(r.topic, r.partition), r.epoch, drain, retire=retire)
+                )
         elif kind == "heartbeat_ack":
             ack = response.heartbeat_ack
             sent = self._sent_at.pop(ack.seq, None)

@@ -315,6 +315,65 @@ def test_kafka_group_mode_subscribes_once_with_the_groups_config_and_releases() 
     asyncio.run(main())
 
 
+class SwitchingFetcher(SubscribingFetcher):
+    """Also records use_assign(): the switch back to an assign() consumer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.assigned_with: list[tuple[dict[str, Any], ClassicMembership]] = []
+        self.order: list[str] = []
+
+    def use_classic(
+        self, config: dict[str, Any], topics: list[str], membership: ClassicMembership
+    ) -> None:
+        self.order.append("subscribe")
+        super().use_classic(config, topics, membership)
+
+    def use_assign(self, config: dict[str, Any], membership: ClassicMembership) -> list[TP]:
+        self.order.append("assign")
+        self.assigned_with.append((config, membership))
+        return []
+
+
+def test_kafka_group_mode_switches_both_ways_at_runtime() -> None:
+    async def main() -> None:
+        fetcher = SwitchingFetcher()
+        table = PartitionTable(64 * 1024 * 1024, time.monotonic)
+        tasks: list[asyncio.Task[None]] = []
+
+        async def drop_leases() -> None:
+            fetcher.order.append("drop leases")
+
+        async def no_topics() -> list[str]:
+            raise AssertionError("the topics come with SessionAccepted")
+
+        mode = KafkaGroupMode(
+            table,
+            fetcher,  # type: ignore[arg-type]
+            SidecarSettings(group="g", id="sc-1"),
+            on_stats=lambda _doc: None,
+            on_error=lambda _err: None,
+            group_topics=no_topics,
+            spawn=lambda coro, name: tasks.append(asyncio.create_task(coro, name=name)),
+            drop_leases=drop_leases,
+        )
+        accepted = assigner_pb2.SessionAccepted(topics=["t"])
+        mode.on_accepted(accepted, kafka_group=True)
+        subscribed = mode.membership
+        mode.on_accepted(accepted, kafka_group=False)  # switched back before it was done
+        assert not mode.active
+        await asyncio.gather(*tasks)
+        assert fetcher.order == ["drop leases", "subscribe", "assign"], "in the asked order"
+        ((config, membership),) = fetcher.assigned_with
+        assert membership is subscribed
+        assert "group.instance.id" not in config and config["group.id"] == "g"
+        mode.on_accepted(accepted, kafka_group=True)  # and again
+        await asyncio.gather(*tasks)
+        assert mode.active and fetcher.order[-1] == "subscribe"
+
+    asyncio.run(main())
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     count=st.integers(min_value=1, max_value=60),
@@ -431,9 +490,12 @@ def test_session_learns_kafka_group_mode_and_holds_grants_only_on_paper() -> Non
         assert [(x.partition, x.epoch, x.committed_offset) for x in hb.released_leases] == [
             (1, 4, -1)
         ]
-        # A re-join in another mode does not switch a running sidecar.
+        # A re-join in another mode switches the running sidecar (UpdateGroup's mode
+        # switch ends the session); the consumer's part is on_accepted's.
         await client._handle(accepted(common_pb2.GROUP_MODE_LEASED))
-        assert client.kafka_group and len(seen) == 2
+        assert not client.kafka_group and len(seen) == 2
+        join = client._join().join
+        assert list(join.held_leases) == [], "a Kafka-assigned partition is never a lease"
 
     asyncio.run(scenario())
 
