@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import getpass
+import socket
 from collections.abc import Callable, Iterator
 from enum import IntEnum
 from typing import TypeVar
@@ -46,13 +48,17 @@ class ExitCode(IntEnum):
     NOT_FOUND = 2  # unknown group (or other named resource)
     UNAVAILABLE = 3  # assigner/notifier unreachable, not ready, or no leader elected
     THRESHOLD = 4  # a --max-lag threshold was exceeded
-    NOT_APPLIED = 5  # a change was stored, but not every member applied it (config set)
+    # Accepted or stored, but not complete: a move, drain or undrain not done within --wait
+    # (it goes on), or a config set not applied by every member (refused, or not in time).
+    INCOMPLETE = 5
+    NOT_APPLIED = 5  # the same code, as config set names it
 
 
 EXIT_CODES_HELP = (
-    "Exit codes: 0 ok; 1 usage error or bad input; 2 not found (unknown group); "
-    "3 assigner/notifier unreachable or unavailable; 4 lag over --max-lag; "
-    "5 config set stored, but not every member applied it (refused, or not in time)."
+    "Exit codes: 0 ok; 1 usage error, bad input, refused or not confirmed; 2 not found "
+    "(unknown group, sidecar); 3 assigner/notifier unreachable or unavailable; 4 lag over "
+    "--max-lag; 5 accepted but not complete: a move, drain or undrain not done within --wait "
+    "(it goes on), or a config set stored but not applied by every member."
 )
 
 
@@ -138,6 +144,8 @@ class AssignerClient:
     def __init__(self, address: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
         self.timeout = timeout
         self._assigner = LeaderFollower(AssignerTarget((address,)), connection())
+        # Who makes a change, for the assigner's audit records (OFFSETS_RESET).
+        self._actor = (("ds-actor", actor()),)
 
     @property
     def endpoint(self) -> Endpoint:
@@ -183,8 +191,34 @@ class AssignerClient:
         request = admin_pb2.DescribeGroupRequest(group=group)
         return self._call(lambda s: s.DescribeGroup(request, timeout=self.timeout))
 
+    # ---- changes (each request carries a request_id, so a retry is applied once) --------
+
+    def reset_offsets(
+        self, request: admin_pb2.ResetOffsetsRequest
+    ) -> admin_pb2.ResetOffsetsResponse:
+        return self._call(
+            lambda s: s.ResetOffsets(request, timeout=self.timeout, metadata=self._actor)
+        )
+
     def update_group(self, request: admin_pb2.UpdateGroupRequest) -> admin_pb2.UpdateGroupResponse:
-        return self._call(lambda s: s.UpdateGroup(request, timeout=self.timeout))
+        return self._call(
+            lambda s: s.UpdateGroup(request, timeout=self.timeout, metadata=self._actor)
+        )
+
+    def move_lease(self, request: admin_pb2.MoveLeaseRequest) -> admin_pb2.MoveLeaseResponse:
+        return self._call(
+            lambda s: s.MoveLease(request, timeout=self.timeout, metadata=self._actor)
+        )
+
+    def drain(self, request: admin_pb2.DrainSidecarRequest) -> admin_pb2.DrainSidecarResponse:
+        return self._call(
+            lambda s: s.DrainSidecar(request, timeout=self.timeout, metadata=self._actor)
+        )
+
+    def undrain(self, request: admin_pb2.UndrainSidecarRequest) -> admin_pb2.UndrainSidecarResponse:
+        return self._call(
+            lambda s: s.UndrainSidecar(request, timeout=self.timeout, metadata=self._actor)
+        )
 
     def describe_groups(self, group: str | None) -> list[admin_pb2.DescribeGroupResponse]:
         """DescribeGroup of ``group`` (NOT_FOUND is an error), or of every group the
@@ -199,6 +233,15 @@ class AssignerClient:
                 if err.exit_code is not ExitCode.NOT_FOUND:
                     raise
         return described
+
+
+def actor() -> str:
+    """``user@host`` of whoever runs dsctl: the ``ds-actor`` of its changes."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry for the uid (containers)
+        user = "?"
+    return f"{user}@{socket.gethostname()}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -220,6 +220,7 @@ def member_doc(m: types_pb2.Member) -> Doc:
         "endpoint": m.endpoint,
         "zone": m.zone,
         "capacity": m.capacity,
+        "drained": m.drained,
         "joined_at": iso(m.joined_at),
         "last_heartbeat": iso(m.last_heartbeat),
         # The group config version the sidecar runs (null: not reported yet), and the
@@ -307,7 +308,7 @@ def describe_view(doc: Doc) -> RenderableType:
             m["sidecar_id"],
             m["endpoint"],
             m["zone"] or "-",
-            str(m["capacity"] or "∞"),
+            "0 (drained)" if m.get("drained") else str(m["capacity"] or "∞"),
             m["joined_at"] or "-",
             m["last_heartbeat"] or "-",
             member_config_text(m),
