@@ -88,9 +88,10 @@ def confirm(question: str, yes: bool) -> None:
         return
     try:
         agreed = typer.confirm(question, default=False, err=True)
-    except click.exceptions.Abort:
+    except (typer.Abort, click.exceptions.Abort):  # end of input: nobody to confirm
         agreed = False
     if not agreed:
+        err_console.print()  # the answer typed (or not) ended no line of its own
         raise CliError("not confirmed: nothing changed (pass --yes to skip the question)")
 
 
@@ -310,7 +311,12 @@ def _drain_group(
         return view.settled(described) and len(mine) >= share
 
     def doc_of(described: admin_pb2.DescribeGroupResponse, done: bool) -> view.Doc:
-        moved = view.moves(held if drained else view.leases_of(described, sidecar), described)
+        if drained:  # where each of its partitions went
+            moved = view.moves(held, described)
+        else:  # where each partition it holds now came from
+            now = {(le["topic"], le["partition"]) for le in view.leases_of(described, sidecar)}
+            came = [render.lease_doc(le) for le in before.leases if (le.topic, le.partition) in now]
+            moved = view.moves(came, described)
         return view.drain_doc(
             group, sidecar, drained=drained, moved=moved, held=view.leases_of(described, sidecar),
             seconds=time.monotonic() - started, done=done,

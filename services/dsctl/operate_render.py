@@ -160,7 +160,7 @@ def move_doc(
 def move_table(doc: Doc) -> Table:
     status = "done" if doc["done"] else "not done yet"
     table = Table(title=f"move of {doc['topic']}/{doc['partition']} in {doc['group']}: {status}")
-    for column in ("from", "epoch", "to", "epoch ", "state", "seconds"):
+    for column in ("from", "epoch", "to", "new epoch", "state", "seconds"):
         table.add_column(column)
     table.add_row(
         doc["from"] or "-",
