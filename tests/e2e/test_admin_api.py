@@ -127,19 +127,21 @@ def test_describe_move_and_consume(admin_stub: tuple[Mesh, str, str, object]) ->
         30,
         "both sidecars joined and every partition leased",
     )
-    # The two modes never run at once on one group id: with sidecars attached, a mode
-    # switch is refused (committed offsets would otherwise be fought over).
+    # A mode switch with sidecars attached is a live switch now (tests/e2e/test_mode_switch.py);
+    # one naming a config version that is not the group's is refused before anything moves.
     with pytest.raises(grpc.RpcError) as refused:
         stub.UpdateGroup(
             admin_pb2.UpdateGroupRequest(
                 group=types_pb2.GroupConfig(name=group, mode=common_pb2.GROUP_MODE_KAFKA_GROUP),
                 update_mask=field_mask_pb2.FieldMask(paths=["mode"]),
+                expected_config_version=99,
             ),
             timeout=20,
         )
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     info = error_info(refused.value)
-    assert info is not None and info.reason == "GROUP_MODE_MISMATCH"
+    assert info is not None and info.reason == "CONFIG_VERSION_CONFLICT"
+    assert describe().config.mode == common_pb2.GROUP_MODE_LEASED
 
     seen: set[tuple[int, int]] = set()
     with DsClient(group, client_id="admin-e2e", assigner=assigner.grpc_addr) as client:
@@ -372,9 +374,10 @@ def test_bad_requests_get_the_right_codes(admin_stub: tuple[Mesh, str, str, obje
         "GROUP_NOT_FOUND",
     )
 
+    # ResetOffsets is implemented (tests/e2e/test_offsets_reset.py): no strategy is bad input.
     with pytest.raises(grpc.RpcError) as excinfo:
         stub.ResetOffsets(admin_pb2.ResetOffsetsRequest(group=group), timeout=20)
-    assert excinfo.value.code() == grpc.StatusCode.UNIMPLEMENTED  # type: ignore[attr-defined]
+    assert excinfo.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
 
     # Paging over the two groups, one per page, with the token we issued.
     page1 = stub.ListGroups(admin_pb2.ListGroupsRequest(page_size=1), timeout=20)
