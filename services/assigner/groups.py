@@ -428,7 +428,11 @@ class GroupRuntime:
         config itself changed. A new mode is only recorded here: whether leases are granted
         is the mode switch's to decide (:mod:`services.assigner.mode_switch`), in step with
         the sidecars."""
-        new_version = record.config_version != self.record.config_version
+        # A mode switch re-joins every sidecar (rejoin_all), and each SessionAccepted
+        # carries the new version: no ConfigUpdate on a stream about to end.
+        new_version = (
+            record.config_version != self.record.config_version and record.mode == self.record.mode
+        )
         self.record = record
         self.coordinator.strategy = Strategy(record.balance_strategy)
         self._persist_group()
