@@ -7,7 +7,7 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: imports setup setup-quick run up down test test-unit check lint typecheck protos rules k8s-check \
+.PHONY: imports setup setup-quick run up down test test-long test-unit check lint typecheck protos rules k8s-check \
 	bench-short images compose-up compose-down compose-test
 
 setup:
@@ -26,6 +26,10 @@ down:
 	$(VENV)/dsctl dev down
 
 test: setup
+	$(VENV)/python -m pytest -m "not long"
+
+# Everything, the long scenarios too (about 20 minutes more): run by hand for a closing note.
+test-long: setup
 	$(VENV)/python -m pytest
 
 test-unit:

@@ -53,6 +53,7 @@ def report_all(address: str, group: str, ids: list[str]) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.timeout(420)
 def test_kafka_down_60s_and_notifier_killed_loses_nothing(tmp_path: Path) -> None:
     began = time.monotonic()

@@ -144,6 +144,7 @@ def _order_problems(arrivals: list[tuple[int, int]]) -> list[str]:
     return problems
 
 
+@pytest.mark.long
 def test_infrequent_caller_changes_no_lease_unlike_poll_on_demand(
     mesh: Mesh, topic_factory: object, tmp_path: Path
 ) -> None:

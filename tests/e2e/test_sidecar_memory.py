@@ -26,7 +26,7 @@ from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh
 from tests.support.sidecar_probe import RssSampler, produce_bulk, status
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(600)]
 
 MiB = 1024 * 1024
 PARTITIONS = 8

@@ -21,7 +21,7 @@ from tests.spark.support import SPARK_FLAGS, SparkJob
 from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(600)]
 
 PARTITIONS = 6
 HOT_RECORDS = 10_000
