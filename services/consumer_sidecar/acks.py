@@ -1,29 +1,94 @@
-"""Ack tracking: which offset of a partition may be committed (pure, no I/O).
+"""Ack tracking and redelivery: what may be committed, and what is delivered again (pure).
 
 Records are delivered in offset order but may be acked in any order, one by one or by
 offset range. The commit point is the lowest delivered-but-unacked offset, or one past the
 last delivered record when all are acked — so a restart redelivers exactly what was
 delivered and not acknowledged (ARCHITECTURE §3, "Delivery").
 
-The tracker keeps only the delivered-but-unacked offsets, as sorted runs of consecutive
-offsets ``[lo, hi)``: delivering a whole batch, acking a whole batch, and the commit point
-are O(1) or O(log runs) whatever the batch size. Offsets need not be contiguous
-(compaction, transaction markers): a gap is never part of a run, so it never holds the
-commit point back, and acking a range that spans a gap simply skips it.
+Nothing stays in flight forever. A delivered record is *in flight* until it is acked, or
+until its ack deadline passes (the group's visibility timeout), its holder (the stream or
+the client that received it) goes away, or the client nacks it: then it is *due*, and it
+is delivered again. Due records keep holding the commit point back exactly like records in
+flight. Each delivery of a record counts; a record that becomes due after ``limit``
+deliveries is *given up* instead (the caller reports it as a ``POISON_RECORD`` and the
+commit point may pass it).
+
+The tracker keeps only offsets, never records: redelivery re-reads them from Kafka. The
+*cursor* is where delivery continues: normally one past the highest offset ever handed out
+(:attr:`next_offset`); when a record below the cursor becomes due, the caller rewinds
+(:meth:`rewind`: the cursor goes back to the lowest due offset and the caller re-fetches
+from there). While the cursor is below :attr:`next_offset`, a fetched record is handed out
+only if it is due; records in flight elsewhere or acked are skipped. So for one partition:
+
+* every delivery hands out records in offset order, and a record due again is handed out
+  before any record above it is handed out for the first time;
+* a due record that Kafka no longer has when it is re-read (compacted away) is dropped;
+* acks are accepted from anyone for any delivered record (in flight or due): an ack is a
+  fact about the record, not about who holds it. Nacks apply to the nacking client's own
+  records only.
+
+Records in flight and due records are kept as sorted runs of consecutive offsets
+``[lo, hi)`` with their ack deadline, delivery count and holder: delivering a whole batch,
+acking a whole batch and the commit point cost O(log runs) whatever the batch size.
+Offsets need not be contiguous (compaction, transaction markers): a gap is never part of a
+run, so it never holds the commit point back, and acking a range that spans a gap simply
+skips it. The clock is a parameter of every call that needs one.
 """
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from itertools import pairwise
+from operator import attrgetter
+from typing import TypeAlias
+
+# Who received records: (client id, stream id), stream id 0 for Fetch. A nack names its
+# client; a stream that ends releases what it received.
+Holder = tuple[str, int]
+NO_HOLDER: Holder = ("", 0)
+NO_LIMIT = 0  # deliveries limit: never give a record up
+DUE = -math.inf  # a run's ack deadline once it is due
+
+_HI = attrgetter("hi")
 
 
 class AckError(ValueError):
     """An ack that names an offset which was never delivered (or was already committed)."""
 
 
+@dataclass(frozen=True)
+class GivenUp:
+    """Records [lo, hi) that became due after ``deliveries`` deliveries (the limit)."""
+
+    lo: int
+    hi: int
+    deliveries: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """Records at every offset of [lo, hi): in flight until ``due_at`` (``DUE``: due now)."""
+
+    lo: int
+    hi: int
+    deliveries: int
+    due_at: float
+    holder: Holder
+
+    @property
+    def due(self) -> bool:
+        return self.due_at == DUE
+
+
+_Which: TypeAlias = Callable[[_Run], bool]  # which runs an operation applies to
+_Change: TypeAlias = Callable[[_Run], "_Run | None"]  # a run's new state (None: gone)
+
+
 class PartitionAcks:
-    """Delivered/acked bookkeeping for one partition under one lease epoch.
+    """Delivered/acked/due bookkeeping for one partition under one lease epoch.
 
     ``start`` is the offset consumption started from (the committed offset at grant); < 0
     means "not known yet" (kafka_group mode): the first delivered record sets the commit
@@ -36,83 +101,186 @@ class PartitionAcks:
         ranges = sorted((lo, hi + 1) for lo, hi in preacked if hi >= lo and hi >= start)
         self._pre_lo = [lo for lo, _ in ranges]
         self._pre_hi = [hi for _, hi in ranges]
-        # Delivered, not yet acked: disjoint runs [lo[i], hi[i]), ascending.
-        self._lo: list[int] = []
-        self._hi: list[int] = []
-        self._unacked = 0  # records in the runs
+        self._runs: list[_Run] = []  # in flight or due: disjoint, ascending
+        self._inflight = 0  # records in flight
+        self._due = 0  # records due
         self._next = start  # one past the highest delivered (or skipped) offset
+        self._cursor = start  # where delivery continues (< _next while re-reading)
         self.version = 0  # bumped by every ack that changes what a commit would record
+
+    # ---- reading ----------------------------------------------------------------------
 
     @property
     def commit_point(self) -> int:
         """The offset to commit: lowest un-acked delivered offset, else next to deliver."""
-        return self._lo[0] if self._lo else self._next
+        return self._runs[0].lo if self._runs else self._next
 
     @property
     def next_offset(self) -> int:
-        """One past the highest delivered offset (where delivery continues)."""
+        """One past the highest delivered offset (where first deliveries continue)."""
         return self._next
 
     @property
+    def cursor(self) -> int:
+        """Where delivery continues; below :attr:`next_offset` while due records are re-read."""
+        return self._cursor
+
+    @property
     def inflight(self) -> int:
-        """Delivered records not yet acked."""
-        return self._unacked
+        """Delivered records not yet acked and not due."""
+        return self._inflight
+
+    @property
+    def due(self) -> int:
+        """Records waiting to be delivered again."""
+        return self._due
+
+    def unacked(self) -> list[int]:
+        """Every delivered record not acked (in flight or due), ascending."""
+        return [o for run in self._runs for o in range(run.lo, run.hi)]
+
+    def deliveries_of(self, offset: int) -> int:
+        """How often the un-acked record at ``offset`` was delivered (0: not un-acked)."""
+        run = self._run_at(offset)
+        return run.deliveries if run is not None else 0
+
+    def is_due(self, offset: int) -> bool:
+        run = self._run_at(offset)
+        return run is not None and run.due
+
+    def holder_of(self, offset: int) -> Holder | None:
+        """Who holds the record in flight at ``offset`` (None: not in flight)."""
+        run = self._run_at(offset)
+        return run.holder if run is not None and not run.due else None
+
+    def next_deadline(self) -> float:
+        """The earliest ack deadline of a record in flight (inf: none)."""
+        return min((r.due_at for r in self._runs if not r.due), default=math.inf)
+
+    def acked_above(self) -> list[tuple[int, int]]:
+        """Inclusive ranges above the commit point that hold no un-acked delivered record
+        (what a commit's metadata must carry: acked records, and gaps that hold none)."""
+        runs = self._runs
+        out = [(a.hi, b.lo - 1) for a, b in pairwise(runs) if b.lo > a.hi]
+        if runs and runs[-1].hi < self._next:
+            out.append((runs[-1].hi, self._next - 1))
+        return out
+
+    # ---- delivery ---------------------------------------------------------------------
+
+    def plain(self, first: int, last: int) -> bool:
+        """Whether the records at ``first``..``last`` are all first deliveries with nothing
+        to skip (no re-read in progress, nothing a previous owner acked there): the fast
+        path of :meth:`delivered_run` / :meth:`delivered_offsets` applies."""
+        return (
+            self._cursor == self._next
+            and first >= self._next
+            and not self.preacked_within(first, last + 1)
+        )
 
     def delivered(self, offset: int) -> None:
         self.delivered_run(offset, offset + 1)
 
-    def delivered_run(self, lo: int, hi: int) -> None:
-        """The records at every offset of [lo, hi) were delivered (in order)."""
+    def delivered_run(
+        self, lo: int, hi: int, due_at: float = math.inf, holder: Holder = NO_HOLDER
+    ) -> None:
+        """The records at every offset of [lo, hi) were delivered for the first time (in
+        order), in flight until ``due_at``."""
         if lo < self._next:
             raise AckError(f"offset {lo} delivered out of order (next is {self._next})")
         if hi <= lo:
             return
-        if self._hi and self._hi[-1] == lo:
-            self._hi[-1] = hi
+        runs = self._runs
+        last = runs[-1] if runs else None
+        if (
+            last is not None
+            and last.hi == lo
+            and (last.deliveries, last.due_at, last.holder) == (1, due_at, holder)
+        ):
+            runs[-1] = replace(last, hi=hi)
         else:
-            self._lo.append(lo)
-            self._hi.append(hi)
-        self._unacked += hi - lo
-        self._next = hi
+            runs.append(_Run(lo, hi, 1, due_at, holder))
+        self._inflight += hi - lo
+        self._next = self._cursor = hi
 
-    def delivered_offsets(self, offsets: Iterable[int]) -> None:
+    def delivered_offsets(
+        self, offsets: Iterable[int], due_at: float = math.inf, holder: Holder = NO_HOLDER
+    ) -> None:
         """Records at these ascending (not necessarily consecutive) offsets were delivered."""
-        run_lo = run_hi = -1
-        for offset in offsets:
-            if offset == run_hi:
-                run_hi += 1
+        for lo, hi in _runs_of(offsets):
+            self.delivered_run(lo, hi, due_at, holder)
+
+    def deliver(
+        self, offsets: Sequence[int], due_at: float, holder: Holder
+    ) -> list[tuple[int, int, int]]:
+        """Fetched records at these ascending offsets are taken for delivery: mark what is
+        handed out in flight until ``due_at`` with ``holder``. Returns the parts of
+        ``offsets`` to hand out as (first index, end index, delivery count), ascending;
+        the rest are skipped (below the cursor, in flight elsewhere, acked here or by a
+        previous owner)."""
+        n = len(offsets)
+        i = bisect_left(offsets, self._cursor)
+        out: list[tuple[int, int, int]] = []
+        if i < n and self._cursor < self._next:
+            i = self._redeliver(offsets, i, due_at, holder, out)
+        if i < n:
+            self._first_deliveries(offsets, i, due_at, holder, out)
+        return out
+
+    def _redeliver(
+        self,
+        offsets: Sequence[int],
+        i: int,
+        due_at: float,
+        holder: Holder,
+        out: list[tuple[int, int, int]],
+    ) -> int:
+        """The re-read part of ``offsets`` (from index ``i``, below :attr:`next_offset`):
+        due records are handed out again, due offsets the re-read passed without finding
+        them are dropped (Kafka no longer has them). Returns the index of the first offset
+        at or above next_offset."""
+        end = min(offsets[-1] + 1, self._next)  # the re-read covers [cursor, end)
+        j = bisect_left(offsets, end, lo=i)
+        for run in [r for r in self._overlapping(self._cursor, end) if r.due]:
+            a, b = max(run.lo, self._cursor), min(run.hi, end)
+            ia, ib = bisect_left(offsets, a, lo=i, hi=j), bisect_left(offsets, b, lo=i, hi=j)
+            found = list(_runs_of(offsets[k] for k in range(ia, ib)))
+            self._replace(a, b, [_Run(x, y, run.deliveries + 1, due_at, holder) for x, y in found])
+            self._due -= b - a
+            self._inflight += ib - ia
+            if ib > ia:
+                out.append((ia, ib, run.deliveries + 1))
+        self._cursor = end
+        return j
+
+    def _first_deliveries(
+        self,
+        offsets: Sequence[int],
+        i: int,
+        due_at: float,
+        holder: Holder,
+        out: list[tuple[int, int, int]],
+    ) -> None:
+        """Offsets from index ``i`` on, all at or above next_offset: delivered for the first
+        time, except those a previous owner acked (skipped)."""
+        n = len(offsets)
+        if not self._pre_lo or not self.preacked_within(offsets[i], offsets[-1] + 1):
+            self.delivered_offsets((offsets[k] for k in range(i, n)), due_at, holder)
+            out.append((i, n, 1))
+            return
+        start = None
+        for k in range(i, n):
+            offset = offsets[k]
+            if self.skip_preacked(offset):
+                if start is not None:
+                    out.append((start, k, 1))
+                    start = None
                 continue
-            if run_hi > run_lo:
-                self.delivered_run(run_lo, run_hi)
-            run_lo, run_hi = offset, offset + 1
-        if run_hi > run_lo:
-            self.delivered_run(run_lo, run_hi)
-
-    def ack(self, offset: int) -> bool:
-        """Mark ``offset`` acked; True if this moved the commit point.
-
-        Acking an offset below the commit point is a harmless duplicate (already committed
-        or acked); acking an offset never delivered is an error.
-        """
-        if offset >= self._next:
-            raise AckError(f"offset {offset} was not delivered (next is {self._next})")
-        return self.ack_range(offset, offset + 1)
-
-    def ack_range(self, lo: int, hi: int) -> bool:
-        """Mark every delivered offset of [lo, hi) acked; True if the commit point moved.
-
-        Offsets of the range that were not delivered because they hold no record, or that
-        were acked already, are ignored; a range reaching past the last delivered offset is
-        an error (nothing of it is applied)."""
-        if hi <= lo:
-            raise AckError(f"empty range [{lo}, {hi})")
-        if hi > self._next:
-            raise AckError(f"offsets up to {hi - 1} were not delivered (next is {self._next})")
-        before = self.commit_point
-        removed = self._remove(lo, hi)
-        if removed:
-            self.version += 1
-        return self.commit_point != before
+            self.delivered_run(offset, offset + 1, due_at, holder)
+            if start is None:
+                start = k
+        if start is not None:
+            out.append((start, n, 1))
 
     def preacked_within(self, lo: int, hi: int) -> bool:
         """Whether a previous owner acked any offset of [lo, hi) that is still to deliver."""
@@ -128,50 +296,200 @@ class PartitionAcks:
         without handing it out. True if it was one."""
         if offset < self._next or not self.preacked_within(offset, offset + 1):
             return False
-        self._next = offset + 1
+        self._next = self._cursor = offset + 1
         self.version += 1
         return True
 
-    def acked_above(self) -> list[tuple[int, int]]:
-        """Inclusive ranges above the commit point that hold no un-acked delivered record
-        (what a commit's metadata must carry: acked records, and gaps that hold none)."""
-        out: list[tuple[int, int]] = []
-        for i in range(len(self._lo) - 1):
-            out.append((self._hi[i], self._lo[i + 1] - 1))
-        if self._lo and self._hi[-1] < self._next:
-            out.append((self._hi[-1], self._next - 1))
-        return out
+    # ---- acks -------------------------------------------------------------------------
+
+    def ack(self, offset: int) -> bool:
+        """Mark ``offset`` acked; True if this moved the commit point.
+
+        Acking an offset below the commit point is a harmless duplicate (already committed
+        or acked); acking an offset never delivered is an error.
+        """
+        if offset >= self._next:
+            raise AckError(f"offset {offset} was not delivered (next is {self._next})")
+        return self.ack_range(offset, offset + 1)
+
+    def ack_range(self, lo: int, hi: int) -> bool:
+        """Mark every delivered offset of [lo, hi) acked, in flight or due; True if the
+        commit point moved.
+
+        Offsets of the range that were not delivered because they hold no record, or that
+        were acked already, are ignored; a range reaching past the last delivered offset is
+        an error (nothing of it is applied)."""
+        if hi <= lo:
+            raise AckError(f"empty range [{lo}, {hi})")
+        if hi > self._next:
+            raise AckError(f"offsets up to {hi - 1} were not delivered (next is {self._next})")
+        before = self.commit_point
+        removed = self._update(lo, hi, lambda run: None)
+        if removed:
+            self.version += 1
+        return self.commit_point != before
 
     def ack_all(self) -> None:
-        """Auto-ack mode / drain: everything delivered counts as acked."""
-        if self._lo:
+        """kafka_group drain: everything delivered counts as acked (due records included)."""
+        if self._runs:
             self.version += 1
-        self._lo.clear()
-        self._hi.clear()
-        self._unacked = 0
+        self._runs.clear()
+        self._inflight = self._due = 0
+        self._cursor = self._next
 
-    def unacked(self) -> list[int]:
-        return [o for lo, hi in zip(self._lo, self._hi, strict=True) for o in range(lo, hi)]
+    # ---- redelivery -------------------------------------------------------------------
 
-    def _remove(self, lo: int, hi: int) -> int:
-        """Take [lo, hi) out of the un-acked runs; how many offsets were removed."""
-        first = bisect_right(self._hi, lo)  # first run ending after lo
-        last = bisect_left(self._lo, hi)  # runs [first, last) start before hi
+    def expire(self, now: float, limit: int = NO_LIMIT) -> list[GivenUp]:
+        """Records whose ack deadline passed by ``now`` become due (or are given up past
+        ``limit`` deliveries)."""
+        if self.next_deadline() > now:
+            return []
+        return self._make_due(self.start, self._next, limit, lambda r: r.due_at <= now)
+
+    def release(self, holder: Holder, limit: int = NO_LIMIT) -> list[GivenUp]:
+        """``holder`` went away (its stream ended): what it has in flight becomes due."""
+        return self._make_due(self.start, self._next, limit, lambda r: r.holder == holder)
+
+    def nack(
+        self,
+        lo: int,
+        hi: int,
+        client: str,
+        now: float,
+        delay: float = 0.0,
+        limit: int = NO_LIMIT,
+    ) -> tuple[int, list[GivenUp]]:
+        """``client`` asks for its records of [lo, hi) in flight to be delivered again,
+        after ``delay`` seconds (0: now). Returns how many records that concerned, and what
+        was given up; records of other clients, and acked or due ones, are left alone."""
+        if hi <= lo:
+            raise AckError(f"empty range [{lo}, {hi})")
+        if hi > self._next:
+            raise AckError(f"offsets up to {hi - 1} were not delivered (next is {self._next})")
+        mine = [r for r in self._overlapping(lo, hi) if not r.due and r.holder[0] == client]
+        count = sum(min(r.hi, hi) - max(r.lo, lo) for r in mine)
+        if not mine:
+            return 0, []
+        if delay > 0:
+            later = now + delay
+            self._update(
+                lo,
+                hi,
+                lambda r: replace(r, due_at=later) if not r.due and r.holder[0] == client else r,
+            )
+            return count, []
+        return count, self._make_due(lo, hi, limit, lambda r: r.holder[0] == client)
+
+    def redeliver(self, lo: int, hi: int, limit: int = NO_LIMIT) -> list[GivenUp]:
+        """Records of [lo, hi) in flight were never received (their response was not
+        sent): due now, whoever holds them."""
+        return self._make_due(lo, min(hi, self._next), limit, lambda r: True)
+
+    def refetch_from(self) -> int | None:
+        """The lowest due offset when it lies below the cursor: fetching must go back
+        there (:meth:`rewind`) before anything more of this partition is delivered."""
+        for run in self._runs:
+            if run.lo >= self._cursor:
+                return None
+            if run.due:
+                return run.lo
+        return None
+
+    def rewind(self) -> int:
+        """Move the cursor back to the lowest due offset below it; returns where fetching
+        must continue from (the cursor)."""
+        due = self.refetch_from()
+        if due is not None:
+            self._cursor = due
+        return self._cursor
+
+    def _make_due(self, lo: int, hi: int, limit: int, which: _Which) -> list[GivenUp]:
+        """In-flight runs of [lo, hi) chosen by ``which`` become due, or are given up (as
+        if acked) when they were delivered ``limit`` times already."""
+        given_up: list[GivenUp] = []
+
+        def due(run: _Run) -> _Run | None:
+            if run.due or not which(run):
+                return run
+            self._inflight -= run.hi - run.lo
+            if limit != NO_LIMIT and run.deliveries >= limit:
+                given_up.append(GivenUp(run.lo, run.hi, run.deliveries))
+                return None
+            self._due += run.hi - run.lo
+            return replace(run, due_at=DUE, holder=NO_HOLDER)
+
+        self._update(lo, hi, due, count=False)
+        if given_up:
+            self.version += 1
+        return given_up
+
+    # ---- runs -------------------------------------------------------------------------
+
+    def _run_at(self, offset: int) -> _Run | None:
+        i = bisect_right(self._runs, offset, key=_HI)
+        if i < len(self._runs) and self._runs[i].lo <= offset:
+            return self._runs[i]
+        return None
+
+    def _overlapping(self, lo: int, hi: int) -> list[_Run]:
+        first = bisect_right(self._runs, lo, key=_HI)
+        out = []
+        for run in self._runs[first:]:
+            if run.lo >= hi:
+                break
+            out.append(run)
+        return out
+
+    def _update(self, lo: int, hi: int, change: _Change, *, count: bool = True) -> int:
+        """Apply ``change`` to the parts of the runs within [lo, hi) (a run sticking out is
+        split first); ``None`` removes a part. With ``count``, removed parts leave the in
+        flight and due counts. Returns how many offsets were removed."""
+        runs = self._runs
+        first = bisect_right(runs, lo, key=_HI)  # first run ending after lo
+        last = bisect_left(runs, hi, key=attrgetter("lo"))  # runs [first, last) start before hi
         if first >= last:
             return 0
         removed = 0
-        keep_lo: list[int] = []
-        keep_hi: list[int] = []
-        for i in range(first, last):
-            run_lo, run_hi = self._lo[i], self._hi[i]
-            removed += min(run_hi, hi) - max(run_lo, lo)
-            if run_lo < lo:
-                keep_lo.append(run_lo)
-                keep_hi.append(lo)
-            if run_hi > hi:
-                keep_lo.append(hi)
-                keep_hi.append(run_hi)
-        self._lo[first:last] = keep_lo
-        self._hi[first:last] = keep_hi
-        self._unacked -= removed
+        out: list[_Run] = []
+        for run in runs[first:last]:
+            if run.lo < lo:
+                out.append(replace(run, hi=lo))
+            inner = replace(run, lo=max(run.lo, lo), hi=min(run.hi, hi))
+            changed = change(inner)
+            if changed is None:
+                size = inner.hi - inner.lo
+                removed += size
+                if count:
+                    if inner.due:
+                        self._due -= size
+                    else:
+                        self._inflight -= size
+            else:
+                out.append(changed)
+            if run.hi > hi:
+                out.append(replace(run, lo=hi))
+        runs[first:last] = out
         return removed
+
+    def _replace(self, lo: int, hi: int, new: list[_Run]) -> None:
+        """Put ``new`` (runs within [lo, hi)) where the runs of [lo, hi) were."""
+        runs = self._runs
+        first = bisect_right(runs, lo, key=_HI)
+        last = bisect_left(runs, hi, key=attrgetter("lo"))
+        head = [replace(runs[first], hi=lo)] if first < last and runs[first].lo < lo else []
+        tail = [replace(runs[last - 1], lo=hi)] if first < last and runs[last - 1].hi > hi else []
+        runs[first:last] = head + new + tail
+
+
+def _runs_of(offsets: Iterable[int]) -> Iterable[tuple[int, int]]:
+    """Ascending offsets as runs [lo, hi) of consecutive ones."""
+    lo = hi = None
+    for offset in offsets:
+        if offset == hi:
+            hi += 1
+            continue
+        if lo is not None and hi is not None:
+            yield lo, hi
+        lo, hi = offset, offset + 1
+    if lo is not None and hi is not None:
+        yield lo, hi
