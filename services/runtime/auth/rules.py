@@ -76,6 +76,7 @@ RULES: Mapping[str, Rule] = {
     _STREAM + "Fetch": Rule(Verb.READ, _group),
     _STREAM + "Stream": Rule(Verb.READ, _open_group),
     _STREAM + "Ack": Rule(Verb.READ, _group),
+    _STREAM + "Nack": Rule(Verb.READ, _group),
     _STREAM + "ReadRange": Rule(Verb.READ, _group),
     _STREAM + "CommitOffsets": Rule(Verb.READ, _group),
     _STREAM + "Status": Rule(Verb.READ, served_group=True),

@@ -362,12 +362,16 @@ class SessionAccepted(_message.Message):
     CONSUMER_CONFIG_FIELD_NUMBER: _builtins.int
     CONFIG_VERSION_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    VISIBILITY_TIMEOUT_FIELD_NUMBER: _builtins.int
+    MAX_DELIVERIES_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Id of this session, passed back in LeaveRequest."""
     mode: _common_pb2.GroupMode.ValueType
     """The group's mode; in kafka_group mode the sidecar subscribe()s itself."""
     config_version: _builtins.int
     """Version of the group config that consumer_config belongs to."""
+    max_deliveries: _builtins.int
+    """The group's delivery limit (GroupConfig.max_deliveries); 0 = the sidecar's default."""
     @_builtins.property
     def lease_ttl(self) -> _duration_pb2.Duration:
         """Lease time-to-live. The sidecar's local deadline for a lease is the send time of the
@@ -386,6 +390,12 @@ class SessionAccepted(_message.Message):
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The group's topics; in kafka_group mode the sidecar subscribe()s to them."""
 
+    @_builtins.property
+    def visibility_timeout(self) -> _duration_pb2.Duration:
+        """The group's visibility timeout (GroupConfig.visibility_timeout); unset = the sidecar's
+        default.
+        """
+
     def __init__(
         self,
         *,
@@ -396,10 +406,12 @@ class SessionAccepted(_message.Message):
         consumer_config: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         config_version: _builtins.int = ...,
         topics: _abc.Iterable[_builtins.str] | None = ...,
+        visibility_timeout: _duration_pb2.Duration | None = ...,
+        max_deliveries: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consumer_config", b"consumer_config", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "mode", b"mode", "session_id", b"session_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consumer_config", b"consumer_config", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "max_deliveries", b"max_deliveries", "mode", b"mode", "session_id", b"session_id", "topics", b"topics", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -514,21 +526,33 @@ class ConfigUpdate(_message.Message):
 
     CONSUMER_CONFIG_FIELD_NUMBER: _builtins.int
     CONFIG_VERSION_FIELD_NUMBER: _builtins.int
+    VISIBILITY_TIMEOUT_FIELD_NUMBER: _builtins.int
+    MAX_DELIVERIES_FIELD_NUMBER: _builtins.int
     config_version: _builtins.int
     """Version of the group config this belongs to; ignore updates older than the current one."""
+    max_deliveries: _builtins.int
+    """The group's delivery limit (GroupConfig.max_deliveries); 0 = the sidecar's default."""
     @_builtins.property
     def consumer_config(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """The complete new set of librdkafka consumer properties of the group (not a delta)."""
+
+    @_builtins.property
+    def visibility_timeout(self) -> _duration_pb2.Duration:
+        """The group's visibility timeout (GroupConfig.visibility_timeout); unset = the sidecar's
+        default.
+        """
 
     def __init__(
         self,
         *,
         consumer_config: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         config_version: _builtins.int = ...,
+        visibility_timeout: _duration_pb2.Duration | None = ...,
+        max_deliveries: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consumer_config", b"consumer_config"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consumer_config", b"consumer_config", "max_deliveries", b"max_deliveries", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

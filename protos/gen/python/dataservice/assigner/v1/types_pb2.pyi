@@ -128,6 +128,8 @@ class GroupConfig(_message.Message):
     HEARTBEAT_INTERVAL_FIELD_NUMBER: _builtins.int
     BALANCE_STRATEGY_FIELD_NUMBER: _builtins.int
     CONFIG_VERSION_FIELD_NUMBER: _builtins.int
+    VISIBILITY_TIMEOUT_FIELD_NUMBER: _builtins.int
+    MAX_DELIVERIES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Group name; also the Kafka consumer group id. Immutable after creation."""
     mode: _common_pb2.GroupMode.ValueType
@@ -138,6 +140,11 @@ class GroupConfig(_message.Message):
     """How partitions are balanced over sidecars."""
     config_version: _builtins.int
     """Output only: version of this config, incremented by every change; ignored on input."""
+    max_deliveries: _builtins.int
+    """A record delivered this many times without an ack is given up when it comes due again
+    (reported as POISON_RECORD, and the commit point passes it); 0 = the sidecars' default
+    (10); -1 = never give a record up.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Topics the group consumes."""
@@ -156,6 +163,13 @@ class GroupConfig(_message.Message):
     def heartbeat_interval(self) -> _duration_pb2.Duration:
         """Interval between session heartbeats; unset = server default (1 s). Must be < lease_ttl."""
 
+    @_builtins.property
+    def visibility_timeout(self) -> _duration_pb2.Duration:
+        """How long a delivered record may stay un-acked before the sidecar delivers it again
+        (ARCHITECTURE §3 "Delivery"); unset = the sidecars' default (30 s); 1 s to 12 h.
+        Applies live to records delivered from then on.
+        """
+
     def __init__(
         self,
         *,
@@ -168,10 +182,12 @@ class GroupConfig(_message.Message):
         heartbeat_interval: _duration_pb2.Duration | None = ...,
         balance_strategy: Global___BalanceStrategy.ValueType = ...,
         config_version: _builtins.int = ...,
+        visibility_timeout: _duration_pb2.Duration | None = ...,
+        max_deliveries: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alert_template", b"alert_template", "balance_strategy", b"balance_strategy", "config_version", b"config_version", "consumer_config", b"consumer_config", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "mode", b"mode", "name", b"name", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alert_template", b"alert_template", "balance_strategy", b"balance_strategy", "config_version", b"config_version", "consumer_config", b"consumer_config", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "max_deliveries", b"max_deliveries", "mode", b"mode", "name", b"name", "topics", b"topics", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"dataservice/common/v1/common.proto\x12\x15\x64\x61taservice.common.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"2\n\x0eTopicPartition\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\"$\n\x06Header\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"\xe6\x01\n\x06Record\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12-\n\ttimestamp\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x03key\x18\x05 \x01(\x0cH\x00\x88\x01\x01\x12\x12\n\x05value\x18\x06 \x01(\x0cH\x01\x88\x01\x01\x12.\n\x07headers\x18\x07 \x03(\x0b\x32\x1d.dataservice.common.v1.Header\x12\x13\n\x0blease_epoch\x18\x08 \x01(\x03\x42\x06\n\x04_keyB\x08\n\x06_value\"\xa2\x04\n\nFaultEvent\x12\n\n\x02id\x18\x01 \x01(\t\x12.\n\x04type\x18\x02 \x01(\x0e\x32 .dataservice.common.v1.FaultType\x12\x30\n\x05state\x18\x03 \x01(\x0e\x32!.dataservice.common.v1.FaultState\x12\x31\n\x08severity\x18\x04 \x01(\x0e\x32\x1f.dataservice.common.v1.Severity\x12\x16\n\x0esource_service\x18\x05 \x01(\t\x12\x17\n\x0fsource_instance\x18\x06 \x01(\t\x12\r\n\x05group\x18\x07 \x01(\t\x12\r\n\x05topic\x18\x08 \x01(\t\x12\x12\n\npartitions\x18\t \x03(\x05\x12\x13\n\x0b\x63onsumer_id\x18\n \x01(\t\x12\x11\n\tclient_id\x18\x0b \x01(\t\x12/\n\x0b\x64\x65tected_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07message\x18\r \x01(\t\x12\x45\n\nattributes\x18\x0e \x03(\x0b\x32\x31.dataservice.common.v1.FaultEvent.AttributesEntry\x12\x12\n\ndedupe_key\x18\x0f \x01(\t\x12\x18\n\x10suppressed_count\x18\x10 \x01(\x03\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*Z\n\tGroupMode\x12\x1a\n\x16GROUP_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11GROUP_MODE_LEASED\x10\x01\x12\x1a\n\x16GROUP_MODE_KAFKA_GROUP\x10\x02*\xb0\x04\n\tFaultType\x12\x1a\n\x16\x46\x41ULT_TYPE_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x46\x41ULT_TYPE_CONSUMER_LOST\x10\x01\x12\x1c\n\x18\x46\x41ULT_TYPE_CONSUMER_LEFT\x10\x02\x12$\n FAULT_TYPE_PARTITIONS_REASSIGNED\x10\x03\x12\x1d\n\x19\x46\x41ULT_TYPE_CLIENT_REBOUND\x10\x04\x12 \n\x1c\x46\x41ULT_TYPE_ASSIGNER_FAILOVER\x10\x05\x12\x1c\n\x18\x46\x41ULT_TYPE_COMMIT_FAILED\x10\x06\x12!\n\x1d\x46\x41ULT_TYPE_BROKER_UNREACHABLE\x10\x07\x12\x1c\n\x18\x46\x41ULT_TYPE_POISON_RECORD\x10\x08\x12\"\n\x1e\x46\x41ULT_TYPE_CLIENT_BACKPRESSURE\x10\t\x12\x1a\n\x16\x46\x41ULT_TYPE_LAG_WARNING\x10\n\x12\x18\n\x14\x46\x41ULT_TYPE_LAG_ERROR\x10\x0b\x12\x1a\n\x16\x46\x41ULT_TYPE_LAG_STALLED\x10\x0c\x12\x1a\n\x16\x46\x41ULT_TYPE_LAG_STOPPED\x10\r\x12\x1a\n\x16\x46\x41ULT_TYPE_LAG_REWOUND\x10\x0e\x12\x19\n\x15\x46\x41ULT_TYPE_PROBE_LOST\x10\x0f\x12\x1c\n\x18\x46\x41ULT_TYPE_OFFSETS_RESET\x10\x10\x12\x1e\n\x1a\x46\x41ULT_TYPE_CONFIG_REJECTED\x10\x11*Y\n\nFaultState\x12\x1b\n\x17\x46\x41ULT_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x46\x41ULT_STATE_OPEN\x10\x01\x12\x18\n\x14\x46\x41ULT_STATE_RESOLVED\x10\x02*x\n\x08Severity\x12\x18\n\x14SEVERITY_UNSPECIFIED\x10\x00\x12\x11\n\rSEVERITY_INFO\x10\x01\x12\x14\n\x10SEVERITY_WARNING\x10\x02\x12\x12\n\x0eSEVERITY_ERROR\x10\x03\x12\x15\n\x11SEVERITY_CRITICAL\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"dataservice/common/v1/common.proto\x12\x15\x64\x61taservice.common.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"2\n\x0eTopicPartition\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\"$\n\x06Header\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"\xfe\x01\n\x06Record\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12-\n\ttimestamp\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x03key\x18\x05 \x01(\x0cH\x00\x88\x01\x01\x12\x12\n\x05value\x18\x06 \x01(\x0cH\x01\x88\x01\x01\x12.\n\x07headers\x18\x07 \x03(\x0b\x32\x1d.dataservice.common.v1.Header\x12\x13\n\x0blease_epoch\x18\x08 \x01(\x03\x12\x16\n\x0e\x64\x65livery_count\x18\t \x01(\x05\x42\x06\n\x04_keyB\x08\n\x06_value\"\xa2\x04\n\nFaultEvent\x12\n\n\x02id\x18\x01 \x01(\t\x12.\n\x04type\x18\x02 \x01(\x0e\x32 .dataservice.common.v1.FaultType\x12\x30\n\x05state\x18\x03 \x01(\x0e\x32!.dataservice.common.v1.FaultState\x12\x31\n\x08severity\x18\x04 \x01(\x0e\x32\x1f.dataservice.common.v1.Severity\x12\x16\n\x0esource_service\x18\x05 \x01(\t\x12\x17\n\x0fsource_instance\x18\x06 \x01(\t\x12\r\n\x05group\x18\x07 \x01(\t\x12\r\n\x05topic\x18\x08 \x01(\t\x12\x12\n\npartitions\x18\t \x03(\x05\x12\x13\n\x0b\x63onsumer_id\x18\n \x01(\t\x12\x11\n\tclient_id\x18\x0b \x01(\t\x12/\n\x0b\x64\x65tected_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07message\x18\r \x01(\t\x12\x45\n\nattributes\x18\x0e \x03(\x0b\x32\x31.dataservice.common.v1.FaultEvent.AttributesEntry\x12\x12\n\ndedupe_key\x18\x0f \x01(\t\x12\x18\n\x10suppressed_count\x18\x10 \x01(\x03\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*Z\n\tGroupMode\x12\x1a\n\x16GROUP_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11GROUP_MODE_LEASED\x10\x01\x12\x1a\n\x16GROUP_MODE_KAFKA_GROUP\x10\x02*\xcb\x04\n\tFaultType\x12\x1a\n\x16\x46\x41ULT_TYPE_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x46\x41ULT_TYPE_CONSUMER_LOST\x10\x01\x12\x1c\n\x18\x46\x41ULT_TYPE_CONSUMER_LEFT\x10\x02\x12$\n FAULT_TYPE_PARTITIONS_REASSIGNED\x10\x03\x12\x1d\n\x19\x46\x41ULT_TYPE_CLIENT_REBOUND\x10\x04\x12 \n\x1c\x46\x41ULT_TYPE_ASSIGNER_FAILOVER\x10\x05\x12\x1c\n\x18\x46\x41ULT_TYPE_COMMIT_FAILED\x10\x06\x12!\n\x1d\x46\x41ULT_TYPE_BROKER_UNREACHABLE\x10\x07\x12\x1c\n\x18\x46\x41ULT_TYPE_POISON_RECORD\x10\x08\x12\"\n\x1e\x46\x41ULT_TYPE_CLIENT_BACKPRESSURE\x10\t\x12\x1a\n\x16\x46\x41ULT_TYPE_LAG_WARNING\x10\n\x12\x18\n\x14\x46\x41ULT_TYPE_LAG_ERROR\x10\x0b\x12\x1a\n\x16\x46\x41ULT_TYPE_LAG_STALLED\x10\x0c\x12\x1a\n\x16\x46\x41ULT_TYPE_LAG_STOPPED\x10\r\x12\x1a\n\x16\x46\x41ULT_TYPE_LAG_REWOUND\x10\x0e\x12\x19\n\x15\x46\x41ULT_TYPE_PROBE_LOST\x10\x0f\x12\x1c\n\x18\x46\x41ULT_TYPE_OFFSETS_RESET\x10\x10\x12\x1e\n\x1a\x46\x41ULT_TYPE_CONFIG_REJECTED\x10\x11\x12\x19\n\x15\x46\x41ULT_TYPE_OFFSET_GAP\x10\x14*Y\n\nFaultState\x12\x1b\n\x17\x46\x41ULT_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x46\x41ULT_STATE_OPEN\x10\x01\x12\x18\n\x14\x46\x41ULT_STATE_RESOLVED\x10\x02*x\n\x08Severity\x12\x18\n\x14SEVERITY_UNSPECIFIED\x10\x00\x12\x11\n\rSEVERITY_INFO\x10\x01\x12\x14\n\x10SEVERITY_WARNING\x10\x02\x12\x12\n\x0eSEVERITY_ERROR\x10\x03\x12\x15\n\x11SEVERITY_CRITICAL\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,22 +34,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_FAULTEVENT_ATTRIBUTESENTRY']._loaded_options = None
   _globals['_FAULTEVENT_ATTRIBUTESENTRY']._serialized_options = b'8\001'
-  _globals['_GROUPMODE']._serialized_start=966
-  _globals['_GROUPMODE']._serialized_end=1056
-  _globals['_FAULTTYPE']._serialized_start=1059
-  _globals['_FAULTTYPE']._serialized_end=1619
-  _globals['_FAULTSTATE']._serialized_start=1621
-  _globals['_FAULTSTATE']._serialized_end=1710
-  _globals['_SEVERITY']._serialized_start=1712
-  _globals['_SEVERITY']._serialized_end=1832
+  _globals['_GROUPMODE']._serialized_start=990
+  _globals['_GROUPMODE']._serialized_end=1080
+  _globals['_FAULTTYPE']._serialized_start=1083
+  _globals['_FAULTTYPE']._serialized_end=1670
+  _globals['_FAULTSTATE']._serialized_start=1672
+  _globals['_FAULTSTATE']._serialized_end=1761
+  _globals['_SEVERITY']._serialized_start=1763
+  _globals['_SEVERITY']._serialized_end=1883
   _globals['_TOPICPARTITION']._serialized_start=94
   _globals['_TOPICPARTITION']._serialized_end=144
   _globals['_HEADER']._serialized_start=146
   _globals['_HEADER']._serialized_end=182
   _globals['_RECORD']._serialized_start=185
-  _globals['_RECORD']._serialized_end=415
-  _globals['_FAULTEVENT']._serialized_start=418
-  _globals['_FAULTEVENT']._serialized_end=964
-  _globals['_FAULTEVENT_ATTRIBUTESENTRY']._serialized_start=915
-  _globals['_FAULTEVENT_ATTRIBUTESENTRY']._serialized_end=964
+  _globals['_RECORD']._serialized_end=439
+  _globals['_FAULTEVENT']._serialized_start=442
+  _globals['_FAULTEVENT']._serialized_end=988
+  _globals['_FAULTEVENT_ATTRIBUTESENTRY']._serialized_start=939
+  _globals['_FAULTEVENT_ATTRIBUTESENTRY']._serialized_end=988
 # @@protoc_insertion_point(module_scope)

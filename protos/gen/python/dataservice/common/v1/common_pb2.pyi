@@ -109,6 +109,11 @@ class _FaultTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FaultType.V
     """Assigner, from a sidecar's session: the sidecar could not apply the group's consumer
     config (librdkafka refused it there); it keeps running the config it had.
     """
+    FAULT_TYPE_OFFSET_GAP: _FaultType.ValueType  # 20
+    """Sidecar: records of a partition were skipped: its fetch position fell outside the log
+    (deleted by retention before they were read, or the log was truncated), so fetching
+    went on from the log's start (or end). Attributes name the offsets skipped.
+    """
 
 class FaultType(_FaultType, metaclass=_FaultTypeEnumTypeWrapper):
     """What kind of fault an event reports. Each type has a definition (what), a trigger (when)
@@ -161,6 +166,11 @@ which partitions, and the old and new offsets.
 FAULT_TYPE_CONFIG_REJECTED: FaultType.ValueType  # 17
 """Assigner, from a sidecar's session: the sidecar could not apply the group's consumer
 config (librdkafka refused it there); it keeps running the config it had.
+"""
+FAULT_TYPE_OFFSET_GAP: FaultType.ValueType  # 20
+"""Sidecar: records of a partition were skipped: its fetch position fell outside the log
+(deleted by retention before they were read, or the log was truncated), so fetching
+went on from the log's start (or end). Attributes name the offsets skipped.
 """
 Global___FaultType: _TypeAlias = FaultType  # noqa: Y015
 
@@ -286,6 +296,7 @@ class Record(_message.Message):
     VALUE_FIELD_NUMBER: _builtins.int
     HEADERS_FIELD_NUMBER: _builtins.int
     LEASE_EPOCH_FIELD_NUMBER: _builtins.int
+    DELIVERY_COUNT_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     """Topic the record was read from."""
     partition: _builtins.int
@@ -299,6 +310,12 @@ class Record(_message.Message):
     lease_epoch: _builtins.int
     """Epoch of the partition lease under which the sidecar delivered this record; acks and
     commits must echo it (ARCHITECTURE §3). 0 in kafka_group mode, which has no leases.
+    """
+    delivery_count: _builtins.int
+    """How many times the sidecar has delivered this record under its lease, this delivery
+    included: 1 the first time, more after a redelivery (its ack deadline passed, it was
+    nacked, or the stream or client it went to ended). 0 where not known (ReadRange, or a
+    sidecar that predates the field).
     """
     @_builtins.property
     def timestamp(self) -> _timestamp_pb2.Timestamp:
@@ -319,10 +336,11 @@ class Record(_message.Message):
         value: _builtins.bytes | None = ...,
         headers: _abc.Iterable[Global___Header] | None = ...,
         lease_epoch: _builtins.int = ...,
+        delivery_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_value", b"_value", "key", b"key", "timestamp", b"timestamp", "value", b"value"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_value", b"_value", "headers", b"headers", "key", b"key", "lease_epoch", b"lease_epoch", "offset", b"offset", "partition", b"partition", "timestamp", b"timestamp", "topic", b"topic", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_key", b"_key", "_value", b"_value", "delivery_count", b"delivery_count", "headers", b"headers", "key", b"key", "lease_epoch", b"lease_epoch", "offset", b"offset", "partition", b"partition", "timestamp", b"timestamp", "topic", b"topic", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__key: _TypeAlias = _typing.Literal["key"]  # noqa: Y015
     _WhichOneofArgType__key: _TypeAlias = _typing.Literal["_key", b"_key"]  # noqa: Y015

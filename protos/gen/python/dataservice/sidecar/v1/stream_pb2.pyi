@@ -243,6 +243,7 @@ class RecordBatch(_message.Message):
     KEY_LENGTHS_FIELD_NUMBER: _builtins.int
     KEYS_FIELD_NUMBER: _builtins.int
     HEADERS_FIELD_NUMBER: _builtins.int
+    DELIVERY_COUNT_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     """Topic of the records."""
     partition: _builtins.int
@@ -271,6 +272,11 @@ class RecordBatch(_message.Message):
     """
     keys: _builtins.bytes
     """The keys, concatenated in record order."""
+    delivery_count: _builtins.int
+    """How many times these records have been delivered under the lease, this delivery
+    included: 1 the first time, more after a redelivery (the ack deadline passed, a nack,
+    the stream or client that received them ended). 0 from a sidecar that predates it.
+    """
     @_builtins.property
     def headers(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordBatchHeaders]:
         """Headers of the records that have any, by record index."""
@@ -288,10 +294,11 @@ class RecordBatch(_message.Message):
         key_lengths: _builtins.bytes = ...,
         keys: _builtins.bytes = ...,
         headers: _abc.Iterable[Global___RecordBatchHeaders] | None = ...,
+        delivery_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["headers", b"headers", "key_lengths", b"key_lengths", "keys", b"keys", "lease_epoch", b"lease_epoch", "offsets", b"offsets", "partition", b"partition", "timestamps", b"timestamps", "topic", b"topic", "value_lengths", b"value_lengths", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delivery_count", b"delivery_count", "headers", b"headers", "key_lengths", b"key_lengths", "keys", b"keys", "lease_epoch", b"lease_epoch", "offsets", b"offsets", "partition", b"partition", "timestamps", b"timestamps", "topic", b"topic", "value_lengths", b"value_lengths", "values", b"values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -334,6 +341,7 @@ class StreamRequest(_message.Message):
     OPEN_FIELD_NUMBER: _builtins.int
     CREDIT_FIELD_NUMBER: _builtins.int
     ACKS_FIELD_NUMBER: _builtins.int
+    NACKS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def open(self) -> Global___StreamOpen:
         """First message: who the client is and its initial credit."""
@@ -346,18 +354,23 @@ class StreamRequest(_message.Message):
     def acks(self) -> Global___StreamAcks:
         """Acknowledgements of delivered records."""
 
+    @_builtins.property
+    def nacks(self) -> Global___StreamNacks:
+        """Records to deliver again (as NackRequest)."""
+
     def __init__(
         self,
         *,
         open: Global___StreamOpen | None = ...,
         credit: Global___StreamCredit | None = ...,
         acks: Global___StreamAcks | None = ...,
+        nacks: Global___StreamNacks | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "credit", b"credit", "kind", b"kind", "open", b"open"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "credit", b"credit", "kind", b"kind", "nacks", b"nacks", "open", b"open"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "credit", b"credit", "kind", b"kind", "open", b"open"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "credit", b"credit", "kind", b"kind", "nacks", b"nacks", "open", b"open"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["open", "credit", "acks"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["open", "credit", "acks", "nacks"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -462,6 +475,42 @@ class StreamAcks(_message.Message):
 Global___StreamAcks: _TypeAlias = StreamAcks  # noqa: Y015
 
 @_typing.final
+class StreamNacks(_message.Message):
+    """Records given back on a Stream, to be delivered again (NackRequest's semantics)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECORDS_FIELD_NUMBER: _builtins.int
+    RANGES_FIELD_NUMBER: _builtins.int
+    DELAY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordAck]:
+        """Records to deliver again."""
+
+    @_builtins.property
+    def ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___RangeAck]:
+        """Offset ranges to deliver again (the caller's records in flight within each)."""
+
+    @_builtins.property
+    def delay(self) -> _duration_pb2.Duration:
+        """How long to wait before delivering them again; unset or zero = now."""
+
+    def __init__(
+        self,
+        *,
+        records: _abc.Iterable[Global___RecordAck] | None = ...,
+        ranges: _abc.Iterable[Global___RangeAck] | None = ...,
+        delay: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["delay", b"delay"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delay", b"delay", "ranges", b"ranges", "records", b"records"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamNacks: _TypeAlias = StreamNacks  # noqa: Y015
+
+@_typing.final
 class StreamResponse(_message.Message):
     """A message from the sidecar on the Stream stream."""
 
@@ -469,6 +518,7 @@ class StreamResponse(_message.Message):
 
     BATCH_FIELD_NUMBER: _builtins.int
     ACK_RESULT_FIELD_NUMBER: _builtins.int
+    NACK_RESULT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def batch(self) -> Global___StreamBatch:
         """Records delivered."""
@@ -477,17 +527,22 @@ class StreamResponse(_message.Message):
     def ack_result(self) -> Global___StreamAckResult:
         """Outcome of one `acks` message, in the order they were received."""
 
+    @_builtins.property
+    def nack_result(self) -> Global___StreamNackResult:
+        """Outcome of one `nacks` message, in the order they were received."""
+
     def __init__(
         self,
         *,
         batch: Global___StreamBatch | None = ...,
         ack_result: Global___StreamAckResult | None = ...,
+        nack_result: Global___StreamNackResult | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack_result", b"ack_result", "batch", b"batch", "kind", b"kind"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack_result", b"ack_result", "batch", b"batch", "kind", b"kind", "nack_result", b"nack_result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_result", b"ack_result", "batch", b"batch", "kind", b"kind"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_result", b"ack_result", "batch", b"batch", "kind", b"kind", "nack_result", b"nack_result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["batch", "ack_result"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["batch", "ack_result", "nack_result"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
@@ -556,6 +611,44 @@ class StreamAckResult(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StreamAckResult: _TypeAlias = StreamAckResult  # noqa: Y015
+
+@_typing.final
+class StreamNackResult(_message.Message):
+    """Outcome of one `nacks` message on a Stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NACKED_COUNT_FIELD_NUMBER: _builtins.int
+    REJECTED_ACKS_FIELD_NUMBER: _builtins.int
+    REJECTED_RANGES_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    nacked_count: _builtins.int
+    """Number of nacks accepted: each accepted RecordAck and RangeAck counts one."""
+    records: _builtins.int
+    """Records of the caller in flight that the accepted nacks concerned."""
+    @_builtins.property
+    def rejected_acks(self) -> _containers.RepeatedCompositeFieldContainer[Global___RejectedAck]:
+        """Nacks of single records that were not accepted, with why."""
+
+    @_builtins.property
+    def rejected_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___RejectedRangeAck]:
+        """Range nacks that were not accepted, with why."""
+
+    def __init__(
+        self,
+        *,
+        nacked_count: _builtins.int = ...,
+        rejected_acks: _abc.Iterable[Global___RejectedAck] | None = ...,
+        rejected_ranges: _abc.Iterable[Global___RejectedRangeAck] | None = ...,
+        records: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["nacked_count", b"nacked_count", "records", b"records", "rejected_acks", b"rejected_acks", "rejected_ranges", b"rejected_ranges"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StreamNackResult: _TypeAlias = StreamNackResult  # noqa: Y015
 
 @_typing.final
 class RecordAck(_message.Message):
@@ -770,6 +863,94 @@ class AckResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AckResponse: _TypeAlias = AckResponse  # noqa: Y015
+
+@_typing.final
+class NackRequest(_message.Message):
+    """Request of StreamService.Nack."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    RANGES_FIELD_NUMBER: _builtins.int
+    DELAY_FIELD_NUMBER: _builtins.int
+    ALL_FIELD_NUMBER: _builtins.int
+    client_id: _builtins.str
+    """Application client id; only this client's records in flight are given back."""
+    group: _builtins.str
+    """Consumer group of the records."""
+    all: _builtins.bool
+    """Every record this sidecar delivered to client_id that is not acked yet, in every
+    partition (what a client closing, or restarting under the same id, gives back).
+    """
+    @_builtins.property
+    def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordAck]:
+        """Records to deliver again (lease_epoch echoed as delivered)."""
+
+    @_builtins.property
+    def ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___RangeAck]:
+        """Offset ranges to deliver again (the caller's records in flight within each)."""
+
+    @_builtins.property
+    def delay(self) -> _duration_pb2.Duration:
+        """How long to wait before delivering them again; unset or zero = now; at most 12 h."""
+
+    def __init__(
+        self,
+        *,
+        client_id: _builtins.str = ...,
+        group: _builtins.str = ...,
+        records: _abc.Iterable[Global___RecordAck] | None = ...,
+        ranges: _abc.Iterable[Global___RangeAck] | None = ...,
+        delay: _duration_pb2.Duration | None = ...,
+        all: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["delay", b"delay"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all", b"all", "client_id", b"client_id", "delay", b"delay", "group", b"group", "ranges", b"ranges", "records", b"records"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NackRequest: _TypeAlias = NackRequest  # noqa: Y015
+
+@_typing.final
+class NackResponse(_message.Message):
+    """Response of StreamService.Nack."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NACKED_COUNT_FIELD_NUMBER: _builtins.int
+    REJECTED_ACKS_FIELD_NUMBER: _builtins.int
+    REJECTED_RANGES_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    nacked_count: _builtins.int
+    """Number of nacks accepted: each accepted RecordAck and RangeAck counts one (`all`: 1)."""
+    records: _builtins.int
+    """Records of the caller in flight that the accepted nacks concerned."""
+    @_builtins.property
+    def rejected_acks(self) -> _containers.RepeatedCompositeFieldContainer[Global___RejectedAck]:
+        """Nacks of single records that were not accepted, with why."""
+
+    @_builtins.property
+    def rejected_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___RejectedRangeAck]:
+        """Range nacks that were not accepted, with why."""
+
+    def __init__(
+        self,
+        *,
+        nacked_count: _builtins.int = ...,
+        rejected_acks: _abc.Iterable[Global___RejectedAck] | None = ...,
+        rejected_ranges: _abc.Iterable[Global___RejectedRangeAck] | None = ...,
+        records: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["nacked_count", b"nacked_count", "records", b"records", "rejected_acks", b"rejected_acks", "rejected_ranges", b"rejected_ranges"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NackResponse: _TypeAlias = NackResponse  # noqa: Y015
 
 @_typing.final
 class ReadRangeRequest(_message.Message):
@@ -1019,6 +1200,7 @@ class PartitionStatus(_message.Message):
     BUFFERED_BYTES_FIELD_NUMBER: _builtins.int
     PAUSED_FIELD_NUMBER: _builtins.int
     INFLIGHT_FIELD_NUMBER: _builtins.int
+    DUE_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     """Topic name."""
     partition: _builtins.int
@@ -1038,7 +1220,9 @@ class PartitionStatus(_message.Message):
     paused: _builtins.bool
     """Whether fetching is paused because the buffer is full."""
     inflight: _builtins.int
-    """Records delivered but not yet acked."""
+    """Records delivered but not yet acked (records due again not included)."""
+    due: _builtins.int
+    """Records delivered before and waiting to be delivered again."""
     @_builtins.property
     def lease_deadline_remaining(self) -> _duration_pb2.Duration:
         """Time left until the local lease deadline; zero once passed; unset in kafka_group mode."""
@@ -1057,10 +1241,11 @@ class PartitionStatus(_message.Message):
         buffered_bytes: _builtins.int = ...,
         paused: _builtins.bool = ...,
         inflight: _builtins.int = ...,
+        due: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease_deadline_remaining", b"lease_deadline_remaining"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["buffered_bytes", b"buffered_bytes", "buffered_records", b"buffered_records", "committed_offset", b"committed_offset", "high_watermark", b"high_watermark", "inflight", b"inflight", "lease_deadline_remaining", b"lease_deadline_remaining", "lease_epoch", b"lease_epoch", "partition", b"partition", "paused", b"paused", "position", b"position", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["buffered_bytes", b"buffered_bytes", "buffered_records", b"buffered_records", "committed_offset", b"committed_offset", "due", b"due", "high_watermark", b"high_watermark", "inflight", b"inflight", "lease_deadline_remaining", b"lease_deadline_remaining", "lease_epoch", b"lease_epoch", "partition", b"partition", "paused", b"paused", "position", b"position", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1101,6 +1286,8 @@ class StatusResponse(_message.Message):
     CONSUMER_CONFIG_FIELD_NUMBER: _builtins.int
     CONFIG_VERSION_FIELD_NUMBER: _builtins.int
     ASSIGNER_CONNECTED_FIELD_NUMBER: _builtins.int
+    VISIBILITY_TIMEOUT_FIELD_NUMBER: _builtins.int
+    MAX_DELIVERIES_FIELD_NUMBER: _builtins.int
     sidecar_id: _builtins.str
     """This sidecar's stable id."""
     group: _builtins.str
@@ -1115,6 +1302,10 @@ class StatusResponse(_message.Message):
     """Version of the group config in effect."""
     assigner_connected: _builtins.bool
     """Whether the sidecar has a live session with the assigner leader."""
+    max_deliveries: _builtins.int
+    """Deliveries after which a record that comes due again is given up (POISON_RECORD);
+    0 = never.
+    """
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionStatus]:
         """Partitions held, ordered by topic and partition."""
@@ -1123,6 +1314,12 @@ class StatusResponse(_message.Message):
     def consumer_config(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Effective librdkafka consumer properties (sidecar defaults + group config); secrets
         such as sasl.password are redacted as "***".
+        """
+
+    @_builtins.property
+    def visibility_timeout(self) -> _duration_pb2.Duration:
+        """How long a delivered record may stay un-acked before it is delivered again (the
+        group's visibility timeout in effect).
         """
 
     def __init__(
@@ -1137,10 +1334,12 @@ class StatusResponse(_message.Message):
         consumer_config: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         config_version: _builtins.int = ...,
         assigner_connected: _builtins.bool = ...,
+        visibility_timeout: _duration_pb2.Duration | None = ...,
+        max_deliveries: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["assigner_connected", b"assigner_connected", "buffer_bytes", b"buffer_bytes", "buffer_cap_bytes", b"buffer_cap_bytes", "config_version", b"config_version", "consumer_config", b"consumer_config", "group", b"group", "mode", b"mode", "partitions", b"partitions", "sidecar_id", b"sidecar_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assigner_connected", b"assigner_connected", "buffer_bytes", b"buffer_bytes", "buffer_cap_bytes", b"buffer_cap_bytes", "config_version", b"config_version", "consumer_config", b"consumer_config", "group", b"group", "max_deliveries", b"max_deliveries", "mode", b"mode", "partitions", b"partitions", "sidecar_id", b"sidecar_id", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

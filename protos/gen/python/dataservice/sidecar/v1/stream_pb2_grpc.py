@@ -50,6 +50,11 @@ class StreamServiceStub:
                 request_serializer=dataservice_dot_sidecar_dot_v1_dot_stream__pb2.AckRequest.SerializeToString,
                 response_deserializer=dataservice_dot_sidecar_dot_v1_dot_stream__pb2.AckResponse.FromString,
                 _registered_method=True)
+        self.Nack = channel.unary_unary(
+                '/dataservice.sidecar.v1.StreamService/Nack',
+                request_serializer=dataservice_dot_sidecar_dot_v1_dot_stream__pb2.NackRequest.SerializeToString,
+                response_deserializer=dataservice_dot_sidecar_dot_v1_dot_stream__pb2.NackResponse.FromString,
+                _registered_method=True)
         self.ReadRange = channel.unary_stream(
                 '/dataservice.sidecar.v1.StreamService/ReadRange',
                 request_serializer=dataservice_dot_sidecar_dot_v1_dot_stream__pb2.ReadRangeRequest.SerializeToString,
@@ -109,6 +114,21 @@ class StreamServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Nack(self, request, context):
+        """Gives delivered records back: the caller's records named (or, with `all`, every record
+        this sidecar delivered to the caller and that is not acked yet) are delivered again,
+        now or after `delay`. Only the caller's own records in flight are concerned; acked
+        records, records in flight to other clients and records already due are left alone.
+        A record nacked after its limit of deliveries is given up (POISON_RECORD).
+        Errors: INVALID_ARGUMENT (empty client_id/group, nothing named and not `all`, more
+        than 100000 records or ranges, negative offset, a range's to_offset <= from_offset,
+        delay negative or > 12 h), NOT_FOUND (group not served by this sidecar),
+        PERMISSION_DENIED, UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReadRange(self, request, context):
         """Reads the exact offset range [from_offset, to_offset) of one partition this sidecar
         holds, in chunks of at most max_bytes, without moving the group's position (for Spark).
@@ -158,6 +178,11 @@ def add_StreamServiceServicer_to_server(servicer, server):
                     servicer.Ack,
                     request_deserializer=dataservice_dot_sidecar_dot_v1_dot_stream__pb2.AckRequest.FromString,
                     response_serializer=dataservice_dot_sidecar_dot_v1_dot_stream__pb2.AckResponse.SerializeToString,
+            ),
+            'Nack': grpc.unary_unary_rpc_method_handler(
+                    servicer.Nack,
+                    request_deserializer=dataservice_dot_sidecar_dot_v1_dot_stream__pb2.NackRequest.FromString,
+                    response_serializer=dataservice_dot_sidecar_dot_v1_dot_stream__pb2.NackResponse.SerializeToString,
             ),
             'ReadRange': grpc.unary_stream_rpc_method_handler(
                     servicer.ReadRange,
@@ -257,6 +282,33 @@ class StreamService:
             '/dataservice.sidecar.v1.StreamService/Ack',
             dataservice_dot_sidecar_dot_v1_dot_stream__pb2.AckRequest.SerializeToString,
             dataservice_dot_sidecar_dot_v1_dot_stream__pb2.AckResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Nack(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dataservice.sidecar.v1.StreamService/Nack',
+            dataservice_dot_sidecar_dot_v1_dot_stream__pb2.NackRequest.SerializeToString,
+            dataservice_dot_sidecar_dot_v1_dot_stream__pb2.NackResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -69,6 +69,17 @@ class StreamServiceStub:
     PERMISSION_DENIED, FAILED_PRECONDITION (every ack and range names a stale lease epoch:
     ErrorInfo reason LEASE_EPOCH_STALE), UNAVAILABLE.
     """
+    Nack: _grpc.UnaryUnaryMultiCallable[_stream_pb2.NackRequest, _stream_pb2.NackResponse]
+    """Gives delivered records back: the caller's records named (or, with `all`, every record
+    this sidecar delivered to the caller and that is not acked yet) are delivered again,
+    now or after `delay`. Only the caller's own records in flight are concerned; acked
+    records, records in flight to other clients and records already due are left alone.
+    A record nacked after its limit of deliveries is given up (POISON_RECORD).
+    Errors: INVALID_ARGUMENT (empty client_id/group, nothing named and not `all`, more
+    than 100000 records or ranges, negative offset, a range's to_offset <= from_offset,
+    delay negative or > 12 h), NOT_FOUND (group not served by this sidecar),
+    PERMISSION_DENIED, UNAVAILABLE.
+    """
     ReadRange: _grpc.UnaryStreamMultiCallable[_stream_pb2.ReadRangeRequest, _stream_pb2.ReadRangeResponse]
     """Reads the exact offset range [from_offset, to_offset) of one partition this sidecar
     holds, in chunks of at most max_bytes, without moving the group's position (for Spark).
@@ -120,6 +131,17 @@ class StreamServiceAsyncStub(StreamServiceStub):
     acks or ranges, negative offset, a range's to_offset <= from_offset), NOT_FOUND (group not served by this sidecar),
     PERMISSION_DENIED, FAILED_PRECONDITION (every ack and range names a stale lease epoch:
     ErrorInfo reason LEASE_EPOCH_STALE), UNAVAILABLE.
+    """
+    Nack: _aio.UnaryUnaryMultiCallable[_stream_pb2.NackRequest, _stream_pb2.NackResponse]  # type: ignore[assignment]
+    """Gives delivered records back: the caller's records named (or, with `all`, every record
+    this sidecar delivered to the caller and that is not acked yet) are delivered again,
+    now or after `delay`. Only the caller's own records in flight are concerned; acked
+    records, records in flight to other clients and records already due are left alone.
+    A record nacked after its limit of deliveries is given up (POISON_RECORD).
+    Errors: INVALID_ARGUMENT (empty client_id/group, nothing named and not `all`, more
+    than 100000 records or ranges, negative offset, a range's to_offset <= from_offset,
+    delay negative or > 12 h), NOT_FOUND (group not served by this sidecar),
+    PERMISSION_DENIED, UNAVAILABLE.
     """
     ReadRange: _aio.UnaryStreamMultiCallable[_stream_pb2.ReadRangeRequest, _stream_pb2.ReadRangeResponse]  # type: ignore[assignment]
     """Reads the exact offset range [from_offset, to_offset) of one partition this sidecar
@@ -187,6 +209,23 @@ class StreamServiceServicer(metaclass=_abc_1.ABCMeta):
         acks or ranges, negative offset, a range's to_offset <= from_offset), NOT_FOUND (group not served by this sidecar),
         PERMISSION_DENIED, FAILED_PRECONDITION (every ack and range names a stale lease epoch:
         ErrorInfo reason LEASE_EPOCH_STALE), UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def Nack(
+        self,
+        request: _stream_pb2.NackRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_stream_pb2.NackResponse, _abc.Awaitable[_stream_pb2.NackResponse]]:
+        """Gives delivered records back: the caller's records named (or, with `all`, every record
+        this sidecar delivered to the caller and that is not acked yet) are delivered again,
+        now or after `delay`. Only the caller's own records in flight are concerned; acked
+        records, records in flight to other clients and records already due are left alone.
+        A record nacked after its limit of deliveries is given up (POISON_RECORD).
+        Errors: INVALID_ARGUMENT (empty client_id/group, nothing named and not `all`, more
+        than 100000 records or ranges, negative offset, a range's to_offset <= from_offset,
+        delay negative or > 12 h), NOT_FOUND (group not served by this sidecar),
+        PERMISSION_DENIED, UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
