@@ -115,11 +115,26 @@ CATALOGUE: Mapping[FaultTypeValue, FaultSpec] = {
         ),
         FaultSpec(
             T.FAULT_TYPE_POISON_RECORD,
-            "A record could not be read or delivered (corrupt, oversized, undecodable).",
-            "The fetch loop gets a message-level error from Kafka for a partition.",
+            "A record could not be read or delivered (corrupt, oversized, undecodable), or "
+            "was delivered the group's max_deliveries times without an ack and is given up "
+            "(the commit point passes it).",
+            "The fetch loop gets a message-level error from Kafka for a partition, or a "
+            "record comes due again after its last allowed delivery (the event names the "
+            "partition and the offset).",
             "sidecar",
             T.SEVERITY_ERROR,
             "The partition delivers records again after the bad one.",
+        ),
+        FaultSpec(
+            T.FAULT_TYPE_OFFSET_GAP,
+            "Records of a partition were skipped: the sidecar's fetch position fell outside "
+            "the partition's log (deleted by retention before they were read, or a "
+            "truncated log), so fetching went on from the log start (or end).",
+            "The fetch loop finds its position out of range (Kafka's offset reset, made "
+            "explicit: the event names the partition and the offsets skipped).",
+            "sidecar",
+            T.SEVERITY_ERROR,
+            "Sent at once: fetching goes on from the new position.",
         ),
         FaultSpec(
             T.FAULT_TYPE_CLIENT_BACKPRESSURE,
