@@ -56,6 +56,9 @@ class DsRecord(NamedTuple):
         headers: ``None``, or a list of (key, value) pairs in Kafka order.
         lease_epoch: The epoch of the lease the record was delivered under; its ack
             echoes it, and a sidecar refuses an ack of an older epoch (ARCHITECTURE §3).
+        delivery_count: How many times the sidecar has delivered the record under that
+            lease, this time included: 1 the first time, more when it comes again because
+            it was not acked in time, was nacked, or went to a client or stream that ended.
     """
 
     topic: str
@@ -66,6 +69,7 @@ class DsRecord(NamedTuple):
     timestamp_ms: int
     headers: Headers | None
     lease_epoch: int
+    delivery_count: int = 1
 
 
 @dataclass(eq=False, slots=True)
@@ -109,7 +113,7 @@ class Chunk:
         return bisect_right(cumulative, budget)
 
     def take(self, count: int, topic: str, partition: int, epoch: int) -> Slice:
-        """The next ``count`` undelivered records, marked taken."""
+        """The next ``count`` undelivered records, marked taken (a first delivery)."""
         lo, hi = self.start, self.start + count
         vlo, klo = self.value_pos, self.key_pos
         if hi == len(self):
@@ -207,8 +211,8 @@ def _ms(record: common_pb2.Record) -> int:
 
 @dataclass(slots=True)
 class Slice:
-    """Records [lo, hi) of a chunk, delivered under ``epoch``; their values are
-    ``chunk.values[vlo:vhi]``, their keys ``chunk.keys[klo:khi]``."""
+    """Records [lo, hi) of a chunk, delivered under ``epoch`` for the ``deliveries``-th
+    time; their values are ``chunk.values[vlo:vhi]``, their keys ``chunk.keys[klo:khi]``."""
 
     topic: str
     partition: int
@@ -220,6 +224,7 @@ class Slice:
     vhi: int
     klo: int
     khi: int
+    deliveries: int = 1
 
     def __len__(self) -> int:
         return self.hi - self.lo
@@ -239,6 +244,32 @@ class Slice:
     def data_bytes(self) -> int:
         """Key and value bytes of the slice."""
         return self.vhi - self.vlo + self.khi - self.klo
+
+    def pieces(self, parts: Sequence[tuple[int, int, int]]) -> list[Slice]:
+        """Sub-slices: for each (first, end, deliveries) of ``parts`` — record indexes
+        relative to the slice, ascending and disjoint — the records [first, end), delivered
+        for the ``deliveries``-th time."""
+        chunk = self.chunk
+        out = []
+        k, vpos, kpos = self.lo, self.vlo, self.klo  # a record and where its bytes start
+
+        def advance(to: int) -> None:
+            nonlocal k, vpos, kpos
+            vpos += sum(chunk.value_lengths[k:to])
+            if chunk.key_lengths is not None:
+                kpos += sum(chunk.key_lengths[k:to])
+            k = to
+
+        for first, end, deliveries in parts:
+            advance(self.lo + first)
+            lo, vlo, klo = k, vpos, kpos
+            advance(self.lo + end)
+            piece = Slice(
+                self.topic, self.partition, self.epoch, chunk, lo, k, vlo, vpos, klo, kpos
+            )
+            piece.deliveries = deliveries
+            out.append(piece)
+        return out
 
     def split(self, keep: Sequence[bool]) -> list[Slice]:
         """The runs of records whose ``keep`` flag (one per record) is set, as slices."""
@@ -269,6 +300,7 @@ class Slice:
         batch.topic = self.topic
         batch.partition = self.partition
         batch.lease_epoch = self.epoch
+        batch.delivery_count = self.deliveries
         batch.offsets = packed(chunk.offsets[lo:hi])
         batch.values = chunk.values[self.vlo : self.vhi]
         batch.value_lengths = packed(lengths_column(chunk.value_lengths, lo, hi, chunk.value_nulls))
@@ -295,6 +327,7 @@ class Slice:
                 partition=self.partition,
                 offset=chunk.offsets[k],
                 lease_epoch=self.epoch,
+                delivery_count=self.deliveries,
             )
             vlen = chunk.value_lengths[k]
             if k not in chunk.value_nulls:
@@ -355,6 +388,7 @@ class Columns:
     Built while iterated, each is usually gone before the collector counts it."""
 
     __slots__ = (
+        "delivery_count",
         "headers",
         "keys",
         "lease_epoch",
@@ -379,13 +413,16 @@ class Columns:
         values: Region,
         key_lengths: bytes,
         keys: Region,
+        delivery_count: int = 1,
     ) -> None:
         """A RecordBatch's fields, its keys and values as regions of a buffer: of the
         received message itself when read from wire bytes (``wire.parse_batches``), so
-        each key and value is cut from it once."""
+        each key and value is cut from it once. A delivery count of 0 (a sidecar that
+        predates it) reads as 1."""
         self.topic = topic
         self.partition = partition
         self.lease_epoch = lease_epoch
+        self.delivery_count = max(1, delivery_count)
         self.offsets = _unpacked("q", offsets)
         n = len(self.offsets)
         self.values = _split(values, _unpacked("i", value_lengths), n)
@@ -411,6 +448,7 @@ class Columns:
             values=(values, 0, len(values)),
             key_lengths=batch.key_lengths,
             keys=(keys, 0, len(keys)),
+            delivery_count=batch.delivery_count,
         )
         if batch.headers:
             n = len(columns)
@@ -436,6 +474,7 @@ class Columns:
             repeat(NO_TIMESTAMP, n) if self.timestamps is None else self.timestamps,
             repeat(None, n) if self.headers is None else self.headers,
             repeat(self.lease_epoch, n),
+            repeat(self.delivery_count, n),
             strict=False,
         )
         return map(tuple.__new__, repeat(DsRecord, n), columns)
@@ -450,6 +489,7 @@ class Columns:
             NO_TIMESTAMP if self.timestamps is None else self.timestamps[k],
             None if self.headers is None else self.headers[k],
             self.lease_epoch,
+            self.delivery_count,
         )
 
 
@@ -498,4 +538,5 @@ def from_record(record: common_pb2.Record) -> DsRecord:
         timestamp_ms=_ms(record),
         headers=[(h.key, h.value) for h in record.headers] or None,
         lease_epoch=record.lease_epoch,
+        delivery_count=max(1, record.delivery_count),
     )

@@ -30,6 +30,7 @@ _U64 = (1 << 64) - 1
 # RecordBatch field numbers (protos/dataservice/sidecar/v1/stream.proto)
 _TOPIC, _PARTITION, _EPOCH, _OFFSETS, _TIMESTAMPS = 1, 2, 3, 4, 5
 _VALUE_LENGTHS, _VALUES, _KEY_LENGTHS, _KEYS = 6, 7, 8, 9
+_DELIVERIES = 11
 # FetchResponse.batches and StreamBatch.batches; StreamResponse.batch
 _BATCHES = 2
 _STREAM_BATCH = 1
@@ -82,6 +83,7 @@ def record_batch(s: Slice) -> list[Piece]:
         key_lengths = lengths_column(chunk.key_lengths, lo, hi, chunk.key_nulls)
         _bytes_field(out, _KEY_LENGTHS, packed(key_lengths))
         _bytes_field(out, _KEYS, memoryview(chunk.keys)[s.klo : s.khi])
+    _int_field(out, _DELIVERIES, s.deliveries)  # after 9: protobuf writes fields in order
     return out
 
 
@@ -160,7 +162,7 @@ def parse_stream_batch(data: bytes) -> list[Columns] | None:
 
 def _record_batch(data: bytes, pos: int, end: int) -> Columns | None:
     spans: dict[int, tuple[int, int]] = {}
-    ints = {_PARTITION: 0, _EPOCH: 0}
+    ints = {_PARTITION: 0, _EPOCH: 0, _DELIVERIES: 0}
     while pos < end:
         key, pos = _read_varint(data, pos, end)
         number, wire_type = key >> 3, key & 7
@@ -189,4 +191,5 @@ def _record_batch(data: bytes, pos: int, end: int) -> Columns | None:
         values=(data, *spans.get(_VALUES, (0, 0))),
         key_lengths=field(_KEY_LENGTHS),
         keys=(data, *spans.get(_KEYS, (0, 0))),
+        delivery_count=_signed(ints[_DELIVERIES], 32),
     )

@@ -41,12 +41,14 @@ def records(columns: list[Columns]) -> list[DsRecord]:
 
 
 @settings(max_examples=100, deadline=None)
-@given(consumed(), st.integers(1, 40), st.integers(1, 3000))
+@given(consumed(), st.integers(1, 40), st.integers(1, 3000), st.integers(1, 2**31 - 1))
 def test_encoded_bytes_are_protobufs_and_read_back_alike(
-    case: tuple[list[Message], list[DsRecord]], max_records: int, max_bytes: int
+    case: tuple[list[Message], list[DsRecord]], max_records: int, max_bytes: int, again: int
 ) -> None:
     messages, _ = case
-    for taken in delivered(messages, max_records, max_bytes):
+    for first in delivered(messages, max_records, max_bytes):
+        # Every other slice as a redelivery: its delivery count travels too.
+        taken = [s.pieces([(0, len(s), again)])[0] if i % 2 else s for i, s in enumerate(first)]
         expected = stream_pb2.FetchResponse(batches=[s.to_batch() for s in taken])
         data = wire.fetch_response(taken)
         assert data == expected.SerializeToString()
