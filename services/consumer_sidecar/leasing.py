@@ -8,6 +8,8 @@
   records are delivered again from the new position), not as a partition held elsewhere.
 * Commits are batched (every interval, or early after many acks), carry the epoch in their
   metadata, and are refused for a partition whose local lease deadline has passed.
+* A revoke's final commit that Kafka refuses is reported (COMMIT_FAILED) and retried while
+  the lease lasts; then the partition is released with what *is* committed either way.
 * Explicit commits (``CommitOffsets``, Spark's batch commit) are fenced the same way plus
   by the caller's lease epoch. They are authoritative when made: ``Partition.committed``
   becomes the committed offset, and the ack-driven committer only ever commits an ack
@@ -38,6 +40,7 @@ log = structlog.get_logger(__name__)
 
 # How long a retired epoch answers acks as stale after its release (then: not held).
 RETIRED_EPOCH_SECONDS = 60.0
+FINAL_COMMIT_BACKOFF = (0.1, 1.0)  # a revoke's failed final commit: retry from, up to
 
 
 @dataclass(frozen=True)
@@ -230,7 +233,7 @@ class LeaseKeeper:
                 partition=tp.partition,
                 unacked=part.acks.inflight,
             )
-        committed = await self._commit_partition(part)
+        committed = await self._final_commit(part)
         if self.table.get(tp) is part:  # not superseded by a new grant meanwhile
             await self.fetcher.run(self.fetcher.unassign, tp)
             self.table.remove(tp)
@@ -496,6 +499,37 @@ class LeaseKeeper:
                             commit, stream_pb2.REJECT_REASON_UNSPECIFIED
                         )
             return [outcomes[i] for i in range(len(commits))]
+
+    async def _final_commit(self, part: Partition) -> int:
+        """A revoked partition's commit of what was acked. Kafka refusing it is reported
+        (COMMIT_FAILED) and retried with backoff while the lease lasts (its deadline stops
+        the retries: a revoking lease is no longer renewed); the partition is released
+        either way, with the offset that is committed (the next owner resumes there, acked
+        records after it come again: nothing is lost)."""
+        backoff, longest = FINAL_COMMIT_BACKOFF
+        failed = False
+        while True:
+            if failed and not part.live(self.clock()):
+                return part.committed  # the lease is over: release what is committed
+            try:
+                committed = await self._commit_partition(part)
+            except KafkaException as exc:
+                failed = True
+                self.on_commit(exc)
+                remaining = part.deadline - self.clock()
+                log.warning(
+                    "final commit of a revoked partition failed; retrying while the lease lasts",
+                    topic=part.tp.topic,
+                    partition=part.tp.partition,
+                    error=str(exc),
+                    lease_left=round(max(0.0, remaining), 2),
+                )
+                await asyncio.sleep(max(0.0, min(backoff, remaining)))
+                backoff = min(backoff * 2, longest)
+                continue
+            if failed:
+                self.on_commit(None)
+            return committed
 
     async def _commit_partition(self, part: Partition) -> int:
         async with self._commit_lock:

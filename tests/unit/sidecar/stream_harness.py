@@ -39,11 +39,13 @@ TOPIC = "t"
 
 
 class FakeFetcher:
-    """The fetch thread's Kafka side: commits are recorded (or fail with ``fail``)."""
+    """The fetch thread's Kafka side: commits are recorded (or fail with ``fail``);
+    partitions handed back are recorded."""
 
     def __init__(self) -> None:
         self.commits: list[CommitRequest] = []
         self.fail: KafkaException | None = None
+        self.unassigned: list[TP] = []
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         return fn(*args)
@@ -56,6 +58,9 @@ class FakeFetcher:
 
     async def commit_async(self, requests: list[CommitRequest]) -> list[CommitRequest]:
         return self.commit(requests)
+
+    def unassign(self, tp: TP) -> None:
+        self.unassigned.append(tp)
 
 
 @dataclass
