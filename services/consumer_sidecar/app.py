@@ -23,6 +23,7 @@ from confluent_kafka import Consumer
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from services.consumer_sidecar import kafka_config
+from services.consumer_sidecar.acks import GivenUp
 from services.consumer_sidecar.backpressure_watch import watch_backpressure
 from services.consumer_sidecar.classic import group_topics
 from services.consumer_sidecar.client_access import AccessInterceptor
@@ -33,7 +34,7 @@ from services.consumer_sidecar.kafka_group import KafkaGroupMode
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.live_config import LiveConfig
 from services.consumer_sidecar.metrics import SidecarMetrics
-from services.consumer_sidecar.partitions import PartitionTable
+from services.consumer_sidecar.partitions import PartitionTable, Redelivery
 from services.consumer_sidecar.reader import RangeReaders
 from services.consumer_sidecar.rpc import StreamServicer, add_to_server
 from services.consumer_sidecar.serving import DataSignal, Serving
@@ -44,6 +45,7 @@ from services.runtime.http import Route
 from services.runtime.kafka import KafkaProbe, new_consumer
 from services.runtime.lifecycle import Dependency
 from services.runtime.reporter import reporter_for
+from services.runtime.topic_partition import TP
 
 log = structlog.get_logger(__name__)
 
@@ -63,6 +65,10 @@ class SidecarApp:
             client_idle_seconds=settings.metrics_client_idle_seconds,
         )
         self.table = PartitionTable(settings.buffer_max_bytes, time.monotonic)
+        self.default_redelivery = Redelivery(
+            settings.visibility_timeout_seconds, settings.max_deliveries
+        )
+        self.table.redelivery = self.default_redelivery
         self.data = DataSignal()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._probe = KafkaProbe(settings, client_id=kafka_config.fetch_client_id(settings))
@@ -95,6 +101,7 @@ class SidecarApp:
             commit_max_acks=settings.commit_max_acks,
         )
         self.keeper.on_commit = self.faults.commit
+        self.keeper.on_given_up = self._given_up
         self.session = SessionClient(
             SessionIdentity(
                 sidecar_id=settings.id,
@@ -134,6 +141,7 @@ class SidecarApp:
         )
         self.session.on_config = self.live_config.offer
         self.session.config_status = self._config_status
+        self.session.on_delivery_policy = self._delivery_policy
         self.serving = Serving(
             self.table,
             self.keeper,
@@ -156,6 +164,7 @@ class SidecarApp:
         fetcher.on_poll = self.metrics.polls.polled
         fetcher.on_consumed = self.metrics.consumed
         fetcher.on_commit_request = self.metrics.committed
+        self.keeper.on_redelivery = self.metrics.redelivered
         self.keeper.on_lease_change = self.metrics.lease_changed
         self.keeper.on_lease_settled = self.metrics.lease_settled
         self.session.on_heartbeat_sent = self.metrics.heartbeat_sent
@@ -181,6 +190,23 @@ class SidecarApp:
         rejected = self.live_config.rejected
         version = self.live_config.applied.version
         return version, (rejected.version, rejected.reason) if rejected is not None else None
+
+    def _given_up(self, tp: TP, epoch: int, given_up: GivenUp) -> None:
+        """A record given up past its delivery limit: POISON_RECORD, counted."""
+        self.faults.given_up(tp, epoch, given_up)
+        if self.metrics.enabled:
+            self.metrics.gave_up(given_up.hi - given_up.lo)
+
+    def _delivery_policy(self, visibility: float | None, max_deliveries: int) -> None:
+        """The group's redelivery settings (SessionAccepted, ConfigUpdate), live."""
+        policy = Redelivery.of_group(visibility, max_deliveries, self.default_redelivery)
+        if policy != self.table.redelivery:
+            log.info(
+                "redelivery policy",
+                visibility_timeout=policy.visibility,
+                max_deliveries=policy.max_deliveries,
+            )
+        self.table.redelivery = policy
 
     def grpc_interceptors(self) -> Sequence[grpc.aio.ServerInterceptor]:  # type: ignore[type-arg]
         """Client-access metrics: every StreamService call by client, method and code."""
@@ -231,6 +257,7 @@ class SidecarApp:
         self._spawn(self.live_config.run(), "live-config")
         self._spawn(self.session.run(), "session")
         self._spawn(self.keeper.commit_loop(), "commits")
+        self._spawn(self.keeper.redelivery_loop(), "redelivery")
         self.reporter.start()
         self._spawn(watch_backpressure(self.table, self.faults), "backpressure")
 

@@ -1,6 +1,7 @@
 """The sidecar's fault emitters (ARCHITECTURE §5.4): BROKER_UNREACHABLE and POISON_RECORD
-from librdkafka's error callback and statistics, COMMIT_FAILED from each commit round,
-CLIENT_BACKPRESSURE from the fetch loop's paused partitions.
+from librdkafka's error callback and statistics, POISON_RECORD also for a record given up
+after its delivery limit, COMMIT_FAILED from each commit round (and a revoke's final
+commit), CLIENT_BACKPRESSURE from the fetch loop's paused partitions.
 
 Each hook turns what the sidecar saw into reports on the shared
 :class:`~services.runtime.reporter.FaultReporter`; none of them raises (they run inside
@@ -12,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from dataservice.common.v1 import common_pb2
+from services.consumer_sidecar.acks import GivenUp
 from services.runtime.faults import OPEN, dedupe_key
 from services.runtime.reporter import FaultReporter, never_raises
+from services.runtime.topic_partition import TP
 
 # librdkafka error codes (KafkaError) that mean the brokers cannot be reached, and those
 # that mean a record could not be read.
@@ -55,6 +58,34 @@ class SidecarFaults:
                 message=f"record not readable: {text}",
                 attributes={"error": code_name},
             )
+
+    @never_raises
+    def given_up(self, tp: TP, epoch: int, given_up: GivenUp) -> None:
+        """Records delivered ``max_deliveries`` times without an ack, given up when they
+        came due again: POISON_RECORD naming the partition and the offsets."""
+        last = given_up.hi - 1
+        where = f"{tp.topic}[{tp.partition}]@{given_up.lo}" + (
+            f"..{last}" if last > given_up.lo else ""
+        )
+        self.reporter.report(
+            common_pb2.FAULT_TYPE_POISON_RECORD,
+            OPEN,
+            group=self.group,
+            consumer_id=self.sidecar_id,
+            topic=tp.topic,
+            partitions=[tp.partition],
+            message=(
+                f"{where} delivered {given_up.deliveries} times without an ack: given up "
+                "(not delivered again; the commit point passes it)"
+            ),
+            attributes={
+                "offset": str(given_up.lo),
+                "last_offset": str(last),
+                "deliveries": str(given_up.deliveries),
+                "lease_epoch": str(epoch),
+                "reason": "max_deliveries",
+            },
+        )
 
     @never_raises
     def brokers_up(self, statistics: str) -> None:

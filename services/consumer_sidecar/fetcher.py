@@ -219,17 +219,62 @@ class Fetcher:
 
     def suspend(self, tp: TP) -> None:
         """Fetch thread: a suspended lease (local deadline passed) stops fetching and is
-        rewound to its first undelivered record, so the dropped buffer is fetched again if
-        the lease is renewed. Runs in order with :meth:`resume` (same thread, FIFO)."""
+        rewound to its delivery cursor (its first due record, else its first undelivered
+        one), so the dropped buffer is fetched again if the lease is renewed. Runs in order
+        with :meth:`resume` (same thread, FIFO)."""
         with self._table.lock:
             part = self._table.partitions.get(tp)
             if part is None or part.suspended_at is None:
                 return
-            next_offset = part.acks.next_offset
-            part.position = next_offset
-        ktp = TopicPartition(tp.topic, tp.partition, next_offset)
+            part.rewinding = False  # the suspension rewinds it
+            offset = part.acks.rewind()
+            part.position = offset
+        ktp = TopicPartition(tp.topic, tp.partition, offset)
         self._consumer.pause([ktp])
-        self._consumer.seek(ktp)
+        self._seek(ktp)
+
+    def rewind(self, tp: TP) -> None:
+        """Fetch thread: records of ``tp`` came due below its delivery cursor: drop its
+        buffer and fetch again from the first of them (:meth:`PartitionTable.rewind`).
+        Runs between consume() calls, so nothing fetched from the old position is buffered
+        after it (seek discards librdkafka's prefetched records)."""
+        offset = self._table.rewind(tp)
+        if offset is None:
+            return
+        part = self._table.get(tp)
+        if part is None or part.suspended_at is not None:
+            return  # suspended: the position is set; resume() fetches from it
+        self._seek(TopicPartition(tp.topic, tp.partition, offset))
+
+    def _seek(self, ktp: TopicPartition) -> None:
+        """Move a partition's fetch position; one that is not fetching at all (librdkafka
+        refuses to seek it) is assigned again at the position, its pause kept."""
+        try:
+            self._consumer.seek(ktp)
+        except KafkaException as exc:
+            log.info("seek refused; assigning again", partition=ktp.partition, error=str(exc))
+            self._reassign(ktp)
+
+    def _reassign(self, ktp: TopicPartition) -> None:
+        tp = TP(str(ktp.topic), int(ktp.partition or 0))
+        if tp in self._assignment():
+            self._consumer.incremental_unassign([TopicPartition(tp.topic, tp.partition)])
+        self._consumer.incremental_assign([ktp])
+        part = self._table.get(tp)
+        if part is not None and (part.paused or part.suspended_at is not None):
+            self._consumer.pause([ktp])
+        else:
+            self._consumer.resume([ktp])  # librdkafka keeps the pause flag across assigns
+
+    def restart(self, tp: TP, offset: int) -> None:
+        """Fetch thread: forget what ``tp`` buffered and has in flight and fetch it from
+        ``offset`` (:meth:`PartitionTable.restart`); acks of records delivered before are
+        refused from now on."""
+        part = self._table.get(tp)
+        if part is None or not part.ready:
+            return
+        self._table.restart(part, offset)
+        self._seek(TopicPartition(tp.topic, tp.partition, offset))
 
     def resume(self, tp: TP) -> None:
         """Fetch thread: the lease was renewed: clear the suspension, fetch again."""

@@ -7,9 +7,16 @@
   epoch: until the partition is granted again, an ack naming it is refused as stale (the
   records are delivered again from the new position), not as a partition held elsewhere.
 * Commits are batched (every interval, or early after many acks), carry the epoch in their
-  metadata, and are refused for a partition whose local lease deadline has passed.
+  metadata, and are refused for a partition whose local lease deadline has passed. An ack
+  is answered accepted only once a commit covering it is durable in Kafka
+  (:meth:`LeaseKeeper.commit_acked`); an ack that cannot be (the lease lapsed, the commit
+  was dropped) is refused, and its records come again.
 * A revoke's final commit that Kafka refuses is reported (COMMIT_FAILED) and retried while
   the lease lasts; then the partition is released with what *is* committed either way.
+* Redelivery (ARCHITECTURE §3 "Delivery"): records in flight past the visibility timeout,
+  nacked, or held by a stream that ended come due (:mod:`partitions`, :mod:`acks`); the
+  keeper has the fetch thread re-read them and reports those given up past the delivery
+  limit (POISON_RECORD).
 * Explicit commits (``CommitOffsets``, Spark's batch commit) are fenced the same way plus
   by the caller's lease epoch. They are authoritative when made: ``Partition.committed``
   becomes the committed offset, and the ack-driven committer only ever commits an ack
@@ -29,9 +36,9 @@ import structlog
 from confluent_kafka import KafkaError, KafkaException
 
 from dataservice.sidecar.v1 import stream_pb2
-from services.consumer_sidecar.acks import AckError, PartitionAcks
+from services.consumer_sidecar.acks import AckError, GivenUp, Holder, PartitionAcks
 from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
-from services.consumer_sidecar.partitions import Partition, PartitionTable
+from services.consumer_sidecar.partitions import Due, Partition, PartitionTable
 from services.runtime.errors import DsError, Reason
 from services.runtime.kafka import is_retriable
 from services.runtime.topic_partition import TP
@@ -40,7 +47,9 @@ log = structlog.get_logger(__name__)
 
 # How long a retired epoch answers acks as stale after its release (then: not held).
 RETIRED_EPOCH_SECONDS = 60.0
+REDELIVERY_CHECK_SECONDS = 0.5  # how often ack deadlines are looked at
 FINAL_COMMIT_BACKOFF = (0.1, 1.0)  # a revoke's failed final commit: retry from, up to
+Problem = tuple[stream_pb2.RejectReason.ValueType, str]  # why an ack or nack is refused
 
 
 @dataclass(frozen=True)
@@ -83,10 +92,13 @@ def lease_problem(
 
 
 def _ack_problem(
-    part: Partition | None, epoch: int, name: str, retired: int | None = None
-) -> tuple[stream_pb2.RejectReason.ValueType, str] | None:
-    """Why an ack under ``epoch`` is refused (as :meth:`LeaseKeeper.ack` decides), or None.
-    ``retired``: the epoch this sidecar gave ``name`` up under for a configuration change."""
+    part: Partition | None, epoch: int, name: str, now: float, retired: int | None = None
+) -> Problem | None:
+    """Why an ack (or nack) under ``epoch`` is refused, or None. A partition whose local
+    lease deadline passed cannot commit, so its acks are refused too (the records come
+    again from whoever holds it next); one being handed off still takes acks while its
+    lease lasts (the revoke's drain waits for them). ``retired``: the epoch this sidecar
+    gave ``name`` up under for a configuration change."""
     if part is None and retired is not None and epoch <= retired:
         return (
             stream_pb2.REJECT_REASON_STALE_EPOCH,
@@ -99,6 +111,11 @@ def _ack_problem(
         return (
             stream_pb2.REJECT_REASON_STALE_EPOCH,
             f"epoch {epoch} is not the current epoch {part.epoch}",
+        )
+    if not part.live(now) or part.suspended_at is not None:
+        return (
+            stream_pb2.REJECT_REASON_LEASE_EXPIRED,
+            f"{name}: the local lease deadline passed; the records will be redelivered",
         )
     return None
 
@@ -135,6 +152,10 @@ class LeaseKeeper:
         # expire), and how long a grant or revoke took to settle.
         self.on_lease_change: Callable[[str], None] = lambda _kind: None
         self.on_lease_settled: Callable[[str, float], None] = lambda _kind, _seconds: None
+        # Redelivery: records that came due, by why (visibility_timeout, nack, stream_end,
+        # not_sent); records given up past the delivery limit (the POISON_RECORD hook).
+        self.on_redelivery: Callable[[str, int], None] = lambda _why, _records: None
+        self.on_given_up: Callable[[TP, int, GivenUp], None] = lambda _tp, _epoch, _g: None
         self._granted_at: dict[TP, float] = {}
         # Epochs given up for a configuration change: partition -> (epoch, when).
         self._retired: dict[TP, tuple[int, float]] = {}
@@ -359,28 +380,84 @@ class LeaseKeeper:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    # ---- redelivery -------------------------------------------------------------------
+
+    async def redelivery_loop(self) -> None:
+        """Records whose ack deadline (the visibility timeout) passed come due, every
+        :data:`REDELIVERY_CHECK_SECONDS`."""
+        while True:
+            await asyncio.sleep(REDELIVERY_CHECK_SECONDS)
+            self.expire_deliveries()
+
+    def expire_deliveries(self) -> None:
+        self.after_due("visibility_timeout", self.table.expire(self.clock()))
+
+    def release_holder(self, holder: Holder) -> None:
+        """A stream ended: what it received and did not ack is delivered again now."""
+        self.after_due("stream_end", self.table.release(holder))
+
+    def not_sent(self, slices: list[Any]) -> None:
+        """A response that took these slices was never sent: deliver them again now."""
+        self.after_due("not_sent", self.table.redeliver_slices(slices))
+
+    def nack_range(
+        self, topic: str, partition: int, epoch: int, lo: int, hi: int, client: str, delay: float
+    ) -> tuple[Problem | None, int]:
+        """``client``'s records of [lo, hi) given back, to come again after ``delay``; why
+        the nack is refused, or None, and how many records it concerned."""
+        name = f"{topic}[{partition}]"
+        tp = TP(topic, partition)
+        part = self.table.get(tp)
+        retired = self.retired_epoch(tp) if part is None else None
+        problem = _ack_problem(part, epoch, name, self.clock(), retired)
+        if problem is not None or part is None:
+            return problem, 0
+        try:
+            count, due = self.table.nack(part, lo, hi, client, delay)
+        except AckError as exc:
+            return (stream_pb2.REJECT_REASON_NOT_DELIVERED, str(exc)), 0
+        self.after_due("nack", due)
+        return None, count
+
+    def nack_all(self, client: str, delay: float) -> int:
+        """Every record of ``client`` in flight here given back; how many."""
+        count, due = self.table.nack_all(client, delay)
+        self.after_due("nack", due)
+        return count
+
+    def after_due(self, why: str, due: Due) -> None:
+        """Records came due: count them, report what was given up, and have the fetch
+        thread re-read the partitions whose due records lie below their cursor."""
+        if due.records:
+            self.on_redelivery(why, due.records)
+        for part, given_up in due.given_up:
+            log.warning(
+                "record given up: delivered the maximum number of times without an ack",
+                topic=part.tp.topic,
+                partition=part.tp.partition,
+                from_offset=given_up.lo,
+                to_offset=given_up.hi,
+                deliveries=given_up.deliveries,
+            )
+            self.on_given_up(part.tp, part.epoch, given_up)
+        for part in due.rewind:
+            self._spawn(self.fetcher.run(self.fetcher.rewind, part.tp))
+
     # ---- acks and commits -------------------------------------------------------------
 
     def ack(self, ack: stream_pb2.RecordAck) -> stream_pb2.RejectedAck | None:
         tp = TP(ack.topic, ack.partition)
         part = self.table.get(tp)
-        if part is None:
-            reason, message = _ack_problem(
-                None, ack.lease_epoch, f"{tp.topic}[{tp.partition}]", self.retired_epoch(tp)
-            ) or (stream_pb2.REJECT_REASON_NOT_HELD, "not held")
-            return stream_pb2.RejectedAck(ack=ack, reason=reason, message=message)
-        if ack.lease_epoch != part.epoch:
-            return stream_pb2.RejectedAck(
-                ack=ack,
-                reason=stream_pb2.REJECT_REASON_STALE_EPOCH,
-                message=f"epoch {ack.lease_epoch} is not the current epoch {part.epoch}",
-            )
-        try:
-            self.table.ack(part, ack.offset)
-        except AckError as exc:
-            return stream_pb2.RejectedAck(
-                ack=ack, reason=stream_pb2.REJECT_REASON_NOT_DELIVERED, message=str(exc)
-            )
+        retired = self.retired_epoch(tp) if part is None else None
+        name = f"{ack.topic}[{ack.partition}]"
+        reject = _ack_problem(part, ack.lease_epoch, name, self.clock(), retired)
+        if reject is None and part is not None:
+            try:
+                self.table.ack(part, ack.offset)
+            except AckError as exc:
+                reject = (stream_pb2.REJECT_REASON_NOT_DELIVERED, str(exc))
+        if reject is not None:
+            return stream_pb2.RejectedAck(ack=ack, reason=reject[0], message=reject[1])
         self._acks_since_commit += 1
         if self._acks_since_commit >= self.commit_max_acks:
             self._commit_now.set()
@@ -391,7 +468,8 @@ class LeaseKeeper:
         tp = TP(ack.topic, ack.partition)
         part = self.table.get(tp)
         retired = self.retired_epoch(tp) if part is None else None
-        reject = _ack_problem(part, ack.lease_epoch, f"{ack.topic}[{ack.partition}]", retired)
+        name = f"{ack.topic}[{ack.partition}]"
+        reject = _ack_problem(part, ack.lease_epoch, name, self.clock(), retired)
         if reject is None and part is not None:
             try:
                 self.table.ack_range(part, ack.from_offset, ack.to_offset)
@@ -418,12 +496,23 @@ class LeaseKeeper:
                 log.warning("commit failed; will retry", error=str(exc))
                 self.on_commit(exc)
 
-    async def commit_acked(self) -> None:
+    def request_commit(self) -> None:
+        """Have the commit loop commit soon (auto_ack's acks, answered by nobody)."""
+        self._commit_now.set()
+
+    async def commit_acked(self, touched: dict[TP, tuple[Partition, int]]) -> dict[TP, Problem]:
         """Make the acks applied so far durable before answering them (commit on ack), so
         a crash redelivers only what was delivered and not acked (ARCHITECTURE §3). Calls
-        that overlap share the commits: each waits for one that covers its acks."""
+        that overlap share the commits: each waits for one that covers its acks.
+
+        ``touched``: each partition acked by the caller, with its acks' version right after
+        they were applied. Returns the partitions for which no commit covering that version
+        was made (the lease lapsed or was given up before the commit went out, or a
+        kafka_group rebalance deferred it), with why: their acks must be refused, not
+        answered accepted. Raises ``DsError`` KAFKA_UNAVAILABLE when Kafka refused the
+        commit (the acks are kept; the ack may be retried)."""
         if not self.commit_on_ack:
-            return
+            return {}
         try:
             await self.commit_all()
         except KafkaException as exc:
@@ -431,6 +520,18 @@ class LeaseKeeper:
                 Reason.KAFKA_UNAVAILABLE,
                 f"acks recorded but not committed yet ({exc}); retry the ack",
             ) from exc
+        failed: dict[TP, Problem] = {}
+        now = self.clock()
+        for tp, (part, version) in touched.items():
+            if part.committed_version >= version:
+                continue
+            problem = lease_problem(part, now, part.epoch)
+            failed[tp] = problem or (
+                stream_pb2.REJECT_REASON_COMMIT_FAILED,
+                "the acks were not committed (the lease was given up before the commit was "
+                "sent); the records will be redelivered",
+            )
+        return failed
 
     async def commit_all(self) -> None:
         async with self._commit_lock:
@@ -439,7 +540,9 @@ class LeaseKeeper:
             parts = []
             versions = []
             for part in self.table.snapshot():
-                if not part.ready or not part.live(now) or part.revoking:
+                # A partition being handed off is committed too while its lease lasts: an
+                # ack taken during the drain is durable before it is answered.
+                if not part.ready or not part.live(now) or part.suspended_at is not None:
                     continue
                 point, acked, version = self.table.commit_view(part)
                 # Commit when the point moves, or when what is acked above it changed (the

@@ -70,6 +70,17 @@ METRIC_TABLE: tuple[MetricSpec, ...] = (
           "Smallest ds_sidecar_records_lead over the partitions this sidecar holds"),
     _spec("ds_sidecar_buffered_records", "gauge", GTP, VIEW,
           "Records fetched and buffered in the sidecar, not yet delivered"),
+    _spec("ds_sidecar_inflight_records", "gauge", GTP, VIEW,
+          "Records delivered and not acked yet, within their ack deadline"),
+    _spec("ds_sidecar_due_records", "gauge", GTP, VIEW,
+          "Records delivered and not acked that wait to be delivered again"),
+    _spec("ds_sidecar_redeliveries_total", "counter", "group,reason", OWN,
+          "Records that came due to be delivered again, by reason: visibility_timeout (ack "
+          "deadline passed), nack, stream_end (the Stream that received them ended), "
+          "not_sent (the Fetch response never reached the client)"),
+    _spec("ds_sidecar_records_given_up_total", "counter", G, OWN,
+          "Records that came due again after max_deliveries deliveries without an ack: "
+          "given up (each a POISON_RECORD fault), the commit point passes them"),
     _spec("ds_sidecar_buffer_bytes", "gauge", G, VIEW,
           "Bytes buffered (key, value and per-record bookkeeping)"),
     _spec("ds_sidecar_buffer_limit_bytes", "gauge", G, "settings buffer_max_bytes",

@@ -110,7 +110,13 @@ class SidecarCollector(Collector):
     def _partition_metrics(self) -> Iterator[Metric]:
         with self._lock:
             stats = self._stats.latest.partitions
-        names = ("ds_sidecar_records_lag", "ds_sidecar_records_lead", "ds_sidecar_buffered_records")
+        names = (
+            "ds_sidecar_records_lag",
+            "ds_sidecar_records_lead",
+            "ds_sidecar_buffered_records",
+            "ds_sidecar_inflight_records",
+            "ds_sidecar_due_records",
+        )
         families = {
             name: GaugeMetricFamily(name, help_of(name), labels=["group", "topic", "partition"])
             for name in names
@@ -124,6 +130,8 @@ class SidecarCollector(Collector):
             held += 1
             labels = [self.group, part.tp.topic, str(part.tp.partition)]
             families["ds_sidecar_buffered_records"].add_metric(labels, part.buffered_records)
+            families["ds_sidecar_inflight_records"].add_metric(labels, part.acks.inflight)
+            families["ds_sidecar_due_records"].add_metric(labels, part.acks.due)
             if part.position < 0:
                 continue  # fetching not set up yet
             if part.high_watermark >= 0:
@@ -311,6 +319,18 @@ class SidecarMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         ).labels(group)
+        self._redeliveries = Counter(
+            base_name("ds_sidecar_redeliveries_total"),
+            help_of("ds_sidecar_redeliveries_total"),
+            ["group", "reason"],
+            registry=registry,
+        )
+        self._given_up = Counter(
+            base_name("ds_sidecar_records_given_up_total"),
+            help_of("ds_sidecar_records_given_up_total"),
+            ["group"],
+            registry=registry,
+        ).labels(group)
         self.clients = ClientMetrics(group, ClientIdLimiter(max_client_ids, client_idle_seconds))
         registry.register(self.clients)
         self._registry = registry
@@ -349,6 +369,14 @@ class SidecarMetrics:
 
     def lease_settled(self, kind: str, seconds: float) -> None:
         self._lease_latency[kind].observe(seconds)
+
+    def redelivered(self, reason: str, records: int) -> None:
+        """asyncio thread: records came due to be delivered again."""
+        self._redeliveries.labels(self.group, reason).inc(records)
+
+    def gave_up(self, records: int) -> None:
+        """asyncio thread: records given up past the delivery limit."""
+        self._given_up.inc(records)
 
     def heartbeat_sent(self) -> None:
         self._heartbeats.inc()

@@ -8,6 +8,14 @@ delivered nor committed, whatever else happens.
 A partition's buffer is a queue of column chunks (:mod:`services.records.batches`),
 and delivery hands out slices of them: appending, taking and acking cost a few operations
 per chunk or per range, not per record.
+
+Redelivery (ARCHITECTURE §3 "Delivery"): each delivery is in flight with its holder (the
+client, and the stream it went out on) until the group's visibility timeout
+(:class:`Redelivery`); records that come due again (:mod:`acks`: deadline, nack, holder
+gone, a response never sent) are re-read from Kafka. When a due record lies below a
+partition's delivery cursor the partition is marked ``rewinding``: nothing more of it is
+delivered until the fetch thread has dropped its buffer and moved its fetch position back
+(:meth:`PartitionTable.rewind`), so a due record always goes out before the records after it.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from services.consumer_sidecar.acks import PartitionAcks
+from services.consumer_sidecar.acks import NO_HOLDER, NO_LIMIT, GivenUp, Holder, PartitionAcks
 from services.consumer_sidecar.stats import PartitionStats
 from services.records.batches import RECORD_OVERHEAD_BYTES, Chunk, Slice
 from services.runtime.topic_partition import TP
@@ -28,7 +36,54 @@ from services.runtime.topic_partition import TP
 UNLEASED_EPOCH = 0
 NO_DEADLINE = 1e10  # monotonic seconds (~317 years)
 
-__all__ = ["NO_DEADLINE", "RECORD_OVERHEAD_BYTES", "UNLEASED_EPOCH", "Partition"]
+DEFAULT_VISIBILITY_SECONDS = 30.0
+DEFAULT_MAX_DELIVERIES = 10
+
+__all__ = [
+    "DEFAULT_MAX_DELIVERIES",
+    "DEFAULT_VISIBILITY_SECONDS",
+    "NO_DEADLINE",
+    "RECORD_OVERHEAD_BYTES",
+    "UNLEASED_EPOCH",
+    "Due",
+    "Partition",
+    "Redelivery",
+]
+
+
+@dataclass(frozen=True)
+class Redelivery:
+    """The group's redelivery policy: a delivered record not acked within ``visibility``
+    seconds is delivered again; one that comes due after ``max_deliveries`` deliveries is
+    given up (``NO_LIMIT``: never)."""
+
+    visibility: float = DEFAULT_VISIBILITY_SECONDS
+    max_deliveries: int = DEFAULT_MAX_DELIVERIES
+
+    @classmethod
+    def of_group(
+        cls, visibility: float | None, max_deliveries: int, defaults: Redelivery
+    ) -> Redelivery:
+        """The policy a group's config asks for (``GroupConfig.visibility_timeout``, unset:
+        None; ``max_deliveries``, 0: unset, -1: never give up), the sidecar's where unset."""
+        if max_deliveries == 0:
+            limit = defaults.max_deliveries
+        else:
+            limit = NO_LIMIT if max_deliveries < 0 else max_deliveries
+        return cls(visibility if visibility else defaults.visibility, limit)
+
+
+@dataclass
+class Due:
+    """What one redelivery step did: records that came due (or were given up), the
+    partitions that must rewind before delivering more, what was given up."""
+
+    records: int = 0
+    rewind: list[Partition] = field(default_factory=list)
+    given_up: list[tuple[Partition, GivenUp]] = field(default_factory=list)
+
+    def add(self, part: Partition, given_up: list[GivenUp]) -> None:
+        self.given_up += [(part, g) for g in given_up]
 
 
 @dataclass
@@ -43,6 +98,9 @@ class Partition:
     buffered_bytes: int = 0
     buffered_records: int = 0
     revoking: bool = False
+    # A due record lies below the delivery cursor: nothing is delivered until the fetch
+    # thread has dropped the buffer and moved the fetch position back (PartitionTable.rewind).
+    rewinding: bool = False
     paused: bool = False
     position: int = -1  # next offset the fetcher will append
     # False between the grant and the moment Kafka fetching is set up. The partition is
@@ -88,6 +146,7 @@ class PartitionTable:
         self.holding = False
         self.hold_at = buffer_max_bytes
         self.on_room: Callable[[], None] = lambda: None
+        self.redelivery = Redelivery()  # the group's policy; the session updates it
 
     def per_partition_cap(self, share: int = 1) -> int:
         """A partition's buffer cap: ``share`` times its fair share of the total."""
@@ -112,16 +171,17 @@ class PartitionTable:
             part.position = chunk.offsets[-1] + 1
             return True
 
-    def take(self, max_records: int, max_bytes: int) -> list[Slice]:
-        """Delivery: up to the limits from live partitions, fairly, marked delivered. At
-        least one record when any is buffered, whatever its size."""
+    def take(self, max_records: int, max_bytes: int, holder: Holder = NO_HOLDER) -> list[Slice]:
+        """Delivery: up to the limits from live partitions, fairly, marked delivered to
+        ``holder`` (in flight until the visibility timeout). At least one record when any
+        is buffered, whatever its size."""
         now = self.clock()
         out: list[Slice] = []
         with self.lock:
             parts = [
                 p
                 for p in self.partitions.values()
-                if p.buffer and p.ready and not p.revoking and p.live(now)
+                if p.buffer and p.ready and not p.revoking and not p.rewinding and p.live(now)
             ]
             if not parts:
                 return out
@@ -129,12 +189,14 @@ class PartitionTable:
             self._cursor += 1
             ordered = parts[start:] + parts[:start]
             budget = _Budget(max_records, max_bytes)
+            due_at = now + self.redelivery.visibility
             # Take a fair share per partition per pass, repeating until limits are hit.
             while ordered and budget.open():
                 share = max(1, budget.records // len(ordered))
                 next_round = []
                 for part in ordered:
-                    self._take_from(part, min(share, budget.records), budget, out)
+                    taking = _Taking(part, budget, holder, due_at)
+                    self._take_from(taking, min(share, budget.records), out)
                     if part.buffer:
                         next_round.append(part)
                     if not budget.open():
@@ -145,8 +207,9 @@ class PartitionTable:
             self.on_room()
         return out
 
-    def _take_from(self, part: Partition, count: int, budget: _Budget, out: list[Slice]) -> None:
-        """Up to ``count`` records of ``part`` within the byte budget (lock held)."""
+    def _take_from(self, taking: _Taking, count: int, out: list[Slice]) -> None:
+        """Up to ``count`` records of a partition within the byte budget (lock held)."""
+        part, budget = taking.part, taking.budget
         while count > 0 and part.buffer:
             chunk = part.buffer[0]
             n = chunk.fitting(count, budget.bytes)
@@ -165,27 +228,22 @@ class PartitionTable:
             self.buffered_bytes -= size
             count -= n
             budget.spend(n, size)
-            out.extend(self._deliver(part, taken))
+            out.extend(self._deliver(taking, taken))
 
     @staticmethod
-    def _deliver(part: Partition, taken: Slice) -> list[Slice]:
+    def _deliver(taking: _Taking, taken: Slice) -> list[Slice]:
         """Mark a slice's records delivered; the slices to send. Records a previous owner
-        acked before a handoff are skipped (not delivered again)."""
+        acked before a handoff are skipped (not delivered again); while due records are
+        re-read, only those go out (records in flight elsewhere or acked are skipped)."""
         first, last = taken.first_offset, taken.last_offset
-        acks = part.acks
-        if not acks.preacked_within(first, last + 1):
+        acks = taking.part.acks
+        if acks.plain(first, last):
             if last - first == len(taken) - 1:
-                acks.delivered_run(first, last + 1)
+                acks.delivered_run(first, last + 1, taking.due_at, taking.holder)
             else:  # gaps (compaction, transaction markers)
-                acks.delivered_offsets(taken.offsets)
+                acks.delivered_offsets(taken.offsets, taking.due_at, taking.holder)
             return [taken]
-        keep = []
-        for offset in taken.offsets:
-            skipped = acks.skip_preacked(offset)
-            if not skipped:
-                acks.delivered(offset)
-            keep.append(not skipped)
-        return taken.split(keep)
+        return taken.pieces(acks.deliver(taken.offsets, taking.due_at, taking.holder))
 
     def ack(self, part: Partition, offset: int) -> bool:
         """Ack under the table lock: delivery (take) updates the same tracker."""
@@ -198,12 +256,108 @@ class PartitionTable:
             return part.acks.ack_range(lo, hi)
 
     def ack_slices(self, slices: list[Slice]) -> None:
-        """auto_ack: the slices just delivered count as acked."""
+        """auto_ack: the slices just written to the client count as acked."""
         with self.lock:
             for s in slices:
                 part = self.partitions.get(TP(s.topic, s.partition))
                 if part is not None and part.epoch == s.epoch:
                     part.acks.ack_range(s.first_offset, s.last_offset + 1)
+
+    # ---- redelivery (each returns what came due; the caller rewinds and reports) --------
+
+    def redeliver_slices(self, slices: list[Slice]) -> Due:
+        """Slices taken for a response that was never sent: due again now."""
+        due = Due()
+        with self.lock:
+            for s in slices:
+                part = self.partitions.get(TP(s.topic, s.partition))
+                if part is not None and part.epoch == s.epoch:
+                    before = part.acks.due
+                    limit = self.redelivery.max_deliveries
+                    due.add(part, part.acks.redeliver(s.first_offset, s.last_offset + 1, limit))
+                    due.records += part.acks.due - before
+                    self._check_rewind(part, due)
+        return due
+
+    def release(self, holder: Holder) -> Due:
+        """``holder`` went away (its stream ended): what it has in flight is due again."""
+        return self._each(lambda part, limit: part.acks.release(holder, limit))
+
+    def expire(self, now: float) -> Due:
+        """Records whose ack deadline passed are due again."""
+        return self._each(lambda part, limit: part.acks.expire(now, limit))
+
+    def nack(self, part: Partition, lo: int, hi: int, client: str, delay: float) -> tuple[int, Due]:
+        """``client`` gives its records of [lo, hi) in flight back, to be delivered again
+        after ``delay`` seconds; how many records that concerned. Raises AckError."""
+        due = Due()
+        with self.lock:
+            before = part.acks.due
+            count, given_up = part.acks.nack(
+                lo, hi, client, self.clock(), delay, self.redelivery.max_deliveries
+            )
+            due.add(part, given_up)
+            due.records += part.acks.due - before
+            self._check_rewind(part, due)
+        return count, due
+
+    def nack_all(self, client: str, delay: float) -> tuple[int, Due]:
+        """Every record of ``client`` in flight, in every partition, given back."""
+        total = 0
+        due = Due()
+        for part in self.snapshot():
+            acks = part.acks
+            if acks.next_offset > acks.commit_point and part.ready:
+                count, more = self.nack(part, acks.commit_point, acks.next_offset, client, delay)
+                total += count
+                due.records += more.records
+                due.rewind += more.rewind
+                due.given_up += more.given_up
+        return total, due
+
+    def _each(self, step: Callable[[Partition, int], list[GivenUp]]) -> Due:
+        due = Due()
+        with self.lock:
+            for part in self.partitions.values():
+                if not part.ready:
+                    continue
+                before = part.acks.due
+                due.add(part, step(part, self.redelivery.max_deliveries))
+                due.records += part.acks.due - before
+                self._check_rewind(part, due)
+        return due
+
+    @staticmethod
+    def _check_rewind(part: Partition, due: Due) -> None:
+        """Lock held: stop delivering ``part`` until it is rewound, if a due record lies
+        below its cursor."""
+        if not part.rewinding and part.acks.refetch_from() is not None:
+            part.rewinding = True
+            due.rewind.append(part)
+
+    def rewind(self, tp: TP) -> int | None:
+        """Fetch thread: drop the buffer of a partition marked ``rewinding`` and move its
+        position back to where its due records start; that offset (the caller seeks the
+        consumer there), or None when nothing is to be done."""
+        with self.lock:
+            part = self.partitions.get(tp)
+            if part is None or not part.rewinding:
+                return None
+            part.rewinding = False
+            offset = part.acks.rewind()
+            self._drop_locked(part)
+            part.position = offset
+            return offset
+
+    def restart(self, part: Partition, offset: int) -> None:
+        """Forget everything buffered and in flight for ``part`` and deliver it from
+        ``offset`` on (acks of what was delivered before are refused from now on); the
+        caller moves the consumer's position there."""
+        with self.lock:
+            self._drop_locked(part)
+            part.acks = PartitionAcks(offset)
+            part.position = offset
+            part.rewinding = False
 
     def commit_view(self, part: Partition) -> tuple[int, tuple[tuple[int, int], ...], int]:
         """(commit point, acked ranges above it, acks version), read consistently."""
@@ -213,10 +367,13 @@ class PartitionTable:
 
     def drop_buffer(self, part: Partition) -> None:
         with self.lock:
-            self.buffered_bytes -= part.buffered_bytes
-            part.buffer.clear()
-            part.buffered_bytes = 0
-            part.buffered_records = 0
+            self._drop_locked(part)
+
+    def _drop_locked(self, part: Partition) -> None:
+        self.buffered_bytes -= part.buffered_bytes
+        part.buffer.clear()
+        part.buffered_bytes = 0
+        part.buffered_records = 0
 
     def add(self, part: Partition) -> None:
         with self.lock:
@@ -247,6 +404,16 @@ class PartitionTable:
     def snapshot(self) -> list[Partition]:
         with self.lock:
             return list(self.partitions.values())
+
+
+@dataclass
+class _Taking:
+    """One take from one partition: for whom, and until when its records are in flight."""
+
+    part: Partition
+    budget: _Budget
+    holder: Holder
+    due_at: float
 
 
 @dataclass

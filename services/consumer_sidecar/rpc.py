@@ -13,9 +13,19 @@ answer bytes: :func:`add_to_server` registers the service with a serializer that
 them through.
 
 Acks (the Ack RPC and a Stream's ``acks``), one per record or one per offset range, go through
-:meth:`LeaseKeeper.ack` / :meth:`LeaseKeeper.ack_range`. ReadRange reads on its own
-consumers (``reader.py``) and never moves the group's position; CommitOffsets commits on
-the fetch thread, fenced by epoch.
+:meth:`LeaseKeeper.ack` / :meth:`LeaseKeeper.ack_range`, and are answered accepted only once
+a commit covering them is durable (an ack whose commit could not be made is refused, with
+why). ReadRange reads on its own consumers (``reader.py``) and never moves the group's
+position; CommitOffsets commits on the fetch thread, fenced by epoch.
+
+Redelivery (ARCHITECTURE §3 "Delivery"): what Fetch and Stream hand out is in flight with
+its holder — the client id, and the stream it went out on (0 for Fetch) — until it is acked.
+A Fetch whose response was never sent (the call cancelled: a client deadline, a closed
+channel) gives its records back at once; a Stream that ends gives back what it delivered and
+was not acked; ``Nack`` (and a Stream's ``nacks``) gives back the caller's records, now or
+after a delay; the lease keeper gives back what passed the visibility timeout. With
+``auto_ack``, records count as acked once written to the client, never before: a call that
+fails delivers them again.
 
 Stale epochs (README "Errors"): an ``Ack`` request whose every ack is refused because its
 lease epoch is not the partition's current one fails as a whole with
@@ -30,11 +40,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import itertools
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc.aio
 import structlog
@@ -43,8 +55,9 @@ from google.protobuf import duration_pb2, message_factory
 from google.protobuf.message import Message
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
+from services.consumer_sidecar.acks import Holder
 from services.consumer_sidecar.client_access import ClientMetrics, acked_records
-from services.consumer_sidecar.leasing import ExplicitCommit, lease_problem
+from services.consumer_sidecar.leasing import ExplicitCommit, Problem, lease_problem
 from services.consumer_sidecar.partitions import Partition
 from services.consumer_sidecar.reader import (
     RangeOutOfRange,
@@ -86,6 +99,7 @@ STREAM_IDLE_SECONDS = 0.5
 # ReadRange
 DEFAULT_RANGE_CHUNK_BYTES = 4 * 1024 * 1024
 MAX_COMMITS = 100_000
+MAX_NACK_DELAY = 12 * 3600.0  # seconds, as a visibility timeout at most
 
 
 @dataclass
@@ -163,6 +177,16 @@ def _validate_ranges(field_name: str, ranges: Any) -> None:
             raise invalid(f"{field_name}.to_offset", "must be > from_offset")
 
 
+def _validate_delay(field_name: str, message: Any) -> float:
+    """A nack's delay in seconds (unset = 0); INVALID_ARGUMENT out of [0, 12 h]."""
+    if not message.HasField("delay"):
+        return 0.0
+    delay = float(message.delay.ToTimedelta().total_seconds())
+    if not 0 <= delay <= MAX_NACK_DELAY:
+        raise invalid(field_name, f"must be between 0 and {MAX_NACK_DELAY:.0f} s")
+    return delay
+
+
 def _validate_format(field_name: str, value: int) -> bool:
     """True for DELIVERY_FORMAT_BATCHES; an unknown format is INVALID_ARGUMENT."""
     if value not in _FORMATS:
@@ -171,12 +195,51 @@ def _validate_format(field_name: str, value: int) -> bool:
 
 
 @dataclass(frozen=True)
+class _NackOutcome:
+    """What one Nack request (or a Stream's ``nacks`` message) came to."""
+
+    nacked: int
+    records: int
+    rejected: list[stream_pb2.RejectedAck]
+    rejected_ranges: list[stream_pb2.RejectedRangeAck]
+
+
+@dataclass(frozen=True)
 class _AckOutcome:
-    """What one Ack request (or a Stream's ``acks`` message) came to."""
+    """What one Ack request (or a Stream's ``acks`` message) came to. ``touched``: each
+    partition an accepted ack applied to, with its acks' version right after."""
 
     accepted: int
     rejected: list[stream_pb2.RejectedAck]
     rejected_ranges: list[stream_pb2.RejectedRangeAck]
+    accepted_acks: list[stream_pb2.RecordAck] = field(default_factory=list)
+    accepted_ranges: list[stream_pb2.RangeAck] = field(default_factory=list)
+    touched: dict[TP, tuple[Partition, int]] = field(default_factory=dict)
+
+    def refused(self, failed: dict[TP, Problem]) -> _AckOutcome:
+        """The accepted acks of partitions whose commit could not be made, refused."""
+        if not failed:
+            return self
+        rejected = list(self.rejected)
+        rejected_ranges = list(self.rejected_ranges)
+        acks, ranges = [], []
+        for ack in self.accepted_acks:
+            problem = failed.get(TP(ack.topic, ack.partition))
+            if problem is None:
+                acks.append(ack)
+            else:
+                rejected.append(
+                    stream_pb2.RejectedAck(ack=ack, reason=problem[0], message=problem[1])
+                )
+        for rack in self.accepted_ranges:
+            problem = failed.get(TP(rack.topic, rack.partition))
+            if problem is None:
+                ranges.append(rack)
+            else:
+                rejected_ranges.append(
+                    stream_pb2.RejectedRangeAck(ack=rack, reason=problem[0], message=problem[1])
+                )
+        return _AckOutcome(len(acks) + len(ranges), rejected, rejected_ranges, acks, ranges)
 
     def all_stale(self) -> bool:
         stale = stream_pb2.REJECT_REASON_STALE_EPOCH
@@ -239,6 +302,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         self.serving = serving
         self.readers = readers  # ReadRange's consumers and watermark queries
         self.clients = clients  # client-access metrics; None = not counted
+        self._stream_ids = itertools.count(1)  # a Stream's holder id (0: Fetch)
 
     def close(self) -> None:
         self.readers.close()
@@ -275,22 +339,40 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         columns = _validate_format("format", request.format)
         if not self.serving.has_joined():
             raise DsError(Reason.SERVICE_NOT_READY, "sidecar has not joined the assigner yet")
+        holder: Holder = (request.client_id, 0)
         deadline = time.monotonic() + max_wait
         while True:
-            taken = self.serving.take(max_records, max_bytes)
+            taken = self.serving.take(max_records, max_bytes, holder)
             remaining = deadline - time.monotonic()
             if taken or remaining <= 0:
                 break
             self.serving.data_ready.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.serving.data_ready.wait(), remaining)
-        if request.auto_ack and taken:
-            await self.serving.ack_delivered(taken)  # auto_ack: committed at delivery
+        if taken:
+            # Whether the response reaches the client is known when the call ends: only
+            # then are auto_ack's records acked, and records of a call that was cancelled
+            # (client deadline, closed channel) are delivered again at once.
+            auto_ack = request.auto_ack
+            done = functools.partial(self._fetch_done, taken=taken, auto_ack=auto_ack)
+            context.add_done_callback(cast("grpc.aio.DoneCallback[Any, Any]", done))
         if self.clients is not None:
             self.clients.delivered(request.client_id, taken, acked=request.auto_ack)
         if columns:
             return wire.fetch_response(taken)
         return stream_pb2.FetchResponse(records=_records(taken))
+
+    def _fetch_done(self, context: Any, *, taken: list[Slice], auto_ack: bool) -> None:
+        """A Fetch that handed out ``taken`` ended: sent (auto_ack: now acked), or ended
+        without its response reaching the client — cancelled before its status was sent
+        (the client went away), or past the client's deadline (the client gave up on it) —
+        and then its records are delivered again at once. (grpc.aio's ServicerContext has
+        ``done``, ``cancelled`` and ``time_remaining``; the stubs lack some.)"""
+        remaining = context.time_remaining()
+        if context.cancelled() or not context.done() or (remaining is not None and remaining <= 0):
+            self.serving.not_sent(taken)
+        elif auto_ack:
+            self.serving.written(taken)
 
     async def Ack(self, request: stream_pb2.AckRequest, context: Context) -> stream_pb2.AckResponse:
         self._check_caller(request.client_id, request.group)
@@ -299,11 +381,12 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         _validate_acks("acks", request.acks)
         _validate_ranges("ranges", request.ranges)
         outcome = self._apply_acks(request.acks, request.ranges)
-        self._count_acks(request.client_id, request.acks, request.ranges, outcome)
         if outcome.all_stale():
+            self._count_acks(request.client_id, request.acks, request.ranges, outcome)
             raise self._stale_epoch(outcome)
         if outcome.accepted:
-            await self.serving.commit_acked()
+            outcome = outcome.refused(await self.serving.commit_acked(outcome.touched))
+        self._count_acks(request.client_id, request.acks, request.ranges, outcome)
         return stream_pb2.AckResponse(
             acked_count=outcome.accepted,
             rejected_acks=outcome.rejected,
@@ -311,10 +394,84 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         )
 
     def _apply_acks(self, acks: Any, ranges: Any) -> _AckOutcome:
-        rejected = [p for p in map(self.serving.ack, acks) if p is not None]
-        rejected_ranges = [p for p in map(self.serving.ack_range, ranges) if p is not None]
-        accepted = len(acks) + len(ranges) - len(rejected) - len(rejected_ranges)
-        return _AckOutcome(accepted, rejected, rejected_ranges)
+        rejected, accepted_acks = [], []
+        for ack in acks:
+            problem = self.serving.ack(ack)
+            if problem is None:
+                accepted_acks.append(ack)
+            else:
+                rejected.append(problem)
+        rejected_ranges, accepted_ranges = [], []
+        for rack in ranges:
+            range_problem = self.serving.ack_range(rack)
+            if range_problem is None:
+                accepted_ranges.append(rack)
+            else:
+                rejected_ranges.append(range_problem)
+        touched: dict[TP, tuple[Partition, int]] = {}
+        for acked in (*accepted_acks, *accepted_ranges):
+            tp = TP(acked.topic, acked.partition)
+            part = self.serving.partition(tp)
+            if tp not in touched and part is not None:
+                touched[tp] = (part, part.acks.version)
+        return _AckOutcome(
+            len(accepted_acks) + len(accepted_ranges),
+            rejected,
+            rejected_ranges,
+            accepted_acks,
+            accepted_ranges,
+            touched,
+        )
+
+    async def Nack(
+        self, request: stream_pb2.NackRequest, context: Context
+    ) -> stream_pb2.NackResponse:
+        self._check_caller(request.client_id, request.group)
+        if not request.all and not request.records and not request.ranges:
+            raise invalid("records", "name at least one record or range, or set all")
+        _validate_acks("records", request.records)
+        _validate_ranges("ranges", request.ranges)
+        delay = _validate_delay("delay", request)
+        outcome = self._apply_nacks(request.client_id, request.records, request.ranges, delay)
+        nacked, records = outcome.nacked, outcome.records
+        if request.all:
+            nacked += 1
+            records += self.serving.nack_all(request.client_id, delay)
+        return stream_pb2.NackResponse(
+            nacked_count=nacked,
+            rejected_acks=outcome.rejected,
+            rejected_ranges=outcome.rejected_ranges,
+            records=records,
+        )
+
+    def _apply_nacks(self, client_id: str, acks: Any, ranges: Any, delay: float) -> _NackOutcome:
+        """Each named record and range of ``client_id``'s given back (after ``delay``)."""
+        rejected: list[stream_pb2.RejectedAck] = []
+        rejected_ranges: list[stream_pb2.RejectedRangeAck] = []
+        nacked = records = 0
+        for ack in acks:
+            problem, count = self.serving.nack_range(
+                ack.topic, ack.partition, ack.lease_epoch, ack.offset, ack.offset + 1,
+                client_id, delay,
+            )  # fmt: skip
+            if problem is None:
+                nacked, records = nacked + 1, records + count
+            else:
+                rejected.append(
+                    stream_pb2.RejectedAck(ack=ack, reason=problem[0], message=problem[1])
+                )
+        for rack in ranges:
+            problem, count = self.serving.nack_range(
+                rack.topic, rack.partition, rack.lease_epoch, rack.from_offset, rack.to_offset,
+                client_id, delay,
+            )  # fmt: skip
+            if problem is None:
+                nacked, records = nacked + 1, records + count
+            else:
+                rejected_ranges.append(
+                    stream_pb2.RejectedRangeAck(ack=rack, reason=problem[0], message=problem[1])
+                )
+        return _NackOutcome(nacked, records, rejected, rejected_ranges)
 
     def _count_acks(self, client_id: str, acks: Any, ranges: Any, outcome: _AckOutcome) -> None:
         if self.clients is not None:
@@ -367,6 +524,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             if columns
             else (STREAM_BATCH_RECORDS, STREAM_BATCH_BYTES)
         )
+        holder: Holder = (opened.client_id, next(self._stream_ids))
         reader = asyncio.create_task(self._read_stream(request_iterator, state))
         clients = self.clients
         client_label = clients.stream_opened(opened.client_id) if clients is not None else ""
@@ -383,12 +541,10 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                     await self._wait(state, data=False)
                     continue
                 self.serving.data_ready.clear()
-                taken = self.serving.take(*state.credit.limits(*limits))
+                taken = self.serving.take(*state.credit.limits(*limits), holder)
                 if not taken:
                     await self._wait(state, data=True)
                     continue
-                if state.auto_ack:
-                    await self.serving.ack_delivered(taken)
                 if clients is not None:
                     clients.delivered(opened.client_id, taken, acked=state.auto_ack)
                 state.credit.spend(sum(map(len, taken)), sum(s.data_bytes() for s in taken))
@@ -397,12 +553,16 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                 else:
                     batch = stream_pb2.StreamBatch(records=_records(taken))
                     yield stream_pb2.StreamResponse(batch=batch)
+                if state.auto_ack:  # written (the generator resumes once it was sent)
+                    self.serving.written(taken)
         finally:
-            # Records delivered and not acked stay in flight: they are committed when acked
-            # over Ack, or redelivered by the next owner after a handoff (at-least-once).
+            # Records delivered on this stream and not acked come again now (redelivery
+            # as soon as the stream that received them ends); acks on the Ack RPC still
+            # count for them until they are delivered again.
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
+            self.serving.release(holder)
             if clients is not None:
                 clients.stream_closed(client_label)
 
@@ -419,18 +579,28 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                     _validate_acks("acks.acks", request.acks.acks)
                     _validate_ranges("acks.ranges", request.acks.ranges)
                     outcome = self._apply_acks(request.acks.acks, request.acks.ranges)
-                    self._count_acks(
-                        state.client_id, request.acks.acks, request.acks.ranges, outcome
-                    )
                     # Answered once committed, by a task of its own: credits that arrive
                     # meanwhile are not held up behind the commit's round trip.
                     state.answering = asyncio.create_task(
-                        self._answer_acks(state, outcome, state.answering)
+                        self._answer_acks(state, request.acks, outcome, state.answering)
                     )
+                elif kind == "nacks":
+                    nacks = request.nacks
+                    _validate_acks("nacks.records", nacks.records)
+                    _validate_ranges("nacks.ranges", nacks.ranges)
+                    delay = _validate_delay("nacks.delay", nacks)
+                    done = self._apply_nacks(state.client_id, nacks.records, nacks.ranges, delay)
+                    result = stream_pb2.StreamNackResult(
+                        nacked_count=done.nacked,
+                        rejected_acks=done.rejected,
+                        rejected_ranges=done.rejected_ranges,
+                        records=done.records,
+                    )
+                    state.results.append(stream_pb2.StreamResponse(nack_result=result))
                 elif kind == "open":
                     raise invalid("open", "a Stream is opened once")
                 else:
-                    raise invalid("kind", "set one of open, credit, acks")
+                    raise invalid("kind", "set one of open, credit, acks, nacks")
                 state.wake.set()
         except DsError as err:
             state.error = err
@@ -444,16 +614,22 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             state.wake.set()
 
     async def _answer_acks(
-        self, state: _StreamState, outcome: _AckOutcome, previous: asyncio.Task[None] | None
+        self,
+        state: _StreamState,
+        acks: stream_pb2.StreamAcks,
+        outcome: _AckOutcome,
+        previous: asyncio.Task[None] | None,
     ) -> None:
         """Commit what ``outcome`` accepted, then queue its StreamAckResult after the
-        previous acks' answer (whose commit this one's may already cover). A commit that
-        fails ends the stream with its status, as before an answer."""
+        previous acks' answer (whose commit this one's may already cover); acks whose
+        commit could not be made are refused. A commit that fails ends the stream with its
+        status, as before an answer."""
         try:
             if outcome.accepted:
-                await self.serving.commit_acked()
+                outcome = outcome.refused(await self.serving.commit_acked(outcome.touched))
         except DsError as err:
             state.error = state.error or err
+        self._count_acks(state.client_id, acks.acks, acks.ranges, outcome)
         if previous is not None:
             await previous
         if state.error is not None:
@@ -671,8 +847,12 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                     buffered_bytes=part.buffered_bytes,
                     paused=part.paused,
                     inflight=part.acks.inflight,
+                    due=part.acks.due,
                 )
             )
+        policy = self.serving.redelivery
+        visibility = duration_pb2.Duration()
+        visibility.FromNanoseconds(int(policy.visibility * 1e9))
         return stream_pb2.StatusResponse(
             sidecar_id=self.serving.sidecar_id,
             group=self.serving.group,
@@ -682,6 +862,8 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             consumer_config=self.serving.consumer_config(),
             config_version=self.serving.config_version(),
             assigner_connected=self.serving.connected(),
+            visibility_timeout=visibility,
+            max_deliveries=policy.max_deliveries,
         )
 
 

@@ -7,7 +7,7 @@ the settings, ``SidecarApp``). :class:`Serving` covers exactly what the RPCs nee
 * delivery from the :class:`PartitionTable` (take, auto-ack) and the event that records
   were buffered (:class:`DataSignal`: notified on the fetch thread, awaited by Fetch and
   Stream);
-* acks, commits and the lease clock of the :class:`LeaseKeeper`;
+* acks, nacks, commits, redelivery and the lease clock of the :class:`LeaseKeeper`;
 * the held partitions and the buffer, for ReadRange's lease checks and Status;
 * who this sidecar is (its group and id), whether it has joined the assigner, and the
   consumer configuration Status shows, with the version of the group's config that runs.
@@ -22,8 +22,9 @@ import asyncio
 from collections.abc import Callable
 
 from dataservice.sidecar.v1 import stream_pb2
-from services.consumer_sidecar.leasing import CommitOutcome, ExplicitCommit, LeaseKeeper
-from services.consumer_sidecar.partitions import Partition, PartitionTable
+from services.consumer_sidecar.acks import Holder
+from services.consumer_sidecar.leasing import CommitOutcome, ExplicitCommit, LeaseKeeper, Problem
+from services.consumer_sidecar.partitions import Partition, PartitionTable, Redelivery
 from services.records.batches import Slice
 from services.runtime.topic_partition import TP
 
@@ -81,14 +82,29 @@ class Serving:
 
     # ---- delivery ---------------------------------------------------------------------
 
-    def take(self, max_records: int, max_bytes: int) -> list[Slice]:
-        """Up to the limits from live partitions, fairly, marked delivered."""
-        return self._table.take(max_records, max_bytes)
+    def take(self, max_records: int, max_bytes: int, holder: Holder) -> list[Slice]:
+        """Up to the limits from live partitions, fairly, marked delivered to ``holder``
+        (in flight until acked, nacked, released or past the visibility timeout)."""
+        return self._table.take(max_records, max_bytes, holder)
 
-    async def ack_delivered(self, slices: list[Slice]) -> None:
-        """auto_ack: the slices just delivered count as acked, and are committed now."""
+    def written(self, slices: list[Slice]) -> None:
+        """auto_ack: these slices were written to the client: they count as acked, and
+        the commit loop commits them soon (nothing waits for it)."""
         self._table.ack_slices(slices)
-        await self._keeper.commit_acked()
+        self._keeper.request_commit()
+
+    def not_sent(self, slices: list[Slice]) -> None:
+        """A response that took these slices never reached the client: deliver them again."""
+        self._keeper.not_sent(slices)
+
+    def release(self, holder: Holder) -> None:
+        """``holder`` (a stream) ended: what it received and did not ack comes again."""
+        self._keeper.release_holder(holder)
+
+    @property
+    def redelivery(self) -> Redelivery:
+        """The group's redelivery policy in effect (visibility timeout, delivery limit)."""
+        return self._table.redelivery
 
     # ---- acks and commits -------------------------------------------------------------
 
@@ -100,9 +116,20 @@ class Serving:
         """Apply one range ack; why it is refused, or None (:meth:`LeaseKeeper.ack_range`)."""
         return self._keeper.ack_range(ack)
 
-    async def commit_acked(self) -> None:
-        """Make the acks applied so far durable; ``DsError`` KAFKA_UNAVAILABLE if not."""
-        await self._keeper.commit_acked()
+    async def commit_acked(self, touched: dict[TP, tuple[Partition, int]]) -> dict[TP, Problem]:
+        """Make the acks applied so far durable; the partitions of ``touched`` whose acks
+        could not be (refuse them), or ``DsError`` KAFKA_UNAVAILABLE when Kafka refused."""
+        return await self._keeper.commit_acked(touched)
+
+    def nack_range(
+        self, topic: str, partition: int, epoch: int, lo: int, hi: int, client: str, delay: float
+    ) -> tuple[Problem | None, int]:
+        """``client``'s records of [lo, hi) given back (:meth:`LeaseKeeper.nack_range`)."""
+        return self._keeper.nack_range(topic, partition, epoch, lo, hi, client, delay)
+
+    def nack_all(self, client: str, delay: float) -> int:
+        """Every record of ``client`` in flight here given back; how many."""
+        return self._keeper.nack_all(client, delay)
 
     async def commit_offsets(self, commits: list[ExplicitCommit]) -> list[CommitOutcome]:
         """Explicit commits, each fenced by its lease epoch; outcomes in their order."""

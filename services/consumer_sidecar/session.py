@@ -115,6 +115,10 @@ class SessionClient:
         # and what runs: (applied version, the last refusal as (version, reason) or None).
         self.on_config: Callable[[int, dict[str, str]], None] = lambda _version, _config: None
         self.config_status: Callable[[], ConfigStatus] = lambda: (0, None)
+        # The group's redelivery settings (visibility timeout or None, max_deliveries), from
+        # SessionAccepted and every ConfigUpdate.
+        self.on_delivery_policy: Callable[[float | None, int], None] = lambda _v, _m: None
+        self._config_version = -1
         self._nominal: dict[TP, int] = {}  # kafka_group mode: leases held only on paper
         # Instrumentation hooks (metrics.py): a heartbeat sent; its ack's round trip.
         self.on_heartbeat_sent: Callable[[], None] = lambda: None
@@ -376,10 +380,12 @@ class SessionClient:
             log.info("joined", assigner=self.assigner, session=acc.session_id, ttl=self.ttl)
             self._learn_mode(acc)
             self.on_config(acc.config_version, dict(acc.consumer_config))
+            self._delivery_policy(acc, acc.config_version)
             self._heartbeat_now.set()
         elif kind == "config_update":
             update = response.config_update
             self.on_config(update.config_version, dict(update.consumer_config))
+            self._delivery_policy(update, update.config_version)
         elif kind == "grant":
             g = response.grant
             # Until the first renewal, the deadline counts from receipt (bounded delay).
@@ -418,6 +424,21 @@ class SessionClient:
     def config_changed(self) -> None:
         """What runs of the group's config changed: report it in a heartbeat now."""
         self._heartbeat_now.set()
+
+    def _delivery_policy(
+        self, config: assigner_pb2.SessionAccepted | assigner_pb2.ConfigUpdate, version: int
+    ) -> None:
+        """The group's visibility timeout and delivery limit, as of config ``version``
+        (an update older than the one applied is ignored)."""
+        if version < self._config_version:
+            return
+        self._config_version = version
+        visibility = (
+            config.visibility_timeout.ToTimedelta().total_seconds()
+            if config.HasField("visibility_timeout")
+            else None
+        )
+        self.on_delivery_policy(visibility, config.max_deliveries)
 
     async def _start_granted(self) -> None:
         await asyncio.sleep(0.01)

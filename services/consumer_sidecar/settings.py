@@ -26,6 +26,19 @@ class SidecarSettings(ServiceSettings):
     # chunks, a wakeup of the delivery side); 5000 cut the sidecar's CPU per record by a
     # third in tests/bench/bench_sidecar.py's Stream runs compared with 1000.
     consume_batch: int = Field(5000, ge=1, le=100_000)
+    visibility_timeout_seconds: float = Field(
+        30.0,
+        ge=1,
+        le=43_200,
+        description="how long a delivered record may stay un-acked before it is delivered "
+        "again, for groups whose config sets no visibility_timeout",
+    )
+    max_deliveries: int = Field(
+        10,
+        ge=0,
+        description="deliveries without an ack after which a record that comes due again is "
+        "given up (POISON_RECORD), for groups whose config sets none; 0 = never",
+    )
     drain_timeout_seconds: float = Field(
         5.0,
         ge=0,

@@ -271,27 +271,6 @@ class Slice:
             out.append(piece)
         return out
 
-    def split(self, keep: Sequence[bool]) -> list[Slice]:
-        """The runs of records whose ``keep`` flag (one per record) is set, as slices."""
-        chunk = self.chunk
-        out = []
-        vpos, kpos = self.vlo, self.klo
-        run: tuple[int, int, int] | None = None  # (first record, its value, its key pos)
-        for k, kept in zip(range(self.lo, self.hi), keep, strict=True):
-            if kept and run is None:
-                run = (k, vpos, kpos)
-            elif not kept and run is not None:
-                out.append(self._sub(*run, k, vpos, kpos))
-                run = None
-            vpos += chunk.value_lengths[k]
-            kpos += chunk.key_lengths[k] if chunk.key_lengths is not None else 0
-        if run is not None:
-            out.append(self._sub(*run, self.hi, vpos, kpos))
-        return out
-
-    def _sub(self, lo: int, vlo: int, klo: int, hi: int, vhi: int, khi: int) -> Slice:
-        return Slice(self.topic, self.partition, self.epoch, self.chunk, lo, hi, vlo, vhi, klo, khi)
-
     def to_batch(self) -> stream_pb2.RecordBatch:
         """The slice as a RecordBatch message (delivery writes its wire bytes directly,
         ``wire.record_batch``; this is for headers, and for tests)."""

@@ -39,13 +39,31 @@ TOPIC = "t"
 
 
 class FakeFetcher:
-    """The fetch thread's Kafka side: commits are recorded (or fail with ``fail``);
-    partitions handed back are recorded."""
+    """The fetch thread's Kafka side: commits are recorded (or fail with ``fail``, or are
+    dropped as the fetch thread drops a commit whose lease lapsed, with ``drop``);
+    partitions handed back are recorded; a rewind re-reads the partition's records from
+    ``log`` (what the test buffered), as Kafka would after a seek."""
 
     def __init__(self) -> None:
         self.commits: list[CommitRequest] = []
         self.fail: KafkaException | None = None
+        self.drop = False
         self.unassigned: list[TP] = []
+        self.rewinds: list[tuple[TP, int]] = []
+        self.table: PartitionTable | None = None
+        self.log: dict[TP, list[common_pb2.Record]] = {}
+        self.on_data: Callable[[], None] = lambda: None
+
+    def rewind(self, tp: TP) -> None:
+        assert self.table is not None
+        offset = self.table.rewind(tp)
+        if offset is None:
+            return
+        self.rewinds.append((tp, offset))
+        again = [r for r in self.log.get(tp, []) if r.offset >= offset]
+        if again:
+            self.table.append(tp, chunk_from_records(again))
+            self.on_data()
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         return fn(*args)
@@ -53,14 +71,16 @@ class FakeFetcher:
     def commit(self, requests: list[CommitRequest]) -> list[CommitRequest]:
         if self.fail is not None:
             raise self.fail
+        if self.drop:
+            return []
         self.commits.extend(requests)
         return requests
 
-    async def commit_async(self, requests: list[CommitRequest]) -> list[CommitRequest]:
-        return self.commit(requests)
-
     def unassign(self, tp: TP) -> None:
         self.unassigned.append(tp)
+
+    async def commit_async(self, requests: list[CommitRequest]) -> list[CommitRequest]:
+        return self.commit(requests)
 
 
 @dataclass
@@ -109,6 +129,7 @@ class Sidecar:
     def __init__(self) -> None:
         self.table = PartitionTable(64 * 1024 * 1024, time.monotonic)
         self.fetcher = FakeFetcher()
+        self.fetcher.table = self.table
         self.keeper = LeaseKeeper(
             self.table,
             self.fetcher,  # type: ignore[arg-type]
@@ -126,6 +147,7 @@ class Sidecar:
             connected=lambda: self.connected,
             consumer_config=lambda: dict(CONSUMER_CONFIG),
         )
+        self.fetcher.on_data = self.data.notify
 
     def hold(self, partition: int, epoch: int = 1, start: int = 0, ttl: float = 60) -> Partition:
         part = Partition(
@@ -146,6 +168,7 @@ class Sidecar:
             common_pb2.Record(topic=TOPIC, partition=partition, offset=o, value=b"v%d" % o)
             for o in offsets
         ]
+        self.fetcher.log.setdefault(TP(TOPIC, partition), []).extend(records)
         assert self.table.append(TP(TOPIC, partition), chunk_from_records(records))
         self.data.notify()
 
@@ -153,11 +176,15 @@ class Sidecar:
 Body = Callable[[stream_pb2_grpc.StreamServiceStub, Sidecar], Awaitable[None]]
 
 
-def run(body: Body, readers: FakeReaders | None = None) -> None:
+def run(
+    body: Body,
+    readers: FakeReaders | None = None,
+    servicer_class: type[StreamServicer] = StreamServicer,
+) -> None:
     async def main() -> None:
         sidecar = Sidecar()
         sidecar.data.bind_loop(asyncio.get_running_loop())
-        servicer = StreamServicer(sidecar.serving, readers or FakeReaders())  # type: ignore[arg-type]
+        servicer = servicer_class(sidecar.serving, readers or FakeReaders())  # type: ignore[arg-type]
         server = create_server(
             ServiceSettings(grpc_port=0, http_port=0),
             [

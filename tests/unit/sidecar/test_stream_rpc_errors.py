@@ -16,6 +16,7 @@ import grpc
 import grpc.aio
 import pytest
 from confluent_kafka import KafkaError, KafkaException
+from google.protobuf import duration_pb2
 
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
@@ -131,16 +132,33 @@ def test_fetch_long_polls_until_records_arrive() -> None:
     run(body)
 
 
-def test_fetch_auto_ack_commits_at_delivery_and_maps_a_failed_commit() -> None:
+def test_fetch_auto_ack_loses_nothing_when_its_commit_fails() -> None:
+    """auto_ack commits only what was written to the client: a commit that fails (Kafka
+    down) neither fails the Fetch nor loses its records; the next commit covers them."""
+
     async def body(stub: Stub, sc: Sidecar) -> None:
         part = sc.hold(0, epoch=4)
         sc.buffer(0, range(3))
-        await stub.Fetch(fetch_request(auto_ack=True))
-        last = sc.fetcher.commits[-1]
-        assert (last.offset, last.epoch, part.acks.inflight) == (3, 4, 0)
-        sc.fetcher.fail = transport_error()
+        sc.fetcher.fail = transport_error()  # Kafka refuses commits for now
+        received: list[int] = []
+        try:
+            response = await stub.Fetch(fetch_request(auto_ack=True))
+            received += [r.offset for r in response.records]
+        except grpc.aio.AioRpcError as err:
+            print("the auto_ack Fetch failed:", err.code().name, err.details())
+        sc.fetcher.fail = None
         sc.buffer(0, range(3, 5))
-        assert (await failure(stub.Fetch(fetch_request(auto_ack=True))))[:2] == KAFKA_DOWN
+        deadline = time.monotonic() + 5
+        while len(received) < 5 and time.monotonic() < deadline:
+            response = await stub.Fetch(fetch_request(wait_ms=100, auto_ack=True))
+            received += [r.offset for r in response.records]
+        deadline = time.monotonic() + 5
+        while part.acks.inflight and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # acked once the sidecar saw the response go out
+        await sc.keeper.commit_all()  # the commit loop's next round
+        assert sorted(received) == [0, 1, 2, 3, 4], "every record reached the client"
+        last = sc.fetcher.commits[-1]
+        assert (last.offset, last.epoch, part.acks.inflight) == (5, 4, 0)
 
     run(body)
 
@@ -169,6 +187,56 @@ def test_ack_validation_of_caller_records_and_ranges(
     run(body)
 
 
+# ---- Nack -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("request_fields", "field_name"),
+    [
+        ({"client_id": "", "all": True}, "client_id"),
+        ({"group": "", "all": True}, "group"),
+        ({}, "records"),
+        ({"records": [stream_pb2.RecordAck(topic="")]}, "records.topic"),
+        ({"records": [stream_pb2.RecordAck(topic=TOPIC, partition=-1)]}, "records.partition"),
+        ({"ranges": [range_ack(0, 4, 4, 1)]}, "ranges.to_offset"),
+        ({"ranges": [range_ack(0, 0, 1, 1)] * (MAX_ACKS + 1)}, "ranges"),
+        ({"all": True, "delay": duration_pb2.Duration(seconds=-1)}, "delay"),
+        ({"all": True, "delay": duration_pb2.Duration(seconds=12 * 3600 + 1)}, "delay"),
+    ],
+)
+def test_nack_validation_of_caller_records_ranges_and_delay(
+    request_fields: dict[str, Any], field_name: str
+) -> None:
+    async def body(stub: Stub, sc: Sidecar) -> None:
+        fields: dict[str, Any] = {"client_id": "c", "group": GROUP, **request_fields}
+        invalid_field(await failure(stub.Nack(stream_pb2.NackRequest(**fields))), field_name)
+
+    run(body)
+
+
+def test_nack_of_records_not_held_or_never_delivered_is_refused_per_record() -> None:
+    async def body(stub: Stub, sc: Sidecar) -> None:
+        sc.hold(0, epoch=2)
+        delivered(sc, 0, range(3))
+        request = stream_pb2.NackRequest(
+            client_id="c",
+            group=GROUP,
+            ranges=[range_ack(0, 0, 9, 2), range_ack(7, 0, 1, 2), range_ack(0, 0, 1, 1)],
+        )
+        response = await stub.Nack(request)
+        assert response.nacked_count == 0 and response.records == 0
+        assert [r.reason for r in response.rejected_ranges] == [
+            stream_pb2.REJECT_REASON_NOT_DELIVERED,
+            stream_pb2.REJECT_REASON_NOT_HELD,
+            stream_pb2.REJECT_REASON_STALE_EPOCH,
+        ]
+        other = stream_pb2.NackRequest(client_id="x", group="other", all=True)
+        code, reason, _ = await failure(stub.Nack(other))
+        assert (code, reason) == NOT_SERVED
+
+    run(body)
+
+
 def test_ack_for_another_group_is_not_served() -> None:
     async def body(stub: Stub, sc: Sidecar) -> None:
         ack = stream_pb2.RecordAck(topic=TOPIC, partition=0, offset=0, lease_epoch=1)
@@ -190,6 +258,44 @@ def test_ack_whose_commit_fails_is_unavailable_and_can_be_retried() -> None:
         sc.fetcher.fail = None
         response = await stub.Ack(request)  # the retry: acked already, committed now
         assert response.acked_count == 3 and part.committed == 3
+
+    run(body)
+
+
+def test_an_ack_is_not_answered_accepted_when_the_lease_lapsed_before_its_commit() -> None:
+    """An accepted ack is committed before it is answered: an ack that reaches a partition
+    whose local lease deadline has passed cannot be committed, so it is refused (the
+    records are redelivered by whoever holds the partition next)."""
+
+    async def body(stub: Stub, sc: Sidecar) -> None:
+        part = sc.hold(0, epoch=2)
+        delivered(sc, 0, range(4))
+        part.deadline = time.monotonic() - 0.01  # passed; the commit loop has not looked yet
+        request = stream_pb2.AckRequest(client_id="c", group=GROUP, ranges=[range_ack(0, 0, 4, 2)])
+        response = await stub.Ack(request)
+        assert response.acked_count == 0, "answered accepted, but nothing was committed"
+        assert [r.reason for r in response.rejected_ranges] == [
+            stream_pb2.REJECT_REASON_LEASE_EXPIRED
+        ]
+        assert sc.fetcher.commits == []
+
+    run(body)
+
+
+def test_an_ack_whose_commit_the_fetch_thread_dropped_is_not_answered_accepted() -> None:
+    """The fetch thread drops a commit whose lease lapsed while it waited for its turn
+    (``Fetcher.commit``): the acks it carried were not made durable and are refused."""
+
+    async def body(stub: Stub, sc: Sidecar) -> None:
+        sc.hold(0, epoch=2)
+        delivered(sc, 0, range(4))
+        sc.fetcher.drop = True
+        request = stream_pb2.AckRequest(client_id="c", group=GROUP, ranges=[range_ack(0, 0, 4, 2)])
+        response = await stub.Ack(request)
+        assert response.acked_count == 0, "answered accepted, but nothing was committed"
+        assert [r.reason for r in response.rejected_ranges] == [
+            stream_pb2.REJECT_REASON_COMMIT_FAILED
+        ]
 
     run(body)
 
@@ -223,6 +329,22 @@ def test_stream_open_validation() -> None:
                 acks=stream_pb2.StreamAcks(acks=[stream_pb2.RecordAck(partition=0)])
             ),
             "acks.acks.topic",
+        ),
+        (
+            stream_pb2.StreamRequest(nacks=stream_pb2.StreamNacks(ranges=[range_ack(0, 5, 4, 1)])),
+            "nacks.ranges.to_offset",
+        ),
+        (
+            stream_pb2.StreamRequest(
+                nacks=stream_pb2.StreamNacks(records=[stream_pb2.RecordAck(topic=TOPIC, offset=-1)])
+            ),
+            "nacks.records.offset",
+        ),
+        (
+            stream_pb2.StreamRequest(
+                nacks=stream_pb2.StreamNacks(delay=duration_pb2.Duration(seconds=-1))
+            ),
+            "nacks.delay",
         ),
     ],
 )
