@@ -94,6 +94,8 @@ class SidecarApp:
             committer=committer,
             prefetch_bytes=int(fetch_config["queued.max.messages.kbytes"]) * 1024,
         )
+        self.fetcher.reset_to_end = kafka_config.resets_to_end(settings)
+        self.fetcher.on_gap = self._offset_gap
         self.keeper = LeaseKeeper(
             self.table,
             self.fetcher,
@@ -184,6 +186,7 @@ class SidecarApp:
             group_config=group_config,
         )
         moved = await self.fetcher.run(self.fetcher.replace_consumer, config)
+        self.fetcher.reset_to_end = kafka_config.resets_to_end(self.settings, group_config)
         log.info("fetch consumer replaced for the group's consumer config", partitions=moved)
 
     def _config_status(self) -> ConfigStatus:
@@ -196,6 +199,20 @@ class SidecarApp:
         self.faults.given_up(tp, epoch, given_up)
         if self.metrics.enabled:
             self.metrics.gave_up(given_up.hi - given_up.lo)
+
+    def _offset_gap(self, tp: TP, lo: int, hi: int, reason: str) -> None:
+        """Fetch thread: a position outside the log moved: OFFSET_GAP, counted, logged."""
+        log.warning(
+            "position outside the partition's log: fetching moved",
+            topic=tp.topic,
+            partition=tp.partition,
+            from_offset=lo,
+            to_offset=hi,
+            reason=reason,
+        )
+        self.faults.offset_gap(tp, lo, hi, reason)
+        if self.metrics.enabled and reason != "truncated":
+            self.metrics.offset_gap(tp.topic, tp.partition, hi - lo)
 
     def _delivery_policy(self, visibility: float | None, max_deliveries: int) -> None:
         """The group's redelivery settings (SessionAccepted, ConfigUpdate), live."""

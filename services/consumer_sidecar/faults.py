@@ -1,7 +1,8 @@
 """The sidecar's fault emitters (ARCHITECTURE §5.4): BROKER_UNREACHABLE and POISON_RECORD
 from librdkafka's error callback and statistics, POISON_RECORD also for a record given up
 after its delivery limit, COMMIT_FAILED from each commit round (and a revoke's final
-commit), CLIENT_BACKPRESSURE from the fetch loop's paused partitions.
+commit), CLIENT_BACKPRESSURE from the fetch loop's paused partitions, OFFSET_GAP when a
+partition's position fell outside its log.
 
 Each hook turns what the sidecar saw into reports on the shared
 :class:`~services.runtime.reporter.FaultReporter`; none of them raises (they run inside
@@ -14,7 +15,7 @@ from collections.abc import Iterable
 
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar.acks import GivenUp
-from services.runtime.faults import OPEN, dedupe_key
+from services.runtime.faults import OPEN, RESOLVED, dedupe_key
 from services.runtime.reporter import FaultReporter, never_raises
 from services.runtime.topic_partition import TP
 
@@ -86,6 +87,46 @@ class SidecarFaults:
                 "reason": "max_deliveries",
             },
         )
+
+    @never_raises
+    def offset_gap(self, tp: TP, lo: int, hi: int, reason: str) -> None:
+        """A partition's position fell outside its log: offsets [lo, hi) were skipped
+        (retention, a reset) or vanished (a truncated log). OPEN, and RESOLVED at once:
+        fetching goes on from the new position."""
+        if reason == "truncated":
+            message = (
+                f"{tp.topic}[{tp.partition}] log truncated below the position: offsets "
+                f"{lo}..{hi - 1} no longer exist; fetching goes on from {lo}"
+            )
+        else:
+            message = (
+                f"{tp.topic}[{tp.partition}] offsets {lo}..{hi - 1} skipped: the position "
+                f"{lo} was outside the log ({reason}); fetching goes on from {hi}"
+            )
+        key = dedupe_key(
+            common_pb2.FAULT_TYPE_OFFSET_GAP,
+            self.group,
+            self.sidecar_id,
+            tp.topic,
+            str(tp.partition),
+        )
+        for state in (OPEN, RESOLVED):
+            self.reporter.report(
+                common_pb2.FAULT_TYPE_OFFSET_GAP,
+                state,
+                group=self.group,
+                consumer_id=self.sidecar_id,
+                topic=tp.topic,
+                partitions=[tp.partition],
+                message=message,
+                attributes={
+                    "from_offset": str(lo),
+                    "to_offset": str(hi),
+                    "skipped": str(hi - lo) if reason != "truncated" else "0",
+                    "reason": reason,
+                },
+                dedupe_key=key,
+            )
 
     @never_raises
     def brokers_up(self, statistics: str) -> None:

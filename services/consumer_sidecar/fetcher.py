@@ -12,6 +12,13 @@ again when the group switches to leased mode. Every
 consumer call happens on this thread (other threads hand it commands and wait on a future).
 Leased mode's commits go through a second consumer of the group, on a commit thread of its
 own (:meth:`Fetcher.commit_async`).
+
+Positions move back when records come due again (:meth:`Fetcher.rewind`: the partition
+table says where) and forward only where Kafka forces it: in leased mode the consumer runs
+with ``auto.offset.reset=error``, so a position that fell outside the log (records deleted
+by retention before they were read, a truncated log) is an error here instead of a silent
+jump; the loop moves to the log start (or end) itself and reports the offsets it skipped
+(:attr:`Fetcher.on_gap`: ``ds_sidecar_offset_gaps_total`` and an ``OFFSET_GAP`` fault).
 """
 
 from __future__ import annotations
@@ -62,6 +69,11 @@ DEFERRED_COMMIT_RETRY_SECONDS = 0.2
 # unsubscribe(), beyond the time the revoke callback drains in-flight acks.
 UNSUBSCRIBE_SECONDS = 10.0
 COMMITTER_SERVE_SECONDS = 1.0
+RESET_RETRY_SECONDS = 1.0  # a position out of range whose watermarks could not be read
+WATERMARK_TIMEOUT_SECONDS = 5.0
+# Errors that mean the fetch position is outside the partition's log (auto.offset.reset
+# is "error"): the partition stops fetching until it is given a position again.
+_OUT_OF_RANGE_ERRORS = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError._LOG_TRUNCATION})
 # kafka_group mode: commit errors that only mean "the group is rebalancing right now".
 _REBALANCE_COMMIT_ERRORS = frozenset(
     {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID}
@@ -132,6 +144,14 @@ class Fetcher:
         self.on_poll: Callable[[float, float], None] = lambda _started, _returned: None
         self.on_consumed: Callable[[str, int, int], None] = lambda _topic, _n, _bytes: None
         self.on_commit_request: Callable[[bool, float], None] = lambda _ok, _seconds: None
+        # A position outside the log: (partition, first offset skipped, where fetching
+        # went on, reason). Records [first, next) were never read.
+        self.on_gap: Callable[[TP, int, int, str], None] = lambda _tp, _lo, _hi, _why: None
+        # Leased mode: where a position outside the log goes (the configured
+        # auto.offset.reset: the log start, or with latest/largest/end its end).
+        self.reset_to_end = False
+        self._resets: dict[TP, int] = {}  # out-of-range positions still to move
+        self._resets_retry_at = 0.0
 
     # ---- API for other threads --------------------------------------------------------
 
@@ -537,6 +557,9 @@ class Fetcher:
                 if self._deferred and self.last_poll >= self._deferred_retry_at:
                     self._deferred_retry_at = self.last_poll + DEFERRED_COMMIT_RETRY_SECONDS
                     self._retry_deferred()
+                if self._resets and self.last_poll >= self._resets_retry_at:
+                    self._resets_retry_at = self.last_poll + RESET_RETRY_SECONDS
+                    self._move_out_of_range()
         except Exception:
             log.exception("fetch loop crashed")
             raise
@@ -570,10 +593,15 @@ class Fetcher:
     def _buffer(self, messages: list[Message]) -> None:
         """Buffer a consume() batch as one column chunk per partition run (runs.py)."""
         only = next(iter(self._topics)) if len(self._topics) == 1 else None
-        runs, errors = runs_from_messages(messages, only)
-        if self._on_error is not None:
-            for error in errors:
+        runs, failed = runs_from_messages(messages, only)
+        for msg in failed:
+            error = msg.error()
+            if error is None:
+                continue
+            if self._on_error is not None:
                 self._on_error(error)
+            if error.code() in _OUT_OF_RANGE_ERRORS and msg.topic() is not None:
+                self._out_of_range(TP(str(msg.topic()), int(msg.partition() or 0)), msg.offset())
         added = False
         for run in runs:
             chunk = run.chunk
@@ -582,6 +610,52 @@ class Fetcher:
                 added = True
         if added:
             self._on_data()
+
+    def _out_of_range(self, tp: TP, offset: int | None) -> None:
+        """A partition's position is outside its log: it stopped fetching (librdkafka's
+        ``auto.offset.reset=error``). Move it (now, or retried while Kafka cannot say
+        where its log starts and ends)."""
+        part = self._table.get(tp)
+        if part is None or not part.ready or self.classic:
+            return
+        self._resets[tp] = offset if offset is not None and offset >= 0 else part.position
+        self._resets_retry_at = 0.0
+        self._move_out_of_range()
+
+    def _move_out_of_range(self) -> None:
+        """Fetch thread: each partition whose position fell outside its log goes on from
+        the log start (records deleted before they were read: a gap), or from the log end
+        when the log was truncated below the position or the configured reset says so."""
+        for tp, offset in list(self._resets.items()):
+            part = self._table.get(tp)
+            if part is None or not part.ready or part.revoking:
+                del self._resets[tp]
+                continue
+            ktp = TopicPartition(tp.topic, tp.partition)
+            try:
+                low, high = self._consumer.get_watermark_offsets(
+                    ktp, timeout=WATERMARK_TIMEOUT_SECONDS, cached=False
+                )
+            except KafkaException as exc:
+                log.warning("position out of range; log bounds unknown, retrying", error=str(exc))
+                continue
+            del self._resets[tp]
+            if low <= offset <= high:
+                target = offset  # in range again (a leader change): no gap
+            elif offset > high or self.reset_to_end:
+                target = high
+            else:
+                target = low
+            if target > offset:
+                self.on_gap(tp, offset, target, "retention" if offset < low else "reset")
+            elif target < offset:
+                self.on_gap(tp, target, offset, "truncated")
+            if target < part.acks.next_offset:
+                self._table.restart(part, target)  # offsets reused below what was delivered
+            else:
+                with self._table.lock:
+                    part.position = target
+            self._reassign(TopicPartition(tp.topic, tp.partition, target))
 
     def _holding(self) -> bool:
         """Leased mode, buffer full: hold consume() back for up to HOLD_SECONDS rather than

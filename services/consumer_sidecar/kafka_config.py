@@ -3,7 +3,8 @@
 * :func:`fetch_config`: the fetch consumer's: the sidecar's settings, its defaults
   (:data:`SIDECAR_CONSUMER_DEFAULTS`), then the group's ``consumer_config`` on top (in both
   modes), and in kafka_group mode what that mode sets itself
-  (:func:`classic.classic_overrides`);
+  (:func:`classic.classic_overrides`), in leased mode ``auto.offset.reset=error``
+  (:data:`LEASED_OVERRIDES`; :func:`resets_to_end` says which way the fetch loop moves);
 * :func:`reader_config`: ReadRange's consumers, under a group id of their own so a range
   read never moves the group's position;
 * :func:`shown_config`: a configuration as ``Status`` shows it, secrets masked.
@@ -23,10 +24,31 @@ from services.consumer_sidecar.settings import SidecarSettings
 from services.runtime.consumer_config import ALLOWED, SIDECAR_CONSUMER_DEFAULTS
 from services.runtime.kafka import consumer_config
 
-__all__ = ["SIDECAR_CONSUMER_DEFAULTS", "fetch_config", "reader_config", "shown_config"]
+__all__ = [
+    "LEASED_OVERRIDES",
+    "SIDECAR_CONSUMER_DEFAULTS",
+    "fetch_config",
+    "reader_config",
+    "resets_to_end",
+    "shown_config",
+]
 
+# Leased mode: a position outside the partition's log is an error for the fetch loop to
+# handle (Fetcher._out_of_range: counted, reported, moved), never a silent jump. Set after
+# the group's consumer_config, whose auto.offset.reset only says which way the move goes.
+LEASED_OVERRIDES: dict[str, object] = {"auto.offset.reset": "error"}
 _SECRET_KEYS = ("password", "secret", "token", "key.pem")
 _CALLBACKS = ("stats_cb", "error_cb", "logger")
+_TO_END = frozenset({"latest", "largest", "end"})
+
+
+def resets_to_end(settings: SidecarSettings, group_config: Mapping[str, str] | None = None) -> bool:
+    """Whether a leased partition's position that fell outside its log goes on from the
+    log's end (``auto.offset.reset`` says latest: the group's consumer_config, else the
+    sidecar's passthrough) rather than its start."""
+    group = {k: v for k, v in (group_config or {}).items() if k in ALLOWED}
+    reset = group.get("auto.offset.reset", settings.kafka.get("auto.offset.reset", "earliest"))
+    return str(reset).lower() in _TO_END
 
 
 def fetch_client_id(settings: SidecarSettings) -> str:
@@ -56,6 +78,7 @@ def fetch_config(
         overrides.update(classic_overrides(settings.id, allowed))
     else:
         overrides.update(allowed)
+        overrides.update(LEASED_OVERRIDES)
     return consumer_config(
         settings,
         group=settings.group,

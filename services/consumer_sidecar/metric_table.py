@@ -81,6 +81,10 @@ METRIC_TABLE: tuple[MetricSpec, ...] = (
     _spec("ds_sidecar_records_given_up_total", "counter", G, OWN,
           "Records that came due again after max_deliveries deliveries without an ack: "
           "given up (each a POISON_RECORD fault), the commit point passes them"),
+    _spec("ds_sidecar_offset_gaps_total", "counter", GTP, OWN,
+          "Offsets skipped because a partition's fetch position fell outside its log "
+          "(records deleted by retention before they were read); each gap is an OFFSET_GAP "
+          "fault"),
     _spec("ds_sidecar_buffer_bytes", "gauge", G, VIEW,
           "Bytes buffered (key, value and per-record bookkeeping)"),
     _spec("ds_sidecar_buffer_limit_bytes", "gauge", G, "settings buffer_max_bytes",

@@ -331,6 +331,12 @@ class SidecarMetrics:
             ["group"],
             registry=registry,
         ).labels(group)
+        self._offset_gaps = Counter(
+            base_name("ds_sidecar_offset_gaps_total"),
+            help_of("ds_sidecar_offset_gaps_total"),
+            ["group", "topic", "partition"],
+            registry=registry,
+        )
         self.clients = ClientMetrics(group, ClientIdLimiter(max_client_ids, client_idle_seconds))
         registry.register(self.clients)
         self._registry = registry
@@ -377,6 +383,10 @@ class SidecarMetrics:
     def gave_up(self, records: int) -> None:
         """asyncio thread: records given up past the delivery limit."""
         self._given_up.inc(records)
+
+    def offset_gap(self, topic: str, partition: int, skipped: int) -> None:
+        """Fetch thread: offsets skipped because the position fell outside the log."""
+        self._offset_gaps.labels(self.group, topic, str(partition)).inc(skipped)
 
     def heartbeat_sent(self) -> None:
         self._heartbeats.inc()

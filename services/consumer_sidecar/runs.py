@@ -33,16 +33,18 @@ class Run(NamedTuple):
 
 def runs_from_messages(
     messages: Sequence[Message], only_topic: str | None = None
-) -> tuple[list[Run], list[KafkaError]]:
+) -> tuple[list[Run], list[Message]]:
     """Split a consume() batch into per-partition runs of records (each a Chunk) and the
-    errors it carried. A fixed number of C-level passes over the batch; Python work per
-    record only for rare cases (null values, headers). ``only_topic``: the consumer never
-    had any other topic, so no record's topic needs reading."""
-    errors = list(map(Message.error, messages))
-    failed: list[KafkaError] = []
+    messages that carry an error instead of a record (their topic, partition and offset
+    say where, when the error is a partition's). A fixed number of C-level passes over the
+    batch; Python work per record only for rare cases (null values, headers).
+    ``only_topic``: the consumer never had any other topic, so no record's topic needs
+    reading."""
+    errors: list[KafkaError | None] = list(map(Message.error, messages))
+    failed: list[Message] = []
     # By identity: KafkaError's == raises when compared with None.
     if any(map(is_not, errors, repeat(None))):
-        failed = [e for e in errors if e is not None]
+        failed = [m for m, e in zip(messages, errors, strict=True) if e is not None]
         messages = [m for m, e in zip(messages, errors, strict=True) if e is None]
     n = len(messages)
     if n == 0:
