@@ -224,10 +224,12 @@ class GroupRuntime:
             mode=self.record.mode,
             consumer_config=dict(self.record.consumer_config),
             balance_strategy=self.record.balance_strategy,
+            visibility_timeout_seconds=self.record.visibility_timeout_seconds,
+            max_deliveries=self.record.max_deliveries,
         )
 
     def config_proto(self) -> types_pb2.GroupConfig:
-        return types_pb2.GroupConfig(
+        config = types_pb2.GroupConfig(
             name=self.record.name,
             topics=list(self.record.topics),
             mode=MODES[self.record.mode],
@@ -236,7 +238,11 @@ class GroupRuntime:
             heartbeat_interval=duration(self.settings.heartbeat_interval_seconds),
             balance_strategy=STRATEGIES[self.record.balance_strategy],
             config_version=self.record.config_version,
+            max_deliveries=self.record.max_deliveries,
         )
+        if self.record.visibility_timeout_seconds is not None:
+            config.visibility_timeout.CopyFrom(duration(self.record.visibility_timeout_seconds))
+        return config
 
     # ---- sessions ---------------------------------------------------------------------
 
@@ -274,6 +280,8 @@ class GroupRuntime:
                     consumer_config=dict(self.record.consumer_config),
                     config_version=self.record.config_version,
                     topics=list(self.record.topics),
+                    visibility_timeout=self._visibility(),
+                    max_deliveries=self.record.max_deliveries,
                 )
             )
         )
@@ -423,11 +431,12 @@ class GroupRuntime:
 
     def update(self, record: GroupRecord) -> None:
         """A new configuration (UpdateGroup): every new config version goes to every
-        sidecar at once (ConfigUpdate), so each reports running the group's current version
-        whatever field changed; a sidecar replaces its consumer only if the consumer
-        config itself changed. A new mode is only recorded here: whether leases are granted
-        is the mode switch's to decide (:mod:`services.assigner.mode_switch`), in step with
-        the sidecars."""
+        sidecar at once (ConfigUpdate, with the consumer config and the redelivery settings),
+        so each reports running the group's current version whatever field changed and
+        applies a new visibility timeout or delivery limit live; a sidecar replaces its
+        consumer only if the consumer config itself changed. A new mode is only recorded
+        here: whether leases are granted is the mode switch's to decide
+        (:mod:`services.assigner.mode_switch`), in step with the sidecars."""
         # A mode switch re-joins every sidecar (rejoin_all), and each SessionAccepted
         # carries the new version: no ConfigUpdate on a stream about to end.
         new_version = (
@@ -441,10 +450,17 @@ class GroupRuntime:
                 config_update=assigner_pb2.ConfigUpdate(
                     consumer_config=dict(record.consumer_config),
                     config_version=record.config_version,
+                    visibility_timeout=self._visibility(),
+                    max_deliveries=record.max_deliveries,
                 )
             )
             for conn in self.connections.values():
                 conn.send(update)
+
+    def _visibility(self) -> duration_pb2.Duration | None:
+        """The group's visibility timeout as sent to sidecars; None (unset) = theirs."""
+        seconds = self.record.visibility_timeout_seconds
+        return None if seconds is None else duration(seconds)
 
     # ---- operations: drains, the mode switch's re-join, one operation at a time --------
 

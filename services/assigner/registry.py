@@ -222,6 +222,8 @@ class GroupRegistry:
                         mode=seed.mode,
                         consumer_config=dict(seed.consumer_config),
                         balance_strategy=seed.balance_strategy,
+                        visibility_timeout_seconds=seed.visibility_timeout_seconds,
+                        max_deliveries=seed.max_deliveries,
                     )
                 )
             except DsError as err:

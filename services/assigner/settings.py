@@ -20,6 +20,9 @@ class GroupSeed(BaseModel):
     mode: Literal["leased", "kafka_group"] = "leased"
     consumer_config: dict[str, str] = Field(default_factory=dict)
     balance_strategy: Literal["count", "load"] = "count"
+    # Redelivery: unset / 0 = the sidecars' defaults (30 s, 10); max_deliveries -1 = never.
+    visibility_timeout_seconds: float | None = Field(None, ge=1, le=43_200)
+    max_deliveries: int = Field(0, ge=-1, le=1_000_000)
 
     @field_validator("consumer_config")
     @classmethod

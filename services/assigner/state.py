@@ -46,9 +46,12 @@ class GroupRecord:
     consumer_config: dict[str, str] = field(default_factory=dict)
     config_version: int = 1
     balance_strategy: str = "count"  # count | load
+    # Redelivery (ARCHITECTURE §3 "Delivery"): None / 0 = the sidecars' defaults.
+    visibility_timeout_seconds: float | None = None
+    max_deliveries: int = 0  # -1: never give a record up
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "name": self.name,
             "topics": self.topics,
             "mode": self.mode,
@@ -56,6 +59,12 @@ class GroupRecord:
             "config_version": self.config_version,
             "balance_strategy": self.balance_strategy,
         }
+        # Written only when set, so records of groups that set neither stay as they were.
+        if self.visibility_timeout_seconds is not None:
+            document["visibility_timeout_seconds"] = self.visibility_timeout_seconds
+        if self.max_deliveries:
+            document["max_deliveries"] = self.max_deliveries
+        return document
 
 
 @dataclass

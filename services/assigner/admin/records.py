@@ -34,6 +34,10 @@ def record_fields(cfg: types_pb2.GroupConfig) -> dict[str, Any]:
             seconds(cfg.heartbeat_interval) if cfg.HasField("heartbeat_interval") else None
         ),
         "balance_strategy": BALANCE_STRATEGIES[cfg.balance_strategy],
+        "visibility_timeout_seconds": (
+            seconds(cfg.visibility_timeout) if cfg.HasField("visibility_timeout") else None
+        ),
+        "max_deliveries": cfg.max_deliveries,
     }
 
 

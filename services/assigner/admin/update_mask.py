@@ -19,6 +19,8 @@ MUTABLE_PATHS = (
     "lease_ttl",
     "heartbeat_interval",
     "balance_strategy",
+    "visibility_timeout",
+    "max_deliveries",
 )
 IMMUTABLE_PATHS = frozenset({"name", "config_version"})
 
@@ -66,6 +68,10 @@ def apply_update_mask(
             result.ClearField("heartbeat_interval")
             if patch.HasField("heartbeat_interval"):
                 result.heartbeat_interval.CopyFrom(patch.heartbeat_interval)
+        elif path == "visibility_timeout":
+            result.ClearField("visibility_timeout")
+            if patch.HasField("visibility_timeout"):
+                result.visibility_timeout.CopyFrom(patch.visibility_timeout)
         else:
             setattr(result, path, getattr(patch, path))
     return result

@@ -25,6 +25,8 @@ MAX_TOPICS = 1000
 MAX_ALERT_TEMPLATE = 255
 # Same bounds as the assigner-wide settings (services/assigner/settings.py).
 LEASE_TTL_RANGE = (0.5, 300.0)
+VISIBILITY_RANGE = (1.0, 43_200.0)  # seconds: 1 s to 12 h
+MAX_DELIVERIES_RANGE = (-1, 1_000_000)  # -1: never give up; 0: the sidecars' default
 HEARTBEAT_RANGE = (0.05, 60.0)
 
 MODES: Mapping[int, str] = {
@@ -130,3 +132,17 @@ def validate_group_config(
     if cfg.balance_strategy not in BALANCE_STRATEGIES:
         raise invalid("group.balance_strategy", "unknown balance strategy")
     validate_timing(cfg, default_ttl, default_heartbeat)
+    validate_redelivery(cfg)
+
+
+def validate_redelivery(cfg: types_pb2.GroupConfig) -> None:
+    """The group's visibility timeout and delivery limit, when set."""
+    if cfg.HasField("visibility_timeout"):
+        visibility = seconds(cfg.visibility_timeout)
+        if not VISIBILITY_RANGE[0] <= visibility <= VISIBILITY_RANGE[1]:
+            raise invalid("group.visibility_timeout", f"must be within {VISIBILITY_RANGE} seconds")
+    if not MAX_DELIVERIES_RANGE[0] <= cfg.max_deliveries <= MAX_DELIVERIES_RANGE[1]:
+        raise invalid(
+            "group.max_deliveries",
+            f"must be within {MAX_DELIVERIES_RANGE} (0: the default, -1: never give up)",
+        )

@@ -326,6 +326,43 @@ def test_update_group_applies_the_mask_durably_and_pushes_consumer_config() -> N
     run(body, topics=TOPICS)
 
 
+def test_update_group_pushes_the_redelivery_settings_live_and_keeps_them() -> None:
+    """visibility_timeout and max_deliveries (ARCHITECTURE §3 "Delivery") are part of the
+    group's config: stored, described, sent at join and pushed to joined sidecars."""
+
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        sidecar = Sidecar(a.sessions, "sc-1")
+        accepted = await sidecar.join("g")
+        assert not accepted.HasField("visibility_timeout") and accepted.max_deliveries == 0
+        await sidecar.grants(4)
+        patch = leased_config("g")
+        patch.visibility_timeout.CopyFrom(seconds(5))
+        patch.max_deliveries = 3
+        response = await a.admin.UpdateGroup(
+            admin_pb2.UpdateGroupRequest(
+                group=patch, update_mask=mask("visibility_timeout", "max_deliveries")
+            )
+        )
+        assert response.group.visibility_timeout.ToTimedelta().total_seconds() == 5
+        assert (response.group.max_deliveries, response.group.config_version) == (3, 2)
+        record = a.store.records["g"]
+        assert (record.visibility_timeout_seconds, record.max_deliveries) == (5.0, 3)
+        while (message := await sidecar.next()).WhichOneof("kind") != "config_update":
+            pass
+        update = message.config_update
+        assert update.visibility_timeout.ToTimedelta().total_seconds() == 5
+        assert (update.max_deliveries, update.config_version) == (3, 2)
+        await sidecar.close()
+        again = Sidecar(a.sessions, "sc-2")
+        accepted = await again.join("g")
+        assert accepted.visibility_timeout.ToTimedelta().total_seconds() == 5
+        assert accepted.max_deliveries == 3
+        await again.close()
+
+    run(body, topics=TOPICS)
+
+
 def test_update_group_refuses_a_stale_config_version() -> None:
     async def body(a: Assigner) -> None:
         await a.create("g")
@@ -378,6 +415,26 @@ def test_update_group_refuses_a_stale_config_version() -> None:
                 group=types_pb2.GroupConfig(name="g"), update_mask=mask("topics")
             ),
             "group.topics",
+        ),
+        (
+            admin_pb2.UpdateGroupRequest(
+                group=leased_config("g", visibility_timeout=seconds(0.5)),
+                update_mask=mask("visibility_timeout"),
+            ),
+            "group.visibility_timeout",
+        ),
+        (
+            admin_pb2.UpdateGroupRequest(
+                group=leased_config("g", visibility_timeout=seconds(43_201)),
+                update_mask=mask("visibility_timeout"),
+            ),
+            "group.visibility_timeout",
+        ),
+        (
+            admin_pb2.UpdateGroupRequest(
+                group=leased_config("g", max_deliveries=-2), update_mask=mask("max_deliveries")
+            ),
+            "group.max_deliveries",
         ),
         # Removing a topic from a group is not supported.
         (
