@@ -45,6 +45,10 @@ log = structlog.get_logger(__name__)
 STREAM_ACK_TIMEOUT_SECONDS = 10.0
 # An Ack RPC: UNAVAILABLE retried, 8 attempts backing off from 50 ms to 2 s (AIP-194).
 ACK_CALLS = CallPolicy(attempts=8, retry_electing=False)
+# Acks of a partition's older epochs still go to the sidecar that delivered them (it may be
+# draining the partition for a handoff); this many epochs per partition are remembered.
+EPOCHS_REMEMBERED = 4
+MAX_NACK_DELAY_SECONDS = 12 * 3600.0
 
 
 class DsClient:
@@ -59,16 +63,25 @@ class DsClient:
     Guarantees (ARCHITECTURE §3 "Delivery"):
 
     * At least once. A record is committed to the Kafka consumer group only once it is
-      acked (with ``auto_ack``, once it was delivered). A record delivered and not acked
-      stays in flight and holds its partition's commit point back; it is delivered again
-      once the partition changes hands (a handoff, a sidecar that dies or restarts).
-      Duplicates are possible, loss is not.
-    * Within a partition, records arrive in offset order; across partitions there is no
-      order. What is delivered again after a handoff starts over from the partition's
-      commit point.
+      acked (with ``auto_ack``, once the sidecar has written it to this client). An ack
+      counted as accepted is committed in Kafka. Duplicates are possible, loss is not.
+    * Nothing stays in flight forever. A record delivered and not acked holds its
+      partition's commit point back until it is delivered again — to whichever client of
+      the group reads next — when its ack deadline (the group's visibility timeout, 30 s by
+      default) passes, when this client gives it back (:meth:`nack`, or :meth:`close`),
+      when the ``Stream`` that carried it ends, or when the partition changes hands.
+      Each record says how often it was delivered (``DsRecord.delivery_count``); one
+      delivered too often without an ack (the group's ``max_deliveries``, 10 by default)
+      is given up and reported as a ``POISON_RECORD`` fault with its partition and offset.
+    * Within a partition, records are handed out in offset order, and a record due again
+      goes out before any record after it is delivered for the first time. A client may
+      therefore see a partition go back: records it (or another client) received and did
+      not ack come again, in order, after later ones. Records acked meanwhile, and records
+      in flight to another client, are not repeated. Across partitions there is no order.
     * Every record carries the epoch of the lease it was delivered under, and its ack goes
-      to the sidecar that delivered it: an ack for a partition that moved since is refused
-      (not counted), and the partition's new owner delivers the record again.
+      to the sidecar that delivered it under that epoch: an ack for a partition that moved
+      since is refused (not counted), and the partition's new owner delivers the record
+      again.
 
     Threads: the binding watch (and with ``consul`` the leader watch) runs in the
     background, ``ack_nowait`` sends from a thread of its own, and ``use_stream_rpc`` reads
@@ -112,8 +125,9 @@ class DsClient:
                 change name at every start).
             assigner: ``HOST:PORT`` of an assigner. Any replica will do: a follower's
                 answer names the leader (``ds-leader``) and the client switches to it.
-            auto_ack: Let the sidecars ack records as they deliver them: no :meth:`ack`
-                calls, but a crash of the application loses what it had not processed.
+            auto_ack: Let the sidecars count records as acked once they have written them
+                to this client: no :meth:`ack` calls, but a crash of the application loses
+                what it had received and not processed.
             max_wait: The default long-poll wait of :meth:`fetch`, in seconds.
             call_timeout: Added to the long-poll wait as each ``Fetch`` call's deadline.
             consul: ``HOST:PORT`` of Consul: the leader is read from ``leader_key`` at
@@ -147,7 +161,8 @@ class DsClient:
         self.call_timeout = call_timeout
         self._lock = threading.Lock()  # the binding's sidecars and our streams
         self._cursor = 0
-        self._delivered_by: dict[tuple[str, int], str] = {}  # partition → sidecar address
+        # (topic, partition) → {lease epoch → address of the sidecar that delivered under it}
+        self._delivered_by: dict[tuple[str, int], dict[int, str]] = {}
         # ack_nowait(): one thread, so a client's acks reach the sidecars in the order given;
         # started on first use, drained by close().
         self._acker: Acker | None = None
@@ -278,13 +293,8 @@ class DsClient:
     def _ack_spans(self, spans: list[Span]) -> list[bool]:
         """Send range acks, each to the sidecar that delivered its records (on its stream
         if one is open, else with the Ack RPC): whether each was accepted."""
-        by_address: dict[str, list[int]] = {}
-        for index, span in enumerate(spans):
-            address = self._delivered_by.get((span.topic, span.partition))
-            if address is not None:
-                by_address.setdefault(address, []).append(index)
         accepted = [False] * len(spans)
-        for address, indices in by_address.items():
+        for address, indices in self._by_sidecar(spans).items():
             sent = [spans[i] for i in indices]
             with self._lock:
                 sidecar = self._binding.sidecars.get(address)
@@ -297,6 +307,106 @@ class DsClient:
             for index, ok in zip(indices, answers, strict=True):
                 accepted[index] = ok
         return accepted
+
+    def _by_sidecar(self, spans: list[Span]) -> dict[str, list[int]]:
+        """The indexes of ``spans`` by the address of the sidecar that delivered each (the
+        one that delivered its partition under its lease epoch); spans whose sidecar is not
+        known are left out."""
+        by_address: dict[str, list[int]] = {}
+        for index, span in enumerate(spans):
+            address = self._sidecar_of(span.topic, span.partition, span.lease_epoch)
+            if address is not None:
+                by_address.setdefault(address, []).append(index)
+        return by_address
+
+    def _sidecar_of(self, topic: str, partition: int, epoch: int) -> str | None:
+        """The address of the sidecar that delivered records of a partition under ``epoch``."""
+        return self._delivered_by.get((topic, partition), {}).get(epoch)
+
+    def _delivered(self, spans: Iterable[Span], address: str) -> None:
+        """Remember who delivered these spans (the last few epochs of each partition:
+        acks of an older epoch still go to its sidecar, which may be handing it off)."""
+        for span in spans:
+            epochs = self._delivered_by.setdefault((span.topic, span.partition), {})
+            if epochs.get(span.lease_epoch) == address:
+                continue
+            epochs[span.lease_epoch] = address
+            while len(epochs) > EPOCHS_REMEMBERED:
+                del epochs[min(epochs)]
+
+    def nack(self, records: Iterable[DsRecord], delay: float = 0.0) -> int:
+        """Give delivered records back, to be delivered again now or after ``delay``.
+
+        For records this client cannot process now (a dependency is down, it is shutting
+        down) but that must not wait for their ack deadline: each goes back to the sidecar
+        that delivered it, which delivers it again — to whichever client of the group reads
+        next, in offset order, with its delivery count one higher — after ``delay``
+        seconds. Until then the record stays in flight to this client (an ack still
+        counts). A record nacked after its group's ``max_deliveries`` is given up (a
+        ``POISON_RECORD`` fault names it) instead.
+
+        Args:
+            records: Records as this client delivered them.
+            delay: Seconds before they are delivered again (0 to 12 hours).
+
+        Returns:
+            How many of the records the sidecars accepted back. The others were acked
+            already, are due again already, or moved with their partition (which delivers
+            them again anyway). Failures never raise: ``UNAVAILABLE`` is retried a few
+            times, then counted as not accepted.
+
+        Raises:
+            ValueError: ``delay`` is negative or over 12 hours.
+        """
+        if not 0 <= delay <= MAX_NACK_DELAY_SECONDS:
+            raise ValueError(f"delay must be between 0 and {MAX_NACK_DELAY_SECONDS:.0f} s")
+        spans = spans_of(records if isinstance(records, Sequence) else list(records))
+        accepted = [False] * len(spans)
+        for address, indices in self._by_sidecar(spans).items():
+            sent = [spans[i] for i in indices]
+            with self._lock:
+                sidecar = self._binding.sidecars.get(address)
+                stream = self._streams.get(address)
+            answers = (
+                stream.nack(sent, delay, STREAM_ACK_TIMEOUT_SECONDS) if stream is not None else None
+            )
+            if answers is None:
+                if sidecar is None:
+                    continue
+                answers = self._nack_rpc(sidecar, sent, delay)
+            for index, ok in zip(indices, answers, strict=True):
+                accepted[index] = ok
+        return counted(spans, accepted)
+
+    def _nack_rpc(self, sidecar: Sidecar, spans: list[Span], delay: float) -> list[bool]:
+        request = stream_pb2.NackRequest(
+            client_id=self.client_id, group=self.group, ranges=[s.range_ack() for s in spans]
+        )
+        if delay:
+            request.delay.FromNanoseconds(int(delay * 1e9))
+        try:
+            response = retry_call(lambda: sidecar.stub.Nack(request, timeout=10), ACK_CALLS)
+        except (grpc.RpcError, ValueError) as err:
+            log.info(
+                "nack not delivered; the records come again after their deadline", error=str(err)
+            )
+            return [False] * len(spans)
+        return accepted_spans(spans, response.rejected_ranges)
+
+    def _give_back(self) -> None:
+        """close(): every bound sidecar delivers again what it delivered to this client and
+        was not acked (best effort, 2 s each), so the next reader need not wait for the
+        records' ack deadlines."""
+        with self._lock:
+            sidecars = list(self._binding.sidecars.values())
+        request = stream_pb2.NackRequest(client_id=self.client_id, group=self.group, all=True)
+        for sidecar in sidecars:
+            try:
+                sidecar.stub.Nack(request, timeout=2)
+            except (grpc.RpcError, ValueError) as err:
+                log.debug(
+                    "records in flight not given back", sidecar=sidecar.address, error=str(err)
+                )
 
     def ack_nowait(self, records: Iterable[DsRecord]) -> Future[int]:
         """Acknowledge like :meth:`ack` without waiting for the answer.
@@ -409,8 +519,7 @@ class DsClient:
                     if isinstance(item, ClientError):
                         failed = failed or item  # raised once what came before is handed out
                         continue
-                    for span in item.spans or ():
-                        self._delivered_by[(span.topic, span.partition)] = stream.address
+                    self._delivered(item.spans or (), stream.address)
                     # The window counts records on their way to the application: these have
                     # arrived, so the sidecar may send more while they are processed.
                     stream.grant(len(item))
@@ -452,12 +561,14 @@ class DsClient:
         )
 
     def close(self) -> None:
-        """Wait for the acks :meth:`ack_nowait` has on their way, then unbind and disconnect.
+        """Wait for the acks :meth:`ack_nowait` has on their way, give back what was
+        delivered and not acked, then unbind and disconnect.
 
-        Unbinding is best effort (2 s); records delivered and not acked are delivered
-        again once their partitions change hands, as after a crash. Afterwards
-        :meth:`fetch` returns empty batches, :meth:`stream` ends and :meth:`ack_nowait`
-        raises. Calling it again does nothing.
+        Records this client received and did not ack are delivered again at once to the
+        group's next reader (each sidecar is asked to, best effort, 2 s); a client that
+        dies without closing leaves them to their ack deadline (the visibility timeout).
+        Unbinding is best effort (2 s). Afterwards :meth:`fetch` returns empty batches,
+        :meth:`stream` ends and :meth:`ack_nowait` raises. Calling it again does nothing.
         """
         if self._binding.closed.is_set():
             return
@@ -465,6 +576,7 @@ class DsClient:
             acker, self._acker, self._acks_closed = self._acker, None, True
         if acker is not None:
             acker.close()  # the acks on their way reach the sidecars first
+        self._give_back()
         self._binding.close()
 
     def __enter__(self) -> DsClient:
@@ -531,6 +643,5 @@ class DsClient:
             raise ClientError(
                 f"Fetch from {sidecar.address} failed: {err.code().name}: {err.details()}"
             ) from err
-        for span in batch.spans:
-            self._delivered_by[(span.topic, span.partition)] = sidecar.address
+        self._delivered(batch.spans, sidecar.address)
         return batch

@@ -42,6 +42,7 @@ class SidecarStream:
         self._lock = threading.Lock()
         self._requests: queue.SimpleQueue[stream_pb2.StreamRequest | None] | None = None
         self._pending: deque[Future[stream_pb2.StreamAckResult]] = deque()
+        self._pending_nacks: deque[Future[stream_pb2.StreamNackResult]] = deque()
         self._call: grpc.Call | None = None
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ds-stream", daemon=True)
@@ -80,6 +81,24 @@ class SidecarStream:
             return None
         return accepted_spans(spans, result.rejected_ranges)
 
+    def nack(self, spans: list[Span], delay: float, timeout: float) -> list[bool] | None:
+        """Range nacks sent on the stream (records to deliver again after ``delay`` s):
+        whether each was accepted, or None if the stream could not answer."""
+        future: Future[stream_pb2.StreamNackResult] = Future()
+        nacks = stream_pb2.StreamNacks(ranges=[s.range_ack() for s in spans])
+        if delay:
+            nacks.delay.FromNanoseconds(int(delay * 1e9))
+        with self._lock:
+            if self._requests is None:
+                return None
+            self._pending_nacks.append(future)
+            self._requests.put(stream_pb2.StreamRequest(nacks=nacks))
+        try:
+            result = future.result(timeout=timeout)
+        except Exception:
+            return None
+        return accepted_spans(spans, result.rejected_ranges)
+
     def _request_iterator(
         self, requests: queue.SimpleQueue[stream_pb2.StreamRequest | None]
     ) -> Iterator[stream_pb2.StreamRequest]:
@@ -110,6 +129,11 @@ class SidecarStream:
                             future = self._pending.popleft() if self._pending else None
                         if future is not None:
                             future.set_result(response.ack_result)
+                    elif response.WhichOneof("kind") == "nack_result":
+                        with self._lock:
+                            nacked = self._pending_nacks.popleft() if self._pending_nacks else None
+                        if nacked is not None:
+                            nacked.set_result(response.nack_result)
                 error: grpc.RpcError | None = None
             except grpc.RpcError as err:
                 error = err
@@ -120,9 +144,12 @@ class SidecarStream:
                 with self._lock:
                     self._requests, self._call = None, None
                     pending, self._pending = self._pending, deque()
+                    pending_nacks, self._pending_nacks = self._pending_nacks, deque()
                 requests.put(None)
                 for future in pending:
                     future.set_exception(ConnectionError("stream ended"))
+                for nack_future in pending_nacks:
+                    nack_future.set_exception(ConnectionError("stream ended"))
             if self._stopped.is_set():
                 return
             if error is not None and error.code() not in (

@@ -165,7 +165,10 @@ class ConsumerLoop:
                 if not batch:
                     continue
                 fetched_at = time.monotonic()
-                sidecar = self.client._delivered_by.get((batch[0].topic, batch[0].partition), "")
+                first = batch[0]
+                sidecar = (
+                    self.client._sidecar_of(first.topic, first.partition, first.lease_epoch) or ""
+                )
                 accepted = self.client.ack(batch)
                 acked_at = time.monotonic()
                 ok = accepted == len(batch)
