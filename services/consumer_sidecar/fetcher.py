@@ -261,6 +261,9 @@ class Fetcher:
         offset = self._table.rewind(tp)
         if offset is None:
             return
+        log.debug(
+            "re-reading records due again", topic=tp.topic, partition=tp.partition, offset=offset
+        )
         part = self._table.get(tp)
         if part is None or part.suspended_at is not None:
             return  # suspended: the position is set; resume() fetches from it

@@ -378,7 +378,12 @@ class LeaseKeeper:
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("lease keeper task failed", error=repr(task.exception()))
 
     # ---- redelivery -------------------------------------------------------------------
 
@@ -387,7 +392,10 @@ class LeaseKeeper:
         :data:`REDELIVERY_CHECK_SECONDS`."""
         while True:
             await asyncio.sleep(REDELIVERY_CHECK_SECONDS)
-            self.expire_deliveries()
+            try:
+                self.expire_deliveries()
+            except Exception:  # a bug here must not stop every later redelivery
+                log.exception("redelivery check failed")
 
     def expire_deliveries(self) -> None:
         self.after_due("visibility_timeout", self.table.expire(self.clock()))
@@ -429,6 +437,7 @@ class LeaseKeeper:
         """Records came due: count them, report what was given up, and have the fetch
         thread re-read the partitions whose due records lie below their cursor."""
         if due.records:
+            log.debug("records due again", why=why, records=due.records, rewind=len(due.rewind))
             self.on_redelivery(why, due.records)
         for part, given_up in due.given_up:
             log.warning(
