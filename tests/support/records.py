@@ -98,6 +98,7 @@ class Delivery:
     fetched_at: float  # monotonic
     acked: bool  # the sidecar accepted the ack of the whole batch
     acked_at: float
+    client: str = ""  # the client id it was delivered to
 
 
 @dataclass
@@ -186,6 +187,7 @@ class ConsumerLoop:
                             fetched_at=fetched_at,
                             acked=ok,
                             acked_at=acked_at,
+                            client=self.client.client_id,
                         )
                         for r in batch
                     ]

@@ -1,0 +1,92 @@
+"""An application container for failure tests: a real process reading a group with DsClient,
+that a test kills (SIGKILL) while it holds records delivered and not acked.
+
+    python -m tests.support.app_process --group G --assigner HOST:PORT --client-id ID \\
+        --out FILE [--ack-for SECONDS] [--stream]
+
+It fetches (or reads the Stream RPC with ``--stream``) and acks every batch for
+``--ack-for`` seconds, then keeps reading without acking, until killed. Every record it
+receives is a line ``D seq partition offset epoch delivery_count`` in ``--out`` (written and
+flushed before the ack is sent); every ack the sidecar accepted, a line ``A seq ... .`` for
+the seqs of the batch (``P`` when only part of it was accepted). So after the kill the file
+says exactly what it had delivered and which of those acks were accepted: the rest were in
+flight when it died.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.client import DsClient
+
+
+@dataclass(frozen=True)
+class AppLog:
+    """What an app process wrote: each delivery (seq, partition, offset, epoch, delivery
+    count) in order, the seqs whose ack the sidecar accepted, and those of batches only
+    partly accepted (which of them is not known)."""
+
+    deliveries: list[tuple[int, int, int, int, int]]
+    acked: set[int]
+    partly: set[int]
+
+    @property
+    def unacked(self) -> set[int]:
+        """Delivered, and certainly not acked: in flight when the process died."""
+        return {d[0] for d in self.deliveries} - self.acked - self.partly
+
+    @classmethod
+    def read(cls, path: Path) -> AppLog:
+        deliveries: list[tuple[int, int, int, int, int]] = []
+        acked: set[int] = set()
+        partly: set[int] = set()
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if parts[:1] == ["D"] and len(parts) == 6:
+                seq, partition, offset, epoch, count = map(int, parts[1:])
+                deliveries.append((seq, partition, offset, epoch, count))
+            elif parts[:1] in (["A"], ["P"]) and parts[-1] == ".":  # not cut by the kill
+                seqs = {int(x) for x in parts[1:-1]}
+                (acked if parts[0] == "A" else partly).update(seqs)
+        return cls(deliveries, acked, partly)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--assigner", required=True)
+    parser.add_argument("--client-id", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--ack-for", type=float, default=5.0)
+    parser.add_argument("--stream", action="store_true")
+    args = parser.parse_args()
+    stop_acking = time.monotonic() + args.ack_for
+    with (
+        open(args.out, "a", buffering=1) as out,
+        DsClient(
+            args.group,
+            client_id=args.client_id,
+            assigner=args.assigner,
+            use_stream_rpc=args.stream,
+        ) as client,
+    ):
+        out.write("S started\n")
+        for batch in client.stream(max_records=100):
+            out.write(
+                "".join(
+                    f"D {int(r.key or b'-1')} {r.partition} {r.offset} {r.lease_epoch} "
+                    f"{r.delivery_count}\n"
+                    for r in batch
+                )
+            )
+            if time.monotonic() < stop_acking:
+                accepted = client.ack(batch)
+                kind = "A" if accepted == len(batch) else "P"
+                out.write(kind + " " + " ".join(str(int(r.key or b"-1")) for r in batch) + " .\n")
+
+
+if __name__ == "__main__":
+    main()
