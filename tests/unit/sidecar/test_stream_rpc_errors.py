@@ -300,6 +300,26 @@ def test_an_ack_whose_commit_the_fetch_thread_dropped_is_not_answered_accepted()
     run(body)
 
 
+def test_an_ack_during_a_revokes_drain_is_committed_before_it_is_answered() -> None:
+    """The compose sidecar-kill finding (records acked under epoch 2 delivered again under
+    epoch 3): while a revoke drains, the partition still takes acks (the drain waits for
+    them), so an ack answered accepted then must already be committed, not left to the
+    final commit that a SIGKILL during the drain never makes."""
+
+    async def body(stub: Stub, sc: Sidecar) -> None:
+        part = sc.hold(0, epoch=2)
+        delivered(sc, 0, range(4))
+        part.revoking = True  # LeaseKeeper.revoke: the drain is under way
+        request = stream_pb2.AckRequest(client_id="c", group=GROUP, ranges=[range_ack(0, 0, 4, 2)])
+        response = await stub.Ack(request)
+        assert response.acked_count == 1 and not response.rejected_ranges
+        assert [(c.offset, c.epoch) for c in sc.fetcher.commits] == [(4, 2)], (
+            "answered accepted, but nothing was committed"
+        )
+
+    run(body)
+
+
 # ---- Stream ---------------------------------------------------------------------------
 
 
