@@ -7,10 +7,11 @@ that a test kills (SIGKILL) while it holds records delivered and not acked.
 It fetches (or reads the Stream RPC with ``--stream``) and acks every batch for
 ``--ack-for`` seconds, then keeps reading without acking, until killed. Every record it
 receives is a line ``D seq partition offset epoch delivery_count`` in ``--out`` (written and
-flushed before the ack is sent); every ack the sidecar accepted, a line ``A seq ... .`` for
-the seqs of the batch (``P`` when only part of it was accepted). So after the kill the file
-says exactly what it had delivered and which of those acks were accepted: the rest were in
-flight when it died.
+flushed before the ack is sent); before each ack, a line ``T seq ... .`` for the seqs of the
+batch, and once the sidecar answered, ``A seq ... .`` when it accepted the whole batch
+(``P`` when only part of it). So after the kill the file says exactly what it had
+delivered and which of those acks were accepted; an ack sent and not answered when it died
+counts as partly accepted (it may have been); the rest were in flight when it died.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from services.client import DsClient
 @dataclass(frozen=True)
 class AppLog:
     """What an app process wrote: each delivery (seq, partition, offset, epoch, delivery
-    count) in order, the seqs whose ack the sidecar accepted, and those of batches only
-    partly accepted (which of them is not known)."""
+    count) in order, the seqs whose ack the sidecar accepted, and those whose ack may or may
+    not have been (batches only partly accepted, or acks unanswered at the kill)."""
 
     deliveries: list[tuple[int, int, int, int, int]]
     acked: set[int]
@@ -43,15 +44,17 @@ class AppLog:
         deliveries: list[tuple[int, int, int, int, int]] = []
         acked: set[int] = set()
         partly: set[int] = set()
+        sent: set[int] = set()
         for line in path.read_text().splitlines():
             parts = line.split()
             if parts[:1] == ["D"] and len(parts) == 6:
                 seq, partition, offset, epoch, count = map(int, parts[1:])
                 deliveries.append((seq, partition, offset, epoch, count))
-            elif parts[:1] in (["A"], ["P"]) and parts[-1] == ".":  # not cut by the kill
+            elif parts[:1] in (["A"], ["P"], ["T"]) and parts[-1] == ".":  # not cut by the kill
                 seqs = {int(x) for x in parts[1:-1]}
-                (acked if parts[0] == "A" else partly).update(seqs)
-        return cls(deliveries, acked, partly)
+                {"A": acked, "P": partly, "T": sent}[parts[0]].update(seqs)
+        # An ack sent and not answered before the kill may have been accepted: not known.
+        return cls(deliveries, acked, partly | (sent - acked - partly))
 
 
 def main() -> None:
@@ -83,9 +86,10 @@ def main() -> None:
                 )
             )
             if time.monotonic() < stop_acking:
+                seqs = " ".join(str(int(r.key or b"-1")) for r in batch)
+                out.write(f"T {seqs} .\n")  # the ack is on its way: its outcome unknown
                 accepted = client.ack(batch)
-                kind = "A" if accepted == len(batch) else "P"
-                out.write(kind + " " + " ".join(str(int(r.key or b"-1")) for r in batch) + " .\n")
+                out.write(f"{'A' if accepted == len(batch) else 'P'} {seqs} .\n")
 
 
 if __name__ == "__main__":
