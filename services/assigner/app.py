@@ -161,6 +161,8 @@ class AssignerApp:
             return
         await asyncio.to_thread(self.state.ensure_topic)
         snapshot = await asyncio.to_thread(self.state.load)
+        for kind, count in snapshot.bad_records.items():
+            self.metrics.state_bad_records.labels(kind).inc(count)
         settle_until = (
             self.now() + self.settings.lease_ttl_seconds + self.settings.lease_grace_seconds
         )

@@ -57,6 +57,13 @@ class AssignerMetrics:
         self.releases = Counter(
             "ds_assigner_lease_releases", "Leases released by their holder", registry=registry
         )
+        self.state_bad_records = Counter(
+            "ds_assigner_state_bad_records",
+            "Records of the state topic that did not parse, skipped while loading it, by "
+            "their key's kind (group, epoch, binding, unknown)",
+            ["kind"],
+            registry=registry,
+        )
         self.handoff_latency = Histogram(
             "ds_assigner_handoff_latency_seconds",
             "Revoke sent -> first heartbeat of the next holder renewing the partition "

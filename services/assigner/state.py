@@ -10,20 +10,28 @@ producer), *before* the grant that carries them is sent, so epochs never go back
 
 Records are keyed by a JSON array (``["group", name]``, ``["epoch", group, topic,
 partition]``, ``["binding", group, client_id]``, ``["drain", group, sidecar_id]``) so
-compaction keeps the last of each; a null value (tombstone) deletes. The topic has one
-partition: order matters.
+compaction keeps the last of each; a null value (tombstone) deletes a binding or ends a
+drain (groups and epochs are never deleted). The topic has one partition: order matters.
+
+Only the assigner writes the topic (README "State topic": the Kafka ACLs that make it so),
+but a record that does not parse — written by hand, by another tool, or by a newer
+assigner — is logged, counted (``ds_assigner_state_bad_records_total``) and skipped; it
+never stops loading, and so never stops a replica from taking leadership.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 from confluent_kafka.admin import AdminClient
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from services.runtime.settings import ServiceSettings
 from services.runtime.topic_partition import TP
@@ -73,48 +81,163 @@ class StateSnapshot:
     epochs: dict[str, dict[TP, int]] = field(default_factory=dict)
     bindings: dict[str, set[str]] = field(default_factory=dict)
     drained: dict[str, set[str]] = field(default_factory=dict)
-    records: int = 0
+    records: int = 0  # records applied
+    # Records that did not parse, skipped, by their key's kind (group, epoch, binding,
+    # drain, unknown): ds_assigner_state_bad_records_total.
+    bad_records: dict[str, int] = field(default_factory=dict)
 
 
 def _key(*parts: object) -> bytes:
     return json.dumps(list(parts), separators=(",", ":")).encode()
 
 
+# Values a group record may hold in its enumerated fields (what groups.py can serve).
+GROUP_MODES = frozenset({"leased", "kafka_group"})
+BALANCE_STRATEGIES = frozenset({"count", "load"})
+
+
+def _strict_model(cls: type[Any]) -> type[BaseModel]:
+    """A strict pydantic model with the dataclass's fields (types, defaults): what a JSON
+    value must hold to become one. Unknown keys are ignored (a newer writer's fields)."""
+    hints = typing.get_type_hints(cls)
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.default_factory is not dataclasses.MISSING:
+            fields[f.name] = (hints[f.name], Field(default_factory=f.default_factory))
+        elif f.default is not dataclasses.MISSING:
+            fields[f.name] = (hints[f.name], f.default)
+        else:
+            fields[f.name] = (hints[f.name], ...)
+    config = ConfigDict(strict=True, extra="ignore")
+    model: type[BaseModel] = create_model(f"{cls.__name__}Value", __config__=config, **fields)
+    return model
+
+
+_GROUP_VALUE = _strict_model(GroupRecord)
+
+
+class BadRecord(ValueError):
+    """A state record that does not parse; ``kind`` is its key's kind (or ``unknown``)."""
+
+    def __init__(self, kind: str, why: str) -> None:
+        super().__init__(why)
+        self.kind = kind
+        self.why = why
+
+
 def apply_record(snapshot: StateSnapshot, key: bytes, value: bytes | None) -> None:
-    """Fold one state record into the snapshot (pure; unknown kinds are skipped)."""
+    """Fold one state record into the snapshot (pure). A record that does not parse is
+    counted in ``snapshot.bad_records`` by kind and skipped; it never raises, so whatever
+    was written to the topic, loading (and with it leadership) goes on."""
     try:
-        parts = json.loads(key)
-    except ValueError:
-        log.warning("skipping a state record with an unreadable key", key=key[:80])
+        _apply(snapshot, key, value)
+    except BadRecord as bad:
+        snapshot.bad_records[bad.kind] = snapshot.bad_records.get(bad.kind, 0) + 1
+        log.warning(
+            "skipping a state record that does not parse",
+            kind=bad.kind,
+            why=bad.why,
+            key=key[:120],
+        )
         return
-    kind = parts[0] if parts else None
-    data = json.loads(value) if value is not None else None
-    if kind == "group" and len(parts) == 2:
-        if data is None:
-            snapshot.groups.pop(parts[1], None)
-        else:
-            snapshot.groups[parts[1]] = GroupRecord(**data)
-    elif kind == "epoch" and len(parts) == 4:
-        epochs = snapshot.epochs.setdefault(parts[1], {})
-        tp = TP(parts[2], int(parts[3]))
-        if data is None:
-            epochs.pop(tp, None)
-        else:
-            # Never let a replayed older record lower an epoch.
-            epochs[tp] = max(epochs.get(tp, 0), int(data["epoch"]))
-    elif kind == "binding" and len(parts) == 3:
-        clients = snapshot.bindings.setdefault(parts[1], set())
-        if data is None:
-            clients.discard(parts[2])
-        else:
-            clients.add(parts[2])
-    elif kind == "drain" and len(parts) == 3:
-        drained = snapshot.drained.setdefault(parts[1], set())
-        if data is None:
-            drained.discard(parts[2])
-        else:
-            drained.add(parts[2])
     snapshot.records += 1
+
+
+def _apply(snapshot: StateSnapshot, key: bytes, value: bytes | None) -> None:
+    parts = _json(key, "unknown", "key")
+    if not isinstance(parts, list) or not parts or not isinstance(parts[0], str):
+        raise BadRecord("unknown", "the key is not a JSON list starting with its kind")
+    kind = parts[0]
+    if kind == "group":
+        name = _names(parts, 2, kind)[0]
+        # Only a group's record is ever written, never a tombstone: a null value would
+        # delete the group, and nothing the assigner does deletes one.
+        snapshot.groups[name] = _group(name, _json(_value(value, kind), kind, "value"))
+    elif kind == "epoch":
+        group, topic, partition = _names(parts, 4, kind, last_int=True)
+        # Epochs only grow: a tombstone (back to none) is never written, so never applied.
+        epoch = _epoch(_json(_value(value, kind), kind, "value"))
+        epochs = snapshot.epochs.setdefault(str(group), {})
+        tp = TP(str(topic), int(partition))
+        # Never let a replayed older record lower an epoch.
+        epochs[tp] = max(epochs.get(tp, 0), epoch)
+    elif kind == "binding":
+        group, client = _names(parts, 3, kind)
+        if value is not None:
+            _json(value, kind, "value")  # its content carries nothing; it must still parse
+        clients = snapshot.bindings.setdefault(str(group), set())
+        if value is None:
+            clients.discard(str(client))  # Unbind writes a tombstone
+        else:
+            clients.add(str(client))
+    elif kind == "drain":
+        group, sidecar = _names(parts, 3, kind)
+        if value is not None:
+            _json(value, kind, "value")  # its content carries nothing; it must still parse
+        drained = snapshot.drained.setdefault(str(group), set())
+        if value is None:
+            drained.discard(str(sidecar))  # UndrainSidecar writes a tombstone
+        else:
+            drained.add(str(sidecar))
+    else:
+        raise BadRecord("unknown", f"unknown record kind {kind[:40]!r}")
+
+
+def _json(raw: bytes, kind: str, what: str) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, TypeError):  # UnicodeDecodeError is a ValueError
+        raise BadRecord(kind, f"the {what} is not JSON") from None
+
+
+def _value(value: bytes | None, kind: str) -> bytes:
+    if value is None:
+        raise BadRecord(kind, f"a null value (tombstone) is never written for a {kind} record")
+    return value
+
+
+def _names(parts: list[Any], size: int, kind: str, *, last_int: bool = False) -> list[Any]:
+    """The key's coordinates after its kind: ``size - 1`` strings (the last one a
+    partition number >= 0 with ``last_int``)."""
+    names = parts[1:]
+    if len(parts) != size:
+        raise BadRecord(kind, f"a {kind} key has {size - 1} parts after the kind")
+    text = names[:-1] if last_int else names
+    if not all(isinstance(n, str) and n for n in text):
+        raise BadRecord(kind, f"a {kind} key names its coordinates as non-empty strings")
+    if last_int:
+        last = names[-1]
+        if isinstance(last, bool) or not isinstance(last, int) or last < 0:
+            raise BadRecord(kind, "an epoch key's partition is an integer >= 0")
+    return names
+
+
+def _group(name: str, data: Any) -> GroupRecord:
+    if not isinstance(data, dict):
+        raise BadRecord("group", "a group value is a JSON object")
+    try:
+        record = GroupRecord(**_GROUP_VALUE.model_validate(data).model_dump())
+    except ValidationError as exc:
+        errors = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
+        raise BadRecord("group", f"a group value lacks or mistypes fields ({errors})") from None
+    if record.name != name:
+        raise BadRecord("group", f"the value names group {record.name[:40]!r}, the key {name!r}")
+    if not record.topics or not all(record.topics):
+        raise BadRecord("group", "a group has at least one topic, each named")
+    if record.mode not in GROUP_MODES:
+        raise BadRecord("group", f"unknown mode {record.mode[:40]!r}")
+    if record.balance_strategy not in BALANCE_STRATEGIES:
+        raise BadRecord("group", f"unknown balance strategy {record.balance_strategy[:40]!r}")
+    if record.config_version < 1:
+        raise BadRecord("group", "config_version is >= 1")
+    return record
+
+
+def _epoch(data: Any) -> int:
+    epoch = data.get("epoch") if isinstance(data, dict) else None
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise BadRecord("epoch", 'an epoch value is {"epoch": INTEGER >= 0}')
+    return epoch
 
 
 class StateStore:
@@ -147,6 +270,7 @@ class StateStore:
         log.info(
             "state loaded",
             records=snapshot.records,
+            bad_records=sum(snapshot.bad_records.values()),
             groups=len(snapshot.groups),
             epochs=sum(len(e) for e in snapshot.epochs.values()),
         )
