@@ -210,6 +210,28 @@ CATALOGUE: Mapping[FaultTypeValue, FaultSpec] = {
             "Sent at once with the OPEN event: the reset is complete when it is reported.",
             window_seconds=0.0,
         ),
+        FaultSpec(
+            T.FAULT_TYPE_TEMPLATE_FAILED,
+            "An alert template was disabled: it exceeded a rendering limit (time, output "
+            "size, memory) or its route is no longer allowed (attributes caller, template, "
+            "why).",
+            "Rendering an alert of the template, in the notifier's render worker.",
+            "notifier",
+            T.SEVERITY_ERROR,
+            "The template is put again (PutAlertTemplate), which enables it.",
+        ),
+        FaultSpec(
+            T.FAULT_TYPE_DEAD_LETTER,
+            "An outbox item (a fault event or an alert) was refused for good by its "
+            "destination and moved to the outbox's dead-letter table (attributes kind, "
+            "destination, error).",
+            "Kafka's producer refused the item outright (over message.max.bytes, a bad topic), "
+            "the broker answered a permanent error, or a webhook answered 4xx.",
+            "notifier",
+            T.SEVERITY_ERROR,
+            "Sent at once: the item is out of the way (kept in the dead-letter table) and the "
+            "items behind it are delivered.",
+        ),
     )
 }
 

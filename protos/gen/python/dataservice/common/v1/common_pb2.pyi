@@ -114,6 +114,14 @@ class _FaultTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FaultType.V
     (deleted by retention before they were read, or the log was truncated), so fetching
     went on from the log's start (or end). Attributes name the offsets skipped.
     """
+    FAULT_TYPE_TEMPLATE_FAILED: _FaultType.ValueType  # 30
+    """Notifier: an alert template exceeded a rendering limit (time, output size or memory)
+    or names a route the notifier no longer allows; it is disabled until it is put again.
+    """
+    FAULT_TYPE_DEAD_LETTER: _FaultType.ValueType  # 31
+    """Notifier: an item of its outbox (a fault event or an alert) was refused for good by its
+    destination and moved to the outbox's dead-letter table; the items behind it go on.
+    """
 
 class FaultType(_FaultType, metaclass=_FaultTypeEnumTypeWrapper):
     """What kind of fault an event reports. Each type has a definition (what), a trigger (when)
@@ -171,6 +179,14 @@ FAULT_TYPE_OFFSET_GAP: FaultType.ValueType  # 20
 """Sidecar: records of a partition were skipped: its fetch position fell outside the log
 (deleted by retention before they were read, or the log was truncated), so fetching
 went on from the log's start (or end). Attributes name the offsets skipped.
+"""
+FAULT_TYPE_TEMPLATE_FAILED: FaultType.ValueType  # 30
+"""Notifier: an alert template exceeded a rendering limit (time, output size or memory)
+or names a route the notifier no longer allows; it is disabled until it is put again.
+"""
+FAULT_TYPE_DEAD_LETTER: FaultType.ValueType  # 31
+"""Notifier: an item of its outbox (a fault event or an alert) was refused for good by its
+destination and moved to the outbox's dead-letter table; the items behind it go on.
 """
 Global___FaultType: _TypeAlias = FaultType  # noqa: Y015
 

@@ -209,8 +209,9 @@ class KafkaRoute(_message.Message):
 
     TOPIC_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
-    """Kafka topic to publish to; empty = "ds.alerts.<caller>" (created by the notifier).
-    Records are keyed by group; the value is the rendered text.
+    """Kafka topic to publish to, under the notifier's alerts prefix ("ds.alerts." by
+    default); empty = "ds.alerts.<caller>" (created by the notifier). Records are keyed by
+    group; the value is the rendered text.
     """
     def __init__(
         self,
@@ -233,7 +234,9 @@ class WebhookRoute(_message.Message):
 
     URL_FIELD_NUMBER: _builtins.int
     url: _builtins.str
-    """http:// or https:// URL receiving a POST with the rendered text as body."""
+    """http:// or https:// URL receiving a POST with the rendered text as body. Its host must
+    be in the notifier's egress allow-list; redirects are not followed.
+    """
     def __init__(
         self,
         *,
@@ -263,6 +266,7 @@ class AlertTemplate(_message.Message):
     SEND_INTERVAL_FIELD_NUMBER: _builtins.int
     KAFKA_FIELD_NUMBER: _builtins.int
     WEBHOOK_FIELD_NUMBER: _builtins.int
+    DISABLED_REASON_FIELD_NUMBER: _builtins.int
     caller: _builtins.str
     """Identity of the caller (team or application) owning the template."""
     name: _builtins.str
@@ -275,6 +279,11 @@ class AlertTemplate(_message.Message):
     """
     resolved_template: _builtins.str
     """Text rendered for a RESOLVED event (same syntax); empty = no alert on resolution."""
+    disabled_reason: _builtins.str
+    """Output only: why the notifier disabled the template (it exceeded a rendering limit, or
+    its route is no longer allowed); empty = enabled. A disabled template sends nothing;
+    PutAlertTemplate of the template enables it again (the value sent is ignored).
+    """
     @_builtins.property
     def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Groups whose faults trigger the alert; empty = every group the caller may read."""
@@ -308,10 +317,11 @@ class AlertTemplate(_message.Message):
         send_interval: _duration_pb2.Duration | None = ...,
         kafka: Global___KafkaRoute | None = ...,
         webhook: Global___WebhookRoute | None = ...,
+        disabled_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["kafka", b"kafka", "route", b"route", "send_interval", b"send_interval", "webhook", b"webhook"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller", "fault_types", b"fault_types", "groups", b"groups", "kafka", b"kafka", "min_severity", b"min_severity", "name", b"name", "open_template", b"open_template", "resolved_template", b"resolved_template", "route", b"route", "send_interval", b"send_interval", "webhook", b"webhook"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller", "disabled_reason", b"disabled_reason", "fault_types", b"fault_types", "groups", b"groups", "kafka", b"kafka", "min_severity", b"min_severity", "name", b"name", "open_template", b"open_template", "resolved_template", b"resolved_template", "route", b"route", "send_interval", b"send_interval", "webhook", b"webhook"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_route: _TypeAlias = _typing.Literal["kafka", "webhook"]  # noqa: Y015
     _WhichOneofArgType_route: _TypeAlias = _typing.Literal["route", b"route"]  # noqa: Y015

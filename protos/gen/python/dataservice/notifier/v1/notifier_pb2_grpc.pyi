@@ -47,8 +47,11 @@ class NotifierServiceStub:
     suppression window are counted, not published (suppressed = true); re-reporting an
     event id already received is a no-op that returns the same answer.
     Errors: INVALID_ARGUMENT (unspecified type, state or severity; empty source_service; id
-    set but not a UUID; more than 64 attributes or a message over 4 KiB),
-    PERMISSION_DENIED (caller is not a mesh service), UNAVAILABLE (outbox not writable).
+    set but not a UUID; past the notifier's report limits, by default more than 64
+    attributes, an attribute key over 256 bytes or value over 4 KiB, more than 1024
+    partitions, a message over 4 KiB or an event over 64 KiB serialized; metadata `field`
+    names what is too big), PERMISSION_DENIED (caller is not a mesh service), UNAVAILABLE
+    (outbox not writable).
     """
     ListFaults: _grpc.UnaryUnaryMultiCallable[_notifier_pb2.ListFaultsRequest, _notifier_pb2.ListFaultsResponse]
     """Lists stored fault events, newest first.
@@ -62,13 +65,19 @@ class NotifierServiceStub:
     """
     PutAlertTemplate: _grpc.UnaryUnaryMultiCallable[_notifier_pb2.PutAlertTemplateRequest, _notifier_pb2.PutAlertTemplateResponse]
     """Creates or replaces the alert template (caller, name).
-    Errors: INVALID_ARGUMENT (empty caller or name, template text that does not parse, no
-    route, invalid Kafka topic name, webhook url not http(s), negative send_interval,
-    unspecified fault type, request_id not a UUID), PERMISSION_DENIED (admin role required),
-    UNAVAILABLE (Kafka unreachable: the template could not be stored).
+    Errors: INVALID_ARGUMENT (empty caller or name, template text that does not parse or
+    exceeds the rendering limits on a sample event, no route, invalid Kafka topic name,
+    webhook url not http(s), negative send_interval, unspecified fault type, request_id not
+    a UUID; reason DESTINATION_NOT_ALLOWED: a Kafka topic outside the alerts prefix
+    "ds.alerts.", a webhook host not in the egress allow-list or resolving to a private,
+    loopback or link-local address not allow-listed), RESOURCE_EXHAUSTED
+    (TOO_MANY_TEMPLATES: the caller has the most templates allowed), PERMISSION_DENIED
+    (admin role required), UNAVAILABLE (Kafka unreachable: the template could not be
+    stored).
     """
     ListAlertTemplates: _grpc.UnaryUnaryMultiCallable[_notifier_pb2.ListAlertTemplatesRequest, _notifier_pb2.ListAlertTemplatesResponse]
-    """Lists alert templates, ordered by caller and name.
+    """Lists alert templates, ordered by caller and name. Webhook URLs are redacted to their
+    scheme, host and port (they often carry a secret).
     Errors: INVALID_ARGUMENT (caller not a valid name), PERMISSION_DENIED (listing another
     caller's templates without the admin role), UNAVAILABLE.
     """
@@ -88,8 +97,11 @@ class NotifierServiceAsyncStub(NotifierServiceStub):
     suppression window are counted, not published (suppressed = true); re-reporting an
     event id already received is a no-op that returns the same answer.
     Errors: INVALID_ARGUMENT (unspecified type, state or severity; empty source_service; id
-    set but not a UUID; more than 64 attributes or a message over 4 KiB),
-    PERMISSION_DENIED (caller is not a mesh service), UNAVAILABLE (outbox not writable).
+    set but not a UUID; past the notifier's report limits, by default more than 64
+    attributes, an attribute key over 256 bytes or value over 4 KiB, more than 1024
+    partitions, a message over 4 KiB or an event over 64 KiB serialized; metadata `field`
+    names what is too big), PERMISSION_DENIED (caller is not a mesh service), UNAVAILABLE
+    (outbox not writable).
     """
     ListFaults: _aio.UnaryUnaryMultiCallable[_notifier_pb2.ListFaultsRequest, _notifier_pb2.ListFaultsResponse]  # type: ignore[assignment]
     """Lists stored fault events, newest first.
@@ -103,13 +115,19 @@ class NotifierServiceAsyncStub(NotifierServiceStub):
     """
     PutAlertTemplate: _aio.UnaryUnaryMultiCallable[_notifier_pb2.PutAlertTemplateRequest, _notifier_pb2.PutAlertTemplateResponse]  # type: ignore[assignment]
     """Creates or replaces the alert template (caller, name).
-    Errors: INVALID_ARGUMENT (empty caller or name, template text that does not parse, no
-    route, invalid Kafka topic name, webhook url not http(s), negative send_interval,
-    unspecified fault type, request_id not a UUID), PERMISSION_DENIED (admin role required),
-    UNAVAILABLE (Kafka unreachable: the template could not be stored).
+    Errors: INVALID_ARGUMENT (empty caller or name, template text that does not parse or
+    exceeds the rendering limits on a sample event, no route, invalid Kafka topic name,
+    webhook url not http(s), negative send_interval, unspecified fault type, request_id not
+    a UUID; reason DESTINATION_NOT_ALLOWED: a Kafka topic outside the alerts prefix
+    "ds.alerts.", a webhook host not in the egress allow-list or resolving to a private,
+    loopback or link-local address not allow-listed), RESOURCE_EXHAUSTED
+    (TOO_MANY_TEMPLATES: the caller has the most templates allowed), PERMISSION_DENIED
+    (admin role required), UNAVAILABLE (Kafka unreachable: the template could not be
+    stored).
     """
     ListAlertTemplates: _aio.UnaryUnaryMultiCallable[_notifier_pb2.ListAlertTemplatesRequest, _notifier_pb2.ListAlertTemplatesResponse]  # type: ignore[assignment]
-    """Lists alert templates, ordered by caller and name.
+    """Lists alert templates, ordered by caller and name. Webhook URLs are redacted to their
+    scheme, host and port (they often carry a secret).
     Errors: INVALID_ARGUMENT (caller not a valid name), PERMISSION_DENIED (listing another
     caller's templates without the admin role), UNAVAILABLE.
     """
@@ -132,8 +150,11 @@ class NotifierServiceServicer(metaclass=_abc_1.ABCMeta):
         suppression window are counted, not published (suppressed = true); re-reporting an
         event id already received is a no-op that returns the same answer.
         Errors: INVALID_ARGUMENT (unspecified type, state or severity; empty source_service; id
-        set but not a UUID; more than 64 attributes or a message over 4 KiB),
-        PERMISSION_DENIED (caller is not a mesh service), UNAVAILABLE (outbox not writable).
+        set but not a UUID; past the notifier's report limits, by default more than 64
+        attributes, an attribute key over 256 bytes or value over 4 KiB, more than 1024
+        partitions, a message over 4 KiB or an event over 64 KiB serialized; metadata `field`
+        names what is too big), PERMISSION_DENIED (caller is not a mesh service), UNAVAILABLE
+        (outbox not writable).
         """
 
     @_abc_1.abstractmethod
@@ -165,10 +186,15 @@ class NotifierServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_notifier_pb2.PutAlertTemplateResponse, _abc.Awaitable[_notifier_pb2.PutAlertTemplateResponse]]:
         """Creates or replaces the alert template (caller, name).
-        Errors: INVALID_ARGUMENT (empty caller or name, template text that does not parse, no
-        route, invalid Kafka topic name, webhook url not http(s), negative send_interval,
-        unspecified fault type, request_id not a UUID), PERMISSION_DENIED (admin role required),
-        UNAVAILABLE (Kafka unreachable: the template could not be stored).
+        Errors: INVALID_ARGUMENT (empty caller or name, template text that does not parse or
+        exceeds the rendering limits on a sample event, no route, invalid Kafka topic name,
+        webhook url not http(s), negative send_interval, unspecified fault type, request_id not
+        a UUID; reason DESTINATION_NOT_ALLOWED: a Kafka topic outside the alerts prefix
+        "ds.alerts.", a webhook host not in the egress allow-list or resolving to a private,
+        loopback or link-local address not allow-listed), RESOURCE_EXHAUSTED
+        (TOO_MANY_TEMPLATES: the caller has the most templates allowed), PERMISSION_DENIED
+        (admin role required), UNAVAILABLE (Kafka unreachable: the template could not be
+        stored).
         """
 
     @_abc_1.abstractmethod
@@ -177,7 +203,8 @@ class NotifierServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _notifier_pb2.ListAlertTemplatesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_notifier_pb2.ListAlertTemplatesResponse, _abc.Awaitable[_notifier_pb2.ListAlertTemplatesResponse]]:
-        """Lists alert templates, ordered by caller and name.
+        """Lists alert templates, ordered by caller and name. Webhook URLs are redacted to their
+        scheme, host and port (they often carry a secret).
         Errors: INVALID_ARGUMENT (caller not a valid name), PERMISSION_DENIED (listing another
         caller's templates without the admin role), UNAVAILABLE.
         """
