@@ -10,7 +10,6 @@ holders of a group change. Everything here runs on the asyncio loop; nothing blo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from collections import deque
@@ -81,6 +80,18 @@ class GroupStore(Protocol):
     def delete_binding(self, group: str, client_id: str) -> asyncio.Future[None]: ...
 
     def put_drain(self, group: str, sidecar_id: str, drained: bool) -> asyncio.Future[None]: ...
+
+
+# Versions of the sentinel bindings a watcher's queue may end with.
+CLOSED = -1  # the group was closed here: re-watch the leader
+DROPPED = -2  # the watcher fell watch_queue_max behind
+
+
+def _replace_with(queue: asyncio.Queue[types_pb2.Binding], last: types_pb2.Binding) -> None:
+    """Empty ``queue`` and leave ``last`` in it: what its watcher reads next."""
+    while not queue.empty():
+        queue.get_nowait()
+    queue.put_nowait(last)
 
 
 def duration(seconds: float) -> duration_pb2.Duration:
@@ -509,6 +520,15 @@ class GroupRuntime:
         return task
 
     def bind(self, client_id: str) -> None:
+        """Bind ``client_id`` (durable); RESOURCE_EXHAUSTED TOO_MANY_CLIENTS for a new
+        client past the group's cap (a client already bound binds again freely)."""
+        limit = self.settings.max_clients_per_group
+        if client_id not in self.clients and len(self.clients) >= limit:
+            raise DsError(
+                Reason.TOO_MANY_CLIENTS,
+                f"group {self.name!r} has {len(self.clients)} bound clients, the most allowed",
+                metadata={"group": self.name, "limit": str(limit)},
+            )
         if client_id not in self.clients:
             self.clients.add(client_id)
             if self.state is not None:
@@ -521,6 +541,37 @@ class GroupRuntime:
             if self.state is not None:
                 self._track(self.state.delete_binding(self.name, client_id))
             self.metrics.bindings.labels(self.name).set(len(self.clients))
+
+    def open_watch(self) -> asyncio.Queue[types_pb2.Binding]:
+        """A bounded queue of the group's new bindings for one WatchBinding stream;
+        RESOURCE_EXHAUSTED TOO_MANY_WATCHERS past the group's cap. A watcher whose queue
+        is full is dropped: its queue then holds only ``DROPPED``."""
+        limit = self.settings.max_watchers_per_group
+        if len(self.watchers) >= limit:
+            raise DsError(
+                Reason.TOO_MANY_WATCHERS,
+                f"group {self.name!r} has {len(self.watchers)} WatchBinding streams, the most "
+                "allowed",
+                metadata={"group": self.name, "limit": str(limit)},
+            )
+        queue: asyncio.Queue[types_pb2.Binding] = asyncio.Queue(self.settings.watch_queue_max)
+        self.watchers.add(queue)
+        return queue
+
+    def close_watch(self, queue: asyncio.Queue[types_pb2.Binding]) -> None:
+        self.watchers.discard(queue)
+
+    def _tell_watchers(self, binding: types_pb2.Binding) -> None:
+        """Queue ``binding`` for every watcher; one that is ``watch_queue_max`` behind is
+        dropped (told so, and forgotten) rather than let its queue grow."""
+        for queue in list(self.watchers):
+            try:
+                queue.put_nowait(binding)
+            except asyncio.QueueFull:
+                self.watchers.discard(queue)
+                _replace_with(queue, types_pb2.Binding(group=self.name, version=DROPPED))
+                self.metrics.watchers_dropped.labels(self.name).inc()
+                self.log.warning("slow binding watcher dropped", queued=queue.maxsize)
 
     def _persist_group(self) -> None:
         if self.state is not None:
@@ -544,8 +595,7 @@ class GroupRuntime:
         for task in list(self._background):
             task.cancel()
         for queue in list(self.watchers):
-            with contextlib.suppress(asyncio.QueueFull):
-                queue.put_nowait(types_pb2.Binding(group=self.name, version=-1))
+            _replace_with(queue, types_pb2.Binding(group=self.name, version=CLOSED))
 
     # ---- commands and bindings ----------------------------------------------------------
 
@@ -650,6 +700,4 @@ class GroupRuntime:
             self.metrics.rebinds.labels(self.name).inc(len(self.clients))
         self._bound_sidecars = serving
         if self.watchers:
-            binding = self.binding_for("")
-            for queue in list(self.watchers):
-                queue.put_nowait(binding)
+            self._tell_watchers(self.binding_for(""))

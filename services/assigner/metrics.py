@@ -57,6 +57,12 @@ class AssignerMetrics:
         self.releases = Counter(
             "ds_assigner_lease_releases", "Leases released by their holder", registry=registry
         )
+        self.watchers_dropped = Counter(
+            "ds_assigner_binding_watchers_dropped",
+            "WatchBinding streams dropped for falling watch_queue_max bindings behind",
+            ["group"],
+            registry=registry,
+        )
         self.state_bad_records = Counter(
             "ds_assigner_state_bad_records",
             "Records of the state topic that did not parse, skipped while loading it, by "

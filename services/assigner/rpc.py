@@ -40,7 +40,7 @@ from services.assigner.admin.validation import (
     version_conflict,
 )
 from services.assigner.coordinator import LeaseState
-from services.assigner.groups import GroupRuntime, duration
+from services.assigner.groups import DROPPED, GroupRuntime, duration
 from services.assigner.kafka_cluster import GroupMembers
 from services.assigner.kafka_offsets import KAFKA_TIMEOUT_SECONDS
 from services.assigner.metrics import AssignerMetrics
@@ -175,13 +175,20 @@ class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
     ) -> AsyncIterator[binding_pb2.WatchBindingResponse]:
         require_id("client_id", request.client_id)
         group = await self.groups.serving_group(request.group)
-        queue: asyncio.Queue[types_pb2.Binding] = asyncio.Queue()
-        group.watchers.add(queue)
+        queue = group.open_watch()
         try:
             if request.known_version != group.binding_version:
                 yield binding_pb2.WatchBindingResponse(binding=group.binding_for(request.client_id))
             while True:
                 binding = await queue.get()
+                if binding.version == DROPPED:
+                    # Too slow to read its bindings: watch again, with the known version.
+                    raise DsError(
+                        Reason.WATCHER_TOO_SLOW,
+                        f"this watch fell {queue.maxsize} bindings behind and was dropped; "
+                        "watch again",
+                        metadata={"group": group.name, "limit": str(queue.maxsize)},
+                    )
                 if binding.version < 0:
                     # The group was closed here (leadership lost, shutting down): end the
                     # stream with a retryable status; the client re-watches the leader.
@@ -193,7 +200,7 @@ class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
                 own.client_id = request.client_id
                 yield binding_pb2.WatchBindingResponse(binding=own)
         finally:
-            group.watchers.discard(queue)
+            group.close_watch(queue)
 
     async def Unbind(
         self, request: binding_pb2.UnbindRequest, context: Context

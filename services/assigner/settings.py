@@ -53,6 +53,22 @@ class AssignerSettings(ServiceSettings):
     tick_seconds: float = Field(0.1, ge=0.01, le=5)
     metadata_refresh_seconds: float = Field(10.0, ge=0.5, le=600)
     groups: list[GroupSeed] = Field(default_factory=list)
+    max_clients_per_group: int = Field(
+        10_000,
+        ge=1,
+        le=10_000_000,
+        description="bound clients per group (Bind past it: RESOURCE_EXHAUSTED TOO_MANY_CLIENTS)",
+    )
+    max_watchers_per_group: int = Field(
+        10_000, ge=1, le=10_000_000, description="open WatchBinding streams per group"
+    )
+    watch_queue_max: int = Field(
+        64,
+        ge=1,
+        le=100_000,
+        description="bindings queued for one WatchBinding stream; a watcher that falls this "
+        "far behind is dropped (WATCHER_TOO_SLOW) and must watch again",
+    )
 
     @model_validator(mode="after")
     def _heartbeat_within_ttl(self) -> AssignerSettings:

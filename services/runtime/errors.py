@@ -54,6 +54,9 @@ class Reason(StrEnum):
     SESSION_HELD = "SESSION_HELD"
     GROUP_NOT_EMPTY = "GROUP_NOT_EMPTY"
     OPERATION_IN_PROGRESS = "OPERATION_IN_PROGRESS"
+    TOO_MANY_CLIENTS = "TOO_MANY_CLIENTS"
+    TOO_MANY_WATCHERS = "TOO_MANY_WATCHERS"
+    WATCHER_TOO_SLOW = "WATCHER_TOO_SLOW"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +143,21 @@ CATALOGUE: Mapping[Reason, ReasonSpec] = {
         grpc.StatusCode.FAILED_PRECONDITION,
         "Another operation on the group (metadata `operation`: an offset reset of the same "
         "partitions, a mode switch) is running; retry once it is done.",
+    ),
+    Reason.TOO_MANY_CLIENTS: ReasonSpec(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "The group has as many bound clients as allowed (assigner setting "
+        "`max_clients_per_group`); unbind one first. Metadata `group`, `limit`.",
+    ),
+    Reason.TOO_MANY_WATCHERS: ReasonSpec(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "The group has as many WatchBinding streams as allowed (assigner setting "
+        "`max_watchers_per_group`); metadata `group`, `limit`.",
+    ),
+    Reason.WATCHER_TOO_SLOW: ReasonSpec(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "A WatchBinding stream fell `watch_queue_max` bindings behind and was dropped; "
+        "watch again (with the known version) to get the current binding.",
     ),
 }
 

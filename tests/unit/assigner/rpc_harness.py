@@ -186,6 +186,7 @@ class Assigner:
     bindings: binding_pb2_grpc.BindingServiceStub
     admin: admin_pb2_grpc.AdminServiceStub
     leader: list[bool]
+    address: str = ""  # host:port of the in-process server
 
     async def create(
         self, name: str, topics: Sequence[str] = (TOPIC,), mode: str = "leased"
@@ -255,6 +256,7 @@ def run(
                     bindings=binding_pb2_grpc.BindingServiceStub(channel),
                     admin=admin_pb2_grpc.AdminServiceStub(channel),
                     leader=leader,
+                    address=f"127.0.0.1:{server.port}",
                 )
                 await asyncio.wait_for(body(assigner), timeout)
         finally:

@@ -61,7 +61,8 @@ class BindingServiceServicer:
         (idempotent per client_id and group).
         Errors: INVALID_ARGUMENT (empty client_id/group), NOT_FOUND (unknown group),
         PERMISSION_DENIED (caller may not read the group), FAILED_PRECONDITION + `ds-leader`,
-        UNAVAILABLE.
+        RESOURCE_EXHAUSTED (TOO_MANY_CLIENTS: a new client past the group's
+        max_clients_per_group), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -74,7 +75,10 @@ class BindingServiceServicer:
         leadership (then it ends with UNAVAILABLE and the client re-watches the new leader).
         Binds the client first if it is not bound yet.
         Errors: INVALID_ARGUMENT (empty client_id/group, negative known_version), NOT_FOUND
-        (unknown group), PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`, UNAVAILABLE.
+        (unknown group), PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`,
+        RESOURCE_EXHAUSTED (TOO_MANY_WATCHERS: the group has max_watchers_per_group streams;
+        WATCHER_TOO_SLOW: the stream fell watch_queue_max bindings behind and was dropped:
+        watch again with the known version), UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -47,7 +47,8 @@ class BindingServiceStub:
     (idempotent per client_id and group).
     Errors: INVALID_ARGUMENT (empty client_id/group), NOT_FOUND (unknown group),
     PERMISSION_DENIED (caller may not read the group), FAILED_PRECONDITION + `ds-leader`,
-    UNAVAILABLE.
+    RESOURCE_EXHAUSTED (TOO_MANY_CLIENTS: a new client past the group's
+    max_clients_per_group), UNAVAILABLE.
     """
     WatchBinding: _grpc.UnaryStreamMultiCallable[_binding_pb2.WatchBindingRequest, _binding_pb2.WatchBindingResponse]
     """Streams a client's binding: first the current binding if its version differs from
@@ -56,7 +57,10 @@ class BindingServiceStub:
     leadership (then it ends with UNAVAILABLE and the client re-watches the new leader).
     Binds the client first if it is not bound yet.
     Errors: INVALID_ARGUMENT (empty client_id/group, negative known_version), NOT_FOUND
-    (unknown group), PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`, UNAVAILABLE.
+    (unknown group), PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`,
+    RESOURCE_EXHAUSTED (TOO_MANY_WATCHERS: the group has max_watchers_per_group streams;
+    WATCHER_TOO_SLOW: the stream fell watch_queue_max bindings behind and was dropped:
+    watch again with the known version), UNAVAILABLE.
     """
     Unbind: _grpc.UnaryUnaryMultiCallable[_binding_pb2.UnbindRequest, _binding_pb2.UnbindResponse]
     """Removes a client's binding and ends its watch streams. Unbinding an unbound client
@@ -75,7 +79,8 @@ class BindingServiceAsyncStub(BindingServiceStub):
     (idempotent per client_id and group).
     Errors: INVALID_ARGUMENT (empty client_id/group), NOT_FOUND (unknown group),
     PERMISSION_DENIED (caller may not read the group), FAILED_PRECONDITION + `ds-leader`,
-    UNAVAILABLE.
+    RESOURCE_EXHAUSTED (TOO_MANY_CLIENTS: a new client past the group's
+    max_clients_per_group), UNAVAILABLE.
     """
     WatchBinding: _aio.UnaryStreamMultiCallable[_binding_pb2.WatchBindingRequest, _binding_pb2.WatchBindingResponse]  # type: ignore[assignment]
     """Streams a client's binding: first the current binding if its version differs from
@@ -84,7 +89,10 @@ class BindingServiceAsyncStub(BindingServiceStub):
     leadership (then it ends with UNAVAILABLE and the client re-watches the new leader).
     Binds the client first if it is not bound yet.
     Errors: INVALID_ARGUMENT (empty client_id/group, negative known_version), NOT_FOUND
-    (unknown group), PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`, UNAVAILABLE.
+    (unknown group), PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`,
+    RESOURCE_EXHAUSTED (TOO_MANY_WATCHERS: the group has max_watchers_per_group streams;
+    WATCHER_TOO_SLOW: the stream fell watch_queue_max bindings behind and was dropped:
+    watch again with the known version), UNAVAILABLE.
     """
     Unbind: _aio.UnaryUnaryMultiCallable[_binding_pb2.UnbindRequest, _binding_pb2.UnbindResponse]  # type: ignore[assignment]
     """Removes a client's binding and ends its watch streams. Unbinding an unbound client
@@ -106,7 +114,8 @@ class BindingServiceServicer(metaclass=_abc_1.ABCMeta):
         (idempotent per client_id and group).
         Errors: INVALID_ARGUMENT (empty client_id/group), NOT_FOUND (unknown group),
         PERMISSION_DENIED (caller may not read the group), FAILED_PRECONDITION + `ds-leader`,
-        UNAVAILABLE.
+        RESOURCE_EXHAUSTED (TOO_MANY_CLIENTS: a new client past the group's
+        max_clients_per_group), UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
@@ -121,7 +130,10 @@ class BindingServiceServicer(metaclass=_abc_1.ABCMeta):
         leadership (then it ends with UNAVAILABLE and the client re-watches the new leader).
         Binds the client first if it is not bound yet.
         Errors: INVALID_ARGUMENT (empty client_id/group, negative known_version), NOT_FOUND
-        (unknown group), PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`, UNAVAILABLE.
+        (unknown group), PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`,
+        RESOURCE_EXHAUSTED (TOO_MANY_WATCHERS: the group has max_watchers_per_group streams;
+        WATCHER_TOO_SLOW: the stream fell watch_queue_max bindings behind and was dropped:
+        watch again with the known version), UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
