@@ -30,9 +30,11 @@ from confluent_kafka import Consumer, Producer
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from dataservice.common.v1 import common_pb2
-from dataservice.notifier.v1 import notifier_pb2_grpc
+from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
+from services.notifier import faults as notifier_faults
 from services.notifier import template_store
 from services.notifier.alerts import AlertRouter
+from services.notifier.egress import EgressPolicy
 from services.notifier.history import FaultHistory
 from services.notifier.lag_monitor import LagMonitor
 from services.notifier.lag_monitor import fault_event as lag_fault_event
@@ -42,6 +44,8 @@ from services.notifier.pipeline import FaultPipeline, Wake
 from services.notifier.probe import TICK_SECONDS, Prober, new_instance_id
 from services.notifier.probe import fault_event as probe_fault_event
 from services.notifier.relay import KafkaRelay, WebhookRelay
+from services.notifier.render_relay import RenderRelay
+from services.notifier.render_worker import RenderLimits, RenderWorker
 from services.notifier.rpc import NotifierServicer
 from services.notifier.settings import NotifierSettings
 from services.notifier.template_service import TemplateService
@@ -106,28 +110,45 @@ class NotifierApp:
             admin=self._admin,
             replication=settings.faults_topic_replication,
         )
+        alerts = settings.alerts
+        self.egress = EgressPolicy(alerts.webhook_egress)
+        self.renderer = RenderWorker(
+            RenderLimits(
+                timeout_seconds=alerts.render_timeout_seconds,
+                max_bytes=alerts.render_max_bytes,
+                memory_bytes=alerts.render_memory_bytes,
+            )
+        )
+        self.router = AlertRouter(
+            self.template_store.all,
+            topic_prefix=settings.alerts_topic_prefix,
+            metrics=self.metrics,
+            clock=time.monotonic,
+            egress=self.egress,
+            renderer=self.renderer,
+            on_failed=self._template_failed,
+        )
         self.templates = TemplateService(
             self.template_store,
             ready=self._started.is_set,
             topic_prefix=settings.alerts_topic_prefix,
             ensure_topic=self._ensure_alerts_topic,
-        )
-        router = AlertRouter(
-            self.template_store.all,
-            topic_prefix=settings.alerts_topic_prefix,
-            metrics=self.metrics,
-            clock=time.monotonic,
+            egress=self.egress,
+            max_per_caller=alerts.max_templates_per_caller,
+            trial=self.router.trial,
+            on_put=self._template_put,
         )
         # The pipeline wakes the relays; the relays hand what they delivered back to it.
         self.pipeline = FaultPipeline(
             settings,
             outbox=self.outbox,
             history=history,
-            router=router,
+            router=self.router,
             metrics=self.metrics,
             wake=Wake(
                 kafka=lambda: self.kafka_relay.notify(),
                 webhook=lambda: self.webhook_relay.notify(),
+                render=lambda: self.render_relay.notify(),
             ),
         )
         hooks = self.pipeline.relay_hooks()
@@ -139,7 +160,13 @@ class NotifierApp:
             ready=self._started,
         )
         self.webhook_relay = WebhookRelay(
-            self.outbox, hooks=hooks, timeout=settings.webhook_timeout_seconds
+            self.outbox, hooks=hooks, egress=self.egress, timeout=settings.webhook_timeout_seconds
+        )
+        self.render_relay = RenderRelay(
+            self.outbox,
+            self.router,
+            wake_kafka=self.kafka_relay.notify,
+            wake_webhook=self.webhook_relay.notify,
         )
         self.lag = LagMonitor(settings.lag, self._admin, lambda: self._consumer("ds-notifier-lag"))
         self.prober: Prober | None = None
@@ -155,6 +182,7 @@ class NotifierApp:
             )
         self._tasks: list[asyncio.Task[None]] = []
         self._threads_started = False
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # ---- Kafka clients ------------------------------------------------------------------
 
@@ -203,7 +231,12 @@ class NotifierApp:
         return [
             GrpcService(
                 "dataservice.notifier.v1.NotifierService",
-                NotifierServicer(self.pipeline, self.templates),
+                NotifierServicer(
+                    self.pipeline,
+                    self.templates,
+                    topic_prefix=self.settings.alerts_topic_prefix,
+                    egress=self.egress,
+                ),
                 notifier_pb2_grpc.add_NotifierServiceServicer_to_server,
             )
         ]
@@ -220,7 +253,8 @@ class NotifierApp:
     async def on_ready(self, server: GrpcServer) -> None:
         """Kafka is reachable: create topics, load templates, start publishing (idempotent:
         the lifecycle retries this on failure)."""
-        self.pipeline.attach(asyncio.get_running_loop())
+        self._loop = asyncio.get_running_loop()
+        self.pipeline.attach(self._loop)
         faults_topic = TopicSpec(
             self.settings.faults_topic,
             self.settings.faults_topic_partitions,
@@ -233,6 +267,7 @@ class NotifierApp:
             await asyncio.to_thread(self.template_store.start)
             self.kafka_relay.start()
             self.webhook_relay.start()
+            self.render_relay.start()
             if self.settings.lag.enabled:
                 self.lag.start()
                 self._spawn(self._lag_poll_loop(), "lag-poll")
@@ -262,10 +297,42 @@ class NotifierApp:
         await asyncio.to_thread(self.template_store.stop)
         await asyncio.to_thread(self.kafka_relay.stop, 10.0)
         await asyncio.to_thread(self.webhook_relay.stop)
+        await asyncio.to_thread(self.render_relay.stop)
+        await asyncio.to_thread(self.renderer.close)
         pending = self.outbox.count(KAFKA_LANE)
         if pending:
             log.warning("stopping with fault events still queued in the outbox", count=pending)
         self.outbox.close()
+
+    # ---- alert templates that fail ---------------------------------------------------------
+
+    def _template_failed(self, template: notifier_pb2.AlertTemplate, why: str) -> None:
+        """The router disabled ``template`` (render relay thread): store it disabled and
+        raise TEMPLATE_FAILED, on the loop."""
+        loop = self._loop
+        if loop is None:
+            return
+        asyncio.run_coroutine_threadsafe(self._disable(template, why), loop)
+
+    async def _disable(self, template: notifier_pb2.AlertTemplate, why: str) -> None:
+        try:
+            stored = await self.templates.disable(template.caller, template.name, why)
+        except Exception as exc:  # Kafka down: the router keeps it disabled here meanwhile
+            log.warning("disabled template not stored", template=template.name, error=repr(exc))
+            stored = True
+        if stored:
+            event = notifier_faults.template_failed(
+                template.caller, template.name, why, self.instance
+            )
+            await self.pipeline.report(event)
+
+    async def _template_put(self, template: notifier_pb2.AlertTemplate, was_disabled: bool) -> None:
+        self.router.enable(template.caller, template.name)
+        if was_disabled:
+            event = notifier_faults.template_failed(
+                template.caller, template.name, "", self.instance, resolved=True
+            )
+            await self.pipeline.report(event)
 
     # ---- background loops -----------------------------------------------------------------
 

@@ -10,7 +10,8 @@ not yet deleted when the process died is found again on restart by the Kafka rel
 reconciliation (``relay.py``), so it is not sent twice.
 
 Two lanes keep a slow webhook from holding back Kafka: ``kafka`` (one ordered stream) and
-``webhook`` (sent independently, retried with backoff).
+``webhook`` (sent independently, retried with backoff). A third, ``render``, holds alerts
+still to be rendered (``render_relay.py``), queued when their fault was published.
 
 Thread-safe: one connection guarded by a lock; every method is a short transaction.
 """
@@ -27,6 +28,9 @@ from pathlib import Path
 
 KAFKA_LANE = "kafka"
 WEBHOOK_LANE = "webhook"
+# Alerts to render: (template, fault) jobs the render relay turns into kafka or webhook
+# items, so no template is ever rendered on the Kafka relay's thread.
+RENDER_LANE = "render"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS outbox (

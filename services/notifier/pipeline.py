@@ -7,7 +7,8 @@
   accepted while Kafka is down; only an unwritable outbox refuses them.
 * The relays call back (:meth:`FaultPipeline.relay_hooks`) when Kafka or a webhook
   confirmed items: a published fault then queues the alerts of the matching templates
-  (``alerts.py``) and enters the history that ``ListFaults`` and ``WatchFaults`` read.
+  (``alerts.py``; rendered by the render relay, ``render_relay.py``) and enters the
+  history that ``ListFaults`` and ``WatchFaults`` read.
 * :meth:`FaultPipeline.tick` (twice a second) queues storm summaries and held alerts and
   sets the outbox gauge.
 
@@ -28,10 +29,18 @@ import structlog
 
 from dataservice.common.v1 import common_pb2
 from services.notifier.alerts import AlertRouter
+from services.notifier.egress import redact
 from services.notifier.event_codec import PROTOBUF_CONTENT_TYPE, decode_event, encode_event
 from services.notifier.history import FaultHistory
 from services.notifier.metrics import NotifierMetrics
-from services.notifier.outbox import KAFKA_LANE, WEBHOOK_LANE, Outbox, OutboxItem, Received
+from services.notifier.outbox import (
+    KAFKA_LANE,
+    RENDER_LANE,
+    WEBHOOK_LANE,
+    Outbox,
+    OutboxItem,
+    Received,
+)
 from services.notifier.relay import ID_HEADER, RelayHooks
 from services.notifier.settings import NotifierSettings
 from services.notifier.suppression import StormSuppressor
@@ -48,6 +57,7 @@ class Wake:
 
     kafka: Callable[[], None]
     webhook: Callable[[], None]
+    render: Callable[[], None] = lambda: None
 
 
 class FaultPipeline:
@@ -160,9 +170,8 @@ class FaultPipeline:
         held = self._router.due()
         if held:
             await asyncio.to_thread(self._outbox.append, held)
-            self._wake.kafka()
-            self._wake.webhook()
-        for lane in (KAFKA_LANE, WEBHOOK_LANE):
+            self._wake.render()
+        for lane in (KAFKA_LANE, WEBHOOK_LANE, RENDER_LANE):
             count = await asyncio.to_thread(self._outbox.count, lane)
             self._metrics.outbox_pending.labels(lane).set(count)
 
@@ -194,17 +203,18 @@ class FaultPipeline:
             self._outbox.add_history([(e.id, e.SerializeToString()) for e in published])
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self._announce, published)
-        if any(i.lane == WEBHOOK_LANE for i in follow_ups):
-            self._wake.webhook()
+        if follow_ups:
+            self._wake.render()
         return follow_ups
 
     def _dead_letter(self, item: OutboxItem, why: str) -> None:
         self._metrics.dead_letters.labels(item.kind).inc()
+        destination = redact(item.destination) if item.lane == WEBHOOK_LANE else item.destination
         log.error(
             "outbox item dropped: permanent delivery error",
             id=item.id,
             kind=item.kind,
-            destination=item.destination,
+            destination=destination,
             error=why,
         )
 

@@ -13,22 +13,23 @@ already there. Kafka is the record of what was published; the outbox of what is 
 
 ``WebhookRelay`` (another thread) POSTs the ``webhook`` lane: at-least-once (the receiver
 dedupes on the ``X-DS-Id`` header), in order per URL, a failing URL backing off
-without holding back the others.
+without holding back the others. Each POST is checked against the egress policy first and
+goes to an address that check passed (``egress.py``, ``webhook.py``); no redirect is
+followed. Webhook URLs are logged redacted (they often carry a secret).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from services.notifier import webhook
+from services.notifier.egress import EgressPolicy, EgressRefused, Target, redact, resolve
 from services.notifier.outbox import KAFKA_LANE, WEBHOOK_LANE, Outbox, OutboxItem
 
 log = structlog.get_logger(__name__)
@@ -287,15 +288,19 @@ class WebhookRelay:
         outbox: Outbox,
         *,
         hooks: RelayHooks,
+        egress: EgressPolicy,
         timeout: float = 5.0,
         max_backoff: float = 60.0,
-        opener: Callable[..., Any] = urllib.request.urlopen,
+        resolver: Callable[[Target], list[str]] = resolve,
     ) -> None:
+        """``egress``: where webhooks may go; every POST is checked against it again
+        (the allow-list may have changed since the template was put, and DNS answers do)."""
         self._outbox = outbox
         self._hooks = hooks
+        self._egress = egress
         self._timeout = timeout
         self._max_backoff = max_backoff
-        self._open = opener
+        self._resolve = resolver
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._backoff: dict[str, tuple[float, float]] = {}  # url -> (retry_at, delay)
@@ -347,25 +352,31 @@ class WebhookRelay:
                 _at, delay = self._backoff.get(url, (0.0, 0.5))
                 self._backoff[url] = (time.monotonic() + delay, min(delay * 2, self._max_backoff))
                 blocked.add(url)
-                log.warning("webhook delivery failed; backing off", url=url, error=outcome)
+                log.warning("webhook delivery failed; backing off", url=redact(url), error=outcome)
         return sent
 
     def _post(self, item: OutboxItem) -> str | None:
-        """None when delivered; else why (prefixed ``permanent:`` for a 4xx)."""
-        request = urllib.request.Request(item.destination, data=item.value, method="POST")
-        request.add_header("Content-Type", "text/plain; charset=utf-8")
+        """None when delivered; else why (prefixed ``permanent:`` for what retrying cannot
+        fix: a target the egress policy refuses, a redirect, a 4xx)."""
+        try:
+            target = self._egress.target(item.destination)
+            addresses = self._egress.check_addresses(target, self._resolve(target))
+        except EgressRefused as exc:
+            return f"permanent: egress refused: {exc}"
+        except OSError as exc:  # the name does not resolve (now)
+            return f"{type(exc).__name__}: {exc}"
+        headers = [("Content-Type", "text/plain; charset=utf-8")]
         for key, value in item.headers:
             if key.startswith("ds-"):  # ds-id -> X-DS-Id (the receiver dedupes on it)
-                request.add_header(f"X-DS-{key.removeprefix('ds-').title()}", value)
+                headers.append((f"X-DS-{key.removeprefix('ds-').title()}", value))
         try:
-            with self._open(request, timeout=self._timeout) as response:
-                status = int(response.status)
-        except urllib.error.HTTPError as exc:
-            status = int(exc.code)
+            status = webhook.post(target, addresses, item.value, headers, timeout=self._timeout)
         except (OSError, ValueError) as exc:
             return f"{type(exc).__name__}: {exc}"
         if 200 <= status < 300:
             return None
+        if 300 <= status < 400:
+            return f"permanent: HTTP {status}: redirects are not followed"
         if 400 <= status < 500 and status not in (408, 429):
             return f"permanent: HTTP {status}"
         return f"HTTP {status}"

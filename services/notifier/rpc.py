@@ -17,15 +17,17 @@ import grpc.aio
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
 from services.notifier import templates
+from services.notifier.egress import EgressPolicy
 from services.notifier.pipeline import FaultPipeline
 from services.notifier.template_service import TemplateService
-from services.runtime.errors import invalid
+from services.runtime.errors import DsError, Reason, invalid
 
 Context = grpc.aio.ServicerContext[Any, Any]
 MAX_PAGE = 1000
 MAX_ATTRIBUTES = 64
 MAX_MESSAGE_BYTES = 4096
 MAX_NAME = 255
+NO_EGRESS = EgressPolicy()
 
 
 def _matches(event: common_pb2.FaultEvent, group: str, types: set[int]) -> bool:
@@ -84,9 +86,20 @@ def validate_event(event: common_pb2.FaultEvent) -> None:
 
 
 class NotifierServicer(notifier_pb2_grpc.NotifierServiceServicer):
-    def __init__(self, pipeline: FaultPipeline, template_service: TemplateService) -> None:
+    def __init__(
+        self,
+        pipeline: FaultPipeline,
+        template_service: TemplateService,
+        *,
+        topic_prefix: str = "ds.alerts.",
+        egress: EgressPolicy = NO_EGRESS,
+    ) -> None:
+        """``topic_prefix``, ``egress``: where alert routes may go (default: no webhook
+        anywhere)."""
         self._pipeline = pipeline
         self._templates = template_service
+        self._topic_prefix = topic_prefix
+        self._egress = egress
 
     async def ReportFault(
         self, request: notifier_pb2.ReportFaultRequest, context: Context
@@ -135,9 +148,13 @@ class NotifierServicer(notifier_pb2_grpc.NotifierServiceServicer):
         if request.request_id:
             _check_uuid(request.request_id, "request_id")
         try:
-            templates.validate(request.template)
+            templates.validate(
+                request.template, topic_prefix=self._topic_prefix, egress=self._egress
+            )
         except templates.TemplateInvalid as exc:
-            raise invalid(exc.field, exc.message) from None
+            raise DsError(
+                Reason(exc.reason), f"{exc.field}: {exc.message}", metadata={"field": exc.field}
+            ) from None
         stored = await self._templates.put(request.template, request.request_id)
         return notifier_pb2.PutAlertTemplateResponse(template=stored)
 

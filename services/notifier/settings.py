@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from services.notifier.egress import EgressPolicy
 from services.runtime.addresses import parse_host_port
 from services.runtime.faults import parse_type
 from services.runtime.settings import ServiceSettings
@@ -106,6 +107,40 @@ class ProbeSettings(BaseModel):
         return value
 
 
+class AlertSettings(BaseModel):
+    """What alert templates may do (services/notifier/egress.py, render_worker.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    webhook_egress: list[str] = Field(
+        default_factory=list,
+        description="hosts webhooks may POST to: a name, *.suffix, an address or network, "
+        "each with an optional :port; private, loopback and link-local addresses only when "
+        "allow-listed by address or network (default: none, no webhook is allowed)",
+    )
+    render_timeout_seconds: float = Field(
+        1.0, gt=0, le=60, description="a render taking longer disables its template"
+    )
+    render_max_bytes: int = Field(
+        64 * 1024, ge=1024, le=512 * 1024, description="a larger output disables its template"
+    )
+    render_memory_bytes: int = Field(
+        512 * 1024 * 1024,
+        ge=64 * 1024 * 1024,
+        le=16 * 1024**3,
+        description="the render worker's address-space limit",
+    )
+    max_templates_per_caller: int = Field(
+        100, ge=1, le=100_000, description="PutAlertTemplate of one more: RESOURCE_EXHAUSTED"
+    )
+
+    @field_validator("webhook_egress")
+    @classmethod
+    def _valid_entries(cls, value: list[str]) -> list[str]:
+        EgressPolicy(value)  # raises ValueError naming a bad entry
+        return value
+
+
 class NotifierSettings(ServiceSettings):
     grpc_port: int = Field(7090, ge=0, le=65535)
     http_port: int = Field(7091, ge=0, le=65535)
@@ -129,6 +164,7 @@ class NotifierSettings(ServiceSettings):
     templates_topic: str = Field("ds.alert_templates", min_length=1, max_length=249)
     alerts_topic_prefix: str = Field("ds.alerts.", min_length=1, max_length=200)
     alerts_topic_partitions: int = Field(3, ge=1, le=1000)
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
     webhook_timeout_seconds: float = Field(5.0, gt=0, le=120)
     lag: LagSettings = Field(default_factory=LagSettings)
     probe: ProbeSettings = Field(default_factory=ProbeSettings)

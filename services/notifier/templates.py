@@ -16,10 +16,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2
+from services.notifier.egress import EgressPolicy, EgressRefused, is_redacted
+from services.notifier.sandbox import LimitedSandbox, render_limited
 from services.runtime.faults import event_fields
 
 MAX_TEMPLATE_CHARS = 16 * 1024
@@ -27,16 +28,23 @@ _NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _MAX_INTERVAL_SECONDS = 7 * 24 * 3600
 
-_ENV = ImmutableSandboxedEnvironment(autoescape=False, undefined=jinja2.Undefined)
+# Parsing, and in-process rendering (tests); alerts render in the worker (render_worker.py).
+_ENV = LimitedSandbox(max_bytes=64 * 1024)
 
 
 class TemplateInvalid(ValueError):
-    """A template that cannot be stored; ``field`` names the offending request field."""
+    """A template that cannot be stored; ``field`` names the offending request field,
+    ``reason`` is ``INVALID_FIELD`` or ``DESTINATION_NOT_ALLOWED`` (a route refused)."""
 
-    def __init__(self, field: str, message: str) -> None:
+    def __init__(self, field: str, message: str, reason: str = "INVALID_FIELD") -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+        self.reason = reason
+
+
+def refused(field: str, message: str) -> TemplateInvalid:
+    return TemplateInvalid(field, message, reason="DESTINATION_NOT_ALLOWED")
 
 
 def valid_name(text: str) -> bool:
@@ -49,8 +57,17 @@ def kafka_topic(template: notifier_pb2.AlertTemplate, prefix: str) -> str:
     return template.kafka.topic or f"{prefix}{template.caller}"
 
 
-def validate(template: notifier_pb2.AlertTemplate, field: str = "template") -> None:
-    """Raise :class:`TemplateInvalid` for anything PutAlertTemplate must refuse."""
+def validate(
+    template: notifier_pb2.AlertTemplate,
+    field: str = "template",
+    *,
+    topic_prefix: str = "ds.alerts.",
+    egress: EgressPolicy | None = None,
+) -> None:
+    """Raise :class:`TemplateInvalid` for anything PutAlertTemplate must refuse: bad
+    fields, and a route it may not take (a Kafka topic not under ``topic_prefix``; with
+    ``egress``, a webhook host not allow-listed; the addresses it resolves to are checked
+    by the caller, which may do I/O)."""
     if not template.caller:
         raise TemplateInvalid(f"{field}.caller", "is required")
     if not _NAME.match(template.caller):
@@ -86,6 +103,38 @@ def validate(template: notifier_pb2.AlertTemplate, field: str = "template") -> N
         raise TemplateInvalid(f"{field}.kafka.topic", "is not a valid Kafka topic name")
     if route == "webhook":
         _check_url(template.webhook.url, f"{field}.webhook.url")
+        if is_redacted(template.webhook.url):
+            raise TemplateInvalid(
+                f"{field}.webhook.url",
+                "is a redacted URL as ListAlertTemplates answers it; give the whole URL",
+            )
+    check_route(template, field, topic_prefix=topic_prefix, egress=egress)
+
+
+def check_route(
+    template: notifier_pb2.AlertTemplate,
+    field: str = "template",
+    *,
+    topic_prefix: str,
+    egress: EgressPolicy | None,
+) -> None:
+    """:class:`TemplateInvalid` (``DESTINATION_NOT_ALLOWED``) for a route the notifier may
+    not take: a Kafka topic outside the alerts prefix (an application's data topic, the
+    assigner's state topic, ``ds.faults``), or a webhook host not in the egress allow-list.
+    Checked at put and again before each alert (templates may predate the rules)."""
+    route = template.WhichOneof("route")
+    if route == "kafka":
+        topic = kafka_topic(template, topic_prefix)
+        if not topic.startswith(topic_prefix) or len(topic) == len(topic_prefix):
+            raise refused(
+                f"{field}.kafka.topic",
+                f"{topic!r} is not an alerts topic: it must start with {topic_prefix!r}",
+            )
+    elif route == "webhook" and egress is not None:
+        try:
+            egress.target(template.webhook.url)
+        except EgressRefused as exc:
+            raise refused(f"{field}.webhook.url", str(exc)) from None
 
 
 def _parse(text: str, field: str) -> None:
@@ -124,9 +173,32 @@ def variables(event: common_pb2.FaultEvent) -> dict[str, Any]:
 
 
 def render(text: str, event: common_pb2.FaultEvent) -> str:
-    """Render one template text. Raises on a template bug (a sandbox violation, a bad
-    filter call); the alert router then sends a line naming the error instead."""
-    return _ENV.from_string(text).render(variables(event))
+    """Render one template text in this process (no time limit: tests and tools only;
+    the notifier renders in its worker). Raises on a template bug (a sandbox violation, a
+    bad filter call) and ``sandbox.OutputTooLarge``."""
+    return render_limited(_ENV, text, variables(event))
+
+
+def sample_event() -> common_pb2.FaultEvent:
+    """An event with every field set, for PutAlertTemplate's trial render."""
+    event = common_pb2.FaultEvent(
+        id="00000000-0000-4000-8000-000000000000",
+        type=common_pb2.FAULT_TYPE_LAG_ERROR,
+        state=common_pb2.FAULT_STATE_OPEN,
+        severity=common_pb2.SEVERITY_ERROR,
+        source_service="notifier",
+        source_instance="notifier-0",
+        group="sample-group",
+        topic="sample-topic",
+        partitions=[0, 1, 2],
+        consumer_id="sidecar-0",
+        client_id="client-0",
+        message="a sample fault for a trial render",
+        dedupe_key="LAG_ERROR|sample-group",
+    )
+    event.detected_at.FromSeconds(1_700_000_000)
+    event.attributes.update({"lag": "12034", "error": "_TRANSPORT", "epoch": "7"})
+    return event
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,8 @@ class Reason(StrEnum):
     SESSION_HELD = "SESSION_HELD"
     GROUP_NOT_EMPTY = "GROUP_NOT_EMPTY"
     OPERATION_IN_PROGRESS = "OPERATION_IN_PROGRESS"
+    DESTINATION_NOT_ALLOWED = "DESTINATION_NOT_ALLOWED"
+    TOO_MANY_TEMPLATES = "TOO_MANY_TEMPLATES"
     TOO_MANY_CLIENTS = "TOO_MANY_CLIENTS"
     TOO_MANY_WATCHERS = "TOO_MANY_WATCHERS"
     WATCHER_TOO_SLOW = "WATCHER_TOO_SLOW"
@@ -143,6 +145,17 @@ CATALOGUE: Mapping[Reason, ReasonSpec] = {
         grpc.StatusCode.FAILED_PRECONDITION,
         "Another operation on the group (metadata `operation`: an offset reset of the same "
         "partitions, a mode switch) is running; retry once it is done.",
+    ),
+    Reason.DESTINATION_NOT_ALLOWED: ReasonSpec(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "An alert route names a Kafka topic outside the alerts prefix, or a webhook whose "
+        "host is not in the egress allow-list or resolves to a private, loopback or "
+        "link-local address not allow-listed; metadata `field`.",
+    ),
+    Reason.TOO_MANY_TEMPLATES: ReasonSpec(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "The caller has as many alert templates as allowed (notifier setting "
+        "`alerts.max_templates_per_caller`); metadata `caller`, `limit`.",
     ),
     Reason.TOO_MANY_CLIENTS: ReasonSpec(
         grpc.StatusCode.RESOURCE_EXHAUSTED,

@@ -104,6 +104,8 @@ def notifier(
             "group_include": f"^(lag|alert)-{RUN}-",
             "thresholds": {f"alert-{RUN}-lagging": {"error_records": 200}},
         },
+        # The test's webhook receiver listens on loopback: allowed by address.
+        alerts={"webhook_egress": ["127.0.0.1"]},
     )
     with running_mesh(kafka_cluster.bootstrap, tmp) as mesh:
         svc = start_notifier(mesh, tmp / "outbox.sqlite", config)

@@ -30,11 +30,13 @@ from prometheus_client import CollectorRegistry
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
 from services.notifier.alerts import AlertRouter
+from services.notifier.egress import EgressPolicy
 from services.notifier.history import FaultHistory
 from services.notifier.metrics import NotifierMetrics
 from services.notifier.outbox import KAFKA_LANE, Outbox, OutboxItem
 from services.notifier.pipeline import FaultPipeline, Wake
 from services.notifier.relay import RelayHooks
+from services.notifier.render_relay import RenderRelay
 from services.notifier.rpc import NotifierServicer
 from services.notifier.settings import NotifierSettings
 from services.notifier.template_service import TemplateService
@@ -43,6 +45,9 @@ from services.runtime.grpcserver import GrpcService, create_server
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 FAULTS_TOPIC = "ds.faults"
+# Webhooks may go to host "h", which resolves (in these tests) to a public address.
+EGRESS = EgressPolicy(["h"])
+PUBLIC_ADDRESS = "192.0.43.10"
 
 
 def kafka_down() -> KafkaException:
@@ -52,19 +57,26 @@ def kafka_down() -> KafkaException:
 class KafkaEdge:
     """Stands in for ``relay.KafkaRelay``: when woken, every item pending on the Kafka lane
     is confirmed as Kafka would confirm it, handed to the pipeline's delivery hook and
-    forgotten by the outbox together with what its delivery caused (the alerts)."""
+    forgotten by the outbox together with what its delivery caused (the alerts' render
+    jobs, which the render relay then renders, in step)."""
 
     def __init__(self, outbox: Outbox) -> None:
         self.outbox = outbox
         self.hooks: RelayHooks | None = None
+        self.render: RenderRelay | None = None
         self.published: list[OutboxItem] = []
 
     def notify(self) -> None:
         assert self.hooks is not None
-        while items := self.outbox.pending(KAFKA_LANE, 1000):
-            follow_ups = self.hooks.delivered(items)
-            self.outbox.complete([item.seq for item in items], follow_ups)
-            self.published.extend(items)
+        while True:
+            items = self.outbox.pending(KAFKA_LANE, 1000)
+            if items:
+                follow_ups = self.hooks.delivered(items)
+                self.outbox.complete([item.seq for item in items], follow_ups)
+                self.published.extend(items)
+            rendered = self.render.round() if self.render is not None else 0
+            if not items and not rendered:
+                return
 
     def to(self, destination: str) -> list[OutboxItem]:
         return [item for item in self.published if item.destination == destination]
@@ -137,33 +149,39 @@ def run(tmp_path: Path, body: Body) -> None:
         topics = AlertTopics()
         ready = threading.Event()
         ready.set()
+        router = AlertRouter(
+            store.all,
+            topic_prefix=settings.alerts_topic_prefix,
+            metrics=metrics,
+            clock=time.monotonic,
+        )
         pipeline = FaultPipeline(
             settings,
             outbox=outbox,
             history=FaultHistory([], size=settings.recent_faults),
-            router=AlertRouter(
-                store.all,
-                topic_prefix=settings.alerts_topic_prefix,
-                metrics=metrics,
-                clock=time.monotonic,
-            ),
+            router=router,
             metrics=metrics,
             wake=Wake(kafka=kafka.notify, webhook=lambda: None),
         )
         kafka.hooks = pipeline.relay_hooks()
+        kafka.render = RenderRelay(
+            outbox, router, wake_kafka=lambda: None, wake_webhook=lambda: None
+        )
         pipeline.attach(asyncio.get_running_loop())
         service = TemplateService(
             store,
             ready=ready.is_set,
             topic_prefix=settings.alerts_topic_prefix,
             ensure_topic=topics.ensure,
+            egress=EGRESS,
+            resolver=lambda _target: [PUBLIC_ADDRESS],
         )
         server = create_server(
             settings,
             [
                 GrpcService(
                     "dataservice.notifier.v1.NotifierService",
-                    NotifierServicer(pipeline, service),
+                    NotifierServicer(pipeline, service, egress=EGRESS),
                     notifier_pb2_grpc.add_NotifierServiceServicer_to_server,
                 )
             ],
