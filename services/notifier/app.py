@@ -96,7 +96,11 @@ class NotifierApp:
         ProcessCollector(registry=self.registry)
         self.metrics = NotifierMetrics(self.registry)
         self.instance = socket.gethostname()
-        self.outbox = Outbox(settings.resolved_outbox_path(), history_max=settings.recent_faults)
+        self.outbox = Outbox(
+            settings.resolved_outbox_path(),
+            history_max=settings.recent_faults,
+            dead_letters_max=settings.dead_letters_max,
+        )
         published = self.outbox.history(settings.recent_faults)
         history = FaultHistory(
             map(common_pb2.FaultEvent.FromString, published), size=settings.recent_faults
@@ -150,6 +154,7 @@ class NotifierApp:
                 webhook=lambda: self.webhook_relay.notify(),
                 render=lambda: self.render_relay.notify(),
             ),
+            instance=self.instance,
         )
         hooks = self.pipeline.relay_hooks()
         self.kafka_relay = KafkaRelay(
@@ -234,6 +239,7 @@ class NotifierApp:
                 NotifierServicer(
                     self.pipeline,
                     self.templates,
+                    limits=self.settings.report_limits,
                     topic_prefix=self.settings.alerts_topic_prefix,
                     egress=self.egress,
                 ),

@@ -1,11 +1,13 @@
 """The notifier's own fault events (the catalogue is ``services/runtime/faults.py``):
-TEMPLATE_FAILED when it disables an alert template. Pure builders; the pipeline reports
-them like any other fault (the lag evaluator's and the probe's are built in their
-modules)."""
+TEMPLATE_FAILED when it disables an alert template, DEAD_LETTER when an outbox item goes
+to the dead-letter table. Pure builders; the pipeline reports them like any other fault
+(the lag evaluator's and the probe's are built in their modules)."""
 
 from __future__ import annotations
 
 from dataservice.common.v1 import common_pb2
+from services.notifier.egress import redact
+from services.notifier.outbox import WEBHOOK_LANE, OutboxItem
 from services.runtime import faults
 
 OPEN = common_pb2.FAULT_STATE_OPEN
@@ -36,3 +38,31 @@ def template_failed(
     )
     event.attributes.update({"caller": caller, "template": name, "why": why[:_MAX_ATTRIBUTE]})
     return event
+
+
+def dead_letter(item: OutboxItem, why: str, instance: str) -> list[common_pb2.FaultEvent]:
+    """DEAD_LETTER for an item moved to the dead-letter table, OPEN and at once RESOLVED
+    (the relay went on). A webhook's URL is named redacted."""
+    spec = faults.CATALOGUE[common_pb2.FAULT_TYPE_DEAD_LETTER]
+    destination = redact(item.destination) if item.lane == WEBHOOK_LANE else item.destination
+    attributes = {
+        "kind": item.kind,
+        "id": item.id,
+        "destination": destination[:_MAX_ATTRIBUTE],
+        "error": why[:_MAX_ATTRIBUTE],
+        "bytes": str(len(item.value)),
+    }
+    key = faults.dedupe_key(spec.type, item.id)
+    return [
+        common_pb2.FaultEvent(
+            type=spec.type,
+            state=state,
+            severity=spec.severity,
+            source_service="notifier",
+            source_instance=instance,
+            message=f"{item.kind} {item.id} to {destination} dead-lettered: {why}"[:4096],
+            attributes=attributes,
+            dedupe_key=key,
+        )
+        for state in (OPEN, RESOLVED)
+    ]

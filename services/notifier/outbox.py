@@ -13,6 +13,12 @@ Two lanes keep a slow webhook from holding back Kafka: ``kafka`` (one ordered st
 ``webhook`` (sent independently, retried with backoff). A third, ``render``, holds alerts
 still to be rendered (``render_relay.py``), queued when their fault was published.
 
+An item its destination refuses for good (Kafka's producer refuses it outright, the broker
+answers a permanent error, a webhook answers 4xx) is moved to the ``dead_letter`` table in
+one transaction, with the error, so the items behind it go on; the table keeps the newest
+``dead_letters_max`` for an operator to look at (``sqlite3 OUTBOX 'select * from
+dead_letter'``).
+
 Thread-safe: one connection guarded by a lock; every method is a short transaction.
 """
 
@@ -52,6 +58,20 @@ CREATE TABLE IF NOT EXISTS received (
     suppressed INTEGER NOT NULL,
     at_ms INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS dead_letter (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    lane TEXT NOT NULL,
+    id TEXT NOT NULL,
+    destination TEXT NOT NULL,
+    key BLOB,
+    value BLOB NOT NULL,
+    headers TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    attempts INTEGER NOT NULL,
+    failed_ms INTEGER NOT NULL,
+    error TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS history (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     id TEXT NOT NULL UNIQUE,
@@ -80,6 +100,15 @@ class OutboxItem:
 
 
 @dataclass(frozen=True)
+class DeadLetter:
+    """An item moved out of the outbox because its destination refused it for good."""
+
+    item: OutboxItem
+    error: str
+    failed_ms: int
+
+
+@dataclass(frozen=True)
 class Received:
     """A report already received: what it was answered (idempotent re-reports)."""
 
@@ -88,11 +117,19 @@ class Received:
 
 
 class Outbox:
-    def __init__(self, path: Path, *, received_max: int = 100_000, history_max: int = 10_000):
+    def __init__(
+        self,
+        path: Path,
+        *,
+        received_max: int = 100_000,
+        history_max: int = 10_000,
+        dead_letters_max: int = 10_000,
+    ):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._received_max = received_max
         self._history_max = history_max
+        self._dead_letters_max = dead_letters_max
         self._lock = threading.Lock()
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -171,6 +208,41 @@ class Outbox:
             ),
         )
 
+    def dead_letter(self, item: OutboxItem, error: str) -> None:
+        """Move ``item`` to the dead-letter table (the oldest beyond the bound are
+        forgotten), in one transaction."""
+        now_ms = int(time.time() * 1000)
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.execute("DELETE FROM outbox WHERE seq = ?", (item.seq,))
+                self._db.execute(
+                    "INSERT INTO dead_letter (lane, id, destination, key, value, headers, "
+                    "kind, created_ms, attempts, failed_ms, error) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        item.lane,
+                        item.id,
+                        item.destination,
+                        item.key,
+                        item.value,
+                        json.dumps(list(item.headers)),
+                        item.kind,
+                        item.created_ms or now_ms,
+                        item.attempts,
+                        now_ms,
+                        error,
+                    ),
+                )
+                self._db.execute(
+                    "DELETE FROM dead_letter WHERE seq <= (SELECT MAX(seq) FROM dead_letter) - ?",
+                    (self._dead_letters_max,),
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
     def record_attempt(self, seq: int) -> None:
         with self._lock:
             self._db.execute("UPDATE outbox SET attempts = attempts + 1 WHERE seq = ?", (seq,))
@@ -221,6 +293,34 @@ class Outbox:
                 attempts=row[8],
             )
             for row in rows
+        ]
+
+    def dead_letters(self, limit: int) -> list[DeadLetter]:
+        """The newest ``limit`` dead letters, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, id, destination, key, value, headers, kind, created_ms, attempts, "
+                "lane, failed_ms, error FROM dead_letter ORDER BY seq DESC LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [
+            DeadLetter(
+                item=OutboxItem(
+                    id=row[1],
+                    destination=row[2],
+                    key=row[3],
+                    value=row[4],
+                    headers=tuple((str(k), str(v)) for k, v in json.loads(row[5])),
+                    lane=row[9],
+                    kind=row[6],
+                    seq=row[0],
+                    created_ms=row[7],
+                    attempts=row[8],
+                ),
+                error=row[11],
+                failed_ms=row[10],
+            )
+            for row in reversed(rows)
         ]
 
     def count(self, lane: str) -> int:

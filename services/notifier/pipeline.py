@@ -8,7 +8,8 @@
 * The relays call back (:meth:`FaultPipeline.relay_hooks`) when Kafka or a webhook
   confirmed items: a published fault then queues the alerts of the matching templates
   (``alerts.py``; rendered by the render relay, ``render_relay.py``) and enters the
-  history that ``ListFaults`` and ``WatchFaults`` read.
+  history that ``ListFaults`` and ``WatchFaults`` read. An item moved to the dead-letter
+  table is counted and raises DEAD_LETTER.
 * :meth:`FaultPipeline.tick` (twice a second) queues storm summaries and held alerts and
   sets the outbox gauge.
 
@@ -19,6 +20,7 @@ build their events themselves.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import time
 import uuid
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 import structlog
 
 from dataservice.common.v1 import common_pb2
+from services.notifier import faults as notifier_faults
 from services.notifier.alerts import AlertRouter
 from services.notifier.egress import redact
 from services.notifier.event_codec import PROTOBUF_CONTENT_TYPE, decode_event, encode_event
@@ -71,8 +74,11 @@ class FaultPipeline:
         metrics: NotifierMetrics,
         wake: Wake,
         clock: Callable[[], float] = time.monotonic,
+        instance: str = "",
     ) -> None:
+        """``instance``: this notifier, named in the faults it raises itself."""
         self._settings = settings
+        self._instance = instance
         self._outbox = outbox
         self._history = history
         self._router = router
@@ -208,15 +214,48 @@ class FaultPipeline:
         return follow_ups
 
     def _dead_letter(self, item: OutboxItem, why: str) -> None:
+        """An item went to the dead-letter table: count it, log it, raise DEAD_LETTER —
+        but not for a DEAD_LETTER event, nor for an alert of one: a faults topic, or a
+        webhook, that refuses everything must not feed itself (a DEAD_LETTER fault alerts
+        the templates matching it, whose alerts may be refused in turn)."""
         self._metrics.dead_letters.labels(item.kind).inc()
         destination = redact(item.destination) if item.lane == WEBHOOK_LANE else item.destination
         log.error(
-            "outbox item dropped: permanent delivery error",
+            "outbox item moved to the dead-letter table",
             id=item.id,
             kind=item.kind,
             destination=destination,
             error=why,
         )
+        if item.kind == "fault" and self._is_dead_letter_fault(item):
+            return
+        dead_letter_name = faults.short_type(common_pb2.FAULT_TYPE_DEAD_LETTER)
+        if item.kind == "alert" and dict(item.headers).get("ds-fault-type") == dead_letter_name:
+            return
+        for event in notifier_faults.dead_letter(item, why, self._instance):
+            self.report_threadsafe(event)
+
+    @staticmethod
+    def _is_dead_letter_fault(item: OutboxItem) -> bool:
+        content_type = dict(item.headers).get("content-type", PROTOBUF_CONTENT_TYPE)
+        try:
+            event = decode_event(item.value, content_type)
+        except Exception:
+            return False
+        return event.type == common_pb2.FAULT_TYPE_DEAD_LETTER
+
+    def report_threadsafe(self, event: common_pb2.FaultEvent) -> None:
+        """Report from another thread (a relay's); a failure is logged, not raised."""
+        if self._loop is None:
+            log.warning("fault not reported: the pipeline has no loop yet", type=event.type)
+            return
+        future = asyncio.run_coroutine_threadsafe(self.report(event), self._loop)
+
+        def done(f: concurrent.futures.Future[tuple[str, bool]]) -> None:
+            if (error := f.exception()) is not None:
+                log.warning("own fault not reported", error=repr(error))
+
+        future.add_done_callback(done)
 
     def _announce(self, events: list[common_pb2.FaultEvent]) -> None:
         self._history.add(events)

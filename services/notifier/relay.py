@@ -16,10 +16,14 @@ dedupes on the ``X-DS-Id`` header), in order per URL, a failing URL backing off
 without holding back the others. Each POST is checked against the egress policy first and
 goes to an address that check passed (``egress.py``, ``webhook.py``); no redirect is
 followed. Webhook URLs are logged redacted (they often carry a secret).
+
+Whatever a destination refuses for good goes to the outbox's dead-letter table, so it
+never holds back what follows it.
 """
 
 from __future__ import annotations
 
+import enum
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -35,7 +39,7 @@ from services.notifier.outbox import KAFKA_LANE, WEBHOOK_LANE, Outbox, OutboxIte
 log = structlog.get_logger(__name__)
 
 ID_HEADER = "ds-id"
-# Delivery errors that retrying cannot fix: the item goes to the dead-letter log.
+# Delivery errors that retrying cannot fix: the item goes to the dead-letter table.
 _PERMANENT = frozenset(
     {
         KafkaError.MSG_SIZE_TOO_LARGE,
@@ -55,11 +59,18 @@ RECONCILE_SLACK_MS = 60_000
 class RelayHooks:
     """What the relay reports back (called on the relay thread). ``delivered`` returns the
     items that delivery causes (the alerts of a published fault); they are queued in the
-    same outbox transaction that forgets the delivered items."""
+    same outbox transaction that forgets the delivered items. ``dead_letter`` is told of
+    an item the relay moved to the dead-letter table, and why."""
 
     delivered: Callable[[Sequence[OutboxItem]], Sequence[OutboxItem]]
     dead_letter: Callable[[OutboxItem, str], None]
     reconciled: Callable[[int], None]
+
+
+class _Produced(enum.Enum):
+    QUEUED = "queued"
+    FULL = "full"  # not queued: try it again after a poll
+    REFUSED = "refused"  # moved to the dead-letter table
 
 
 class _Uncertain(Exception):
@@ -144,14 +155,11 @@ class KafkaRelay:
                 room = self._max_in_flight - len(in_flight)
                 if room > 0:
                     for item in self._outbox.pending(KAFKA_LANE, room, after_seq=last_seq):
-                        producer.produce(
-                            item.destination,
-                            key=item.key,
-                            value=item.value,
-                            headers=item.header_pairs(),
-                            on_delivery=on_delivery(item),
-                        )
-                        in_flight[item.seq] = item
+                        outcome = self._produce(producer, item, on_delivery(item))
+                        if outcome is _Produced.FULL:
+                            break  # librdkafka's queue is full: poll, then go on from here
+                        if outcome is _Produced.QUEUED:
+                            in_flight[item.seq] = item
                         last_seq = item.seq
                 producer.poll(0.05 if in_flight else 0)
                 self._settle(done, in_flight)
@@ -163,6 +171,41 @@ class KafkaRelay:
             # are published (or found by reconciliation) by the next producer.
             producer.purge(in_queue=True, in_flight=False, blocking=False)
             producer.flush(0)
+
+    def _produce(
+        self,
+        producer: Producer,
+        item: OutboxItem,
+        callback: Callable[[KafkaError | None, Message], None],
+    ) -> _Produced:
+        """Hand one item to the producer. An item the producer refuses outright (over
+        ``message.max.bytes``, a topic name Kafka cannot have, ...) goes to the dead-letter
+        table, so it cannot hold back the items behind it; a fatal producer error is raised
+        (a new producer is made after reconciliation)."""
+        try:
+            producer.produce(
+                item.destination,
+                key=item.key,
+                value=item.value,
+                headers=item.header_pairs(),
+                on_delivery=callback,
+            )
+        except BufferError:
+            return _Produced.FULL
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is not None and error.fatal():
+                raise
+            self._dead_letter(item, f"the producer refused it: {error.str() if error else exc}")
+            return _Produced.REFUSED
+        except (TypeError, ValueError) as exc:
+            self._dead_letter(item, f"the producer refused it: {exc}")
+            return _Produced.REFUSED
+        return _Produced.QUEUED
+
+    def _dead_letter(self, item: OutboxItem, why: str) -> None:
+        self._outbox.dead_letter(item, why)
+        self._hooks.dead_letter(item, why)
 
     def _settle(
         self,
@@ -182,8 +225,7 @@ class KafkaRelay:
             if err is None:
                 continue
             if err.code() in _PERMANENT:
-                self._outbox.remove([item.seq])
-                self._hooks.dead_letter(item, err.str())
+                self._dead_letter(item, err.str())
             else:
                 uncertain.append(f"{item.id}: {err.str()}")
         if uncertain:
@@ -345,7 +387,7 @@ class WebhookRelay:
                 self._backoff.pop(url, None)
                 sent += 1
             elif outcome.startswith("permanent:"):
-                self._outbox.remove([item.seq])
+                self._outbox.dead_letter(item, outcome)
                 self._hooks.dead_letter(item, outcome)
             else:
                 self._outbox.record_attempt(item.seq)

@@ -3,7 +3,9 @@ objects it is given: the fault pipeline (``pipeline.py``: report, list, watch) a
 template service (``template_service.py``: put, list, delete).
 
 Every RPC validates its request first and fails with INVALID_ARGUMENT / ``INVALID_FIELD``
-(metadata ``field`` names the field) before touching any state.
+(metadata ``field`` names the field) before touching any state. A fault report is held to
+the ``report_limits`` setting (attribute count and sizes, partitions, message, the whole
+event), so whatever a reporter sends, an accepted event fits in a Kafka message.
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
 from services.notifier import templates
 from services.notifier.egress import EgressPolicy
 from services.notifier.pipeline import FaultPipeline
+from services.notifier.settings import ReportLimits
 from services.notifier.template_service import TemplateService
 from services.runtime.errors import DsError, Reason, invalid
 
 Context = grpc.aio.ServicerContext[Any, Any]
 MAX_PAGE = 1000
-MAX_ATTRIBUTES = 64
-MAX_MESSAGE_BYTES = 4096
 MAX_NAME = 255
+DEFAULT_LIMITS = ReportLimits()
 NO_EGRESS = EgressPolicy()
 
 
@@ -55,7 +57,7 @@ def _check_types(types: Iterable[int], field: str) -> set[int]:
     return out
 
 
-def validate_event(event: common_pb2.FaultEvent) -> None:
+def validate_event(event: common_pb2.FaultEvent, limits: ReportLimits = DEFAULT_LIMITS) -> None:
     if event.id:
         _check_uuid(event.id, "event.id")
     if event.type == common_pb2.FAULT_TYPE_UNSPECIFIED:
@@ -73,16 +75,31 @@ def validate_event(event: common_pb2.FaultEvent) -> None:
     for name in ("source_service", "source_instance", "group", "topic", "consumer_id", "client_id"):
         if len(getattr(event, name)) > MAX_NAME:
             raise invalid(f"event.{name}", f"is longer than {MAX_NAME} characters")
+    if len(event.partitions) > limits.max_partitions:
+        raise invalid("event.partitions", f"more than {limits.max_partitions} partitions")
     if any(p < 0 for p in event.partitions):
         raise invalid("event.partitions", "must not be negative")
-    if len(event.attributes) > MAX_ATTRIBUTES:
-        raise invalid("event.attributes", f"more than {MAX_ATTRIBUTES} attributes")
-    if len(event.message.encode()) > MAX_MESSAGE_BYTES:
-        raise invalid("event.message", f"is longer than {MAX_MESSAGE_BYTES} bytes")
+    _check_attributes(event, limits)
+    if len(event.message.encode()) > limits.max_message_bytes:
+        raise invalid("event.message", f"is longer than {limits.max_message_bytes} bytes")
     if len(event.dedupe_key) > 1024:
         raise invalid("event.dedupe_key", "is longer than 1024 characters")
     if event.suppressed_count < 0:
         raise invalid("event.suppressed_count", "must not be negative")
+    if event.ByteSize() > limits.max_event_bytes:
+        raise invalid("event", f"is larger than {limits.max_event_bytes} bytes serialized")
+
+
+def _check_attributes(event: common_pb2.FaultEvent, limits: ReportLimits) -> None:
+    if len(event.attributes) > limits.max_attributes:
+        raise invalid("event.attributes", f"more than {limits.max_attributes} attributes")
+    for key, value in event.attributes.items():
+        # The field names the key, cut short: it may itself be what is too long.
+        field = f"event.attributes[{key[:64]}]"
+        if len(key.encode()) > limits.max_attribute_key_bytes:
+            raise invalid(field, f"key is longer than {limits.max_attribute_key_bytes} bytes")
+        if len(value.encode()) > limits.max_attribute_value_bytes:
+            raise invalid(field, f"is longer than {limits.max_attribute_value_bytes} bytes")
 
 
 class NotifierServicer(notifier_pb2_grpc.NotifierServiceServicer):
@@ -91,13 +108,15 @@ class NotifierServicer(notifier_pb2_grpc.NotifierServiceServicer):
         pipeline: FaultPipeline,
         template_service: TemplateService,
         *,
+        limits: ReportLimits = DEFAULT_LIMITS,
         topic_prefix: str = "ds.alerts.",
         egress: EgressPolicy = NO_EGRESS,
     ) -> None:
-        """``topic_prefix``, ``egress``: where alert routes may go (default: no webhook
-        anywhere)."""
+        """``limits``: what a fault report may carry. ``topic_prefix``, ``egress``: where
+        alert routes may go (default: no webhook anywhere)."""
         self._pipeline = pipeline
         self._templates = template_service
+        self._limits = limits
         self._topic_prefix = topic_prefix
         self._egress = egress
 
@@ -106,7 +125,7 @@ class NotifierServicer(notifier_pb2_grpc.NotifierServiceServicer):
     ) -> notifier_pb2.ReportFaultResponse:
         if not request.HasField("event"):
             raise invalid("event", "is required")
-        validate_event(request.event)
+        validate_event(request.event, self._limits)
         event_id, suppressed = await self._pipeline.report(request.event)
         return notifier_pb2.ReportFaultResponse(event_id=event_id, suppressed=suppressed)
 

@@ -107,6 +107,26 @@ class ProbeSettings(BaseModel):
         return value
 
 
+class ReportLimits(BaseModel):
+    """What one ReportFault may carry; past any of it the report is INVALID_ARGUMENT
+    (``field`` names what is too big). They keep every event well under Kafka's message
+    size, so a report the notifier accepted can always be published."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_attributes: int = Field(64, ge=0, le=10_000, description="attributes per event")
+    max_attribute_key_bytes: int = Field(256, ge=1, le=64 * 1024)
+    max_attribute_value_bytes: int = Field(4096, ge=1, le=256 * 1024)
+    max_partitions: int = Field(1024, ge=0, le=1_000_000, description="partitions per event")
+    max_message_bytes: int = Field(4096, ge=1, le=256 * 1024, description="the message")
+    max_event_bytes: int = Field(
+        64 * 1024,
+        ge=1024,
+        le=512 * 1024,
+        description="the whole event, serialized (Kafka's default message limit is 1 MB)",
+    )
+
+
 class AlertSettings(BaseModel):
     """What alert templates may do (services/notifier/egress.py, render_worker.py)."""
 
@@ -166,6 +186,10 @@ class NotifierSettings(ServiceSettings):
     alerts_topic_partitions: int = Field(3, ge=1, le=1000)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
     webhook_timeout_seconds: float = Field(5.0, gt=0, le=120)
+    report_limits: ReportLimits = Field(default_factory=ReportLimits)
+    dead_letters_max: int = Field(
+        10_000, ge=1, le=1_000_000, description="dead letters kept in the outbox's table"
+    )
     lag: LagSettings = Field(default_factory=LagSettings)
     probe: ProbeSettings = Field(default_factory=ProbeSettings)
 
