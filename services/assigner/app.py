@@ -54,7 +54,12 @@ class AssignerApp:
         self._admin = new_admin(settings, client_id="ds-assigner")
         self._probe = KafkaProbe(settings, client_id="ds-assigner", admin=self._admin)
         self._tasks: list[asyncio.Task[None]] = []
-        self.state = StateStore(settings, topic=settings.state_topic, admin=self._admin)
+        self.state = StateStore(
+            settings,
+            topic=settings.state_topic,
+            admin=self._admin,
+            epoch_write_timeout=settings.state_write_timeout_seconds,
+        )
         self.cluster = KafkaCluster(self._admin)
         # Address and leadership are replaced in on_ready, once the bound port is known.
         self.replica = Replica(settings.advertised)

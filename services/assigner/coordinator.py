@@ -29,7 +29,14 @@ Session messages, after persisting new epochs. The rules (ARCHITECTURE §3, §3.
   the balancer moves its partitions off, cooperatively, and gives it none until undrained;
 * a mode switch stops granting and revokes every lease cooperatively
   (:meth:`GroupCoordinator.stop_granting`), and starts granting again at the committed
-  offsets (:meth:`GroupCoordinator.start_granting`).
+  offsets (:meth:`GroupCoordinator.start_granting`);
+* a grant is decided here but sent by the adapter only once its epoch is durable. Its
+  expiry runs from the decision and again from the moment it is sent
+  (:meth:`GroupCoordinator.dispatched`); a grant whose lease lapsed or moved on while its
+  epoch was being written is never sent, and a grant whose write failed is taken back
+  (:meth:`GroupCoordinator.withheld`) and decided again. The sidecar side of the same
+  rule: a grant is live there only from the first heartbeat sent after it that the
+  assigner acknowledges (ARCHITECTURE §3.1.6).
 """
 
 from __future__ import annotations
@@ -492,6 +499,32 @@ class GroupCoordinator:
         if changed or out.membership_changed or self._rebalance_pending or load_due:
             out.commands.extend(self._rebalance(now))
         return out
+
+    # ---- grant dispatch (the adapter persists a grant's epoch, then sends it) ------------
+
+    def dispatched(self, tp: TopicPartition, epoch: int, member: str, now: float) -> bool:
+        """The epoch of the grant (``tp``, ``epoch``) to ``member`` is durable and the grant
+        is being sent now: True if it is still the lease's current grant, whose expiry then
+        runs from now (a slow write does not eat into the holder's first TTL). False if the
+        lease lapsed, moved on or was taken back meanwhile: the adapter must not send it
+        (another grant of the partition may already be out)."""
+        lease = self.leases.get(tp)
+        if lease is None or lease.epoch != epoch or lease.holder != member:
+            return False
+        if lease.state is LeaseState.FREE:
+            return False
+        lease.expires_at = max(lease.expires_at, now + self.timing.expiry)
+        return True
+
+    def withheld(self, tp: TopicPartition, epoch: int, member: str) -> None:
+        """The epoch of the grant (``tp``, ``epoch``) to ``member`` could not be written, so
+        the grant was never sent: take it back. The partition is decided again on the next
+        tick, under a newer epoch (never this one: it may yet reach the log)."""
+        lease = self.leases.get(tp)
+        if lease is None or lease.epoch != epoch or lease.holder != member:
+            return
+        self._free(lease)
+        self._rebalance_pending = True
 
     # ---- views --------------------------------------------------------------------------
 

@@ -2,9 +2,11 @@
 
 This is the adapter between the pure :mod:`coordinator` and the gRPC streams: it turns
 coordinator commands into ``SessionResponse`` messages on the right stream — a grant only
-after its epoch is durable in the state topic, and never overtaken by a later message on
-the same stream — and pushes a new :class:`Binding` to every watching client whenever the
-holders of a group change. Everything here runs on the asyncio loop; nothing blocks.
+after its epoch is durable in the state topic (a bounded write: one that fails or times
+out takes the grant back, one that outlasts the lease is not sent), and never overtaken by
+a later message on the same stream — and pushes a new :class:`Binding` to every watching
+client whenever the holders of a group change. Everything here runs on the asyncio loop;
+nothing blocks.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import asyncio
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -73,7 +75,9 @@ class GroupStore(Protocol):
 
     def put_epochs(
         self, group: str, epochs: Iterable[tuple[TopicPartition, int]]
-    ) -> asyncio.Future[None]: ...
+    ) -> asyncio.Future[None]:
+        """Resolves once the epochs are durable; fails (never hangs) after a bounded time."""
+        ...
 
     def put_binding(self, group: str, client_id: str) -> asyncio.Future[None]: ...
 
@@ -114,21 +118,24 @@ class Connection:
 
     ``queue`` is what the Session handler writes to the stream. A message sent *after* an
     awaitable (a grant waiting for its epoch to be durable) holds back every later
-    message of this stream until it is released, so the sidecar sees them in order."""
+    message of this stream until it is released, so the sidecar sees them in order; the
+    awaitable's False (or an error) drops the message. Heartbeat acks go out at once
+    (:meth:`send_now`): they only renew leases the sidecar named, and it cannot name a
+    grant that is still held back."""
 
     member_id: str
     session_id: str
     # The identity that opened the stream (authorization on), else None.
     owner: str | None = None
     queue: asyncio.Queue[assigner_pb2.SessionResponse | None] = field(default_factory=asyncio.Queue)
-    _pending: deque[tuple[Awaitable[None] | None, assigner_pb2.SessionResponse]] = field(
+    _pending: deque[tuple[Awaitable[bool] | None, assigner_pb2.SessionResponse]] = field(
         default_factory=deque
     )
     _pump: asyncio.Task[None] | None = None
     closed: bool = False
 
     def send(
-        self, message: assigner_pb2.SessionResponse, after: Awaitable[None] | None = None
+        self, message: assigner_pb2.SessionResponse, after: Awaitable[bool] | None = None
     ) -> None:
         if self.closed:
             return
@@ -139,25 +146,31 @@ class Connection:
         if self._pump is None:
             self._pump = asyncio.get_running_loop().create_task(self._run_pump())
 
+    def send_now(self, message: assigner_pb2.SessionResponse) -> None:
+        """Ahead of held-back grants (see the class doc)."""
+        if not self.closed:
+            self.queue.put_nowait(message)
+
     async def _run_pump(self) -> None:
         try:
             while self._pending and not self.closed:
                 after, message = self._pending[0]
+                send = True
                 if after is not None:
                     try:
-                        await asyncio.shield(after)
+                        send = await asyncio.shield(after)
                     except Exception as exc:
-                        # Not durable, so not sent: the lease lapses unrenewed and is
-                        # granted again later with a newer epoch.
+                        # Not durable, so not sent: the coordinator took the grant back and
+                        # decides again under a newer epoch.
                         log.warning(
                             "grant withheld: its epoch could not be persisted",
                             sidecar=self.member_id,
                             error=str(exc),
                         )
-                        self._pending.popleft()
-                        continue
+                        send = False
                 self._pending.popleft()
-                self.queue.put_nowait(message)
+                if send:
+                    self.queue.put_nowait(message)
         finally:
             self._pump = None
 
@@ -181,8 +194,11 @@ class GroupRuntime:
         clients: Iterable[str] = (),
         drained: Iterable[str] = (),
         faults: FaultReporter | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock`` times grant dispatch (the coordinator's clock)."""
         self.record = record
+        self.clock = clock
         self.faults = GroupFaults(faults, record.name)
         self.settings = settings
         self.metrics = metrics
@@ -342,7 +358,7 @@ class GroupRuntime:
         self.metrics.heartbeats.inc()
         self._observe_config(conn.member_id, hb)
         self._observe_progress(conn.member_id, progress, outcome)
-        conn.send(self._ack(hb.seq, outcome))
+        conn.send_now(self._ack(hb.seq, outcome))
         for r in released:
             self.metrics.releases.inc()
             self.log.debug(
@@ -603,11 +619,9 @@ class GroupRuntime:
         """Send the outcome's commands; refresh bindings and metrics when holders may have
         changed (not on a plain heartbeat: that would cost O(members x partitions) each)."""
         grants = [c for c in outcome.commands if isinstance(c, GrantCmd)]
-        durable: Awaitable[None] | None = None
-        if grants and self.state is not None:
-            durable = self.state.put_epochs(self.name, [(g.tp, g.epoch) for g in grants])
+        gates = self._grant_gates(grants)
         for cmd in outcome.commands:
-            self._dispatch(cmd, durable if isinstance(cmd, GrantCmd) else None)
+            self._dispatch(cmd, gates.get(cmd) if isinstance(cmd, GrantCmd) else None)
         if outcome.expired:
             self.metrics.expiries.labels(self.name).inc(len(outcome.expired))
         if refresh is None:
@@ -625,7 +639,52 @@ class GroupRuntime:
             for gone in set(self.sidecar_rates) - set(holders):
                 del self.sidecar_rates[gone]
 
-    def _dispatch(self, cmd: Command, after: Awaitable[None] | None) -> None:
+    # ---- grants: durable first, then sent only if still current ----------------------
+
+    def _grant_gates(self, grants: list[GrantCmd]) -> dict[Command, Awaitable[bool]]:
+        """Per grant, what its message waits for: True once its epoch is durable and the
+        coordinator still counts it as current (its expiry then runs from now), False if
+        the write failed (the grant is taken back) or the lease moved on meanwhile."""
+        if not grants or self.state is None:
+            return {}  # nothing to persist: sent as decided, expiry from the decision
+        loop = asyncio.get_running_loop()
+        gates: dict[Command, asyncio.Future[bool]] = {g: loop.create_future() for g in grants}
+        durable = self.state.put_epochs(self.name, [(g.tp, g.epoch) for g in grants])
+
+        def settled(future: asyncio.Future[None]) -> None:
+            self._settle_grants(gates, None if future.cancelled() else future.exception())
+
+        durable.add_done_callback(settled)
+        return dict(gates)
+
+    def _settle_grants(
+        self, gates: dict[Command, asyncio.Future[bool]], error: BaseException | None
+    ) -> None:
+        now = self.clock()
+        for cmd, gate in gates.items():
+            assert isinstance(cmd, GrantCmd)
+            if error is not None:
+                self.coordinator.withheld(cmd.tp, cmd.epoch, cmd.member)
+                self.metrics.grants_withheld.labels(self.name, "write_failed").inc()
+                send = False
+            else:
+                send = self.coordinator.dispatched(cmd.tp, cmd.epoch, cmd.member, now)
+                if not send:
+                    self.metrics.grants_withheld.labels(self.name, "superseded").inc()
+                    self.log.info(
+                        "grant not sent: its lease lapsed or moved while its epoch was written",
+                        topic=cmd.tp.topic, partition=cmd.tp.partition, epoch=cmd.epoch,
+                        sidecar=cmd.member,
+                    )  # fmt: skip
+            if not gate.done():
+                gate.set_result(send)
+        if error is not None:
+            self.log.warning(
+                "grants taken back: their epochs could not be written",
+                grants=len(gates), error=str(error),
+            )  # fmt: skip
+
+    def _dispatch(self, cmd: Command, after: Awaitable[bool] | None) -> None:
         conn = self.connections.get(cmd.member)
         if isinstance(cmd, GrantCmd):
             self.metrics.grants.labels(self.name).inc()

@@ -54,6 +54,13 @@ class AssignerMetrics:
             ["group"],
             registry=registry,
         )
+        self.grants_withheld = Counter(
+            "ds_assigner_grants_withheld",
+            "Grants decided but never sent: their epoch could not be written in time "
+            "(write_failed), or their lease lapsed or moved on while it was (superseded)",
+            ["group", "reason"],
+            registry=registry,
+        )
         self.releases = Counter(
             "ds_assigner_lease_releases", "Leases released by their holder", registry=registry
         )

@@ -139,7 +139,13 @@ class GroupRegistry:
         partitions = await self.topics.partitions(record.topics)
         await self._store(record)
         group = GroupRuntime(
-            record, partitions, self.settings, self.metrics, self.store, faults=self.faults
+            record,
+            partitions,
+            self.settings,
+            self.metrics,
+            self.store,
+            faults=self.faults,
+            clock=self.clock,
         )
         self._groups[record.name] = group
         log.info(
@@ -193,6 +199,7 @@ class GroupRegistry:
                 clients=snapshot.bindings.get(record.name, set()),
                 drained=snapshot.drained.get(record.name, set()),
                 faults=self.faults,
+                clock=self.clock,
             )
             log.info(
                 "group restored",

@@ -50,6 +50,13 @@ class AssignerSettings(ServiceSettings):
         "sidecar's partitions are kept for it (0 = hand them off at once)",
     )
     state_topic: str = Field("__ds_assigner_state", min_length=1, max_length=249)
+    state_write_timeout_seconds: float = Field(
+        5.0,
+        ge=0.5,
+        le=300,
+        description="how long a grant waits for its epoch to be written to the state topic; "
+        "a grant whose write fails or times out is taken back and decided again",
+    )
     tick_seconds: float = Field(0.1, ge=0.01, le=5)
     metadata_refresh_seconds: float = Field(10.0, ge=0.5, le=600)
     groups: list[GroupSeed] = Field(default_factory=list)

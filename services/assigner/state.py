@@ -6,7 +6,9 @@ sidecars an operator drained.
 Holders are *not* stored: a restarted leader learns them from the sidecars re-attaching
 with their leases (see coordinator: settle + adopt), which is what keeps a restart from
 moving anything. Epochs are written, and acknowledged by Kafka (acks=all, idempotent
-producer), *before* the grant that carries them is sent, so epochs never go backwards.
+producer), *before* the grant that carries them is sent, so epochs never go backwards;
+such a write is bounded (``state_write_timeout_seconds``): a grant whose epoch is not
+durable by then is taken back and decided again, never sent.
 
 Records are keyed by a JSON array (``["group", name]``, ``["epoch", group, topic,
 partition]``, ``["binding", group, client_id]``, ``["drain", group, sidecar_id]``) so
@@ -40,10 +42,11 @@ from services.runtime.topics import CompactedTopic
 log = structlog.get_logger(__name__)
 
 STATE_TOPIC = "__ds_assigner_state"
-# How long a write may wait for Kafka's acknowledgement: librdkafka's default
-# message.timeout.ms, the bound state writes have always had. A grant waits for its epoch's
-# write, so this is how long a grant is held back while Kafka is unreachable.
+# How long a group or binding write may wait for Kafka's acknowledgement: librdkafka's
+# default message.timeout.ms, the bound these writes have always had. Epoch writes have
+# their own, short bound (state_write_timeout_seconds): a grant waits for its epoch.
 WRITE_TIMEOUT_SECONDS = 300.0
+DEFAULT_EPOCH_WRITE_TIMEOUT = 5.0
 
 
 @dataclass
@@ -247,8 +250,10 @@ class StateStore:
         *,
         topic: str = STATE_TOPIC,
         admin: AdminClient | None = None,
+        epoch_write_timeout: float = DEFAULT_EPOCH_WRITE_TIMEOUT,
     ) -> None:
         self.topic = topic
+        self.epoch_write_timeout = epoch_write_timeout
         # Replication left to the cluster: 3 replicas, min.insync.replicas 2 where it can.
         self._topic = CompactedTopic(
             settings,
@@ -282,11 +287,14 @@ class StateStore:
         return self._write([(_key("group", record.name), json.dumps(record.to_json()).encode())])
 
     def put_epochs(self, group: str, epochs: Iterable[tuple[TP, int]]) -> asyncio.Future[None]:
+        """Resolves once durable; fails after ``epoch_write_timeout`` (the grant waiting
+        for it is then taken back, never sent)."""
         return self._write(
             [
                 (_key("epoch", group, tp.topic, tp.partition), json.dumps({"epoch": e}).encode())
                 for tp, e in epochs
-            ]
+            ],
+            timeout=self.epoch_write_timeout,
         )
 
     def put_binding(self, group: str, client_id: str) -> asyncio.Future[None]:
@@ -299,9 +307,11 @@ class StateStore:
         value = b'{"drained":true}' if drained else None
         return self._write([(_key("drain", group, sidecar_id), value)])
 
-    def _write(self, records: list[tuple[bytes, bytes | None]]) -> asyncio.Future[None]:
+    def _write(
+        self, records: list[tuple[bytes, bytes | None]], timeout: float = WRITE_TIMEOUT_SECONDS
+    ) -> asyncio.Future[None]:
         """Produce records now; the future resolves when Kafka acknowledged all of them."""
-        written = self._topic.produce(records, timeout=WRITE_TIMEOUT_SECONDS)
+        written = self._topic.produce(records, timeout=timeout)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def settle(future: asyncio.Future[list[int]]) -> None:

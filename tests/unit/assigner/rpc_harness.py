@@ -82,11 +82,16 @@ class MemoryKafka:
 
 @dataclass
 class MemoryStore:
-    """The state topic's writes, acknowledged at once (or refused while ``failing``)."""
+    """The state topic's writes, acknowledged at once (or refused while ``failing``).
+
+    While ``holding_epochs``, epoch writes stay pending in ``held`` (a slow broker) until
+    the test settles them."""
 
     writes: list[tuple[str, ...]] = field(default_factory=list)
     records: dict[str, GroupRecord] = field(default_factory=dict)
     failing: bool = False
+    holding_epochs: bool = False
+    held: list[asyncio.Future[None]] = field(default_factory=list)
 
     def put_group(self, record: GroupRecord) -> asyncio.Future[None]:
         if not self.failing:
@@ -96,6 +101,9 @@ class MemoryStore:
     def put_epochs(
         self, group: str, epochs: Iterable[tuple[TopicPartition, int]]
     ) -> asyncio.Future[None]:
+        if self.holding_epochs:
+            self.held.append(asyncio.get_running_loop().create_future())
+            return self.held[-1]
         return self._ack("epochs", group, *(f"{tp.topic}/{tp.partition}@{e}" for tp, e in epochs))
 
     def put_binding(self, group: str, client_id: str) -> asyncio.Future[None]:

@@ -10,6 +10,7 @@ import grpc
 import pytest
 
 from dataservice.assigner.v1 import assigner_pb2
+from services.assigner.settings import AssignerSettings
 from tests.unit.assigner.rpc_harness import (
     TOPIC,
     Assigner,
@@ -140,6 +141,89 @@ def test_a_session_ends_when_its_group_is_closed() -> None:
         assert await sidecar.call.code() == grpc.StatusCode.OK
 
     run(body)
+
+
+# ---- grants whose epoch write is slow or fails (issue 17, path 3) -------------------------
+
+SHORT_LEASES = AssignerSettings(
+    grpc_port=0,
+    http_port=0,
+    lease_ttl_seconds=1.0,
+    lease_grace_seconds=0.2,
+    heartbeat_interval_seconds=0.25,
+)
+
+
+async def keep_alive(a: Assigner, sidecar: Sidecar) -> None:
+    """The assigner's tick (every 0.1 s, as the app runs it) and the sidecar's heartbeats
+    naming no lease (no grant has arrived; every 0.2 s, acks not awaited): the member stays
+    alive while its grants wait for their epoch write."""
+    while True:
+        sidecar.seq += 1
+        heartbeat = assigner_pb2.SessionHeartbeat(seq=sidecar.seq)
+        await sidecar.call.write(assigner_pb2.SessionRequest(heartbeat=heartbeat))
+        a.groups.tick()
+        await asyncio.sleep(0.1)
+        a.groups.tick()
+        await asyncio.sleep(0.1)
+
+
+def test_a_grant_whose_epoch_write_outlasts_its_lease_is_never_sent() -> None:
+    """The write of epoch 1 takes longer than TTL + grace: the lease lapses at the assigner
+    and the partition is granted again (epoch 2). The late epoch-1 grant must not be sent
+    once its write lands: honoured by the sidecar it would overlap the epoch-2 grant."""
+
+    async def body(a: Assigner) -> None:
+        await a.create("g", [TOPIC])
+        a.store.holding_epochs = True
+        sidecar = Sidecar(a.sessions, "sc-1")
+        await sidecar.join("g")
+        alive = asyncio.create_task(keep_alive(a, sidecar))
+        try:
+            while len(a.store.held) < 2:  # the first decision lapsed and was decided again
+                await asyncio.sleep(0.05)
+            a.store.holding_epochs = False
+            first, second = a.store.held[:2]
+            first.set_result(None)  # the slow write lands at last
+            second.set_result(None)
+            grants = await sidecar.grants(4)
+            assert {g.epoch for g in grants} == {2}, [(g.partition, g.epoch) for g in grants]
+            withheld = a.prometheus.get_sample_value(
+                "ds_assigner_grants_withheld_total", {"group": "g", "reason": "superseded"}
+            )
+            assert withheld == 4
+        finally:
+            alive.cancel()
+            await sidecar.close()
+
+    run(body, topics={TOPIC: 4}, settings=SHORT_LEASES)
+
+
+def test_a_grant_whose_epoch_write_fails_is_decided_again_at_once() -> None:
+    """A failed write never sends its grant and does not leave the partition waiting a
+    TTL for the unsent lease to lapse: it is taken back and granted again, newer epoch."""
+
+    async def body(a: Assigner) -> None:
+        await a.create("g", [TOPIC])
+        a.store.holding_epochs = True
+        sidecar = Sidecar(a.sessions, "sc-1")
+        await sidecar.join("g")
+        alive = asyncio.create_task(keep_alive(a, sidecar))
+        try:
+            while not a.store.held:
+                await asyncio.sleep(0.01)
+            a.store.holding_epochs = False
+            a.store.held[0].set_exception(TimeoutError("epoch write timed out"))
+            start = asyncio.get_running_loop().time()
+            grants = await sidecar.grants(4)
+            waited = asyncio.get_running_loop().time() - start
+            assert {g.epoch for g in grants} == {2}, [(g.partition, g.epoch) for g in grants]
+            assert waited < a.settings.lease_ttl_seconds, f"re-granted after {waited:.2f} s"
+        finally:
+            alive.cancel()
+            await sidecar.close()
+
+    run(body, topics={TOPIC: 4}, settings=SHORT_LEASES)
 
 
 # ---- Leave ----------------------------------------------------------------------------------
