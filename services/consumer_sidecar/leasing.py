@@ -84,10 +84,10 @@ def lease_problem(
             stream_pb2.REJECT_REASON_STALE_EPOCH,
             f"epoch {epoch} is not the current epoch {part.epoch}",
         )
+    if not part.ready or not part.confirmed:
+        return stream_pb2.REJECT_REASON_NOT_HELD, "the lease was just granted; retry shortly"
     if not part.live(now) or part.suspended_at is not None:
         return stream_pb2.REJECT_REASON_LEASE_EXPIRED, "the local lease deadline passed"
-    if not part.ready:
-        return stream_pb2.REJECT_REASON_NOT_HELD, "the lease was just granted; retry shortly"
     return None
 
 
@@ -166,9 +166,11 @@ class LeaseKeeper:
 
     # ---- grants and revokes -----------------------------------------------------------
 
-    def grant(self, tp: TP, epoch: int, deadline: float) -> bool:
-        """Hold the lease at once (heartbeats renew it from now on); fetching is set up by
-        :meth:`start_fetching`. False for a duplicate grant re-sent after a re-attach."""
+    def grant(self, tp: TP, epoch: int, received_at: float) -> bool:
+        """Hold the lease at once, not live yet: the first heartbeat ack that renews it
+        gives it its deadline (:meth:`renew`; ARCHITECTURE §3.1.6). Fetching is set up by
+        :meth:`start_fetching` meanwhile. False for a duplicate grant re-sent after a
+        re-attach."""
         existing = self.table.get(tp)
         if existing is not None and existing.epoch >= epoch:
             return False
@@ -177,7 +179,15 @@ class LeaseKeeper:
             # An older epoch still held here (a suspended lease granted back, or a re-grant
             # after a re-attach): it ends now; its Kafka assignment is replaced by assign().
             existing.revoking = True
-        self.table.add(Partition(tp=tp, epoch=epoch, deadline=deadline, acks=PartitionAcks(-1)))
+        self.table.add(
+            Partition(
+                tp=tp,
+                epoch=epoch,
+                deadline=received_at,
+                acks=PartitionAcks(-1),
+                confirmed=False,
+            )
+        )
         self._granted_at[tp] = self.clock()
         self.on_lease_change("grant")
         return True
@@ -319,12 +329,16 @@ class LeaseKeeper:
         return out
 
     def renew(self, tp: TP, epoch: int, deadline: float) -> None:
-        """A heartbeat ack renewed this lease: extend it, and resume it if suspended (on
-        the fetch thread, after the suspension's rewind: same thread, FIFO)."""
+        """A heartbeat ack renewed this lease: extend it (a fresh grant goes live now), and
+        resume it if suspended (on the fetch thread, after the suspension's rewind: same
+        thread, FIFO)."""
         part = self.table.get(tp)
         if part is None or part.epoch != epoch or part.revoking:
             return
         part.deadline = max(part.deadline, deadline)
+        if not part.confirmed:
+            part.confirmed = True
+            log.debug("lease confirmed: live", topic=tp.topic, partition=tp.partition, epoch=epoch)
         if part.suspended_at is not None and part.live(self.clock()):
             log.info(
                 "lease renewed: delivery resumes", topic=tp.topic, partition=tp.partition,
@@ -332,20 +346,25 @@ class LeaseKeeper:
             )  # fmt: skip
             self._spawn(self.fetcher.run(self.fetcher.resume, tp))
 
-    def not_renewed(self, renewed: set[tuple[TP, int]], sent_at: float) -> None:
-        """A heartbeat sent after a lease was suspended was acked without renewing it:
-        the assigner no longer counts it as ours. Drop it (nothing more is committed)."""
+    def not_renewed(
+        self, renewed: set[tuple[TP, int]], sent_at: float, named: set[tuple[TP, int]]
+    ) -> None:
+        """A heartbeat was acked without renewing a lease that was suspended when it was
+        sent, or a fresh grant it ``named``: the assigner no longer counts it as ours (the
+        grant lapsed or moved on before it was confirmed). Drop it; nothing of it was
+        delivered or committed since."""
         for part in self.table.snapshot():
-            if (
-                part.suspended_at is not None
-                and part.suspended_at <= sent_at
-                and (part.tp, part.epoch) not in renewed
-                and not part.revoking
-            ):
+            lease = (part.tp, part.epoch)
+            stale = (part.suspended_at is not None and part.suspended_at <= sent_at) or (
+                not part.confirmed and lease in named
+            )
+            if stale and lease not in renewed and not part.revoking:
                 part.revoking = True
                 self.table.remove(part.tp)
                 log.warning(
-                    "suspended lease not renewed by the assigner: dropped",
+                    "suspended lease not renewed by the assigner: dropped"
+                    if part.confirmed
+                    else "grant not confirmed by the assigner: dropped",
                     topic=part.tp.topic,
                     partition=part.tp.partition,
                     epoch=part.epoch,
@@ -360,6 +379,7 @@ class LeaseKeeper:
         for part in self.table.snapshot():
             if (
                 part.ready
+                and part.confirmed  # a fresh grant has no deadline to pass yet
                 and not part.revoking
                 and part.suspended_at is None
                 and not part.live(now)

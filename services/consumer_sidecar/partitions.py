@@ -106,6 +106,12 @@ class Partition:
     # False between the grant and the moment Kafka fetching is set up. The partition is
     # already held (heartbeats renew it) but nothing is delivered or committed yet.
     ready: bool = False
+    # False from a grant until the assigner acknowledges a heartbeat that named it
+    # (ARCHITECTURE §3.1.6): until then the lease is held and fetched, never delivered or
+    # committed, and has no deadline of its own. A grant delayed in flight therefore
+    # cannot overlap a later grant of the partition elsewhere: the assigner renews only
+    # the grant it still counts as current.
+    confirmed: bool = True
     # Set when the local lease deadline passed: nothing is delivered or committed and
     # fetching is paused, but the lease is still reported, so a renewal (e.g. by a
     # restarted assigner adopting it) resumes it; an ack that does not renew it drops it.
@@ -129,7 +135,7 @@ class Partition:
         return self.lag
 
     def live(self, now: float) -> bool:
-        return now < self.deadline
+        return self.confirmed and now < self.deadline
 
 
 class PartitionTable:

@@ -98,7 +98,8 @@ class SessionClient:
         self.ttl = 3.0
         self.heartbeat_interval = 1.0
         self.session_id = ""
-        self._sent_at: dict[int, float] = {}
+        # seq -> (monotonic send time, the leases it named), until its ack arrives.
+        self._sent_at: dict[int, tuple[float, set[tuple[TP, int]]]] = {}
         self._seq = 0
         self._outbox: asyncio.Queue[assigner_pb2.SessionRequest] = asyncio.Queue()
         self._heartbeat_now = asyncio.Event()
@@ -241,7 +242,8 @@ class SessionClient:
         while True:
             request = await self._outbox.get()
             if request.WhichOneof("kind") == "heartbeat":
-                self._sent_at[request.heartbeat.seq] = time.monotonic()
+                named = {(TP(p.topic, p.partition), p.epoch) for p in request.heartbeat.leases}
+                self._sent_at[request.heartbeat.seq] = (time.monotonic(), named)
                 self.on_heartbeat_sent()
             yield request
 
@@ -388,10 +390,11 @@ class SessionClient:
             self._delivery_policy(update, update.config_version)
         elif kind == "grant":
             g = response.grant
-            # Until the first renewal, the deadline counts from receipt (bounded delay).
-            deadline = time.monotonic() + self.ttl - self.margin
             tp = TP(g.topic, g.partition)
-            if self.keeper.grant(tp, g.epoch, deadline):
+            # Held, fetched, but live only once a heartbeat that names it is acked with a
+            # renewal (ARCHITECTURE §3.1.6): send that heartbeat now.
+            if self.keeper.grant(tp, g.epoch, time.monotonic()):
+                self._heartbeat_now.set()
                 # Grants come in bursts: gather those that arrive together into one assign.
                 if not self._grants:
                     self._spawn(self._start_granted())
@@ -410,16 +413,17 @@ class SessionClient:
                 )
         elif kind == "heartbeat_ack":
             ack = response.heartbeat_ack
-            sent = self._sent_at.pop(ack.seq, None)
+            entry = self._sent_at.pop(ack.seq, None)
             for old in [s for s in self._sent_at if s < ack.seq]:
                 del self._sent_at[old]
-            if sent is not None:
+            if entry is not None:
+                sent, named = entry
                 self.on_heartbeat_acked(time.monotonic() - sent)
                 deadline = sent + self.ttl - self.margin
                 renewed = {(TP(x.topic, x.partition), x.epoch) for x in ack.renewed_leases}
                 for tp, epoch in renewed:
                     self.keeper.renew(tp, epoch, deadline)
-                self.keeper.not_renewed(renewed, sent)
+                self.keeper.not_renewed(renewed, sent, named)
 
     def config_changed(self) -> None:
         """What runs of the group's config changed: report it in a heartbeat now."""
