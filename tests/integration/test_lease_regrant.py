@@ -4,7 +4,8 @@ Seen in the probe's e2e test: the sidecar was SIGSTOPped past its lease TTL, sus
 lease on waking (paused and rewound in librdkafka, still assigned), and the assigner granted
 the partition back to it at epoch 2. ``incremental_assign`` refused the partition as already
 assigned (``_CONFLICT``), so it never delivered again. Here on a real broker and a real
-librdkafka consumer, with the lease clock driven by the test.
+librdkafka consumer, with the lease clock driven by the test (each grant goes live with the
+renewal its first heartbeat ack brings, as in the session).
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def test_a_suspended_lease_granted_back_under_a_new_epoch_delivers_again(
     async def scenario() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         fetcher.start()
         try:
-            assert keeper.grant(tp, 1, clock.now + 10)
+            assert keeper.grant(tp, 1, clock.now)
+            keeper.renew(tp, 1, clock.now + 10)  # the first heartbeat ack after the grant
             await keeper.start_fetching({tp: -1})
             first = await take(table, 10)
             clock.now += 20  # paused past the deadline: the lease is suspended on waking
@@ -84,7 +86,8 @@ def test_a_suspended_lease_granted_back_under_a_new_epoch_delivers_again(
             assert part is not None and part.suspended_at is not None
             assert table.take(100, 1 << 20) == []  # a suspended lease delivers nothing
             # The assigner gave the partition back to this sidecar under epoch 2.
-            assert keeper.grant(tp, 2, clock.now + 10)
+            assert keeper.grant(tp, 2, clock.now)
+            keeper.renew(tp, 2, clock.now + 10)
             await keeper.start_fetching({tp: -1})
             again = await take(table, RECORDS)
             return first, again
