@@ -54,6 +54,9 @@ check: lint typecheck imports protos rules k8s-check
 lint:
 	$(VENV)/ruff check .
 	$(VENV)/ruff format --check .
+	@# Test folders have no __init__.py: two test files of one name stop pytest's collection.
+	@dups=$$(find tests -name 'test_*.py' -printf '%f\n' | sort | uniq -d); \
+	  if [ -n "$$dups" ]; then echo "test file names used twice under tests/: $$dups"; exit 1; fi
 
 # The import structure (.importlinter): the shared layer imports no service, no service imports
 # another's package, no import circle (TYPE_CHECKING imports included).
