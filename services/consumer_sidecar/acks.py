@@ -59,6 +59,10 @@ class AckError(ValueError):
     """An ack that names an offset which was never delivered (or was already committed)."""
 
 
+class NotHolderError(AckError):
+    """An ack from a client for a record in flight to another client (nothing applied)."""
+
+
 @dataclass(frozen=True)
 class GivenUp:
     """Records [lo, hi) that became due after ``deliveries`` deliveries (the limit)."""
@@ -302,27 +306,40 @@ class PartitionAcks:
 
     # ---- acks -------------------------------------------------------------------------
 
-    def ack(self, offset: int) -> bool:
+    def ack(self, offset: int, client: str | None = None) -> bool:
         """Mark ``offset`` acked; True if this moved the commit point.
 
         Acking an offset below the commit point is a harmless duplicate (already committed
-        or acked); acking an offset never delivered is an error.
+        or acked); acking an offset never delivered is an error, and so is acking, as
+        ``client``, a record in flight to another client (:meth:`ack_range`).
         """
         if offset >= self._next:
             raise AckError(f"offset {offset} was not delivered (next is {self._next})")
-        return self.ack_range(offset, offset + 1)
+        return self.ack_range(offset, offset + 1, client)
 
-    def ack_range(self, lo: int, hi: int) -> bool:
+    def ack_range(self, lo: int, hi: int, client: str | None = None) -> bool:
         """Mark every delivered offset of [lo, hi) acked, in flight or due; True if the
         commit point moved.
 
         Offsets of the range that were not delivered because they hold no record, or that
         were acked already, are ignored; a range reaching past the last delivered offset is
-        an error (nothing of it is applied)."""
+        an error (nothing of it is applied). With ``client``, a range that covers a record
+        in flight to another client is refused whole (:class:`NotHolderError`): acks are
+        bound to the client the records were delivered to; a due record (its deadline
+        passed, its holder gone, nacked) may be acked by anyone."""
         if hi <= lo:
             raise AckError(f"empty range [{lo}, {hi})")
         if hi > self._next:
             raise AckError(f"offsets up to {hi - 1} were not delivered (next is {self._next})")
+        if client is not None:
+            for run in self._overlapping(lo, hi):
+                if not run.due and run.holder != NO_HOLDER and run.holder[0] != client:
+                    first = max(lo, run.lo)
+                    raise NotHolderError(
+                        f"offset {first} is in flight to another client of the group; "
+                        "only the client it was delivered to may ack it before its ack "
+                        "deadline"
+                    )
         before = self.commit_point
         removed = self._update(lo, hi, lambda run: None)
         if removed:

@@ -36,7 +36,13 @@ import structlog
 from confluent_kafka import KafkaError, KafkaException
 
 from dataservice.sidecar.v1 import stream_pb2
-from services.consumer_sidecar.acks import AckError, GivenUp, Holder, PartitionAcks
+from services.consumer_sidecar.acks import (
+    AckError,
+    GivenUp,
+    Holder,
+    NotHolderError,
+    PartitionAcks,
+)
 from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
 from services.consumer_sidecar.partitions import Due, Partition, PartitionTable
 from services.runtime.errors import DsError, Reason
@@ -89,6 +95,13 @@ def lease_problem(
     if not part.live(now) or part.suspended_at is not None:
         return stream_pb2.REJECT_REASON_LEASE_EXPIRED, "the local lease deadline passed"
     return None
+
+
+def _ack_error_reason(exc: AckError) -> stream_pb2.RejectReason.ValueType:
+    """The reject reason for an ack the partition's tracker refused."""
+    if isinstance(exc, NotHolderError):
+        return stream_pb2.REJECT_REASON_NOT_HOLDER
+    return stream_pb2.REJECT_REASON_NOT_DELIVERED
 
 
 def _ack_problem(
@@ -474,7 +487,9 @@ class LeaseKeeper:
 
     # ---- acks and commits -------------------------------------------------------------
 
-    def ack(self, ack: stream_pb2.RecordAck) -> stream_pb2.RejectedAck | None:
+    def ack(
+        self, ack: stream_pb2.RecordAck, client: str | None = None
+    ) -> stream_pb2.RejectedAck | None:
         tp = TP(ack.topic, ack.partition)
         part = self.table.get(tp)
         retired = self.retired_epoch(tp) if part is None else None
@@ -482,9 +497,9 @@ class LeaseKeeper:
         reject = _ack_problem(part, ack.lease_epoch, name, self.clock(), retired)
         if reject is None and part is not None:
             try:
-                self.table.ack(part, ack.offset)
+                self.table.ack(part, ack.offset, client)
             except AckError as exc:
-                reject = (stream_pb2.REJECT_REASON_NOT_DELIVERED, str(exc))
+                reject = (_ack_error_reason(exc), str(exc))
         if reject is not None:
             return stream_pb2.RejectedAck(ack=ack, reason=reject[0], message=reject[1])
         self._acks_since_commit += 1
@@ -492,7 +507,9 @@ class LeaseKeeper:
             self._commit_now.set()
         return None
 
-    def ack_range(self, ack: stream_pb2.RangeAck) -> stream_pb2.RejectedRangeAck | None:
+    def ack_range(
+        self, ack: stream_pb2.RangeAck, client: str | None = None
+    ) -> stream_pb2.RejectedRangeAck | None:
         """Every delivered record of [from_offset, to_offset) acked; checked like :meth:`ack`."""
         tp = TP(ack.topic, ack.partition)
         part = self.table.get(tp)
@@ -501,9 +518,9 @@ class LeaseKeeper:
         reject = _ack_problem(part, ack.lease_epoch, name, self.clock(), retired)
         if reject is None and part is not None:
             try:
-                self.table.ack_range(part, ack.from_offset, ack.to_offset)
+                self.table.ack_range(part, ack.from_offset, ack.to_offset, client)
             except AckError as exc:
-                reject = (stream_pb2.REJECT_REASON_NOT_DELIVERED, str(exc))
+                reject = (_ack_error_reason(exc), str(exc))
         if reject is not None:
             return stream_pb2.RejectedRangeAck(ack=ack, reason=reject[0], message=reject[1])
         self._acks_since_commit += 1

@@ -251,15 +251,16 @@ class PartitionTable:
             return [taken]
         return taken.pieces(acks.deliver(taken.offsets, taking.due_at, taking.holder))
 
-    def ack(self, part: Partition, offset: int) -> bool:
-        """Ack under the table lock: delivery (take) updates the same tracker."""
+    def ack(self, part: Partition, offset: int, client: str | None = None) -> bool:
+        """Ack under the table lock: delivery (take) updates the same tracker. ``client``:
+        the acking client, refused for a record in flight to another one."""
         with self.lock:
-            return part.acks.ack(offset)
+            return part.acks.ack(offset, client)
 
-    def ack_range(self, part: Partition, lo: int, hi: int) -> bool:
+    def ack_range(self, part: Partition, lo: int, hi: int, client: str | None = None) -> bool:
         """Ack every delivered record of [lo, hi) under the table lock."""
         with self.lock:
-            return part.acks.ack_range(lo, hi)
+            return part.acks.ack_range(lo, hi, client)
 
     def ack_slices(self, slices: list[Slice]) -> None:
         """auto_ack: the slices just written to the client count as acked."""

@@ -380,7 +380,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             raise invalid("acks", "name at least one record or range")
         _validate_acks("acks", request.acks)
         _validate_ranges("ranges", request.ranges)
-        outcome = self._apply_acks(request.acks, request.ranges)
+        outcome = self._apply_acks(request.client_id, request.acks, request.ranges)
         if outcome.all_stale():
             self._count_acks(request.client_id, request.acks, request.ranges, outcome)
             raise self._stale_epoch(outcome)
@@ -393,17 +393,19 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             rejected_ranges=outcome.rejected_ranges,
         )
 
-    def _apply_acks(self, acks: Any, ranges: Any) -> _AckOutcome:
+    def _apply_acks(self, client: str, acks: Any, ranges: Any) -> _AckOutcome:
+        """Acks from ``client``: a record in flight to another client is refused to it
+        (REJECT_REASON_NOT_HOLDER)."""
         rejected, accepted_acks = [], []
         for ack in acks:
-            problem = self.serving.ack(ack)
+            problem = self.serving.ack(ack, client)
             if problem is None:
                 accepted_acks.append(ack)
             else:
                 rejected.append(problem)
         rejected_ranges, accepted_ranges = [], []
         for rack in ranges:
-            range_problem = self.serving.ack_range(rack)
+            range_problem = self.serving.ack_range(rack, client)
             if range_problem is None:
                 accepted_ranges.append(rack)
             else:
@@ -578,7 +580,9 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                 elif kind == "acks":
                     _validate_acks("acks.acks", request.acks.acks)
                     _validate_ranges("acks.ranges", request.acks.ranges)
-                    outcome = self._apply_acks(request.acks.acks, request.acks.ranges)
+                    outcome = self._apply_acks(
+                        state.client_id, request.acks.acks, request.acks.ranges
+                    )
                     # Answered once committed, by a task of its own: credits that arrive
                     # meanwhile are not held up behind the commit's round trip.
                     state.answering = asyncio.create_task(

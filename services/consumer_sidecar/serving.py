@@ -108,13 +108,17 @@ class Serving:
 
     # ---- acks and commits -------------------------------------------------------------
 
-    def ack(self, ack: stream_pb2.RecordAck) -> stream_pb2.RejectedAck | None:
-        """Apply one record ack; why it is refused, or None (:meth:`LeaseKeeper.ack`)."""
-        return self._keeper.ack(ack)
+    def ack(self, ack: stream_pb2.RecordAck, client: str) -> stream_pb2.RejectedAck | None:
+        """Apply one record ack from ``client``; why it is refused, or None
+        (:meth:`LeaseKeeper.ack`)."""
+        return self._keeper.ack(ack, client)
 
-    def ack_range(self, ack: stream_pb2.RangeAck) -> stream_pb2.RejectedRangeAck | None:
-        """Apply one range ack; why it is refused, or None (:meth:`LeaseKeeper.ack_range`)."""
-        return self._keeper.ack_range(ack)
+    def ack_range(
+        self, ack: stream_pb2.RangeAck, client: str
+    ) -> stream_pb2.RejectedRangeAck | None:
+        """Apply one range ack from ``client``; why it is refused, or None
+        (:meth:`LeaseKeeper.ack_range`)."""
+        return self._keeper.ack_range(ack, client)
 
     async def commit_acked(self, touched: dict[TP, tuple[Partition, int]]) -> dict[TP, Problem]:
         """Make the acks applied so far durable; the partitions of ``touched`` whose acks

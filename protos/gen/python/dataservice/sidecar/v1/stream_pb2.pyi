@@ -81,6 +81,11 @@ class _RejectReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RejectRe
     """The offset is beyond the partition's high watermark (commits only)."""
     REJECT_REASON_COMMIT_FAILED: _RejectReason.ValueType  # 6
     """Kafka did not accept the commit; retry later (commits only)."""
+    REJECT_REASON_NOT_HOLDER: _RejectReason.ValueType  # 7
+    """The record is in flight to another client of the group: only the client it was
+    delivered to may ack it, until its ack deadline passes or its holder's stream ends
+    (then it is due and any client may ack it). Acks only.
+    """
 
 class RejectReason(_RejectReason, metaclass=_RejectReasonEnumTypeWrapper):
     """Why a sidecar did not accept an ack or a commit."""
@@ -101,6 +106,11 @@ REJECT_REASON_OFFSET_OUT_OF_RANGE: RejectReason.ValueType  # 5
 """The offset is beyond the partition's high watermark (commits only)."""
 REJECT_REASON_COMMIT_FAILED: RejectReason.ValueType  # 6
 """Kafka did not accept the commit; retry later (commits only)."""
+REJECT_REASON_NOT_HOLDER: RejectReason.ValueType  # 7
+"""The record is in flight to another client of the group: only the client it was
+delivered to may ack it, until its ack deadline passes or its holder's stream ends
+(then it is due and any client may ack it). Acks only.
+"""
 Global___RejectReason: _TypeAlias = RejectReason  # noqa: Y015
 
 class _ReadFormat:
