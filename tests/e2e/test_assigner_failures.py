@@ -300,4 +300,8 @@ def test_assigner_kill9_and_restart_moves_nothing(mesh: Mesh, topic_factory: obj
     _check_no_loss(run, result)
     assert not changed, f"the restart changed holders or epochs: {changed}"
     assert not visited, f"partitions moved during the restart: {visited}"
-    assert gap < TTL, f"consumption stopped for {gap:.2f}s"
+    # No wall-clock bound (the restart's own time depends on the machine's load): delivery
+    # may stop only while the assigner is away, plus at most one lease TTL before the
+    # re-attached sidecars' leases are renewed.
+    away = reattached_at - killed_at
+    assert gap < away + TTL, f"consumption stopped for {gap:.2f}s ({away:.2f}s away)"
