@@ -181,7 +181,9 @@ def _validate_delay(field_name: str, message: Any) -> float:
     """A nack's delay in seconds (unset = 0); INVALID_ARGUMENT out of [0, 12 h]."""
     if not message.HasField("delay"):
         return 0.0
-    delay = float(message.delay.ToTimedelta().total_seconds())
+    # From the fields, not ToTimedelta(): a Duration outside timedelta's range (any int64
+    # seconds may come over the wire) raised OverflowError, which the caller saw as UNKNOWN.
+    delay = float(message.delay.seconds + message.delay.nanos / 1e9)
     if not 0 <= delay <= MAX_NACK_DELAY:
         raise invalid(field_name, f"must be between 0 and {MAX_NACK_DELAY:.0f} s")
     return delay
@@ -330,8 +332,8 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         if not 0 < max_bytes <= MAX_BYTES:
             raise invalid("max_bytes", f"must be between 0 and {MAX_BYTES}")
         max_wait = (
-            request.max_wait.ToTimedelta().total_seconds()
-            if request.HasField("max_wait")
+            request.max_wait.seconds + request.max_wait.nanos / 1e9  # not ToTimedelta(): it
+            if request.HasField("max_wait")  # overflows on a Duration outside its range
             else DEFAULT_MAX_WAIT
         )
         if not 0 <= max_wait <= MAX_WAIT:

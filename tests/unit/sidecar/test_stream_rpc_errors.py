@@ -94,6 +94,18 @@ def test_fetch_validation(fields: dict[str, Any], field_name: str) -> None:
     run(body)
 
 
+def test_fetch_with_a_max_wait_outside_durations_range_is_invalid() -> None:
+    """Any int64 seconds may come over the wire; ToTimedelta() overflowed (UNKNOWN)."""
+
+    async def body(stub: Stub, sc: Sidecar) -> None:
+        sc.hold(0)
+        request = fetch_request()
+        request.max_wait.seconds = 2**63 - 1
+        invalid_field(await failure(stub.Fetch(request)), "max_wait")
+
+    run(body)
+
+
 def test_fetch_for_another_group_is_not_served() -> None:
     async def body(stub: Stub, sc: Sidecar) -> None:
         code, reason, metadata = await failure(stub.Fetch(fetch_request(group="other")))
@@ -202,6 +214,13 @@ def test_ack_validation_of_caller_records_and_ranges(
         ({"ranges": [range_ack(0, 0, 1, 1)] * (MAX_ACKS + 1)}, "ranges"),
         ({"all": True, "delay": duration_pb2.Duration(seconds=-1)}, "delay"),
         ({"all": True, "delay": duration_pb2.Duration(seconds=12 * 3600 + 1)}, "delay"),
+        # Found by tests/fuzz: out of Duration's range, ToTimedelta() raised OverflowError
+        # and the caller got UNKNOWN.
+        (
+            {"all": True, "delay": duration_pb2.Duration(seconds=-(2**63), nanos=-(2**31))},
+            "delay",
+        ),
+        ({"all": True, "delay": duration_pb2.Duration(seconds=2**63 - 1)}, "delay"),
     ],
 )
 def test_nack_validation_of_caller_records_ranges_and_delay(
