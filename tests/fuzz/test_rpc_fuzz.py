@@ -217,7 +217,15 @@ def fuzz_rpc(
 ) -> RpcResult:
     result = RpcResult()
 
-    @settings(max_examples=n, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    # The CI profile is derandomized (the same examples every run: a red CI is a
+    # reproducible finding, not luck); the long profile explores at random.
+    @settings(
+        max_examples=n,
+        deadline=None,
+        database=None,
+        derandomize=n <= CI_EXAMPLES,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(strategy)
     def run(request: Any) -> None:
         code = call(channel, method, request)
