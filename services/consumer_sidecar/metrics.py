@@ -45,6 +45,10 @@ if TYPE_CHECKING:
     from services.consumer_sidecar.partitions import PartitionTable
 
 
+# Why records come due again (LeaseKeeper.after_due), the label of ds_sidecar_redeliveries_total.
+REDELIVERY_REASONS = ("visibility_timeout", "nack", "stream_end", "not_sent")
+
+
 # ---- sidecar consumer metrics -------------------------------------------------------------
 
 
@@ -325,6 +329,8 @@ class SidecarMetrics:
             ["group", "reason"],
             registry=registry,
         )
+        for reason in REDELIVERY_REASONS:  # a known set: each series exists from 0
+            self._redeliveries.labels(group, reason)
         self._given_up = Counter(
             base_name("ds_sidecar_records_given_up_total"),
             help_of("ds_sidecar_records_given_up_total"),
