@@ -21,6 +21,7 @@ from services.devstack.kafka import (
     KafkaOptions,
     TopicFactory,
 )
+from tests.support import accounting
 
 
 @pytest.fixture(scope="session")
@@ -76,3 +77,11 @@ def topic_factory(
     if leftovers := factory.delete_all():
         # A failed cleanup must not hide the test's own result; the topics are unique.
         warnings.warn(f"could not delete topics {leftovers}", stacklevel=1)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The failure tests' record accounting (tests/support/accounting.py), one line each."""
+    if accounting.LINES:
+        terminalreporter.section("record accounting")
+        for line in accounting.LINES:
+            terminalreporter.write_line(line)

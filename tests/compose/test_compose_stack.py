@@ -36,6 +36,7 @@ from tests.compose.stack import (
     run_fault,
     wait_until,
 )
+from tests.support.accounting import report
 from tests.support.prom import WebhookSink
 from tests.support.records import SeqProducer
 
@@ -113,10 +114,9 @@ def test_lag_alert_reaches_alertmanager(
         stack.podman("unpause", *apps)
     received.wait_all(producer, confirmed, timeout=120)
     result = account(producer, confirmed, received)
-    print(
-        f"\n{result.line('both applications paused', time.monotonic() - started)}; "
-        f"{ALERT} for {GROUP} at Alertmanager (orders-team) and its webhook after {alerted:.0f}s",
-        flush=True,
+    report(
+        f"compose: {result.line('both applications paused', time.monotonic() - started)}; "
+        f"{ALERT} for {GROUP} at Alertmanager (orders-team) and its webhook after {alerted:.0f}s"
     )
     assert_clean(result)
 
@@ -134,7 +134,7 @@ def test_kill_a_sidecar_container(stack: Stack, received: Received) -> None:
         stack.wait_balanced()
 
     result, seconds = run_fault(stack, received, kill_and_come_back)
-    print(f"\n{result.line('kill sidecar-a (SIGKILL)', seconds)}", flush=True)
+    report(f"compose: {result.line('kill sidecar-a (SIGKILL)', seconds)}")
     assert_clean(result)
 
 
@@ -150,10 +150,7 @@ def test_restart_the_leading_assigner_container(stack: Stack, received: Received
         stack.wait_balanced()
 
     result, seconds = run_fault(stack, received, restart)
-    print(
-        f"\n{result.line(f'restart {service} (leader; now {stack.leader()})', seconds)}",
-        flush=True,
-    )
+    report(f"compose: {result.line(f'restart {service} (leader; now {stack.leader()})', seconds)}")
     assert_clean(result)
 
 
@@ -167,7 +164,7 @@ def test_stop_a_broker_container(stack: Stack, received: Received) -> None:
         stack.wait_healthy("kafka-2")
 
     result, seconds = run_fault(stack, received, stop_and_start)
-    print(f"\n{result.line('stop kafka-2 for 10s', seconds)}", flush=True)
+    report(f"compose: {result.line('stop kafka-2 for 10s', seconds)}")
     assert_clean(result)
 
 
