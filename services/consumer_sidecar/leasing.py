@@ -490,39 +490,42 @@ class LeaseKeeper:
     def ack(
         self, ack: stream_pb2.RecordAck, client: str | None = None
     ) -> stream_pb2.RejectedAck | None:
-        tp = TP(ack.topic, ack.partition)
-        part = self.table.get(tp)
-        retired = self.retired_epoch(tp) if part is None else None
-        name = f"{ack.topic}[{ack.partition}]"
-        reject = _ack_problem(part, ack.lease_epoch, name, self.clock(), retired)
-        if reject is None and part is not None:
-            try:
-                self.table.ack(part, ack.offset, client)
-            except AckError as exc:
-                reject = (_ack_error_reason(exc), str(exc))
-        if reject is not None:
-            return stream_pb2.RejectedAck(ack=ack, reason=reject[0], message=reject[1])
-        self._acks_since_commit += 1
-        if self._acks_since_commit >= self.commit_max_acks:
-            self._commit_now.set()
-        return None
+        reject = self._apply_ack(
+            ack.topic, ack.partition, ack.lease_epoch,
+            lambda part: self.table.ack(part, ack.offset, client),
+        )  # fmt: skip
+        if reject is None:
+            return None
+        return stream_pb2.RejectedAck(ack=ack, reason=reject[0], message=reject[1])
 
     def ack_range(
         self, ack: stream_pb2.RangeAck, client: str | None = None
     ) -> stream_pb2.RejectedRangeAck | None:
         """Every delivered record of [from_offset, to_offset) acked; checked like :meth:`ack`."""
-        tp = TP(ack.topic, ack.partition)
+        reject = self._apply_ack(
+            ack.topic, ack.partition, ack.lease_epoch,
+            lambda part: self.table.ack_range(part, ack.from_offset, ack.to_offset, client),
+        )  # fmt: skip
+        if reject is None:
+            return None
+        return stream_pb2.RejectedRangeAck(ack=ack, reason=reject[0], message=reject[1])
+
+    def _apply_ack(
+        self, topic: str, partition: int, epoch: int, apply: Callable[[Partition], object]
+    ) -> Problem | None:
+        """One ack (record or range): the lease checks, then ``apply`` on the partition's
+        tracker; why it is refused, or None (counted towards the next commit)."""
+        tp = TP(topic, partition)
         part = self.table.get(tp)
         retired = self.retired_epoch(tp) if part is None else None
-        name = f"{ack.topic}[{ack.partition}]"
-        reject = _ack_problem(part, ack.lease_epoch, name, self.clock(), retired)
+        reject = _ack_problem(part, epoch, f"{topic}[{partition}]", self.clock(), retired)
         if reject is None and part is not None:
             try:
-                self.table.ack_range(part, ack.from_offset, ack.to_offset, client)
+                apply(part)
             except AckError as exc:
                 reject = (_ack_error_reason(exc), str(exc))
         if reject is not None:
-            return stream_pb2.RejectedRangeAck(ack=ack, reason=reject[0], message=reject[1])
+            return reject
         self._acks_since_commit += 1
         if self._acks_since_commit >= self.commit_max_acks:
             self._commit_now.set()
