@@ -196,16 +196,7 @@ class Outbox:
         self._db.execute(
             "INSERT OR IGNORE INTO outbox (lane, id, destination, key, value, "
             "headers, kind, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                item.lane,
-                item.id,
-                item.destination,
-                item.key,
-                item.value,
-                json.dumps(list(item.headers)),
-                item.kind,
-                item.created_ms or now_ms,
-            ),
+            _columns(item, now_ms),
         )
 
     def dead_letter(self, item: OutboxItem, error: str) -> None:
@@ -220,19 +211,7 @@ class Outbox:
                     "INSERT INTO dead_letter (lane, id, destination, key, value, headers, "
                     "kind, created_ms, attempts, failed_ms, error) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        item.lane,
-                        item.id,
-                        item.destination,
-                        item.key,
-                        item.value,
-                        json.dumps(list(item.headers)),
-                        item.kind,
-                        item.created_ms or now_ms,
-                        item.attempts,
-                        now_ms,
-                        error,
-                    ),
+                    (*_columns(item, now_ms), item.attempts, now_ms, error),
                 )
                 self._db.execute(
                     "DELETE FROM dead_letter WHERE seq <= (SELECT MAX(seq) FROM dead_letter) - ?",
@@ -344,3 +323,18 @@ class Outbox:
                 "SELECT event FROM history ORDER BY seq DESC LIMIT ?", (limit,)
             ).fetchall()
         return [row[0] for row in reversed(rows)]
+
+
+def _columns(item: OutboxItem, now_ms: int) -> tuple[object, ...]:
+    """An item's columns shared by the outbox and dead-letter tables, in their order
+    (lane, id, destination, key, value, headers, kind, created_ms)."""
+    return (
+        item.lane,
+        item.id,
+        item.destination,
+        item.key,
+        item.value,
+        json.dumps(list(item.headers)),
+        item.kind,
+        item.created_ms or now_ms,
+    )
