@@ -164,24 +164,10 @@ def _apply(snapshot: StateSnapshot, key: bytes, value: bytes | None) -> None:
         tp = TP(str(topic), int(partition))
         # Never let a replayed older record lower an epoch.
         epochs[tp] = max(epochs.get(tp, 0), epoch)
-    elif kind == "binding":
-        group, client = _names(parts, 3, kind)
-        if value is not None:
-            _json(value, kind, "value")  # its content carries nothing; it must still parse
-        clients = snapshot.bindings.setdefault(str(group), set())
-        if value is None:
-            clients.discard(str(client))  # Unbind writes a tombstone
-        else:
-            clients.add(str(client))
-    elif kind == "drain":
-        group, sidecar = _names(parts, 3, kind)
-        if value is not None:
-            _json(value, kind, "value")  # its content carries nothing; it must still parse
-        drained = snapshot.drained.setdefault(str(group), set())
-        if value is None:
-            drained.discard(str(sidecar))  # UndrainSidecar writes a tombstone
-        else:
-            drained.add(str(sidecar))
+    elif kind == "binding":  # Unbind writes a tombstone
+        _apply_membership(snapshot.bindings, parts, value, kind)
+    elif kind == "drain":  # UndrainSidecar writes a tombstone
+        _apply_membership(snapshot.drained, parts, value, kind)
     else:
         raise BadRecord("unknown", f"unknown record kind {kind[:40]!r}")
 
@@ -327,3 +313,18 @@ class StateStore:
 
     def close(self) -> None:
         self._topic.close(flush_timeout=10)
+
+
+def _apply_membership(
+    sets: dict[str, set[str]], parts: list[Any], value: bytes | None, kind: str
+) -> None:
+    """A ``[kind, group, name]`` record whose presence is the fact (a bound client, a
+    drained sidecar): a value adds ``name`` to its group's set, a tombstone removes it."""
+    group, name = _names(parts, 3, kind)
+    if value is not None:
+        _json(value, kind, "value")  # its content carries nothing; it must still parse
+    members = sets.setdefault(str(group), set())
+    if value is None:
+        members.discard(str(name))
+    else:
+        members.add(str(name))
