@@ -104,6 +104,7 @@ class SidecarApp:
         )
         self.keeper.on_commit = self.faults.commit
         self.keeper.on_given_up = self._given_up
+        self.keeper.on_renewed = self.data.notify
         self.session = SessionClient(
             SessionIdentity(
                 sidecar_id=settings.id,
@@ -115,6 +116,7 @@ class SidecarApp:
             settings.assigner,
             self.keeper,
             safety_margin=settings.lease_safety_margin_seconds,
+            delivery_margin=settings.delivery_margin_seconds,
             consul=settings.consul,
             settings=settings.connection,
         )

@@ -165,6 +165,9 @@ class LeaseKeeper:
         # expire), and how long a grant or revoke took to settle.
         self.on_lease_change: Callable[[str], None] = lambda _kind: None
         self.on_lease_settled: Callable[[str, float], None] = lambda _kind, _seconds: None
+        # A renewal may make buffered records deliverable again (they were held back within
+        # the delivery margin): wakes a long-polling Fetch or Stream (the data signal).
+        self.on_renewed: Callable[[], None] = lambda: None
         # Redelivery: records that came due, by why (visibility_timeout, nack, stream_end,
         # not_sent); records given up past the delivery limit (the POISON_RECORD hook).
         self.on_redelivery: Callable[[str, int], None] = lambda _why, _records: None
@@ -349,6 +352,8 @@ class LeaseKeeper:
         if part is None or part.epoch != epoch or part.revoking:
             return
         part.deadline = max(part.deadline, deadline)
+        if part.buffer:
+            self.on_renewed()
         if not part.confirmed:
             part.confirmed = True
             log.debug("lease confirmed: live", topic=tp.topic, partition=tp.partition, epoch=epoch)

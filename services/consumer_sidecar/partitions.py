@@ -153,6 +153,11 @@ class PartitionTable:
         self.hold_at = buffer_max_bytes
         self.on_room: Callable[[], None] = lambda: None
         self.redelivery = Redelivery()  # the group's policy; the session updates it
+        # No record is handed out when less than this is left of a partition's local lease:
+        # what was delivered can still be acked and committed under the lease. Without it,
+        # a batch taken just before the deadline (the assigner away for longer than a TTL)
+        # is acked just after it, refused, and delivered again.
+        self.delivery_margin = 0.0
 
     def per_partition_cap(self, share: int = 1) -> int:
         """A partition's buffer cap: ``share`` times its fair share of the total."""
@@ -184,10 +189,11 @@ class PartitionTable:
         now = self.clock()
         out: list[Slice] = []
         with self.lock:
+            until = now + self.delivery_margin  # live for at least the margin
             parts = [
                 p
                 for p in self.partitions.values()
-                if p.buffer and p.ready and not p.revoking and not p.rewinding and p.live(now)
+                if p.buffer and p.ready and not p.revoking and not p.rewinding and p.live(until)
             ]
             if not parts:
                 return out

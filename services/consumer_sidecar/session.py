@@ -67,6 +67,16 @@ MAX_RECONNECT_BACKOFF = 1.0  # seconds
 ConfigStatus = tuple[int, tuple[int, str] | None]
 
 
+def delivery_margin_for(
+    setting: float, ttl: float, safety_margin: float, heartbeat_interval: float
+) -> float:
+    """The delivery margin a group's lease timing allows: at most half of what a lease
+    renewed on time has left just before its next renewal (TTL less the safety margin
+    less a heartbeat interval), so a lease renewed on time never stops delivering; only
+    one whose renewals stopped (the assigner away) stops a margin before its deadline."""
+    return max(0.0, min(setting, (ttl - safety_margin - heartbeat_interval) / 2))
+
+
 @dataclass(frozen=True)
 class SessionIdentity:
     sidecar_id: str
@@ -84,6 +94,7 @@ class SessionClient:
         keeper: LeaseKeeper,
         *,
         safety_margin: float,
+        delivery_margin: float = 0.0,
         consul: str | None = None,
         leader_key: str = DEFAULT_LEADER_KEY,
         settings: ConnectionSettings = DEFAULT_SETTINGS,
@@ -94,6 +105,7 @@ class SessionClient:
         self.follower.on_leader_change(self._on_leader)
         self.keeper = keeper
         self.margin = safety_margin
+        self.delivery_margin = delivery_margin  # the setting; capped per group (below)
         self.connected = False
         self.ttl = 3.0
         self.heartbeat_interval = 1.0
@@ -376,6 +388,9 @@ class SessionClient:
             self.ttl = acc.lease_ttl.ToTimedelta().total_seconds() or self.ttl
             self.heartbeat_interval = (
                 acc.heartbeat_interval.ToTimedelta().total_seconds() or self.heartbeat_interval
+            )
+            self.keeper.table.delivery_margin = delivery_margin_for(
+                self.delivery_margin, self.ttl, self.margin, self.heartbeat_interval
             )
             self.session_id = acc.session_id
             self.connected = True

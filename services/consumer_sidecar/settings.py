@@ -22,6 +22,14 @@ class SidecarSettings(ServiceSettings):
     commit_interval_seconds: float = Field(1.0, gt=0, le=60)
     commit_max_acks: int = Field(1000, ge=1, description="commit early after this many acks")
     lease_safety_margin_seconds: float = Field(0.5, ge=0.05, le=30)
+    delivery_margin_seconds: float = Field(
+        0.5,
+        ge=0,
+        le=30,
+        description="no record is handed out when less than this is left of a partition's "
+        "local lease, so what was delivered can be acked and committed under the lease "
+        "(0 = deliver until the deadline)",
+    )
     # Records per consume(): each batch costs a fixed overhead (per-partition column
     # chunks, a wakeup of the delivery side); 5000 cut the sidecar's CPU per record by a
     # third in tests/bench/bench_sidecar.py's Stream runs compared with 1000.

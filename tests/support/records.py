@@ -145,10 +145,13 @@ class ConsumerLoop:
     """Fetch → record → ack, forever, on a thread. No error handling of its own: an
     exception escaping DsClient is recorded in :attr:`errors` and ends the loop."""
 
-    def __init__(self, client: DsClient, tally: Tally, max_records: int = 500) -> None:
+    def __init__(
+        self, client: DsClient, tally: Tally, max_records: int = 500, process_seconds: float = 0.0
+    ) -> None:
         self.client = client
         self.tally = tally
         self.max_records = max_records
+        self.process_seconds = process_seconds  # "work" between a fetch and its ack
         self.errors: list[BaseException] = []
         self.batches = 0
         self.partial_acks = 0  # batches whose ack was not (fully) accepted
@@ -166,6 +169,8 @@ class ConsumerLoop:
                 if not batch:
                     continue
                 fetched_at = time.monotonic()
+                if self.process_seconds:
+                    time.sleep(self.process_seconds)
                 first = batch[0]
                 sidecar = (
                     self.client._sidecar_of(first.topic, first.partition, first.lease_epoch) or ""
