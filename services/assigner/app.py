@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry, ProcessCollector
@@ -59,12 +60,16 @@ class AssignerApp:
             topic=settings.state_topic,
             admin=self._admin,
             epoch_write_timeout=settings.state_write_timeout_seconds,
+            transactional_id=settings.state_transactional_id,
+            on_lost=self._state_term_lost,
         )
         self.cluster = KafkaCluster(self._admin)
         # Address and leadership are replaced in on_ready, once the bound port is known.
         self.replica = Replica(settings.advertised)
         self.leader_guard = LeaderGuard(lambda: self.replica.leadership)
         self._election: asyncio.Task[None] | None = None
+        self._fenced_tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.groups = GroupRegistry(
             settings,
             self.metrics,
@@ -143,7 +148,7 @@ class AssignerApp:
         the only one and leads at once. Election calls become_leader / step_down."""
         address = f"{self.settings.advertised}:{server.port}"
         self.replica.address = address
-        self._ui.loop = asyncio.get_running_loop()
+        self._ui.loop = self._loop = asyncio.get_running_loop()
         self.faults.start()
         if self.settings.consul:
             self.replica.leadership = LeaderElector(
@@ -153,7 +158,9 @@ class AssignerApp:
             )
         else:
             # The only replica: lead before reporting SERVING (become_leader is idempotent).
-            self.replica.leadership = StaticLeadership(address, on_elected=self.become_leader)
+            self.replica.leadership = StaticLeadership(
+                address, on_elected=self.become_leader, on_demoted=self.step_down
+            )
             await self.become_leader()
         # Not in self._tasks: step_down cancels those, and the campaign must go on.
         self._election = asyncio.create_task(self.replica.leadership.run(), name="leader-election")
@@ -165,6 +172,9 @@ class AssignerApp:
         if self.groups.serving:
             return
         await asyncio.to_thread(self.state.ensure_topic)
+        # Fence every earlier leader's state writes before reading: what load() reads is
+        # then final, and no write of theirs lands after it.
+        await asyncio.to_thread(self.state.begin_term)
         snapshot = await asyncio.to_thread(self.state.load)
         for kind, count in snapshot.bad_records.items():
             self.metrics.state_bad_records.labels(kind).inc(count)
@@ -185,6 +195,7 @@ class AssignerApp:
     async def step_down(self) -> None:
         """Leadership lost (or shutting down): stop acting on any group at once."""
         self.groups.stop_serving()
+        await asyncio.to_thread(self.state.end_term)
         self.metrics.leader.set(0)
         for task in self._tasks:
             task.cancel()
@@ -193,6 +204,18 @@ class AssignerApp:
         self._tasks.clear()
         self.groups.clear()
         self.lag_history.retain(set())
+
+    def _state_term_lost(self) -> None:
+        """The state writer's thread: this replica's state writes were fenced (a newer
+        leader took the state topic) or cannot go on. Step down at once, on the loop."""
+        loop = self._loop
+        if loop is not None:
+            loop.call_soon_threadsafe(lambda: self._spawn_fenced(self.replica.leadership.fenced()))
+
+    def _spawn_fenced(self, step: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(step, name="state-fenced")
+        self._fenced_tasks.add(task)
+        task.add_done_callback(self._fenced_tasks.discard)
 
     async def drain(self) -> None:
         await self.replica.leadership.resign()  # release the lock: a standby takes over at once

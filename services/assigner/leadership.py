@@ -68,6 +68,10 @@ class Leadership(Protocol):
 
     async def resign(self) -> None: ...
 
+    async def fenced(self) -> None:
+        """This replica's state writes were fenced by a newer leader's term (or cannot go
+        on): stop leading at once."""
+
 
 @dataclass(frozen=True)
 class ElectionSettings:
@@ -119,25 +123,50 @@ class Unelected:
     async def resign(self) -> None:
         return None
 
+    async def fenced(self) -> None:
+        return None
+
 
 class StaticLeadership:
-    """No Consul: the only assigner, always leader, its address the leader's."""
+    """No Consul: the only assigner, its address the leader's. It leads until its state
+    writes are fenced — a second assigner without Consul started on the same state topic
+    and took it — and then stops for good (restart it once the other one is stopped): two
+    static leaders taking the topic from each other would each undo the other's work."""
 
-    def __init__(self, address: str, *, on_elected: Callback | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        *,
+        on_elected: Callback | None = None,
+        on_demoted: Callback | None = None,
+    ) -> None:
         self._address = address
         self._on_elected = on_elected
-        self._never_lost = asyncio.Event()
+        self._on_demoted = on_demoted
+        self._lost = asyncio.Event()
 
     @property
     def is_leader(self) -> bool:
-        return True
+        return not self._lost.is_set()
 
     @property
     def leader_address(self) -> str | None:
-        return self._address
+        return None if self._lost.is_set() else self._address
 
     def term_lost(self) -> asyncio.Event:
-        return self._never_lost
+        return self._lost
+
+    async def fenced(self) -> None:
+        if self._lost.is_set():
+            return
+        self._lost.set()
+        log.error(
+            "lost leadership: another assigner took the state topic's transactional id; "
+            "this one stops leading (run one assigner without Consul, or use Consul)",
+            address=self._address,
+        )
+        if self._on_demoted is not None:
+            await self._on_demoted()
 
     async def run(self) -> None:
         log.info("elected leader", address=self._address, election="static")
@@ -186,6 +215,12 @@ class LeaderElector:
 
     def term_lost(self) -> asyncio.Event:
         return self._lost
+
+    async def fenced(self) -> None:
+        # The lock is someone else's by now (only the holder opens a term); should it
+        # still be ours (the writer failed fatally), the campaign elects us again and a
+        # new term opens.
+        await self._demote("state writes fenced: a newer leader took the state topic")
 
     async def run(self) -> None:
         renewer = asyncio.create_task(self._renew_loop(), name="leader-session-renew")

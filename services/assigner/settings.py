@@ -50,6 +50,13 @@ class AssignerSettings(ServiceSettings):
         "sidecar's partitions are kept for it (0 = hand them off at once)",
     )
     state_topic: str = Field("__ds_assigner_state", min_length=1, max_length=249)
+    state_transactional_id: str = Field(
+        "ds-assigner-state",
+        min_length=1,
+        max_length=249,
+        description="the transactional.id every replica of this assigner cluster writes the "
+        "state topic under: a new leader's term fences the previous leader's writes",
+    )
     state_write_timeout_seconds: float = Field(
         5.0,
         ge=0.5,

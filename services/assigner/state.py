@@ -27,7 +27,7 @@ import asyncio
 import dataclasses
 import json
 import typing
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from services.runtime.settings import ServiceSettings
 from services.runtime.topic_partition import TP
 from services.runtime.topics import CompactedTopic
+from services.runtime.txn_writer import TransactionalWriter
 
 log = structlog.get_logger(__name__)
 
@@ -237,6 +238,8 @@ class StateStore:
         topic: str = STATE_TOPIC,
         admin: AdminClient | None = None,
         epoch_write_timeout: float = DEFAULT_EPOCH_WRITE_TIMEOUT,
+        transactional_id: str | None = None,
+        on_lost: Callable[[], None] = lambda: None,
     ) -> None:
         self.topic = topic
         self.epoch_write_timeout = epoch_write_timeout
@@ -248,11 +251,36 @@ class StateStore:
             admin=admin,
             producer_overrides={"linger.ms": 2},
         )
+        # Fenced writes: only the term opened last (the current leader's) can write.
+        self._writer = (
+            None
+            if transactional_id is None
+            else TransactionalWriter(
+                settings,
+                topic,
+                transactional_id=transactional_id,
+                client_id="ds-assigner-state",
+                on_lost=on_lost,
+                overrides={"linger.ms": 2},
+            )
+        )
 
     # ---- setup and load (blocking: call through asyncio.to_thread) ----------------------
 
     def ensure_topic(self) -> None:
         self._topic.ensure()
+
+    def begin_term(self) -> None:
+        """On election, before :meth:`load`: take the state topic's transactional id, so
+        every earlier leader's writes are fenced and its open transaction aborted (what
+        :meth:`load` then reads is final). No-op without a transactional id."""
+        if self._writer is not None:
+            self._writer.open_term()
+
+    def end_term(self) -> None:
+        """On stepping down: no write of this replica goes out any more."""
+        if self._writer is not None:
+            self._writer.close_term()
 
     def load(self) -> StateSnapshot:
         """Read the whole topic, from the beginning to the high watermark."""
@@ -297,7 +325,11 @@ class StateStore:
         self, records: list[tuple[bytes, bytes | None]], timeout: float = WRITE_TIMEOUT_SECONDS
     ) -> asyncio.Future[None]:
         """Produce records now; the future resolves when Kafka acknowledged all of them."""
-        written = self._topic.produce(records, timeout=timeout)
+        written = (
+            self._topic.produce(records, timeout=timeout)
+            if self._writer is None
+            else self._writer.produce(records, timeout=timeout)
+        )
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def settle(future: asyncio.Future[list[int]]) -> None:
@@ -312,6 +344,8 @@ class StateStore:
         return done
 
     def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
         self._topic.close(flush_timeout=10)
 
 
