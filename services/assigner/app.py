@@ -155,6 +155,7 @@ class AssignerApp:
                 ElectionSettings(consul=self.settings.consul, address=address),
                 on_elected=self.become_leader,
                 on_demoted=self.step_down,
+                confirm_term=self._confirm_term,
             )
         else:
             # The only replica: lead before reporting SERVING (become_leader is idempotent).
@@ -204,6 +205,9 @@ class AssignerApp:
         self._tasks.clear()
         self.groups.clear()
         self.lag_history.retain(set())
+
+    async def _confirm_term(self) -> None:
+        await self.state.confirm_term(self.replica.address, timeout=2.0)
 
     def _state_term_lost(self) -> None:
         """The state writer's thread: this replica's state writes were fenced (a newer

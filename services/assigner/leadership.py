@@ -18,9 +18,16 @@ but cannot reach Consul. A session cannot be created while its check is critical
 registration starts critical), so campaigning retries until the replica is SERVING.
 
 A leader that learns the lock is no longer its own (the key changed holder, the session
-was invalidated, or Consul could not be reached for ``stale_after_seconds``) stops acting
-as leader at once: ``is_leader`` turns False, the term's ``lost`` event is set (the leader
-guard ends open streams with it) and ``on_demoted`` runs.
+was invalidated) stops acting as leader at once: ``is_leader`` turns False, the term's
+``lost`` event is set (the leader guard ends open streams with it) and ``on_demoted`` runs.
+
+A leader that cannot reach Consul for ``stale_after_seconds`` does not resign while its
+term is confirmed by the state topic (``confirm_term``: a write under the state topic's
+transactional id, which a newer leader's term fences; README "Fenced state writes"): a
+Consul outage does not stop consumption. Nobody can be elected while Consul is down; a
+replica elected behind a partition opens its term first, which fences this one's writes,
+so this one stops at its next check (every ``term_check_seconds``) — before the new
+leader grants anything (it waits TTL + grace after taking office).
 
 Without Consul, :class:`StaticLeadership` is the embedded default: a single assigner that
 always leads.
@@ -84,6 +91,8 @@ class ElectionSettings:
     retry_seconds: float = 0.25  # first retry after a failed Consul call (doubles, max 2 s)
     step_aside_seconds: float = 2.0  # pause after giving up a lock it could not lead with
     stale_after_seconds: float = 5.0  # a leader that cannot confirm its lock this long resigns
+    # ... unless its state writes confirm its term (fenced writes): checked this often.
+    term_check_seconds: float = 0.5
     # Checks to bind the session to; None = serfHealth + this replica's registered service
     # check, found in the local agent by service name and address.
     checks: tuple[str, ...] | None = None
@@ -186,11 +195,17 @@ class LeaderElector:
         *,
         on_elected: Callback | None = None,
         on_demoted: Callback | None = None,
+        confirm_term: Callback | None = None,
         client: consul.Consul | None = None,
     ) -> None:
         self.settings = settings
         self.on_elected = on_elected
         self.on_demoted = on_demoted
+        # A write that only the current term can make (the state topic's transactional
+        # id): raises once a newer leader took the term. With it, a leader that cannot
+        # reach Consul goes on leading while the write succeeds (module doc).
+        self.confirm_term = confirm_term
+        self._consul_reachable = True
         self.session_id: str | None = None
         self._is_leader = False
         self._leader_address: str | None = None
@@ -223,13 +238,17 @@ class LeaderElector:
         await self._demote("state writes fenced: a newer leader took the state topic")
 
     async def run(self) -> None:
-        renewer = asyncio.create_task(self._renew_loop(), name="leader-session-renew")
+        loops = [
+            asyncio.create_task(self._renew_loop(), name="leader-session-renew"),
+            asyncio.create_task(self._term_loop(), name="leader-term-check"),
+        ]
         try:
             await self._campaign()
         finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
+            for task in loops:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def resign(self) -> None:
         """Graceful shutdown: stop leading, release the lock and destroy the session, so a
@@ -277,7 +296,7 @@ class LeaderElector:
         if self._resigned:
             return False
         if holder and holder == self.session_id:
-            self._confirmed_at = time.monotonic()
+            self._confirmed(by="the leader key")
             await self._elected()
             return False
         if self._is_leader:
@@ -354,7 +373,7 @@ class LeaderElector:
             try:
                 await asyncio.to_thread(self._client.session.renew, session)
                 if self._is_leader:
-                    self._confirmed_at = time.monotonic()
+                    self._confirmed(by="session renewal")
             except consul.NotFound:
                 if self.session_id == session:
                     self._log.warning("leader session invalidated by Consul", session=session)
@@ -363,10 +382,33 @@ class LeaderElector:
             except Exception as exc:
                 await self._on_consul_error(exc)
 
+    async def _term_loop(self) -> None:
+        """A leader whose lock Consul has not confirmed for ``stale_after_seconds`` (Consul
+        unreachable) leads on only while a write that only its term can make succeeds,
+        every ``term_check_seconds``; without ``confirm_term`` it resigns (as it always
+        did). No second leader can act meanwhile: one cannot be elected while Consul is
+        down, and one elected behind a partition fences this term first, so the next
+        check fails and this replica stops within one check."""
+        while True:
+            await asyncio.sleep(self.settings.term_check_seconds)
+            stale = time.monotonic() - self._confirmed_at > self.settings.stale_after_seconds
+            if not (self._is_leader and stale):
+                continue
+            if self.confirm_term is None:
+                await self._demote("cannot confirm the lock with Consul")
+                continue
+            try:
+                await asyncio.wait_for(self.confirm_term(), self.settings.stale_after_seconds)
+            except Exception as exc:
+                await self._demote(f"Consul unreachable and the term not confirmed: {exc!r}")
+                continue
+            if self._consul_reachable:
+                self._consul_reachable = False
+                self._log.warning(
+                    "Consul unreachable: leading on, the state topic confirms the term"
+                )
+
     async def _on_consul_error(self, exc: Exception) -> None:
-        stale = time.monotonic() - self._confirmed_at > self.settings.stale_after_seconds
-        if self._is_leader and stale:
-            await self._demote(f"cannot confirm the lock with Consul: {exc}")
         if isinstance(exc, LookupError) or "critical state" in str(exc):
             # Not registered yet / our check is not passing yet: normal during start-up.
             self._log.debug("cannot campaign yet", error=str(exc))
@@ -374,6 +416,12 @@ class LeaderElector:
             self._log.warning("leader election: Consul call failed; retrying", error=str(exc))
         if "invalid session" in str(exc).lower():
             self.session_id = None
+
+    def _confirmed(self, *, by: str) -> None:
+        self._confirmed_at = time.monotonic()
+        if not self._consul_reachable:
+            self._consul_reachable = True
+            self._log.info("Consul reachable again: the lock confirmed", by=by)
 
     # ---- transitions ------------------------------------------------------------------
 

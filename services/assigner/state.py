@@ -11,7 +11,8 @@ such a write is bounded (``state_write_timeout_seconds``): a grant whose epoch i
 durable by then is taken back and decided again, never sent.
 
 Records are keyed by a JSON array (``["group", name]``, ``["epoch", group, topic,
-partition]``, ``["binding", group, client_id]``, ``["drain", group, sidecar_id]``) so
+partition]``, ``["binding", group, client_id]``, ``["drain", group, sidecar_id]``,
+``["term"]`` — a leader confirming its term while Consul is unreachable) so
 compaction keeps the last of each; a null value (tombstone) deletes a binding or ends a
 drain (groups and epochs are never deleted). The topic has one partition: order matters.
 
@@ -85,6 +86,8 @@ class StateSnapshot:
     epochs: dict[str, dict[TP, int]] = field(default_factory=dict)
     bindings: dict[str, set[str]] = field(default_factory=dict)
     drained: dict[str, set[str]] = field(default_factory=dict)
+    # The last leader that confirmed its term through the topic (a Consul outage).
+    term_leader: str | None = None
     records: int = 0  # records applied
     # Records that did not parse, skipped, by their key's kind (group, epoch, binding,
     # drain, unknown): ds_assigner_state_bad_records_total.
@@ -169,6 +172,12 @@ def _apply(snapshot: StateSnapshot, key: bytes, value: bytes | None) -> None:
         _apply_membership(snapshot.bindings, parts, value, kind)
     elif kind == "drain":  # UndrainSidecar writes a tombstone
         _apply_membership(snapshot.drained, parts, value, kind)
+    elif kind == "term":  # a leader confirming its term while Consul is unreachable
+        _names(parts, 1, kind)
+        leader = _json(_value(value, kind), kind, "value")
+        if not isinstance(leader, dict) or not isinstance(leader.get("leader"), str):
+            raise BadRecord(kind, 'a term value is {"leader": "HOST:PORT"}')
+        snapshot.term_leader = leader["leader"]
     else:
         raise BadRecord("unknown", f"unknown record kind {kind[:40]!r}")
 
@@ -310,6 +319,11 @@ class StateStore:
             ],
             timeout=self.epoch_write_timeout,
         )
+
+    def confirm_term(self, leader: str, timeout: float) -> asyncio.Future[None]:
+        """A write only the current term can make (fenced writes): resolves once
+        committed; fails with ``Fenced`` once a newer leader opened its term."""
+        return self._write([(_key("term"), json.dumps({"leader": leader}).encode())], timeout)
 
     def put_binding(self, group: str, client_id: str) -> asyncio.Future[None]:
         return self._write([(_key("binding", group, client_id), b'{"bound":true}')])

@@ -176,13 +176,14 @@ class Mesh:
         groups: Sequence[tuple[str, Sequence[str]]] = (),
         *args: str,
         env: dict[str, str] | None = None,
+        name: str | None = None,
     ) -> ServiceProcess:
         config = self.log_dir / f"assigner-{len(self.services)}.yaml"
         lines = ["groups:"] + [
             f"  - name: {name}\n    topics: [{', '.join(topics)}]" for name, topics in groups
         ]
         config.write_text("\n".join(lines) + "\n" if groups else "groups: []\n")
-        return self.service("assigner", "--config", str(config), *args, env=env)
+        return self.service("assigner", "--config", str(config), *args, env=env, name=name)
 
     def sidecar(
         self,

@@ -324,3 +324,78 @@ async def _static_leadership_always_leads() -> None:
     assert static.is_leader and static.leader_address == "127.0.0.1:7070"
     assert not static.term_lost().is_set()
     assert called == [True]
+
+
+def test_a_leader_that_cannot_reach_consul_leads_on_while_its_term_is_confirmed() -> None:
+    asyncio.run(_term_confirmed_through_the_state_topic())
+
+
+async def _term_confirmed_through_the_state_topic() -> None:
+    """Consul unreachable past ``stale_after_seconds``: the leader does not resign while
+    the state topic confirms its term; the first confirmation that fails (fenced by a
+    newer leader's term) demotes it at once. Without ``confirm_term`` it resigns."""
+    events: list[str] = []
+    fenced = False
+
+    async def confirm() -> None:
+        events.append("confirmed")
+        if fenced:
+            raise RuntimeError("Fenced")
+
+    async def demoted() -> None:
+        events.append("demoted")
+
+    settings = ElectionSettings(
+        consul="127.0.0.1:8500",
+        address="127.0.0.1:7001",
+        stale_after_seconds=0.05,
+        term_check_seconds=0.01,
+    )
+    elector = LeaderElector(
+        settings,
+        on_demoted=demoted,
+        confirm_term=confirm,
+        client=_FakeConsul(),  # type: ignore[arg-type]
+    )
+    elector.session_id = "mine"
+    await elector._on_key({"Value": b"127.0.0.1:7001", "Session": "mine"})
+    assert elector.is_leader
+    checks = asyncio.create_task(elector._term_loop())
+    try:
+        await asyncio.sleep(0.3)  # no Consul confirmation since the election
+        assert elector.is_leader, "leads on while the term is confirmed"
+        assert events.count("confirmed") >= 3 and "demoted" not in events
+        fenced = True
+        await asyncio.sleep(0.1)
+        assert not elector.is_leader and elector.term_lost().is_set()
+        assert events[-1] == "demoted"
+    finally:
+        checks.cancel()
+
+    plain = LeaderElector(settings, client=_FakeConsul())  # type: ignore[arg-type]
+    plain.session_id = "mine"
+    await plain._on_key({"Value": b"127.0.0.1:7001", "Session": "mine"})
+    checks = asyncio.create_task(plain._term_loop())
+    try:
+        await asyncio.sleep(0.2)
+        assert not plain.is_leader, "without confirm_term a stale leader resigns"
+    finally:
+        checks.cancel()
+
+
+def test_static_leadership_stops_for_good_when_fenced() -> None:
+    async def main() -> None:
+        demoted: list[bool] = []
+
+        async def on_demoted() -> None:
+            demoted.append(True)
+
+        static = StaticLeadership("127.0.0.1:7070", on_demoted=on_demoted)
+        await static.run()
+        await static.fenced()
+        await static.fenced()
+        assert not static.is_leader and static.leader_address is None
+        assert static.term_lost().is_set()
+        assert demoted == [True]
+
+    asyncio.run(main())
