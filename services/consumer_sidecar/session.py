@@ -113,7 +113,8 @@ class SessionClient:
         # seq -> (monotonic send time, the leases it named), until its ack arrives.
         self._sent_at: dict[int, tuple[float, set[tuple[TP, int]]]] = {}
         self._seq = 0
-        self._outbox: asyncio.Queue[assigner_pb2.SessionRequest] = asyncio.Queue()
+        # None ends a session's request stream.
+        self._outbox: asyncio.Queue[assigner_pb2.SessionRequest | None] = asyncio.Queue()
         self._heartbeat_now = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = False
@@ -213,7 +214,8 @@ class SessionClient:
         stub = self.follower.stub(assigner_pb2_grpc.AssignerServiceStub)
         self._outbox = asyncio.Queue()
         self._outbox.put_nowait(self._join())
-        call = stub.Session(self._requests())
+        outbox = self._outbox
+        call = stub.Session(self._requests(outbox))
         heartbeats = asyncio.create_task(self._heartbeat_loop())
         try:
             async for response in call:
@@ -222,6 +224,11 @@ class SessionClient:
             heartbeats.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeats
+            # End the request stream: gRPC's task reading it would otherwise wait on the
+            # outbox forever once the call ended (a refused or broken session), and be
+            # destroyed pending ("Task was destroyed but it is pending!").
+            outbox.put_nowait(None)
+            call.cancel()
 
     def _join(self) -> assigner_pb2.SessionRequest:
         if self.kafka_group:
@@ -250,9 +257,13 @@ class SessionClient:
             )
         )
 
-    async def _requests(self) -> AsyncIterator[assigner_pb2.SessionRequest]:
+    async def _requests(
+        self, outbox: asyncio.Queue[assigner_pb2.SessionRequest | None]
+    ) -> AsyncIterator[assigner_pb2.SessionRequest]:
         while True:
-            request = await self._outbox.get()
+            request = await outbox.get()
+            if request is None:
+                return  # the session ended
             if request.WhichOneof("kind") == "heartbeat":
                 named = {(TP(p.topic, p.partition), p.epoch) for p in request.heartbeat.leases}
                 self._sent_at[request.heartbeat.seq] = (time.monotonic(), named)
