@@ -38,6 +38,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -110,6 +111,7 @@ class SessionClient:
         self.ttl = 3.0
         self.heartbeat_interval = 1.0
         self.session_id = ""
+        self._heard_at = 0.0  # when the current stream last brought a message
         # seq -> (monotonic send time, the leases it named), until its ack arrives.
         self._sent_at: dict[int, tuple[float, set[tuple[TP, int]]]] = {}
         self._seq = 0
@@ -216,9 +218,11 @@ class SessionClient:
         self._outbox.put_nowait(self._join())
         outbox = self._outbox
         call = stub.Session(self._requests(outbox))
-        heartbeats = asyncio.create_task(self._heartbeat_loop())
+        self._heard_at = time.monotonic()
+        heartbeats = asyncio.create_task(self._heartbeat_loop(call))
         try:
             async for response in call:
+                self._heard_at = time.monotonic()
                 await self._handle(response)
         finally:
             heartbeats.cancel()
@@ -270,11 +274,25 @@ class SessionClient:
                 self.on_heartbeat_sent()
             yield request
 
-    async def _heartbeat_loop(self) -> None:
+    async def _heartbeat_loop(self, call: grpc.aio.StreamStreamCall[Any, Any]) -> None:
+        """Heartbeats every interval (or at once when asked); and the session's watchdog:
+        a stream on which nothing arrived for a TTL plus an interval (heartbeat acks come
+        every interval) is cancelled and the session re-joins. A stream can go silent
+        without ending: seen when the assigner ended it (a mode switch's rejoin_all) just
+        as a heartbeat was being written, and a half-open connection does the same."""
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._heartbeat_now.wait(), self.heartbeat_interval)
             self._heartbeat_now.clear()
+            silent = time.monotonic() - self._heard_at
+            if silent > self.ttl + self.heartbeat_interval:
+                log.warning(
+                    "assigner session silent; re-joining",
+                    silent_seconds=round(silent, 2),
+                    assigner=self.assigner,
+                )
+                call.cancel()
+                return
             if self.connected:
                 self._outbox.put_nowait(self._heartbeat())
 

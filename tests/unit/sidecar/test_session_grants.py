@@ -92,7 +92,7 @@ class Harness:
         )
         self.session.ttl = TTL
         self.session.connected = True
-        self.requests = self.session._requests()
+        self.requests = self.session._requests(self.session._outbox)
 
     async def send_heartbeat(self) -> tuple[int, float]:
         """The heartbeat loop's next heartbeat, as it goes on the wire: (seq, send time)."""
