@@ -16,7 +16,10 @@ Acks (the Ack RPC and a Stream's ``acks``), one per record or one per offset ran
 :meth:`LeaseKeeper.ack` / :meth:`LeaseKeeper.ack_range`, and are answered accepted only once
 a commit covering them is durable (an ack whose commit could not be made is refused, with
 why). ReadRange reads on its own consumers (``reader.py``) and never moves the group's
-position; CommitOffsets commits on the fetch thread, fenced by epoch.
+position; CommitOffsets commits on the fetch thread, fenced by epoch and bound to the client
+ReadRange gave the records to under that epoch (``range_reads.py``): another client, or an
+offset beyond what the caller was given, is refused per partition (NOT_HOLDER,
+NOT_DELIVERED).
 
 Redelivery (ARCHITECTURE §3 "Delivery"): what Fetch and Stream hand out is in flight with
 its holder — the client id, and the stream it went out on (0 for Fetch) — until it is acked.
@@ -688,6 +691,8 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                         len(chunk.records),
                         sum(len(r.key) + len(r.value) for r in chunk.records),
                     )
+                # Counted as given once handed to gRPC: the client may commit up to here.
+                self.serving.range_given(tp, epoch, request.client_id, chunk.next_offset)
                 yield stream_pb2.ReadRangeResponse(
                     records=chunk.records, lease_epoch=epoch, next_offset=chunk.next_offset
                 )
@@ -802,7 +807,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             else:
                 tp = TP(commit.topic, commit.partition)
                 to_commit.append((index, ExplicitCommit(tp, commit.offset, commit.lease_epoch)))
-        outcomes = await self.serving.commit_offsets([c for _, c in to_commit])
+        outcomes = await self.serving.commit_offsets([c for _, c in to_commit], request.client_id)
         for (index, _), outcome in zip(to_commit, outcomes, strict=True):
             results[index] = stream_pb2.OffsetCommitResult(
                 commit=request.offsets[index],

@@ -8,6 +8,7 @@ the settings, ``SidecarApp``). :class:`Serving` covers exactly what the RPCs nee
   were buffered (:class:`DataSignal`: notified on the fetch thread, awaited by Fetch and
   Stream);
 * acks, nacks, commits, redelivery and the lease clock of the :class:`LeaseKeeper`;
+* what ReadRange gave each client (:class:`RangeReads`), to which explicit commits are bound;
 * the held partitions and the buffer, for ReadRange's lease checks and Status;
 * who this sidecar is (its group and id), whether it has joined the assigner, and the
   consumer configuration Status shows, with the version of the group's config that runs.
@@ -23,8 +24,15 @@ from collections.abc import Callable
 
 from dataservice.sidecar.v1 import stream_pb2
 from services.consumer_sidecar.acks import Holder
-from services.consumer_sidecar.leasing import CommitOutcome, ExplicitCommit, LeaseKeeper, Problem
+from services.consumer_sidecar.leasing import (
+    CommitOutcome,
+    ExplicitCommit,
+    LeaseKeeper,
+    Problem,
+    lease_problem,
+)
 from services.consumer_sidecar.partitions import Partition, PartitionTable, Redelivery
+from services.consumer_sidecar.range_reads import RangeReads
 from services.records.batches import Slice
 from services.runtime.topic_partition import TP
 
@@ -66,6 +74,7 @@ class Serving:
         self._connected = connected
         self._consumer_config = consumer_config
         self._config_version = config_version
+        self._range_reads = RangeReads()
         # Set when records were buffered; Fetch and Stream clear it before they look.
         self.data_ready = data.event
 
@@ -135,9 +144,34 @@ class Serving:
         """Every record of ``client`` in flight here given back; how many."""
         return self._keeper.nack_all(client, delay)
 
-    async def commit_offsets(self, commits: list[ExplicitCommit]) -> list[CommitOutcome]:
-        """Explicit commits, each fenced by its lease epoch; outcomes in their order."""
-        return await self._keeper.commit_offsets(commits)
+    def range_given(self, tp: TP, epoch: int, client: str, next_offset: int) -> None:
+        """ReadRange sent ``client`` the records of ``tp`` below ``next_offset`` under
+        ``epoch`` (:meth:`RangeReads.given`): how far it may commit."""
+        self._range_reads.given(tp, epoch, client, next_offset)
+
+    async def commit_offsets(
+        self, commits: list[ExplicitCommit], client: str
+    ) -> list[CommitOutcome]:
+        """``client``'s explicit commits, each fenced by its lease epoch and bound to what
+        ReadRange gave ``client`` under it (:meth:`RangeReads.commit_problem`); outcomes in
+        their order. A commit the lease refuses is answered with the lease's reason (the
+        keeper's), so a stale epoch stays STALE_EPOCH whoever asks."""
+        now = self._keeper.clock()
+        outcomes: dict[int, CommitOutcome] = {}
+        passed: list[tuple[int, ExplicitCommit]] = []
+        for index, commit in enumerate(commits):
+            if lease_problem(self._table.get(commit.tp), now, commit.epoch) is None:
+                problem = self._range_reads.commit_problem(
+                    commit.tp, commit.epoch, client, commit.offset
+                )
+                if problem is not None:
+                    outcomes[index] = CommitOutcome(commit, *problem)
+                    continue
+            passed.append((index, commit))
+        results = await self._keeper.commit_offsets([c for _, c in passed])
+        for (index, _), outcome in zip(passed, results, strict=True):
+            outcomes[index] = outcome
+        return [outcomes[i] for i in range(len(commits))]
 
     # ---- the held partitions ----------------------------------------------------------
 

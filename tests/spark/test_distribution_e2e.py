@@ -15,8 +15,8 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from services.devstack.kafka import TopicFactory
 from spark.jobs.skew import gini, skew_of
+from spark.sources.mesh import ReadPolicy, ReadSpec, read_range, shared_mesh
 from spark.sources.mesh import commit_offsets as commit_group_offsets
-from spark.sources.mesh import shared_mesh
 from tests.spark.support import SPARK_FLAGS, SparkJob
 from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh
@@ -75,6 +75,11 @@ def test_distribution_report_on_a_skewed_key_set(
     # Some progress in the group, so the lag is not simply "everything".
     progress = {(topic, p): per_partition.get(p, 0) // 2 for p in (0, 1)}
     test_mesh = shared_mesh([assigner.grpc_addr], None, group, "distribution-test")
+    # Read, then commit, as a reader does: commits are bound to the client that read.
+    policy = ReadPolicy(chunk_bytes=1 << 20, read_timeout=60, fail_on_data_loss=True, arrow=False)
+    for (t, p), offset in progress.items():
+        chunks = read_range(test_mesh, ReadSpec(t, p, 0, offset, None), policy)
+        assert sum(len(chunk.records) for chunk in chunks) == offset
     assert commit_group_offsets(test_mesh, progress, timeout=60) == {}
 
     out = tmp_path / "report"

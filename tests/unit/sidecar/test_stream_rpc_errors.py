@@ -22,6 +22,7 @@ from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from services.consumer_sidecar.reader import Chunk, RangeOutOfRange, ReadStalled
 from services.consumer_sidecar.rpc import MAX_ACKS, MAX_BYTES, MAX_COMMITS, MAX_RECORDS
+from services.runtime.topic_partition import TP
 from tests.unit.sidecar.stream_harness import (
     CONSUMER_CONFIG,
     GROUP,
@@ -544,6 +545,7 @@ def test_commit_offsets_validation_of_each_offset(
 def test_commit_offsets_refused_by_kafka_is_per_partition() -> None:
     async def body(stub: Stub, sc: Sidecar) -> None:
         sc.hold(0, epoch=3)
+        sc.serving.range_given(TP(TOPIC, 0), 3, "s", 5)  # what ReadRange gave the client
         sc.fetcher.fail = transport_error()
         request = stream_pb2.CommitOffsetsRequest(
             client_id="s", group=GROUP, offsets=[commit(0, 5, 3)]

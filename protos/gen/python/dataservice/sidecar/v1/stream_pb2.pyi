@@ -76,7 +76,9 @@ class _RejectReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RejectRe
     REJECT_REASON_LEASE_EXPIRED: _RejectReason.ValueType  # 3
     """The sidecar's local lease deadline passed; it delivers and commits nothing until renewed."""
     REJECT_REASON_NOT_DELIVERED: _RejectReason.ValueType  # 4
-    """The offset was never delivered to this client (acks only)."""
+    """The offset was never delivered to this client (acks), or is beyond what ReadRange gave
+    this client under the epoch (commits).
+    """
     REJECT_REASON_OFFSET_OUT_OF_RANGE: _RejectReason.ValueType  # 5
     """The offset is beyond the partition's high watermark (commits only)."""
     REJECT_REASON_COMMIT_FAILED: _RejectReason.ValueType  # 6
@@ -84,7 +86,8 @@ class _RejectReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RejectRe
     REJECT_REASON_NOT_HOLDER: _RejectReason.ValueType  # 7
     """The record is in flight to another client of the group: only the client it was
     delivered to may ack it, until its ack deadline passes or its holder's stream ends
-    (then it is due and any client may ack it). Acks only.
+    (then it is due and any client may ack it). For a commit: ReadRange gave the partition
+    under the epoch to another client, not to this one.
     """
 
 class RejectReason(_RejectReason, metaclass=_RejectReasonEnumTypeWrapper):
@@ -101,7 +104,9 @@ REJECT_REASON_NOT_HELD: RejectReason.ValueType  # 2
 REJECT_REASON_LEASE_EXPIRED: RejectReason.ValueType  # 3
 """The sidecar's local lease deadline passed; it delivers and commits nothing until renewed."""
 REJECT_REASON_NOT_DELIVERED: RejectReason.ValueType  # 4
-"""The offset was never delivered to this client (acks only)."""
+"""The offset was never delivered to this client (acks), or is beyond what ReadRange gave
+this client under the epoch (commits).
+"""
 REJECT_REASON_OFFSET_OUT_OF_RANGE: RejectReason.ValueType  # 5
 """The offset is beyond the partition's high watermark (commits only)."""
 REJECT_REASON_COMMIT_FAILED: RejectReason.ValueType  # 6
@@ -109,7 +114,8 @@ REJECT_REASON_COMMIT_FAILED: RejectReason.ValueType  # 6
 REJECT_REASON_NOT_HOLDER: RejectReason.ValueType  # 7
 """The record is in flight to another client of the group: only the client it was
 delivered to may ack it, until its ack deadline passes or its holder's stream ends
-(then it is due and any client may ack it). Acks only.
+(then it is due and any client may ack it). For a commit: ReadRange gave the partition
+under the epoch to another client, not to this one.
 """
 Global___RejectReason: _TypeAlias = RejectReason  # noqa: Y015
 

@@ -144,7 +144,9 @@ class StreamServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CommitOffsets(self, request, context):
-        """Commits explicit offsets to the group (Spark's batch commit), fenced by lease epoch.
+        """Commits explicit offsets to the group (Spark's batch commit), fenced by lease epoch and
+        bound to the reading client: accepted only from a client_id that ReadRange on this
+        sidecar gave the partition's records up to the offset under that epoch.
         Per-partition problems are reported in results, not as an RPC error.
         Errors: INVALID_ARGUMENT (empty client_id/group, no offsets, negative offset),
         NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED, UNAVAILABLE.

@@ -91,7 +91,9 @@ class StreamServiceStub:
     watermark), PERMISSION_DENIED, UNAVAILABLE (Kafka unreachable).
     """
     CommitOffsets: _grpc.UnaryUnaryMultiCallable[_stream_pb2.CommitOffsetsRequest, _stream_pb2.CommitOffsetsResponse]
-    """Commits explicit offsets to the group (Spark's batch commit), fenced by lease epoch.
+    """Commits explicit offsets to the group (Spark's batch commit), fenced by lease epoch and
+    bound to the reading client: accepted only from a client_id that ReadRange on this
+    sidecar gave the partition's records up to the offset under that epoch.
     Per-partition problems are reported in results, not as an RPC error.
     Errors: INVALID_ARGUMENT (empty client_id/group, no offsets, negative offset),
     NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED, UNAVAILABLE.
@@ -154,7 +156,9 @@ class StreamServiceAsyncStub(StreamServiceStub):
     watermark), PERMISSION_DENIED, UNAVAILABLE (Kafka unreachable).
     """
     CommitOffsets: _aio.UnaryUnaryMultiCallable[_stream_pb2.CommitOffsetsRequest, _stream_pb2.CommitOffsetsResponse]  # type: ignore[assignment]
-    """Commits explicit offsets to the group (Spark's batch commit), fenced by lease epoch.
+    """Commits explicit offsets to the group (Spark's batch commit), fenced by lease epoch and
+    bound to the reading client: accepted only from a client_id that ReadRange on this
+    sidecar gave the partition's records up to the offset under that epoch.
     Per-partition problems are reported in results, not as an RPC error.
     Errors: INVALID_ARGUMENT (empty client_id/group, no offsets, negative offset),
     NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED, UNAVAILABLE.
@@ -250,7 +254,9 @@ class StreamServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _stream_pb2.CommitOffsetsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_stream_pb2.CommitOffsetsResponse, _abc.Awaitable[_stream_pb2.CommitOffsetsResponse]]:
-        """Commits explicit offsets to the group (Spark's batch commit), fenced by lease epoch.
+        """Commits explicit offsets to the group (Spark's batch commit), fenced by lease epoch and
+        bound to the reading client: accepted only from a client_id that ReadRange on this
+        sidecar gave the partition's records up to the offset under that epoch.
         Per-partition problems are reported in results, not as an RPC error.
         Errors: INVALID_ARGUMENT (empty client_id/group, no offsets, negative offset),
         NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED, UNAVAILABLE.
