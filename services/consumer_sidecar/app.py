@@ -35,6 +35,7 @@ from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.live_config import LiveConfig
 from services.consumer_sidecar.metrics import SidecarMetrics
 from services.consumer_sidecar.partitions import PartitionTable, Redelivery
+from services.consumer_sidecar.read_budget import ReadBudget
 from services.consumer_sidecar.reader import RangeReaders
 from services.consumer_sidecar.rpc import StreamServicer, add_to_server
 from services.consumer_sidecar.serving import DataSignal, Serving
@@ -155,6 +156,10 @@ class SidecarApp:
             connected=lambda: self.session.connected,
             consumer_config=lambda: self.live_config.applied.effective,
             config_version=lambda: self.live_config.applied.version,
+            read_budget=ReadBudget(
+                settings.read_range_max_streams,
+                int(settings.buffer_max_bytes * settings.read_range_buffer_share),
+            ),
         )
         self._wire_metrics()
         self._tasks: list[asyncio.Task[None]] = []
@@ -236,7 +241,12 @@ class SidecarApp:
     # ---- Service protocol -----------------------------------------------------------------
 
     def grpc_services(self) -> Sequence[GrpcService]:
-        readers = RangeReaders(functools.partial(kafka_config.reader_config, self.settings))
+        readers = RangeReaders(
+            functools.partial(kafka_config.reader_config, self.settings),
+            # A thread per stream it may run, and room for watermark queries and closes.
+            max_workers=self.settings.read_range_max_streams + 2,
+            prefetch_bytes=self.settings.read_range_prefetch_bytes,
+        )
         clients = self.metrics.clients if self.metrics.enabled else None
         return [
             GrpcService(

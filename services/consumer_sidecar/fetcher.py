@@ -319,9 +319,8 @@ class Fetcher:
 
     def _set_prefetch(self, prefetch_bytes: int) -> None:
         # Held back, librdkafka keeps up to ``prefetch_bytes`` (queued.max.messages.kbytes)
-        # prefetched: holding starts that much below the cap, so both together stay in it.
-        table = self._table
-        table.hold_at = max(table.buffer_max_bytes // 2, table.buffer_max_bytes - prefetch_bytes)
+        # prefetched: holding starts that much below the cap (PartitionTable.hold_at).
+        self._table.prefetch_bytes = prefetch_bytes
 
     def replace_consumer(self, config: dict[str, Any]) -> int:
         """Fetch thread, leased mode: a group config change librdkafka cannot apply to a
@@ -684,7 +683,7 @@ class Fetcher:
         table = self._table
         cap = table.per_partition_cap(1 if self.classic else LEASED_PARTITION_SHARE)
         if self.classic:
-            over_total = table.buffered_bytes >= table.buffer_max_bytes
+            over_total = table.buffered_bytes >= table.leased_cap
         else:  # leased: full, and no longer held back (HOLD_SECONDS passed, see _holding)
             over_total = (
                 table.buffered_bytes >= table.hold_at

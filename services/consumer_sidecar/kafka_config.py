@@ -89,11 +89,15 @@ def fetch_config(
 
 
 def reader_config(settings: SidecarSettings) -> dict[str, Any]:
-    """Range readers: the sidecar's Kafka settings under a group id of their own."""
+    """Range readers: the sidecar's Kafka settings under a group id of their own, their
+    prefetch bounded by ``read_range_prefetch_bytes`` (half queued, half one fetch
+    response), which is what each stream reserves from the buffer cap for it."""
+    half = settings.read_range_prefetch_bytes // 2
     return consumer_config(
         settings,
         group=f"{settings.group}.ds-reader",
         client_id=f"ds-sidecar-{settings.id}-reader",
+        overrides={"queued.max.messages.kbytes": half // 1024, "fetch.max.bytes": half},
     )
 
 

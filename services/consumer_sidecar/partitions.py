@@ -142,7 +142,11 @@ class PartitionTable:
     def __init__(self, buffer_max_bytes: int, clock: Callable[[], float]) -> None:
         self.lock = threading.Lock()
         self.partitions: dict[TP, Partition] = {}
+        # The operator's cap on the sidecar's record memory: this buffer, what librdkafka
+        # prefetches for it, and what open ReadRange streams reserved (read_budget.py).
         self.buffer_max_bytes = buffer_max_bytes
+        self.reserved_bytes = 0  # held by open ReadRange streams; set on the event loop
+        self.prefetch_bytes = 0  # what the fetch consumer may hold prefetched (the Fetcher's)
         self.buffered_bytes = 0
         self.clock = clock
         self._cursor = 0  # round-robin start for fair delivery across partitions
@@ -150,7 +154,6 @@ class PartitionTable:
         # mode; Fetcher._holding); ``on_room`` wakes it when a delivery made room below
         # ``hold_at`` (the cap less what librdkafka may hold prefetched meanwhile).
         self.holding = False
-        self.hold_at = buffer_max_bytes
         self.on_room: Callable[[], None] = lambda: None
         self.redelivery = Redelivery()  # the group's policy; the session updates it
         # No record is handed out when less than this is left of a partition's local lease:
@@ -159,9 +162,21 @@ class PartitionTable:
         # is acked just after it, refused, and delivered again.
         self.delivery_margin = 0.0
 
+    @property
+    def leased_cap(self) -> int:
+        """What this buffer may hold: the cap less what open ReadRange streams reserved."""
+        return self.buffer_max_bytes - self.reserved_bytes
+
+    @property
+    def hold_at(self) -> int:
+        """Where the fetch thread holds consumption back: the leased cap less what
+        librdkafka may hold prefetched meanwhile, so both together stay in it."""
+        cap = self.leased_cap
+        return max(cap // 2, cap - self.prefetch_bytes)
+
     def per_partition_cap(self, share: int = 1) -> int:
         """A partition's buffer cap: ``share`` times its fair share of the total."""
-        fair = self.buffer_max_bytes // max(len(self.partitions), 1)
+        fair = self.leased_cap // max(len(self.partitions), 1)
         return max(share * fair, 64 * 1024)
 
     def append(self, tp: TP, chunk: Chunk) -> bool:

@@ -165,8 +165,11 @@ class RangeReaders:
         max_workers: int = 8,
         stall_timeout: float = 30.0,
         kafka_timeout: float = 10.0,
+        prefetch_bytes: int = 0,
     ) -> None:
         self._config = config
+        # What one reader's consumer may hold prefetched (its config's bound; read_budget).
+        self.prefetch_bytes = prefetch_bytes
         self.stall_timeout = stall_timeout
         self.kafka_timeout = kafka_timeout
         self.executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="ds-reader")

@@ -64,6 +64,7 @@ from services.consumer_sidecar.leasing import ExplicitCommit, Problem, lease_pro
 from services.consumer_sidecar.partitions import Partition
 from services.consumer_sidecar.reader import (
     RangeOutOfRange,
+    RangeRead,
     RangeReaders,
     RangeSpec,
     ReadStalled,
@@ -678,29 +679,69 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             yield stream_pb2.ReadRangeResponse(lease_epoch=epoch, next_offset=request.to_offset)
             return
         spec = RangeSpec(tp, request.from_offset, request.to_offset, max_bytes, epoch)
-        read = await self._kafka(self.readers.open, spec, request=request)
+        reserved = self._reserve_read(max_bytes)
         try:
-            while True:
-                chunk = await self._kafka(read.next_chunk, request=request)
-                if chunk is None:
-                    raise DsError(Reason.SERVICE_NOT_READY, "the range read was stopped")
-                self._held(tp, epoch)  # every chunk is read under the live lease
-                if self.clients is not None:
-                    self.clients.served_records(
-                        request.client_id,
-                        len(chunk.records),
-                        sum(len(r.key) + len(r.value) for r in chunk.records),
+            read = await self._open(spec, request)
+            try:
+                while True:
+                    chunk = await self._kafka(read.next_chunk, request=request)
+                    if chunk is None:
+                        raise DsError(Reason.SERVICE_NOT_READY, "the range read was stopped")
+                    self._held(tp, epoch)  # every chunk is read under the live lease
+                    if self.clients is not None:
+                        self.clients.served_records(
+                            request.client_id,
+                            len(chunk.records),
+                            sum(len(r.key) + len(r.value) for r in chunk.records),
+                        )
+                    # Counted as given once handed to gRPC: the client may commit up to here.
+                    self.serving.range_given(tp, epoch, request.client_id, chunk.next_offset)
+                    yield stream_pb2.ReadRangeResponse(
+                        records=chunk.records, lease_epoch=epoch, next_offset=chunk.next_offset
                     )
-                # Counted as given once handed to gRPC: the client may commit up to here.
-                self.serving.range_given(tp, epoch, request.client_id, chunk.next_offset)
-                yield stream_pb2.ReadRangeResponse(
-                    records=chunk.records, lease_epoch=epoch, next_offset=chunk.next_offset
-                )
-                if chunk.next_offset >= request.to_offset:
-                    return
+                    if chunk.next_offset >= request.to_offset:
+                        return
+            finally:
+                # Never blocks the loop: a read still consuming stops within one poll.
+                self.readers.executor.submit(read.close)
         finally:
-            # Never blocks the loop: a read still consuming stops within one poll.
-            self.readers.executor.submit(read.close)
+            self.serving.release_read(reserved)  # done, failed or cancelled alike
+
+    def _reserve_read(self, max_bytes: int) -> int:
+        """Reserve what a stream may hold (its consumer's prefetch and one chunk) from the
+        sidecar's read budget, or RESOURCE_EXHAUSTED TOO_MANY_RANGE_READS."""
+        needed = self.readers.prefetch_bytes + max_bytes
+        refusal = self.serving.reserve_read(needed)
+        if refusal is None:
+            return needed
+        budget = self.serving.read_budget
+        raise DsError(
+            Reason.TOO_MANY_RANGE_READS,
+            refusal.message,
+            metadata={
+                "limit": refusal.limit,
+                "open_streams": str(budget.streams),
+                "max_streams": str(budget.max_streams),
+                "reserved_bytes": str(budget.reserved),
+                "needed_bytes": str(needed),
+                "budget_bytes": str(budget.max_bytes),
+            },
+        )
+
+    async def _open(self, spec: RangeSpec, request: stream_pb2.ReadRangeRequest) -> RangeRead:
+        """Open the range's reader. A call cancelled meanwhile closes the reader once its
+        opening is done (it runs on a reader thread and cannot be interrupted), so no
+        consumer outlives the stream that reserved its memory."""
+        opening = asyncio.ensure_future(self._kafka(self.readers.open, spec, request=request))
+        try:
+            return await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            opening.add_done_callback(self._close_opened)
+            raise
+
+    def _close_opened(self, opening: asyncio.Future[RangeRead]) -> None:
+        if not opening.cancelled() and opening.exception() is None:
+            self.readers.executor.submit(opening.result().close)
 
     def _validate_range(self, request: stream_pb2.ReadRangeRequest) -> tuple[TP, int]:
         if not request.topic:

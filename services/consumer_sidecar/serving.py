@@ -9,7 +9,8 @@ the settings, ``SidecarApp``). :class:`Serving` covers exactly what the RPCs nee
   Stream);
 * acks, nacks, commits, redelivery and the lease clock of the :class:`LeaseKeeper`;
 * what ReadRange gave each client (:class:`RangeReads`), to which explicit commits are bound;
-* the held partitions and the buffer, for ReadRange's lease checks and Status;
+* the held partitions and the buffer, for ReadRange's lease checks and Status, and the
+  :class:`ReadBudget` ReadRange streams reserve their memory from (off the buffer's cap);
 * who this sidecar is (its group and id), whether it has joined the assigner, and the
   consumer configuration Status shows, with the version of the group's config that runs.
 
@@ -33,6 +34,7 @@ from services.consumer_sidecar.leasing import (
 )
 from services.consumer_sidecar.partitions import Partition, PartitionTable, Redelivery
 from services.consumer_sidecar.range_reads import RangeReads
+from services.consumer_sidecar.read_budget import ReadBudget, Refusal
 from services.records.batches import Slice
 from services.runtime.topic_partition import TP
 
@@ -66,6 +68,7 @@ class Serving:
         connected: Callable[[], bool],
         consumer_config: Callable[[], dict[str, str]],
         config_version: Callable[[], int] = lambda: 0,
+        read_budget: ReadBudget | None = None,
     ) -> None:
         self.group = group
         self.sidecar_id = sidecar_id
@@ -75,6 +78,8 @@ class Serving:
         self._consumer_config = consumer_config
         self._config_version = config_version
         self._range_reads = RangeReads()
+        # By default as the sidecar's settings default: 4 streams, half the cap.
+        self.read_budget = read_budget or ReadBudget(4, table.buffer_max_bytes // 2)
         # Set when records were buffered; Fetch and Stream clear it before they look.
         self.data_ready = data.event
 
@@ -185,6 +190,22 @@ class Serving:
     def now(self) -> float:
         """The lease clock (monotonic seconds), against which deadlines are compared."""
         return self._keeper.clock()
+
+    def reserve_read(self, nbytes: int) -> Refusal | None:
+        """Open a ReadRange stream that may hold ``nbytes``: why not, or None, and then
+        the leased buffer's share is smaller by ``nbytes`` until :meth:`release_read`."""
+        refusal = self.read_budget.reserve(nbytes)
+        if refusal is None:
+            self._table.reserved_bytes = self.read_budget.reserved
+        return refusal
+
+    def release_read(self, nbytes: int) -> None:
+        """A ReadRange stream that reserved ``nbytes`` ended: the leased buffer has room
+        again (a fetch thread holding back on a full buffer is woken)."""
+        self.read_budget.release(nbytes)
+        self._table.reserved_bytes = self.read_budget.reserved
+        if self._table.holding:
+            self._table.on_room()
 
     @property
     def buffered_bytes(self) -> int:

@@ -19,6 +19,28 @@ class SidecarSettings(ServiceSettings):
     zone: str = ""
     capacity: int = Field(0, ge=0, description="max partitions (0 = unlimited)")
     buffer_max_bytes: int = Field(64 * 1024 * 1024, ge=1024 * 1024, le=8 * 1024**3)
+    read_range_max_streams: int = Field(
+        4,
+        ge=1,
+        le=256,
+        description="ReadRange streams open at once; another is RESOURCE_EXHAUSTED "
+        "(TOO_MANY_RANGE_READS)",
+    )
+    read_range_prefetch_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=2 * 1024 * 1024,
+        le=1024**3,
+        description="what each ReadRange consumer may prefetch (half its "
+        "queued.max.messages.kbytes, half fetch.max.bytes); reserved from buffer_max_bytes "
+        "with the stream's chunk while the stream is open",
+    )
+    read_range_buffer_share: float = Field(
+        0.5,
+        gt=0,
+        le=0.9,
+        description="the part of buffer_max_bytes open ReadRange streams may reserve "
+        "together; the leased buffer keeps the rest",
+    )
     commit_interval_seconds: float = Field(1.0, gt=0, le=60)
     commit_max_acks: int = Field(1000, ge=1, description="commit early after this many acks")
     lease_safety_margin_seconds: float = Field(0.5, ge=0.05, le=30)

@@ -59,6 +59,7 @@ class Reason(StrEnum):
     TOO_MANY_CLIENTS = "TOO_MANY_CLIENTS"
     TOO_MANY_WATCHERS = "TOO_MANY_WATCHERS"
     WATCHER_TOO_SLOW = "WATCHER_TOO_SLOW"
+    TOO_MANY_RANGE_READS = "TOO_MANY_RANGE_READS"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +172,14 @@ CATALOGUE: Mapping[Reason, ReasonSpec] = {
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         "A WatchBinding stream fell `watch_queue_max` bindings behind and was dropped; "
         "watch again (with the known version) to get the current binding.",
+    ),
+    Reason.TOO_MANY_RANGE_READS: ReasonSpec(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "The sidecar runs as many ReadRange streams as allowed (`limit` `streams`: sidecar "
+        "setting `read_range_max_streams`), or the open ones hold the memory ReadRange may "
+        "use (`limit` `bytes`: `read_range_buffer_share` of `buffer_max_bytes`); retry when "
+        "one has ended. Metadata `limit`, `open_streams`, `max_streams`, `reserved_bytes`, "
+        "`needed_bytes`, `budget_bytes`.",
     ),
 }
 

@@ -87,6 +87,8 @@ MOVED_REASONS = frozenset(
         Reason.GROUP_NOT_SERVED.value,
         Reason.SERVICE_NOT_READY.value,
         Reason.KAFKA_UNAVAILABLE.value,
+        # The owner runs as many ReadRange streams as it may: back off and try again.
+        Reason.TOO_MANY_RANGE_READS.value,
     }
 )
 

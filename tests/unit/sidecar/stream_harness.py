@@ -93,6 +93,7 @@ class FakeReaders:
     opened: list[RangeSpec] = field(default_factory=list)
     fail: Exception | None = None
     before_chunk: Callable[[int], None] = lambda _index: None
+    prefetch_bytes: int = 0  # what a reader's consumer may prefetch (the read budget)
 
     def __post_init__(self) -> None:
         from concurrent.futures import ThreadPoolExecutor

@@ -137,7 +137,9 @@ class StreamServiceServicer:
         (group or topic/partition unknown), FAILED_PRECONDITION (this sidecar does not hold the
         partition's lease, or its lease expired; ErrorInfo metadata names the holder),
         OUT_OF_RANGE (from_offset below the log start offset, or to_offset above the high
-        watermark), PERMISSION_DENIED, UNAVAILABLE (Kafka unreachable).
+        watermark), RESOURCE_EXHAUSTED (TOO_MANY_RANGE_READS: the sidecar runs as many ReadRange
+        streams as its settings allow, or their memory budget is taken; retry later),
+        PERMISSION_DENIED, UNAVAILABLE (Kafka unreachable).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

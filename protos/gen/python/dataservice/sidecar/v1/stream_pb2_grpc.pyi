@@ -88,7 +88,9 @@ class StreamServiceStub:
     (group or topic/partition unknown), FAILED_PRECONDITION (this sidecar does not hold the
     partition's lease, or its lease expired; ErrorInfo metadata names the holder),
     OUT_OF_RANGE (from_offset below the log start offset, or to_offset above the high
-    watermark), PERMISSION_DENIED, UNAVAILABLE (Kafka unreachable).
+    watermark), RESOURCE_EXHAUSTED (TOO_MANY_RANGE_READS: the sidecar runs as many ReadRange
+    streams as its settings allow, or their memory budget is taken; retry later),
+    PERMISSION_DENIED, UNAVAILABLE (Kafka unreachable).
     """
     CommitOffsets: _grpc.UnaryUnaryMultiCallable[_stream_pb2.CommitOffsetsRequest, _stream_pb2.CommitOffsetsResponse]
     """Commits explicit offsets to the group (Spark's batch commit), fenced by lease epoch and
@@ -153,7 +155,9 @@ class StreamServiceAsyncStub(StreamServiceStub):
     (group or topic/partition unknown), FAILED_PRECONDITION (this sidecar does not hold the
     partition's lease, or its lease expired; ErrorInfo metadata names the holder),
     OUT_OF_RANGE (from_offset below the log start offset, or to_offset above the high
-    watermark), PERMISSION_DENIED, UNAVAILABLE (Kafka unreachable).
+    watermark), RESOURCE_EXHAUSTED (TOO_MANY_RANGE_READS: the sidecar runs as many ReadRange
+    streams as its settings allow, or their memory budget is taken; retry later),
+    PERMISSION_DENIED, UNAVAILABLE (Kafka unreachable).
     """
     CommitOffsets: _aio.UnaryUnaryMultiCallable[_stream_pb2.CommitOffsetsRequest, _stream_pb2.CommitOffsetsResponse]  # type: ignore[assignment]
     """Commits explicit offsets to the group (Spark's batch commit), fenced by lease epoch and
@@ -245,7 +249,9 @@ class StreamServiceServicer(metaclass=_abc_1.ABCMeta):
         (group or topic/partition unknown), FAILED_PRECONDITION (this sidecar does not hold the
         partition's lease, or its lease expired; ErrorInfo metadata names the holder),
         OUT_OF_RANGE (from_offset below the log start offset, or to_offset above the high
-        watermark), PERMISSION_DENIED, UNAVAILABLE (Kafka unreachable).
+        watermark), RESOURCE_EXHAUSTED (TOO_MANY_RANGE_READS: the sidecar runs as many ReadRange
+        streams as its settings allow, or their memory budget is taken; retry later),
+        PERMISSION_DENIED, UNAVAILABLE (Kafka unreachable).
         """
 
     @_abc_1.abstractmethod
