@@ -52,7 +52,10 @@ def encode(epoch: int, sidecar: str, committed: int, acked: Sequence[tuple[int, 
 
 
 def decode(metadata: str | None, committed: int) -> CommitMetadata | None:
-    """Parse what :func:`encode` wrote; None for empty or foreign metadata."""
+    """Parse what :func:`encode` wrote; None for empty or foreign metadata. A trailing NUL
+    is ignored: confluent-kafka hands librdkafka the C string with its terminator, so the
+    commit log (``__consumer_offsets``) holds it, though OffsetFetch answers without it."""
+    metadata = (metadata or "").rstrip("\x00")
     if not metadata:
         return None
     try:
@@ -71,3 +74,28 @@ def decode(metadata: str | None, committed: int) -> CommitMetadata | None:
 
 def expand(ranges: Iterable[tuple[int, int]]) -> set[int]:
     return {offset for start, end in ranges for offset in range(start, end + 1)}
+
+
+def is_external(committed: int, metadata: str | None, last_seen: int) -> bool:
+    """Whether a partition's committed offset, found in Kafka by its holder, was written
+    outside the mesh (an offset reset with Kafka's own tools, issue 23).
+
+    ``last_seen`` is the holder's history: the offset it last committed, or found committed
+    when it started (-1 = none). An offset equal to it changed nothing, whoever wrote it.
+    Any other offset is the mesh's own when its metadata names a committer — this holder
+    under any epoch, another sidecar (a late commit of a previous holder, a kafka_group
+    member's epoch 0) or the assigner (a reset through the mesh) — since every commit the
+    mesh makes carries :func:`encode`'s metadata; anything else (empty metadata, as
+    ``kafka-consumer-groups --reset-offsets`` writes, or foreign text) is external.
+    Nothing committed (-1) is never external."""
+    if committed < 0 or committed == last_seen:
+        return False
+    meta = decode(metadata, committed)
+    return meta is None or not meta.sidecar
+
+
+def describe_writer(metadata: str | None) -> str:
+    """What an external commit's metadata says about its writer, for the audit record."""
+    if not metadata:
+        return "no commit metadata (Kafka's tools write none)"
+    return f"commit metadata {metadata[:200]!r}"
