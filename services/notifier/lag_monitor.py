@@ -25,9 +25,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from dataservice.common.v1 import common_pb2
-from services.notifier import offsets_topic
 from services.notifier.settings import LagSettings
-from services.runtime import lag
+from services.runtime import lag, offsets_topic
 from services.runtime.faults import CATALOGUE, dedupe_key
 
 log = structlog.get_logger(__name__)

@@ -1,4 +1,6 @@
-"""Decode offset-commit records of Kafka's ``__consumer_offsets`` topic (pure).
+"""Decode offset-commit records of Kafka's ``__consumer_offsets`` topic (pure). Shared: the
+notifier's lag monitor reads the commits' times, the assigner their metadata (a commit
+made outside the mesh, issue 23).
 
 Reading commits from the log, as Burrow does, is what tells the evaluator *when* each commit
 happened: a consumer that keeps committing the same offset (Burrow STALL) and one that no
@@ -29,6 +31,7 @@ class OffsetCommit:
     partition: int
     offset: int | None  # None: the offset was deleted (tombstone)
     commit_timestamp_ms: int = 0
+    metadata: str = ""  # the commit's metadata string (services.runtime.commitmeta)
 
 
 class _Reader:
@@ -103,9 +106,6 @@ def decode(key: bytes | None, value: bytes | None) -> OffsetCommit | None:
     offset = body.int64()
     if version >= 3:
         body.int32()  # leader epoch
-    if version >= 4:
-        body.compact_string()  # metadata
-    else:
-        body.string()
+    metadata = body.compact_string() if version >= 4 else body.string()
     commit_ts = body.int64()
-    return OffsetCommit(group, topic, partition, offset, commit_ts)
+    return OffsetCommit(group, topic, partition, offset, commit_ts, metadata)

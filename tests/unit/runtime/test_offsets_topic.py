@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from services.notifier.offsets_topic import OffsetCommit, decode
+from services.runtime.offsets_topic import OffsetCommit, decode
 
 
 def _string(text: str) -> bytes:
@@ -35,7 +35,7 @@ def commit_record(version: int, key_type: int = 1) -> tuple[bytes, bytes]:
 @pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
 def test_every_value_version(version: int) -> None:
     key, value = commit_record(version)
-    assert decode(key, value) == OffsetCommit("g1", "orders", 7, 1234, 1_700_000_000_123)
+    assert decode(key, value) == OffsetCommit("g1", "orders", 7, 1234, 1_700_000_000_123, "meta")
 
 
 def test_tombstone_and_other_record_types() -> None:
