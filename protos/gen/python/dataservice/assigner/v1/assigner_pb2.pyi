@@ -160,6 +160,7 @@ class SessionHeartbeat(_message.Message):
     RELEASED_LEASES_FIELD_NUMBER: _builtins.int
     APPLIED_CONFIG_VERSION_FIELD_NUMBER: _builtins.int
     CONFIG_REJECTION_FIELD_NUMBER: _builtins.int
+    EXTERNAL_COMMITS_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     """Sequence number of this heartbeat, strictly increasing within a stream (starts at 1).
     The sidecar records its monotonic send time per seq to compute lease deadlines.
@@ -182,6 +183,13 @@ class SessionHeartbeat(_message.Message):
         every heartbeat until it applies a later version cleanly; unset = none.
         """
 
+    @_builtins.property
+    def external_commits(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExternalCommit]:
+        """Commits the sidecar did not make on partitions it holds (an offset reset made with
+        Kafka's own tools, e.g. kafka-consumer-groups --reset-offsets), sent in every heartbeat
+        until the lease ends; the sidecar stops committing those partitions meanwhile.
+        """
+
     def __init__(
         self,
         *,
@@ -190,14 +198,57 @@ class SessionHeartbeat(_message.Message):
         released_leases: _abc.Iterable[Global___ReleasedLease] | None = ...,
         applied_config_version: _builtins.int = ...,
         config_rejection: _types_pb2.ConfigRejection | None = ...,
+        external_commits: _abc.Iterable[Global___ExternalCommit] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config_rejection", b"config_rejection"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_config_version", b"applied_config_version", "config_rejection", b"config_rejection", "leases", b"leases", "released_leases", b"released_leases", "seq", b"seq"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_config_version", b"applied_config_version", "config_rejection", b"config_rejection", "external_commits", b"external_commits", "leases", b"leases", "released_leases", b"released_leases", "seq", b"seq"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SessionHeartbeat: _TypeAlias = SessionHeartbeat  # noqa: Y015
+
+@_typing.final
+class ExternalCommit(_message.Message):
+    """A committed offset of a held partition written by someone outside the mesh."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    EPOCH_FIELD_NUMBER: _builtins.int
+    PREVIOUS_OFFSET_FIELD_NUMBER: _builtins.int
+    COMMITTED_OFFSET_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """Topic of the held partition."""
+    partition: _builtins.int
+    """Partition number."""
+    epoch: _builtins.int
+    """Epoch of the lease the sidecar holds."""
+    previous_offset: _builtins.int
+    """The last offset the holder committed or saw committed (-1 = none)."""
+    committed_offset: _builtins.int
+    """The offset found committed in Kafka."""
+    metadata: _builtins.str
+    """The commit's metadata string as Kafka returned it ("" for Kafka's tools)."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        epoch: _builtins.int = ...,
+        previous_offset: _builtins.int = ...,
+        committed_offset: _builtins.int = ...,
+        metadata: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_offset", b"committed_offset", "epoch", b"epoch", "metadata", b"metadata", "partition", b"partition", "previous_offset", b"previous_offset", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExternalCommit: _TypeAlias = ExternalCommit  # noqa: Y015
 
 @_typing.final
 class LeaseProgress(_message.Message):
