@@ -177,6 +177,7 @@ class SidecarApp:
         self.keeper.on_lease_change = self.metrics.lease_changed
         self.keeper.on_lease_settled = self.metrics.lease_settled
         self.session.on_heartbeat_sent = self.metrics.heartbeat_sent
+        self.keeper.on_external = self.session.external_found
         self.session.on_heartbeat_acked = self.metrics.heartbeat_acked
 
     async def _replace_consumer(self, group_config: dict[str, str]) -> None:
@@ -287,6 +288,10 @@ class SidecarApp:
         self._spawn(self.session.run(), "session")
         self._spawn(self.keeper.commit_loop(), "commits")
         self._spawn(self.keeper.redelivery_loop(), "redelivery")
+        self._spawn(
+            self.keeper.external_check_loop(self.settings.external_check_interval_seconds),
+            "external-commits",
+        )
         self.reporter.start()
         self._spawn(watch_backpressure(self.table, self.faults), "backpressure")
 

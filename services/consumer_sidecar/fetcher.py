@@ -454,6 +454,8 @@ class Fetcher:
         never commit below it."""
         now = self._table.clock()
         kept = [r for r in requests if self._still_committable(r, now)]
+        if not self.classic:
+            kept = self._without_external(kept, consumer or self._consumer)
         if not kept:
             return []
         offsets = [
@@ -482,6 +484,42 @@ class Fetcher:
             if not self._defer_if_rebalancing(KafkaException(error), [request]):
                 raise KafkaException(error)
         return kept
+
+    def _without_external(
+        self, requests: list[CommitRequest], consumer: Consumer
+    ) -> list[CommitRequest]:
+        """Leased mode, right before a commit: one OffsetFetch for the partitions about to
+        be committed, so a commit never overwrites an external one it could have seen
+        (issue 23); a partition with one is flagged (:meth:`check_external`) and dropped."""
+        leased = [r.tp for r in requests if r.epoch != UNLEASED_EPOCH]
+        if leased:
+            self.check_external(leased, consumer)
+        return [r for r in requests if (p := self._table.get(r.tp)) is None or p.external is None]
+
+    def check_external(self, tps: list[TP], consumer: Consumer | None = None) -> list[TP]:
+        """Commit thread: read the committed offsets of held partitions (one OffsetFetch)
+        and flag each whose commit this sidecar did not make
+        (:func:`~services.runtime.commitmeta.is_external`). Returns the newly flagged."""
+        queried = [TopicPartition(tp.topic, tp.partition) for tp in tps]
+        found = (consumer or self._commit_consumer or self._consumer).committed(queried, timeout=10)
+        flagged = []
+        for ktp in found:
+            tp = TP(str(ktp.topic), int(ktp.partition or 0))
+            part = self._table.get(tp)
+            if part is None or part.external is not None or ktp.error is not None:
+                continue
+            offset = int(ktp.offset if ktp.offset is not None else -1)
+            if commitmeta.is_external(offset, ktp.metadata, part.committed):
+                part.external = (offset, ktp.metadata or "")
+                flagged.append(tp)
+        return flagged
+
+    async def check_external_async(self, tps: list[TP]) -> list[TP]:
+        """:meth:`check_external` on the commit thread (the fetch thread without one)."""
+        if self._commit_consumer is None:
+            return await self.run(self.check_external, tps)
+        future = self._committer.submit(self.check_external, tps, self._commit_consumer)
+        return await asyncio.wrap_future(future)
 
     def _warn_if_outlived(self, committed: list[CommitRequest]) -> None:
         """A commit whose lease deadline passed while librdkafka sent it (the process was
@@ -528,6 +566,8 @@ class Fetcher:
         part = self._table.get(request.tp)
         if part is None or part.epoch != request.epoch or not part.live(now):
             return False
+        if part.external is not None:
+            return False  # an external commit is being followed: never overwrite it
         return not self.classic or request.offset >= part.committed
 
     # ---- the loop ---------------------------------------------------------------------

@@ -44,7 +44,7 @@ from services.consumer_sidecar.acks import (
     PartitionAcks,
 )
 from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
-from services.consumer_sidecar.partitions import Due, Partition, PartitionTable
+from services.consumer_sidecar.partitions import UNLEASED_EPOCH, Due, Partition, PartitionTable
 from services.runtime.errors import DsError, Reason
 from services.runtime.kafka import is_retriable
 from services.runtime.topic_partition import TP
@@ -172,6 +172,8 @@ class LeaseKeeper:
         # not_sent); records given up past the delivery limit (the POISON_RECORD hook).
         self.on_redelivery: Callable[[str, int], None] = lambda _why, _records: None
         self.on_given_up: Callable[[TP, int, GivenUp], None] = lambda _tp, _epoch, _g: None
+        # A commit this sidecar did not make was found on a held partition: report it now.
+        self.on_external: Callable[[], None] = lambda: None
         self._granted_at: dict[TP, float] = {}
         # Epochs given up for a configuration change: partition -> (epoch, when).
         self._retired: dict[TP, tuple[int, float]] = {}
@@ -610,11 +612,68 @@ class LeaseKeeper:
             if not requests:
                 return
             sent = await self.fetcher.commit_async(requests)
+            self._announce_external()
             done = {id(r) for r in sent}  # a request the fetch thread dropped stays pending
             for part, request, version in zip(parts, requests, versions, strict=True):
                 if id(request) in done:
                     part.committed = max(part.committed, request.offset)
                     part.committed_version = version
+
+    async def external_check_loop(self, interval: float) -> None:
+        """Issue 23: every ``interval``, one OffsetFetch for all held partitions, to notice
+        a commit this sidecar did not make on a partition nobody acks (the commits check
+        the partitions they commit themselves, right before committing)."""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.check_external()
+            except Exception as exc:  # Kafka unreachable: the next round tries again
+                log.info("external commit check failed", error=str(exc))
+
+    async def check_external(self) -> None:
+        async with self._commit_lock:  # never while a commit of ours is on its way
+            now = self.clock()
+            tps = [
+                p.tp
+                for p in self.table.snapshot()
+                if p.ready
+                and p.live(now)
+                and not p.revoking
+                and p.external is None
+                and p.epoch != UNLEASED_EPOCH
+            ]
+            if tps:
+                await self.fetcher.check_external_async(tps)
+        self._announce_external()
+
+    def _announce_external(self) -> None:
+        """Log each newly flagged external commit once and have the session report it."""
+        fresh = [
+            p for p in self.table.snapshot() if p.external is not None and not p.external_announced
+        ]
+        if not fresh:
+            return
+        for part in fresh:
+            part.external_announced = True
+            assert part.external is not None
+            log.warning(
+                "external commit found: following it through the assigner",
+                topic=part.tp.topic,
+                partition=part.tp.partition,
+                epoch=part.epoch,
+                previous=part.committed,
+                committed=part.external[0],
+                metadata=part.external[1],
+            )
+        self.on_external()
+
+    def external_commits(self) -> list[tuple[Partition, int, str]]:
+        """(partition, offset, metadata) of every held partition with an external commit."""
+        return [
+            (p, p.external[0], p.external[1])
+            for p in self.table.snapshot()
+            if p.external is not None and not p.revoking
+        ]
 
     async def commit_offsets(self, commits: list[ExplicitCommit]) -> list[CommitOutcome]:
         """Commit explicit offsets, each fenced by its lease epoch and the local deadline,
@@ -634,6 +693,7 @@ class LeaseKeeper:
                 requests = [CommitRequest(c.tp, c.offset, c.epoch) for _, _, c in accepted]
                 try:
                     sent = await self.fetcher.commit_async(requests)
+                    self._announce_external()
                 except KafkaException as exc:
                     log.warning("explicit commit failed", error=str(exc))
                     for index, _, commit in accepted:

@@ -116,6 +116,11 @@ class Partition:
     # fetching is paused, but the lease is still reported, so a renewal (e.g. by a
     # restarted assigner adopting it) resumes it; an ack that does not renew it drops it.
     suspended_at: float | None = None
+    # A commit this sidecar did not make, found in Kafka (issue 23): (offset, metadata).
+    # Nothing more is committed for the partition; heartbeats report it until the lease ends
+    # (the assigner applies it like an offset reset).
+    external: tuple[int, str] | None = None
+    external_announced: bool = False
     fetched_bytes: int = 0  # cumulative, for the bytes/s reported to the assigner
     high_watermark: int = -1  # from librdkafka statistics; -1 = not known yet
     lag: int = -1  # records behind the high watermark; -1 = not known yet

@@ -323,10 +323,24 @@ class SessionClient:
             )
             for r in self.keeper.take_released()
         ]
+        external = [
+            assigner_pb2.ExternalCommit(
+                topic=p.tp.topic,
+                partition=p.tp.partition,
+                epoch=p.epoch,
+                previous_offset=p.committed,
+                committed_offset=offset,
+                metadata=metadata,
+            )
+            for p, offset, metadata in self.keeper.external_commits()
+        ]
         return assigner_pb2.SessionRequest(
             heartbeat=self._with_config(
                 assigner_pb2.SessionHeartbeat(
-                    seq=self._seq, leases=progress, released_leases=released
+                    seq=self._seq,
+                    leases=progress,
+                    released_leases=released,
+                    external_commits=external,
                 )
             )
         )
@@ -487,6 +501,10 @@ class SessionClient:
             else None
         )
         self.on_delivery_policy(visibility, config.max_deliveries)
+
+    def external_found(self) -> None:
+        """A commit this sidecar did not make was found: report it in a heartbeat now."""
+        self._heartbeat_now.set()
 
     async def _start_granted(self) -> None:
         await asyncio.sleep(0.01)

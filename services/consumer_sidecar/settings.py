@@ -43,6 +43,14 @@ class SidecarSettings(ServiceSettings):
     )
     commit_interval_seconds: float = Field(1.0, gt=0, le=60)
     commit_max_acks: int = Field(1000, ge=1, description="commit early after this many acks")
+    external_check_interval_seconds: float = Field(
+        0.5,
+        gt=0,
+        le=60,
+        description="how often the held partitions' committed offsets are read back to notice "
+        "a commit this sidecar did not make (kafka-consumer-groups --reset-offsets); also "
+        "checked right before each commit",
+    )
     lease_safety_margin_seconds: float = Field(0.5, ge=0.05, le=30)
     delivery_margin_seconds: float = Field(
         0.5,

@@ -71,14 +71,22 @@ class FakeFetcher:
 class FakeConsumer:
     def __init__(self) -> None:
         self.assigned: list[list[TopicPartition]] = []
-        self.committed: list[list[TopicPartition]] = []
+        self.commits: list[list[TopicPartition]] = []
 
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         self.assigned.append(partitions)
 
     def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> list[TopicPartition]:
-        self.committed.append(offsets)
+        self.commits.append(offsets)
         return offsets
+
+    def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        """OffsetFetch: each partition's last commit here (-1001: none), as Kafka answers."""
+        last = {(tp.topic, tp.partition): tp for batch in self.commits for tp in batch}
+        return [
+            last.get((tp.topic, tp.partition), TopicPartition(tp.topic, tp.partition, -1001))
+            for tp in partitions
+        ]
 
 
 class Clock:
@@ -410,8 +418,8 @@ def test_commits_for_partitions_no_longer_held_are_dropped() -> None:
     fetcher = fetcher_with(table, consumer)
     table.add(unleased_partition(T, 0))
     fetcher.commit([CommitRequest(T, 5, 0), CommitRequest(U, 5, 0), CommitRequest(T, 6, 3)])
-    assert [(tp.partition, tp.offset) for tp in consumer.committed[0]] == [(0, 5)]
-    assert '"epoch":0' in str(consumer.committed[0][0].metadata)
+    assert [(tp.partition, tp.offset) for tp in consumer.commits[0]] == [(0, 5)]
+    assert '"epoch":0' in str(consumer.commits[0][0].metadata)
 
 
 def test_a_commit_whose_lease_lapsed_while_queued_is_not_sent() -> None:
@@ -429,7 +437,7 @@ def test_a_commit_whose_lease_lapsed_while_queued_is_not_sent() -> None:
     clock.now += 4  # paused past T's deadline, not U's
     late, other = CommitRequest(T, 9, 2), CommitRequest(U, 7, 2)
     assert fetcher.commit([late, other]) == [other]
-    assert [[(tp.partition, tp.offset) for tp in c] for c in consumer.committed] == [
+    assert [[(tp.partition, tp.offset) for tp in c] for c in consumer.commits] == [
         [(0, 5)],
         [(1, 7)],
     ]
@@ -443,9 +451,9 @@ def test_kafka_group_mode_never_commits_below_a_reassigned_partitions_start() ->
     fetcher.classic = True
     table.add(unleased_partition(T, 50))  # handed back to us at committed offset 50
     fetcher.commit_offsets([(T, 40)])  # queued before the revoke: stale
-    assert consumer.committed == []
+    assert consumer.commits == []
     fetcher.commit_offsets([(T, 55)])
-    assert [tp.offset for tp in consumer.committed[0]] == [55]
+    assert [tp.offset for tp in consumer.commits[0]] == [55]
 
 
 # ---- the session in kafka_group mode -------------------------------------------------------
@@ -556,7 +564,7 @@ def test_kafka_group_commits_refused_mid_rebalance_are_retried_after_it() -> Non
     table.remove(U)  # revoked meanwhile: its revoke callback committed it
     consumer.rebalancing = False
     fetcher._retry_deferred()
-    assert [(tp.partition, tp.offset) for tp in consumer.committed[0]] == [(0, 5)]
+    assert [(tp.partition, tp.offset) for tp in consumer.commits[0]] == [(0, 5)]
 
 
 def test_leased_mode_commit_errors_are_raised() -> None:
