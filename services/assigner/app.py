@@ -13,6 +13,8 @@ import structlog
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from dataservice.assigner.v1 import admin_pb2_grpc, assigner_pb2_grpc, binding_pb2_grpc
+from services.assigner.commit_log import CommitLog
+from services.assigner.external_resets import ExternalResets
 from services.assigner.faults import report_failover
 from services.assigner.kafka_cluster import KafkaCluster
 from services.assigner.kafka_offsets import KafkaOffsets
@@ -86,6 +88,12 @@ class AssignerApp:
         self.resets = OffsetResets(
             KafkaResets(settings, self._reset_offsets), self.cluster, clock=self.now
         )
+        # Offset resets made with Kafka's tools, followed (issue 23): reported by the
+        # holders, and read from the commit log for those overwritten before they saw them.
+        self.external = ExternalResets(self.resets, self.groups.get, clock=self.now)
+        self.commit_log = CommitLog(
+            settings, lambda name: self.groups.get(name) is not None, self.external.observe
+        )
         # /ui: pages gathered on this loop (set in on_ready), lag history sampled by the leader.
         self.lag_history = LagHistory()
         self._ui_data = UiData(
@@ -108,7 +116,12 @@ class AssignerApp:
         return [
             GrpcService(
                 "dataservice.assigner.v1.AssignerService",
-                AssignerServicer(self.groups, self.metrics, clock=self.now),
+                AssignerServicer(
+                    self.groups,
+                    self.metrics,
+                    clock=self.now,
+                    external=self.external,
+                ),
                 assigner_pb2_grpc.add_AssignerServiceServicer_to_server,
             ),
             GrpcService(
@@ -192,6 +205,7 @@ class AssignerApp:
         self._tasks.append(asyncio.create_task(self._metadata_loop(), name="metadata"))
         sampler = LagSampler(self.groups, self.offsets, self.lag_history, clock=self.now)
         self._tasks.append(asyncio.create_task(sampler.run(), name="lag-sample"))
+        self._tasks.append(asyncio.create_task(self.commit_log.run(), name="commit-log"))
 
     async def step_down(self) -> None:
         """Leadership lost (or shutting down): stop acting on any group at once."""

@@ -201,6 +201,8 @@ class GroupFaults:
                 attributes["epochs"] = ",".join(f"{p}:{epoch}" for p, _, _, epoch in rows)
             if audit.request_id:
                 attributes["request_id"] = audit.request_id
+            if audit.detected_by:
+                attributes["detected_by"] = audit.detected_by
             # Unique per reset: an audit record is never merged with another one.
             key = dedupe_key(common_pb2.FAULT_TYPE_OFFSETS_RESET, self.group, topic, audit.reset_id)
             message = (
@@ -231,6 +233,7 @@ class ResetAudit:
     request_id: str
     # (topic, partition, old offset, new offset, lease epoch; 0 = none), per partition.
     partitions: tuple[tuple[str, int, int, int, int], ...]
+    detected_by: str = ""  # source "external": the sidecars that noticed the commit
 
 
 @never_raises

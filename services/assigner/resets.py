@@ -26,7 +26,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import structlog
@@ -70,6 +70,10 @@ class ResetOrder:
     source: str = "admin"  # or "external": a reset made with Kafka's tools, followed
     actor: str = ""
     request_id: str = ""
+    # source "external": each partition's offset before the external commit (the holder's
+    # last commit: the one Kafka shows now is already the new one), and who noticed it.
+    previous: Mapping[TopicPartition, int] = field(default_factory=dict)
+    detected_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,8 @@ class OffsetResets:
         else:
             result = await self._reset_leased(group, order.spec)
         reset_id = uuid.uuid4().hex
+        # An external reset's old offset is the holder's last commit: Kafka shows the new one.
+        olds = {r.tp: order.previous.get(r.tp, r.old) for r in result.partitions}
         group.faults.offsets_reset(
             ResetAudit(
                 reset_id=reset_id,
@@ -123,9 +129,10 @@ class OffsetResets:
                 strategy=order.spec.strategy.value,
                 request_id=order.request_id,
                 partitions=tuple(
-                    (r.tp.topic, r.tp.partition, r.old, r.new, result.epochs.get(r.tp, 0))
+                    (r.tp.topic, r.tp.partition, olds[r.tp], r.new, result.epochs.get(r.tp, 0))
                     for r in result.partitions
                 ),
+                detected_by=order.detected_by,
             )
         )
         log.info(
@@ -135,7 +142,9 @@ class OffsetResets:
             actor=order.actor,
             strategy=order.spec.strategy.value,
             partitions=len(result.partitions),
-            offsets={f"{r.tp.topic}/{r.tp.partition}": [r.old, r.new] for r in result.partitions},
+            offsets={
+                f"{r.tp.topic}/{r.tp.partition}": [olds[r.tp], r.new] for r in result.partitions
+            },
         )
         return result
 

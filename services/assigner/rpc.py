@@ -40,6 +40,7 @@ from services.assigner.admin.validation import (
     version_conflict,
 )
 from services.assigner.coordinator import LeaseState
+from services.assigner.external_resets import ExternalResets
 from services.assigner.groups import DROPPED, GroupRuntime, duration
 from services.assigner.kafka_cluster import GroupMembers
 from services.assigner.kafka_offsets import KAFKA_TIMEOUT_SECONDS
@@ -78,11 +79,17 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
     """The sidecars' Session and Leave (ARCHITECTURE §3.1)."""
 
     def __init__(
-        self, groups: GroupRegistry, metrics: AssignerMetrics, clock: Clock = time.monotonic
+        self,
+        groups: GroupRegistry,
+        metrics: AssignerMetrics,
+        clock: Clock = time.monotonic,
+        *,
+        external: ExternalResets | None = None,
     ) -> None:
         self.groups = groups
         self.metrics = metrics
         self.clock = clock
+        self.external = external
 
     async def Session(
         self, request_iterator: AsyncIterator[assigner_pb2.SessionRequest], context: Context
@@ -129,6 +136,10 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
             async for request in request_iterator:
                 if request.WhichOneof("kind") == "heartbeat":
                     group.heartbeat(conn, request.heartbeat, self.clock())
+                    if request.heartbeat.external_commits and self.external is not None:
+                        self.external.report(
+                            group, conn.member_id, request.heartbeat.external_commits
+                        )
                 else:
                     log.warning("ignoring a second join on an open session", sidecar=conn.member_id)
         except (grpc.aio.AioRpcError, asyncio.CancelledError):

@@ -1,0 +1,206 @@
+"""Offset resets made outside the mesh, followed (issue 23).
+
+In leased mode Kafka's group has no members (the sidecars ``assign()``), so
+``kafka-consumer-groups --reset-offsets`` accepts a reset while the sidecars consume. The
+holder of each partition notices the commit it did not make
+(:func:`services.runtime.commitmeta.is_external`), stops committing the partition and
+reports it in every heartbeat; this module turns those reports into an offset reset of the
+one path every reset takes (:class:`~services.assigner.resets.OffsetResets`, source
+``external``): pause, the holder drops what it buffered or has in flight, a new epoch, the
+externally committed offset committed under it (an ABSOLUTE reset to it), and the grant
+back to the same holder there. A report counts only from the partition's current holder
+under its current epoch with the lease granted, so one reset follows each external commit:
+reports sent before the reset ended carry the old epoch.
+
+The holders' check has a window Kafka cannot close (no compare-and-set on offsets): an
+external commit landing between a holder's OffsetFetch and its OffsetCommit is overwritten
+unseen. The log of commits (:mod:`~services.assigner.commit_log`) still has it:
+:meth:`ExternalResets.observe` follows an external commit that no reset through the
+assigner followed within ``log_grace_seconds`` (the holder's report normally did, within
+a heartbeat), from the partition's current holder under its current epoch.
+
+Reports of one group are gathered for a moment (several holders notice the same
+``--reset-offsets --execute`` within one check interval) and reset together; while
+another operation runs on the group they wait for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import structlog
+
+from dataservice.assigner.v1 import assigner_pb2
+from services.assigner.admin.reset_request import ResetSpec
+from services.assigner.coordinator import LeaseState
+from services.assigner.groups import GroupRuntime
+from services.assigner.kafka_reset import COMMITTER_ID
+from services.assigner.reset_targets import Strategy
+from services.assigner.resets import OffsetResets, ResetOrder
+from services.runtime import commitmeta
+from services.runtime.errors import DsError, Reason
+from services.runtime.offsets_topic import OffsetCommit
+from services.runtime.topic_partition import TopicPartition
+
+log = structlog.get_logger(__name__)
+
+GATHER_SECONDS = 0.1
+RETRY_SECONDS = 0.2
+LOG_GRACE_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class ExternalReport:
+    holder: str
+    epoch: int
+    previous: int  # the holder's last commit
+    offset: int  # the external commit
+    metadata: str
+
+
+class ExternalResets:
+    def __init__(
+        self,
+        resets: OffsetResets,
+        lookup: Callable[[str], GroupRuntime | None],
+        *,
+        gather_seconds: float = GATHER_SECONDS,
+        retry_seconds: float = RETRY_SECONDS,
+        log_grace_seconds: float = LOG_GRACE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.resets = resets
+        self.lookup = lookup
+        self.gather_seconds = gather_seconds
+        self.retry_seconds = retry_seconds
+        self.log_grace_seconds = log_grace_seconds
+        self.clock = clock
+        self._pending: dict[str, dict[TopicPartition, ExternalReport]] = {}
+        self._running: set[str] = set()
+        # From the commit log: external commits not followed yet, (offset, metadata, seen at).
+        self._logged: dict[tuple[str, TopicPartition], tuple[int, str, float]] = {}
+        # The last external offset each partition was reset to, and when the reset ended.
+        self._followed: dict[tuple[str, TopicPartition], tuple[int, float]] = {}
+
+    def observe(self, commit: OffsetCommit) -> None:
+        """A commit of ``__consumer_offsets`` (module docstring)."""
+        group = self.lookup(commit.group)
+        if group is None or group.record.mode == "kafka_group" or commit.offset is None:
+            return
+        key = (group.name, TopicPartition(commit.topic, commit.partition))
+        meta = commitmeta.decode(commit.metadata, commit.offset)
+        if meta is None or not meta.sidecar:
+            entry = (commit.offset, commit.metadata, self.clock())
+            self._logged[key] = entry
+            loop = asyncio.get_running_loop()
+            loop.call_later(self.log_grace_seconds, self._check_logged, key, entry)
+        elif meta.sidecar == COMMITTER_ID:
+            self._logged.pop(key, None)  # a reset through the assigner came after it
+
+    def _check_logged(self, key: tuple[str, TopicPartition], entry: tuple[int, str, float]) -> None:
+        if self._logged.get(key) != entry:
+            return  # followed, or a later external commit checked on its own
+        offset, metadata, seen = entry
+        followed = self._followed.get(key)
+        group = self.lookup(key[0])
+        if group is None or (
+            followed is not None and followed[0] == offset and followed[1] >= seen
+        ):
+            del self._logged[key]
+            return
+        tp = key[1]
+        lease = group.coordinator.leases.get(tp)
+        if lease is None or lease.holder is None:
+            del self._logged[key]  # nobody holds it: the next grant starts from Kafka's
+            return
+        if lease.state is not LeaseState.GRANTED or tp in group.coordinator.paused:
+            loop = asyncio.get_running_loop()
+            loop.call_later(self.log_grace_seconds, self._check_logged, key, entry)
+            return
+        log.warning(
+            "external commit found in the commit log, overwritten before a holder saw it",
+            group=group.name, topic=tp.topic, partition=tp.partition, offset=offset,
+            holder=lease.holder,
+        )  # fmt: skip
+        found = ExternalReport(lease.holder, lease.epoch, lease.committed, offset, metadata)
+        self._queue(group, {tp: found}, "assigner (commit log)")
+
+    def report(
+        self, group: GroupRuntime, member: str, commits: Iterable[assigner_pb2.ExternalCommit]
+    ) -> None:
+        """A heartbeat's external commits: queue those of current leases, start following."""
+        pending = self._pending.setdefault(group.name, {})
+        for commit in commits:
+            tp = TopicPartition(commit.topic, commit.partition)
+            found = ExternalReport(
+                member, commit.epoch, commit.previous_offset, commit.committed_offset,
+                commit.metadata,
+            )  # fmt: skip
+            if _current(group, tp, found):
+                pending.setdefault(tp, found)
+        self._queue(group, {}, member)
+
+    def _queue(
+        self, group: GroupRuntime, reports: dict[TopicPartition, ExternalReport], by: str
+    ) -> None:
+        pending = self._pending.setdefault(group.name, {})
+        for tp, found in reports.items():
+            pending.setdefault(tp, found)
+        if pending and group.name not in self._running:
+            self._running.add(group.name)
+            group.in_background(self._follow(group))
+
+    async def _follow(self, group: GroupRuntime) -> None:
+        try:
+            while self._pending.get(group.name):
+                await asyncio.sleep(self.gather_seconds)
+                reports = {
+                    tp: r
+                    for tp, r in self._pending.pop(group.name, {}).items()
+                    if _current(group, tp, r)
+                }
+                if reports and not await self._reset(group, reports):
+                    for tp, r in reports.items():
+                        self._pending.setdefault(group.name, {}).setdefault(tp, r)
+                    await asyncio.sleep(self.retry_seconds)
+        finally:
+            self._running.discard(group.name)
+
+    async def _reset(
+        self, group: GroupRuntime, reports: dict[TopicPartition, ExternalReport]
+    ) -> bool:
+        """One reset to the external offsets; False to retry (another operation runs)."""
+        writers = sorted({commitmeta.describe_writer(r.metadata) for r in reports.values()})
+        order = ResetOrder(
+            ResetSpec(Strategy.ABSOLUTE, {tp: r.offset for tp, r in reports.items()}),
+            source="external",
+            actor="; ".join(writers),
+            previous={tp: r.previous for tp, r in reports.items()},
+            detected_by=",".join(sorted({r.holder for r in reports.values()})),
+        )
+        try:
+            await self.resets.reset(group, order)
+            ended = self.clock()
+            for tp, r in reports.items():
+                self._followed[(group.name, tp)] = (r.offset, ended)
+        except DsError as exc:
+            if exc.reason == Reason.OPERATION_IN_PROGRESS:
+                return False
+            # The partitions were granted back at what Kafka has; a holder still seeing a
+            # commit it did not make reports it again under its new epoch.
+            log.warning("following an external reset failed", group=group.name, error=str(exc))
+        return True
+
+
+def _current(group: GroupRuntime, tp: TopicPartition, report: ExternalReport) -> bool:
+    lease = group.coordinator.leases.get(tp)
+    return (
+        lease is not None
+        and lease.holder == report.holder
+        and lease.epoch == report.epoch
+        and lease.state is LeaseState.GRANTED
+        and tp not in group.coordinator.paused
+    )

@@ -1,0 +1,203 @@
+"""Kafka's own ``kafka-consumer-groups --reset-offsets`` against a leased group, with a
+producer running and a client reading (issue 23): followed, not overwritten.
+
+One mesh for the module, as in ``test_offsets_reset.py``: real Kafka, a notifier, an
+assigner reporting to it, two sidecars serving a leased group of a 4-partition topic, a
+producer writing 200 records/s throughout, and a ``DsClient`` fetching and acking every
+batch, every delivery recorded. Each reset is made with Kafka's own tool from the Kafka
+jars, never through the mesh:
+
+* ``--to-earliest --execute``: within 5 s of the tool's exit the client receives offset 0 of
+  every partition under a new epoch of the same holder, with no error and no rebind; from
+  the tool's exit on, Kafka never again holds a commit of a lease from before the reset
+  (the old positions are not written back); ``--describe`` shows offsets from 0 on;
+* ``--shift-by -50`` on one partition: only that partition moves (the others keep their
+  holder and epoch);
+* each is an OFFSETS_RESET event with ``source: external`` on ds.faults, old and new offsets
+  and who wrote the commit; at the end nothing produced was lost.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from services.client import DsClient
+from services.devstack.kafka import KafkaHandle, TopicFactory
+from tests.e2e.test_offsets_reset import (
+    BACKLOG,
+    PARTITIONS,
+    RATE,
+    Stack,
+    committed,
+    dsctl,
+    leases,
+    ok_json,
+    rebinds,
+    wait_for,
+)
+from tests.support.kafka_tools import describe_offsets, kafka_consumer_groups
+from tests.support.mesh import running_mesh
+from tests.support.records import ConsumerLoop, SeqProducer, Tally
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
+
+FOLLOW_SECONDS = 5.0
+
+
+@pytest.fixture(scope="module")
+def stack(kafka_cluster: KafkaHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    topics = TopicFactory(kafka_cluster.bootstrap, "external-reset")
+    topic = topics(PARTITIONS)
+    group = f"extreset-{uuid.uuid4().hex[:8]}"
+    log_dir: Path = tmp_path_factory.mktemp("external-reset")
+    producer = SeqProducer(kafka_cluster.bootstrap, topic, PARTITIONS, rate=RATE).start()
+    try:
+        with running_mesh(kafka_cluster.bootstrap, log_dir) as mesh:
+            notifier = mesh.service("notifier")
+            assigner = mesh.assigner([(group, [topic])], "--notifier", notifier.grpc_addr)
+            notifier.wait_serving(90)
+            assigner.wait_serving(90)
+            for sid in ("sidecar-a", "sidecar-b"):
+                mesh.sidecar(group, assigner, sid, "--notifier", notifier.grpc_addr)
+            for svc in mesh.services[-2:]:
+                svc.wait_serving(90)
+            wait_for(lambda: producer.sent >= BACKLOG, 30, "the backlog produced")
+            with DsClient(group, client_id="ext-app", assigner=assigner.grpc_addr) as client:
+                wait_for(lambda: len(client.endpoints) == 2, 60, "the client bound to both")
+                tally = Tally()
+                loop = ConsumerLoop(client, tally).start()
+                s = Stack(kafka_cluster.bootstrap, topic, group, assigner, notifier, producer,
+                          client, tally, loop)  # fmt: skip
+                wait_for(lambda: len(tally.received()) >= BACKLOG, 90, "the backlog consumed")
+                yield s
+                s.loop.stop()
+    finally:
+        producer.stop()
+        topics.delete_all()
+
+
+class CommitWatch:
+    """Samples Kafka's committed offsets (and their commit's lease epoch) every 50 ms."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.samples: list[tuple[float, dict[int, tuple[int, int]]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> CommitWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.monotonic(), committed(self.stack)))
+            self._stop.wait(0.05)
+
+
+def tool_reset(stack: Stack, *args: str) -> dict[int, int]:
+    """``kafka-consumer-groups --reset-offsets ... --execute``: partition -> NEW-OFFSET."""
+    out = kafka_consumer_groups(
+        stack.bootstrap, "--reset-offsets", "--group", stack.group, *args, "--execute"
+    )
+    print(out)
+    new = {}
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) == 4 and fields[0] == stack.group:
+            new[int(fields[2])] = int(fields[3])
+    assert new, out
+    return new
+
+
+def follow(stack: Stack, *args: str) -> tuple[dict[int, int], float, list[Any]]:
+    """Run the tool with the client reading; the client must receive each new offset under
+    a new epoch of the same holder within FOLLOW_SECONDS, with no error and no rebind.
+    Returns (new offsets, the tool's exit time, commit samples from it on)."""
+    before, before_endpoints, before_rebinds = leases(stack), stack.client.endpoints, rebinds(stack)
+    with CommitWatch(stack) as watch:
+        new = tool_reset(stack, *args)
+        ended = time.monotonic()
+
+        def received() -> bool:
+            with stack.tally.lock:
+                seen = {
+                    (d.partition, d.offset)
+                    for d in stack.tally.deliveries
+                    if d.fetched_at >= ended - 1 and d.epoch > before[d.partition][1]
+                }
+            return {(p, o) for p, o in new.items()} <= seen
+
+        wait_for(received, FOLLOW_SECONDS, f"the client receives {new} under new epochs")
+        took = time.monotonic() - ended
+        time.sleep(1.0)
+    print(f"followed within {took:.2f} s of the tool's exit")
+    after = leases(stack)
+    for p, (holder, epoch) in before.items():
+        if p in new:
+            assert after[p][0] == holder and after[p][1] > epoch, (p, before[p], after[p])
+        else:
+            assert after[p] == (holder, epoch), f"partition {p} moved: {before[p]} -> {after[p]}"
+    assert stack.loop.alive and stack.loop.errors == [], "the client saw an error"
+    assert stack.client.endpoints == before_endpoints, "the client was rebound"
+    assert rebinds(stack) == before_rebinds
+    # Never the old positions again: from the tool's exit on, no commit of an old lease.
+    late = [(at - ended, p, c) for at, sample in watch.samples if at > ended
+            for p, c in sample.items() if p in new and 0 < c[1] <= before[p][1]]  # fmt: skip
+    assert late == [], f"a lease from before the reset committed after it: {late[:5]}"
+    return new, ended, watch.samples
+
+
+def test_to_earliest_is_followed(stack: Stack) -> None:
+    new, _, _ = follow(stack, "--to-earliest", "--topic", stack.topic)
+    assert new == dict.fromkeys(range(PARTITIONS), 0)
+    described = describe_offsets(stack.bootstrap, stack.group)
+    print("kafka-consumer-groups --describe:", described)
+    assert all(v is not None for v in described.values())
+
+
+def test_shift_by_on_one_partition_moves_only_it(stack: Stack) -> None:
+    new, _, _ = follow(stack, "--shift-by", "-50", "--topic", f"{stack.topic}:1")
+    assert list(new) == [1]
+
+
+def test_audited_as_external_and_nothing_lost(stack: Stack) -> None:
+    def audited() -> list[dict[str, Any]] | None:
+        doc = ok_json(dsctl(stack, "faults", "--group", stack.group, "--type", "OFFSETS_RESET",
+                            "-o", "json"))  # fmt: skip
+        events = [f for f in doc["faults"] if f["state"] == "OPEN"]
+        return events if len(events) >= 2 else None
+
+    events = wait_for(audited, 60, "an OFFSETS_RESET event per external reset")
+    print(json.dumps(events, indent=2))
+    assert all(e["attributes"]["source"] == "external" for e in events)
+    assert all("no commit metadata" in e["attributes"]["actor"] for e in events)
+    assert all(e["attributes"]["detected_by"] for e in events)
+    earliest = max(events, key=lambda e: len(e["partitions"]))
+    assert earliest["partitions"] == list(range(PARTITIONS))
+    for part in earliest["attributes"]["offsets"].split(","):
+        old, new = part.split(":")[1].split("->")
+        assert int(new) == 0 and int(old) > 0, part
+    [shifted] = [e for e in events if e["partitions"] == [1]]
+    old, new = shifted["attributes"]["offsets"].split(":")[1].split("->")
+    assert int(new) >= 0 and int(old) > int(new)
+
+    confirmed = stack.producer.confirmed()
+    wait_for(lambda: not (confirmed - stack.tally.received()), 60, "every record")
+    print(
+        f"external resets: produced {len(confirmed)}, received {len(stack.tally.received())}, "
+        f"lost {len(confirmed - stack.tally.received())}, delivered again after the resets "
+        f"{stack.tally.duplicate_count()} (by design), client errors {stack.loop.errors}"
+    )
