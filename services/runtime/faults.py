@@ -203,8 +203,11 @@ CATALOGUE: Mapping[FaultTypeValue, FaultSpec] = {
             "The group's committed offsets were reset; the audit record: who (attribute "
             "`actor`), from where (`source`: admin, or external for a reset made with "
             "Kafka's tools), which partitions, and old and new offsets (`offsets`: "
-            "`partition:old->new`, comma-separated; `epochs` for leased groups).",
-            "A ResetOffsets that committed new offsets (one event per topic).",
+            "`partition:old->new`, comma-separated; `epochs` for leased groups; for an "
+            "external one, `actor` is what the commit's metadata says of its writer and "
+            "`detected_by` the sidecars that noticed it).",
+            "A ResetOffsets that committed new offsets, or a reset made with Kafka's tools "
+            "that the mesh followed (one event per topic).",
             "assigner",
             T.SEVERITY_WARNING,
             "Sent at once with the OPEN event: the reset is complete when it is reported.",
