@@ -59,6 +59,7 @@ class ExternalReport:
     previous: int  # the holder's last commit
     offset: int  # the external commit
     metadata: str
+    found_by: str = ""  # the holder, or the commit log
 
 
 class ExternalResets:
@@ -114,7 +115,7 @@ class ExternalResets:
         tp = key[1]
         lease = group.coordinator.leases.get(tp)
         if lease is None or lease.holder is None:
-            del self._logged[key]  # nobody holds it: the next grant starts from Kafka's
+            del self._logged[key]  # unheld: the next holder starts there or finds it
             return
         if lease.state is not LeaseState.GRANTED or tp in group.coordinator.paused:
             loop = asyncio.get_running_loop()
@@ -125,8 +126,10 @@ class ExternalResets:
             group=group.name, topic=tp.topic, partition=tp.partition, offset=offset,
             holder=lease.holder,
         )  # fmt: skip
-        found = ExternalReport(lease.holder, lease.epoch, lease.committed, offset, metadata)
-        self._queue(group, {tp: found}, "assigner (commit log)")
+        found = ExternalReport(
+            lease.holder, lease.epoch, lease.committed, offset, metadata, "commit log"
+        )
+        self._queue(group, {tp: found})
 
     def report(
         self, group: GroupRuntime, member: str, commits: Iterable[assigner_pb2.ExternalCommit]
@@ -141,11 +144,9 @@ class ExternalResets:
             )  # fmt: skip
             if _current(group, tp, found):
                 pending.setdefault(tp, found)
-        self._queue(group, {}, member)
+        self._queue(group, {})
 
-    def _queue(
-        self, group: GroupRuntime, reports: dict[TopicPartition, ExternalReport], by: str
-    ) -> None:
+    def _queue(self, group: GroupRuntime, reports: dict[TopicPartition, ExternalReport]) -> None:
         pending = self._pending.setdefault(group.name, {})
         for tp, found in reports.items():
             pending.setdefault(tp, found)
@@ -179,7 +180,7 @@ class ExternalResets:
             source="external",
             actor="; ".join(writers),
             previous={tp: r.previous for tp, r in reports.items()},
-            detected_by=",".join(sorted({r.holder for r in reports.values()})),
+            detected_by=",".join(sorted({r.found_by or r.holder for r in reports.values()})),
         )
         try:
             await self.resets.reset(group, order)
