@@ -220,6 +220,7 @@ class ExternalCommit(_message.Message):
     PREVIOUS_OFFSET_FIELD_NUMBER: _builtins.int
     COMMITTED_OFFSET_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
+    REVERTED_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     """Topic of the held partition."""
     partition: _builtins.int
@@ -232,6 +233,10 @@ class ExternalCommit(_message.Message):
     """The offset found committed in Kafka."""
     metadata: _builtins.str
     """The commit's metadata string as Kafka returned it ("" for Kafka's tools)."""
+    reverted: _builtins.bool
+    """The group reverts external changes (EXTERNAL_OFFSET_CHANGES_REVERT): the sidecar has
+    committed previous_offset over it already; reported once, for the audit.
+    """
     def __init__(
         self,
         *,
@@ -241,10 +246,11 @@ class ExternalCommit(_message.Message):
         previous_offset: _builtins.int = ...,
         committed_offset: _builtins.int = ...,
         metadata: _builtins.str = ...,
+        reverted: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_offset", b"committed_offset", "epoch", b"epoch", "metadata", b"metadata", "partition", b"partition", "previous_offset", b"previous_offset", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_offset", b"committed_offset", "epoch", b"epoch", "metadata", b"metadata", "partition", b"partition", "previous_offset", b"previous_offset", "reverted", b"reverted", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -415,6 +421,7 @@ class SessionAccepted(_message.Message):
     TOPICS_FIELD_NUMBER: _builtins.int
     VISIBILITY_TIMEOUT_FIELD_NUMBER: _builtins.int
     MAX_DELIVERIES_FIELD_NUMBER: _builtins.int
+    EXTERNAL_OFFSET_CHANGES_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Id of this session, passed back in LeaveRequest."""
     mode: _common_pb2.GroupMode.ValueType
@@ -423,6 +430,10 @@ class SessionAccepted(_message.Message):
     """Version of the group config that consumer_config belongs to."""
     max_deliveries: _builtins.int
     """The group's delivery limit (GroupConfig.max_deliveries); 0 = the sidecar's default."""
+    external_offset_changes: _types_pb2.ExternalOffsetChanges.ValueType
+    """What to do about a committed offset the mesh did not write
+    (GroupConfig.external_offset_changes; unspecified = follow).
+    """
     @_builtins.property
     def lease_ttl(self) -> _duration_pb2.Duration:
         """Lease time-to-live. The sidecar's local deadline for a lease is the send time of the
@@ -459,10 +470,11 @@ class SessionAccepted(_message.Message):
         topics: _abc.Iterable[_builtins.str] | None = ...,
         visibility_timeout: _duration_pb2.Duration | None = ...,
         max_deliveries: _builtins.int = ...,
+        external_offset_changes: _types_pb2.ExternalOffsetChanges.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consumer_config", b"consumer_config", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "max_deliveries", b"max_deliveries", "mode", b"mode", "session_id", b"session_id", "topics", b"topics", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consumer_config", b"consumer_config", "external_offset_changes", b"external_offset_changes", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "max_deliveries", b"max_deliveries", "mode", b"mode", "session_id", b"session_id", "topics", b"topics", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -579,10 +591,15 @@ class ConfigUpdate(_message.Message):
     CONFIG_VERSION_FIELD_NUMBER: _builtins.int
     VISIBILITY_TIMEOUT_FIELD_NUMBER: _builtins.int
     MAX_DELIVERIES_FIELD_NUMBER: _builtins.int
+    EXTERNAL_OFFSET_CHANGES_FIELD_NUMBER: _builtins.int
     config_version: _builtins.int
     """Version of the group config this belongs to; ignore updates older than the current one."""
     max_deliveries: _builtins.int
     """The group's delivery limit (GroupConfig.max_deliveries); 0 = the sidecar's default."""
+    external_offset_changes: _types_pb2.ExternalOffsetChanges.ValueType
+    """What to do about a committed offset the mesh did not write
+    (GroupConfig.external_offset_changes; unspecified = follow).
+    """
     @_builtins.property
     def consumer_config(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """The complete new set of librdkafka consumer properties of the group (not a delta)."""
@@ -600,10 +617,11 @@ class ConfigUpdate(_message.Message):
         config_version: _builtins.int = ...,
         visibility_timeout: _duration_pb2.Duration | None = ...,
         max_deliveries: _builtins.int = ...,
+        external_offset_changes: _types_pb2.ExternalOffsetChanges.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consumer_config", b"consumer_config", "max_deliveries", b"max_deliveries", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consumer_config", b"consumer_config", "external_offset_changes", b"external_offset_changes", "max_deliveries", b"max_deliveries", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -53,6 +53,44 @@ BALANCE_STRATEGY_LOAD: BalanceStrategy.ValueType  # 2
 """Load-aware: partitions weighted by observed bytes/s and lag, still sticky."""
 Global___BalanceStrategy: _TypeAlias = BalanceStrategy  # noqa: Y015
 
+class _ExternalOffsetChanges:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ExternalOffsetChangesEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ExternalOffsetChanges.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EXTERNAL_OFFSET_CHANGES_UNSPECIFIED: _ExternalOffsetChanges.ValueType  # 0
+    """Not set; the assigner uses EXTERNAL_OFFSET_CHANGES_FOLLOW."""
+    EXTERNAL_OFFSET_CHANGES_FOLLOW: _ExternalOffsetChanges.ValueType  # 1
+    """Follow it like an offset reset: pause, drop what is buffered, new epoch, fetch from it."""
+    EXTERNAL_OFFSET_CHANGES_REVERT: _ExternalOffsetChanges.ValueType  # 2
+    """Commit the mesh's own position over it at once and report it (OFFSETS_RESET, action
+    reverted): for teams that want the mesh to be the only writer of the group's offsets.
+    """
+    EXTERNAL_OFFSET_CHANGES_IGNORE: _ExternalOffsetChanges.ValueType  # 3
+    """Do not look (no OffsetFetch before commits or on an interval): the holders' next
+    commits overwrite an external change unseen, as before external changes were followed.
+    """
+
+class ExternalOffsetChanges(_ExternalOffsetChanges, metaclass=_ExternalOffsetChangesEnumTypeWrapper):
+    """What the sidecars of a leased group do about a committed offset the mesh did not write,
+    e.g. `kafka-consumer-groups --reset-offsets` (Kafka sees no members in a leased group).
+    """
+
+EXTERNAL_OFFSET_CHANGES_UNSPECIFIED: ExternalOffsetChanges.ValueType  # 0
+"""Not set; the assigner uses EXTERNAL_OFFSET_CHANGES_FOLLOW."""
+EXTERNAL_OFFSET_CHANGES_FOLLOW: ExternalOffsetChanges.ValueType  # 1
+"""Follow it like an offset reset: pause, drop what is buffered, new epoch, fetch from it."""
+EXTERNAL_OFFSET_CHANGES_REVERT: ExternalOffsetChanges.ValueType  # 2
+"""Commit the mesh's own position over it at once and report it (OFFSETS_RESET, action
+reverted): for teams that want the mesh to be the only writer of the group's offsets.
+"""
+EXTERNAL_OFFSET_CHANGES_IGNORE: ExternalOffsetChanges.ValueType  # 3
+"""Do not look (no OffsetFetch before commits or on an interval): the holders' next
+commits overwrite an external change unseen, as before external changes were followed.
+"""
+Global___ExternalOffsetChanges: _TypeAlias = ExternalOffsetChanges  # noqa: Y015
+
 class _LeaseState:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -130,6 +168,7 @@ class GroupConfig(_message.Message):
     CONFIG_VERSION_FIELD_NUMBER: _builtins.int
     VISIBILITY_TIMEOUT_FIELD_NUMBER: _builtins.int
     MAX_DELIVERIES_FIELD_NUMBER: _builtins.int
+    EXTERNAL_OFFSET_CHANGES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Group name; also the Kafka consumer group id. Immutable after creation."""
     mode: _common_pb2.GroupMode.ValueType
@@ -145,6 +184,8 @@ class GroupConfig(_message.Message):
     (reported as POISON_RECORD, and the commit point passes it); 0 = the sidecars' default
     (10); -1 = never give a record up.
     """
+    external_offset_changes: Global___ExternalOffsetChanges.ValueType
+    """What the sidecars do about a committed offset the mesh did not write (leased mode)."""
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Topics the group consumes."""
@@ -184,10 +225,11 @@ class GroupConfig(_message.Message):
         config_version: _builtins.int = ...,
         visibility_timeout: _duration_pb2.Duration | None = ...,
         max_deliveries: _builtins.int = ...,
+        external_offset_changes: Global___ExternalOffsetChanges.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alert_template", b"alert_template", "balance_strategy", b"balance_strategy", "config_version", b"config_version", "consumer_config", b"consumer_config", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "max_deliveries", b"max_deliveries", "mode", b"mode", "name", b"name", "topics", b"topics", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alert_template", b"alert_template", "balance_strategy", b"balance_strategy", "config_version", b"config_version", "consumer_config", b"consumer_config", "external_offset_changes", b"external_offset_changes", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "max_deliveries", b"max_deliveries", "mode", b"mode", "name", b"name", "topics", b"topics", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
