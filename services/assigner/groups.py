@@ -17,7 +17,7 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import structlog
 from google.protobuf import duration_pb2
@@ -64,6 +64,11 @@ STRATEGIES = {
 MODES = {
     "leased": common_pb2.GROUP_MODE_LEASED,
     "kafka_group": common_pb2.GROUP_MODE_KAFKA_GROUP,
+}
+EXTERNAL_CHANGES = {
+    "follow": types_pb2.EXTERNAL_OFFSET_CHANGES_FOLLOW,
+    "revert": types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT,
+    "ignore": types_pb2.EXTERNAL_OFFSET_CHANGES_IGNORE,
 }
 
 
@@ -253,7 +258,13 @@ class GroupRuntime:
             balance_strategy=self.record.balance_strategy,
             visibility_timeout_seconds=self.record.visibility_timeout_seconds,
             max_deliveries=self.record.max_deliveries,
+            external_offset_changes=self.external_offset_changes,
         )
+
+    @property
+    def external_offset_changes(self) -> Literal["follow", "revert", "ignore"]:
+        value = self.record.external_offset_changes
+        return "revert" if value == "revert" else "ignore" if value == "ignore" else "follow"
 
     def config_proto(self) -> types_pb2.GroupConfig:
         config = types_pb2.GroupConfig(
@@ -266,6 +277,7 @@ class GroupRuntime:
             balance_strategy=STRATEGIES[self.record.balance_strategy],
             config_version=self.record.config_version,
             max_deliveries=self.record.max_deliveries,
+            external_offset_changes=EXTERNAL_CHANGES[self.record.external_offset_changes],
         )
         if self.record.visibility_timeout_seconds is not None:
             config.visibility_timeout.CopyFrom(duration(self.record.visibility_timeout_seconds))
@@ -309,6 +321,7 @@ class GroupRuntime:
                     topics=list(self.record.topics),
                     visibility_timeout=self._visibility(),
                     max_deliveries=self.record.max_deliveries,
+                    external_offset_changes=EXTERNAL_CHANGES[self.record.external_offset_changes],
                 )
             )
         )
@@ -479,6 +492,7 @@ class GroupRuntime:
                     config_version=record.config_version,
                     visibility_timeout=self._visibility(),
                     max_deliveries=record.max_deliveries,
+                    external_offset_changes=EXTERNAL_CHANGES[record.external_offset_changes],
                 )
             )
             for conn in self.connections.values():

@@ -231,6 +231,7 @@ class GroupRegistry:
                         balance_strategy=seed.balance_strategy,
                         visibility_timeout_seconds=seed.visibility_timeout_seconds,
                         max_deliveries=seed.max_deliveries,
+                        external_offset_changes=seed.external_offset_changes,
                     )
                 )
             except DsError as err:

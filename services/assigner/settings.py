@@ -23,6 +23,8 @@ class GroupSeed(BaseModel):
     # Redelivery: unset / 0 = the sidecars' defaults (30 s, 10); max_deliveries -1 = never.
     visibility_timeout_seconds: float | None = Field(None, ge=1, le=43_200)
     max_deliveries: int = Field(0, ge=-1, le=1_000_000)
+    # A committed offset the mesh did not write (kafka-consumer-groups --reset-offsets).
+    external_offset_changes: Literal["follow", "revert", "ignore"] = "follow"
 
     @field_validator("consumer_config")
     @classmethod

@@ -62,6 +62,8 @@ class GroupRecord:
     # Redelivery (ARCHITECTURE §3 "Delivery"): None / 0 = the sidecars' defaults.
     visibility_timeout_seconds: float | None = None
     max_deliveries: int = 0  # -1: never give a record up
+    # A committed offset the mesh did not write (issue 23): follow | revert | ignore.
+    external_offset_changes: str = "follow"
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -77,6 +79,8 @@ class GroupRecord:
             document["visibility_timeout_seconds"] = self.visibility_timeout_seconds
         if self.max_deliveries:
             document["max_deliveries"] = self.max_deliveries
+        if self.external_offset_changes != "follow":
+            document["external_offset_changes"] = self.external_offset_changes
         return document
 
 
@@ -101,6 +105,7 @@ def _key(*parts: object) -> bytes:
 # Values a group record may hold in its enumerated fields (what groups.py can serve).
 GROUP_MODES = frozenset({"leased", "kafka_group"})
 BALANCE_STRATEGIES = frozenset({"count", "load"})
+EXTERNAL_OFFSET_CHANGES = frozenset({"follow", "revert", "ignore"})
 
 
 def _strict_model(cls: type[Any]) -> type[BaseModel]:
@@ -227,6 +232,10 @@ def _group(name: str, data: Any) -> GroupRecord:
         raise BadRecord("group", f"unknown mode {record.mode[:40]!r}")
     if record.balance_strategy not in BALANCE_STRATEGIES:
         raise BadRecord("group", f"unknown balance strategy {record.balance_strategy[:40]!r}")
+    if record.external_offset_changes not in EXTERNAL_OFFSET_CHANGES:
+        raise BadRecord(
+            "group", f"unknown external_offset_changes {record.external_offset_changes[:40]!r}"
+        )
     if record.config_version < 1:
         raise BadRecord("group", "config_version is >= 1")
     return record

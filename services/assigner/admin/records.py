@@ -8,7 +8,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from dataservice.assigner.v1 import types_pb2
-from services.assigner.admin.validation import BALANCE_STRATEGIES, MODES, seconds
+from services.assigner.admin.validation import (
+    BALANCE_STRATEGIES,
+    EXTERNAL_OFFSET_CHANGES,
+    MODES,
+    seconds,
+)
 from services.assigner.state import GroupRecord
 from services.runtime.errors import invalid
 
@@ -38,6 +43,7 @@ def record_fields(cfg: types_pb2.GroupConfig) -> dict[str, Any]:
             seconds(cfg.visibility_timeout) if cfg.HasField("visibility_timeout") else None
         ),
         "max_deliveries": cfg.max_deliveries,
+        "external_offset_changes": EXTERNAL_OFFSET_CHANGES[cfg.external_offset_changes],
     }
 
 

@@ -21,6 +21,7 @@ MUTABLE_PATHS = (
     "balance_strategy",
     "visibility_timeout",
     "max_deliveries",
+    "external_offset_changes",
 )
 IMMUTABLE_PATHS = frozenset({"name", "config_version"})
 

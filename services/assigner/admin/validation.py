@@ -38,6 +38,12 @@ BALANCE_STRATEGIES: Mapping[int, str] = {
     types_pb2.BALANCE_STRATEGY_COUNT: "count",
     types_pb2.BALANCE_STRATEGY_LOAD: "load",
 }
+EXTERNAL_OFFSET_CHANGES: Mapping[int, str] = {
+    types_pb2.EXTERNAL_OFFSET_CHANGES_UNSPECIFIED: "follow",
+    types_pb2.EXTERNAL_OFFSET_CHANGES_FOLLOW: "follow",
+    types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT: "revert",
+    types_pb2.EXTERNAL_OFFSET_CHANGES_IGNORE: "ignore",
+}
 
 
 def version_conflict(group: str, expected: int, current: int) -> DsError:
@@ -131,6 +137,10 @@ def validate_group_config(
         raise invalid("group.alert_template", "must be a template name (A-Z a-z 0-9 . _ -)")
     if cfg.balance_strategy not in BALANCE_STRATEGIES:
         raise invalid("group.balance_strategy", "unknown balance strategy")
+    if cfg.external_offset_changes not in EXTERNAL_OFFSET_CHANGES:
+        raise invalid(
+            "group.external_offset_changes", "unknown value: expected follow, revert or ignore"
+        )
     validate_timing(cfg, default_ttl, default_heartbeat)
     validate_redelivery(cfg)
 

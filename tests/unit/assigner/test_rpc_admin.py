@@ -363,6 +363,41 @@ def test_update_group_pushes_the_redelivery_settings_live_and_keeps_them() -> No
     run(body, topics=TOPICS)
 
 
+def test_external_offset_changes_is_stored_described_and_pushed_live() -> None:
+    """external_offset_changes (issue 23): follow by default, settable with UpdateGroup,
+    stored (only when not follow), sent at join and pushed to joined sidecars."""
+
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        described = await a.admin.DescribeGroup(admin_pb2.DescribeGroupRequest(group="g"))
+        assert described.config.external_offset_changes == types_pb2.EXTERNAL_OFFSET_CHANGES_FOLLOW
+        assert "external_offset_changes" not in a.store.records["g"].to_json()
+        sidecar = Sidecar(a.sessions, "sc-1")
+        accepted = await sidecar.join("g")
+        assert accepted.external_offset_changes == types_pb2.EXTERNAL_OFFSET_CHANGES_FOLLOW
+        response = await a.admin.UpdateGroup(
+            admin_pb2.UpdateGroupRequest(
+                group=leased_config(
+                    "g", external_offset_changes=types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT
+                ),
+                update_mask=mask("external_offset_changes"),
+            )
+        )
+        assert response.group.external_offset_changes == types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT
+        assert a.store.records["g"].to_json()["external_offset_changes"] == "revert"
+        while (message := await sidecar.next()).WhichOneof("kind") != "config_update":
+            pass
+        update = message.config_update
+        assert update.external_offset_changes == types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT
+        await sidecar.close()
+        again = Sidecar(a.sessions, "sc-2")
+        accepted = await again.join("g")
+        assert accepted.external_offset_changes == types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT
+        await again.close()
+
+    run(body, topics=TOPICS)
+
+
 def test_update_group_refuses_a_stale_config_version() -> None:
     async def body(a: Assigner) -> None:
         await a.create("g")
@@ -435,6 +470,13 @@ def test_update_group_refuses_a_stale_config_version() -> None:
                 group=leased_config("g", max_deliveries=-2), update_mask=mask("max_deliveries")
             ),
             "group.max_deliveries",
+        ),
+        (
+            admin_pb2.UpdateGroupRequest(
+                group=leased_config("g", external_offset_changes=9),
+                update_mask=mask("external_offset_changes"),
+            ),
+            "group.external_offset_changes",
         ),
         # Removing a topic from a group is not supported.
         (
