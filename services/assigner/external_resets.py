@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -36,6 +37,7 @@ import structlog
 from dataservice.assigner.v1 import assigner_pb2
 from services.assigner.admin.reset_request import ResetSpec
 from services.assigner.coordinator import LeaseState
+from services.assigner.faults import ResetAudit
 from services.assigner.groups import GroupRuntime
 from services.assigner.kafka_reset import COMMITTER_ID
 from services.assigner.reset_targets import Strategy
@@ -89,15 +91,21 @@ class ExternalResets:
     def observe(self, commit: OffsetCommit) -> None:
         """A commit of ``__consumer_offsets`` (module docstring)."""
         group = self.lookup(commit.group)
-        if group is None or group.record.mode == "kafka_group" or commit.offset is None:
+        if (
+            group is None
+            or group.record.mode == "kafka_group"
+            or group.record.external_offset_changes == "ignore"
+            or commit.offset is None
+        ):
             return
         key = (group.name, TopicPartition(commit.topic, commit.partition))
         meta = commitmeta.decode(commit.metadata, commit.offset)
         if meta is None or not meta.sidecar:
             entry = (commit.offset, commit.metadata, self.clock())
             self._logged[key] = entry
-            loop = asyncio.get_running_loop()
-            loop.call_later(self.log_grace_seconds, self._check_logged, key, entry)
+            # Revert mode: the holder's own report of its revert normally comes first.
+            grace = self.log_grace_seconds * (3 if group.external_offset_changes == "revert" else 1)
+            asyncio.get_running_loop().call_later(grace, self._check_logged, key, entry)
         elif meta.sidecar == COMMITTER_ID:
             self._logged.pop(key, None)  # a reset through the assigner came after it
 
@@ -121,6 +129,13 @@ class ExternalResets:
             loop = asyncio.get_running_loop()
             loop.call_later(self.log_grace_seconds, self._check_logged, key, entry)
             return
+        if group.record.external_offset_changes == "revert":
+            # Overwritten by the holder's own commit: reverted, as the group asks.
+            self._audit_reverted(
+                group, "commit log", {tp: (lease.epoch, lease.committed, offset, metadata)}
+            )
+            del self._logged[key]
+            return
         log.warning(
             "external commit found in the commit log, overwritten before a holder saw it",
             group=group.name, topic=tp.topic, partition=tp.partition, offset=offset,
@@ -136,15 +151,58 @@ class ExternalResets:
     ) -> None:
         """A heartbeat's external commits: queue those of current leases, start following."""
         pending = self._pending.setdefault(group.name, {})
+        reverted: dict[TopicPartition, tuple[int, int, int, str]] = {}
         for commit in commits:
             tp = TopicPartition(commit.topic, commit.partition)
+            if commit.reverted:
+                reverted[tp] = (
+                    commit.epoch, commit.previous_offset, commit.committed_offset, commit.metadata
+                )  # fmt: skip
+                self._followed[(group.name, tp)] = (commit.committed_offset, self.clock())
+                continue
             found = ExternalReport(
                 member, commit.epoch, commit.previous_offset, commit.committed_offset,
                 commit.metadata,
             )  # fmt: skip
             if _current(group, tp, found):
                 pending.setdefault(tp, found)
+        if reverted:
+            self._audit_reverted(group, member, reverted)
         self._queue(group, {})
+
+    def _audit_reverted(
+        self,
+        group: GroupRuntime,
+        detected_by: str,
+        reverted: dict[TopicPartition, tuple[int, int, int, str]],
+    ) -> None:
+        """Revert mode: OFFSETS_RESET with source external and action reverted, each
+        partition's offsets from the external commit back to the mesh's position."""
+        writers = sorted({commitmeta.describe_writer(m) for *_, m in reverted.values()})
+        log.warning(
+            "external offset change reverted",
+            group=group.name,
+            detected_by=detected_by,
+            offsets={
+                f"{tp.topic}/{tp.partition}": [external, restored]
+                for tp, (_, restored, external, _) in reverted.items()
+            },
+        )
+        group.faults.offsets_reset(
+            ResetAudit(
+                reset_id=uuid.uuid4().hex,
+                actor="; ".join(writers),
+                source="external",
+                strategy="revert",
+                request_id="",
+                partitions=tuple(
+                    (tp.topic, tp.partition, external, restored, epoch)
+                    for tp, (epoch, restored, external, _) in sorted(reverted.items())
+                ),
+                detected_by=detected_by,
+                action="reverted",
+            )
+        )
 
     def _queue(self, group: GroupRuntime, reports: dict[TopicPartition, ExternalReport]) -> None:
         pending = self._pending.setdefault(group.name, {})

@@ -203,12 +203,20 @@ class GroupFaults:
                 attributes["request_id"] = audit.request_id
             if audit.detected_by:
                 attributes["detected_by"] = audit.detected_by
+            if audit.action:
+                attributes["action"] = audit.action
             # Unique per reset: an audit record is never merged with another one.
             key = dedupe_key(common_pb2.FAULT_TYPE_OFFSETS_RESET, self.group, topic, audit.reset_id)
             message = (
                 f"offsets of {len(rows)} partition(s) of {topic} reset ({audit.strategy}) by "
                 f"{audit.actor or '?'} ({audit.source})"
             )
+            if audit.action == "reverted":
+                message = (
+                    f"external offset change of {len(rows)} partition(s) of {topic} by "
+                    f"{audit.actor or '?'} reverted to the mesh's positions (the group's "
+                    "external_offset_changes is revert)"
+                )
             for state in (OPEN, RESOLVED):
                 self.reporter.report(
                     common_pb2.FAULT_TYPE_OFFSETS_RESET,
@@ -234,6 +242,9 @@ class ResetAudit:
     # (topic, partition, old offset, new offset, lease epoch; 0 = none), per partition.
     partitions: tuple[tuple[str, int, int, int, int], ...]
     detected_by: str = ""  # source "external": the sidecars that noticed the commit
+    # "followed" (the default: the new offsets are the group's now) or "reverted" (revert
+    # mode: an external change undone, old = its offset, new = the mesh's position again).
+    action: str = ""
 
 
 @never_raises

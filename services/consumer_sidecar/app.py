@@ -147,6 +147,7 @@ class SidecarApp:
         self.session.on_config = self.live_config.offer
         self.session.config_status = self._config_status
         self.session.on_delivery_policy = self._delivery_policy
+        self.session.on_external_changes = self._external_changes
         self.serving = Serving(
             self.table,
             self.keeper,
@@ -232,6 +233,12 @@ class SidecarApp:
                 max_deliveries=policy.max_deliveries,
             )
         self.table.redelivery = policy
+
+    def _external_changes(self, mode: str) -> None:
+        """The group's external_offset_changes (SessionAccepted, ConfigUpdate), live."""
+        if mode != self.fetcher.external_changes:
+            log.info("external offset changes", mode=mode)
+        self.fetcher.external_changes = mode
 
     def grpc_interceptors(self) -> Sequence[grpc.aio.ServerInterceptor]:  # type: ignore[type-arg]
         """Client-access metrics: every StreamService call by client, method and code."""

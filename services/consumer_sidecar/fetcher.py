@@ -88,6 +88,17 @@ HOLD_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
+class Reverted:
+    """Revert mode (issue 23): an external commit this sidecar committed over."""
+
+    tp: TP
+    epoch: int
+    restored: int  # the position committed over it
+    external: int  # the offset the external commit had set
+    metadata: str  # that commit's metadata
+
+
+@dataclass(frozen=True)
 class CommitRequest:
     tp: TP
     offset: int
@@ -133,6 +144,10 @@ class Fetcher:
         self._committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-commit")
         self.last_poll = time.monotonic()
         self.classic = False  # True once subscribe()d (kafka_group mode)
+        # The group's external_offset_changes (issue 23): follow | revert | ignore; and the
+        # external commits reverted since the session last took them (take_reverted).
+        self.external_changes = "follow"
+        self._reverted: list[Reverted] = []
         self.subscribed = False  # kafka_group mode: the consumer of now is subscribe()d
         self._deferred: dict[TP, CommitRequest] = {}  # kafka_group: refused mid-rebalance
         # Every topic this consumer was ever given: with one, records need no topic lookup.
@@ -454,7 +469,7 @@ class Fetcher:
         never commit below it."""
         now = self._table.clock()
         kept = [r for r in requests if self._still_committable(r, now)]
-        if not self.classic:
+        if not self.classic and self.external_changes != "ignore":
             kept = self._without_external(kept, consumer or self._consumer)
         if not kept:
             return []
@@ -491,28 +506,80 @@ class Fetcher:
         """Leased mode, right before a commit: one OffsetFetch for the partitions about to
         be committed, so a commit never overwrites an external one it could have seen
         (issue 23); a partition with one is flagged (:meth:`check_external`) and dropped."""
-        leased = [r.tp for r in requests if r.epoch != UNLEASED_EPOCH]
+        leased = {r.tp: r.offset for r in requests if r.epoch != UNLEASED_EPOCH}
         if leased:
-            self.check_external(leased, consumer)
+            # In revert mode the commit about to be made is the revert.
+            self.check_external(list(leased), consumer, restore=leased)
         return [r for r in requests if (p := self._table.get(r.tp)) is None or p.external is None]
 
-    def check_external(self, tps: list[TP], consumer: Consumer | None = None) -> list[TP]:
+    def check_external(
+        self,
+        tps: list[TP],
+        consumer: Consumer | None = None,
+        *,
+        restore: dict[TP, int] | None = None,
+    ) -> list[TP]:
         """Commit thread: read the committed offsets of held partitions (one OffsetFetch)
-        and flag each whose commit this sidecar did not make
-        (:func:`~services.runtime.commitmeta.is_external`). Returns the newly flagged."""
+        and find each whose commit this sidecar did not make
+        (:func:`~services.runtime.commitmeta.is_external`). Following them (the group's
+        default) flags them; in revert mode each is committed over at once with this
+        sidecar's position (``restore``'s offset when a commit of it is about to be made
+        anyway, else the last one it committed) and kept for the next heartbeat's report.
+        Returns the newly flagged or reverted."""
         queried = [TopicPartition(tp.topic, tp.partition) for tp in tps]
-        found = (consumer or self._commit_consumer or self._consumer).committed(queried, timeout=10)
+        consumer = consumer or self._commit_consumer or self._consumer
+        found = consumer.committed(queried, timeout=10)
         flagged = []
+        reverting: list[Reverted] = []
         for ktp in found:
             tp = TP(str(ktp.topic), int(ktp.partition or 0))
             part = self._table.get(tp)
             if part is None or part.external is not None or ktp.error is not None:
                 continue
             offset = int(ktp.offset if ktp.offset is not None else -1)
-            if commitmeta.is_external(offset, ktp.metadata, part.committed):
+            if not commitmeta.is_external(offset, ktp.metadata, part.committed):
+                continue
+            flagged.append(tp)
+            position = (restore or {}).get(tp, part.committed)
+            if self.external_changes == "revert" and position >= 0:
+                reverting.append(Reverted(tp, part.epoch, position, offset, ktp.metadata or ""))
+            else:  # nothing of ours to put back: follow it
                 part.external = (offset, ktp.metadata or "")
-                flagged.append(tp)
+        now_due = [r for r in reverting if restore is None or r.tp not in restore]
+        if now_due:
+            self._recommit(now_due, consumer)
+        self._reverted.extend(reverting)
         return flagged
+
+    def _recommit(self, reverting: list[Reverted], consumer: Consumer) -> None:
+        """Revert mode: commit this sidecar's position over external commits, each fenced
+        by its lease epoch and local deadline like every commit."""
+        now = self._table.clock()
+        live = [
+            r
+            for r in reverting
+            if (p := self._table.get(r.tp)) is not None and p.epoch == r.epoch and p.live(now)
+        ]
+        if not live:
+            return
+        offsets = [
+            TopicPartition(
+                r.tp.topic,
+                r.tp.partition,
+                r.restored,
+                metadata=commitmeta.encode(r.epoch, self._sidecar_id, r.restored, ()),
+            )
+            for r in live
+        ]
+        consumer.commit(offsets=offsets, asynchronous=False)
+
+    def reverted_pending(self) -> bool:
+        return bool(self._reverted)
+
+    def take_reverted(self) -> list[Reverted]:
+        """The external commits reverted since the last call, for the audit report."""
+        taken, self._reverted = self._reverted, []
+        return taken
 
     async def check_external_async(self, tps: list[TP]) -> list[TP]:
         """:meth:`check_external` on the commit thread (the fetch thread without one)."""

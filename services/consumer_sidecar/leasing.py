@@ -43,7 +43,7 @@ from services.consumer_sidecar.acks import (
     NotHolderError,
     PartitionAcks,
 )
-from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
+from services.consumer_sidecar.fetcher import CommitRequest, Fetcher, Reverted
 from services.consumer_sidecar.partitions import UNLEASED_EPOCH, Due, Partition, PartitionTable
 from services.runtime.errors import DsError, Reason
 from services.runtime.kafka import is_retriable
@@ -625,6 +625,8 @@ class LeaseKeeper:
         the partitions they commit themselves, right before committing)."""
         while True:
             await asyncio.sleep(interval)
+            if self.fetcher.external_changes == "ignore":
+                continue  # the group's choice: no OffsetFetch, its commits overwrite them
             try:
                 await self.check_external()
             except Exception as exc:  # Kafka unreachable: the next round tries again
@@ -647,10 +649,14 @@ class LeaseKeeper:
         self._announce_external()
 
     def _announce_external(self) -> None:
-        """Log each newly flagged external commit once and have the session report it."""
+        """Log each newly flagged or reverted external commit once and have the session
+        report it."""
         fresh = [
             p for p in self.table.snapshot() if p.external is not None and not p.external_announced
         ]
+        reverted = self.fetcher.reverted_pending()
+        if reverted:
+            self.on_external()
         if not fresh:
             return
         for part in fresh:
@@ -666,6 +672,21 @@ class LeaseKeeper:
                 metadata=part.external[1],
             )
         self.on_external()
+
+    def take_reverted(self) -> list[Reverted]:
+        """Revert mode: the external commits committed over since the last heartbeat."""
+        taken = self.fetcher.take_reverted()
+        for r in taken:
+            log.warning(
+                "external commit reverted: the mesh's position committed over it",
+                topic=r.tp.topic,
+                partition=r.tp.partition,
+                epoch=r.epoch,
+                restored=r.restored,
+                external=r.external,
+                metadata=r.metadata,
+            )
+        return taken
 
     def external_commits(self) -> list[tuple[Partition, int, str]]:
         """(partition, offset, metadata) of every held partition with an external commit."""

@@ -58,6 +58,12 @@ from services.runtime.errors import Reason, error_info
 from services.runtime.leader_watch import DEFAULT_LEADER_KEY
 from services.runtime.topic_partition import TP
 
+EXTERNAL_CHANGES = {
+    types_pb2.EXTERNAL_OFFSET_CHANGES_FOLLOW: "follow",
+    types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT: "revert",
+    types_pb2.EXTERNAL_OFFSET_CHANGES_IGNORE: "ignore",
+}
+
 log = structlog.get_logger(__name__)
 
 MAX_RECONNECT_BACKOFF = 1.0  # seconds
@@ -134,6 +140,8 @@ class SessionClient:
         # The group's redelivery settings (visibility timeout or None, max_deliveries), from
         # SessionAccepted and every ConfigUpdate.
         self.on_delivery_policy: Callable[[float | None, int], None] = lambda _v, _m: None
+        # The group's external_offset_changes (follow | revert | ignore), from the same.
+        self.on_external_changes: Callable[[str], None] = lambda _mode: None
         self._config_version = -1
         self._nominal: dict[TP, int] = {}  # kafka_group mode: leases held only on paper
         # Instrumentation hooks (metrics.py): a heartbeat sent; its ack's round trip.
@@ -334,6 +342,18 @@ class SessionClient:
             )
             for p, offset, metadata in self.keeper.external_commits()
         ]
+        external += [
+            assigner_pb2.ExternalCommit(
+                topic=r.tp.topic,
+                partition=r.tp.partition,
+                epoch=r.epoch,
+                previous_offset=r.restored,
+                committed_offset=r.external,
+                metadata=r.metadata,
+                reverted=True,
+            )
+            for r in self.keeper.take_reverted()
+        ]
         return assigner_pb2.SessionRequest(
             heartbeat=self._with_config(
                 assigner_pb2.SessionHeartbeat(
@@ -501,6 +521,7 @@ class SessionClient:
             else None
         )
         self.on_delivery_policy(visibility, config.max_deliveries)
+        self.on_external_changes(EXTERNAL_CHANGES.get(config.external_offset_changes, "follow"))
 
     def external_found(self) -> None:
         """A commit this sidecar did not make was found: report it in a heartbeat now."""
