@@ -51,6 +51,11 @@ from services.dsctl.reset_flags import STRATEGY_NAMES, ResetFlags, reset_request
 
 POLL_SECONDS = 0.25
 MODES = {"leased": common_pb2.GROUP_MODE_LEASED, "kafka_group": common_pb2.GROUP_MODE_KAFKA_GROUP}
+EXTERNAL_CHANGES = {
+    "follow": types_pb2.EXTERNAL_OFFSET_CHANGES_FOLLOW,
+    "revert": types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT,
+    "ignore": types_pb2.EXTERNAL_OFFSET_CHANGES_IGNORE,
+}
 # A mode switch waits for every lease to be handed off (drain + lease expiry at worst) and,
 # to leased, for Kafka's group to empty: more than a read's 15 s.
 MODE_TIMEOUT_SECONDS = 120.0
@@ -79,6 +84,9 @@ def register(app: typer.Typer) -> None:
     offsets_app.command("reset", help=reflowed(offsets_reset.__doc__), epilog=EXIT_CODES_HELP)(
         reports_errors(offsets_reset)
     )
+    offsets_app.command(
+        "external", help=reflowed(offsets_external.__doc__), epilog=EXIT_CODES_HELP
+    )(reports_errors(offsets_external))
     app.add_typer(offsets_app, name="offsets")
 
 
@@ -389,6 +397,47 @@ def mode(
     emit(
         output, view.mode_doc(group, before, response, time.monotonic() - started), view.mode_table
     )
+
+
+# ---- external offset changes ------------------------------------------------------------
+
+
+def offsets_external(
+    group: Annotated[str, typer.Argument(help="Group name.")],
+    new_mode: Annotated[str, typer.Argument(metavar="MODE", help="follow, revert or ignore.")],
+    output: OutputOption = Output.table,
+    assigner: AssignerOption = DEFAULT_ASSIGNER,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_SECONDS,
+) -> None:
+    """What GROUP's sidecars do about a committed offset the mesh did not write, such as
+    `kafka-consumer-groups --reset-offsets` (leased mode; applies live).
+
+    follow (the default): apply it like `dsctl offsets reset`; revert: commit the mesh's
+    position over it at once and record OFFSETS_RESET with action reverted; ignore: do not
+    look (no OffsetFetch around commits), the next commits overwrite it.
+    """
+    if new_mode not in EXTERNAL_CHANGES:
+        raise CliError(f"MODE {new_mode!r}: expected follow, revert or ignore")
+    with AssignerClient(assigner, timeout) as client:
+        config = client.describe(group).config
+        before = str(render.config_doc(config)["external_offset_changes"])
+        request = admin_pb2.UpdateGroupRequest(
+            group=types_pb2.GroupConfig(
+                name=group, external_offset_changes=EXTERNAL_CHANGES[new_mode]
+            ),
+            update_mask=field_mask_pb2.FieldMask(paths=["external_offset_changes"]),
+            expected_config_version=config.config_version,
+            request_id=str(uuid.uuid4()),
+        )
+        response = client.update_group(request)
+    now = render.config_doc(response.group)
+    doc = {
+        "group": group,
+        "external_offset_changes_before": before,
+        "external_offset_changes": now["external_offset_changes"],
+        "config_version": now["config_version"],
+    }
+    emit(output, doc, view.external_table)
 
 
 # ---- waiting for handoffs ----------------------------------------------------------------

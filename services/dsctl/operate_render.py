@@ -196,5 +196,17 @@ def mode_table(doc: Doc) -> Table:
     return table
 
 
+def external_table(doc: Doc) -> Table:
+    table = Table(title=f"external offset changes of {doc['group']}")
+    for column in ("before", "now", "config version"):
+        table.add_column(column)
+    table.add_row(
+        doc["external_offset_changes_before"],
+        doc["external_offset_changes"],
+        str(doc["config_version"]),
+    )
+    return table
+
+
 def _state(state: str | None) -> str:
     return state or "?"

@@ -34,6 +34,12 @@ BALANCE: Mapping[int, str] = {
     types_pb2.BALANCE_STRATEGY_COUNT: "count",
     types_pb2.BALANCE_STRATEGY_LOAD: "load",
 }
+EXTERNAL_CHANGES: Mapping[int, str] = {
+    types_pb2.EXTERNAL_OFFSET_CHANGES_UNSPECIFIED: "follow",
+    types_pb2.EXTERNAL_OFFSET_CHANGES_FOLLOW: "follow",
+    types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT: "revert",
+    types_pb2.EXTERNAL_OFFSET_CHANGES_IGNORE: "ignore",
+}
 UNASSIGNED = "(unassigned)"
 BAR_WIDTH = 20
 
@@ -211,6 +217,7 @@ def config_doc(cfg: types_pb2.GroupConfig) -> Doc:
         "alert_template": cfg.alert_template,
         "consumer_config": dict(sorted(cfg.consumer_config.items())),
         "config_version": cfg.config_version,
+        "external_offset_changes": EXTERNAL_CHANGES.get(cfg.external_offset_changes, "unknown"),
     }
 
 
@@ -295,6 +302,7 @@ def describe_view(doc: Doc) -> RenderableType:
         f"heartbeat {'default' if beat is None else human_seconds(beat)}",
     )
     header.add_row("alert template", cfg["alert_template"] or "-")
+    header.add_row("external offset changes", cfg["external_offset_changes"])
     header.add_row(
         "consumer config",
         ", ".join(f"{k}={v}" for k, v in cfg["consumer_config"].items()) or "-",
