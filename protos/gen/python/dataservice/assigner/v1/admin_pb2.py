@@ -26,15 +26,15 @@ from dataservice.assigner.v1 import types_pb2 as dataservice_dot_assigner_dot_v1
 from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mask__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#dataservice/assigner/v1/admin.proto\x12\x17\x64\x61taservice.assigner.v1\x1a#dataservice/assigner/v1/types.proto\x1a google/protobuf/field_mask.proto\":\n\x11ListGroupsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"\x86\x01\n\x0cGroupSummary\x12\x34\n\x06\x63onfig\x18\x01 \x01(\x0b\x32$.dataservice.assigner.v1.GroupConfig\x12\x14\n\x0cmember_count\x18\x02 \x01(\x05\x12\x17\n\x0fpartition_count\x18\x03 \x01(\x05\x12\x11\n\ttotal_lag\x18\x04 \x01(\x03\"d\n\x12ListGroupsResponse\x12\x35\n\x06groups\x18\x01 \x03(\x0b\x32%.dataservice.assigner.v1.GroupSummary\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"%\n\x14\x44\x65scribeGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\"\x88\x01\n\x0cPartitionLag\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x18\n\x10\x63ommitted_offset\x18\x03 \x01(\x03\x12\x12\n\nend_offset\x18\x04 \x01(\x03\x12\x13\n\x0blag_records\x18\x05 \x01(\x03\x12\x13\n\x0blag_seconds\x18\x06 \x01(\x01\"\x9e\x02\n\x15\x44\x65scribeGroupResponse\x12\x34\n\x06\x63onfig\x18\x01 \x01(\x0b\x32$.dataservice.assigner.v1.GroupConfig\x12\x30\n\x07members\x18\x02 \x03(\x0b\x32\x1f.dataservice.assigner.v1.Member\x12.\n\x06leases\x18\x03 \x03(\x0b\x32\x1e.dataservice.assigner.v1.Lease\x12\x39\n\npartitions\x18\x04 \x03(\x0b\x32%.dataservice.assigner.v1.PartitionLag\x12\x32\n\x08\x62indings\x18\x05 \x03(\x0b\x32 .dataservice.assigner.v1.Binding\"]\n\x12\x43reateGroupRequest\x12\x33\n\x05group\x18\x01 \x01(\x0b\x32$.dataservice.assigner.v1.GroupConfig\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"J\n\x13\x43reateGroupResponse\x12\x33\n\x05group\x18\x01 \x01(\x0b\x32$.dataservice.assigner.v1.GroupConfig\"\xaf\x01\n\x12UpdateGroupRequest\x12\x33\n\x05group\x18\x01 \x01(\x0b\x32$.dataservice.assigner.v1.GroupConfig\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x1f\n\x17\x65xpected_config_version\x18\x03 \x01(\x03\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"J\n\x13UpdateGroupResponse\x12\x33\n\x05group\x18\x01 \x01(\x0b\x32$.dataservice.assigner.v1.GroupConfig\"M\n\x0bResetTarget\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x12\n\x05value\x18\x03 \x01(\x03H\x00\x88\x01\x01\x42\x08\n\x06_value\"\xd9\x01\n\x13ResetOffsetsRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06topics\x18\x02 \x03(\t\x12\x38\n\x08strategy\x18\x03 \x01(\x0e\x32&.dataservice.assigner.v1.ResetStrategy\x12\r\n\x05value\x18\x04 \x01(\x03\x12\x35\n\x07targets\x18\x05 \x03(\x0b\x32$.dataservice.assigner.v1.ResetTarget\x12\x0f\n\x07\x64ry_run\x18\x06 \x01(\x08\x12\x12\n\nrequest_id\x18\x07 \x01(\t\"\xa2\x01\n\x0ePartitionReset\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x12\n\nold_offset\x18\x03 \x01(\x03\x12\x12\n\nnew_offset\x18\x04 \x01(\x03\x12\x0f\n\x07\x61pplied\x18\x05 \x01(\x08\x12\x0f\n\x07\x63lamped\x18\x06 \x01(\x08\x12\x15\n\rtarget_offset\x18\x07 \x01(\x03\x12\r\n\x05\x65poch\x18\x08 \x01(\x03\"d\n\x14ResetOffsetsResponse\x12;\n\npartitions\x18\x01 \x03(\x0b\x32\'.dataservice.assigner.v1.PartitionReset\x12\x0f\n\x07\x64ry_run\x18\x02 \x01(\x08\"r\n\x10MoveLeaseRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x19\n\x11target_sidecar_id\x18\x04 \x01(\t\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"B\n\x11MoveLeaseResponse\x12-\n\x05lease\x18\x01 \x01(\x0b\x32\x1e.dataservice.assigner.v1.Lease\"L\n\x13\x44rainSidecarRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x12\n\nsidecar_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"w\n\x14\x44rainSidecarResponse\x12/\n\x06member\x18\x01 \x01(\x0b\x32\x1f.dataservice.assigner.v1.Member\x12.\n\x06leases\x18\x02 \x03(\x0b\x32\x1e.dataservice.assigner.v1.Lease\"N\n\x15UndrainSidecarRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x12\n\nsidecar_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"I\n\x16UndrainSidecarResponse\x12/\n\x06member\x18\x01 \x01(\x0b\x32\x1f.dataservice.assigner.v1.Member*\xbf\x01\n\rResetStrategy\x12\x1e\n\x1aRESET_STRATEGY_UNSPECIFIED\x10\x00\x12\x1b\n\x17RESET_STRATEGY_EARLIEST\x10\x01\x12\x19\n\x15RESET_STRATEGY_LATEST\x10\x02\x12\x1c\n\x18RESET_STRATEGY_TIMESTAMP\x10\x03\x12\x1b\n\x17RESET_STRATEGY_ABSOLUTE\x10\x04\x12\x1b\n\x17RESET_STRATEGY_SHIFT_BY\x10\x05\x32\xea\x06\n\x0c\x41\x64minService\x12\x65\n\nListGroups\x12*.dataservice.assigner.v1.ListGroupsRequest\x1a+.dataservice.assigner.v1.ListGroupsResponse\x12n\n\rDescribeGroup\x12-.dataservice.assigner.v1.DescribeGroupRequest\x1a..dataservice.assigner.v1.DescribeGroupResponse\x12h\n\x0b\x43reateGroup\x12+.dataservice.assigner.v1.CreateGroupRequest\x1a,.dataservice.assigner.v1.CreateGroupResponse\x12h\n\x0bUpdateGroup\x12+.dataservice.assigner.v1.UpdateGroupRequest\x1a,.dataservice.assigner.v1.UpdateGroupResponse\x12k\n\x0cResetOffsets\x12,.dataservice.assigner.v1.ResetOffsetsRequest\x1a-.dataservice.assigner.v1.ResetOffsetsResponse\x12\x62\n\tMoveLease\x12).dataservice.assigner.v1.MoveLeaseRequest\x1a*.dataservice.assigner.v1.MoveLeaseResponse\x12k\n\x0c\x44rainSidecar\x12,.dataservice.assigner.v1.DrainSidecarRequest\x1a-.dataservice.assigner.v1.DrainSidecarResponse\x12q\n\x0eUndrainSidecar\x12..dataservice.assigner.v1.UndrainSidecarRequest\x1a/.dataservice.assigner.v1.UndrainSidecarResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#dataservice/assigner/v1/admin.proto\x12\x17\x64\x61taservice.assigner.v1\x1a#dataservice/assigner/v1/types.proto\x1a google/protobuf/field_mask.proto\":\n\x11ListGroupsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"\x86\x01\n\x0cGroupSummary\x12\x34\n\x06\x63onfig\x18\x01 \x01(\x0b\x32$.dataservice.assigner.v1.GroupConfig\x12\x14\n\x0cmember_count\x18\x02 \x01(\x05\x12\x17\n\x0fpartition_count\x18\x03 \x01(\x05\x12\x11\n\ttotal_lag\x18\x04 \x01(\x03\"d\n\x12ListGroupsResponse\x12\x35\n\x06groups\x18\x01 \x03(\x0b\x32%.dataservice.assigner.v1.GroupSummary\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"%\n\x14\x44\x65scribeGroupRequest\x12\r\n\x05group\x18\x01 \x01(\t\"\x9e\x01\n\x0cPartitionLag\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x18\n\x10\x63ommitted_offset\x18\x03 \x01(\x03\x12\x12\n\nend_offset\x18\x04 \x01(\x03\x12\x13\n\x0blag_records\x18\x05 \x01(\x03\x12\x13\n\x0blag_seconds\x18\x06 \x01(\x01\x12\x14\n\x0c\x63ommitted_by\x18\x07 \x01(\t\"\x9e\x02\n\x15\x44\x65scribeGroupResponse\x12\x34\n\x06\x63onfig\x18\x01 \x01(\x0b\x32$.dataservice.assigner.v1.GroupConfig\x12\x30\n\x07members\x18\x02 \x03(\x0b\x32\x1f.dataservice.assigner.v1.Member\x12.\n\x06leases\x18\x03 \x03(\x0b\x32\x1e.dataservice.assigner.v1.Lease\x12\x39\n\npartitions\x18\x04 \x03(\x0b\x32%.dataservice.assigner.v1.PartitionLag\x12\x32\n\x08\x62indings\x18\x05 \x03(\x0b\x32 .dataservice.assigner.v1.Binding\"]\n\x12\x43reateGroupRequest\x12\x33\n\x05group\x18\x01 \x01(\x0b\x32$.dataservice.assigner.v1.GroupConfig\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"J\n\x13\x43reateGroupResponse\x12\x33\n\x05group\x18\x01 \x01(\x0b\x32$.dataservice.assigner.v1.GroupConfig\"\xaf\x01\n\x12UpdateGroupRequest\x12\x33\n\x05group\x18\x01 \x01(\x0b\x32$.dataservice.assigner.v1.GroupConfig\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x1f\n\x17\x65xpected_config_version\x18\x03 \x01(\x03\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"J\n\x13UpdateGroupResponse\x12\x33\n\x05group\x18\x01 \x01(\x0b\x32$.dataservice.assigner.v1.GroupConfig\"M\n\x0bResetTarget\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x12\n\x05value\x18\x03 \x01(\x03H\x00\x88\x01\x01\x42\x08\n\x06_value\"\xd9\x01\n\x13ResetOffsetsRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06topics\x18\x02 \x03(\t\x12\x38\n\x08strategy\x18\x03 \x01(\x0e\x32&.dataservice.assigner.v1.ResetStrategy\x12\r\n\x05value\x18\x04 \x01(\x03\x12\x35\n\x07targets\x18\x05 \x03(\x0b\x32$.dataservice.assigner.v1.ResetTarget\x12\x0f\n\x07\x64ry_run\x18\x06 \x01(\x08\x12\x12\n\nrequest_id\x18\x07 \x01(\t\"\xa2\x01\n\x0ePartitionReset\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x12\n\nold_offset\x18\x03 \x01(\x03\x12\x12\n\nnew_offset\x18\x04 \x01(\x03\x12\x0f\n\x07\x61pplied\x18\x05 \x01(\x08\x12\x0f\n\x07\x63lamped\x18\x06 \x01(\x08\x12\x15\n\rtarget_offset\x18\x07 \x01(\x03\x12\r\n\x05\x65poch\x18\x08 \x01(\x03\"d\n\x14ResetOffsetsResponse\x12;\n\npartitions\x18\x01 \x03(\x0b\x32\'.dataservice.assigner.v1.PartitionReset\x12\x0f\n\x07\x64ry_run\x18\x02 \x01(\x08\"r\n\x10MoveLeaseRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x19\n\x11target_sidecar_id\x18\x04 \x01(\t\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"B\n\x11MoveLeaseResponse\x12-\n\x05lease\x18\x01 \x01(\x0b\x32\x1e.dataservice.assigner.v1.Lease\"L\n\x13\x44rainSidecarRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x12\n\nsidecar_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"w\n\x14\x44rainSidecarResponse\x12/\n\x06member\x18\x01 \x01(\x0b\x32\x1f.dataservice.assigner.v1.Member\x12.\n\x06leases\x18\x02 \x03(\x0b\x32\x1e.dataservice.assigner.v1.Lease\"N\n\x15UndrainSidecarRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x12\n\nsidecar_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"I\n\x16UndrainSidecarResponse\x12/\n\x06member\x18\x01 \x01(\x0b\x32\x1f.dataservice.assigner.v1.Member*\xbf\x01\n\rResetStrategy\x12\x1e\n\x1aRESET_STRATEGY_UNSPECIFIED\x10\x00\x12\x1b\n\x17RESET_STRATEGY_EARLIEST\x10\x01\x12\x19\n\x15RESET_STRATEGY_LATEST\x10\x02\x12\x1c\n\x18RESET_STRATEGY_TIMESTAMP\x10\x03\x12\x1b\n\x17RESET_STRATEGY_ABSOLUTE\x10\x04\x12\x1b\n\x17RESET_STRATEGY_SHIFT_BY\x10\x05\x32\xea\x06\n\x0c\x41\x64minService\x12\x65\n\nListGroups\x12*.dataservice.assigner.v1.ListGroupsRequest\x1a+.dataservice.assigner.v1.ListGroupsResponse\x12n\n\rDescribeGroup\x12-.dataservice.assigner.v1.DescribeGroupRequest\x1a..dataservice.assigner.v1.DescribeGroupResponse\x12h\n\x0b\x43reateGroup\x12+.dataservice.assigner.v1.CreateGroupRequest\x1a,.dataservice.assigner.v1.CreateGroupResponse\x12h\n\x0bUpdateGroup\x12+.dataservice.assigner.v1.UpdateGroupRequest\x1a,.dataservice.assigner.v1.UpdateGroupResponse\x12k\n\x0cResetOffsets\x12,.dataservice.assigner.v1.ResetOffsetsRequest\x1a-.dataservice.assigner.v1.ResetOffsetsResponse\x12\x62\n\tMoveLease\x12).dataservice.assigner.v1.MoveLeaseRequest\x1a*.dataservice.assigner.v1.MoveLeaseResponse\x12k\n\x0c\x44rainSidecar\x12,.dataservice.assigner.v1.DrainSidecarRequest\x1a-.dataservice.assigner.v1.DrainSidecarResponse\x12q\n\x0eUndrainSidecar\x12..dataservice.assigner.v1.UndrainSidecarRequest\x1a/.dataservice.assigner.v1.UndrainSidecarResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'dataservice.assigner.v1.admin_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RESETSTRATEGY']._serialized_start=2431
-  _globals['_RESETSTRATEGY']._serialized_end=2622
+  _globals['_RESETSTRATEGY']._serialized_start=2453
+  _globals['_RESETSTRATEGY']._serialized_end=2644
   _globals['_LISTGROUPSREQUEST']._serialized_start=135
   _globals['_LISTGROUPSREQUEST']._serialized_end=193
   _globals['_GROUPSUMMARY']._serialized_start=196
@@ -44,37 +44,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DESCRIBEGROUPREQUEST']._serialized_start=434
   _globals['_DESCRIBEGROUPREQUEST']._serialized_end=471
   _globals['_PARTITIONLAG']._serialized_start=474
-  _globals['_PARTITIONLAG']._serialized_end=610
-  _globals['_DESCRIBEGROUPRESPONSE']._serialized_start=613
-  _globals['_DESCRIBEGROUPRESPONSE']._serialized_end=899
-  _globals['_CREATEGROUPREQUEST']._serialized_start=901
-  _globals['_CREATEGROUPREQUEST']._serialized_end=994
-  _globals['_CREATEGROUPRESPONSE']._serialized_start=996
-  _globals['_CREATEGROUPRESPONSE']._serialized_end=1070
-  _globals['_UPDATEGROUPREQUEST']._serialized_start=1073
-  _globals['_UPDATEGROUPREQUEST']._serialized_end=1248
-  _globals['_UPDATEGROUPRESPONSE']._serialized_start=1250
-  _globals['_UPDATEGROUPRESPONSE']._serialized_end=1324
-  _globals['_RESETTARGET']._serialized_start=1326
-  _globals['_RESETTARGET']._serialized_end=1403
-  _globals['_RESETOFFSETSREQUEST']._serialized_start=1406
-  _globals['_RESETOFFSETSREQUEST']._serialized_end=1623
-  _globals['_PARTITIONRESET']._serialized_start=1626
-  _globals['_PARTITIONRESET']._serialized_end=1788
-  _globals['_RESETOFFSETSRESPONSE']._serialized_start=1790
-  _globals['_RESETOFFSETSRESPONSE']._serialized_end=1890
-  _globals['_MOVELEASEREQUEST']._serialized_start=1892
-  _globals['_MOVELEASEREQUEST']._serialized_end=2006
-  _globals['_MOVELEASERESPONSE']._serialized_start=2008
-  _globals['_MOVELEASERESPONSE']._serialized_end=2074
-  _globals['_DRAINSIDECARREQUEST']._serialized_start=2076
-  _globals['_DRAINSIDECARREQUEST']._serialized_end=2152
-  _globals['_DRAINSIDECARRESPONSE']._serialized_start=2154
-  _globals['_DRAINSIDECARRESPONSE']._serialized_end=2273
-  _globals['_UNDRAINSIDECARREQUEST']._serialized_start=2275
-  _globals['_UNDRAINSIDECARREQUEST']._serialized_end=2353
-  _globals['_UNDRAINSIDECARRESPONSE']._serialized_start=2355
-  _globals['_UNDRAINSIDECARRESPONSE']._serialized_end=2428
-  _globals['_ADMINSERVICE']._serialized_start=2625
-  _globals['_ADMINSERVICE']._serialized_end=3499
+  _globals['_PARTITIONLAG']._serialized_end=632
+  _globals['_DESCRIBEGROUPRESPONSE']._serialized_start=635
+  _globals['_DESCRIBEGROUPRESPONSE']._serialized_end=921
+  _globals['_CREATEGROUPREQUEST']._serialized_start=923
+  _globals['_CREATEGROUPREQUEST']._serialized_end=1016
+  _globals['_CREATEGROUPRESPONSE']._serialized_start=1018
+  _globals['_CREATEGROUPRESPONSE']._serialized_end=1092
+  _globals['_UPDATEGROUPREQUEST']._serialized_start=1095
+  _globals['_UPDATEGROUPREQUEST']._serialized_end=1270
+  _globals['_UPDATEGROUPRESPONSE']._serialized_start=1272
+  _globals['_UPDATEGROUPRESPONSE']._serialized_end=1346
+  _globals['_RESETTARGET']._serialized_start=1348
+  _globals['_RESETTARGET']._serialized_end=1425
+  _globals['_RESETOFFSETSREQUEST']._serialized_start=1428
+  _globals['_RESETOFFSETSREQUEST']._serialized_end=1645
+  _globals['_PARTITIONRESET']._serialized_start=1648
+  _globals['_PARTITIONRESET']._serialized_end=1810
+  _globals['_RESETOFFSETSRESPONSE']._serialized_start=1812
+  _globals['_RESETOFFSETSRESPONSE']._serialized_end=1912
+  _globals['_MOVELEASEREQUEST']._serialized_start=1914
+  _globals['_MOVELEASEREQUEST']._serialized_end=2028
+  _globals['_MOVELEASERESPONSE']._serialized_start=2030
+  _globals['_MOVELEASERESPONSE']._serialized_end=2096
+  _globals['_DRAINSIDECARREQUEST']._serialized_start=2098
+  _globals['_DRAINSIDECARREQUEST']._serialized_end=2174
+  _globals['_DRAINSIDECARRESPONSE']._serialized_start=2176
+  _globals['_DRAINSIDECARRESPONSE']._serialized_end=2295
+  _globals['_UNDRAINSIDECARREQUEST']._serialized_start=2297
+  _globals['_UNDRAINSIDECARREQUEST']._serialized_end=2375
+  _globals['_UNDRAINSIDECARRESPONSE']._serialized_start=2377
+  _globals['_UNDRAINSIDECARRESPONSE']._serialized_end=2450
+  _globals['_ADMINSERVICE']._serialized_start=2647
+  _globals['_ADMINSERVICE']._serialized_end=3521
 # @@protoc_insertion_point(module_scope)

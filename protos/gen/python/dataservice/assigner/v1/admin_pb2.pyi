@@ -196,6 +196,7 @@ class PartitionLag(_message.Message):
     END_OFFSET_FIELD_NUMBER: _builtins.int
     LAG_RECORDS_FIELD_NUMBER: _builtins.int
     LAG_SECONDS_FIELD_NUMBER: _builtins.int
+    COMMITTED_BY_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     """Topic name."""
     partition: _builtins.int
@@ -208,6 +209,11 @@ class PartitionLag(_message.Message):
     """end_offset - committed_offset, in records (all records when nothing is committed)."""
     lag_seconds: _builtins.float
     """Age of the oldest unconsumed record, in seconds; 0 = caught up, -1 = unknown."""
+    committed_by: _builtins.str
+    """Who wrote the committed offset, from the commit's metadata: "SIDECAR (epoch N)" for a
+    holder, "reset through the mesh (epoch N)" for the assigner, "external (...)" for a
+    writer outside the mesh such as kafka-consumer-groups; empty when nothing is committed.
+    """
     def __init__(
         self,
         *,
@@ -217,10 +223,11 @@ class PartitionLag(_message.Message):
         end_offset: _builtins.int = ...,
         lag_records: _builtins.int = ...,
         lag_seconds: _builtins.float = ...,
+        committed_by: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_offset", b"committed_offset", "end_offset", b"end_offset", "lag_records", b"lag_records", "lag_seconds", b"lag_seconds", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed_by", b"committed_by", "committed_offset", b"committed_offset", "end_offset", b"end_offset", "lag_records", b"lag_records", "lag_seconds", b"lag_seconds", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
