@@ -21,6 +21,7 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, Kafka
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from services.assigner.offsets import NO_OFFSET, PartitionOffsets, unavailable
+from services.runtime import commitmeta
 from services.runtime.errors import DsError
 from services.runtime.kafka import is_retriable, new_consumer
 from services.runtime.settings import ServiceSettings
@@ -75,7 +76,7 @@ class KafkaOffsets:
         if not all_tps:
             return {g: {} for g in groups}
         out: dict[str, dict[TopicPartition, PartitionOffsets] | DsError] = {}
-        committed: dict[str, dict[tuple[str, int], int]] = {}
+        committed: dict[str, dict[tuple[str, int], tuple[int, str]]] = {}
         with self._lock:
             for group, tps in groups.items():
                 try:
@@ -94,11 +95,13 @@ class KafkaOffsets:
         for group, tps in groups.items():
             if group in out:
                 continue
+            found = committed[group]
             out[group] = {
                 tp: PartitionOffsets(
-                    committed=committed[group].get(tp, NO_OFFSET),
+                    committed=found.get(tp, (NO_OFFSET, ""))[0],
                     earliest=bounds[tp][0],
                     end=bounds[tp][1],
+                    committed_by=found.get(tp, (NO_OFFSET, ""))[1],
                 )
                 for tp in tps
             }
@@ -106,8 +109,9 @@ class KafkaOffsets:
 
     def _committed(
         self, group: str, tps: Sequence[TopicPartition], deadline: float
-    ) -> dict[tuple[str, int], int]:
-        """(topic, partition) -> the group's committed offset; a partition without one is
+    ) -> dict[tuple[str, int], tuple[int, str]]:
+        """(topic, partition) -> the group's committed offset and who wrote it
+        (:func:`~services.runtime.commitmeta.committed_by`); a partition without one is
         missing. Called under ``_lock``.
 
         Through a consumer of the group, not AdminClient.list_consumer_group_offsets: when
@@ -135,7 +139,10 @@ class KafkaOffsets:
                 time.sleep(max(0.0, min(COMMITTED_RETRY_SECONDS, deadline - time.monotonic())))
                 continue
             return {
-                (ktp.topic, ktp.partition): (ktp.offset if ktp.offset >= 0 else NO_OFFSET)
+                (ktp.topic, ktp.partition): (
+                    ktp.offset if ktp.offset >= 0 else NO_OFFSET,
+                    commitmeta.committed_by(ktp.metadata, ktp.offset),
+                )
                 for ktp in listed
                 if ktp.error is None
             }

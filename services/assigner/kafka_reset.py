@@ -31,7 +31,7 @@ from services.runtime.settings import ServiceSettings
 from services.runtime.topic_partition import TopicPartition
 
 RESET_TIMEOUT_SECONDS = 10.0
-COMMITTER_ID = "assigner"
+COMMITTER_ID = commitmeta.ASSIGNER
 _NOT_EMPTY = frozenset(
     {KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS}
 )

@@ -20,6 +20,8 @@ class PartitionOffsets:
     committed: int  # the group's committed offset (next to consume); -1 = none
     earliest: int  # log start offset
     end: int  # high watermark
+    # Who wrote the committed offset (commitmeta.committed_by); "" = nothing committed.
+    committed_by: str = ""
 
     @property
     def lag(self) -> int:

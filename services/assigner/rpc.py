@@ -322,6 +322,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                     end_offset=o.end,
                     lag_records=o.lag,
                     lag_seconds=lag_seconds(o.lag, oldest.get(tp), now_wall),
+                    committed_by=o.committed_by,
                 )
                 for tp, o in sorted(offsets.items())
             ],

@@ -282,7 +282,11 @@ def describe_doc(described: admin_pb2.DescribeGroupResponse) -> Doc:
         "config": config_doc(described.config),
         "members": [member_doc(m) for m in described.members],
         "leases": [lease_doc(lease) for lease in described.leases],
-        "partitions": [partition_lag_doc(p) for p in described.partitions],
+        # With who wrote each committed offset: a holder, a reset through the mesh, external.
+        "partitions": [
+            {**partition_lag_doc(p), "committed_by": p.committed_by or None}
+            for p in described.partitions
+        ],
         "bindings": [binding_doc(b) for b in described.bindings],
     }
 
@@ -345,6 +349,7 @@ def partitions_table(doc: Doc) -> Table:
     table.add_column("lease expires")
     for column in ("committed", "end", "lag", "lag age"):
         table.add_column(column, justify="right")
+    table.add_column("committed by")
     lag_rows = {(p["topic"], p["partition"]): p for p in doc["partitions"]}
     for key in sorted(leases.keys() | lag_rows.keys()):
         lease = leases.get(key, {})
@@ -360,6 +365,7 @@ def partitions_table(doc: Doc) -> Table:
             f"{p['end']:,}" if p else "?",
             _lag_text(p["lag_records"] if p else None),
             human_seconds(p["lag_seconds"] if p else None),
+            (p["committed_by"] or "-") if p else "?",
         )
     return table
 

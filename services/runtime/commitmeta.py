@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 METADATA_MAX_BYTES = 3800  # under Kafka's default offset.metadata.max.bytes (4096)
+# The committer the assigner names in the commits of a reset through the mesh.
+ASSIGNER = "assigner"
 
 
 @dataclass(frozen=True)
@@ -99,3 +101,18 @@ def describe_writer(metadata: str | None) -> str:
     if not metadata:
         return "no commit metadata (Kafka's tools write none)"
     return f"commit metadata {metadata[:200]!r}"
+
+
+def committed_by(metadata: str | None, committed: int) -> str:
+    """Who wrote a partition's last commit, from its metadata, for ``dsctl describe`` and
+    ``/ui`` (issue 23): a sidecar under its lease epoch, a reset through the mesh (the
+    assigner), or an external writer such as ``kafka-consumer-groups``. "" = no commit."""
+    if committed < 0:
+        return ""
+    meta = decode(metadata, committed)
+    if meta is None or not meta.sidecar:
+        text = (metadata or "").rstrip("\x00")
+        return f"external (metadata {text[:60]!r})" if text else "external (no metadata)"
+    if meta.sidecar == ASSIGNER:
+        return f"reset through the mesh (epoch {meta.epoch})"
+    return f"{meta.sidecar} (epoch {meta.epoch})"

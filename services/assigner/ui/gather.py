@@ -195,6 +195,7 @@ class UiData:
                     bytes_per_second=group.partition_rates.get(tp, 0.0)
                     if lease and lease.holder
                     else 0.0,
+                    committed_by=o.committed_by,
                 )
             )
         overall = group_status(s for s in statuses if s is not Status.NOTFOUND)

@@ -89,6 +89,9 @@ class PartitionRow:
     status: str  # Burrow status name (OK, WARN, STALL, STOP, REWIND, NOTFOUND)
     trend: tuple[int, ...]  # lag samples, oldest first
     bytes_per_second: float
+    # Who wrote the committed offset: a holder, a reset through the mesh, or an external
+    # writer such as kafka-consumer-groups (commitmeta.committed_by); "" = nothing committed.
+    committed_by: str = ""
 
     @property
     def key(self) -> str:

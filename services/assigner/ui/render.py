@@ -198,11 +198,12 @@ def _partition_row(p: PartitionRow) -> str:
     return (
         f'<tr id="p-{_e(p.key)}" data-partition="{_e(p.key)}" data-holder="{_e(p.holder)}" '
         f'data-committed="{p.committed}" data-end="{p.end}" data-lag="{p.lag_records}" '
-        f'data-lag-seconds="{p.lag_seconds:.3f}" data-status="{_e(p.status)}">'
+        f'data-lag-seconds="{p.lag_seconds:.3f}" data-status="{_e(p.status)}" '
+        f'data-committed-by="{_e(p.committed_by)}">'
         f'<td>{_e(p.topic)}</td><td class="num">{p.partition}</td>'
         f'<td>{_e(p.holder or "-")}</td><td>{_e(p.state)}</td><td class="num">{p.epoch}</td>'
-        f'<td class="num">{_e(committed)}</td><td class="num">{p.end}</td>'
-        f'<td class="num">{p.lag_records}</td>'
+        f'<td class="num">{_e(committed)}</td><td>{_e(p.committed_by or "-")}</td>'
+        f'<td class="num">{p.end}</td><td class="num">{p.lag_records}</td>'
         f'<td class="num">{_e(_fmt_seconds(p.lag_seconds))}</td>'
         f"<td>{_status(p.status)}</td>"
         f"<td>{sparkline_svg(p.trend, label=f'lag of {p.key}, last {len(p.trend)} samples')}</td>"
@@ -249,7 +250,7 @@ def render_lag(view: LagView) -> str:
         f"<div><b>{view.sample_seconds:g} s</b>between trend samples</div></div>"
         '<table class="partitions"><thead><tr><th>topic</th><th class="num">partition</th>'
         '<th>holder</th><th>lease</th><th class="num">epoch</th>'
-        '<th class="num">committed</th><th class="num">end</th>'
+        '<th class="num">committed</th><th>committed by</th><th class="num">end</th>'
         '<th class="num">lag</th><th class="num">lag time</th><th>status</th><th>trend</th>'
         f'<th class="num">fetch rate</th></tr></thead><tbody>{rows}</tbody></table></section>'
         f'<section id="bindings"><h2>Bindings</h2>{bindings_table}</section>'

@@ -111,6 +111,25 @@ def test_groups_doc_and_table() -> None:
     assert "demo" in text and "kafka_group" in text and "a, b" in text
 
 
+def test_describe_names_who_wrote_each_commit_and_the_external_setting() -> None:
+    """Issue 23: per partition, the holder, a reset through the mesh, or an external
+    writer; and the group's external_offset_changes."""
+    response = described("g", [(0, 3, 5, 1.0), (1, 5, 5, 0.0), (2, -1, 4, -1.0)], {}, [])
+    response.config.external_offset_changes = types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT
+    response.partitions[0].committed_by = "sidecar-a (epoch 7)"
+    response.partitions[1].committed_by = "external (no metadata)"
+    doc = render.describe_doc(response)
+    assert [p["committed_by"] for p in doc["partitions"]] == [
+        "sidecar-a (epoch 7)",
+        "external (no metadata)",
+        None,
+    ]
+    assert doc["config"]["external_offset_changes"] == "revert"
+    text = text_of(render.describe_view(doc))
+    for expected in ("committed by", "sidecar-a (epoch 7)", "external (no metadata)", "revert"):
+        assert expected in text, expected
+
+
 def test_describe_doc_has_config_members_leases_partitions_bindings() -> None:
     response = described("g", [(0, 3, 5, 1.0), (1, 5, 5, 0.0)], {0: "a", 1: "b"}, ["a", "b"])
     response.config.lease_ttl.FromSeconds(3)

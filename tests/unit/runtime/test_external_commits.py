@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.runtime.commitmeta import encode, is_external, ranges_of
+from services.runtime.commitmeta import committed_by, encode, is_external, ranges_of
 
 offsets = st.integers(min_value=0, max_value=10**12)
 seen = st.integers(min_value=-1, max_value=10**12)
@@ -76,3 +76,26 @@ def test_kafka_tools_reset_against_the_holders_history() -> None:
     assert not is_external(900, "", 900)  # reset to where we are: nothing changed
     assert is_external(0, "", 900)  # --to-earliest
     assert is_external(850, None, 900)  # --shift-by -50
+
+
+@settings(max_examples=300, deadline=None)
+@given(committed=offsets, epoch=epochs, sidecar=committers, nul=st.booleans())
+def test_committed_by_names_the_mesh_committer_under_its_epoch(
+    committed: int, epoch: int, sidecar: str, nul: bool
+) -> None:
+    metadata = encode(epoch, sidecar, committed, ()) + ("\x00" if nul else "")
+    writer = committed_by(metadata, committed)
+    assert f"(epoch {epoch})" in writer and not writer.startswith("external")
+    if sidecar == "assigner":
+        assert writer == f"reset through the mesh (epoch {epoch})"
+    else:
+        assert writer == f"{sidecar} (epoch {epoch})"
+
+
+@given(committed=offsets, foreign=st.text(max_size=200))
+def test_committed_by_calls_anything_else_external(committed: int, foreign: str) -> None:
+    writer = committed_by(foreign, committed)
+    if is_external(committed, foreign, -1):
+        assert writer.startswith("external (")
+    assert committed_by("", committed) == "external (no metadata)"
+    assert committed_by(foreign, -1) == ""  # nothing committed
