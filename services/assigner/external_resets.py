@@ -104,7 +104,7 @@ class ExternalResets:
             entry = (commit.offset, commit.metadata, self.clock())
             self._logged[key] = entry
             # Revert mode: the holder's own report of its revert normally comes first.
-            grace = self.log_grace_seconds * (3 if group.external_offset_changes == "revert" else 1)
+            grace = self.log_grace_seconds * (3 if _reverts(group) else 1)
             asyncio.get_running_loop().call_later(grace, self._check_logged, key, entry)
         elif meta.sidecar == COMMITTER_ID:
             self._logged.pop(key, None)  # a reset through the assigner came after it
@@ -115,8 +115,11 @@ class ExternalResets:
         offset, metadata, seen = entry
         followed = self._followed.get(key)
         group = self.lookup(key[0])
+        # A follow ends after the log shows the commit; a holder's revert is reported at
+        # once, often before the log (read in batches) shows the commit it reverted.
+        since = seen - (self.log_grace_seconds * 3 if group and _reverts(group) else 0.0)
         if group is None or (
-            followed is not None and followed[0] == offset and followed[1] >= seen
+            followed is not None and followed[0] == offset and followed[1] >= since
         ):
             del self._logged[key]
             return
@@ -129,7 +132,7 @@ class ExternalResets:
             loop = asyncio.get_running_loop()
             loop.call_later(self.log_grace_seconds, self._check_logged, key, entry)
             return
-        if group.record.external_offset_changes == "revert":
+        if _reverts(group):
             # Overwritten by the holder's own commit: reverted, as the group asks.
             self._audit_reverted(
                 group, "commit log", {tp: (lease.epoch, lease.committed, offset, metadata)}
@@ -263,3 +266,7 @@ def _current(group: GroupRuntime, tp: TopicPartition, report: ExternalReport) ->
         and lease.state is LeaseState.GRANTED
         and tp not in group.coordinator.paused
     )
+
+
+def _reverts(group: GroupRuntime) -> bool:
+    return group.record.external_offset_changes == "revert"
