@@ -90,6 +90,7 @@ bench-short:
 	$(VENV)/python tests/bench/bench_balancer.py --short
 	$(VENV)/python tests/bench/bench_session.py --short
 	$(VENV)/python tests/bench/bench_sidecar.py --short
+	$(VENV)/python tests/bench/bench_external_check.py --short
 	$(VENV)/python tests/bench/bench_tls.py --short
 	$(VENV)/python tests/bench/bench_metrics_overhead.py --short
 	$(VENV)/python tests/bench/bench_spark.py --short
