@@ -95,6 +95,7 @@ class SidecarApp:
             committer=committer,
             prefetch_bytes=int(fetch_config["queued.max.messages.kbytes"]) * 1024,
         )
+        self.fetcher.external_check_seconds = settings.external_check_interval_seconds
         self.fetcher.reset_to_end = kafka_config.resets_to_end(settings)
         self.fetcher.on_gap = self._offset_gap
         self.keeper = LeaseKeeper(

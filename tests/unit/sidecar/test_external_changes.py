@@ -1,6 +1,7 @@
 """The fetcher's check for commits it did not make, per the group's external_offset_changes
 (issue 23): follow flags the partition and commits it no more; revert commits the holder's
-position over it and keeps it for the audit report; ignore never reads the offsets back.
+position over it and keeps it for the audit report; ignore never reads the offsets back; a
+commit reads back only partitions not read back within the check interval.
 The consumer is a stand-in (pure logic: which OffsetFetch and OffsetCommit are sent)."""
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ def test_revert_commits_the_holders_position_over_it_at_once() -> None:
 
 def test_revert_before_a_commit_lets_that_commit_be_the_revert() -> None:
     fetcher, consumer, _ = held("revert")
+    fetcher.external_check_seconds = 0.0  # read back before every commit
     consumer.external(U, 50)
     sent = len(consumer.commits)
     request = CommitRequest(U, 230, EPOCH)
@@ -132,3 +134,16 @@ def test_ignore_never_reads_the_offsets_back_before_a_commit() -> None:
     assert fetcher.commit([request]) == [request]
     assert consumer.fetches == fetches
     assert last_commit(consumer, T)[0] == 150, "overwritten, as the group asked"
+
+
+def test_a_commit_reads_back_only_what_was_not_read_back_within_the_interval() -> None:
+    """The OffsetFetch before a commit is on the ack's path: at most once per interval
+    per partition, whoever read it back last (the check loop or an earlier commit)."""
+    fetcher, consumer, _ = held("follow")
+    fetcher.external_check_seconds = 60.0
+    fetches = consumer.fetches  # held() committed once: T and U were read back then
+    fetcher.commit([CommitRequest(T, 120, EPOCH), CommitRequest(U, 220, EPOCH)])
+    assert consumer.fetches == fetches
+    fetcher.external_check_seconds = 0.0
+    fetcher.commit([CommitRequest(T, 130, EPOCH)])
+    assert consumer.fetches == fetches + 1
