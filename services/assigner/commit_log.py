@@ -29,7 +29,7 @@ from services.runtime.settings import ServiceSettings
 
 log = structlog.get_logger(__name__)
 
-CONSUME_SECONDS = 0.5
+CONSUME_SECONDS = 0.1  # a commit is seen within this long (consume waits for BATCH or it)
 BATCH = 1000
 
 

@@ -51,7 +51,7 @@ log = structlog.get_logger(__name__)
 
 GATHER_SECONDS = 0.1
 RETRY_SECONDS = 0.2
-LOG_GRACE_SECONDS = 1.0
+LOG_GRACE_SECONDS = 0.3
 
 
 @dataclass(frozen=True)
