@@ -205,9 +205,11 @@ CATALOGUE: Mapping[FaultTypeValue, FaultSpec] = {
             "Kafka's tools), which partitions, and old and new offsets (`offsets`: "
             "`partition:old->new`, comma-separated; `epochs` for leased groups; for an "
             "external one, `actor` is what the commit's metadata says of its writer and "
-            "`detected_by` the sidecars that noticed it).",
-            "A ResetOffsets that committed new offsets, or a reset made with Kafka's tools "
-            "that the mesh followed (one event per topic).",
+            "`detected_by` the sidecars that noticed it, or `commit log`; `action: reverted` "
+            "when the group's `external_offset_changes` is revert, offsets from the external "
+            "one back to the mesh's).",
+            "A ResetOffsets that committed new offsets, a reset made with Kafka's tools "
+            "that the mesh followed (one event per topic), or one it reverted.",
             "assigner",
             T.SEVERITY_WARNING,
             "Sent at once with the OPEN event: the reset is complete when it is reported.",
