@@ -48,7 +48,7 @@ from google.protobuf import timestamp_pb2
 
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar.acks import PartitionAcks
-from services.consumer_sidecar.partitions import UNLEASED_EPOCH, PartitionTable
+from services.consumer_sidecar.partitions import UNLEASED_EPOCH, PartitionTable, Reverted
 from services.consumer_sidecar.runs import runs_from_messages
 from services.runtime import commitmeta
 from services.runtime.topic_partition import TP
@@ -86,17 +86,6 @@ RESUME_FRACTION = 0.5
 # consume() back (Fetcher._holding) for up to HOLD_SECONDS, then pauses partitions.
 LEASED_PARTITION_SHARE = 2
 HOLD_SECONDS = 1.0
-
-
-@dataclass(frozen=True)
-class Reverted:
-    """Revert mode (issue 23): an external commit this sidecar committed over."""
-
-    tp: TP
-    epoch: int
-    restored: int  # the position committed over it
-    external: int  # the offset the external commit had set
-    metadata: str  # that commit's metadata
 
 
 @dataclass(frozen=True)
@@ -145,10 +134,8 @@ class Fetcher:
         self._committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-commit")
         self.last_poll = time.monotonic()
         self.classic = False  # True once subscribe()d (kafka_group mode)
-        # The group's external_offset_changes (issue 23): follow | revert | ignore; and the
-        # external commits reverted since the session last took them (take_reverted).
+        # The group's external_offset_changes (issue 23): follow | revert | ignore.
         self.external_changes = "follow"
-        self._reverted: list[Reverted] = []
         # When each partition's committed offset was last read back (monotonic): before a
         # commit it is read back again only if that is older than this (see
         # _without_external), so the ack path pays the round trip at most once per interval.
@@ -568,7 +555,10 @@ class Fetcher:
         now_due = [r for r in reverting if restore is None or r.tp not in restore]
         if now_due:
             self._recommit(now_due, consumer)
-        self._reverted.extend(reverting)
+        with self._table.lock:  # for the next heartbeat's report (LeaseKeeper.take_reverted)
+            for r in reverting:
+                if (part := self._table.partitions.get(r.tp)) is not None:
+                    part.reverted.append(r)
         return flagged
 
     def _recommit(self, reverting: list[Reverted], consumer: Consumer) -> None:
@@ -592,14 +582,6 @@ class Fetcher:
             for r in live
         ]
         consumer.commit(offsets=offsets, asynchronous=False)
-
-    def reverted_pending(self) -> bool:
-        return bool(self._reverted)
-
-    def take_reverted(self) -> list[Reverted]:
-        """The external commits reverted since the last call, for the audit report."""
-        taken, self._reverted = self._reverted, []
-        return taken
 
     async def check_external_async(self, tps: list[TP]) -> list[TP]:
         """:meth:`check_external` on the commit thread (the fetch thread without one)."""

@@ -43,8 +43,14 @@ from services.consumer_sidecar.acks import (
     NotHolderError,
     PartitionAcks,
 )
-from services.consumer_sidecar.fetcher import CommitRequest, Fetcher, Reverted
-from services.consumer_sidecar.partitions import UNLEASED_EPOCH, Due, Partition, PartitionTable
+from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
+from services.consumer_sidecar.partitions import (
+    UNLEASED_EPOCH,
+    Due,
+    Partition,
+    PartitionTable,
+    Reverted,
+)
 from services.runtime.errors import DsError, Reason
 from services.runtime.kafka import is_retriable
 from services.runtime.topic_partition import TP
@@ -654,8 +660,7 @@ class LeaseKeeper:
         fresh = [
             p for p in self.table.snapshot() if p.external is not None and not p.external_announced
         ]
-        reverted = self.fetcher.reverted_pending()
-        if reverted:
+        if any(p.reverted for p in self.table.snapshot()):
             self.on_external()
         if not fresh:
             return
@@ -675,7 +680,11 @@ class LeaseKeeper:
 
     def take_reverted(self) -> list[Reverted]:
         """Revert mode: the external commits committed over since the last heartbeat."""
-        taken = self.fetcher.take_reverted()
+        taken: list[Reverted] = []
+        with self.table.lock:
+            for part in self.table.partitions.values():
+                taken += part.reverted
+                part.reverted = []
         for r in taken:
             log.warning(
                 "external commit reverted: the mesh's position committed over it",

@@ -86,6 +86,17 @@ class Due:
         self.given_up += [(part, g) for g in given_up]
 
 
+@dataclass(frozen=True)
+class Reverted:
+    """Revert mode (issue 23): an external commit this sidecar committed over."""
+
+    tp: TP
+    epoch: int
+    restored: int  # the position committed over it
+    external: int  # the offset the external commit had set
+    metadata: str  # that commit's metadata
+
+
 @dataclass
 class Partition:
     tp: TP
@@ -121,6 +132,8 @@ class Partition:
     # (the assigner applies it like an offset reset).
     external: tuple[int, str] | None = None
     external_announced: bool = False
+    # Revert mode: external commits committed over, until the next heartbeat reports them.
+    reverted: list[Reverted] = field(default_factory=list)
     fetched_bytes: int = 0  # cumulative, for the bytes/s reported to the assigner
     high_watermark: int = -1  # from librdkafka statistics; -1 = not known yet
     lag: int = -1  # records behind the high watermark; -1 = not known yet

@@ -82,15 +82,6 @@ class FakeFetcher:
     async def commit_async(self, requests: list[CommitRequest]) -> list[CommitRequest]:
         return self.commit(requests)
 
-    # External offset changes (issue 23): this Kafka side never has any.
-    external_changes = "follow"
-
-    def reverted_pending(self) -> bool:
-        return False
-
-    def take_reverted(self) -> list[Any]:
-        return []
-
 
 @dataclass
 class FakeReaders:

@@ -10,7 +10,7 @@ from confluent_kafka import TopicPartition
 
 from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
-from services.consumer_sidecar.partitions import Partition, PartitionTable
+from services.consumer_sidecar.partitions import Partition, PartitionTable, Reverted
 from services.runtime import commitmeta
 from services.runtime.topic_partition import TP
 
@@ -66,6 +66,15 @@ def held(mode: str) -> tuple[Fetcher, Consumer, PartitionTable]:
     return fetcher, consumer, table
 
 
+def take_reverted(table: PartitionTable) -> list[Reverted]:
+    """What the next heartbeat reports (LeaseKeeper.take_reverted), taken."""
+    taken: list[Reverted] = []
+    for part in table.snapshot():
+        taken += part.reverted
+        part.reverted = []
+    return taken
+
+
 def last_commit(consumer: Consumer, tp: TP) -> tuple[int, commitmeta.CommitMetadata | None]:
     found = consumer.committed([TopicPartition(tp.topic, tp.partition)], 1)[0]
     return found.offset, commitmeta.decode(found.metadata, found.offset)
@@ -81,7 +90,7 @@ def test_follow_flags_the_partition_and_commits_it_no_more() -> None:
         CommitRequest(U, 250, EPOCH)
     ]
     assert last_commit(consumer, T)[0] == 0, "the external commit stays for the assigner"
-    assert fetcher.take_reverted() == []
+    assert take_reverted(table) == []
 
 
 def test_revert_commits_the_holders_position_over_it_at_once() -> None:
@@ -92,19 +101,19 @@ def test_revert_commits_the_holders_position_over_it_at_once() -> None:
     assert offset == 100 and meta is not None and (meta.epoch, meta.sidecar) == (EPOCH, "s")
     part = table.get(T)
     assert part is not None and part.external is None, "nothing to follow: fetching goes on"
-    [reverted] = fetcher.take_reverted()
+    [reverted] = take_reverted(table)
     assert (reverted.tp, reverted.epoch, reverted.restored, reverted.external) == (
         T,
         EPOCH,
         100,
         0,
     )
-    assert fetcher.take_reverted() == [], "reported once"
+    assert take_reverted(table) == [], "reported once"
     assert fetcher.check_external([T, U]) == [], "its own commit is not external"
 
 
 def test_revert_before_a_commit_lets_that_commit_be_the_revert() -> None:
-    fetcher, consumer, _ = held("revert")
+    fetcher, consumer, table = held("revert")
     fetcher.external_check_seconds = 0.0  # read back before every commit
     consumer.external(U, 50)
     sent = len(consumer.commits)
@@ -112,7 +121,7 @@ def test_revert_before_a_commit_lets_that_commit_be_the_revert() -> None:
     assert fetcher.commit([request]) == [request]
     assert len(consumer.commits) == sent + 1, "one commit: the one asked for"
     assert last_commit(consumer, U)[0] == 230
-    [reverted] = fetcher.take_reverted()
+    [reverted] = take_reverted(table)
     assert (reverted.tp, reverted.restored, reverted.external) == (U, 230, 50)
 
 
@@ -123,7 +132,7 @@ def test_revert_with_no_position_of_its_own_follows() -> None:
     part.committed = -1  # started where Kafka had nothing, committed nothing yet
     consumer.external(T, 7)
     assert fetcher.check_external([T]) == [T]
-    assert part.external == (7, "") and fetcher.take_reverted() == []
+    assert part.external == (7, "") and take_reverted(table) == []
 
 
 def test_ignore_never_reads_the_offsets_back_before_a_commit() -> None:
