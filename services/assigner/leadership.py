@@ -299,13 +299,21 @@ class LeaderElector:
             self._confirmed(by="the leader key")
             await self._elected()
             return False
-        if self._is_leader:
+        if self._is_leader and (holder or not self._fenced_writes):
             await self._demote("the lock is no longer ours")
         if holder:
             self._follow(leader_of(entry))
             await self._prepare_session()
             return False
-        self._follow(None)
+        if self._is_leader:
+            # Free, and we lead (our session was invalidated, e.g. by a Consul outage
+            # longer than its TTL): take it back without stepping down. Leading on meanwhile
+            # is safe for the same reason as leading through the outage: a replica that
+            # takes the key first opens its term, which fences ours (the term check, the
+            # next write), and it grants nothing for TTL + grace.
+            self._log.info("leader lock free while leading; re-acquiring it")
+        else:
+            self._follow(None)
         if self.session_id is None:
             self.session_id = await self._create_session()
         await self._acquire()
@@ -361,7 +369,8 @@ class LeaderElector:
         if info is None:
             self._log.info("leader session invalidated; creating a new one", session=session)
             self.session_id = None
-            await self._demote("session invalidated")
+            if not self._fenced_writes:
+                await self._demote("session invalidated")
 
     async def _renew_loop(self) -> None:
         period = max(1.0, self.settings.session_ttl_seconds / 3)
@@ -378,7 +387,9 @@ class LeaderElector:
                 if self.session_id == session:
                     self._log.warning("leader session invalidated by Consul", session=session)
                     self.session_id = None
-                    await self._demote("session invalidated")
+                    if not self._fenced_writes:
+                        await self._demote("session invalidated")
+                    # else: the campaign re-acquires the key (see _on_key)
             except Exception as exc:
                 await self._on_consul_error(exc)
 
@@ -416,6 +427,12 @@ class LeaderElector:
             self._log.warning("leader election: Consul call failed; retrying", error=str(exc))
         if "invalid session" in str(exc).lower():
             self.session_id = None
+
+    @property
+    def _fenced_writes(self) -> bool:
+        """The term is fenced by the state topic (``confirm_term``): losing the Consul
+        session is not losing leadership until another replica holds the key."""
+        return self.confirm_term is not None
 
     def _confirmed(self, *, by: str) -> None:
         self._confirmed_at = time.monotonic()

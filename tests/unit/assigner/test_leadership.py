@@ -399,3 +399,61 @@ def test_static_leadership_stops_for_good_when_fenced() -> None:
         assert demoted == [True]
 
     asyncio.run(main())
+
+
+def test_a_leader_whose_session_was_invalidated_retakes_the_free_lock_without_stepping_down() -> (
+    None
+):
+    asyncio.run(_retakes_the_free_lock())
+
+
+async def _retakes_the_free_lock() -> None:
+    """After a Consul outage longer than the session TTL, Consul invalidates the leader's
+    session and frees the key. A leader whose term is fenced by the state topic keeps
+    leading and takes the key back (no leaderless gap, no lease lapsing); it steps down
+    only once another replica holds the key. Without fenced writes it steps down at once,
+    as before."""
+    events: list[str] = []
+
+    async def confirm() -> None:
+        return None
+
+    async def demoted() -> None:
+        events.append("demoted")
+
+    fake = _FakeConsul()
+    fake.session.create = lambda **_kw: "new"  # type: ignore[attr-defined]
+    elector = LeaderElector(
+        ElectionSettings(consul="127.0.0.1:8500", address="127.0.0.1:7001", checks=("serfHealth",)),
+        on_demoted=demoted,
+        confirm_term=confirm,
+        client=fake,  # type: ignore[arg-type]
+    )
+    elector.session_id = "mine"
+    await elector._on_key({"Value": b"127.0.0.1:7001", "Session": "mine"})
+    assert elector.is_leader
+    elector.session_id = None  # Consul invalidated it
+    assert await elector._on_key({"Value": b"127.0.0.1:7001"}) is True  # free
+    assert elector.is_leader and events == []
+    assert elector.leader_address == "127.0.0.1:7001"
+    assert fake.kv.puts[-1] == {
+        "key": "dataservice/assigner/leader",
+        "value": "127.0.0.1:7001",
+        "acquire": "new",
+    }
+    await elector._on_key({"Value": b"127.0.0.1:7001", "Session": "new"})
+    assert elector.is_leader and events == []
+    # Another replica took it: step down.
+    await elector._on_key({"Value": b"127.0.0.1:7002", "Session": "theirs"})
+    assert not elector.is_leader and events == ["demoted"]
+
+    plain = LeaderElector(
+        ElectionSettings(consul="127.0.0.1:8500", address="127.0.0.1:7001", checks=("serfHealth",)),
+        client=_FakeConsul(),  # type: ignore[arg-type]
+    )
+    plain.session_id = "mine"
+    await plain._on_key({"Value": b"127.0.0.1:7001", "Session": "mine"})
+    plain.session_id = None
+    plain._client.session.create = lambda **_kw: "new"  # type: ignore[attr-defined]
+    await plain._on_key({"Value": b"127.0.0.1:7001"})
+    assert not plain.is_leader, "without fenced writes a free key means stepping down"
