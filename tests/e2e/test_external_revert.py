@@ -21,30 +21,24 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from services.client import DsClient
-from services.devstack.kafka import KafkaHandle, TopicFactory
+from services.devstack.kafka import KafkaHandle
 from tests.e2e.test_external_reset import CommitWatch, tool_reset
 from tests.e2e.test_offsets_reset import (
-    BACKLOG,
     PARTITIONS,
-    RATE,
     Stack,
     committed,
     dsctl,
     leases,
     ok_json,
     rebinds,
+    running_stack,
     wait_for,
 )
-from tests.support.mesh import running_mesh
-from tests.support.records import ConsumerLoop, SeqProducer, Tally
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -53,34 +47,8 @@ REVERT_SECONDS = 5.0
 
 @pytest.fixture(scope="module")
 def stack(kafka_cluster: KafkaHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    topics = TopicFactory(kafka_cluster.bootstrap, "external-revert")
-    topic = topics(PARTITIONS)
-    group = f"extrevert-{uuid.uuid4().hex[:8]}"
-    log_dir: Path = tmp_path_factory.mktemp("external-revert")
-    producer = SeqProducer(kafka_cluster.bootstrap, topic, PARTITIONS, rate=RATE).start()
-    try:
-        with running_mesh(kafka_cluster.bootstrap, log_dir) as mesh:
-            notifier = mesh.service("notifier")
-            assigner = mesh.assigner([(group, [topic])], "--notifier", notifier.grpc_addr)
-            notifier.wait_serving(90)
-            assigner.wait_serving(90)
-            for sid in ("sidecar-a", "sidecar-b"):
-                mesh.sidecar(group, assigner, sid, "--notifier", notifier.grpc_addr)
-            for svc in mesh.services[-2:]:
-                svc.wait_serving(90)
-            wait_for(lambda: producer.sent >= BACKLOG, 30, "the backlog produced")
-            with DsClient(group, client_id="revert-app", assigner=assigner.grpc_addr) as client:
-                wait_for(lambda: len(client.endpoints) == 2, 60, "the client bound to both")
-                tally = Tally()
-                loop = ConsumerLoop(client, tally).start()
-                s = Stack(kafka_cluster.bootstrap, topic, group, assigner, notifier, producer,
-                          client, tally, loop)  # fmt: skip
-                wait_for(lambda: len(tally.received()) >= BACKLOG, 90, "the backlog consumed")
-                yield s
-                s.loop.stop()
-    finally:
-        producer.stop()
-        topics.delete_all()
+    with running_stack(kafka_cluster, tmp_path_factory, "external-revert", "extrevert") as s:
+        yield s
 
 
 def test_dsctl_sets_revert_live(stack: Stack) -> None:

@@ -21,6 +21,7 @@ Kafka holds:
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -175,12 +176,17 @@ def no_old_ack_accepted_after(stack: Stack, doc: dict[str, Any], ended: float) -
     assert late == [], f"acks of records from before the reset accepted after it: {late[:5]}"
 
 
-@pytest.fixture(scope="module")
-def stack(kafka_cluster: KafkaHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    topics = TopicFactory(kafka_cluster.bootstrap, "offsets-reset")
+@contextlib.contextmanager
+def running_stack(
+    kafka_cluster: KafkaHandle, tmp_path_factory: pytest.TempPathFactory, name: str, prefix: str
+) -> Iterator[Stack]:
+    """A notifier, an assigner and two sidecars serving a fresh group, a producer at RATE
+    and a bound client reading and acking, the backlog consumed. Shared by the offset
+    reset tests (this module, test_external_reset.py, test_external_revert.py)."""
+    topics = TopicFactory(kafka_cluster.bootstrap, name)
     topic = topics(PARTITIONS)
-    group = f"reset-{uuid.uuid4().hex[:8]}"
-    log_dir: Path = tmp_path_factory.mktemp("offsets-reset")
+    group = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    log_dir: Path = tmp_path_factory.mktemp(name)
     producer = SeqProducer(kafka_cluster.bootstrap, topic, PARTITIONS, rate=RATE).start()
     try:
         with running_mesh(kafka_cluster.bootstrap, log_dir) as mesh:
@@ -193,7 +199,8 @@ def stack(kafka_cluster: KafkaHandle, tmp_path_factory: pytest.TempPathFactory) 
             for svc in mesh.services[-2:]:
                 svc.wait_serving(90)
             wait_for(lambda: producer.sent >= BACKLOG, 30, "the backlog produced")
-            with DsClient(group, client_id="reset-app", assigner=assigner.grpc_addr) as client:
+            client_id = f"{prefix}-app"
+            with DsClient(group, client_id=client_id, assigner=assigner.grpc_addr) as client:
                 wait_for(lambda: len(client.endpoints) == 2, 60, "the client bound to both")
                 tally = Tally()
                 loop = ConsumerLoop(client, tally).start()
@@ -205,6 +212,12 @@ def stack(kafka_cluster: KafkaHandle, tmp_path_factory: pytest.TempPathFactory) 
     finally:
         producer.stop()
         topics.delete_all()
+
+
+@pytest.fixture(scope="module")
+def stack(kafka_cluster: KafkaHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with running_stack(kafka_cluster, tmp_path_factory, "offsets-reset", "reset") as s:
+        yield s
 
 
 def test_to_earliest_with_the_client_reading(stack: Stack) -> None:
