@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -114,6 +115,7 @@ class DemoApp:
                 continue
             if not batch:
                 continue
+            received_ms = int(time.time() * 1000)  # the ack below may take long (failover)
             acked = False
             try:
                 accepted = client.ack(batch)
@@ -124,7 +126,7 @@ class DemoApp:
                 # lost, and the log says which deliveries may come twice.
                 self._failed("ack", exc)
             finally:
-                self.received.add(batch, acked=acked)
+                self.received.add(batch, acked=acked, received_ms=received_ms)
 
     def _failed(self, what: str, exc: grpc.RpcError) -> None:
         # The client retried UNAVAILABLE itself; anything else: log, back off, go on.

@@ -13,8 +13,9 @@ from services.client import DsRecord
 
 class ReceivedLog:
     """Every received record as ``[key, topic, partition, offset, lease_epoch, received_ms,
-    acked]`` (``acked``: the sidecar accepted the ack of its whole batch), numbered from 0 in
-    the order received, the oldest dropped past ``capacity``."""
+    acked]`` (``received_ms``: when its batch arrived; ``acked``: the sidecar accepted the
+    ack of its whole batch), numbered from 0 in the order logged (once the ack returned),
+    the oldest dropped past ``capacity``."""
 
     def __init__(self, capacity: int) -> None:
         self._entries: deque[list[Any]] = deque(maxlen=capacity)
@@ -25,8 +26,10 @@ class ReceivedLog:
     def total(self) -> int:
         return self._total
 
-    def add(self, records: Iterable[DsRecord], *, acked: bool) -> None:
-        now_ms = int(time.time() * 1000)
+    def add(
+        self, records: Iterable[DsRecord], *, acked: bool, received_ms: int | None = None
+    ) -> None:
+        now_ms = int(time.time() * 1000) if received_ms is None else received_ms
         rows = [
             [
                 r.key.decode("utf-8", "replace") if r.key is not None else None,

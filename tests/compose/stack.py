@@ -181,10 +181,19 @@ class Account:
 
 def account(producer: SeqProducer, confirmed: set[int], received: Received) -> Account:
     """Produced vs received for the records ``producer`` placed (by partition and offset)."""
-    placed = {producer.placed[s]: str(s) for s in confirmed}
+    return count({producer.placed[s]: str(s) for s in confirmed}, received.poll())
+
+
+def count(placed: dict[tuple[int, int], str], deliveries: list[Delivery]) -> Account:
+    """Count ``deliveries`` against the records ``placed`` (partition and offset -> key).
+
+    Copies of one record are put in delivery order by lease epoch first: an application
+    logs a batch only once its ack returned, which may be long after the batch was fetched
+    (its sidecar was killed mid-ack), so the log time alone can put a copy delivered under
+    an older lease after one delivered under the newer lease."""
     copies: dict[tuple[int, int], list[Delivery]] = defaultdict(list)
     unexplained: list[str] = []
-    for d in received.poll():
+    for d in deliveries:
         where = (d.partition, d.offset)
         if where in placed:
             if d.key != placed[where]:
@@ -195,7 +204,7 @@ def account(producer: SeqProducer, confirmed: set[int], received: Received) -> A
     lost = len(placed) - len(copies)
     duplicates = refused = 0
     for where, ds in copies.items():
-        ds.sort(key=lambda d: d.received_ms)
+        ds.sort(key=lambda d: (d.epoch, d.received_ms))
         for earlier, later in itertools.pairwise(ds):
             duplicates += 1
             if not earlier.acked:
