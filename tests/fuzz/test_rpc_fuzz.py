@@ -21,6 +21,8 @@ StreamService calls go to the scratch sidecar.
 Profiles: ``test_fuzz_every_rpc`` (CI) runs ``DS_FUZZ_EXAMPLES`` (default 500) examples
 per RPC; ``test_fuzz_every_rpc_long`` (marker ``long``: ``make test-long``, not CI) runs
 10,000. Each prints per RPC the examples run and the status codes seen (run with ``-s``).
+``DS_FUZZ_SHARD=i/n`` fuzzes only every n-th RPC from the i-th (1-based), so the long
+profile can run as n pytest processes side by side, each on its own stack.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 CI_EXAMPLES = int(os.environ.get("DS_FUZZ_EXAMPLES", "500"))
 LONG_EXAMPLES = 10_000
+SHARD = os.environ.get("DS_FUZZ_SHARD", "1/1")
 UNARY_DEADLINE = 2.0  # a long-poll Fetch with a generated max_wait ends here
 STREAM_DEADLINE = 0.2  # how long a streaming call is read before the fuzzer moves on
 MAX_STREAM_REQUESTS = 5
@@ -314,8 +317,17 @@ def wait_healthy(svc: ServiceProcess, timeout: float = 60) -> tuple[str | None, 
         time.sleep(0.5)
 
 
+def shard_of(rpcs: list[MethodDescriptor], shard: str) -> list[MethodDescriptor]:
+    """The RPCs shard ``i/n`` fuzzes: every n-th from the i-th (1-based)."""
+    index, _, count = shard.partition("/")
+    i, n = int(index), int(count)
+    if not 1 <= i <= n:
+        raise ValueError(f"DS_FUZZ_SHARD={shard!r}: want i/n with 1 <= i <= n")
+    return rpcs[i - 1 :: n]
+
+
 def fuzz_everything(stack: Stack, examples: int) -> None:
-    rpcs = methods()
+    rpcs = shard_of(methods(), SHARD)
     overrides = name_overrides(stack, [m.input_type for m in rpcs])
     strategies = {m.full_name: request_strategy(m, overrides) for m in rpcs}
     results: dict[str, RpcResult] = {}
@@ -343,7 +355,10 @@ def fuzz_everything(stack: Stack, examples: int) -> None:
                 channel.close()
     elapsed = time.monotonic() - started
 
-    print(f"\nfuzzed {len(rpcs)} RPCs, {examples} examples each asked, in {elapsed:.0f} s")
+    print(
+        f"\nfuzzed {len(rpcs)} RPCs (shard {SHARD}), {examples} examples each asked, "
+        f"in {elapsed:.0f} s"
+    )
     for name, result in results.items():
         seconds = result.statuses.pop("_seconds")
         statuses = ", ".join(f"{code} {n}" for code, n in result.statuses.most_common())
