@@ -151,7 +151,16 @@ def run(bootstrap: str, records: int, rounds: int, log_dir: Path) -> None:
             running_mesh(bootstrap, log_dir / "secure") as secure,
         ):
             plain_assigner = plain.assigner(config)
-            secure_assigner = secure.assigner(config, env=secure_env(pki)("assigner"))
+            # Two assigner clusters on one Kafka: each its own state topic and transactional
+            # id, or the second one's term would fence the first (as it must for replicas).
+            secure_assigner = secure.assigner(
+                config,
+                env={
+                    **secure_env(pki)("assigner"),
+                    "DS_STATE_TOPIC": "__ds_assigner_state_bench_tls",
+                    "DS_STATE_TRANSACTIONAL_ID": "ds-assigner-state-bench-tls",
+                },
+            )
             plain_assigner.wait_serving()
             secure_assigner.wait_serving()
             rates: dict[str, list[Rate]] = {m: [] for m in modes}
