@@ -13,10 +13,13 @@ Session messages, after persisting new epochs. The rules (ARCHITECTURE §3, §3.
   release is waited out until its lease expires (it stops by itself before that);
 * a member that misses heartbeats for TTL + grace is lost; its partitions are balanced
   over the others as their leases lapse (start offset = the group's committed offset);
-* static identity: a member that leaves *gracefully* keeps its place for the hold window.
-  Its partitions are released (committed) but reserved for it: nothing else moves, and if
-  it re-joins in time it gets exactly them back. After the window they are balanced over
-  the others. (A lost member gets no hold: it did not hand off.)
+* static identity: a member that leaves *gracefully* keeps its place for the hold window,
+  and if it re-joins in time it gets exactly its partitions back. How they spend the window
+  is the :class:`HoldMode`: ``RESERVE`` keeps them released (committed) and reserved for it
+  (nothing else moves; nobody reads them until it returns or the window ends, then they
+  are balanced over the others); ``HANDOFF`` hands them to the others at once, as a
+  rebalance would, and takes them back by cooperative handoffs when it returns (no gap;
+  each moves twice). (A lost member gets no hold: it did not hand off.)
 * after a restart (state rebuilt from the state topic: epochs, no holders) the group
   *settles* for TTL + grace: re-attaching sidecars adopt the leases they hold with the
   current epoch, and nothing is granted until every lease that was valid before the
@@ -110,6 +113,8 @@ class MemberInfo:
     joined_at: float = 0.0
     leaving: bool = False  # Leave received; releasing its leases
     held_until: float | None = None  # gone gracefully; its place is kept until then
+    # HANDOFF: what it held when it left, handed back if it returns within its window.
+    previous: tuple[TopicPartition, ...] = ()
 
     @property
     def present(self) -> bool:
@@ -150,11 +155,24 @@ def partition_weight(bytes_per_second: float, lag: int) -> float:
     return max(bytes_per_second, 0.0) * (1.0 + backlog)
 
 
+class HoldMode(enum.Enum):
+    """What a gracefully-left member's partitions do during its hold window."""
+
+    RESERVE = "reserve"  # wait, released and unread, for it to return (moves nothing)
+    HANDOFF = "handoff"  # go to the others at once; handed back when it returns (no gap)
+
+
 @dataclass(frozen=True)
 class Timing:
     ttl: float = 3.0
     grace: float = 1.0
     hold_window: float = 10.0  # 0 disables static identity
+    hold_mode: HoldMode = HoldMode.RESERVE
+
+    @property
+    def reserves(self) -> bool:
+        """A leaving member's partitions wait for it (RESERVE within a hold window)."""
+        return self.hold_window > 0 and self.hold_mode is HoldMode.RESERVE
 
     @property
     def expiry(self) -> float:
@@ -228,6 +246,18 @@ class GroupCoordinator:
         member.last_seen = now
         member.joined_at = previous.joined_at if previous and previous.present else now
         self.members[member.id] = member
+        if (
+            previous is not None
+            and previous.held_until is not None
+            and self.timing.hold_mode is HoldMode.HANDOFF
+            and self.grants_enabled
+        ):
+            # Back within its hold window: its partitions come back to it by cooperative
+            # handoffs from whoever took them (RESERVE kept them free for it instead).
+            for tp in previous.previous:
+                lease = self.leases.get(tp)
+                if lease is not None and tp not in self.paused and self._can_take(member.id):
+                    out.commands.extend(self._redirect(lease, member.id, now, RevokeWhy.REBALANCE))
         for h in held if self.grants_enabled else ():
             lease = self.leases.get(h.tp)
             if lease is None:
@@ -299,11 +329,13 @@ class GroupCoordinator:
             return out
         member.leaving = True
         out.membership_changed = True
+        member.previous = tuple(lease.tp for lease in self.held_by(member_id))
         for lease in self.held_by(member_id):
             if lease.state is LeaseState.GRANTED:
                 lease.state = LeaseState.REVOKING
-                # With static identity the partition stays reserved for the member.
-                lease.next_holder = member_id if self.timing.hold_window > 0 else None
+                # RESERVE: the partition stays reserved for the member; else the balancer
+                # picks its next holder among the others when it is released.
+                lease.next_holder = member_id if self.timing.reserves else None
                 out.commands.append(RevokeCmd(member_id, lease.tp, lease.epoch, RevokeWhy.SHUTDOWN))
         self._finish_leave_if_done(member_id, now, out)
         return out
@@ -641,12 +673,13 @@ class GroupCoordinator:
         self._rebalance_pending = False
         self._last_load_rebalance = now
         present = self.live_members()
-        # Members within their hold window count for the balance (their place is kept);
-        # leaving members no longer do unless the hold applies to them.
+        # RESERVE: members within their hold window count for the balance (their place is
+        # kept); leaving members no longer do unless the hold applies to them. HANDOFF: the
+        # balance is over the present members only (the others cover for the absent one).
         placeholders = [
             m
             for m in self.members.values()
-            if m.held_until is not None or (m.leaving and self.timing.hold_window > 0)
+            if self.timing.reserves and (m.held_until is not None or m.leaving)
         ]
         members = present + sorted(placeholders, key=lambda m: m.id)
         if not present:

@@ -51,6 +51,13 @@ class AssignerSettings(ServiceSettings):
         description="static identity: how long a gracefully-left "
         "sidecar's partitions are kept for it (0 = hand them off at once)",
     )
+    hold_mode: Literal["reserve", "handoff"] = Field(
+        "reserve",
+        description="what a gracefully-left sidecar's partitions do during its hold window: "
+        "reserve = wait for it, unread (nothing moves; a restart leaves them unconsumed "
+        "until it is back); handoff = go to the other sidecars at once and come back to it "
+        "by cooperative handoffs if it returns in time (no gap; each moves twice)",
+    )
     state_topic: str = Field("__ds_assigner_state", min_length=1, max_length=249)
     state_transactional_id: str = Field(
         "ds-assigner-state",

@@ -45,13 +45,14 @@ class LoadRun:
     assigner: ServiceProcess | None = None
     sidecars: dict[str, ServiceProcess] = field(default_factory=dict)
     tally: Tally = field(default_factory=Tally)
+    assigner_env: dict[str, str] = field(default_factory=dict)
 
     def start(self) -> Assignment:
         self.group = self.group or f"g-{self.topic}"
         self.producer = SeqProducer(
             self.mesh.bootstrap, self.topic, self.partitions, rate=self.rate
         ).start()
-        self.assigner = self.mesh.assigner([(self.group, [self.topic])])
+        self.assigner = self.mesh.assigner([(self.group, [self.topic])], env=self.assigner_env)
         self.assigner.wait_serving()
         for sid in self.sidecar_ids:
             self.sidecars[sid] = self.mesh.sidecar(self.group, self.assigner, sid)
