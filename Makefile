@@ -86,17 +86,18 @@ rules:
 k8s-check:
 	$(VENV)/python -m tests.support.k8s check
 
-# CI's benchmarks: the balancer, the assigner's sessions, the sidecar's data path against a
-# direct consumer, and TLS against plaintext (about 6 minutes).
+# CI's benchmarks: the balancer, the assigner's sessions and the sidecar's data path against
+# a direct consumer (about 4 minutes).
 bench-short:
 	$(VENV)/python tests/bench/bench_balancer.py --short
 	$(VENV)/python tests/bench/bench_session.py --short
 	$(VENV)/python tests/bench/bench_sidecar.py --short
-	$(VENV)/python tests/bench/bench_tls.py --short
 
-# The others, run by hand for a closing note (about 10 minutes more; CI's time budget):
-# external-reset checks on the ack path, metrics overhead, Spark, fenced state writes.
+# The others, run by hand for a closing note (about 13 minutes more; CI's time budget):
+# TLS against plaintext, external-reset checks on the ack path, metrics overhead, Spark,
+# fenced state writes.
 bench-more:
+	$(VENV)/python tests/bench/bench_tls.py --short
 	$(VENV)/python tests/bench/bench_external_check.py --short
 	$(VENV)/python tests/bench/bench_metrics_overhead.py --short
 	$(VENV)/python tests/bench/bench_spark.py --short
