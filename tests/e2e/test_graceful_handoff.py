@@ -91,12 +91,12 @@ def test_rolling_restart_in_handoff_mode_reads_every_partition_throughout(
             gaps = partition_gaps(run.tally.deliveries, stopped_at, back_at + 1.0)
             # The longest time the application received nothing at all: a stall of the
             # client (every partition), not of the stopped sidecar's partitions.
-            stall, _ = run.tally.longest_gap(stopped_at, back_at + 1.0)
+            stall, stall_at = run.tally.longest_gap(stopped_at, back_at + 1.0)
             lines.append(
                 f"restart {sid} (down {DOWN:.0f}s, its partitions back "
                 f"{back_at - stopped_at:.1f}s after the stop): longest gap of its partitions "
                 f"{max(gaps[p] for p in mine):.2f}s, of any partition {max(gaps.values()):.2f}s, "
-                f"with no delivery at all {stall:.2f}s"
+                f"with no delivery at all {stall:.2f}s (from {stall_at - stopped_at:+.1f}s)"
             )
             print(lines[-1])
             time.sleep(1)
