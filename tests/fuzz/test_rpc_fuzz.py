@@ -22,13 +22,17 @@ Profiles: ``test_fuzz_every_rpc`` (CI) runs ``DS_FUZZ_EXAMPLES`` (default 500) e
 per RPC; ``test_fuzz_every_rpc_long`` (marker ``long``: ``make test-long``, not CI) runs
 10,000. Each prints per RPC the examples run and the status codes seen (run with ``-s``).
 ``DS_FUZZ_SHARD=i/n`` fuzzes only every n-th RPC from the i-th (1-based), so the long
-profile can run as n pytest processes side by side, each on its own stack.
+profile can run as n pytest processes side by side, each on its own stack;
+``DS_FUZZ_RPCS=REGEX`` only the RPCs whose full name it matches (a profile run in pieces).
+Each RPC's line is printed as soon as it is done, so a run stopped early still reports
+the RPCs it finished.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -56,6 +60,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 CI_EXAMPLES = int(os.environ.get("DS_FUZZ_EXAMPLES", "500"))
 LONG_EXAMPLES = 10_000
 SHARD = os.environ.get("DS_FUZZ_SHARD", "1/1")
+RPCS = os.environ.get("DS_FUZZ_RPCS", "")
 UNARY_DEADLINE = 2.0  # a long-poll Fetch with a generated max_wait ends here
 STREAM_DEADLINE = 0.2  # how long a streaming call is read before the fuzzer moves on
 MAX_STREAM_REQUESTS = 5
@@ -326,8 +331,20 @@ def shard_of(rpcs: list[MethodDescriptor], shard: str) -> list[MethodDescriptor]
     return rpcs[i - 1 :: n]
 
 
+def rpc_line(name: str, result: RpcResult) -> str:
+    """``name: N examples in S s: STATUS n, ...`` (and its failure, if any)."""
+    statuses = ", ".join(
+        f"{code} {n}" for code, n in result.statuses.most_common() if code != "_seconds"
+    )
+    failed = f"; FAILED: {result.failure}" if result.failure else ""
+    return (
+        f"{name}: {result.examples} examples in {result.statuses['_seconds']} s: {statuses}{failed}"
+    )
+
+
 def fuzz_everything(stack: Stack, examples: int) -> None:
-    rpcs = shard_of(methods(), SHARD)
+    rpcs = [m for m in shard_of(methods(), SHARD) if re.search(RPCS, m.full_name)]
+    assert rpcs, f"no RPC matches DS_FUZZ_RPCS={RPCS!r} in shard {SHARD}"
     overrides = name_overrides(stack, [m.input_type for m in rpcs])
     strategies = {m.full_name: request_strategy(m, overrides) for m in rpcs}
     results: dict[str, RpcResult] = {}
@@ -350,6 +367,8 @@ def fuzz_everything(stack: Stack, examples: int) -> None:
                     channel, method, strategies[method.full_name], examples
                 )
                 results[method.full_name].statuses["_seconds"] = round(time.monotonic() - began)
+                line = rpc_line(method.full_name, results[method.full_name])
+                print(f"\n  done: {line}", flush=True)
         finally:
             for channel in channels.values():
                 channel.close()
@@ -360,9 +379,7 @@ def fuzz_everything(stack: Stack, examples: int) -> None:
         f"in {elapsed:.0f} s"
     )
     for name, result in results.items():
-        seconds = result.statuses.pop("_seconds")
-        statuses = ", ".join(f"{code} {n}" for code, n in result.statuses.most_common())
-        print(f"  {name}: {result.examples} examples in {seconds} s: {statuses}")
+        print(f"  {rpc_line(name, result)}")
     health = {svc.log.stem: wait_healthy(svc) for svc in stack.services()}
     print(f"health after the run: {health}")
     duplicates = sum(n - 1 for n in counted.received.values() if n > 1)
