@@ -185,10 +185,13 @@ class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
         self, request: binding_pb2.WatchBindingRequest, context: Context
     ) -> AsyncIterator[binding_pb2.WatchBindingResponse]:
         require_id("client_id", request.client_id)
+        if request.known_version < 0:
+            raise invalid("known_version", "may not be negative (0: I have no binding yet)")
         group = await self.groups.serving_group(request.group)
         queue = group.open_watch()
         try:
-            if request.known_version != group.binding_version:
+            # 0 is "none yet" (binding.proto), even while the group's own version is 0.
+            if request.known_version == 0 or request.known_version != group.binding_version:
                 yield binding_pb2.WatchBindingResponse(binding=group.binding_for(request.client_id))
             while True:
                 binding = await queue.get()

@@ -90,7 +90,7 @@ def test_watch_pushes_each_change_of_the_serving_sidecars() -> None:
     async def body(a: Assigner) -> None:
         await a.create("g")
         watch = a.bindings.WatchBinding(
-            binding_pb2.WatchBindingRequest(client_id="app-1", group="g", known_version=-1)
+            binding_pb2.WatchBindingRequest(client_id="app-1", group="g", known_version=0)
         )
         first = await asyncio.wait_for(watch.read(), 5)
         assert first.binding.client_id == "app-1"
@@ -107,10 +107,42 @@ def test_watch_pushes_each_change_of_the_serving_sidecars() -> None:
     run(body)
 
 
+def test_watch_with_version_zero_gets_the_current_binding_at_once() -> None:
+    """0 means "I have none" (binding.proto), even while the group's version is 0 itself."""
+
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        assert a.groups.group("g").binding_version == 0
+        watch = a.bindings.WatchBinding(
+            binding_pb2.WatchBindingRequest(client_id="app-1", group="g", known_version=0)
+        )
+        first = await asyncio.wait_for(watch.read(), 5)
+        assert (first.binding.client_id, first.binding.group) == ("app-1", "g")
+        watch.cancel()
+
+    run(body)
+
+
+def test_watch_refuses_a_negative_known_version() -> None:
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        watch = a.bindings.WatchBinding(
+            binding_pb2.WatchBindingRequest(client_id="app-1", group="g", known_version=-1)
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await watch.read()
+        assert field_error(caught.value) == "known_version"
+
+    run(body)
+
+
 def test_watch_with_the_current_version_waits_for_the_next_change() -> None:
     async def body(a: Assigner) -> None:
         await a.create("g")
+        first = Sidecar(a.sessions, "sc-0")
+        await first.join("g")
         current = a.groups.group("g").binding_version
+        assert current >= 1
         watch = a.bindings.WatchBinding(
             binding_pb2.WatchBindingRequest(client_id="app-1", group="g", known_version=current)
         )
@@ -121,9 +153,10 @@ def test_watch_with_the_current_version_waits_for_the_next_change() -> None:
         await sidecar.join("g")
         pushed = await asyncio.wait_for(read, 5)
         assert pushed.binding.version == current + 1
-        assert [e.sidecar_id for e in pushed.binding.endpoints] == ["sc-1"]
+        assert [e.sidecar_id for e in pushed.binding.endpoints] == ["sc-0", "sc-1"]
         watch.cancel()
         await sidecar.close()
+        await first.close()
 
     run(body)
 
@@ -132,7 +165,7 @@ def test_watch_ends_unavailable_when_the_replica_stops_serving_the_group() -> No
     async def body(a: Assigner) -> None:
         await a.create("g")
         watch = a.bindings.WatchBinding(
-            binding_pb2.WatchBindingRequest(client_id="app-1", group="g", known_version=-1)
+            binding_pb2.WatchBindingRequest(client_id="app-1", group="g", known_version=0)
         )
         await asyncio.wait_for(watch.read(), 5)
         a.groups.stop_serving()

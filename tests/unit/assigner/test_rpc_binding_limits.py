@@ -51,7 +51,7 @@ def test_bind_past_the_cap_of_clients_is_resource_exhausted() -> None:
 def test_watch_past_the_cap_of_watchers_is_resource_exhausted() -> None:
     async def body(a: Assigner) -> None:
         await a.create("g")
-        request = binding_pb2.WatchBindingRequest(client_id="app-1", group="g", known_version=-1)
+        request = binding_pb2.WatchBindingRequest(client_id="app-1", group="g", known_version=0)
         first = a.bindings.WatchBinding(request)
         await asyncio.wait_for(first.read(), 5)
         second = a.bindings.WatchBinding(request)
@@ -74,7 +74,7 @@ def test_a_watcher_that_falls_behind_is_dropped_and_told_so() -> None:
         await a.create("g")
         group = a.groups.group("g")
         watch = a.bindings.WatchBinding(
-            binding_pb2.WatchBindingRequest(client_id="app-1", group="g", known_version=-1)
+            binding_pb2.WatchBindingRequest(client_id="app-1", group="g", known_version=0)
         )
         await asyncio.wait_for(watch.read(), 5)
         (queue,) = group.watchers
