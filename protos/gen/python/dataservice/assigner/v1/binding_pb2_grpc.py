@@ -70,10 +70,12 @@ class BindingServiceServicer:
 
     def WatchBinding(self, request, context):
         """Streams a client's binding: first the current binding if its version differs from
-        known_version, then every later change as it happens (never behind a cache). The stream
-        stays open until the client cancels it, Unbind is called, or the assigner loses
-        leadership (then it ends with UNAVAILABLE and the client re-watches the new leader).
-        Binds the client first if it is not bound yet.
+        known_version (always when known_version is 0), then every later change as it happens
+        (never behind a cache). The stream stays open until the client cancels it, Unbind is
+        called, or this replica stops serving the group: a lost term ends it
+        FAILED_PRECONDITION (NOT_LEADER) with `ds-leader`, a group closed here UNAVAILABLE
+        (SERVICE_NOT_READY); either way the client re-watches the leader. It does not bind:
+        call Bind first (a watch alone stores no binding and is not counted as a client).
         Errors: INVALID_ARGUMENT (empty client_id/group, negative known_version), NOT_FOUND
         (unknown group), PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`,
         RESOURCE_EXHAUSTED (TOO_MANY_WATCHERS: the group has max_watchers_per_group streams;
