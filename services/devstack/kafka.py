@@ -166,18 +166,8 @@ class KafkaCluster:
         return self
 
     def stop(self) -> None:
-        """Stop every node (SIGTERM, wait, SIGKILL). Idempotent."""
-        # Signal all first so the nodes shut down in parallel; a combined node waits on
-        # the quorum during shutdown, so stopping them one by one takes much longer.
-        for node in self._nodes:
-            node.down_on_purpose = True
-            if node.running() and node.proc is not None:
-                procs.signal_group(node.proc, signal.SIGTERM)
-                procs.signal_group(node.proc, signal.SIGCONT)
-        deadline = time.monotonic() + self.options.stop_timeout
-        for node in self._nodes:
-            if node.proc is not None:
-                procs.terminate(node.proc, timeout=max(0.0, deadline - time.monotonic()))
+        """Stop every node (SIGTERM, wait, SIGKILL) and delete an owned dir. Idempotent."""
+        self.stop_all_brokers()
         if self._owned_dir is not None:
             shutil.rmtree(self._owned_dir, ignore_errors=True)
             self._owned_dir = None
@@ -221,6 +211,72 @@ class KafkaCluster:
     def resume_broker(self, i: int) -> None:
         """SIGCONT node ``i``."""
         self._signal(i, signal.SIGCONT)
+
+    def stop_all_brokers(self) -> None:
+        """Stop every node (SIGTERM, wait, SIGKILL) but keep their data: the whole cluster
+        down, to be brought back by :meth:`start_all_brokers`."""
+        # Signal all first so the nodes shut down in parallel; a combined node waits on
+        # the quorum during shutdown, so stopping them one by one takes much longer.
+        for node in self._nodes:
+            node.down_on_purpose = True
+            if node.running() and node.proc is not None:
+                procs.signal_group(node.proc, signal.SIGTERM)
+                procs.signal_group(node.proc, signal.SIGCONT)
+        deadline = time.monotonic() + self.options.stop_timeout
+        for node in self._nodes:
+            if node.proc is not None:
+                procs.terminate(node.proc, timeout=max(0.0, deadline - time.monotonic()))
+
+    def start_all_brokers(self, timeout: float | None = None) -> None:
+        """Start every stopped node, then wait until all serve (one node alone never would:
+        the controllers need a quorum); ``timeout`` defaults to the options' start_timeout."""
+        for node in self._nodes:
+            if not node.running():
+                node.down_on_purpose = False
+                self._spawn(node)
+        self._wait_ready(self.options.start_timeout if timeout is None else timeout)
+
+    def partition_leaders(self, topic: str) -> dict[int, int]:
+        """Partition -> the node leading it now (-1 while it has none), from the metadata."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        described = admin.list_topics(topic, timeout=10).topics[topic]
+        if described.error is not None:
+            raise KafkaException(described.error)
+        return {p: meta.leader for p, meta in described.partitions.items()}
+
+    def fully_replicated(self, topic: str) -> bool:
+        """Every partition of ``topic`` has a leader and all its replicas in sync (what a
+        rolling restart waits for before it takes the next broker down)."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        try:
+            described = admin.list_topics(topic, timeout=5).topics[topic]
+        except KafkaException:
+            return False
+        return described.error is None and all(
+            meta.leader >= 0 and set(meta.isrs) == set(meta.replicas)
+            for meta in described.partitions.values()
+        )
+
+    def active_controller(self, timeout: float = 60.0) -> int:
+        """The node id of the active KRaft controller (the metadata quorum's leader), as
+        ``kafka-metadata-quorum.sh describe --status`` reports it. Brokers cannot say:
+        in KRaft, DescribeCluster answers a random live broker as "controller"."""
+        controllers = ",".join(
+            f"{LOOPBACK}:{n.controller_port}" for n in self._nodes if n.running()
+        )
+        argv = [
+            *self._java_argv(heap_max="256m"),
+            "org.apache.kafka.tools.MetadataQuorumCommand",
+            "--bootstrap-controller", controllers, "describe", "--status",
+        ]  # fmt: skip
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        match = re.search(r"^LeaderId:\s+(\d+)", result.stdout, re.MULTILINE)
+        if result.returncode != 0 or match is None:
+            raise procs.StartupError(
+                f"kafka-metadata-quorum failed (exit {result.returncode}):\n"
+                f"{result.stdout}{result.stderr}"
+            )
+        return int(match.group(1))
 
     def log_file(self, i: int) -> Path:
         """Where node ``i`` logs (stdout and stderr of its JVM)."""
