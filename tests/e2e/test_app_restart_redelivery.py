@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from subprocess import STDOUT, Popen
 
@@ -29,6 +29,7 @@ from tests.support.records import (
     SeqProducer,
     Tally,
     describe_missing,
+    partition_gaps,
     value_of,
     wait_received,
 )
@@ -112,20 +113,6 @@ def start_app(mesh: Mesh, group: str, assigner: str, out: Path, *, stream: bool)
     ]  # fmt: skip
     log = (mesh.log_dir / "app-1.log").open("ab")
     return Popen(argv, cwd=REPO, stdout=log, stderr=STDOUT, start_new_session=True)
-
-
-def partition_gaps(tally: Tally, start: float, end: float) -> dict[int, float]:
-    """Per partition, the longest time without a delivery to a live client in [start, end]."""
-    by_partition: dict[int, list[float]] = defaultdict(list)
-    with tally.lock:
-        for d in tally.deliveries:
-            if start <= d.fetched_at <= end:
-                by_partition[d.partition].append(d.fetched_at)
-    gaps = {}
-    for partition, times in by_partition.items():
-        points = [start, *sorted(times), end]
-        gaps[partition] = max(b - a for a, b in itertools.pairwise(points))
-    return gaps
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["fetch", "stream"])

@@ -10,10 +10,8 @@ Real Kafka and Consul, two assigner replicas, three sidecars, a producer through
 from __future__ import annotations
 
 import signal
-import threading
 import time
 import uuid
-from collections import defaultdict
 from pathlib import Path
 
 import grpc
@@ -22,10 +20,10 @@ import pytest
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc
 from services.client import DsClient
 from services.devstack.kafka import KafkaHandle, TopicFactory
+from tests.support.holders import HolderSampler
 from tests.support.mesh import ServiceProcess, running_mesh
 from tests.support.ops import unexplained_duplicates, wait_for
 from tests.support.records import ConsumerLoop, SeqProducer, Tally
-from tests.support.sidecar_probe import status
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -42,42 +40,6 @@ def serving_members(replica: ServiceProcess, group: str) -> set[str] | None:
     except grpc.RpcError:
         return None
     return {m.sidecar_id for m in described.members}
-
-
-class HolderSampler:
-    """Every 100 ms: which sidecars hold each partition with time left on the lease."""
-
-    def __init__(self, sidecars: list[ServiceProcess]) -> None:
-        self.sidecars = sidecars
-        self.samples = 0
-        self.double: list[tuple[float, int, list[str]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            held: dict[int, list[str]] = defaultdict(list)
-            for sidecar in self.sidecars:
-                try:
-                    answer = status(sidecar.grpc_addr, timeout=1)
-                except grpc.RpcError:
-                    continue
-                for p in answer.partitions:
-                    if p.lease_deadline_remaining.ToNanoseconds() > 0:
-                        held[p.partition].append(sidecar.log.stem)
-            self.samples += 1
-            for partition, holders in held.items():
-                if len(holders) > 1:
-                    self.double.append((time.monotonic(), partition, holders))
-            self._stop.wait(0.1)
-
-    def __enter__(self) -> HolderSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
 
 
 def test_stalled_leader_is_replaced_fenced_and_steps_down(

@@ -141,6 +141,25 @@ class Tally:
         return best, at
 
 
+def partition_gaps(
+    tally: Tally, start: float, end: float, partitions: int | None = None
+) -> dict[int, float]:
+    """Per partition, the longest time without a delivery to a live client in [start, end];
+    with ``partitions``, a partition with no delivery at all in it counts the whole span."""
+    by_partition: dict[int, list[float]] = defaultdict(list)
+    for partition in range(partitions or 0):
+        by_partition[partition] = []
+    with tally.lock:
+        for d in tally.deliveries:
+            if start <= d.fetched_at <= end:
+                by_partition[d.partition].append(d.fetched_at)
+    gaps = {}
+    for partition, times in by_partition.items():
+        points = [start, *sorted(times), end]
+        gaps[partition] = max(b - a for a, b in itertools.pairwise(points))
+    return gaps
+
+
 class ConsumerLoop:
     """Fetch → record → ack, forever, on a thread. No error handling of its own: an
     exception escaping DsClient is recorded in :attr:`errors` and ends the loop."""
