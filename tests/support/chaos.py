@@ -1,0 +1,279 @@
+"""The chaos suite's harness (issue 17, ``tests/chaos/``): the mesh carrying traffic on the
+3-broker cluster while a scenario breaks something, and the accounting every scenario ends
+with.
+
+:class:`LoadedMesh` starts, on a topic with 3 replicas and ``min.insync.replicas=2``: an
+assigner (its state topic gets 3 replicas and min.insync 2 on its own on this cluster),
+three sidecars, optionally a notifier (its faults topic with 3 replicas), a producer
+writing throughout (idempotent, so acks=all), two bound ``DsClient`` loops acking every
+batch, a watcher of the group's committed offsets (every 100 ms, from Kafka) and a sampler
+of who holds each partition (every 100 ms, from the sidecars). :meth:`LoadedMesh.finish`
+stops the producer, waits until every confirmed record was received and every partition's
+committed offset reached its end, and returns an :class:`Accounting`: produced, received,
+lost, duplicates (explained: delivered and not acked at the fault; unexplained: delivered
+again although an earlier delivery's ack was accepted), committed offsets or epochs that
+went backwards, two live holders at a sampled moment, and the longest time without
+consumption per partition in each phase of the scenario.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from services.client import DsClient
+from services.devstack.kafka import KafkaCluster, TopicFactory
+from tests.support.assignment import wait_stable
+from tests.support.holders import HolderSampler
+from tests.support.mesh import Mesh, ServiceProcess, running_mesh
+from tests.support.offsets import committed_offsets, end_offsets
+from tests.support.ops import unexplained_duplicates, wait_for
+from tests.support.records import (
+    ConsumerLoop,
+    Delivery,
+    SeqProducer,
+    Tally,
+    describe_missing,
+    partition_gaps,
+)
+from tests.support.sidecar_probe import CommitWatcher
+
+PARTITIONS = 6
+SIDECARS = ("cx-1", "cx-2", "cx-3")
+CLIENTS = ("cx-app-1", "cx-app-2")
+STATE_TOPIC = "__ds_assigner_state"
+# What a rolling restart waits for before the next broker goes: every replica back in sync.
+INTERNAL_TOPICS = (STATE_TOPIC, "__consumer_offsets", "__transaction_state")
+
+
+@dataclass
+class Accounting:
+    """What a scenario's records and commits came to (see the module doc)."""
+
+    produced: int
+    received: int
+    lost: set[int]
+    lost_text: str
+    duplicates: int  # deliveries beyond the first, over all records
+    unexplained: dict[int, list[Delivery]]
+    not_at_end: dict[int, tuple[int, int]]  # partition -> (committed, end offset)
+    commits_backwards: list[tuple[int, int, int]]
+    epochs_backwards: list[tuple[int, int, int]]
+    commit_samples: int
+    holder_samples: int
+    double_holders: list[tuple[float, int, list[str]]]
+    gaps: dict[str, dict[int, float]]  # phase -> partition -> longest time without a delivery
+    client_errors: list[BaseException] = field(default_factory=list)
+
+    def line(self, label: str) -> str:
+        """The scenario's one summary line."""
+        gaps = "; ".join(
+            f"{phase} {max(per.values(), default=0.0):.1f}s (p{max(per, key=per.__getitem__)})"
+            if per
+            else f"{phase} -"
+            for phase, per in self.gaps.items()
+        )
+        return (
+            f"chaos {label}: produced {self.produced}, received {self.received}, lost "
+            f"{len(self.lost)}, duplicates {self.duplicates} (unexplained "
+            f"{len(self.unexplained)}: the rest were delivered and not acked at a fault); "
+            f"partitions not committed to their end {len(self.not_at_end)}; committed "
+            f"offsets backwards {len(self.commits_backwards)}, commit epochs backwards "
+            f"{len(self.epochs_backwards)} ({self.commit_samples} commit changes seen); two "
+            f"live holders {len(self.double_holders)} of {self.holder_samples} samples; max "
+            f"time with no consumption per partition: {gaps}; client errors "
+            f"{len(self.client_errors)}"
+        )
+
+    def check(self) -> None:
+        assert not self.client_errors, self.client_errors[:3]
+        assert not self.lost, self.lost_text
+        assert not self.not_at_end, f"not read to the end (committed, end): {self.not_at_end}"
+        assert not self.unexplained, f"unexplained duplicates: {sorted(self.unexplained)[:10]}"
+        assert not self.commits_backwards, f"committed offsets backwards {self.commits_backwards}"
+        assert not self.epochs_backwards, f"commit epochs backwards {self.epochs_backwards}"
+        assert self.holder_samples > 50, self.holder_samples
+        assert not self.double_holders, f"two live holders: {self.double_holders[:5]}"
+
+
+class LoadedMesh:
+    """The mesh under load on ``cluster`` for one scenario (see the module doc)."""
+
+    def __init__(
+        self,
+        cluster: KafkaCluster,
+        log_dir: Path,
+        label: str,
+        *,
+        with_notifier: bool = False,
+        rate: float = 200.0,
+    ) -> None:
+        self.cluster = cluster
+        self.log_dir = log_dir
+        self.label = label
+        self.with_notifier = with_notifier
+        self.rate = rate
+        self.group = f"cx-{uuid.uuid4().hex[:8]}"
+        self.tally = Tally()
+        self.loops: list[ConsumerLoop] = []
+        self.sidecars: list[ServiceProcess] = []
+        self.notifier: ServiceProcess | None = None
+        self.phases: dict[str, tuple[float, float]] = {}
+        self._exit = contextlib.ExitStack()
+        self._produced: set[int] | None = None
+
+    # ---- set-up ----------------------------------------------------------------------
+
+    def __enter__(self) -> LoadedMesh:
+        try:
+            self._start()
+        except BaseException:
+            self._exit.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._exit.close()
+
+    def _start(self) -> None:
+        bootstrap = self.cluster.bootstrap
+        topics = TopicFactory(bootstrap, self.label)
+        self._exit.callback(topics.delete_all)
+        self.topic = topics(PARTITIONS, replication=3, config={"min.insync.replicas": "2"})
+        self.mesh: Mesh = self._exit.enter_context(running_mesh(bootstrap, self.log_dir))
+        extra: tuple[str, ...] = ()
+        if self.with_notifier:
+            self.notifier = self.mesh.service("notifier", env={"DS_FAULTS_TOPIC_REPLICATION": "3"})
+            self.notifier.wait_serving(90)
+            extra = ("--notifier", self.notifier.grpc_addr)
+        self._extra = extra
+        self.assigner = self.mesh.assigner([(self.group, [self.topic])], *extra)
+        self.assigner.wait_serving(90)
+        for sid in SIDECARS:
+            self.sidecars.append(self.mesh.sidecar(self.group, self.assigner, sid, *extra))
+        for sidecar in self.sidecars:
+            sidecar.wait_serving(90)
+        wait_stable(self.assigner.grpc_addr, self.group, SIDECARS, PARTITIONS, timeout=90)
+
+        self.producer = SeqProducer(bootstrap, self.topic, PARTITIONS, rate=self.rate).start()
+        self._exit.callback(self._stop_producer)
+        self.commits = CommitWatcher(bootstrap, self.group, self.topic, PARTITIONS).start()
+        self._exit.callback(self.commits.stop)
+        self.holders = self._exit.enter_context(HolderSampler(self.sidecars))
+        for client_id in CLIENTS:
+            client = DsClient(self.group, client_id=client_id, assigner=self.assigner.grpc_addr)
+            self._exit.callback(client.close)
+            loop = ConsumerLoop(client, self.tally, max_records=100).start()
+            self._exit.callback(loop.stop)
+            self.loops.append(loop)
+        self.wait_flowing(300, "records flowing before the fault")
+        self.started = time.monotonic()
+
+    def _stop_producer(self) -> set[int]:
+        if self._produced is None:
+            self._produced = self.producer.stop()
+        return self._produced
+
+    def add_sidecar(self, sidecar_id: str) -> ServiceProcess:
+        """A sidecar joining the group now; sampled for holders like the others."""
+        sidecar = self.mesh.sidecar(self.group, self.assigner, sidecar_id, *self._extra)
+        self.sidecars.append(sidecar)  # the HolderSampler's list: sampled from now on
+        return sidecar
+
+    # ---- during the scenario -----------------------------------------------------------
+
+    def wait_flowing(self, more: int, what: str, timeout: float = 90) -> float:
+        """Wait until ``more`` further records were received; returns the seconds taken."""
+        started = time.monotonic()
+        target = len(self.tally.received()) + more
+        wait_for(lambda: len(self.tally.received()) >= target, timeout, what)
+        return time.monotonic() - started
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Mark a phase of the scenario: its longest time without consumption is reported."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[name] = (started, time.monotonic())
+
+    def wait_replicated(self, timeout: float = 120) -> None:
+        """Every replica of the test's topic and of the internal topics back in sync."""
+        for topic in (self.topic, *INTERNAL_TOPICS):
+            wait_for(
+                lambda t=topic: self.cluster.fully_replicated(t),  # type: ignore[misc]
+                timeout,
+                f"every replica of {topic} in sync",
+                every=0.5,
+            )
+
+    # ---- the end -------------------------------------------------------------------------
+
+    def finish(self, timeout: float = 120) -> Accounting:
+        """Stop producing; wait until every record was received and every partition's
+        committed offset reached its end; stop the loops and watchers; count."""
+        produced = self._stop_producer()
+        deadline = time.monotonic() + timeout
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: produced <= self.tally.received(), timeout, "every record received")
+        ended = time.monotonic()
+        bootstrap = self.cluster.bootstrap
+        ends = end_offsets(bootstrap, self.topic, PARTITIONS)
+        with contextlib.suppress(AssertionError):
+            wait_for(
+                lambda: committed_offsets(bootstrap, self.group, self.topic, PARTITIONS) == ends,
+                max(5.0, deadline - time.monotonic()),
+                "every partition committed to its end",
+                every=0.5,
+            )
+        committed = committed_offsets(bootstrap, self.group, self.topic, PARTITIONS)
+        for loop in self.loops:
+            loop.stop()
+        self.commits.stop()
+        self.holders.__exit__(None, None, None)
+
+        received = self.tally.received()
+        lost = produced - received
+        lost_text = describe_missing(lost, PARTITIONS, producer=self.producer, tally=self.tally)
+        commits_backwards, epochs_backwards, changes = [], [], 0
+        for p in range(PARTITIONS):
+            history = [c for _, c in self.commits.changes(p) if c.offset >= 0]
+            changes += len(history)
+            for a, b in itertools.pairwise(history):
+                if b.offset < a.offset:
+                    commits_backwards.append((p, a.offset, b.offset))
+                if a.epoch is not None and b.epoch is not None and b.epoch < a.epoch:
+                    epochs_backwards.append((p, a.epoch, b.epoch))
+        phases = dict(self.phases)
+        phases["after"] = (max((e for _, e in self.phases.values()), default=self.started), ended)
+        return Accounting(
+            produced=len(produced),
+            received=len(received & produced),
+            lost=lost,
+            lost_text=lost_text,
+            duplicates=self.tally.duplicate_count(),
+            unexplained=unexplained_duplicates(self.tally),
+            not_at_end={p: (committed[p], e) for p, e in ends.items() if committed[p] != e},
+            commits_backwards=commits_backwards,
+            epochs_backwards=epochs_backwards,
+            commit_samples=changes,
+            holder_samples=self.holders.samples,
+            double_holders=list(self.holders.double),
+            gaps={
+                name: partition_gaps(self.tally, a, b, PARTITIONS)
+                for name, (a, b) in phases.items()
+            },
+            client_errors=[e for loop in self.loops for e in loop.errors],
+        )
