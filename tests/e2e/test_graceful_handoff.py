@@ -14,7 +14,6 @@ nothing was delivered twice.
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections import defaultdict
 
@@ -24,7 +23,7 @@ from tests.support.accounting import report
 from tests.support.assignment import holders, respawn, wait_until
 from tests.support.loadrun import LoadRun
 from tests.support.mesh import Mesh
-from tests.support.records import Delivery, describe_missing
+from tests.support.records import describe_missing, partition_gaps
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -34,20 +33,6 @@ DOWN = 2.0  # seconds between a sidecar's exit and its start again (a pod restar
 # Long enough that a slow start on a loaded machine still comes back within the window
 # (what happens after the window is the coordinator's unit tests' business).
 HOLD_WINDOW = 60
-
-
-def partition_gaps(deliveries: list[Delivery], start: float, end: float) -> dict[int, float]:
-    """Per partition, the longest time between two deliveries (and from ``start`` to the
-    first, the last to ``end``) within [start, end]."""
-    times: dict[int, list[float]] = defaultdict(list)
-    for d in deliveries:
-        if start <= d.fetched_at <= end:
-            times[d.partition].append(d.fetched_at)
-    gaps = {}
-    for p in range(PARTITIONS):
-        points = [start, *sorted(times.get(p, [])), end]
-        gaps[p] = max(b - a for a, b in itertools.pairwise(points))
-    return gaps
 
 
 def test_rolling_restart_in_handoff_mode_reads_every_partition_throughout(
@@ -88,7 +73,7 @@ def test_rolling_restart_in_handoff_mode_reads_every_partition_throughout(
                 if d.partition in mine and stopped_at <= d.fetched_at <= back_at:
                     by[d.partition].add("self" if d.sidecar == address else "other")
             covered[sid] = by
-            gaps = partition_gaps(run.tally.deliveries, stopped_at, back_at + 1.0)
+            gaps = partition_gaps(run.tally, stopped_at, back_at + 1.0, PARTITIONS)
             # The longest time the application received nothing at all: a stall of the
             # client (every partition), not of the stopped sidecar's partitions.
             stall, stall_at = run.tally.longest_gap(stopped_at, back_at + 1.0)
