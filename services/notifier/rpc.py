@@ -10,6 +10,7 @@ event), so whatever a reporter sends, an accepted event fits in a Kafka message.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
@@ -27,6 +28,7 @@ from services.runtime.errors import DsError, Reason, invalid
 
 Context = grpc.aio.ServicerContext[Any, Any]
 MAX_PAGE = 1000
+_PAGE_TOKEN = re.compile(r"[0-9]{1,18}")
 MAX_NAME = 255
 DEFAULT_LIMITS = ReportLimits()
 NO_EGRESS = EgressPolicy()
@@ -136,7 +138,9 @@ class NotifierServicer(notifier_pb2_grpc.NotifierServiceServicer):
             raise invalid("page_size", f"must be between 0 and {MAX_PAGE}")
         start = 0
         if request.page_token:
-            if not request.page_token.isdigit():
+            # ASCII digits only: str.isdigit() accepts "¹", which int() refuses. A token is
+            # an offset into the recent faults, never longer than 18 digits.
+            if not _PAGE_TOKEN.fullmatch(request.page_token):
                 raise invalid("page_token", "is not a token returned by ListFaults")
             start = int(request.page_token)
         types = _check_types(request.types, "types")

@@ -336,6 +336,10 @@ def test_a_published_fault_queues_the_alert_of_a_matching_template(tmp_path: Pat
         ({"page_size": 1001}, "page_size"),
         ({"page_token": "abc"}, "page_token"),
         ({"page_token": "-2"}, "page_token"),
+        # Unicode digits: str.isdigit() says yes, int() says no (found by the long fuzz).
+        ({"page_token": "\u00b9"}, "page_token"),
+        ({"page_token": "\u0663"}, "page_token"),
+        ({"page_token": "9" * 40}, "page_token"),
         ({"types": [common_pb2.FAULT_TYPE_UNSPECIFIED]}, "types[0]"),
         ({"types": [common_pb2.FAULT_TYPE_COMMIT_FAILED, 999]}, "types[1]"),
     ],
