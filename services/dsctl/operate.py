@@ -198,7 +198,7 @@ def move(
     holds it (--wait).
     """
     topic, _, number = partition.rpartition(":")
-    if not topic or not number.isdigit():
+    if not topic or not (number.isascii() and number.isdigit()):
         raise CliError(f"PARTITION {partition!r}: expected TOPIC:PARTITION, e.g. orders:3")
     tp = (topic, int(number))
     started = time.monotonic()

@@ -121,7 +121,7 @@ def _parse_entry(text: str) -> _Entry:
 
 
 def _port(text: str, entry: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 65536:
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 65536:
         raise ValueError(f"egress entry {entry!r}: bad port {text!r}")
     return int(text)
 

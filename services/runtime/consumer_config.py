@@ -212,7 +212,8 @@ def check_allowed(config: Mapping[str, str]) -> None:
                 key, f"{key!r}: the value must be printable and at most {MAX_VALUE_LENGTH} long"
             )
         limit = LIMITS.get(key)
-        if limit is not None and value.strip().isdigit() and int(value) > limit:
+        digits = value.strip()
+        if limit is not None and digits.isascii() and digits.isdigit() and int(digits) > limit:
             raise ConsumerConfigError(key, f"{key!r}: at most {limit} in a group's config")
 
 

@@ -97,6 +97,9 @@ def test_bad_entries_are_refused_when_settings_load() -> None:
     for entry in ("", "not a host!", "h:99999", "h:port"):
         with pytest.raises(ValueError):
             EgressPolicy([entry])
+    # Unicode digits pass str.isdigit(): the entry is named, not int()'s own message.
+    with pytest.raises(ValueError, match="bad port"):
+        EgressPolicy(["h:\u00b9"])
 
 
 _internal_v4 = st.one_of(

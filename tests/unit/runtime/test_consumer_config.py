@@ -90,6 +90,15 @@ def test_sizes_past_the_mesh_ceiling_are_refused(key: str) -> None:
     assert excinfo.value.key == key
 
 
+@pytest.mark.parametrize("value", ["\u00b9", " \u00b9", "\u0663"])
+def test_a_size_of_unicode_digits_is_refused_not_crashed_on(value: str) -> None:
+    # str.isdigit() accepts "¹", int() does not: the allow-list must not raise ValueError
+    # (a CreateGroup/UpdateGroup answering UNKNOWN); librdkafka refuses the value.
+    with pytest.raises(ConsumerConfigError) as excinfo:
+        validate({"fetch.max.bytes": value})
+    assert excinfo.value.key == "fetch.max.bytes"
+
+
 @pytest.mark.parametrize("value", ["x" * 256, "line\nbreak"])
 def test_values_are_short_printable_strings(value: str) -> None:
     with pytest.raises(ConsumerConfigError) as excinfo:
