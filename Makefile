@@ -95,10 +95,12 @@ bench-short:
 
 # The others, run by hand for a closing note (about 13 minutes more; CI's time budget):
 # TLS against plaintext, external-reset checks on the ack path, metrics overhead, Spark,
-# fenced state writes.
+# fenced state writes, and failover against Kafka's group protocols (about 11 minutes alone,
+# mostly Kafka's 45 s session timeouts).
 bench-more:
 	$(VENV)/python tests/bench/bench_tls.py --short
 	$(VENV)/python tests/bench/bench_external_check.py --short
 	$(VENV)/python tests/bench/bench_metrics_overhead.py --short
 	$(VENV)/python tests/bench/bench_spark.py --short
 	$(VENV)/python tests/bench/bench_state_writes.py --short
+	$(VENV)/python tests/bench/bench_failover.py --short
