@@ -93,9 +93,9 @@ bench-short:
 	$(VENV)/python tests/bench/bench_session.py --short
 	$(VENV)/python tests/bench/bench_sidecar.py --short
 
-# The others, run by hand for a closing note (about 13 minutes more; CI's time budget):
+# The others, run by hand for a closing note (about 27 minutes more; CI's time budget):
 # TLS against plaintext, external-reset checks on the ack path, metrics overhead, Spark,
-# fenced state writes, and failover against Kafka's group protocols (about 11 minutes alone,
+# fenced state writes, and failover against Kafka's group protocols (about 14 minutes alone,
 # mostly Kafka's 45 s session timeouts).
 bench-more:
 	$(VENV)/python tests/bench/bench_tls.py --short
