@@ -108,6 +108,7 @@ class TransactionalWriter:
         self._producer: Producer | None = None
         self._lock = threading.Lock()  # guards _producer between the caller and the thread
         self._queue: queue.Queue[_Write | None] = queue.Queue()
+        self._closing = threading.Event()  # stops resuming a slow commit
         self._thread = threading.Thread(target=self._serve, name=f"{client_id}-txn", daemon=True)
         self._thread.start()
 
@@ -159,6 +160,7 @@ class TransactionalWriter:
         return future
 
     def close(self) -> None:
+        self._closing.set()
         self._queue.put(None)
         self._thread.join(timeout=self._commit_timeout + 5)
         self.close_term()
@@ -214,7 +216,32 @@ class TransactionalWriter:
                     self.topic, key=key, value=value, on_delivery=_offset_into(write, index)
                 )
         # Flushes (serving the delivery reports) and commits; raises on any failure.
-        producer.commit_transaction(self._commit_timeout)
+        self._commit(producer)
+
+    def _commit(self, producer: Producer) -> None:
+        """``commit_transaction``, resumed while it fails with a retriable error: a slow or
+        failing-over transaction coordinator (librdkafka: "retry call to resume"). Aborting
+        instead is refused while the commit is unfinished, which ended the term: a broker
+        paused past the commit timeout made the assigner stop leading for good (found by
+        the chaos suite). The writes waiting on it time out by themselves meanwhile and are
+        taken back by their callers; a commit that completes later only burns their epochs.
+        Any other error is raised: the caller aborts, or ends the term if it is fatal."""
+        warned = False
+        while True:
+            try:
+                producer.commit_transaction(self._commit_timeout)
+                return
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if not error.retriable() or error.txn_requires_abort() or self._closing.is_set():
+                    raise
+                if not warned:
+                    log.warning(
+                        "state write commit slow; resuming it",
+                        transactional_id=self.transactional_id,
+                        error=error.str(),
+                    )
+                    warned = True
 
     def _fenced(self, producer: Producer, writes: list[_Write], error: KafkaError) -> None:
         log.error(
@@ -236,12 +263,14 @@ class TransactionalWriter:
             transactional_id=self.transactional_id,
             error=error.str(),
         )
-        if not error.fatal():
+        while not error.fatal():
             try:
                 producer.abort_transaction(self._commit_timeout)
                 return
             except KafkaException as exc:
                 error = exc.args[0]
+                if not error.retriable() or self._closing.is_set():
+                    break  # resumed like a commit while the abort is only slow
         log.error("state writes: the term cannot go on", error=error.str())
         self._end(producer)
 
