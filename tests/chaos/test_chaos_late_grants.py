@@ -75,11 +75,15 @@ def test_state_writes_slowed_past_ttl_while_a_sidecar_joins_never_two_holders(
             wait_for(lambda: holds_a_lease(joining), 60, "cx-4 holds a lease")
             run.wait_replicated()
         after = withheld(metrics(run.assigner))
+        assigner_log = run.assigner.log.read_text(errors="replace").splitlines()
         taken_back = [
             line.split("[warning  ]")[-1].strip()[:140]
-            for line in run.assigner.log.read_text(errors="replace").splitlines()
+            for line in assigner_log
             if "grants taken back" in line or "grant not sent" in line
         ]
+        # A commit slowed past its timeout is resumed, not aborted: the leader leads on
+        # (CI once saw the abort refused and the assigner stop leading for good).
+        stepped_down = [line for line in assigner_log if "lost leadership" in line]
         accounting = run.finish()
     late = {k: v - before.get(k, 0.0) for k, v in after.items()}
     report(
@@ -88,4 +92,5 @@ def test_state_writes_slowed_past_ttl_while_a_sidecar_joins_never_two_holders(
         f"{taken_back[:1]})"
     )
     assert sum(late.values()) >= 1, "no grant was late: the pause did not delay a state write"
+    assert not stepped_down, stepped_down
     accounting.check()
