@@ -73,6 +73,14 @@ def test_kafka_down_then_back_every_service_stays_up_reports_it_and_resumes(
             resumed = run.wait_flowing(200, "consumption after Kafka came back", timeout=180)
             wait_for(lambda: reported(notifier, "RESOLVED") >= 1, 60, "BROKER_UNREACHABLE resolved")
             run.wait_replicated()
+            # A service turns SERVING at its next dependency check once Kafka answers (it
+            # retries with backoff): wait for that, not for the first look after the
+            # restart (CI read one NOT_SERVING 1.4 s after consumption had resumed).
+            wait_for(
+                lambda: {s.grpc_health() for s in services} == {"SERVING"},
+                60,
+                "every service SERVING again",
+            )
         resolved = reported(notifier, "RESOLVED")
         health_after = {s.log.stem: s.grpc_health() for s in services}
         pids_after = {
