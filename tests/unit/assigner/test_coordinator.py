@@ -14,11 +14,9 @@ from hypothesis import strategies as st
 
 from services.assigner.coordinator import (
     COMMITTED,
-    GrantCmd,
     GroupCoordinator,
     HeldLease,
     LeaseState,
-    MemberInfo,
     Outcome,
     Progress,
     Released,
@@ -27,22 +25,11 @@ from services.assigner.coordinator import (
     Timing,
 )
 from services.runtime.topic_partition import TopicPartition
+from tests.unit.assigner.coordinator_support import grants, holders, member, revokes
 
 TIMING = Timing(ttl=3.0, grace=1.0, hold_window=0.0)
 HOLD = Timing(ttl=3.0, grace=1.0, hold_window=10.0)
 TPS = [TopicPartition("t", p) for p in range(6)]
-
-
-def member(mid: str) -> MemberInfo:
-    return MemberInfo(id=mid, endpoint=f"{mid}:1", session_id=f"s-{mid}")
-
-
-def grants(out: Outcome) -> list[GrantCmd]:
-    return [c for c in out.commands if isinstance(c, GrantCmd)]
-
-
-def revokes(out: Outcome) -> list[RevokeCmd]:
-    return [c for c in out.commands if isinstance(c, RevokeCmd)]
 
 
 def test_first_member_gets_every_partition_with_epoch_one() -> None:
@@ -246,10 +233,6 @@ def _balanced_pair(timing: Timing) -> GroupCoordinator:
     for r in revokes(coord.join(member("b"), [], now=0.0)):
         coord.heartbeat("a", [], [Released(r.tp, r.epoch, 10)], now=0.1)
     return coord
-
-
-def holders(coord: GroupCoordinator) -> dict[TopicPartition, str | None]:
-    return {tp: lease.holder for tp, lease in coord.leases.items()}
 
 
 def test_graceful_restart_within_hold_window_gets_the_same_partitions_back() -> None:

@@ -7,36 +7,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.assigner.coordinator import (
-    GrantCmd,
     GroupCoordinator,
     HoldMode,
-    MemberInfo,
     Outcome,
     Progress,
     Released,
-    RevokeCmd,
     Timing,
 )
 from services.runtime.topic_partition import TopicPartition
+from tests.unit.assigner.coordinator_support import grants, holders, member, revokes
 
 HANDOFF = Timing(ttl=3.0, grace=1.0, hold_window=10.0, hold_mode=HoldMode.HANDOFF)
 TPS = [TopicPartition("t", p) for p in range(6)]
-
-
-def member(mid: str) -> MemberInfo:
-    return MemberInfo(id=mid, endpoint=f"{mid}:1", session_id=f"s-{mid}")
-
-
-def grants(out: Outcome) -> list[GrantCmd]:
-    return [c for c in out.commands if isinstance(c, GrantCmd)]
-
-
-def revokes(out: Outcome) -> list[RevokeCmd]:
-    return [c for c in out.commands if isinstance(c, RevokeCmd)]
-
-
-def holders(coord: GroupCoordinator) -> dict[TopicPartition, str | None]:
-    return {tp: lease.holder for tp, lease in coord.leases.items()}
 
 
 def release_all(coord: GroupCoordinator, out: Outcome, now: float) -> Outcome:

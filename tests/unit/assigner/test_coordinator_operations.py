@@ -17,11 +17,9 @@ from hypothesis import strategies as st
 
 from services.assigner.coordinator import (
     COMMITTED,
-    GrantCmd,
     GroupCoordinator,
     HeldLease,
     LeaseState,
-    MemberInfo,
     Outcome,
     Progress,
     Released,
@@ -30,21 +28,10 @@ from services.assigner.coordinator import (
     Timing,
 )
 from services.runtime.topic_partition import TopicPartition
+from tests.unit.assigner.coordinator_support import grants, holders, member, revokes
 
 TIMING = Timing(ttl=3.0, grace=1.0, hold_window=0.0)
 TPS = [TopicPartition("t", p) for p in range(6)]
-
-
-def member(mid: str) -> MemberInfo:
-    return MemberInfo(id=mid, endpoint=f"{mid}:1", session_id=f"s-{mid}")
-
-
-def grants(out: Outcome) -> list[GrantCmd]:
-    return [c for c in out.commands if isinstance(c, GrantCmd)]
-
-
-def revokes(out: Outcome) -> list[RevokeCmd]:
-    return [c for c in out.commands if isinstance(c, RevokeCmd)]
 
 
 def released(revoked: list[RevokeCmd], committed: int = 10) -> list[Released]:
@@ -58,10 +45,6 @@ def pair() -> GroupCoordinator:
     moving = revokes(coord.join(member("b"), [], now=0.0))
     coord.heartbeat("a", [], released(moving), now=0.1)
     return coord
-
-
-def holders(coord: GroupCoordinator) -> dict[TopicPartition, str | None]:
-    return {tp: lease.holder for tp, lease in coord.leases.items()}
 
 
 # ---- offset resets ------------------------------------------------------------------------
