@@ -283,9 +283,3 @@ def _wrap_stream(behavior: Behavior) -> Behavior:
             await abort(context, err)
 
     return wrapped
-
-
-async def not_implemented(context: grpc.aio.ServicerContext[Any, Any], rpc: str) -> NoReturn:
-    """For RPCs that are part of the API but not built yet: a plain UNIMPLEMENTED."""
-    await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{rpc} is not implemented yet")
-    raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
