@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +23,7 @@ from services.devstack.kafka import (
     TopicFactory,
 )
 from tests.support import accounting
+from tests.support.mesh import Mesh, running_mesh
 
 
 @pytest.fixture(scope="session")
@@ -77,6 +79,13 @@ def topic_factory(
     if leftovers := factory.delete_all():
         # A failed cleanup must not hide the test's own result; the topics are unique.
         warnings.warn(f"could not delete topics {leftovers}", stacklevel=1)
+
+
+@pytest.fixture
+def mesh(kafka_cluster: KafkaHandle, tmp_path: Path) -> Iterator[Mesh]:
+    """A Mesh on the session's Kafka; every service it started is stopped after the test."""
+    with running_mesh(kafka_cluster.bootstrap, tmp_path) as m:
+        yield m
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -8,7 +8,7 @@ import itertools
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,17 +29,11 @@ from tests.e2e.test_notifier_support import (
     notifier_config,
     wait_for,
 )
-from tests.support.mesh import Mesh, ServiceProcess, running_mesh
+from tests.support.mesh import Mesh, ServiceProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 WINDOW = 4.0
-
-
-@pytest.fixture
-def mesh(kafka_cluster: KafkaHandle, tmp_path: Path) -> Iterator[Mesh]:
-    with running_mesh(kafka_cluster.bootstrap, tmp_path) as m:
-        yield m
 
 
 def notifier_process(mesh: Mesh, tmp_path: Path) -> ServiceProcess:

@@ -27,12 +27,21 @@ def value_of(seq: int) -> bytes:
 
 
 class SeqProducer:
-    """Produces ``rate`` records/s, seq 0, 1, 2, … to ``topic`` (partition = seq % n)."""
+    """Produces ``rate`` records/s, seq 0, 1, 2, … to ``topic`` (partition = seq % n); with
+    ``limit``, ``limit`` records in all."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, rate: float = 500.0) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        rate: float = 500.0,
+        limit: int | None = None,
+    ) -> None:
         self.topic = topic
         self.partitions = partitions
         self.rate = rate
+        self.limit = limit
         self.bootstrap = bootstrap
         self._producer = Producer(
             {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
@@ -53,6 +62,8 @@ class SeqProducer:
         started = time.monotonic()
         while not self._stop.is_set():
             due = int((time.monotonic() - started) * self.rate)
+            if self.limit is not None:
+                due = min(due, self.limit)
             while self.sent < due:
                 seq = self.sent
                 self._producer.produce(

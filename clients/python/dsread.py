@@ -1,0 +1,182 @@
+"""dsread: the Python client's example and conformance reader (docs/client-protocol.md).
+
+The same program exists for every client (``clients/go/cmd/dsread``, ``clients/java``), with
+the same arguments and output, so ``tests/clients/`` can run one scenario against each and
+``tests/bench/bench_clients.py`` can time them::
+
+    dsread --assigner HOST:PORT --group G --client-id ID --expect N [--mode fetch|stream]
+           [--idle-exit-s S] [--quiet]
+    dsread --direct --bootstrap HOST:PORT --topic T --group G --expect N [--quiet]
+
+Through the mesh it prints ``rec <topic> <partition> <offset> <epoch> <delivery_count>`` for
+every record of a batch, then acks the batch; after N distinct records it prints
+``done distinct=.. received=.. acked=.. seconds=..`` and exits 0. A terminal error prints
+``error <CODE> <REASON>`` on stderr and exits 3; S seconds without a new record exits 4.
+``--direct`` reads the topic with confluent-kafka instead (the benchmark's baseline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+import grpc
+
+EXIT_ERROR, EXIT_IDLE, EXIT_USAGE = 3, 4, 2
+
+
+class Counter:
+    """Distinct and total records seen, and the time from the first to the last."""
+
+    def __init__(self) -> None:
+        self.seen: set[tuple[str, int, int]] = set()
+        self.received = 0
+        self.acked = 0
+        self.first = 0.0
+        self.last = 0.0
+        self.progress = time.monotonic()
+
+    def add(self, topic: str, partition: int, offset: int) -> None:
+        now = time.monotonic()
+        self.first = self.first or now
+        self.last = now
+        self.received += 1
+        key = (topic, partition, offset)
+        if key not in self.seen:
+            self.seen.add(key)
+            self.progress = now
+
+    def done_line(self) -> str:
+        seconds = self.last - self.first if self.first else 0.0
+        return (
+            f"done distinct={len(self.seen)} received={self.received} "
+            f"acked={self.acked} seconds={seconds:.3f}"
+        )
+
+
+def _error_line(error: BaseException) -> str:
+    """``error <CODE> <REASON>`` for a gRPC failure (the status, or the one it caused)."""
+    from services.runtime.errors import error_info
+
+    cause = error if isinstance(error, grpc.RpcError) else error.__cause__
+    if isinstance(cause, grpc.RpcError) and isinstance(cause, grpc.Call):
+        info = error_info(cause)
+        reason = info.reason if info is not None and info.reason else "-"
+        return f"error {cause.code().name} {reason}\n{cause.details()}"
+    return f"error UNKNOWN - \n{error}"
+
+
+def _idle_watch(counter: Counter, idle_s: float) -> None:
+    """End the process (exit 4) once no new record came for ``idle_s`` seconds."""
+    while True:
+        time.sleep(0.5)
+        if time.monotonic() - counter.progress > idle_s:
+            print("error DEADLINE_EXCEEDED idle", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(EXIT_IDLE)
+
+
+def read_mesh(args: argparse.Namespace) -> int:
+    from services.client import ClientError, DsClient
+
+    counter = Counter()
+    out = sys.stdout
+    if args.mode == "stream":  # a Stream blocks until a batch comes: watch for idleness aside
+        threading.Thread(target=_idle_watch, args=(counter, args.idle_exit_s), daemon=True).start()
+    try:
+        with DsClient(
+            args.group,
+            client_id=args.client_id,
+            assigner=args.assigner,
+            use_stream_rpc=args.mode == "stream",
+        ) as client:
+            batches = client.stream(500)
+            while len(counter.seen) < args.expect:
+                if time.monotonic() - counter.progress > args.idle_exit_s:
+                    print("error DEADLINE_EXCEEDED idle", file=sys.stderr)
+                    return EXIT_IDLE
+                batch = client.fetch(500, max_wait=0.5) if args.mode == "fetch" else next(batches)
+                if not batch:
+                    continue
+                for r in batch:
+                    counter.add(r.topic, r.partition, r.offset)
+                    if not args.quiet:
+                        out.write(
+                            f"rec {r.topic} {r.partition} {r.offset} {r.lease_epoch} "
+                            f"{r.delivery_count}\n"
+                        )
+                out.flush()
+                counter.acked += client.ack(batch)
+            batches.close()
+    except (ClientError, grpc.RpcError) as error:
+        print(_error_line(error), file=sys.stderr)
+        return EXIT_ERROR
+    print(counter.done_line(), flush=True)
+    return 0
+
+
+def read_direct(args: argparse.Namespace) -> int:
+    from confluent_kafka import Consumer
+
+    counter = Counter()
+    consumer = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "group.id": args.group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([args.topic])
+    try:
+        while len(counter.seen) < args.expect:
+            if time.monotonic() - counter.progress > args.idle_exit_s:
+                print("error DEADLINE_EXCEEDED idle", file=sys.stderr)
+                return EXIT_IDLE
+            messages = consumer.consume(500, timeout=0.5)
+            for m in messages:
+                if m.error():
+                    continue
+                counter.add(m.topic(), m.partition(), m.offset())
+                if not args.quiet:
+                    sys.stdout.write(f"rec {m.topic()} {m.partition()} {m.offset()} 0 1\n")
+            if messages:
+                consumer.commit(asynchronous=False)
+                counter.acked += len(messages)
+    finally:
+        consumer.close()
+    print(counter.done_line(), flush=True)
+    return 0
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="dsread", description=__doc__.split("\n")[0])
+    parser.add_argument("--assigner", default="127.0.0.1:7070")
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--client-id", default=None)
+    parser.add_argument("--expect", type=int, required=True)
+    parser.add_argument("--mode", choices=("fetch", "stream"), default="fetch")
+    parser.add_argument("--idle-exit-s", type=float, default=60.0)
+    parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--direct", action="store_true")
+    parser.add_argument("--bootstrap")
+    parser.add_argument("--topic")
+    args = parser.parse_args(argv)
+    if args.expect < 1:
+        parser.error("--expect must be at least 1")
+    if args.direct and not (args.bootstrap and args.topic):
+        parser.error("--direct needs --bootstrap and --topic")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    return read_direct(args) if args.direct else read_mesh(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
