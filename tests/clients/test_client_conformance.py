@@ -1,6 +1,6 @@
 """Client conformance (issue 20; docs/client-protocol.md §15): one scenario, every client.
 
-Each client's ``dsread`` (tests/clients/readers.py) reads a 6-partition topic through two
+Each client's ``dsread`` (tests/support/readers.py) reads a 6-partition topic through two
 real sidecars while 10,000 records are produced, acking every batch. When it has read about
 a third, the sidecar serving half of the partitions is killed with kill -9: the client must
 follow the new binding by itself (no restart, no error) and read to the end. Every record
@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.clients.readers import READERS, Reader
-from tests.clients.run import ReaderRun, copies, out_of_order
 from tests.support.accounting import report
 from tests.support.assignment import holders, wait_stable
 from tests.support.mesh import Mesh
 from tests.support.offsets import committed_offsets
 from tests.support.ops import wait_for
+from tests.support.reader_run import ReaderRun, copies, out_of_order
+from tests.support.readers import READERS, Reader
 from tests.support.records import SeqProducer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
