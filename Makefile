@@ -64,7 +64,7 @@ imports:
 	$(VENV)/lint-imports --no-cache
 
 typecheck:
-	$(VENV)/mypy services spark
+	$(VENV)/mypy services spark clients/python
 
 protos:
 	bash protos/check.sh

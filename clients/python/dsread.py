@@ -94,7 +94,7 @@ def read_mesh(args: argparse.Namespace) -> int:
             assigner=args.assigner,
             use_stream_rpc=args.mode == "stream",
         ) as client:
-            batches = client.stream(500)
+            batches = client.stream(500)  # a generator: closed below, ending its streams
             while len(counter.seen) < args.expect:
                 if time.monotonic() - counter.progress > args.idle_exit_s:
                     print("error DEADLINE_EXCEEDED idle", file=sys.stderr)
@@ -111,7 +111,9 @@ def read_mesh(args: argparse.Namespace) -> int:
                         )
                 out.flush()
                 counter.acked += client.ack(batch)
-            batches.close()
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
     except (ClientError, grpc.RpcError) as error:
         print(_error_line(error), file=sys.stderr)
         return EXIT_ERROR
@@ -141,9 +143,14 @@ def read_direct(args: argparse.Namespace) -> int:
             for m in messages:
                 if m.error():
                     continue
-                counter.add(m.topic(), m.partition(), m.offset())
+                topic, partition, offset = (
+                    str(m.topic()),
+                    int(m.partition() or 0),
+                    int(m.offset() or 0),
+                )
+                counter.add(topic, partition, offset)
                 if not args.quiet:
-                    sys.stdout.write(f"rec {m.topic()} {m.partition()} {m.offset()} 0 1\n")
+                    sys.stdout.write(f"rec {topic} {partition} {offset} 0 1\n")
             if messages:
                 consumer.commit(asynchronous=False)
                 counter.acked += len(messages)
