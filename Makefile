@@ -104,3 +104,4 @@ bench-more:
 	$(VENV)/python tests/bench/bench_spark.py --short
 	$(VENV)/python tests/bench/bench_state_writes.py --short
 	$(VENV)/python tests/bench/bench_failover.py --short
+	$(VENV)/python tests/bench/bench_clients.py
