@@ -27,7 +27,10 @@ transactional id, which a newer leader's term fences; README "Fenced state write
 Consul outage does not stop consumption. Nobody can be elected while Consul is down; a
 replica elected behind a partition opens its term first, which fences this one's writes,
 so this one stops at its next check (every ``term_check_seconds``) — before the new
-leader grants anything (it waits TTL + grace after taking office).
+leader grants anything (it waits TTL + grace after taking office). A check whose write
+only times out (a slow broker) is retried for up to ``term_check_budget_seconds`` (3.5 s,
+under TTL + grace) before the leader resigns: one slow write does not end a term that
+nobody else can take while Consul is down.
 
 Without Consul, :class:`StaticLeadership` is the embedded default: a single assigner that
 always leads.
@@ -93,6 +96,10 @@ class ElectionSettings:
     stale_after_seconds: float = 5.0  # a leader that cannot confirm its lock this long resigns
     # ... unless its state writes confirm its term (fenced writes): checked this often.
     term_check_seconds: float = 0.5
+    # One check retries a term write that only timed out (a slow broker proves nothing)
+    # for this long. Below lease TTL + grace (3 + 1 s by default), so a leader cut off from
+    # Kafka too still resigns before a successor's first grant (module doc).
+    term_check_budget_seconds: float = 3.5
     # Checks to bind the session to; None = serfHealth + this replica's registered service
     # check, found in the local agent by service name and address.
     checks: tuple[str, ...] | None = None
@@ -396,7 +403,8 @@ class LeaderElector:
     async def _term_loop(self) -> None:
         """A leader whose lock Consul has not confirmed for ``stale_after_seconds`` (Consul
         unreachable) leads on only while a write that only its term can make succeeds,
-        every ``term_check_seconds``; without ``confirm_term`` it resigns (as it always
+        every ``term_check_seconds`` (a write that times out is retried within
+        ``term_check_budget_seconds``); without ``confirm_term`` it resigns (as it always
         did). No second leader can act meanwhile: one cannot be elected while Consul is
         down, and one elected behind a partition fences this term first, so the next
         check fails and this replica stops within one check."""
@@ -409,7 +417,7 @@ class LeaderElector:
                 await self._demote("cannot confirm the lock with Consul")
                 continue
             try:
-                await asyncio.wait_for(self.confirm_term(), self.settings.stale_after_seconds)
+                await self._confirm_term_within(self.settings.term_check_budget_seconds)
             except Exception as exc:
                 await self._demote(f"Consul unreachable and the term not confirmed: {exc!r}")
                 continue
@@ -418,6 +426,24 @@ class LeaderElector:
                 self._log.warning(
                     "Consul unreachable: leading on, the state topic confirms the term"
                 )
+
+    async def _confirm_term_within(self, budget: float) -> None:
+        """``confirm_term``, retried while it only times out, until it succeeds or
+        ``budget`` seconds have passed (then the last ``TimeoutError`` is raised). A write
+        that timed out proves neither that the term goes on nor that it ended (a slow
+        broker: chaos scenario 3 lost its only electable leader to one such write); a
+        refusal (``Fenced``: a newer term; any other error) is final at once."""
+        assert self.confirm_term is not None
+        deadline = time.monotonic() + budget
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                await asyncio.wait_for(self.confirm_term(), max(left, 0.001))
+                return
+            except TimeoutError as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                self._log.warning("term check write slow; retrying it", error=str(exc))
 
     async def _on_consul_error(self, exc: Exception) -> None:
         if isinstance(exc, LookupError) or "critical state" in str(exc):

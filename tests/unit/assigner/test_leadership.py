@@ -383,6 +383,57 @@ async def _term_confirmed_through_the_state_topic() -> None:
         checks.cancel()
 
 
+def test_one_slow_term_check_write_does_not_end_the_term() -> None:
+    asyncio.run(_slow_term_check())
+
+
+async def _slow_term_check() -> None:
+    """Consul unreachable, and one term-check write times out (a slow broker: it proves
+    neither that the term goes on nor that it ended). The check retries it within its
+    budget and the leader leads on; only a refusal (fenced), or writes that time out for the
+    whole budget, end the term. Chaos scenario 3 on three brokers lost its leader this way:
+    'Consul unreachable and the term not confirmed: TimeoutError(... not committed within
+    2s)', then nobody could be elected and every lease lapsed."""
+    outcomes: list[BaseException | None] = [TimeoutError("not committed within 2s")]
+    events: list[str] = []
+
+    async def confirm() -> None:
+        outcome = outcomes.pop(0) if outcomes else None
+        events.append("timeout" if isinstance(outcome, TimeoutError) else "confirmed")
+        if outcome is not None:
+            raise outcome
+
+    async def demoted() -> None:
+        events.append("demoted")
+
+    settings = ElectionSettings(
+        consul="127.0.0.1:8500",
+        address="127.0.0.1:7001",
+        stale_after_seconds=0.05,
+        term_check_seconds=0.01,
+        term_check_budget_seconds=0.5,
+    )
+    elector = LeaderElector(
+        settings,
+        on_demoted=demoted,
+        confirm_term=confirm,
+        client=_FakeConsul(),  # type: ignore[arg-type]
+    )
+    elector.session_id = "mine"
+    await elector._on_key({"Value": b"127.0.0.1:7001", "Session": "mine"})
+    checks = asyncio.create_task(elector._term_loop())
+    try:
+        await asyncio.sleep(0.2)
+        assert elector.is_leader, f"one slow write ended the term: {events}"
+        assert events[0] == "timeout" and "confirmed" in events and "demoted" not in events
+        # Writes that only ever time out, for the whole budget: the term ends.
+        outcomes.extend([TimeoutError("not committed within 2s")] * 1000)
+        await asyncio.sleep(1.0)
+        assert not elector.is_leader and events[-1] == "demoted"
+    finally:
+        checks.cancel()
+
+
 def test_static_leadership_stops_for_good_when_fenced() -> None:
     async def main() -> None:
         demoted: list[bool] = []
