@@ -356,9 +356,14 @@ class StateStore:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         def settle(future: asyncio.Future[list[int]]) -> None:
+            # Read the outcome even when nobody waits any more (the caller timed out and
+            # cancelled ``done``): else asyncio logs "Future exception was never retrieved".
+            error = None if future.cancelled() else future.exception()
             if done.done():
                 return
-            if (error := future.exception()) is not None:
+            if future.cancelled():
+                done.cancel()
+            elif error is not None:
                 done.set_exception(error)
             else:
                 done.set_result(None)
