@@ -12,16 +12,25 @@ batch, and once the sidecar answered, ``A seq ... .`` when it accepted the whole
 (``P`` when only part of it). So after the kill the file says exactly what it had
 delivered and which of those acks were accepted; an ack sent and not answered when it died
 counts as partly accepted (it may have been); the rest were in flight when it died.
+
+:class:`AppContainer` is how a test runs one: started in its own session, killed with
+SIGKILL, its file read back as an :class:`AppLog`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from services.client import DsClient
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,49 @@ class AppLog:
                 {"A": acked, "P": partly, "T": sent}[parts[0]].update(seqs)
         # An ack sent and not answered before the kill may have been accepted: not known.
         return cls(deliveries, acked, partly | (sent - acked - partly))
+
+
+class AppContainer:
+    """One application container: this module as a process reading ``group`` as
+    ``client_id``, acking for ``ack_for`` seconds, then holding what it reads until
+    :meth:`kill`. Its deliveries and acks go to ``out``, its output to ``log``."""
+
+    def __init__(
+        self,
+        group: str,
+        assigner: str,
+        client_id: str,
+        out: Path,
+        log: Path,
+        *,
+        ack_for: float,
+        stream: bool = False,
+    ) -> None:
+        self.client_id = client_id
+        self.out = out
+        argv = [
+            sys.executable, "-m", "tests.support.app_process", "--group", group,
+            "--assigner", assigner, "--client-id", client_id, "--out", str(out),
+            "--ack-for", str(ack_for), *(["--stream"] if stream else []),
+        ]  # fmt: skip
+        with log.open("ab") as output:
+            self.proc = subprocess.Popen(
+                argv, cwd=REPO, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def read(self) -> AppLog:
+        """What it has written so far (an empty log before its first line)."""
+        if not self.out.exists():
+            return AppLog([], set(), set())
+        return AppLog.read(self.out)
+
+    def kill(self) -> AppLog:
+        """SIGKILL (a container killed, nothing flushed, nothing given back), and what it
+        had delivered and acked. Idempotent."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+        return self.read()
 
 
 def main() -> None:

@@ -14,6 +14,15 @@ lost, duplicates (explained: delivered and not acked at the fault; unexplained: 
 again although an earlier delivery's ack was accepted), committed offsets or epochs that
 went backwards, two live holders at a sampled moment, and the longest time without
 consumption per partition in each phase of the scenario.
+
+Optional parts for the scenarios that need them: a Consul agent's address (the services
+and clients find the leader through it), two assigner replicas electing a leader (the
+sidecars and clients start on the leader; :meth:`LoadedMesh.leaders` says who leads now),
+a group visibility timeout, further clients (:meth:`LoadedMesh.add_client`) and an
+application container that a scenario kills (:meth:`LoadedMesh.start_app`): what it had
+acked counts as received, what it had and did not ack must reach a client again, and a
+record delivered to it and again elsewhere is a duplicate explained only if it was not
+acked at the kill.
 """
 
 from __future__ import annotations
@@ -22,14 +31,18 @@ import contextlib
 import itertools
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+import grpc
+
 from services.client import DsClient
 from services.devstack.kafka import KafkaCluster, TopicFactory
-from tests.support.assignment import wait_stable
+from tests.support.app_process import AppContainer, AppLog
+from tests.support.assignment import describe, wait_stable
 from tests.support.holders import HolderSampler
 from tests.support.mesh import Mesh, ServiceProcess, running_mesh
 from tests.support.offsets import committed_offsets, end_offsets
@@ -113,17 +126,25 @@ class LoadedMesh:
         *,
         with_notifier: bool = False,
         rate: float = 200.0,
+        consul: str | None = None,
+        assigners: int = 1,
+        visibility_timeout: float | None = None,
     ) -> None:
         self.cluster = cluster
         self.log_dir = log_dir
         self.label = label
         self.with_notifier = with_notifier
         self.rate = rate
+        self.consul = consul
+        self.replicas = assigners
+        self.visibility_timeout = visibility_timeout
         self.group = f"cx-{uuid.uuid4().hex[:8]}"
         self.tally = Tally()
         self.loops: list[ConsumerLoop] = []
         self.sidecars: list[ServiceProcess] = []
         self.notifier: ServiceProcess | None = None
+        self.assigners: list[ServiceProcess] = []
+        self.apps: list[AppContainer] = []
         self.phases: dict[str, tuple[float, float]] = {}
         self._exit = contextlib.ExitStack()
         self._produced: set[int] | None = None
@@ -151,15 +172,31 @@ class LoadedMesh:
         topics = TopicFactory(bootstrap, self.label)
         self._exit.callback(topics.delete_all)
         self.topic = topics(PARTITIONS, replication=3, config={"min.insync.replicas": "2"})
-        self.mesh: Mesh = self._exit.enter_context(running_mesh(bootstrap, self.log_dir))
+        self.mesh: Mesh = self._exit.enter_context(
+            running_mesh(bootstrap, self.log_dir, consul=self.consul)
+        )
         extra: tuple[str, ...] = ()
         if self.with_notifier:
             self.notifier = self.mesh.service("notifier", env={"DS_FAULTS_TOPIC_REPLICATION": "3"})
             self.notifier.wait_serving(90)
             extra = ("--notifier", self.notifier.grpc_addr)
         self._extra = extra
-        self.assigner = self.mesh.assigner([(self.group, [self.topic])], *extra)
-        self.assigner.wait_serving(90)
+        settings = (
+            {"visibility_timeout_seconds": f"{self.visibility_timeout:g}"}
+            if self.visibility_timeout is not None
+            else None
+        )
+        for i in range(1, self.replicas + 1):
+            name = f"assigner-{i}" if self.replicas > 1 else None
+            self.assigners.append(
+                self.mesh.assigner(
+                    [(self.group, [self.topic])], *extra, name=name, settings=settings
+                )
+            )
+        for replica in self.assigners:
+            replica.wait_serving(90)
+        wait_for(lambda: len(self.leaders()) == 1, 60, "one assigner replica leads the group")
+        (self.assigner,) = self.leaders()
         for sid in SIDECARS:
             self.sidecars.append(self.mesh.sidecar(self.group, self.assigner, sid, *extra))
         for sidecar in self.sidecars:
@@ -172,11 +209,7 @@ class LoadedMesh:
         self._exit.callback(self.commits.stop)
         self.holders = self._exit.enter_context(HolderSampler(self.sidecars))
         for client_id in CLIENTS:
-            client = DsClient(self.group, client_id=client_id, assigner=self.assigner.grpc_addr)
-            self._exit.callback(client.close)
-            loop = ConsumerLoop(client, self.tally, max_records=100).start()
-            self._exit.callback(loop.stop)
-            self.loops.append(loop)
+            self.add_client(client_id)
         self.wait_flowing(300, "records flowing before the fault")
         self.started = time.monotonic()
 
@@ -190,6 +223,45 @@ class LoadedMesh:
         sidecar = self.mesh.sidecar(self.group, self.assigner, sidecar_id, *self._extra)
         self.sidecars.append(sidecar)  # the HolderSampler's list: sampled from now on
         return sidecar
+
+    def add_client(self, client_id: str) -> ConsumerLoop:
+        """A bound client fetching and acking into the tally from now on."""
+        client = DsClient(
+            self.group, client_id=client_id, assigner=self.assigner.grpc_addr, consul=self.consul
+        )
+        self._exit.callback(client.close)
+        loop = ConsumerLoop(client, self.tally, max_records=100).start()
+        self._exit.callback(loop.stop)
+        self.loops.append(loop)
+        return loop
+
+    def start_app(self, client_id: str, *, ack_for: float, stream: bool = False) -> AppContainer:
+        """An application container (tests/support/app_process.py) reading the group as
+        ``client_id``: it acks for ``ack_for`` seconds, then holds what it reads until the
+        scenario kills it; :meth:`finish` accounts for what it received."""
+        app = AppContainer(
+            self.group,
+            self.assigner.grpc_addr,
+            client_id,
+            self.log_dir / f"{client_id}-{len(self.apps)}.out",
+            self.log_dir / f"{client_id}.log",
+            ack_for=ack_for,
+            stream=stream,
+        )
+        self._exit.callback(app.kill)
+        self.apps.append(app)
+        return app
+
+    def members(self, replica: ServiceProcess) -> set[str] | None:
+        """The group's members if ``replica`` leads and serves the group, else None."""
+        try:
+            return set(describe(replica.grpc_addr, self.group).members)
+        except grpc.RpcError:
+            return None
+
+    def leaders(self) -> list[ServiceProcess]:
+        """The assigner replicas serving the group now (one, unless something is wrong)."""
+        return [r for r in self.assigners if self.members(r) is not None]
 
     # ---- during the scenario -----------------------------------------------------------
 
@@ -225,9 +297,15 @@ class LoadedMesh:
         """Stop producing; wait until every record was received and every partition's
         committed offset reached its end; stop the loops and watchers; count."""
         produced = self._stop_producer()
+        apps = [app.kill() for app in self.apps]
+        # What a killed application acked (or may have: an ack unanswered at the kill) is
+        # done; everything else must reach the tally.
+        done = set().union(*(app.acked | app.partly for app in apps))
         deadline = time.monotonic() + timeout
         with contextlib.suppress(AssertionError):
-            wait_for(lambda: produced <= self.tally.received(), timeout, "every record received")
+            wait_for(
+                lambda: produced - done <= self.tally.received(), timeout, "every record received"
+            )
         ended = time.monotonic()
         bootstrap = self.cluster.bootstrap
         ends = end_offsets(bootstrap, self.topic, PARTITIONS)
@@ -245,7 +323,8 @@ class LoadedMesh:
         self.holders.__exit__(None, None, None)
 
         received = self.tally.received()
-        lost = produced - received
+        lost = produced - received - done
+        received |= {d[0] for app in apps for d in app.deliveries}
         lost_text = describe_missing(lost, PARTITIONS, producer=self.producer, tally=self.tally)
         commits_backwards, epochs_backwards, changes = [], [], 0
         for p in range(PARTITIONS):
@@ -263,8 +342,8 @@ class LoadedMesh:
             received=len(received & produced),
             lost=lost,
             lost_text=lost_text,
-            duplicates=self.tally.duplicate_count(),
-            unexplained=unexplained_duplicates(self.tally),
+            duplicates=self._duplicates(apps),
+            unexplained=self._unexplained(apps),
             not_at_end={p: (committed[p], e) for p, e in ends.items() if committed[p] != e},
             commits_backwards=commits_backwards,
             epochs_backwards=epochs_backwards,
@@ -277,3 +356,27 @@ class LoadedMesh:
             },
             client_errors=[e for loop in self.loops for e in loop.errors],
         )
+
+    def _deliveries(self, apps: list[AppLog]) -> Counter[int]:
+        """How often each record was delivered, to the tally's clients and the apps."""
+        counts: Counter[int] = Counter(d.seq for d in self.tally.deliveries)
+        counts.update(d[0] for app in apps for d in app.deliveries)
+        return counts
+
+    def _duplicates(self, apps: list[AppLog]) -> int:
+        return sum(n - 1 for n in self._deliveries(apps).values() if n > 1)
+
+    def _unexplained(self, apps: list[AppLog]) -> dict[int, list[Delivery]]:
+        """Delivered again although an earlier delivery's ack was accepted: among the
+        tally's clients, and for a record an app had, unless the app had it and did not
+        ack it at the kill, or a client's ack of it was refused."""
+        unexplained = unexplained_duplicates(self.tally)
+        touched = {d[0] for app in apps for d in app.deliveries}
+        at_fault = set().union(*(app.unacked | app.partly for app in apps))
+        for seq, n in self._deliveries(apps).items():
+            if n < 2 or seq not in touched or seq in at_fault:
+                continue
+            elsewhere = self.tally.by_seq.get(seq, [])
+            if not any(not d.acked for d in elsewhere):
+                unexplained[seq] = elsewhere
+        return unexplained

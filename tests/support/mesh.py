@@ -177,10 +177,15 @@ class Mesh:
         *args: str,
         env: dict[str, str] | None = None,
         name: str | None = None,
+        settings: dict[str, str] | None = None,
     ) -> ServiceProcess:
+        """An assigner serving ``groups`` (name, topics); ``settings``: further YAML keys
+        of every group (e.g. ``visibility_timeout_seconds``)."""
         config = self.log_dir / f"assigner-{len(self.services)}.yaml"
+        more = "".join(f"\n    {key}: {value}" for key, value in (settings or {}).items())
         lines = ["groups:"] + [
-            f"  - name: {name}\n    topics: [{', '.join(topics)}]" for name, topics in groups
+            f"  - name: {group}\n    topics: [{', '.join(topics)}]{more}"
+            for group, topics in groups
         ]
         config.write_text("\n".join(lines) + "\n" if groups else "groups: []\n")
         return self.service("assigner", "--config", str(config), *args, env=env, name=name)
