@@ -54,7 +54,6 @@ def test_an_application_restart_gets_every_unacked_record_again_within_the_visib
             assert killed.acked and killed.unacked, "the application acked, then held records"
             run.add_client("app-1")
             missing = wait_received(run.tally, killed.unacked, VISIBILITY + 10)
-            time.sleep(2)
         skipped = sum(
             metric_value(metrics(s), "ds_sidecar_records_given_up_total", group=run.group) or 0
             for s in run.sidecars

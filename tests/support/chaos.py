@@ -33,6 +33,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -175,6 +176,7 @@ class LoadedMesh:
         self.mesh: Mesh = self._exit.enter_context(
             running_mesh(bootstrap, self.log_dir, consul=self.consul)
         )
+        self._exit.callback(self._stop_services)
         extra: tuple[str, ...] = ()
         if self.with_notifier:
             self.notifier = self.mesh.service("notifier", env={"DS_FAULTS_TOPIC_REPLICATION": "3"})
@@ -193,12 +195,14 @@ class LoadedMesh:
                     [(self.group, [self.topic])], *extra, name=name, settings=settings
                 )
             )
+        # The sidecars start with the assigners (not once they serve: both take seconds on
+        # a loaded box); any replica's address will do, a sidecar follows the leader.
+        for sid in SIDECARS:
+            self.sidecars.append(self.mesh.sidecar(self.group, self.assigners[0], sid, *extra))
         for replica in self.assigners:
             replica.wait_serving(90)
         wait_for(lambda: len(self.leaders()) == 1, 60, "one assigner replica leads the group")
         (self.assigner,) = self.leaders()
-        for sid in SIDECARS:
-            self.sidecars.append(self.mesh.sidecar(self.group, self.assigner, sid, *extra))
         for sidecar in self.sidecars:
             sidecar.wait_serving(90)
         wait_stable(self.assigner.grpc_addr, self.group, SIDECARS, PARTITIONS, timeout=90)
@@ -217,6 +221,14 @@ class LoadedMesh:
         if self._produced is None:
             self._produced = self.producer.stop()
         return self._produced
+
+    def _stop_services(self) -> None:
+        """Stop the sidecars all at once, then the assigner replicas all at once, before
+        the rest of the mesh: each takes seconds to stop gracefully on a loaded box, one
+        after the other they took 15 s."""
+        for services in (self.sidecars, self.assigners):
+            with ThreadPoolExecutor(max_workers=len(services) or 1) as pool:
+                list(pool.map(ServiceProcess.stop, services))
 
     def add_sidecar(self, sidecar_id: str) -> ServiceProcess:
         """A sidecar joining the group now; sampled for holders like the others."""
@@ -255,7 +267,8 @@ class LoadedMesh:
     def members(self, replica: ServiceProcess) -> set[str] | None:
         """The group's members if ``replica`` leads and serves the group, else None."""
         try:
-            return set(describe(replica.grpc_addr, self.group).members)
+            # 5 s: a leader busy taking over on a loaded box took more than 2 s to answer.
+            return set(describe(replica.grpc_addr, self.group, timeout=5.0).members)
         except grpc.RpcError:
             return None
 
