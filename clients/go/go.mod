@@ -1,6 +1,6 @@
 module dataservice/clients/go
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/confluentinc/confluent-kafka-go/v2 v2.11.1

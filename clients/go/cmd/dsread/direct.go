@@ -14,8 +14,8 @@ const directBatch = 500
 
 // readDirect is the benchmark's baseline: confluent-kafka-go (cgo over its bundled
 // librdkafka) subscribes to the topic in the group from the earliest offset, counts the
-// records, commits, and closes. Records print with epoch 0 and delivery count 0 (no mesh
-// lease); acked is what the final commit covered (every record received).
+// records, commits, and closes. Records print with epoch 0 and delivery count 1 (no mesh
+// lease, as the Python reader); acked is what the final commit covered (every record received).
 func readDirect(ctx context.Context, a args, t *tally, stderr io.Writer) error {
 	consumer, err := kafka.NewConsumer(&kafka.ConfigMap{
 		"bootstrap.servers":  a.bootstrap,
@@ -45,7 +45,7 @@ func readDirect(ctx context.Context, a args, t *tally, stderr io.Writer) error {
 		switch e := consumer.Poll(100).(type) {
 		case *kafka.Message:
 			tp := e.TopicPartition
-			batch = append(batch, dsclient.Record{Topic: *tp.Topic, Partition: tp.Partition, Offset: int64(tp.Offset)})
+			batch = append(batch, dsclient.Record{Topic: *tp.Topic, Partition: tp.Partition, Offset: int64(tp.Offset), DeliveryCount: 1})
 			if len(batch) < directBatch {
 				continue
 			}

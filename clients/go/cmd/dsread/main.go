@@ -227,13 +227,13 @@ type tally struct {
 	seen map[recordKey]struct{}
 	recv int
 	ack  int
-	// first and last are when the first record and the last new one came.
-	first, last time.Time
-	started     time.Time
+	// first and last are when the first and the last record came, progress when the last
+	// new one did (the idle watch).
+	first, last, progress time.Time
 }
 
 func newTally(a args, out *bufio.Writer) *tally {
-	return &tally{a: a, out: out, seen: map[recordKey]struct{}{}, started: time.Now()}
+	return &tally{a: a, out: out, seen: map[recordKey]struct{}{}, progress: time.Now()}
 }
 
 func (t *tally) received(records []dsclient.Record) {
@@ -254,9 +254,10 @@ func (t *tally) see(k recordKey, now time.Time) {
 	if t.first.IsZero() {
 		t.first = now
 	}
+	t.last = now
 	if _, ok := t.seen[k]; !ok {
 		t.seen[k] = struct{}{}
-		t.last = now
+		t.progress = now
 	}
 }
 
@@ -293,12 +294,9 @@ func (t *tally) watchdog(ctx context.Context, cancel context.CancelCauseFunc) {
 			return
 		case now := <-tick.C:
 			t.mu.Lock()
-			last := t.last
-			if last.IsZero() {
-				last = t.started
-			}
+			progress := t.progress
 			t.mu.Unlock()
-			if now.Sub(last) >= t.a.idle {
+			if now.Sub(progress) >= t.a.idle {
 				cancel(errIdle)
 				return
 			}
