@@ -31,4 +31,10 @@ class Reader:
 
 READERS = {
     "python": Reader("python", (sys.executable, str(REPO / "clients/python/dsread.py"))),
+    "go": Reader(
+        "go",
+        (str(REPO / "clients/go/bin/dsread"),),
+        built_by="client-go",
+        artifact=REPO / "clients/go/bin/dsread",
+    ),
 }
