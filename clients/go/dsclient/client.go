@@ -45,6 +45,7 @@ type Client struct {
 	mu       sync.Mutex
 	state    bindingState
 	sidecars map[string]*sidecar
+	streams  map[string]*openStream // the Stream open to each sidecar, for acks on it
 	changed  chan struct{} // closed (and replaced) on every applied binding change
 	fatal    error         // a terminal error of the watch, surfaced by Fetch and Stream
 	cursor   int
@@ -81,7 +82,7 @@ func New(ctx context.Context, group string, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		group: group, clientID: cfg.clientID, cfg: cfg, dialOpts: dialOpts, logger: cfg.logger, asg: asg,
-		sidecars: map[string]*sidecar{}, changed: make(chan struct{}),
+		sidecars: map[string]*sidecar{}, streams: map[string]*openStream{}, changed: make(chan struct{}),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	b, err := c.bind(ctx)
@@ -370,6 +371,22 @@ func (c *Client) Ack(ctx context.Context, records []Record) (int, error) {
 	})
 }
 
+// ackOnStream acks ranges on the stream open to sc, if any (§8: on a Stream, ack on the
+// stream that delivered the records); ok is false when there is none, it ended, or the
+// result did not come within 10 s: the caller then uses the Ack RPC.
+func (c *Client) ackOnStream(ctx context.Context, sc *sidecar, ranges []*sidecarv1.RangeAck) ([]*sidecarv1.RejectedRangeAck, bool) {
+	o := c.streamAt(sc.address)
+	if o == nil {
+		return nil, false
+	}
+	r, ok := o.ack(ctx, ranges)
+	if !ok {
+		c.logger.Debug("dsclient: ack on the stream not answered; sent with the Ack RPC", "sidecar", sc.address)
+		return nil, false
+	}
+	return r.GetRejectedRanges(), true
+}
+
 // Nack gives delivered records back, to be delivered again now or after delay (0 to
 // 12 h; until then they stay in flight to this client). It returns how many records the
 // sidecars took back; the error is ctx's or ErrClosed.
@@ -421,6 +438,14 @@ func (c *Client) settleAt(ctx context.Context, op string, sc *sidecar, spans []s
 		ranges[i] = s.rangeAck()
 	}
 	var rejected []*sidecarv1.RejectedRangeAck
+	if op == "Ack" {
+		if rejected, ok := c.ackOnStream(ctx, sc, ranges); ok {
+			return acceptedCount(spans, rejected, c.logger, op), nil
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+	}
 	err := retryUnavailable(ctx, func(ctx context.Context) error {
 		actx, cancel := context.WithTimeout(ctx, unaryDeadline)
 		defer cancel()

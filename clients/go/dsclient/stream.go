@@ -4,8 +4,10 @@ import (
 	"context"
 	"iter"
 	"sync"
+	"time"
 
 	sidecarv1 "dataservice/clients/go/gen/dataservice/sidecar/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -138,8 +140,96 @@ func (c *Client) runStream(ctx context.Context, s *sidecar, items chan<- streamI
 	}
 }
 
+// streamAckTimeout: an ack on a stream whose result has not come by then is sent again
+// with the Ack RPC (§7 step 6).
+const streamAckTimeout = 10 * time.Second
+
+// openStream is one Stream call while it is open: sends are serialised, and each acks
+// message sent waits in order for its ack_result (§7 step 4).
+type openStream struct {
+	stream grpc.BidiStreamingClient[sidecarv1.StreamRequest, sidecarv1.StreamResponse]
+
+	mu      sync.Mutex
+	ended   bool
+	pending []chan *sidecarv1.StreamAckResult // FIFO: one per acks message sent
+}
+
+func (o *openStream) send(req *sidecarv1.StreamRequest) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.stream.Send(req)
+}
+
+// ack sends ranges on the stream and waits for their result; ok is false when the stream
+// ended or the result did not come in time (the caller then uses the Ack RPC).
+func (o *openStream) ack(ctx context.Context, ranges []*sidecarv1.RangeAck) (*sidecarv1.StreamAckResult, bool) {
+	result := make(chan *sidecarv1.StreamAckResult, 1)
+	o.mu.Lock()
+	if o.ended {
+		o.mu.Unlock()
+		return nil, false
+	}
+	req := &sidecarv1.StreamRequest{Kind: &sidecarv1.StreamRequest_Acks{Acks: &sidecarv1.StreamAcks{Ranges: ranges}}}
+	if err := o.stream.Send(req); err != nil {
+		o.mu.Unlock()
+		return nil, false
+	}
+	o.pending = append(o.pending, result)
+	o.mu.Unlock()
+	t := time.NewTimer(streamAckTimeout)
+	defer t.Stop()
+	select {
+	case r, open := <-result:
+		return r, open && r != nil
+	case <-t.C:
+		return nil, false
+	case <-ctx.Done():
+		return nil, false
+	}
+}
+
+// answered hands an ack_result to the oldest acks message waiting.
+func (o *openStream) answered(r *sidecarv1.StreamAckResult) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.pending) == 0 {
+		return
+	}
+	o.pending[0] <- r
+	o.pending = o.pending[1:]
+}
+
+// end fails every ack waiting (they go again by the Ack RPC, §7 step 5).
+func (o *openStream) end() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ended = true
+	for _, p := range o.pending {
+		close(p)
+	}
+	o.pending = nil
+}
+
+// streamAt is the stream open to the sidecar at address, or nil.
+func (c *Client) streamAt(address string) *openStream {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.streams[address]
+}
+
+func (c *Client) setStream(address string, o *openStream) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if o != nil {
+		c.streams[address] = o
+	} else {
+		delete(c.streams, address)
+	}
+}
+
 // streamOnce runs one Stream call: open with the window as credit, hand each batch to
-// items with a grant that sends its count back as credit. It says whether any batch came.
+// items with a grant that sends its count back as credit, answer acks sent on it. It says
+// whether any batch came.
 func (c *Client) streamOnce(ctx context.Context, s *sidecar, items chan<- streamItem) (bool, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -147,39 +237,63 @@ func (c *Client) streamOnce(ctx context.Context, s *sidecar, items chan<- stream
 	if err != nil {
 		return false, err
 	}
-	var sendMu sync.Mutex
-	send := func(req *sidecarv1.StreamRequest) error {
-		sendMu.Lock()
-		defer sendMu.Unlock()
-		return stream.Send(req)
-	}
+	o := &openStream{stream: stream}
 	open := &sidecarv1.StreamOpen{
 		ClientId: c.clientID, Group: c.group, AutoAck: c.cfg.autoAck,
 		InitialCredit: &sidecarv1.StreamCredit{Records: c.cfg.window},
 		Format:        sidecarv1.DeliveryFormat_DELIVERY_FORMAT_BATCHES,
 	}
-	if err := send(&sidecarv1.StreamRequest{Kind: &sidecarv1.StreamRequest_Open{Open: open}}); err != nil {
+	if err := o.send(&sidecarv1.StreamRequest{Kind: &sidecarv1.StreamRequest_Open{Open: open}}); err != nil {
 		_, rerr := stream.Recv() // the status the send failed on
 		return false, rerr
 	}
+	c.setStream(s.address, o)
+	defer func() {
+		c.setStream(s.address, nil)
+		o.end()
+	}()
 	grant := func(n int) {
 		if n <= 0 {
 			return
 		}
 		credit := &sidecarv1.StreamCredit{Records: int32(n)}
-		if err := send(&sidecarv1.StreamRequest{Kind: &sidecarv1.StreamRequest_Credit{Credit: credit}}); err != nil {
+		if err := o.send(&sidecarv1.StreamRequest{Kind: &sidecarv1.StreamRequest_Credit{Credit: credit}}); err != nil {
 			c.logger.Debug("dsclient: credit not sent; the stream ended", "sidecar", s.address, "err", err)
 		}
 	}
+	// Batches wait here for the application, so that this loop keeps receiving (ack
+	// results above all) while the application handles a batch; credit bounds them to
+	// the window.
+	queue := make(chan streamItem, max(c.cfg.window, 1)+1)
+	forwarded := make(chan struct{})
+	go func() {
+		defer close(forwarded)
+		for it := range queue {
+			select {
+			case items <- it:
+			case <-sctx.Done():
+				return
+			}
+		}
+	}()
+	defer func() {
+		o.end() // first: an ack waiting on this stream goes by the RPC at once
+		close(queue)
+		<-forwarded
+	}()
 	got := false
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
 			return got, err
 		}
+		if r := resp.GetAckResult(); r != nil {
+			o.answered(r)
+			continue
+		}
 		b := resp.GetBatch()
 		if b == nil {
-			continue // ack and nack results: acks go by the Ack RPC in this client
+			continue // nack results: nacks go by the Nack RPC in this client
 		}
 		records, err := decodeResponse(b.GetBatches(), b.GetRecords(), s.address)
 		if err != nil {
@@ -190,7 +304,7 @@ func (c *Client) streamOnce(ctx context.Context, s *sidecar, items chan<- stream
 		}
 		got = true
 		select {
-		case items <- streamItem{records: records, grant: grant}:
+		case queue <- streamItem{records: records, grant: grant}:
 		case <-ctx.Done():
 			return got, ctx.Err()
 		}
