@@ -28,6 +28,8 @@ type fakeAssigner struct {
 	binds   int
 	unbinds int
 	watch   chan *assignerv1.Binding
+	ends    chan error // ends the open WatchBinding stream with this status
+	known   []int64    // the known_version of each WatchBinding
 }
 
 func (f *fakeAssigner) Bind(ctx context.Context, req *assignerv1.BindRequest) (*assignerv1.BindResponse, error) {
@@ -46,10 +48,20 @@ func (f *fakeAssigner) Bind(ctx context.Context, req *assignerv1.BindRequest) (*
 }
 
 func (f *fakeAssigner) WatchBinding(req *assignerv1.WatchBindingRequest, s grpc.ServerStreamingServer[assignerv1.WatchBindingResponse]) error {
+	f.mu.Lock()
+	f.known = append(f.known, req.GetKnownVersion())
+	f.mu.Unlock()
 	for {
 		select {
 		case <-s.Context().Done():
 			return nil
+		case err := <-f.ends:
+			if st, ok := status.FromError(err); ok {
+				if info := errorInfo(st); info != nil && info.GetReason() == "NOT_LEADER" {
+					s.SetTrailer(metadata.Pairs(LeaderMetadataKey, info.GetMetadata()["leader"]))
+				}
+			}
+			return err
 		case b := <-f.watch:
 			if err := s.Send(&assignerv1.WatchBindingResponse{Binding: b}); err != nil {
 				return err
@@ -138,7 +150,7 @@ func serve(t *testing.T, register func(*grpc.Server)) string {
 }
 
 func newFakeAssigner(t *testing.T, bind func(*assignerv1.BindRequest) (*assignerv1.BindResponse, error)) *fakeAssigner {
-	f := &fakeAssigner{bind: bind, watch: make(chan *assignerv1.Binding, 16)}
+	f := &fakeAssigner{bind: bind, watch: make(chan *assignerv1.Binding, 16), ends: make(chan error, 4)}
 	f.addr = serve(t, func(s *grpc.Server) { assignerv1.RegisterBindingServiceServer(s, f) })
 	return f
 }
@@ -400,5 +412,53 @@ func TestATokenWithoutTLSIsRefused(t *testing.T) {
 	_, err := New(context.Background(), "g", WithAssigners("127.0.0.1:1"), WithToken("secret"))
 	if !errors.Is(err, ErrInsecureToken) {
 		t.Errorf("New = %v, want ErrInsecureToken", err)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// C14: a watch that ends (WATCHER_TOO_SLOW) is opened again with the held version.
+// C15: a watch ended by NOT_LEADER naming another assigner re-binds there and takes its
+// binding whatever its version.
+func TestTheWatchIsOpenedAgainAndFollowsANewLeader(t *testing.T) {
+	a, b := newFakeSidecar(t), newFakeSidecar(t)
+	first := newFakeAssigner(t, bound(binding(7, a.addr)))
+	c, err := New(testContext(t), "g", WithAssigners(first.addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitFor(t, "the first watch", func() bool { first.mu.Lock(); defer first.mu.Unlock(); return len(first.known) == 1 })
+	first.ends <- statusWith(codes.ResourceExhausted, "WATCHER_TOO_SLOW", nil)
+	waitFor(t, "the watch again", func() bool { first.mu.Lock(); defer first.mu.Unlock(); return len(first.known) == 2 })
+	first.mu.Lock()
+	if first.known[0] != 7 || first.known[1] != 7 {
+		t.Errorf("known versions %v, want the held 7 both times", first.known)
+	}
+	first.mu.Unlock()
+
+	second := newFakeAssigner(t, bound(binding(1, b.addr)))
+	first.ends <- statusWith(codes.FailedPrecondition, "NOT_LEADER", map[string]string{"leader": second.addr})
+	waitFor(t, "the new leader's binding", func() bool {
+		eps := c.Endpoints()
+		return len(eps) == 1 && eps[0].Address == b.addr
+	})
+	if c.Assigner() != second.addr {
+		t.Errorf("talks to %s, want %s", c.Assigner(), second.addr)
+	}
+	waitFor(t, "a watch on the new leader", func() bool { second.mu.Lock(); defer second.mu.Unlock(); return len(second.known) == 1 })
+	second.mu.Lock()
+	defer second.mu.Unlock()
+	if second.known[0] != 1 {
+		t.Errorf("watch on the new leader with known version %d, want 1 (its binding's)", second.known[0])
 	}
 }
