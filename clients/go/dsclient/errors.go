@@ -97,7 +97,12 @@ func (e *Error) Is(target error) bool {
 }
 
 // GRPCStatus lets status.FromError and status.Code see the original status.
-func (e *Error) GRPCStatus() *status.Status { return e.status }
+func (e *Error) GRPCStatus() *status.Status {
+	if e.status == nil {
+		return status.New(e.Code, e.Message)
+	}
+	return e.status
+}
 
 // errorInfo is the ErrorInfo of a status (domain dataservice), or nil.
 func errorInfo(st *status.Status) *errdetails.ErrorInfo {
