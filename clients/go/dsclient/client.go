@@ -457,7 +457,8 @@ func (c *Client) settleAt(ctx context.Context, op string, sc *sidecar, spans []s
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		c.logger.Warn("dsclient: records not accepted; they come again", "op", op, "sidecar", sc.address, "err", asError(op, err))
+		c.logger.Warn("dsclient: no answer; records counted as not accepted (they come again unless the sidecar committed them before it failed)",
+			"op", op, "sidecar", sc.address, "err", asError(op, err))
 		return 0, nil
 	}
 	return acceptedCount(spans, rejected, c.logger, op), nil
