@@ -46,8 +46,8 @@ type Client struct {
 	state    bindingState
 	sidecars map[string]*sidecar
 	streams  map[string]*openStream // the Stream open to each sidecar, for acks on it
-	changed  chan struct{} // closed (and replaced) on every applied binding change
-	fatal    error         // a terminal error of the watch, surfaced by Fetch and Stream
+	changed  chan struct{}          // closed (and replaced) on every applied binding change
+	fatal    error                  // a terminal error of the watch, surfaced by Fetch and Stream
 	cursor   int
 	closed   bool
 

@@ -112,13 +112,13 @@ func TestStatusesMapToTypedErrors(t *testing.T) {
 		t.Errorf("status.Code of the *Error = %v", status.Code(err))
 	}
 	cases := map[error]error{
-		statusWith(codes.ResourceExhausted, "TOO_MANY_CLIENTS", nil):        ErrTooManyClients,
-		statusWith(codes.NotFound, "GROUP_NOT_SERVED", nil):                 ErrGroupNotServed,
-		statusWith(codes.InvalidArgument, "INVALID_FIELD", nil):             ErrInvalidArgument,
-		statusWith(codes.PermissionDenied, "PERMISSION_DENIED", nil):        ErrPermissionDenied,
-		statusWith(codes.Unauthenticated, "UNAUTHENTICATED", nil):           ErrUnauthenticated,
-		statusWith(codes.FailedPrecondition, "LEASE_EPOCH_STALE", nil):      ErrLeaseEpochStale,
-		status.Error(codes.Unavailable, "no ErrorInfo"):                     ErrUnavailable,
+		statusWith(codes.ResourceExhausted, "TOO_MANY_CLIENTS", nil):   ErrTooManyClients,
+		statusWith(codes.NotFound, "GROUP_NOT_SERVED", nil):            ErrGroupNotServed,
+		statusWith(codes.InvalidArgument, "INVALID_FIELD", nil):        ErrInvalidArgument,
+		statusWith(codes.PermissionDenied, "PERMISSION_DENIED", nil):   ErrPermissionDenied,
+		statusWith(codes.Unauthenticated, "UNAUTHENTICATED", nil):      ErrUnauthenticated,
+		statusWith(codes.FailedPrecondition, "LEASE_EPOCH_STALE", nil): ErrLeaseEpochStale,
+		status.Error(codes.Unavailable, "no ErrorInfo"):                ErrUnavailable,
 	}
 	for in, want := range cases {
 		if got := asError("X", in); !errors.Is(got, want) {
