@@ -8,7 +8,8 @@ VENV := .venv/bin
 export PATH := $(CURDIR)/.venv/bin:$(CURDIR)/node_modules/.bin:$(PATH)
 
 .PHONY: imports setup setup-quick run up down test test-long test-unit check lint typecheck protos rules k8s-check \
-	bench-short bench-more images compose-up compose-down compose-test client-go client-go-gen client-go-check
+	bench-short bench-more images compose-up compose-down compose-test client-go client-go-gen client-go-check \
+	client-java client-java-check
 
 setup:
 	scripts/setup.sh
@@ -143,3 +144,20 @@ client-go-check: client-go-gen
 	@changes="$$(git status --porcelain --untracked-files=all -- clients/go/gen)"; \
 	  if [ -n "$$changes" ]; then echo "$$changes"; \
 	    echo "clients/go/gen differs from the committed tree: run make client-go-gen and commit it"; exit 1; fi
+
+# The Java client (clients/java, docs/client-protocol.md): protoc and protoc-gen-grpc-java are
+# Maven Central's executables (cached in ~/.cache/dataservice/java-bin), Maven's repository is
+# ~/.cache/m2. client-java regenerates the code, runs the JUnit tests and builds
+# clients/java/target/dsread.jar; client-java-check fails if the committed generated code
+# differs from a fresh generation.
+MVN := mvn -B -q -Dmaven.repo.local=$(HOME)/.cache/m2
+
+client-java:
+	bash clients/java/generate.sh
+	cd clients/java && $(MVN) package
+
+client-java-check:
+	bash clients/java/generate.sh
+	git diff --exit-code -- clients/java/src/generated
+	@new=$$(git ls-files --others --exclude-standard -- clients/java/src/generated); \
+	  if [ -n "$$new" ]; then echo "generated files not committed: $$new"; exit 1; fi
