@@ -37,4 +37,10 @@ READERS = {
         built_by="client-go",
         artifact=REPO / "clients/go/bin/dsread",
     ),
+    "java": Reader(
+        "java",
+        ("java", "-jar", str(REPO / "clients/java/target/dsread.jar")),
+        built_by="client-java",
+        artifact=REPO / "clients/java/target/dsread.jar",
+    ),
 }

@@ -1,0 +1,122 @@
+package mesh.dataservice.dsread;
+
+import java.io.PrintStream;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+/**
+ * The conformance reader (issue 20's contract, the same command line in every language):
+ *
+ * <pre>
+ * dsread --assigner HOST:PORT --group GROUP --client-id ID --expect N
+ *        [--mode fetch|stream] [--idle-exit-s S] [--quiet]
+ * dsread --direct --bootstrap HOST:PORT --topic T --group GROUP --expect N [--quiet]
+ * </pre>
+ *
+ * Exit codes: 0 done, 2 bad arguments, 3 a terminal error ({@code error CODE REASON} on stderr),
+ * 4 idle ({@code error DEADLINE_EXCEEDED idle}). Logs go to stderr, records to stdout.
+ */
+public final class DsRead {
+  static final String USAGE = String.join("\n",
+      "usage: dsread --assigner HOST:PORT --group GROUP --client-id ID --expect N",
+      "              [--mode fetch|stream] [--idle-exit-s S] [--quiet]",
+      "       dsread --direct --bootstrap HOST:PORT --topic T --group GROUP --expect N [--quiet]");
+
+  private static final Set<String> FLAGS = Set.of("--quiet", "--direct");
+  private static final Set<String> VALUES = Set.of("--assigner", "--group", "--client-id",
+      "--expect", "--mode", "--idle-exit-s", "--bootstrap", "--topic");
+
+  /** Parsed arguments. */
+  record Args(boolean direct, String assigner, String bootstrap, String topic, String group,
+      String clientId, long expect, String mode, double idleExitSeconds, boolean quiet) {}
+
+  /** Parses the command line; throws IllegalArgumentException with the reason when bad. */
+  static Args parse(String[] argv) {
+    Map<String, String> values = new HashMap<>();
+    Set<String> flags = new java.util.HashSet<>();
+    for (int i = 0; i < argv.length; i++) {
+      String a = argv[i];
+      String value = null;
+      int eq = a.indexOf('=');
+      if (a.startsWith("--") && eq > 0) {
+        value = a.substring(eq + 1);
+        a = a.substring(0, eq);
+      }
+      if (FLAGS.contains(a) && value == null) {
+        flags.add(a);
+      } else if (VALUES.contains(a)) {
+        if (value == null) {
+          if (i + 1 >= argv.length) {
+            throw new IllegalArgumentException(a + " needs a value");
+          }
+          value = argv[++i];
+        }
+        values.put(a, value);
+      } else {
+        throw new IllegalArgumentException("unknown argument " + argv[i]);
+      }
+    }
+    boolean direct = flags.contains("--direct");
+    List<String> required = direct
+        ? List.of("--bootstrap", "--topic", "--group", "--expect")
+        : List.of("--assigner", "--group", "--client-id", "--expect");
+    for (String r : required) {
+      if (!values.containsKey(r) || values.get(r).isBlank()) {
+        throw new IllegalArgumentException(r + " is required");
+      }
+    }
+    long expect = parseLong(values.get("--expect"), "--expect");
+    if (expect < 1) {
+      throw new IllegalArgumentException("--expect must be at least 1");
+    }
+    String mode = values.getOrDefault("--mode", "fetch");
+    if (!mode.equals("fetch") && !mode.equals("stream")) {
+      throw new IllegalArgumentException("--mode must be fetch or stream");
+    }
+    double idle = 60;
+    if (values.containsKey("--idle-exit-s")) {
+      try {
+        idle = Double.parseDouble(values.get("--idle-exit-s"));
+      } catch (NumberFormatException e) {
+        throw new IllegalArgumentException("--idle-exit-s must be a number of seconds");
+      }
+      if (!(idle > 0)) {
+        throw new IllegalArgumentException("--idle-exit-s must be positive");
+      }
+    }
+    return new Args(direct, values.get("--assigner"), values.get("--bootstrap"),
+        values.get("--topic"), values.get("--group"), values.get("--client-id"), expect, mode,
+        idle, flags.contains("--quiet"));
+  }
+
+  private static long parseLong(String s, String name) {
+    try {
+      return Long.parseLong(s);
+    } catch (NumberFormatException e) {
+      throw new IllegalArgumentException(name + " must be an integer");
+    }
+  }
+
+  public static void main(String[] argv) {
+    // Logs (gRPC's java.util.logging, Kafka's slf4j-simple) go to stderr, warnings and up.
+    System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "warn");
+    System.setProperty("org.slf4j.simpleLogger.logFile", "System.err");
+    java.util.logging.Logger.getLogger("").setLevel(java.util.logging.Level.WARNING);
+    Args args;
+    try {
+      args = parse(argv);
+    } catch (IllegalArgumentException e) {
+      System.err.println("dsread: " + e.getMessage());
+      System.err.println(USAGE);
+      System.exit(2);
+      return;
+    }
+    PrintStream out = new PrintStream(new java.io.FileOutputStream(java.io.FileDescriptor.out),
+        false, java.nio.charset.StandardCharsets.UTF_8);
+    int code = args.direct() ? DirectRead.run(args, out) : MeshRead.run(args, out);
+    out.flush();
+    System.exit(code);
+  }
+}
