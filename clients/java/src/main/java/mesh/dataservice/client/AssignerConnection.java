@@ -50,6 +50,10 @@ final class AssignerConnection implements AutoCloseable {
     return BindingServiceGrpc.newBlockingStub(channel);
   }
 
+  private synchronized ManagedChannel channel() {
+    return channel;
+  }
+
   /** Makes {@code address} current: a new channel, the old one closed. */
   synchronized void switchTo(String address) {
     if (closed || address.equals(current)) {
@@ -83,6 +87,7 @@ final class AssignerConnection implements AutoCloseable {
     int pauses = 0;
     for (int attempt = 1; ; attempt++) {
       String calling = current();
+      Connecting.await(channel(), Connecting.MAX_WAIT);
       try {
         return call.apply(stub().withDeadlineAfter(deadline.toNanos(), TimeUnit.NANOSECONDS));
       } catch (StatusRuntimeException e) {

@@ -662,18 +662,22 @@ public final class DsClient implements AutoCloseable {
     return total;
   }
 
-  /** A unary call to a sidecar: 8 attempts on UNAVAILABLE, 10 s each. */
+  /**
+   * A unary call to a sidecar: 8 attempts on UNAVAILABLE, 10 s each, while the sidecar is bound
+   * (an ack to a sidecar that left is dropped: its records come again from the new owner).
+   */
   private <T> T sidecarCall(Sidecar s,
       java.util.function.Function<StreamServiceGrpc.StreamServiceBlockingStub, T> call) {
     CallPolicy policy = CallPolicy.sidecar();
     for (int attempt = 1; ; attempt++) {
+      Connecting.await(s.channel, Connecting.MAX_WAIT);
       try {
         return call.apply(StreamServiceGrpc.newBlockingStub(s.channel)
             .withDeadlineAfter(UNARY_DEADLINE.toNanos(), TimeUnit.NANOSECONDS));
       } catch (StatusRuntimeException e) {
         if (policy.decide(attempt, e.getStatus().getCode(), DsClientException.reasonOf(e),
-            "", s.address) != CallPolicy.Decision.RETRY) {
-          throw DsClientException.of(e);
+            "", s.address) != CallPolicy.Decision.RETRY || sidecar(s.address) != s) {
+          throw DsClientException.of(e); // refused, out of attempts, or no longer bound
         }
         sleepQuietly(Backoff.CALLS.pause(attempt - 1, ThreadLocalRandom.current()::nextDouble));
       }

@@ -347,4 +347,37 @@ class InProcessClientTest {
       assertEquals(12, acks.getAcks().getRanges(0).getToOffset());
     }
   }
+
+  @Test
+  void channelsLetGrpcRetryUnavailableOnlyFourAttempts() throws Exception {
+    java.util.concurrent.atomic.AtomicInteger calls = new java.util.concurrent.atomic.AtomicInteger();
+    java.util.concurrent.atomic.AtomicReference<Status> answer =
+        new java.util.concurrent.atomic.AtomicReference<>(Status.UNAVAILABLE);
+    serve("flaky", new StreamServiceGrpc.StreamServiceImplBase() {
+      @Override
+      public void ack(AckRequest request, StreamObserver<AckResponse> response) {
+        if (calls.incrementAndGet() < 4) {
+          response.onError(answer.get().asRuntimeException());
+          return;
+        }
+        response.onNext(AckResponse.newBuilder().setAckedCount(1).build());
+        response.onCompleted();
+      }
+    });
+    ManagedChannel channel = new InProcessChannels().open("flaky");
+    try {
+      StreamServiceGrpc.StreamServiceBlockingStub stub = StreamServiceGrpc.newBlockingStub(channel)
+          .withDeadlineAfter(10, TimeUnit.SECONDS);
+      assertEquals(1, stub.ack(AckRequest.getDefaultInstance()).getAckedCount());
+      assertEquals(4, calls.get(), "three UNAVAILABLE answers retried by gRPC itself");
+      calls.set(0);
+      answer.set(Status.INTERNAL);
+      io.grpc.StatusRuntimeException e = assertThrows(io.grpc.StatusRuntimeException.class,
+          () -> stub.ack(AckRequest.getDefaultInstance()));
+      assertEquals(Status.Code.INTERNAL, e.getStatus().getCode());
+      assertEquals(1, calls.get(), "anything but UNAVAILABLE is not retried");
+    } finally {
+      channel.shutdownNow();
+    }
+  }
 }
