@@ -91,7 +91,7 @@ final class AssignerConnection implements AutoCloseable {
       try {
         return call.apply(stub().withDeadlineAfter(deadline.toNanos(), TimeUnit.NANOSECONDS));
       } catch (StatusRuntimeException e) {
-        Status.Code code = e.getStatus().getCode();
+        Status.Code code = CallPolicy.codeOf(e);
         if (code == Status.Code.CANCELLED && !calling.equals(current())
             && attempt < policy.attempts()) {
           continue; // its channel was closed by a switch: call again on the new one

@@ -81,6 +81,20 @@ public final class CallPolicy {
     return Decision.RAISE;
   }
 
+  /**
+   * The status code of a failed call as the protocol reads it: a transport failure that gRPC
+   * reports UNKNOWN (grpc-java's netty transport answers a call whose connection was reset, e.g.
+   * by a kill -9 of the server, {@code UNKNOWN: channel closed} with the IOException as its cause)
+   * is UNAVAILABLE: no server answered it.
+   */
+  public static Status.Code codeOf(Throwable error) {
+    Status status = Status.fromThrowable(error);
+    if (status.getCode() == Status.Code.UNKNOWN && status.getCause() instanceof java.io.IOException) {
+      return Status.Code.UNAVAILABLE;
+    }
+    return status.getCode();
+  }
+
   /** The {@code ds-leader} trailer of a failed call, or "" when it has none. */
   public static String leaderOf(Throwable error) {
     Metadata trailers = Status.trailersFromThrowable(error);

@@ -263,7 +263,7 @@ public final class DsClient implements AutoCloseable {
   }
 
   private static boolean terminal(StatusRuntimeException e) {
-    Status.Code code = e.getStatus().getCode();
+    Status.Code code = CallPolicy.codeOf(e);
     return code == Status.Code.NOT_FOUND || code == Status.Code.INVALID_ARGUMENT
         || code == Status.Code.PERMISSION_DENIED || code == Status.Code.UNAUTHENTICATED;
   }
@@ -331,11 +331,11 @@ public final class DsClient implements AutoCloseable {
         assigner.switchTo(leader); // the next pass re-binds there at once
         continue;
       }
-      String why = ended == null ? "ended" : ended.getStatus().getCode() + " "
+      String why = ended == null ? "ended" : CallPolicy.codeOf(ended) + " "
           + DsClientException.reasonOf(ended);
       LOG.fine(() -> "binding watch " + why + "; watching again");
       sleepQuietly(Backoff.WATCH.pause(failures++, ThreadLocalRandom.current()::nextDouble));
-      if (ended != null && (ended.getStatus().getCode() == Status.Code.UNAVAILABLE
+      if (ended != null && (CallPolicy.codeOf(ended) == Status.Code.UNAVAILABLE
           || "NOT_LEADER".equals(DsClientException.reasonOf(ended)))) {
         assigner.next(); // an election or an unreachable replica: try the next address
       }
@@ -453,7 +453,7 @@ public final class DsClient implements AutoCloseable {
           .withDeadlineAfter(wait.plus(FETCH_EXTRA).toNanos(), TimeUnit.NANOSECONDS)
           .fetch(request);
     } catch (StatusRuntimeException e) {
-      Status.Code code = e.getStatus().getCode();
+      Status.Code code = CallPolicy.codeOf(e);
       if (code == Status.Code.UNAVAILABLE || code == Status.Code.DEADLINE_EXCEEDED
           || code == Status.Code.CANCELLED) {
         LOG.fine(() -> "fetch from " + address + ": " + code + "; skipped");
@@ -549,7 +549,7 @@ public final class DsClient implements AutoCloseable {
   }
 
   private void streamEnded(StreamSession session, Throwable error) {
-    Status.Code code = error == null ? Status.Code.OK : Status.fromThrowable(error).getCode();
+    Status.Code code = error == null ? Status.Code.OK : CallPolicy.codeOf(error);
     boolean reopen = code == Status.Code.OK || code == Status.Code.UNAVAILABLE
         || code == Status.Code.CANCELLED || code == Status.Code.DEADLINE_EXCEEDED;
     Sidecar s;
@@ -675,7 +675,7 @@ public final class DsClient implements AutoCloseable {
         return call.apply(StreamServiceGrpc.newBlockingStub(s.channel)
             .withDeadlineAfter(UNARY_DEADLINE.toNanos(), TimeUnit.NANOSECONDS));
       } catch (StatusRuntimeException e) {
-        if (policy.decide(attempt, e.getStatus().getCode(), DsClientException.reasonOf(e),
+        if (policy.decide(attempt, CallPolicy.codeOf(e), DsClientException.reasonOf(e),
             "", s.address) != CallPolicy.Decision.RETRY || sidecar(s.address) != s) {
           throw DsClientException.of(e); // refused, out of attempts, or no longer bound
         }
@@ -747,7 +747,7 @@ public final class DsClient implements AutoCloseable {
             .nack(NackRequest.newBuilder().setClientId(clientId).setGroup(group).setAll(true)
                 .build());
       } catch (StatusRuntimeException e) {
-        LOG.fine(() -> "close: Nack(all) at " + s.address + ": " + e.getStatus().getCode());
+        LOG.fine(() -> "close: Nack(all) at " + s.address + ": " + CallPolicy.codeOf(e));
       }
       s.channel.shutdownNow();
     }
@@ -755,7 +755,7 @@ public final class DsClient implements AutoCloseable {
       assigner.stub().withDeadlineAfter(CLOSE_DEADLINE.toNanos(), TimeUnit.NANOSECONDS)
           .unbind(UnbindRequest.newBuilder().setClientId(clientId).setGroup(group).build());
     } catch (StatusRuntimeException e) {
-      LOG.fine(() -> "close: Unbind: " + e.getStatus().getCode());
+      LOG.fine(() -> "close: Unbind: " + CallPolicy.codeOf(e));
     }
     assigner.close();
   }

@@ -72,4 +72,14 @@ class ErrorMappingTest {
         java.nio.file.attribute.FileTime.fromMillis(System.currentTimeMillis() + 5000));
     assertEquals("two", credentials.token());
   }
+
+  @Test
+  void aConnectionResetReportedUnknownIsReadAsUnavailable() {
+    StatusRuntimeException reset = Status.UNKNOWN.withDescription("channel closed")
+        .withCause(new java.nio.channels.ClosedChannelException()).asRuntimeException();
+    assertEquals(Status.Code.UNAVAILABLE, CallPolicy.codeOf(reset));
+    assertEquals(Status.Code.UNKNOWN,
+        CallPolicy.codeOf(Status.UNKNOWN.withDescription("a server's answer").asRuntimeException()));
+    assertEquals(Status.Code.NOT_FOUND, CallPolicy.codeOf(Status.NOT_FOUND.asRuntimeException()));
+  }
 }
