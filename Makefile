@@ -9,7 +9,7 @@ export PATH := $(CURDIR)/.venv/bin:$(CURDIR)/node_modules/.bin:$(PATH)
 
 .PHONY: imports setup setup-quick run up down test test-long test-unit check lint typecheck protos rules k8s-check \
 	bench-short bench-more images compose-up compose-down compose-test client-go client-go-gen client-go-check \
-	client-java client-java-check
+	client-java client-java-check clients
 
 setup:
 	scripts/setup.sh
@@ -26,8 +26,18 @@ up: setup-quick
 down:
 	$(VENV)/dsctl dev down
 
-test: setup
+test: setup clients/go/bin/dsread clients/java/target/dsread.jar
 	$(VENV)/python -m pytest -m "not long" --junitxml=build/test-results.xml
+
+# tests/clients runs each client's conformance reader: built here when missing (a fresh
+# clone); `make clients` rebuilds and tests both after a change to them.
+clients/go/bin/dsread:
+	$(MAKE) client-go
+
+clients/java/target/dsread.jar:
+	$(MAKE) client-java
+
+clients: client-go client-java
 
 # Everything, the long scenarios too (about 20 minutes more): run by hand for a closing note.
 test-long: setup
@@ -50,7 +60,7 @@ compose-down:
 compose-test:
 	$(VENV)/python -m pytest tests/compose -v
 
-check: lint typecheck imports protos rules k8s-check
+check: lint typecheck imports protos rules k8s-check client-go-check client-java-check
 
 lint:
 	$(VENV)/ruff check .
