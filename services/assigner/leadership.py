@@ -444,6 +444,10 @@ class LeaderElector:
                 if time.monotonic() >= deadline:
                     raise
                 self._log.warning("term check write slow; retrying it", error=str(exc))
+                # A pause between attempts: a write that fails at once must not spin.
+                await asyncio.sleep(
+                    min(self.settings.term_check_seconds, max(deadline - time.monotonic(), 0))
+                )
 
     async def _on_consul_error(self, exc: Exception) -> None:
         if isinstance(exc, LookupError) or "critical state" in str(exc):

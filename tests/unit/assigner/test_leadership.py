@@ -396,9 +396,12 @@ async def _slow_term_check() -> None:
     2s)', then nobody could be elected and every lease lapsed."""
     outcomes: list[BaseException | None] = [TimeoutError("not committed within 2s")]
     events: list[str] = []
+    always_slow = False
 
     async def confirm() -> None:
         outcome = outcomes.pop(0) if outcomes else None
+        if always_slow:
+            outcome = TimeoutError("not committed within 2s")
         events.append("timeout" if isinstance(outcome, TimeoutError) else "confirmed")
         if outcome is not None:
             raise outcome
@@ -427,9 +430,15 @@ async def _slow_term_check() -> None:
         assert elector.is_leader, f"one slow write ended the term: {events}"
         assert events[0] == "timeout" and "confirmed" in events and "demoted" not in events
         # Writes that only ever time out, for the whole budget: the term ends.
-        outcomes.extend([TimeoutError("not committed within 2s")] * 1000)
-        await asyncio.sleep(1.0)
+        always_slow = True
+        for _ in range(500):  # the term ends about 0.5 s from now; up to 5 s on a slow box
+            if not elector.is_leader:
+                break
+            await asyncio.sleep(0.01)
         assert not elector.is_leader and events[-1] == "demoted"
+        # Retries pause between attempts (term_check_seconds): no busy loop on a write
+        # that fails at once.
+        assert events.count("timeout") < 0.5 / 0.01 + 10, events.count("timeout")
     finally:
         checks.cancel()
 
