@@ -200,6 +200,9 @@ def test_sidecar_kill9_partitions_taken_over_within_ttl(mesh: Mesh, topic_factor
         )
 
 
+# The same behaviour, for the Python, Go and Java clients, is tests/clients' conformance
+# scenario (in CI); this one runs in the long profile.
+@pytest.mark.long
 def test_client_follows_new_binding_when_its_sidecar_is_killed(
     mesh: Mesh, topic_factory: object
 ) -> None:

@@ -137,7 +137,12 @@ def test_same_application_in_either_mode(mesh: Mesh, topic_factory: object, mode
 
 
 @pytest.mark.parametrize(
-    ("first", "second"), [("leased", "kafka_group"), ("kafka_group", "leased")]
+    ("first", "second"),
+    [
+        ("leased", "kafka_group"),
+        # The way back is also in test_mode_switch.py (with a client reading): long profile.
+        pytest.param("kafka_group", "leased", marks=pytest.mark.long),
+    ],
 )
 def test_switching_modes_keeps_committed_offsets(
     mesh: Mesh, topic_factory: object, first: str, second: str

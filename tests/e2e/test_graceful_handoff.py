@@ -25,7 +25,8 @@ from tests.support.loadrun import LoadRun
 from tests.support.mesh import Mesh
 from tests.support.records import describe_missing, partition_gaps
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
+# hold_mode handoff is opt-in (issue 22, open): its scenario is in the long profile.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(300)]
 
 PARTITIONS = 24
 SIDECARS = ("gh-1", "gh-2", "gh-3")
