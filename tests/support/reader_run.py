@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,13 +85,11 @@ def copies(records: list[Rec]) -> dict[tuple[int, int], list[Rec]]:
 def out_of_order(records: list[Rec]) -> list[str]:
     """Per-partition order: within one lease epoch, a partition's first deliveries go up."""
     last: dict[tuple[int, int], int] = {}
-    counts: Counter[tuple[int, int]] = Counter()
     bad = []
     for r in records:
         if r.delivery_count > 1:
             continue  # a redelivery may go back (client-protocol §9); first deliveries may not
         key = (r.partition, r.epoch)
-        counts[key] += 1
         if key in last and r.offset <= last[key]:
             bad.append(f"p{r.partition} epoch {r.epoch}: {r.offset} after {last[key]}")
         last[key] = r.offset
