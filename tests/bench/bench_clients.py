@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from services.devstack.kafka import KafkaCluster, KafkaOptions, create_topic
-from tests.support.mesh import Mesh, running_mesh
+from tests.support.mesh import Mesh, ServiceProcess, running_mesh
 from tests.support.readers import READERS, Reader
 from tests.support.sidecar_probe import produce_bulk, start_sidecar
 
@@ -66,13 +66,15 @@ def timed(reader: Reader, args: list[str], expect: int) -> float:
     return done["distinct"] / max(done["seconds"], 1e-6)
 
 
-def through_mesh(mesh: Mesh, assigner: object, reader: Reader, group: str, expect: int) -> float:
-    sidecar = start_sidecar(mesh, group, assigner, f"bench-{group[-20:]}")  # type: ignore[arg-type]
+def through_mesh(
+    mesh: Mesh, assigner: ServiceProcess, reader: Reader, group: str, expect: int
+) -> float:
+    sidecar = start_sidecar(mesh, group, assigner, f"bench-{group[-20:]}")
     try:
         sidecar.wait_serving()
         return timed(
             reader,
-            ["--assigner", assigner.grpc_addr, "--group", group,  # type: ignore[attr-defined]
+            ["--assigner", assigner.grpc_addr, "--group", group,
              "--client-id", f"bench-{reader.name}"],
             expect,
         )  # fmt: skip
