@@ -47,7 +47,7 @@ from tests.support.assignment import describe, wait_stable
 from tests.support.holders import HolderSampler
 from tests.support.mesh import Mesh, ServiceProcess, running_mesh
 from tests.support.offsets import committed_offsets, end_offsets
-from tests.support.ops import unexplained_duplicates, wait_for
+from tests.support.ops import describe_deliveries, metric_samples, unexplained_duplicates, wait_for
 from tests.support.records import (
     ConsumerLoop,
     Delivery,
@@ -84,6 +84,10 @@ class Accounting:
     double_holders: list[tuple[float, int, list[str]]]
     gaps: dict[str, dict[int, float]]  # phase -> partition -> longest time without a delivery
     client_errors: list[BaseException] = field(default_factory=list)
+    # Records the sidecars made due again, by reason (ds_sidecar_redeliveries_total), and
+    # the unexplained duplicates' deliveries, told in full: what a failure is read from.
+    redeliveries: dict[str, float] = field(default_factory=dict)
+    unexplained_text: str = ""
 
     def line(self, label: str) -> str:
         """The scenario's one summary line."""
@@ -102,14 +106,22 @@ class Accounting:
             f"{len(self.epochs_backwards)} ({self.commit_samples} commit changes seen); two "
             f"live holders {len(self.double_holders)} of {self.holder_samples} samples; max "
             f"time with no consumption per partition: {gaps}; client errors "
-            f"{len(self.client_errors)}"
+            f"{len(self.client_errors)}; made due again by the sidecars: "
+            f"{self._redeliveries()}"
         )
+
+    def _redeliveries(self) -> str:
+        counted = {reason: n for reason, n in self.redeliveries.items() if n}
+        return ", ".join(f"{n:.0f} {reason}" for reason, n in sorted(counted.items())) or "none"
 
     def check(self) -> None:
         assert not self.client_errors, self.client_errors[:3]
         assert not self.lost, self.lost_text
         assert not self.not_at_end, f"not read to the end (committed, end): {self.not_at_end}"
-        assert not self.unexplained, f"unexplained duplicates: {sorted(self.unexplained)[:10]}"
+        assert not self.unexplained, (
+            f"unexplained duplicates: {sorted(self.unexplained)[:10]}: {self.unexplained_text}; "
+            f"made due again by the sidecars: {self._redeliveries()}"
+        )
         assert not self.commits_backwards, f"committed offsets backwards {self.commits_backwards}"
         assert not self.epochs_backwards, f"commit epochs backwards {self.epochs_backwards}"
         assert self.holder_samples > 50, self.holder_samples
@@ -332,6 +344,7 @@ class LoadedMesh:
         committed = committed_offsets(bootstrap, self.group, self.topic, PARTITIONS)
         for loop in self.loops:
             loop.stop()
+        redeliveries = self._redeliveries()
         self.commits.stop()
         self.holders.__exit__(None, None, None)
 
@@ -348,6 +361,7 @@ class LoadedMesh:
                     commits_backwards.append((p, a.offset, b.offset))
                 if a.epoch is not None and b.epoch is not None and b.epoch < a.epoch:
                     epochs_backwards.append((p, a.epoch, b.epoch))
+        unexplained = self._unexplained(apps)
         phases = dict(self.phases)
         phases["after"] = (max((e for _, e in self.phases.values()), default=self.started), ended)
         return Accounting(
@@ -356,7 +370,7 @@ class LoadedMesh:
             lost=lost,
             lost_text=lost_text,
             duplicates=self._duplicates(apps),
-            unexplained=self._unexplained(apps),
+            unexplained=unexplained,
             not_at_end={p: (committed[p], e) for p, e in ends.items() if committed[p] != e},
             commits_backwards=commits_backwards,
             epochs_backwards=epochs_backwards,
@@ -368,7 +382,20 @@ class LoadedMesh:
                 for name, (a, b) in phases.items()
             },
             client_errors=[e for loop in self.loops for e in loop.errors],
+            redeliveries=redeliveries,
+            unexplained_text=" | ".join(
+                f"seq {seq}: {describe_deliveries(ds, self.started)}"
+                for seq, ds in sorted(unexplained.items())[:5]
+            ),
         )
+
+    def _redeliveries(self) -> dict[str, float]:
+        """ds_sidecar_redeliveries_total by reason, summed over the sidecars still up."""
+        by_reason: Counter[str] = Counter()
+        for sidecar in self.sidecars:
+            for sample in metric_samples(sidecar, "ds_sidecar_redeliveries_total"):
+                by_reason[sample.labels.get("reason", "?")] += sample.value
+        return dict(by_reason)
 
     def _deliveries(self, apps: list[AppLog]) -> Counter[int]:
         """How often each record was delivered, to the tally's clients and the apps."""

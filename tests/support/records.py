@@ -106,7 +106,8 @@ class Delivery:
     offset: int
     epoch: int
     sidecar: str  # address of the sidecar that delivered it
-    fetched_at: float  # monotonic
+    fetched_at: float  # monotonic, when the fetch returned
+    requested_at: float  # monotonic, before the fetch was sent
     acked: bool  # the sidecar accepted the ack of the whole batch
     acked_at: float
     client: str = ""  # the client id it was delivered to
@@ -195,6 +196,7 @@ class ConsumerLoop:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
+                requested_at = time.monotonic()
                 batch = self.client.fetch(self.max_records, max_wait=0.5)
                 if not batch:
                     continue
@@ -220,6 +222,7 @@ class ConsumerLoop:
                             epoch=r.lease_epoch,
                             sidecar=sidecar,
                             fetched_at=fetched_at,
+                            requested_at=requested_at,
                             acked=ok,
                             acked_at=acked_at,
                             client=self.client.client_id,
