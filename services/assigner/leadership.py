@@ -32,6 +32,17 @@ only times out (a slow broker) is retried for up to ``term_check_budget_seconds`
 under TTL + grace) before the leader resigns: one slow write does not end a term that
 nobody else can take while Consul is down.
 
+After a Consul outage: Consul, back, may invalidate the leader's session (its TTL ran out
+while nobody could renew it) and free the key. The leader that led through the outage
+takes it back (a new session, then the acquire), but a standby keeps a session ready and
+acquires in one write, so it used to win: a new leader, a restore, every lease lapsing
+(chaos scenario 3 saw the restore take 4.2 s, past the 3 s TTL). So a standby that was
+cut off from Consul itself (a call failed, or a blocking query came back more than
+``consul_stall_seconds`` after its wait) leaves a free key alone for
+``rejoin_defer_seconds`` after Consul answers again. A leader that really died meanwhile
+costs that much more failover; a plain failover (the standby never lost Consul) is as fast
+as before.
+
 Without Consul, :class:`StaticLeadership` is the embedded default: a single assigner that
 always leads.
 """
@@ -100,6 +111,11 @@ class ElectionSettings:
     # for this long. Below lease TTL + grace (3 + 1 s by default), so a leader cut off from
     # Kafka too still resigns before a successor's first grant (module doc).
     term_check_budget_seconds: float = 3.5
+    # A standby that could not reach Consul (a call failed, or a blocking query came back
+    # this much later than its wait) leaves a key freed right after the outage to the
+    # leader that led through it for this long (module doc: "After a Consul outage").
+    rejoin_defer_seconds: float = 5.0
+    consul_stall_seconds: float = 3.0
     # Checks to bind the session to; None = serfHealth + this replica's registered service
     # check, found in the local agent by service name and address.
     checks: tuple[str, ...] | None = None
@@ -220,6 +236,11 @@ class LeaderElector:
         self._lost.set()
         self._confirmed_at = 0.0
         self._resigned = False
+        # Consul outages this replica saw itself: since when (None: answering), and when
+        # it answered again after one (the standby's deferral, module doc).
+        self._consul_answered = False
+        self._consul_lost_at: float | None = None
+        self._consul_back_at: float | None = None
         self._client = client or consul_client(settings.consul)
         # Blocking queries hold a connection for up to wait_seconds: give them their own.
         self._watch_client = consul_client(settings.consul)
@@ -281,12 +302,14 @@ class LeaderElector:
         backoff = self.settings.retry_seconds
         while not self._resigned:
             try:
+                asked = time.monotonic()
                 new_index, entry = await asyncio.to_thread(
                     self._watch_client.kv.get,
                     self.settings.key,
                     index=index,
                     wait=f"{self.settings.wait_seconds}s",
                 )
+                self._consul_answer(asked)
                 index = next_index(index, new_index)
                 if await self._on_key(entry):
                     index = None  # we just tried to acquire: read the outcome at once
@@ -296,6 +319,25 @@ class LeaderElector:
                 index = None
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
+
+    def _consul_answer(self, asked: float) -> None:
+        """A blocking query asked at ``asked`` was answered: note the end of an outage
+        this replica saw (a failed call before, or this answer stalled past its wait)."""
+        now = time.monotonic()
+        stalled = now - asked > self.settings.wait_seconds + self.settings.consul_stall_seconds
+        if self._consul_answered and (stalled or self._consul_lost_at is not None):
+            self._consul_back_at = now
+        self._consul_answered = True
+        self._consul_lost_at = None
+
+    def _deferring(self) -> float:
+        """Seconds a standby still leaves a free key to the leader that led through the
+        Consul outage it just saw (0: campaign)."""
+        if self._consul_back_at is None:
+            return 0.0
+        return max(
+            0.0, self._consul_back_at + self.settings.rejoin_defer_seconds - time.monotonic()
+        )
 
     async def _on_key(self, entry: Mapping[str, Any] | None) -> bool:
         """React to the key's current state; True if an acquire was attempted."""
@@ -312,6 +354,15 @@ class LeaderElector:
             self._follow(leader_of(entry))
             await self._prepare_session()
             return False
+        if not self._is_leader and (wait := self._deferring()) > 0:
+            self._follow(None)
+            self._log.info(
+                "leader lock free right after a Consul outage; leaving it to the leader that "
+                "led through it",
+                seconds=round(wait, 2),
+            )
+            await asyncio.sleep(wait)
+            return True  # read the key again at once
         if self._is_leader:
             # Free, and we lead (our session was invalidated, e.g. by a Consul outage
             # longer than its TTL): take it back without stepping down. Leading on meanwhile
@@ -454,6 +505,8 @@ class LeaderElector:
             # Not registered yet / our check is not passing yet: normal during start-up.
             self._log.debug("cannot campaign yet", error=str(exc))
         else:
+            if self._consul_answered and self._consul_lost_at is None:
+                self._consul_lost_at = time.monotonic()
             self._log.warning("leader election: Consul call failed; retrying", error=str(exc))
         if "invalid session" in str(exc).lower():
             self.session_id = None

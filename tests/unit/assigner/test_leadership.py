@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -517,3 +518,56 @@ async def _retakes_the_free_lock() -> None:
     plain._client.session.create = lambda **_kw: "new"  # type: ignore[attr-defined]
     await plain._on_key({"Value": b"127.0.0.1:7001"})
     assert not plain.is_leader, "without fenced writes a free key means stepping down"
+
+
+def test_a_standby_back_from_a_consul_outage_leaves_the_free_key_to_the_leader_for_a_while() -> (
+    None
+):
+    asyncio.run(_standby_defers_after_an_outage())
+
+
+async def _standby_defers_after_an_outage() -> None:
+    """Chaos scenario 3: Consul, back after an outage, invalidated the leader's session and
+    freed the key; the standby (a session ready, one write to acquire) took it before the
+    leader that had led through the outage, and the new leader's restore let every lease
+    lapse. A standby that saw the outage itself now leaves a free key alone for
+    ``rejoin_defer_seconds``; one that did not (a plain failover) takes it at once."""
+    settings = ElectionSettings(
+        consul="127.0.0.1:8500",
+        address="127.0.0.1:7002",
+        checks=("serfHealth",),
+        rejoin_defer_seconds=0.4,
+        wait_seconds=5,
+        consul_stall_seconds=3.0,
+    )
+    plain = LeaderElector(settings, client=_FakeConsul())  # type: ignore[arg-type]
+    plain.session_id = "standby"
+    plain._consul_answer(time.monotonic())
+    assert await plain._on_key({"Value": b"127.0.0.1:7001"}) is True
+    assert plain._client.kv.puts[-1]["acquire"] == "standby", "no outage: no deferral"
+
+    for outage in ("a failed call", "a stalled blocking query"):
+        fake = _FakeConsul()
+        standby = LeaderElector(settings, client=fake)  # type: ignore[arg-type]
+        standby.session_id = "standby"
+        standby._consul_answer(time.monotonic())  # it was following the leader
+        if outage == "a failed call":
+            await standby._on_consul_error(ConnectionError("connection refused"))
+            standby._consul_answer(time.monotonic())
+        else:
+            standby._consul_answer(time.monotonic() - 20)  # asked 20 s ago, wait 5 s
+        started = time.monotonic()
+        assert await standby._on_key({"Value": b"127.0.0.1:7001"}) is True
+        assert time.monotonic() - started >= 0.35, outage
+        assert fake.kv.puts == [], f"{outage}: the free key was taken during the deferral"
+        # Deferral over: the next look at a still free key acquires it.
+        await standby._on_key({"Value": b"127.0.0.1:7001"})
+        assert fake.kv.puts[-1]["acquire"] == "standby", outage
+
+    # Start-up errors (not registered, check not passing yet) are no outage.
+    fresh = LeaderElector(settings, client=_FakeConsul())  # type: ignore[arg-type]
+    fresh.session_id = "standby"
+    fresh._consul_answer(time.monotonic())
+    await fresh._on_consul_error(LookupError("ds-assigner is not registered yet"))
+    fresh._consul_answer(time.monotonic())
+    assert fresh._deferring() == 0.0
