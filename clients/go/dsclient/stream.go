@@ -2,6 +2,8 @@ package dsclient
 
 import (
 	"context"
+	"errors"
+	"io"
 	"iter"
 	"sync"
 	"time"
@@ -23,9 +25,9 @@ type streamItem struct {
 // Stream reads over the credit-based Stream RPC (§7): one stream per bound sidecar, each
 // opened with a credit of the client's window (WithMaxRecords, default 500) and granted
 // back the records of each batch as the loop takes it. Streams follow the binding: a
-// sidecar added gets one, one removed loses its; a stream that ends UNAVAILABLE,
-// CANCELLED or DEADLINE_EXCEEDED is opened again (0.1 s doubling to 2 s, jittered) while
-// its sidecar is bound. Ack what you processed with Ack (unless WithAutoAck). The
+// sidecar added gets one, one removed loses its; a stream that ends cleanly (status OK)
+// or UNAVAILABLE, CANCELLED or DEADLINE_EXCEEDED is opened again (0.1 s doubling to 2 s,
+// jittered) while its sidecar is bound. Ack what you processed with Ack (unless WithAutoAck). The
 // sequence ends when ctx is done (no error), or with one terminal error (another status
 // from a sidecar, a terminal error of the binding watch, ErrClosed).
 //
@@ -111,8 +113,9 @@ func (c *Client) superviseStreams(ctx context.Context, items chan<- streamItem, 
 	}
 }
 
-// runStream reads one sidecar's stream, opening it again after a retryable end, until
-// ctx ends (the sidecar left the binding, the loop stopped) or a terminal status.
+// runStream reads one sidecar's stream, opening it again after a clean end (status OK: a
+// clean end says nothing about the binding, §7 step 5) or a retryable one, until ctx ends
+// (the sidecar left the binding, the loop stopped) or a terminal status.
 func (c *Client) runStream(ctx context.Context, s *sidecar, items chan<- streamItem) {
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		if attempt > 0 {
@@ -127,8 +130,7 @@ func (c *Client) runStream(ctx context.Context, s *sidecar, items chan<- streamI
 		if ctx.Err() != nil {
 			return
 		}
-		switch status.Code(err) {
-		case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded:
+		if err == nil || reopens(err) {
 			c.logger.Debug("dsclient: stream ended; opening it again", "sidecar", s.address, "err", err)
 			continue
 		}
@@ -138,6 +140,15 @@ func (c *Client) runStream(ctx context.Context, s *sidecar, items chan<- streamI
 		}
 		return
 	}
+}
+
+// reopens says whether a stream that ended with err is opened again (§7 step 5).
+func reopens(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded:
+		return true
+	}
+	return false
 }
 
 // streamAckTimeout: an ack on a stream whose result has not come by then is sent again
@@ -229,7 +240,8 @@ func (c *Client) setStream(address string, o *openStream) {
 
 // streamOnce runs one Stream call: open with the window as credit, hand each batch to
 // items with a grant that sends its count back as credit, answer acks sent on it. It says
-// whether any batch came.
+// whether any batch came, and how the stream ended: nil when cleanly (status OK, which
+// Recv reports as io.EOF).
 func (c *Client) streamOnce(ctx context.Context, s *sidecar, items chan<- streamItem) (bool, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -245,7 +257,7 @@ func (c *Client) streamOnce(ctx context.Context, s *sidecar, items chan<- stream
 	}
 	if err := o.send(&sidecarv1.StreamRequest{Kind: &sidecarv1.StreamRequest_Open{Open: open}}); err != nil {
 		_, rerr := stream.Recv() // the status the send failed on
-		return false, rerr
+		return false, cleanEnd(rerr)
 	}
 	c.setStream(s.address, o)
 	defer func() {
@@ -285,7 +297,7 @@ func (c *Client) streamOnce(ctx context.Context, s *sidecar, items chan<- stream
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
-			return got, err
+			return got, cleanEnd(err)
 		}
 		if r := resp.GetAckResult(); r != nil {
 			o.answered(r)
@@ -309,4 +321,12 @@ func (c *Client) streamOnce(ctx context.Context, s *sidecar, items chan<- stream
 			return got, ctx.Err()
 		}
 	}
+}
+
+// cleanEnd is err, or nil when the stream ended with status OK (io.EOF from Recv).
+func cleanEnd(err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
 }

@@ -15,12 +15,14 @@ import (
 
 // streamSidecar is an in-process StreamService whose Stream sends `total` records in
 // batches of `per`, within the credit granted, answers acks in order, and ends the first
-// stream UNAVAILABLE after `endFirstAfter` batches (0: never).
+// stream after `endFirstAfter` batches (0: never): UNAVAILABLE, or cleanly (status OK)
+// with `endFirstClean`.
 type streamSidecar struct {
 	sidecarv1.UnimplementedStreamServiceServer
 	addr          string
 	total, per    int
 	endFirstAfter int
+	endFirstClean bool
 
 	mu         sync.Mutex
 	next       int64
@@ -81,6 +83,9 @@ func (f *streamSidecar) Stream(s grpc.BidiStreamingServer[sidecarv1.StreamReques
 			}
 			sent++
 			if n == 1 && f.endFirstAfter > 0 && sent == f.endFirstAfter {
+				if f.endFirstClean {
+					return nil
+				}
 				return status.Error(codes.Unavailable, "going away")
 			}
 			continue
@@ -185,5 +190,30 @@ func TestAStreamThatEndsUnavailableIsOpenedAgain(t *testing.T) {
 	defer f.mu.Unlock()
 	if len(f.opens) != 2 {
 		t.Errorf("%d opens, want 2", len(f.opens))
+	}
+}
+
+// C53 (O12): a stream that ends cleanly (status OK, io.EOF on the client) is opened again
+// while its sidecar is bound, as one that ends UNAVAILABLE; nothing reaches the
+// application's loop but records.
+func TestAStreamThatEndsCleanlyIsOpenedAgain(t *testing.T) {
+	f := &streamSidecar{total: 6, per: 1, endFirstAfter: 2, endFirstClean: true}
+	c := streamClient(t, f, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got := 0
+	for records, err := range c.Stream(ctx) {
+		if err != nil {
+			t.Fatalf("after %d records: %v", got, err)
+		}
+		_, _ = c.Ack(ctx, records)
+		if got += len(records); got == 6 {
+			break
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if got != 6 || len(f.opens) != 2 {
+		t.Errorf("%d records, %d opens; want 6 and 2", got, len(f.opens))
 	}
 }
