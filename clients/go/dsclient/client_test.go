@@ -470,3 +470,60 @@ func TestTheWatchIsOpenedAgainAndFollowsANewLeader(t *testing.T) {
 		t.Errorf("watch on the new leader with known version %d, want 1 (its binding's)", second.known[0])
 	}
 }
+
+// C54: a watch ended by NOT_FOUND, INVALID_ARGUMENT, PERMISSION_DENIED or UNAUTHENTICATED
+// stops (no watch is opened again), and the next Fetch and Stream return that error, typed.
+func TestATerminalWatchErrorStopsTheWatchAndIsSurfacedByTheNextRead(t *testing.T) {
+	for _, tc := range []struct {
+		code   codes.Code
+		reason string
+		is     error
+	}{
+		{codes.NotFound, "GROUP_NOT_FOUND", ErrGroupNotFound},
+		{codes.InvalidArgument, "INVALID_FIELD", ErrInvalidArgument},
+		{codes.PermissionDenied, "FORBIDDEN", ErrPermissionDenied},
+		{codes.Unauthenticated, "", ErrUnauthenticated},
+	} {
+		t.Run(tc.code.String(), func(t *testing.T) {
+			a := newFakeSidecar(t)
+			asg := newFakeAssigner(t, bound(binding(3, a.addr)))
+			ctx := testContext(t)
+			c, err := New(ctx, "g", WithAssigners(asg.addr), WithMaxWait(50*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.Fetch(ctx); err != nil {
+				t.Fatalf("Fetch before the watch ended: %v", err)
+			}
+			waitFor(t, "the watch", func() bool { asg.mu.Lock(); defer asg.mu.Unlock(); return len(asg.known) == 1 })
+			var end error = status.Error(tc.code, "refused")
+			if tc.reason != "" {
+				end = statusWith(tc.code, tc.reason, nil)
+			}
+			asg.ends <- end
+			var fetchErr error
+			waitFor(t, "Fetch to surface the watch's error", func() bool {
+				_, fetchErr = c.Fetch(ctx)
+				return fetchErr != nil
+			})
+			var e *Error
+			if !errors.Is(fetchErr, tc.is) || !errors.As(fetchErr, &e) || e.Code != tc.code || e.Reason != tc.reason || e.Op != "WatchBinding" {
+				t.Errorf("Fetch = %#v, want %v from WatchBinding with reason %q", fetchErr, tc.code, tc.reason)
+			}
+			for _, err := range c.Stream(ctx) {
+				if !errors.Is(err, tc.is) {
+					t.Errorf("Stream = %v, want %v", err, tc.is)
+				}
+				break
+			}
+			// Stopped: no watch again, however long the re-watch backoff (0.1 s first).
+			time.Sleep(500 * time.Millisecond)
+			asg.mu.Lock()
+			defer asg.mu.Unlock()
+			if len(asg.known) != 1 {
+				t.Errorf("%d watches; want 1 (the watch stops)", len(asg.known))
+			}
+		})
+	}
+}
