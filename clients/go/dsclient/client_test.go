@@ -91,6 +91,7 @@ type fakeSidecar struct {
 	mu      sync.Mutex
 	fetch   func(*sidecarv1.FetchRequest) (*sidecarv1.FetchResponse, error)
 	fetches []time.Duration // the max_wait of each Fetch
+	present []bool          // whether each Fetch had max_wait set
 	acks    []*sidecarv1.AckRequest
 	nacks   []*sidecarv1.NackRequest
 }
@@ -98,6 +99,7 @@ type fakeSidecar struct {
 func (f *fakeSidecar) Fetch(_ context.Context, req *sidecarv1.FetchRequest) (*sidecarv1.FetchResponse, error) {
 	f.mu.Lock()
 	f.fetches = append(f.fetches, req.GetMaxWait().AsDuration())
+	f.present = append(f.present, req.MaxWait != nil)
 	fetch := f.fetch
 	f.mu.Unlock()
 	if fetch == nil {

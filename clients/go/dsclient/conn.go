@@ -26,6 +26,19 @@ const serviceConfig = `{"methodConfig":[{"name":[{}],"retryPolicy":{` +
 	`"maxAttempts":4,"initialBackoff":"0.05s","maxBackoff":"0.5s",` +
 	`"backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE"]}}]}`
 
+// keepaliveParams: a ping every 20 s, also without calls, so that a dead peer is noticed
+// on an idle watch or stream (§5 channel settings, C49).
+var keepaliveParams = keepalive.ClientParameters{Time: 20 * time.Second, PermitWithoutStream: true}
+
+// connectParams: reconnect after 0.1 s growing to 1 s at most (gRPC's own grows to 120 s),
+// so that a restarted assigner or a new sidecar is reached within a lease TTL (C49).
+var connectParams = grpc.ConnectParams{
+	Backoff: backoff.Config{
+		BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second,
+	},
+	MinConnectTimeout: 5 * time.Second,
+}
+
 type tlsConfig struct {
 	caFile, certFile, keyFile, serverName string
 	tokenFile, token                      string
@@ -40,13 +53,8 @@ func (c *config) dialOptions() ([]grpc.DialOption, error) {
 		grpc.WithDefaultServiceConfig(serviceConfig),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, PermitWithoutStream: true}),
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff: backoff.Config{
-				BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second,
-			},
-			MinConnectTimeout: 5 * time.Second,
-		}),
+		grpc.WithKeepaliveParams(keepaliveParams),
+		grpc.WithConnectParams(connectParams),
 	}
 	t := c.tls
 	if !t.enabled() {
