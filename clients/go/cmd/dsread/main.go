@@ -6,12 +6,21 @@
 //
 //	dsread --assigner HOST:PORT --group GROUP --client-id ID --expect N
 //	       [--mode fetch|stream] [--idle-exit-s S] [--quiet]
+//	       [--ca FILE] [--cert FILE --key FILE] [--server-name NAME] [--token-file FILE]
 //	dsread --direct --bootstrap HOST:PORT --topic T --group GROUP --expect N [--quiet]
 //
 // stdout: "rec <topic> <partition> <offset> <epoch> <delivery_count>" per record (unless
 // --quiet), then "done distinct=<d> received=<r> acked=<a> seconds=<s>". Exit 0 when done;
 // 3 on a terminal error ("error <GRPC_CODE_NAME> <REASON>" on stderr); 4 after S seconds
 // without a new record ("error DEADLINE_EXCEEDED idle"); 2 on bad arguments.
+//
+// Against a secured mesh (docs/client-protocol.md §16): --ca speaks TLS to the assigner
+// and every sidecar, verifying them with that CA; --cert/--key add a client certificate
+// (mTLS), both or neither; --server-name is the name checked in the servers' certificates
+// (default: the host dialled); --token-file sends "authorization: Bearer <token>" on every
+// call, the file read again when it changes. --token-file, --cert/--key and --server-name
+// need --ca (a token never goes in the clear; the others would be ignored); none of them
+// goes with --direct. A file that cannot be read is exit 2.
 package main
 
 import (
@@ -49,6 +58,62 @@ type args struct {
 	expect                          int
 	idle                            time.Duration
 	quiet, direct                   bool
+	tls                             tlsFlags
+}
+
+// tlsFlags are the flags of a secured mesh; the zero value is plaintext.
+type tlsFlags struct {
+	ca, cert, key, serverName, tokenFile string
+}
+
+func (t tlsFlags) any() bool {
+	return t.ca != "" || t.cert != "" || t.key != "" || t.serverName != "" || t.tokenFile != ""
+}
+
+// problems are what is wrong with the flags: a half key pair, a flag that needs --ca
+// without it, a file that cannot be read.
+func (t tlsFlags) problems() []string {
+	var out []string
+	if (t.cert == "") != (t.key == "") {
+		out = append(out, "--cert and --key go together")
+	}
+	if t.ca == "" {
+		if t.tokenFile != "" {
+			out = append(out, "--token-file needs --ca: a token is never sent over plaintext")
+		}
+		if t.cert != "" || t.key != "" || t.serverName != "" {
+			out = append(out, "--cert, --key and --server-name need --ca")
+		}
+	}
+	for _, f := range []struct{ flag, path string }{
+		{"--ca", t.ca}, {"--cert", t.cert}, {"--key", t.key}, {"--token-file", t.tokenFile},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.ReadFile(f.path); err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", f.flag, err))
+		}
+	}
+	return out
+}
+
+// options are the client options the flags ask for.
+func (t tlsFlags) options() []dsclient.Option {
+	var out []dsclient.Option
+	if t.ca != "" {
+		out = append(out, dsclient.WithTLS(t.ca))
+	}
+	if t.cert != "" {
+		out = append(out, dsclient.WithClientCertificate(t.cert, t.key))
+	}
+	if t.serverName != "" {
+		out = append(out, dsclient.WithServerName(t.serverName))
+	}
+	if t.tokenFile != "" {
+		out = append(out, dsclient.WithTokenFile(t.tokenFile))
+	}
+	return out
 }
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -67,6 +132,11 @@ func parse(argv []string, stderr io.Writer) (args, error) {
 	fs.BoolVar(&a.direct, "direct", false, "read the topic with confluent-kafka-go instead of the mesh")
 	fs.StringVar(&a.bootstrap, "bootstrap", "", "Kafka bootstrap HOST:PORT (--direct)")
 	fs.StringVar(&a.topic, "topic", "", "topic (--direct)")
+	fs.StringVar(&a.tls.ca, "ca", "", "TLS: the CA file the servers are verified with")
+	fs.StringVar(&a.tls.cert, "cert", "", "mTLS: the client certificate file (with --key)")
+	fs.StringVar(&a.tls.key, "key", "", "mTLS: the client key file (with --cert)")
+	fs.StringVar(&a.tls.serverName, "server-name", "", "the name checked in the servers' certificates (default: the host)")
+	fs.StringVar(&a.tls.tokenFile, "token-file", "", "a bearer token file, sent on every call (needs --ca)")
 	if err := fs.Parse(argv); err != nil {
 		return a, err
 	}
@@ -88,7 +158,11 @@ func parse(argv []string, stderr io.Writer) (args, error) {
 		if a.bootstrap == "" || a.topic == "" {
 			problems = append(problems, "--direct needs --bootstrap and --topic")
 		}
+		if a.tls.any() {
+			problems = append(problems, "TLS flags are for the mesh: --direct takes none")
+		}
 	} else {
+		problems = append(problems, a.tls.problems()...)
 		if a.assigner == "" || a.clientID == "" {
 			problems = append(problems, "--assigner and --client-id are required")
 		}
@@ -142,8 +216,10 @@ func run(argv []string, stdout, stderr io.Writer) int {
 // readMesh binds through the assigner and reads until the tally is complete.
 func readMesh(ctx context.Context, a args, t *tally, stderr io.Writer) error {
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	client, err := dsclient.New(ctx, a.group,
-		dsclient.WithAssigners(a.assigner), dsclient.WithClientID(a.clientID), dsclient.WithLogger(logger))
+	opts := append([]dsclient.Option{
+		dsclient.WithAssigners(a.assigner), dsclient.WithClientID(a.clientID), dsclient.WithLogger(logger),
+	}, a.tls.options()...)
+	client, err := dsclient.New(ctx, a.group, opts...)
 	if err != nil {
 		return err
 	}
