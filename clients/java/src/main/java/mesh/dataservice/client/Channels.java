@@ -11,12 +11,22 @@ import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.TimeUnit;
 
 /**
- * Opens every channel of the client (assigner and sidecars) the same way: the security of §11,
- * and gRPC's own retry of UNAVAILABLE only, 4 attempts, 50 ms to 0.5 s (§5 layer 1).
+ * Opens every channel of the client (assigner and sidecars) the same way (§5's channel settings):
+ * the security of §11; gRPC's own retry of UNAVAILABLE only, 4 attempts, 50 ms to 0.5 s (§5
+ * layer 1); messages up to 64 MiB each way (grpc-java receives 4 MiB by default, less than one
+ * Fetch answer may be); a keepalive ping every 20 s, also without calls, so that a dead peer is
+ * noticed under an idle watch or stream; and reconnect attempts at most 1 s apart
+ * ({@link ReconnectPacer}: grpc-java's own backoff grows to 120 s and cannot be set).
  */
 public class Channels {
+  /** The largest message sent or received: 64 MiB, as the servers allow. */
+  public static final int MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
+  /** A keepalive ping every 20 s (the servers accept one every 5 s). */
+  public static final long KEEPALIVE_SECONDS = 20;
+
   private final Security security;
 
   public Channels(Security security) {
@@ -41,7 +51,20 @@ public class Channels {
     if (security.serverName() != null) {
       builder.overrideAuthority(security.serverName());
     }
-    return builder.defaultServiceConfig(serviceConfig()).enableRetry().build();
+    return ReconnectPacer.pace(configure(builder).build());
+  }
+
+  /**
+   * Applies the settings every channel shares to {@code builder}: the retry service config, the
+   * message size limit and the keepalive. (grpc-java sends messages of any size; the limit it
+   * has is on what it receives.)
+   */
+  public static ManagedChannelBuilder<?> configure(ManagedChannelBuilder<?> builder) {
+    return builder.defaultServiceConfig(serviceConfig()).enableRetry()
+        .maxInboundMessageSize(MAX_MESSAGE_BYTES)
+        .keepAliveTime(KEEPALIVE_SECONDS, TimeUnit.SECONDS)
+        .keepAliveTimeout(KEEPALIVE_SECONDS, TimeUnit.SECONDS)
+        .keepAliveWithoutCalls(true);
   }
 
   private ChannelCredentials credentials() {
