@@ -10,7 +10,7 @@ import dataservice.assigner.v1.Types.SidecarEndpoint;
 import java.util.List;
 import org.junit.jupiter.api.Test;
 
-/** Which bindings are applied (C13, C15, C16) and the fetch rotation (C18). */
+/** Which bindings are applied (C13, C15, C16, C55) and the fetch rotation (C18). */
 class BindingStateTest {
   static Binding binding(long version, String... addresses) {
     Binding.Builder b = Binding.newBuilder().setGroup("g").setClientId("c").setVersion(version);
@@ -27,6 +27,15 @@ class BindingStateTest {
     assertFalse(state.offer(binding(2, "b"), false, 0));
     assertEquals(3, state.version());
     assertTrue(state.offer(binding(4, "b"), false, 0));
+    assertEquals("b", state.applied().getEndpoints(0).getAddress());
+  }
+
+  @Test
+  void aWatchedVersion0IsAppliedWhateverTheVersionHeld() {
+    BindingState state = new BindingState();
+    assertTrue(state.offer(binding(7, "a"), false, 0));
+    assertTrue(state.offer(binding(0, "b"), false, 0));
+    assertEquals(0, state.version());
     assertEquals("b", state.applied().getEndpoints(0).getAddress());
   }
 

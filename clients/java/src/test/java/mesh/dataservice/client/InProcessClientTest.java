@@ -65,12 +65,17 @@ class InProcessClientTest {
     }
   }
 
-  /** An assigner: Bind answers {@code binding}; WatchBinding sends what is put in {@code pushes}. */
+  /**
+   * An assigner: Bind answers {@code binding}; WatchBinding first sends {@code binding} when its
+   * version is above the known version (as the real one does), then what is put in
+   * {@code pushes}, and ends with the failure put in {@code ends} (status OK: a clean end).
+   */
   static final class FakeAssigner extends BindingServiceGrpc.BindingServiceImplBase {
     volatile Binding binding;
     volatile String redirectTo;
     volatile boolean unknownGroup;
     final BlockingQueue<Binding> pushes = new LinkedBlockingQueue<>();
+    final BlockingQueue<io.grpc.StatusRuntimeException> ends = new LinkedBlockingQueue<>();
     final List<String> calls = new CopyOnWriteArrayList<>();
 
     @Override
@@ -96,10 +101,23 @@ class InProcessClientTest {
     public void watchBinding(WatchBindingRequest request,
         StreamObserver<WatchBindingResponse> response) {
       calls.add("watch " + request.getKnownVersion());
+      Binding now = binding;
+      if (now != null && now.getVersion() > request.getKnownVersion()) {
+        response.onNext(WatchBindingResponse.newBuilder().setBinding(now).build());
+      }
       try {
         while (true) {
           Binding next = pushes.poll(50, TimeUnit.MILLISECONDS);
           if (io.grpc.Context.current().isCancelled()) {
+            return;
+          }
+          io.grpc.StatusRuntimeException end = ends.poll();
+          if (end != null) {
+            if (end.getStatus().isOk()) {
+              response.onCompleted();
+            } else {
+              response.onError(end);
+            }
             return;
           }
           if (next != null) {
@@ -127,7 +145,11 @@ class InProcessClientTest {
     final List<AckRequest> acks = new CopyOnWriteArrayList<>();
     final List<NackRequest> nacks = new CopyOnWriteArrayList<>();
     final List<StreamRequest> streamed = new CopyOnWriteArrayList<>();
+    /** The response side of every Stream opened, in order (a test ends one with it). */
+    final List<StreamObserver<StreamResponse>> streams = new CopyOnWriteArrayList<>();
     volatile Status failFetch;
+    /** When set, acks on a stream get no ack_result (they wait, as behind a slow commit). */
+    volatile boolean holdStreamAcks;
 
     FakeSidecar(String name) {
       this.name = name;
@@ -176,6 +198,9 @@ class InProcessClientTest {
         @Override
         public void onNext(StreamRequest request) {
           streamed.add(request);
+          if (request.hasOpen()) {
+            streams.add(response);
+          }
           if (request.hasOpen() || request.hasCredit()) {
             RecordBatch b = batches.poll();
             if (b != null) {
@@ -183,7 +208,7 @@ class InProcessClientTest {
                   .setBatch(StreamBatch.newBuilder().addBatches(b)).build());
             }
           }
-          if (request.hasAcks()) {
+          if (request.hasAcks() && !holdStreamAcks) {
             response.onNext(StreamResponse.newBuilder().setAckResult(StreamAckResult.newBuilder()
                 .setAckedCount(request.getAcks().getRangesCount())).build());
           }
@@ -306,8 +331,12 @@ class InProcessClientTest {
       assertEquals(List.of(), client.fetch(Duration.ofSeconds(2)));
       // The first pass starts at s1: s1, s2 (failed: skipped), s3 swept with max_wait 0, then
       // s3, the last of the rotation, long-polled with what is left.
-      assertEquals(0, s1.fetches.get(0).getMaxWait().getNanos());
-      assertEquals(0, s3.fetches.get(0).getMaxWait().getNanos());
+      // max_wait is present and zero in the sweep (C50): absent, a sidecar would long-poll.
+      for (FetchRequest swept : List.of(s1.fetches.get(0), s3.fetches.get(0))) {
+        assertTrue(swept.hasMaxWait(), "max_wait present");
+        assertEquals(0, swept.getMaxWait().getSeconds());
+        assertEquals(0, swept.getMaxWait().getNanos());
+      }
       assertTrue(s3.fetches.get(1).getMaxWait().getNanos() > 0);
       assertEquals(dataservice.sidecar.v1.Stream.DeliveryFormat.DELIVERY_FORMAT_BATCHES,
           s1.fetches.get(0).getFormat());
