@@ -1,10 +1,13 @@
 package mesh.dataservice.dsread;
 
 import java.io.PrintStream;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import mesh.dataservice.client.Security;
 
 /**
  * The conformance reader (issue 20's contract, the same command line in every language):
@@ -12,8 +15,15 @@ import java.util.Set;
  * <pre>
  * dsread --assigner HOST:PORT --group GROUP --client-id ID --expect N
  *        [--mode fetch|stream] [--idle-exit-s S] [--quiet]
+ *        [--ca FILE] [--cert FILE --key FILE] [--server-name NAME] [--token-file FILE]
  * dsread --direct --bootstrap HOST:PORT --topic T --group GROUP --expect N [--quiet]
  * </pre>
+ *
+ * The TLS flags (mesh mode only, docs/client-protocol.md §16): {@code --ca} speaks TLS to the
+ * assigner and every sidecar, verified with that CA; {@code --cert}/{@code --key} a client
+ * certificate (mTLS), both or neither; {@code --server-name} the name checked in the servers'
+ * certificates; {@code --token-file} a bearer token on every call, the file read again when it
+ * changes, and only with {@code --ca} (a token is never sent over plaintext).
  *
  * Exit codes: 0 done, 2 bad arguments, 3 a terminal error ({@code error CODE REASON} on stderr),
  * 4 idle ({@code error DEADLINE_EXCEEDED idle}). Logs go to stderr, records to stdout.
@@ -22,15 +32,21 @@ public final class DsRead {
   static final String USAGE = String.join("\n",
       "usage: dsread --assigner HOST:PORT --group GROUP --client-id ID --expect N",
       "              [--mode fetch|stream] [--idle-exit-s S] [--quiet]",
+      "              [--ca FILE] [--cert FILE --key FILE] [--server-name NAME]"
+          + " [--token-file FILE]",
       "       dsread --direct --bootstrap HOST:PORT --topic T --group GROUP --expect N [--quiet]");
 
   private static final Set<String> FLAGS = Set.of("--quiet", "--direct");
   private static final Set<String> VALUES = Set.of("--assigner", "--group", "--client-id",
-      "--expect", "--mode", "--idle-exit-s", "--bootstrap", "--topic");
+      "--expect", "--mode", "--idle-exit-s", "--bootstrap", "--topic", "--ca", "--cert", "--key",
+      "--server-name", "--token-file");
+  private static final List<String> TLS_FLAGS = List.of("--ca", "--cert", "--key",
+      "--server-name", "--token-file");
 
-  /** Parsed arguments. */
+  /** Parsed arguments; {@code security} is the mesh's transport security (plaintext if none). */
   record Args(boolean direct, String assigner, String bootstrap, String topic, String group,
-      String clientId, long expect, String mode, double idleExitSeconds, boolean quiet) {}
+      String clientId, long expect, String mode, double idleExitSeconds, boolean quiet,
+      Security security) {}
 
   /** Parses the command line; throws IllegalArgumentException with the reason when bad. */
   static Args parse(String[] argv) {
@@ -88,7 +104,46 @@ public final class DsRead {
     }
     return new Args(direct, values.get("--assigner"), values.get("--bootstrap"),
         values.get("--topic"), values.get("--group"), values.get("--client-id"), expect, mode,
-        idle, flags.contains("--quiet"));
+        idle, flags.contains("--quiet"), security(values, direct));
+  }
+
+  /** The TLS flags as a {@link Security}; bad combinations are bad arguments (exit 2). */
+  private static Security security(Map<String, String> values, boolean direct) {
+    for (String flag : TLS_FLAGS) {
+      if (values.containsKey(flag)) {
+        if (direct) {
+          throw new IllegalArgumentException(flag + ": TLS flags are for the mesh, not --direct");
+        }
+        if (values.get(flag).isBlank()) {
+          throw new IllegalArgumentException(flag + " needs a value");
+        }
+      }
+    }
+    if (values.containsKey("--cert") != values.containsKey("--key")) {
+      throw new IllegalArgumentException("--cert and --key go together: both or neither");
+    }
+    if (values.containsKey("--token-file") && !values.containsKey("--ca")) {
+      throw new IllegalArgumentException(
+          "--token-file needs --ca: a token is never sent over plaintext");
+    }
+    if (!values.containsKey("--ca") && (values.containsKey("--cert")
+        || values.containsKey("--server-name"))) {
+      throw new IllegalArgumentException("--cert, --key and --server-name need --ca (TLS)");
+    }
+    return new Security(path(values, "--ca"), path(values, "--cert"), path(values, "--key"),
+        values.get("--server-name"), path(values, "--token-file"));
+  }
+
+  private static Path path(Map<String, String> values, String flag) {
+    String value = values.get(flag);
+    if (value == null) {
+      return null;
+    }
+    Path path = Path.of(value);
+    if (!Files.isReadable(path)) {
+      throw new IllegalArgumentException(flag + ": cannot read " + value);
+    }
+    return path;
   }
 
   private static long parseLong(String s, String name) {

@@ -17,7 +17,7 @@ final class MeshRead {
     DsClient client;
     try {
       client = DsClient.builder(args.group()).assigner(args.assigner())
-          .clientId(args.clientId()).build();
+          .clientId(args.clientId()).security(args.security()).build();
     } catch (DsClientException e) {
       return terminal(e);
     }
