@@ -175,6 +175,9 @@ class SidecarApp:
         fetcher.on_poll = self.metrics.polls.polled
         fetcher.on_consumed = self.metrics.consumed
         fetcher.on_commit_request = self.metrics.committed
+        if (gaps := self.metrics.gaps) is not None:
+            fetcher.on_fetched = gaps.fetched
+            fetcher.on_loop = gaps.tick
         self.keeper.on_redelivery = self.metrics.redelivered
         self.keeper.on_lease_change = self.metrics.lease_changed
         self.keeper.on_lease_settled = self.metrics.lease_settled

@@ -152,6 +152,10 @@ class Fetcher:
         self.on_poll: Callable[[float, float], None] = lambda _started, _returned: None
         self.on_consumed: Callable[[str, int, int], None] = lambda _topic, _n, _bytes: None
         self.on_commit_request: Callable[[bool, float], None] = lambda _ok, _seconds: None
+        # The not-fetching gaps: records of a partition came out of consume() (partition,
+        # when); and every loop, the time of the last poll (the gaps look at the table).
+        self.on_fetched: Callable[[TP, float], None] = lambda _tp, _at: None
+        self.on_loop: Callable[[float], None] = lambda _now: None
         # A position outside the log: (partition, first offset skipped, where fetching
         # went on, reason). Records [first, next) were never read.
         self.on_gap: Callable[[TP, int, int, str], None] = lambda _tp, _lo, _hi, _why: None
@@ -647,6 +651,7 @@ class Fetcher:
             while not self._stop.is_set():
                 if self._run_commands():
                     busy_until = self.last_poll + BUSY_SECONDS
+                self.on_loop(self.last_poll)
                 if self._holding():
                     self._wake.wait(POLL_TIMEOUT_SECONDS)
                     self._wake.clear()
@@ -716,8 +721,10 @@ class Fetcher:
         added = False
         for run in runs:
             chunk = run.chunk
+            tp = TP(run.topic, run.partition)
             self.on_consumed(run.topic, len(chunk), len(chunk.values) + len(chunk.keys))
-            if self._table.append(TP(run.topic, run.partition), run.chunk):
+            self.on_fetched(tp, self.last_poll)
+            if self._table.append(tp, run.chunk):
                 added = True
         if added:
             self._on_data()

@@ -31,6 +31,9 @@ AGE_BUCKETS = (
     900.0,
     3600.0,
 )
+# Not-fetching gaps: 1 s is the floor of a gap (fetch_gaps.GAP_FLOOR_SECONDS); a leader
+# failover takes about 10-20 s, the alert's threshold is 30 s.
+GAP_BUCKETS = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
 POLL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0)
 LEASE_KINDS = ("grant", "revoke", "expire")
 
@@ -85,6 +88,14 @@ METRIC_TABLE: tuple[MetricSpec, ...] = (
           "Offsets skipped because a partition's fetch position fell outside its log "
           "(records deleted by retention before they were read); each gap is an OFFSET_GAP "
           "fault"),
+    _spec("ds_partition_not_fetching_seconds", "histogram", GTP, f"{OWN}; {STATS}",
+          "Completed gaps of at least 1 s in which a held partition that had records to "
+          "fetch (position below the high watermark, or its leader out of reach) got none "
+          "from Kafka: from its last record fetched until records came again, it was seen "
+          "at its end, paused on purpose or released (fetch_gaps.py)"),
+    _spec("ds_partition_not_fetching_current_seconds", "gauge", GTP, f"{OWN}; {STATS}",
+          "The not-fetching gap of the partition open now (0 while fetching, at its end, "
+          "or paused on purpose by backpressure or a suspended lease)"),
     _spec("ds_sidecar_buffer_bytes", "gauge", G, VIEW,
           "Bytes buffered (key, value and per-record bookkeeping)"),
     _spec("ds_sidecar_buffer_limit_bytes", "gauge", G, "settings buffer_max_bytes",

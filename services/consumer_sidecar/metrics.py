@@ -30,7 +30,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from services.consumer_sidecar.client_access import ClientIdLimiter, ClientMetrics
+from services.consumer_sidecar.fetch_gaps import GapTracker, wants_records
 from services.consumer_sidecar.metric_table import (
+    GAP_BUCKETS,
     LATENCY_BUCKETS,
     LEASE_KINDS,
     POLL_BUCKETS,
@@ -40,6 +42,7 @@ from services.consumer_sidecar.metric_table import (
     help_of,
 )
 from services.consumer_sidecar.stats import Statistics, WindowSums, WindowTotals
+from services.runtime.topic_partition import TP
 
 if TYPE_CHECKING:
     from services.consumer_sidecar.partitions import PartitionTable
@@ -71,6 +74,83 @@ class PollTimer:
 class _StatsView:
     latest: Statistics = field(default_factory=lambda: Statistics({}, {}))
     totals: WindowTotals = field(default_factory=WindowTotals)
+    received_at: float = 0.0  # monotonic time the latest statistics arrived
+
+
+# How often the fetch loop looks at the held partitions for the not-fetching gaps: well
+# under GAP_FLOOR_SECONDS, and a dozen dict lookups per partition at most 4 times a second.
+GAP_LOOK_SECONDS = 0.25
+
+
+class NotFetching:
+    """``ds_partition_not_fetching_seconds`` and its ``_current_`` gauge: the gaps
+    (:mod:`~services.consumer_sidecar.fetch_gaps`) of the held partitions. Fed on the fetch
+    thread (records fetched; a look every :data:`GAP_LOOK_SECONDS` at the partition table
+    and the latest statistics), read at scrape time; one lock between the two."""
+
+    def __init__(
+        self,
+        group: str,
+        table: PartitionTable,
+        statistics: Callable[[], tuple[Statistics, float]],
+        histogram: Histogram,
+    ) -> None:
+        self.group = group
+        self._table = table
+        self._statistics = statistics
+        self._histogram = histogram
+        self._tracker: GapTracker[TP] = GapTracker()
+        self._lock = threading.Lock()
+        self._look_at = 0.0
+
+    def fetched(self, tp: TP, at: float) -> None:
+        """Fetch thread: records of ``tp`` came out of consume() at ``at``."""
+        with self._lock:
+            gap = self._tracker.fetched(tp, at)
+        if gap is not None:
+            self._observe(tp, gap)
+
+    def tick(self, now: float) -> None:
+        """Fetch thread, every loop: look at the held partitions (rate-limited)."""
+        if now < self._look_at:
+            return
+        self._look_at = now + GAP_LOOK_SECONDS
+        stats, stats_at = self._statistics()
+        brokers = {b.node_id: b.state for b in stats.brokers.values() if b.node_id >= 0}
+        holding = self._table.holding
+        held = [p for p in self._table.snapshot() if not p.revoking]
+        ended: list[tuple[TP, float]] = []
+        with self._lock:
+            ended += self._tracker.held((p.tp for p in held), now)
+            for part in held:
+                pstats = stats.partitions.get(part.tp)
+                on_purpose = (
+                    not part.ready or part.paused or part.suspended_at is not None or holding
+                )
+                if on_purpose:  # not fetching by design (backpressure, lease suspended)
+                    gap = self._tracker.look(part.tp, now, wanting=False)
+                elif pstats is None or part.position < 0:
+                    continue  # nothing known yet: the stretch runs on from its start
+                else:
+                    wanting = wants_records(
+                        position=part.position,
+                        high_watermark=pstats.high_watermark,
+                        leader=pstats.leader,
+                        leader_state=brokers.get(pstats.leader),
+                        fetch_state=pstats.fetch_state,
+                    )
+                    gap = self._tracker.look(part.tp, stats_at, wanting)
+                if gap is not None:
+                    ended.append((part.tp, gap))
+        for tp, gap in ended:
+            self._observe(tp, gap)
+
+    def current(self, tp: TP, now: float) -> float:
+        with self._lock:
+            return self._tracker.current(tp, now)
+
+    def _observe(self, tp: TP, gap: float) -> None:
+        self._histogram.labels(self.group, tp.topic, str(tp.partition)).observe(gap)
 
 
 class SidecarCollector(Collector):
@@ -91,12 +171,19 @@ class SidecarCollector(Collector):
         self._monotonic = monotonic
         self._stats = _StatsView()
         self._lock = threading.Lock()
+        self.gaps: NotFetching | None = None  # with metrics enabled (SidecarMetrics.watch)
 
     def apply_statistics(self, stats: Statistics) -> None:
         """Fetch thread (stats_cb)."""
         with self._lock:
             self._stats.latest = stats
             self._stats.totals.add(stats.brokers)
+            self._stats.received_at = self._monotonic()
+
+    def statistics(self) -> tuple[Statistics, float]:
+        """The latest statistics and when they arrived (monotonic; 0.0 = none yet)."""
+        with self._lock:
+            return self._stats.latest, self._stats.received_at
 
     def describe(self) -> Iterable[Metric]:
         return []
@@ -114,17 +201,19 @@ class SidecarCollector(Collector):
     def _partition_metrics(self) -> Iterator[Metric]:
         with self._lock:
             stats = self._stats.latest.partitions
-        names = (
+        names: tuple[str, ...] = (
             "ds_sidecar_records_lag",
             "ds_sidecar_records_lead",
             "ds_sidecar_buffered_records",
             "ds_sidecar_inflight_records",
             "ds_sidecar_due_records",
         )
+        names += ("ds_partition_not_fetching_current_seconds",) if self.gaps is not None else ()
         families = {
             name: GaugeMetricFamily(name, help_of(name), labels=["group", "topic", "partition"])
             for name in names
         }
+        now = self._monotonic()
         lags: list[int] = []
         leads: list[int] = []
         held = 0
@@ -136,6 +225,10 @@ class SidecarCollector(Collector):
             families["ds_sidecar_buffered_records"].add_metric(labels, part.buffered_records)
             families["ds_sidecar_inflight_records"].add_metric(labels, part.acks.inflight)
             families["ds_sidecar_due_records"].add_metric(labels, part.acks.due)
+            if self.gaps is not None:
+                families["ds_partition_not_fetching_current_seconds"].add_metric(
+                    labels, self.gaps.current(part.tp, now)
+                )
             if part.position < 0:
                 continue  # fetching not set up yet
             if part.high_watermark >= 0:
@@ -343,6 +436,14 @@ class SidecarMetrics:
             ["group", "topic", "partition"],
             registry=registry,
         )
+        self._gap_histogram = Histogram(
+            "ds_partition_not_fetching_seconds",
+            help_of("ds_partition_not_fetching_seconds"),
+            ["group", "topic", "partition"],
+            buckets=GAP_BUCKETS,
+            registry=registry,
+        )
+        self.gaps: NotFetching | None = None
         self.clients = ClientMetrics(group, ClientIdLimiter(max_client_ids, client_idle_seconds))
         registry.register(self.clients)
         self._registry = registry
@@ -351,8 +452,12 @@ class SidecarMetrics:
     def watch(
         self, table: PartitionTable, last_poll: Callable[[], float], connected: Callable[[], bool]
     ) -> SidecarCollector:
-        """Register the scrape-time view of the partition table and statistics."""
+        """Register the scrape-time view of the partition table and statistics (with the
+        not-fetching gaps when the counting hooks are enabled: they are fed by them)."""
         self.view = SidecarCollector(self.group, table, last_poll, connected)
+        if self.enabled:
+            self.gaps = NotFetching(self.group, table, self.view.statistics, self._gap_histogram)
+            self.view.gaps = self.gaps
         self._registry.register(self.view)
         return self.view
 

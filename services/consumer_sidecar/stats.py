@@ -5,7 +5,9 @@ librdkafka emits a JSON document every ``statistics.interval.ms`` from inside
 
 * Per partition (``topics.<t>.partitions.<p>``): ``hi_offset`` (high watermark),
   ``lo_offset`` (log start offset), ``consumer_lag`` (hi_offset - max(app_offset,
-  committed_offset)), ``fetchq_cnt``/``fetchq_size`` (librdkafka's prefetch queue). An
+  committed_offset)), ``fetchq_cnt``/``fetchq_size`` (librdkafka's prefetch queue),
+  ``leader`` (the leading broker's id, -1 unknown) and ``fetch_state`` (``active`` while
+  librdkafka fetches it; the not-fetching gaps, :mod:`~services.consumer_sidecar.fetch_gaps`). An
   offset librdkafka does not know is -1 or -1001 (``RD_KAFKA_OFFSET_INVALID``); both
   become -1 here. Partition -1 (the topic's internal "UA" bucket) is skipped.
 * Per broker (``brokers.<name>``): ``req.Fetch`` (Fetch requests sent, cumulative), ``rx``
@@ -33,6 +35,8 @@ class PartitionStats:
     lag: int  # records between the consumer's position and the end; -1 = unknown
     log_start: int = UNKNOWN  # lo_offset: the partition's first offset on the broker
     fetch_queue_records: int = 0  # fetchq_cnt: prefetched, not yet returned by consume()
+    leader: int = UNKNOWN  # the leading broker's node id
+    fetch_state: str = ""  # librdkafka's: none, offset-query, offset-wait, active, ...
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,8 @@ def _partitions(stats: Mapping[str, Any]) -> dict[TP, PartitionStats]:
                 lag=lag if lag >= 0 else UNKNOWN,
                 log_start=_offset(pstats.get("lo_offset")),
                 fetch_queue_records=max(0, _int(pstats.get("fetchq_cnt"))),
+                leader=_offset(pstats.get("leader")),
+                fetch_state=str(pstats.get("fetch_state", "")),
             )
     return out
 
