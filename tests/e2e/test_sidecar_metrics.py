@@ -36,6 +36,7 @@ HALF = 900  # records per client
 EVENT_ONLY = {
     "ds_sidecar_kafka_errors_total",
     "ds_sidecar_offset_gaps_total",
+    "ds_partition_not_fetching_seconds",
 }
 
 
