@@ -8,9 +8,8 @@ fetching across a leader move, an outage or a handoff. Exported as
 ``ds_partition_not_fetching_current_seconds`` (the gap open now, 0 while fetching).
 
 **Definition.** A held partition *wants records* (:func:`wants_records`) when the sidecar
-means to fetch it (its Kafka fetching is set up, and neither backpressure nor a suspended
-lease pauses it on purpose: those are other figures, CLIENT_BACKPRESSURE and the lease
-metrics) and either
+means to fetch it (neither backpressure nor a suspended lease pauses it on purpose: those
+are other figures, CLIENT_BACKPRESSURE and the lease metrics) and either
 
 * its fetch position is below its high watermark (records wait in the log), or
 * librdkafka cannot fetch it: no leader known, the leader's connection not up, or the
@@ -22,7 +21,9 @@ nothing arrives. Evidence of fetching is a record fetched for it, or a look that
 not wanting records. A gap is the time from the last evidence to the next, counted when
 the partition wanted records meanwhile and the gap lasted at least ``floor`` seconds
 (:data:`GAP_FLOOR_SECONDS`): below that it is the ordinary wait between two Fetch
-responses. A partition released while in a gap ends the gap there.
+responses. A partition released while in a gap ends the gap there. A newly granted partition's
+stretch starts at the grant: the time its fetching takes to set up is part of a gap when
+the statistics show it behind before its first records arrive (a slow handoff).
 
 Wanting is judged from librdkafka's statistics (emitted every ``statistics.interval.ms``),
 and what they show counts as of when they were emitted (:meth:`GapTracker.look`'s ``at``):

@@ -124,13 +124,13 @@ class NotFetching:
             ended += self._tracker.held((p.tp for p in held), now)
             for part in held:
                 pstats = stats.partitions.get(part.tp)
-                on_purpose = (
-                    not part.ready or part.paused or part.suspended_at is not None or holding
-                )
-                if on_purpose:  # not fetching by design (backpressure, lease suspended)
+                if part.paused or part.suspended_at is not None or holding:
+                    # Not fetching by design (backpressure, a suspended lease): not a gap.
                     gap = self._tracker.look(part.tp, now, wanting=False)
-                elif pstats is None or part.position < 0:
-                    continue  # nothing known yet: the stretch runs on from its start
+                elif not part.ready or pstats is None or part.position < 0:
+                    # Granted, fetching being set up, or no statistics of it yet: the stretch
+                    # runs on from the grant, a gap if the statistics then show it behind.
+                    continue
                 else:
                     wanting = wants_records(
                         position=part.position,

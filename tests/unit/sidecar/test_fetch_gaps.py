@@ -209,3 +209,28 @@ def test_a_partition_paused_by_backpressure_is_not_in_a_gap() -> None:
     gaps.fetched(TP0, clock[0] + 0.1)
     assert gaps.current(TP0, clock[0] + 0.1) == 0.0
     assert "ds_partition_not_fetching_seconds_count" not in _scrape(registry)
+
+
+def test_a_slow_set_up_after_a_grant_is_part_of_the_gap() -> None:
+    clock = [0.0]
+    table = PartitionTable(1 << 20, lambda: clock[0])
+    part = Partition(TP0, epoch=1, deadline=1e9, acks=PartitionAcks(0))  # granted, not ready
+    table.add(part)
+    view = SidecarCollector("g", table, lambda: clock[0], lambda: True, lambda: clock[0])
+    registry = CollectorRegistry()
+    histogram = Histogram(
+        "ds_partition_not_fetching_seconds", "h", ["group", "topic", "partition"],
+        registry=registry,
+    )  # fmt: skip
+    gaps = NotFetching("g", table, view.statistics, histogram)
+    gaps.tick(clock[0])  # seen at the grant
+    for _ in range(8):  # 2 s setting fetching up (Kafka slow to answer committed())
+        clock[0] += GAP_LOOK_SECONDS
+        gaps.tick(clock[0])
+    part.ready, part.position = True, 5
+    view.apply_statistics(_stats("UP", 500))  # behind its end, nothing fetched yet
+    clock[0] += GAP_LOOK_SECONDS
+    gaps.tick(clock[0])
+    assert gaps.current(TP0, clock[0]) == 2.25
+    gaps.fetched(TP0, clock[0] + 0.25)
+    assert _scrape(registry)["ds_partition_not_fetching_seconds_sum"] == 2.5
