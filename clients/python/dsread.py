@@ -6,6 +6,7 @@ the same arguments and output, so ``tests/clients/`` can run one scenario agains
 
     dsread --assigner HOST:PORT --group G --client-id ID --expect N [--mode fetch|stream]
            [--idle-exit-s S] [--quiet]
+           [--ca FILE] [--cert FILE --key FILE] [--server-name NAME] [--token-file FILE]
     dsread --direct --bootstrap HOST:PORT --topic T --group G --expect N [--quiet]
 
 Through the mesh it prints ``rec <topic> <partition> <offset> <epoch> <delivery_count>`` for
@@ -13,6 +14,13 @@ every record of a batch, then acks the batch; after N distinct records it prints
 ``done distinct=.. received=.. acked=.. seconds=..`` and exits 0. A terminal error prints
 ``error <CODE> <REASON>`` on stderr and exits 3; S seconds without a new record exits 4.
 ``--direct`` reads the topic with confluent-kafka instead (the benchmark's baseline).
+
+Against a secured mesh (docs/client-protocol.md §16): ``--ca`` speaks TLS to the assigner
+and every sidecar, verifying them with that CA; ``--cert``/``--key`` add a client
+certificate (mTLS), both or neither; ``--server-name`` is the name checked in the servers'
+certificates; ``--token-file`` sends ``authorization: Bearer <token>`` on every call, the
+file read again when it changes, and needs ``--ca`` (a token never goes in the clear).
+Without any of them the ``DS_TLS__*`` variables apply, as for any DsClient.
 """
 
 from __future__ import annotations
@@ -23,8 +31,13 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
+
+if TYPE_CHECKING:
+    from services.runtime.connection import ConnectionSettings
 
 EXIT_ERROR, EXIT_IDLE, EXIT_USAGE = 3, 4, 2
 
@@ -80,9 +93,37 @@ def _idle_watch(counter: Counter, idle_s: float) -> None:
             os._exit(EXIT_IDLE)
 
 
+TLS_FLAGS = ("ca", "cert", "key", "server_name", "token_file")
+
+
+def connection(args: argparse.Namespace) -> ConnectionSettings | None:
+    """The connection the TLS flags ask for, every file read once (OSError or ValueError
+    naming one that cannot be read); None (the client's default, from the ``DS_TLS__*``
+    variables) when no flag is given."""
+    from services.runtime.connection import DEFAULT_SETTINGS, TlsConfig
+    from services.runtime.connection.credentials import check_readable
+
+    if not any(getattr(args, flag) for flag in TLS_FLAGS):
+        return None
+    tls = TlsConfig(
+        ca_file=args.ca,
+        cert_file=args.cert,
+        key_file=args.key,
+        token_file=args.token_file,
+        server_name=args.server_name,
+    )
+    check_readable(tls)
+    return DEFAULT_SETTINGS.with_tls(tls)
+
+
 def read_mesh(args: argparse.Namespace) -> int:
     from services.client import ClientError, DsClient
 
+    try:
+        settings = connection(args)
+    except (OSError, ValueError) as error:
+        print(f"dsread: {error}", file=sys.stderr)
+        return EXIT_USAGE
     counter = Counter()
     out = sys.stdout
     if args.mode == "stream":  # a Stream blocks until a batch comes: watch for idleness aside
@@ -93,6 +134,7 @@ def read_mesh(args: argparse.Namespace) -> int:
             client_id=args.client_id,
             assigner=args.assigner,
             use_stream_rpc=args.mode == "stream",
+            connection=settings,
         ) as client:
             batches = client.stream(500)  # a generator: closed below, ending its streams
             while len(counter.seen) < args.expect:
@@ -172,11 +214,22 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--direct", action="store_true")
     parser.add_argument("--bootstrap")
     parser.add_argument("--topic")
+    parser.add_argument("--ca", type=Path, help="TLS: the CA the servers are verified with")
+    parser.add_argument("--cert", type=Path, help="mTLS: the client certificate (with --key)")
+    parser.add_argument("--key", type=Path, help="mTLS: the client key (with --cert)")
+    parser.add_argument("--server-name", help="the name checked in the servers' certificates")
+    parser.add_argument("--token-file", type=Path, help="a bearer token sent on every call")
     args = parser.parse_args(argv)
     if args.expect < 1:
         parser.error("--expect must be at least 1")
     if args.direct and not (args.bootstrap and args.topic):
         parser.error("--direct needs --bootstrap and --topic")
+    if args.direct and any(getattr(args, flag) for flag in TLS_FLAGS):
+        parser.error("TLS flags are for the mesh: --direct takes none")
+    if (args.cert is None) != (args.key is None):
+        parser.error("--cert and --key go together")
+    if args.token_file is not None and args.ca is None:
+        parser.error("--token-file needs --ca: a token is never sent over plaintext")
     return args
 
 
