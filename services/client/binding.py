@@ -44,6 +44,18 @@ Binding = binding_pb2_grpc.BindingServiceStub
 # (NOT_LEADER without a leader) is waited out like UNAVAILABLE.
 CALLS = CallPolicy(attempts=8)
 
+# A watch (or the re-bind on a new leader) that ends with one of these will not get better
+# by watching again (the group was deleted, the client's role revoked): the watch stops and
+# the application's next read raises it (docs/client-protocol.md §3).
+TERMINAL_WATCH_CODES = frozenset(
+    {
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+    }
+)
+
 # After a leader change, a binding without sidecars is the new leader still gathering its
 # sidecars' re-joins: keep using the old ones this long rather than stop fetching.
 EMPTY_BINDING_GRACE_SECONDS = 10.0
@@ -54,7 +66,8 @@ class BindingKeeper:
 
     :attr:`sidecars` (address → :class:`Sidecar`) is guarded by the lock the owner passes
     in, so the owner can read it together with state of its own. :attr:`changed` is set
-    whenever a binding is applied; :attr:`closed` once :meth:`close` begins."""
+    whenever a binding is applied (and when the watch fails for good); :attr:`closed` once
+    :meth:`close` begins; :meth:`check` raises the watch's terminal error, if any."""
 
     def __init__(
         self,
@@ -82,6 +95,7 @@ class BindingKeeper:
         self._wake_watch = threading.Event()  # close() or a leader change
         self._watch_call: grpc.Call | None = None
         self._leader_changed_at: float | None = None
+        self._failed: grpc.RpcError | None = None  # the status that stopped the watch
         try:
             if consul:
                 self._assigner.locate()  # where to start: no "leader change" yet
@@ -113,6 +127,16 @@ class BindingKeeper:
                 sidecar.channel.close()
             self.sidecars.clear()
 
+    def check(self) -> None:
+        """Raise :class:`ClientError` (``__cause__``: the assigner's status) if the watch
+        stopped on a terminal status (:data:`TERMINAL_WATCH_CODES`); every read calls this,
+        so the application sees what the background watch met."""
+        failed = self._failed
+        if failed is not None:
+            raise ClientError(
+                f"binding watch: {failed.code().name}: {failed.details()}"
+            ) from failed
+
     # ---- binding ----------------------------------------------------------------------
 
     def _bind(self, stub: Binding) -> types_pb2.Binding:
@@ -139,6 +163,12 @@ class BindingKeeper:
             except (grpc.RpcError, ClientError, ValueError) as err:
                 # ValueError: the channel was closed under us (a leader switch, or close()).
                 if self.closed.is_set():
+                    return
+                status = err.__cause__ if isinstance(err, ClientError) else err
+                if isinstance(status, grpc.RpcError) and status.code() in TERMINAL_WATCH_CODES:
+                    log.warning("binding watch stopped", code=status.code().name)
+                    self._failed = status
+                    self.changed.set()  # a fetch waiting for a binding wakes up to raise it
                     return
                 if isinstance(err, grpc.RpcError):
                     self._assigner.follow(err)

@@ -241,12 +241,16 @@ class DsClient:
         Raises:
             ClientError: A sidecar refused the request with a status other than
                 ``UNAVAILABLE``, ``DEADLINE_EXCEEDED`` or ``CANCELLED`` (an invalid
-                ``max_records``, a sidecar that does not serve the group).
+                ``max_records``, a sidecar that does not serve the group); or the
+                binding watch stopped on ``NOT_FOUND``, ``INVALID_ARGUMENT``,
+                ``PERMISSION_DENIED`` or ``UNAUTHENTICATED`` (the group was deleted, the
+                client's role revoked), raised by this read and every one after it.
         """
         wait = self.max_wait if max_wait is None else max_wait
         deadline = time.monotonic() + wait
         first_pass = True
         while not self._binding.closed.is_set():
+            self._binding.check()
             sidecars = self._rotation()
             if not sidecars:
                 if time.monotonic() >= deadline:
@@ -500,6 +504,7 @@ class DsClient:
             while not self._binding.closed.is_set():
                 if failed is not None:
                     raise failed
+                self._binding.check()
                 self._sync_streams(out, window)
                 try:
                     arrived = [out.get(timeout=0.2)]
