@@ -230,6 +230,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         parser.error("--cert and --key go together")
     if args.token_file is not None and args.ca is None:
         parser.error("--token-file needs --ca: a token is never sent over plaintext")
+    if (args.cert or args.server_name) and args.ca is None:
+        # Without --ca the channel is plaintext: a certificate or a server name would be
+        # ignored silently (as Go's and Java's dsread refuse it too).
+        parser.error("--cert, --key and --server-name need --ca: without it there is no TLS")
     return args
 
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import grpc
+import pytest
 
 from services.client import DsClient
 from services.devstack.pki import make_dev_pki
@@ -73,3 +74,20 @@ def test_every_call_carries_the_token_and_a_rotated_one_from_the_next_call_on(
         assert sent[2:] == ["Bearer the-second-token"] * 2  # the next watch, Unbind
     finally:
         servers.close()
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--cert", "c.pem", "--key", "k.pem"], ["--server-name", "assigner"]],
+    ids=["cert", "server-name"],
+)
+def test_dsread_refuses_tls_settings_without_a_ca(flags: list[str]) -> None:
+    """Without --ca dsread reads in plaintext: a client certificate or a server name would
+    be ignored silently, so it is a usage error (exit 2), as in Go's and Java's dsread."""
+    dsread = subprocess.run(
+        [sys.executable, str(REPO / "clients/python/dsread.py"), "--assigner", "127.0.0.1:1",
+         "--group", "g", "--expect", "1", *flags],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert dsread.returncode == 2, dsread.stderr
+    assert "need --ca" in dsread.stderr
