@@ -139,6 +139,7 @@ $(GO_BIN)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION):
 	touch $@
 
 client-go-gen: $(GO_BIN)/protoc-gen-go-$(PROTOC_GEN_GO_VERSION) $(GO_BIN)/protoc-gen-go-grpc-$(PROTOC_GEN_GO_GRPC_VERSION)
+	@test -x $(BUF) || { echo "$(BUF) not found: run make setup (it installs buf)"; exit 1; }
 	rm -rf clients/go/gen
 	PATH=$(GO_BIN):$$PATH $(BUF) generate protos --template clients/go/buf.gen.yaml
 
