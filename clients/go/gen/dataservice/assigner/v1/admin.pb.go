@@ -1426,6 +1426,335 @@ func (x *UndrainSidecarResponse) GetMember() *Member {
 	return nil
 }
 
+// Request of AdminService.ListClients.
+type ListClientsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The group; empty = every group.
+	Group         string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListClientsRequest) Reset() {
+	*x = ListClientsRequest{}
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListClientsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListClientsRequest) ProtoMessage() {}
+
+func (x *ListClientsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListClientsRequest.ProtoReflect.Descriptor instead.
+func (*ListClientsRequest) Descriptor() ([]byte, []int) {
+	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListClientsRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+// What one client does at one sidecar.
+type ClientAtSidecar struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sidecar's id.
+	SidecarId string `protobuf:"bytes,1,opt,name=sidecar_id,json=sidecarId,proto3" json:"sidecar_id,omitempty"`
+	// The sidecar's StreamService host:port.
+	Endpoint string `protobuf:"bytes,2,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// Records served per second, over the last few heartbeats.
+	RecordsPerSecond float64 `protobuf:"fixed64,3,opt,name=records_per_second,json=recordsPerSecond,proto3" json:"records_per_second,omitempty"`
+	// Records acknowledged per second.
+	AcksPerSecond float64 `protobuf:"fixed64,4,opt,name=acks_per_second,json=acksPerSecond,proto3" json:"acks_per_second,omitempty"`
+	// Failed requests (status other than OK or CANCELLED) per second.
+	ErrorsPerSecond float64 `protobuf:"fixed64,5,opt,name=errors_per_second,json=errorsPerSecond,proto3" json:"errors_per_second,omitempty"`
+	// Requests per second, of every kind.
+	RequestsPerSecond float64 `protobuf:"fixed64,6,opt,name=requests_per_second,json=requestsPerSecond,proto3" json:"requests_per_second,omitempty"`
+	// Wall-clock time of the client's last request at this sidecar (seconds since the epoch).
+	LastSeenSeconds float64 `protobuf:"fixed64,7,opt,name=last_seen_seconds,json=lastSeenSeconds,proto3" json:"last_seen_seconds,omitempty"`
+	// Streams the client has open at this sidecar.
+	ActiveStreams int32 `protobuf:"varint,8,opt,name=active_streams,json=activeStreams,proto3" json:"active_streams,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientAtSidecar) Reset() {
+	*x = ClientAtSidecar{}
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientAtSidecar) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientAtSidecar) ProtoMessage() {}
+
+func (x *ClientAtSidecar) ProtoReflect() protoreflect.Message {
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientAtSidecar.ProtoReflect.Descriptor instead.
+func (*ClientAtSidecar) Descriptor() ([]byte, []int) {
+	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ClientAtSidecar) GetSidecarId() string {
+	if x != nil {
+		return x.SidecarId
+	}
+	return ""
+}
+
+func (x *ClientAtSidecar) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *ClientAtSidecar) GetRecordsPerSecond() float64 {
+	if x != nil {
+		return x.RecordsPerSecond
+	}
+	return 0
+}
+
+func (x *ClientAtSidecar) GetAcksPerSecond() float64 {
+	if x != nil {
+		return x.AcksPerSecond
+	}
+	return 0
+}
+
+func (x *ClientAtSidecar) GetErrorsPerSecond() float64 {
+	if x != nil {
+		return x.ErrorsPerSecond
+	}
+	return 0
+}
+
+func (x *ClientAtSidecar) GetRequestsPerSecond() float64 {
+	if x != nil {
+		return x.RequestsPerSecond
+	}
+	return 0
+}
+
+func (x *ClientAtSidecar) GetLastSeenSeconds() float64 {
+	if x != nil {
+		return x.LastSeenSeconds
+	}
+	return 0
+}
+
+func (x *ClientAtSidecar) GetActiveStreams() int32 {
+	if x != nil {
+		return x.ActiveStreams
+	}
+	return 0
+}
+
+// One application client of a group.
+type ClientView struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The client's id.
+	ClientId string `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// Its group.
+	Group string `protobuf:"bytes,2,opt,name=group,proto3" json:"group,omitempty"`
+	// The sidecars that served it, by sidecar_id.
+	Sidecars []*ClientAtSidecar `protobuf:"bytes,3,rep,name=sidecars,proto3" json:"sidecars,omitempty"`
+	// Sums over its sidecars.
+	RecordsPerSecond float64 `protobuf:"fixed64,4,opt,name=records_per_second,json=recordsPerSecond,proto3" json:"records_per_second,omitempty"`
+	// Sums over its sidecars.
+	AcksPerSecond float64 `protobuf:"fixed64,5,opt,name=acks_per_second,json=acksPerSecond,proto3" json:"acks_per_second,omitempty"`
+	// Sums over its sidecars.
+	ErrorsPerSecond float64 `protobuf:"fixed64,6,opt,name=errors_per_second,json=errorsPerSecond,proto3" json:"errors_per_second,omitempty"`
+	// Failed requests over all requests, over the same window (0 when it made none).
+	ErrorRatio float64 `protobuf:"fixed64,7,opt,name=error_ratio,json=errorRatio,proto3" json:"error_ratio,omitempty"`
+	// The latest last_seen_seconds of its sidecars; 0 = not seen.
+	LastSeenSeconds float64 `protobuf:"fixed64,8,opt,name=last_seen_seconds,json=lastSeenSeconds,proto3" json:"last_seen_seconds,omitempty"`
+	// Whether the client holds a binding (BindingService.Bind).
+	Bound bool `protobuf:"varint,9,opt,name=bound,proto3" json:"bound,omitempty"`
+	// When this assigner leader saw the client bind (seconds since the epoch); 0 = not bound,
+	// or bound before this leader was elected.
+	BoundSinceSeconds float64 `protobuf:"fixed64,10,opt,name=bound_since_seconds,json=boundSinceSeconds,proto3" json:"bound_since_seconds,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ClientView) Reset() {
+	*x = ClientView{}
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientView) ProtoMessage() {}
+
+func (x *ClientView) ProtoReflect() protoreflect.Message {
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientView.ProtoReflect.Descriptor instead.
+func (*ClientView) Descriptor() ([]byte, []int) {
+	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ClientView) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ClientView) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ClientView) GetSidecars() []*ClientAtSidecar {
+	if x != nil {
+		return x.Sidecars
+	}
+	return nil
+}
+
+func (x *ClientView) GetRecordsPerSecond() float64 {
+	if x != nil {
+		return x.RecordsPerSecond
+	}
+	return 0
+}
+
+func (x *ClientView) GetAcksPerSecond() float64 {
+	if x != nil {
+		return x.AcksPerSecond
+	}
+	return 0
+}
+
+func (x *ClientView) GetErrorsPerSecond() float64 {
+	if x != nil {
+		return x.ErrorsPerSecond
+	}
+	return 0
+}
+
+func (x *ClientView) GetErrorRatio() float64 {
+	if x != nil {
+		return x.ErrorRatio
+	}
+	return 0
+}
+
+func (x *ClientView) GetLastSeenSeconds() float64 {
+	if x != nil {
+		return x.LastSeenSeconds
+	}
+	return 0
+}
+
+func (x *ClientView) GetBound() bool {
+	if x != nil {
+		return x.Bound
+	}
+	return false
+}
+
+func (x *ClientView) GetBoundSinceSeconds() float64 {
+	if x != nil {
+		return x.BoundSinceSeconds
+	}
+	return 0
+}
+
+// Response of AdminService.ListClients.
+type ListClientsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The clients, ordered by group, then client id.
+	Clients       []*ClientView `protobuf:"bytes,1,rep,name=clients,proto3" json:"clients,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListClientsResponse) Reset() {
+	*x = ListClientsResponse{}
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListClientsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListClientsResponse) ProtoMessage() {}
+
+func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListClientsResponse.ProtoReflect.Descriptor instead.
+func (*ListClientsResponse) Descriptor() ([]byte, []int) {
+	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListClientsResponse) GetClients() []*ClientView {
+	if x != nil {
+		return x.Clients
+	}
+	return nil
+}
+
 var File_dataservice_assigner_v1_admin_proto protoreflect.FileDescriptor
 
 const file_dataservice_assigner_v1_admin_proto_rawDesc = "" +
@@ -1534,14 +1863,42 @@ const file_dataservice_assigner_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x03 \x01(\tR\trequestId\"Q\n" +
 	"\x16UndrainSidecarResponse\x127\n" +
-	"\x06member\x18\x01 \x01(\v2\x1f.dataservice.assigner.v1.MemberR\x06member*\xbf\x01\n" +
+	"\x06member\x18\x01 \x01(\v2\x1f.dataservice.assigner.v1.MemberR\x06member\"*\n" +
+	"\x12ListClientsRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\"\xd1\x02\n" +
+	"\x0fClientAtSidecar\x12\x1d\n" +
+	"\n" +
+	"sidecar_id\x18\x01 \x01(\tR\tsidecarId\x12\x1a\n" +
+	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12,\n" +
+	"\x12records_per_second\x18\x03 \x01(\x01R\x10recordsPerSecond\x12&\n" +
+	"\x0facks_per_second\x18\x04 \x01(\x01R\racksPerSecond\x12*\n" +
+	"\x11errors_per_second\x18\x05 \x01(\x01R\x0ferrorsPerSecond\x12.\n" +
+	"\x13requests_per_second\x18\x06 \x01(\x01R\x11requestsPerSecond\x12*\n" +
+	"\x11last_seen_seconds\x18\a \x01(\x01R\x0flastSeenSeconds\x12%\n" +
+	"\x0eactive_streams\x18\b \x01(\x05R\ractiveStreams\"\x9a\x03\n" +
+	"\n" +
+	"ClientView\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\tR\x05group\x12D\n" +
+	"\bsidecars\x18\x03 \x03(\v2(.dataservice.assigner.v1.ClientAtSidecarR\bsidecars\x12,\n" +
+	"\x12records_per_second\x18\x04 \x01(\x01R\x10recordsPerSecond\x12&\n" +
+	"\x0facks_per_second\x18\x05 \x01(\x01R\racksPerSecond\x12*\n" +
+	"\x11errors_per_second\x18\x06 \x01(\x01R\x0ferrorsPerSecond\x12\x1f\n" +
+	"\verror_ratio\x18\a \x01(\x01R\n" +
+	"errorRatio\x12*\n" +
+	"\x11last_seen_seconds\x18\b \x01(\x01R\x0flastSeenSeconds\x12\x14\n" +
+	"\x05bound\x18\t \x01(\bR\x05bound\x12.\n" +
+	"\x13bound_since_seconds\x18\n" +
+	" \x01(\x01R\x11boundSinceSeconds\"T\n" +
+	"\x13ListClientsResponse\x12=\n" +
+	"\aclients\x18\x01 \x03(\v2#.dataservice.assigner.v1.ClientViewR\aclients*\xbf\x01\n" +
 	"\rResetStrategy\x12\x1e\n" +
 	"\x1aRESET_STRATEGY_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17RESET_STRATEGY_EARLIEST\x10\x01\x12\x19\n" +
 	"\x15RESET_STRATEGY_LATEST\x10\x02\x12\x1c\n" +
 	"\x18RESET_STRATEGY_TIMESTAMP\x10\x03\x12\x1b\n" +
 	"\x17RESET_STRATEGY_ABSOLUTE\x10\x04\x12\x1b\n" +
-	"\x17RESET_STRATEGY_SHIFT_BY\x10\x052\xea\x06\n" +
+	"\x17RESET_STRATEGY_SHIFT_BY\x10\x052\xd4\a\n" +
 	"\fAdminService\x12e\n" +
 	"\n" +
 	"ListGroups\x12*.dataservice.assigner.v1.ListGroupsRequest\x1a+.dataservice.assigner.v1.ListGroupsResponse\x12n\n" +
@@ -1551,7 +1908,8 @@ const file_dataservice_assigner_v1_admin_proto_rawDesc = "" +
 	"\fResetOffsets\x12,.dataservice.assigner.v1.ResetOffsetsRequest\x1a-.dataservice.assigner.v1.ResetOffsetsResponse\x12b\n" +
 	"\tMoveLease\x12).dataservice.assigner.v1.MoveLeaseRequest\x1a*.dataservice.assigner.v1.MoveLeaseResponse\x12k\n" +
 	"\fDrainSidecar\x12,.dataservice.assigner.v1.DrainSidecarRequest\x1a-.dataservice.assigner.v1.DrainSidecarResponse\x12q\n" +
-	"\x0eUndrainSidecar\x12..dataservice.assigner.v1.UndrainSidecarRequest\x1a/.dataservice.assigner.v1.UndrainSidecarResponseB\xe6\x01\n" +
+	"\x0eUndrainSidecar\x12..dataservice.assigner.v1.UndrainSidecarRequest\x1a/.dataservice.assigner.v1.UndrainSidecarResponse\x12h\n" +
+	"\vListClients\x12+.dataservice.assigner.v1.ListClientsRequest\x1a,.dataservice.assigner.v1.ListClientsResponseB\xe6\x01\n" +
 	"\x1bcom.dataservice.assigner.v1B\n" +
 	"AdminProtoP\x01Z=dataservice/clients/go/gen/dataservice/assigner/v1;assignerv1\xa2\x02\x03DAX\xaa\x02\x17Dataservice.Assigner.V1\xca\x02\x17Dataservice\\Assigner\\V1\xe2\x02#Dataservice\\Assigner\\V1\\GPBMetadata\xea\x02\x19Dataservice::Assigner::V1b\x06proto3"
 
@@ -1568,7 +1926,7 @@ func file_dataservice_assigner_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_dataservice_assigner_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_dataservice_assigner_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_dataservice_assigner_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_dataservice_assigner_v1_admin_proto_goTypes = []any{
 	(ResetStrategy)(0),             // 0: dataservice.assigner.v1.ResetStrategy
 	(*ListGroupsRequest)(nil),      // 1: dataservice.assigner.v1.ListGroupsRequest
@@ -1591,53 +1949,61 @@ var file_dataservice_assigner_v1_admin_proto_goTypes = []any{
 	(*DrainSidecarResponse)(nil),   // 18: dataservice.assigner.v1.DrainSidecarResponse
 	(*UndrainSidecarRequest)(nil),  // 19: dataservice.assigner.v1.UndrainSidecarRequest
 	(*UndrainSidecarResponse)(nil), // 20: dataservice.assigner.v1.UndrainSidecarResponse
-	(*GroupConfig)(nil),            // 21: dataservice.assigner.v1.GroupConfig
-	(*Member)(nil),                 // 22: dataservice.assigner.v1.Member
-	(*Lease)(nil),                  // 23: dataservice.assigner.v1.Lease
-	(*Binding)(nil),                // 24: dataservice.assigner.v1.Binding
-	(*fieldmaskpb.FieldMask)(nil),  // 25: google.protobuf.FieldMask
+	(*ListClientsRequest)(nil),     // 21: dataservice.assigner.v1.ListClientsRequest
+	(*ClientAtSidecar)(nil),        // 22: dataservice.assigner.v1.ClientAtSidecar
+	(*ClientView)(nil),             // 23: dataservice.assigner.v1.ClientView
+	(*ListClientsResponse)(nil),    // 24: dataservice.assigner.v1.ListClientsResponse
+	(*GroupConfig)(nil),            // 25: dataservice.assigner.v1.GroupConfig
+	(*Member)(nil),                 // 26: dataservice.assigner.v1.Member
+	(*Lease)(nil),                  // 27: dataservice.assigner.v1.Lease
+	(*Binding)(nil),                // 28: dataservice.assigner.v1.Binding
+	(*fieldmaskpb.FieldMask)(nil),  // 29: google.protobuf.FieldMask
 }
 var file_dataservice_assigner_v1_admin_proto_depIdxs = []int32{
-	21, // 0: dataservice.assigner.v1.GroupSummary.config:type_name -> dataservice.assigner.v1.GroupConfig
+	25, // 0: dataservice.assigner.v1.GroupSummary.config:type_name -> dataservice.assigner.v1.GroupConfig
 	2,  // 1: dataservice.assigner.v1.ListGroupsResponse.groups:type_name -> dataservice.assigner.v1.GroupSummary
-	21, // 2: dataservice.assigner.v1.DescribeGroupResponse.config:type_name -> dataservice.assigner.v1.GroupConfig
-	22, // 3: dataservice.assigner.v1.DescribeGroupResponse.members:type_name -> dataservice.assigner.v1.Member
-	23, // 4: dataservice.assigner.v1.DescribeGroupResponse.leases:type_name -> dataservice.assigner.v1.Lease
+	25, // 2: dataservice.assigner.v1.DescribeGroupResponse.config:type_name -> dataservice.assigner.v1.GroupConfig
+	26, // 3: dataservice.assigner.v1.DescribeGroupResponse.members:type_name -> dataservice.assigner.v1.Member
+	27, // 4: dataservice.assigner.v1.DescribeGroupResponse.leases:type_name -> dataservice.assigner.v1.Lease
 	5,  // 5: dataservice.assigner.v1.DescribeGroupResponse.partitions:type_name -> dataservice.assigner.v1.PartitionLag
-	24, // 6: dataservice.assigner.v1.DescribeGroupResponse.bindings:type_name -> dataservice.assigner.v1.Binding
-	21, // 7: dataservice.assigner.v1.CreateGroupRequest.group:type_name -> dataservice.assigner.v1.GroupConfig
-	21, // 8: dataservice.assigner.v1.CreateGroupResponse.group:type_name -> dataservice.assigner.v1.GroupConfig
-	21, // 9: dataservice.assigner.v1.UpdateGroupRequest.group:type_name -> dataservice.assigner.v1.GroupConfig
-	25, // 10: dataservice.assigner.v1.UpdateGroupRequest.update_mask:type_name -> google.protobuf.FieldMask
-	21, // 11: dataservice.assigner.v1.UpdateGroupResponse.group:type_name -> dataservice.assigner.v1.GroupConfig
+	28, // 6: dataservice.assigner.v1.DescribeGroupResponse.bindings:type_name -> dataservice.assigner.v1.Binding
+	25, // 7: dataservice.assigner.v1.CreateGroupRequest.group:type_name -> dataservice.assigner.v1.GroupConfig
+	25, // 8: dataservice.assigner.v1.CreateGroupResponse.group:type_name -> dataservice.assigner.v1.GroupConfig
+	25, // 9: dataservice.assigner.v1.UpdateGroupRequest.group:type_name -> dataservice.assigner.v1.GroupConfig
+	29, // 10: dataservice.assigner.v1.UpdateGroupRequest.update_mask:type_name -> google.protobuf.FieldMask
+	25, // 11: dataservice.assigner.v1.UpdateGroupResponse.group:type_name -> dataservice.assigner.v1.GroupConfig
 	0,  // 12: dataservice.assigner.v1.ResetOffsetsRequest.strategy:type_name -> dataservice.assigner.v1.ResetStrategy
 	11, // 13: dataservice.assigner.v1.ResetOffsetsRequest.targets:type_name -> dataservice.assigner.v1.ResetTarget
 	13, // 14: dataservice.assigner.v1.ResetOffsetsResponse.partitions:type_name -> dataservice.assigner.v1.PartitionReset
-	23, // 15: dataservice.assigner.v1.MoveLeaseResponse.lease:type_name -> dataservice.assigner.v1.Lease
-	22, // 16: dataservice.assigner.v1.DrainSidecarResponse.member:type_name -> dataservice.assigner.v1.Member
-	23, // 17: dataservice.assigner.v1.DrainSidecarResponse.leases:type_name -> dataservice.assigner.v1.Lease
-	22, // 18: dataservice.assigner.v1.UndrainSidecarResponse.member:type_name -> dataservice.assigner.v1.Member
-	1,  // 19: dataservice.assigner.v1.AdminService.ListGroups:input_type -> dataservice.assigner.v1.ListGroupsRequest
-	4,  // 20: dataservice.assigner.v1.AdminService.DescribeGroup:input_type -> dataservice.assigner.v1.DescribeGroupRequest
-	7,  // 21: dataservice.assigner.v1.AdminService.CreateGroup:input_type -> dataservice.assigner.v1.CreateGroupRequest
-	9,  // 22: dataservice.assigner.v1.AdminService.UpdateGroup:input_type -> dataservice.assigner.v1.UpdateGroupRequest
-	12, // 23: dataservice.assigner.v1.AdminService.ResetOffsets:input_type -> dataservice.assigner.v1.ResetOffsetsRequest
-	15, // 24: dataservice.assigner.v1.AdminService.MoveLease:input_type -> dataservice.assigner.v1.MoveLeaseRequest
-	17, // 25: dataservice.assigner.v1.AdminService.DrainSidecar:input_type -> dataservice.assigner.v1.DrainSidecarRequest
-	19, // 26: dataservice.assigner.v1.AdminService.UndrainSidecar:input_type -> dataservice.assigner.v1.UndrainSidecarRequest
-	3,  // 27: dataservice.assigner.v1.AdminService.ListGroups:output_type -> dataservice.assigner.v1.ListGroupsResponse
-	6,  // 28: dataservice.assigner.v1.AdminService.DescribeGroup:output_type -> dataservice.assigner.v1.DescribeGroupResponse
-	8,  // 29: dataservice.assigner.v1.AdminService.CreateGroup:output_type -> dataservice.assigner.v1.CreateGroupResponse
-	10, // 30: dataservice.assigner.v1.AdminService.UpdateGroup:output_type -> dataservice.assigner.v1.UpdateGroupResponse
-	14, // 31: dataservice.assigner.v1.AdminService.ResetOffsets:output_type -> dataservice.assigner.v1.ResetOffsetsResponse
-	16, // 32: dataservice.assigner.v1.AdminService.MoveLease:output_type -> dataservice.assigner.v1.MoveLeaseResponse
-	18, // 33: dataservice.assigner.v1.AdminService.DrainSidecar:output_type -> dataservice.assigner.v1.DrainSidecarResponse
-	20, // 34: dataservice.assigner.v1.AdminService.UndrainSidecar:output_type -> dataservice.assigner.v1.UndrainSidecarResponse
-	27, // [27:35] is the sub-list for method output_type
-	19, // [19:27] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	27, // 15: dataservice.assigner.v1.MoveLeaseResponse.lease:type_name -> dataservice.assigner.v1.Lease
+	26, // 16: dataservice.assigner.v1.DrainSidecarResponse.member:type_name -> dataservice.assigner.v1.Member
+	27, // 17: dataservice.assigner.v1.DrainSidecarResponse.leases:type_name -> dataservice.assigner.v1.Lease
+	26, // 18: dataservice.assigner.v1.UndrainSidecarResponse.member:type_name -> dataservice.assigner.v1.Member
+	22, // 19: dataservice.assigner.v1.ClientView.sidecars:type_name -> dataservice.assigner.v1.ClientAtSidecar
+	23, // 20: dataservice.assigner.v1.ListClientsResponse.clients:type_name -> dataservice.assigner.v1.ClientView
+	1,  // 21: dataservice.assigner.v1.AdminService.ListGroups:input_type -> dataservice.assigner.v1.ListGroupsRequest
+	4,  // 22: dataservice.assigner.v1.AdminService.DescribeGroup:input_type -> dataservice.assigner.v1.DescribeGroupRequest
+	7,  // 23: dataservice.assigner.v1.AdminService.CreateGroup:input_type -> dataservice.assigner.v1.CreateGroupRequest
+	9,  // 24: dataservice.assigner.v1.AdminService.UpdateGroup:input_type -> dataservice.assigner.v1.UpdateGroupRequest
+	12, // 25: dataservice.assigner.v1.AdminService.ResetOffsets:input_type -> dataservice.assigner.v1.ResetOffsetsRequest
+	15, // 26: dataservice.assigner.v1.AdminService.MoveLease:input_type -> dataservice.assigner.v1.MoveLeaseRequest
+	17, // 27: dataservice.assigner.v1.AdminService.DrainSidecar:input_type -> dataservice.assigner.v1.DrainSidecarRequest
+	19, // 28: dataservice.assigner.v1.AdminService.UndrainSidecar:input_type -> dataservice.assigner.v1.UndrainSidecarRequest
+	21, // 29: dataservice.assigner.v1.AdminService.ListClients:input_type -> dataservice.assigner.v1.ListClientsRequest
+	3,  // 30: dataservice.assigner.v1.AdminService.ListGroups:output_type -> dataservice.assigner.v1.ListGroupsResponse
+	6,  // 31: dataservice.assigner.v1.AdminService.DescribeGroup:output_type -> dataservice.assigner.v1.DescribeGroupResponse
+	8,  // 32: dataservice.assigner.v1.AdminService.CreateGroup:output_type -> dataservice.assigner.v1.CreateGroupResponse
+	10, // 33: dataservice.assigner.v1.AdminService.UpdateGroup:output_type -> dataservice.assigner.v1.UpdateGroupResponse
+	14, // 34: dataservice.assigner.v1.AdminService.ResetOffsets:output_type -> dataservice.assigner.v1.ResetOffsetsResponse
+	16, // 35: dataservice.assigner.v1.AdminService.MoveLease:output_type -> dataservice.assigner.v1.MoveLeaseResponse
+	18, // 36: dataservice.assigner.v1.AdminService.DrainSidecar:output_type -> dataservice.assigner.v1.DrainSidecarResponse
+	20, // 37: dataservice.assigner.v1.AdminService.UndrainSidecar:output_type -> dataservice.assigner.v1.UndrainSidecarResponse
+	24, // 38: dataservice.assigner.v1.AdminService.ListClients:output_type -> dataservice.assigner.v1.ListClientsResponse
+	30, // [30:39] is the sub-list for method output_type
+	21, // [21:30] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_dataservice_assigner_v1_admin_proto_init() }
@@ -1653,7 +2019,7 @@ func file_dataservice_assigner_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dataservice_assigner_v1_admin_proto_rawDesc), len(file_dataservice_assigner_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -40,6 +40,7 @@ const (
 	AdminService_MoveLease_FullMethodName      = "/dataservice.assigner.v1.AdminService/MoveLease"
 	AdminService_DrainSidecar_FullMethodName   = "/dataservice.assigner.v1.AdminService/DrainSidecar"
 	AdminService_UndrainSidecar_FullMethodName = "/dataservice.assigner.v1.AdminService/UndrainSidecar"
+	AdminService_ListClients_FullMethodName    = "/dataservice.assigner.v1.AdminService/ListClients"
 )
 
 // AdminServiceClient is the client API for AdminService service.
@@ -112,6 +113,13 @@ type AdminServiceClient interface {
 	// Errors: INVALID_ARGUMENT (empty fields), NOT_FOUND (unknown group, sidecar neither a
 	// member nor drained), PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`, UNAVAILABLE.
 	UndrainSidecar(ctx context.Context, in *UndrainSidecarRequest, opts ...grpc.CallOption) (*UndrainSidecarResponse, error)
+	// The application clients of one group (or of every group): per client id the sidecars it
+	// reads from, records/s, acks/s and errors/s at each (from the sidecars' heartbeats),
+	// when it was last seen and since when it is bound. A client bound but not seen yet, and
+	// one seen at a sidecar without a binding (dialing it directly), are both listed.
+	// Errors: INVALID_ARGUMENT (malformed group), NOT_FOUND (unknown group),
+	// PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`, UNAVAILABLE.
+	ListClients(ctx context.Context, in *ListClientsRequest, opts ...grpc.CallOption) (*ListClientsResponse, error)
 }
 
 type adminServiceClient struct {
@@ -202,6 +210,16 @@ func (c *adminServiceClient) UndrainSidecar(ctx context.Context, in *UndrainSide
 	return out, nil
 }
 
+func (c *adminServiceClient) ListClients(ctx context.Context, in *ListClientsRequest, opts ...grpc.CallOption) (*ListClientsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListClientsResponse)
+	err := c.cc.Invoke(ctx, AdminService_ListClients_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServiceServer is the server API for AdminService service.
 // All implementations must embed UnimplementedAdminServiceServer
 // for forward compatibility.
@@ -272,6 +290,13 @@ type AdminServiceServer interface {
 	// Errors: INVALID_ARGUMENT (empty fields), NOT_FOUND (unknown group, sidecar neither a
 	// member nor drained), PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`, UNAVAILABLE.
 	UndrainSidecar(context.Context, *UndrainSidecarRequest) (*UndrainSidecarResponse, error)
+	// The application clients of one group (or of every group): per client id the sidecars it
+	// reads from, records/s, acks/s and errors/s at each (from the sidecars' heartbeats),
+	// when it was last seen and since when it is bound. A client bound but not seen yet, and
+	// one seen at a sidecar without a binding (dialing it directly), are both listed.
+	// Errors: INVALID_ARGUMENT (malformed group), NOT_FOUND (unknown group),
+	// PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`, UNAVAILABLE.
+	ListClients(context.Context, *ListClientsRequest) (*ListClientsResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
 }
 
@@ -305,6 +330,9 @@ func (UnimplementedAdminServiceServer) DrainSidecar(context.Context, *DrainSidec
 }
 func (UnimplementedAdminServiceServer) UndrainSidecar(context.Context, *UndrainSidecarRequest) (*UndrainSidecarResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UndrainSidecar not implemented")
+}
+func (UnimplementedAdminServiceServer) ListClients(context.Context, *ListClientsRequest) (*ListClientsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListClients not implemented")
 }
 func (UnimplementedAdminServiceServer) mustEmbedUnimplementedAdminServiceServer() {}
 func (UnimplementedAdminServiceServer) testEmbeddedByValue()                      {}
@@ -471,6 +499,24 @@ func _AdminService_UndrainSidecar_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_ListClients_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListClientsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ListClients(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ListClients_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ListClients(ctx, req.(*ListClientsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AdminService_ServiceDesc is the grpc.ServiceDesc for AdminService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -509,6 +555,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UndrainSidecar",
 			Handler:    _AdminService_UndrainSidecar_Handler,
+		},
+		{
+			MethodName: "ListClients",
+			Handler:    _AdminService_ListClients_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -299,8 +299,12 @@ type SessionHeartbeat struct {
 	// Kafka's own tools, e.g. kafka-consumer-groups --reset-offsets), sent in every heartbeat
 	// until the lease ends; the sidecar stops committing those partitions meanwhile.
 	ExternalCommits []*ExternalCommit `protobuf:"bytes,6,rep,name=external_commits,json=externalCommits,proto3" json:"external_commits,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// What each application client asked of the sidecar since it started (its client-access
+	// counters, ARCHITECTURE §5.3), for AdminService.ListClients; observability only, never
+	// read by a decision. Empty from a sidecar that predates the field.
+	Clients       []*ClientActivity `protobuf:"bytes,7,rep,name=clients,proto3" json:"clients,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionHeartbeat) Reset() {
@@ -375,6 +379,115 @@ func (x *SessionHeartbeat) GetExternalCommits() []*ExternalCommit {
 	return nil
 }
 
+func (x *SessionHeartbeat) GetClients() []*ClientActivity {
+	if x != nil {
+		return x.Clients
+	}
+	return nil
+}
+
+// One application client's totals at a sidecar, as of the heartbeat that carries them.
+// Counters start at 0 when the sidecar starts (the assigner computes rates from successive
+// heartbeats and takes a lower total as a restart).
+type ClientActivity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The client_id of the client's requests ("other" past the sidecar's client-id limit).
+	ClientId string `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// Records handed to the client (Fetch, Stream, ReadRange).
+	RecordsServed int64 `protobuf:"varint,2,opt,name=records_served,json=recordsServed,proto3" json:"records_served,omitempty"`
+	// Records the client acknowledged.
+	Acks int64 `protobuf:"varint,3,opt,name=acks,proto3" json:"acks,omitempty"`
+	// Requests that ended with a status other than OK or CANCELLED.
+	Errors int64 `protobuf:"varint,4,opt,name=errors,proto3" json:"errors,omitempty"`
+	// Requests of every kind.
+	Requests int64 `protobuf:"varint,5,opt,name=requests,proto3" json:"requests,omitempty"`
+	// Wall-clock time of the client's last request, in seconds since the Unix epoch.
+	LastSeenSeconds float64 `protobuf:"fixed64,6,opt,name=last_seen_seconds,json=lastSeenSeconds,proto3" json:"last_seen_seconds,omitempty"`
+	// Streams the client has open now.
+	ActiveStreams int32 `protobuf:"varint,7,opt,name=active_streams,json=activeStreams,proto3" json:"active_streams,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClientActivity) Reset() {
+	*x = ClientActivity{}
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientActivity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientActivity) ProtoMessage() {}
+
+func (x *ClientActivity) ProtoReflect() protoreflect.Message {
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientActivity.ProtoReflect.Descriptor instead.
+func (*ClientActivity) Descriptor() ([]byte, []int) {
+	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ClientActivity) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ClientActivity) GetRecordsServed() int64 {
+	if x != nil {
+		return x.RecordsServed
+	}
+	return 0
+}
+
+func (x *ClientActivity) GetAcks() int64 {
+	if x != nil {
+		return x.Acks
+	}
+	return 0
+}
+
+func (x *ClientActivity) GetErrors() int64 {
+	if x != nil {
+		return x.Errors
+	}
+	return 0
+}
+
+func (x *ClientActivity) GetRequests() int64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *ClientActivity) GetLastSeenSeconds() float64 {
+	if x != nil {
+		return x.LastSeenSeconds
+	}
+	return 0
+}
+
+func (x *ClientActivity) GetActiveStreams() int32 {
+	if x != nil {
+		return x.ActiveStreams
+	}
+	return 0
+}
+
 // A committed offset of a held partition written by someone outside the mesh.
 type ExternalCommit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -399,7 +512,7 @@ type ExternalCommit struct {
 
 func (x *ExternalCommit) Reset() {
 	*x = ExternalCommit{}
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[3]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -411,7 +524,7 @@ func (x *ExternalCommit) String() string {
 func (*ExternalCommit) ProtoMessage() {}
 
 func (x *ExternalCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[3]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -424,7 +537,7 @@ func (x *ExternalCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExternalCommit.ProtoReflect.Descriptor instead.
 func (*ExternalCommit) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{3}
+	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ExternalCommit) GetTopic() string {
@@ -499,7 +612,7 @@ type LeaseProgress struct {
 
 func (x *LeaseProgress) Reset() {
 	*x = LeaseProgress{}
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[4]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -511,7 +624,7 @@ func (x *LeaseProgress) String() string {
 func (*LeaseProgress) ProtoMessage() {}
 
 func (x *LeaseProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[4]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -524,7 +637,7 @@ func (x *LeaseProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseProgress.ProtoReflect.Descriptor instead.
 func (*LeaseProgress) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{4}
+	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LeaseProgress) GetTopic() string {
@@ -593,7 +706,7 @@ type ReleasedLease struct {
 
 func (x *ReleasedLease) Reset() {
 	*x = ReleasedLease{}
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[5]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -605,7 +718,7 @@ func (x *ReleasedLease) String() string {
 func (*ReleasedLease) ProtoMessage() {}
 
 func (x *ReleasedLease) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[5]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -618,7 +731,7 @@ func (x *ReleasedLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleasedLease.ProtoReflect.Descriptor instead.
 func (*ReleasedLease) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{5}
+	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReleasedLease) GetTopic() string {
@@ -668,7 +781,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[6]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +793,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[6]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +806,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{6}
+	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SessionResponse) GetKind() isSessionResponse_Kind {
@@ -819,7 +932,7 @@ type SessionAccepted struct {
 
 func (x *SessionAccepted) Reset() {
 	*x = SessionAccepted{}
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[7]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -831,7 +944,7 @@ func (x *SessionAccepted) String() string {
 func (*SessionAccepted) ProtoMessage() {}
 
 func (x *SessionAccepted) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[7]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +957,7 @@ func (x *SessionAccepted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionAccepted.ProtoReflect.Descriptor instead.
 func (*SessionAccepted) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{7}
+	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SessionAccepted) GetSessionId() string {
@@ -935,7 +1048,7 @@ type LeaseGrant struct {
 
 func (x *LeaseGrant) Reset() {
 	*x = LeaseGrant{}
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[8]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -947,7 +1060,7 @@ func (x *LeaseGrant) String() string {
 func (*LeaseGrant) ProtoMessage() {}
 
 func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[8]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -960,7 +1073,7 @@ func (x *LeaseGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseGrant.ProtoReflect.Descriptor instead.
 func (*LeaseGrant) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{8}
+	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LeaseGrant) GetTopic() string {
@@ -1011,7 +1124,7 @@ type LeaseRevoke struct {
 
 func (x *LeaseRevoke) Reset() {
 	*x = LeaseRevoke{}
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[9]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1136,7 @@ func (x *LeaseRevoke) String() string {
 func (*LeaseRevoke) ProtoMessage() {}
 
 func (x *LeaseRevoke) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[9]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1149,7 @@ func (x *LeaseRevoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRevoke.ProtoReflect.Descriptor instead.
 func (*LeaseRevoke) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{9}
+	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LeaseRevoke) GetTopic() string {
@@ -1097,7 +1210,7 @@ type ConfigUpdate struct {
 
 func (x *ConfigUpdate) Reset() {
 	*x = ConfigUpdate{}
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[10]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1222,7 @@ func (x *ConfigUpdate) String() string {
 func (*ConfigUpdate) ProtoMessage() {}
 
 func (x *ConfigUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[10]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1235,7 @@ func (x *ConfigUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigUpdate.ProtoReflect.Descriptor instead.
 func (*ConfigUpdate) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{10}
+	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ConfigUpdate) GetConsumerConfig() map[string]string {
@@ -1174,7 +1287,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[11]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1186,7 +1299,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[11]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1199,7 +1312,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{11}
+	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HeartbeatAck) GetSeq() int64 {
@@ -1235,7 +1348,7 @@ type LeaveRequest struct {
 
 func (x *LeaveRequest) Reset() {
 	*x = LeaveRequest{}
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[12]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1360,7 @@ func (x *LeaveRequest) String() string {
 func (*LeaveRequest) ProtoMessage() {}
 
 func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[12]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1373,7 @@ func (x *LeaveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveRequest.ProtoReflect.Descriptor instead.
 func (*LeaveRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{12}
+	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LeaveRequest) GetSidecarId() string {
@@ -1302,7 +1415,7 @@ type LeaveResponse struct {
 
 func (x *LeaveResponse) Reset() {
 	*x = LeaveResponse{}
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[13]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1427,7 @@ func (x *LeaveResponse) String() string {
 func (*LeaveResponse) ProtoMessage() {}
 
 func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[13]
+	mi := &file_dataservice_assigner_v1_assigner_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1440,7 @@ func (x *LeaveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveResponse.ProtoReflect.Descriptor instead.
 func (*LeaveResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{13}
+	return file_dataservice_assigner_v1_assigner_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LeaveResponse) GetHoldWindow() *durationpb.Duration {
@@ -1354,14 +1467,23 @@ const file_dataservice_assigner_v1_assigner_proto_rawDesc = "" +
 	"\x04zone\x18\x04 \x01(\tR\x04zone\x12\x1a\n" +
 	"\bcapacity\x18\x05 \x01(\x05R\bcapacity\x12B\n" +
 	"\vheld_leases\x18\x06 \x03(\v2!.dataservice.assigner.v1.LeaseRefR\n" +
-	"heldLeases\"\x94\x03\n" +
+	"heldLeases\"\xd7\x03\n" +
 	"\x10SessionHeartbeat\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12>\n" +
 	"\x06leases\x18\x02 \x03(\v2&.dataservice.assigner.v1.LeaseProgressR\x06leases\x12O\n" +
 	"\x0freleased_leases\x18\x03 \x03(\v2&.dataservice.assigner.v1.ReleasedLeaseR\x0ereleasedLeases\x124\n" +
 	"\x16applied_config_version\x18\x04 \x01(\x03R\x14appliedConfigVersion\x12S\n" +
 	"\x10config_rejection\x18\x05 \x01(\v2(.dataservice.assigner.v1.ConfigRejectionR\x0fconfigRejection\x12R\n" +
-	"\x10external_commits\x18\x06 \x03(\v2'.dataservice.assigner.v1.ExternalCommitR\x0fexternalCommits\"\xe6\x01\n" +
+	"\x10external_commits\x18\x06 \x03(\v2'.dataservice.assigner.v1.ExternalCommitR\x0fexternalCommits\x12A\n" +
+	"\aclients\x18\a \x03(\v2'.dataservice.assigner.v1.ClientActivityR\aclients\"\xef\x01\n" +
+	"\x0eClientActivity\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12%\n" +
+	"\x0erecords_served\x18\x02 \x01(\x03R\rrecordsServed\x12\x12\n" +
+	"\x04acks\x18\x03 \x01(\x03R\x04acks\x12\x16\n" +
+	"\x06errors\x18\x04 \x01(\x03R\x06errors\x12\x1a\n" +
+	"\brequests\x18\x05 \x01(\x03R\brequests\x12*\n" +
+	"\x11last_seen_seconds\x18\x06 \x01(\x01R\x0flastSeenSeconds\x12%\n" +
+	"\x0eactive_streams\x18\a \x01(\x05R\ractiveStreams\"\xe6\x01\n" +
 	"\x0eExternalCommit\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x14\n" +
@@ -1465,66 +1587,68 @@ func file_dataservice_assigner_v1_assigner_proto_rawDescGZIP() []byte {
 }
 
 var file_dataservice_assigner_v1_assigner_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_dataservice_assigner_v1_assigner_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_dataservice_assigner_v1_assigner_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_dataservice_assigner_v1_assigner_proto_goTypes = []any{
 	(RevokeReason)(0),           // 0: dataservice.assigner.v1.RevokeReason
 	(*SessionRequest)(nil),      // 1: dataservice.assigner.v1.SessionRequest
 	(*SessionJoin)(nil),         // 2: dataservice.assigner.v1.SessionJoin
 	(*SessionHeartbeat)(nil),    // 3: dataservice.assigner.v1.SessionHeartbeat
-	(*ExternalCommit)(nil),      // 4: dataservice.assigner.v1.ExternalCommit
-	(*LeaseProgress)(nil),       // 5: dataservice.assigner.v1.LeaseProgress
-	(*ReleasedLease)(nil),       // 6: dataservice.assigner.v1.ReleasedLease
-	(*SessionResponse)(nil),     // 7: dataservice.assigner.v1.SessionResponse
-	(*SessionAccepted)(nil),     // 8: dataservice.assigner.v1.SessionAccepted
-	(*LeaseGrant)(nil),          // 9: dataservice.assigner.v1.LeaseGrant
-	(*LeaseRevoke)(nil),         // 10: dataservice.assigner.v1.LeaseRevoke
-	(*ConfigUpdate)(nil),        // 11: dataservice.assigner.v1.ConfigUpdate
-	(*HeartbeatAck)(nil),        // 12: dataservice.assigner.v1.HeartbeatAck
-	(*LeaveRequest)(nil),        // 13: dataservice.assigner.v1.LeaveRequest
-	(*LeaveResponse)(nil),       // 14: dataservice.assigner.v1.LeaveResponse
-	nil,                         // 15: dataservice.assigner.v1.SessionAccepted.ConsumerConfigEntry
-	nil,                         // 16: dataservice.assigner.v1.ConfigUpdate.ConsumerConfigEntry
-	(*LeaseRef)(nil),            // 17: dataservice.assigner.v1.LeaseRef
-	(*ConfigRejection)(nil),     // 18: dataservice.assigner.v1.ConfigRejection
-	(*durationpb.Duration)(nil), // 19: google.protobuf.Duration
-	(v1.GroupMode)(0),           // 20: dataservice.common.v1.GroupMode
-	(ExternalOffsetChanges)(0),  // 21: dataservice.assigner.v1.ExternalOffsetChanges
+	(*ClientActivity)(nil),      // 4: dataservice.assigner.v1.ClientActivity
+	(*ExternalCommit)(nil),      // 5: dataservice.assigner.v1.ExternalCommit
+	(*LeaseProgress)(nil),       // 6: dataservice.assigner.v1.LeaseProgress
+	(*ReleasedLease)(nil),       // 7: dataservice.assigner.v1.ReleasedLease
+	(*SessionResponse)(nil),     // 8: dataservice.assigner.v1.SessionResponse
+	(*SessionAccepted)(nil),     // 9: dataservice.assigner.v1.SessionAccepted
+	(*LeaseGrant)(nil),          // 10: dataservice.assigner.v1.LeaseGrant
+	(*LeaseRevoke)(nil),         // 11: dataservice.assigner.v1.LeaseRevoke
+	(*ConfigUpdate)(nil),        // 12: dataservice.assigner.v1.ConfigUpdate
+	(*HeartbeatAck)(nil),        // 13: dataservice.assigner.v1.HeartbeatAck
+	(*LeaveRequest)(nil),        // 14: dataservice.assigner.v1.LeaveRequest
+	(*LeaveResponse)(nil),       // 15: dataservice.assigner.v1.LeaveResponse
+	nil,                         // 16: dataservice.assigner.v1.SessionAccepted.ConsumerConfigEntry
+	nil,                         // 17: dataservice.assigner.v1.ConfigUpdate.ConsumerConfigEntry
+	(*LeaseRef)(nil),            // 18: dataservice.assigner.v1.LeaseRef
+	(*ConfigRejection)(nil),     // 19: dataservice.assigner.v1.ConfigRejection
+	(*durationpb.Duration)(nil), // 20: google.protobuf.Duration
+	(v1.GroupMode)(0),           // 21: dataservice.common.v1.GroupMode
+	(ExternalOffsetChanges)(0),  // 22: dataservice.assigner.v1.ExternalOffsetChanges
 }
 var file_dataservice_assigner_v1_assigner_proto_depIdxs = []int32{
 	2,  // 0: dataservice.assigner.v1.SessionRequest.join:type_name -> dataservice.assigner.v1.SessionJoin
 	3,  // 1: dataservice.assigner.v1.SessionRequest.heartbeat:type_name -> dataservice.assigner.v1.SessionHeartbeat
-	17, // 2: dataservice.assigner.v1.SessionJoin.held_leases:type_name -> dataservice.assigner.v1.LeaseRef
-	5,  // 3: dataservice.assigner.v1.SessionHeartbeat.leases:type_name -> dataservice.assigner.v1.LeaseProgress
-	6,  // 4: dataservice.assigner.v1.SessionHeartbeat.released_leases:type_name -> dataservice.assigner.v1.ReleasedLease
-	18, // 5: dataservice.assigner.v1.SessionHeartbeat.config_rejection:type_name -> dataservice.assigner.v1.ConfigRejection
-	4,  // 6: dataservice.assigner.v1.SessionHeartbeat.external_commits:type_name -> dataservice.assigner.v1.ExternalCommit
-	8,  // 7: dataservice.assigner.v1.SessionResponse.accepted:type_name -> dataservice.assigner.v1.SessionAccepted
-	9,  // 8: dataservice.assigner.v1.SessionResponse.grant:type_name -> dataservice.assigner.v1.LeaseGrant
-	10, // 9: dataservice.assigner.v1.SessionResponse.revoke:type_name -> dataservice.assigner.v1.LeaseRevoke
-	11, // 10: dataservice.assigner.v1.SessionResponse.config_update:type_name -> dataservice.assigner.v1.ConfigUpdate
-	12, // 11: dataservice.assigner.v1.SessionResponse.heartbeat_ack:type_name -> dataservice.assigner.v1.HeartbeatAck
-	19, // 12: dataservice.assigner.v1.SessionAccepted.lease_ttl:type_name -> google.protobuf.Duration
-	19, // 13: dataservice.assigner.v1.SessionAccepted.heartbeat_interval:type_name -> google.protobuf.Duration
-	20, // 14: dataservice.assigner.v1.SessionAccepted.mode:type_name -> dataservice.common.v1.GroupMode
-	15, // 15: dataservice.assigner.v1.SessionAccepted.consumer_config:type_name -> dataservice.assigner.v1.SessionAccepted.ConsumerConfigEntry
-	19, // 16: dataservice.assigner.v1.SessionAccepted.visibility_timeout:type_name -> google.protobuf.Duration
-	21, // 17: dataservice.assigner.v1.SessionAccepted.external_offset_changes:type_name -> dataservice.assigner.v1.ExternalOffsetChanges
-	0,  // 18: dataservice.assigner.v1.LeaseRevoke.reason:type_name -> dataservice.assigner.v1.RevokeReason
-	19, // 19: dataservice.assigner.v1.LeaseRevoke.drain_timeout:type_name -> google.protobuf.Duration
-	16, // 20: dataservice.assigner.v1.ConfigUpdate.consumer_config:type_name -> dataservice.assigner.v1.ConfigUpdate.ConsumerConfigEntry
-	19, // 21: dataservice.assigner.v1.ConfigUpdate.visibility_timeout:type_name -> google.protobuf.Duration
-	21, // 22: dataservice.assigner.v1.ConfigUpdate.external_offset_changes:type_name -> dataservice.assigner.v1.ExternalOffsetChanges
-	17, // 23: dataservice.assigner.v1.HeartbeatAck.renewed_leases:type_name -> dataservice.assigner.v1.LeaseRef
-	19, // 24: dataservice.assigner.v1.LeaveResponse.hold_window:type_name -> google.protobuf.Duration
-	1,  // 25: dataservice.assigner.v1.AssignerService.Session:input_type -> dataservice.assigner.v1.SessionRequest
-	13, // 26: dataservice.assigner.v1.AssignerService.Leave:input_type -> dataservice.assigner.v1.LeaveRequest
-	7,  // 27: dataservice.assigner.v1.AssignerService.Session:output_type -> dataservice.assigner.v1.SessionResponse
-	14, // 28: dataservice.assigner.v1.AssignerService.Leave:output_type -> dataservice.assigner.v1.LeaveResponse
-	27, // [27:29] is the sub-list for method output_type
-	25, // [25:27] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	18, // 2: dataservice.assigner.v1.SessionJoin.held_leases:type_name -> dataservice.assigner.v1.LeaseRef
+	6,  // 3: dataservice.assigner.v1.SessionHeartbeat.leases:type_name -> dataservice.assigner.v1.LeaseProgress
+	7,  // 4: dataservice.assigner.v1.SessionHeartbeat.released_leases:type_name -> dataservice.assigner.v1.ReleasedLease
+	19, // 5: dataservice.assigner.v1.SessionHeartbeat.config_rejection:type_name -> dataservice.assigner.v1.ConfigRejection
+	5,  // 6: dataservice.assigner.v1.SessionHeartbeat.external_commits:type_name -> dataservice.assigner.v1.ExternalCommit
+	4,  // 7: dataservice.assigner.v1.SessionHeartbeat.clients:type_name -> dataservice.assigner.v1.ClientActivity
+	9,  // 8: dataservice.assigner.v1.SessionResponse.accepted:type_name -> dataservice.assigner.v1.SessionAccepted
+	10, // 9: dataservice.assigner.v1.SessionResponse.grant:type_name -> dataservice.assigner.v1.LeaseGrant
+	11, // 10: dataservice.assigner.v1.SessionResponse.revoke:type_name -> dataservice.assigner.v1.LeaseRevoke
+	12, // 11: dataservice.assigner.v1.SessionResponse.config_update:type_name -> dataservice.assigner.v1.ConfigUpdate
+	13, // 12: dataservice.assigner.v1.SessionResponse.heartbeat_ack:type_name -> dataservice.assigner.v1.HeartbeatAck
+	20, // 13: dataservice.assigner.v1.SessionAccepted.lease_ttl:type_name -> google.protobuf.Duration
+	20, // 14: dataservice.assigner.v1.SessionAccepted.heartbeat_interval:type_name -> google.protobuf.Duration
+	21, // 15: dataservice.assigner.v1.SessionAccepted.mode:type_name -> dataservice.common.v1.GroupMode
+	16, // 16: dataservice.assigner.v1.SessionAccepted.consumer_config:type_name -> dataservice.assigner.v1.SessionAccepted.ConsumerConfigEntry
+	20, // 17: dataservice.assigner.v1.SessionAccepted.visibility_timeout:type_name -> google.protobuf.Duration
+	22, // 18: dataservice.assigner.v1.SessionAccepted.external_offset_changes:type_name -> dataservice.assigner.v1.ExternalOffsetChanges
+	0,  // 19: dataservice.assigner.v1.LeaseRevoke.reason:type_name -> dataservice.assigner.v1.RevokeReason
+	20, // 20: dataservice.assigner.v1.LeaseRevoke.drain_timeout:type_name -> google.protobuf.Duration
+	17, // 21: dataservice.assigner.v1.ConfigUpdate.consumer_config:type_name -> dataservice.assigner.v1.ConfigUpdate.ConsumerConfigEntry
+	20, // 22: dataservice.assigner.v1.ConfigUpdate.visibility_timeout:type_name -> google.protobuf.Duration
+	22, // 23: dataservice.assigner.v1.ConfigUpdate.external_offset_changes:type_name -> dataservice.assigner.v1.ExternalOffsetChanges
+	18, // 24: dataservice.assigner.v1.HeartbeatAck.renewed_leases:type_name -> dataservice.assigner.v1.LeaseRef
+	20, // 25: dataservice.assigner.v1.LeaveResponse.hold_window:type_name -> google.protobuf.Duration
+	1,  // 26: dataservice.assigner.v1.AssignerService.Session:input_type -> dataservice.assigner.v1.SessionRequest
+	14, // 27: dataservice.assigner.v1.AssignerService.Leave:input_type -> dataservice.assigner.v1.LeaveRequest
+	8,  // 28: dataservice.assigner.v1.AssignerService.Session:output_type -> dataservice.assigner.v1.SessionResponse
+	15, // 29: dataservice.assigner.v1.AssignerService.Leave:output_type -> dataservice.assigner.v1.LeaveResponse
+	28, // [28:30] is the sub-list for method output_type
+	26, // [26:28] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_dataservice_assigner_v1_assigner_proto_init() }
@@ -1537,7 +1661,7 @@ func file_dataservice_assigner_v1_assigner_proto_init() {
 		(*SessionRequest_Join)(nil),
 		(*SessionRequest_Heartbeat)(nil),
 	}
-	file_dataservice_assigner_v1_assigner_proto_msgTypes[6].OneofWrappers = []any{
+	file_dataservice_assigner_v1_assigner_proto_msgTypes[7].OneofWrappers = []any{
 		(*SessionResponse_Accepted)(nil),
 		(*SessionResponse_Grant)(nil),
 		(*SessionResponse_Revoke)(nil),
@@ -1550,7 +1674,7 @@ func file_dataservice_assigner_v1_assigner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dataservice_assigner_v1_assigner_proto_rawDesc), len(file_dataservice_assigner_v1_assigner_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -745,3 +745,161 @@ class UndrainSidecarResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UndrainSidecarResponse: _TypeAlias = UndrainSidecarResponse  # noqa: Y015
+
+@_typing.final
+class ListClientsRequest(_message.Message):
+    """Request of AdminService.ListClients."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    """The group; empty = every group."""
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListClientsRequest: _TypeAlias = ListClientsRequest  # noqa: Y015
+
+@_typing.final
+class ClientAtSidecar(_message.Message):
+    """What one client does at one sidecar."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SIDECAR_ID_FIELD_NUMBER: _builtins.int
+    ENDPOINT_FIELD_NUMBER: _builtins.int
+    RECORDS_PER_SECOND_FIELD_NUMBER: _builtins.int
+    ACKS_PER_SECOND_FIELD_NUMBER: _builtins.int
+    ERRORS_PER_SECOND_FIELD_NUMBER: _builtins.int
+    REQUESTS_PER_SECOND_FIELD_NUMBER: _builtins.int
+    LAST_SEEN_SECONDS_FIELD_NUMBER: _builtins.int
+    ACTIVE_STREAMS_FIELD_NUMBER: _builtins.int
+    sidecar_id: _builtins.str
+    """The sidecar's id."""
+    endpoint: _builtins.str
+    """The sidecar's StreamService host:port."""
+    records_per_second: _builtins.float
+    """Records served per second, over the last few heartbeats."""
+    acks_per_second: _builtins.float
+    """Records acknowledged per second."""
+    errors_per_second: _builtins.float
+    """Failed requests (status other than OK or CANCELLED) per second."""
+    requests_per_second: _builtins.float
+    """Requests per second, of every kind."""
+    last_seen_seconds: _builtins.float
+    """Wall-clock time of the client's last request at this sidecar (seconds since the epoch)."""
+    active_streams: _builtins.int
+    """Streams the client has open at this sidecar."""
+    def __init__(
+        self,
+        *,
+        sidecar_id: _builtins.str = ...,
+        endpoint: _builtins.str = ...,
+        records_per_second: _builtins.float = ...,
+        acks_per_second: _builtins.float = ...,
+        errors_per_second: _builtins.float = ...,
+        requests_per_second: _builtins.float = ...,
+        last_seen_seconds: _builtins.float = ...,
+        active_streams: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks_per_second", b"acks_per_second", "active_streams", b"active_streams", "endpoint", b"endpoint", "errors_per_second", b"errors_per_second", "last_seen_seconds", b"last_seen_seconds", "records_per_second", b"records_per_second", "requests_per_second", b"requests_per_second", "sidecar_id", b"sidecar_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClientAtSidecar: _TypeAlias = ClientAtSidecar  # noqa: Y015
+
+@_typing.final
+class ClientView(_message.Message):
+    """One application client of a group."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
+    SIDECARS_FIELD_NUMBER: _builtins.int
+    RECORDS_PER_SECOND_FIELD_NUMBER: _builtins.int
+    ACKS_PER_SECOND_FIELD_NUMBER: _builtins.int
+    ERRORS_PER_SECOND_FIELD_NUMBER: _builtins.int
+    ERROR_RATIO_FIELD_NUMBER: _builtins.int
+    LAST_SEEN_SECONDS_FIELD_NUMBER: _builtins.int
+    BOUND_FIELD_NUMBER: _builtins.int
+    BOUND_SINCE_SECONDS_FIELD_NUMBER: _builtins.int
+    client_id: _builtins.str
+    """The client's id."""
+    group: _builtins.str
+    """Its group."""
+    records_per_second: _builtins.float
+    """Sums over its sidecars."""
+    acks_per_second: _builtins.float
+    """Sums over its sidecars."""
+    errors_per_second: _builtins.float
+    """Sums over its sidecars."""
+    error_ratio: _builtins.float
+    """Failed requests over all requests, over the same window (0 when it made none)."""
+    last_seen_seconds: _builtins.float
+    """The latest last_seen_seconds of its sidecars; 0 = not seen."""
+    bound: _builtins.bool
+    """Whether the client holds a binding (BindingService.Bind)."""
+    bound_since_seconds: _builtins.float
+    """When this assigner leader saw the client bind (seconds since the epoch); 0 = not bound,
+    or bound before this leader was elected.
+    """
+    @_builtins.property
+    def sidecars(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClientAtSidecar]:
+        """The sidecars that served it, by sidecar_id."""
+
+    def __init__(
+        self,
+        *,
+        client_id: _builtins.str = ...,
+        group: _builtins.str = ...,
+        sidecars: _abc.Iterable[Global___ClientAtSidecar] | None = ...,
+        records_per_second: _builtins.float = ...,
+        acks_per_second: _builtins.float = ...,
+        errors_per_second: _builtins.float = ...,
+        error_ratio: _builtins.float = ...,
+        last_seen_seconds: _builtins.float = ...,
+        bound: _builtins.bool = ...,
+        bound_since_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks_per_second", b"acks_per_second", "bound", b"bound", "bound_since_seconds", b"bound_since_seconds", "client_id", b"client_id", "error_ratio", b"error_ratio", "errors_per_second", b"errors_per_second", "group", b"group", "last_seen_seconds", b"last_seen_seconds", "records_per_second", b"records_per_second", "sidecars", b"sidecars"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClientView: _TypeAlias = ClientView  # noqa: Y015
+
+@_typing.final
+class ListClientsResponse(_message.Message):
+    """Response of AdminService.ListClients."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLIENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def clients(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClientView]:
+        """The clients, ordered by group, then client id."""
+
+    def __init__(
+        self,
+        *,
+        clients: _abc.Iterable[Global___ClientView] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clients", b"clients"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListClientsResponse: _TypeAlias = ListClientsResponse  # noqa: Y015

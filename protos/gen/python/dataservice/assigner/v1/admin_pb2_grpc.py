@@ -75,6 +75,11 @@ class AdminServiceStub:
                 request_serializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.UndrainSidecarRequest.SerializeToString,
                 response_deserializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.UndrainSidecarResponse.FromString,
                 _registered_method=True)
+        self.ListClients = channel.unary_unary(
+                '/dataservice.assigner.v1.AdminService/ListClients',
+                request_serializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.ListClientsRequest.SerializeToString,
+                response_deserializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.ListClientsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -185,6 +190,18 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListClients(self, request, context):
+        """The application clients of one group (or of every group): per client id the sidecars it
+        reads from, records/s, acks/s and errors/s at each (from the sidecars' heartbeats),
+        when it was last seen and since when it is bound. A client bound but not seen yet, and
+        one seen at a sidecar without a binding (dialing it directly), are both listed.
+        Errors: INVALID_ARGUMENT (malformed group), NOT_FOUND (unknown group),
+        PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`, UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -227,6 +244,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.UndrainSidecar,
                     request_deserializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.UndrainSidecarRequest.FromString,
                     response_serializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.UndrainSidecarResponse.SerializeToString,
+            ),
+            'ListClients': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListClients,
+                    request_deserializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.ListClientsRequest.FromString,
+                    response_serializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.ListClientsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -446,6 +468,33 @@ class AdminService:
             '/dataservice.assigner.v1.AdminService/UndrainSidecar',
             dataservice_dot_assigner_dot_v1_dot_admin__pb2.UndrainSidecarRequest.SerializeToString,
             dataservice_dot_assigner_dot_v1_dot_admin__pb2.UndrainSidecarResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListClients(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dataservice.assigner.v1.AdminService/ListClients',
+            dataservice_dot_assigner_dot_v1_dot_admin__pb2.ListClientsRequest.SerializeToString,
+            dataservice_dot_assigner_dot_v1_dot_admin__pb2.ListClientsResponse.FromString,
             options,
             channel_credentials,
             insecure,

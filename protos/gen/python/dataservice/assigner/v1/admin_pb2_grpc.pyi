@@ -117,6 +117,14 @@ class AdminServiceStub:
     Errors: INVALID_ARGUMENT (empty fields), NOT_FOUND (unknown group, sidecar neither a
     member nor drained), PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`, UNAVAILABLE.
     """
+    ListClients: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListClientsRequest, _admin_pb2.ListClientsResponse]
+    """The application clients of one group (or of every group): per client id the sidecars it
+    reads from, records/s, acks/s and errors/s at each (from the sidecars' heartbeats),
+    when it was last seen and since when it is bound. A client bound but not seen yet, and
+    one seen at a sidecar without a binding (dialing it directly), are both listed.
+    Errors: INVALID_ARGUMENT (malformed group), NOT_FOUND (unknown group),
+    PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`, UNAVAILABLE.
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -194,6 +202,14 @@ class AdminServiceAsyncStub(AdminServiceStub):
     its share of partitions back with cooperative handoffs.
     Errors: INVALID_ARGUMENT (empty fields), NOT_FOUND (unknown group, sidecar neither a
     member nor drained), PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`, UNAVAILABLE.
+    """
+    ListClients: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListClientsRequest, _admin_pb2.ListClientsResponse]  # type: ignore[assignment]
+    """The application clients of one group (or of every group): per client id the sidecars it
+    reads from, records/s, acks/s and errors/s at each (from the sidecars' heartbeats),
+    when it was last seen and since when it is bound. A client bound but not seen yet, and
+    one seen at a sidecar without a binding (dialing it directly), are both listed.
+    Errors: INVALID_ARGUMENT (malformed group), NOT_FOUND (unknown group),
+    PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`, UNAVAILABLE.
     """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -317,6 +333,20 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         its share of partitions back with cooperative handoffs.
         Errors: INVALID_ARGUMENT (empty fields), NOT_FOUND (unknown group, sidecar neither a
         member nor drained), PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`, UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def ListClients(
+        self,
+        request: _admin_pb2.ListClientsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListClientsResponse, _abc.Awaitable[_admin_pb2.ListClientsResponse]]:
+        """The application clients of one group (or of every group): per client id the sidecars it
+        reads from, records/s, acks/s and errors/s at each (from the sidecars' heartbeats),
+        when it was last seen and since when it is bound. A client bound but not seen yet, and
+        one seen at a sidecar without a binding (dialing it directly), are both listed.
+        Errors: INVALID_ARGUMENT (malformed group), NOT_FOUND (unknown group),
+        PERMISSION_DENIED, FAILED_PRECONDITION + `ds-leader`, UNAVAILABLE.
         """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

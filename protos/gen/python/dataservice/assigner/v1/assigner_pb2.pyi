@@ -162,6 +162,7 @@ class SessionHeartbeat(_message.Message):
     APPLIED_CONFIG_VERSION_FIELD_NUMBER: _builtins.int
     CONFIG_REJECTION_FIELD_NUMBER: _builtins.int
     EXTERNAL_COMMITS_FIELD_NUMBER: _builtins.int
+    CLIENTS_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     """Sequence number of this heartbeat, strictly increasing within a stream (starts at 1).
     The sidecar records its monotonic send time per seq to compute lease deadlines.
@@ -191,6 +192,13 @@ class SessionHeartbeat(_message.Message):
         until the lease ends; the sidecar stops committing those partitions meanwhile.
         """
 
+    @_builtins.property
+    def clients(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClientActivity]:
+        """What each application client asked of the sidecar since it started (its client-access
+        counters, ARCHITECTURE §5.3), for AdminService.ListClients; observability only, never
+        read by a decision. Empty from a sidecar that predates the field.
+        """
+
     def __init__(
         self,
         *,
@@ -200,14 +208,64 @@ class SessionHeartbeat(_message.Message):
         applied_config_version: _builtins.int = ...,
         config_rejection: _types_pb2.ConfigRejection | None = ...,
         external_commits: _abc.Iterable[Global___ExternalCommit] | None = ...,
+        clients: _abc.Iterable[Global___ClientActivity] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config_rejection", b"config_rejection"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_config_version", b"applied_config_version", "config_rejection", b"config_rejection", "external_commits", b"external_commits", "leases", b"leases", "released_leases", b"released_leases", "seq", b"seq"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_config_version", b"applied_config_version", "clients", b"clients", "config_rejection", b"config_rejection", "external_commits", b"external_commits", "leases", b"leases", "released_leases", b"released_leases", "seq", b"seq"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SessionHeartbeat: _TypeAlias = SessionHeartbeat  # noqa: Y015
+
+@_typing.final
+class ClientActivity(_message.Message):
+    """One application client's totals at a sidecar, as of the heartbeat that carries them.
+    Counters start at 0 when the sidecar starts (the assigner computes rates from successive
+    heartbeats and takes a lower total as a restart).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    RECORDS_SERVED_FIELD_NUMBER: _builtins.int
+    ACKS_FIELD_NUMBER: _builtins.int
+    ERRORS_FIELD_NUMBER: _builtins.int
+    REQUESTS_FIELD_NUMBER: _builtins.int
+    LAST_SEEN_SECONDS_FIELD_NUMBER: _builtins.int
+    ACTIVE_STREAMS_FIELD_NUMBER: _builtins.int
+    client_id: _builtins.str
+    """The client_id of the client's requests ("other" past the sidecar's client-id limit)."""
+    records_served: _builtins.int
+    """Records handed to the client (Fetch, Stream, ReadRange)."""
+    acks: _builtins.int
+    """Records the client acknowledged."""
+    errors: _builtins.int
+    """Requests that ended with a status other than OK or CANCELLED."""
+    requests: _builtins.int
+    """Requests of every kind."""
+    last_seen_seconds: _builtins.float
+    """Wall-clock time of the client's last request, in seconds since the Unix epoch."""
+    active_streams: _builtins.int
+    """Streams the client has open now."""
+    def __init__(
+        self,
+        *,
+        client_id: _builtins.str = ...,
+        records_served: _builtins.int = ...,
+        acks: _builtins.int = ...,
+        errors: _builtins.int = ...,
+        requests: _builtins.int = ...,
+        last_seen_seconds: _builtins.float = ...,
+        active_streams: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "active_streams", b"active_streams", "client_id", b"client_id", "errors", b"errors", "last_seen_seconds", b"last_seen_seconds", "records_served", b"records_served", "requests", b"requests"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClientActivity: _TypeAlias = ClientActivity  # noqa: Y015
 
 @_typing.final
 class ExternalCommit(_message.Message):
