@@ -147,6 +147,7 @@ class SidecarApp:
         )
         self.session.on_config = self.live_config.offer
         self.session.config_status = self._config_status
+        self.session.client_activity = self.metrics.clients.activity
         self.session.on_delivery_policy = self._delivery_policy
         self.session.on_external_changes = self._external_changes
         self.serving = Serving(

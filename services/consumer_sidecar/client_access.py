@@ -108,6 +108,23 @@ def acked_records(
 
 # ---- client-access metrics ----------------------------------------------------------------
 
+# Request outcomes that are not a client's error: success, and a call the client ended
+# itself (a Stream closed, a long poll given up).
+_NOT_ERRORS = frozenset({"OK", "CANCELLED"})
+
+
+@dataclass(frozen=True)
+class ClientTotals:
+    """One client's counters since the sidecar started (the Session heartbeat's report)."""
+
+    client_id: str
+    records: int
+    acks: int
+    errors: int
+    requests: int
+    last_seen: float
+    active_streams: int
+
 
 @dataclass
 class _Client:
@@ -210,6 +227,23 @@ class ClientMetrics(Collector):
             state.active_streams -= 1
             state.last_seen = self._wall()
         self.limiter.unpin(label)
+
+    def activity(self) -> list[ClientTotals]:
+        """Every tracked client's totals, for the Session heartbeat (ListClients)."""
+        return [
+            ClientTotals(
+                client_id=client_id,
+                records=state.records,
+                acks=state.acks,
+                errors=sum(
+                    n for (_m, code), n in list(state.requests.items()) if code not in _NOT_ERRORS
+                ),
+                requests=sum(list(state.requests.values())),
+                last_seen=state.last_seen,
+                active_streams=state.active_streams,
+            )
+            for client_id, state in list(self._clients.items())
+        ]
 
     def describe(self) -> Iterable[Metric]:
         return []  # rendered at scrape only (labels are not known in advance)

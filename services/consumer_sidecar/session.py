@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,7 @@ import structlog
 
 from dataservice.assigner.v1 import assigner_pb2, assigner_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
+from services.consumer_sidecar.client_access import ClientTotals
 from services.consumer_sidecar.leasing import LeaseKeeper, ReleasedLease
 from services.consumer_sidecar.partitions import UNLEASED_EPOCH
 from services.runtime.connection import (
@@ -137,6 +138,8 @@ class SessionClient:
         # and what runs: (applied version, the last refusal as (version, reason) or None).
         self.on_config: Callable[[int, dict[str, str]], None] = lambda _version, _config: None
         self.config_status: Callable[[], ConfigStatus] = lambda: (0, None)
+        # The application clients' totals (client-access metrics), sent in every heartbeat.
+        self.client_activity: Callable[[], Sequence[ClientTotals]] = list
         # The group's redelivery settings (visibility timeout or None, max_deliveries), from
         # SessionAccepted and every ConfigUpdate.
         self.on_delivery_policy: Callable[[float | None, int], None] = lambda _v, _m: None
@@ -355,7 +358,7 @@ class SessionClient:
             for r in self.keeper.take_reverted()
         ]
         return assigner_pb2.SessionRequest(
-            heartbeat=self._with_config(
+            heartbeat=self._with_reports(
                 assigner_pb2.SessionHeartbeat(
                     seq=self._seq,
                     leases=progress,
@@ -365,9 +368,23 @@ class SessionClient:
             )
         )
 
-    def _with_config(
+    def _with_reports(
         self, heartbeat: assigner_pb2.SessionHeartbeat
     ) -> assigner_pb2.SessionHeartbeat:
+        """The heartbeat with what the sidecar reports whatever its mode: the config it
+        runs (or refused) and its clients' totals."""
+        heartbeat.clients.extend(
+            assigner_pb2.ClientActivity(
+                client_id=c.client_id,
+                records_served=c.records,
+                acks=c.acks,
+                errors=c.errors,
+                requests=c.requests,
+                last_seen_seconds=c.last_seen,
+                active_streams=c.active_streams,
+            )
+            for c in self.client_activity()
+        )
         version, rejected = self.config_status()
         heartbeat.applied_config_version = version
         if rejected is not None:
@@ -390,7 +407,7 @@ class SessionClient:
         released, self._nominal_released = self._nominal_released, []
         released += self.keeper.take_released()
         return assigner_pb2.SessionRequest(
-            heartbeat=self._with_config(
+            heartbeat=self._with_reports(
                 assigner_pb2.SessionHeartbeat(
                     seq=self._seq,
                     leases=progress,
