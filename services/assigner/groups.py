@@ -25,6 +25,7 @@ from google.protobuf import duration_pb2
 from dataservice.assigner.v1 import assigner_pb2, types_pb2
 from dataservice.common.v1 import common_pb2
 from services.assigner.balancer import Strategy
+from services.assigner.client_activity import ClientActivity, ClientRow, Totals, client_rows
 from services.assigner.coordinator import (
     Command,
     GrantCmd,
@@ -242,6 +243,10 @@ class GroupRuntime:
         self.sidecar_rates: dict[str, float] = {}
         self._revoked_at: dict[TopicPartition, tuple[float, int]] = {}
         self._bound_sidecars: frozenset[str] | None = None
+        # The clients' recent totals per sidecar (heartbeats), and when each client bound
+        # (wall clock, as this replica saw it; bindings restored at election have none).
+        self.client_activity = ClientActivity()
+        self.bound_since: dict[str, float] = {}
         self.metrics.bindings.labels(record.name).set(len(self.clients))
         # The group's consumer config as each member reports running it (DescribeGroup).
         self.member_configs: dict[str, MemberConfig] = {}
@@ -373,6 +378,7 @@ class GroupRuntime:
         self.metrics.heartbeats.inc()
         self._observe_config(conn.member_id, hb)
         self._observe_progress(conn.member_id, progress, outcome)
+        self._observe_clients(conn.member_id, hb, now)
         conn.send_now(self._ack(hb.seq, outcome))
         for r in released:
             self.metrics.releases.inc()
@@ -406,6 +412,36 @@ class GroupRuntime:
                 if started is not None and epoch > started[1]:
                     del self._revoked_at[tp]
                     self.metrics.handoff_latency.labels(self.name).observe(now - started[0])
+
+    def _observe_clients(
+        self, member_id: str, hb: assigner_pb2.SessionHeartbeat, now: float
+    ) -> None:
+        self.client_activity.observe(
+            member_id,
+            {
+                c.client_id: Totals(
+                    records=c.records_served,
+                    acks=c.acks,
+                    errors=c.errors,
+                    requests=c.requests,
+                    last_seen=c.last_seen_seconds,
+                    active_streams=c.active_streams,
+                )
+                for c in hb.clients
+            },
+            now,
+        )
+
+    def client_rows(self) -> list[ClientRow]:
+        """The group's clients (bound or seen by a member) with their rates per sidecar."""
+        members = self.coordinator.live_members()
+        self.client_activity.retain(m.id for m in members)
+        return client_rows(
+            self.name,
+            self.client_activity,
+            {c: self.bound_since.get(c, 0.0) for c in self.clients},
+            {m.id: m.endpoint for m in members},
+        )
 
     def _observe_config(self, member_id: str, hb: assigner_pb2.SessionHeartbeat) -> None:
         """The group's consumer config as the member runs it; its refusals are faults."""
@@ -563,6 +599,7 @@ class GroupRuntime:
             )
         if client_id not in self.clients:
             self.clients.add(client_id)
+            self.bound_since[client_id] = time.time()
             if self.state is not None:
                 self._track(self.state.put_binding(self.name, client_id))
             self.metrics.bindings.labels(self.name).set(len(self.clients))
@@ -570,6 +607,7 @@ class GroupRuntime:
     def unbind(self, client_id: str) -> None:
         if client_id in self.clients:
             self.clients.discard(client_id)
+            self.bound_since.pop(client_id, None)
             if self.state is not None:
                 self._track(self.state.delete_binding(self.name, client_id))
             self.metrics.bindings.labels(self.name).set(len(self.clients))

@@ -28,7 +28,7 @@ from dataservice.assigner.v1 import (
 )
 from services.assigner.admin.idempotency import IdempotencyCache
 from services.assigner.admin.librdkafka import check_librdkafka_properties
-from services.assigner.admin.messages import lease_message, member_message
+from services.assigner.admin.messages import client_message, lease_message, member_message
 from services.assigner.admin.paging import PageTokens, page, page_size
 from services.assigner.admin.records import make_record, record_fields
 from services.assigner.admin.reset_request import reset_spec
@@ -333,6 +333,20 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         )
 
     # ---- changes ------------------------------------------------------------------------
+
+    async def ListClients(
+        self, request: admin_pb2.ListClientsRequest, context: Context
+    ) -> admin_pb2.ListClientsResponse:
+        if request.group:
+            validate_group_name("group", request.group)
+            groups = [self.groups.group(request.group)]
+        else:
+            if not self.groups.serving:
+                raise DsError(Reason.SERVICE_NOT_READY, "the assigner is not serving groups yet")
+            groups = list(self.groups)
+        return admin_pb2.ListClientsResponse(
+            clients=[client_message(row) for g in groups for row in g.client_rows()]
+        )
 
     async def CreateGroup(
         self, request: admin_pb2.CreateGroupRequest, context: Context

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from google.protobuf import timestamp_pb2
 
-from dataservice.assigner.v1 import types_pb2
+from dataservice.assigner.v1 import admin_pb2, types_pb2
+from services.assigner.client_activity import ClientRow
 from services.assigner.coordinator import Lease, LeaseState, MemberInfo
 from services.assigner.groups import MemberConfig
 
@@ -63,3 +64,31 @@ def member_message(
     if member.last_seen:
         proto.last_heartbeat.CopyFrom(wall_timestamp(member.last_seen, now_mono, now_wall))
     return proto
+
+
+def client_message(row: ClientRow) -> admin_pb2.ClientView:
+    """One client of a group (ListClients)."""
+    return admin_pb2.ClientView(
+        client_id=row.client_id,
+        group=row.group,
+        sidecars=[
+            admin_pb2.ClientAtSidecar(
+                sidecar_id=s.sidecar_id,
+                endpoint=s.endpoint,
+                records_per_second=s.rates.records,
+                acks_per_second=s.rates.acks,
+                errors_per_second=s.rates.errors,
+                requests_per_second=s.rates.requests,
+                last_seen_seconds=s.last_seen,
+                active_streams=s.active_streams,
+            )
+            for s in row.sidecars
+        ],
+        records_per_second=row.rates.records,
+        acks_per_second=row.rates.acks,
+        errors_per_second=row.rates.errors,
+        error_ratio=row.error_ratio,
+        last_seen_seconds=row.last_seen,
+        bound=row.bound,
+        bound_since_seconds=row.bound_since,
+    )

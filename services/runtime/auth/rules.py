@@ -67,6 +67,7 @@ RULES: Mapping[str, Rule] = {
     _BINDING + "Unbind": Rule(Verb.READ, _group),
     _ADMIN + "ListGroups": Rule(Verb.VIEW),
     _ADMIN + "DescribeGroup": Rule(Verb.DESCRIBE, _group),
+    _ADMIN + "ListClients": Rule(Verb.DESCRIBE, _group),
     _ADMIN + "CreateGroup": Rule(Verb.ADMIN),
     _ADMIN + "UpdateGroup": Rule(Verb.ADMIN),
     _ADMIN + "ResetOffsets": Rule(Verb.ADMIN),
