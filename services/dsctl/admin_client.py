@@ -191,6 +191,13 @@ class AssignerClient:
         request = admin_pb2.DescribeGroupRequest(group=group)
         return self._call(lambda s: s.DescribeGroup(request, timeout=self.timeout))
 
+    def list_clients(self, group: str | None) -> list[admin_pb2.ClientView]:
+        """The clients of GROUP, or of every group when None."""
+        if group is not None and not group.strip():
+            raise CliError("GROUP must not be empty", ExitCode.ERROR)
+        request = admin_pb2.ListClientsRequest(group=group or "")
+        return list(self._call(lambda s: s.ListClients(request, timeout=self.timeout)).clients)
+
     # ---- changes (each request carries a request_id, so a retry is applied once) --------
 
     def reset_offsets(

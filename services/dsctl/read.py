@@ -1,4 +1,4 @@
-"""dsctl's read commands: groups, describe, lag, bindings, faults, top (ARCHITECTURE §5.5).
+"""dsctl's read commands: groups, describe, lag, bindings, clients, faults, top (ARCHITECTURE §5.5).
 
 Each command fetches with :mod:`services.dsctl.admin_client`, builds one document with
 :mod:`services.dsctl.render`, and prints it as JSON on stdout (``--output json``) or as Rich
@@ -27,7 +27,7 @@ from rich.live import Live
 
 from dataservice.assigner.v1 import admin_pb2
 from dataservice.common.v1 import common_pb2
-from services.dsctl import render
+from services.dsctl import clients_view, render
 from services.dsctl.admin_client import (
     DEFAULT_ASSIGNER,
     DEFAULT_NOTIFIER,
@@ -160,6 +160,7 @@ def register(app: typer.Typer) -> None:
         ("describe", describe),
         ("lag", lag),
         ("bindings", bindings),
+        ("clients", clients),
         ("faults", faults),
         ("top", top),
     ):
@@ -266,6 +267,26 @@ def bindings(
         print_json(doc)
     else:
         console.print(render.bindings_table(doc["bindings"]))
+
+
+def clients(
+    group: Annotated[str | None, typer.Argument(help="Group name; all groups if omitted.")] = None,
+    output: OutputOption = Output.table,
+    assigner: AssignerOption = DEFAULT_ASSIGNER,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_SECONDS,
+) -> None:
+    """Application clients: per client id its group, the sidecars it reads from, records/s,
+    acks/s and errors/s there, when it was last seen and since when it is bound.
+
+    Rates are over the sidecars' last heartbeats (about 10 s). A client bound but not
+    reading yet, and one reading from a sidecar without a binding, are both listed.
+    """
+    with AssignerClient(assigner, timeout) as client, waiting(output, f"asking {assigner}"):
+        doc = clients_view.clients_doc(client.list_clients(group))
+    if output is Output.json:
+        print_json(doc)
+    else:
+        console.print(clients_view.clients_table(doc))
 
 
 def faults(
