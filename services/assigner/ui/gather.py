@@ -33,6 +33,7 @@ from services.assigner.ui.history import LagHistory
 from services.assigner.ui.model import (
     BindingRow,
     BrokerLoad,
+    ClientsView,
     DistributionView,
     FaultRow,
     Faults,
@@ -208,6 +209,18 @@ class UiData:
             faults=await self.faults(group.name),
             sample_seconds=LAG_SAMPLE_SECONDS,
         )
+
+    # ---- clients ------------------------------------------------------------------------
+
+    async def clients(self, name: str) -> ClientsView:
+        """Every group's clients, or one group's (DsError GROUP_NOT_FOUND as ListClients)."""
+        if name:
+            validate_group_name("group", name)
+            groups = [self.groups.group(name)]
+        else:
+            groups = list(self.groups)
+        rows = tuple(row for g in groups for row in g.client_rows())
+        return ClientsView(self.page(), name, rows, time.time())
 
     async def faults(self, group: str) -> Faults:
         address = self.settings.notifier

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from services.assigner.client_activity import ClientRow
+
 
 @dataclass(frozen=True)
 class Page:
@@ -143,3 +145,13 @@ class Problem:
     status: int
     title: str
     detail: str
+
+
+@dataclass(frozen=True)
+class ClientsView:
+    """The application clients of one group (or of every group when ``group`` is empty)."""
+
+    page: Page
+    group: str
+    clients: tuple[ClientRow, ...]
+    now: float  # wall clock, for the ages shown

@@ -12,8 +12,10 @@ from __future__ import annotations
 from html import escape
 from urllib.parse import quote
 
+from services.assigner.client_activity import ClientRow
 from services.assigner.ui.charts import bar_chart_svg, sparkline_svg
 from services.assigner.ui.model import (
+    ClientsView,
     DistributionView,
     Faults,
     GroupDistribution,
@@ -86,7 +88,8 @@ def layout(page: Page, title: str, body: str, *, refresh: bool = True) -> str:
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>{_e(title)} · ds-assigner</title><style>{_CSS}</style></head>"
         f'<body><header><h1>ds-assigner</h1><a href="/ui">groups</a>'
-        f'<a href="/ui/distribution">distribution</a><a href="/metrics">metrics</a>'
+        f'<a href="/ui/distribution">distribution</a><a href="/ui/clients">clients</a>'
+        f'<a href="/metrics">metrics</a>'
         f'<span class="muted">{_e(title)}</span></header><main>{body}</main>'
         f'<footer id="footer" data-instance="{_e(page.instance)}" '
         f'data-generated-at="{_e(page.generated_at)}">served by {_e(page.instance)} at '
@@ -253,10 +256,58 @@ def render_lag(view: LagView) -> str:
         '<th class="num">committed</th><th>committed by</th><th class="num">end</th>'
         '<th class="num">lag</th><th class="num">lag time</th><th>status</th><th>trend</th>'
         f'<th class="num">fetch rate</th></tr></thead><tbody>{rows}</tbody></table></section>'
-        f'<section id="bindings"><h2>Bindings</h2>{bindings_table}</section>'
+        f'<section id="bindings"><h2>Bindings <a class="muted" '
+        f'href="/ui/clients?group={_q(view.group)}">clients →</a></h2>{bindings_table}</section>'
         f'<section id="faults"><h2>Recent faults</h2>{_faults(view.faults)}</section>'
     )
     return layout(view.page, f"lag of {view.group}", body)
+
+
+def _ago(seconds_since_epoch: float, now: float) -> str:
+    if seconds_since_epoch <= 0:
+        return "-"
+    return f"{_fmt_seconds(max(0.0, now - seconds_since_epoch))} ago"
+
+
+def _client_row(c: ClientRow, now: float) -> str:
+    sidecars = " ".join(s.sidecar_id for s in c.sidecars)
+    per_sidecar = "<br>".join(
+        f'{_e(s.sidecar_id)} <span class="muted">{_e(s.endpoint)}</span> '
+        f"{s.rates.records:.1f} rec/s"
+        for s in c.sidecars
+    )
+    return (
+        f'<tr data-group="{_e(c.group)}" data-client="{_e(c.client_id)}" '
+        f'data-sidecars="{_e(sidecars)}" data-records-per-second="{c.rates.records:.3f}" '
+        f'data-acks-per-second="{c.rates.acks:.3f}" '
+        f'data-errors-per-second="{c.rates.errors:.3f}" data-bound="{str(c.bound).lower()}">'
+        f'<td><a href="/ui/lag?group={_q(c.group)}">{_e(c.group)}</a></td>'
+        f"<td>{_e(c.client_id)}</td><td>{per_sidecar or '-'}</td>"
+        f'<td class="num">{c.rates.records:.1f}</td><td class="num">{c.rates.acks:.1f}</td>'
+        f'<td class="num">{c.rates.errors:.1f}</td>'
+        f'<td class="num">{100 * c.error_ratio:.1f}</td>'
+        f"<td>{_ago(c.last_seen, now)}</td>"
+        f"<td>{_ago(c.bound_since, now) if c.bound else 'not bound'}</td></tr>"
+    )
+
+
+def render_clients(view: ClientsView) -> str:
+    rows = "".join(_client_row(c, view.now) for c in view.clients)
+    table = (
+        "<table><thead><tr><th>group</th><th>client</th><th>sidecars</th>"
+        '<th class="num">records/s</th><th class="num">acks/s</th>'
+        '<th class="num">errors/s</th><th class="num">error %</th><th>last seen</th>'
+        f"<th>bound since</th></tr></thead><tbody>{rows}</tbody></table>"
+        if rows
+        else '<p class="muted">No client bound or seen.</p>'
+    )
+    scope = f"clients of {view.group}" if view.group else "clients"
+    body = (
+        f'<section id="clients" data-group="{_e(view.group)}" data-count="{len(view.clients)}">'
+        f"<h2>{_e(scope.capitalize())}</h2>{table}"
+        '<p class="muted">Rates over the sidecars\' last heartbeats (about 10 s).</p></section>'
+    )
+    return layout(view.page, scope, body)
 
 
 def render_not_leader(view: NotLeader) -> str:

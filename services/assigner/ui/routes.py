@@ -39,6 +39,7 @@ class UiRoutes:
             "/ui/": self.index,
             "/ui/distribution": self.distribution,
             "/ui/lag": self.lag,
+            "/ui/clients": self.clients,
         }
 
     def index(self, _query: Mapping[str, list[str]]) -> HttpResponse:
@@ -50,6 +51,10 @@ class UiRoutes:
     def lag(self, query: Mapping[str, list[str]]) -> HttpResponse:
         group = (query.get("group") or [""])[0]
         return self._page(lambda: self.data.lag(group), render.render_lag)
+
+    def clients(self, query: Mapping[str, list[str]]) -> HttpResponse:
+        group = (query.get("group") or [""])[0]
+        return self._page(lambda: self.data.clients(group), render.render_clients)
 
     def _page(self, gather: Callable[[], Awaitable[V]], draw: Callable[[V], str]) -> HttpResponse:
         loop = self.loop
