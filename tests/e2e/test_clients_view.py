@@ -143,6 +143,9 @@ def test_dsctl_clients_and_the_clients_page_show_both_readers_at_both_sidecars(
         assert "sidecar-0, sidecar-1" in line and " ago" in line, line
 
     unknown = dsctl(assigner, "clients", "nope")
+    (mesh.log_dir / "dsctl-clients-nope.txt").write_text(
+        f"{unknown.stderr}exit {unknown.returncode}\n"
+    )
     assert unknown.returncode == 2, (unknown.stdout, unknown.stderr)
     assert "group 'nope' does not exist" in unknown.stderr and "Traceback" not in unknown.stderr
 
