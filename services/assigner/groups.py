@@ -12,6 +12,7 @@ nothing blocks.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import uuid
 from collections import deque
@@ -96,6 +97,9 @@ class GroupStore(Protocol):
 # Versions of the sentinel bindings a watcher's queue may end with.
 CLOSED = -1  # the group was closed here: re-watch the leader
 DROPPED = -2  # the watcher fell watch_queue_max behind
+# Client ids taken from one heartbeat: a sidecar tracks at most 10,000 (its
+# metrics_max_client_ids), so more is not a sidecar's report.
+MAX_REPORTED_CLIENTS = 10_000
 
 
 def _replace_with(queue: asyncio.Queue[types_pb2.Binding], last: types_pb2.Binding) -> None:
@@ -416,18 +420,22 @@ class GroupRuntime:
     def _observe_clients(
         self, member_id: str, hb: assigner_pb2.SessionHeartbeat, now: float
     ) -> None:
+        """A heartbeat's client totals; what no sidecar sends (a negative count, a time
+        that is no time) is taken as 0, past :data:`MAX_REPORTED_CLIENTS` as absent."""
         self.client_activity.observe(
             member_id,
             {
                 c.client_id: Totals(
-                    records=c.records_served,
-                    acks=c.acks,
-                    errors=c.errors,
-                    requests=c.requests,
-                    last_seen=c.last_seen_seconds,
-                    active_streams=c.active_streams,
+                    records=max(0, c.records_served),
+                    acks=max(0, c.acks),
+                    errors=max(0, c.errors),
+                    requests=max(0, c.requests),
+                    last_seen=c.last_seen_seconds
+                    if math.isfinite(c.last_seen_seconds) and c.last_seen_seconds > 0
+                    else 0.0,
+                    active_streams=max(0, c.active_streams),
                 )
-                for c in hb.clients
+                for c in hb.clients[:MAX_REPORTED_CLIENTS]
             },
             now,
         )

@@ -215,3 +215,22 @@ def test_list_clients_waits_for_the_assigner_to_serve() -> None:
         assert reason_of(err)[:2] == (grpc.StatusCode.UNAVAILABLE, "SERVICE_NOT_READY")
 
     run(body, serving=False)
+
+
+def test_a_report_no_sidecar_sends_is_read_as_zeros() -> None:
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        sidecar = Sidecar(a.sessions, "sc-0")
+        await sidecar.join("g")
+        await report(
+            sidecar,
+            odd=Totals(records=-5, acks=-1, errors=-3, requests=-2, last_seen=float("nan")),
+            far=Totals(last_seen=float("inf"), active_streams=-1),
+        )
+        listed = await a.admin.ListClients(admin_pb2.ListClientsRequest(group="g"))
+        for c in listed.clients:
+            (at,) = c.sidecars
+            assert (c.last_seen_seconds, at.active_streams, c.records_per_second) == (0, 0, 0)
+        await sidecar.close()
+
+    run(body)
