@@ -8,6 +8,11 @@ process on loopback ports, formatted with ``kafka.tools.StorageTool`` and starte
 Topics are never auto-created (``auto.create.topics.enable=false``): a test that forgets
 to create its topic fails loudly instead of silently getting a 1-partition topic.
 
+With ``KafkaOptions(metrics=True)`` each broker also runs the Prometheus JMX exporter java
+agent (``deploy/kafka/jmx-exporter/pom.xml``, fetched into the same cache) with the rules of
+``deploy/kafka/jmx-exporter.yml`` on a port of its own: ``/metrics`` there serves the broker's
+``kafka_*`` metrics. Off by default, so the test suite's brokers start as before.
+
 CLI, for debugging: ``python -m services.devstack.kafka --brokers 1 --dir /tmp/k --port 9092``.
 """
 
@@ -41,6 +46,8 @@ from services.runtime.topics import TopicSpec, ensure_topic
 DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy" / "kafka"
 POM = DEPLOY_DIR / "pom.xml"
 LOG4J2_CONFIG = DEPLOY_DIR / "log4j2.properties"
+JMX_EXPORTER_POM = DEPLOY_DIR / "jmx-exporter" / "pom.xml"
+JMX_EXPORTER_RULES = DEPLOY_DIR / "jmx-exporter.yml"
 
 
 def kafka_version(pom: Path = POM) -> str:
@@ -49,6 +56,26 @@ def kafka_version(pom: Path = POM) -> str:
     if match is None:
         raise RuntimeError(f"no <kafka.version> property in {pom}")
     return match.group(1)
+
+
+def jmx_exporter_version(pom: Path = JMX_EXPORTER_POM) -> str:
+    """The JMX exporter version its pom pins (the cache dir is named after it)."""
+    match = re.search(
+        r"<jmx\.exporter\.version>\s*([^<\s]+)\s*</jmx\.exporter\.version>", pom.read_text()
+    )
+    if match is None:
+        raise RuntimeError(f"no <jmx.exporter.version> property in {pom}")
+    return match.group(1)
+
+
+def ensure_jmx_exporter_agent() -> Path:
+    """The Prometheus JMX exporter java agent jar, fetched from Maven Central on first use
+    (like the Kafka jars: cached, re-fetched when its pom changes)."""
+    libs = cache_dir() / f"jmx-exporter-{jmx_exporter_version()}"
+    folder = ensure_maven_jars(
+        JMX_EXPORTER_POM, libs, "jmx_prometheus_javaagent-*.jar", "the JMX exporter agent"
+    )
+    return next(folder.glob("jmx_prometheus_javaagent-*.jar"))
 
 
 def ensure_kafka_jars() -> Path:
@@ -87,6 +114,10 @@ class KafkaOptions:
     stop_timeout: float = 30.0
     # Extra or overriding server.properties entries, applied to every node.
     properties: Mapping[str, str] = field(default_factory=dict)
+    # Run the Prometheus JMX exporter agent in every broker (``/metrics`` of ``kafka_*``).
+    metrics: bool = False
+    # Fixed exporter port for broker 0 (e.g. 7061 for `dsctl dev up`); None picks free ports.
+    metrics_port: int | None = None
     # SIGKILL the JVMs if the Python process that started them dies (Linux). Note the
     # kernel ties this to the *thread* that spawned the node: start from a long-lived one.
     die_with_parent: bool = True
@@ -104,6 +135,8 @@ class _Node:
     client_port: int
     controller_port: int
     directory_id: str
+    # The JMX exporter's HTTP port, None when the cluster runs without metrics.
+    metrics_port: int | None = None
     proc: subprocess.Popen[bytes] | None = None
     # Set by kill/stop_broker: a node we took down on purpose is not a failure.
     down_on_purpose: bool = False
@@ -132,6 +165,7 @@ class KafkaCluster:
         self._nodes: list[_Node] = []
         self._owned_dir: Path | None = None
         self._libs: Path | None = None
+        self._agent: Path | None = None
 
     # -- public API --------------------------------------------------------------
 
@@ -140,6 +174,12 @@ class KafkaCluster:
         """``"127.0.0.1:p0,127.0.0.1:p1,..."`` for every node."""
         self._require_started()
         return ",".join(f"{LOOPBACK}:{n.client_port}" for n in self._nodes)
+
+    @property
+    def metrics_addresses(self) -> list[str]:
+        """``host:port`` of each node's JMX exporter (``/metrics``); empty without metrics."""
+        self._require_started()
+        return [f"{LOOPBACK}:{n.metrics_port}" for n in self._nodes if n.metrics_port]
 
     @property
     def pids(self) -> list[int | None]:
@@ -151,6 +191,8 @@ class KafkaCluster:
         if self._nodes:
             raise RuntimeError("cluster already started")
         self._libs = ensure_kafka_jars()
+        if self.options.metrics:
+            self._agent = ensure_jmx_exporter_agent()
         try:
             self._nodes = self._plan_nodes()
             cluster_id = random_kafka_uuid()
@@ -301,12 +343,19 @@ class KafkaCluster:
         if base is None:
             base = self._owned_dir = Path(tempfile.mkdtemp(prefix="ds-kafka-"))
         fixed = self.options.port
-        if fixed is not None and port_is_open(fixed):
-            raise procs.StartupError(f"port {fixed} is already in use on {LOOPBACK}")
-        ports = free_ports(2 * n)
+        fixed_metrics = self.options.metrics_port if self.options.metrics else None
+        for port in (fixed, fixed_metrics):
+            if port is not None and port_is_open(port):
+                raise procs.StartupError(f"port {port} is already in use on {LOOPBACK}")
+        ports = free_ports(3 * n if self.options.metrics else 2 * n)
         client_ports = ports[:n]
         if fixed is not None:
             client_ports[0] = fixed
+        metrics_ports: list[int | None] = [None] * n
+        if self.options.metrics:
+            metrics_ports = list(ports[2 * n :])
+            if fixed_metrics is not None:
+                metrics_ports[0] = fixed_metrics
         return [
             _Node(
                 node_id=i,
@@ -314,6 +363,7 @@ class KafkaCluster:
                 client_port=client_ports[i],
                 controller_port=ports[n + i],
                 directory_id=random_kafka_uuid(),
+                metrics_port=metrics_ports[i],
             )
             for i in range(n)
         ]
@@ -391,8 +441,19 @@ class KafkaCluster:
             f"{self._libs}/*",
         ]
 
+    def _agent_argv(self, node: _Node) -> list[str]:
+        """``-javaagent:<jar>=127.0.0.1:<port>:<rules>`` when the node exports metrics."""
+        if self._agent is None or node.metrics_port is None:
+            return []
+        return [f"-javaagent:{self._agent}={LOOPBACK}:{node.metrics_port}:{JMX_EXPORTER_RULES}"]
+
     def _spawn(self, node: _Node) -> None:
-        argv = [*self._java_argv(), "kafka.Kafka", str(node.properties_file)]
+        argv = [
+            *self._java_argv(),
+            *self._agent_argv(node),
+            "kafka.Kafka",
+            str(node.properties_file),
+        ]
         node.proc = procs.spawn(
             argv, node.log_file, cwd=node.dir, die_with_parent=self.options.die_with_parent
         )
@@ -612,15 +673,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=None, help="data dir (default: temp)")
     parser.add_argument("--port", type=int, default=None, help="client port of broker 0")
     parser.add_argument("--heap", default="512m", help="JVM -Xmx per broker")
+    parser.add_argument(
+        "--metrics", action="store_true", help="run the JMX exporter agent in each broker"
+    )
     args = parser.parse_args(argv)
     options = KafkaOptions(
-        brokers=args.brokers, base_dir=args.dir, port=args.port, heap_max=args.heap
+        brokers=args.brokers,
+        base_dir=args.dir,
+        port=args.port,
+        heap_max=args.heap,
+        metrics=args.metrics,
     )
     cluster = KafkaCluster(options)
     started = time.monotonic()
     cluster.start()
     print(f"kafka ready in {time.monotonic() - started:.1f}s", file=sys.stderr, flush=True)
     print(cluster.bootstrap, flush=True)
+    for address in cluster.metrics_addresses:
+        print(f"metrics: http://{address}/metrics", file=sys.stderr, flush=True)
     return procs.serve_until_signal(cluster.stop, cluster.failed_node)
 
 
