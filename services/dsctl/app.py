@@ -184,6 +184,7 @@ def _print_where_to_look(stack: dev.Stack) -> None:
     lines = [
         f"Kafka      {stack.bootstrap}  topic {dev.DEMO_TOPIC} ({dev.DEMO_PARTITIONS} partitions),"
         f" group {dev.DEMO_GROUP}",
+        f"kafka-0    metrics http://127.0.0.1:{dev.KAFKA_METRICS_PORT}/metrics (JMX exporter)",
         "assigner   grpc 127.0.0.1:7070   metrics http://127.0.0.1:7071/metrics"
         "   views http://127.0.0.1:7071/ui",
         "notifier   grpc 127.0.0.1:7090   metrics http://127.0.0.1:7091/metrics",

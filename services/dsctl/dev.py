@@ -162,6 +162,10 @@ def _sidecar_ports(index: int) -> tuple[int, int]:
 # The probe group's sidecar: next to sidecar-0, below the notifier's 7090s.
 PROBE_SIDECAR_PORTS = (7082, 7083)
 
+# The broker's Prometheus JMX exporter (/metrics of kafka_*), the `kafka` job of
+# deploy/prometheus/prometheus-static.yml.
+KAFKA_METRICS_PORT = 7061
+
 
 def _notifier_config(root: Path, options: UpOptions) -> Path:
     """The notifier's YAML: the probe on, binding through the stack's assigner."""
@@ -198,12 +202,19 @@ def up(options: UpOptions, say: Callable[[str], None]) -> Stack:
 def _start_all(
     stack: Stack, options: UpOptions, root: Path, logs: Path, say: Callable[[str], None]
 ) -> None:
-    say("starting Apache Kafka (KRaft, single node)...")
+    say(f"starting Apache Kafka (KRaft, single node, JMX exporter on :{KAFKA_METRICS_PORT})...")
     cluster = KafkaCluster(
-        KafkaOptions(base_dir=root / "kafka", port=options.kafka_port, die_with_parent=False)
+        KafkaOptions(
+            base_dir=root / "kafka",
+            port=options.kafka_port,
+            die_with_parent=False,
+            metrics=True,
+            metrics_port=KAFKA_METRICS_PORT,
+        )
     ).start()
     for i, pid in enumerate(cluster.pids):
         assert pid is not None
+        # No http: the exporter's port is plaintext even with --secure, and not a /healthz.
         stack.components.append(_record(f"kafka-{i}", pid, cluster.log_file(i), None, None))
         stack.components[-1].grpc = None
     stack.bootstrap = cluster.bootstrap

@@ -22,7 +22,7 @@ from services.devstack.ports import free_port, port_is_open
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
 
-FIXED_PORTS = (7070, 7071, 7080, 7081, 7082, 7083, 7090, 7091, 7102, 7103)
+FIXED_PORTS = (7061, 7070, 7071, 7080, 7081, 7082, 7083, 7090, 7091, 7102, 7103)
 
 
 def dsctl(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -74,6 +74,15 @@ def test_dev_up_status_down(tmp_path: Path) -> None:
                 client.ack(batch)
             assert len(got) >= 20
             assert all(json.loads(r.value)["user"].startswith("user-") for r in got)
+
+        # The broker runs the JMX exporter: its kafka_* metrics (the `kafka` job of
+        # deploy/prometheus/prometheus-static.yml) on 7061.
+        with urllib.request.urlopen("http://127.0.0.1:7061/metrics", timeout=5) as r:
+            broker = dict(
+                line.rsplit(" ", 1) for line in r.read().decode().splitlines() if line[:1] != "#"
+            )
+        assert float(broker["kafka_controller_active_controller_count"]) == 1
+        assert float(broker["kafka_server_partition_count"]) >= 12  # ds.demo's 12 at least
 
         # The end-to-end probe round-trips through its own sidecar (notifier /metrics).
         def probe_received() -> float:
