@@ -27,6 +27,10 @@ SPEC = re.compile(r"_spec\(\s*\"(ds_[a-z0-9_]+)\",\s*\"(counter|gauge|histogram|
 METRIC_TOKEN = re.compile(r"(?<![\w:\"])(ds_[a-z0-9_]+|ds:[a-z0-9_:]+)(?![\w\"])")
 # Prometheus' own series the rules may use.
 BUILTIN = {"up"}
+KAFKA_TOKEN = re.compile(r"(?<![\w:\"])(kafka_[a-z0-9_]+)(?![\w\"])")
+JMX_EXPORTER_RULES = prom.REPO / "deploy" / "kafka" / "jmx-exporter.yml"
+# The broker dashboard: brokers have no consumer groups, it selects brokers instead.
+BROKER_BOARDS = {"kafka-brokers"}
 
 
 def _exposed(name: str, kind: str) -> set[str]:
@@ -188,14 +192,15 @@ def test_alertmanager_config_and_routes() -> None:
 
 def test_dashboards_are_grafana_json_with_the_shared_variables() -> None:
     boards = dashboards()
-    assert set(boards) == {"distribution", "lag", "clients", "sidecar"}
+    assert set(boards) == {"distribution", "lag", "clients", "sidecar", "kafka-brokers"}
     uids = set()
     for name, board in boards.items():
         assert board["schemaVersion"] >= 36, name
         uids.add(board["uid"])
         variables = {v["name"]: v for v in board["templating"]["list"]}
         assert variables["DS_PROMETHEUS"]["type"] == "datasource", name
-        assert variables["group"]["type"] == "query", name
+        selector = "instance" if name in BROKER_BOARDS else "group"
+        assert variables[selector]["type"] == "query", name
         queried = [p for p in panels(board) if p["type"] != "row"]
         assert len(queried) >= 8, name
         for panel in queried:
@@ -228,3 +233,19 @@ def test_rules_and_dashboards_name_only_exported_or_recorded_metrics() -> None:
         if unknown:
             missing.setdefault(where, set()).update(unknown)
     assert not missing, f"metrics no service declares: {missing}"
+
+
+def test_rules_and_dashboards_name_only_kafka_metrics_the_jmx_exporter_defines() -> None:
+    """The broker's kafka_* names exist only through deploy/kafka/jmx-exporter.yml."""
+    defined = {rule["name"] for rule in yaml.safe_load(JMX_EXPORTER_RULES.read_text())["rules"]}
+    sources = [("rules", expr) for expr in rule_exprs()]
+    sources += [(f"{board}: {title}", expr) for board, title, expr in dashboard_exprs()]
+    used: set[str] = set()
+    missing: dict[str, set[str]] = {}
+    for where, expr in sources:
+        names = set(KAFKA_TOKEN.findall(re.sub(r'"[^"]*"', '""', expr)))
+        used |= names
+        if names - defined:
+            missing.setdefault(where, set()).update(names - defined)
+    assert not missing, f"kafka metrics the JMX exporter rules do not define: {missing}"
+    assert "kafka_server_under_replicated_partitions" in used  # the scan itself works
