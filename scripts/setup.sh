@@ -2,8 +2,9 @@
 # Installs everything the project needs on a fresh machine, and nothing by hand:
 #   * a Python virtualenv in .venv with the project (editable) and its dev tools;
 #   * buf (npm package @bufbuild/buf, pinned in package-lock.json) in node_modules/;
-#   * Apache Kafka's jars (Maven Central, deploy/kafka/pom.xml), and Spark's Kafka source
-#     (deploy/spark/pom.xml, for the Spark benchmark);
+#   * Apache Kafka's jars (Maven Central, deploy/kafka/pom.xml), the Prometheus JMX exporter
+#     agent `dsctl dev up` runs in its broker (deploy/kafka/jmx-exporter/pom.xml), and Spark's
+#     Kafka source (deploy/spark/pom.xml, for the Spark benchmark);
 #   * grpcurl, Consul 1.14 and kustomize built from the Go module proxy (deploy/*/build.sh);
 #   * the Debian packages prometheus, prometheus-alertmanager and chromium (the alerting
 #     and /ui tests run them), and podman, runc and mmdebstrap (the container images and
@@ -79,8 +80,9 @@ fi
 step "buf (npm @bufbuild/buf)"
 npm ci --no-audit --no-fund --loglevel=error --cache "$HOME/.cache/dataservice/npm"
 
-step "Apache Kafka jars (Maven Central)"
+step "Apache Kafka jars and the Prometheus JMX exporter agent (Maven Central)"
 .venv/bin/python -c 'from services.devstack.kafka import ensure_kafka_jars; print(ensure_kafka_jars())'
+.venv/bin/python -c 'from services.devstack.kafka import ensure_jmx_exporter_agent as f; print(f())'
 
 if [[ $QUICK == 0 ]]; then
   step "Spark's Kafka source jars for the Spark benchmark (Maven Central, deploy/spark/pom.xml)"
