@@ -60,21 +60,38 @@ def test_an_application_restart_gets_every_unacked_record_again_within_the_visib
         )
         accounting = run.finish()
 
-    again: dict[int, tuple[float, str]] = {}  # seq -> (seconds after the kill, client)
+    # seq -> (seconds after the kill, seconds after it reached the killed app, client)
+    again: dict[int, tuple[float, float, str]] = {}
     for d in sorted(run.tally.deliveries, key=lambda d: d.fetched_at):
         if d.seq in killed.unacked and d.fetched_at >= killed_at:
-            again.setdefault(d.seq, (d.fetched_at - killed_at, d.client))
-    to_new = sum(1 for _, client in again.values() if client == "app-1")
-    slowest = max((t for t, _ in again.values()), default=0.0)
+            first = killed.delivered_at[d.seq]
+            again.setdefault(d.seq, (d.fetched_at - killed_at, d.fetched_at - first, d.client))
+    to_new = sum(1 for *_, client in again.values() if client == "app-1")
+    slowest = max((t for t, _, _ in again.values()), default=0.0)
+    waits = sorted(w for _, w, _ in again.values())
     report(
         accounting.line(f"application restart ({'stream' if stream else 'fetch'})")
         + f"; skipped {skipped:.0f}; un-acked at the kill {len(killed.unacked)} (and "
         f"{len(killed.partly)} whose ack was unanswered or partly accepted; acked "
         f"{len(killed.acked)}), delivered again {len(again)} within {slowest:.1f}s of the kill "
         f"(visibility {VISIBILITY:.0f}s; {to_new} to the new app-1, {len(again) - to_new} to "
-        f"the other clients)"
+        f"the other clients); from the killed app's delivery to the next: "
+        f"{waits[0] if waits else 0:.1f}s to {waits[-1] if waits else 0:.1f}s"
     )
     assert not missing, f"{len(missing)} un-acked records never came again: {sorted(missing)[:10]}"
-    assert slowest <= VISIBILITY + 1.0
+    if stream:
+        # The end of its stream gives them back at once: well within the visibility timeout.
+        assert slowest <= VISIBILITY
+    else:
+        # Delivered again because their ack deadline passed: not before it (the deadline
+        # starts when the sidecar hands a record out, just before the app logs it), and
+        # without waiting for anything else (a lease move, a restart). The upper bound is
+        # loose on purpose: the sidecar looks at deadlines every 0.5 s, then re-reads the
+        # records from Kafka for the next fetch, which under CI's load took up to 1.05 s
+        # after the deadline; the figures are in the report line.
+        early = [w for w in waits if w < VISIBILITY - 1.0]
+        assert not early, f"delivered again before the visibility timeout: {early[:5]}"
+        assert waits[-1] <= VISIBILITY + 5.0, waits[-5:]
+        assert accounting.redeliveries.get("visibility_timeout", 0) >= len(killed.unacked)
     assert skipped == 0
     accounting.check()

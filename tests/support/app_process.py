@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.client import DsClient
@@ -42,6 +42,9 @@ class AppLog:
     deliveries: list[tuple[int, int, int, int, int]]
     acked: set[int]
     partly: set[int]
+    # seq -> when it last reached the application (time.monotonic(): CLOCK_MONOTONIC is
+    # the same clock in every process on the host, so the test can compare it with its own)
+    delivered_at: dict[int, float] = field(default_factory=dict)
 
     @property
     def unacked(self) -> set[int]:
@@ -51,19 +54,21 @@ class AppLog:
     @classmethod
     def read(cls, path: Path) -> AppLog:
         deliveries: list[tuple[int, int, int, int, int]] = []
+        delivered_at: dict[int, float] = {}
         acked: set[int] = set()
         partly: set[int] = set()
         sent: set[int] = set()
         for line in path.read_text().splitlines():
             parts = line.split()
-            if parts[:1] == ["D"] and len(parts) == 6:
-                seq, partition, offset, epoch, count = map(int, parts[1:])
+            if parts[:1] == ["D"] and len(parts) == 7:
+                seq, partition, offset, epoch, count = map(int, parts[1:6])
                 deliveries.append((seq, partition, offset, epoch, count))
+                delivered_at[seq] = float(parts[6])
             elif parts[:1] in (["A"], ["P"], ["T"]) and parts[-1] == ".":  # not cut by the kill
                 seqs = {int(x) for x in parts[1:-1]}
                 {"A": acked, "P": partly, "T": sent}[parts[0]].update(seqs)
         # An ack sent and not answered before the kill may have been accepted: not known.
-        return cls(deliveries, acked, partly | (sent - acked - partly))
+        return cls(deliveries, acked, partly | (sent - acked - partly), delivered_at)
 
 
 class AppContainer:
@@ -130,10 +135,11 @@ def main() -> None:
     ):
         out.write("S started\n")
         for batch in client.stream(max_records=100):
+            now = time.monotonic()
             out.write(
                 "".join(
                     f"D {int(r.key or b'-1')} {r.partition} {r.offset} {r.lease_epoch} "
-                    f"{r.delivery_count}\n"
+                    f"{r.delivery_count} {now:.6f}\n"
                     for r in batch
                 )
             )
