@@ -24,7 +24,10 @@ from services.devstack.ports import free_port
 from tests.e2e.test_walking_skeleton import PARTITIONS, produce
 from tests.support import prom
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(420)]
+# ``long`` (CI's time: a cluster of its own, about 80 s): CI still scrapes the exporter of
+# `dsctl dev up`'s broker (tests/e2e/test_dsctl_dev.py) and runs the broker alerts'
+# promtool cases (`make rules`); this test is run by hand for a closing note.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.long, pytest.mark.timeout(420)]
 
 RECORDS = 1200
 ALERT = "DsKafkaUnderReplicatedPartitions"
