@@ -27,6 +27,10 @@ SERVER_OPTIONS = [
     ("grpc.keepalive_time_ms", 20_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    # gRPC sets SO_REUSEPORT on Linux by default: a second process could bind the same port
+    # and the kernel would spread connections between the two (two sidecars answering for
+    # one address). Off, a port already bound fails the start with a clear error.
+    ("grpc.so_reuseport", 0),
 ]
 
 
@@ -81,10 +85,13 @@ def create_server(
     )
     address = f"{settings.host}:{settings.grpc_port}"
     credentials = grpc_server_credentials(settings.tls)
-    if credentials is None:
-        port = server.add_insecure_port(address)
-    else:
-        port = server.add_secure_port(address, credentials)
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
+    except RuntimeError as exc:  # grpcio's "Failed to bind to address ..." (in use)
+        raise OSError(f"cannot bind gRPC port {settings.host}:{settings.grpc_port}: {exc}") from exc
     if port == 0:
         raise OSError(f"cannot bind gRPC port {settings.host}:{settings.grpc_port}")
     return GrpcServer(server, port, health, names)
