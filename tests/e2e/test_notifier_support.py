@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -18,6 +17,7 @@ from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2_grpc
 from services.notifier.event_codec import decode_event
 from tests.support.mesh import Mesh, ServiceProcess
+from tests.support.ops import metrics as metrics  # re-exported: tests import it from here
 
 T = TypeVar("T")
 FAULTS_TOPIC = "ds.faults"
@@ -72,11 +72,6 @@ def fault(
     for key, value in fields.items():
         setattr(event, key, value)
     return event
-
-
-def metrics(svc: ServiceProcess) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{svc.http_port}/metrics", timeout=5) as r:
-        return str(r.read().decode())
 
 
 def metric_value(text: str, name: str, **labels: str) -> float | None:

@@ -33,14 +33,17 @@ def ok_json(result: subprocess.CompletedProcess[str]) -> Any:
     return json.loads(result.stdout)
 
 
+def metrics(svc: ServiceProcess) -> str:
+    """A running service's /metrics exposition (raises OSError if it does not answer)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{svc.http_port}/metrics", timeout=5) as r:
+        return str(r.read().decode())
+
+
 def metric_samples(service: ServiceProcess, name: str) -> list[Sample]:
     """The samples of one metric on a running service's /metrics (none if it does not
     answer: a scenario may have killed it)."""
     try:
-        with urllib.request.urlopen(
-            f"http://127.0.0.1:{service.http_port}/metrics", timeout=5
-        ) as response:
-            text = response.read().decode()
+        text = metrics(service)
     except OSError:
         return []
     return [
