@@ -107,10 +107,10 @@ class Accounting:
             f"live holders {len(self.double_holders)} of {self.holder_samples} samples; max "
             f"time with no consumption per partition: {gaps}; client errors "
             f"{len(self.client_errors)}; made due again by the sidecars: "
-            f"{self._redeliveries()}"
+            f"{self._redeliveries_text()}"
         )
 
-    def _redeliveries(self) -> str:
+    def _redeliveries_text(self) -> str:
         counted = {reason: n for reason, n in self.redeliveries.items() if n}
         return ", ".join(f"{n:.0f} {reason}" for reason, n in sorted(counted.items())) or "none"
 
@@ -120,7 +120,7 @@ class Accounting:
         assert not self.not_at_end, f"not read to the end (committed, end): {self.not_at_end}"
         assert not self.unexplained, (
             f"unexplained duplicates: {sorted(self.unexplained)[:10]}: {self.unexplained_text}; "
-            f"made due again by the sidecars: {self._redeliveries()}"
+            f"made due again by the sidecars: {self._redeliveries_text()}"
         )
         assert not self.commits_backwards, f"committed offsets backwards {self.commits_backwards}"
         assert not self.epochs_backwards, f"commit epochs backwards {self.epochs_backwards}"
@@ -344,7 +344,7 @@ class LoadedMesh:
         committed = committed_offsets(bootstrap, self.group, self.topic, PARTITIONS)
         for loop in self.loops:
             loop.stop()
-        redeliveries = self._redeliveries()
+        redeliveries = self._scrape_redeliveries()
         self.commits.stop()
         self.holders.__exit__(None, None, None)
 
@@ -389,7 +389,7 @@ class LoadedMesh:
             ),
         )
 
-    def _redeliveries(self) -> dict[str, float]:
+    def _scrape_redeliveries(self) -> dict[str, float]:
         """ds_sidecar_redeliveries_total by reason, summed over the sidecars still up."""
         by_reason: Counter[str] = Counter()
         for sidecar in self.sidecars:
