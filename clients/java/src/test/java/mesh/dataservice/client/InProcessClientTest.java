@@ -194,23 +194,29 @@ class InProcessClientTest {
 
     @Override
     public StreamObserver<StreamRequest> stream(StreamObserver<StreamResponse> response) {
+      OpenStream open = new OpenStream(response);
       return new StreamObserver<>() {
         @Override
         public void onNext(StreamRequest request) {
           streamed.add(request);
           if (request.hasOpen()) {
-            streams.add(response);
+            streams.add(open);
           }
-          if (request.hasOpen() || request.hasCredit()) {
-            RecordBatch b = batches.poll();
-            if (b != null) {
-              response.onNext(StreamResponse.newBuilder()
-                  .setBatch(StreamBatch.newBuilder().addBatches(b)).build());
+          synchronized (open) {
+            if (open.ended) {
+              return; // ended by the test: a batch stays queued for the next stream
             }
-          }
-          if (request.hasAcks() && !holdStreamAcks) {
-            response.onNext(StreamResponse.newBuilder().setAckResult(StreamAckResult.newBuilder()
-                .setAckedCount(request.getAcks().getRangesCount())).build());
+            if (request.hasOpen() || request.hasCredit()) {
+              RecordBatch b = batches.poll();
+              if (b != null) {
+                response.onNext(StreamResponse.newBuilder()
+                    .setBatch(StreamBatch.newBuilder().addBatches(b)).build());
+              }
+            }
+            if (request.hasAcks() && !holdStreamAcks) {
+              response.onNext(StreamResponse.newBuilder().setAckResult(StreamAckResult
+                  .newBuilder().setAckedCount(request.getAcks().getRangesCount())).build());
+            }
           }
         }
 
@@ -219,9 +225,46 @@ class InProcessClientTest {
 
         @Override
         public void onCompleted() {
-          response.onCompleted();
+          open.onCompleted();
         }
       };
+    }
+  }
+
+  /**
+   * The response side of one Stream, as a test holds it: ending it (onError, onCompleted)
+   * and the server thread's sends take turns, so a credit handled after the test ended the
+   * stream takes no batch off the queue and loses none.
+   */
+  static final class OpenStream implements StreamObserver<StreamResponse> {
+    private final StreamObserver<StreamResponse> response;
+    boolean ended;
+
+    OpenStream(StreamObserver<StreamResponse> response) {
+      this.response = response;
+    }
+
+    @Override
+    public synchronized void onNext(StreamResponse value) {
+      if (!ended) {
+        response.onNext(value);
+      }
+    }
+
+    @Override
+    public synchronized void onError(Throwable t) {
+      if (!ended) {
+        ended = true;
+        response.onError(t);
+      }
+    }
+
+    @Override
+    public synchronized void onCompleted() {
+      if (!ended) {
+        ended = true;
+        response.onCompleted();
+      }
     }
   }
 
