@@ -8,6 +8,8 @@
 #   KAFKA_CONTROLLER_PORT controller port (default 9093)
 #   KAFKA_REPLICATION    replication of internal and default topics (default 3; min ISR 2)
 #   KAFKA_HEAP           max heap (default 512m)
+#   KAFKA_METRICS_PORT   when set, the Prometheus JMX exporter agent serves the broker's
+#                        metrics (rules: deploy/kafka/jmx-exporter.yml) on KAFKA_HOST:PORT
 # The first start formats /var/lib/kafka/data; later starts reuse it.
 #
 # `kafka-entrypoint topics ARGS...` runs Kafka's TopicCommand instead (kafka-topics.sh), e.g.
@@ -58,4 +60,8 @@ PROPS
 if [[ ! -f "$data/meta.properties" ]]; then
   "${java[@]}" kafka.tools.StorageTool format -t "$KAFKA_CLUSTER_ID" -c "$props"
 fi
-exec "${java[@]}" kafka.Kafka "$props"
+agent=()
+if [[ -n "${KAFKA_METRICS_PORT:-}" ]]; then
+  agent=("-javaagent:/opt/kafka/jmx/jmx_prometheus_javaagent.jar=$host:$KAFKA_METRICS_PORT:/opt/kafka/jmx/jmx-exporter.yml")
+fi
+exec "${java[@]}" "${agent[@]}" kafka.Kafka "$props"

@@ -40,7 +40,13 @@ from pathlib import Path
 from services.devstack import podman
 from services.devstack.cache import cache_dir, file_lock
 from services.devstack.consul import consul_binary
-from services.devstack.kafka import LOG4J2_CONFIG, ensure_kafka_jars, kafka_version
+from services.devstack.kafka import (
+    JMX_EXPORTER_RULES,
+    LOG4J2_CONFIG,
+    ensure_jmx_exporter_agent,
+    ensure_kafka_jars,
+    kafka_version,
+)
 
 REPO = podman.REPO
 CONTAINER_DIR = REPO / "deploy" / "container"
@@ -247,7 +253,13 @@ def _mesh_context(context: Path) -> None:
 
 
 def _kafka_inputs() -> list[Path]:
-    return [ensure_kafka_jars(), LOG4J2_CONFIG, CONTAINER_DIR / "kafka-entrypoint.sh"]
+    return [
+        ensure_kafka_jars(),
+        LOG4J2_CONFIG,
+        CONTAINER_DIR / "kafka-entrypoint.sh",
+        ensure_jmx_exporter_agent(),
+        JMX_EXPORTER_RULES,
+    ]
 
 
 def _kafka_context(context: Path) -> None:
@@ -257,6 +269,11 @@ def _kafka_context(context: Path) -> None:
         shutil.copy(jar, libs / jar.name)
     shutil.copy(LOG4J2_CONFIG, context / "log4j2.properties")
     shutil.copy(CONTAINER_DIR / "kafka-entrypoint.sh", context / "kafka-entrypoint.sh")
+    # The Prometheus JMX exporter agent and its rules (KAFKA_METRICS_PORT turns it on).
+    jmx = context / "jmx"
+    jmx.mkdir()
+    shutil.copy(ensure_jmx_exporter_agent(), jmx / "jmx_prometheus_javaagent.jar")
+    shutil.copy(JMX_EXPORTER_RULES, jmx / "jmx-exporter.yml")
 
 
 def consul_version() -> str:

@@ -67,6 +67,34 @@ def test_stack_is_up_healthy_read_only_and_non_root(stack: Stack) -> None:
     labels = json.loads(stack.podman("image", "inspect", "dataservice-mesh:dev"))[0]["Labels"]
     assert labels["org.opencontainers.image.version"] == project_version()
     assert len(labels["org.opencontainers.image.revision"]) >= 40
+    # Prometheus scrapes the three brokers' JMX exporter agents (job kafka): one active
+    # controller among them, each broker holding replicas, nothing under-replicated.
+    brokers = wait_until(
+        lambda: _brokers_up() if len(_brokers_up()) == 3 else None, 60, "the brokers scraped"
+    )
+    assert set(brokers) == {"kafka-1", "kafka-2", "kafka-3"}
+    assert _query("sum(kafka_controller_active_controller_count)") == {"": 1.0}
+    assert all(v >= PARTITIONS for v in _query("kafka_server_partition_count").values())
+    assert set(_query("kafka_server_under_replicated_partitions").values()) == {0.0}
+
+
+def _query(expr: str) -> dict[str, float]:
+    """An instant query of the stack's Prometheus: each series' broker label (or "") to its
+    value."""
+    url = "http://127.0.0.1:9090/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    result = http_json(url)["data"]["result"]
+    return {r["metric"].get("broker", ""): float(r["value"][1]) for r in result}
+
+
+def _brokers_up() -> list[str]:
+    return sorted(b for b, v in _query('up{job="kafka"}').items() if v == 1.0)
+
+
+def _firing(alertname: str) -> list[dict[str, object]]:
+    """The stack's Prometheus alerts of that name in state firing (not Alertmanager's: the
+    broker alerts route to the platform receiver, whose webhook the test does not check)."""
+    alerts = http_json("http://127.0.0.1:9090/api/v1/alerts")["data"]["alerts"]
+    return [a for a in alerts if a["labels"]["alertname"] == alertname and a["state"] == "firing"]
 
 
 def _alerts(**labels: str) -> list[dict[str, object]]:
@@ -157,15 +185,35 @@ def test_restart_the_leading_assigner_container(stack: Stack, received: Received
 def test_stop_a_broker_container(stack: Stack, received: Received) -> None:
     broker = stack.container("kafka-2")
 
+    alerted: list[str] = []
+
     def stop_and_start() -> None:
         stack.podman("stop", "--time", "30", broker)
-        time.sleep(10)  # records keep flowing on two brokers (replication 3, min ISR 2)
+        stopped = time.monotonic()
+        # Its exporter's target goes down and the two brokers left, which now lead every
+        # partition with one replica short, fire the under-replicated alert (every `for:`
+        # at 2 s in the test's rules).
+        firing = wait_until(
+            lambda: _firing("DsKafkaUnderReplicatedPartitions"), 60, "under-replicated alert"
+        )
+        alerted.extend(sorted(str(a["labels"]["broker"]) for a in firing))  # type: ignore[index]
+        alerted.append(f"after {time.monotonic() - stopped:.0f}s")
+        assert "kafka-2" not in alerted
+        assert _brokers_up() == ["kafka-1", "kafka-3"]
+        # records keep flowing on two brokers (replication 3, min ISR 2)
+        time.sleep(max(0.0, 10 - (time.monotonic() - stopped)))
         stack.podman("start", broker)
         stack.wait_healthy("kafka-2")
 
     result, seconds = run_fault(stack, received, stop_and_start)
-    report(f"compose: {result.line('stop kafka-2 for 10s', seconds)}")
+    report(
+        f"compose: {result.line('stop kafka-2 for 10s', seconds)}; "
+        f"DsKafkaUnderReplicatedPartitions firing for {alerted}"
+    )
     assert_clean(result)
+    assert alerted, "the under-replicated alert never fired"
+    # Started again, the followers catch up and the alert clears.
+    wait_until(lambda: not _firing("DsKafkaUnderReplicatedPartitions"), 90, "the alert cleared")
 
 
 def test_down_leaves_nothing(stack: Stack) -> None:
@@ -173,6 +221,8 @@ def test_down_leaves_nothing(stack: Stack) -> None:
     assert compose.leftovers(volumes_before=stack.volumes_before) == []
     # And nothing listens on the stack's ports any more.
     open_ports = [
-        p for p in (9092, 9192, 9292, 8500, 7070, 7170, 7080, 9090, 9093) if port_is_open(p)
+        p
+        for p in (9092, 9192, 9292, 7061, 7161, 7261, 8500, 7070, 7170, 7080, 9090, 9093)
+        if port_is_open(p)
     ]
     assert open_ports == []
