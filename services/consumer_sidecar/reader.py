@@ -8,6 +8,11 @@ only while a group is empty (§10), so nothing that could join or commit may use
 
 All of it is blocking librdkafka I/O: the servicer runs it on :attr:`RangeReaders.executor`
 (its own small thread pool, so long reads never starve the event loop's default executor).
+
+A chunk is protobuf ``Record`` messages (RECORDS) or one Arrow IPC stream
+(ARROW_IPC, ``arrow_chunks.py``, built from the Kafka messages with no ``Record`` in
+between); either way it stays within the request's ``max_bytes`` and holds at least one
+record.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import structlog
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar.fetcher import _to_record
@@ -57,12 +63,23 @@ class RangeSpec:
     to_offset: int  # exclusive
     max_bytes: int  # per chunk; a chunk holds at least one record whatever its size
     epoch: int  # stamped on every record read
+    arrow: bool = False  # ARROW_IPC chunks instead of Records
 
 
 @dataclass
 class Chunk:
-    records: list[common_pb2.Record]
+    records: list[common_pb2.Record]  # RECORDS format; empty with ARROW_IPC
     next_offset: int  # first offset of the next chunk, or to_offset in the last one
+    arrow_ipc: bytes = b""  # ARROW_IPC format: one Arrow IPC stream of the chunk's records
+    count: int = 0  # records in the chunk
+    payload_bytes: int = 0  # their key plus value bytes
+
+
+def _arrow() -> ModuleType:
+    """arrow_chunks (and pyarrow) on the first ARROW_IPC read only."""
+    from services.consumer_sidecar import arrow_chunks
+
+    return arrow_chunks
 
 
 class RangeRead:
@@ -73,7 +90,7 @@ class RangeRead:
         self._consumer = consumer
         self._spec = spec
         self._stall_timeout = stall_timeout
-        self._backlog: deque[common_pb2.Record] = deque()
+        self._backlog: deque[Message] = deque()
         self._reached_end = False
         self._done = False
         self._closed = threading.Event()
@@ -84,25 +101,45 @@ class RangeRead:
         with self._lock:
             if self._done or self._closed.is_set():
                 return None
+            arrow = _arrow() if self._spec.arrow else None
+            budget = self._spec.max_bytes - (arrow.STREAM_OVERHEAD if arrow else 0)
+            taken: list[Message] = []
             records: list[common_pb2.Record] = []
-            size = 0
+            size = payload = 0
+            next_offset = self._spec.to_offset
             while True:
                 if not self._backlog:
                     if self._reached_end:
+                        self._done = True
                         break
                     self._fill()
                     if self._closed.is_set():
                         return None
                     continue
-                record = self._backlog[0]
-                record_bytes = record.ByteSize() + RESPONSE_FIELD_OVERHEAD
-                if records and size + record_bytes > self._spec.max_bytes:
-                    return Chunk(records, next_offset=record.offset)
+                msg = self._backlog[0]
+                if arrow is not None:
+                    msg_bytes, msg_payload = arrow.row_bytes(msg)
+                else:
+                    record = _to_record(msg)
+                    record.lease_epoch = self._spec.epoch
+                    msg_bytes = record.ByteSize() + RESPONSE_FIELD_OVERHEAD
+                    msg_payload = len(record.key) + len(record.value)
+                if taken and size + msg_bytes > budget:
+                    next_offset = int(msg.offset() or 0)
+                    break
                 self._backlog.popleft()
-                records.append(record)
-                size += record_bytes
-            self._done = True
-            return Chunk(records, next_offset=self._spec.to_offset)
+                taken.append(msg)
+                if arrow is None:
+                    records.append(record)
+                size += msg_bytes
+                payload += msg_payload
+            return Chunk(
+                records,
+                next_offset=next_offset,
+                arrow_ipc=arrow.encode(taken) if arrow is not None and taken else b"",
+                count=len(taken),
+                payload_bytes=payload,
+            )
 
     def _fill(self) -> None:
         """Consume until at least one record of the range is buffered or its end is seen."""
@@ -120,9 +157,7 @@ class RangeRead:
                 if offset >= self._spec.to_offset:
                     self._reached_end = True  # past the end, or a gap reaching over it
                     return
-                record = _to_record(msg)
-                record.lease_epoch = self._spec.epoch
-                self._backlog.append(record)
+                self._backlog.append(msg)
             if self._backlog:
                 return
             if time.monotonic() > stall_deadline:

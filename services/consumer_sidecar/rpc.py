@@ -678,7 +678,14 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         if request.to_offset == request.from_offset:
             yield stream_pb2.ReadRangeResponse(lease_epoch=epoch, next_offset=request.to_offset)
             return
-        spec = RangeSpec(tp, request.from_offset, request.to_offset, max_bytes, epoch)
+        spec = RangeSpec(
+            tp,
+            request.from_offset,
+            request.to_offset,
+            max_bytes,
+            epoch,
+            arrow=request.format == stream_pb2.READ_FORMAT_ARROW_IPC,
+        )
         reserved = self._reserve_read(max_bytes)
         try:
             read = await self._open(spec, request)
@@ -690,14 +697,15 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                     self._held(tp, epoch)  # every chunk is read under the live lease
                     if self.clients is not None:
                         self.clients.served_records(
-                            request.client_id,
-                            len(chunk.records),
-                            sum(len(r.key) + len(r.value) for r in chunk.records),
+                            request.client_id, chunk.count, chunk.payload_bytes
                         )
                     # Counted as given once handed to gRPC: the client may commit up to here.
                     self.serving.range_given(tp, epoch, request.client_id, chunk.next_offset)
                     yield stream_pb2.ReadRangeResponse(
-                        records=chunk.records, lease_epoch=epoch, next_offset=chunk.next_offset
+                        records=chunk.records,
+                        arrow_ipc=chunk.arrow_ipc,
+                        lease_epoch=epoch,
+                        next_offset=chunk.next_offset,
                     )
                     if chunk.next_offset >= request.to_offset:
                         return
@@ -754,11 +762,10 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             raise invalid("to_offset", "must be >= from_offset")
         if request.max_bytes < 0 or request.max_bytes > MAX_BYTES:
             raise invalid("max_bytes", f"must be between 0 and {MAX_BYTES}")
-        if request.format == stream_pb2.READ_FORMAT_ARROW_IPC:
-            raise invalid("format", "ARROW_IPC is not supported by this sidecar yet")
         if request.format not in (
             stream_pb2.READ_FORMAT_UNSPECIFIED,
             stream_pb2.READ_FORMAT_RECORDS,
+            stream_pb2.READ_FORMAT_ARROW_IPC,
         ):
             raise invalid("format", f"unknown format {request.format}")
         return TP(request.topic, request.partition), request.max_bytes or DEFAULT_RANGE_CHUNK_BYTES

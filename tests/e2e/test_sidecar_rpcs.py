@@ -17,6 +17,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import grpc
+import pyarrow as pa
+import pyarrow.ipc as pa_ipc
 import pytest
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
@@ -155,6 +157,31 @@ def test_read_range_commit_offsets_and_bad_requests(mesh: Mesh, topic_factory: A
         assert [r.offset for resp in whole for r in resp.records] == list(range(ends[2]))
         empty = read(partition=2, from_offset=ends[2], to_offset=ends[2])
         assert [(len(r.records), r.next_offset) for r in empty] == [(0, ends[2])]
+        # ARROW_IPC: the same records as Arrow IPC streams, one per chunk, within max_bytes.
+        arrow = read(
+            partition=2,
+            from_offset=0,
+            to_offset=ends[2],
+            max_bytes=8192,
+            format=stream_pb2.READ_FORMAT_ARROW_IPC,
+        )
+        assert len(arrow) > 1 and all(not resp.records for resp in arrow)
+        assert all(resp.ByteSize() <= 8192 for resp in arrow)
+        tables = [pa_ipc.open_stream(resp.arrow_ipc).read_all() for resp in arrow]
+        assert [t.column("offset")[0].as_py() for t in tables[1:]] == [
+            resp.next_offset for resp in arrow[:-1]
+        ]
+        assert arrow[-1].next_offset == ends[2]
+        rows = [row for t in tables for row in t.to_pylist()]
+        records = [r for resp in whole for r in resp.records]
+        assert [(row["offset"], row["key"], row["value"]) for row in rows] == [
+            (r.offset, r.key, r.value) for r in records
+        ]
+        assert {(row["topic"], row["partition"]) for row in rows} == {(topic, 2)}
+        micros = [v for t in tables for v in t.column("timestamp").cast(pa.int64()).to_pylist()]
+        assert micros == [
+            r.timestamp.seconds * 1_000_000 + r.timestamp.nanos // 1000 for r in records
+        ]
         # Reading did not move the group: nothing is committed yet.
         assert set(committed_offsets(mesh.bootstrap, group, topic).values()) == {-1001}
 
@@ -194,10 +221,8 @@ def test_read_range_commit_offsets_and_bad_requests(mesh: Mesh, topic_factory: A
         assert failing(lambda: read(partition=1, to_offset=1, max_bytes=1 << 30))[2] == {
             "field": "max_bytes"
         }
-        arrow = failing(
-            lambda: read(partition=1, to_offset=1, format=stream_pb2.READ_FORMAT_ARROW_IPC)
-        )
-        assert arrow[:2] == (invalid, "INVALID_FIELD") and arrow[2]["field"] == "format"
+        unknown = failing(lambda: read(partition=1, to_offset=1, format=9))
+        assert unknown[:2] == (invalid, "INVALID_FIELD") and unknown[2]["field"] == "format"
         assert failing(lambda: read(partition=1, to_offset=ends[1] + 1))[:2] == (
             grpc.StatusCode.OUT_OF_RANGE,
             "OFFSET_OUT_OF_RANGE",

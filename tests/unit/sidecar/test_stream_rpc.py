@@ -473,7 +473,7 @@ def test_commit_offsets_validation() -> None:
         ({"from_offset": 5, "to_offset": 4}, "to_offset"),
         ({"max_bytes": -1}, "max_bytes"),
         ({"max_bytes": 64 * 1024 * 1024 + 1}, "max_bytes"),
-        ({"format": stream_pb2.READ_FORMAT_ARROW_IPC}, "format"),
+        ({"format": 9}, "format"),
         ({"client_id": ""}, "client_id"),
     ],
 )
@@ -527,6 +527,23 @@ def test_read_range_streams_chunks_with_epoch_and_empty_range() -> None:
         empty = await read_all(stub, read_request(from_offset=7, to_offset=7))
         assert [(len(r.records), r.next_offset) for r in empty] == [(0, 7)]
         assert len(readers.opened) == 1  # an empty range never touches Kafka
+
+    run(body, readers=readers)
+
+
+def test_read_range_in_arrow_ipc_asks_the_reader_for_arrow_and_sends_its_stream() -> None:
+    readers = FakeReaders(chunks=[Chunk([], next_offset=10, arrow_ipc=b"IPC", count=10)])
+
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        sc.hold(0, epoch=3)
+        request = read_request(format=stream_pb2.READ_FORMAT_ARROW_IPC)
+        responses = await read_all(stub, request)
+        assert [(r.arrow_ipc, len(r.records), r.lease_epoch) for r in responses] == [
+            (b"IPC", 0, 3)
+        ]
+        assert readers.opened[0].arrow is True
+        await read_all(stub, read_request())
+        assert readers.opened[1].arrow is False
 
     run(body, readers=readers)
 

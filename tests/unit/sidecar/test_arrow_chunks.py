@@ -1,0 +1,166 @@
+"""ReadRange's ARROW_IPC chunks (services/consumer_sidecar/arrow_chunks.py): the same rows
+the Spark source builds from the RECORDS format, within the size the chunker budgets, and
+the chunker's offsets the same in both formats."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.ipc as pa_ipc
+from confluent_kafka import KafkaError
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.consumer_sidecar import arrow_chunks
+from services.consumer_sidecar.fetcher import _to_record
+from services.consumer_sidecar.reader import RangeRead, RangeSpec
+from services.runtime.topic_partition import TP
+from spark.sources.arrow import BatchBuilder
+
+TOPIC = "orders"
+
+
+class Msg:
+    """The parts of a confluent-kafka Message the encoder and ``_to_record`` read."""
+
+    def __init__(
+        self,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        stamp: tuple[int, int],
+        headers: list[tuple[str, bytes | None]] | None,
+        partition: int = 3,
+    ) -> None:
+        self._offset, self._key, self._value = offset, key, value
+        self._stamp, self._headers, self._partition = stamp, headers, partition
+
+    def error(self) -> None:
+        return None
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def topic(self) -> str:
+        return TOPIC
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def timestamp(self) -> tuple[int, int]:
+        return self._stamp
+
+    def headers(self) -> list[tuple[str, bytes | None]] | None:
+        return self._headers
+
+
+payloads = st.one_of(st.none(), st.binary(max_size=64))
+stamps = st.one_of(
+    st.just((0, -1)),  # TIMESTAMP_NOT_AVAILABLE
+    st.tuples(st.sampled_from([1, 2]), st.integers(0, 4_102_444_800_000)),  # create / append
+)
+headers = st.one_of(
+    st.none(),
+    st.lists(
+        st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=8))), max_size=3
+    ),
+)
+messages = st.lists(st.tuples(payloads, payloads, stamps, headers), min_size=1, max_size=30).map(
+    lambda rows: [Msg(100 + i, *row) for i, row in enumerate(rows)]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(messages)
+def test_arrow_chunks_give_spark_the_rows_records_give_and_stay_in_budget(msgs: list[Msg]) -> None:
+    data = arrow_chunks.encode(msgs)
+    builder = BatchBuilder(arrow_chunks.SCHEMA, "raw", "raw")
+    from_arrow = builder.build_ipc(data, start=100)
+    from_records = builder.build([_to_record(m) for m in msgs])  # type: ignore[arg-type]
+    assert from_arrow.to_pylist() == from_records.to_pylist()
+    assert pa_ipc.open_stream(data).schema.equals(arrow_chunks.SCHEMA)
+    # What the chunker budgets for the rows bounds the stream it gets.
+    budget = sum(arrow_chunks.row_bytes(m)[0] for m in msgs) + arrow_chunks.STREAM_OVERHEAD
+    assert len(data) <= budget
+
+
+def test_row_bytes_counts_key_and_value_as_the_payload() -> None:
+    msg = Msg(1, b"k" * 3, b"v" * 10, (1, 5), [("h", b"xy"), ("n", None)])
+    size, payload = arrow_chunks.row_bytes(msg)  # type: ignore[arg-type]
+    assert payload == 13
+    assert size == 13 + len(TOPIC) + arrow_chunks.ROW_OVERHEAD + 3 + 1 + 2 * 8
+
+
+class Eof:
+    """The end of the partition's log, at ``offset``."""
+
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def error(self) -> KafkaError:
+        return KafkaError(KafkaError._PARTITION_EOF)
+
+    def offset(self) -> int:
+        return self._offset
+
+
+class FakeConsumer:
+    def __init__(self, batches: list[list[Msg | Eof]]) -> None:
+        self.batches = batches
+
+    def consume(self, num: int, timeout: float) -> list[Msg | Eof]:
+        return self.batches.pop(0) if self.batches else []
+
+    def close(self) -> None:
+        pass
+
+
+def _read(msgs: list[Msg], max_bytes: int, arrow: bool) -> list[tuple[list[int], int, int]]:
+    spec = RangeSpec(TP(TOPIC, 3), 100, 100 + len(msgs), max_bytes, epoch=2, arrow=arrow)
+    batches: list[list[Msg | Eof]] = [[*msgs[:7]], [*msgs[7:], Eof(100 + len(msgs))]]
+    read = RangeRead(FakeConsumer(batches), spec, stall_timeout=1)  # type: ignore[arg-type]
+    out = []
+    while (chunk := read.next_chunk()) is not None:
+        if arrow:
+            assert not chunk.records and len(chunk.arrow_ipc) <= max_bytes
+            table = pa_ipc.open_stream(pa.py_buffer(chunk.arrow_ipc)).read_all()
+            offsets = table.column("offset").to_pylist()
+        else:
+            assert not chunk.arrow_ipc
+            offsets = [r.offset for r in chunk.records]
+            assert {r.lease_epoch for r in chunk.records} == {2}
+        assert chunk.count == len(offsets)
+        out.append((offsets, chunk.next_offset, chunk.payload_bytes))
+    return out
+
+
+def test_range_read_in_arrow_chunks_within_max_bytes() -> None:
+    msgs = [Msg(100 + i, b"key", b"v" * 500, (1, 1_700_000_000_000 + i), None) for i in range(20)]
+    # Room for the stream's overhead and three rows of 500 B.
+    max_bytes = arrow_chunks.STREAM_OVERHEAD + 3 * arrow_chunks.row_bytes(msgs[0])[0]  # type: ignore[arg-type]
+    chunks = _read(msgs, max_bytes, arrow=True)
+    assert [offsets for offsets, _, _ in chunks] == [
+        list(range(start, min(start + 3, 120))) for start in range(100, 120, 3)
+    ]
+    assert [nxt for _, nxt, _ in chunks] == [*range(103, 120, 3), 120]
+    assert sum(payload for _, _, payload in chunks) == 20 * 503
+    # The records format splits by its own sizes, and carries the same offsets overall.
+    records = _read(msgs, max_bytes, arrow=False)
+    assert [o for offsets, _, _ in records for o in offsets] == list(range(100, 120))
+    assert sum(payload for _, _, payload in records) == 20 * 503
+
+
+def test_a_row_larger_than_max_bytes_is_a_chunk_of_its_own() -> None:
+    msgs = [Msg(100, None, b"v" * 9000, (0, -1), None), Msg(101, None, b"v", (0, -1), None)]
+    spec = RangeSpec(TP(TOPIC, 3), 100, 102, 8192, epoch=2, arrow=True)
+    read = RangeRead(FakeConsumer([[*msgs, Eof(102)]]), spec, stall_timeout=1)  # type: ignore[arg-type]
+    first = read.next_chunk()
+    second = read.next_chunk()
+    assert first is not None and second is not None
+    assert (first.count, first.next_offset, second.count, second.next_offset) == (1, 101, 1, 102)
+    assert read.next_chunk() is None
