@@ -185,6 +185,10 @@ class SidecarApp:
         self.session.on_heartbeat_sent = self.metrics.heartbeat_sent
         self.keeper.on_external = self.session.external_found
         self.session.on_heartbeat_acked = self.metrics.heartbeat_acked
+        self.session.on_join = self.metrics.joined
+        self.session.on_sync = self.metrics.synced
+        self.keeper.on_partition_lost = self.metrics.partitions_lost
+        self.kafka_group.events = self.metrics
 
     async def _replace_consumer(self, group_config: dict[str, str]) -> None:
         """A new fetch consumer for the group's changed consumer_config (live_config.py):

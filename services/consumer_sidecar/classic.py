@@ -17,6 +17,14 @@ Kafka's rebalance callbacks run on the fetch thread, inside ``consume()``:
   acks up to the drain timeout, commit the ack tracker's commit point synchronously (still a
   member of the current generation), remove the entry;
 * ``on_lost`` → the partitions may already be someone else's: drop without committing.
+
+Each callback is also reported to :class:`RebalanceEvents` (the metrics): a rebalance
+round's join (timed by :class:`~services.consumer_sidecar.coordinator.RoundTimer` from
+``subscribe()`` or the revoke / loss that ended the previous round, until ``on_assign``),
+the assignment's application (the closest this mode has to a SyncGroup time: librdkafka
+answers JoinGroup and SyncGroup itself and calls the app once, with the result), and
+per partition the lease-change metrics' grant / revoke / expire (= lost) with each
+callback's handling time.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc
 from services.consumer_sidecar.acks import PartitionAcks
+from services.consumer_sidecar.coordinator import RoundTimer
 from services.consumer_sidecar.partitions import (
     NO_DEADLINE,
     UNLEASED_EPOCH,
@@ -98,6 +107,39 @@ class RebalanceTarget(Protocol):
     def commit_offsets(self, commits: list[tuple[TP, int]]) -> None: ...
 
 
+class RebalanceEvents(Protocol):
+    """What the rebalance callbacks report (the metrics; fetch thread)."""
+
+    def joined(self, ok: bool, seconds: float | None) -> None: ...
+
+    def synced(self, seconds: float) -> None: ...
+
+    def lease_changed(self, kind: str) -> None: ...
+
+    def lease_settled(self, kind: str, seconds: float) -> None: ...
+
+    def partitions_lost(self, seconds: float) -> None: ...
+
+
+class NoEvents:
+    """Metrics disabled: nothing reported."""
+
+    def joined(self, ok: bool, seconds: float | None) -> None:
+        pass
+
+    def synced(self, seconds: float) -> None:
+        pass
+
+    def lease_changed(self, kind: str) -> None:
+        pass
+
+    def lease_settled(self, kind: str, seconds: float) -> None:
+        pass
+
+    def partitions_lost(self, seconds: float) -> None:
+        pass
+
+
 class ClassicMembership:
     """Kafka's rebalance callbacks, mapped onto the partition table (fetch thread only)."""
 
@@ -109,21 +151,41 @@ class ClassicMembership:
         drain_timeout: float,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        events: RebalanceEvents | None = None,
     ) -> None:
         self.table = table
         self.fetcher = fetcher
         self.drain_timeout = drain_timeout
         self.clock = clock
         self.sleep = sleep
+        self.events: RebalanceEvents = events or NoEvents()
+        self.rounds = RoundTimer(clock)
         self.rebalances = 0
+
+    def subscribing(self) -> None:
+        """The consumer is about to subscribe(): its first round (JoinGroup) starts."""
+        self.rounds.start()
 
     # ---- librdkafka callbacks (signature: consumer, partitions) -------------------------
 
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
+        entered = self.clock()
+        joined = self.rounds.joined()
         tps = [TP(str(p.topic), int(p.partition or 0)) for p in partitions]
+        ok = self._assign(consumer, partitions, tps)
+        took = max(0.0, self.clock() - entered)
+        self.events.joined(ok, joined)
+        self.events.synced(took)
+        for _tp in tps:
+            self.events.lease_changed("grant")
+            self.events.lease_settled("grant", took)
+
+    def _assign(self, consumer: Consumer, partitions: list[TopicPartition], tps: list[TP]) -> bool:
+        """on_assign's work; False when the start offsets could not be read."""
         if not tps:
-            return  # confluent-kafka completes an empty incremental assignment itself
+            return True  # confluent-kafka completes an empty incremental assignment itself
+        ok = True
         # Registered (not ready) first: Fetcher.assign makes ready, and assigns in Kafka,
         # exactly the partitions the table holds.
         for tp in tps:
@@ -140,6 +202,7 @@ class ClassicMembership:
             starts = dict.fromkeys(tps, -1)
             for tp in tps:
                 self.table.add(unleased_partition(tp, -1))
+            ok = False
         for tp, start in starts.items():
             entry = self.table.get(tp)
             if entry is not None and not entry.ready:  # a fetcher that only assigns in Kafka
@@ -149,18 +212,32 @@ class ClassicMembership:
             partitions=_names(starts),
             starts={f"{tp.topic}[{tp.partition}]": o for tp, o in sorted(starts.items())},
         )
+        return ok
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
+        entered = self.clock()
+        self.rounds.start_unless_pending()  # the next round (on_assign) ends the rebalance
         tps = [TP(str(p.topic), int(p.partition or 0)) for p in partitions]
         self.release(tps, commit=True)
         log.info("partitions revoked by Kafka", partitions=_names(tps))
+        took = max(0.0, self.clock() - entered)
+        for _tp in tps:
+            self.events.lease_changed("revoke")
+            self.events.lease_settled("revoke", took)
 
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
+        entered = self.clock()
+        self.rounds.start_unless_pending()  # librdkafka rejoins: on_assign ends that round
         tps = [TP(str(p.topic), int(p.partition or 0)) for p in partitions]
         self.release(tps, commit=False)
         log.warning("partitions lost (membership expired): dropped", partitions=_names(tps))
+        took = max(0.0, self.clock() - entered)
+        self.events.joined(False, None)  # a failed rebalance: the membership was lost
+        for _tp in tps:
+            self.events.lease_changed("expire")
+            self.events.partitions_lost(took)
 
     # ---- shared by the callbacks and the graceful drain ---------------------------------
 

@@ -390,6 +390,7 @@ class Fetcher:
     def _subscribe(
         self, consumer: Consumer, topics: list[str], membership: ClassicMembership
     ) -> None:
+        membership.subscribing()
         consumer.subscribe(
             topics,
             on_assign=membership.on_assign,

@@ -25,7 +25,7 @@ import structlog
 from confluent_kafka import KafkaError, KafkaException
 
 from dataservice.assigner.v1 import assigner_pb2
-from services.consumer_sidecar.classic import ClassicMembership
+from services.consumer_sidecar.classic import ClassicMembership, RebalanceEvents
 from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.kafka_config import fetch_config
 from services.consumer_sidecar.partitions import PartitionTable
@@ -65,8 +65,10 @@ class KafkaGroupMode:
         self._drop_leases = drop_leases
         # Switches in the order the session asked for them (each awaits the fetch thread).
         self._switching = asyncio.Lock()
-        # Kafka's rebalance callbacks onto the partition table, while in kafka_group mode.
+        # Kafka's rebalance callbacks onto the partition table, while in kafka_group mode;
+        # what they report (the metrics, when enabled: the app sets it).
         self.membership: ClassicMembership | None = None
+        self.events: RebalanceEvents | None = None
         # The group's consumer_config the subscribed consumer runs (None: not subscribed yet),
         # the topics it subscribed to, and when the first subscribe() is done.
         self.running: dict[str, str] | None = None
@@ -83,7 +85,10 @@ class KafkaGroupMode:
         while subscribed, back to assign()."""
         if kafka_group and self.membership is None:
             self.membership = ClassicMembership(
-                self._table, self._fetcher, drain_timeout=self._settings.drain_timeout_seconds
+                self._table,
+                self._fetcher,
+                drain_timeout=self._settings.drain_timeout_seconds,
+                events=self.events,
             )
             self._started = asyncio.get_running_loop().create_future()
             self._spawn(

@@ -43,6 +43,7 @@ from services.consumer_sidecar.acks import (
     NotHolderError,
     PartitionAcks,
 )
+from services.consumer_sidecar.coordinator import lost_latency
 from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
 from services.consumer_sidecar.partitions import (
     UNLEASED_EPOCH,
@@ -171,6 +172,8 @@ class LeaseKeeper:
         # expire), and how long a grant or revoke took to settle.
         self.on_lease_change: Callable[[str], None] = lambda _kind: None
         self.on_lease_settled: Callable[[str, float], None] = lambda _kind, _seconds: None
+        # A lease expiry's latency: its local deadline until delivery was suspended.
+        self.on_partition_lost: Callable[[float], None] = lambda _seconds: None
         # A renewal may make buffered records deliverable again (they were held back within
         # the delivery margin): wakes a long-polling Fetch or Stream (the data signal).
         self.on_renewed: Callable[[], None] = lambda: None
@@ -420,6 +423,7 @@ class LeaseKeeper:
                     epoch=part.epoch,
                 )
                 await self.fetcher.run(self.fetcher.suspend, part.tp)
+                self.on_partition_lost(lost_latency(part.deadline, self.clock()))
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -57,6 +57,7 @@ G, GTP, GC = "group", "group,topic,partition", "group,client_id"
 STATS = "librdkafka statistics"
 OWN = "sidecar timing/counting"
 VIEW = "partition table at scrape time"
+CB = "rebalance callbacks"
 METRIC_TABLE: tuple[MetricSpec, ...] = (
     _spec("ds_sidecar_records_consumed_total", "counter", "group,topic", OWN,
           "Records returned by the sidecar's consume() calls (counted per partition run)"),
@@ -106,13 +107,42 @@ METRIC_TABLE: tuple[MetricSpec, ...] = (
           "Offset commit requests to Kafka, by result (ok, error)"),
     _spec("ds_sidecar_commit_latency_seconds", "histogram", G, OWN,
           "Duration of one synchronous offset commit request to Kafka"),
-    _spec("ds_sidecar_lease_changes_total", "counter", "group,kind", "session commands",
-          "Lease changes (grant, revoke incl. fenced, expire = local deadline passed)"),
+    _spec("ds_sidecar_lease_changes_total", "counter", "group,kind", f"session commands; {CB}",
+          "Lease changes (grant, revoke incl. fenced, expire = local deadline passed); "
+          "kafka_group mode: partitions assigned (grant), revoked (revoke), lost (expire) "
+          "by Kafka's rebalance callbacks"),
     _spec("ds_sidecar_lease_change_latency_seconds", "histogram", "group,kind", OWN,
           "grant: grant received until Kafka fetching is set up; revoke: revoke received "
-          "until the partition is drained, committed and released"),
+          "until the partition is drained, committed and released; kafka_group mode: "
+          "on_assign / on_revoke handling time, per partition"),
     _spec("ds_sidecar_last_lease_change_timestamp_seconds", "gauge", G, OWN,
           "Unix time of the last lease change (0 = none yet)"),
+    _spec("ds_sidecar_joins_total", "counter", "group,result", f"{OWN}; {CB}",
+          "Group joins by result (ok, error). Leased mode: the assigner session's Join (ok = "
+          "SessionAccepted arrived; error = the session ended before it). kafka_group mode: "
+          "Kafka rebalance rounds (ok = on_assign called; error = on_lost, or the assigned "
+          "partitions' start offsets could not be read)"),
+    _spec("ds_sidecar_join_seconds", "histogram", G, f"{OWN}; {CB}",
+          "Leased mode: the session's Join sent until SessionAccepted arrived. kafka_group "
+          "mode: a rebalance round as the app sees it, from its start (subscribe(), or the "
+          "on_revoke / on_lost that ended the previous round) until on_assign; a round whose "
+          "start the app cannot see (a rebalance another member began) is counted in "
+          "ds_sidecar_joins_total only"),
+    _spec("ds_sidecar_sync_seconds", "histogram", G, f"{OWN}; {CB}",
+          "Leased mode: joined (SessionAccepted) until the session's first lease grant, the "
+          "assignment's arrival. kafka_group mode: librdkafka does not split JoinGroup from "
+          "SyncGroup for the app (its SyncGroup ends inside the join above); observed is "
+          "on_assign entered until the assignment is in effect (start offsets read, "
+          "incremental_assign done), once per on_assign"),
+    _spec("ds_sidecar_last_heartbeat_timestamp_seconds", "gauge", G, OWN,
+          "Unix time of the last assigner session heartbeat ack (0 = none yet), in both "
+          "modes; Kafka's own group heartbeats (kafka_group mode) stay inside librdkafka, "
+          "which reports no heartbeat time"),
+    _spec("ds_sidecar_partitions_lost_seconds", "histogram", G, f"{OWN}; {CB}",
+          "Per partition lost. Leased mode: a lease expiry, from the lease's local deadline "
+          "(last renewal's send + TTL - safety margin) until delivery and commits are "
+          "suspended and fetching paused (each commit round looks). kafka_group mode: "
+          "on_lost handling time (entered until the partitions are dropped)"),
     _spec("ds_sidecar_poll_interval_seconds", "histogram", G, OWN,
           "Time between the starts of successive consume() calls of the fetch loop"),
     _spec("ds_sidecar_poll_wait_seconds_total", "counter", G, OWN,
@@ -303,7 +333,8 @@ OPERATOR_NAMES: tuple[OperatorName, ...] = (
     OperatorName("assigned-partitions", "ds_sidecar_assigned_partitions",
                  "`ds_sidecar_assigned_partitions`"),
     OperatorName("rebalance-total (here: lease changes)", "ds_sidecar_lease_changes_total",
-                 "`sum by (group) (ds_sidecar_lease_changes_total)`"),
+                 "`sum by (group) (ds_sidecar_lease_changes_total)` (kafka_group mode: "
+                 "partitions moved; rebalance rounds are `ds_sidecar_joins_total`)"),
     OperatorName("rebalance-rate-per-hour", "ds_sidecar_lease_changes_total",
                  "`sum by (group) (increase(ds_sidecar_lease_changes_total[1h]))`"),
     OperatorName("rebalance-latency-avg / -max", "ds_sidecar_lease_change_latency_seconds",
@@ -324,10 +355,38 @@ OPERATOR_NAMES: tuple[OperatorName, ...] = (
                  "`rate(ds_sidecar_heartbeats_total[1m])`"),
     OperatorName("heartbeat-response-time-max", "ds_sidecar_heartbeat_response_seconds",
                  "`histogram_quantile(1, rate(ds_sidecar_heartbeat_response_seconds_bucket[1m]))`"),
-    OperatorName("last-heartbeat-seconds-ago", "ds_sidecar_assigner_connected",
-                 "not exported as such: a sidecar without heartbeat acks loses its leases "
-                 "within the TTL; `ds_sidecar_assigner_connected == 0` is the alert"),
-    OperatorName("join-rate / sync-rate / sync-time", "—",
-                 "cannot exist in leased mode: no Kafka group membership (assign() only); "
-                 "joins are the session's, counted as lease grants"),
+    OperatorName("last-heartbeat-seconds-ago", "ds_sidecar_last_heartbeat_timestamp_seconds",
+                 "`time() - ds_sidecar_last_heartbeat_timestamp_seconds` (the assigner "
+                 "session's heartbeats; kafka_group mode's Kafka heartbeats are not reported "
+                 "by librdkafka)"),
+    OperatorName("join-time-avg", "ds_sidecar_join_seconds",
+                 "`rate(ds_sidecar_join_seconds_sum[5m]) / "
+                 "rate(ds_sidecar_join_seconds_count[5m])`"),
+    OperatorName("join-time-max", "ds_sidecar_join_seconds",
+                 "`histogram_quantile(1, rate(ds_sidecar_join_seconds_bucket[5m]))` "
+                 "(bucket bound)"),
+    OperatorName("join-rate", "ds_sidecar_joins_total",
+                 "`rate(ds_sidecar_joins_total{result=\"ok\"}[5m])`"),
+    OperatorName("join-total", "ds_sidecar_joins_total",
+                 "`ds_sidecar_joins_total{result=\"ok\"}`"),
+    OperatorName("sync-time-avg", "ds_sidecar_sync_seconds",
+                 "`rate(ds_sidecar_sync_seconds_sum[5m]) / "
+                 "rate(ds_sidecar_sync_seconds_count[5m])` (leased: joined until the first "
+                 "grant; kafka_group: the assignment's application, see the table)"),
+    OperatorName("sync-time-max", "ds_sidecar_sync_seconds",
+                 "`histogram_quantile(1, rate(ds_sidecar_sync_seconds_bucket[5m]))` "
+                 "(bucket bound)"),
+    OperatorName("sync-rate", "ds_sidecar_sync_seconds",
+                 "`rate(ds_sidecar_sync_seconds_count[5m])`"),
+    OperatorName("sync-total", "ds_sidecar_sync_seconds", "`ds_sidecar_sync_seconds_count`"),
+    OperatorName("failed-rebalance-total", "ds_sidecar_joins_total",
+                 "`ds_sidecar_joins_total{result=\"error\"}`"),
+    OperatorName("failed-rebalance-rate-per-hour", "ds_sidecar_joins_total",
+                 "`increase(ds_sidecar_joins_total{result=\"error\"}[1h])`"),
+    OperatorName("partitions-lost-latency-avg", "ds_sidecar_partitions_lost_seconds",
+                 "`rate(ds_sidecar_partitions_lost_seconds_sum[1h]) / "
+                 "rate(ds_sidecar_partitions_lost_seconds_count[1h])`"),
+    OperatorName("partitions-lost-latency-max", "ds_sidecar_partitions_lost_seconds",
+                 "`histogram_quantile(1, rate(ds_sidecar_partitions_lost_seconds_bucket[1h]))` "
+                 "(bucket bound)"),
 )  # fmt: skip

@@ -10,7 +10,8 @@ Three kinds of sources, one place:
   requests, responses and bytes per broker, broker round trip and throttle time.
 * **The sidecar's own timing and counts**: records and bytes consumed (per consume()
   batch, per partition run — never per record), polls, commits, lease changes, session
-  heartbeats, and the client-access metrics per ``client_id``
+  heartbeats, joins / syncs / lost partitions (the session's in leased mode, Kafka's
+  rebalance callbacks' in kafka_group mode), and the client-access metrics per ``client_id``
   (:mod:`services.consumer_sidecar.client_access`).
 
 Every exported name, its type, labels and help come from
@@ -416,6 +417,29 @@ class SidecarMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         ).labels(group)
+        joins = Counter(
+            base_name("ds_sidecar_joins_total"),
+            help_of("ds_sidecar_joins_total"),
+            ["group", "result"],
+            registry=registry,
+        )
+        self._joins = {True: joins.labels(group, "ok"), False: joins.labels(group, "error")}
+        self._join_seconds, self._sync_seconds, self._lost_seconds = (
+            Histogram(
+                name, help_of(name), ["group"], buckets=REQUEST_BUCKETS, registry=registry
+            ).labels(group)
+            for name in (
+                "ds_sidecar_join_seconds",
+                "ds_sidecar_sync_seconds",
+                "ds_sidecar_partitions_lost_seconds",
+            )
+        )
+        self._last_heartbeat = Gauge(
+            "ds_sidecar_last_heartbeat_timestamp_seconds",
+            help_of("ds_sidecar_last_heartbeat_timestamp_seconds"),
+            ["group"],
+            registry=registry,
+        ).labels(group)
         self._redeliveries = Counter(
             base_name("ds_sidecar_redeliveries_total"),
             help_of("ds_sidecar_redeliveries_total"),
@@ -504,6 +528,23 @@ class SidecarMetrics:
 
     def heartbeat_acked(self, seconds: float) -> None:
         self._heartbeat_rtt.observe(seconds)
+        self._last_heartbeat.set(time.time())
+
+    # Coordinator metrics: leased mode's from the session and lease keeper (asyncio thread),
+    # kafka_group mode's from the rebalance callbacks (fetch thread; classic.RebalanceEvents).
+
+    def joined(self, ok: bool, seconds: float | None) -> None:
+        """A join by result, with its seconds when its start was seen."""
+        self._joins[ok].inc()
+        if seconds is not None:
+            self._join_seconds.observe(seconds)
+
+    def synced(self, seconds: float) -> None:
+        self._sync_seconds.observe(seconds)
+
+    def partitions_lost(self, seconds: float) -> None:
+        """One partition lost: a lease expiry's latency, or on_lost's handling time."""
+        self._lost_seconds.observe(seconds)
 
     def statistics(self, stats: Statistics) -> None:
         if self.view is not None:

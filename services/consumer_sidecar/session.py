@@ -47,6 +47,7 @@ import structlog
 from dataservice.assigner.v1 import assigner_pb2, assigner_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar.client_access import ClientTotals
+from services.consumer_sidecar.coordinator import RoundTimer
 from services.consumer_sidecar.leasing import LeaseKeeper, ReleasedLease
 from services.consumer_sidecar.partitions import UNLEASED_EPOCH
 from services.runtime.connection import (
@@ -150,6 +151,12 @@ class SessionClient:
         # Instrumentation hooks (metrics.py): a heartbeat sent; its ack's round trip.
         self.on_heartbeat_sent: Callable[[], None] = lambda: None
         self.on_heartbeat_acked: Callable[[float], None] = lambda _seconds: None
+        # Leased mode's joins (kafka_group mode's are Kafka's: classic.py): a Join's result
+        # and its seconds (sent until SessionAccepted; None for a failed one), and joined
+        # until the session's first grant (the sync).
+        self.on_join: Callable[[bool, float | None], None] = lambda _ok, _seconds: None
+        self.on_sync: Callable[[float], None] = lambda _seconds: None
+        self._round = RoundTimer(time.monotonic)
         self._nominal_released: list[ReleasedLease] = []
 
     @property
@@ -195,12 +202,16 @@ class SessionClient:
             try:
                 self._current.result()
                 backoff = 0.1
+                self._session_ended(failed=True)
             except asyncio.CancelledError:
                 backoff = 0.05  # redirected by the leader watch: reconnect at once
+                self._session_ended(failed=False)
             except grpc.aio.AioRpcError as err:
                 if await self.follower.follow(err) or self._redirected.is_set():
                     backoff = 0.05  # the stream broke because the leader moved
+                    self._session_ended(failed=False)
                 else:
+                    self._session_ended(failed=True)
                     info = error_info(err)
                     log.warning(
                         "assigner session failed; reconnecting",
@@ -211,6 +222,7 @@ class SessionClient:
                     )
             except Exception:
                 log.exception("assigner session crashed; reconnecting")
+                self._session_ended(failed=True)
             self.connected = False
             if self._stopping:
                 break
@@ -223,12 +235,19 @@ class SessionClient:
             # re-attach with their leases before it grants anything (no moves).
             backoff = min(backoff * 2, MAX_RECONNECT_BACKOFF)
 
+    def _session_ended(self, *, failed: bool) -> None:
+        """A session ended; one that had not joined yet is a failed join, unless it only
+        moved to a new leader (``failed`` False)."""
+        if self._round.failed() and failed and not self.kafka_group:
+            self.on_join(False, None)
+
     async def _one_session(self) -> None:
         stub = self.follower.stub(assigner_pb2_grpc.AssignerServiceStub)
         self._outbox = asyncio.Queue()
         self._outbox.put_nowait(self._join())
         outbox = self._outbox
         call = stub.Session(self._requests(outbox))
+        self._round.start()
         self._heard_at = time.monotonic()
         heartbeats = asyncio.create_task(self._heartbeat_loop(call))
         try:
@@ -476,6 +495,9 @@ class SessionClient:
             self.connected = True
             log.info("joined", assigner=self.assigner, session=acc.session_id, ttl=self.ttl)
             self._learn_mode(acc)
+            joined = self._round.joined()
+            if not self.kafka_group:
+                self.on_join(True, joined)
             self.on_config(acc.config_version, dict(acc.consumer_config))
             self._delivery_policy(acc, acc.config_version)
             self._heartbeat_now.set()
@@ -484,6 +506,8 @@ class SessionClient:
             self.on_config(update.config_version, dict(update.consumer_config))
             self._delivery_policy(update, update.config_version)
         elif kind == "grant":
+            if (synced := self._round.assigned()) is not None:
+                self.on_sync(synced)  # the session's first grant: its assignment arrived
             g = response.grant
             tp = TP(g.topic, g.partition)
             # Held, fetched, but live only once a heartbeat that names it is acked with a
