@@ -209,6 +209,15 @@ def test_every_table_metric_after_fetch_and_stream_traffic(mesh: Mesh, topic_fac
     assert heartbeats > 0
     assert 0 < one(families, "ds_sidecar_heartbeat_response_seconds_count", **g) <= heartbeats
     assert one(families, "ds_sidecar_assigner_connected", **g) == 1
+    # ---- coordinator: one session, one Join, its first grant; no lease lost -----------------
+    assert one(families, "ds_sidecar_joins_total", result="ok", **g) == 1
+    assert one(families, "ds_sidecar_joins_total", result="error", **g) == 0
+    assert one(families, "ds_sidecar_join_seconds_count", **g) == 1
+    assert one(families, "ds_sidecar_join_seconds_sum", **g) > 0
+    assert one(families, "ds_sidecar_sync_seconds_count", **g) == 1
+    assert one(families, "ds_sidecar_sync_seconds_sum", **g) > 0
+    assert one(families, "ds_sidecar_last_heartbeat_timestamp_seconds", **g) >= started_at
+    assert one(families, "ds_sidecar_partitions_lost_seconds_count", **g) == 0
     # ---- librdkafka statistics -------------------------------------------------------------
     assert total(families, "ds_sidecar_fetch_requests_total", **g) > 0
     assert total(families, "ds_sidecar_broker_responses_total", **g) > 0
