@@ -3,21 +3,29 @@ traffic and a rebalance: a first sidecar joins and serves half of the records, a
 joins (leased: the assigner moves leases to it; kafka_group: Kafka's cooperative-sticky
 rebalance), the rest is read through both, and both sidecars' /metrics show the joins,
 their join and sync latencies, the rebalance's partition changes and the last heartbeat.
+Then partitions are lost (leased: the assigner stalls past the lease TTL, so every lease
+expires locally; kafka_group: the second sidecar stalls past session.timeout.ms, so Kafka
+drops it and librdkafka calls on_lost when it runs again) and their latency is there.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from services.client import DsClient
 from tests.support import accounting
 from tests.support.group_modes import GroupSpec, start_assigner
 from tests.support.mesh import Mesh, ServiceProcess
-from tests.support.ops import metric_samples, wait_for
+from tests.support.ops import metric_samples, metrics, wait_for
 from tests.support.sidecar_probe import start_sidecar
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -25,6 +33,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 PARTITIONS = 4
 RECORDS = 400
 GROUP_CONFIG = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"}
+# Stalls past the lease TTL (3 s, the assigner's default) and past session.timeout.ms.
+STALL = {"leased": 5.0, "kafka_group": 9.0}
 
 
 def produce(bootstrap: str, topic: str) -> None:
@@ -36,11 +46,11 @@ def produce(bootstrap: str, topic: str) -> None:
 
 def value(sidecar: ServiceProcess, name: str, **labels: str) -> float:
     """The sum of a metric's samples whose labels include ``labels`` (0 when none)."""
-    return sum(
-        s.value
-        for s in metric_samples(sidecar, name)
-        if all(s.labels.get(k) == v for k, v in labels.items())
-    )
+    return total(metric_samples(sidecar, name), **labels)
+
+
+def total(samples: Iterable[Sample], **labels: str) -> float:
+    return sum(s.value for s in samples if all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 def read(client: DsClient, seen: set[int], until: int, timeout: float) -> int:
@@ -57,27 +67,43 @@ def read(client: DsClient, seen: set[int], until: int, timeout: float) -> int:
 
 
 COORDINATOR = (
-    "ds_sidecar_joins_total",
     "ds_sidecar_join_seconds_count",
     "ds_sidecar_join_seconds_sum",
     "ds_sidecar_sync_seconds_count",
     "ds_sidecar_sync_seconds_sum",
     "ds_sidecar_last_heartbeat_timestamp_seconds",
     "ds_sidecar_partitions_lost_seconds_count",
+    "ds_sidecar_partitions_lost_seconds_sum",
 )
 
 
 def figures(sidecar: ServiceProcess, group: str) -> dict[str, float]:
+    """The coordinator figures of one scrape."""
+    samples: dict[str, list[Sample]] = {}
+    for family in text_string_to_metric_families(metrics(sidecar)):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append(sample)
     g = {"group": group}
-    out = {name: value(sidecar, name, **g) for name in COORDINATOR}
-    out["joins_ok"] = value(sidecar, "ds_sidecar_joins_total", result="ok", **g)
-    out["joins_error"] = value(sidecar, "ds_sidecar_joins_total", result="error", **g)
+    out = {name: total(samples.get(name, []), **g) for name in COORDINATOR}
+    joins = samples.get("ds_sidecar_joins_total", [])
+    out["joins_ok"] = total(joins, result="ok", **g)
+    out["joins_error"] = total(joins, result="error", **g)
     for kind in ("grant", "revoke", "expire"):
-        out[kind] = value(sidecar, "ds_sidecar_lease_changes_total", kind=kind, **g)
-        out[f"{kind}_latency_count"] = value(
-            sidecar, "ds_sidecar_lease_change_latency_seconds_count", kind=kind, **g
+        out[kind] = total(samples.get("ds_sidecar_lease_changes_total", []), kind=kind, **g)
+        out[f"{kind}_latency_count"] = total(
+            samples.get("ds_sidecar_lease_change_latency_seconds_count", []), kind=kind, **g
         )
     return out
+
+
+def stall(service: ServiceProcess, seconds: float) -> None:
+    """Stop ``service`` (SIGSTOP) for ``seconds``, then let it run again."""
+    assert service.pid is not None
+    os.kill(service.pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(service.pid, signal.SIGCONT)
 
 
 @pytest.mark.parametrize("mode", ["leased", "kafka_group"])
@@ -141,3 +167,23 @@ def test_coordinator_metrics_after_traffic_and_a_rebalance(
     else:
         # One session each: one Join, one first grant.
         assert a["joins_ok"] == 1 and a["ds_sidecar_sync_seconds_count"] == 1
+
+    # ---- partitions lost ---------------------------------------------------------------------
+    # leased: both sidecars' leases expire while the assigner stalls; kafka_group: Kafka drops
+    # the stalled second member, whose partitions are lost when it runs again.
+    stall(assigner if mode == "leased" else second, STALL[mode])
+    losers = (first, second) if mode == "leased" else (second,)
+    for loser in losers:
+        wait_for(
+            lambda loser=loser: value(loser, "ds_sidecar_partitions_lost_seconds_count") > 0,
+            30,
+            "partitions lost",
+        )
+        f = figures(loser, group)
+        shown = ", ".join(f"{k.removeprefix('ds_sidecar_')}={v:g}" for k, v in f.items())
+        accounting.report(f"coordinator metrics ({mode}) after the stall: {shown}")
+        lost = f["ds_sidecar_partitions_lost_seconds_count"]
+        assert lost == f["expire"], "one latency per partition lost"
+        assert f["ds_sidecar_partitions_lost_seconds_sum"] > 0
+        if mode == "kafka_group":
+            assert f["joins_error"] >= 1, "on_lost is a failed rebalance"
