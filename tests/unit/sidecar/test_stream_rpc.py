@@ -538,9 +538,7 @@ def test_read_range_in_arrow_ipc_asks_the_reader_for_arrow_and_sends_its_stream(
         sc.hold(0, epoch=3)
         request = read_request(format=stream_pb2.READ_FORMAT_ARROW_IPC)
         responses = await read_all(stub, request)
-        assert [(r.arrow_ipc, len(r.records), r.lease_epoch) for r in responses] == [
-            (b"IPC", 0, 3)
-        ]
+        assert [(r.arrow_ipc, len(r.records), r.lease_epoch) for r in responses] == [(b"IPC", 0, 3)]
         assert readers.opened[0].arrow is True
         await read_all(stub, read_request())
         assert readers.opened[1].arrow is False
