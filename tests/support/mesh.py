@@ -24,9 +24,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from services.devstack.ports import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
+# In the order Mesh.stop_all stops them: each kind's callers before it.
 MODULES = {
-    "assigner": "services.assigner",
     "sidecar": "services.consumer_sidecar",
+    "assigner": "services.assigner",
     "notifier": "services.notifier",
 }
 
@@ -112,15 +113,19 @@ class ServiceProcess:
 
     def stop(self, timeout: float = 30) -> int | None:
         """SIGTERM and wait (SIGKILL after ``timeout``); returns the exit code."""
+        self.signal(signal.SIGTERM)
+        return self.wait_stopped(time.monotonic() + timeout)
+
+    def wait_stopped(self, deadline: float) -> int | None:
+        """Wait for the exit a SIGTERM asked for, SIGKILL at ``deadline`` (monotonic);
+        returns the exit code."""
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.signal(signal.SIGKILL)
-                self.proc.wait(10)
+        try:
+            self.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            self.proc.wait(10)
         return self.proc.returncode
 
     def kill(self) -> None:
@@ -203,9 +208,19 @@ class Mesh:
             *args, name=sidecar_id, env=env,
         )  # fmt: skip
 
-    def stop_all(self) -> None:
-        for svc in reversed(self.services):
-            svc.stop()
+    def stop_all(self, timeout: float = 30) -> None:
+        """SIGTERM every service, in waves by kind: the sidecars (they hand their leases
+        back to the assigner and report to the notifier), then the assigners (they report
+        to the notifier), then the notifiers. A wave's services stop side by side: one
+        after the other, a mesh of a few sidecars took seconds longer to tear down in every
+        test (each one's exit waits on its own shutdown)."""
+        for kind in MODULES:
+            wave = [svc for svc in reversed(self.services) if svc.kind == kind]
+            for svc in wave:
+                svc.signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            for svc in wave:
+                svc.wait_stopped(deadline)
 
 
 @contextlib.contextmanager
