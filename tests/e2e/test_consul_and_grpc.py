@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
@@ -17,6 +18,8 @@ from pathlib import Path
 import consul
 import pytest
 
+from services.devstack.consul import ConsulHandle
+from services.devstack.kafka import KafkaHandle, TopicFactory
 from tests.support.mesh import Mesh, ServiceProcess, running_mesh
 from tests.support.tools import grpcurl_binary
 
@@ -34,23 +37,44 @@ SERVICES = {
 ALWAYS = {"grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"}
 
 
+@contextlib.contextmanager
+def serving_mesh(
+    kafka: KafkaHandle, consul: ConsulHandle, label: str, log_dir: Path
+) -> Iterator[tuple[Mesh, dict[str, ServiceProcess]]]:
+    """An assigner, a sidecar and a notifier registered with ``consul``, all SERVING."""
+    topics = TopicFactory(kafka.bootstrap, label)
+    try:
+        topic = topics(partitions=3)
+        with running_mesh(kafka.bootstrap, log_dir, consul=consul.http_addr) as mesh:
+            assigner = mesh.assigner([("cg", [topic])])
+            sidecar = mesh.sidecar("cg", assigner, f"sc-{topic}")
+            notifier = mesh.service("notifier")
+            services = {"ds-assigner": assigner, "ds-sidecar": sidecar, "ds-notifier": notifier}
+            for svc in services.values():
+                svc.wait_serving()
+            yield mesh, services
+    finally:
+        topics.delete_all()
+
+
 @pytest.fixture
 def consul_mesh(
-    kafka_cluster: object, consul_agent: object, topic_factory: object, tmp_path: Path
+    kafka_cluster: KafkaHandle, consul_agent: ConsulHandle, tmp_path: Path
 ) -> Iterator[tuple[Mesh, dict[str, ServiceProcess]]]:
-    topic = topic_factory(partitions=3)  # type: ignore[operator]
-    with running_mesh(
-        kafka_cluster.bootstrap,  # type: ignore[attr-defined]
-        tmp_path,
-        consul=consul_agent.http_addr,  # type: ignore[attr-defined]
-    ) as mesh:
-        assigner = mesh.assigner([("cg", [topic])])
-        sidecar = mesh.sidecar("cg", assigner, f"sc-{topic}")
-        notifier = mesh.service("notifier")
-        services = {"ds-assigner": assigner, "ds-sidecar": sidecar, "ds-notifier": notifier}
-        for svc in services.values():
-            svc.wait_serving()
-        yield mesh, services
+    """The test's own mesh, for a test that stops its services."""
+    with serving_mesh(kafka_cluster, consul_agent, "consul-own", tmp_path) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def shared_consul_mesh(
+    kafka_cluster: KafkaHandle, consul_agent: ConsulHandle, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Mesh, dict[str, ServiceProcess]]]:
+    """One mesh for the tests that only ask the services (they stop nothing, change
+    nothing): starting one per test cost each about 10 s of setup and teardown."""
+    log_dir = tmp_path_factory.mktemp("consul-shared")
+    with serving_mesh(kafka_cluster, consul_agent, "consul-shared", log_dir) as started:
+        yield started
 
 
 def consul_client(addr: str) -> consul.Consul:
@@ -97,9 +121,9 @@ def test_every_service_registers_with_a_passing_grpc_check_and_deregisters_on_si
 
 
 def test_grpcurl_lists_services_and_health_is_serving(
-    consul_mesh: tuple[Mesh, dict[str, ServiceProcess]],
+    shared_consul_mesh: tuple[Mesh, dict[str, ServiceProcess]],
 ) -> None:
-    _, services = consul_mesh
+    _, services = shared_consul_mesh
     grpcurl = str(grpcurl_binary())
     for name, svc in services.items():
         listed = subprocess.run(
@@ -115,9 +139,9 @@ def test_grpcurl_lists_services_and_health_is_serving(
 
 
 def test_bad_request_gets_a_clear_status_with_error_info(
-    consul_mesh: tuple[Mesh, dict[str, ServiceProcess]],
+    shared_consul_mesh: tuple[Mesh, dict[str, ServiceProcess]],
 ) -> None:
-    _, services = consul_mesh
+    _, services = shared_consul_mesh
     grpcurl = str(grpcurl_binary())
     result = subprocess.run(
         [grpcurl, "-plaintext", "-d", '{"client_id": "x", "group": "not-served"}',
