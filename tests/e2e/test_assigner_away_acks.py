@@ -24,6 +24,7 @@ import pytest
 
 from services.client import DsClient
 from services.devstack.kafka import KafkaHandle, TopicFactory
+from tests.support.assignment import GroupView, wait_until
 from tests.support.mesh import running_mesh
 from tests.support.ops import unexplained_duplicates, wait_for
 from tests.support.records import ConsumerLoop, SeqProducer, Tally
@@ -35,6 +36,15 @@ TTL = 3.0  # the assigner's default lease TTL
 AWAY = TTL + 2.0  # long enough for every lease to expire locally
 ROUNDS = 3
 PROCESS_SECONDS = 0.1  # the application's work per batch, less than the margin
+SIDECARS = ("sc-a", "sc-b")
+
+
+def reattached(view: GroupView) -> bool:
+    return (
+        set(view.members) == set(SIDECARS)
+        and len(view.leases) == PARTITIONS
+        and all(lease.granted for lease in view.leases.values())
+    )
 
 
 def test_acks_of_batches_processed_while_the_assigner_is_away_are_not_refused(
@@ -48,7 +58,7 @@ def test_acks_of_batches_processed_while_the_assigner_is_away_are_not_refused(
         with running_mesh(kafka_cluster.bootstrap, tmp_path) as mesh:
             assigner = mesh.assigner([(group, [topic])])
             assigner.wait_serving(90)
-            sidecars = [mesh.sidecar(group, assigner, sid) for sid in ("sc-a", "sc-b")]
+            sidecars = [mesh.sidecar(group, assigner, sid) for sid in SIDECARS]
             for sidecar in sidecars:
                 sidecar.wait_serving(90)
             with DsClient(group, client_id="away-app", assigner=assigner.grpc_addr) as client:
@@ -60,7 +70,12 @@ def test_acks_of_batches_processed_while_the_assigner_is_away_are_not_refused(
                     time.sleep(AWAY)
                     assigner.start()
                     assigner.wait_serving(90)
-                    time.sleep(TTL)  # the sidecars re-attach; delivery resumes
+                    # Both sidecars re-attach with every lease granted, then delivery resumes.
+                    wait_until(assigner.grpc_addr, group, reattached, timeout=90)
+                    resumed_from = len(tally.received())
+                    wait_for(
+                        lambda n=resumed_from: len(tally.received()) > n, 90, "delivery resumed"
+                    )
                 time.sleep(2)
                 confirmed = producer.confirmed()
                 wait_for(lambda: not (confirmed - tally.received()), 90, "every record received")
