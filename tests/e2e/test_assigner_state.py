@@ -15,9 +15,12 @@ import pytest
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
 from services.runtime.errors import error_info
+from tests.support.assignment import is_settled, wait_until
 from tests.support.mesh import Mesh, ServiceProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
+
+SIDECARS = ("sc-0", "sc-1")
 
 
 def admin(svc: ServiceProcess) -> admin_pb2_grpc.AdminServiceStub:
@@ -64,11 +67,11 @@ def test_group_and_epochs_survive_an_assigner_kill(mesh: Mesh, topic_factory: ob
         ),
         timeout=10,
     )
-    sidecars = [mesh.sidecar(group, assigner, f"sc-{i}") for i in range(2)]
+    sidecars = [mesh.sidecar(group, assigner, sid) for sid in SIDECARS]
     for sidecar in sidecars:
         sidecar.wait_serving()
-    before = wait_all_held(assigner, group, 8)
-    time.sleep(2)  # let the handoff between the two sidecars settle
+    # The handoff between the two sidecars has settled: balanced, every lease granted.
+    wait_until(assigner.grpc_addr, group, lambda v: is_settled(v, SIDECARS, 8), timeout=30)
     before = wait_all_held(assigner, group, 8)
     assert {holder for holder, _ in before.values()} == {"sc-0", "sc-1"}
 
