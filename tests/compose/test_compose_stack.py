@@ -217,6 +217,8 @@ def test_stop_a_broker_container(stack: Stack, received: Received) -> None:
 
 
 def test_down_leaves_nothing(stack: Stack) -> None:
+    """Last in the file on purpose: it takes the shared stack down (what it checks is that
+    ``down -v`` leaves nothing), so no test can run on the stack after it."""
     compose.down()
     assert compose.leftovers(volumes_before=stack.volumes_before) == []
     # And nothing listens on the stack's ports any more.
