@@ -66,6 +66,7 @@ from services.runtime.leader_watch import (
     leader_of,
     next_index,
 )
+from services.runtime.long_poll import long_poll
 
 log = structlog.get_logger(__name__)
 
@@ -303,7 +304,7 @@ class LeaderElector:
         while not self._resigned:
             try:
                 asked = time.monotonic()
-                new_index, entry = await asyncio.to_thread(
+                new_index, entry = await long_poll(
                     self._watch_client.kv.get,
                     self.settings.key,
                     index=index,

@@ -17,6 +17,7 @@ import consul
 import structlog
 
 from services.runtime.addresses import parse_host_port
+from services.runtime.long_poll import long_poll
 
 log = structlog.get_logger(__name__)
 
@@ -136,9 +137,7 @@ class ConsulDiscovery:
         kwargs: dict[str, Any] = {"passing": True}
         if index is not None:
             kwargs.update(index=index, wait=f"{int(wait_seconds)}s")
-        new_index, nodes = await asyncio.to_thread(
-            self._watch_client.health.service, service, **kwargs
-        )
+        new_index, nodes = await long_poll(self._watch_client.health.service, service, **kwargs)
         return int(new_index), [_instance(service, node) for node in nodes]
 
 

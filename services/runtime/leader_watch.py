@@ -20,6 +20,7 @@ import consul
 import structlog
 
 from services.runtime.addresses import parse_host_port
+from services.runtime.long_poll import long_poll
 
 log = structlog.get_logger(__name__)
 
@@ -82,7 +83,7 @@ class LeaderWatch:
         backoff = 0.2
         while True:
             try:
-                new_index, entry = await asyncio.to_thread(
+                new_index, entry = await long_poll(
                     self._client.kv.get, self.key, index=index, wait=f"{WAIT_SECONDS}s"
                 )
             except Exception as exc:
