@@ -34,6 +34,11 @@ AGE_BUCKETS = (
 # Not-fetching gaps: 1 s is the floor of a gap (fetch_gaps.GAP_FLOOR_SECONDS); a leader
 # failover takes about 10-20 s, the alert's threshold is 30 s.
 GAP_BUCKETS = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
+# Mean bytes per Fetch request over a statistics window (fetch_sizes.py): from empty
+# long-poll responses up to fetch.max.bytes (50 MiB by default).
+SIZE_BUCKETS = tuple(float(1 << k) for k in range(8, 27, 2))  # 256 B .. 64 MiB, x4
+RECORD_COUNT_BUCKETS = (1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0,
+                        5000.0, 10000.0, 50000.0)  # fmt: skip
 POLL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0)
 LEASE_KINDS = ("grant", "revoke", "expire")
 
@@ -97,6 +102,26 @@ METRIC_TABLE: tuple[MetricSpec, ...] = (
     _spec("ds_partition_not_fetching_current_seconds", "gauge", GTP, f"{OWN}; {STATS}",
           "The not-fetching gap of the partition open now (0 while fetching, at its end, "
           "or paused on purpose by backpressure or a suspended lease)"),
+    _spec("ds_sidecar_partition_fetch_broker", "gauge", GTP, f"{STATS} toppar broker",
+          "Node id of the broker librdkafka fetches the partition from: its leader, or the "
+          "preferred read replica the leader named (-1 = none yet)"),
+    _spec("ds_sidecar_partition_leader", "gauge", GTP, f"{STATS} toppar leader",
+          "Node id of the partition's leader as librdkafka knows it (-1 = unknown)"),
+    _spec("ds_sidecar_fetch_size_bytes", "histogram", "group,topic",
+          f"{STATS} toppar rxbytes, broker req.Fetch",
+          "Mean bytes fetched of the topic per Fetch request over one statistics window: "
+          "the rxbytes deltas of its partitions over the Fetch requests sent meanwhile to "
+          "the brokers they are fetched from (empty long-poll responses included); one "
+          "observation per window with Fetch requests. librdkafka reports no per-response "
+          "size (fetch_sizes.py)"),
+    _spec("ds_sidecar_fetch_records_per_request", "histogram", "group,topic",
+          f"{STATS} toppar rxmsgs, broker req.Fetch",
+          "Mean records fetched of the topic per Fetch request over one statistics window "
+          "(rxmsgs deltas over Fetch requests, as ds_sidecar_fetch_size_bytes)"),
+    _spec("ds_sidecar_fetch_size_all_bytes", "histogram", G,
+          f"{STATS} toppar rxbytes, broker req.Fetch",
+          "Mean bytes fetched per Fetch request over one statistics window, all topics: "
+          "the rxbytes deltas of every partition over every broker's Fetch requests"),
     _spec("ds_sidecar_buffer_bytes", "gauge", G, VIEW,
           "Bytes buffered (key, value and per-record bookkeeping)"),
     _spec("ds_sidecar_buffer_limit_bytes", "gauge", G, "settings buffer_max_bytes",
@@ -304,21 +329,41 @@ OPERATOR_NAMES: tuple[OperatorName, ...] = (
     OperatorName("records-per-request-avg", "ds_sidecar_records_consumed_total",
                  "`sum(rate(ds_sidecar_records_consumed_total[1m])) / "
                  "sum(rate(ds_sidecar_fetch_requests_total[1m]))`"),
+    OperatorName("records-per-request-avg (per topic)", "ds_sidecar_fetch_records_per_request",
+                 "`rate(ds_sidecar_fetch_records_per_request_sum[1m]) / "
+                 "rate(ds_sidecar_fetch_records_per_request_count[1m])` (mean of the "
+                 "statistics windows' means)"),
     OperatorName("fetch-latency-avg", "ds_sidecar_broker_rtt_seconds",
-                 "`rate(ds_sidecar_broker_rtt_seconds_sum[1m]) / "
-                 "rate(ds_sidecar_broker_rtt_seconds_count[1m])` (librdkafka times every "
-                 "request to the broker; a consumer's are nearly all Fetch)"),
+                 "closest figure, not fetch-only: `rate(ds_sidecar_broker_rtt_seconds_sum[1m]) / "
+                 "rate(ds_sidecar_broker_rtt_seconds_count[1m])`. librdkafka keeps no latency "
+                 "per request type: its broker `rtt` window times every request to the broker "
+                 "(Fetch, and ListOffsets, Metadata, OffsetCommit/OffsetFetch where the broker "
+                 "is the coordinator); `outbuf_latency` is the wait before sending, "
+                 "`int_latency` the producer queue. A sidecar's requests are nearly all Fetch "
+                 "(`ds_sidecar_fetch_requests_total` against `ds_sidecar_broker_responses_total`)"),
     OperatorName("fetch-latency-max", "ds_sidecar_broker_rtt_max_seconds",
+                 "closest figure, not fetch-only (as fetch-latency-avg): "
                  "`max_over_time(ds_sidecar_broker_rtt_max_seconds[1m])`"),
     OperatorName("fetch-rate", "ds_sidecar_fetch_requests_total",
                  "`rate(ds_sidecar_fetch_requests_total[1m])`"),
     OperatorName("fetch-size-avg", "ds_sidecar_bytes_consumed_total",
                  "`sum(rate(ds_sidecar_bytes_consumed_total[1m])) / "
                  "sum(rate(ds_sidecar_fetch_requests_total[1m]))`"),
-    OperatorName("fetch-size-max", "—",
-                 "cannot exist: librdkafka decodes Fetch responses internally and reports no "
-                 "per-response size; `ds_sidecar_broker_received_bytes_total` / "
-                 "`ds_sidecar_broker_responses_total` gives the mean response size"),
+    OperatorName("fetch-size-max", "ds_sidecar_fetch_size_all_bytes",
+                 "`histogram_quantile(1, rate(ds_sidecar_fetch_size_all_bytes_bucket[1m]))` "
+                 "(bucket bound): the largest statistics window's mean bytes per Fetch request; "
+                 "librdkafka reports no per-response size"),
+    OperatorName("fetch-size-avg (per topic)", "ds_sidecar_fetch_size_bytes",
+                 "`rate(ds_sidecar_fetch_size_bytes_sum[1m]) / "
+                 "rate(ds_sidecar_fetch_size_bytes_count[1m])` (mean of the statistics "
+                 "windows' means)"),
+    OperatorName("fetch-size-max (per topic)", "ds_sidecar_fetch_size_bytes",
+                 "`histogram_quantile(1, rate(ds_sidecar_fetch_size_bytes_bucket[1m]))` "
+                 "(bucket bound): the largest window mean"),
+    OperatorName("preferred-read-replica (per partition)", "ds_sidecar_partition_fetch_broker",
+                 "`ds_sidecar_partition_fetch_broker` (the broker fetched from; a preferred "
+                 "read replica when it differs from `ds_sidecar_partition_leader`; Java shows "
+                 "-1 when fetching from the leader)"),
     OperatorName("fetch-throttle-time-avg / -max", "ds_sidecar_broker_throttle_seconds",
                  "avg: `rate(…_sum[1m]) / rate(…_count[1m])`; max: "
                  "`ds_sidecar_broker_throttle_max_seconds`"),

@@ -7,7 +7,9 @@ Three kinds of sources, one place:
   librdkafka statistics when Prometheus scrapes, so a revoked partition's series vanish
   with it and the hot path pays nothing.
 * **librdkafka statistics** (``stats_cb``, :mod:`services.consumer_sidecar.stats`): Fetch
-  requests, responses and bytes per broker, broker round trip and throttle time.
+  requests, responses and bytes per broker, broker round trip and throttle time, the broker
+  each partition is fetched from, and bytes and records per Fetch request per topic over
+  each statistics window (:mod:`services.consumer_sidecar.fetch_sizes`).
 * **The sidecar's own timing and counts**: records and bytes consumed (per consume()
   batch, per partition run — never per record), polls, commits, lease changes, session
   heartbeats, joins / syncs / lost partitions (the session's in leased mode, Kafka's
@@ -32,12 +34,15 @@ from prometheus_client.registry import Collector
 
 from services.consumer_sidecar.client_access import ClientIdLimiter, ClientMetrics
 from services.consumer_sidecar.fetch_gaps import GapTracker, wants_records
+from services.consumer_sidecar.fetch_sizes import FetchSizes, FetchWindows
 from services.consumer_sidecar.metric_table import (
     GAP_BUCKETS,
     LATENCY_BUCKETS,
     LEASE_KINDS,
     POLL_BUCKETS,
+    RECORD_COUNT_BUCKETS,
     REQUEST_BUCKETS,
+    SIZE_BUCKETS,
     SPECS,
     base_name,
     help_of,
@@ -209,6 +214,7 @@ class SidecarCollector(Collector):
             "ds_sidecar_inflight_records",
             "ds_sidecar_due_records",
         )
+        names += ("ds_sidecar_partition_fetch_broker", "ds_sidecar_partition_leader")
         names += ("ds_partition_not_fetching_current_seconds",) if self.gaps is not None else ()
         families = {
             name: GaugeMetricFamily(name, help_of(name), labels=["group", "topic", "partition"])
@@ -230,13 +236,18 @@ class SidecarCollector(Collector):
                 families["ds_partition_not_fetching_current_seconds"].add_metric(
                     labels, self.gaps.current(part.tp, now)
                 )
+            pstats = stats.get(part.tp)
+            if pstats is not None:
+                families["ds_sidecar_partition_fetch_broker"].add_metric(
+                    labels, pstats.fetch_broker
+                )
+                families["ds_sidecar_partition_leader"].add_metric(labels, pstats.leader)
             if part.position < 0:
                 continue  # fetching not set up yet
             if part.high_watermark >= 0:
                 lag = max(0, part.high_watermark - part.position)
                 lags.append(lag)
                 families["ds_sidecar_records_lag"].add_metric(labels, lag)
-            pstats = stats.get(part.tp)
             if pstats is not None and pstats.log_start >= 0:
                 lead = max(0, part.position - pstats.log_start)
                 leads.append(lead)
@@ -467,6 +478,28 @@ class SidecarMetrics:
             buckets=GAP_BUCKETS,
             registry=registry,
         )
+        self._fetch_sizes = FetchSizes()
+        self._fetch_size = Histogram(
+            "ds_sidecar_fetch_size_bytes",
+            help_of("ds_sidecar_fetch_size_bytes"),
+            ["group", "topic"],
+            buckets=SIZE_BUCKETS,
+            registry=registry,
+        )
+        self._fetch_records = Histogram(
+            "ds_sidecar_fetch_records_per_request",
+            help_of("ds_sidecar_fetch_records_per_request"),
+            ["group", "topic"],
+            buckets=RECORD_COUNT_BUCKETS,
+            registry=registry,
+        )
+        self._fetch_size_all = Histogram(
+            "ds_sidecar_fetch_size_all_bytes",
+            help_of("ds_sidecar_fetch_size_all_bytes"),
+            ["group"],
+            buckets=SIZE_BUCKETS,
+            registry=registry,
+        ).labels(group)
         self.gaps: NotFetching | None = None
         self.clients = ClientMetrics(group, ClientIdLimiter(max_client_ids, client_idle_seconds))
         registry.register(self.clients)
@@ -547,5 +580,16 @@ class SidecarMetrics:
         self._lost_seconds.observe(seconds)
 
     def statistics(self, stats: Statistics) -> None:
+        """Fetch thread (stats_cb): the latest statistics, and the fetch sizes of the
+        window since the previous one (counting hooks enabled only)."""
         if self.view is not None:
             self.view.apply_statistics(stats)
+        if self.enabled:
+            self._observe_fetch_sizes(self._fetch_sizes.add(stats))
+
+    def _observe_fetch_sizes(self, windows: FetchWindows) -> None:
+        if windows.total is not None:
+            self._fetch_size_all.observe(windows.total.bytes_per_request)
+        for window in windows.topics:
+            self._fetch_size.labels(self.group, window.topic).observe(window.bytes_per_request)
+            self._fetch_records.labels(self.group, window.topic).observe(window.records_per_request)

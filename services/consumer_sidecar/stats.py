@@ -6,7 +6,10 @@ librdkafka emits a JSON document every ``statistics.interval.ms`` from inside
 * Per partition (``topics.<t>.partitions.<p>``): ``hi_offset`` (high watermark),
   ``lo_offset`` (log start offset), ``consumer_lag`` (hi_offset - max(app_offset,
   committed_offset)), ``fetchq_cnt``/``fetchq_size`` (librdkafka's prefetch queue),
-  ``leader`` (the leading broker's id, -1 unknown) and ``fetch_state`` (``active`` while
+  ``leader`` (the leading broker's id, -1 unknown), ``broker`` (the broker librdkafka
+  fetches it from: the leader, or a preferred read replica the leader named), ``rxmsgs``
+  and ``rxbytes`` (records and bytes fetched, cumulative; the fetch sizes,
+  :mod:`~services.consumer_sidecar.fetch_sizes`) and ``fetch_state`` (``active`` while
   librdkafka fetches it; the not-fetching gaps, :mod:`~services.consumer_sidecar.fetch_gaps`). An
   offset librdkafka does not know is -1 or -1001 (``RD_KAFKA_OFFSET_INVALID``); both
   become -1 here. Partition -1 (the topic's internal "UA" bucket) is skipped.
@@ -37,6 +40,9 @@ class PartitionStats:
     fetch_queue_records: int = 0  # fetchq_cnt: prefetched, not yet returned by consume()
     leader: int = UNKNOWN  # the leading broker's node id
     fetch_state: str = ""  # librdkafka's: none, offset-query, offset-wait, active, ...
+    fetch_broker: int = UNKNOWN  # broker: the node it is fetched from (leader or replica)
+    fetched_records: int = 0  # rxmsgs: records fetched, cumulative
+    fetched_bytes: int = 0  # rxbytes: bytes of those records, cumulative
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,9 @@ def _partitions(stats: Mapping[str, Any]) -> dict[TP, PartitionStats]:
                 fetch_queue_records=max(0, _int(pstats.get("fetchq_cnt"))),
                 leader=_offset(pstats.get("leader")),
                 fetch_state=str(pstats.get("fetch_state", "")),
+                fetch_broker=_offset(pstats.get("broker")),
+                fetched_records=max(0, _int(pstats.get("rxmsgs"))),
+                fetched_bytes=max(0, _int(pstats.get("rxbytes"))),
             )
     return out
 
