@@ -92,7 +92,13 @@ def classic_overrides(sidecar_id: str, group_config: Mapping[str, str]) -> dict[
 def unleased_partition(tp: TP, start: int) -> Partition:
     """A table entry for a partition Kafka assigned: epoch 0, never expires, ready at once.
     ``start`` < 0 means "not known": the first delivered record sets the commit point."""
-    part = Partition(tp=tp, epoch=UNLEASED_EPOCH, deadline=NO_DEADLINE, acks=PartitionAcks(start))
+    part = Partition(
+        tp=tp,
+        epoch=UNLEASED_EPOCH,
+        deadline=NO_DEADLINE,
+        acks=PartitionAcks(start),
+        granted_at=time.monotonic(),
+    )
     part.position = start
     part.committed = start
     part.ready = True

@@ -30,6 +30,19 @@ and what they show counts as of when they were emitted (:meth:`GapTracker.look`'
 a dead leader shows in the gauge at the first statistics after it died, but the gap is
 measured from the last record fetched, so its length does not depend on the interval.
 Paused on purpose counts as of the moment it is seen.
+
+**Handoff gaps** (:class:`HandoffGaps`, ``ds_sidecar_handoff_gap_seconds``). A lease
+handoff's gap is mostly shorter than the floor (the new owner's fetching is set up and its
+first Fetch answered within a second), so the histogram above does not see it. It is its
+own figure, counted whatever its length: from the grant (or a ``kafka_group`` assignment)
+of a partition until its first records arrive, when those records waited for the new
+owner, i.e. the first of them was written before the grant (its timestamp not after the
+grant's wall time: a record written later was not waiting and its wait is no gap; records
+without a timestamp count as waiting) and no look after the grant found the partition at
+its end or paused on purpose (then nothing was waiting, or not fetching was meant). A
+partition released before its first records ends its handoff uncounted. A handoff of a
+second or more is also a ``ds_partition_not_fetching_seconds`` gap when the statistics saw
+the partition behind meanwhile.
 """
 
 from __future__ import annotations
@@ -130,3 +143,46 @@ class GapTracker(Generic[K]):
 
     def __contains__(self, key: object) -> bool:
         return key in self._stretches
+
+
+class HandoffGaps(Generic[K]):
+    """Per held partition key, the handoff open since its grant (see the module doc).
+    A grant is told apart by its time: the same key with a new grant time is a new
+    handoff. Not thread-safe."""
+
+    def __init__(self) -> None:
+        self._granted: dict[K, float] = {}  # the grant time of the current holding
+        self._open: dict[K, float] = {}  # keys whose first records have not come yet
+
+    def _grant(self, key: K, granted_at: float) -> None:
+        if self._granted.get(key) != granted_at:
+            self._granted[key] = granted_at
+            self._open[key] = granted_at
+
+    def held(self, grants: Iterable[tuple[K, float]]) -> None:
+        """The keys held now with their grant times: a new grant opens a handoff; a key
+        no longer held is forgotten, an open handoff of it uncounted."""
+        kept = dict(grants)
+        for key in [k for k in self._granted if k not in kept]:
+            del self._granted[key]
+            self._open.pop(key, None)
+        for key, granted_at in kept.items():
+            self._grant(key, granted_at)
+
+    def fetched(self, key: K, at: float, granted_at: float, waited: bool) -> float | None:
+        """The records of ``key`` fetched at ``at`` (its grant at ``granted_at``);
+        ``waited``: the first of them was written before the grant. The handoff's gap
+        when these are its first records and they waited, else None."""
+        self._grant(key, granted_at)
+        since = self._open.pop(key, None)
+        if since is None or not waited:
+            return None
+        return max(0.0, at - since)
+
+    def idle(self, key: K, at: float) -> None:
+        """A look at ``at`` found ``key`` at its end or paused on purpose: a handoff open
+        since before ``at`` ends uncounted (nothing was waiting, or not fetching was
+        meant)."""
+        since = self._open.get(key)
+        if since is not None and at >= since:
+            del self._open[key]

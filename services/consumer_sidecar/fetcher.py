@@ -153,8 +153,9 @@ class Fetcher:
         self.on_consumed: Callable[[str, int, int], None] = lambda _topic, _n, _bytes: None
         self.on_commit_request: Callable[[bool, float], None] = lambda _ok, _seconds: None
         # The not-fetching gaps: records of a partition came out of consume() (partition,
-        # when); and every loop, the time of the last poll (the gaps look at the table).
-        self.on_fetched: Callable[[TP, float], None] = lambda _tp, _at: None
+        # when, the first record's timestamp in ms or -1); and every loop, the time of the
+        # last poll (the gaps look at the table).
+        self.on_fetched: Callable[[TP, float, int], None] = lambda _tp, _at, _ts: None
         self.on_loop: Callable[[float], None] = lambda _now: None
         # A position outside the log: (partition, first offset skipped, where fetching
         # went on, reason). Records [first, next) were never read.
@@ -724,7 +725,8 @@ class Fetcher:
             chunk = run.chunk
             tp = TP(run.topic, run.partition)
             self.on_consumed(run.topic, len(chunk), len(chunk.values) + len(chunk.keys))
-            self.on_fetched(tp, self.last_poll)
+            stamps = chunk.timestamps
+            self.on_fetched(tp, self.last_poll, stamps[0] if stamps else -1)
             if self._table.append(tp, run.chunk):
                 added = True
         if added:

@@ -213,6 +213,7 @@ class LeaseKeeper:
                 deadline=received_at,
                 acks=PartitionAcks(-1),
                 confirmed=False,
+                granted_at=received_at,
             )
         )
         self._granted_at[tp] = self.clock()

@@ -102,6 +102,11 @@ METRIC_TABLE: tuple[MetricSpec, ...] = (
     _spec("ds_partition_not_fetching_current_seconds", "gauge", GTP, f"{OWN}; {STATS}",
           "The not-fetching gap of the partition open now (0 while fetching, at its end, "
           "or paused on purpose by backpressure or a suspended lease)"),
+    _spec("ds_sidecar_handoff_gap_seconds", "histogram", GTP, OWN,
+          "Lease handoff gaps, counted at any length: from a partition's grant (kafka_group: "
+          "assignment) until its first records arrived, when the first of them was written "
+          "before the grant (it waited for the new owner) and no look meanwhile found the "
+          "partition at its end or paused on purpose (fetch_gaps.py HandoffGaps)"),
     _spec("ds_sidecar_partition_fetch_broker", "gauge", GTP, f"{STATS} toppar broker",
           "Node id of the broker librdkafka fetches the partition from: its leader, or the "
           "preferred read replica the leader named (-1 = none yet)"),

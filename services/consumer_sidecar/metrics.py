@@ -33,7 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from services.consumer_sidecar.client_access import ClientIdLimiter, ClientMetrics
-from services.consumer_sidecar.fetch_gaps import GapTracker, wants_records
+from services.consumer_sidecar.fetch_gaps import GapTracker, HandoffGaps, wants_records
 from services.consumer_sidecar.fetch_sizes import FetchSizes, FetchWindows
 from services.consumer_sidecar.metric_table import (
     GAP_BUCKETS,
@@ -88,11 +88,17 @@ class _StatsView:
 GAP_LOOK_SECONDS = 0.25
 
 
+def _wall_minus_monotonic() -> float:
+    return time.time() - time.monotonic()
+
+
 class NotFetching:
     """``ds_partition_not_fetching_seconds`` and its ``_current_`` gauge: the gaps
-    (:mod:`~services.consumer_sidecar.fetch_gaps`) of the held partitions. Fed on the fetch
-    thread (records fetched; a look every :data:`GAP_LOOK_SECONDS` at the partition table
-    and the latest statistics), read at scrape time; one lock between the two."""
+    (:mod:`~services.consumer_sidecar.fetch_gaps`) of the held partitions, and
+    ``ds_sidecar_handoff_gap_seconds``, the gaps from a grant to the first records. Fed on
+    the fetch thread (records fetched; a look every :data:`GAP_LOOK_SECONDS` at the
+    partition table and the latest statistics), read at scrape time; one lock between the
+    two. ``wall_offset`` turns a monotonic grant time into wall time (record timestamps)."""
 
     def __init__(
         self,
@@ -100,21 +106,36 @@ class NotFetching:
         table: PartitionTable,
         statistics: Callable[[], tuple[Statistics, float]],
         histogram: Histogram,
+        handoffs: Histogram | None = None,
+        wall_offset: Callable[[], float] = _wall_minus_monotonic,
     ) -> None:
         self.group = group
         self._table = table
         self._statistics = statistics
         self._histogram = histogram
+        self._handoff_histogram = handoffs
+        self._wall_offset = wall_offset
         self._tracker: GapTracker[TP] = GapTracker()
+        self._handoffs: HandoffGaps[TP] = HandoffGaps()
         self._lock = threading.Lock()
         self._look_at = 0.0
 
-    def fetched(self, tp: TP, at: float) -> None:
-        """Fetch thread: records of ``tp`` came out of consume() at ``at``."""
+    def fetched(self, tp: TP, at: float, first_timestamp_ms: int = -1) -> None:
+        """Fetch thread: records of ``tp`` came out of consume() at ``at``, the first of
+        them written at ``first_timestamp_ms`` (-1: no timestamp)."""
+        part = self._table.get(tp)
+        handoff = None
         with self._lock:
             gap = self._tracker.fetched(tp, at)
+            if part is not None and not part.revoking:  # records of a released lease: none
+                waited = first_timestamp_ms < 0 or (
+                    first_timestamp_ms / 1000 <= part.granted_at + self._wall_offset()
+                )
+                handoff = self._handoffs.fetched(tp, at, part.granted_at, waited)
         if gap is not None:
             self._observe(tp, gap)
+        if handoff is not None and self._handoff_histogram is not None:
+            self._handoff_histogram.labels(self.group, tp.topic, str(tp.partition)).observe(handoff)
 
     def tick(self, now: float) -> None:
         """Fetch thread, every loop: look at the held partitions (rate-limited)."""
@@ -128,11 +149,13 @@ class NotFetching:
         ended: list[tuple[TP, float]] = []
         with self._lock:
             ended += self._tracker.held((p.tp for p in held), now)
+            self._handoffs.held((p.tp, p.granted_at) for p in held)
             for part in held:
                 pstats = stats.partitions.get(part.tp)
                 if part.paused or part.suspended_at is not None or holding:
                     # Not fetching by design (backpressure, a suspended lease): not a gap.
                     gap = self._tracker.look(part.tp, now, wanting=False)
+                    self._handoffs.idle(part.tp, now)
                 elif not part.ready or pstats is None or part.position < 0:
                     # Granted, fetching being set up, or no statistics of it yet: the stretch
                     # runs on from the grant, a gap if the statistics then show it behind.
@@ -146,6 +169,8 @@ class NotFetching:
                         fetch_state=pstats.fetch_state,
                     )
                     gap = self._tracker.look(part.tp, stats_at, wanting)
+                    if not wanting:
+                        self._handoffs.idle(part.tp, stats_at)
                 if gap is not None:
                     ended.append((part.tp, gap))
         for tp, gap in ended:
@@ -478,6 +503,13 @@ class SidecarMetrics:
             buckets=GAP_BUCKETS,
             registry=registry,
         )
+        self._handoff_histogram = Histogram(
+            "ds_sidecar_handoff_gap_seconds",
+            help_of("ds_sidecar_handoff_gap_seconds"),
+            ["group", "topic", "partition"],
+            buckets=REQUEST_BUCKETS,
+            registry=registry,
+        )
         self._fetch_sizes = FetchSizes()
         self._fetch_size = Histogram(
             "ds_sidecar_fetch_size_bytes",
@@ -513,7 +545,13 @@ class SidecarMetrics:
         not-fetching gaps when the counting hooks are enabled: they are fed by them)."""
         self.view = SidecarCollector(self.group, table, last_poll, connected)
         if self.enabled:
-            self.gaps = NotFetching(self.group, table, self.view.statistics, self._gap_histogram)
+            self.gaps = NotFetching(
+                self.group,
+                table,
+                self.view.statistics,
+                self._gap_histogram,
+                self._handoff_histogram,
+            )
             self.view.gaps = self.gaps
         self._registry.register(self.view)
         return self.view

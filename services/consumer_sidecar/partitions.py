@@ -127,6 +127,9 @@ class Partition:
     # fetching is paused, but the lease is still reported, so a renewal (e.g. by a
     # restarted assigner adopting it) resumes it; an ack that does not renew it drops it.
     suspended_at: float | None = None
+    # Monotonic time of the grant (kafka_group: of Kafka's assignment): the start of the
+    # handoff gap (fetch_gaps.HandoffGaps).
+    granted_at: float = 0.0
     # A commit this sidecar did not make, found in Kafka (issue 23): (offset, metadata).
     # Nothing more is committed for the partition; heartbeats report it until the lease ends
     # (the assigner applies it like an offset reset).
