@@ -1,11 +1,12 @@
 """Issue 21 acceptance (leased mode, the handoff part of "not-fetching gap > 0 after a
 lease handoff") and the fetch-manager / per-topic / per-partition fetch metrics, on the
 real mesh: a producer writes, an application reads and acks, sidecar A holds the
-partitions it was given, then A hands every partition to sidecar B (``dsctl handoff``,
-the preStop hook). B, scraped: ``ds_sidecar_handoff_gap_seconds`` counted each partition
-that moved with records waiting for it, with a gap > 0; and the same scrape carries the
-fetch figures from librdkafka's statistics with sane values (bytes and records per Fetch
-request > 0, every partition fetched from its leader). Every record produced arrives."""
+partitions it was given; the application pauses and A hands every partition to sidecar B
+(``dsctl handoff``, the preStop hook), the application reads on. B, scraped:
+``ds_sidecar_handoff_gap_seconds`` counted each partition that moved with records waiting
+for it, with a gap > 0; and the same scrape carries the fetch figures from librdkafka's
+statistics with sane values (bytes and records per Fetch request > 0, every partition
+fetched from its leader). Every record produced arrives, none twice."""
 
 from __future__ import annotations
 
@@ -82,6 +83,11 @@ def test_a_lease_handoff_shows_its_gap_on_the_new_owner_beside_the_fetch_metrics
     loop = ConsumerLoop(client, tally, max_records=200).start()
     try:
         time.sleep(3)
+        # The application pauses for a moment: records wait in the moving partitions (with
+        # it reading, A could have delivered and committed every record before the grant,
+        # and B's first records would be written after it: no record waited, no gap).
+        loop.stop()
+        time.sleep(0.5)
         moving = held(leaving.grpc_addr)
         assert moving, "A holds nothing to hand off"
         hook = subprocess.run(
@@ -91,16 +97,18 @@ def test_a_lease_handoff_shows_its_gap_on_the_new_owner_beside_the_fetch_metrics
         )  # fmt: skip
         assert hook.returncode == 0, hook.stderr
         wait_for(lambda: held(staying.grpc_addr) == set(range(PARTITIONS)), 20, "B to hold all")
+        loop = ConsumerLoop(client, tally, max_records=200).start()  # the application again
         g = {"group": group, "topic": topic}
-        handoffs = wait_for(
-            lambda: (
-                (counts := by_partition(staying, "ds_sidecar_handoff_gap_seconds_count", **g))
-                and set(counts) == moving
-                and counts
-            ),
-            20,
-            "B to count a handoff gap for every partition that moved",
-        )
+        seen: list[dict[int, float]] = [{}]
+
+        def counted() -> dict[int, float] | None:
+            seen[0] = by_partition(staying, "ds_sidecar_handoff_gap_seconds_count", **g)
+            return seen[0] if set(seen[0]) == moving else None
+
+        try:
+            handoffs = wait_for(counted, 20, "B to count a handoff gap for each moved partition")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: moved {sorted(moving)}, B counted {seen[0]}") from None
         gaps = by_partition(staying, "ds_sidecar_handoff_gap_seconds_sum", **g)
         time.sleep(1.5)  # a few statistics windows of B fetching
     finally:
@@ -136,3 +144,4 @@ def test_a_lease_handoff_shows_its_gap_on_the_new_owner_beside_the_fetch_metrics
     print(summary)
     assert not loop.errors, f"the application saw errors: {loop.errors!r}"
     assert not missing, describe_missing(missing, PARTITIONS, producer=producer, tally=tally)
+    assert not tally.duplicates(), f"records delivered twice: {summary}"
