@@ -197,6 +197,16 @@ METRIC_TABLE: tuple[MetricSpec, ...] = (
           "Responses received from each broker (all request types)"),
     _spec("ds_sidecar_broker_received_bytes_total", "counter", "group,broker",
           f"{STATS} rxbytes", "Bytes received from each broker (all responses)"),
+    _spec("ds_sidecar_broker_requests_total", "counter", "group,broker", f"{STATS} tx",
+          "Requests sent to each broker (all request types)"),
+    _spec("ds_sidecar_broker_sent_bytes_total", "counter", "group,broker", f"{STATS} txbytes",
+          "Bytes sent to each broker (all requests)"),
+    _spec("ds_sidecar_broker_connects_total", "counter", "group,broker", f"{STATS} connects",
+          "Connections made to each broker"),
+    _spec("ds_sidecar_broker_disconnects_total", "counter", "group,broker",
+          f"{STATS} disconnects", "Connections to each broker that were lost or closed"),
+    _spec("ds_sidecar_broker_connected", "gauge", "group,broker", f"{STATS} state",
+          "1 while the connection to the broker is up (state UP), else 0"),
     _spec("ds_sidecar_broker_rtt_seconds", "summary", "group,broker", f"{STATS} rtt",
           "Broker request round trip (mostly Fetch, which waits up to fetch.wait.max.ms); "
           "quantiles over the last statistics window, _count/_sum cumulative"),
@@ -323,6 +333,10 @@ OPERATOR_NAMES: tuple[OperatorName, ...] = (
                  "`ds_sidecar_records_lead`"),
     OperatorName("records-lead-min", "ds_sidecar_records_lead_min",
                  "`min_over_time(ds_sidecar_records_lead_min[1m])`"),
+    OperatorName("records-lead-avg (per partition)", "ds_sidecar_records_lead",
+                 "`avg_over_time(ds_sidecar_records_lead[1m])`"),
+    OperatorName("records-lead-min (per partition)", "ds_sidecar_records_lead",
+                 "`min_over_time(ds_sidecar_records_lead[1m])`"),
     OperatorName("records-consumed-rate", "ds_sidecar_records_consumed_total",
                  "`rate(ds_sidecar_records_consumed_total[1m])`"),
     OperatorName("records-consumed-total", "ds_sidecar_records_consumed_total",
@@ -351,6 +365,12 @@ OPERATOR_NAMES: tuple[OperatorName, ...] = (
                  "`max_over_time(ds_sidecar_broker_rtt_max_seconds[1m])`"),
     OperatorName("fetch-rate", "ds_sidecar_fetch_requests_total",
                  "`rate(ds_sidecar_fetch_requests_total[1m])`"),
+    OperatorName("fetch-total", "ds_sidecar_fetch_requests_total",
+                 "`sum by (group) (ds_sidecar_fetch_requests_total)`"),
+    OperatorName("records-consumed-rate / -total (per topic)", "ds_sidecar_records_consumed_total",
+                 "`rate(ds_sidecar_records_consumed_total[1m])` (labelled by topic)"),
+    OperatorName("bytes-consumed-rate / -total (per topic)", "ds_sidecar_bytes_consumed_total",
+                 "`rate(ds_sidecar_bytes_consumed_total[1m])` (labelled by topic)"),
     OperatorName("fetch-size-avg", "ds_sidecar_bytes_consumed_total",
                  "`sum(rate(ds_sidecar_bytes_consumed_total[1m])) / "
                  "sum(rate(ds_sidecar_fetch_requests_total[1m]))`"),
@@ -382,6 +402,13 @@ OPERATOR_NAMES: tuple[OperatorName, ...] = (
     OperatorName("commit-total", "ds_sidecar_commits_total", "`ds_sidecar_commits_total`"),
     OperatorName("assigned-partitions", "ds_sidecar_assigned_partitions",
                  "`ds_sidecar_assigned_partitions`"),
+    OperatorName("partition-assigned-latency-avg / -max", "ds_sidecar_lease_change_latency_seconds",
+                 "`{kind=\"grant\"}`: avg `rate(…_sum[5m]) / rate(…_count[5m])`, max "
+                 "`histogram_quantile(1, rate(…_bucket[5m]))` (kafka_group: on_assign's handling)"),
+    OperatorName("partition-revoked-latency-avg / -max", "ds_sidecar_lease_change_latency_seconds",
+                 "`{kind=\"revoke\"}`, as above (kafka_group: on_revoke's handling)"),
+    OperatorName("rebalance-latency-total", "ds_sidecar_lease_change_latency_seconds",
+                 "`sum by (group) (ds_sidecar_lease_change_latency_seconds_sum)` (seconds)"),
     OperatorName("rebalance-total (here: lease changes)", "ds_sidecar_lease_changes_total",
                  "`sum by (group) (ds_sidecar_lease_changes_total)` (kafka_group mode: "
                  "partitions moved; rebalance rounds are `ds_sidecar_joins_total`)"),
@@ -405,6 +432,8 @@ OPERATOR_NAMES: tuple[OperatorName, ...] = (
                  "`rate(ds_sidecar_heartbeats_total[1m])`"),
     OperatorName("heartbeat-response-time-max", "ds_sidecar_heartbeat_response_seconds",
                  "`histogram_quantile(1, rate(ds_sidecar_heartbeat_response_seconds_bucket[1m]))`"),
+    OperatorName("heartbeat-total (here: session heartbeats)", "ds_sidecar_heartbeats_total",
+                 "`ds_sidecar_heartbeats_total`"),
     OperatorName("last-heartbeat-seconds-ago", "ds_sidecar_last_heartbeat_timestamp_seconds",
                  "`time() - ds_sidecar_last_heartbeat_timestamp_seconds` (the assigner "
                  "session's heartbeats; kafka_group mode's Kafka heartbeats are not reported "
@@ -439,4 +468,46 @@ OPERATOR_NAMES: tuple[OperatorName, ...] = (
     OperatorName("partitions-lost-latency-max", "ds_sidecar_partitions_lost_seconds",
                  "`histogram_quantile(1, rate(ds_sidecar_partitions_lost_seconds_bucket[1h]))` "
                  "(bucket bound)"),
+    # consumer-metrics: the consumer's own calls
+    OperatorName("commit-sync-time-ns-total", "ds_sidecar_commit_latency_seconds",
+                 "`ds_sidecar_commit_latency_seconds_sum * 1e9` (every commit the sidecar makes "
+                 "is synchronous)"),
+    OperatorName("committed-time-ns-total", "—",
+                 "not timed on its own: committed() runs once per batch of granted partitions "
+                 "(inside `ds_sidecar_lease_change_latency_seconds{kind=\"grant\"}`) and in the "
+                 "periodic check for external offset changes"),
+    # the client's connections to the brokers (consumer-metrics / consumer-node-metrics)
+    OperatorName("connection-count", "ds_sidecar_broker_connected",
+                 "`sum by (group) (ds_sidecar_broker_connected)`"),
+    OperatorName("connection-creation-rate / -total", "ds_sidecar_broker_connects_total",
+                 "`rate(ds_sidecar_broker_connects_total[5m])`"),
+    OperatorName("connection-close-rate / -total", "ds_sidecar_broker_disconnects_total",
+                 "`rate(ds_sidecar_broker_disconnects_total[5m])`"),
+    OperatorName("request-rate / -total", "ds_sidecar_broker_requests_total",
+                 "`rate(ds_sidecar_broker_requests_total[1m])`"),
+    OperatorName("request-size-avg", "ds_sidecar_broker_sent_bytes_total",
+                 "`rate(ds_sidecar_broker_sent_bytes_total[1m]) / "
+                 "rate(ds_sidecar_broker_requests_total[1m])`"),
+    OperatorName("request-size-max", "—",
+                 "cannot exist: librdkafka reports no per-request size; request-size-avg is "
+                 "the figure"),
+    OperatorName("outgoing-byte-rate / -total", "ds_sidecar_broker_sent_bytes_total",
+                 "`rate(ds_sidecar_broker_sent_bytes_total[1m])`"),
+    OperatorName("incoming-byte-rate / -total", "ds_sidecar_broker_received_bytes_total",
+                 "`rate(ds_sidecar_broker_received_bytes_total[1m])`"),
+    OperatorName("response-rate / -total", "ds_sidecar_broker_responses_total",
+                 "`rate(ds_sidecar_broker_responses_total[1m])`"),
+    OperatorName("request-latency-avg / -max (per node)", "ds_sidecar_broker_rtt_seconds",
+                 "avg `rate(…_sum[1m]) / rate(…_count[1m])`; max "
+                 "`ds_sidecar_broker_rtt_max_seconds`"),
+    OperatorName("failed-authentication-rate / -total", "ds_sidecar_kafka_errors_total",
+                 "`rate(ds_sidecar_kafka_errors_total{code=\"_AUTHENTICATION\"}[5m])` "
+                 "(librdkafka reports a failed authentication through error_cb)"),
+    OperatorName("successful-authentication-rate, reauthentication-*", "—",
+                 "cannot exist: librdkafka does not report successful authentications; "
+                 "`ds_sidecar_broker_connects_total` counts the connections made"),
+    OperatorName("network-io-rate, select-rate, io-ratio, io-wait-ratio, io-time-ns-avg, "
+                 "io-wait-time-ns-avg", "—",
+                 "cannot exist: they time the Java client's selector loop, which librdkafka "
+                 "does not have; the poll loop's wait is `ds_sidecar_poll_wait_seconds_total`"),
 )  # fmt: skip

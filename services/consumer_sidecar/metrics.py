@@ -297,8 +297,15 @@ class SidecarCollector(Collector):
                 "ds_sidecar_fetch_requests_total",
                 "ds_sidecar_broker_responses_total",
                 "ds_sidecar_broker_received_bytes_total",
+                "ds_sidecar_broker_requests_total",
+                "ds_sidecar_broker_sent_bytes_total",
+                "ds_sidecar_broker_connects_total",
+                "ds_sidecar_broker_disconnects_total",
             )
         }
+        connected = GaugeMetricFamily(
+            "ds_sidecar_broker_connected", help_of("ds_sidecar_broker_connected"), labels=labels
+        )
         maxima = {
             name: GaugeMetricFamily(name, help_of(name), labels=labels)
             for name in (
@@ -323,6 +330,11 @@ class SidecarCollector(Collector):
             counters["ds_sidecar_broker_received_bytes_total"].add_metric(
                 values, broker.received_bytes
             )
+            counters["ds_sidecar_broker_requests_total"].add_metric(values, broker.requests)
+            counters["ds_sidecar_broker_sent_bytes_total"].add_metric(values, broker.sent_bytes)
+            counters["ds_sidecar_broker_connects_total"].add_metric(values, broker.connects)
+            counters["ds_sidecar_broker_disconnects_total"].add_metric(values, broker.disconnects)
+            connected.add_metric(values, 1.0 if broker.state == "UP" else 0.0)
             maxima["ds_sidecar_broker_rtt_max_seconds"].add_metric(values, broker.rtt_us.max / 1e6)
             maxima["ds_sidecar_broker_throttle_max_seconds"].add_metric(
                 values, broker.throttle_ms.max / 1e3
@@ -330,6 +342,7 @@ class SidecarCollector(Collector):
             _summary(rtt_summary, self.group, name, rtt.get(name), 1e6)
             _summary(throttle_summary, self.group, name, throttle.get(name), 1e3)
         yield from counters.values()
+        yield connected
         yield from maxima.values()
         yield rtt_summary
         yield throttle_summary

@@ -14,7 +14,9 @@ librdkafka emits a JSON document every ``statistics.interval.ms`` from inside
   offset librdkafka does not know is -1 or -1001 (``RD_KAFKA_OFFSET_INVALID``); both
   become -1 here. Partition -1 (the topic's internal "UA" bucket) is skipped.
 * Per broker (``brokers.<name>``): ``req.Fetch`` (Fetch requests sent, cumulative), ``rx``
-  and ``rxbytes`` (responses and bytes received, cumulative), and two *window* stats that
+  and ``rxbytes`` (responses and bytes received, cumulative), ``tx`` and ``txbytes``
+  (requests and bytes sent, cumulative), ``connects`` and ``disconnects`` (connections
+  made and lost, cumulative), ``state`` (``UP`` while connected), and two *window* stats that
   librdkafka resets at every emit: ``rtt`` (request round trip, microseconds) and
   ``throttle`` (broker throttle time, milliseconds). :class:`WindowTotals` adds the windows
   up so they can be exported as cumulative ``_count``/``_sum`` series.
@@ -65,6 +67,10 @@ class BrokerStats:
     responses: int  # rx, cumulative
     received_bytes: int  # rxbytes, cumulative
     rtt_us: Window = field(default_factory=Window)
+    requests: int = 0  # tx: requests sent, cumulative
+    sent_bytes: int = 0  # txbytes, cumulative
+    connects: int = 0  # connection attempts that succeeded, cumulative
+    disconnects: int = 0  # connections lost or closed, cumulative
     throttle_ms: Window = field(default_factory=Window)
 
 
@@ -145,6 +151,10 @@ def _brokers(stats: Mapping[str, Any]) -> dict[str, BrokerStats]:
             received_bytes=_int(bstats.get("rxbytes")),
             rtt_us=_window(bstats.get("rtt")),
             throttle_ms=_window(bstats.get("throttle")),
+            requests=_int(bstats.get("tx")),
+            sent_bytes=_int(bstats.get("txbytes")),
+            connects=_int(bstats.get("connects")),
+            disconnects=_int(bstats.get("disconnects")),
         )
     return out
 

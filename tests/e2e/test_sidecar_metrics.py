@@ -226,6 +226,12 @@ def test_every_table_metric_after_fetch_and_stream_traffic(mesh: Mesh, topic_fac
     assert total(families, "ds_sidecar_broker_received_bytes_total", **g) > 0
     assert total(families, "ds_sidecar_broker_rtt_seconds_count", **g) > 0
     assert total(families, "ds_sidecar_broker_rtt_seconds_sum", **g) > 0
+    # Every request counted, Fetch among them; the one broker connected.
+    requests = total(families, "ds_sidecar_broker_requests_total", **g)
+    assert requests >= total(families, "ds_sidecar_fetch_requests_total", **g)
+    assert total(families, "ds_sidecar_broker_sent_bytes_total", **g) > requests
+    assert total(families, "ds_sidecar_broker_connected", **g) == 1
+    assert total(families, "ds_sidecar_broker_connects_total", **g) >= 1
     # ---- record age ------------------------------------------------------------------------
     assert one(families, "ds_sidecar_record_age_seconds_count", **g) == produced
     assert one(families, "ds_sidecar_record_age_seconds_bucket", le="+Inf", **g) == produced

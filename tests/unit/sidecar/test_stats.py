@@ -79,6 +79,9 @@ STATS_DOCUMENT = {
             "nodeid": 1,
             "state": "UP",
             "tx": 130,
+            "txbytes": 9100,
+            "connects": 2,
+            "disconnects": 1,
             "rx": 128,
             "rxbytes": 524288,
             "req": {"Fetch": 120, "OffsetCommit": 5, "ListOffsets": 3},
@@ -110,6 +113,8 @@ def test_parses_partitions_and_brokers_of_a_consumer_document() -> None:
     broker = stats.brokers["127.0.0.1:9092/1"]
     assert (broker.node_id, broker.state, broker.fetch_requests) == (1, "UP", 120)
     assert (broker.responses, broker.received_bytes) == (128, 524288)
+    assert (broker.requests, broker.sent_bytes) == (130, 9100)
+    assert (broker.connects, broker.disconnects) == (2, 1)
     assert broker.rtt_us == Window(count=10, total=1_000_000, max=250_000, p50=101_000, p99=249_000)
     assert broker.throttle_ms == Window(count=10, total=30, max=20, p50=0, p99=20)
     bootstrap = stats.brokers["127.0.0.1:9092/bootstrap"]
