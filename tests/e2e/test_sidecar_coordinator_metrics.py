@@ -25,7 +25,7 @@ from services.client import DsClient
 from tests.support import accounting
 from tests.support.group_modes import GroupSpec, start_assigner
 from tests.support.mesh import Mesh, ServiceProcess
-from tests.support.ops import metric_samples, metrics, wait_for
+from tests.support.ops import metric_samples, metrics, table_problems, wait_for
 from tests.support.sidecar_probe import start_sidecar
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -35,6 +35,15 @@ RECORDS = 400
 GROUP_CONFIG = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"}
 # Stalls past the lease TTL (3 s, the assigner's default) and past session.timeout.ms.
 STALL = {"leased": 5.0, "kafka_group": 9.0}
+# librdkafka statistics every 0.5 s (default 5 s), so the statistics' metrics are there soon.
+STATS = {"DS_STATISTICS_INTERVAL_MS": "500"}
+# Metrics of events this run has none of before the stall (declared, no series yet).
+EVENT_ONLY = {
+    "ds_sidecar_kafka_errors_total",
+    "ds_sidecar_offset_gaps_total",
+    "ds_partition_not_fetching_seconds",
+    "ds_sidecar_handoff_gap_seconds",
+}
 
 
 def produce(bootstrap: str, topic: str) -> None:
@@ -116,7 +125,7 @@ def test_coordinator_metrics_after_traffic_and_a_rebalance(
     produce(mesh.bootstrap, topic)
     assigner = start_assigner(mesh, [GroupSpec(group, [topic], mode, GROUP_CONFIG)])
     assigner.wait_serving()
-    first = start_sidecar(mesh, group, assigner, "sidecar-a")
+    first = start_sidecar(mesh, group, assigner, "sidecar-a", env=STATS)
     first.wait_serving()
     seen: set[int] = set()
     deliveries = 0
@@ -125,7 +134,7 @@ def test_coordinator_metrics_after_traffic_and_a_rebalance(
         assert len(seen) >= RECORDS // 2, f"only {len(seen)} records through the first sidecar"
 
         # The rebalance: a second member joins and takes partitions from the first.
-        second = start_sidecar(mesh, group, assigner, "sidecar-b")
+        second = start_sidecar(mesh, group, assigner, "sidecar-b", env=STATS)
         second.wait_serving()
         wait_for(
             lambda: (
@@ -143,6 +152,14 @@ def test_coordinator_metrics_after_traffic_and_a_rebalance(
     )
     assert seen == set(range(RECORDS)), f"{RECORDS - len(seen)} records never arrived"
 
+    # Every metric of the table on both sidecars, in either mode, after traffic and the
+    # rebalance (only metrics of events a healthy run has none of may have no series).
+    for sidecar in (first, second):
+        # Statistics' metrics come with the first statistics after the (re)assignment.
+        deadline = time.monotonic() + 10
+        while (problems := table_problems(sidecar, EVENT_ONLY)) and time.monotonic() < deadline:
+            time.sleep(0.25)
+        assert not problems, f"{mode} {sidecar.log.stem}: {problems}"
     a, b = figures(first, group), figures(second, group)
     for name, f in (("sidecar-a", a), ("sidecar-b", b)):
         shown = ", ".join(f"{k.removeprefix('ds_sidecar_')}={v:g}" for k, v in f.items())

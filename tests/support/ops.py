@@ -92,3 +92,29 @@ def describe_deliveries(deliveries: list[Any], origin: float) -> str:
         f"ack {'accepted' if d.acked else 'not accepted'} {d.acked_at - origin:.2f}"
         for d in sorted(deliveries, key=lambda d: d.requested_at)
     )
+
+
+def table_problems(service: ServiceProcess, event_only: set[str]) -> list[str]:
+    """What a running sidecar's /metrics lacks of its metric table
+    (``services/consumer_sidecar/metric_table.py``): a family missing or of another type, a
+    family without series unless it is in ``event_only`` (metrics of events a healthy run
+    has none of), a series without the table's labels. Empty when all is there."""
+    from services.consumer_sidecar.metric_table import METRIC_TABLE
+
+    families = {f.name: f for f in text_string_to_metric_families(metrics(service))}
+    problems = []
+    for spec in METRIC_TABLE:
+        family = families.get(
+            spec.name.removesuffix("_total") if spec.type == "counter" else spec.name
+        )
+        if family is None or family.type != spec.type:
+            problems.append(f"{spec.name}: {'missing' if family is None else family.type}")
+        elif not family.samples and spec.name not in event_only:
+            problems.append(f"{spec.name}: no series")
+        else:
+            problems += [
+                f"{spec.name}: {sample} lacks {spec.labels}"
+                for sample in family.samples
+                if not set(spec.labels) <= set(sample.labels)
+            ]
+    return problems
