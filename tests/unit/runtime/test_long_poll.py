@@ -13,7 +13,6 @@ import pytest
 
 from services.runtime.long_poll import long_poll
 
-
 ran_on: list[threading.Thread] = []
 
 
