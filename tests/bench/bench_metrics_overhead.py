@@ -14,7 +14,10 @@ the same run:
 
 Rates run from the first batch to the last (steady state). A shared machine makes single
 runs noisy, so each setting runs ROUNDS times, interleaved; the best of each is kept (as
-``timeit`` does), and the median ratio is printed too. Never asserts a time.
+``timeit`` does), and the median ratio is printed too. Beside the rates, the sidecar's own
+CPU time (user + system, from the kernel) per record over the same stretch: what the
+metrics cost the sidecar, much less swayed by what else the machine runs than a rate is
+(ON/OFF of the medians). Never asserts a time.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import threading
 import time
 import uuid
 from pathlib import Path
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -49,10 +54,19 @@ SHORT = (300_000, 3)  # records, rounds per setting
 FULL = (1_000_000, 5)
 
 
+def _cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
 def stream_rate(
     mesh: Mesh, assigner: ServiceProcess, group: str, n: int, env: dict[str, str]
-) -> Rate:
+) -> tuple[Rate, float]:
+    """The steady-state rate, and the sidecar's CPU seconds per record over it."""
     sidecar, started = serving_sidecar(mesh, assigner, group, env)
+    assert sidecar.pid is not None
+    process = psutil.Process(sidecar.pid)
+    cpu_at_first = 0.0
     got = 0
     first: float | None = None
     client = DsClient(group, client_id="bench-metrics", assigner=assigner.grpc_addr)
@@ -65,12 +79,14 @@ def stream_rate(
                 raise RuntimeError("a batch was not acked whole")
             if first is None:
                 first = time.monotonic()  # the first batch starts the clock, uncounted
+                cpu_at_first = _cpu_seconds(process)
                 n -= read
             else:
                 got += read
             if got >= n:
                 break
-        return Rate(got, time.monotonic() - (first or started))
+        cpu = _cpu_seconds(process) - cpu_at_first
+        return Rate(got, time.monotonic() - (first or started)), cpu / max(got, 1)
     finally:
         watchdog.cancel()
         client.close()
@@ -87,6 +103,7 @@ def run(bootstrap: str, records: int, rounds: int, log_dir: Path) -> None:
         print(f"{records} records x 100 B over {PARTITIONS} partitions (produced in {took:.1f}s)")
         print(f"ON: defaults (statistics 5000 ms, every hook); OFF: {OFF}")
         rates: dict[str, list[Rate]] = {name: [] for name in settings}
+        cpu: dict[str, list[float]] = {name: [] for name in settings}  # seconds per record
         with running_mesh(bootstrap, log_dir) as mesh:
             assigner = mesh.assigner(groups)
             assigner.wait_serving()
@@ -95,10 +112,13 @@ def run(bootstrap: str, records: int, rounds: int, log_dir: Path) -> None:
                 order = list(settings) if i % 2 == 0 else list(reversed(settings))
                 for name in order:
                     group = f"g-{name}{i}-{topic}"
-                    rates[name].append(stream_rate(mesh, assigner, group, records, settings[name]))
+                    rate, per_record = stream_rate(mesh, assigner, group, records, settings[name])
+                    rates[name].append(rate)
+                    cpu[name].append(per_record)
                 print(
                     f"  round {i + 1}: ON {rates['on'][-1].per_second:,.0f}  "
-                    f"OFF {rates['off'][-1].per_second:,.0f} rec/s",
+                    f"OFF {rates['off'][-1].per_second:,.0f} rec/s; sidecar CPU per record "
+                    f"ON {cpu['on'][-1] * 1e6:.2f}  OFF {cpu['off'][-1] * 1e6:.2f} us",
                     flush=True,
                 )
         on, off = best(rates["on"]), best(rates["off"])
@@ -111,6 +131,12 @@ def run(bootstrap: str, records: int, rounds: int, log_dir: Path) -> None:
         print(
             f"ratio ON/OFF: best {ratio:.3f}, median of rounds {statistics.median(ratios):.3f} "
             f"(overhead of the best: {100 * (1 - ratio):.1f} %)"
+        )
+        on_cpu, off_cpu = statistics.median(cpu["on"]), statistics.median(cpu["off"])
+        print(
+            f"sidecar CPU per record, median of rounds: ON {on_cpu * 1e6:.2f} us, "
+            f"OFF {off_cpu * 1e6:.2f} us, ON/OFF {on_cpu / off_cpu:.3f} (best ON "
+            f"{min(cpu['on']) * 1e6:.2f}, best OFF {min(cpu['off']) * 1e6:.2f} us)"
         )
     finally:
         try:
