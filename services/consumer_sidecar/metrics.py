@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -348,6 +348,13 @@ class SidecarCollector(Collector):
         yield throttle_summary
 
 
+def _table_histogram(name: str, buckets: Sequence[float], registry: CollectorRegistry) -> Histogram:
+    """A histogram of the metric table: its help and labels from ``METRIC_TABLE``."""
+    return Histogram(
+        name, help_of(name), list(SPECS[name].labels), buckets=buckets, registry=registry
+    )
+
+
 def _gauge(name: str, labels: list[str], value: float) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, help_of(name), labels=list(SPECS[name].labels))
     family.add_metric(labels, value)
@@ -509,41 +516,19 @@ class SidecarMetrics:
             ["group", "topic", "partition"],
             registry=registry,
         )
-        self._gap_histogram = Histogram(
-            "ds_partition_not_fetching_seconds",
-            help_of("ds_partition_not_fetching_seconds"),
-            ["group", "topic", "partition"],
-            buckets=GAP_BUCKETS,
-            registry=registry,
+        self._gap_histogram = _table_histogram(
+            "ds_partition_not_fetching_seconds", GAP_BUCKETS, registry
         )
-        self._handoff_histogram = Histogram(
-            "ds_sidecar_handoff_gap_seconds",
-            help_of("ds_sidecar_handoff_gap_seconds"),
-            ["group", "topic", "partition"],
-            buckets=REQUEST_BUCKETS,
-            registry=registry,
+        self._handoff_histogram = _table_histogram(
+            "ds_sidecar_handoff_gap_seconds", REQUEST_BUCKETS, registry
         )
         self._fetch_sizes = FetchSizes()
-        self._fetch_size = Histogram(
-            "ds_sidecar_fetch_size_bytes",
-            help_of("ds_sidecar_fetch_size_bytes"),
-            ["group", "topic"],
-            buckets=SIZE_BUCKETS,
-            registry=registry,
+        self._fetch_size = _table_histogram("ds_sidecar_fetch_size_bytes", SIZE_BUCKETS, registry)
+        self._fetch_records = _table_histogram(
+            "ds_sidecar_fetch_records_per_request", RECORD_COUNT_BUCKETS, registry
         )
-        self._fetch_records = Histogram(
-            "ds_sidecar_fetch_records_per_request",
-            help_of("ds_sidecar_fetch_records_per_request"),
-            ["group", "topic"],
-            buckets=RECORD_COUNT_BUCKETS,
-            registry=registry,
-        )
-        self._fetch_size_all = Histogram(
-            "ds_sidecar_fetch_size_all_bytes",
-            help_of("ds_sidecar_fetch_size_all_bytes"),
-            ["group"],
-            buckets=SIZE_BUCKETS,
-            registry=registry,
+        self._fetch_size_all = _table_histogram(
+            "ds_sidecar_fetch_size_all_bytes", SIZE_BUCKETS, registry
         ).labels(group)
         self.gaps: NotFetching | None = None
         self.clients = ClientMetrics(group, ClientIdLimiter(max_client_ids, client_idle_seconds))
