@@ -18,13 +18,12 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from services.client import DsClient
 from services.dsctl.handoff import status
 from tests.support.mesh import REPO, Mesh, ServiceProcess
-from tests.support.ops import metrics, wait_for
+from tests.support.ops import metric_samples, wait_for
 from tests.support.records import ConsumerLoop, SeqProducer, Tally, describe_missing, wait_received
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -37,12 +36,7 @@ def held(address: str) -> set[int]:
 
 
 def samples(sidecar: ServiceProcess, name: str, **labels: str) -> list[Sample]:
-    return [
-        s
-        for family in text_string_to_metric_families(metrics(sidecar))
-        for s in family.samples
-        if s.name == name and labels.items() <= s.labels.items()
-    ]
+    return [s for s in metric_samples(sidecar, name) if labels.items() <= s.labels.items()]
 
 
 def by_partition(sidecar: ServiceProcess, name: str, **labels: str) -> dict[int, float]:
