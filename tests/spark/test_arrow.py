@@ -22,7 +22,7 @@ from pyspark.sql.types import (
 )
 
 from dataservice.common.v1 import common_pb2
-from spark.sources.arrow import BatchBuilder
+from spark.sources.arrow import BatchBuilder, _text
 
 UTC = dt.UTC
 EVENT = StructType(
@@ -87,6 +87,22 @@ def test_utf8_keys_and_values_replace_invalid_bytes() -> None:
     rows = batch.to_pylist()
     assert [r["key"] for r in rows] == ["clé", "\ufffd"]
     assert [r["value"] for r in rows] == ["ok", "bad \ufffd"]
+
+
+def test_utf8_text_from_an_arrow_column_valid_or_not() -> None:
+    # ARROW_IPC chunks hand build_ipc a binary column: valid text is one cast, a column
+    # with an invalid value falls back to replacing it, nulls stay null either way.
+    assert _text(pa.array([b"a", None, "é".encode()], pa.binary())).to_pylist() == [
+        "a",
+        None,
+        "é",
+    ]
+    assert _text(pa.array([b"ok", b"\xff", None], pa.binary())).to_pylist() == [
+        "ok",
+        "\ufffd",
+        None,
+    ]
+    assert _text([b"x", None]).type == pa.string()
 
 
 def test_json_values_parsed_with_the_schema() -> None:
