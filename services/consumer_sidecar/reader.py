@@ -101,45 +101,64 @@ class RangeRead:
         with self._lock:
             if self._done or self._closed.is_set():
                 return None
-            arrow = _arrow() if self._spec.arrow else None
-            budget = self._spec.max_bytes - (arrow.STREAM_OVERHEAD if arrow else 0)
-            taken: list[Message] = []
+            if self._spec.arrow:
+                return self._next_arrow_chunk()
             records: list[common_pb2.Record] = []
             size = payload = 0
             next_offset = self._spec.to_offset
-            while True:
-                if not self._backlog:
-                    if self._reached_end:
-                        self._done = True
-                        break
-                    self._fill()
-                    if self._closed.is_set():
-                        return None
-                    continue
+            while self._more():
                 msg = self._backlog[0]
-                if arrow is not None:
-                    msg_bytes, msg_payload = arrow.row_bytes(msg)
-                else:
-                    record = _to_record(msg)
-                    record.lease_epoch = self._spec.epoch
-                    msg_bytes = record.ByteSize() + RESPONSE_FIELD_OVERHEAD
-                    msg_payload = len(record.key) + len(record.value)
-                if taken and size + msg_bytes > budget:
+                record = _to_record(msg)
+                record.lease_epoch = self._spec.epoch
+                msg_bytes = record.ByteSize() + RESPONSE_FIELD_OVERHEAD
+                if records and size + msg_bytes > self._spec.max_bytes:
                     next_offset = int(msg.offset() or 0)
                     break
                 self._backlog.popleft()
-                taken.append(msg)
-                if arrow is None:
-                    records.append(record)
+                records.append(record)
                 size += msg_bytes
-                payload += msg_payload
+                payload += len(record.key) + len(record.value)
+            if self._closed.is_set():
+                return None
             return Chunk(
-                records,
-                next_offset=next_offset,
-                arrow_ipc=arrow.encode(taken) if arrow is not None and taken else b"",
-                count=len(taken),
-                payload_bytes=payload,
+                records, next_offset=next_offset, count=len(records), payload_bytes=payload
             )
+
+    def _next_arrow_chunk(self) -> Chunk | None:
+        arrow = _arrow()
+        columns = arrow.Columns(self._spec.tp.topic, self._spec.tp.partition)
+        budget = self._spec.max_bytes - arrow.STREAM_OVERHEAD
+        size = payload = 0
+        next_offset = self._spec.to_offset
+        while self._more():
+            msg_bytes, msg_payload = columns.add(self._backlog[0])
+            if len(columns) > 1 and size + msg_bytes > budget:
+                next_offset = columns.pop()
+                break
+            self._backlog.popleft()
+            size += msg_bytes
+            payload += msg_payload
+        if self._closed.is_set():
+            return None
+        return Chunk(
+            [],
+            next_offset=next_offset,
+            arrow_ipc=columns.encode() if len(columns) else b"",
+            count=len(columns),
+            payload_bytes=payload,
+        )
+
+    def _more(self) -> bool:
+        """Whether a message of the range is buffered (consuming until one is, or the
+        range's end is seen, or the read is closed)."""
+        while not self._backlog:
+            if self._reached_end:
+                self._done = True
+                return False
+            if self._closed.is_set():
+                return False
+            self._fill()
+        return True
 
     def _fill(self) -> None:
         """Consume until at least one record of the range is buffered or its end is seen."""

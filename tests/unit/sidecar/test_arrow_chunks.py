@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.ipc as pa_ipc
+import pytest
 from confluent_kafka import KafkaError
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -85,15 +86,34 @@ def test_arrow_chunks_give_spark_the_rows_records_give_and_stay_in_budget(msgs: 
     assert from_arrow.to_pylist() == from_records.to_pylist()
     assert pa_ipc.open_stream(data).schema.equals(arrow_chunks.SCHEMA)
     # What the chunker budgets for the rows bounds the stream it gets.
-    budget = sum(arrow_chunks.row_bytes(m)[0] for m in msgs) + arrow_chunks.STREAM_OVERHEAD
+    budget = sum(row_size(m) for m in msgs) + arrow_chunks.STREAM_OVERHEAD
     assert len(data) <= budget
 
 
-def test_row_bytes_counts_key_and_value_as_the_payload() -> None:
+def row_size(msg: Msg) -> int:
+    return arrow_chunks.Columns(TOPIC, 3).add(msg)[0]  # type: ignore[arg-type]
+
+
+def test_a_rows_size_counts_key_and_value_as_the_payload() -> None:
     msg = Msg(1, b"k" * 3, b"v" * 10, (1, 5), [("h", b"xy"), ("n", None)])
-    size, payload = arrow_chunks.row_bytes(msg)  # type: ignore[arg-type]
+    columns = arrow_chunks.Columns(TOPIC, 3)
+    size, payload = columns.add(msg)  # type: ignore[arg-type]
     assert payload == 13
     assert size == 13 + len(TOPIC) + arrow_chunks.ROW_OVERHEAD + 3 + 1 + 2 * 8
+    assert (columns.keys, columns.offsets, columns.stamps, columns.headers) == (
+        [b"kkk"],
+        [1],
+        [5000],
+        [[{"key": "h", "value": b"xy"}, {"key": "n", "value": b""}]],
+    )
+    assert columns.pop() == 1 and len(columns) == 0 and not columns.keys
+
+
+def test_one_chunk_holds_one_partition() -> None:
+    with pytest.raises(ValueError, match="one partition"):
+        arrow_chunks.encode(
+            [Msg(1, None, b"a", (0, -1), None), Msg(2, None, b"b", (0, -1), None, partition=4)]
+        )  # type: ignore[list-item]
 
 
 class Eof:
@@ -142,7 +162,7 @@ def _read(msgs: list[Msg], max_bytes: int, arrow: bool) -> list[tuple[list[int],
 def test_range_read_in_arrow_chunks_within_max_bytes() -> None:
     msgs = [Msg(100 + i, b"key", b"v" * 500, (1, 1_700_000_000_000 + i), None) for i in range(20)]
     # Room for the stream's overhead and three rows of 500 B.
-    max_bytes = arrow_chunks.STREAM_OVERHEAD + 3 * arrow_chunks.row_bytes(msgs[0])[0]  # type: ignore[arg-type]
+    max_bytes = arrow_chunks.STREAM_OVERHEAD + 3 * row_size(msgs[0])
     chunks = _read(msgs, max_bytes, arrow=True)
     assert [offsets for offsets, _, _ in chunks] == [
         list(range(start, min(start + 3, 120))) for start in range(100, 120, 3)
