@@ -104,8 +104,8 @@ bench-short:
 
 # The others, run by hand for a closing note (about 35 minutes; CI's time budget): the
 # sidecar's data path against a direct consumer, TLS against plaintext, external-reset checks
-# on the ack path, metrics overhead, Spark, fenced state writes, failover against Kafka's
-# group protocols (about 14 minutes alone, mostly Kafka's 45 s session timeouts), and each
+# on the ack path, metrics overhead, Spark, ReadRange's consumer pool, fenced state writes,
+# failover against Kafka's group protocols (about 14 minutes alone, mostly Kafka's 45 s session timeouts), and each
 # client through a sidecar against a direct consumer in its language.
 bench-more:
 	$(VENV)/python tests/bench/bench_sidecar.py --short
@@ -113,6 +113,7 @@ bench-more:
 	$(VENV)/python tests/bench/bench_external_check.py --short
 	$(VENV)/python tests/bench/bench_metrics_overhead.py --short
 	$(VENV)/python tests/bench/bench_spark.py --short
+	$(VENV)/python tests/bench/bench_range_reads.py --short
 	$(VENV)/python tests/bench/bench_state_writes.py --short
 	$(VENV)/python tests/bench/bench_failover.py --short
 	$(VENV)/python tests/bench/bench_clients.py

@@ -1,8 +1,11 @@
 """Exact offset-range reads for ``StreamService.ReadRange`` (Spark, ARCHITECTURE §7).
 
 A range read must not move the group's position, so it never touches the fetch thread's
-consumer: every read gets its own confluent-kafka ``Consumer`` that is only ever
-``assign()``-ed (never ``subscribe()``-d) and never commits. Its ``group.id`` is
+consumer: every read has a confluent-kafka ``Consumer`` of its own while it runs, only ever
+``assign()``-ed (never ``subscribe()``-d), never committing. A read that ends at its range's
+end gives its consumer back (unassigned) to a small pool for the next read, so Spark's
+reads of one partition after another do not each pay a new consumer's connection set-up
+(a read that failed or was stopped closes its consumer). Its ``group.id`` is
 ``<group>.ds-reader``, not the leased group's id: Kafka accepts commits from non-members
 only while a group is empty (§10), so nothing that could join or commit may use that id.
 
@@ -18,6 +21,7 @@ record.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections import deque
@@ -86,8 +90,17 @@ class RangeRead:
     """One open range: call :meth:`next_chunk` until it returns a chunk whose
     ``next_offset`` is the range's end. Not for concurrent use, except :meth:`close`."""
 
-    def __init__(self, consumer: Consumer, spec: RangeSpec, stall_timeout: float) -> None:
+    def __init__(
+        self,
+        consumer: Consumer,
+        spec: RangeSpec,
+        stall_timeout: float,
+        give_back: Callable[[Consumer], None] | None = None,
+    ) -> None:
         self._consumer = consumer
+        # Takes the consumer once the read reached its end (else close() closes it).
+        self._give_back = give_back
+        self._failed = False
         self._spec = spec
         self._stall_timeout = stall_timeout
         self._backlog: deque[Message] = deque()
@@ -101,28 +114,31 @@ class RangeRead:
         with self._lock:
             if self._done or self._closed.is_set():
                 return None
-            if self._spec.arrow:
-                return self._next_arrow_chunk()
-            records: list[common_pb2.Record] = []
-            size = payload = 0
-            next_offset = self._spec.to_offset
-            while self._more():
-                msg = self._backlog[0]
-                record = _to_record(msg)
-                record.lease_epoch = self._spec.epoch
-                msg_bytes = record.ByteSize() + RESPONSE_FIELD_OVERHEAD
-                if records and size + msg_bytes > self._spec.max_bytes:
-                    next_offset = int(msg.offset() or 0)
-                    break
-                self._backlog.popleft()
-                records.append(record)
-                size += msg_bytes
-                payload += len(record.key) + len(record.value)
-            if self._closed.is_set():
-                return None
-            return Chunk(
-                records, next_offset=next_offset, count=len(records), payload_bytes=payload
-            )
+            try:
+                return self._next_arrow_chunk() if self._spec.arrow else self._next_chunk()
+            except BaseException:
+                self._failed = True
+                raise
+
+    def _next_chunk(self) -> Chunk | None:
+        records: list[common_pb2.Record] = []
+        size = payload = 0
+        next_offset = self._spec.to_offset
+        while self._more():
+            msg = self._backlog[0]
+            record = _to_record(msg)
+            record.lease_epoch = self._spec.epoch
+            msg_bytes = record.ByteSize() + RESPONSE_FIELD_OVERHEAD
+            if records and size + msg_bytes > self._spec.max_bytes:
+                next_offset = int(msg.offset() or 0)
+                break
+            self._backlog.popleft()
+            records.append(record)
+            size += msg_bytes
+            payload += len(record.key) + len(record.value)
+        if self._closed.is_set():
+            return None
+        return Chunk(records, next_offset=next_offset, count=len(records), payload_bytes=payload)
 
     def _next_arrow_chunk(self) -> Chunk | None:
         arrow = _arrow()
@@ -201,12 +217,25 @@ class RangeRead:
         log.info("range read: transient kafka error", error=error.str())
 
     def close(self) -> None:
-        """Stop a read in progress (from any thread) and close its consumer."""
+        """Stop a read in progress (from any thread) and close its consumer, or give it
+        back for the next read when this one ended cleanly at its range's end."""
+        reusable = self._done and not self._failed and not self._closed.is_set()
         self._closed.set()
         with self._lock:
             self._done = True
+            consumer = self._consumer
+            if reusable and self._give_back is not None:
+                give_back, self._give_back = self._give_back, None
+                give_back(consumer)
+                return
+            self._give_back = None
             with contextlib.suppress(RuntimeError):  # already closed
-                self._consumer.close()
+                consumer.close()
+
+
+def _settings(config: dict[str, Any]) -> dict[str, Any]:
+    """A consumer config without its callbacks (made anew per call, never equal)."""
+    return {key: value for key, value in config.items() if not callable(value)}
 
 
 class RangeReaders:
@@ -220,6 +249,8 @@ class RangeReaders:
         stall_timeout: float = 30.0,
         kafka_timeout: float = 10.0,
         prefetch_bytes: int = 0,
+        max_idle: int = 4,
+        idle_seconds: float = 60.0,
     ) -> None:
         self._config = config
         # What one reader's consumer may hold prefetched (its config's bound; read_budget).
@@ -229,22 +260,74 @@ class RangeReaders:
         self.executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="ds-reader")
         self._watermark_consumer: Consumer | None = None
         self._watermark_lock = threading.Lock()
+        # Consumers of reads that ended, unassigned, with the config they were made with and
+        # when they came back: the next read takes one instead of making a consumer.
+        self.max_idle = max_idle
+        self.idle_seconds = idle_seconds
+        self._idle: list[tuple[Consumer, dict[str, Any], float]] = []
+        self._idle_lock = threading.Lock()
+        self._closed = False
+        self.consumers_made = 0  # for tests and the benchmark: how many were made
 
-    def _new_consumer(self) -> Consumer:
-        return Consumer(
-            {
-                **self._config(),
-                # The end of the log is how a range whose tail is all gaps ends.
-                "enable.partition.eof": True,
-                # Never jump silently: a start below the log start is an error, not "earliest".
-                "auto.offset.reset": "error",
-                "enable.auto.commit": False,
-            }
-        )
+    def _new_consumer(self, config: dict[str, Any] | None = None) -> Consumer:
+        self.consumers_made += 1
+        return Consumer(config if config is not None else self._consumer_config())
+
+    def _consumer_config(self) -> dict[str, Any]:
+        return {
+            **self._config(),
+            # The end of the log is how a range whose tail is all gaps ends.
+            "enable.partition.eof": True,
+            # Never jump silently: a start below the log start is an error, not "earliest".
+            "auto.offset.reset": "error",
+            "enable.auto.commit": False,
+        }
+
+    def _take_consumer(self) -> tuple[Consumer, dict[str, Any]]:
+        """An idle consumer made with today's config (the sidecar's config can change live),
+        or a new one; idle ones past ``idle_seconds`` or made with another config close."""
+        config = self._consumer_config()
+        stale: list[Consumer] = []
+        taken: Consumer | None = None
+        with self._idle_lock:
+            now = time.monotonic()
+            keep: list[tuple[Consumer, dict[str, Any], float]] = []
+            for consumer, made_with, since in self._idle:
+                if _settings(made_with) != _settings(config) or now - since > self.idle_seconds:
+                    stale.append(consumer)
+                elif taken is None:
+                    taken = consumer
+                else:
+                    keep.append((consumer, made_with, since))
+            self._idle = keep
+        for consumer in stale:
+            with contextlib.suppress(Exception):
+                consumer.close()
+        return (taken if taken is not None else self._new_consumer(config)), config
+
+    def _give_back(self, consumer: Consumer, config: dict[str, Any]) -> None:
+        """A read ended at its range's end: keep its consumer, unassigned, for the next."""
+        try:
+            consumer.unassign()
+        except Exception:  # a consumer that cannot unassign is not reused
+            with contextlib.suppress(Exception):
+                consumer.close()
+            return
+        with self._idle_lock:
+            if not self._closed and len(self._idle) < self.max_idle:
+                self._idle.append((consumer, config, time.monotonic()))
+                return
+        with contextlib.suppress(Exception):
+            consumer.close()
+
+    def idle(self) -> int:
+        """Consumers waiting for the next read."""
+        with self._idle_lock:
+            return len(self._idle)
 
     def open(self, spec: RangeSpec) -> RangeRead:
         """Blocking: validate the range against the watermarks and start reading it."""
-        consumer = self._new_consumer()
+        consumer, config = self._take_consumer()
         try:
             low, high = consumer.get_watermark_offsets(
                 TopicPartition(spec.tp.topic, spec.tp.partition), timeout=self.kafka_timeout
@@ -255,7 +338,12 @@ class RangeReaders:
         except BaseException:
             consumer.close()
             raise
-        return RangeRead(consumer, spec, self.stall_timeout)
+        return RangeRead(
+            consumer,
+            spec,
+            self.stall_timeout,
+            give_back=functools.partial(self._give_back, config=config),
+        )
 
     def watermarks(self, tp: TP) -> tuple[int, int]:
         """Blocking: (log start offset, high watermark) as the partition leader says now."""
@@ -272,4 +360,10 @@ class RangeReaders:
             if self._watermark_consumer is not None:
                 self._watermark_consumer.close()
                 self._watermark_consumer = None
+        with self._idle_lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for consumer, _, _ in idle:
+            with contextlib.suppress(Exception):
+                consumer.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
