@@ -161,6 +161,8 @@ class DsClient:
         self.call_timeout = call_timeout
         self._lock = threading.Lock()  # the binding's sidecars and our streams
         self._cursor = 0
+        # address → when a Fetch from it last returned records (where fetch long-polls)
+        self._delivered_at: dict[str, float] = {}
         # (topic, partition) → {lease epoch → address of the sidecar that delivered under it}
         self._delivered_by: dict[tuple[str, int], dict[int, str]] = {}
         # ack_nowait(): one thread, so a client's acks reach the sidecars in the order given;
@@ -258,6 +260,12 @@ class DsClient:
                 self._binding.changed.wait(min(0.1, max(0.0, deadline - time.monotonic())))
                 self._binding.changed.clear()
                 continue
+            if not first_pass:
+                # Sweep the others without waiting, then long-poll where records come from.
+                bound = {s.address for s in sidecars}
+                self._delivered_at = {a: t for a, t in self._delivered_at.items() if a in bound}
+                target = long_poll_target(sidecars, self._delivered_at)
+                sidecars = [s for s in sidecars if s is not target] + [target]
             for index, sidecar in enumerate(sidecars):
                 # Sweep every sidecar without waiting; long-poll only on the last one.
                 last = index == len(sidecars) - 1
@@ -648,5 +656,22 @@ class DsClient:
             raise ClientError(
                 f"Fetch from {sidecar.address} failed: {err.code().name}: {err.details()}"
             ) from err
+        if batch:
+            self._delivered_at[sidecar.address] = time.monotonic()
         self._delivered(batch.spans, sidecar.address)
         return batch
+
+
+def long_poll_target(sidecars: Sequence[Sidecar], delivered_at: Mapping[str, float]) -> Sidecar:
+    """The sidecar of ``sidecars`` (the rotation, last one first among equals) a fetch
+    long-polls once a sweep found nothing: one the binding gives partitions to, and of
+    those the one that returned records last (``delivered_at``: address → when).
+
+    Not the rotation's last one alone: a sidecar with nothing live to deliver — no
+    partitions, or partitions still on their way to it (a handoff's grant is in the
+    binding before the new holder has fetched anything) — would hold the whole wait while
+    records pile up on the others, and every partition of the application stalls."""
+    return max(
+        reversed(sidecars),
+        key=lambda s: (bool(s.partitions), delivered_at.get(s.address, float("-inf"))),
+    )
