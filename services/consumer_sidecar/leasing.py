@@ -257,6 +257,11 @@ class LeaseKeeper:
         for tp in orphans:
             await self.fetcher.run(self.fetcher.unassign, tp)
 
+    async def warm_up(self, topics: list[str]) -> None:
+        """Before the first grants: :meth:`Fetcher.warm_up` on the fetch thread (the
+        grants' assign queues behind it there, and finds it done)."""
+        await self.fetcher.run(self.fetcher.warm_up, topics)
+
     def _still_granted(self, tp: TP) -> bool:
         part = self.table.get(tp)
         return part is not None and not part.revoking and not part.ready

@@ -495,6 +495,11 @@ class SessionClient:
             self.connected = True
             log.info("joined", assigner=self.assigner, session=acc.session_id, ttl=self.ttl)
             self._learn_mode(acc)
+            if not self.kafka_group and not self.keeper.table.snapshot():
+                # A fresh start (a restart, a scale-out): its first grants are on their way
+                # (a handoff's revoke, drain and release); the coordinator lookup and the
+                # connection their assign needs are made meanwhile, not after they came.
+                self._spawn(self.keeper.warm_up(list(acc.topics)))
             joined = self._round.joined()
             if not self.kafka_group:
                 self.on_join(True, joined)

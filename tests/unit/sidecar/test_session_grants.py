@@ -34,11 +34,18 @@ class AssigningFetcher:
     def __init__(self, table: PartitionTable) -> None:
         self.table = table
         self.unassigned: list[TP] = []
+        self.calls: list[str] = []  # warm_up and assign, in the order the thread ran them
+        self.warmed: list[list[str]] = []
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         return fn(*args)
 
+    def warm_up(self, topics: list[str]) -> None:
+        self.calls.append("warm_up")
+        self.warmed.append(topics)
+
     def assign(self, starts: dict[TP, int]) -> dict[TP, int]:
+        self.calls.append("assign")
         with self.table.lock:
             for tp in starts:
                 part = self.table.partitions[tp]
@@ -158,5 +165,40 @@ def test_an_ack_of_a_heartbeat_sent_before_the_grant_leaves_it_pending() -> None
         assert part.suspended_at is None
         await h.keeper.suspend_expired()
         assert part.suspended_at is None, "a fresh grant has no deadline to pass"
+
+    run(body)
+
+
+def accepted(*topics: str) -> assigner_pb2.SessionResponse:
+    return assigner_pb2.SessionResponse(
+        accepted=assigner_pb2.SessionAccepted(session_id="s", topics=list(topics))
+    )
+
+
+def test_a_fresh_sidecar_warms_its_consumer_up_before_its_first_grants() -> None:
+    """A sidecar that joins holding nothing (a restart, a scale-out) has the fetch thread
+    find the group's coordinator for its topics at once, before the grants it waits for
+    (a handoff's revoke, drain and release come first): their assign, queued behind it on
+    the same thread, finds the lookup made."""
+
+    async def body(h: Harness) -> None:
+        await h.session._handle(accepted(TOPIC, "u"))
+        await h.session._handle(grant(0, 4))
+        await asyncio.sleep(0.05)
+        assert h.fetcher.warmed == [[TOPIC, "u"]]
+        assert h.fetcher.calls == ["warm_up", "assign"]
+
+    run(body)
+
+
+def test_a_sidecar_that_rejoins_holding_leases_does_not_warm_up() -> None:
+    """Re-attaching (an assigner failover) with leases held: its consumer is fetching."""
+
+    async def body(h: Harness) -> None:
+        await h.session._handle(grant(0, 4))
+        await asyncio.sleep(0.05)
+        await h.session._handle(accepted(TOPIC))
+        await asyncio.sleep(0.05)
+        assert h.fetcher.warmed == []
 
     run(body)
