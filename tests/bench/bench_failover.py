@@ -12,7 +12,9 @@ every record it is handed. Faults:
 (b) a rolling restart of all three with SIGTERM: each stopped, started again with the
     same identity (sidecar ``--id``, ``group.instance.id``, client id) and waited for
     until it consumes again;
-(c) scale-out from three consumers to four.
+(c) scale-out from three consumers to four;
+(d) scale-in from four consumers to three: one stopped with SIGTERM (for the mesh, its
+    application and then its sidecar, as a pod's containers stop) and not started again.
 
 Rows: the mesh in leased mode (3 sidecars from ``tests/support/mesh.py``, an application
 process per sidecar reading with ``DsClient`` fetch + ack; the client binds to the
@@ -28,11 +30,16 @@ Per partition, the gap is the longest time in the fault's window (from the fault
 every partition delivers again, plus 2 s) in which the applications were handed no record
 of it, from their own delivery timestamps. ``max`` is the longest over all partitions
 (an eager rebalance stops the others too); ``median`` is over the affected ones: (a) the
-killed consumer's, (b) all, (c) all. ``dups`` counts records handed to an application
-again (same partition and offset) at or after the fault.
+killed consumer's, (b) all, (c) all, (d) the stopped consumer's. ``dups`` counts records
+handed to an application again (same partition and offset) at or after the fault. (d) also
+prints ``moves``: the partitions whose owner after the fault is not the one before it (the
+mesh: the lease holders the assigner describes; Kafka: which consumer delivered each
+partition last before the fault and last in the window); the stopped consumer's partitions
+are the least that must move.
 
 ``--short`` (CI-sized, about 7 minutes): faults (a) and (b), the mesh rows and the Kafka
-rows at the default 45 s only. The full profile (about 20 minutes) runs everything. A
+rows at the default 45 s only. The full profile (about 25 minutes) runs everything;
+``--faults`` runs only the faults named (e.g. ``--faults d``). A
 KIP-848 row the client or broker cannot run prints "not supported here: <the error>"; a
 row that fails otherwise "failed: <the error>". ``--rows`` runs only the rows whose name
 matches a regex (e.g. ``--rows handoff``). Never asserts a time.
@@ -72,7 +79,7 @@ PARTITIONS = 12
 CONSUMERS = 3
 RATE = 300.0  # records/s over all partitions
 SETTLE = 2.0  # seconds after the last partition delivered again, still in the window
-FAULTS = {"a": "kill -9 one", "b": "rolling SIGTERM", "c": "scale 3->4"}
+FAULTS = {"a": "kill -9 one", "b": "rolling SIGTERM", "c": "scale 3->4", "d": "scale 4->3"}
 # The broker started here lets KIP-848 groups go down to a 10 s session timeout (its
 # default minimum is 45 s); the defaults of every row are unchanged.
 BROKER_PROPERTIES = {"group.consumer.min.session.timeout.ms": "10000"}
@@ -174,6 +181,15 @@ class Row:
     def held_by(self, member: Member, fault: str, since: float) -> set[int]:
         """The partitions ``member`` consumes: those its process was handed since ``since``."""
         return {p for t, p, _ in read_log(member.out) if t > since}
+
+    def owners(self, members: Sequence[Member], fault: str, until: float) -> dict[int, str]:
+        """Partition -> the member that consumes it: the one handed it last up to ``until``."""
+        last: dict[int, tuple[float, str]] = {}
+        for m in members:
+            for t, p, _ in read_log(m.out):
+                if t <= until and t >= last.get(p, (0.0, ""))[0]:
+                    last[p] = (t, m.name)
+        return {p: name for p, (_, name) in last.items()}
 
     def _procs(self, member: Member) -> list[subprocess.Popen[bytes]]:
         return [member.proc] if member.proc is not None else []
@@ -289,6 +305,12 @@ class MeshRow(Row):
                     raise
                 time.sleep(0.5)
 
+    def owners(self, members: Sequence[Member], fault: str, until: float) -> dict[int, str]:
+        """The lease holders now (every application reads from each of the group's
+        sidecars: the delivery logs do not say who holds a partition)."""
+        leases = describe(self.assigner.grpc_addr, self.groups[fault]).leases
+        return {p: lease.holder for p, lease in leases.items()}
+
     def stop(self, member: Member) -> None:
         assert member.sidecar is not None
         super().stop(member)  # the application first, as a pod's containers stop together
@@ -395,14 +417,15 @@ class Trial:
             + "; ".join(s[-300:] for s in said)
         )
 
-    def run(self) -> tuple[list[float], list[float], int]:
-        """Start three consumers, apply the fault; returns (gaps of all partitions, gaps of
-        the affected ones, duplicates)."""
-        members = [self.member(i) for i in range(CONSUMERS)]
+    def run(self) -> tuple[list[float], list[float], int, int]:
+        """Start three consumers (four for (d)), apply the fault; returns (gaps of all
+        partitions, gaps of the affected ones, duplicates, partitions moved)."""
+        members = [self.member(i) for i in range(CONSUMERS + (self.fault == "d"))]
         self.wait_flowing(0.0, members, timeout=120)
         time.sleep(3)  # the joins' rebalances are over
         self.wait_flowing(time.monotonic() - 1, [], timeout=60)
         t0 = time.monotonic()
+        before = self.row.owners(members, self.fault, t0)
         affected = set(range(PARTITIONS))
         if self.fault == "a":
             victim = members[0]
@@ -416,11 +439,18 @@ class Trial:
                 restarted = time.monotonic()
                 self.row.start(m, self.fault)
                 self.wait_flowing(restarted, [m], timeout=180)
-        else:
+        elif self.fault == "c":
             added = self.member(CONSUMERS)
             self.wait_flowing(t0, [added], timeout=180)
+        else:
+            leaving = members[-1]
+            affected = self.row.held_by(leaving, self.fault, t0 - 2.0)
+            self.row.stop(leaving)
+            self.wait_flowing(time.monotonic(), [], timeout=180)
         time.sleep(SETTLE)
         end = time.monotonic()
+        after = self.row.owners(self.members, self.fault, end)
+        moves = sum(1 for p in range(PARTITIONS) if before.get(p) != after.get(p))
         deliveries = [d for p in self.log_dir.glob(f"{self.fault}-c*.txt") for d in read_log(p)]
         times: dict[int, list[float]] = defaultdict(list)
         copies: dict[tuple[int, int], list[float]] = defaultdict(list)
@@ -434,7 +464,7 @@ class Trial:
         for p in range(PARTITIONS):
             points = [t0, *times[p], end]
             gaps[p] = max(b - a for a, b in itertools.pairwise(points))
-        return list(gaps.values()), [gaps[p] for p in sorted(affected)], dups
+        return list(gaps.values()), [gaps[p] for p in sorted(affected)], dups, moves
 
     def cleanup(self) -> None:
         for m in self.members:
@@ -448,10 +478,15 @@ class Trial:
 def trial_cell(row: Row, fault: str, log_dir: Path) -> str:
     trial = Trial(row, fault, log_dir)
     try:
-        everything, affected, dups = trial.run()
+        everything, affected, dups, moves = trial.run()
     finally:
         trial.cleanup()
-    return f"{max(everything):6.1f}s {statistics.median(affected):6.1f}s {dups:5d}"
+    cell = f"{max(everything):6.1f}s {statistics.median(affected):6.1f}s {dups:5d}"
+    return cell + (f" {moves:5d}" if fault == "d" else "")
+
+
+def cell_width(fault: str) -> int:
+    return 27 if fault == "d" else 21  # (d) has a moves column
 
 
 @contextlib.contextmanager
@@ -463,16 +498,25 @@ def producing(bootstrap: str, topic: str) -> Iterator[None]:
         producer.stop()
 
 
-def run(bootstrap: str, short: bool, log_dir: Path, only: str | None = None) -> None:
-    faults = ["a", "b"] if short else list(FAULTS)
+def run(
+    bootstrap: str,
+    short: bool,
+    log_dir: Path,
+    only: str | None = None,
+    faults: Sequence[str] | None = None,
+) -> None:
+    faults = list(faults or (["a", "b"] if short else FAULTS))
     print(
         f"{PARTITIONS} partitions, {CONSUMERS} consumers (separate processes), {RATE:.0f} "
         "records/s; per cell: the longest per-partition gap over all partitions, the median "
         "over the affected ones, duplicates delivered after the fault",
         flush=True,
     )
-    header = f"{'row':40}" + "".join(f" | ({f}) {FAULTS[f]:>17}" for f in faults)
-    sub = f"{'':40}" + "".join(f" | {'max':>7} {'median':>7} {'dups':>5}" for _ in faults)
+    header = f"{'row':40}" + "".join(f" | ({f}) {FAULTS[f]:>{cell_width(f) - 4}}" for f in faults)
+    sub = f"{'':40}" + "".join(
+        f" | {'max':>7} {'median':>7} {'dups':>5}" + (f" {'moves':>5}" if f == "d" else "")
+        for f in faults
+    )
     lines = [header, sub, "-" * len(sub)]
     for row in rows(bootstrap, short):
         if only is not None and not re.search(only, row.name):
@@ -489,7 +533,9 @@ def run(bootstrap: str, short: bool, log_dir: Path, only: str | None = None) -> 
             for fault in faults:
                 with producing(bootstrap, topics[fault]):
                     cells.append(trial_cell(row, fault, row_dir))
-            line = f"{row.name:40}" + "".join(f" | {c:>21}" for c in cells)
+            line = f"{row.name:40}" + "".join(
+                f" | {c:>{cell_width(f)}}" for f, c in zip(faults, cells, strict=True)
+            )
         except Exception as exc:  # a row that cannot run here is reported, not fatal
             error = " ".join(str(exc).split())[:160]
             # A client or broker without the protocol says so at once; anything else
@@ -511,6 +557,9 @@ def main() -> int:
     parser.add_argument("--short", action="store_true", help="CI profile")
     parser.add_argument("--bootstrap", help="use this Kafka instead of starting one")
     parser.add_argument("--rows", help="only the rows whose name matches this regex")
+    parser.add_argument(
+        "--faults", help="only these faults, e.g. 'd' or 'bd' (default: all; --short: ab)"
+    )
     parser.add_argument("--worker", choices=("kafka", "mesh"), help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
@@ -534,7 +583,10 @@ def main() -> int:
         print(f"kafka started in {time.monotonic() - started:.1f}s at {bootstrap}")
     try:
         with tempfile.TemporaryDirectory(prefix="bench-failover-") as tmp:
-            run(bootstrap, args.short, Path(tmp), args.rows)
+            faults = list(args.faults) if args.faults else None
+            if faults and not set(faults) <= set(FAULTS):
+                parser.error(f"--faults: each of {''.join(FAULTS)}")
+            run(bootstrap, args.short, Path(tmp), args.rows, faults)
     finally:
         if cluster is not None:
             cluster.stop()
