@@ -252,18 +252,23 @@ class Fetcher:
         return assigned
 
     def warm_up(self, topics: list[str]) -> None:
-        """Fetch thread: one committed() round trip for the group's topics before any
-        partition is granted here, so that a fresh consumer has found the group's
-        coordinator and connected to the broker when its first grants come. Measured on a
-        sidecar returning under ``hold_mode: handoff``: its first assign's committed() took
-        0.7 s (the lookup and the connections), the next one 0.05 s, and the handed-back
-        partitions waited for it. Best effort: a failure is left to the assign."""
+        """Fetch thread: before any partition is granted here, find the group's coordinator
+        (one committed() round trip) and read the topics' metadata (list_topics: their
+        leaders, into librdkafka's cache), so that a fresh consumer's first grants need
+        neither. Measured on a sidecar returning under ``hold_mode: handoff``: its first
+        assign's committed() took 0.7 s, the next one 0.05 s; and on a fresh consumer
+        (one broker, 2 shared cores) committed() 0.25-0.55 s cold vs 0.003-0.06 s after the
+        lookup, assign to first records 0.41-0.56 s without the metadata vs 0.05-0.17 s
+        with it. The handed-back partitions waited for both. Best effort: a failure is
+        left to the assign."""
         if not topics or self.classic:
             return
         try:
             self._consumer.committed(
                 [TopicPartition(topic, 0) for topic in topics], timeout=WARM_UP_TIMEOUT_SECONDS
             )
+            for topic in topics:
+                self._consumer.list_topics(topic, timeout=WARM_UP_TIMEOUT_SECONDS)
         except KafkaException as exc:
             log.info("warm-up before the first grants failed", error=str(exc))
 
