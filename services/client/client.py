@@ -224,8 +224,10 @@ class DsClient:
     ) -> Batch:
         """Records from any sidecar of the group; empty if none arrived within ``max_wait``.
 
-        The bound sidecars are asked in turn without waiting, then the last one long-polls
-        for what is left of ``max_wait``; the records come from one sidecar. A sidecar
+        The bound sidecars are asked in turn without waiting, then one long-polls for what
+        is left of ``max_wait``: of those the binding gives partitions to, the one that
+        returned records last (:func:`long_poll_target`); the records come from one sidecar.
+        A sidecar
         that is unavailable is skipped (the assigner pushes a new binding). Unless the
         client was made with ``auto_ack``, ack what you processed (:meth:`ack`,
         :meth:`ack_nowait`).
