@@ -295,11 +295,15 @@ class MeshRow(Row):
     def held_by(self, member: Member, fault: str, since: float) -> set[int]:
         """The partitions of ``member``'s sidecar (every application reads from each of
         the group's sidecars, so its own log says nothing about them)."""
+        return {p for p, holder in self._holders(fault).items() if holder == member.name}
+
+    def _holders(self, fault: str) -> dict[int, str]:
+        """Partition -> its lease holder, as the assigner describes the group."""
         deadline = time.monotonic() + 30
         while True:  # the assigner may not get Kafka's answer on a loaded machine: again
             try:
                 leases = describe(self.assigner.grpc_addr, self.groups[fault]).leases
-                return {p for p, lease in leases.items() if lease.holder == member.name}
+                return {p: lease.holder for p, lease in leases.items()}
             except grpc.RpcError:
                 if time.monotonic() > deadline:
                     raise
@@ -308,8 +312,7 @@ class MeshRow(Row):
     def owners(self, members: Sequence[Member], fault: str, until: float) -> dict[int, str]:
         """The lease holders now (every application reads from each of the group's
         sidecars: the delivery logs do not say who holds a partition)."""
-        leases = describe(self.assigner.grpc_addr, self.groups[fault]).leases
-        return {p: lease.holder for p, lease in leases.items()}
+        return self._holders(fault)
 
     def stop(self, member: Member) -> None:
         assert member.sidecar is not None
