@@ -202,7 +202,10 @@ type SessionJoin struct {
 	// Leases the sidecar still holds, with their epochs; non-empty when it re-attaches after a
 	// broken stream or an assigner restart. Leases whose epoch matches the assigner's state
 	// are kept (nothing moves); others are answered with a FENCED revoke.
-	HeldLeases    []*LeaseRef `protobuf:"bytes,6,rep,name=held_leases,json=heldLeases,proto3" json:"held_leases,omitempty"`
+	HeldLeases []*LeaseRef `protobuf:"bytes,6,rep,name=held_leases,json=heldLeases,proto3" json:"held_leases,omitempty"`
+	// unix:PATH of the sidecar's StreamService on a Unix domain socket, for an application in
+	// the same pod (the file name carries the sidecar id); empty = TCP only.
+	LocalEndpoint string `protobuf:"bytes,7,opt,name=local_endpoint,json=localEndpoint,proto3" json:"local_endpoint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -277,6 +280,13 @@ func (x *SessionJoin) GetHeldLeases() []*LeaseRef {
 		return x.HeldLeases
 	}
 	return nil
+}
+
+func (x *SessionJoin) GetLocalEndpoint() string {
+	if x != nil {
+		return x.LocalEndpoint
+	}
+	return ""
 }
 
 // Liveness and progress report of a sidecar.
@@ -1458,7 +1468,7 @@ const file_dataservice_assigner_v1_assigner_proto_rawDesc = "" +
 	"\x0eSessionRequest\x12:\n" +
 	"\x04join\x18\x01 \x01(\v2$.dataservice.assigner.v1.SessionJoinH\x00R\x04join\x12I\n" +
 	"\theartbeat\x18\x02 \x01(\v2).dataservice.assigner.v1.SessionHeartbeatH\x00R\theartbeatB\x06\n" +
-	"\x04kind\"\xd2\x01\n" +
+	"\x04kind\"\xf9\x01\n" +
 	"\vSessionJoin\x12\x1d\n" +
 	"\n" +
 	"sidecar_id\x18\x01 \x01(\tR\tsidecarId\x12\x14\n" +
@@ -1467,7 +1477,8 @@ const file_dataservice_assigner_v1_assigner_proto_rawDesc = "" +
 	"\x04zone\x18\x04 \x01(\tR\x04zone\x12\x1a\n" +
 	"\bcapacity\x18\x05 \x01(\x05R\bcapacity\x12B\n" +
 	"\vheld_leases\x18\x06 \x03(\v2!.dataservice.assigner.v1.LeaseRefR\n" +
-	"heldLeases\"\xd7\x03\n" +
+	"heldLeases\x12%\n" +
+	"\x0elocal_endpoint\x18\a \x01(\tR\rlocalEndpoint\"\xd7\x03\n" +
 	"\x10SessionHeartbeat\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12>\n" +
 	"\x06leases\x18\x02 \x03(\v2&.dataservice.assigner.v1.LeaseProgressR\x06leases\x12O\n" +

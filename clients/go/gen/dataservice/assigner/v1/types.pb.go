@@ -707,7 +707,12 @@ type SidecarEndpoint struct {
 	// Zone the sidecar runs in; empty = unknown.
 	Zone string `protobuf:"bytes,3,opt,name=zone,proto3" json:"zone,omitempty"`
 	// Partitions the sidecar currently serves for the group.
-	Partitions    []*v1.TopicPartition `protobuf:"bytes,4,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Partitions []*v1.TopicPartition `protobuf:"bytes,4,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// unix:PATH of the same StreamService on a Unix domain socket, reachable only from the
+	// sidecar's own pod (the file name carries sidecar_id, so a same-named path elsewhere is
+	// never another sidecar's); empty = TCP only. A client prefers it when the socket exists
+	// and accepts a connection, and falls back to address.
+	LocalAddress  string `protobuf:"bytes,5,opt,name=local_address,json=localAddress,proto3" json:"local_address,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -768,6 +773,13 @@ func (x *SidecarEndpoint) GetPartitions() []*v1.TopicPartition {
 		return x.Partitions
 	}
 	return nil
+}
+
+func (x *SidecarEndpoint) GetLocalAddress() string {
+	if x != nil {
+		return x.LocalAddress
+	}
+	return ""
 }
 
 // Where an application client of a group should read (ARCHITECTURE §3, client binding).
@@ -890,7 +902,7 @@ const file_dataservice_assigner_v1_types_proto_rawDesc = "" +
 	"\bLeaseRef\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\"\xa5\x01\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\"\xca\x01\n" +
 	"\x0fSidecarEndpoint\x12\x1d\n" +
 	"\n" +
 	"sidecar_id\x18\x01 \x01(\tR\tsidecarId\x12\x18\n" +
@@ -898,7 +910,8 @@ const file_dataservice_assigner_v1_types_proto_rawDesc = "" +
 	"\x04zone\x18\x03 \x01(\tR\x04zone\x12E\n" +
 	"\n" +
 	"partitions\x18\x04 \x03(\v2%.dataservice.common.v1.TopicPartitionR\n" +
-	"partitions\"\x9e\x01\n" +
+	"partitions\x12#\n" +
+	"\rlocal_address\x18\x05 \x01(\tR\flocalAddress\"\x9e\x01\n" +
 	"\aBinding\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x18\n" +

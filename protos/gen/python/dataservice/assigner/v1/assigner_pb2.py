@@ -27,7 +27,7 @@ from dataservice.common.v1 import common_pb2 as dataservice_dot_common_dot_v1_do
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&dataservice/assigner/v1/assigner.proto\x12\x17\x64\x61taservice.assigner.v1\x1a#dataservice/assigner/v1/types.proto\x1a\"dataservice/common/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\"\x8e\x01\n\x0eSessionRequest\x12\x34\n\x04join\x18\x01 \x01(\x0b\x32$.dataservice.assigner.v1.SessionJoinH\x00\x12>\n\theartbeat\x18\x02 \x01(\x0b\x32).dataservice.assigner.v1.SessionHeartbeatH\x00\x42\x06\n\x04kind\"\x9a\x01\n\x0bSessionJoin\x12\x12\n\nsidecar_id\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x03 \x01(\t\x12\x0c\n\x04zone\x18\x04 \x01(\t\x12\x10\n\x08\x63\x61pacity\x18\x05 \x01(\x05\x12\x36\n\x0bheld_leases\x18\x06 \x03(\x0b\x32!.dataservice.assigner.v1.LeaseRef\"\xf9\x02\n\x10SessionHeartbeat\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x36\n\x06leases\x18\x02 \x03(\x0b\x32&.dataservice.assigner.v1.LeaseProgress\x12?\n\x0freleased_leases\x18\x03 \x03(\x0b\x32&.dataservice.assigner.v1.ReleasedLease\x12\x1e\n\x16\x61pplied_config_version\x18\x04 \x01(\x03\x12\x42\n\x10\x63onfig_rejection\x18\x05 \x01(\x0b\x32(.dataservice.assigner.v1.ConfigRejection\x12\x41\n\x10\x65xternal_commits\x18\x06 \x03(\x0b\x32\'.dataservice.assigner.v1.ExternalCommit\x12\x38\n\x07\x63lients\x18\x07 \x03(\x0b\x32\'.dataservice.assigner.v1.ClientActivity\"\x9e\x01\n\x0e\x43lientActivity\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x16\n\x0erecords_served\x18\x02 \x01(\x03\x12\x0c\n\x04\x61\x63ks\x18\x03 \x01(\x03\x12\x0e\n\x06\x65rrors\x18\x04 \x01(\x03\x12\x10\n\x08requests\x18\x05 \x01(\x03\x12\x19\n\x11last_seen_seconds\x18\x06 \x01(\x01\x12\x16\n\x0e\x61\x63tive_streams\x18\x07 \x01(\x05\"\x98\x01\n\x0e\x45xternalCommit\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x17\n\x0fprevious_offset\x18\x04 \x01(\x03\x12\x18\n\x10\x63ommitted_offset\x18\x05 \x01(\x03\x12\x10\n\x08metadata\x18\x06 \x01(\t\x12\x10\n\x08reverted\x18\x07 \x01(\x08\"\x93\x01\n\rLeaseProgress\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x10\n\x08position\x18\x04 \x01(\x03\x12\x18\n\x10\x63ommitted_offset\x18\x05 \x01(\x03\x12\x0b\n\x03lag\x18\x06 \x01(\x03\x12\x18\n\x10\x62ytes_per_second\x18\x07 \x01(\x01\"Z\n\rReleasedLease\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x18\n\x10\x63ommitted_offset\x18\x04 \x01(\x03\"\xc5\x02\n\x0fSessionResponse\x12<\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x0b\x32(.dataservice.assigner.v1.SessionAcceptedH\x00\x12\x34\n\x05grant\x18\x02 \x01(\x0b\x32#.dataservice.assigner.v1.LeaseGrantH\x00\x12\x36\n\x06revoke\x18\x03 \x01(\x0b\x32$.dataservice.assigner.v1.LeaseRevokeH\x00\x12>\n\rconfig_update\x18\x04 \x01(\x0b\x32%.dataservice.assigner.v1.ConfigUpdateH\x00\x12>\n\rheartbeat_ack\x18\x05 \x01(\x0b\x32%.dataservice.assigner.v1.HeartbeatAckH\x00\x42\x06\n\x04kind\"\x90\x04\n\x0fSessionAccepted\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12,\n\tlease_ttl\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x35\n\x12heartbeat_interval\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x04mode\x18\x04 \x01(\x0e\x32 .dataservice.common.v1.GroupMode\x12U\n\x0f\x63onsumer_config\x18\x05 \x03(\x0b\x32<.dataservice.assigner.v1.SessionAccepted.ConsumerConfigEntry\x12\x16\n\x0e\x63onfig_version\x18\x06 \x01(\x03\x12\x0e\n\x06topics\x18\x07 \x03(\t\x12\x35\n\x12visibility_timeout\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x16\n\x0emax_deliveries\x18\t \x01(\x05\x12O\n\x17\x65xternal_offset_changes\x18\n \x01(\x0e\x32..dataservice.assigner.v1.ExternalOffsetChanges\x1a\x35\n\x13\x43onsumerConfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"S\n\nLeaseGrant\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x14\n\x0cstart_offset\x18\x04 \x01(\x03\"\xa7\x01\n\x0bLeaseRevoke\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x35\n\x06reason\x18\x04 \x01(\x0e\x32%.dataservice.assigner.v1.RevokeReason\x12\x30\n\rdrain_timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xd1\x02\n\x0c\x43onfigUpdate\x12R\n\x0f\x63onsumer_config\x18\x01 \x03(\x0b\x32\x39.dataservice.assigner.v1.ConfigUpdate.ConsumerConfigEntry\x12\x16\n\x0e\x63onfig_version\x18\x02 \x01(\x03\x12\x35\n\x12visibility_timeout\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x16\n\x0emax_deliveries\x18\x04 \x01(\x05\x12O\n\x17\x65xternal_offset_changes\x18\x05 \x01(\x0e\x32..dataservice.assigner.v1.ExternalOffsetChanges\x1a\x35\n\x13\x43onsumerConfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\x0cHeartbeatAck\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x39\n\x0erenewed_leases\x18\x02 \x03(\x0b\x32!.dataservice.assigner.v1.LeaseRef\"W\n\x0cLeaveRequest\x12\x12\n\nsidecar_id\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x10\n\x08graceful\x18\x04 \x01(\x08\"?\n\rLeaveResponse\x12.\n\x0bhold_window\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration*\xb2\x01\n\x0cRevokeReason\x12\x1d\n\x19REVOKE_REASON_UNSPECIFIED\x10\x00\x12\x1b\n\x17REVOKE_REASON_REBALANCE\x10\x01\x12\x16\n\x12REVOKE_REASON_MOVE\x10\x02\x12\x1a\n\x16REVOKE_REASON_SHUTDOWN\x10\x03\x12\x18\n\x14REVOKE_REASON_FENCED\x10\x04\x12\x18\n\x14REVOKE_REASON_CONFIG\x10\x05\x32\xcb\x01\n\x0f\x41ssignerService\x12`\n\x07Session\x12\'.dataservice.assigner.v1.SessionRequest\x1a(.dataservice.assigner.v1.SessionResponse(\x01\x30\x01\x12V\n\x05Leave\x12%.dataservice.assigner.v1.LeaveRequest\x1a&.dataservice.assigner.v1.LeaveResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&dataservice/assigner/v1/assigner.proto\x12\x17\x64\x61taservice.assigner.v1\x1a#dataservice/assigner/v1/types.proto\x1a\"dataservice/common/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\"\x8e\x01\n\x0eSessionRequest\x12\x34\n\x04join\x18\x01 \x01(\x0b\x32$.dataservice.assigner.v1.SessionJoinH\x00\x12>\n\theartbeat\x18\x02 \x01(\x0b\x32).dataservice.assigner.v1.SessionHeartbeatH\x00\x42\x06\n\x04kind\"\xb2\x01\n\x0bSessionJoin\x12\x12\n\nsidecar_id\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x03 \x01(\t\x12\x0c\n\x04zone\x18\x04 \x01(\t\x12\x10\n\x08\x63\x61pacity\x18\x05 \x01(\x05\x12\x36\n\x0bheld_leases\x18\x06 \x03(\x0b\x32!.dataservice.assigner.v1.LeaseRef\x12\x16\n\x0elocal_endpoint\x18\x07 \x01(\t\"\xf9\x02\n\x10SessionHeartbeat\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x36\n\x06leases\x18\x02 \x03(\x0b\x32&.dataservice.assigner.v1.LeaseProgress\x12?\n\x0freleased_leases\x18\x03 \x03(\x0b\x32&.dataservice.assigner.v1.ReleasedLease\x12\x1e\n\x16\x61pplied_config_version\x18\x04 \x01(\x03\x12\x42\n\x10\x63onfig_rejection\x18\x05 \x01(\x0b\x32(.dataservice.assigner.v1.ConfigRejection\x12\x41\n\x10\x65xternal_commits\x18\x06 \x03(\x0b\x32\'.dataservice.assigner.v1.ExternalCommit\x12\x38\n\x07\x63lients\x18\x07 \x03(\x0b\x32\'.dataservice.assigner.v1.ClientActivity\"\x9e\x01\n\x0e\x43lientActivity\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\x16\n\x0erecords_served\x18\x02 \x01(\x03\x12\x0c\n\x04\x61\x63ks\x18\x03 \x01(\x03\x12\x0e\n\x06\x65rrors\x18\x04 \x01(\x03\x12\x10\n\x08requests\x18\x05 \x01(\x03\x12\x19\n\x11last_seen_seconds\x18\x06 \x01(\x01\x12\x16\n\x0e\x61\x63tive_streams\x18\x07 \x01(\x05\"\x98\x01\n\x0e\x45xternalCommit\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x17\n\x0fprevious_offset\x18\x04 \x01(\x03\x12\x18\n\x10\x63ommitted_offset\x18\x05 \x01(\x03\x12\x10\n\x08metadata\x18\x06 \x01(\t\x12\x10\n\x08reverted\x18\x07 \x01(\x08\"\x93\x01\n\rLeaseProgress\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x10\n\x08position\x18\x04 \x01(\x03\x12\x18\n\x10\x63ommitted_offset\x18\x05 \x01(\x03\x12\x0b\n\x03lag\x18\x06 \x01(\x03\x12\x18\n\x10\x62ytes_per_second\x18\x07 \x01(\x01\"Z\n\rReleasedLease\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x18\n\x10\x63ommitted_offset\x18\x04 \x01(\x03\"\xc5\x02\n\x0fSessionResponse\x12<\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x0b\x32(.dataservice.assigner.v1.SessionAcceptedH\x00\x12\x34\n\x05grant\x18\x02 \x01(\x0b\x32#.dataservice.assigner.v1.LeaseGrantH\x00\x12\x36\n\x06revoke\x18\x03 \x01(\x0b\x32$.dataservice.assigner.v1.LeaseRevokeH\x00\x12>\n\rconfig_update\x18\x04 \x01(\x0b\x32%.dataservice.assigner.v1.ConfigUpdateH\x00\x12>\n\rheartbeat_ack\x18\x05 \x01(\x0b\x32%.dataservice.assigner.v1.HeartbeatAckH\x00\x42\x06\n\x04kind\"\x90\x04\n\x0fSessionAccepted\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12,\n\tlease_ttl\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x35\n\x12heartbeat_interval\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12.\n\x04mode\x18\x04 \x01(\x0e\x32 .dataservice.common.v1.GroupMode\x12U\n\x0f\x63onsumer_config\x18\x05 \x03(\x0b\x32<.dataservice.assigner.v1.SessionAccepted.ConsumerConfigEntry\x12\x16\n\x0e\x63onfig_version\x18\x06 \x01(\x03\x12\x0e\n\x06topics\x18\x07 \x03(\t\x12\x35\n\x12visibility_timeout\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x16\n\x0emax_deliveries\x18\t \x01(\x05\x12O\n\x17\x65xternal_offset_changes\x18\n \x01(\x0e\x32..dataservice.assigner.v1.ExternalOffsetChanges\x1a\x35\n\x13\x43onsumerConfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"S\n\nLeaseGrant\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x14\n\x0cstart_offset\x18\x04 \x01(\x03\"\xa7\x01\n\x0bLeaseRevoke\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x35\n\x06reason\x18\x04 \x01(\x0e\x32%.dataservice.assigner.v1.RevokeReason\x12\x30\n\rdrain_timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xd1\x02\n\x0c\x43onfigUpdate\x12R\n\x0f\x63onsumer_config\x18\x01 \x03(\x0b\x32\x39.dataservice.assigner.v1.ConfigUpdate.ConsumerConfigEntry\x12\x16\n\x0e\x63onfig_version\x18\x02 \x01(\x03\x12\x35\n\x12visibility_timeout\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x16\n\x0emax_deliveries\x18\x04 \x01(\x05\x12O\n\x17\x65xternal_offset_changes\x18\x05 \x01(\x0e\x32..dataservice.assigner.v1.ExternalOffsetChanges\x1a\x35\n\x13\x43onsumerConfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"V\n\x0cHeartbeatAck\x12\x0b\n\x03seq\x18\x01 \x01(\x03\x12\x39\n\x0erenewed_leases\x18\x02 \x03(\x0b\x32!.dataservice.assigner.v1.LeaseRef\"W\n\x0cLeaveRequest\x12\x12\n\nsidecar_id\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x10\n\x08graceful\x18\x04 \x01(\x08\"?\n\rLeaveResponse\x12.\n\x0bhold_window\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration*\xb2\x01\n\x0cRevokeReason\x12\x1d\n\x19REVOKE_REASON_UNSPECIFIED\x10\x00\x12\x1b\n\x17REVOKE_REASON_REBALANCE\x10\x01\x12\x16\n\x12REVOKE_REASON_MOVE\x10\x02\x12\x1a\n\x16REVOKE_REASON_SHUTDOWN\x10\x03\x12\x18\n\x14REVOKE_REASON_FENCED\x10\x04\x12\x18\n\x14REVOKE_REASON_CONFIG\x10\x05\x32\xcb\x01\n\x0f\x41ssignerService\x12`\n\x07Session\x12\'.dataservice.assigner.v1.SessionRequest\x1a(.dataservice.assigner.v1.SessionResponse(\x01\x30\x01\x12V\n\x05Leave\x12%.dataservice.assigner.v1.LeaveRequest\x1a&.dataservice.assigner.v1.LeaveResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,42 +38,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SESSIONACCEPTED_CONSUMERCONFIGENTRY']._serialized_options = b'8\001'
   _globals['_CONFIGUPDATE_CONSUMERCONFIGENTRY']._loaded_options = None
   _globals['_CONFIGUPDATE_CONSUMERCONFIGENTRY']._serialized_options = b'8\001'
-  _globals['_REVOKEREASON']._serialized_start=3109
-  _globals['_REVOKEREASON']._serialized_end=3287
+  _globals['_REVOKEREASON']._serialized_start=3133
+  _globals['_REVOKEREASON']._serialized_end=3311
   _globals['_SESSIONREQUEST']._serialized_start=173
   _globals['_SESSIONREQUEST']._serialized_end=315
   _globals['_SESSIONJOIN']._serialized_start=318
-  _globals['_SESSIONJOIN']._serialized_end=472
-  _globals['_SESSIONHEARTBEAT']._serialized_start=475
-  _globals['_SESSIONHEARTBEAT']._serialized_end=852
-  _globals['_CLIENTACTIVITY']._serialized_start=855
-  _globals['_CLIENTACTIVITY']._serialized_end=1013
-  _globals['_EXTERNALCOMMIT']._serialized_start=1016
-  _globals['_EXTERNALCOMMIT']._serialized_end=1168
-  _globals['_LEASEPROGRESS']._serialized_start=1171
-  _globals['_LEASEPROGRESS']._serialized_end=1318
-  _globals['_RELEASEDLEASE']._serialized_start=1320
-  _globals['_RELEASEDLEASE']._serialized_end=1410
-  _globals['_SESSIONRESPONSE']._serialized_start=1413
-  _globals['_SESSIONRESPONSE']._serialized_end=1738
-  _globals['_SESSIONACCEPTED']._serialized_start=1741
-  _globals['_SESSIONACCEPTED']._serialized_end=2269
-  _globals['_SESSIONACCEPTED_CONSUMERCONFIGENTRY']._serialized_start=2216
-  _globals['_SESSIONACCEPTED_CONSUMERCONFIGENTRY']._serialized_end=2269
-  _globals['_LEASEGRANT']._serialized_start=2271
-  _globals['_LEASEGRANT']._serialized_end=2354
-  _globals['_LEASEREVOKE']._serialized_start=2357
-  _globals['_LEASEREVOKE']._serialized_end=2524
-  _globals['_CONFIGUPDATE']._serialized_start=2527
-  _globals['_CONFIGUPDATE']._serialized_end=2864
-  _globals['_CONFIGUPDATE_CONSUMERCONFIGENTRY']._serialized_start=2216
-  _globals['_CONFIGUPDATE_CONSUMERCONFIGENTRY']._serialized_end=2269
-  _globals['_HEARTBEATACK']._serialized_start=2866
-  _globals['_HEARTBEATACK']._serialized_end=2952
-  _globals['_LEAVEREQUEST']._serialized_start=2954
-  _globals['_LEAVEREQUEST']._serialized_end=3041
-  _globals['_LEAVERESPONSE']._serialized_start=3043
-  _globals['_LEAVERESPONSE']._serialized_end=3106
-  _globals['_ASSIGNERSERVICE']._serialized_start=3290
-  _globals['_ASSIGNERSERVICE']._serialized_end=3493
+  _globals['_SESSIONJOIN']._serialized_end=496
+  _globals['_SESSIONHEARTBEAT']._serialized_start=499
+  _globals['_SESSIONHEARTBEAT']._serialized_end=876
+  _globals['_CLIENTACTIVITY']._serialized_start=879
+  _globals['_CLIENTACTIVITY']._serialized_end=1037
+  _globals['_EXTERNALCOMMIT']._serialized_start=1040
+  _globals['_EXTERNALCOMMIT']._serialized_end=1192
+  _globals['_LEASEPROGRESS']._serialized_start=1195
+  _globals['_LEASEPROGRESS']._serialized_end=1342
+  _globals['_RELEASEDLEASE']._serialized_start=1344
+  _globals['_RELEASEDLEASE']._serialized_end=1434
+  _globals['_SESSIONRESPONSE']._serialized_start=1437
+  _globals['_SESSIONRESPONSE']._serialized_end=1762
+  _globals['_SESSIONACCEPTED']._serialized_start=1765
+  _globals['_SESSIONACCEPTED']._serialized_end=2293
+  _globals['_SESSIONACCEPTED_CONSUMERCONFIGENTRY']._serialized_start=2240
+  _globals['_SESSIONACCEPTED_CONSUMERCONFIGENTRY']._serialized_end=2293
+  _globals['_LEASEGRANT']._serialized_start=2295
+  _globals['_LEASEGRANT']._serialized_end=2378
+  _globals['_LEASEREVOKE']._serialized_start=2381
+  _globals['_LEASEREVOKE']._serialized_end=2548
+  _globals['_CONFIGUPDATE']._serialized_start=2551
+  _globals['_CONFIGUPDATE']._serialized_end=2888
+  _globals['_CONFIGUPDATE_CONSUMERCONFIGENTRY']._serialized_start=2240
+  _globals['_CONFIGUPDATE_CONSUMERCONFIGENTRY']._serialized_end=2293
+  _globals['_HEARTBEATACK']._serialized_start=2890
+  _globals['_HEARTBEATACK']._serialized_end=2976
+  _globals['_LEAVEREQUEST']._serialized_start=2978
+  _globals['_LEAVEREQUEST']._serialized_end=3065
+  _globals['_LEAVERESPONSE']._serialized_start=3067
+  _globals['_LEAVERESPONSE']._serialized_end=3130
+  _globals['_ASSIGNERSERVICE']._serialized_start=3314
+  _globals['_ASSIGNERSERVICE']._serialized_end=3517
 # @@protoc_insertion_point(module_scope)

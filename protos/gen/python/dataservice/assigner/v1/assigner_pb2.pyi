@@ -115,6 +115,7 @@ class SessionJoin(_message.Message):
     ZONE_FIELD_NUMBER: _builtins.int
     CAPACITY_FIELD_NUMBER: _builtins.int
     HELD_LEASES_FIELD_NUMBER: _builtins.int
+    LOCAL_ENDPOINT_FIELD_NUMBER: _builtins.int
     sidecar_id: _builtins.str
     """Stable sidecar id (pod name); the static identity the assigner keys leases on."""
     group: _builtins.str
@@ -125,6 +126,10 @@ class SessionJoin(_message.Message):
     """Zone (failure domain) of the sidecar; empty = unknown."""
     capacity: _builtins.int
     """Maximum number of partitions the sidecar accepts; 0 = unlimited."""
+    local_endpoint: _builtins.str
+    """unix:PATH of the sidecar's StreamService on a Unix domain socket, for an application in
+    the same pod (the file name carries the sidecar id); empty = TCP only.
+    """
     @_builtins.property
     def held_leases(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.LeaseRef]:
         """Leases the sidecar still holds, with their epochs; non-empty when it re-attaches after a
@@ -141,10 +146,11 @@ class SessionJoin(_message.Message):
         zone: _builtins.str = ...,
         capacity: _builtins.int = ...,
         held_leases: _abc.Iterable[_types_pb2.LeaseRef] | None = ...,
+        local_endpoint: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "endpoint", b"endpoint", "group", b"group", "held_leases", b"held_leases", "sidecar_id", b"sidecar_id", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity", b"capacity", "endpoint", b"endpoint", "group", b"group", "held_leases", b"held_leases", "local_endpoint", b"local_endpoint", "sidecar_id", b"sidecar_id", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

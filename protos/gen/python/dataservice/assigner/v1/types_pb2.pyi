@@ -415,12 +415,19 @@ class SidecarEndpoint(_message.Message):
     ADDRESS_FIELD_NUMBER: _builtins.int
     ZONE_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
+    LOCAL_ADDRESS_FIELD_NUMBER: _builtins.int
     sidecar_id: _builtins.str
     """Stable sidecar id."""
     address: _builtins.str
     """host:port of the sidecar's StreamService."""
     zone: _builtins.str
     """Zone the sidecar runs in; empty = unknown."""
+    local_address: _builtins.str
+    """unix:PATH of the same StreamService on a Unix domain socket, reachable only from the
+    sidecar's own pod (the file name carries sidecar_id, so a same-named path elsewhere is
+    never another sidecar's); empty = TCP only. A client prefers it when the socket exists
+    and accepts a connection, and falls back to address.
+    """
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicPartition]:
         """Partitions the sidecar currently serves for the group."""
@@ -432,10 +439,11 @@ class SidecarEndpoint(_message.Message):
         address: _builtins.str = ...,
         zone: _builtins.str = ...,
         partitions: _abc.Iterable[_common_pb2.TopicPartition] | None = ...,
+        local_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "partitions", b"partitions", "sidecar_id", b"sidecar_id", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "local_address", b"local_address", "partitions", b"partitions", "sidecar_id", b"sidecar_id", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

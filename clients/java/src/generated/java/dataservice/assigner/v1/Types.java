@@ -8274,6 +8274,32 @@ java.lang.String defaultValue) {
      */
     dataservice.common.v1.Common.TopicPartitionOrBuilder getPartitionsOrBuilder(
         int index);
+
+    /**
+     * <pre>
+     * unix:PATH of the same StreamService on a Unix domain socket, reachable only from the
+     * sidecar's own pod (the file name carries sidecar_id, so a same-named path elsewhere is
+     * never another sidecar's); empty = TCP only. A client prefers it when the socket exists
+     * and accepts a connection, and falls back to address.
+     * </pre>
+     *
+     * <code>string local_address = 5;</code>
+     * @return The localAddress.
+     */
+    java.lang.String getLocalAddress();
+    /**
+     * <pre>
+     * unix:PATH of the same StreamService on a Unix domain socket, reachable only from the
+     * sidecar's own pod (the file name carries sidecar_id, so a same-named path elsewhere is
+     * never another sidecar's); empty = TCP only. A client prefers it when the socket exists
+     * and accepts a connection, and falls back to address.
+     * </pre>
+     *
+     * <code>string local_address = 5;</code>
+     * @return The bytes for localAddress.
+     */
+    com.google.protobuf.ByteString
+        getLocalAddressBytes();
   }
   /**
    * <pre>
@@ -8305,6 +8331,7 @@ java.lang.String defaultValue) {
       address_ = "";
       zone_ = "";
       partitions_ = java.util.Collections.emptyList();
+      localAddress_ = "";
     }
 
     public static final com.google.protobuf.Descriptors.Descriptor
@@ -8522,6 +8549,59 @@ java.lang.String defaultValue) {
       return partitions_.get(index);
     }
 
+    public static final int LOCAL_ADDRESS_FIELD_NUMBER = 5;
+    @SuppressWarnings("serial")
+    private volatile java.lang.Object localAddress_ = "";
+    /**
+     * <pre>
+     * unix:PATH of the same StreamService on a Unix domain socket, reachable only from the
+     * sidecar's own pod (the file name carries sidecar_id, so a same-named path elsewhere is
+     * never another sidecar's); empty = TCP only. A client prefers it when the socket exists
+     * and accepts a connection, and falls back to address.
+     * </pre>
+     *
+     * <code>string local_address = 5;</code>
+     * @return The localAddress.
+     */
+    @java.lang.Override
+    public java.lang.String getLocalAddress() {
+      java.lang.Object ref = localAddress_;
+      if (ref instanceof java.lang.String) {
+        return (java.lang.String) ref;
+      } else {
+        com.google.protobuf.ByteString bs = 
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        localAddress_ = s;
+        return s;
+      }
+    }
+    /**
+     * <pre>
+     * unix:PATH of the same StreamService on a Unix domain socket, reachable only from the
+     * sidecar's own pod (the file name carries sidecar_id, so a same-named path elsewhere is
+     * never another sidecar's); empty = TCP only. A client prefers it when the socket exists
+     * and accepts a connection, and falls back to address.
+     * </pre>
+     *
+     * <code>string local_address = 5;</code>
+     * @return The bytes for localAddress.
+     */
+    @java.lang.Override
+    public com.google.protobuf.ByteString
+        getLocalAddressBytes() {
+      java.lang.Object ref = localAddress_;
+      if (ref instanceof java.lang.String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        localAddress_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+
     private byte memoizedIsInitialized = -1;
     @java.lang.Override
     public final boolean isInitialized() {
@@ -8548,6 +8628,9 @@ java.lang.String defaultValue) {
       for (int i = 0; i < partitions_.size(); i++) {
         output.writeMessage(4, partitions_.get(i));
       }
+      if (!com.google.protobuf.GeneratedMessage.isStringEmpty(localAddress_)) {
+        com.google.protobuf.GeneratedMessage.writeString(output, 5, localAddress_);
+      }
       getUnknownFields().writeTo(output);
     }
 
@@ -8569,6 +8652,9 @@ java.lang.String defaultValue) {
       for (int i = 0; i < partitions_.size(); i++) {
         size += com.google.protobuf.CodedOutputStream
           .computeMessageSize(4, partitions_.get(i));
+      }
+      if (!com.google.protobuf.GeneratedMessage.isStringEmpty(localAddress_)) {
+        size += com.google.protobuf.GeneratedMessage.computeStringSize(5, localAddress_);
       }
       size += getUnknownFields().getSerializedSize();
       memoizedSize = size;
@@ -8593,6 +8679,8 @@ java.lang.String defaultValue) {
           .equals(other.getZone())) return false;
       if (!getPartitionsList()
           .equals(other.getPartitionsList())) return false;
+      if (!getLocalAddress()
+          .equals(other.getLocalAddress())) return false;
       if (!getUnknownFields().equals(other.getUnknownFields())) return false;
       return true;
     }
@@ -8614,6 +8702,8 @@ java.lang.String defaultValue) {
         hash = (37 * hash) + PARTITIONS_FIELD_NUMBER;
         hash = (53 * hash) + getPartitionsList().hashCode();
       }
+      hash = (37 * hash) + LOCAL_ADDRESS_FIELD_NUMBER;
+      hash = (53 * hash) + getLocalAddress().hashCode();
       hash = (29 * hash) + getUnknownFields().hashCode();
       memoizedHashCode = hash;
       return hash;
@@ -8759,6 +8849,7 @@ java.lang.String defaultValue) {
           partitionsBuilder_.clear();
         }
         bitField0_ = (bitField0_ & ~0x00000008);
+        localAddress_ = "";
         return this;
       }
 
@@ -8813,6 +8904,9 @@ java.lang.String defaultValue) {
         }
         if (((from_bitField0_ & 0x00000004) != 0)) {
           result.zone_ = zone_;
+        }
+        if (((from_bitField0_ & 0x00000010) != 0)) {
+          result.localAddress_ = localAddress_;
         }
       }
 
@@ -8869,6 +8963,11 @@ java.lang.String defaultValue) {
             }
           }
         }
+        if (!other.getLocalAddress().isEmpty()) {
+          localAddress_ = other.localAddress_;
+          bitField0_ |= 0x00000010;
+          onChanged();
+        }
         this.mergeUnknownFields(other.getUnknownFields());
         onChanged();
         return this;
@@ -8923,6 +9022,11 @@ java.lang.String defaultValue) {
                 }
                 break;
               } // case 34
+              case 42: {
+                localAddress_ = input.readStringRequireUtf8();
+                bitField0_ |= 0x00000010;
+                break;
+              } // case 42
               default: {
                 if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                   done = true; // was an endgroup tag
@@ -9526,6 +9630,113 @@ java.lang.String defaultValue) {
           partitions_ = null;
         }
         return partitionsBuilder_;
+      }
+
+      private java.lang.Object localAddress_ = "";
+      /**
+       * <pre>
+       * unix:PATH of the same StreamService on a Unix domain socket, reachable only from the
+       * sidecar's own pod (the file name carries sidecar_id, so a same-named path elsewhere is
+       * never another sidecar's); empty = TCP only. A client prefers it when the socket exists
+       * and accepts a connection, and falls back to address.
+       * </pre>
+       *
+       * <code>string local_address = 5;</code>
+       * @return The localAddress.
+       */
+      public java.lang.String getLocalAddress() {
+        java.lang.Object ref = localAddress_;
+        if (!(ref instanceof java.lang.String)) {
+          com.google.protobuf.ByteString bs =
+              (com.google.protobuf.ByteString) ref;
+          java.lang.String s = bs.toStringUtf8();
+          localAddress_ = s;
+          return s;
+        } else {
+          return (java.lang.String) ref;
+        }
+      }
+      /**
+       * <pre>
+       * unix:PATH of the same StreamService on a Unix domain socket, reachable only from the
+       * sidecar's own pod (the file name carries sidecar_id, so a same-named path elsewhere is
+       * never another sidecar's); empty = TCP only. A client prefers it when the socket exists
+       * and accepts a connection, and falls back to address.
+       * </pre>
+       *
+       * <code>string local_address = 5;</code>
+       * @return The bytes for localAddress.
+       */
+      public com.google.protobuf.ByteString
+          getLocalAddressBytes() {
+        java.lang.Object ref = localAddress_;
+        if (ref instanceof String) {
+          com.google.protobuf.ByteString b = 
+              com.google.protobuf.ByteString.copyFromUtf8(
+                  (java.lang.String) ref);
+          localAddress_ = b;
+          return b;
+        } else {
+          return (com.google.protobuf.ByteString) ref;
+        }
+      }
+      /**
+       * <pre>
+       * unix:PATH of the same StreamService on a Unix domain socket, reachable only from the
+       * sidecar's own pod (the file name carries sidecar_id, so a same-named path elsewhere is
+       * never another sidecar's); empty = TCP only. A client prefers it when the socket exists
+       * and accepts a connection, and falls back to address.
+       * </pre>
+       *
+       * <code>string local_address = 5;</code>
+       * @param value The localAddress to set.
+       * @return This builder for chaining.
+       */
+      public Builder setLocalAddress(
+          java.lang.String value) {
+        if (value == null) { throw new NullPointerException(); }
+        localAddress_ = value;
+        bitField0_ |= 0x00000010;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * unix:PATH of the same StreamService on a Unix domain socket, reachable only from the
+       * sidecar's own pod (the file name carries sidecar_id, so a same-named path elsewhere is
+       * never another sidecar's); empty = TCP only. A client prefers it when the socket exists
+       * and accepts a connection, and falls back to address.
+       * </pre>
+       *
+       * <code>string local_address = 5;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearLocalAddress() {
+        localAddress_ = getDefaultInstance().getLocalAddress();
+        bitField0_ = (bitField0_ & ~0x00000010);
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * unix:PATH of the same StreamService on a Unix domain socket, reachable only from the
+       * sidecar's own pod (the file name carries sidecar_id, so a same-named path elsewhere is
+       * never another sidecar's); empty = TCP only. A client prefers it when the socket exists
+       * and accepts a connection, and falls back to address.
+       * </pre>
+       *
+       * <code>string local_address = 5;</code>
+       * @param value The bytes for localAddress to set.
+       * @return This builder for chaining.
+       */
+      public Builder setLocalAddressBytes(
+          com.google.protobuf.ByteString value) {
+        if (value == null) { throw new NullPointerException(); }
+        checkByteStringIsUtf8(value);
+        localAddress_ = value;
+        bitField0_ |= 0x00000010;
+        onChanged();
+        return this;
       }
 
       // @@protoc_insertion_point(builder_scope:dataservice.assigner.v1.SidecarEndpoint)
@@ -10983,25 +11194,26 @@ java.lang.String defaultValue) {
       "r.v1.LeaseState\022.\n\nexpires_at\030\006 \001(\0132\032.go" +
       "ogle.protobuf.Timestamp\";\n\010LeaseRef\022\r\n\005t" +
       "opic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\r\n\005epoch\030\003" +
-      " \001(\003\"\177\n\017SidecarEndpoint\022\022\n\nsidecar_id\030\001 " +
-      "\001(\t\022\017\n\007address\030\002 \001(\t\022\014\n\004zone\030\003 \001(\t\0229\n\npa" +
-      "rtitions\030\004 \003(\0132%.dataservice.common.v1.T" +
-      "opicPartition\"y\n\007Binding\022\021\n\tclient_id\030\001 " +
-      "\001(\t\022\r\n\005group\030\002 \001(\t\022\017\n\007version\030\003 \001(\003\022;\n\te" +
-      "ndpoints\030\004 \003(\0132(.dataservice.assigner.v1" +
-      ".SidecarEndpoint*j\n\017BalanceStrategy\022 \n\034B" +
-      "ALANCE_STRATEGY_UNSPECIFIED\020\000\022\032\n\026BALANCE" +
-      "_STRATEGY_COUNT\020\001\022\031\n\025BALANCE_STRATEGY_LO" +
-      "AD\020\002*\254\001\n\025ExternalOffsetChanges\022\'\n#EXTERN" +
-      "AL_OFFSET_CHANGES_UNSPECIFIED\020\000\022\"\n\036EXTER" +
-      "NAL_OFFSET_CHANGES_FOLLOW\020\001\022\"\n\036EXTERNAL_" +
-      "OFFSET_CHANGES_REVERT\020\002\022\"\n\036EXTERNAL_OFFS" +
-      "ET_CHANGES_IGNORE\020\003*\300\001\n\nLeaseState\022\033\n\027LE" +
-      "ASE_STATE_UNSPECIFIED\020\000\022\032\n\026LEASE_STATE_U" +
-      "NASSIGNED\020\001\022\027\n\023LEASE_STATE_GRANTED\020\002\022\026\n\022" +
-      "LEASE_STATE_ACTIVE\020\003\022\030\n\024LEASE_STATE_REVO" +
-      "KING\020\004\022\030\n\024LEASE_STATE_EXPIRING\020\005\022\024\n\020LEAS" +
-      "E_STATE_HELD\020\006b\006proto3"
+      " \001(\003\"\226\001\n\017SidecarEndpoint\022\022\n\nsidecar_id\030\001" +
+      " \001(\t\022\017\n\007address\030\002 \001(\t\022\014\n\004zone\030\003 \001(\t\0229\n\np" +
+      "artitions\030\004 \003(\0132%.dataservice.common.v1." +
+      "TopicPartition\022\025\n\rlocal_address\030\005 \001(\t\"y\n" +
+      "\007Binding\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001" +
+      "(\t\022\017\n\007version\030\003 \001(\003\022;\n\tendpoints\030\004 \003(\0132(" +
+      ".dataservice.assigner.v1.SidecarEndpoint" +
+      "*j\n\017BalanceStrategy\022 \n\034BALANCE_STRATEGY_" +
+      "UNSPECIFIED\020\000\022\032\n\026BALANCE_STRATEGY_COUNT\020" +
+      "\001\022\031\n\025BALANCE_STRATEGY_LOAD\020\002*\254\001\n\025Externa" +
+      "lOffsetChanges\022\'\n#EXTERNAL_OFFSET_CHANGE" +
+      "S_UNSPECIFIED\020\000\022\"\n\036EXTERNAL_OFFSET_CHANG" +
+      "ES_FOLLOW\020\001\022\"\n\036EXTERNAL_OFFSET_CHANGES_R" +
+      "EVERT\020\002\022\"\n\036EXTERNAL_OFFSET_CHANGES_IGNOR" +
+      "E\020\003*\300\001\n\nLeaseState\022\033\n\027LEASE_STATE_UNSPEC" +
+      "IFIED\020\000\022\032\n\026LEASE_STATE_UNASSIGNED\020\001\022\027\n\023L" +
+      "EASE_STATE_GRANTED\020\002\022\026\n\022LEASE_STATE_ACTI" +
+      "VE\020\003\022\030\n\024LEASE_STATE_REVOKING\020\004\022\030\n\024LEASE_" +
+      "STATE_EXPIRING\020\005\022\024\n\020LEASE_STATE_HELD\020\006b\006" +
+      "proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -11051,7 +11263,7 @@ java.lang.String defaultValue) {
     internal_static_dataservice_assigner_v1_SidecarEndpoint_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_assigner_v1_SidecarEndpoint_descriptor,
-        new java.lang.String[] { "SidecarId", "Address", "Zone", "Partitions", });
+        new java.lang.String[] { "SidecarId", "Address", "Zone", "Partitions", "LocalAddress", });
     internal_static_dataservice_assigner_v1_Binding_descriptor =
       getDescriptor().getMessageType(6);
     internal_static_dataservice_assigner_v1_Binding_fieldAccessorTable = new
