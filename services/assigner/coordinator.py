@@ -115,6 +115,7 @@ class MemberInfo:
     held_until: float | None = None  # gone gracefully; its place is kept until then
     # HANDOFF: what it held when it left, handed back if it returns within its window.
     previous: tuple[TopicPartition, ...] = ()
+    local_endpoint: str = ""  # unix:PATH for an application in the sidecar's pod
 
     @property
     def present(self) -> bool:

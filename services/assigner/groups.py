@@ -342,6 +342,7 @@ class GroupRuntime:
             session_id=conn.session_id,
             zone=join.zone or None,
             capacity=join.capacity or None,
+            local_endpoint=join.local_endpoint,
         )
         held = [HeldLease(TopicPartition(h.topic, h.partition), h.epoch) for h in join.held_leases]
         outcome = self.coordinator.join(member, held, now)
@@ -798,6 +799,7 @@ class GroupRuntime:
             types_pb2.SidecarEndpoint(
                 sidecar_id=member.id,
                 address=member.endpoint,
+                local_address=member.local_endpoint,
                 zone=member.zone or "",
                 partitions=[
                     common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition)

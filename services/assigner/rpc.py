@@ -52,6 +52,7 @@ from services.assigner.registry import GroupRegistry
 from services.assigner.resets import OffsetResets, ResetOrder, ResetResult
 from services.assigner.settings import AssignerSettings
 from services.assigner.state import GroupRecord
+from services.runtime import local_socket
 from services.runtime.auth import current_identity
 from services.runtime.errors import DsError, Reason, invalid
 from services.runtime.topic_partition import TopicPartition
@@ -106,6 +107,12 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
             raise invalid("join.endpoint", "must be the sidecar's HOST:PORT")
         if join.capacity < 0:
             raise invalid("join.capacity", "must be >= 0 (0 = unlimited)")
+        if join.local_endpoint and not local_socket.names_sidecar(
+            join.local_endpoint, join.sidecar_id
+        ):
+            raise invalid(
+                "join.local_endpoint", "must be unix:PATH whose file name carries the sidecar id"
+            )
         group = await self.groups.serving_group(join.group)
         # Authorization (when on) let this identity name this sidecar id; the group also
         # keeps another identity from taking over a live session of it.

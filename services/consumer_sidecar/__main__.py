@@ -46,6 +46,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--group", help="consumer group to serve (DS_GROUP)")
     parser.add_argument("--assigner", help="assigner HOST:PORT (DS_ASSIGNER)")
     parser.add_argument("--zone", help="zone / failure domain (DS_ZONE)")
+    parser.add_argument(
+        "--uds-dir", help="also serve on a Unix domain socket in this directory (DS_UDS_DIR)"
+    )
     settings = load_or_exit(SidecarSettings, parser, argv)
     configure("ds-sidecar", fmt=settings.log_format, level=settings.log_level)
     from services.consumer_sidecar.app import SidecarApp  # after logging is configured

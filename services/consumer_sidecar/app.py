@@ -14,6 +14,7 @@ import contextlib
 import functools
 import time
 from collections.abc import Coroutine, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -41,6 +42,7 @@ from services.consumer_sidecar.rpc import StreamServicer, add_to_server
 from services.consumer_sidecar.serving import DataSignal, Serving
 from services.consumer_sidecar.session import ConfigStatus, SessionClient, SessionIdentity
 from services.consumer_sidecar.settings import SidecarSettings
+from services.runtime import local_socket
 from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route
 from services.runtime.kafka import KafkaProbe, new_consumer
@@ -285,6 +287,12 @@ class SidecarApp:
         authorization of Status checks (``reader:GROUP``)."""
         return self.settings.group
 
+    @property
+    def local_socket_path(self) -> Path | None:
+        """The Unix domain socket the StreamService is also served on, for the
+        application in the pod (``uds_dir``); None: TCP only."""
+        return self.settings.local_socket_path
+
     def instance_meta(self) -> Mapping[str, str]:
         return {"group": self.settings.group, "sidecar_id": self.settings.id}
 
@@ -298,6 +306,7 @@ class SidecarApp:
             endpoint=endpoint,
             zone=self.settings.zone,
             capacity=self.settings.capacity,
+            local_endpoint=local_socket.target(server.local_socket) if server.local_socket else "",
         )
         self.fetcher.start()
         self._spawn(self.live_config.run(), "live-config")

@@ -5,7 +5,8 @@ Kept per client in plain Python state rendered at scrape time (:class:`ClientMet
 cheap to update on the delivery path, and an evicted client's series go away whole.
 ``client_id`` cardinality is bounded by :class:`ClientIdLimiter`: past the limit a new id is
 reported as ``other``, unless the least recently seen client has been idle long enough to
-give up its place. :class:`AccessInterceptor` counts every StreamService call.
+give up its place. :class:`AccessInterceptor` counts every StreamService call (and by
+transport: the pod's Unix domain socket or TCP).
 """
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ class ClientTotals:
 @dataclass
 class _Client:
     requests: dict[tuple[str, str], int] = field(default_factory=dict)
+    transports: dict[str, int] = field(default_factory=dict)  # "unix" / "tcp" → calls
     durations: dict[str, Buckets] = field(default_factory=dict)
     records: int = 0
     bytes: int = 0
@@ -167,10 +169,13 @@ class ClientMetrics(Collector):
         state.last_seen = self._wall()
         return label, state
 
-    def request(self, client_id: str, method: str, code: str, seconds: float) -> None:
+    def request(
+        self, client_id: str, method: str, code: str, seconds: float, transport: str = "tcp"
+    ) -> None:
         _label, state = self.client(client_id)
         key = (method, code)
         state.requests[key] = state.requests.get(key, 0) + 1
+        state.transports[transport] = state.transports.get(transport, 0) + 1
         buckets = state.durations.get(method)
         if buckets is None:
             buckets = state.durations[method] = Buckets(REQUEST_BUCKETS)
@@ -256,6 +261,11 @@ class ClientMetrics(Collector):
             help_of("ds_client_requests_total"),
             labels=["group", "client_id", "method", "code"],
         )
+        transports = CounterMetricFamily(
+            base_name("ds_client_transport_requests_total"),
+            help_of("ds_client_transport_requests_total"),
+            labels=["group", "client_id", "transport"],
+        )
         durations = HistogramMetricFamily(
             "ds_client_request_duration_seconds",
             help_of("ds_client_request_duration_seconds"),
@@ -277,6 +287,8 @@ class ClientMetrics(Collector):
         for client_id, state in clients:
             for (method, code), count in list(state.requests.items()):
                 requests.add_metric([group, client_id, method, code], count)
+            for transport, count in list(state.transports.items()):
+                transports.add_metric([group, client_id, transport], count)
             for method, buckets in list(state.durations.items()):
                 durations.add_metric(
                     [group, client_id, method], buckets.cumulative(), buckets.total
@@ -295,6 +307,7 @@ class ClientMetrics(Collector):
         )
         age.add_metric([group], self.record_age.cumulative(), self.record_age.total)
         yield requests
+        yield transports
         yield durations
         yield from simple.values()
         yield age
@@ -334,7 +347,9 @@ class AccessInterceptor(WrappingInterceptor):
                 raise
             finally:
                 client_id = str(getattr(request, "client_id", "") or "")
-                clients.request(client_id, method, code, time.monotonic() - started)
+                clients.request(
+                    client_id, method, code, time.monotonic() - started, transport_of(context)
+                )
 
         return wrapped
 
@@ -355,7 +370,13 @@ class AccessInterceptor(WrappingInterceptor):
                 code = _code(exc, context)
                 raise
             finally:
-                clients.request(call.client_id, method, code, time.monotonic() - started)
+                clients.request(
+                    call.client_id,
+                    method,
+                    code,
+                    time.monotonic() - started,
+                    transport_of(context),
+                )
 
         return wrapped
 
@@ -371,6 +392,12 @@ async def _first_open(requests: AsyncIterator[Any], call: _Call) -> AsyncIterato
         if not call.client_id and request.WhichOneof("kind") == "open":
             call.client_id = request.open.client_id
         yield request
+
+
+def transport_of(context: grpc.aio.ServicerContext[Any, Any]) -> str:
+    """How the caller reached the sidecar: ``unix`` over the pod's Unix domain socket
+    (gRPC's peer ``unix:...``), else ``tcp``."""
+    return "unix" if context.peer().startswith("unix:") else "tcp"
 
 
 def _code(exc: BaseException, context: grpc.aio.ServicerContext[Any, Any]) -> str:

@@ -221,6 +221,9 @@ METRIC_TABLE: tuple[MetricSpec, ...] = (
           "librdkafka errors by class (fatal, retriable, informational) and code"),
     _spec("ds_client_requests_total", "counter", "group,client_id,method,code", OWN,
           "StreamService calls by client, method and gRPC status code"),
+    _spec("ds_client_transport_requests_total", "counter", "group,client_id,transport", OWN,
+          "StreamService calls by client and transport: unix (the pod's Unix domain "
+          "socket) or tcp"),
     _spec("ds_client_request_duration_seconds", "histogram", "group,client_id,method", OWN,
           "StreamService call duration by client and method (a Stream: its lifetime)"),
     _spec("ds_client_records_served_total", "counter", GC, OWN,

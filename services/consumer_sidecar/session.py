@@ -93,6 +93,7 @@ class SessionIdentity:
     endpoint: str
     zone: str = ""
     capacity: int = 0
+    local_endpoint: str = ""  # unix:PATH for the application in the pod; "" = TCP only
 
 
 class SessionClient:
@@ -288,6 +289,7 @@ class SessionClient:
                 zone=ident.zone,
                 capacity=ident.capacity,
                 held_leases=held,
+                local_endpoint=ident.local_endpoint,
             )
         )
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from services.runtime.addresses import parse_host_port
 from services.runtime.settings import ServiceSettings
@@ -98,6 +99,27 @@ class SidecarSettings(ServiceSettings):
     metrics_client_idle_seconds: float = Field(
         600.0, ge=0, description="idle time after which a client_id gives its label up"
     )
+    uds_dir: Path | None = Field(
+        None,
+        description="also serve the StreamService on a Unix domain socket in this directory "
+        "(a volume shared with the application's container), file sidecar-ID.sock; "
+        "unset = TCP only",
+    )
+
+    @property
+    def local_socket_path(self) -> Path | None:
+        """The socket file for the application in the pod; None: TCP only. Its name
+        carries the sidecar id, so a client never reaches another pod's sidecar through a
+        same-named path."""
+        if self.uds_dir is None:
+            return None
+        return self.uds_dir / f"sidecar-{self.id}.sock"
+
+    @model_validator(mode="after")
+    def _id_names_a_file(self) -> SidecarSettings:
+        if self.uds_dir is not None and ("/" in self.id or "\x00" in self.id):
+            raise ValueError("with uds_dir, id must not contain '/' or NUL (it names the socket)")
+        return self
 
     @field_validator("assigner")
     @classmethod

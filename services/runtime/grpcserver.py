@@ -1,12 +1,14 @@
 """gRPC server factory: every server gets health checking, reflection and error mapping,
 TLS when the settings name a certificate, and the authorization interceptor when auth is on
 (after error mapping, before any service's own interceptors: a refused caller learns
-nothing, not even which assigner leads)."""
+nothing, not even which assigner leads). A service may also be served on a Unix domain
+socket (:mod:`services.runtime.local_socket`): same services, same interceptors."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -15,6 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
 from grpc_reflection.v1alpha import reflection
 
+from services.runtime import local_socket
 from services.runtime.connection.settings import MAX_MESSAGE_BYTES
 from services.runtime.errors import ErrorInterceptor
 from services.runtime.server_tls import grpc_server_credentials
@@ -49,6 +52,7 @@ class GrpcServer:
     port: int
     health: health_aio.HealthServicer
     service_names: tuple[str, ...]
+    local_socket: Path | None = None  # the Unix domain socket served beside the port
 
     async def set_serving(self, serving: bool) -> None:
         status = (
@@ -66,8 +70,11 @@ def create_server(
     *,
     interceptors: Sequence[grpc.aio.ServerInterceptor] = (),  # type: ignore[type-arg]
     auth: grpc.aio.ServerInterceptor | None = None,  # type: ignore[type-arg]
+    local_socket_path: Path | None = None,
 ) -> GrpcServer:
-    """Build (not start) the server; health starts NOT_SERVING until dependencies are up."""
+    """Build (not start) the server; health starts NOT_SERVING until dependencies are up.
+    With ``local_socket_path`` it serves there too (local credentials, mode 0660; a stale
+    file replaced, a live one an OSError)."""
     chain = [ErrorInterceptor(), *([auth] if auth is not None else []), *interceptors]
     server = grpc.aio.server(interceptors=chain, options=SERVER_OPTIONS)
     for svc in services:
@@ -94,4 +101,20 @@ def create_server(
         raise OSError(f"cannot bind gRPC port {settings.host}:{settings.grpc_port}: {exc}") from exc
     if port == 0:
         raise OSError(f"cannot bind gRPC port {settings.host}:{settings.grpc_port}")
-    return GrpcServer(server, port, health, names)
+    if local_socket_path is not None:
+        serve_local_socket(server, local_socket_path)
+    return GrpcServer(server, port, health, names, local_socket_path)
+
+
+def serve_local_socket(server: grpc.aio.Server, path: Path) -> None:
+    """Add the Unix domain socket ``path`` to ``server`` (gRPC binds it here, so its mode
+    is set before the server starts accepting)."""
+    local_socket.claim(path)
+    credentials = grpc.local_server_credentials(grpc.LocalConnectionType.UDS)
+    try:
+        bound = server.add_secure_port(local_socket.target(path), credentials)
+    except RuntimeError as exc:
+        raise OSError(f"cannot serve on {path}: {exc}") from exc
+    if bound == 0:
+        raise OSError(f"cannot serve on {path}")
+    path.chmod(local_socket.SOCKET_MODE)

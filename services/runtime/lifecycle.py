@@ -17,12 +17,14 @@ import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import grpc.aio
 import structlog
 from prometheus_client import CollectorRegistry
 
+from services.runtime import local_socket
 from services.runtime.auth import build_guard
 from services.runtime.discovery import Discovery, ServiceInstance
 from services.runtime.grpcserver import GrpcServer, GrpcService, create_server
@@ -116,8 +118,14 @@ class ServiceRunner:
         # Authorization (when on): the policy is read now, so a bad file stops the start.
         guard = build_guard(self.settings.auth, self.service.registry)
         auth = guard.interceptor(getattr(self.service, "served_group", "")) if guard else None
+        # A service may also serve on a Unix domain socket (the sidecar, for its pod).
+        local_socket_path: Path | None = getattr(self.service, "local_socket_path", None)
         self.grpc = create_server(
-            self.settings, self.service.grpc_services(), interceptors=interceptors, auth=auth
+            self.settings,
+            self.service.grpc_services(),
+            interceptors=interceptors,
+            auth=auth,
+            local_socket_path=local_socket_path,
         )
         await self.grpc.server.start()
         await self.grpc.set_serving(False)
@@ -136,6 +144,7 @@ class ServiceRunner:
             grpc=f"{self.settings.host}:{self.grpc.port}",
             http=f"{self.settings.host}:{self.http.port}",
             discovery=self.discovery.name,
+            **({"socket": str(local_socket_path)} if local_socket_path else {}),
         )
 
     async def run(self) -> None:
@@ -234,6 +243,8 @@ class ServiceRunner:
             log.exception("drain failed")
         if self.grpc is not None:
             await self.grpc.server.stop(self.settings.shutdown_grace_seconds)
+            if self.grpc.local_socket is not None:
+                local_socket.release(self.grpc.local_socket)
         try:
             await self.service.close()
         except Exception:

@@ -2,7 +2,9 @@
 
 Each channel gets the options and the retrying service config of its
 :class:`~services.runtime.connection.settings.ConnectionSettings`, and the credentials of
-:mod:`~services.runtime.connection.credentials` (plaintext while those are None).
+:mod:`~services.runtime.connection.credentials` (plaintext while those are None). A
+``unix:`` target (a sidecar's socket for its pod, :mod:`services.runtime.local_socket`)
+gets gRPC's local credentials with the token instead of TLS.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from services.runtime.connection.settings import (
     ConnectionSettings,
     channel_options,
 )
+from services.runtime.local_socket import SCHEME as LOCAL_SCHEME
 
 
 def open_channel(target: str, settings: ConnectionSettings = DEFAULT_SETTINGS) -> grpc.Channel:
-    """A synchronous channel to ``target`` (``HOST:PORT``), for threads."""
-    secure = credentials(settings)
+    """A synchronous channel to ``target`` (``HOST:PORT``, or ``unix:PATH``), for threads."""
+    secure = credentials(settings, local=target.startswith(LOCAL_SCHEME))
     if secure is None:
         return grpc.insecure_channel(target, options=channel_options(settings))
     return grpc.secure_channel(target, secure, options=channel_options(settings))
@@ -29,8 +32,9 @@ def open_channel(target: str, settings: ConnectionSettings = DEFAULT_SETTINGS) -
 def open_aio_channel(
     target: str, settings: ConnectionSettings = DEFAULT_SETTINGS
 ) -> grpc.aio.Channel:
-    """An asyncio channel to ``target`` (``HOST:PORT``), for the running event loop."""
-    secure = credentials(settings)
+    """An asyncio channel to ``target`` (``HOST:PORT``, or ``unix:PATH``), for the running
+    event loop."""
+    secure = credentials(settings, local=target.startswith(LOCAL_SCHEME))
     if secure is None:
         return grpc.aio.insecure_channel(target, options=channel_options(settings))
     return grpc.aio.secure_channel(target, secure, options=channel_options(settings))

@@ -88,9 +88,18 @@ def call_credentials(settings: ConnectionSettings) -> grpc.CallCredentials | Non
     )
 
 
-def credentials(settings: ConnectionSettings) -> grpc.ChannelCredentials | None:
+def credentials(
+    settings: ConnectionSettings, *, local: bool = False
+) -> grpc.ChannelCredentials | None:
     """The channel's credentials with the per-call ones composed in; None: plaintext.
-    A token is never sent in the clear: per-call credentials without TLS are an error."""
+    A token is never sent in the clear: per-call credentials without TLS are an error.
+    ``local``: a channel over a Unix domain socket (``services.runtime.local_socket``):
+    gRPC's local credentials instead of TLS (the bytes never leave the kernel), the token
+    still sent (a server authorizes every call on its socket as on TCP)."""
+    if local:
+        uds = grpc.local_channel_credentials(grpc.LocalConnectionType.UDS)
+        token = call_credentials(settings)
+        return uds if token is None else grpc.composite_channel_credentials(uds, token)
     channel = channel_credentials(settings)
     call = call_credentials(settings)
     if call is None:
