@@ -26,6 +26,7 @@ from dataservice.assigner.v1 import binding_pb2, binding_pb2_grpc, types_pb2
 from dataservice.sidecar.v1 import stream_pb2_grpc
 from services.client.errors import ClientError
 from services.client.sidecar import Sidecar
+from services.client.transport import sidecar_target
 from services.runtime.connection import (
     DEFAULT_SETTINGS,
     AssignerTarget,
@@ -124,7 +125,7 @@ class BindingKeeper:
         self._assigner.close()
         with self._lock:
             for sidecar in self.sidecars.values():
-                sidecar.channel.close()
+                sidecar.close()
             self.sidecars.clear()
 
     def check(self) -> None:
@@ -210,16 +211,43 @@ class BindingKeeper:
             wanted = {e.address: e for e in binding.endpoints}
             for address in list(self.sidecars):
                 if address not in wanted:
-                    self.sidecars.pop(address).channel.close()
+                    self.sidecars.pop(address).close()
             for address, endpoint in wanted.items():
                 sidecar = self.sidecars.get(address)
                 if sidecar is None:
-                    channel = open_channel(address, self._settings)
-                    sidecar = Sidecar(address, channel, stream_pb2_grpc.StreamServiceStub(channel))
+                    sidecar = self._open_sidecar(address, endpoint.local_address)
                     self.sidecars[address] = sidecar
+                elif (endpoint.local_address and not sidecar.local) or (
+                    sidecar.local_address != endpoint.local_address
+                ):
+                    # The socket may serve again (a restarted sidecar), or the binding
+                    # names another one (or none): choose again.
+                    sidecar.local_address = endpoint.local_address
+                    target = self._target(address, endpoint.local_address)
+                    if target != sidecar.target:
+                        sidecar.attach(self._open(target), target)
                 sidecar.partitions = {(tp.topic, tp.partition) for tp in endpoint.partitions}
         log.debug("binding", version=binding.version, endpoints=sorted(wanted))
         self.changed.set()
+
+    def _target(self, address: str, local_address: str) -> str:
+        """The sidecar's socket when the client should dial it, else ``address``."""
+        return sidecar_target(address, local_address, self._settings.tls)
+
+    def _open(self, target: str) -> grpc.Channel:
+        return open_channel(target, self._settings)
+
+    def _open_sidecar(self, address: str, local_address: str) -> Sidecar:
+        target = self._target(address, local_address)
+        channel = self._open(target)
+        return Sidecar(
+            address,
+            channel,
+            stream_pb2_grpc.StreamServiceStub(channel),
+            target=target,
+            local_address=local_address,
+            reopen=self._open,
+        )
 
     def _on_leader(self, leader: str) -> None:
         """The follower switched to a new leader (a ``ds-leader`` answer, or the Consul

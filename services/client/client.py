@@ -458,6 +458,8 @@ class DsClient:
             response = retry_call(lambda: sidecar.stub.Ack(request, timeout=10), ACK_CALLS)
         except grpc.RpcError as err:
             info = error_info(err)
+            if err.code() is grpc.StatusCode.UNAVAILABLE:
+                sidecar.fall_back()
             if info is not None and info.reason == Reason.LEASE_EPOCH_STALE.value:
                 # Every ack named an old epoch: the partition moved; its records come again.
                 log.info("acks for a stale lease epoch; records will be redelivered")
@@ -652,7 +654,10 @@ class DsClient:
                 grpc.StatusCode.DEADLINE_EXCEEDED,
                 grpc.StatusCode.CANCELLED,
             ):
-                # The sidecar is gone or going: the assigner pushes a new binding.
+                # The sidecar is gone or going: the assigner pushes a new binding. Over
+                # its socket: TCP from the next call on.
+                if err.code() is grpc.StatusCode.UNAVAILABLE:
+                    sidecar.fall_back()
                 log.debug("sidecar unavailable; waiting for a new binding", sidecar=sidecar.address)
                 return Batch()
             raise ClientError(

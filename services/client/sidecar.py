@@ -3,13 +3,18 @@ read in place (``services/records/wire.py``) rather than parsed into protobuf me
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
+import structlog
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from services.client.batch import Batch, batch_of, received
 from services.records import wire
+
+log = structlog.get_logger(__name__)
 
 _SERVICE = f"/{stream_pb2.DESCRIPTOR.services_by_name['StreamService'].full_name}/"
 
@@ -35,19 +40,35 @@ def streamed(data: bytes) -> Batch | stream_pb2.StreamResponse:
 @dataclass
 class Sidecar:
     """A bound sidecar: its channel, its calls, and the partitions the binding says it
-    serves. The channel is closed when a binding no longer names it."""
+    serves. ``address`` (TCP ``HOST:PORT``) is its key; ``target`` is what the channel
+    dials: ``address``, or the sidecar's socket in the pod (``local_address``, chosen by
+    :func:`services.client.transport.sidecar_target`). The channels are closed when a
+    binding no longer names it."""
 
     address: str
     channel: grpc.Channel
     stub: stream_pb2_grpc.StreamServiceStub
     partitions: set[tuple[str, int]] = field(default_factory=set)
+    target: str = ""  # default: address
+    local_address: str = ""  # the unix: target the binding names; "" = none
+    # Opens a channel to a target (services.runtime.connection.open_channel, the one place
+    # channels are made, with the client's settings): how fall_back reaches TCP.
+    reopen: Callable[[str], grpc.Channel] | None = None
     # Fetch and Stream with responses read by fetched and streamed.
     fetch: grpc.UnaryUnaryMultiCallable[stream_pb2.FetchRequest, Batch] = field(init=False)
     stream: grpc.StreamStreamMultiCallable[
         stream_pb2.StreamRequest, Batch | stream_pb2.StreamResponse
     ] = field(init=False)
+    # Channels replaced by attach: calls still running on them finish there (closing one
+    # would cancel them), so they are closed with the sidecar.
+    _retired: list[grpc.Channel] = field(default_factory=list, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self.target = self.target or self.address
+        self._calls()
+
+    def _calls(self) -> None:
         self.fetch = self.channel.unary_unary(
             _SERVICE + "Fetch",
             request_serializer=stream_pb2.FetchRequest.SerializeToString,
@@ -58,3 +79,35 @@ class Sidecar:
             request_serializer=stream_pb2.StreamRequest.SerializeToString,
             response_deserializer=streamed,
         )
+
+    @property
+    def local(self) -> bool:
+        """Whether the channel dials the sidecar's socket (not TCP)."""
+        return self.target != self.address
+
+    def attach(self, channel: grpc.Channel, target: str) -> None:
+        """Call the sidecar over ``channel`` (dialing ``target``) from now on."""
+        with self._lock:
+            if target == self.target:
+                channel.close()
+                return
+            self._retired.append(self.channel)
+            self.channel, self.target = channel, target
+            self.stub = stream_pb2_grpc.StreamServiceStub(channel)
+            self._calls()
+        log.info("sidecar transport", sidecar=self.address, target=target)
+
+    def fall_back(self) -> bool:
+        """A call over the socket failed ``UNAVAILABLE``: use TCP from now on (until a
+        binding names the socket again and it accepts). True if it switched."""
+        if not self.local or self.reopen is None:
+            return False
+        self.attach(self.reopen(self.address), self.address)
+        return True
+
+    def close(self) -> None:
+        """Close every channel of the sidecar (calls on them end ``CANCELLED``)."""
+        with self._lock:
+            channels, self._retired = [self.channel, *self._retired], []
+        for channel in channels:
+            channel.close()

@@ -166,6 +166,9 @@ class SidecarStream:
                     )
                 )
                 return
-            # The sidecar is going or the stream broke: re-open while it is still bound.
+            # The sidecar is going or the stream broke: re-open while it is still bound
+            # (over TCP if its socket failed).
+            if error is not None and error.code() is grpc.StatusCode.UNAVAILABLE:
+                self.sidecar.fall_back()
             self._stopped.wait(backoff * (0.5 + random.random()))
             backoff = min(backoff * 2, 2.0)

@@ -1,0 +1,106 @@
+"""The authorization interceptor on a service's Unix domain socket: a local socket skips
+TLS (gRPC local credentials) but never the token check that applies on TCP. In-process
+``grpc.aio`` server from the runtime's ``create_server`` with auth on and a socket; clients
+from the connection module's ``open_aio_channel`` on the ``unix:`` target."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc.aio
+import pytest
+from prometheus_client import CollectorRegistry
+
+from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
+from services.devstack.pki import DevPki, make_dev_pki
+from services.runtime import local_socket
+from services.runtime.auth import AuthSettings, build_guard, current_identity
+from services.runtime.connection import PLAINTEXT, ConnectionSettings, TlsConfig, open_aio_channel
+from services.runtime.errors import error_info
+from services.runtime.grpcserver import GrpcService, create_server
+from services.runtime.settings import ServiceSettings
+
+ROLES = {"ops": ["admin"], "reader": ["reader:demo"]}
+NO_RETRY = ConnectionSettings(retry=None)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> DevPki:
+    return make_dev_pki(tmp_path_factory.mktemp("pki"), ROLES, certificates=["server", "ops"])
+
+
+class Admin(admin_pb2_grpc.AdminServiceServicer):
+    async def UpdateGroup(self, request: Any, context: Any) -> admin_pb2.UpdateGroupResponse:
+        who = current_identity()
+        return admin_pb2.UpdateGroupResponse(
+            group=types_pb2.GroupConfig(name=who.name if who else "")
+        )
+
+
+async def _update(target: str, tls: TlsConfig) -> tuple[str, str]:
+    """(code name, the caller's name or the ErrorInfo reason) of one UpdateGroup."""
+    channel = open_aio_channel(target, NO_RETRY.with_tls(tls))
+    try:
+        response = await admin_pb2_grpc.AdminServiceStub(channel).UpdateGroup(
+            admin_pb2.UpdateGroupRequest(), timeout=5
+        )
+        return "OK", response.group.name
+    except grpc.aio.AioRpcError as err:
+        info = error_info(err)
+        return err.code().name, info.reason if info else ""
+    finally:
+        await channel.close()
+
+
+def test_the_socket_checks_the_token_as_tcp_does(pki: DevPki, tmp_path: Path) -> None:
+    asyncio.run(_scenario(pki, tmp_path))
+
+
+async def _scenario(pki: DevPki, tmp_path: Path) -> None:
+    settings = ServiceSettings(
+        tls=TlsConfig(
+            ca_file=pki.ca,
+            cert_file=pki.cert("server"),
+            key_file=pki.key("server"),
+            client_auth="require",
+        ),
+        auth=AuthSettings(
+            enabled=True,
+            policy_file=pki.policy,
+            identity_from="token_or_certificate",
+            jwt_key_file=pki.jwt_public_key,
+        ),
+    )
+    guard = build_guard(settings.auth, CollectorRegistry())
+    assert guard is not None
+    services = [
+        GrpcService(
+            "dataservice.assigner.v1.AdminService",
+            Admin(),
+            admin_pb2_grpc.add_AdminServiceServicer_to_server,
+        )
+    ]
+    path = tmp_path / "sidecar-a.sock"
+    server = create_server(settings, services, auth=guard.interceptor(), local_socket_path=path)
+    await server.server.start()
+    unix, tcp = local_socket.target(path), f"localhost:{server.port}"
+    try:
+        # No token: refused (on TCP, without a certificate, the handshake fails).
+        assert await _update(unix, PLAINTEXT) == ("UNAUTHENTICATED", "UNAUTHENTICATED")
+        assert (await _update(tcp, TlsConfig(ca_file=pki.ca)))[0] == "UNAVAILABLE"
+        # A token: who the caller is, and what its roles allow.
+        token = TlsConfig(ca_file=pki.ca, token_file=pki.token("ops"))
+        assert await _update(unix, token) == ("OK", "ops")
+        reader = TlsConfig(ca_file=pki.ca, token_file=pki.token("reader"))
+        assert await _update(unix, reader) == ("PERMISSION_DENIED", "PERMISSION_DENIED")
+        # A client certificate identifies a caller on TCP, never on the socket (no TLS
+        # there): a certificate-only client is refused on it (and so dials TCP,
+        # services.client.transport).
+        cert = TlsConfig(ca_file=pki.ca, cert_file=pki.cert("ops"), key_file=pki.key("ops"))
+        assert await _update(tcp, cert) == ("OK", "ops")
+        assert await _update(unix, cert) == ("UNAUTHENTICATED", "UNAUTHENTICATED")
+    finally:
+        await server.server.stop(0)
