@@ -15,7 +15,12 @@ What an injected pod gets (ARCHITECTURE §5.7):
   returns once it holds none — then SIGTERM finds nothing left to hand off;
 * ``terminationGracePeriodSeconds`` raised to cover the application's stop and the hand-off;
 * in every application container, the variables the client library reads
-  (services/runtime/mesh_env.py): ``DS_SIDECAR``, ``DS_GROUP``, ``DS_ASSIGNER``.
+  (services/runtime/mesh_env.py): ``DS_SIDECAR``, ``DS_GROUP``, ``DS_ASSIGNER``;
+* with the template's ``uds_dir``: an in-memory ``emptyDir`` (``ds-socket``) mounted there
+  in the sidecar and every application container, and ``DS_UDS_DIR`` set in both: the
+  sidecar serves its StreamService on a Unix domain socket in it, which the pod's clients
+  prefer to TCP (the socket is mode 0660: the containers share a user or the pod's
+  ``fsGroup``, else the clients stay on TCP).
 
 Who is injected: a pod (template) or its workload annotated or labelled
 ``dataservice.io/inject: "true"`` — or any pod when injection is on by default (a namespace
@@ -47,6 +52,8 @@ MAX_GROUP_LENGTH = 249  # Kafka's limit on a group id
 WORKLOAD_KINDS = {"Deployment": "apps/v1", "StatefulSet": "apps/v1", "Job": "batch/v1"}
 # Variables an injected application container gets; injection owns these names.
 APP_ENV_NAMES = (mesh_env.SIDECAR, mesh_env.GROUP, mesh_env.ASSIGNER)
+# The shared volume of the sidecar's socket (template.uds_dir); injection owns this name.
+SOCKET_VOLUME = "ds-socket"
 # Pod fields the sidecar's settings may refer to as $(NAME), from the downward API.
 _FIELD_REFS = (
     ("POD_NAME", "metadata.name"),
@@ -152,6 +159,7 @@ def sidecar_env(group: str, template: SidecarTemplate) -> list[dict[str, Any]]:
         ("DS_GRPC_PORT", str(template.grpc_port)),
         ("DS_HTTP_PORT", str(template.http_port)),
         ("DS_LOG_FORMAT", template.log_format),
+        (mesh_env.UDS_DIR, template.uds_dir),
     ]
     env += [_env(name, value) for name, value in settings if value is not None]
     own = {entry["name"] for entry in env}
@@ -167,7 +175,7 @@ def sidecar_container(group: str, template: SidecarTemplate) -> dict[str, Any]:
     }
     if template.cpu_limit is not None:
         resources["limits"]["cpu"] = template.cpu_limit
-    return {
+    container: dict[str, Any] = {
         "name": SIDECAR_NAME,
         "image": template.image,
         "imagePullPolicy": template.image_pull_policy,
@@ -219,21 +227,54 @@ def sidecar_container(group: str, template: SidecarTemplate) -> dict[str, Any]:
             "seccompProfile": {"type": "RuntimeDefault"},  # admitted by "restricted" namespaces
         },
     }
+    return _with_socket_mount(container, template)
+
+
+def socket_volume() -> dict[str, Any]:
+    """The pod's shared volume for the sidecar's socket: in memory, a socket file is all it
+    holds."""
+    return {"name": SOCKET_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+
+
+def _with_socket_mount(container: Mapping[str, Any], template: SidecarTemplate) -> dict[str, Any]:
+    """``container`` with the socket volume mounted at ``template.uds_dir`` (none without
+    one; a mount of ours from an earlier injection replaced)."""
+    mounts = _without_ours(container.get("volumeMounts"))
+    if template.uds_dir is not None:
+        mounts.append({"name": SOCKET_VOLUME, "mountPath": template.uds_dir})
+    return _with_list(container, "volumeMounts", mounts)
+
+
+def _without_ours(entries: Sequence[Mapping[str, Any]] | None) -> list[Any]:
+    return [e for e in entries or [] if e.get("name") != SOCKET_VOLUME]
+
+
+def _with_list(owner: Mapping[str, Any], key: str, entries: list[Any]) -> dict[str, Any]:
+    """``owner`` with ``entries`` under ``key``; an empty list only where the owner wrote
+    one itself (so taking our entry away again gives back what was there)."""
+    before = owner.get(key)
+    if entries or (before is not None and not any(e.get("name") == SOCKET_VOLUME for e in before)):
+        return {**owner, key: entries}
+    return {k: v for k, v in owner.items() if k != key}
 
 
 def app_env(group: str, template: SidecarTemplate) -> list[dict[str, Any]]:
     """What every application container gets: how the client library finds the mesh."""
-    return [
+    env = [
         _env(mesh_env.SIDECAR, f"127.0.0.1:{template.grpc_port}"),
         _env(mesh_env.GROUP, group),
         _env(mesh_env.ASSIGNER, template.assigner),
     ]
+    if template.uds_dir is not None:
+        env.append(_env(mesh_env.UDS_DIR, template.uds_dir))
+    return env
 
 
 def _with_env(container: Mapping[str, Any], ours: list[dict[str, Any]]) -> dict[str, Any]:
     """``container`` with our variables first (the application's own may refer to them as
     $(DS_GROUP)) and its other variables after them, in their order."""
-    theirs = [e for e in container.get("env") or [] if e.get("name") not in APP_ENV_NAMES]
+    owned = (*APP_ENV_NAMES, mesh_env.UDS_DIR)
+    theirs = [e for e in container.get("env") or [] if e.get("name") not in owned]
     return {**container, "env": [*ours, *theirs]}
 
 
@@ -245,7 +286,13 @@ def inject_pod(pod: Mapping[str, Any], group: str, template: SidecarTemplate) ->
     init = [c for c in spec.get("initContainers") or [] if c.get("name") != SIDECAR_NAME]
     spec["initContainers"] = [sidecar_container(group, template), *init]
     ours = app_env(group, template)
-    spec["containers"] = [_with_env(c, ours) for c in spec.get("containers") or []]
+    spec["containers"] = [
+        _with_socket_mount(_with_env(c, ours), template) for c in spec.get("containers") or []
+    ]
+    volumes = _without_ours(spec.get("volumes"))
+    if template.uds_dir is not None:
+        volumes.append(socket_volume())
+    spec = _with_list(spec, "volumes", volumes)
     current = spec.get("terminationGracePeriodSeconds")
     grace = DEFAULT_GRACE_SECONDS if current is None else int(current)
     spec["terminationGracePeriodSeconds"] = max(grace, template.termination_grace_seconds)

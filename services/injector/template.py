@@ -89,6 +89,12 @@ class SidecarTemplate(BaseModel):
     env: dict[str, str] = Field(
         default_factory=dict, description="more DS_* settings of the sidecar (name: value)"
     )
+    uds_dir: str | None = Field(
+        None,
+        description="mount a shared in-memory emptyDir here in the sidecar and every "
+        "application container: the sidecar serves on a Unix domain socket in it, which the "
+        "pod's clients prefer to TCP; unset = TCP only",
+    )
 
     @field_validator("bootstrap")
     @classmethod
@@ -115,6 +121,16 @@ class SidecarTemplate(BaseModel):
             if not name.startswith("DS_"):
                 raise ValueError(f"env {name!r}: only DS_* settings of the sidecar go here")
         return value
+
+    @field_validator("uds_dir")
+    @classmethod
+    def _absolute_dir(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        assert value is not None
+        if not value.startswith("/") or len(value) > 64:
+            raise ValueError("uds_dir must be an absolute path of at most 64 characters")
+        return value.rstrip("/") or "/"
 
     @model_validator(mode="after")
     def _grace_covers_handoff(self) -> SidecarTemplate:

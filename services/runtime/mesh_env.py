@@ -19,6 +19,10 @@ GROUP = "DS_GROUP"  # the consumer group the pod reads
 ASSIGNER = "DS_ASSIGNER"  # assigner gRPC HOST:PORT the client binds through
 CONSUL = "DS_CONSUL"  # Consul agent HOST:PORT: follow the assigner leader key (optional)
 CLIENT_ID = "DS_CLIENT_ID"  # the application's client id (optional; default: the hostname)
+# The directory of the pod's sidecar socket (a shared emptyDir), when the injector mounts
+# one. The client needs no setting (the binding names the socket); this tells other tools
+# (grpcurl, the Go and Java clients' users) where it is.
+UDS_DIR = "DS_UDS_DIR"
 
 DEFAULT_ASSIGNER = "127.0.0.1:7070"
 

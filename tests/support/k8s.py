@@ -117,6 +117,9 @@ def consistency_problems(base: list[dict[str, Any]]) -> Iterator[str]:
         )
 
 
+SOCKET_DIR = "/var/run/dataservice"
+
+
 def check() -> int:
     binary = kustomize()
     problems: list[str] = []
@@ -130,9 +133,13 @@ def check() -> int:
     for example in sorted(EXAMPLES.glob("*.yaml")):
         docs = load_file(example)
         injected, _ = inject_documents(docs, SidecarTemplate())
-        found = [p for p in map(validate, docs + injected) if p]
+        # ... and with the sidecar's socket volume (template uds_dir).
+        with_socket, _ = inject_documents(docs, SidecarTemplate(uds_dir=SOCKET_DIR))
+        found = [p for p in map(validate, docs + injected + with_socket) if p]
         problems += [f"examples/{example.name}: {p}" for p in found]
-        counts.append(f"examples/{example.name}: {len(docs)} documents (+ injected)")
+        counts.append(
+            f"examples/{example.name}: {len(docs)} documents (+ injected, + with uds_dir)"
+        )
     for line in counts:
         print(f"k8s-check: {line}, validated against Kubernetes {K8S_VERSION} (strict)")
     for problem in problems:

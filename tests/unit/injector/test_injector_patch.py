@@ -15,6 +15,7 @@ from services.injector.patch import (
     GROUP,
     INJECT,
     SIDECAR_NAME,
+    SOCKET_VOLUME,
     Action,
     decide,
     inject_document,
@@ -289,3 +290,25 @@ def test_a_list_is_injected_item_by_item_and_documents_keep_their_order() -> Non
     assert (
         docs[1]["items"][0]["spec"]["template"]["spec"]["initContainers"][0]["name"] == SIDECAR_NAME
     )
+
+
+@given(pod_templates())
+@settings(max_examples=50)
+def test_a_socket_dir_gives_the_pod_a_shared_in_memory_volume(pod: dict[str, Any]) -> None:
+    """With ``uds_dir`` the sidecar and every application container mount one emptyDir
+    (medium Memory) there and both are told the path; injecting again changes nothing, and
+    a template without it takes the volume away again."""
+    template = TEMPLATE.model_copy(update={"uds_dir": "/var/run/dataservice"})
+    injected = inject_pod(pod, "orders", template)
+    spec = injected["spec"]
+    ours = [v for v in spec["volumes"] if v["name"] == SOCKET_VOLUME]
+    assert ours == [{"name": SOCKET_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}]
+    mount = {"name": SOCKET_VOLUME, "mountPath": "/var/run/dataservice"}
+    sidecar = spec["initContainers"][0]
+    assert mount in sidecar["volumeMounts"]
+    assert {"name": "DS_UDS_DIR", "value": "/var/run/dataservice"} in sidecar["env"]
+    for container in spec["containers"]:
+        assert mount in container["volumeMounts"]
+        assert {"name": "DS_UDS_DIR", "value": "/var/run/dataservice"} in container["env"]
+    assert inject_pod(injected, "orders", template) == injected
+    assert inject_pod(injected, "orders", TEMPLATE) == inject_pod(pod, "orders", TEMPLATE)
