@@ -1,0 +1,130 @@
+"""The pod-local data path (issue 22 item 1): the sidecar also serves its StreamService on
+a Unix domain socket (``--uds-dir``), the binding names it (``local_address``), and a
+client that can reach the file reads over it; when the socket goes away it reads over TCP,
+and it returns to the socket when a sidecar serves one again. Every record is counted.
+
+Real Kafka, real assigner and sidecar processes, a real DsClient. That a call came over the
+socket is the sidecar's own count (``ds_client_transport_requests_total{transport}``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import stat
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from services.client import DsClient
+from tests.support.assignment import wait_stable
+from tests.support.mesh import Mesh, ServiceProcess
+from tests.support.ops import metric_samples
+from tests.support.records import value_of
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+PARTITIONS = 3
+PER_PHASE = 600
+CLIENT = "pod-app"
+
+
+@pytest.fixture
+def socket_dir() -> Iterator[Path]:
+    """A short directory (a socket path has at most 107 bytes; pytest's tmp_path is long)."""
+    path = Path(tempfile.mkdtemp(prefix="ds-uds-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def produce(bootstrap: str, topic: str, first: int, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for seq in range(first, first + count):
+        producer.produce(
+            topic, key=str(seq).encode(), value=value_of(seq), partition=seq % PARTITIONS
+        )
+    assert producer.flush(30) == 0
+
+
+def read_until(client: DsClient, seen: dict[int, int], total: int, timeout: float) -> None:
+    """Fetch and ack until ``total`` distinct records were seen (``seen``: seq → times)."""
+    deadline = time.monotonic() + timeout
+    while len(seen) < total and time.monotonic() < deadline:
+        batch = client.fetch(max_records=200, max_wait=0.5)
+        if batch:
+            client.ack(batch)
+            for record in batch:
+                seq = int(record.key)
+                seen[seq] = seen.get(seq, 0) + 1
+    missing = sorted(set(range(total)) - set(seen))
+    assert not missing, f"{len(missing)} of {total} never delivered, e.g. {missing[:10]}"
+
+
+def calls_by_transport(sidecar: ServiceProcess) -> dict[str, float]:
+    return {
+        s.labels["transport"]: s.value
+        for s in metric_samples(sidecar, "ds_client_transport_requests_total")
+        if s.labels["client_id"] == CLIENT
+    }
+
+
+def test_a_client_in_the_pod_reads_over_the_socket_and_falls_back_to_tcp(
+    mesh: Mesh, topic_factory: object, socket_dir: Path
+) -> None:
+    topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
+    group = f"g-{topic}"
+    produce(mesh.bootstrap, topic, 0, PER_PHASE)
+    assigner = mesh.assigner([(group, [topic])])
+    assigner.wait_serving()
+    sidecar = mesh.sidecar(group, assigner, "sc-uds", "--uds-dir", str(socket_dir))
+    sidecar.wait_serving()
+    wait_stable(assigner.grpc_addr, group, ["sc-uds"], PARTITIONS)
+    path = socket_dir / "sidecar-sc-uds.sock"
+    assert stat.S_ISSOCK(path.stat().st_mode)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o660
+    tcp_args = list(sidecar.args)
+    del tcp_args[tcp_args.index("--uds-dir") : tcp_args.index("--uds-dir") + 2]
+    uds_args = list(sidecar.args)
+
+    seen: dict[int, int] = {}
+    with DsClient(group, client_id=CLIENT, assigner=assigner.grpc_addr) as client:
+        # 1. Over the socket: every call of the client came that way.
+        read_until(client, seen, PER_PHASE, timeout=60)
+        first = calls_by_transport(sidecar)
+        print(f"phase 1 (socket): {len(seen)} records, calls by transport {first}")
+        assert first.get("unix", 0) > 0
+        assert first.get("tcp", 0) == 0
+
+        # 2. The sidecar is killed (its socket file stays behind, nobody listening) and
+        # comes back on TCP only: the client reads on over TCP.
+        produce(mesh.bootstrap, topic, PER_PHASE, PER_PHASE)
+        sidecar.kill()
+        assert path.exists()
+        sidecar.args = tcp_args
+        sidecar.start().wait_serving()
+        read_until(client, seen, 2 * PER_PHASE, timeout=90)
+        second = calls_by_transport(sidecar)
+        print(f"phase 2 (killed, back on TCP only): {len(seen)} records, calls {second}")
+        assert second.get("tcp", 0) > 0
+        assert second.get("unix", 0) == 0
+
+        # 3. Restarted with its socket again (the stale file replaced): the client's next
+        # binding names it, and the client is back on it.
+        produce(mesh.bootstrap, topic, 2 * PER_PHASE, PER_PHASE)
+        sidecar.stop()
+        sidecar.args = uds_args
+        sidecar.start().wait_serving()
+        read_until(client, seen, 3 * PER_PHASE, timeout=90)
+        third = calls_by_transport(sidecar)
+        print(f"phase 3 (restarted with the socket): {len(seen)} records, calls {third}")
+        assert third.get("unix", 0) > 0
+    again = sum(n - 1 for n in seen.values())
+    print(f"records {3 * PER_PHASE}: delivered {len(seen)}, delivered more than once {again}")
+    assert len(seen) == 3 * PER_PHASE
+    sidecar.stop()
+    assert not path.exists(), "the socket file outlived its sidecar"
