@@ -339,6 +339,7 @@ class AccessInterceptor(WrappingInterceptor):
 
         async def wrapped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             started = time.monotonic()
+            transport = transport_of(context)  # while the call is live
             code = "OK"
             try:
                 return await behavior(request, context)
@@ -347,9 +348,7 @@ class AccessInterceptor(WrappingInterceptor):
                 raise
             finally:
                 client_id = str(getattr(request, "client_id", "") or "")
-                clients.request(
-                    client_id, method, code, time.monotonic() - started, transport_of(context)
-                )
+                clients.request(client_id, method, code, time.monotonic() - started, transport)
 
         return wrapped
 
@@ -360,6 +359,7 @@ class AccessInterceptor(WrappingInterceptor):
 
         async def wrapped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             started = time.monotonic()
+            transport = transport_of(context)  # while the call is live
             call = _Call(str(getattr(request, "client_id", "") or "") if not peek else "")
             code = "OK"
             try:
@@ -370,13 +370,7 @@ class AccessInterceptor(WrappingInterceptor):
                 code = _code(exc, context)
                 raise
             finally:
-                clients.request(
-                    call.client_id,
-                    method,
-                    code,
-                    time.monotonic() - started,
-                    transport_of(context),
-                )
+                clients.request(call.client_id, method, code, time.monotonic() - started, transport)
 
         return wrapped
 
@@ -396,7 +390,10 @@ async def _first_open(requests: AsyncIterator[Any], call: _Call) -> AsyncIterato
 
 def transport_of(context: grpc.aio.ServicerContext[Any, Any]) -> str:
     """How the caller reached the sidecar: ``unix`` over the pod's Unix domain socket
-    (gRPC's peer ``unix:...``), else ``tcp``."""
+    (gRPC's peer ``unix:...``), else ``tcp``. Read when the call starts, never once it
+    ended: a sidecar of bench_sidecar.py that read it at the end of each call segfaulted
+    in cygrpc after a Stream its client had cancelled (not reproduced alone; the peer of
+    a live call is what gRPC documents)."""
     return "unix" if context.peer().startswith("unix:") else "tcp"
 
 
