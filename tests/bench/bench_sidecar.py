@@ -22,7 +22,14 @@ never an asserted time):
     for); (c2) the same with ``ack_nowait(batch)``, every answer checked at the end;
 (d) produce-to-client latency p50/p99 at 1,000 records/s, sidecar vs a direct consumer;
 (e) (b) with librdkafka statistics on (default 5000 ms) and off
-    (``DS_STATISTICS_INTERVAL_MS=0``): the overhead ratio.
+    (``DS_STATISTICS_INTERVAL_MS=0``): the overhead ratio;
+(b2u), (cu) (b2) and (c) with the client in the sidecar's "pod": the sidecar also serves
+    on a Unix domain socket (``DS_UDS_DIR``), the binding names it and the client dials it
+    (the sidecar's ``ds_client_transport_requests_total`` must show every call came over
+    it); printed beside their TCP rows, best and median of the rounds.
+
+``--rows a,b2,b2u,c,cu`` measures only those rows ((a) always runs: it is the baseline);
+``--rounds N`` sets the number of interleaved rounds, ``--sizes 1024`` runs one size.
 
 With each best rate, the CPU seconds per million records that each process spent over the
 same window (``/proc/PID/stat``): the application (this process), the sidecar and the
@@ -41,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -48,7 +56,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from confluent_kafka import (
@@ -72,6 +80,7 @@ from services.devstack.kafka import (
 )
 from services.records.batches import DsRecord
 from tests.support.mesh import Mesh, ServiceProcess, running_mesh
+from tests.support.ops import metric_samples
 from tests.support.sidecar_probe import produce_bulk, start_sidecar
 
 PARTITIONS = 8
@@ -224,6 +233,26 @@ def serving_sidecar(
     return sidecar, time.monotonic()
 
 
+def uds_env(socket_dir: Path | None) -> dict[str, str]:
+    """The sidecar's environment: its socket in ``socket_dir`` (None: TCP only)."""
+    return {} if socket_dir is None else {"DS_UDS_DIR": str(socket_dir)}
+
+
+def check_transport(sidecar: ServiceProcess, client_id: str, uds: bool) -> None:
+    """Every call of the client came over the transport the row names (the sidecar's
+    count by transport), so a (b2u)/(cu) rate is never a TCP rate by mistake."""
+    calls = {
+        s.labels["transport"]: s.value
+        for s in metric_samples(sidecar, "ds_client_transport_requests_total")
+        if s.labels["client_id"] == client_id
+    }
+    wanted, other = ("unix", "tcp") if uds else ("tcp", "unix")
+    if not calls:  # the sidecar did not answer /metrics: say so, keep the rate
+        print(f"   {client_id}: transport not confirmed (no /metrics answer)", flush=True)
+    elif not calls.get(wanted) or calls.get(other):
+        raise RuntimeError(f"{client_id}: calls by transport {calls}, expected {wanted} only")
+
+
 def check_acks(pending: list[tuple[Future[int], int]]) -> None:
     """Every ack_nowait answer accepted its whole batch."""
     for future, read in pending:
@@ -240,11 +269,15 @@ def fetch_through(  # type: ignore[no-untyped-def]
     *,
     nowait: bool = False,
     broker_pid: int | None = None,
+    socket_dir: Path | None = None,
 ) -> Rate:
     """(b) ``fetch`` + ``ack`` per batch; with ``nowait``, (b2) ``fetch`` + ``ack_nowait``:
     the ack of one batch travels while the next is fetched, and every ack's answer is
-    checked (all records accepted) before the rate is taken."""
-    sidecar, started = serving_sidecar(mesh, assigner, group, env)
+    checked (all records accepted) before the rate is taken. With ``socket_dir``, over
+    the sidecar's Unix domain socket there."""
+    sidecar, started = serving_sidecar(
+        mesh, assigner, group, {**(env or {}), **uds_env(socket_dir)}
+    )
     cpu = CpuWindow({"app": os.getpid(), "sidecar": sidecar.pid, "broker": broker_pid})
     got = 0
     pending: list[tuple[Future[int], int]] = []
@@ -269,6 +302,7 @@ def fetch_through(  # type: ignore[no-untyped-def]
             check_acks(pending)
             took = time.monotonic() - (first or started)
             used = cpu.used() if first else {}
+        check_transport(sidecar, "bench-fetch", uds=socket_dir is not None)
         return Rate(got, took, used)
     finally:
         sidecar.stop()
@@ -282,10 +316,12 @@ def stream_through(
     *,
     nowait: bool = False,
     broker_pid: int | None = None,
+    socket_dir: Path | None = None,
 ) -> Rate:
     """(c) ``stream`` + ``ack`` per batch; with ``nowait``, (c2) ``ack_nowait``, every
-    answer checked (all records accepted) before the rate is taken."""
-    sidecar, started = serving_sidecar(mesh, assigner, group)
+    answer checked (all records accepted) before the rate is taken. With ``socket_dir``,
+    over the sidecar's Unix domain socket there."""
+    sidecar, started = serving_sidecar(mesh, assigner, group, uds_env(socket_dir))
     cpu = CpuWindow({"app": os.getpid(), "sidecar": sidecar.pid, "broker": broker_pid})
     got = 0
     first: float | None = None  # steady state: the first batch starts the clock, uncounted
@@ -310,6 +346,7 @@ def stream_through(
                     break
             took = time.monotonic() - (first or started)
             used = cpu.used() if first else {}
+        check_transport(sidecar, "bench-stream", uds=socket_dir is not None)
         return Rate(got, took, used)
     finally:
         sidecar.stop()
@@ -406,13 +443,46 @@ def best(rates: list[Rate]) -> Rate:
     return max(rates, key=lambda r: r.per_second)
 
 
-def run(bootstrap: str, profile: Profile, log_dir: Path, broker_pid: int | None = None) -> None:
+def median_rate(rates: list[Rate]) -> float:
+    return statistics.median(r.per_second for r in rates) if rates else 0.0
+
+
+def best_and_median(rows: dict[str, list[Rate]], key: str, base: list[Rate]) -> str:
+    """A row's best rate and its ratio to the best baseline, and the median of its rounds
+    and its ratio to the baseline's median."""
+    ours = rows[key]
+    top, mid, base_mid = best(ours), median_rate(ours), median_rate(base)
+    return (
+        f"best {top.per_second:>10,.0f} rec/s ratio {ratio(top, best(base))}; median "
+        f"{mid:>10,.0f} rec/s ratio {mid / base_mid if base_mid else float('nan'):.2f}"
+    )
+
+
+# Rows --rows may name; (a) always runs.
+ROWS = ("a", "a1", "b", "b2", "b2u", "c", "c2", "cu")
+# The socket rows beside the TCP rows they repeat.
+UDS_PAIRS = (("b2", "b2u", "Fetch + ack_nowait"), ("c", "cu", "Stream + ack"))
+
+
+def run(
+    bootstrap: str,
+    profile: Profile,
+    log_dir: Path,
+    broker_pid: int | None = None,
+    rows: frozenset[str] = frozenset(ROWS),
+    only_sizes: frozenset[int] = frozenset(),
+) -> None:
     run_id = uuid.uuid4().hex[:6]
+    # A short directory: a socket path has at most 107 bytes.
+    socket_dir = Path(tempfile.mkdtemp(prefix="ds-bench-uds-"))
     sizes = {100: profile.records_100, 1024: profile.records_1k}
+    sizes = {k: v for k, v in sizes.items() if not only_sizes or k in only_sizes}
     topics = {size: f"bench-sidecar-{size}-{run_id}" for size in sizes}
     lat_topic = f"bench-sidecar-lat-{run_id}"
     modes = [
-        f"{m}{i}" for m in ("fetch", "fetchnw", "stream", "streamnw") for i in range(profile.rounds)
+        f"{m}{i}"
+        for m in ("fetch", "fetchnw", "fetchnwu", "stream", "streamnw", "streamu")
+        for i in range(profile.rounds)
     ]
     groups = [(f"g-{m}-{topics[s]}", [topics[s]]) for s in sizes for m in [*modes, "nostats"]]
     groups.append((f"g-{lat_topic}", [lat_topic]))
@@ -436,41 +506,57 @@ def run(bootstrap: str, profile: Profile, log_dir: Path, broker_pid: int | None 
                 topic = topics[size]
                 took = produce_bulk(bootstrap, topic, n, size, PARTITIONS)
                 print(f"\n== {n} records x {size} B (produced in {took:.1f}s)", flush=True)
-                rates: dict[str, list[Rate]] = {k: [] for k in ("a", "a1", "b", "b2", "c", "c2")}
+                rates: dict[str, list[Rate]] = {k: [] for k in ROWS}
                 pid = broker_pid
                 for i in range(profile.rounds):
                     rates["a"].append(direct_consume(bootstrap, topic, n, broker_pid=pid))
-                    rates["a1"].append(
-                        direct_consume(bootstrap, topic, n, commit=True, broker_pid=pid)
-                    )
-                    for key, group, nowait in (("b", "fetch", False), ("b2", "fetchnw", True)):
-                        rates[key].append(
-                            fetch_through(
-                                mesh,
-                                assigner,
-                                f"g-{group}{i}-{topic}",
-                                n,
-                                nowait=nowait,
-                                broker_pid=pid,
-                            )
+                    if "a1" in rows:
+                        rates["a1"].append(
+                            direct_consume(bootstrap, topic, n, commit=True, broker_pid=pid)
                         )
-                    for key, group, nowait in (("c", "stream", False), ("c2", "streamnw", True)):
-                        rates[key].append(
-                            stream_through(
-                                mesh,
-                                assigner,
-                                f"g-{group}{i}-{topic}",
-                                n,
-                                nowait=nowait,
-                                broker_pid=pid,
+                    for key, group, nowait, uds in (
+                        ("b", "fetch", False, False),
+                        ("b2", "fetchnw", True, False),
+                        ("b2u", "fetchnwu", True, True),
+                    ):
+                        if key in rows:
+                            rates[key].append(
+                                fetch_through(
+                                    mesh,
+                                    assigner,
+                                    f"g-{group}{i}-{topic}",
+                                    n,
+                                    nowait=nowait,
+                                    broker_pid=pid,
+                                    socket_dir=socket_dir if uds else None,
+                                )
                             )
-                        )
+                    for key, group, nowait, uds in (
+                        ("c", "stream", False, False),
+                        ("c2", "streamnw", True, False),
+                        ("cu", "streamu", False, True),
+                    ):
+                        if key in rows:
+                            rates[key].append(
+                                stream_through(
+                                    mesh,
+                                    assigner,
+                                    f"g-{group}{i}-{topic}",
+                                    n,
+                                    nowait=nowait,
+                                    broker_pid=pid,
+                                    socket_dir=socket_dir if uds else None,
+                                )
+                            )
                     print(
                         f"   round {i + 1}: "
-                        + "  ".join(f"({k}) {v[-1].per_second:,.0f}" for k, v in rates.items())
+                        + "  ".join(f"({k}) {v[-1].per_second:,.0f}" for k, v in rates.items() if v)
                         + " rec/s",
                         flush=True,
                     )
+                if not rows >= {"a1", "b", "b2", "c", "c2"}:
+                    print_selected(rates)
+                    continue
                 base, committing = best(rates["a"]), best(rates["a1"])
                 fetch, nowait = best(rates["b"]), best(rates["b2"])
                 stream, stream_nowait = best(rates["c"]), best(rates["c2"])
@@ -494,6 +580,7 @@ def run(bootstrap: str, profile: Profile, log_dir: Path, broker_pid: int | None 
                 print("     with each best rate above, over the same window:")
                 for key in ("a", "a1", "b", "b2", "c", "c2"):
                     print(f"     ({key}) {best(rates[key]).cpu_line()}")
+                print_uds(rates)
                 env = {"DS_STATISTICS_INTERVAL_MS": "0"}
                 nostats = fetch_through(mesh, assigner, f"g-nostats-{topic}", n, env)
                 print(
@@ -502,6 +589,8 @@ def run(bootstrap: str, profile: Profile, log_dir: Path, broker_pid: int | None 
                     f"{ratio(fetch, nostats)}",
                     flush=True,
                 )
+            if rows != frozenset(ROWS):
+                return  # --rows: the throughput rows only
             ours, direct = latency_run(
                 mesh, assigner, bootstrap, lat_topic, f"g-{lat_topic}", profile.latency_seconds
             )
@@ -519,6 +608,7 @@ def run(bootstrap: str, profile: Profile, log_dir: Path, broker_pid: int | None 
                     f"{percentile(ours, 0.99) / max(percentile(direct, 0.99), 1e-9):.2f}"
                 )
     finally:
+        shutil.rmtree(socket_dir, ignore_errors=True)
         for topic in [*topics.values(), lat_topic]:
             try:
                 delete_topic(bootstrap, topic)
@@ -526,12 +616,54 @@ def run(bootstrap: str, profile: Profile, log_dir: Path, broker_pid: int | None 
                 print(f"could not delete {topic}: {exc}", file=sys.stderr)
 
 
+def print_uds(rates: dict[str, list[Rate]]) -> None:
+    """The socket rows beside the TCP rows they repeat: best and median of the rounds,
+    each as a ratio to the direct loop's, and socket/TCP."""
+    for tcp, uds, what in UDS_PAIRS:
+        if not rates[tcp] or not rates[uds]:
+            continue
+        print(f"({tcp:3}) {what:20} TCP   {best_and_median(rates, tcp, rates['a'])}")
+        print(f"({uds:3}) {what:20} UDS   {best_and_median(rates, uds, rates['a'])}")
+        mid_tcp, mid_uds = median_rate(rates[tcp]), median_rate(rates[uds])
+        print(
+            f"      UDS/TCP: best {ratio(best(rates[uds]), best(rates[tcp]))}, median "
+            f"{mid_uds / mid_tcp if mid_tcp else float('nan'):.2f}"
+        )
+        print(f"      ({tcp}) {best(rates[tcp]).cpu_line()}")
+        print(f"      ({uds}) {best(rates[uds]).cpu_line()}")
+
+
+def print_selected(rates: dict[str, list[Rate]]) -> None:
+    """What --rows measured: the baseline, each row's best and median, the socket rows."""
+    print(f"(a)   direct consume() baseline  best {best(rates['a'])}, median "
+          f"{median_rate(rates['a']):,.0f} rec/s")  # fmt: skip
+    print(f"      (a) {best(rates['a']).cpu_line()}")
+    for key, values in rates.items():
+        if values and key != "a" and key not in {k for pair in UDS_PAIRS for k in pair[:2]}:
+            print(f"({key:3}) {best_and_median(rates, key, rates['a'])}")
+    print_uds(rates)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--short", action="store_true", help="CI profile (~20-40 s of work)")
     parser.add_argument("--bootstrap", help="use this Kafka instead of starting one")
+    parser.add_argument(
+        "--rows",
+        default=",".join(ROWS),
+        help=f"the rows to measure, of {','.join(ROWS)} ((a) always; default all)",
+    )
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default: the profile's)")
+    parser.add_argument(
+        "--sizes", default="", help="record sizes to run, of 100,1024 (default both)"
+    )
     args = parser.parse_args()
+    rows = frozenset(r.strip() for r in args.rows.split(",") if r.strip()) | {"a"}
+    if unknown := rows - set(ROWS):
+        parser.error(f"--rows: unknown {sorted(unknown)}; rows are {','.join(ROWS)}")
     profile = SHORT if args.short else FULL
+    if args.rounds:
+        profile = replace(profile, rounds=args.rounds)
     started = time.monotonic()
     cluster: KafkaCluster | None = None
     bootstrap = args.bootstrap
@@ -541,7 +673,9 @@ def main() -> int:
         print(f"kafka started in {time.monotonic() - started:.1f}s at {bootstrap}")
     try:
         with tempfile.TemporaryDirectory(prefix="bench-sidecar-") as tmp:
-            run(bootstrap, profile, Path(tmp), cluster.pids[0] if cluster is not None else None)
+            pid = cluster.pids[0] if cluster is not None else None
+            sizes = frozenset(int(size) for size in args.sizes.split(",") if size.strip())
+            run(bootstrap, profile, Path(tmp), pid, rows, sizes)
     finally:
         if cluster is not None:
             cluster.stop()
