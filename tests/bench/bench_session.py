@@ -1,20 +1,34 @@
-"""How many sidecar heartbeats per second one assigner process handles.
+"""How many sidecars one assigner core holds, and how fast it re-places a failed one's partitions.
 
-    python tests/bench/bench_session.py [--sidecars 100 500 --partitions 1000 --seconds 10]
+    python tests/bench/bench_session.py [--sidecars 1000 2000 5000 --partitions 2000]
+    python tests/bench/bench_session.py --interval 0     # closed loop: heartbeats as fast as acked
     python tests/bench/bench_session.py --short      # CI profile: 20 sidecars, 100 partitions, 3 s
     python tests/bench/bench_session.py --bootstrap 127.0.0.1:9092   # reuse a running Kafka
 
 Starts a real Kafka (1 KRaft broker from deploy/kafka, unless ``--bootstrap``), a topic with
-``--partitions`` partitions, and a real ``ds-assigner`` process with one group per run.
-Then, from this one client process (grpc.aio), N simulated sidecars open a ``Session``
-stream each, join, release whatever they are revoked in their next heartbeat, and send a
-heartbeat carrying all their leases as soon as the ack of the previous one arrives (closed
-loop). After a warm-up (the assignment settles), acked heartbeats are counted for
-``--seconds``, with ack latency p50/p99 and the assigner's CPU use.
+``--partitions`` partitions, and a real ``ds-assigner`` process with one group per size.
+The simulated sidecars run in ``--workers`` client processes (each owns a slice of them, on
+its own event loop and HTTP/2 connections), so one client process's CPU does not cap what
+the assigner is offered. Each sidecar opens a ``Session`` stream, joins, and heartbeats
+every ``--interval`` seconds (1 s: the default heartbeat interval; 0: a closed loop, the
+next heartbeat as soon as the previous one is acked), naming the leases it holds and
+releasing what it was revoked, as ``services/consumer_sidecar`` does: a grant is held from
+when it arrives, live from the first ack that renews it, and each renewal gives it
+deadline = that heartbeat's send time + TTL - safety margin. A lease whose deadline passed
+is no longer held, and one the assigner stopped renewing is dropped (``leasing.py``).
 
-Baseline, same run, same process, same concurrency: gRPC health ``Check`` round trips (a
-trivial unary call) per second. Printed: both rates and the ratio heartbeats/baseline.
-Nothing is asserted about time (ARCHITECTURE §9, benchmarks).
+After a warm-up (every partition held, no grant or revoke for 1 s), acked heartbeats are
+counted for ``--seconds`` with ack latency p50/p99 and the assigner process's own CPU
+(``/proc/<pid>/stat`` via psutil: the client processes do not count against it). Then one
+sidecar is killed (its stream cut, no Leave, as a ``kill -9``) and the time until every
+one of its partitions is live on another sidecar is the re-place time (TTL + grace by
+design: the assigner waits out a lost holder's lease before granting it elsewhere).
+
+Baseline, same run, same workers, same pacing: gRPC health ``Check`` calls (a trivial unary
+call), one per simulated sidecar per interval. Printed: both, and the ratio of the
+assigner's CPU per heartbeat to its CPU per health check. "sidecars/core" is acked
+heartbeats per assigner CPU-second times the interval: the sidecars one fully busy
+assigner core would keep at that interval. Nothing is asserted about time (ARCHITECTURE §9).
 """
 
 from __future__ import annotations
@@ -22,6 +36,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import multiprocessing
+import multiprocessing.connection
+import os
+import random
 import statistics
 import sys
 import tempfile
@@ -29,6 +47,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -37,35 +56,67 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
 
-from dataservice.assigner.v1 import assigner_pb2, assigner_pb2_grpc
+from dataservice.assigner.v1 import assigner_pb2, assigner_pb2_grpc, types_pb2
 from services.devstack.kafka import KafkaCluster, KafkaOptions, create_topic, delete_topic
 from services.devstack.ports import free_ports
 from tests.support.mesh import ServiceProcess
 
+TTL = 3.0  # the assigner's default lease TTL (the bench starts it with its defaults)
+GRACE = 1.0
+SAFETY_MARGIN = 0.5  # the sidecar's default lease_safety_margin_seconds
+TP = tuple[str, int]
+
+
+@dataclass
+class Lease:
+    epoch: int
+    deadline: float  # local: nothing is held past it
+    confirmed: bool = False  # renewed by an ack at least once (live)
+
 
 @dataclass
 class SimSidecar:
-    """One simulated sidecar: a Session stream driven in a closed heartbeat loop."""
+    """One simulated sidecar: a Session stream, its leases as a real sidecar keeps them."""
 
     sid: str
     group: str
-    leases: dict[tuple[str, int], int] = field(default_factory=dict)  # tp -> epoch
+    leases: dict[TP, Lease] = field(default_factory=dict)
     released: list[assigner_pb2.ReleasedLease] = field(default_factory=list)
     seq: int = 0
-    sent_at: float = 0.0
-    outbox: asyncio.Queue[assigner_pb2.SessionRequest | None] = field(default_factory=asyncio.Queue)
+    sent: dict[int, tuple[float, frozenset[tuple[TP, int]]]] = field(default_factory=dict)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
     lease_changes: int = 0
+    joined: bool = False
+    killed: bool = False
+    rejoins: int = 0
+    call: Any = None
 
-    def join(self) -> assigner_pb2.SessionRequest:
+    def join(self, now: float) -> assigner_pb2.SessionRequest:
         return assigner_pb2.SessionRequest(
             join=assigner_pb2.SessionJoin(
-                sidecar_id=self.sid, group=self.group, endpoint=f"127.0.0.1:1/{self.sid}"
+                sidecar_id=self.sid,
+                group=self.group,
+                endpoint=f"127.0.0.1:1/{self.sid}",
+                held_leases=[
+                    types_pb2.LeaseRef(topic=t, partition=p, epoch=lease.epoch)
+                    for (t, p), lease in self.leases.items()
+                    if now < lease.deadline
+                ],
             )
         )
 
-    def heartbeat(self) -> assigner_pb2.SessionRequest:
+    def held(self, now: float) -> list[TP]:
+        """Live leases: confirmed and within their local deadline."""
+        return [tp for tp, lease in self.leases.items() if lease.confirmed and now < lease.deadline]
+
+    def heartbeat(self, now: float) -> assigner_pb2.SessionRequest:
         self.seq += 1
         released, self.released = self.released, []
+        for tp in [tp for tp, lease in self.leases.items() if now >= lease.deadline]:
+            del self.leases[tp]  # lapsed locally: the sidecar stops and drops it
+            self.lease_changes += 1
+        named = frozenset((tp, lease.epoch) for tp, lease in self.leases.items())
+        self.sent[self.seq] = (now, named)
         return assigner_pb2.SessionRequest(
             heartbeat=assigner_pb2.SessionHeartbeat(
                 seq=self.seq,
@@ -73,153 +124,396 @@ class SimSidecar:
                     assigner_pb2.LeaseProgress(
                         topic=t, partition=p, epoch=e, position=100, committed_offset=100
                     )
-                    for (t, p), e in self.leases.items()
+                    for (t, p), e in named
                 ],
                 released_leases=released,
             )
         )
 
-    async def requests(self) -> AsyncIterator[assigner_pb2.SessionRequest]:
-        while (request := await self.outbox.get()) is not None:
-            yield request
+    def on_ack(self, ack: assigner_pb2.HeartbeatAck, now: float) -> float | None:
+        """Renew what the ack renews, drop what it named but did not; the send time."""
+        entry = self.sent.pop(ack.seq, None)
+        for old in [s for s in self.sent if s < ack.seq]:
+            del self.sent[old]
+        if entry is None:
+            return None
+        sent_at, named = entry
+        renewed = {((r.topic, r.partition), r.epoch) for r in ack.renewed_leases}
+        for tp, epoch in renewed:
+            lease = self.leases.get(tp)
+            if lease is not None and lease.epoch == epoch:
+                lease.deadline = sent_at + TTL - SAFETY_MARGIN
+                lease.confirmed = True
+        for tp, epoch in named - renewed:
+            lease = self.leases.get(tp)
+            if lease is not None and lease.epoch == epoch:
+                del self.leases[tp]  # the assigner no longer counts it ours
+                self.lease_changes += 1
+        return sent_at
 
 
 @dataclass
-class Stats:
-    window: tuple[float, float] = (0.0, 0.0)
+class Window:
+    start: float = float("inf")
+    end: float = 0.0
     acks: int = 0
     latencies: list[float] = field(default_factory=list)
 
     def record(self, sent: float, now: float) -> None:
-        if self.window[0] <= sent and now <= self.window[1]:
+        if self.start <= sent and now <= self.end:
             self.acks += 1
             self.latencies.append(now - sent)
 
 
-async def drive(sim: SimSidecar, stub: assigner_pb2_grpc.AssignerServiceStub, stats: Stats) -> None:
-    sim.outbox.put_nowait(sim.join())
-    call = stub.Session(sim.requests())
+@dataclass
+class Worker:
+    """The state one client process shares between its sidecars' tasks."""
+
+    interval: float
+    window: Window = field(default_factory=Window)
+    errors: dict[str, int] = field(default_factory=dict)  # failed calls by status code
+    # Re-place watch: partitions of the failed sidecar -> when first live elsewhere.
+    watching: set[TP] = field(default_factory=set)
+    live_at: dict[TP, float] = field(default_factory=dict)
+
+    def check_watch(self, sim: SimSidecar, now: float) -> None:
+        for tp in self.watching & sim.leases.keys():
+            if sim.leases[tp].confirmed and tp not in self.live_at:
+                self.live_at[tp] = now
+
+
+async def drive(sim: SimSidecar, stub: assigner_pb2_grpc.AssignerServiceStub, w: Worker) -> None:
+    """Session after Session: a broken stream (the assigner dropped a member it found
+    lost) is re-attached after a second with the leases still held, as a sidecar does."""
+    while not sim.killed:
+        try:
+            await session(sim, stub, w)
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.CANCELLED and sim.killed:
+                return
+            w.errors[err.code().name] = w.errors.get(err.code().name, 0) + 1
+        sim.joined = False
+        sim.rejoins += 1
+        await asyncio.sleep(1.0)
+
+
+async def session(sim: SimSidecar, stub: assigner_pb2_grpc.AssignerServiceStub, w: Worker) -> None:
+    outbox: asyncio.Queue[assigner_pb2.SessionRequest | None] = asyncio.Queue()
+
+    async def requests() -> AsyncIterator[assigner_pb2.SessionRequest]:
+        while (request := await outbox.get()) is not None:
+            yield request
+
+    async def pace() -> None:
+        # Spread the sidecars' heartbeats over the interval, as independent sidecars are.
+        await asyncio.sleep(random.uniform(0, w.interval))
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(sim.wake.wait(), w.interval)
+            sim.wake.clear()
+            outbox.put_nowait(sim.heartbeat(time.monotonic()))
+
+    sim.seq, sim.sent = 0, {}
+    outbox.put_nowait(sim.join(time.monotonic()))
+    sim.call = call = stub.Session(requests())
+    pacer: asyncio.Task[None] | None = None
     try:
         async for response in call:
             kind = response.WhichOneof("kind")
+            now = time.monotonic()
             if kind == "accepted":
-                sim.sent_at = time.monotonic()
-                sim.outbox.put_nowait(sim.heartbeat())
+                sim.joined = True
+                if w.interval > 0:
+                    pacer = asyncio.create_task(pace())
+                else:
+                    outbox.put_nowait(sim.heartbeat(now))
             elif kind == "grant":
                 g = response.grant
-                sim.leases[(g.topic, g.partition)] = g.epoch
+                # Held from now; live from the first ack renewing it (sent at once).
+                sim.leases[(g.topic, g.partition)] = Lease(g.epoch, now + TTL - SAFETY_MARGIN)
                 sim.lease_changes += 1
+                sim.wake.set()
             elif kind == "revoke":
                 r = response.revoke
-                epoch = sim.leases.pop((r.topic, r.partition), r.epoch)
+                lease = sim.leases.pop((r.topic, r.partition), None)
                 sim.released.append(
                     assigner_pb2.ReleasedLease(
-                        topic=r.topic, partition=r.partition, epoch=epoch, committed_offset=100
+                        topic=r.topic,
+                        partition=r.partition,
+                        epoch=lease.epoch if lease else r.epoch,
+                        committed_offset=100,
                     )
                 )
                 sim.lease_changes += 1
-            elif kind == "heartbeat_ack" and response.heartbeat_ack.seq == sim.seq:
-                now = time.monotonic()
-                stats.record(sim.sent_at, now)
-                sim.sent_at = now
-                sim.outbox.put_nowait(sim.heartbeat())
-    except grpc.aio.AioRpcError as err:
-        if err.code() != grpc.StatusCode.CANCELLED:
-            raise
+                sim.wake.set()
+            elif kind == "heartbeat_ack":
+                sent = sim.on_ack(response.heartbeat_ack, now)
+                if sent is not None:
+                    w.window.record(sent, now)
+                    if w.watching:
+                        w.check_watch(sim, now)
+                    if w.interval <= 0 and response.heartbeat_ack.seq == sim.seq:
+                        outbox.put_nowait(sim.heartbeat(now))
+    finally:
+        if pacer is not None:
+            pacer.cancel()
+        outbox.put_nowait(None)
 
 
-async def health_loop(stub: health_pb2_grpc.HealthStub, stats: Stats, until: float) -> None:
+async def health_loop(stub: health_pb2_grpc.HealthStub, w: Worker, until: float) -> None:
     request = health_pb2.HealthCheckRequest()
+    await asyncio.sleep(random.uniform(0, max(w.interval, 0.001)))
     while (sent := time.monotonic()) < until:
-        await stub.Check(request, timeout=10)
-        stats.record(sent, time.monotonic())
-
-
-def cpu_seconds(proc: psutil.Process) -> float:
-    times = proc.cpu_times()
-    return float(times.user + times.system)
+        try:
+            await stub.Check(request, timeout=30)
+        except grpc.aio.AioRpcError as err:
+            w.errors[err.code().name] = w.errors.get(err.code().name, 0) + 1
+            continue
+        w.window.record(sent, time.monotonic())
+        if w.interval > 0:
+            await asyncio.sleep(max(0.0, sent + w.interval - time.monotonic()))
 
 
 def channels(addr: str, n: int) -> list[grpc.aio.Channel]:
-    # A few HTTP/2 connections, as many real sidecars would open one each.
+    # Several HTTP/2 connections per process, as many real sidecars would open one each.
     return [
         grpc.aio.insecure_channel(addr, options=[("grpc.use_local_subchannel_pool", 1)])
         for _ in range(n)
     ]
 
 
-async def run_heartbeats(
-    addr: str, group: str, n: int, partitions: int, warmup_max: float, seconds: float, pid: int
-) -> dict[str, float]:
-    chans = channels(addr, min(8, n))
+async def worker_main(
+    conn: multiprocessing.connection.Connection,
+    addr: str,
+    group: str,
+    ids: list[str],
+    interval: float,
+    connections: int,
+) -> None:
+    """One client process: runs its slice of sidecars and answers the parent's commands."""
+    w = Worker(interval)
+    chans = channels(addr, connections)
+    loop = asyncio.get_running_loop()
+
+    async def command() -> tuple[Any, ...]:
+        return tuple(await loop.run_in_executor(None, conn.recv))
+
+    await asyncio.gather(*(c.channel_ready() for c in chans))
+    conn.send("ready")
+    # Baseline first: health checks at the same pacing, measured in the parent's window.
+    cmd = await command()
+    assert cmd[0] == "baseline"
+    w.window = Window(cmd[1], cmd[2])
+    health = [health_pb2_grpc.HealthStub(c) for c in chans]
+    await asyncio.gather(
+        *(health_loop(health[i % len(health)], w, cmd[2]) for i in range(len(ids)))
+    )
+    conn.send(("baseline", w.window.acks, w.window.latencies, w.errors))
+    w.window, w.errors = Window(), {}
+
     stubs = [assigner_pb2_grpc.AssignerServiceStub(c) for c in chans]
-    sims = [SimSidecar(f"sim-{i:04d}", group) for i in range(n)]
-    stats = Stats(window=(float("inf"), 0.0))
+    sims = {sid: SimSidecar(sid, group) for sid in ids}
     tasks = [
-        asyncio.create_task(drive(s, stubs[i % len(stubs)], stats)) for i, s in enumerate(sims)
+        asyncio.create_task(drive(s, stubs[i % len(stubs)], w)) for i, s in enumerate(sims.values())
     ]
-    # Warm-up: every partition held, and no grant or revoke for 1 s.
-    started = time.monotonic()
-    last_changes, stable_since = -1, time.monotonic()
-    while time.monotonic() - started < warmup_max:
-        await asyncio.sleep(0.2)
+    while True:
+        cmd = await command()
+        now = time.monotonic()
         for t in tasks:
-            if t.done() and t.exception() is not None:
+            if t.done() and not t.cancelled() and t.exception() is not None:
                 raise t.exception()  # type: ignore[misc]
-        changes = sum(s.lease_changes for s in sims)
-        held = sum(len(s.leases) for s in sims)
-        if changes != last_changes:
-            last_changes, stable_since = changes, time.monotonic()
-        elif held == partitions and time.monotonic() - stable_since >= 1.0:
+        if cmd[0] == "status":
+            held = sum(len(s.held(now)) for s in sims.values())
+            changes = sum(s.lease_changes for s in sims.values())
+            joined = sum(s.joined for s in sims.values())
+            conn.send((held, changes, joined, sum(s.rejoins for s in sims.values())))
+        elif cmd[0] == "window":
+            w.window = Window(cmd[1], cmd[2])
+            conn.send(None)
+        elif cmd[0] == "results":
+            conn.send((w.window.acks, w.window.latencies, w.errors))
+        elif cmd[0] == "kill":
+            sim = max(sims.values(), key=lambda s: len(s.held(now)))
+            held = sim.held(now)
+            sim.killed = True
+            sim.call.cancel()  # the stream breaks; no Leave: the assigner finds it lost
+            conn.send(held)
+        elif cmd[0] == "watch":
+            w.watching, w.live_at = set(cmd[1]), {}
+            conn.send(None)
+        elif cmd[0] == "live":
+            conn.send(dict(w.live_at))
+        elif cmd[0] == "stop":
             break
-    settled = time.monotonic() - started
-    held = sum(len(s.leases) for s in sims)
-    proc = psutil.Process(pid)
-    cpu0 = cpu_seconds(proc)
-    t0 = time.monotonic()
-    stats.window = (t0, t0 + seconds)
-    await asyncio.sleep(seconds + 0.2)
-    cpu = cpu_seconds(proc) - cpu0
-    for s in sims:
-        s.outbox.put_nowait(None)
     for t in tasks:
         t.cancel()
     with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
         await asyncio.gather(*tasks, return_exceptions=True)
     for c in chans:
         await c.close()
-    return summarise(stats, seconds, cpu) | {"settle_s": settled, "held": held}
+    conn.send(None)
 
 
-async def run_baseline(addr: str, n: int, seconds: float, pid: int) -> dict[str, float]:
-    chans = channels(addr, min(8, n))
-    stubs = [health_pb2_grpc.HealthStub(c) for c in chans]
-    stats = Stats()
-    # Warm the connections, then measure.
-    await asyncio.gather(*(s.Check(health_pb2.HealthCheckRequest(), timeout=10) for s in stubs))
-    proc = psutil.Process(pid)
-    cpu0 = cpu_seconds(proc)
-    t0 = time.monotonic()
-    stats.window = (t0, t0 + seconds)
-    await asyncio.gather(
-        *(health_loop(stubs[i % len(stubs)], stats, t0 + seconds) for i in range(n))
-    )
-    cpu = cpu_seconds(proc) - cpu0
-    for c in chans:
-        await c.close()
-    return summarise(stats, seconds, cpu)
+def worker_entry(
+    conn: multiprocessing.connection.Connection,
+    addr: str,
+    group: str,
+    ids: list[str],
+    interval: float,
+    connections: int,
+) -> None:
+    asyncio.run(worker_main(conn, addr, group, ids, interval, connections))
 
 
-def summarise(stats: Stats, seconds: float, cpu: float) -> dict[str, float]:
-    lat = sorted(stats.latencies) or [float("nan")]
+class Workers:
+    """The client processes of one measurement, each owning a slice of the sidecars."""
+
+    def __init__(
+        self, addr: str, group: str, n: int, processes: int, interval: float, connections: int
+    ) -> None:
+        self.interval = interval
+        ctx = multiprocessing.get_context("spawn")  # no fork of a process that may run grpc
+        ids = [f"sim-{i:05d}" for i in range(n)]
+        self.pipes: list[multiprocessing.connection.Connection] = []
+        self.procs: list[multiprocessing.process.BaseProcess] = []
+        processes = max(1, min(processes, n))
+        for k in range(processes):
+            mine = ids[k::processes]
+            parent, child = ctx.Pipe()
+            per = max(1, min(connections // processes, len(mine)))
+            proc = ctx.Process(
+                target=worker_entry, args=(child, addr, group, mine, interval, per), daemon=True
+            )
+            proc.start()
+            self.pipes.append(parent)
+            self.procs.append(proc)
+        for pipe in self.pipes:
+            self._recv(pipe, 120.0)  # started, connected
+
+    def ask(self, *cmd: Any, timeout: float = 120.0) -> list[Any]:
+        for p in self.pipes:
+            p.send(cmd)
+        return [self._recv(p, timeout) for p in self.pipes]
+
+    def ask_one(self, k: int, *cmd: Any, timeout: float = 120.0) -> Any:
+        self.pipes[k].send(cmd)
+        return self._recv(self.pipes[k], timeout)
+
+    def _recv(self, pipe: multiprocessing.connection.Connection, timeout: float) -> Any:
+        if not pipe.poll(timeout):
+            dead = [p.exitcode for p in self.procs if not p.is_alive()]
+            raise RuntimeError(f"a client process did not answer in {timeout}s (exited: {dead})")
+        return pipe.recv()
+
+    def send_all(self, *cmd: Any) -> None:
+        for p in self.pipes:
+            p.send(cmd)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.ask("stop", timeout=30)
+        for proc in self.procs:
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
+
+
+def cpu_seconds(proc: psutil.Process) -> float:
+    times = proc.cpu_times()  # /proc/<pid>/stat: this process's user + system time
+    return float(times.user + times.system)
+
+
+def summarise(acks: int, latencies: list[float], seconds: float, cpu: float) -> dict[str, float]:
+    lat = sorted(latencies) or [float("nan")]
     p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
     return {
-        "rate": stats.acks / seconds,
+        "rate": acks / seconds,
         "p50_ms": statistics.median(lat) * 1000,
         "p99_ms": p99 * 1000,
         "cpu_share": cpu / seconds,
-        "per_cpu_s": stats.acks / cpu if cpu > 0 else float("nan"),
+        "per_cpu_s": acks / cpu if cpu > 0 else float("nan"),
     }
+
+
+def measure(
+    workers: Workers, proc: psutil.Process, seconds: float, baseline: bool
+) -> dict[str, float]:
+    # CLOCK_MONOTONIC is system-wide: the workers share it. The baseline's loops start at
+    # random phases within an interval: the window opens once they all run.
+    t0 = time.monotonic() + (1.0 + workers.interval if baseline else 0.3)
+    if baseline:
+        workers.send_all("baseline", t0, t0 + seconds)
+    else:
+        workers.ask("window", t0, t0 + seconds)
+    time.sleep(max(0.0, t0 - time.monotonic()))
+    cpu0 = cpu_seconds(proc)
+    time.sleep(seconds)
+    cpu = cpu_seconds(proc) - cpu0
+    if baseline:
+        answers = [workers._recv(p, seconds + 60) for p in workers.pipes]
+        answers = [a[1:] for a in answers]
+    else:
+        time.sleep(0.5)  # acks of heartbeats sent before the end still count
+        answers = workers.ask("results")
+    acks = sum(a[0] for a in answers)
+    latencies = [x for a in answers for x in a[1]]
+    errors = sum(sum(a[2].values()) for a in answers)
+    return summarise(acks, latencies, seconds, cpu) | {"errors": float(errors)}
+
+
+def run_size(
+    addr: str,
+    group: str,
+    n: int,
+    partitions: int,
+    args: argparse.Namespace,
+    pid: int,
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    proc = psutil.Process(pid)
+    workers = Workers(addr, group, n, args.workers, args.interval, args.connections)
+    try:
+        base = measure(workers, proc, args.seconds, baseline=True)
+        # Warm-up: every partition held, and no grant or revoke for 1 s.
+        started = time.monotonic()
+        last_changes, stable_since, held = -1, time.monotonic(), 0
+        while time.monotonic() - started < args.warmup:
+            time.sleep(0.5)
+            status = workers.ask("status")
+            held = sum(s[0] for s in status)
+            changes = sum(s[1] for s in status)
+            if changes != last_changes:
+                last_changes, stable_since = changes, time.monotonic()
+            elif held == partitions and time.monotonic() - stable_since >= 1.0:
+                break
+        settled = time.monotonic() - started
+        hb = measure(workers, proc, args.seconds, baseline=False)
+        status = workers.ask("status")
+        held_after = sum(s[0] for s in status)
+        rejoins = sum(s[3] for s in status)
+        # One sidecar killed: until every partition it held is live elsewhere.
+        lost = workers.ask_one(0, "kill")  # the sidecar of process 0 holding the most
+        killed_at = time.monotonic()
+        workers.ask("watch", lost)
+        live: dict[TP, float] = {}
+        while time.monotonic() - killed_at < 60 and len(live) < len(lost):
+            time.sleep(0.1)
+            for answer in workers.ask("live"):
+                for tp, at in answer.items():
+                    live[tp] = min(at, live.get(tp, at))
+        replace = {
+            "partitions": float(len(lost)),
+            "replaced": float(len(live)),
+            "seconds": (max(live.values()) - killed_at) if live else float("nan"),
+        }
+        hb |= {
+            "settle_s": settled,
+            "held": float(held),
+            "held_after": float(held_after),
+            "rejoins": float(rejoins),
+        }
+        return base, hb, replace
+    finally:
+        workers.close()
 
 
 def start_assigner(bootstrap: str, topic: str, groups: list[str], log_dir: Path) -> ServiceProcess:
@@ -246,16 +540,20 @@ def start_assigner(bootstrap: str, topic: str, groups: list[str], log_dir: Path)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sidecars", type=int, nargs="+", default=[100, 500])
-    parser.add_argument("--partitions", type=int, default=1000)
+    parser.add_argument("--sidecars", type=int, nargs="+", default=[1000, 2000])
+    parser.add_argument("--partitions", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--interval", type=float, default=1.0, help="heartbeat interval; 0: closed")
+    parser.add_argument("--workers", type=int, default=3, help="client processes")
+    parser.add_argument("--connections", type=int, default=48, help="HTTP/2 connections, total")
+    parser.add_argument("--warmup", type=float, default=60.0, help="at most this long to settle")
     parser.add_argument("--bootstrap", help="reuse this Kafka instead of starting one")
     parser.add_argument("--short", action="store_true", help="CI profile: 20 sidecars, 3 s")
     parser.add_argument("--log-dir", type=Path, help="keep Kafka and assigner logs here")
     args = parser.parse_args(argv)
     if args.short:
-        args.sidecars, args.partitions, args.seconds = [20], 100, 3.0
-    warmup_max = 30.0 if not args.short else 15.0
+        args.sidecars, args.partitions, args.seconds, args.workers = [20], 100, 3.0, 2
+        args.warmup = 20.0
 
     with tempfile.TemporaryDirectory(prefix="bench-session-") as tmp:
         log_dir = args.log_dir or Path(tmp)
@@ -272,38 +570,49 @@ def main(argv: list[str] | None = None) -> int:
         topic = f"bench-session-{int(time.time())}"
         assigner = None
         try:
-            create_topic(bootstrap, topic, args.partitions)
-            groups = [f"bench-{n}" for n in args.sidecars]
+            create_topic(bootstrap, topic, args.partitions, timeout=180)
+            groups = [f"bench-{i}-{n}" for i, n in enumerate(args.sidecars)]
             assigner = start_assigner(bootstrap, topic, groups, log_dir)
             assert assigner.proc is not None
             pid = assigner.proc.pid
+            pacing = f"every {args.interval:g} s" if args.interval > 0 else "closed loop"
             print(
                 f"assigner pid {pid}; topic {topic} with {args.partitions} partitions; "
-                f"{args.seconds:.0f} s per measurement; TTL 3 s, heartbeat interval 1 s"
+                f"{args.seconds:g} s per measurement; heartbeats {pacing}; TTL {TTL:g} s; "
+                f"{args.workers} client processes, {args.connections} connections; "
+                f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
             )
             print(
-                f"{'sidecars':>8} {'what':<22} {'per s':>9} {'p50 ms':>8} {'p99 ms':>8} "
-                f"{'assigner CPU':>12} {'per CPU-s':>10}"
+                f"{'sidecars':>8} {'what':<20} {'acked/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
+                f"{'assigner CPU':>12} {'per CPU-s':>9} {'sidecars/core':>13}"
             )
+            interval = args.interval if args.interval > 0 else 1.0
             for n, group in zip(args.sidecars, groups, strict=True):
-                base = asyncio.run(run_baseline(assigner.grpc_addr, n, args.seconds, pid))
-                hb = asyncio.run(
-                    run_heartbeats(
-                        assigner.grpc_addr, group, n, args.partitions, warmup_max, args.seconds, pid
-                    )
+                base, hb, replace = run_size(
+                    assigner.grpc_addr, group, n, args.partitions, args, pid
                 )
                 for what, r in (("health Check (base)", base), ("Session heartbeats", hb)):
                     print(
-                        f"{n:>8} {what:<22} {r['rate']:>9.0f} {r['p50_ms']:>8.2f} "
-                        f"{r['p99_ms']:>8.2f} {r['cpu_share']:>11.0%} {r['per_cpu_s']:>10.0f}"
+                        f"{n:>8} {what:<20} {r['rate']:>8.0f} {r['p50_ms']:>8.1f} "
+                        f"{r['p99_ms']:>8.1f} {r['cpu_share']:>11.0%} {r['per_cpu_s']:>9.0f} "
+                        f"{r['per_cpu_s'] * interval:>13.0f}"
                     )
-                need = n / 1.0  # heartbeats/s the group needs at the default 1 s interval
+                if base["errors"] or hb["errors"]:
+                    print(
+                        f"{n:>8} failed calls: baseline {base['errors']:.0f}, sessions "
+                        f"{hb['errors']:.0f} (broken streams, re-attached)"
+                    )
+                ratio = base["per_cpu_s"] / hb["per_cpu_s"] if hb["per_cpu_s"] else float("nan")
                 print(
-                    f"{n:>8} ratio heartbeats/baseline {hb['rate'] / base['rate']:.2f}; "
-                    f"settled in {hb['settle_s']:.1f}s with {hb['held']:.0f}/{args.partitions} "
-                    f"partitions held; capacity {hb['rate'] / need:.1f}x what {n} sidecars "
-                    f"need at a 1 s heartbeat interval"
+                    f"{n:>8} CPU per heartbeat / per health check {ratio:.2f}; settled in "
+                    f"{hb['settle_s']:.1f}s; partitions held {hb['held']:.0f}/{args.partitions} "
+                    f"(after the window {hb['held_after']:.0f}); {hb['rejoins']:.0f} sessions "
+                    f"re-attached after the assigner dropped them as lost; kill -9 of one sidecar: "
+                    f"{replace['replaced']:.0f}/{replace['partitions']:.0f} of its partitions "
+                    f"live elsewhere after {replace['seconds']:.2f}s "
+                    f"(TTL + grace {TTL + GRACE:g}s)"
                 )
+                sys.stdout.flush()
         finally:
             if assigner is not None:
                 assigner.stop()
