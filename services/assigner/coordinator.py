@@ -169,6 +169,15 @@ class Timing:
     grace: float = 1.0
     hold_window: float = 10.0  # 0 disables static identity
     hold_mode: HoldMode = HoldMode.RESERVE
+    # Events (a join, a release) rebalance at once while the balancer work spent within
+    # this interval (partitions + members, per run) stays within ``rebalance_work``;
+    # past it they only mark one pending and the next tick runs one for them all. A
+    # storm of N joins to a large group then costs about a rebalance per tick, not N
+    # (each is O(partitions + members), and moves partitions again); small groups never
+    # wait (10,000 is about 10 ms of balancer: a group of 100 partitions and members
+    # rebalances up to 100 times within an interval). 0: every event rebalances at once.
+    rebalance_interval: float = 0.0
+    rebalance_work: int = 10_000
 
     @property
     def reserves(self) -> bool:
@@ -226,6 +235,9 @@ class GroupCoordinator:
         # balancer run on every 100 ms tick would cost O(partitions) for nothing.
         self._rebalance_pending = True
         self._last_load_rebalance = float("-inf")
+        # The current coalescing window: its start and the balancer work spent in it.
+        self._work_since = float("-inf")
+        self._work = 0
         self.set_partitions(partitions)
         for tp, epoch in (epochs or {}).items():
             if tp in self.leases:
@@ -433,7 +445,7 @@ class GroupCoordinator:
                 and now >= self.settle_until
             ):
                 out.commands.append(self._grant(lease, holder, now, new_epoch=False))
-        out.commands.extend(self._rebalance(now))
+        out.commands.extend(self._rebalance(now, coalesce=False))
         return out
 
     def unpause(self, tps: Iterable[TopicPartition], now: float) -> Outcome:
@@ -443,7 +455,7 @@ class GroupCoordinator:
             if self.paused.pop(tp, None) is not None:
                 self.leases[tp].next_holder = None
         self._rebalance_pending = True
-        return Outcome(commands=self._rebalance(now))
+        return Outcome(commands=self._rebalance(now, coalesce=False))
 
     # ---- drains -------------------------------------------------------------------------
 
@@ -456,7 +468,7 @@ class GroupCoordinator:
         else:
             self.drained.discard(member_id)
         self._rebalance_pending = True
-        return Outcome(commands=self._rebalance(now), membership_changed=True)
+        return Outcome(commands=self._rebalance(now, coalesce=False), membership_changed=True)
 
     # ---- mode switches ------------------------------------------------------------------
 
@@ -489,7 +501,7 @@ class GroupCoordinator:
             if lease.holder is None:
                 lease.committed = COMMITTED
         self._rebalance_pending = True
-        return Outcome(commands=self._rebalance(now), membership_changed=True)
+        return Outcome(commands=self._rebalance(now, coalesce=False), membership_changed=True)
 
     def disconnect_expired(self, now: float) -> Outcome:
         """Tick: expire silent members, lapsed leases and hold windows; rebalance."""
@@ -530,7 +542,7 @@ class GroupCoordinator:
             and now - self._last_load_rebalance >= LOAD_REBALANCE_SECONDS
         )
         if changed or out.membership_changed or self._rebalance_pending or load_due:
-            out.commands.extend(self._rebalance(now))
+            out.commands.extend(self._rebalance(now, coalesce=False))
         return out
 
     # ---- grant dispatch (the adapter persists a grant's epoch, then sends it) ------------
@@ -665,12 +677,23 @@ class GroupCoordinator:
             out.commands.extend(self._rebalance(now))
         out.membership_changed = True
 
-    def _rebalance(self, now: float) -> list[Command]:
+    def _rebalance(self, now: float, *, coalesce: bool = True) -> list[Command]:
+        """Run the balancer and return its commands. ``coalesce``: an event's rebalance,
+        deferred to the next tick when one ran within ``Timing.rebalance_interval``; the
+        tick and operator actions pass False (they run at once)."""
         if not self.grants_enabled:
             return []
         if now < self.settle_until:
             self._rebalance_pending = True
             return []  # rebuilding after a restart: let holders re-attach first
+        if self.timing.rebalance_interval > 0:
+            work = len(self.leases) + len(self.members)
+            if now - self._work_since >= self.timing.rebalance_interval:
+                self._work_since, self._work = now, 0
+            if coalesce and self._work and self._work + work > self.timing.rebalance_work:
+                self._rebalance_pending = True
+                return []  # enough ran in this interval: the next tick runs one for all
+            self._work += work
         self._rebalance_pending = False
         self._last_load_rebalance = now
         present = self.live_members()

@@ -222,6 +222,8 @@ class GroupRuntime:
                 grace=settings.lease_grace_seconds,
                 hold_window=settings.hold_window_seconds,
                 hold_mode=HoldMode(settings.hold_mode),
+                # Events within a tick share one rebalance (a join storm: one per tick).
+                rebalance_interval=settings.tick_seconds,
             ),
             epochs=epochs,
             settle_until=settle_until,

@@ -353,10 +353,10 @@ operation = st.tuples(
 )
 
 
-def run_history(rules: Rules, data: st.DataObject) -> list[Interval]:
+def run_history(rules: Rules, data: st.DataObject, timing: Timing = TIMING) -> list[Interval]:
     world = World(data.draw)
     intervals: list[Interval] = []
-    assigner = Assigner(world, rules)
+    assigner = Assigner(world, rules, GroupCoordinator("g", TPS, timing))
     sides = {m: Sidecar(m, world, rules, intervals) for m in MEMBERS}
     for side in sides.values():
         world.at(0.0, side.beat)
@@ -393,6 +393,19 @@ MODEL = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_no_partition_is_live_on_two_sidecars_with_delays_and_loss(data: st.DataObject) -> None:
     check_one_holder(run_history(NEW_RULES, data))
+
+
+# Every event's rebalance after the first of a tick deferred to the next tick (a join
+# storm's coalescing, Timing.rebalance_interval): the same property.
+COALESCING = Timing(
+    ttl=TTL, grace=GRACE, hold_window=0.0, rebalance_interval=TICK, rebalance_work=1
+)
+
+
+@settings(MODEL, max_examples=200)
+@given(st.data())
+def test_coalesced_rebalances_keep_one_holder(data: st.DataObject) -> None:
+    check_one_holder(run_history(NEW_RULES, data, COALESCING))
 
 
 @settings(MODEL, max_examples=100)
