@@ -65,6 +65,7 @@ TTL = 3.0  # the assigner's default lease TTL (the bench starts it with its defa
 GRACE = 1.0
 SAFETY_MARGIN = 0.5  # the sidecar's default lease_safety_margin_seconds
 TP = tuple[str, int]
+ACK_GRACE = 3.0  # how long after a window its heartbeats' acks are waited for
 
 
 @dataclass
@@ -160,7 +161,9 @@ class Window:
     latencies: list[float] = field(default_factory=list)
 
     def record(self, sent: float, now: float) -> None:
-        if self.start <= sent and now <= self.end:
+        """An ack of a heartbeat sent within the window (counted when it arrives within
+        ACK_GRACE after the window: later ones are missing from the rate)."""
+        if self.start <= sent < self.end and now <= self.end + ACK_GRACE:
             self.acks += 1
             self.latencies.append(now - sent)
 
@@ -453,7 +456,7 @@ def measure(
         answers = [workers._recv(p, seconds + 60) for p in workers.pipes]
         answers = [a[1:] for a in answers]
     else:
-        time.sleep(0.5)  # acks of heartbeats sent before the end still count
+        time.sleep(ACK_GRACE)  # acks of heartbeats sent before the end still count
         answers = workers.ask("results")
     acks = sum(a[0] for a in answers)
     latencies = [x for a in answers for x in a[1]]
@@ -475,12 +478,13 @@ def run_size(
         base = measure(workers, proc, args.seconds, baseline=True)
         # Warm-up: every partition held, and no grant or revoke for 1 s.
         started = time.monotonic()
-        last_changes, stable_since, held = -1, time.monotonic(), 0
+        last_changes, stable_since, held, joined = -1, time.monotonic(), 0, 0
         while time.monotonic() - started < args.warmup:
             time.sleep(0.5)
             status = workers.ask("status")
             held = sum(s[0] for s in status)
             changes = sum(s[1] for s in status)
+            joined = sum(s[2] for s in status)
             if changes != last_changes:
                 last_changes, stable_since = changes, time.monotonic()
             elif held == partitions and time.monotonic() - stable_since >= 1.0:
@@ -507,6 +511,7 @@ def run_size(
         }
         hb |= {
             "settle_s": settled,
+            "joined": float(joined),
             "held": float(held),
             "held_after": float(held_after),
             "rejoins": float(rejoins),
@@ -539,6 +544,7 @@ def start_assigner(bootstrap: str, topic: str, groups: list[str], log_dir: Path)
 
 
 def main(argv: list[str] | None = None) -> int:
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # rows as measured
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sidecars", type=int, nargs="+", default=[1000, 2000])
     parser.add_argument("--partitions", type=int, default=2000)
@@ -605,14 +611,14 @@ def main(argv: list[str] | None = None) -> int:
                 ratio = base["per_cpu_s"] / hb["per_cpu_s"] if hb["per_cpu_s"] else float("nan")
                 print(
                     f"{n:>8} CPU per heartbeat / per health check {ratio:.2f}; settled in "
-                    f"{hb['settle_s']:.1f}s; partitions held {hb['held']:.0f}/{args.partitions} "
+                    f"{hb['settle_s']:.1f}s ({hb['joined']:.0f} attached); partitions held "
+                    f"{hb['held']:.0f}/{args.partitions} "
                     f"(after the window {hb['held_after']:.0f}); {hb['rejoins']:.0f} sessions "
                     f"re-attached after the assigner dropped them as lost; kill -9 of one sidecar: "
                     f"{replace['replaced']:.0f}/{replace['partitions']:.0f} of its partitions "
                     f"live elsewhere after {replace['seconds']:.2f}s "
                     f"(TTL + grace {TTL + GRACE:g}s)"
                 )
-                sys.stdout.flush()
         finally:
             if assigner is not None:
                 assigner.stop()
