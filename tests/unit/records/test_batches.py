@@ -26,6 +26,7 @@ from services.records.batches import (
     DsRecord,
     Slice,
     chunk_from_records,
+    chunk_of,
     decode_batch,
     from_record,
 )
@@ -139,6 +140,30 @@ def test_fixed_and_variable_sizes_and_nulls_split_alike() -> None:
         (run,), _ = runs_from_messages(msgs)
         s = Slice("a", 1, 9, run.chunk, 0, len(values), 0, len(run.chunk.values), 0, 0)
         assert [r.value for r in decode_batch(s.to_batch())] == values
+
+
+@pytest.mark.parametrize(
+    ("keys", "key_lengths", "key_nulls"),
+    [
+        ([b"k0", b"k1", b"k2"], [2, 2, 2], set()),  # no nulls: nothing looked for
+        ([b"k0", None, b""], [2, 0, 0], {1}),  # a null key takes no bytes, b"" is not null
+        ([None, None, None], None, set()),  # a keyless producer's: no key column at all
+    ],
+)
+def test_chunk_columns_with_and_without_nulls(
+    keys: list[bytes | None], key_lengths: list[int] | None, key_nulls: set[int]
+) -> None:
+    for values, value_nulls in (([b"a", b"bb", b""], set()), ([None, b"bb", None], {0, 2})):
+        chunk = chunk_of(array("q", [4, 5, 6]), None, values, keys, [None] * 3)
+        assert chunk.values == b"".join(v or b"" for v in values)
+        assert chunk.value_lengths.tolist() == [len(v or b"") for v in values]
+        assert chunk.value_nulls == value_nulls
+        assert chunk.keys == b"".join(k or b"" for k in keys)
+        assert (chunk.key_lengths and chunk.key_lengths.tolist()) == key_lengths
+        assert chunk.key_nulls == key_nulls
+    nothing = chunk_of(array("q", [4, 5]), None, [None, None], [None, None], [None, None])
+    assert (nothing.values, nothing.value_lengths.tolist()) == (b"", [0, 0])
+    assert nothing.value_nulls == {0, 1}
 
 
 def test_a_malformed_batch_is_refused() -> None:
