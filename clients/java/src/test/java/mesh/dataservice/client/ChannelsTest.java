@@ -99,7 +99,7 @@ class ChannelsTest {
   }
 
   @Test
-  void aPeerThatKeepsFailingIsTriedAgainWithinASecond() throws Exception {
+  void aPeerThatKeepsFailingIsTriedMoreOftenThanGrpcsOwnBackoffAllows() throws Exception {
     // A listener that accepts each connection and closes it at once: every connection attempt
     // fails, and the channel tries again after its reconnect backoff.
     List<Long> accepted = new ArrayList<>();
@@ -132,11 +132,11 @@ class ChannelsTest {
         gapsMs.add((accepted.get(i) - accepted.get(i - 1)) / 1_000_000);
       }
     }
-    // grpc-java's own backoff: 1 s, 1.6 s, 2.56 s, 4.1 s (each +-20%): within 8 s a pause of
-    // 2.05 s at least. The rule: 0.1 s growing to 1 s; 2 s leaves a second for the failed
-    // attempt itself on a loaded machine.
-    assertTrue(gapsMs.size() >= 4, "pauses between attempts (ms): " + gapsMs);
-    assertTrue(gapsMs.stream().allMatch(g -> g < 2_000), "pauses between attempts (ms): "
-        + gapsMs);
+    // grpc-java's own backoff: 1 s, 1.6 s, 2.56 s, 4.1 s (each +-20%): within 8 s at most 5
+    // attempts (4 pauses, 0.8 + 1.28 + 2.05 + 3.28 s at the shortest). The rule, 0.1 s
+    // growing to 1 s, makes about 11. Counted, not timed (a single pause is no measure on a
+    // loaded machine: one of 2.9 s was seen there): 8 pauses leave room for a slow machine
+    // and are 2x what grpc-java's backoff could give.
+    assertTrue(gapsMs.size() >= 8, "pauses between attempts (ms): " + gapsMs);
   }
 }
