@@ -10,7 +10,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import yaml
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    ConsumerGroupState,
+    KafkaError,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, ConsumerGroupDescription
 
 from services.assigner.state import STATE_TOPIC, StateSnapshot, apply_record
@@ -96,6 +103,29 @@ def describe_kafka_group(bootstrap: str, group: str) -> ConsumerGroupDescription
         timeout=10
     )
     return result
+
+
+def wait_kafka_group_stable(bootstrap: str, group: str, members: int, timeout: float = 60) -> None:
+    """Until the Kafka group is stable with ``members`` members, each assigned partitions:
+    sidecars in ``kafka_group`` mode join one after the other, and each join is a
+    cooperative rebalance that revokes partitions from the others; acks of records read
+    before a revoke are refused and the records read again (at least once, as any Kafka
+    group). A test that counts every record exactly once reads after the last join."""
+    deadline = time.monotonic() + timeout
+    while True:
+        description = describe_kafka_group(bootstrap, group)
+        assigned = [m for m in description.members if m.assignment.topic_partitions]
+        if (
+            description.state == ConsumerGroupState.STABLE
+            and len(description.members) == members
+            and len(assigned) == members
+        ):
+            return
+        assert time.monotonic() < deadline, (
+            f"Kafka group {group} not stable with {members} members: {description.state}, "
+            f"{len(description.members)} members, {len(assigned)} with partitions"
+        )
+        time.sleep(0.2)
 
 
 def wait_kafka_group_empty(bootstrap: str, group: str, timeout: float = 60) -> None:
