@@ -223,14 +223,12 @@ class RangeRead:
         self._closed.set()
         with self._lock:
             self._done = True
-            consumer = self._consumer
-            if reusable and self._give_back is not None:
-                give_back, self._give_back = self._give_back, None
-                give_back(consumer)
+            give_back, self._give_back = self._give_back, None
+            if reusable and give_back is not None:
+                give_back(self._consumer)
                 return
-            self._give_back = None
             with contextlib.suppress(RuntimeError):  # already closed
-                consumer.close()
+                self._consumer.close()
 
 
 def _settings(config: dict[str, Any]) -> dict[str, Any]:
@@ -260,8 +258,9 @@ class RangeReaders:
         self.executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="ds-reader")
         self._watermark_consumer: Consumer | None = None
         self._watermark_lock = threading.Lock()
-        # Consumers of reads that ended, unassigned, with the config they were made with and
-        # when they came back: the next read takes one instead of making a consumer.
+        # Consumers of reads that ended, unassigned, with the settings they were made with
+        # (their config without callbacks) and when they came back: the next read takes
+        # one instead of making a consumer.
         self.max_idle = max_idle
         self.idle_seconds = idle_seconds
         self._idle: list[tuple[Consumer, dict[str, Any], float]] = []
@@ -287,13 +286,14 @@ class RangeReaders:
         """An idle consumer made with today's config (the sidecar's config can change live),
         or a new one; idle ones past ``idle_seconds`` or made with another config close."""
         config = self._consumer_config()
+        settings = _settings(config)
         stale: list[Consumer] = []
         taken: Consumer | None = None
         with self._idle_lock:
             now = time.monotonic()
             keep: list[tuple[Consumer, dict[str, Any], float]] = []
             for consumer, made_with, since in self._idle:
-                if _settings(made_with) != _settings(config) or now - since > self.idle_seconds:
+                if made_with != settings or now - since > self.idle_seconds:
                     stale.append(consumer)
                 elif taken is None:
                     taken = consumer
@@ -303,9 +303,9 @@ class RangeReaders:
         for consumer in stale:
             with contextlib.suppress(Exception):
                 consumer.close()
-        return (taken if taken is not None else self._new_consumer(config)), config
+        return (taken if taken is not None else self._new_consumer(config)), settings
 
-    def _give_back(self, consumer: Consumer, config: dict[str, Any]) -> None:
+    def _give_back(self, consumer: Consumer, settings: dict[str, Any]) -> None:
         """A read ended at its range's end: keep its consumer, unassigned, for the next."""
         try:
             consumer.unassign()
@@ -315,7 +315,7 @@ class RangeReaders:
             return
         with self._idle_lock:
             if not self._closed and len(self._idle) < self.max_idle:
-                self._idle.append((consumer, config, time.monotonic()))
+                self._idle.append((consumer, settings, time.monotonic()))
                 return
         with contextlib.suppress(Exception):
             consumer.close()
@@ -327,7 +327,7 @@ class RangeReaders:
 
     def open(self, spec: RangeSpec) -> RangeRead:
         """Blocking: validate the range against the watermarks and start reading it."""
-        consumer, config = self._take_consumer()
+        consumer, settings = self._take_consumer()
         try:
             low, high = consumer.get_watermark_offsets(
                 TopicPartition(spec.tp.topic, spec.tp.partition), timeout=self.kafka_timeout
@@ -342,7 +342,7 @@ class RangeReaders:
             consumer,
             spec,
             self.stall_timeout,
-            give_back=functools.partial(self._give_back, config=config),
+            give_back=functools.partial(self._give_back, settings=settings),
         )
 
     def watermarks(self, tp: TP) -> tuple[int, int]:
