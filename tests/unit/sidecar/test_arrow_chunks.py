@@ -7,7 +7,6 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.ipc as pa_ipc
 import pytest
-from confluent_kafka import KafkaError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,48 +15,9 @@ from services.consumer_sidecar.fetcher import _to_record
 from services.consumer_sidecar.reader import RangeRead, RangeSpec
 from services.runtime.topic_partition import TP
 from spark.sources.arrow import BatchBuilder
+from tests.support.kafka_messages import Eof, Msg
 
 TOPIC = "orders"
-
-
-class Msg:
-    """The parts of a confluent-kafka Message the encoder and ``_to_record`` read."""
-
-    def __init__(
-        self,
-        offset: int,
-        key: bytes | None,
-        value: bytes | None,
-        stamp: tuple[int, int],
-        headers: list[tuple[str, bytes | None]] | None,
-        partition: int = 3,
-    ) -> None:
-        self._offset, self._key, self._value = offset, key, value
-        self._stamp, self._headers, self._partition = stamp, headers, partition
-
-    def error(self) -> None:
-        return None
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def topic(self) -> str:
-        return TOPIC
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def timestamp(self) -> tuple[int, int]:
-        return self._stamp
-
-    def headers(self) -> list[tuple[str, bytes | None]] | None:
-        return self._headers
 
 
 payloads = st.one_of(st.none(), st.binary(max_size=64))
@@ -114,19 +74,6 @@ def test_one_chunk_holds_one_partition() -> None:
         arrow_chunks.encode(
             [Msg(1, None, b"a", (0, -1), None), Msg(2, None, b"b", (0, -1), None, partition=4)]
         )  # type: ignore[list-item]
-
-
-class Eof:
-    """The end of the partition's log, at ``offset``."""
-
-    def __init__(self, offset: int) -> None:
-        self._offset = offset
-
-    def error(self) -> KafkaError:
-        return KafkaError(KafkaError._PARTITION_EOF)
-
-    def offset(self) -> int:
-        return self._offset
 
 
 class FakeConsumer:

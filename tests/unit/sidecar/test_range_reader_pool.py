@@ -13,46 +13,7 @@ from confluent_kafka import KafkaError, KafkaException
 from services.consumer_sidecar import reader
 from services.consumer_sidecar.reader import RangeReaders, RangeSpec
 from services.runtime.topic_partition import TP
-
-
-class Msg:
-    def __init__(self, offset: int) -> None:
-        self._offset = offset
-
-    def error(self) -> None:
-        return None
-
-    def key(self) -> None:
-        return None
-
-    def value(self) -> bytes:
-        return b"v"
-
-    def topic(self) -> str:
-        return "t"
-
-    def partition(self) -> int:
-        return 0
-
-    def offset(self) -> int:
-        return self._offset
-
-    def timestamp(self) -> tuple[int, int]:
-        return (0, -1)
-
-    def headers(self) -> None:
-        return None
-
-
-class Eof:
-    def __init__(self, offset: int) -> None:
-        self._offset = offset
-
-    def error(self) -> KafkaError:
-        return KafkaError(KafkaError._PARTITION_EOF)
-
-    def offset(self) -> int:
-        return self._offset
+from tests.support.kafka_messages import Eof, Msg
 
 
 class FakeConsumer:
@@ -83,7 +44,11 @@ class FakeConsumer:
     def consume(self, num: int, timeout: float) -> list[Msg | Eof]:
         if self.fail_consume:
             raise KafkaException(KafkaError(KafkaError._FATAL, fatal=True))
-        batch: list[Msg | Eof] = [Msg(o) for o in range(self._next, min(self._next + num, 100))]
+        end = min(self._next + num, 100)
+        batch: list[Msg | Eof] = [
+            Msg(o, None, b"v", (0, -1), None, partition=0, topic="t")
+            for o in range(self._next, end)
+        ]
         self._next += len(batch)
         return [*batch, Eof(self._next)] if self._next >= 100 else batch
 
