@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
 
+from services.runtime import local_socket
 from services.runtime.addresses import parse_host_port
 from services.runtime.settings import ServiceSettings
 
@@ -113,7 +114,7 @@ class SidecarSettings(ServiceSettings):
         same-named path."""
         if self.uds_dir is None:
             return None
-        return self.uds_dir / f"sidecar-{self.id}.sock"
+        return self.uds_dir / local_socket.sidecar_file_name(self.id)
 
     @model_validator(mode="after")
     def _id_names_a_file(self) -> SidecarSettings:

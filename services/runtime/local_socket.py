@@ -44,11 +44,17 @@ def path_of(target: str) -> Path | None:
     return Path(rest) if rest else None
 
 
+def sidecar_file_name(sidecar_id: str) -> str:
+    """The file name of a sidecar's socket: ``sidecar-ID.sock``."""
+    return f"sidecar-{sidecar_id}.sock"
+
+
 def names_sidecar(target: str, sidecar_id: str) -> bool:
-    """Whether ``target`` is a ``unix:`` target whose file name carries ``sidecar_id``
-    (what the assigner accepts as a sidecar's local endpoint)."""
+    """Whether ``target`` is an absolute ``unix:`` target whose file is this sidecar's
+    socket, ``sidecar-ID.sock`` (what the assigner accepts as a sidecar's local endpoint:
+    a sidecar cannot name another's socket, even one whose id contains its own)."""
     path = path_of(target)
-    return path is not None and path.is_absolute() and sidecar_id in path.name
+    return path is not None and path.is_absolute() and path.name == sidecar_file_name(sidecar_id)
 
 
 def accepts(path: Path, timeout: float = 0.25) -> bool:

@@ -96,6 +96,8 @@ def test_a_path_too_long_for_a_socket_is_refused(tmp_path: Path) -> None:
         ("unix:///var/run/ds/sidecar-pod-a.sock", "pod-a", True),
         ("unix:/var/run/ds/sidecar-pod-b.sock", "pod-a", False),
         ("unix:/var/run/pod-a/sidecar.sock", "pod-a", False),  # the id in the file name only
+        ("unix:/var/run/ds/sidecar-pod-ab.sock", "pod-a", False),  # another sidecar's socket
+        ("unix:/var/run/ds/sidecar-pod-a.sock.old", "pod-a", False),
         ("unix:relative/sidecar-pod-a.sock", "pod-a", False),
         ("10.0.0.1:7080", "pod-a", False),
         ("unix:", "pod-a", False),
