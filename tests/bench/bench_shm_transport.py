@@ -324,8 +324,8 @@ class Client:
             request_serializer=i64.SerializeToString,
             response_deserializer=stream_pb2.ReadRangeResponse.FromString,
         )
-        self._wire = self.channel.stream_stream(
-            SERVICE + "Wire", request_serializer=i64.SerializeToString
+        self._wire = self.channel.stream_stream(  # bytes as they came: no deserializer
+            SERVICE + "Wire", request_serializer=i64.SerializeToString, response_deserializer=None
         )
         self._shm = self.channel.stream_stream(
             SERVICE + "Shm",
@@ -478,7 +478,7 @@ def report(size: int, samples: dict[str, list[Sample]], path_us: float, rows: in
     first = next(iter(samples.values()))
     print(f"\n{size} B values, {rows} records per chunk, {len(first)} rounds")
     print(
-        f"  {'mode':7} {'sender µs/rec':>19} {'receiver µs/rec':>19} {'total µs/rec':>19}"
+        f"  {'mode':11} {'sender µs/rec':>19} {'receiver µs/rec':>19} {'total µs/rec':>19}"
         f" {'rec/s (wall)':>14}"
     )
     totals: dict[str, tuple[float, float]] = {}
@@ -492,7 +492,7 @@ def report(size: int, samples: dict[str, list[Sample]], path_us: float, rows: in
         totals[mode] = cols[2]
         best_rate = max(s.records / s.wall_s for s in runs)
         print(
-            f"  {mode:7} "
+            f"  {mode:11} "
             + " ".join(f"{b:8.3f} / {m:8.3f}" for b, m in cols)
             + f" {best_rate:14,.0f}"
         )
