@@ -26,8 +26,12 @@ up: setup-quick
 down:
 	$(VENV)/dsctl dev down
 
+# tests/unit first, on two pytest-xdist workers (pure logic and in-process servers on free
+# ports; much of its time is waits, so two workers halve it), then everything else in one
+# process (real Kafka, Consul and mesh processes per test: not run side by side).
 test: setup clients/go/bin/dsread clients/java/target/dsread.jar
-	$(VENV)/python -m pytest -m "not long" --junitxml=build/test-results.xml
+	$(VENV)/python -m pytest tests/unit -n 2 -m "not long" --junitxml=build/test-results-unit.xml
+	$(VENV)/python -m pytest -m "not long" --ignore=tests/unit --junitxml=build/test-results.xml
 
 # tests/clients runs each client's conformance reader: built here when missing (a fresh
 # clone); `make clients` rebuilds and tests both after a change to them.
