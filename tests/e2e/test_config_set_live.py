@@ -100,16 +100,23 @@ class Applying:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
             env={**os.environ, "DS_ASSIGNER": self.assigner},
         )  # fmt: skip
-        stored_at = wait_for(
-            lambda: (
-                time.monotonic()
-                if describe(self.assigner, self.group).config.config_version > before
-                else None
-            ),
-            30,
-            "the update to be stored",
-            every=0.02,
-        )
+
+        def stored() -> float | None:
+            if describe(self.assigner, self.group).config.config_version > before:
+                return time.monotonic()
+            if proc.poll() is not None:  # dsctl ended and nothing was stored: say why
+                out, err = proc.communicate()
+                raise AssertionError(f"dsctl exited {proc.returncode}: {out} {err}")
+            return None
+
+        try:
+            stored_at = wait_for(stored, 30, "the update to be stored", every=0.02)
+        except AssertionError as timed_out:
+            if proc.poll() is None:
+                proc.kill()
+                out, err = proc.communicate()
+                raise AssertionError(f"not stored in 30 s; dsctl: {out} {err}") from timed_out
+            raise
         version = before + 1
         running: dict[str, float] = {}
         deadline = time.monotonic() + 10
