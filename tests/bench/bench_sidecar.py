@@ -20,7 +20,18 @@ never an asserted time):
 (c) through ``StreamService.Stream`` (``DsClient.stream(use_stream_rpc=True)``: credit
     window of 20,000 records, the same reads and one ack per batch on the stream, waited
     for); (c2) the same with ``ack_nowait(batch)``, every answer checked at the end;
-(d) produce-to-client latency p50/p99 at 1,000 records/s, sidecar vs a direct consumer;
+(d) produce-to-application latency at 1,000 records/s (``--rows d`` alone): one producer
+    process stamps each record's value with its seq and ``time.time_ns()``; at the same
+    time, each in a process of its own, on the same records: a direct consumer with
+    librdkafka's defaults (d0, the baseline) and with the sidecar's fetch settings (ds),
+    both ``assign()`` + ``poll()`` per record, and a DsClient loop through a sidecar of its
+    own: ``fetch`` over TCP (dF) and over the sidecar's Unix domain socket (dFu), and
+    ``stream`` over the Stream RPC (dS), each batch acked with ``ack_nowait`` (``--lat-paths``
+    adds dFa/dSa, acked with ``ack``, and d0c, the earlier direct loop ``consume(1000, 0.1)``).
+    The records produced after every path received records and a warm-up are cut into
+    ROUNDS windows; per path and window: p50, p99, p99.9, max, n, and the window's records
+    it missed or received more than once; p99 best and median of the rounds and its ratio
+    to (d0)'s in the same round; per process, its CPU and its threads' wait for a CPU;
 (e) (b) with librdkafka statistics on (default 5000 ms) and off
     (``DS_STATISTICS_INTERVAL_MS=0``): the overhead ratio;
 (b2u), (cu) (b2) and (c) with the client in the sidecar's "pod": the sidecar also serves
@@ -28,7 +39,8 @@ never an asserted time):
     (the sidecar's ``ds_client_transport_requests_total`` must show every call came over
     it); printed beside their TCP rows, best and median of the rounds.
 
-``--rows a,b2,b2u,c,cu`` measures only those rows ((a) always runs: it is the baseline);
+``--rows a,b2,b2u,c,cu`` measures only those rows ((a) always runs with a throughput row: it
+is the baseline; ``--rows d`` runs the latency row alone);
 ``--rounds N`` sets the number of interleaved rounds, ``--sizes 1024`` runs one size.
 
 With each best rate, the CPU seconds per million records that each process spent over the
@@ -47,6 +59,7 @@ the baseline as for the sidecar. Not collected by pytest (file name).
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import shutil
 import statistics
@@ -58,6 +71,7 @@ import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -70,7 +84,7 @@ from confluent_kafka import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from services.client import DsClient
+from services.client import Batch, DsClient
 from services.consumer_sidecar.kafka_config import SIDECAR_CONSUMER_DEFAULTS
 from services.devstack.kafka import (
     KafkaCluster,
@@ -139,6 +153,18 @@ def cpu_seconds(pid: int) -> float:
     # The command name in parentheses may hold spaces: the fields follow its last ')'.
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS_PER_SECOND
+
+
+def run_queue_seconds(pid: int) -> float:
+    """Seconds the threads of a process have spent runnable but waiting for a CPU so far
+    (``/proc/PID/task/*/schedstat``, second field; threads that ended are not counted)."""
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # the thread ended meanwhile
+    return total / 1e9
 
 
 class CpuWindow:
@@ -353,6 +379,212 @@ def stream_through(
 
 
 # ---- (d) latency -------------------------------------------------------------------------
+#
+# Every path runs in a process of its own (no path waits for another's GIL) at the same
+# time, on the same records: one producer process stamps each value "seq:time_ns:" at
+# produce(), each path's application loop takes time.time_ns() when it is handed the record
+# (the same clock, CLOCK_REALTIME, in every process of the machine), keeps the first
+# arrival of each seq and counts later ones as duplicates. The measured records are the
+# seqs produced after every path has received records and a warm-up; they are cut into
+# ROUNDS consecutive windows, and every path is scored on the same seqs of each window.
+
+LAT_RATE = 1_000  # records/s
+LAT_PAD = b"x" * 80
+LAT_WARM_SECONDS = 3.0  # after every path received its first record
+LAT_DRAIN_SECONDS = 3.0  # after the producer stopped: late records still count
+LAT_FETCH_RECORDS = 1_000  # DsClient.fetch(max_records) and the Stream credit
+LAT_FETCH_WAIT = 0.2
+LAT_DIRECT_POLL = 1.0  # the direct loop's poll(timeout): returns on a record's arrival
+LAT_PRODUCER = {"enable.idempotence": True, "linger.ms": 1}
+
+
+@dataclass(frozen=True)
+class LatPath:
+    """One path measured in (d): ``kind`` direct | fetch | stream."""
+
+    key: str
+    label: str
+    kind: str
+    sidecar_settings: bool = False  # direct: the sidecar's librdkafka fetch settings
+    uds: bool = False  # fetch/stream: the client dials the sidecar's Unix domain socket
+    # fetch/stream: "ack_nowait" (the next read does not wait for this batch's commit) or
+    # "ack" (waits for it)
+    ack: str = "ack_nowait"
+    batch: bool = False  # direct: consume(1000, 0.1) instead of poll() per record
+
+
+LAT_PATHS = (
+    LatPath("d0", "direct, librdkafka defaults", "direct"),
+    LatPath("ds", "direct, sidecar fetch settings", "direct", sidecar_settings=True),
+    LatPath("dF", "DsClient.fetch TCP", "fetch"),
+    LatPath("dFu", "DsClient.fetch UDS", "fetch", uds=True),
+    LatPath("dS", "DsClient.stream (Stream RPC) TCP", "stream"),
+)
+# More paths --lat-paths may name: the client loops waiting for each ack's commit before
+# the next read, and the direct loop of the earlier (d): consume(1000, 0.1), which returns
+# when 1,000 records came or 0.1 s passed (librdkafka fills the batch or times out).
+LAT_MORE = (
+    LatPath("dFa", "DsClient.fetch TCP", "fetch", ack="ack"),
+    LatPath("dSa", "DsClient.stream (Stream RPC) TCP", "stream", ack="ack"),
+    LatPath("d0c", "direct, librdkafka defaults, consume(1000, 0.1)", "direct", batch=True),
+)
+LAT_ALL = {p.key: p for p in (*LAT_PATHS, *LAT_MORE)}
+
+
+@dataclass
+class LatResult:
+    """What one path's process saw: first-arrival latency (ms) by seq, duplicates by seq."""
+
+    first_ms: dict[int, float] = field(default_factory=dict)
+    duplicates: dict[int, int] = field(default_factory=dict)
+    error: str = ""
+
+    def see(self, value: bytes, now_ns: int) -> None:
+        seq, stamp, _ = value.split(b":", 2)
+        s = int(seq)
+        if s in self.first_ms:
+            self.duplicates[s] = self.duplicates.get(s, 0) + 1
+        else:
+            self.first_ms[s] = (now_ns - int(stamp)) / 1e6
+
+
+def _lat_produce(bootstrap: str, topic: str, stop: Any, sent: Any, failed: Any) -> None:
+    """The producer process: LAT_RATE records/s round-robin over the partitions, each
+    value stamped ``seq:time_ns:`` at produce(); ``sent`` counts them."""
+    producer = Producer({"bootstrap.servers": bootstrap, **LAT_PRODUCER})
+
+    def delivered(err: object, _msg: object) -> None:
+        if err is not None:
+            with failed.get_lock():
+                failed.value += 1
+
+    started = time.monotonic()
+    seq = 0
+    while not stop.is_set():
+        due = int((time.monotonic() - started) * LAT_RATE)
+        while seq < due:
+            value = b"%d:%d:" % (seq, time.time_ns()) + LAT_PAD
+            producer.produce(topic, value=value, partition=seq % PARTITIONS, on_delivery=delivered)
+            seq += 1
+            sent.value = seq
+        producer.poll(0)
+        time.sleep(0.0005)
+    producer.flush(10)
+
+
+def _lat_direct(path: LatPath, bootstrap: str, topic: str, ready: Any, first: Any,
+                stop: Any, out: Any) -> None:  # fmt: skip
+    """A direct consumer process: assign() from the end, the canonical poll() loop."""
+    result = LatResult()
+    config: dict[str, object] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"bench-lat-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+    }
+    if path.sidecar_settings:
+        config.update(SIDECAR_CONSUMER_DEFAULTS)
+    consumer = Consumer(config)
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in range(PARTITIONS)])
+        ready.set()
+        while not stop.is_set():
+            if path.batch:
+                messages = consumer.consume(1000, 0.1)
+            else:
+                m = consumer.poll(LAT_DIRECT_POLL)
+                messages = [] if m is None else [m]
+            now = time.time_ns()
+            for m in messages:
+                if m.error() is None:
+                    result.see(m.value() or b"0:0:", now)
+                    first.set()
+    except Exception as exc:  # reported by the parent
+        result.error = repr(exc)
+    finally:
+        consumer.close()
+        out.put((path.key, result))
+
+
+def _lat_client(path: LatPath, group: str, assigner: str, ready: Any, first: Any,
+                stop: Any, out: Any) -> None:  # fmt: skip
+    """A DsClient process: fetch() long-polls, or stream() over the Stream RPC; each batch
+    stamped on arrival, then acked as ``path.ack`` says."""
+    result = LatResult()
+    pending: list[tuple[Future[int], int]] = []
+    client_id = f"bench-lat-{path.key}"
+    try:
+        with DsClient(group, client_id=client_id, assigner=assigner) as client:
+
+            def handle(batch: Batch) -> None:
+                now = time.time_ns()
+                for r in batch:
+                    result.see(r.value, now)
+                if path.ack == "ack_nowait":
+                    pending.append((client.ack_nowait(batch), len(batch)))
+                elif client.ack(batch) != len(batch):
+                    raise RuntimeError("a batch was not acked whole")
+                first.set()
+
+            ready.set()
+            if path.kind == "fetch":
+                while not stop.is_set():
+                    batch = client.fetch(max_records=LAT_FETCH_RECORDS, max_wait=LAT_FETCH_WAIT)
+                    if batch:
+                        handle(batch)
+            else:
+                closer = threading.Thread(target=lambda: (stop.wait(), client.close()))
+                closer.start()
+                for batch in client.stream(LAT_FETCH_RECORDS, use_stream_rpc=True):
+                    handle(batch)
+                    if stop.is_set():
+                        break
+                closer.join()
+            check_acks(pending)
+    except Exception as exc:  # reported by the parent
+        result.error = repr(exc)
+    finally:
+        out.put((path.key, result))
+
+
+@dataclass(frozen=True)
+class LatStats:
+    n: int
+    missed: int
+    duplicated: int
+    p50: float
+    p99: float
+    p999: float
+    max: float
+
+    def __str__(self) -> str:
+        return (
+            f"n={self.n:6} missed {self.missed:4} dup {self.duplicated:4}  p50 {self.p50:7.1f}"
+            f"  p99 {self.p99:7.1f}  p99.9 {self.p999:7.1f}  max {self.max:7.1f}"
+        )
+
+
+def lat_stats(result: LatResult, seqs: range) -> LatStats:
+    values = [result.first_ms[s] for s in seqs if s in result.first_ms]
+    return LatStats(
+        n=len(values),
+        missed=len(seqs) - len(values),
+        duplicated=sum(result.duplicates.get(s, 0) for s in seqs),
+        p50=percentile(values, 0.5),
+        p99=percentile(values, 0.99),
+        p999=percentile(values, 0.999),
+        max=max(values) if values else float("nan"),
+    )
+
+
+@dataclass(frozen=True)
+class LatRun:
+    """(d)'s outcome: each path's stats per round, the load average at the start and
+    after each round, and per path and process (CPU share of a core, share of the time
+    its threads waited for a CPU) over the rounds."""
+
+    stats: dict[str, list[LatStats]]
+    loads: list[tuple[float, ...]]
+    usage: dict[str, dict[str, tuple[float, float]]]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -363,71 +595,149 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def latency_run(
-    mesh: Mesh, assigner: ServiceProcess, bootstrap: str, topic: str, group: str, seconds: float
-) -> tuple[list[float], list[float]]:
-    """Produce 1,000 records/s stamped with time.time_ns(); (sidecar, direct) latencies ms."""
-    sidecar, _ = serving_sidecar(mesh, assigner, group)
-    ours: list[float] = []
-    direct: list[float] = []
-    stop = threading.Event()
-    warm = threading.Event()
-
-    def stamp_ms(value: bytes) -> float:
-        return (time.time_ns() - int(value.split(b":", 1)[0])) / 1e6
-
-    def direct_loop() -> None:
-        consumer = Consumer(
-            {"bootstrap.servers": bootstrap, "group.id": f"bench-lat-{uuid.uuid4().hex[:8]}"}
-        )
-        try:
-            consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in range(PARTITIONS)])
-            while not stop.is_set():
-                for m in consumer.consume(1000, 0.1):
-                    if m.error() is None and warm.is_set():
-                        direct.append(stamp_ms(m.value() or b"0:"))
-        finally:
-            consumer.close()
-
-    def produce_loop() -> None:
-        producer = Producer(
-            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 1}
-        )
-        started = time.monotonic()
-        sent = 0
-        pad = b"x" * 80
-        while not stop.is_set():
-            due = int((time.monotonic() - started) * 1000)
-            while sent < due:
-                producer.produce(
-                    topic, value=b"%d:" % time.time_ns() + pad, partition=sent % PARTITIONS
-                )
-                sent += 1
-            producer.poll(0)
-            time.sleep(0.001)
-        producer.flush(10)
-
+    mesh: Mesh,
+    assigner: ServiceProcess,
+    bootstrap: str,
+    topic: str,
+    groups: dict[str, str],
+    profile: Profile,
+    socket_dir: Path,
+    paths: tuple[LatPath, ...],
+) -> LatRun:
+    """(d): every path of ``paths`` at once on the records of one producer at LAT_RATE;
+    per path, the stats of each of ``profile.rounds`` windows of
+    ``profile.latency_seconds``, and the load average during the run."""
+    ctx = multiprocessing.get_context("spawn")
+    stop, stop_producer = ctx.Event(), ctx.Event()
+    out = ctx.Queue()
+    sidecars: dict[str, ServiceProcess] = {}
+    procs: list[Any] = []
+    firsts: dict[str, Any] = {}
+    loads: list[tuple[float, ...]] = [os.getloadavg()]
+    pids: dict[str, dict[str, int]] = {}  # path → process name → pid
     try:
-        with DsClient(group, client_id="bench-latency", assigner=assigner.grpc_addr) as client:
-            threads = [threading.Thread(target=f, daemon=True) for f in (direct_loop, produce_loop)]
-            for t in threads:
-                t.start()
-            end = time.monotonic() + seconds
-            warm_at = time.monotonic() + 2.0  # leases granted, fetch and group set up
-            while time.monotonic() < end:
-                batch = client.fetch(max_records=1000, max_wait=0.2)
-                now_warm = time.monotonic() >= warm_at
-                if now_warm:
-                    warm.set()
-                    ours.extend(stamp_ms(r.value) for r in batch)
-                if batch:
-                    client.ack(batch)
-            stop.set()
-            for t in threads:
-                t.join(timeout=15)
+        for path in paths:
+            ready, firsts[path.key] = ctx.Event(), ctx.Event()
+            if path.kind == "direct":
+                args: tuple[Any, ...] = (path, bootstrap, topic)
+                target: Any = _lat_direct
+            else:
+                env = uds_env(socket_dir if path.uds else None)
+                sidecars[path.key], _ = serving_sidecar(mesh, assigner, groups[path.key], env)
+                args = (path, groups[path.key], assigner.grpc_addr)
+                target = _lat_client
+            proc = ctx.Process(
+                target=target, args=(*args, ready, firsts[path.key], stop, out), daemon=True
+            )
+            proc.start()
+            procs.append(proc)
+            pids[path.key] = {"app": proc.pid}
+            if path.key in sidecars:
+                pids[path.key]["sidecar"] = sidecars[path.key].pid
+            if not ready.wait(120):
+                raise RuntimeError(f"({path.key}) did not start")
+        sent, failed = ctx.Value("q", 0), ctx.Value("q", 0)
+        producer = ctx.Process(
+            target=_lat_produce, args=(bootstrap, topic, stop_producer, sent, failed), daemon=True
+        )
+        producer.start()
+        for key, event in firsts.items():
+            if not event.wait(120):
+                raise RuntimeError(f"({key}) received no record in 120 s")
+        time.sleep(LAT_WARM_SECONDS)
+        start = sent.value
+        cpu_at = {k: {n: (cpu_seconds(p), run_queue_seconds(p)) for n, p in v.items()}
+                  for k, v in pids.items()}  # fmt: skip
+        window_started = time.monotonic()
+        per_round = int(profile.latency_seconds * LAT_RATE)
+        for _ in range(profile.rounds):
+            time.sleep(profile.latency_seconds)
+            loads.append(os.getloadavg())
+        window = time.monotonic() - window_started
+        usage = {
+            key: {
+                name: (
+                    (cpu_seconds(pid) - cpu_at[key][name][0]) / window,
+                    (run_queue_seconds(pid) - cpu_at[key][name][1]) / window,
+                )
+                for name, pid in names.items()
+            }
+            for key, names in pids.items()
+        }
+        stop_producer.set()
+        producer.join(30)
+        time.sleep(LAT_DRAIN_SECONDS)
+        stop.set()
+        results: dict[str, LatResult] = {}
+        for _ in paths:
+            key, result = out.get(timeout=120)
+            if result.error:
+                raise RuntimeError(f"({key}) failed: {result.error}")
+            results[key] = result
+        if failed.value:
+            print(f"(d) the producer failed to deliver {failed.value} records", flush=True)
+        for path in paths:
+            if path.kind != "direct":
+                check_transport(sidecars[path.key], f"bench-lat-{path.key}", uds=path.uds)
+        windows = [
+            range(start + i * per_round, start + (i + 1) * per_round) for i in range(profile.rounds)
+        ]
+        stats = {key: [lat_stats(r, w) for w in windows] for key, r in results.items()}
+        return LatRun(stats, loads, usage)
     finally:
         stop.set()
-        sidecar.stop()
-    return ours, direct
+        stop_producer.set()
+        for proc in procs:
+            proc.join(15)
+            if proc.is_alive():
+                proc.kill()
+        for sidecar in sidecars.values():
+            sidecar.stop()
+
+
+def print_latency(run: LatRun, profile: Profile, paths: tuple[LatPath, ...]) -> None:
+    """Each path's stats per round, then its p99 (best and median of the rounds) and its
+    ratio to the direct consumer's (librdkafka defaults) in the same round."""
+    stats, loads = run.stats, run.loads
+    print(
+        f"\n== (d) produce-to-application latency (ms) at {LAT_RATE:,} records/s of "
+        f"{len(LAT_PAD) + 20} B, {PARTITIONS} partitions, {profile.rounds} rounds of "
+        f"{profile.latency_seconds:.0f} s, every path at once on the same records, each in a "
+        f"process of its own; load average {' '.join(f'{x:.1f}' for x in loads[0])} at the "
+        f"start, {max(x[0] for x in loads):.1f} at most (1 min)"
+    )
+    print(
+        f"    producer linger.ms {LAT_PRODUCER['linger.ms']}; direct: assign() + poll("
+        f"{LAT_DIRECT_POLL}) per record, (d0) librdkafka defaults, (ds) the sidecar's "
+        f"{dict(SIDECAR_CONSUMER_DEFAULTS)}; sidecars: those settings, "
+        f"DsClient.fetch(max_records={LAT_FETCH_RECORDS}, max_wait={LAT_FETCH_WAIT}) or "
+        f"stream({LAT_FETCH_RECORDS}, use_stream_rpc=True), each batch acked as the row says"
+    )
+    for path in paths:
+        ack = "" if path.kind == "direct" else f" + {path.ack}"
+        print(f"({path.key}) {path.label}{ack}")
+        for i, s in enumerate(stats[path.key]):
+            print(f"     round {i + 1}: {s}")
+    base = stats["d0"]
+    print("p99 (ms): best and median of the rounds; ratio to (d0)'s p99 in the same round")
+    for path in paths:
+        p99s = [s.p99 for s in stats[path.key]]
+        ratios = [
+            s.p99 / b.p99 if b.p99 else float("nan")
+            for s, b in zip(stats[path.key], base, strict=True)
+        ]
+        missed = sum(s.missed for s in stats[path.key])
+        dup = sum(s.duplicated for s in stats[path.key])
+        print(
+            f"({path.key:3}) p99 best {min(p99s):7.1f} median {statistics.median(p99s):7.1f}"
+            f"  ratio best {min(ratios):.2f} median {statistics.median(ratios):.2f}"
+            f"  (p50 median {statistics.median(s.p50 for s in stats[path.key]):6.1f};"
+            f" missed {missed}, duplicated {dup})"
+        )
+    print("over the rounds, per process: CPU (share of a core) / waiting for a CPU (share of time)")
+    for path in paths:
+        use = run.usage.get(path.key, {})
+        print(f"({path.key:3}) " + "  ".join(f"{n} {c:.2f} / {w:.2f}" for n, (c, w) in use.items()))
 
 
 # ---- main --------------------------------------------------------------------------------
@@ -459,7 +769,7 @@ def best_and_median(rows: dict[str, list[Rate]], key: str, base: list[Rate]) -> 
 
 
 # Rows --rows may name; (a) always runs.
-ROWS = ("a", "a1", "b", "b2", "b2u", "c", "c2", "cu")
+ROWS = ("a", "a1", "b", "b2", "b2u", "c", "c2", "cu", "d")
 # The socket rows beside the TCP rows they repeat.
 UDS_PAIRS = (("b2", "b2u", "Fetch + ack_nowait"), ("c", "cu", "Stream + ack"))
 
@@ -471,12 +781,15 @@ def run(
     broker_pid: int | None = None,
     rows: frozenset[str] = frozenset(ROWS),
     only_sizes: frozenset[int] = frozenset(),
+    lat_paths: tuple[LatPath, ...] = LAT_PATHS,
 ) -> None:
     run_id = uuid.uuid4().hex[:6]
     # A short directory: a socket path has at most 107 bytes.
     socket_dir = Path(tempfile.mkdtemp(prefix="ds-bench-uds-"))
     sizes = {100: profile.records_100, 1024: profile.records_1k}
     sizes = {k: v for k, v in sizes.items() if not only_sizes or k in only_sizes}
+    if not rows - {"d"}:
+        sizes = {}  # --rows d: the latency row alone
     topics = {size: f"bench-sidecar-{size}-{run_id}" for size in sizes}
     lat_topic = f"bench-sidecar-lat-{run_id}"
     modes = [
@@ -485,11 +798,14 @@ def run(
         for i in range(profile.rounds)
     ]
     groups = [(f"g-{m}-{topics[s]}", [topics[s]]) for s in sizes for m in [*modes, "nostats"]]
-    groups.append((f"g-{lat_topic}", [lat_topic]))
+    lat_groups = {p.key: f"g-{p.key}-{lat_topic}" for p in lat_paths if p.kind != "direct"}
+    groups += [(group, [lat_topic]) for group in lat_groups.values()]
     for topic in [*topics.values(), lat_topic]:
         create_topic(bootstrap, topic, PARTITIONS)
     print(
-        "Each side reads every record's key, value and offset. (a) confluent-kafka consume() "
+        ""
+        if not sizes
+        else "Each side reads every record's key, value and offset. (a) confluent-kafka consume() "
         f"batches of {FETCH_MAX}, no commits, the sidecar's librdkafka fetch settings "
         f"{SIDECAR_CONSUMER_DEFAULTS}; (a0) the same with librdkafka defaults; (a1) (a) with "
         f"a synchronous commit per batch; (b) DsClient.fetch batches of up to {FETCH_MAX} + "
@@ -589,24 +905,11 @@ def run(
                     f"{ratio(fetch, nostats)}",
                     flush=True,
                 )
-            if rows != frozenset(ROWS):
-                return  # --rows: the throughput rows only
-            ours, direct = latency_run(
-                mesh, assigner, bootstrap, lat_topic, f"g-{lat_topic}", profile.latency_seconds
-            )
-            print(f"\n== latency at 1,000 records/s for {profile.latency_seconds:.0f}s (ms)")
-            for name, values in (("direct consumer", direct), ("sidecar Fetch", ours)):
-                print(
-                    f"(d) {name:16} n={len(values):6}  p50 {percentile(values, 0.5):7.1f}  "
-                    f"p99 {percentile(values, 0.99):7.1f}  mean "
-                    f"{statistics.fmean(values) if values else float('nan'):7.1f}"
+            if "d" in rows:
+                lat = latency_run(
+                    mesh, assigner, bootstrap, lat_topic, lat_groups, profile, socket_dir, lat_paths
                 )
-            if ours and direct:
-                print(
-                    f"(d) ratio sidecar/direct: p50 "
-                    f"{percentile(ours, 0.5) / max(percentile(direct, 0.5), 1e-9):.2f}, p99 "
-                    f"{percentile(ours, 0.99) / max(percentile(direct, 0.99), 1e-9):.2f}"
-                )
+                print_latency(lat, profile, lat_paths)
     finally:
         shutil.rmtree(socket_dir, ignore_errors=True)
         for topic in [*topics.values(), lat_topic]:
@@ -638,8 +941,10 @@ def print_selected(rates: dict[str, list[Rate]]) -> None:
     print(f"(a)   direct consume() baseline  best {best(rates['a'])}, median "
           f"{median_rate(rates['a']):,.0f} rec/s")  # fmt: skip
     print(f"      (a) {best(rates['a']).cpu_line()}")
+    # A socket row and its TCP row are printed together by print_uds when both ran.
+    paired = {k for tcp, uds, _ in UDS_PAIRS if rates[tcp] and rates[uds] for k in (tcp, uds)}
     for key, values in rates.items():
-        if values and key != "a" and key not in {k for pair in UDS_PAIRS for k in pair[:2]}:
+        if values and key != "a" and key not in paired:
             print(f"({key:3}) {best_and_median(rates, key, rates['a'])}")
     print_uds(rates)
 
@@ -651,14 +956,24 @@ def main() -> int:
     parser.add_argument(
         "--rows",
         default=",".join(ROWS),
-        help=f"the rows to measure, of {','.join(ROWS)} ((a) always; default all)",
+        help=f"the rows to measure, of {','.join(ROWS)} ((a) with any but d; default all)",
     )
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default: the profile's)")
     parser.add_argument(
         "--sizes", default="", help="record sizes to run, of 100,1024 (default both)"
     )
+    parser.add_argument(
+        "--lat-paths",
+        default=",".join(p.key for p in LAT_PATHS),
+        help=f"(d)'s paths, of {','.join(LAT_ALL)} (d0, the baseline, always)",
+    )
     args = parser.parse_args()
-    rows = frozenset(r.strip() for r in args.rows.split(",") if r.strip()) | {"a"}
+    keys = ["d0", *(k.strip() for k in args.lat_paths.split(",") if k.strip() not in ("", "d0"))]
+    if unknown_paths := set(keys) - set(LAT_ALL):
+        parser.error(f"--lat-paths: unknown {sorted(unknown_paths)}; of {','.join(LAT_ALL)}")
+    lat_paths = tuple(LAT_ALL[k] for k in keys)
+    rows = frozenset(r.strip() for r in args.rows.split(",") if r.strip())
+    rows |= set() if rows == {"d"} else {"a"}  # (a): the throughput rows' baseline
     if unknown := rows - set(ROWS):
         parser.error(f"--rows: unknown {sorted(unknown)}; rows are {','.join(ROWS)}")
     profile = SHORT if args.short else FULL
@@ -675,7 +990,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="bench-sidecar-") as tmp:
             pid = cluster.pids[0] if cluster is not None else None
             sizes = frozenset(int(size) for size in args.sizes.split(",") if size.strip())
-            run(bootstrap, profile, Path(tmp), pid, rows, sizes)
+            run(bootstrap, profile, Path(tmp), pid, rows, sizes, lat_paths)
     finally:
         if cluster is not None:
             cluster.stop()
