@@ -684,7 +684,12 @@ class Fetcher:
                 busy = self.last_poll < busy_until
                 timeout = BUSY_POLL_TIMEOUT_SECONDS if busy else POLL_TIMEOUT_SECONDS
                 poll_started = time.monotonic()
-                messages = self._consumer.consume(self._batch, timeout)
+                # consume() returns once it has all the records it asked for or the timeout
+                # passed (librdkafka fills the batch): idle, the first record would wait
+                # out the whole timeout (up to 50 ms). It is taken as it arrives; the loop
+                # is busy from then on and takes full batches.
+                count = self._batch if busy else 1
+                messages = self._consumer.consume(count, timeout)
                 self.last_poll = time.monotonic()
                 self.on_poll(poll_started, self.last_poll)
                 if messages:
