@@ -30,8 +30,10 @@ never an asserted time):
     adds dFa/dSa, acked with ``ack``, and d0c, the earlier direct loop ``consume(1000, 0.1)``).
     The records produced after every path received records and a warm-up are cut into
     ROUNDS windows; per path and window: p50, p99, p99.9, max, n, and the window's records
-    it missed or received more than once; p99 best and median of the rounds and its ratio
-    to (d0)'s in the same round; per process, its CPU and its threads' wait for a CPU;
+    it missed or received more than once, and p50/p99 of its latency less (d0)'s on the
+    same record (what the path adds); p99 best and median of the rounds and its ratio to
+    (d0)'s in the same round; per process, its CPU and its threads' wait for a CPU.
+    ``--lat-rate`` sets the rate (below 1 record/s a sidecar idles between records);
 (e) (b) with librdkafka statistics on (default 5000 ms) and off
     (``DS_STATISTICS_INTERVAL_MS=0``): the overhead ratio;
 (b2u), (cu) (b2) and (c) with the client in the sidecar's "pod": the sidecar also serves
@@ -448,8 +450,10 @@ class LatResult:
             self.first_ms[s] = (now_ns - int(stamp)) / 1e6
 
 
-def _lat_produce(bootstrap: str, topic: str, stop: Any, sent: Any, failed: Any) -> None:
-    """The producer process: LAT_RATE records/s round-robin over the partitions, each
+def _lat_produce(
+    bootstrap: str, topic: str, rate: float, stop: Any, sent: Any, failed: Any
+) -> None:
+    """The producer process: ``rate`` records/s round-robin over the partitions, each
     value stamped ``seq:time_ns:`` at produce(); ``sent`` counts them."""
     producer = Producer({"bootstrap.servers": bootstrap, **LAT_PRODUCER})
 
@@ -461,7 +465,7 @@ def _lat_produce(bootstrap: str, topic: str, stop: Any, sent: Any, failed: Any) 
     started = time.monotonic()
     seq = 0
     while not stop.is_set():
-        due = int((time.monotonic() - started) * LAT_RATE)
+        due = int((time.monotonic() - started) * rate)
         while seq < due:
             value = b"%d:%d:" % (seq, time.time_ns()) + LAT_PAD
             producer.produce(topic, value=value, partition=seq % PARTITIONS, on_delivery=delivered)
@@ -555,16 +559,26 @@ class LatStats:
     p99: float
     p999: float
     max: float
+    extra_p50: float  # this path's latency less (d0)'s on the same record, p50 and p99
+    extra_p99: float
 
     def __str__(self) -> str:
         return (
             f"n={self.n:6} missed {self.missed:4} dup {self.duplicated:4}  p50 {self.p50:7.1f}"
             f"  p99 {self.p99:7.1f}  p99.9 {self.p999:7.1f}  max {self.max:7.1f}"
+            f"  vs (d0) on the same record: p50 {self.extra_p50:+6.1f} p99 {self.extra_p99:+6.1f}"
         )
 
 
-def lat_stats(result: LatResult, seqs: range) -> LatStats:
+def lat_stats(result: LatResult, seqs: range, base: LatResult) -> LatStats:
     values = [result.first_ms[s] for s in seqs if s in result.first_ms]
+    # The same record's latency on this path less the baseline's: what the path adds,
+    # without the delays upstream of both consumers (producer, broker) that both share.
+    extra = [
+        result.first_ms[s] - base.first_ms[s]
+        for s in seqs
+        if s in result.first_ms and s in base.first_ms
+    ]
     return LatStats(
         n=len(values),
         missed=len(seqs) - len(values),
@@ -573,6 +587,8 @@ def lat_stats(result: LatResult, seqs: range) -> LatStats:
         p99=percentile(values, 0.99),
         p999=percentile(values, 0.999),
         max=max(values) if values else float("nan"),
+        extra_p50=percentile(extra, 0.5),
+        extra_p99=percentile(extra, 0.99),
     )
 
 
@@ -603,8 +619,9 @@ def latency_run(
     profile: Profile,
     socket_dir: Path,
     paths: tuple[LatPath, ...],
+    rate: float = LAT_RATE,
 ) -> LatRun:
-    """(d): every path of ``paths`` at once on the records of one producer at LAT_RATE;
+    """(d): every path of ``paths`` at once on the records of one producer at ``rate``;
     per path, the stats of each of ``profile.rounds`` windows of
     ``profile.latency_seconds``, and the load average during the run."""
     ctx = multiprocessing.get_context("spawn")
@@ -638,7 +655,9 @@ def latency_run(
                 raise RuntimeError(f"({path.key}) did not start")
         sent, failed = ctx.Value("q", 0), ctx.Value("q", 0)
         producer = ctx.Process(
-            target=_lat_produce, args=(bootstrap, topic, stop_producer, sent, failed), daemon=True
+            target=_lat_produce,
+            args=(bootstrap, topic, rate, stop_producer, sent, failed),
+            daemon=True,
         )
         producer.start()
         for key, event in firsts.items():
@@ -649,7 +668,7 @@ def latency_run(
         cpu_at = {k: {n: (cpu_seconds(p), run_queue_seconds(p)) for n, p in v.items()}
                   for k, v in pids.items()}  # fmt: skip
         window_started = time.monotonic()
-        per_round = int(profile.latency_seconds * LAT_RATE)
+        per_round = int(profile.latency_seconds * rate)
         for _ in range(profile.rounds):
             time.sleep(profile.latency_seconds)
             loads.append(os.getloadavg())
@@ -682,7 +701,8 @@ def latency_run(
         windows = [
             range(start + i * per_round, start + (i + 1) * per_round) for i in range(profile.rounds)
         ]
-        stats = {key: [lat_stats(r, w) for w in windows] for key, r in results.items()}
+        base = results[paths[0].key]  # (d0)
+        stats = {key: [lat_stats(r, w, base) for w in windows] for key, r in results.items()}
         return LatRun(stats, loads, usage)
     finally:
         stop.set()
@@ -695,12 +715,14 @@ def latency_run(
             sidecar.stop()
 
 
-def print_latency(run: LatRun, profile: Profile, paths: tuple[LatPath, ...]) -> None:
+def print_latency(
+    run: LatRun, profile: Profile, paths: tuple[LatPath, ...], rate: float = LAT_RATE
+) -> None:
     """Each path's stats per round, then its p99 (best and median of the rounds) and its
     ratio to the direct consumer's (librdkafka defaults) in the same round."""
     stats, loads = run.stats, run.loads
     print(
-        f"\n== (d) produce-to-application latency (ms) at {LAT_RATE:,} records/s of "
+        f"\n== (d) produce-to-application latency (ms) at {rate:,} records/s of "
         f"{len(LAT_PAD) + 20} B, {PARTITIONS} partitions, {profile.rounds} rounds of "
         f"{profile.latency_seconds:.0f} s, every path at once on the same records, each in a "
         f"process of its own; load average {' '.join(f'{x:.1f}' for x in loads[0])} at the "
@@ -782,6 +804,7 @@ def run(
     rows: frozenset[str] = frozenset(ROWS),
     only_sizes: frozenset[int] = frozenset(),
     lat_paths: tuple[LatPath, ...] = LAT_PATHS,
+    lat_rate: float = LAT_RATE,
 ) -> None:
     run_id = uuid.uuid4().hex[:6]
     # A short directory: a socket path has at most 107 bytes.
@@ -907,9 +930,17 @@ def run(
                 )
             if "d" in rows:
                 lat = latency_run(
-                    mesh, assigner, bootstrap, lat_topic, lat_groups, profile, socket_dir, lat_paths
+                    mesh,
+                    assigner,
+                    bootstrap,
+                    lat_topic,
+                    lat_groups,
+                    profile,
+                    socket_dir,
+                    lat_paths,
+                    lat_rate,
                 )
-                print_latency(lat, profile, lat_paths)
+                print_latency(lat, profile, lat_paths, lat_rate)
     finally:
         shutil.rmtree(socket_dir, ignore_errors=True)
         for topic in [*topics.values(), lat_topic]:
@@ -967,6 +998,12 @@ def main() -> int:
         default=",".join(p.key for p in LAT_PATHS),
         help=f"(d)'s paths, of {','.join(LAT_ALL)} (d0, the baseline, always)",
     )
+    parser.add_argument(
+        "--lat-rate",
+        type=float,
+        default=LAT_RATE,
+        help=f"(d)'s records/s (default {LAT_RATE}; below 1 a sidecar idles between records)",
+    )
     args = parser.parse_args()
     keys = ["d0", *(k.strip() for k in args.lat_paths.split(",") if k.strip() not in ("", "d0"))]
     if unknown_paths := set(keys) - set(LAT_ALL):
@@ -990,7 +1027,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="bench-sidecar-") as tmp:
             pid = cluster.pids[0] if cluster is not None else None
             sizes = frozenset(int(size) for size in args.sizes.split(",") if size.strip())
-            run(bootstrap, profile, Path(tmp), pid, rows, sizes, lat_paths)
+            run(bootstrap, profile, Path(tmp), pid, rows, sizes, lat_paths, args.lat_rate)
     finally:
         if cluster is not None:
             cluster.stop()
