@@ -23,6 +23,9 @@ type Endpoint struct {
 	Address    string
 	Zone       string
 	Partitions []TopicPartition
+	// LocalAddress is the same service on a Unix domain socket in the sidecar's pod
+	// ("unix:/abs/path"), or "" (the sidecar serves TCP only).
+	LocalAddress string
 }
 
 // bindingState is what the client holds of its binding: the version and the endpoints
@@ -68,7 +71,7 @@ func (s *bindingState) rebound(b *assignerv1.Binding, now time.Time) change {
 func (s *bindingState) replace(b *assignerv1.Binding) change {
 	next := make(map[string]Endpoint, len(b.GetEndpoints()))
 	for _, e := range b.GetEndpoints() {
-		ep := Endpoint{SidecarID: e.GetSidecarId(), Address: e.GetAddress(), Zone: e.GetZone()}
+		ep := Endpoint{SidecarID: e.GetSidecarId(), Address: e.GetAddress(), Zone: e.GetZone(), LocalAddress: e.GetLocalAddress()}
 		for _, tp := range e.GetPartitions() {
 			ep.Partitions = append(ep.Partitions, TopicPartition{Topic: tp.GetTopic(), Partition: tp.GetPartition()})
 		}

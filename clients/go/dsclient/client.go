@@ -23,9 +23,11 @@ const fetchCallSlack = 35 * time.Second
 // closeDeadline bounds each best-effort call of Close (Nack(all), Unbind).
 const closeDeadline = 2 * time.Second
 
-// sidecar is one bound sidecar: its channel and stub.
+// sidecar is one bound sidecar: its channel and stub. address (TCP) is its key (acks,
+// streams) whatever the channel dials: target, the address or its local socket.
 type sidecar struct {
 	address string
+	target  string
 	conn    *grpc.ClientConn
 	stub    sidecarv1.StreamServiceClient
 }
@@ -35,12 +37,13 @@ type sidecar struct {
 // the bound sidecars, and acks each record at the sidecar that delivered it. Safe for
 // concurrent use; Close it when done.
 type Client struct {
-	group    string
-	clientID string
-	cfg      config
-	dialOpts []grpc.DialOption
-	logger   *slog.Logger
-	asg      *assigner
+	group     string
+	clientID  string
+	cfg       config
+	dialOpts  []grpc.DialOption
+	localOpts []grpc.DialOption // of a channel to a sidecar's Unix domain socket
+	logger    *slog.Logger
+	asg       *assigner
 
 	mu       sync.Mutex
 	state    bindingState
@@ -81,7 +84,7 @@ func New(ctx context.Context, group string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("dsclient: assigner channel: %w", err)
 	}
 	c := &Client{
-		group: group, clientID: cfg.clientID, cfg: cfg, dialOpts: dialOpts, logger: cfg.logger, asg: asg,
+		group: group, clientID: cfg.clientID, cfg: cfg, dialOpts: dialOpts, localOpts: cfg.localDialOptions(), logger: cfg.logger, asg: asg,
 		sidecars: map[string]*sidecar{}, streams: map[string]*openStream{}, changed: make(chan struct{}),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -145,12 +148,16 @@ func (c *Client) applyLocked(ch change) {
 		}
 	}
 	for _, addr := range ch.added {
-		conn, err := grpc.NewClient(addr, c.dialOpts...)
+		target, opts := addr, c.dialOpts
+		if t := sidecarTarget(addr, c.state.endpoints[addr].LocalAddress, c.cfg.tls, acceptsNow); t != addr {
+			target, opts = t, c.localOpts
+		}
+		conn, err := grpc.NewClient(target, opts...)
 		if err != nil {
-			c.logger.Warn("dsclient: cannot dial sidecar", "address", addr, "err", err)
+			c.logger.Warn("dsclient: cannot dial sidecar", "address", addr, "target", target, "err", err)
 			continue
 		}
-		c.sidecars[addr] = &sidecar{address: addr, conn: conn, stub: sidecarv1.NewStreamServiceClient(conn)}
+		c.sidecars[addr] = &sidecar{address: addr, target: target, conn: conn, stub: sidecarv1.NewStreamServiceClient(conn)}
 	}
 	c.logger.Info("dsclient: binding applied", "version", c.state.version, "sidecars", c.state.addresses())
 	close(c.changed)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials/local"
 	"google.golang.org/grpc/keepalive"
 )
 
@@ -46,16 +47,22 @@ type tlsConfig struct {
 
 func (t tlsConfig) enabled() bool { return t.caFile != "" }
 
-// dialOptions are the options of every channel: retries, message sizes, keepalive, a
-// reconnect backoff of 0.1 s to 1 s (gRPC's own grows to 120 s), and the credentials.
-func (c *config) dialOptions() ([]grpc.DialOption, error) {
-	opts := []grpc.DialOption{
+// channelOptions are the options of every channel but its credentials: retries, message
+// sizes, keepalive, a reconnect backoff of 0.1 s to 1 s (gRPC's own grows to 120 s).
+func channelOptions() []grpc.DialOption {
+	return []grpc.DialOption{
 		grpc.WithDefaultServiceConfig(serviceConfig),
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)),
 		grpc.WithKeepaliveParams(keepaliveParams),
 		grpc.WithConnectParams(connectParams),
 	}
+}
+
+// dialOptions are the options of every TCP channel: channelOptions and the credentials
+// (TLS, the client certificate, the bearer token).
+func (c *config) dialOptions() ([]grpc.DialOption, error) {
+	opts := channelOptions()
 	t := c.tls
 	if !t.enabled() {
 		if t.token != "" || t.tokenFile != "" {
@@ -85,6 +92,19 @@ func (c *config) dialOptions() ([]grpc.DialOption, error) {
 		opts = append(opts, grpc.WithPerRPCCredentials(&bearer{token: t.token, file: t.tokenFile}))
 	}
 	return append(opts, c.dialOpts...), nil
+}
+
+// localDialOptions are the options of a channel to a sidecar's Unix domain socket (§3,
+// local_address): channelOptions, gRPC's local credentials (no TLS: the bytes never leave
+// the kernel; the sidecar serves the socket with local credentials too) and the bearer
+// token, which gRPC sends over them as it does over TLS (the sidecar authorizes every call
+// on the socket as on TCP). A socket carries no client certificate: see sidecarTarget.
+func (c *config) localDialOptions() []grpc.DialOption {
+	opts := append(channelOptions(), grpc.WithTransportCredentials(local.NewCredentials()))
+	if t := c.tls; t.token != "" || t.tokenFile != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(&bearer{token: t.token, file: t.tokenFile}))
+	}
+	return append(opts, c.dialOpts...)
 }
 
 // bearer sends "authorization: Bearer <token>" on every call, over TLS only; a token file

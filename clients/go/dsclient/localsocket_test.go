@@ -1,0 +1,247 @@
+package dsclient
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	assignerv1 "dataservice/clients/go/gen/dataservice/assigner/v1"
+	sidecarv1 "dataservice/clients/go/gen/dataservice/sidecar/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/local"
+	"google.golang.org/grpc/peer"
+)
+
+// §3 local_address: the socket only when the binding names a unix: target, the client can
+// be told there (no certificate, or a token with it) and the file accepts now; the check
+// of the file is made last, and only for a unix: target.
+func TestSidecarTarget(t *testing.T) {
+	const tcp, sock = "10.0.0.7:7000", "unix:/run/ds/sidecar-s1.sock"
+	certOnly := tlsConfig{caFile: "ca", certFile: "c", keyFile: "k"}
+	cases := []struct {
+		name, local string
+		tls         tlsConfig
+		accepts     bool
+		want        string
+		asked       []string
+	}{
+		{"no socket named", "", tlsConfig{}, true, tcp, nil},
+		{"not a unix target", "dns:sidecar:7000", tlsConfig{}, true, tcp, nil},
+		{"an empty unix target", "unix:", tlsConfig{}, true, tcp, nil},
+		{"plaintext, accepting", sock, tlsConfig{}, true, sock, []string{"/run/ds/sidecar-s1.sock"}},
+		{"unix:// form", "unix:///run/ds/sidecar-s1.sock", tlsConfig{}, true, "unix:///run/ds/sidecar-s1.sock", []string{"/run/ds/sidecar-s1.sock"}},
+		{"not accepting", sock, tlsConfig{}, false, tcp, []string{"/run/ds/sidecar-s1.sock"}},
+		{"TLS and a token", sock, tlsConfig{caFile: "ca", token: "x"}, true, sock, []string{"/run/ds/sidecar-s1.sock"}},
+		{"a certificate and a token file", sock, tlsConfig{caFile: "ca", certFile: "c", keyFile: "k", tokenFile: "f"}, true, sock, []string{"/run/ds/sidecar-s1.sock"}},
+		{"known by its certificate only", sock, certOnly, true, tcp, nil},
+	}
+	for _, tc := range cases {
+		var asked []string
+		got := sidecarTarget(tcp, tc.local, tc.tls, func(p string) bool { asked = append(asked, p); return tc.accepts })
+		if got != tc.want || strings.Join(asked, ",") != strings.Join(tc.asked, ",") {
+			t.Errorf("%s: target %q (asked %v), want %q (asked %v)", tc.name, got, asked, tc.want, tc.asked)
+		}
+	}
+}
+
+func TestAcceptsNow(t *testing.T) {
+	dir := t.TempDir()
+	live := filepath.Join(dir, "live.sock")
+	lis, err := net.Listen("unix", live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	stale := staleSocket(t, filepath.Join(dir, "stale.sock"))
+	plain := filepath.Join(dir, "plain")
+	if err := os.WriteFile(plain, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]bool{live: true, stale: false, plain: false, filepath.Join(dir, "none.sock"): false} {
+		if got := acceptsNow(path); got != want {
+			t.Errorf("acceptsNow(%s) = %v, want %v", filepath.Base(path), got, want)
+		}
+	}
+}
+
+// staleSocket leaves a socket file no process accepts on, as a killed sidecar does.
+func staleSocket(t *testing.T, path string) string {
+	t.Helper()
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis.(*net.UnixListener).SetUnlinkOnClose(false)
+	_ = lis.Close()
+	return path
+}
+
+// transports counts the calls a sidecar received by transport ("unix" or "tcp") and the
+// authorization each carried.
+type transports struct {
+	mu    sync.Mutex
+	calls []string // "network Method authorization"
+}
+
+func (tr *transports) interceptor() grpc.ServerOption {
+	return grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		network := "?"
+		if p, ok := peer.FromContext(ctx); ok {
+			network = p.LocalAddr.Network()
+		}
+		seen := &seenTokens{}
+		seen.record(ctx, info.FullMethod)
+		tr.mu.Lock()
+		tr.calls = append(tr.calls, network+" "+seen.calls[0])
+		tr.mu.Unlock()
+		return h(ctx, req)
+	})
+}
+
+func (tr *transports) list() []string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return append([]string(nil), tr.calls...)
+}
+
+// localSidecar serves one fakeSidecar on TCP (with tcpCreds, nil: plaintext) and on the
+// socket file path with gRPC's local credentials, as the sidecar does with --uds-dir.
+func localSidecar(t *testing.T, f *fakeSidecar, tr *transports, tcpCreds credentials.TransportCredentials, path string) string {
+	t.Helper()
+	opts := []grpc.ServerOption{tr.interceptor()}
+	if tcpCreds != nil {
+		opts = append(opts, grpc.Creds(tcpCreds))
+	}
+	tcp := grpc.NewServer(opts...)
+	sidecarv1.RegisterStreamServiceServer(tcp, f)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = tcp.Serve(lis) }()
+	t.Cleanup(tcp.Stop)
+	if path != "" {
+		uds := grpc.NewServer(grpc.Creds(local.NewCredentials()), tr.interceptor())
+		sidecarv1.RegisterStreamServiceServer(uds, f)
+		ulis, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = uds.Serve(ulis) }()
+		t.Cleanup(uds.Stop)
+	}
+	return lis.Addr().String()
+}
+
+func localBinding(address, localAddress string) *assignerv1.Binding {
+	b := binding(1, address)
+	b.Endpoints[0].SidecarId = "s1"
+	b.Endpoints[0].LocalAddress = localAddress
+	return b
+}
+
+// fetchAndAck reads one batch, acks it and closes the client (which gives back what it
+// holds: Nack), and returns the sidecar's calls.
+func fetchAndAck(t *testing.T, tr *transports, opts ...Option) []string {
+	t.Helper()
+	ctx := testContext(t)
+	c, err := New(ctx, "g", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	records, err := c.Fetch(ctx)
+	if err != nil || len(records) != 2 {
+		t.Fatalf("Fetch = %v, %v", records, err)
+	}
+	if records[0].sidecar != c.Endpoints()[0].Address {
+		t.Errorf("the records name sidecar %q, want its TCP address %q (the key of acks)", records[0].sidecar, c.Endpoints()[0].Address)
+	}
+	if n, err := c.Ack(ctx, records); n != 2 || err != nil {
+		t.Fatalf("Ack = %d, %v", n, err)
+	}
+	c.Close()
+	return tr.list()
+}
+
+// A binding naming the sidecar's socket: the client fetches and acks over it, TCP unused.
+func TestTheClientReadsOverTheSidecarsLocalSocket(t *testing.T) {
+	f := &fakeSidecar{fetch: func(*sidecarv1.FetchRequest) (*sidecarv1.FetchResponse, error) { return batchFrom(3, 4), nil }}
+	tr := &transports{}
+	path := filepath.Join(t.TempDir(), "sidecar-s1.sock")
+	addr := localSidecar(t, f, tr, nil, path)
+	asg := newFakeAssigner(t, bound(localBinding(addr, "unix:"+path)))
+	calls := fetchAndAck(t, tr, WithAssigners(asg.addr))
+	want := []string{"unix Fetch (none)", "unix Ack (none)", "unix Nack (none)"}
+	if strings.Join(calls, "; ") != strings.Join(want, "; ") {
+		t.Errorf("the sidecar's calls: %v, want %v", calls, want)
+	}
+}
+
+// A binding naming a socket that does not exist, or a stale file nothing accepts on
+// (a killed sidecar's): the client reads over TCP.
+func TestASocketThatDoesNotAcceptFallsBackToTCP(t *testing.T) {
+	dir := t.TempDir()
+	for name, path := range map[string]string{
+		"missing": filepath.Join(dir, "sidecar-s1.sock"),
+		"stale":   staleSocket(t, filepath.Join(dir, "sidecar-s2.sock")),
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := &fakeSidecar{fetch: func(*sidecarv1.FetchRequest) (*sidecarv1.FetchResponse, error) { return batchFrom(3, 4), nil }}
+			tr := &transports{}
+			addr := localSidecar(t, f, tr, nil, "")
+			asg := newFakeAssigner(t, bound(localBinding(addr, "unix:"+path)))
+			calls := fetchAndAck(t, tr, WithAssigners(asg.addr))
+			want := []string{"tcp Fetch (none)", "tcp Ack (none)", "tcp Nack (none)"}
+			if strings.Join(calls, "; ") != strings.Join(want, "; ") {
+				t.Errorf("the sidecar's calls: %v, want %v", calls, want)
+			}
+		})
+	}
+}
+
+// Over TLS: a client with a token reads over the socket and sends its token there (local
+// credentials, no TLS on the socket); one known by its client certificate only stays on
+// TCP (mTLS), where the sidecar can tell who it is.
+func TestOnTheSocketTheTokenIsSentAndACertificateOnlyClientStaysOnTCP(t *testing.T) {
+	pki := newTestPKI(t)
+	_, _, serverPair := pki.issue(t, "mesh.test", x509.ExtKeyUsageServerAuth)
+	clientCert, clientKey, _ := pki.issue(t, "reader", x509.ExtKeyUsageClientAuth)
+	creds := credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{serverPair}, ClientCAs: pki.pool,
+		ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12,
+	})
+	f := &fakeSidecar{fetch: func(*sidecarv1.FetchRequest) (*sidecarv1.FetchResponse, error) { return batchFrom(3, 4), nil }}
+	tr := &transports{}
+	path := filepath.Join(t.TempDir(), "sidecar-s1.sock")
+	addr := localSidecar(t, f, tr, creds, path)
+	asg := &fakeAssigner{bind: bound(localBinding(addr, "unix:"+path)), watch: make(chan *assignerv1.Binding, 1), ends: make(chan error, 1)}
+	asgSrv := grpc.NewServer(grpc.Creds(creds))
+	assignerv1.RegisterBindingServiceServer(asgSrv, asg)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = asgSrv.Serve(lis) }()
+	t.Cleanup(asgSrv.Stop)
+	base := []Option{WithAssigners(lis.Addr().String()), WithTLS(pki.caFile), WithServerName("mesh.test")}
+
+	calls := fetchAndAck(t, tr, append(base, WithToken("tok-1"))...)
+	want := []string{"unix Fetch Bearer tok-1", "unix Ack Bearer tok-1", "unix Nack Bearer tok-1"}
+	if strings.Join(calls, "; ") != strings.Join(want, "; ") {
+		t.Errorf("with a token: %v, want %v", calls, want)
+	}
+
+	n := len(calls)
+	calls = fetchAndAck(t, tr, append(base, WithClientCertificate(clientCert, clientKey))...)[n:]
+	want = []string{"tcp Fetch (none)", "tcp Ack (none)", "tcp Nack (none)"}
+	if strings.Join(calls, "; ") != strings.Join(want, "; ") {
+		t.Errorf("with a certificate only: %v, want %v", calls, want)
+	}
+}
