@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import stat
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from services.client import DsClient
 from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh, ServiceProcess
 from tests.support.ops import metric_samples
+from tests.support.readers import READERS
 from tests.support.records import value_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -128,3 +130,30 @@ def test_a_client_in_the_pod_reads_over_the_socket_and_falls_back_to_tcp(
     assert len(seen) == 3 * PER_PHASE
     sidecar.stop()
     assert not path.exists(), "the socket file outlived its sidecar"
+
+
+def test_the_go_client_reads_over_the_socket(
+    mesh: Mesh, topic_factory: object, socket_dir: Path, tmp_path: Path
+) -> None:
+    """The Go client's dsread (clients/go, the same rule as DsClient's) reads every record
+    over the socket of a sidecar started with --uds-dir: the sidecar counts no TCP call."""
+    topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
+    group = f"g-{topic}"
+    produce(mesh.bootstrap, topic, 0, PER_PHASE)
+    assigner = mesh.assigner([(group, [topic])])
+    assigner.wait_serving()
+    sidecar = mesh.sidecar(group, assigner, "sc-go-uds", "--uds-dir", str(socket_dir))
+    sidecar.wait_serving()
+    wait_stable(assigner.grpc_addr, group, ["sc-go-uds"], PARTITIONS)
+    command = READERS["go"].command(
+        "--assigner", assigner.grpc_addr, "--group", group, "--client-id", CLIENT,
+        "--expect", str(PER_PHASE), "--idle-exit-s", "60", "--quiet",
+    )  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+    calls = calls_by_transport(sidecar)
+    print(f"go dsread over the socket: {done.stdout.strip()}, calls by transport {calls}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"done distinct={PER_PHASE} " in done.stdout
+    assert calls.get("unix", 0) > 0
+    assert calls.get("tcp", 0) == 0
+    sidecar.stop()
