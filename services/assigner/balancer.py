@@ -48,15 +48,18 @@ LOAD strategy
     over the bound or partitions are orphaned.
 
 Static identity (ARCHITECTURE §3 "Static identity")
-    Nothing here is special-cased. During the hold window after a graceful restart the
-    assigner keeps the departed sidecar *in* ``members`` (with its id, capacity and zone)
-    and keeps its partitions in ``current`` under that id; the balancer then treats it as
-    live, so its partitions stay put and nothing else moves. If it rejoins within the window
-    the input is unchanged and so is the output: zero moves. When the window expires the
-    assigner drops it from ``members``; its partitions become orphans and exactly those move
-    (the leave case). Note that keeping the partitions in ``current`` while dropping the
-    member from ``members`` is *not* enough: a holder that is not a member is treated as
-    departed and its partitions are reassigned at once.
+    Nothing here is special-cased. Under ``hold_mode: reserve``, during the hold window
+    after a graceful restart the assigner keeps the departed sidecar *in* ``members`` (with
+    its id, capacity and zone) and keeps its partitions in ``current`` under that id; the
+    balancer then treats it as live, so its partitions stay put and nothing else moves. If
+    it rejoins within the window the input is unchanged and so is the output: zero moves.
+    When the window expires the assigner drops it from ``members``; its partitions become
+    orphans and exactly those move (the leave case). Note that keeping the partitions in
+    ``current`` while dropping the member from ``members`` is *not* enough: a holder that is
+    not a member is treated as departed and its partitions are reassigned at once. Under
+    ``hold_mode: handoff`` (the default) the departed sidecar is not a member meanwhile (the
+    leave case at once), and its return is a join the coordinator steers back to its
+    previous partitions.
 
 Complexity: O(N log N + M log M) for N partitions and M members (sorts, heaps, per-zone
 buckets; no N x M loop): 100,000 partitions x 2,000 members take under a second in COUNT

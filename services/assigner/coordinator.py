@@ -15,11 +15,11 @@ Session messages, after persisting new epochs. The rules (ARCHITECTURE §3, §3.
   over the others as their leases lapse (start offset = the group's committed offset);
 * static identity: a member that leaves *gracefully* keeps its place for the hold window,
   and if it re-joins in time it gets exactly its partitions back. How they spend the window
-  is the :class:`HoldMode`: ``RESERVE`` keeps them released (committed) and reserved for it
+  is the :class:`HoldMode`: ``HANDOFF`` (the default) hands them to the others at once, as
+  a rebalance would, and takes them back by cooperative handoffs when it returns (no gap;
+  each moves twice); ``RESERVE`` keeps them released (committed) and reserved for it
   (nothing else moves; nobody reads them until it returns or the window ends, then they
-  are balanced over the others); ``HANDOFF`` hands them to the others at once, as a
-  rebalance would, and takes them back by cooperative handoffs when it returns (no gap;
-  each moves twice). (A lost member gets no hold: it did not hand off.)
+  are balanced over the others). (A lost member gets no hold: it did not hand off.)
 * after a restart (state rebuilt from the state topic: epochs, no holders) the group
   *settles* for TTL + grace: re-attaching sidecars adopt the leases they hold with the
   current epoch, and nothing is granted until every lease that was valid before the
@@ -157,10 +157,11 @@ def partition_weight(bytes_per_second: float, lag: int) -> float:
 
 
 class HoldMode(enum.Enum):
-    """What a gracefully-left member's partitions do during its hold window."""
+    """What a gracefully-left member's partitions do during its hold window (issue 22,
+    item 5: a graceful stop must leave no partition unread, so HANDOFF is the default)."""
 
-    RESERVE = "reserve"  # wait, released and unread, for it to return (moves nothing)
     HANDOFF = "handoff"  # go to the others at once; handed back when it returns (no gap)
+    RESERVE = "reserve"  # wait, released and unread, for it to return (moves nothing)
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,7 @@ class Timing:
     ttl: float = 3.0
     grace: float = 1.0
     hold_window: float = 10.0  # 0 disables static identity
-    hold_mode: HoldMode = HoldMode.RESERVE
+    hold_mode: HoldMode = HoldMode.HANDOFF
     # Events (a join, a release) rebalance at once while the balancer work spent within
     # this interval (partitions + members, per run) stays within ``rebalance_work``;
     # past it they only mark one pending and the next tick runs one for them all. A

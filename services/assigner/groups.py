@@ -508,7 +508,12 @@ class GroupRuntime:
             if conn is not None:
                 conn.close()
         for member_id in outcome.held_expired:
-            self.log.info("hold window over: the sidecar's partitions move", sidecar=member_id)
+            # Under reserve its partitions move now; under handoff they moved at its leave.
+            self.log.info(
+                "hold window over: the sidecar's place is given up",
+                sidecar=member_id,
+                hold_mode=self.coordinator.timing.hold_mode.value,
+            )
         self.apply(outcome)
 
     def set_partitions(self, partitions: Iterable[TopicPartition], now: float) -> None:

@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # Handoffs wait for the holder to drain (drain timeout, default 5 s) and, after a graceful
-# leave, for the hold window (default 10 s): buckets reach well past both.
+# leave under hold_mode reserve, for the hold window (default 10 s): buckets reach well past
+# both.
 HANDOFF_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0)
 
 

@@ -52,11 +52,12 @@ class AssignerSettings(ServiceSettings):
         "sidecar's partitions are kept for it (0 = hand them off at once)",
     )
     hold_mode: Literal["reserve", "handoff"] = Field(
-        "reserve",
+        "handoff",
         description="what a gracefully-left sidecar's partitions do during its hold window: "
+        "handoff (default) = go to the other sidecars at once and come back to it by "
+        "cooperative handoffs if it returns in time (no gap; each moves twice); "
         "reserve = wait for it, unread (nothing moves; a restart leaves them unconsumed "
-        "until it is back); handoff = go to the other sidecars at once and come back to it "
-        "by cooperative handoffs if it returns in time (no gap; each moves twice)",
+        "until it is back or the window ends)",
     )
     state_topic: str = Field("__ds_assigner_state", min_length=1, max_length=249)
     state_transactional_id: str = Field(

@@ -220,5 +220,6 @@ def test_settings_files_load_as_the_services_read_them() -> None:
     config = K8S / "base" / "config"
     assigner = load_settings(AssignerSettings, {}, config / "assigner.yaml")
     assert assigner.hold_window_seconds == 10 and assigner.groups == []
+    assert assigner.hold_mode == "handoff"
     notifier = load_settings(NotifierSettings, {}, config / "notifier.yaml")
     assert str(notifier.resolved_outbox_path()) == "/var/lib/dataservice/notifier-outbox.sqlite"

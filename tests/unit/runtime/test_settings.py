@@ -55,3 +55,20 @@ def test_groups_from_yaml(tmp_path: Path) -> None:
     assert [(g.name, g.topics, g.mode) for g in settings.groups] == [
         ("demo", ["ds.demo"], "leased")
     ]
+
+
+def test_hold_mode_is_handoff_by_default_and_reserve_stays_selectable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22, item 5: a graceful stop hands its partitions off by default; operators who
+    prefer no moves ask for reserve in the file or with DS_HOLD_MODE."""
+    monkeypatch.delenv("DS_HOLD_MODE", raising=False)
+    assert load_settings(AssignerSettings, {}, None).hold_mode == "handoff"
+    config = tmp_path / "a.yaml"
+    config.write_text("hold_mode: reserve\n")
+    assert load_settings(AssignerSettings, {}, config).hold_mode == "reserve"
+    monkeypatch.setenv("DS_HOLD_MODE", "reserve")
+    assert load_settings(AssignerSettings, {}, None).hold_mode == "reserve"
+    monkeypatch.setenv("DS_HOLD_MODE", "wait")
+    with pytest.raises(ConfigError, match="hold_mode"):
+        load_settings(AssignerSettings, {}, None)
