@@ -1,5 +1,5 @@
-"""Assigner acceptance: failures under load — rolling restart, kill -9 of a sidecar, a
-client whose sidecar dies, kill -9 of the assigner itself.
+"""Assigner acceptance: failures under load — rolling restart (``hold_mode: reserve``), kill
+-9 of a sidecar, a client whose sidecar dies, kill -9 of the assigner itself.
 
 Real Kafka, a 24-partition topic, real assigner and sidecar processes, a producer running
 throughout and one application (DsClient) that fetches and acks synchronously. Every record
@@ -66,13 +66,21 @@ def _summary(run: LoadRun, result: Result) -> str:
     )
 
 
+# hold_mode reserve is no longer the default (issue 22, item 5: handoff is); the default's
+# rolling restart is tests/e2e/test_graceful_handoff.py, in CI. This one is in the long profile.
+@pytest.mark.long
 def test_rolling_restart_with_sigterm_moves_nothing(mesh: Mesh, topic_factory: object) -> None:
-    """Each sidecar in turn: SIGTERM, start again with the same --id, wait SERVING. With the
-    static-identity hold window it gets exactly its partitions back: the assignment after
-    every restart equals the one before, no partition ever visits a third sidecar, and the
-    cooperative handoffs deliver nothing twice."""
+    """``hold_mode: reserve``, asked for: each sidecar in turn: SIGTERM, start again with the
+    same --id, wait SERVING. With the static-identity hold window it gets exactly its
+    partitions back: the assignment after every restart equals the one before, no partition
+    ever visits a third sidecar, and the cooperative handoffs deliver nothing twice."""
     topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
-    run = LoadRun(mesh, topic, PARTITIONS, ("sc-1", "sc-2", "sc-3"))
+    # A window long enough that a slow start on a loaded machine is still within it (at load
+    # average 22-35 a sidecar took 11.4 s from SIGTERM to SERVING, past the default 10 s, and
+    # its partitions moved as reserve says they must after the window); what happens after
+    # the window is the coordinator's unit tests' business.
+    env = {"DS_HOLD_MODE": "reserve", "DS_HOLD_WINDOW_SECONDS": "60"}
+    run = LoadRun(mesh, topic, PARTITIONS, ("sc-1", "sc-2", "sc-3"), assigner_env=env)
     initial = run.start()
     steps: list[str] = []
     changed: list[str] = []

@@ -116,7 +116,7 @@ def test_scale_out_2_3_4_then_in_to_3(mesh: Mesh, topic_factory: object) -> None
         report.append(
             f"4->3 (SIGTERM {leaver}): moved {len(moves)} (the leaver held {len(held)}); "
             f"last one granted elsewhere {latest - step_start:.2f}s after the SIGTERM "
-            f"(static-identity hold window); "
+            f"(hold_mode handoff, the default: at once); "
             f"to {dict(sorted(counts({p: after[p] for p in moves}).items()))}; "
             f"counts {dict(sorted(counts(after).items()))}; stop took "
             f"{stopped_at - step_start:.2f}s"

@@ -235,7 +235,7 @@ def test_ui_in_chromium_matches_describe_group_and_metrics_follow(
         )
         rebinds_before = metric(assigner, "ds_assigner_rebinds_total", group=group) or 0.0
 
-        # ---- a sidecar leaves (SIGTERM: graceful, held for the hold window, then moved) --
+        # ---- a sidecar leaves (SIGTERM: graceful; hold_mode handoff, moved at once) -------
         sidecars["sidecar-b"].stop()
         wait_for(
             lambda: (
