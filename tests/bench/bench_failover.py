@@ -18,7 +18,9 @@ every record it is handed. Faults:
 
 Rows: the mesh in leased mode (3 sidecars from ``tests/support/mesh.py``, an application
 process per sidecar reading with ``DsClient`` fetch + ack; the client binds to the
-group's sidecars) with ``hold_mode: reserve`` (the default) and ``hold_mode: handoff``;
+group's sidecars) in the assigner's default hold mode, ``hold_mode: handoff`` (row "mesh
+leased, hold handoff (default)": no ``DS_HOLD_MODE`` set, the default is what is measured),
+and, for comparison, with ``hold_mode: reserve`` asked for (``DS_HOLD_MODE=reserve``);
 Kafka's classic group with the eager range assignor, with cooperative-sticky, with static
 membership (range + ``group.instance.id``), and the KIP-848 consumer protocol
 (``group.protocol=consumer``), each at Kafka's default session timeout (45 s) and at 10 s
@@ -252,7 +254,8 @@ class KafkaRow(Row):
 
 
 class MeshRow(Row):
-    def __init__(self, name: str, bootstrap: str, hold_mode: str) -> None:
+    def __init__(self, name: str, bootstrap: str, hold_mode: str | None) -> None:
+        """``hold_mode`` None: the assigner's default (``DS_HOLD_MODE`` unset)."""
         self.name = name
         self.bootstrap = bootstrap
         self.hold_mode = hold_mode
@@ -262,11 +265,12 @@ class MeshRow(Row):
         self.mesh = Mesh(self.bootstrap, log_dir)
         suffix = uuid.uuid4().hex[:6]
         env = {
-            "DS_HOLD_MODE": self.hold_mode,
             # Its own state topic: an earlier row's assigner term must not fence this one.
             "DS_STATE_TOPIC": f"__ds_assigner_state_bench_fo_{suffix}",
             "DS_STATE_TRANSACTIONAL_ID": f"ds-assigner-state-bench-fo-{suffix}",
         }
+        if self.hold_mode is not None:
+            env["DS_HOLD_MODE"] = self.hold_mode
         self.assigner = self.mesh.assigner(
             [(self.groups[f], [t]) for f, t in topics.items()], env=env, name=f"assigner-{suffix}"
         )
@@ -329,8 +333,8 @@ class MeshRow(Row):
 
 def rows(bootstrap: str, short: bool) -> list[Row]:
     mesh: list[Row] = [
+        MeshRow("mesh leased, hold handoff (default)", bootstrap, None),
         MeshRow("mesh leased, hold reserve", bootstrap, "reserve"),
-        MeshRow("mesh leased, hold handoff", bootstrap, "handoff"),
     ]
     kafka: list[Row] = []
     for timeout in (45, 10) if not short else (45,):
@@ -512,7 +516,8 @@ def run(
     print(
         f"{PARTITIONS} partitions, {CONSUMERS} consumers (separate processes), {RATE:.0f} "
         "records/s; per cell: the longest per-partition gap over all partitions, the median "
-        "over the affected ones, duplicates delivered after the fault",
+        "over the affected ones, duplicates delivered after the fault; load average "
+        f"(1 min) at the start {os.getloadavg()[0]:.1f}",
         flush=True,
     )
     header = f"{'row':40}" + "".join(f" | ({f}) {FAULTS[f]:>{cell_width(f) - 4}}" for f in faults)
@@ -551,8 +556,16 @@ def run(
                 with contextlib.suppress(Exception):
                     delete_topic(bootstrap, topic)
         lines.append(line)
-        print(f"{line}   ({time.monotonic() - started:.0f}s)", flush=True)
+        print(
+            f"{line}   ({time.monotonic() - started:.0f}s, load average {os.getloadavg()[0]:.1f})",
+            flush=True,
+        )
+    lines.append(f"load average (1/5/15 min) at the end: {fmt_load(os.getloadavg())}")
     print("\n" + "\n".join(lines), flush=True)
+
+
+def fmt_load(load: tuple[float, float, float]) -> str:
+    return " / ".join(f"{x:.1f}" for x in load)
 
 
 def main() -> int:
@@ -577,6 +590,9 @@ def main() -> int:
     if args.worker == "mesh":
         run_mesh_worker(args.group, args.assigner, args.client_id, args.out)
         return 0
+    if "DS_HOLD_MODE" in os.environ:
+        # The default-mode mesh row measures the default, not a mode inherited from here.
+        parser.error("unset DS_HOLD_MODE: the mesh rows choose their hold mode themselves")
     started = time.monotonic()
     cluster: KafkaCluster | None = None
     bootstrap = args.bootstrap
