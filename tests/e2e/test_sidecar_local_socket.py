@@ -75,17 +75,26 @@ def calls_by_transport(sidecar: ServiceProcess) -> dict[str, float]:
     }
 
 
-def test_a_client_in_the_pod_reads_over_the_socket_and_falls_back_to_tcp(
-    mesh: Mesh, topic_factory: object, socket_dir: Path
-) -> None:
-    topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
+def socket_sidecar(
+    mesh: Mesh, topic: str, socket_dir: Path, sidecar_id: str
+) -> tuple[str, ServiceProcess, ServiceProcess]:
+    """PER_PHASE records in ``topic``, an assigner for its group and one sidecar serving on
+    a socket in ``socket_dir`` too, holding every partition: (group, assigner, sidecar)."""
     group = f"g-{topic}"
     produce(mesh.bootstrap, topic, 0, PER_PHASE)
     assigner = mesh.assigner([(group, [topic])])
     assigner.wait_serving()
-    sidecar = mesh.sidecar(group, assigner, "sc-uds", "--uds-dir", str(socket_dir))
+    sidecar = mesh.sidecar(group, assigner, sidecar_id, "--uds-dir", str(socket_dir))
     sidecar.wait_serving()
-    wait_stable(assigner.grpc_addr, group, ["sc-uds"], PARTITIONS)
+    wait_stable(assigner.grpc_addr, group, [sidecar_id], PARTITIONS)
+    return group, assigner, sidecar
+
+
+def test_a_client_in_the_pod_reads_over_the_socket_and_falls_back_to_tcp(
+    mesh: Mesh, topic_factory: object, socket_dir: Path
+) -> None:
+    topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
+    group, assigner, sidecar = socket_sidecar(mesh, topic, socket_dir, "sc-uds")
     path = socket_dir / "sidecar-sc-uds.sock"
     assert stat.S_ISSOCK(path.stat().st_mode)
     assert stat.S_IMODE(path.stat().st_mode) == 0o660
@@ -133,18 +142,12 @@ def test_a_client_in_the_pod_reads_over_the_socket_and_falls_back_to_tcp(
 
 
 def test_the_go_client_reads_over_the_socket(
-    mesh: Mesh, topic_factory: object, socket_dir: Path, tmp_path: Path
+    mesh: Mesh, topic_factory: object, socket_dir: Path
 ) -> None:
     """The Go client's dsread (clients/go, the same rule as DsClient's) reads every record
     over the socket of a sidecar started with --uds-dir: the sidecar counts no TCP call."""
     topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
-    group = f"g-{topic}"
-    produce(mesh.bootstrap, topic, 0, PER_PHASE)
-    assigner = mesh.assigner([(group, [topic])])
-    assigner.wait_serving()
-    sidecar = mesh.sidecar(group, assigner, "sc-go-uds", "--uds-dir", str(socket_dir))
-    sidecar.wait_serving()
-    wait_stable(assigner.grpc_addr, group, ["sc-go-uds"], PARTITIONS)
+    group, assigner, sidecar = socket_sidecar(mesh, topic, socket_dir, "sc-go-uds")
     command = READERS["go"].command(
         "--assigner", assigner.grpc_addr, "--group", group, "--client-id", CLIENT,
         "--expect", str(PER_PHASE), "--idle-exit-s", "60", "--quiet",
