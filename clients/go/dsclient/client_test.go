@@ -140,12 +140,19 @@ func (f *fakeSidecar) snapshot() ([]time.Duration, []*sidecarv1.AckRequest, []*s
 // serve runs register's services on a loopback port (ds-leader names real addresses).
 func serve(t *testing.T, register func(*grpc.Server)) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	s := grpc.NewServer()
+	register(s)
+	return serveOn(t, s, "tcp", "127.0.0.1:0")
+}
+
+// serveOn runs s on a new listener (network "tcp" or "unix") until the test ends, and
+// returns the listener's address.
+func serveOn(t *testing.T, s *grpc.Server, network, address string) string {
+	t.Helper()
+	lis, err := net.Listen(network, address)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := grpc.NewServer()
-	register(s)
 	go func() { _ = s.Serve(lis) }()
 	t.Cleanup(s.Stop)
 	return lis.Addr().String()

@@ -121,23 +121,13 @@ func localSidecar(t *testing.T, f *fakeSidecar, tr *transports, tcpCreds credent
 	}
 	tcp := grpc.NewServer(opts...)
 	sidecarv1.RegisterStreamServiceServer(tcp, f)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = tcp.Serve(lis) }()
-	t.Cleanup(tcp.Stop)
+	addr := serveOn(t, tcp, "tcp", "127.0.0.1:0")
 	if path != "" {
 		uds := grpc.NewServer(grpc.Creds(local.NewCredentials()), tr.interceptor())
 		sidecarv1.RegisterStreamServiceServer(uds, f)
-		ulis, err := net.Listen("unix", path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = uds.Serve(ulis) }()
-		t.Cleanup(uds.Stop)
+		serveOn(t, uds, "unix", path)
 	}
-	return lis.Addr().String()
+	return addr
 }
 
 func localBinding(address, localAddress string) *assignerv1.Binding {
@@ -170,18 +160,37 @@ func fetchAndAck(t *testing.T, tr *transports, opts ...Option) []string {
 	return tr.list()
 }
 
+// twoRecords is a fakeSidecar's Fetch: the two records fetchAndAck expects.
+func twoRecords(*sidecarv1.FetchRequest) (*sidecarv1.FetchResponse, error) {
+	return batchFrom(3, 4), nil
+}
+
+// readBoundTo reads through a plaintext fake sidecar whose binding names the socket file
+// socketPath (served on it too when serveSocket) and returns the sidecar's calls.
+func readBoundTo(t *testing.T, socketPath string, serveSocket bool) []string {
+	t.Helper()
+	tr := &transports{}
+	socket := ""
+	if serveSocket {
+		socket = socketPath
+	}
+	addr := localSidecar(t, &fakeSidecar{fetch: twoRecords}, tr, nil, socket)
+	asg := newFakeAssigner(t, bound(localBinding(addr, "unix:"+socketPath)))
+	return fetchAndAck(t, tr, WithAssigners(asg.addr))
+}
+
+// checkCalls reports the sidecar's calls when they are not want.
+func checkCalls(t *testing.T, what string, calls, want []string) {
+	t.Helper()
+	if strings.Join(calls, "; ") != strings.Join(want, "; ") {
+		t.Errorf("%s: %v, want %v", what, calls, want)
+	}
+}
+
 // A binding naming the sidecar's socket: the client fetches and acks over it, TCP unused.
 func TestTheClientReadsOverTheSidecarsLocalSocket(t *testing.T) {
-	f := &fakeSidecar{fetch: func(*sidecarv1.FetchRequest) (*sidecarv1.FetchResponse, error) { return batchFrom(3, 4), nil }}
-	tr := &transports{}
-	path := filepath.Join(t.TempDir(), "sidecar-s1.sock")
-	addr := localSidecar(t, f, tr, nil, path)
-	asg := newFakeAssigner(t, bound(localBinding(addr, "unix:"+path)))
-	calls := fetchAndAck(t, tr, WithAssigners(asg.addr))
-	want := []string{"unix Fetch (none)", "unix Ack (none)", "unix Nack (none)"}
-	if strings.Join(calls, "; ") != strings.Join(want, "; ") {
-		t.Errorf("the sidecar's calls: %v, want %v", calls, want)
-	}
+	calls := readBoundTo(t, filepath.Join(t.TempDir(), "sidecar-s1.sock"), true)
+	checkCalls(t, "the sidecar's calls", calls, []string{"unix Fetch (none)", "unix Ack (none)", "unix Nack (none)"})
 }
 
 // A binding naming a socket that does not exist, or a stale file nothing accepts on
@@ -193,15 +202,8 @@ func TestASocketThatDoesNotAcceptFallsBackToTCP(t *testing.T) {
 		"stale":   staleSocket(t, filepath.Join(dir, "sidecar-s2.sock")),
 	} {
 		t.Run(name, func(t *testing.T) {
-			f := &fakeSidecar{fetch: func(*sidecarv1.FetchRequest) (*sidecarv1.FetchResponse, error) { return batchFrom(3, 4), nil }}
-			tr := &transports{}
-			addr := localSidecar(t, f, tr, nil, "")
-			asg := newFakeAssigner(t, bound(localBinding(addr, "unix:"+path)))
-			calls := fetchAndAck(t, tr, WithAssigners(asg.addr))
-			want := []string{"tcp Fetch (none)", "tcp Ack (none)", "tcp Nack (none)"}
-			if strings.Join(calls, "; ") != strings.Join(want, "; ") {
-				t.Errorf("the sidecar's calls: %v, want %v", calls, want)
-			}
+			calls := readBoundTo(t, path, false)
+			checkCalls(t, "the sidecar's calls", calls, []string{"tcp Fetch (none)", "tcp Ack (none)", "tcp Nack (none)"})
 		})
 	}
 }
@@ -217,31 +219,18 @@ func TestOnTheSocketTheTokenIsSentAndACertificateOnlyClientStaysOnTCP(t *testing
 		Certificates: []tls.Certificate{serverPair}, ClientCAs: pki.pool,
 		ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12,
 	})
-	f := &fakeSidecar{fetch: func(*sidecarv1.FetchRequest) (*sidecarv1.FetchResponse, error) { return batchFrom(3, 4), nil }}
 	tr := &transports{}
 	path := filepath.Join(t.TempDir(), "sidecar-s1.sock")
-	addr := localSidecar(t, f, tr, creds, path)
+	addr := localSidecar(t, &fakeSidecar{fetch: twoRecords}, tr, creds, path)
 	asg := &fakeAssigner{bind: bound(localBinding(addr, "unix:"+path)), watch: make(chan *assignerv1.Binding, 1), ends: make(chan error, 1)}
 	asgSrv := grpc.NewServer(grpc.Creds(creds))
 	assignerv1.RegisterBindingServiceServer(asgSrv, asg)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = asgSrv.Serve(lis) }()
-	t.Cleanup(asgSrv.Stop)
-	base := []Option{WithAssigners(lis.Addr().String()), WithTLS(pki.caFile), WithServerName("mesh.test")}
+	base := []Option{WithAssigners(serveOn(t, asgSrv, "tcp", "127.0.0.1:0")), WithTLS(pki.caFile), WithServerName("mesh.test")}
 
 	calls := fetchAndAck(t, tr, append(base, WithToken("tok-1"))...)
-	want := []string{"unix Fetch Bearer tok-1", "unix Ack Bearer tok-1", "unix Nack Bearer tok-1"}
-	if strings.Join(calls, "; ") != strings.Join(want, "; ") {
-		t.Errorf("with a token: %v, want %v", calls, want)
-	}
+	checkCalls(t, "with a token", calls, []string{"unix Fetch Bearer tok-1", "unix Ack Bearer tok-1", "unix Nack Bearer tok-1"})
 
 	n := len(calls)
 	calls = fetchAndAck(t, tr, append(base, WithClientCertificate(clientCert, clientKey))...)[n:]
-	want = []string{"tcp Fetch (none)", "tcp Ack (none)", "tcp Nack (none)"}
-	if strings.Join(calls, "; ") != strings.Join(want, "; ") {
-		t.Errorf("with a certificate only: %v, want %v", calls, want)
-	}
+	checkCalls(t, "with a certificate only", calls, []string{"tcp Fetch (none)", "tcp Ack (none)", "tcp Nack (none)"})
 }
