@@ -94,8 +94,32 @@ class Stop(Exception):
     """SIGTERM in a consumer process: leave the read loop and close the consumer."""
 
 
-def _raise_stop(_sig: int, _frame: FrameType | None) -> None:
-    raise Stop
+class _Stopping:
+    """SIGTERM raises ``Stop`` at once, except inside ``handling()``: a record handed to the
+    application is logged *and* acked (or, in Kafka, its offset stored) before the worker
+    leaves, as an application that finishes its batch on SIGTERM does. Raised mid-batch,
+    the log would hold records never acked: redelivered to the next holder by design and
+    counted as duplicates the mesh did not make."""
+
+    requested = False
+    busy = False
+
+    @classmethod
+    def on_signal(cls, _sig: int, _frame: FrameType | None) -> None:
+        cls.requested = True
+        if not cls.busy:
+            raise Stop
+
+    @classmethod
+    @contextlib.contextmanager
+    def handling(cls) -> Iterator[None]:
+        cls.busy = True
+        try:
+            yield
+        finally:
+            cls.busy = False
+        if cls.requested:
+            raise Stop
 
 
 def run_kafka_worker(config: dict[str, str], topic: str, out_path: str) -> None:
@@ -105,15 +129,18 @@ def run_kafka_worker(config: dict[str, str], topic: str, out_path: str) -> None:
     consumer.subscribe([topic])
     with open(out_path, "a", buffering=1) as out:
         try:
-            signal.signal(signal.SIGTERM, _raise_stop)
+            signal.signal(signal.SIGTERM, _Stopping.on_signal)
             while True:
-                msg = consumer.poll(0.2)
-                if msg is None:
-                    continue
-                if msg.error() is not None:
-                    print(f"consumer error: {msg.error()}", file=sys.stderr, flush=True)
-                    continue
-                out.write(f"{time.monotonic():.4f} {msg.partition()} {msg.offset()}\n")
+                # poll() stores the offset of what it returns (committed by close()), so
+                # the poll and the log line are one step: SIGTERM waits out at most 50 ms.
+                with _Stopping.handling():
+                    msg = consumer.poll(0.05)
+                    if msg is None:
+                        continue
+                    if msg.error() is not None:
+                        print(f"consumer error: {msg.error()}", file=sys.stderr, flush=True)
+                        continue
+                    out.write(f"{time.monotonic():.4f} {msg.partition()} {msg.offset()}\n")
         except Stop:
             pass
         finally:
@@ -126,12 +153,15 @@ def run_mesh_worker(group: str, assigner: str, client_id: str, out_path: str) ->
 
     with open(out_path, "a", buffering=1) as out:
         try:
-            signal.signal(signal.SIGTERM, _raise_stop)
+            signal.signal(signal.SIGTERM, _Stopping.on_signal)
             with DsClient(group, client_id=client_id, assigner=assigner) as client:
                 for batch in client.stream(max_records=100):
-                    now = time.monotonic()
-                    out.write("".join(f"{now:.4f} {r.partition} {r.offset}\n" for r in batch))
-                    client.ack(batch)
+                    # A batch SIGTERM cuts before this point was never logged nor acked:
+                    # it is redelivered and counted once.
+                    with _Stopping.handling():
+                        now = time.monotonic()
+                        out.write("".join(f"{now:.4f} {r.partition} {r.offset}\n" for r in batch))
+                        client.ack(batch)
         except Stop:
             pass
 
