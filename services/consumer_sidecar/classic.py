@@ -166,7 +166,6 @@ class ClassicMembership:
         self.sleep = sleep
         self.events: RebalanceEvents = events or NoEvents()
         self.rounds = RoundTimer(clock)
-        self.rebalances = 0
 
     def subscribing(self) -> None:
         """The consumer is about to subscribe(): its first round (JoinGroup) starts."""
@@ -175,7 +174,6 @@ class ClassicMembership:
     # ---- librdkafka callbacks (signature: consumer, partitions) -------------------------
 
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self.rebalances += 1
         entered = self.clock()
         joined = self.rounds.joined()
         tps = [TP(str(p.topic), int(p.partition or 0)) for p in partitions]
@@ -221,7 +219,6 @@ class ClassicMembership:
         return ok
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self.rebalances += 1
         entered = self.clock()
         self.rounds.start_unless_pending()  # the next round (on_assign) ends the rebalance
         tps = [TP(str(p.topic), int(p.partition or 0)) for p in partitions]
@@ -233,7 +230,6 @@ class ClassicMembership:
             self.events.lease_settled("revoke", took)
 
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self.rebalances += 1
         entered = self.clock()
         self.rounds.start_unless_pending()  # librdkafka rejoins: on_assign ends that round
         tps = [TP(str(p.topic), int(p.partition or 0)) for p in partitions]
