@@ -25,6 +25,7 @@ from services.assigner.leadership import (
     LeaderElector,
     Replica,
     StaticLeadership,
+    term_check_budget,
 )
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.offsets_view import OffsetsView
@@ -165,7 +166,15 @@ class AssignerApp:
         self.faults.start()
         if self.settings.consul:
             self.replica.leadership = LeaderElector(
-                ElectionSettings(consul=self.settings.consul, address=address),
+                ElectionSettings(
+                    consul=self.settings.consul,
+                    address=address,
+                    term_check_budget_seconds=term_check_budget(
+                        self.settings.lease_ttl_seconds,
+                        self.settings.lease_grace_seconds,
+                        ElectionSettings.term_check_seconds,
+                    ),
+                ),
                 on_elected=self.become_leader,
                 on_demoted=self.step_down,
                 confirm_term=self._confirm_term,

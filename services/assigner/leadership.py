@@ -28,9 +28,9 @@ Consul outage does not stop consumption. Nobody can be elected while Consul is d
 replica elected behind a partition opens its term first, which fences this one's writes,
 so this one stops at its next check (every ``term_check_seconds``) — before the new
 leader grants anything (it waits TTL + grace after taking office). A check whose write
-only times out (a slow broker) is retried for up to ``term_check_budget_seconds`` (3.5 s,
-under TTL + grace) before the leader resigns: one slow write does not end a term that
-nobody else can take while Consul is down.
+only times out (a slow broker) is retried for up to ``term_check_budget_seconds`` (TTL +
+grace - ``term_check_seconds``: 3.5 s at the defaults) before the leader resigns: one slow
+write does not end a term that nobody else can take while Consul is down.
 
 After a Consul outage: Consul, back, may invalidate the leader's session (its TTL ran out
 while nobody could renew it) and free the key. The leader that led through the outage
@@ -109,8 +109,9 @@ class ElectionSettings:
     # ... unless its state writes confirm its term (fenced writes): checked this often.
     term_check_seconds: float = 0.5
     # One check retries a term write that only timed out (a slow broker proves nothing)
-    # for this long. Below lease TTL + grace (3 + 1 s by default), so a leader cut off from
-    # Kafka too still resigns before a successor's first grant (module doc).
+    # for this long. With term_check_seconds at most lease TTL + grace (3 + 1 s by default),
+    # so a leader cut off from Kafka too still resigns before a successor's first grant
+    # (module doc); the assigner sets it from its lease settings (term_check_budget).
     term_check_budget_seconds: float = 3.5
     # A standby that could not reach Consul (a call failed, or a blocking query came back
     # this much later than its wait) leaves a key freed right after the outage to the
@@ -120,6 +121,16 @@ class ElectionSettings:
     # Checks to bind the session to; None = serfHealth + this replica's registered service
     # check, found in the local agent by service name and address.
     checks: tuple[str, ...] | None = None
+
+
+def term_check_budget(
+    lease_ttl_seconds: float, lease_grace_seconds: float, term_check_seconds: float
+) -> float:
+    """The longest one term check may retry a timed-out write: a leader cut off from Kafka
+    (and Consul) must resign by the time a successor grants its first lease, TTL + grace
+    after taking office; the check that notices starts up to ``term_check_seconds`` late.
+    3.5 s at the defaults (TTL 3 s, grace 1 s, a check every 0.5 s)."""
+    return max(lease_ttl_seconds + lease_grace_seconds - term_check_seconds, 0.0)
 
 
 def service_check_id(services: Mapping[str, Mapping[str, Any]], name: str, address: str) -> str:

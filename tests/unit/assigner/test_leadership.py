@@ -11,6 +11,8 @@ import grpc
 import grpc.aio
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from hypothesis import given
+from hypothesis import strategies as st
 
 from services.assigner.leader_guard import LeaderGuard, is_guarded, not_leader, rejection
 from services.assigner.leadership import (
@@ -18,6 +20,7 @@ from services.assigner.leadership import (
     LeaderElector,
     StaticLeadership,
     service_check_id,
+    term_check_budget,
 )
 from services.runtime.errors import LEADER_METADATA_KEY, error_info, trailing_value
 from services.runtime.grpcserver import create_server
@@ -571,3 +574,20 @@ async def _standby_defers_after_an_outage() -> None:
     await fresh._on_consul_error(LookupError("ds-assigner is not registered yet"))
     fresh._consul_answer(time.monotonic())
     assert fresh._deferring() == 0.0
+
+
+@given(
+    ttl=st.floats(min_value=0.5, max_value=300),
+    grace=st.floats(min_value=0.1, max_value=60),
+    check=st.floats(min_value=0.05, max_value=0.5),
+)
+def test_a_cut_off_leader_resigns_before_a_successor_grants(
+    ttl: float, grace: float, check: float
+) -> None:
+    """A check starts up to ``check`` late and retries for the budget: the leader is gone
+    by TTL + grace, when a successor may grant (the assigner's lease limits allow this
+    TTL and grace; the defaults give the 3.5 s the module doc names)."""
+    budget = term_check_budget(ttl, grace, check)
+    assert budget >= 0
+    assert check + budget <= ttl + grace + 1e-9
+    assert term_check_budget(3.0, 1.0, ElectionSettings.term_check_seconds) == 3.5
