@@ -24,12 +24,57 @@ const fetchCallSlack = 35 * time.Second
 const closeDeadline = 2 * time.Second
 
 // sidecar is one bound sidecar: its channel and stub. address (TCP) is its key (acks,
-// streams) whatever the channel dials: target, the address or its local socket.
+// streams) whatever the channel dials: target, the address or its local socket (local,
+// the unix: target the binding names, "" for none). The channel changes when a call over
+// the socket fails UNAVAILABLE (to TCP) and when a later binding lets the client dial
+// the socket again (§3); calls under way keep the channel they started on, which is
+// closed with the sidecar.
 type sidecar struct {
 	address string
+	local   string // written under Client.mu
+
+	mu      sync.Mutex
 	target  string
 	conn    *grpc.ClientConn
 	stub    sidecarv1.StreamServiceClient
+	retired []*grpc.ClientConn
+}
+
+func newSidecar(address, local, target string, conn *grpc.ClientConn) *sidecar {
+	return &sidecar{address: address, local: local, target: target, conn: conn, stub: sidecarv1.NewStreamServiceClient(conn)}
+}
+
+// client is the stub of the sidecar's channel now.
+func (s *sidecar) client() sidecarv1.StreamServiceClient {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stub
+}
+
+// dials is what the sidecar's channel dials now: its address or its socket.
+func (s *sidecar) dials() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.target
+}
+
+// attach calls the sidecar over conn (dialing target) from now on.
+func (s *sidecar) attach(conn *grpc.ClientConn, target string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.retired = append(s.retired, s.conn)
+	s.conn, s.target, s.stub = conn, target, sidecarv1.NewStreamServiceClient(conn)
+}
+
+// close closes every channel of the sidecar (calls on them end CANCELLED).
+func (s *sidecar) close() {
+	s.mu.Lock()
+	conns := append(s.retired, s.conn)
+	s.retired = nil
+	s.mu.Unlock()
+	for _, conn := range conns {
+		_ = conn.Close()
+	}
 }
 
 // Client reads one group through the mesh (docs/client-protocol.md): it binds through
@@ -143,25 +188,70 @@ func (c *Client) applyLocked(ch change) {
 	}
 	for _, addr := range ch.removed {
 		if s, ok := c.sidecars[addr]; ok {
-			_ = s.conn.Close()
+			s.close()
 			delete(c.sidecars, addr)
 		}
 	}
-	for _, addr := range ch.added {
-		target, opts := addr, c.dialOpts
-		if t := sidecarTarget(addr, c.state.endpoints[addr].LocalAddress, c.cfg.tls, acceptsNow); t != addr {
-			target, opts = t, c.localOpts
+	for _, addr := range c.state.addresses() {
+		local := c.state.endpoints[addr].LocalAddress
+		s, ok := c.sidecars[addr]
+		if ok && local == s.local && (local == "" || s.dials() != addr) {
+			continue // on the socket the binding names, or TCP with no socket named
 		}
-		conn, err := grpc.NewClient(target, opts...)
+		// New, or on TCP while the binding names a socket (it may serve again: a
+		// restarted sidecar), or the binding names another socket (or none): choose.
+		target := sidecarTarget(addr, local, c.cfg.tls, acceptsNow)
+		if ok && target == s.dials() {
+			s.local = local
+			continue
+		}
+		conn, err := c.dial(target, addr)
 		if err != nil {
 			c.logger.Warn("dsclient: cannot dial sidecar", "address", addr, "target", target, "err", err)
 			continue
 		}
-		c.sidecars[addr] = &sidecar{address: addr, target: target, conn: conn, stub: sidecarv1.NewStreamServiceClient(conn)}
+		if ok {
+			s.local = local
+			s.attach(conn, target)
+			c.logger.Info("dsclient: sidecar transport", "sidecar", addr, "target", target)
+		} else {
+			c.sidecars[addr] = newSidecar(addr, local, target, conn)
+		}
 	}
 	c.logger.Info("dsclient: binding applied", "version", c.state.version, "sidecars", c.state.addresses())
 	close(c.changed)
 	c.changed = make(chan struct{})
+}
+
+// dial opens a channel to a sidecar at address over target: its TCP address, or its
+// socket (local credentials, §3).
+func (c *Client) dial(target, address string) (*grpc.ClientConn, error) {
+	if target != address {
+		return grpc.NewClient(target, c.localOpts...)
+	}
+	return grpc.NewClient(target, c.dialOpts...)
+}
+
+// fallBack moves s to TCP after a call over its socket failed err, if err is UNAVAILABLE
+// (§3): the sidecar's socket is gone (a killed or restarted sidecar leaves its file),
+// while its TCP address may still serve or be re-bound. The next binding naming the
+// socket tries it again.
+func (c *Client) fallBack(s *sidecar, err error) {
+	if status.Code(err) != codes.Unavailable {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.sidecars[s.address] != s || s.dials() == s.address {
+		return
+	}
+	conn, derr := c.dial(s.address, s.address)
+	if derr != nil {
+		c.logger.Warn("dsclient: cannot dial sidecar", "address", s.address, "err", derr)
+		return
+	}
+	s.attach(conn, s.address)
+	c.logger.Info("dsclient: sidecar socket unavailable; over TCP until a binding names it again", "sidecar", s.address, "err", err)
 }
 
 // watch follows the binding until the client closes (§3): re-watch with the held version
@@ -344,7 +434,7 @@ func (c *Client) Fetch(ctx context.Context) ([]Record, error) {
 func (c *Client) fetchFrom(ctx context.Context, s *sidecar, wait time.Duration) ([]Record, error) {
 	cctx, cancel := context.WithTimeout(ctx, wait+fetchCallSlack)
 	defer cancel()
-	resp, err := s.stub.Fetch(cctx, &sidecarv1.FetchRequest{
+	resp, err := s.client().Fetch(cctx, &sidecarv1.FetchRequest{
 		ClientId: c.clientID, Group: c.group, MaxRecords: c.cfg.maxRecords, MaxBytes: c.cfg.maxBytes,
 		MaxWait: durationpb.New(wait), AutoAck: c.cfg.autoAck, Format: sidecarv1.DeliveryFormat_DELIVERY_FORMAT_BATCHES,
 	})
@@ -355,7 +445,9 @@ func (c *Client) fetchFrom(ctx context.Context, s *sidecar, wait time.Duration) 
 		switch status.Code(err) {
 		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 			// The sidecar is gone or going (or its channel was closed by a binding
-			// change): skip it; the assigner pushes a new binding (C19).
+			// change): skip it; the assigner pushes a new binding (C19). Over its
+			// socket: TCP from the next call on.
+			c.fallBack(s, err)
 			c.logger.Debug("dsclient: sidecar unavailable; skipped", "sidecar", s.address, "err", err)
 			return nil, nil
 		}
@@ -373,7 +465,7 @@ func (c *Client) fetchFrom(ctx context.Context, s *sidecar, wait time.Duration) 
 // the error is ctx's or ErrClosed.
 func (c *Client) Ack(ctx context.Context, records []Record) (int, error) {
 	return c.settle(ctx, "Ack", spansOf(records), func(ctx context.Context, s *sidecar, ranges []*sidecarv1.RangeAck) (rejected []*sidecarv1.RejectedRangeAck, err error) {
-		resp, err := s.stub.Ack(ctx, &sidecarv1.AckRequest{ClientId: c.clientID, Group: c.group, Ranges: ranges})
+		resp, err := s.client().Ack(ctx, &sidecarv1.AckRequest{ClientId: c.clientID, Group: c.group, Ranges: ranges})
 		return resp.GetRejectedRanges(), err
 	})
 }
@@ -399,7 +491,7 @@ func (c *Client) ackOnStream(ctx context.Context, sc *sidecar, ranges []*sidecar
 // sidecars took back; the error is ctx's or ErrClosed.
 func (c *Client) Nack(ctx context.Context, records []Record, delay time.Duration) (int, error) {
 	return c.settle(ctx, "Nack", spansOf(records), func(ctx context.Context, s *sidecar, ranges []*sidecarv1.RangeAck) (rejected []*sidecarv1.RejectedRangeAck, err error) {
-		resp, err := s.stub.Nack(ctx, &sidecarv1.NackRequest{ClientId: c.clientID, Group: c.group, Ranges: ranges, Delay: durationpb.New(delay)})
+		resp, err := s.client().Nack(ctx, &sidecarv1.NackRequest{ClientId: c.clientID, Group: c.group, Ranges: ranges, Delay: durationpb.New(delay)})
 		return resp.GetRejectedRanges(), err
 	})
 }
@@ -458,6 +550,7 @@ func (c *Client) settleAt(ctx context.Context, op string, sc *sidecar, spans []s
 		defer cancel()
 		var err error
 		rejected, err = send(actx, sc, ranges)
+		c.fallBack(sc, err) // over its socket: the next attempt goes over TCP
 		return err
 	})
 	if err != nil {
@@ -514,7 +607,7 @@ func (c *Client) Close() error {
 	c.wg.Wait()
 	for _, s := range sidecars {
 		ctx, cancel := context.WithTimeout(context.Background(), closeDeadline)
-		if _, err := s.stub.Nack(ctx, &sidecarv1.NackRequest{ClientId: c.clientID, Group: c.group, All: true}); err != nil {
+		if _, err := s.client().Nack(ctx, &sidecarv1.NackRequest{ClientId: c.clientID, Group: c.group, All: true}); err != nil {
 			c.logger.Debug("dsclient: give-back at close failed", "sidecar", s.address, "err", err)
 		}
 		cancel()
@@ -527,7 +620,7 @@ func (c *Client) Close() error {
 	cancel()
 	c.mu.Lock()
 	for addr, s := range c.sidecars {
-		_ = s.conn.Close()
+		s.close()
 		delete(c.sidecars, addr)
 	}
 	c.mu.Unlock()

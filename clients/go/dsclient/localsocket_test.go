@@ -105,6 +105,22 @@ func (tr *transports) interceptor() grpc.ServerOption {
 	})
 }
 
+// streamInterceptor counts the streams a sidecar received, as interceptor the unary calls.
+func (tr *transports) streamInterceptor() grpc.ServerOption {
+	return grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		network := "?"
+		if p, ok := peer.FromContext(ss.Context()); ok {
+			network = p.LocalAddr.Network()
+		}
+		seen := &seenTokens{}
+		seen.record(ss.Context(), info.FullMethod)
+		tr.mu.Lock()
+		tr.calls = append(tr.calls, network+" "+seen.calls[0])
+		tr.mu.Unlock()
+		return h(srv, ss)
+	})
+}
+
 func (tr *transports) list() []string {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
@@ -233,4 +249,97 @@ func TestOnTheSocketTheTokenIsSentAndACertificateOnlyClientStaysOnTCP(t *testing
 	n := len(calls)
 	calls = fetchAndAck(t, tr, append(base, WithClientCertificate(clientCert, clientKey))...)[n:]
 	checkCalls(t, "with a certificate only", calls, []string{"tcp Fetch (none)", "tcp Ack (none)", "tcp Nack (none)"})
+}
+
+// socketServer serves f on the socket file path with gRPC's local credentials, as the
+// sidecar does with --uds-dir, until stopped (a killed sidecar) or the test ends.
+func socketServer(t *testing.T, f sidecarv1.StreamServiceServer, tr *transports, path string) *grpc.Server {
+	t.Helper()
+	s := grpc.NewServer(grpc.Creds(local.NewCredentials()), tr.interceptor(), tr.streamInterceptor())
+	sidecarv1.RegisterStreamServiceServer(s, f)
+	serveOn(t, s, "unix", path)
+	return s
+}
+
+// §3: a call over the socket that fails UNAVAILABLE (the socket's server died; TCP still
+// serves) moves the sidecar to TCP at once: the same Fetch gets its records there, and
+// the acks go there. The next binding that names the socket, once it accepts again,
+// moves the client back to it.
+func TestAFailedSocketFallsBackToTCPAndTheNextBindingTriesItAgain(t *testing.T) {
+	tr := &transports{}
+	f := &fakeSidecar{fetch: twoRecords}
+	path := filepath.Join(t.TempDir(), "sidecar-s1.sock")
+	addr := localSidecar(t, f, tr, nil, "")
+	socket := socketServer(t, f, tr, path)
+	asg := newFakeAssigner(t, bound(localBinding(addr, "unix:"+path)))
+	ctx := testContext(t)
+	c, err := New(ctx, "g", WithAssigners(asg.addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	read := func(what string) {
+		t.Helper()
+		records, err := c.Fetch(ctx)
+		if err != nil || len(records) != 2 {
+			t.Fatalf("%s: Fetch = %v, %v", what, records, err)
+		}
+		if n, err := c.Ack(ctx, records); n != 2 || err != nil {
+			t.Fatalf("%s: Ack = %d, %v", what, n, err)
+		}
+	}
+	read("over the socket")
+	socket.Stop()
+	read("after the socket died")
+	if got := c.sidecarAt(addr).dials(); got != addr {
+		t.Fatalf("after UNAVAILABLE on the socket the client dials %q, want %q", got, addr)
+	}
+
+	socketServer(t, f, tr, path) // the sidecar serves its socket again
+	b := localBinding(addr, "unix:"+path)
+	b.Version = 2
+	asg.watch <- b
+	waitFor(t, "the next binding to move the client back to the socket", func() bool {
+		return c.sidecarAt(addr).dials() == "unix:"+path
+	})
+	read("back on the socket")
+	checkCalls(t, "the sidecar's calls", tr.list(), []string{
+		"unix Fetch (none)", "unix Ack (none)", "tcp Fetch (none)", "tcp Ack (none)", "unix Fetch (none)", "unix Ack (none)",
+	})
+}
+
+// §3, §7: a Stream over the socket that ends UNAVAILABLE because the socket's server died
+// is opened again over TCP, and the records go on coming.
+func TestAStreamOverAFailedSocketIsOpenedAgainOverTCP(t *testing.T) {
+	tr := &transports{}
+	f := &streamSidecar{total: 1000, per: 1}
+	path := filepath.Join(t.TempDir(), "sidecar-s1.sock")
+	tcp := grpc.NewServer(tr.interceptor(), tr.streamInterceptor())
+	sidecarv1.RegisterStreamServiceServer(tcp, f)
+	addr := serveOn(t, tcp, "tcp", "127.0.0.1:0")
+	socket := socketServer(t, f, tr, path)
+	asg := newFakeAssigner(t, bound(localBinding(addr, "unix:"+path)))
+	ctx := testContext(t)
+	c, err := New(ctx, "g", WithAssigners(asg.addr), WithMaxRecords(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got, stoppedAt := 0, -1
+	for records, err := range c.Stream(ctx) {
+		if err != nil {
+			t.Fatalf("after %d records: %v", got, err)
+		}
+		got += len(records)
+		if stoppedAt < 0 && got >= 2 {
+			socket.Stop()
+			stoppedAt = got
+		}
+		// At most a window (3) of records was on its way over the socket when it died:
+		// the rest came over TCP.
+		if stoppedAt >= 0 && got >= stoppedAt+10 {
+			break
+		}
+	}
+	checkCalls(t, "the sidecar's streams", tr.list(), []string{"unix Stream (none)", "tcp Stream (none)"})
 }

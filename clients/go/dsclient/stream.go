@@ -131,6 +131,7 @@ func (c *Client) runStream(ctx context.Context, s *sidecar, items chan<- streamI
 			return
 		}
 		if err == nil || reopens(err) {
+			c.fallBack(s, err) // over its socket: TCP from the next open on
 			c.logger.Debug("dsclient: stream ended; opening it again", "sidecar", s.address, "err", err)
 			continue
 		}
@@ -245,7 +246,7 @@ func (c *Client) setStream(address string, o *openStream) {
 func (c *Client) streamOnce(ctx context.Context, s *sidecar, items chan<- streamItem) (bool, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := s.stub.Stream(sctx)
+	stream, err := s.client().Stream(sctx)
 	if err != nil {
 		return false, err
 	}
