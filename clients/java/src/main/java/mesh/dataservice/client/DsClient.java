@@ -32,7 +32,6 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
-import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.LinkedBlockingQueue;
@@ -66,16 +65,49 @@ public final class DsClient implements AutoCloseable {
   static final Duration STREAM_ACK_TIMEOUT = Duration.ofSeconds(10);
   static final int MAX_RANGES = 100_000;
 
-  /** One bound sidecar: its channel and, when streaming, its open Stream. */
+  /**
+   * One bound sidecar: its channel and, when streaming, its open Stream. {@code address} (TCP)
+   * is its key (acks, streams) whatever the channel dials: {@code target}, the address or its
+   * socket ({@code localAddress}, the {@code unix:} target the binding names, "" for none). The
+   * channel changes when a call over the socket fails UNAVAILABLE (to TCP) and when a later
+   * binding lets the client dial the socket again (§3); calls under way keep the channel they
+   * started on ({@code retired}), closed with the sidecar. Fields but {@code channel} are
+   * written under the client's lock.
+   */
   private static final class Sidecar {
     final String address;
-    final ManagedChannel channel;
+    String localAddress;
+    String target;
+    volatile ManagedChannel channel;
+    final List<ManagedChannel> retired = new ArrayList<>();
     StreamSession session;
     int reopenFailures;
 
-    Sidecar(String address, ManagedChannel channel) {
+    Sidecar(String address, String localAddress, String target, ManagedChannel channel) {
       this.address = address;
+      this.localAddress = localAddress;
+      this.target = target;
       this.channel = channel;
+    }
+
+    boolean local() {
+      return !target.equals(address);
+    }
+
+    /** Calls the sidecar over {@code next} (dialing {@code to}) from now on. */
+    void attach(ManagedChannel next, String to) {
+      retired.add(channel);
+      channel = next;
+      target = to;
+    }
+
+    /** Closes every channel of the sidecar (calls on them end CANCELLED). */
+    void shutdownNow() {
+      for (ManagedChannel c : retired) {
+        c.shutdownNow();
+      }
+      retired.clear();
+      channel.shutdownNow();
     }
   }
 
@@ -88,6 +120,7 @@ public final class DsClient implements AutoCloseable {
   private final int maxRecords;
   private final long maxBytes;
   private final Channels channels;
+  private final Security security;
   private final AssignerConnection assigner;
   private final BindingState state = new BindingState();
   private final FetchRotation rotation = new FetchRotation();
@@ -106,6 +139,7 @@ public final class DsClient implements AutoCloseable {
     this.maxRecords = b.maxRecords;
     this.maxBytes = b.maxBytes;
     this.channels = b.channels != null ? b.channels : new Channels(b.security);
+    this.security = b.security;
     this.assigner = new AssignerConnection(channels, b.assigners);
     try {
       Types.Binding binding = bind();
@@ -214,6 +248,12 @@ public final class DsClient implements AutoCloseable {
     return out;
   }
 
+  /** What the channel to the bound sidecar at {@code address} dials now, or null (tests). */
+  synchronized String dials(String address) {
+    Sidecar s = sidecars.get(address);
+    return s == null ? null : s.target;
+  }
+
   // ---- binding --------------------------------------------------------------------------
 
   private Types.Binding bind() {
@@ -221,34 +261,77 @@ public final class DsClient implements AutoCloseable {
         BindRequest.newBuilder().setClientId(clientId).setGroup(group).build()).getBinding());
   }
 
-  /** Opens channels to new sidecars, closes those no longer named. Caller holds the lock. */
+  /**
+   * Opens channels to new sidecars, closes those no longer named, and chooses again the target
+   * of a sidecar on TCP whose binding names a socket (it may serve again: a restarted sidecar)
+   * or whose socket the binding changed (§3). Caller holds the lock.
+   */
   private void apply(Types.Binding binding) {
-    Set<String> named = new java.util.HashSet<>();
+    Map<String, String> named = new HashMap<>();
     for (Types.SidecarEndpoint e : binding.getEndpointsList()) {
-      named.add(e.getAddress());
+      named.put(e.getAddress(), e.getLocalAddress());
     }
     for (Iterator<Sidecar> it = sidecars.values().iterator(); it.hasNext(); ) {
       Sidecar s = it.next();
-      if (!named.contains(s.address)) {
+      if (!named.containsKey(s.address)) {
         it.remove();
         LOG.info(() -> "binding v" + binding.getVersion() + ": sidecar " + s.address + " left");
         if (s.session != null) {
           s.session.cancel();
         }
-        s.channel.shutdownNow();
+        s.shutdownNow();
       }
     }
-    for (String address : named) {
-      if (!sidecars.containsKey(address)) {
-        Sidecar s = new Sidecar(address, channels.open(address));
-        sidecars.put(address, s);
-        LOG.info(() -> "binding v" + binding.getVersion() + ": sidecar " + address + " joined");
+    for (Map.Entry<String, String> e : named.entrySet()) {
+      String address = e.getKey();
+      String local = e.getValue();
+      Sidecar s = sidecars.get(address);
+      if (s == null) {
+        String target = target(address, local);
+        Sidecar joined = new Sidecar(address, local, target, open(address, target));
+        sidecars.put(address, joined);
+        LOG.info(() -> "binding v" + binding.getVersion() + ": sidecar " + address + " joined"
+            + (joined.local() ? " (over its socket " + target + ")" : ""));
         if (streaming) {
-          openStream(s);
+          openStream(joined);
+        }
+      } else if (!local.equals(s.localAddress) || (!local.isEmpty() && !s.local())) {
+        s.localAddress = local;
+        String target = target(address, local);
+        if (!target.equals(s.target)) {
+          s.attach(open(address, target), target);
+          LOG.info(() -> "sidecar " + address + " now over " + target);
         }
       }
     }
     notifyAll();
+  }
+
+  /** What the client dials for the sidecar at {@code address}: its socket or its address. */
+  private String target(String address, String localAddress) {
+    return LocalSocket.target(address, localAddress, security, LocalSocket.nativeTransport(),
+        LocalSocket::acceptsNow);
+  }
+
+  /** A channel to the sidecar at {@code address} over {@code target}. */
+  private ManagedChannel open(String address, String target) {
+    return target.equals(address) ? channels.open(address)
+        : channels.openLocal(LocalSocket.pathOf(target));
+  }
+
+  /**
+   * A call to {@code s} failed with {@code code}: after UNAVAILABLE over its socket, the sidecar
+   * is called over TCP from the next call on (its socket is gone: a killed or restarted sidecar
+   * leaves its file, while its TCP address may still serve); the next binding naming the socket
+   * tries it again (§3).
+   */
+  private synchronized void fallBack(Sidecar s, Status.Code code) {
+    if (code != Status.Code.UNAVAILABLE || closed || sidecars.get(s.address) != s || !s.local()) {
+      return;
+    }
+    s.attach(channels.open(s.address), s.address);
+    LOG.info(() -> "sidecar " + s.address + ": socket unavailable; over TCP until a binding"
+        + " names it again");
   }
 
   private void offer(Types.Binding binding, boolean fromNewLeader) {
@@ -456,6 +539,7 @@ public final class DsClient implements AutoCloseable {
       Status.Code code = CallPolicy.codeOf(e);
       if (code == Status.Code.UNAVAILABLE || code == Status.Code.DEADLINE_EXCEEDED
           || code == Status.Code.CANCELLED) {
+        fallBack(s, code); // over its socket: TCP from the next call on
         LOG.fine(() -> "fetch from " + address + ": " + code + "; skipped");
         return null;
       }
@@ -563,6 +647,7 @@ public final class DsClient implements AutoCloseable {
         return;
       }
     }
+    fallBack(s, code); // over its socket: re-opened over TCP
     Duration pause = Backoff.STREAM.pause(s.reopenFailures++,
         ThreadLocalRandom.current()::nextDouble);
     LOG.fine(() -> "stream from " + session.sidecar + " ended " + code + "; re-open in " + pause);
@@ -675,6 +760,7 @@ public final class DsClient implements AutoCloseable {
         return call.apply(StreamServiceGrpc.newBlockingStub(s.channel)
             .withDeadlineAfter(UNARY_DEADLINE.toNanos(), TimeUnit.NANOSECONDS));
       } catch (StatusRuntimeException e) {
+        fallBack(s, CallPolicy.codeOf(e)); // over its socket: the next attempt goes over TCP
         if (policy.decide(attempt, CallPolicy.codeOf(e), DsClientException.reasonOf(e),
             "", s.address) != CallPolicy.Decision.RETRY || sidecar(s.address) != s) {
           throw DsClientException.of(e); // refused, out of attempts, or no longer bound
@@ -749,7 +835,9 @@ public final class DsClient implements AutoCloseable {
       } catch (StatusRuntimeException e) {
         LOG.fine(() -> "close: Nack(all) at " + s.address + ": " + CallPolicy.codeOf(e));
       }
-      s.channel.shutdownNow();
+      synchronized (this) {
+        s.shutdownNow();
+      }
     }
     try {
       assigner.stub().withDeadlineAfter(CLOSE_DEADLINE.toNanos(), TimeUnit.NANOSECONDS)

@@ -1,0 +1,79 @@
+package mesh.dataservice.client;
+
+import io.grpc.netty.shaded.io.netty.channel.epoll.Epoll;
+import java.io.IOException;
+import java.net.StandardProtocolFamily;
+import java.net.UnixDomainSocketAddress;
+import java.nio.channels.SocketChannel;
+import java.nio.file.Path;
+import java.util.function.Predicate;
+
+/**
+ * Which target the client dials for a bound sidecar (docs/client-protocol.md §3,
+ * {@code local_address}): its Unix domain socket in the pod, or its TCP address. The socket
+ * when all of these hold, else TCP:
+ *
+ * <ul>
+ *   <li>the binding names one (a {@code unix:PATH} or {@code unix://ABS_PATH} target);
+ *   <li>the client can be told there: it has no client certificate, or it sends a token (a socket
+ *       carries no certificate, so a caller known only by its certificate would be refused
+ *       UNAUTHENTICATED there; it stays on TCP);
+ *   <li>this JVM has the native transport that dials a socket (Netty's epoll, Linux);
+ *   <li>the socket file accepts a connection now (asked last: in another pod there is no such
+ *       file, so a client never reaches a sidecar that is not its pod's).
+ * </ul>
+ *
+ * The same rule as the Python client's ({@code services/client/transport.py}) and the Go
+ * client's ({@code localsocket.go}). A call over the socket that fails UNAVAILABLE moves the
+ * sidecar to TCP; the next binding naming the socket tries it again ({@link DsClient}).
+ */
+final class LocalSocket {
+  static final String SCHEME = "unix:";
+
+  private LocalSocket() {}
+
+  /** The file a {@code unix:} target names, or null for any other target (or an empty path). */
+  static Path pathOf(String target) {
+    if (target == null || !target.startsWith(SCHEME)) {
+      return null;
+    }
+    String rest = target.substring(SCHEME.length());
+    if (rest.startsWith("//")) {
+      rest = rest.substring(2);
+    }
+    return rest.isEmpty() ? null : Path.of(rest);
+  }
+
+  /** Whether a process accepts connections on the socket file {@code path} now. */
+  static boolean acceptsNow(Path path) {
+    try (SocketChannel channel = SocketChannel.open(StandardProtocolFamily.UNIX)) {
+      return channel.connect(UnixDomainSocketAddress.of(path));
+    } catch (IOException | UnsupportedOperationException e) {
+      return false; // no such file, nobody listening (a killed sidecar's file), not permitted
+    }
+  }
+
+  /** Whether this JVM can dial a Unix domain socket with gRPC (Netty's native epoll). */
+  static boolean nativeTransport() {
+    return Epoll.isAvailable();
+  }
+
+  /**
+   * {@code localAddress} when the client should dial the sidecar's socket (see the class), else
+   * {@code address}. {@code reachable} is asked last, and only for a {@code unix:} target.
+   */
+  static String target(String address, String localAddress, Security security,
+      boolean nativeTransport, Predicate<Path> reachable) {
+    Path path = pathOf(localAddress);
+    if (path == null) {
+      return address;
+    }
+    if (security.certFile() != null && security.tokenFile() == null) {
+      return address; // known by its certificate only: it has no identity on the socket
+    }
+    if (!nativeTransport || !reachable.test(path)) {
+      return address;
+    }
+    return localAddress;
+  }
+}
