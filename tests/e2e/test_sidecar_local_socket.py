@@ -141,22 +141,70 @@ def test_a_client_in_the_pod_reads_over_the_socket_and_falls_back_to_tcp(
     assert not path.exists(), "the socket file outlived its sidecar"
 
 
-def test_the_go_client_reads_over_the_socket(
-    mesh: Mesh, topic_factory: object, socket_dir: Path
-) -> None:
-    """The Go client's dsread (clients/go, the same rule as DsClient's) reads every record
-    over the socket of a sidecar started with --uds-dir: the sidecar counts no TCP call."""
-    topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
-    group, assigner, sidecar = socket_sidecar(mesh, topic, socket_dir, "sc-go-uds")
-    command = READERS["go"].command(
+def dsread(reader: str, assigner: ServiceProcess, group: str, expect: int) -> list[str]:
+    """The command line of ``reader``'s dsread reading ``expect`` distinct records."""
+    return READERS[reader].command(
         "--assigner", assigner.grpc_addr, "--group", group, "--client-id", CLIENT,
-        "--expect", str(PER_PHASE), "--idle-exit-s", "60", "--quiet",
+        "--expect", str(expect), "--idle-exit-s", "60", "--quiet",
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("reader", ["go", "java"])
+def test_the_go_and_java_clients_read_over_the_socket(
+    mesh: Mesh, topic_factory: object, socket_dir: Path, reader: str
+) -> None:
+    """The Go and Java clients' dsread (clients/go, clients/java: the same rule as
+    DsClient's) read every record over the socket of a sidecar started with --uds-dir: the
+    sidecar counts no TCP call."""
+    topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
+    group, assigner, sidecar = socket_sidecar(mesh, topic, socket_dir, f"sc-{reader}-uds")
+    command = dsread(reader, assigner, group, PER_PHASE)
     done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
     calls = calls_by_transport(sidecar)
-    print(f"go dsread over the socket: {done.stdout.strip()}, calls by transport {calls}")
+    print(f"{reader} dsread over the socket: {done.stdout.strip()}, calls by transport {calls}")
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"done distinct={PER_PHASE} " in done.stdout
     assert calls.get("unix", 0) > 0
     assert calls.get("tcp", 0) == 0
+    sidecar.stop()
+
+
+@pytest.mark.parametrize("reader", ["go", "java"])
+def test_the_go_and_java_clients_read_on_over_tcp_when_the_socket_dies(
+    mesh: Mesh, topic_factory: object, socket_dir: Path, reader: str
+) -> None:
+    """The sidecar is killed while dsread reads over its socket (the file stays, nobody
+    listens) and comes back on TCP only: dsread reads every record, the rest over TCP."""
+    topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
+    group, assigner, sidecar = socket_sidecar(mesh, topic, socket_dir, f"sc-{reader}-fb")
+    tcp_args = list(sidecar.args)
+    del tcp_args[tcp_args.index("--uds-dir") : tcp_args.index("--uds-dir") + 2]
+    command = dsread(reader, assigner, group, 2 * PER_PHASE)
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            deadline = time.monotonic() + 120
+            while calls_by_transport(sidecar).get("unix", 0) == 0:
+                assert proc.poll() is None, proc.communicate()[1][-2000:]
+                assert time.monotonic() < deadline, "no call came over the socket"
+                time.sleep(0.2)
+            before = calls_by_transport(sidecar)
+            sidecar.kill()
+            sidecar.args = tcp_args
+            sidecar.start().wait_serving()
+            produce(mesh.bootstrap, topic, PER_PHASE, PER_PHASE)
+            out, err = proc.communicate(timeout=180)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    after = calls_by_transport(sidecar)
+    print(
+        f"{reader} dsread, socket then killed and back on TCP only: {out.strip()}, "
+        f"calls over the socket before the kill {before}, after the restart {after}"
+    )
+    assert proc.returncode == 0, err[-2000:]
+    assert f"done distinct={2 * PER_PHASE} " in out
+    assert after.get("tcp", 0) > 0
+    assert after.get("unix", 0) == 0
     sidecar.stop()
