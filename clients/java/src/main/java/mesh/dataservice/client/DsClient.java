@@ -309,7 +309,7 @@ public final class DsClient implements AutoCloseable {
 
   /** What the client dials for the sidecar at {@code address}: its socket or its address. */
   private String target(String address, String localAddress) {
-    return LocalSocket.target(address, localAddress, security, LocalSocket.nativeTransport(),
+    return LocalSocket.target(address, localAddress, security, LocalSocket::nativeTransport,
         LocalSocket::acceptsNow);
   }
 

@@ -6,6 +6,7 @@ import java.net.StandardProtocolFamily;
 import java.net.UnixDomainSocketAddress;
 import java.nio.channels.SocketChannel;
 import java.nio.file.Path;
+import java.util.function.BooleanSupplier;
 import java.util.function.Predicate;
 
 /**
@@ -44,9 +45,15 @@ final class LocalSocket {
     return rest.isEmpty() ? null : Path.of(rest);
   }
 
-  /** Whether a process accepts connections on the socket file {@code path} now. */
+  /**
+   * Whether a process accepts connections on the socket file {@code path} now. The connect does
+   * not block: a Unix socket connects at once or not at all (a listener whose backlog is full
+   * would hold a blocking connect; it counts as not accepting, as the Go client's 250 ms
+   * timeout does).
+   */
   static boolean acceptsNow(Path path) {
     try (SocketChannel channel = SocketChannel.open(StandardProtocolFamily.UNIX)) {
+      channel.configureBlocking(false);
       return channel.connect(UnixDomainSocketAddress.of(path));
     } catch (IOException | UnsupportedOperationException e) {
       return false; // no such file, nobody listening (a killed sidecar's file), not permitted
@@ -60,10 +67,12 @@ final class LocalSocket {
 
   /**
    * {@code localAddress} when the client should dial the sidecar's socket (see the class), else
-   * {@code address}. {@code reachable} is asked last, and only for a {@code unix:} target.
+   * {@code address}. {@code nativeTransport} and {@code reachable} are asked only for a
+   * {@code unix:} target the client can be told on, {@code reachable} last (a TCP-only binding
+   * never loads the native library).
    */
   static String target(String address, String localAddress, Security security,
-      boolean nativeTransport, Predicate<Path> reachable) {
+      BooleanSupplier nativeTransport, Predicate<Path> reachable) {
     Path path = pathOf(localAddress);
     if (path == null) {
       return address;
@@ -71,7 +80,7 @@ final class LocalSocket {
     if (security.certFile() != null && security.tokenFile() == null) {
       return address; // known by its certificate only: it has no identity on the socket
     }
-    if (!nativeTransport || !reachable.test(path)) {
+    if (!nativeTransport.getAsBoolean() || !reachable.test(path)) {
       return address;
     }
     return localAddress;

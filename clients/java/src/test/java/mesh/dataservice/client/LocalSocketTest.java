@@ -89,9 +89,12 @@ class LocalSocketTest {
   // ---- the rule -------------------------------------------------------------------------
 
   private static String target(String local, Security security, boolean nativeTransport,
-      boolean accepts, List<Path> asked) {
-    return LocalSocket.target(TCP, local, security, nativeTransport, p -> {
-      asked.add(p);
+      boolean accepts, List<String> asked) {
+    return LocalSocket.target(TCP, local, security, () -> {
+      asked.add("native");
+      return nativeTransport;
+    }, p -> {
+      asked.add(p.toString());
       return accepts;
     });
   }
@@ -106,16 +109,17 @@ class LocalSocketTest {
       for (Security security : List.of(Security.PLAINTEXT, certOnly, certAndToken, tokenOnly)) {
         for (boolean nativeTransport : List.of(true, false)) {
           for (boolean accepts : List.of(true, false)) {
-            List<Path> asked = new ArrayList<>();
+            List<String> asked = new ArrayList<>();
             String got = target(local, security, nativeTransport, accepts, asked);
-            boolean named = LocalSocket.pathOf(local) != null;
-            boolean wanted = named && security != certOnly && nativeTransport && accepts;
+            boolean told = LocalSocket.pathOf(local) != null && security != certOnly;
+            boolean wanted = told && nativeTransport && accepts;
             String what = local + " " + security + " native=" + nativeTransport + " accepts="
                 + accepts;
             assertEquals(wanted ? local : TCP, got, what);
-            boolean askable = named && security != certOnly && nativeTransport;
-            assertEquals(askable ? List.of(Path.of("/run/ds/sidecar-s1.sock")) : List.of(),
-                asked, "the file is asked last, and only for a unix: target: " + what);
+            List<String> askable = !told ? List.of() : nativeTransport
+                ? List.of("native", "/run/ds/sidecar-s1.sock") : List.of("native");
+            assertEquals(askable, asked,
+                "the native transport, then the file, only for a unix: target: " + what);
           }
         }
       }
