@@ -46,9 +46,16 @@ func newSidecar(address, local, target string, conn *grpc.ClientConn) *sidecar {
 
 // client is the stub of the sidecar's channel now.
 func (s *sidecar) client() sidecarv1.StreamServiceClient {
+	_, stub := s.current()
+	return stub
+}
+
+// current is the sidecar's channel now and its stub: a call's failure moves the sidecar
+// off its socket only if the call went over the channel it still dials (fallBack).
+func (s *sidecar) current() (*grpc.ClientConn, sidecarv1.StreamServiceClient) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stub
+	return s.conn, s.stub
 }
 
 // dials is what the sidecar's channel dials now: its address or its socket.
@@ -232,17 +239,18 @@ func (c *Client) dial(target, address string) (*grpc.ClientConn, error) {
 	return grpc.NewClient(target, c.dialOpts...)
 }
 
-// fallBack moves s to TCP after a call over its socket failed err, if err is UNAVAILABLE
-// (§3): the sidecar's socket is gone (a killed or restarted sidecar leaves its file),
-// while its TCP address may still serve or be re-bound. The next binding naming the
-// socket tries it again.
-func (c *Client) fallBack(s *sidecar, err error) {
+// fallBack moves s to TCP after a call over its socket (the channel used, which s still
+// dials) failed err, if err is UNAVAILABLE (§3): the sidecar's socket is gone (a killed or
+// restarted sidecar leaves its file), while its TCP address may still serve or be
+// re-bound. The next binding naming the socket tries it again. The end of a call over a
+// channel already replaced says nothing about the one s dials now.
+func (c *Client) fallBack(s *sidecar, used *grpc.ClientConn, err error) {
 	if status.Code(err) != codes.Unavailable {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed || c.sidecars[s.address] != s || s.dials() == s.address {
+	if conn, _ := s.current(); c.closed || c.sidecars[s.address] != s || s.dials() == s.address || conn != used {
 		return
 	}
 	conn, derr := c.dial(s.address, s.address)
@@ -434,7 +442,8 @@ func (c *Client) Fetch(ctx context.Context) ([]Record, error) {
 func (c *Client) fetchFrom(ctx context.Context, s *sidecar, wait time.Duration) ([]Record, error) {
 	cctx, cancel := context.WithTimeout(ctx, wait+fetchCallSlack)
 	defer cancel()
-	resp, err := s.client().Fetch(cctx, &sidecarv1.FetchRequest{
+	conn, stub := s.current()
+	resp, err := stub.Fetch(cctx, &sidecarv1.FetchRequest{
 		ClientId: c.clientID, Group: c.group, MaxRecords: c.cfg.maxRecords, MaxBytes: c.cfg.maxBytes,
 		MaxWait: durationpb.New(wait), AutoAck: c.cfg.autoAck, Format: sidecarv1.DeliveryFormat_DELIVERY_FORMAT_BATCHES,
 	})
@@ -447,7 +456,7 @@ func (c *Client) fetchFrom(ctx context.Context, s *sidecar, wait time.Duration) 
 			// The sidecar is gone or going (or its channel was closed by a binding
 			// change): skip it; the assigner pushes a new binding (C19). Over its
 			// socket: TCP from the next call on.
-			c.fallBack(s, err)
+			c.fallBack(s, conn, err)
 			c.logger.Debug("dsclient: sidecar unavailable; skipped", "sidecar", s.address, "err", err)
 			return nil, nil
 		}
@@ -464,8 +473,8 @@ func (c *Client) fetchFrom(ctx context.Context, s *sidecar, wait time.Duration) 
 // retries, and come again. Refusals are logged, never returned (as the Python client, O9);
 // the error is ctx's or ErrClosed.
 func (c *Client) Ack(ctx context.Context, records []Record) (int, error) {
-	return c.settle(ctx, "Ack", spansOf(records), func(ctx context.Context, s *sidecar, ranges []*sidecarv1.RangeAck) (rejected []*sidecarv1.RejectedRangeAck, err error) {
-		resp, err := s.client().Ack(ctx, &sidecarv1.AckRequest{ClientId: c.clientID, Group: c.group, Ranges: ranges})
+	return c.settle(ctx, "Ack", spansOf(records), func(ctx context.Context, s sidecarv1.StreamServiceClient, ranges []*sidecarv1.RangeAck) (rejected []*sidecarv1.RejectedRangeAck, err error) {
+		resp, err := s.Ack(ctx, &sidecarv1.AckRequest{ClientId: c.clientID, Group: c.group, Ranges: ranges})
 		return resp.GetRejectedRanges(), err
 	})
 }
@@ -490,13 +499,14 @@ func (c *Client) ackOnStream(ctx context.Context, sc *sidecar, ranges []*sidecar
 // 12 h; until then they stay in flight to this client). It returns how many records the
 // sidecars took back; the error is ctx's or ErrClosed.
 func (c *Client) Nack(ctx context.Context, records []Record, delay time.Duration) (int, error) {
-	return c.settle(ctx, "Nack", spansOf(records), func(ctx context.Context, s *sidecar, ranges []*sidecarv1.RangeAck) (rejected []*sidecarv1.RejectedRangeAck, err error) {
-		resp, err := s.client().Nack(ctx, &sidecarv1.NackRequest{ClientId: c.clientID, Group: c.group, Ranges: ranges, Delay: durationpb.New(delay)})
+	return c.settle(ctx, "Nack", spansOf(records), func(ctx context.Context, s sidecarv1.StreamServiceClient, ranges []*sidecarv1.RangeAck) (rejected []*sidecarv1.RejectedRangeAck, err error) {
+		resp, err := s.Nack(ctx, &sidecarv1.NackRequest{ClientId: c.clientID, Group: c.group, Ranges: ranges, Delay: durationpb.New(delay)})
 		return resp.GetRejectedRanges(), err
 	})
 }
 
-type settleFunc func(context.Context, *sidecar, []*sidecarv1.RangeAck) ([]*sidecarv1.RejectedRangeAck, error)
+// settleFunc sends ranges over a sidecar's stub.
+type settleFunc func(context.Context, sidecarv1.StreamServiceClient, []*sidecarv1.RangeAck) ([]*sidecarv1.RejectedRangeAck, error)
 
 // settle sends spans by sidecar with send (8 attempts on UNAVAILABLE, 10 s each) and
 // counts the records of the ranges not refused.
@@ -549,8 +559,9 @@ func (c *Client) settleAt(ctx context.Context, op string, sc *sidecar, spans []s
 		actx, cancel := context.WithTimeout(ctx, unaryDeadline)
 		defer cancel()
 		var err error
-		rejected, err = send(actx, sc, ranges)
-		c.fallBack(sc, err) // over its socket: the next attempt goes over TCP
+		conn, stub := sc.current()
+		rejected, err = send(actx, stub, ranges)
+		c.fallBack(sc, conn, err) // over its socket: the next attempt goes over TCP
 		return err
 	})
 	if err != nil {

@@ -14,9 +14,11 @@ import (
 	assignerv1 "dataservice/clients/go/gen/dataservice/assigner/v1"
 	sidecarv1 "dataservice/clients/go/gen/dataservice/sidecar/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/local"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 )
 
 // §3 local_address: the socket only when the binding names a unix: target, the client can
@@ -342,4 +344,40 @@ func TestAStreamOverAFailedSocketIsOpenedAgainOverTCP(t *testing.T) {
 		}
 	}
 	checkCalls(t, "the sidecar's streams", tr.list(), []string{"unix Stream (none)", "tcp Stream (none)"})
+}
+
+// §3: only UNAVAILABLE over the channel the sidecar dials now moves it off its socket: the
+// end of a call over a channel the client already replaced (a socket it left, TCP before
+// a binding moved it back) says nothing about the socket it dials now.
+func TestOnlyAFailureOverTheSocketItDialsNowMovesASidecarToTCP(t *testing.T) {
+	const addr, sock = "127.0.0.1:1", "unix:/nonexistent/sidecar-s1.sock"
+	cfg := defaults()
+	dialOpts, err := cfg.dialOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Client{cfg: cfg, dialOpts: dialOpts, localOpts: cfg.localDialOptions(), logger: cfg.logger, sidecars: map[string]*sidecar{}}
+	older, err := grpc.NewClient(addr, dialOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := grpc.NewClient(sock, c.localOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSidecar(addr, sock, addr, older)
+	s.attach(now, sock) // moved back to the socket by a binding
+	c.sidecars[addr] = s
+	defer s.close()
+	unavailable := status.Error(codes.Unavailable, "gone")
+
+	c.fallBack(s, older, unavailable)
+	c.fallBack(s, now, status.Error(codes.DeadlineExceeded, "slow"))
+	if got := s.dials(); got != sock {
+		t.Fatalf("after a failure over the replaced channel, or not UNAVAILABLE: dials %q, want %q", got, sock)
+	}
+	c.fallBack(s, now, unavailable)
+	if got := s.dials(); got != addr {
+		t.Fatalf("after UNAVAILABLE over the socket: dials %q, want %q", got, addr)
+	}
 }

@@ -123,7 +123,8 @@ func (c *Client) runStream(ctx context.Context, s *sidecar, items chan<- streamI
 				return
 			}
 		}
-		got, err := c.streamOnce(ctx, s, items)
+		conn, stub := s.current()
+		got, err := c.streamOnce(ctx, s, stub, items)
 		if got {
 			attempt = 0
 		}
@@ -131,7 +132,7 @@ func (c *Client) runStream(ctx context.Context, s *sidecar, items chan<- streamI
 			return
 		}
 		if err == nil || reopens(err) {
-			c.fallBack(s, err) // over its socket: TCP from the next open on
+			c.fallBack(s, conn, err) // over its socket: TCP from the next open on
 			c.logger.Debug("dsclient: stream ended; opening it again", "sidecar", s.address, "err", err)
 			continue
 		}
@@ -243,10 +244,10 @@ func (c *Client) setStream(address string, o *openStream) {
 // items with a grant that sends its count back as credit, answer acks sent on it. It says
 // whether any batch came, and how the stream ended: nil when cleanly (status OK, which
 // Recv reports as io.EOF).
-func (c *Client) streamOnce(ctx context.Context, s *sidecar, items chan<- streamItem) (bool, error) {
+func (c *Client) streamOnce(ctx context.Context, s *sidecar, stub sidecarv1.StreamServiceClient, items chan<- streamItem) (bool, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := s.client().Stream(sctx)
+	stream, err := stub.Stream(sctx)
 	if err != nil {
 		return false, err
 	}

@@ -71,8 +71,8 @@ public final class DsClient implements AutoCloseable {
    * socket ({@code localAddress}, the {@code unix:} target the binding names, "" for none). The
    * channel changes when a call over the socket fails UNAVAILABLE (to TCP) and when a later
    * binding lets the client dial the socket again (§3); calls under way keep the channel they
-   * started on ({@code retired}), closed with the sidecar. Fields but {@code channel} are
-   * written under the client's lock.
+   * started on ({@code retired}: it ends when they have, or with the sidecar). Fields but
+   * {@code channel} are written under the client's lock.
    */
   private static final class Sidecar {
     final String address;
@@ -81,6 +81,7 @@ public final class DsClient implements AutoCloseable {
     volatile ManagedChannel channel;
     final List<ManagedChannel> retired = new ArrayList<>();
     StreamSession session;
+    ManagedChannel sessionChannel; // the channel the session was opened on
     int reopenFailures;
 
     Sidecar(String address, String localAddress, String target, ManagedChannel channel) {
@@ -94,9 +95,14 @@ public final class DsClient implements AutoCloseable {
       return !target.equals(address);
     }
 
-    /** Calls the sidecar over {@code next} (dialing {@code to}) from now on. */
+    /**
+     * Calls the sidecar over {@code next} (dialing {@code to}) from now on. The channel replaced
+     * takes no new call and ends once its calls have (shutdown), or with the sidecar.
+     */
     void attach(ManagedChannel next, String to) {
+      retired.removeIf(ManagedChannel::isTerminated);
       retired.add(channel);
+      channel.shutdown();
       channel = next;
       target = to;
     }
@@ -320,14 +326,16 @@ public final class DsClient implements AutoCloseable {
   }
 
   /**
-   * A call to {@code s} failed with {@code code}: after UNAVAILABLE over its socket, the sidecar
+   * A call to {@code s} over {@code used} failed with {@code code}: after UNAVAILABLE over its
+   * socket (the channel it dials now), the sidecar
    * is called over TCP from the next call on (its socket is gone: a killed or restarted sidecar
    * leaves its file, while its TCP address may still serve); the next binding naming the socket
    * tries it again (§3).
    */
-  private synchronized void fallBack(Sidecar s, Status.Code code) {
-    if (code != Status.Code.UNAVAILABLE || closed || sidecars.get(s.address) != s || !s.local()) {
-      return;
+  private synchronized void fallBack(Sidecar s, ManagedChannel used, Status.Code code) {
+    if (code != Status.Code.UNAVAILABLE || closed || sidecars.get(s.address) != s || !s.local()
+        || s.channel != used) {
+      return; // not over the socket, or over a channel already replaced (its end says nothing)
     }
     s.attach(channels.open(s.address), s.address);
     LOG.info(() -> "sidecar " + s.address + ": socket unavailable; over TCP until a binding"
@@ -531,15 +539,16 @@ public final class DsClient implements AutoCloseable {
         .setMaxWait(protoDuration(wait.toNanos()))
         .setFormat(DeliveryFormat.DELIVERY_FORMAT_BATCHES).build();
     FetchResponse response;
+    ManagedChannel channel = s.channel;
     try {
-      response = StreamServiceGrpc.newBlockingStub(s.channel)
+      response = StreamServiceGrpc.newBlockingStub(channel)
           .withDeadlineAfter(wait.plus(FETCH_EXTRA).toNanos(), TimeUnit.NANOSECONDS)
           .fetch(request);
     } catch (StatusRuntimeException e) {
       Status.Code code = CallPolicy.codeOf(e);
       if (code == Status.Code.UNAVAILABLE || code == Status.Code.DEADLINE_EXCEEDED
           || code == Status.Code.CANCELLED) {
-        fallBack(s, code); // over its socket: TCP from the next call on
+        fallBack(s, channel, code); // over its socket: TCP from the next call on
         LOG.fine(() -> "fetch from " + address + ": " + code + "; skipped");
         return null;
       }
@@ -629,7 +638,8 @@ public final class DsClient implements AutoCloseable {
         .setClientId(clientId).setGroup(group)
         .setInitialCredit(StreamCredit.newBuilder().setRecords(maxRecords))
         .setFormat(DeliveryFormat.DELIVERY_FORMAT_BATCHES)).build();
-    session.start(StreamServiceGrpc.newStub(s.channel).stream(session), open);
+    s.sessionChannel = s.channel;
+    session.start(StreamServiceGrpc.newStub(s.sessionChannel).stream(session), open);
   }
 
   private void streamEnded(StreamSession session, Throwable error) {
@@ -637,17 +647,19 @@ public final class DsClient implements AutoCloseable {
     boolean reopen = code == Status.Code.OK || code == Status.Code.UNAVAILABLE
         || code == Status.Code.CANCELLED || code == Status.Code.DEADLINE_EXCEEDED;
     Sidecar s;
+    ManagedChannel used;
     synchronized (this) {
       s = sidecars.get(session.sidecar);
       if (closed || s == null || s.session != session) {
         return; // the sidecar left the binding, or the client closes
       }
+      used = s.sessionChannel;
       if (!reopen) {
         streamed.add(new Delivered(List.of(), session, DsClientException.of(error)));
         return;
       }
     }
-    fallBack(s, code); // over its socket: re-opened over TCP
+    fallBack(s, used, code); // over its socket: re-opened over TCP
     Duration pause = Backoff.STREAM.pause(s.reopenFailures++,
         ThreadLocalRandom.current()::nextDouble);
     LOG.fine(() -> "stream from " + session.sidecar + " ended " + code + "; re-open in " + pause);
@@ -755,12 +767,13 @@ public final class DsClient implements AutoCloseable {
       java.util.function.Function<StreamServiceGrpc.StreamServiceBlockingStub, T> call) {
     CallPolicy policy = CallPolicy.sidecar();
     for (int attempt = 1; ; attempt++) {
-      Connecting.await(s.channel, Connecting.MAX_WAIT);
+      ManagedChannel channel = s.channel;
+      Connecting.await(channel, Connecting.MAX_WAIT);
       try {
-        return call.apply(StreamServiceGrpc.newBlockingStub(s.channel)
+        return call.apply(StreamServiceGrpc.newBlockingStub(channel)
             .withDeadlineAfter(UNARY_DEADLINE.toNanos(), TimeUnit.NANOSECONDS));
       } catch (StatusRuntimeException e) {
-        fallBack(s, CallPolicy.codeOf(e)); // over its socket: the next attempt goes over TCP
+        fallBack(s, channel, CallPolicy.codeOf(e)); // over its socket: next attempt over TCP
         if (policy.decide(attempt, CallPolicy.codeOf(e), DsClientException.reasonOf(e),
             "", s.address) != CallPolicy.Decision.RETRY || sidecar(s.address) != s) {
           throw DsClientException.of(e); // refused, out of attempts, or no longer bound

@@ -22,6 +22,7 @@ import io.grpc.ServerCall;
 import io.grpc.ServerCallHandler;
 import io.grpc.ServerInterceptor;
 import io.grpc.ServerInterceptors;
+import io.grpc.Status;
 import io.grpc.netty.shaded.io.grpc.netty.NettyServerBuilder;
 import io.grpc.netty.shaded.io.netty.channel.ChannelOption;
 import io.grpc.netty.shaded.io.netty.channel.EventLoopGroup;
@@ -287,9 +288,12 @@ class LocalSocketTest {
    */
   static final class OneBatchPerStream extends StreamServiceGrpc.StreamServiceImplBase {
     final BlockingQueue<RecordBatch> batches = new LinkedBlockingQueue<>();
+    /** The response side of every Stream opened, in order (a test ends one with it). */
+    final List<StreamObserver<StreamResponse>> opened = new CopyOnWriteArrayList<>();
 
     @Override
     public StreamObserver<StreamRequest> stream(StreamObserver<StreamResponse> response) {
+      opened.add(response);
       Thread sender = new Thread(() -> {
         try {
           RecordBatch b = batches.poll(30, TimeUnit.SECONDS);
@@ -342,6 +346,38 @@ class LocalSocketTest {
     }
     assertEquals(List.of("unix Stream (none)", "tcp Stream (none)", "tcp Nack (none)"), tr.calls,
         "streams, then Nack(all) at close");
+  }
+
+  /**
+   * Only UNAVAILABLE over the channel the sidecar dials now moves it off its socket: a stream
+   * opened over TCP before a binding moved the client to the socket, ended UNAVAILABLE there, is
+   * opened again over the socket, which the client keeps.
+   */
+  @Test
+  void theEndOfAStreamOverAReplacedChannelLeavesTheSocketInUse() throws Exception {
+    Transports tr = new Transports();
+    OneBatchPerStream sidecar = new OneBatchPerStream();
+    String address = "127.0.0.1:" + serveTcp(sidecar, tr).getPort();
+    Path path = dir.resolve("sidecar-s1.sock"); // not served yet: the client starts on TCP
+    InProcessClientTest.FakeAssigner assigner = new InProcessClientTest.FakeAssigner();
+    try (DsClient client = client(assigner, address, "unix:" + path)) {
+      assertEquals(address, client.dials(address));
+      client.stream();
+      // A batch received: gRPC no longer retries the stream by itself when it ends.
+      sidecar.batches.add(batch(0, 1, 10, 11));
+      assertEquals(2, client.poll(Duration.ofSeconds(20)).size(), "over TCP");
+      serveSocket(sidecar, tr, path);
+      assigner.pushes.add(binding(2, address, "unix:" + path));
+      await("the binding to move the client to the socket",
+          () -> ("unix:" + path).equals(client.dials(address)));
+      sidecar.opened.get(0).onError(Status.UNAVAILABLE.withDescription("going away")
+          .asRuntimeException()); // the stream over TCP ends UNAVAILABLE
+      await("the stream opened again over the socket",
+          () -> tr.calls.contains("unix Stream (none)"));
+      assertEquals("unix:" + path, client.dials(address));
+    }
+    assertEquals(List.of("tcp Stream (none)", "unix Stream (none)", "unix Nack (none)"),
+        tr.calls, "streams, then Nack(all) at close");
   }
 
   @Test
