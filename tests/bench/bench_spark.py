@@ -17,7 +17,10 @@ same streaming query over the same topic:
 each ``Trigger.AvailableNow`` from the earliest offsets in batches of N/4 records into
 the ``noop`` sink, timed from ``start()`` to termination with the row count checked.
 Prints records/s of each (best of the rounds, and the median) and the ratios to (a); the
-issue's aim is ≥ 0.8.
+issue's aim is ≥ 0.8. Beside each run, the CPU it cost per record in each process of the
+benchmark's tree (user + system, reaped children included, ``psutil``): Spark's JVM, its
+Python workers (the executors' ``pyspark.daemon`` and the driver's streaming source
+runner), the sidecars, the broker; on 2 shared cores the sum is what bounds records/s.
 Never asserts a time (CONVENTIONS "Tests"). Not collected by pytest (file name).
 """
 
@@ -37,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+import psutil
 from pyspark.sql import DataFrame, SparkSession
 
 from services.devstack.kafka import KafkaCluster, KafkaOptions, create_topic, delete_topic
@@ -61,11 +65,58 @@ SHORT = Profile(records=200_000, rounds=1, sidecars=2)
 FULL = Profile(records=1_000_000, rounds=3, sidecars=3)
 
 
+# Process tree categories for the CPU split, by command line; the first match wins.
+CATEGORIES = (
+    ("py-workers", ("pyspark.daemon", "pyspark.worker", "python_streaming_source_runner")),
+    ("sidecars", ("services.consumer_sidecar",)),
+    ("assigner", ("services.assigner",)),
+    ("broker", ("kafka.Kafka",)),
+    ("spark-jvm", ("org.apache.spark",)),
+)
+
+
+def _category(proc: psutil.Process) -> str:
+    try:
+        cmdline = " ".join(proc.cmdline())
+    except psutil.Error:  # exited meanwhile (a zombie): its parent tells
+        return "py-workers" if _under_spark(proc) else "other"
+    for name, needles in CATEGORIES:
+        if any(n in cmdline for n in needles):
+            return name
+    return "bench" if proc.pid == os.getpid() else "other"
+
+
+def _under_spark(proc: psutil.Process) -> bool:
+    try:
+        return any("org.apache.spark" in " ".join(p.cmdline()) for p in proc.parents())
+    except psutil.Error:
+        return False
+
+
+def cpu_by_category() -> dict[str, float]:
+    """CPU seconds so far of this process and its descendants, by category. A process's
+    reaped children count with it (a Python worker that exited counts with its daemon),
+    except the JVM's: its children are Spark's Python workers."""
+    me = psutil.Process()
+    totals: dict[str, float] = {}
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        name = _category(proc)
+        reaped = "py-workers" if name == "spark-jvm" else name
+        totals[name] = totals.get(name, 0.0) + t.user + t.system
+        totals[reaped] = totals.get(reaped, 0.0) + t.children_user + t.children_system
+    return totals
+
+
 @dataclass(frozen=True)
 class Run:
     source: str
     records: int
     seconds: float
+    cpu: dict[str, float]  # CPU seconds of the run by category (see CATEGORIES)
 
     @property
     def per_second(self) -> float:
@@ -73,6 +124,7 @@ class Run:
 
 
 def timed_query(spark: SparkSession, name: str, frame: DataFrame, checkpoint: Path) -> Run:
+    cpu_before = cpu_by_category()
     started = time.monotonic()
     query = (
         frame.writeStream.format("noop")
@@ -83,6 +135,8 @@ def timed_query(spark: SparkSession, name: str, frame: DataFrame, checkpoint: Pa
     )
     query.awaitTermination()
     seconds = time.monotonic() - started
+    cpu_after = cpu_by_category()
+    cpu = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_after.items()}
     if query.exception() is not None:
         raise RuntimeError(f"{name} failed: {query.exception()}")
     progress = query.recentProgress
@@ -90,7 +144,14 @@ def timed_query(spark: SparkSession, name: str, frame: DataFrame, checkpoint: Pa
     if os.environ.get("BENCH_VERBOSE"):
         for p in progress:
             print(f"  {name} batch {p['batchId']}: {p['numInputRows']} rows {p['durationMs']}")
-    return Run(name, rows, seconds)
+    return Run(name, rows, seconds, cpu)
+
+
+def cpu_line(run: Run) -> str:
+    """µs of CPU per record by category, largest first, and the total."""
+    per = {k: v * 1e6 / max(run.records, 1) for k, v in run.cpu.items() if v > 0.005}
+    parts = [f"{k} {v:.1f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1])]
+    return f"cpu µs/record: {', '.join(parts)}; total {sum(per.values()):.1f}"
 
 
 def main() -> int:
@@ -206,7 +267,8 @@ def measure(
             if run.records != profile.records:
                 raise RuntimeError(f"{name} read {run.records} records, not {profile.records}")
             print(f"round {round_no}: {name:<12} {run.per_second:>10,.0f} rec/s "
-                  f"({run.records:,} in {run.seconds:.2f} s)")  # fmt: skip
+                  f"({run.records:,} in {run.seconds:.2f} s) load "
+                  f"{os.getloadavg()[0]:.1f}; {cpu_line(run)}")  # fmt: skip
             runs.append(run)
     spark.stop()
     return runs
@@ -236,6 +298,18 @@ def report(runs: list[Run], profile: Profile) -> None:
     print(f"  ARROW_IPC over records (b)/(c): best "
           f"{best['dataservice'] / best['ds-records']:.2f}, "
           f"median {median['dataservice'] / median['ds-records']:.2f}")  # fmt: skip
+    print("  CPU per record, median of rounds (µs; user + system of each process tree part):")
+    for source, _title in rows:
+        runs_of = [r for r in runs if r.source == source]
+        names = sorted({k for r in runs_of for k in r.cpu})
+        per = {
+            k: statistics.median(r.cpu.get(k, 0.0) * 1e6 / max(r.records, 1) for r in runs_of)
+            for k in names
+        }
+        shown = ", ".join(
+            f"{k} {v:.1f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v >= 0.05
+        )
+        print(f"    {source:<12} total {sum(per.values()):5.1f}: {shown}")
     print(f"  cpu count {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}")
 
 
