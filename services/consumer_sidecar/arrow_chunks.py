@@ -16,8 +16,10 @@ request, so sidecars that never serve Spark never load it. Pure: no I/O, no cloc
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
-from typing import Protocol
+from itertools import accumulate
+from typing import Protocol, cast
 
 import pyarrow as pa
 import pyarrow.ipc as pa_ipc
@@ -34,6 +36,7 @@ SCHEMA = pa.schema(
         ("headers", pa.list_(HEADER)),
     ]
 )
+HEADERS = SCHEMA.field("headers").type
 # Per row besides key, value, topic and header bytes: the offsets of the five variable-width
 # columns (4 B each), partition 4, offset 8, timestamp 8, validity bits; rounded up.
 ROW_OVERHEAD = 40
@@ -63,6 +66,23 @@ def _raw(data: bytes | str | None) -> bytes | None:
 
 
 _NO_HEADERS: list[dict[str, str | bytes]] = []
+_PLAIN = frozenset({bytes, type(None)})
+
+
+def _all_raw(items: list[bytes | str | None]) -> bool:
+    """Every item bytes or None (what confluent-kafka gives), checked at C speed."""
+    return set(map(type, items)) <= _PLAIN
+
+
+def _headers(raw: list[tuple[str, bytes | str | None]]) -> tuple[list[dict[str, str | bytes]], int]:
+    """A message's headers as the column's structs, and the bytes they add to its row."""
+    rows: list[dict[str, str | bytes]] = []
+    size = 0
+    for hkey, hvalue in raw:
+        hbytes = _raw(hvalue) or b""
+        size += len(hkey) + len(hbytes) + HEADER_OVERHEAD
+        rows.append({"key": str(hkey), "value": hbytes})
+    return rows, size
 
 
 class Columns:
@@ -101,11 +121,8 @@ class Columns:
         raw_headers = msg.headers()
         headers = _NO_HEADERS
         if raw_headers:
-            headers = []
-            for hkey, hvalue in raw_headers:
-                hbytes = _raw(hvalue) or b""
-                size += len(hkey) + len(hbytes) + HEADER_OVERHEAD
-                headers.append({"key": str(hkey), "value": hbytes})
+            headers, extra = _headers(raw_headers)
+            size += extra
         self.keys.append(key)
         self.values.append(value)
         self.offsets.append(msg.offset() or 0)
@@ -113,6 +130,52 @@ class Columns:
         self.stamps.append(ms * 1000 if kind != 0 and ms >= 0 else None)
         self.headers.append(headers)
         return size, payload
+
+    def add_many(self, msgs: Sequence[Message], room: int) -> tuple[int, int, int]:
+        """Keep the rows of the first messages of ``msgs`` that fit in ``room`` bytes (at
+        least one while the chunk is empty, whatever its size): (how many, the bytes they
+        add to the stream at most, their key plus value bytes); the same rows, sizes and
+        cut as :meth:`add` message by message.
+
+        Column by column, one comprehension per accessor: the per-message Python of
+        :meth:`add` (a call, its locals, six list appends) cost more than the accessors."""
+        raw_keys = [m.key() for m in msgs]
+        raw_values = [m.value() for m in msgs]
+        raw_headers = [m.headers() for m in msgs]
+        if _all_raw(raw_keys) and _all_raw(raw_values):
+            keys = cast("list[bytes | None]", raw_keys)
+            values = cast("list[bytes | None]", raw_values)
+        else:
+            keys, values = [_raw(k) for k in raw_keys], [_raw(v) for v in raw_values]
+        payloads = [
+            (0 if k is None else len(k)) + (0 if v is None else len(v))
+            for k, v in zip(keys, values, strict=True)
+        ]
+        headers: list[list[dict[str, str | bytes]]] = [_NO_HEADERS] * len(msgs)
+        sizes = payloads
+        if any(raw_headers):
+            sizes = list(payloads)
+            for i, raw in enumerate(raw_headers):
+                if raw:
+                    headers[i], extra = _headers(raw)
+                    sizes[i] += extra
+        overhead = self._row_overhead
+        ends = list(accumulate(sizes))  # ends[i] + (i + 1) * overhead: rows 0..i's bytes
+        taken = bisect_right(range(len(ends)), room, key=lambda i: ends[i] + (i + 1) * overhead)
+        if taken == 0 and not self.offsets and msgs:
+            taken = 1
+        if taken == 0:
+            return 0, 0, 0
+        kept = msgs[:taken] if taken < len(msgs) else msgs
+        self.keys += keys[:taken]
+        self.values += values[:taken]
+        self.headers += headers[:taken]
+        self.offsets += [m.offset() or 0 for m in kept]
+        self.stamps += [
+            ms * 1000 if kind != 0 and ms >= 0 else None
+            for kind, ms in [m.timestamp() for m in kept]
+        ]
+        return taken, ends[taken - 1] + taken * overhead, sum(payloads[:taken])
 
     def pop(self) -> int:
         """Take the last row back; its offset."""
@@ -122,6 +185,14 @@ class Columns:
         self.headers.pop()
         return self.offsets.pop()
 
+    def _header_column(self, n: int) -> pa.Array:
+        if any(self.headers):
+            return pa.array(self.headers, HEADERS)
+        # No message has headers (the usual case): n empty lists without n Python objects.
+        return pa.ListArray.from_arrays(
+            pa.repeat(pa.scalar(0, pa.int32()), n + 1), pa.array([], HEADER), type=HEADERS
+        )
+
     def encode(self) -> bytes:
         """The rows taken as one Arrow IPC stream of one record batch (see the module doc)."""
         n = len(self.offsets)
@@ -129,13 +200,14 @@ class Columns:
             [
                 pa.array(self.keys, pa.binary()),
                 pa.array(self.values, pa.binary()),
-                pa.array([self.topic] * n, pa.string()),
-                pa.array([self.partition] * n, pa.int32()),
+                # One value n times, in C++ (a list of n references cost as much as a column).
+                pa.repeat(pa.scalar(self.topic, pa.string()), n),
+                pa.repeat(pa.scalar(self.partition, pa.int32()), n),
                 pa.array(self.offsets, pa.int64()),
                 # Microseconds as int64 viewed as the zoned type (no pandas, no per-value
                 # objects).
                 pa.array(self.stamps, pa.int64()).view(SCHEMA.field("timestamp").type),
-                pa.array(self.headers, SCHEMA.field("headers").type),
+                self._header_column(n),
             ],
             schema=SCHEMA,
         )

@@ -147,13 +147,17 @@ class RangeRead:
         size = payload = 0
         next_offset = self._spec.to_offset
         while self._more():
-            msg_bytes, msg_payload = columns.add(self._backlog[0])
-            if len(columns) > 1 and size + msg_bytes > budget:
-                next_offset = columns.pop()
+            # Everything buffered at once (a consume() batch): Columns.add_many takes what
+            # fits, column by column, and the rest waits for the next chunk.
+            buffered = list(self._backlog)
+            self._backlog.clear()
+            taken, taken_bytes, taken_payload = columns.add_many(buffered, budget - size)
+            size += taken_bytes
+            payload += taken_payload
+            if taken < len(buffered):
+                self._backlog.extend(buffered[taken:])
+                next_offset = int(buffered[taken].offset() or 0)
                 break
-            self._backlog.popleft()
-            size += msg_bytes
-            payload += msg_payload
         if self._closed.is_set():
             return None
         return Chunk(
@@ -181,6 +185,15 @@ class RangeRead:
         stall_deadline = time.monotonic() + self._stall_timeout
         while not self._closed.is_set():
             messages = self._consumer.consume(CONSUME_BATCH, CONSUME_TIMEOUT_SECONDS)
+            if (
+                messages
+                and int(messages[-1].offset() or 0) < self._spec.to_offset
+                and not [m for m in messages if m.error() is not None]
+            ):
+                # The usual batch: records only, all inside the range (one partition's
+                # offsets rise), buffered at once rather than checked one by one.
+                self._backlog.extend(messages)
+                return
             for msg in messages:
                 error = msg.error()
                 if error is not None:

@@ -131,3 +131,31 @@ def test_a_row_larger_than_max_bytes_is_a_chunk_of_its_own() -> None:
     assert first is not None and second is not None
     assert (first.count, first.next_offset, second.count, second.next_offset) == (1, 101, 1, 102)
     assert read.next_chunk() is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(messages, st.integers(0, 4096), st.integers(0, 3))
+def test_add_many_keeps_what_add_keeps_one_by_one(msgs: list[Msg], room: int, before: int) -> None:
+    """Columns.add_many (the chunker's path) takes the same rows, sizes and cut as add
+    message by message under the same budget, after ``before`` rows already kept."""
+    head = [Msg(90 + i, b"k", b"v", (1, 5), None) for i in range(before)]
+    one, many = arrow_chunks.Columns(TOPIC, 3), arrow_chunks.Columns(TOPIC, 3)
+    for msg in head:
+        one.add(msg)  # type: ignore[arg-type]
+    many.add_many(head, 1 << 30)  # type: ignore[arg-type]
+    size = payload = taken = 0
+    for msg in msgs:
+        msg_size, msg_payload = one.add(msg)  # type: ignore[arg-type]
+        if len(one) > 1 and size + msg_size > room:
+            one.pop()
+            break
+        size, payload, taken = size + msg_size, payload + msg_payload, taken + 1
+    assert many.add_many(msgs, room) == (taken, size, payload)  # type: ignore[arg-type]
+    assert (many.keys, many.values, many.offsets, many.stamps, many.headers) == (
+        one.keys,
+        one.values,
+        one.offsets,
+        one.stamps,
+        one.headers,
+    )
+    assert many.encode() == one.encode()
