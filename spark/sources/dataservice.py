@@ -119,8 +119,9 @@ def _freeze_worker_heap() -> None:
     protobuf and pyspark loaded, the shared mesh clients) to the permanent generation.
 
     PySpark's daemon runs a full ``gc.collect()`` after every task of a reused worker, and
-    walked all of those objects each time (in a py-spy profile of the executors, about
-    70 % of the workers' samples). Frozen objects are never scanned again; what a task
+    it walked all of those objects each time: 20-35 ms on the 2-core machine, more than
+    the 10-20 ms of CPU a 20,000-record ARROW_IPC task spends reading. Frozen objects are
+    never scanned again (the same collection then takes microseconds); what a task
     allocates afterwards is collected as before."""
     global _frozen
     if not _frozen:
