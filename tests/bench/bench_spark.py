@@ -27,6 +27,7 @@ Never asserts a time (CONVENTIONS "Tests"). Not collected by pytest (file name).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -158,8 +159,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--short", action="store_true", help="CI profile")
     parser.add_argument("--bootstrap", help="use a running Kafka instead of starting one")
+    parser.add_argument("--rounds", type=int, help="rounds instead of the profile's (1 / 3)")
     args = parser.parse_args()
     profile = SHORT if args.short else FULL
+    if args.rounds is not None:
+        profile = dataclasses.replace(profile, rounds=max(args.rounds, 1))
     jars = ensure_spark_kafka_jars()
 
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
