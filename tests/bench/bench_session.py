@@ -41,6 +41,7 @@ import multiprocessing.connection
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -56,9 +57,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
 
+from google.protobuf import duration_pb2
+
 from dataservice.assigner.v1 import assigner_pb2, assigner_pb2_grpc, types_pb2
+from services.assigner.leader_guard import LeaderGuard
+from services.assigner.leadership import StaticLeadership
 from services.devstack.kafka import KafkaCluster, KafkaOptions, create_topic, delete_topic
 from services.devstack.ports import free_ports
+from services.runtime.grpcserver import SERVER_OPTIONS, GrpcService, create_server
+from services.runtime.settings import ServiceSettings
 from tests.support.mesh import ServiceProcess
 
 TTL = 3.0  # the assigner's default lease TTL (the bench starts it with its defaults)
@@ -277,6 +284,91 @@ async def health_loop(stub: health_pb2_grpc.HealthStub, w: Worker, until: float)
             await asyncio.sleep(max(0.0, sent + w.interval - time.monotonic()))
 
 
+class EchoServicer(assigner_pb2_grpc.AssignerServiceServicer):
+    """The floor: a ``Session`` with no assigner behind it. A join is accepted and granted
+    its share of the partitions at once (epoch 1, partition p to sidecar p mod n), and each
+    heartbeat is acked renewing every lease it names: the assigner's messages, none of its
+    work (no lease table, no tick, no state writes, no metrics, no logging)."""
+
+    def __init__(self, topic: str, partitions: int, sidecars: int) -> None:
+        self.topic, self.partitions, self.sidecars = topic, partitions, sidecars
+
+    async def Session(
+        self, request_iterator: AsyncIterator[assigner_pb2.SessionRequest], context: Any
+    ) -> AsyncIterator[assigner_pb2.SessionResponse]:
+        first = await anext(request_iterator)
+        yield assigner_pb2.SessionResponse(
+            accepted=assigner_pb2.SessionAccepted(
+                session_id=first.join.sidecar_id,
+                lease_ttl=duration_pb2.Duration(seconds=int(TTL)),
+                heartbeat_interval=duration_pb2.Duration(seconds=1),
+            )
+        )
+        index = int(first.join.sidecar_id.rsplit("-", 1)[1])
+        for p in range(index % self.sidecars, self.partitions, self.sidecars):
+            yield assigner_pb2.SessionResponse(
+                grant=assigner_pb2.LeaseGrant(topic=self.topic, partition=p, epoch=1)
+            )
+        async for request in request_iterator:
+            if request.WhichOneof("kind") != "heartbeat":
+                continue
+            hb = request.heartbeat
+            yield assigner_pb2.SessionResponse(
+                heartbeat_ack=assigner_pb2.HeartbeatAck(
+                    seq=hb.seq,
+                    renewed_leases=[
+                        types_pb2.LeaseRef(topic=x.topic, partition=x.partition, epoch=x.epoch)
+                        for x in hb.leases
+                    ],
+                )
+            )
+
+
+async def echo_main(
+    conn: multiprocessing.connection.Connection,
+    topic: str,
+    partitions: int,
+    sidecars: int,
+    setup: str,
+) -> None:
+    """Serve the echo: on a bare ``grpc.aio.server`` ("bare"), or built as the assigner's
+    server is ("assigner": ``create_server`` with its error mapping, health and reflection,
+    and the assigner's leader guard, leading)."""
+    servicer = EchoServicer(topic, partitions, sidecars)
+    if setup == "bare":
+        server = grpc.aio.server(options=SERVER_OPTIONS)
+        assigner_pb2_grpc.add_AssignerServiceServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+    else:
+        guard = LeaderGuard(StaticLeadership("127.0.0.1:0"))
+        built = create_server(
+            ServiceSettings(host="127.0.0.1", grpc_port=0, http_port=0),
+            [
+                GrpcService(
+                    assigner_pb2.DESCRIPTOR.services_by_name["AssignerService"].full_name,
+                    servicer,
+                    assigner_pb2_grpc.add_AssignerServiceServicer_to_server,
+                )
+            ],
+            interceptors=[guard],
+        )
+        server, port = built.server, built.port
+    await server.start()
+    conn.send(port)
+    await asyncio.get_running_loop().run_in_executor(None, conn.recv)  # until told to stop
+    await server.stop(0)
+
+
+def echo_entry(
+    conn: multiprocessing.connection.Connection,
+    topic: str,
+    partitions: int,
+    sidecars: int,
+    setup: str,
+) -> None:
+    asyncio.run(echo_main(conn, topic, partitions, sidecars, setup))
+
+
 def channels(addr: str, n: int) -> list[grpc.aio.Channel]:
     # Several HTTP/2 connections per process, as many real sidecars would open one each.
     return [
@@ -303,16 +395,19 @@ async def worker_main(
 
     await asyncio.gather(*(c.channel_ready() for c in chans))
     conn.send("ready")
-    # Baseline first: health checks at the same pacing, measured in the parent's window.
+    # Baseline first (when asked): health checks at the same pacing, in the parent's window.
     cmd = await command()
-    assert cmd[0] == "baseline"
-    w.window = Window(cmd[1], cmd[2])
-    health = [health_pb2_grpc.HealthStub(c) for c in chans]
-    await asyncio.gather(
-        *(health_loop(health[i % len(health)], w, cmd[2]) for i in range(len(ids)))
-    )
-    conn.send(("baseline", w.window.acks, w.window.latencies, w.errors))
-    w.window, w.errors = Window(), {}
+    if cmd[0] == "baseline":
+        w.window = Window(cmd[1], cmd[2])
+        health = [health_pb2_grpc.HealthStub(c) for c in chans]
+        await asyncio.gather(
+            *(health_loop(health[i % len(health)], w, cmd[2]) for i in range(len(ids)))
+        )
+        conn.send(("baseline", w.window.acks, w.window.latencies, w.errors))
+        w.window, w.errors = Window(), {}
+        cmd = await command()
+    assert cmd[0] == "sessions"
+    conn.send(None)
 
     stubs = [assigner_pb2_grpc.AssignerServiceStub(c) for c in chans]
     sims = {sid: SimSidecar(sid, group) for sid in ids}
@@ -426,6 +521,29 @@ def cpu_seconds(proc: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
+def start_profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy (installed separately) sampling ``pid`` for the window: native frames, only
+    threads on the CPU (the shares are of the assigner's CPU), speedscope format."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    beside = Path(sys.executable).parent / "py-spy"
+    return subprocess.Popen(
+        [
+            str(beside) if beside.exists() else "py-spy",
+            "record",
+            "--pid",
+            str(pid),
+            "--duration",
+            str(max(1, round(seconds))),
+            "--native",
+            "--format",
+            "speedscope",
+            "-o",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+
+
 def summarise(acks: int, latencies: list[float], seconds: float, cpu: float) -> dict[str, float]:
     lat = sorted(latencies) or [float("nan")]
     p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
@@ -439,7 +557,11 @@ def summarise(acks: int, latencies: list[float], seconds: float, cpu: float) -> 
 
 
 def measure(
-    workers: Workers, proc: psutil.Process, seconds: float, baseline: bool
+    workers: Workers,
+    proc: psutil.Process,
+    seconds: float,
+    baseline: bool,
+    profile: Path | None = None,
 ) -> dict[str, float]:
     # CLOCK_MONOTONIC is system-wide: the workers share it. The baseline's loops start at
     # random phases within an interval: the window opens once they all run.
@@ -450,8 +572,11 @@ def measure(
         workers.ask("window", t0, t0 + seconds)
     time.sleep(max(0.0, t0 - time.monotonic()))
     cpu0 = cpu_seconds(proc)
+    spy = start_profile(proc.pid, seconds, profile) if profile is not None else None
     time.sleep(seconds)
     cpu = cpu_seconds(proc) - cpu0
+    if spy is not None:
+        spy.wait(60)
     if baseline:
         answers = [workers._recv(p, seconds + 60) for p in workers.pipes]
         answers = [a[1:] for a in answers]
@@ -462,6 +587,40 @@ def measure(
     latencies = [x for a in answers for x in a[1]]
     errors = sum(sum(a[2].values()) for a in answers)
     return summarise(acks, latencies, seconds, cpu) | {"errors": float(errors)}
+
+
+def run_echo(
+    setup: str, topic: str, n: int, partitions: int, args: argparse.Namespace
+) -> dict[str, float]:
+    """The floor row: the same sidecars, pacing and messages against :class:`EchoServicer`
+    in its own process (its CPU measured as the assigner's is)."""
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=echo_entry, args=(child, topic, partitions, n, setup), daemon=True)
+    proc.start()
+    try:
+        if not parent.poll(120):
+            raise RuntimeError(f"the echo server ({setup}) did not start")
+        port = parent.recv()
+        workers = Workers(
+            f"127.0.0.1:{port}", "echo", n, args.workers, args.interval, args.connections
+        )
+        try:
+            workers.ask("sessions")
+            started = time.monotonic()
+            while time.monotonic() - started < args.warmup:
+                time.sleep(0.5)
+                if sum(s[0] for s in workers.ask("status")) == partitions:
+                    break  # every partition granted and renewed once
+            return measure(workers, psutil.Process(proc.pid), args.seconds, baseline=False)
+        finally:
+            workers.close()
+    finally:
+        with contextlib.suppress(Exception):
+            parent.send("stop")
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
 
 
 def run_size(
@@ -476,6 +635,7 @@ def run_size(
     workers = Workers(addr, group, n, args.workers, args.interval, args.connections)
     try:
         base = measure(workers, proc, args.seconds, baseline=True)
+        workers.ask("sessions")
         # Warm-up: every partition held, and no grant or revoke for 1 s.
         started = time.monotonic()
         last_changes, stable_since, held, joined = -1, time.monotonic(), 0, 0
@@ -490,7 +650,8 @@ def run_size(
             elif held == partitions and time.monotonic() - stable_since >= 1.0:
                 break
         settled = time.monotonic() - started
-        hb = measure(workers, proc, args.seconds, baseline=False)
+        profile = args.profile / f"assigner-{n}.speedscope.json" if args.profile else None
+        hb = measure(workers, proc, args.seconds, baseline=False, profile=profile)
         status = workers.ask("status")
         held_after = sum(s[0] for s in status)
         rejoins = sum(s[3] for s in status)
@@ -519,6 +680,11 @@ def run_size(
         return base, hb, replace
     finally:
         workers.close()
+
+
+def cpu_ratio(base: dict[str, float], hb: dict[str, float]) -> float:
+    """CPU per heartbeat over CPU per call of ``base``: how many times dearer."""
+    return base["per_cpu_s"] / hb["per_cpu_s"] if hb["per_cpu_s"] else float("nan")
 
 
 def start_assigner(bootstrap: str, topic: str, groups: list[str], log_dir: Path) -> ServiceProcess:
@@ -556,6 +722,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap", help="reuse this Kafka instead of starting one")
     parser.add_argument("--short", action="store_true", help="CI profile: 20 sidecars, 3 s")
     parser.add_argument("--log-dir", type=Path, help="keep Kafka and assigner logs here")
+    parser.add_argument(
+        "--no-floor",
+        dest="floor",
+        action="store_false",
+        help="skip the echo rows (the Session stream with no assigner behind it)",
+    )
+    parser.add_argument(
+        "--profile", type=Path, help="py-spy the assigner in each heartbeat window into DIR"
+    )
     args = parser.parse_args(argv)
     if args.short:
         args.sidecars, args.partitions, args.seconds, args.workers = [20], 100, 3.0, 2
@@ -594,23 +769,31 @@ def main(argv: list[str] | None = None) -> int:
             )
             interval = args.interval if args.interval > 0 else 1.0
             for n, group in zip(args.sidecars, groups, strict=True):
+                floors = [
+                    (what, run_echo(setup, topic, n, args.partitions, args))
+                    for what, setup in (("echo, bare server", "bare"), ("echo, our server", "ours"))
+                    if args.floor
+                ]
                 base, hb, replace = run_size(
                     assigner.grpc_addr, group, n, args.partitions, args, pid
                 )
-                for what, r in (("health Check (base)", base), ("Session heartbeats", hb)):
+                rows = [("health Check (base)", base), *floors, ("Session heartbeats", hb)]
+                for what, r in rows:
                     print(
                         f"{n:>8} {what:<20} {r['rate']:>8.0f} {r['p50_ms']:>8.1f} "
                         f"{r['p99_ms']:>8.1f} {r['cpu_share']:>11.0%} {r['per_cpu_s']:>9.0f} "
                         f"{r['per_cpu_s'] * interval:>13.0f}"
                     )
-                if base["errors"] or hb["errors"]:
-                    print(
-                        f"{n:>8} failed calls: baseline {base['errors']:.0f}, sessions "
-                        f"{hb['errors']:.0f} (broken streams, re-attached)"
-                    )
-                ratio = base["per_cpu_s"] / hb["per_cpu_s"] if hb["per_cpu_s"] else float("nan")
+                if any(r["errors"] for _, r in rows):
+                    failed = ", ".join(f"{what} {r['errors']:.0f}" for what, r in rows)
+                    print(f"{n:>8} failed calls: {failed} (broken streams, re-attached)")
+                ratios = "".join(
+                    f" / per {what.split(' (')[0]} message {cpu_ratio(r, hb):.2f}"
+                    for what, r in floors
+                )
                 print(
-                    f"{n:>8} CPU per heartbeat / per health check {ratio:.2f}; settled in "
+                    f"{n:>8} CPU per heartbeat / per health check {cpu_ratio(base, hb):.2f}"
+                    f"{ratios}; load average {os.getloadavg()[0]:.2f}; settled in "
                     f"{hb['settle_s']:.1f}s ({hb['joined']:.0f} attached); partitions held "
                     f"{hb['held']:.0f}/{args.partitions} "
                     f"(after the window {hb['held_after']:.0f}); {hb['rejoins']:.0f} sessions "
