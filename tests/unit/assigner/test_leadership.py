@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.assigner.leader_guard import LeaderGuard, is_guarded, not_leader, rejection
+from services.assigner.leader_guard import LeaderGuard, _until, is_guarded, not_leader, rejection
 from services.assigner.leadership import (
     ElectionSettings,
     LeaderElector,
@@ -591,3 +591,93 @@ def test_a_cut_off_leader_resigns_before_a_successor_grants(
     assert budget >= 0
     assert check + budget <= ttl + grace + 1e-9
     assert term_check_budget(3.0, 1.0, ElectionSettings.term_check_seconds) == 3.5
+
+
+# ---- _until: one waiter per stream, the stream's own awaits cancelled on a lost term ---------
+
+
+class _Recorded:
+    """A stream that yields what it is fed and records how it ended."""
+
+    def __init__(self) -> None:
+        self.feed: asyncio.Queue[int] = asyncio.Queue()
+        self.asked = 0
+        self.ended: str | None = None
+
+    async def stream(self) -> AsyncIterator[int]:
+        try:
+            while True:
+                self.asked += 1
+                yield await self.feed.get()
+        except asyncio.CancelledError:
+            self.ended = "cancelled"
+            raise
+        finally:
+            self.ended = self.ended or "closed"
+
+
+def test_until_cancels_the_streams_await_when_the_term_ends_and_leaves_the_caller_uncancelled() -> (
+    None
+):
+    async def run() -> None:
+        stop, rec = asyncio.Event(), _Recorded()
+        rec.feed.put_nowait(1)
+        got = []
+
+        async def consume() -> None:
+            async for item in _until(rec.stream(), stop):
+                got.append(item)
+            task = asyncio.current_task()
+            assert task is not None and task.cancelling() == 0  # the guard goes on to abort
+
+        consumer = asyncio.create_task(consume())
+        await asyncio.sleep(0.01)  # the stream now waits for its second item
+        stop.set()
+        await asyncio.wait_for(consumer, 5)
+        assert got == [1] and rec.ended == "cancelled"
+
+    asyncio.run(run())
+
+
+def test_until_asks_for_no_more_items_once_the_term_ended_while_one_was_out() -> None:
+    async def run() -> None:
+        stop, rec = asyncio.Event(), _Recorded()
+        rec.feed.put_nowait(1)
+        rec.feed.put_nowait(2)
+        got = []
+        async for item in _until(rec.stream(), stop):
+            got.append(item)
+            stop.set()  # while the item is with the caller (gRPC sending it)
+            await asyncio.sleep(0)
+        assert got == [1] and rec.asked == 1 and rec.ended == "closed"
+
+    asyncio.run(run())
+
+
+def test_until_passes_the_calls_own_cancellation_through() -> None:
+    async def run() -> None:
+        stop, rec = asyncio.Event(), _Recorded()
+
+        async def consume() -> None:
+            async for _ in _until(rec.stream(), stop):
+                pass  # pragma: no cover
+
+        consumer = asyncio.create_task(consume())
+        await asyncio.sleep(0.01)
+        consumer.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await consumer
+        assert rec.ended == "cancelled" and not stop.is_set()
+
+    asyncio.run(run())
+
+
+def test_until_ends_with_the_stream() -> None:
+    async def run() -> None:
+        async def three() -> AsyncIterator[int]:
+            for i in range(3):
+                yield i
+
+        assert [i async for i in _until(three(), asyncio.Event())] == [0, 1, 2]
+
+    asyncio.run(run())
