@@ -128,14 +128,17 @@ class AssignerMetrics:
         )  # fmt: skip
         self.leader.set(0)
         self._known: dict[str, set[str]] = {}
-        self._rated: dict[str, set[str]] = {}
+        # group -> sidecar -> its labelled rate gauge: looked up per heartbeat, and
+        # ``labels()`` (label checks, a lock, a dict of tuples) is the dear part of a set.
+        self._rated: dict[str, dict[str, Gauge]] = {}
 
     def set_distribution(self, group: str, counts: Mapping[str, int]) -> None:
         for gone in self._known.get(group, set()) - set(counts):
             self.partitions.remove(group, gone)
-        for gone in self._rated.get(group, set()) - set(counts):
+        rated = self._rated.get(group, {})
+        for gone in set(rated) - set(counts):
             self.sidecar_rate.remove(group, gone)
-            self._rated[group].discard(gone)
+            del rated[gone]
         for sidecar, count in counts.items():
             self.partitions.labels(group, sidecar).set(count)
         self._known[group] = set(counts)
@@ -147,15 +150,18 @@ class AssignerMetrics:
         self.imbalance.labels(group).set(imbalance_ratio(counts))
 
     def set_sidecar_rate(self, group: str, sidecar: str, bytes_per_second: float) -> None:
-        self.sidecar_rate.labels(group, sidecar).set(bytes_per_second)
-        self._rated.setdefault(group, set()).add(sidecar)
+        rated = self._rated.setdefault(group, {})
+        gauge = rated.get(sidecar)
+        if gauge is None:
+            gauge = rated[sidecar] = self.sidecar_rate.labels(group, sidecar)
+        gauge.set(bytes_per_second)
 
     def forget_group(self, group: str) -> None:
         """The group is no longer served here (leadership lost): drop its series so a
         follower does not export a stale distribution."""
         for sidecar in self._known.pop(group, set()):
             self.partitions.remove(group, sidecar)
-        for sidecar in self._rated.pop(group, set()):
+        for sidecar in self._rated.pop(group, {}):
             self.sidecar_rate.remove(group, sidecar)
         for gauge in (self.members, self.imbalance, self.bindings):
             with contextlib.suppress(KeyError):

@@ -58,8 +58,19 @@ def test_distribution_series_follow_the_sidecars() -> None:
         )
         is None
     )
+    # A sidecar back after its series was dropped is exported again (not a stale child).
+    metrics.set_sidecar_rate("g", "b", 7.0)
+    assert value(registry, "ds_assigner_sidecar_bytes_per_second", group="g", sidecar="b") == 7
     metrics.forget_group("g")
     assert registry.get_sample_value("ds_assigner_members", {"group": "g"}) is None
+    assert (
+        registry.get_sample_value(
+            "ds_assigner_sidecar_bytes_per_second", {"group": "g", "sidecar": "b"}
+        )
+        is None
+    )
+    metrics.set_sidecar_rate("g", "b", 9.0)
+    assert value(registry, "ds_assigner_sidecar_bytes_per_second", group="g", sidecar="b") == 9
     assert value(registry, "ds_assigner_leader") == 0
 
 
