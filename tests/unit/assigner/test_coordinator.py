@@ -228,6 +228,64 @@ def test_no_grant_while_the_previous_lease_may_be_valid(
             assert lease.epoch == model.epoch.get(lease.tp, 0)
 
 
+def _step(coord: GroupCoordinator, op: str, mid: str, now: float) -> Outcome:
+    """One operation of the histories above, on ``coord``."""
+    if op == "join":
+        held = [
+            HeldLease(tp, lease.epoch) for tp, lease in coord.leases.items() if lease.holder == mid
+        ]
+        return coord.join(member(mid), held, now)
+    if op == "heartbeat":
+        progress = [
+            Progress(tp, lease.epoch) for tp, lease in coord.leases.items() if lease.holder == mid
+        ]
+        return coord.heartbeat(mid, progress, [], now)
+    if op == "release_all":
+        released = [
+            Released(tp, lease.epoch, 0)
+            for tp, lease in coord.leases.items()
+            if lease.holder == mid and lease.state is LeaseState.REVOKING
+        ]
+        return coord.heartbeat(mid, [], released, now)
+    if op == "leave":
+        return coord.leave(mid, now)
+    if op == "abandon":
+        return coord.abandon(mid, now)
+    return coord.disconnect_expired(now)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(operation, st.tuples(st.just("abandon"), st.sampled_from(MEMBERS))),
+            st.floats(min_value=0.0, max_value=2.5),
+        ),
+        max_size=80,
+    ),
+    st.sampled_from([TIMING, HOLD, HANDOFF_HOLD]),
+)
+def test_a_tick_that_skips_its_scan_decides_what_a_full_scan_decides(
+    history: list[tuple[tuple[str, str], float]], timing: Timing
+) -> None:
+    """The tick skips its scan of every member and lease until the earliest deadline; a
+    twin that scans on every tick sees the same outcomes and ends in the same state."""
+    skipping, scanning = GroupCoordinator("g", TPS, timing), GroupCoordinator("g", TPS, timing)
+    now = 0.0
+    for (op, mid), step in history:
+        # The assigner ticks every 100 ms whatever else happens: a tick before each event.
+        for when, what in ((now + step / 2, "tick"), (now + step, op)):
+            scanning._scan_at = float("-inf")  # never skips
+            assert _step(skipping, what, mid, when) == _step(scanning, what, mid, when), (
+                what,
+                mid,
+                when,
+            )
+            assert skipping.leases == scanning.leases
+            assert skipping.members == scanning.members
+        now += step
+
+
 # ---- static identity, restart, fencing, moves ------------------------------------------
 
 
