@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -366,7 +367,15 @@ def echo_entry(
     sidecars: int,
     setup: str,
 ) -> None:
-    asyncio.run(echo_main(conn, topic, partitions, sidecars, setup))
+    """``setup`` is "bare" or "ours", with "+uvloop": on uvloop's event loop."""
+    server, _, loop = setup.partition("+")
+    factory = None
+    if loop == "uvloop":
+        import uvloop  # only for this row; not a dependency of the services
+
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(echo_main(conn, topic, partitions, sidecars, server))
 
 
 def channels(addr: str, n: int) -> list[grpc.aio.Channel]:
@@ -682,6 +691,14 @@ def run_size(
         workers.close()
 
 
+def echo_rows() -> list[tuple[str, str]]:
+    """The floor rows: the echo on a bare server, on ours, and on uvloop when installed."""
+    rows = [("echo, bare server", "bare"), ("echo, our server", "ours")]
+    if importlib.util.find_spec("uvloop") is not None:
+        rows += [("echo, ours, uvloop", "ours+uvloop")]
+    return rows
+
+
 def cpu_ratio(base: dict[str, float], hb: dict[str, float]) -> float:
     """CPU per heartbeat over CPU per call of ``base``: how many times dearer."""
     return base["per_cpu_s"] / hb["per_cpu_s"] if hb["per_cpu_s"] else float("nan")
@@ -771,7 +788,7 @@ def main(argv: list[str] | None = None) -> int:
             for n, group in zip(args.sidecars, groups, strict=True):
                 floors = [
                     (what, run_echo(setup, topic, n, args.partitions, args))
-                    for what, setup in (("echo, bare server", "bare"), ("echo, our server", "ours"))
+                    for what, setup in echo_rows()
                     if args.floor
                 ]
                 base, hb, replace = run_size(
