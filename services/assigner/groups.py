@@ -179,6 +179,8 @@ class Connection:
                             error=str(exc),
                         )
                         send = False
+                if self.closed:
+                    return  # the stream ended while the write was waited for (close cleared)
                 self._pending.popleft()
                 if send:
                     self.queue.put_nowait(message)
