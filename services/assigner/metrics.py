@@ -127,21 +127,33 @@ class AssignerMetrics:
             registry=registry,
         )  # fmt: skip
         self.leader.set(0)
-        self._known: dict[str, set[str]] = {}
+        # group -> sidecar -> its labelled partition-count gauge and the count it shows:
+        # the distribution is set on every join, leave and move, and at 1,000 sidecars a
+        # labels() lookup per sidecar each time was most of a join's cost.
+        self._known: dict[str, dict[str, tuple[Gauge, int]]] = {}
         # group -> sidecar -> its labelled rate gauge: looked up per heartbeat, and
         # ``labels()`` (label checks, a lock, a dict of tuples) is the dear part of a set.
         self._rated: dict[str, dict[str, Gauge]] = {}
 
     def set_distribution(self, group: str, counts: Mapping[str, int]) -> None:
-        for gone in self._known.get(group, set()) - set(counts):
+        known = self._known.setdefault(group, {})
+        for gone in set(known) - set(counts):
             self.partitions.remove(group, gone)
+            del known[gone]
         rated = self._rated.get(group, {})
         for gone in set(rated) - set(counts):
             self.sidecar_rate.remove(group, gone)
             del rated[gone]
         for sidecar, count in counts.items():
-            self.partitions.labels(group, sidecar).set(count)
-        self._known[group] = set(counts)
+            entry = known.get(sidecar)
+            if entry is None:
+                gauge = self.partitions.labels(group, sidecar)
+            elif entry[1] != count:
+                gauge = entry[0]
+            else:
+                continue  # unchanged
+            gauge.set(count)
+            known[sidecar] = (gauge, count)
         # The group's counters exist from 0 on, so the first expiry or rebind is an
         # increase() that alert rules see (a series born at 1 shows no increase).
         for counter in (self.grants, self.revokes, self.expiries, self.rebinds):
@@ -159,7 +171,7 @@ class AssignerMetrics:
     def forget_group(self, group: str) -> None:
         """The group is no longer served here (leadership lost): drop its series so a
         follower does not export a stale distribution."""
-        for sidecar in self._known.pop(group, set()):
+        for sidecar in self._known.pop(group, {}):
             self.partitions.remove(group, sidecar)
         for sidecar in self._rated.pop(group, {}):
             self.sidecar_rate.remove(group, sidecar)

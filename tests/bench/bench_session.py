@@ -4,6 +4,7 @@
     python tests/bench/bench_session.py --interval 0     # closed loop: heartbeats as fast as acked
     python tests/bench/bench_session.py --short      # CI profile: 20 sidecars, 100 partitions, 3 s
     python tests/bench/bench_session.py --bootstrap 127.0.0.1:9092   # reuse a running Kafka
+    python tests/bench/bench_session.py --sidecars 1000 --no-floor --profile build/profile
 
 Starts a real Kafka (1 KRaft broker from deploy/kafka, unless ``--bootstrap``), a topic with
 ``--partitions`` partitions, and a real ``ds-assigner`` process with one group per size.
@@ -26,7 +27,17 @@ design: the assigner waits out a lost holder's lease before granting it elsewher
 
 Baseline, same run, same workers, same pacing: gRPC health ``Check`` calls (a trivial unary
 call), one per simulated sidecar per interval. Printed: both, and the ratio of the
-assigner's CPU per heartbeat to its CPU per health check. "sidecars/core" is acked
+assigner's CPU per heartbeat to its CPU per health check.
+
+The floor, same run, same workers, pacing and messages: the ``Session`` stream with no
+assigner behind it (:class:`EchoServicer`: a join is granted its share of the partitions
+at once, each heartbeat acked renewing what it names), in its own process, on a bare
+``grpc.aio`` server, on one built as the assigner's is (``create_server``: error mapping,
+health, reflection, the leader guard), and that one on uvloop when uvloop is installed
+(``--no-floor`` skips them). What gRPC's stream costs per heartbeat, beside what the
+assigner costs. ``--profile DIR`` records the assigner with py-spy (``--native``, installed
+separately) over each heartbeat window, in speedscope format: py-spy stops the process
+for each sample, so a profiled run's rates are not the unprofiled ones. "sidecars/core" is acked
 heartbeats per assigner CPU-second times the interval: the sidecars one fully busy
 assigner core would keep at that interval. Nothing is asserted about time (ARCHITECTURE §9).
 """

@@ -71,6 +71,11 @@ def test_distribution_series_follow_the_sidecars() -> None:
     )
     metrics.set_sidecar_rate("g", "b", 9.0)
     assert value(registry, "ds_assigner_sidecar_bytes_per_second", group="g", sidecar="b") == 9
+    # The counts follow after the group was forgotten and set again (no stale gauge kept).
+    metrics.set_distribution("g", {"a": 4, "b": 2})
+    metrics.set_distribution("g", {"a": 4, "b": 3})
+    assert value(registry, "ds_assigner_partitions", group="g", sidecar="a") == 4
+    assert value(registry, "ds_assigner_partitions", group="g", sidecar="b") == 3
     assert value(registry, "ds_assigner_leader") == 0
 
 
