@@ -188,7 +188,7 @@ class RangeRead:
             if (
                 messages
                 and int(messages[-1].offset() or 0) < self._spec.to_offset
-                and not [m for m in messages if m.error() is not None]
+                and all(m.error() is None for m in messages)
             ):
                 # The usual batch: records only, all inside the range (one partition's
                 # offsets rise), buffered at once rather than checked one by one.
