@@ -46,6 +46,15 @@ const (
 	// RecordBatch messages: a partition's records as columns (packed offsets, timestamps and
 	// lengths, concatenated keys and values), several times cheaper to build and to read.
 	DeliveryFormat_DELIVERY_FORMAT_BATCHES DeliveryFormat = 2
+	// Zero copy: each partition run is written once, as an Apache Arrow IPC stream with
+	// READ_FORMAT_ARROW_IPC's columns, into a shared-memory segment of the stream's own (a
+	// file in the directory of the sidecar's local socket, which the pod's containers share),
+	// and StreamBatch.shared says only where it lies (SharedBatch). The client maps the
+	// segment, reads the columns in place and releases each region with StreamAcks.released;
+	// the sidecar writes over a region only once it is released (or the stream ended).
+	// Stream only, and only on the sidecar's local socket: Fetch, a Stream over TCP, and a
+	// sidecar without a local socket refuse it (INVALID_ARGUMENT, field `format`).
+	DeliveryFormat_DELIVERY_FORMAT_ARROW_SHM DeliveryFormat = 3
 )
 
 // Enum value maps for DeliveryFormat.
@@ -54,11 +63,13 @@ var (
 		0: "DELIVERY_FORMAT_UNSPECIFIED",
 		1: "DELIVERY_FORMAT_RECORDS",
 		2: "DELIVERY_FORMAT_BATCHES",
+		3: "DELIVERY_FORMAT_ARROW_SHM",
 	}
 	DeliveryFormat_value = map[string]int32{
 		"DELIVERY_FORMAT_UNSPECIFIED": 0,
 		"DELIVERY_FORMAT_RECORDS":     1,
 		"DELIVERY_FORMAT_BATCHES":     2,
+		"DELIVERY_FORMAT_ARROW_SHM":   3,
 	}
 )
 
@@ -382,6 +393,148 @@ func (x *FetchResponse) GetBatches() []*RecordBatch {
 	return nil
 }
 
+// Where a partition run delivered with DELIVERY_FORMAT_ARROW_SHM lies, and what it is.
+// Its Arrow IPC stream (schema message, one record batch, end-of-stream marker) is the
+// bytes [position, position + length) of the segment file; its rows are record_count
+// records of topic/partition in offset order, from first_offset to last_offset. Those bytes
+// stay as written until the client releases `region` (or the stream ends): read them in
+// place, copy what must outlive the release.
+type SharedBatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Topic of the records.
+	Topic string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// Partition of the records.
+	Partition int32 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Epoch of the partition lease under which the records were delivered; acks echo it.
+	LeaseEpoch int64 `protobuf:"varint,3,opt,name=lease_epoch,json=leaseEpoch,proto3" json:"lease_epoch,omitempty"`
+	// How many times these records have been delivered under the lease (RecordBatch's).
+	DeliveryCount int32 `protobuf:"varint,4,opt,name=delivery_count,json=deliveryCount,proto3" json:"delivery_count,omitempty"`
+	// Offset of the first record.
+	FirstOffset int64 `protobuf:"varint,5,opt,name=first_offset,json=firstOffset,proto3" json:"first_offset,omitempty"`
+	// Offset of the last record (a RangeAck of the run is [first_offset, last_offset + 1)).
+	LastOffset int64 `protobuf:"varint,6,opt,name=last_offset,json=lastOffset,proto3" json:"last_offset,omitempty"`
+	// Number of records (rows).
+	RecordCount int32 `protobuf:"varint,7,opt,name=record_count,json=recordCount,proto3" json:"record_count,omitempty"`
+	// The segment's file name, in the directory of the socket this stream runs on. The file
+	// may be removed once the client released a region of it: map it at its first mention.
+	Segment string `protobuf:"bytes,8,opt,name=segment,proto3" json:"segment,omitempty"`
+	// Where the IPC stream begins in the segment, in bytes.
+	Position int64 `protobuf:"varint,9,opt,name=position,proto3" json:"position,omitempty"`
+	// The IPC stream's size in bytes.
+	Length int64 `protobuf:"varint,10,opt,name=length,proto3" json:"length,omitempty"`
+	// The region's id, unique within the stream, for StreamAcks.released.
+	Region        int64 `protobuf:"varint,11,opt,name=region,proto3" json:"region,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SharedBatch) Reset() {
+	*x = SharedBatch{}
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SharedBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SharedBatch) ProtoMessage() {}
+
+func (x *SharedBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SharedBatch.ProtoReflect.Descriptor instead.
+func (*SharedBatch) Descriptor() ([]byte, []int) {
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SharedBatch) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *SharedBatch) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *SharedBatch) GetLeaseEpoch() int64 {
+	if x != nil {
+		return x.LeaseEpoch
+	}
+	return 0
+}
+
+func (x *SharedBatch) GetDeliveryCount() int32 {
+	if x != nil {
+		return x.DeliveryCount
+	}
+	return 0
+}
+
+func (x *SharedBatch) GetFirstOffset() int64 {
+	if x != nil {
+		return x.FirstOffset
+	}
+	return 0
+}
+
+func (x *SharedBatch) GetLastOffset() int64 {
+	if x != nil {
+		return x.LastOffset
+	}
+	return 0
+}
+
+func (x *SharedBatch) GetRecordCount() int32 {
+	if x != nil {
+		return x.RecordCount
+	}
+	return 0
+}
+
+func (x *SharedBatch) GetSegment() string {
+	if x != nil {
+		return x.Segment
+	}
+	return ""
+}
+
+func (x *SharedBatch) GetPosition() int64 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *SharedBatch) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *SharedBatch) GetRegion() int64 {
+	if x != nil {
+		return x.Region
+	}
+	return 0
+}
+
 // Consecutively delivered records of one partition, as columns. The numeric columns are
 // packed little-endian arrays (one element per record, in record order), so that neither
 // side converts records one by one. Record i has offset offsets[i] and timestamp
@@ -425,7 +578,7 @@ type RecordBatch struct {
 
 func (x *RecordBatch) Reset() {
 	*x = RecordBatch{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[2]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -437,7 +590,7 @@ func (x *RecordBatch) String() string {
 func (*RecordBatch) ProtoMessage() {}
 
 func (x *RecordBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[2]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -450,7 +603,7 @@ func (x *RecordBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordBatch.ProtoReflect.Descriptor instead.
 func (*RecordBatch) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{2}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RecordBatch) GetTopic() string {
@@ -543,7 +696,7 @@ type RecordBatchHeaders struct {
 
 func (x *RecordBatchHeaders) Reset() {
 	*x = RecordBatchHeaders{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[3]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -555,7 +708,7 @@ func (x *RecordBatchHeaders) String() string {
 func (*RecordBatchHeaders) ProtoMessage() {}
 
 func (x *RecordBatchHeaders) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[3]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -568,7 +721,7 @@ func (x *RecordBatchHeaders) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordBatchHeaders.ProtoReflect.Descriptor instead.
 func (*RecordBatchHeaders) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{3}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RecordBatchHeaders) GetIndex() int32 {
@@ -603,7 +756,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[4]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +768,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[4]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +781,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{4}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *StreamRequest) GetKind() isStreamRequest_Kind {
@@ -725,7 +878,7 @@ type StreamOpen struct {
 
 func (x *StreamOpen) Reset() {
 	*x = StreamOpen{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[5]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +890,7 @@ func (x *StreamOpen) String() string {
 func (*StreamOpen) ProtoMessage() {}
 
 func (x *StreamOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[5]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +903,7 @@ func (x *StreamOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamOpen.ProtoReflect.Descriptor instead.
 func (*StreamOpen) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{5}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StreamOpen) GetClientId() string {
@@ -802,7 +955,7 @@ type StreamCredit struct {
 
 func (x *StreamCredit) Reset() {
 	*x = StreamCredit{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[6]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +967,7 @@ func (x *StreamCredit) String() string {
 func (*StreamCredit) ProtoMessage() {}
 
 func (x *StreamCredit) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[6]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +980,7 @@ func (x *StreamCredit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamCredit.ProtoReflect.Descriptor instead.
 func (*StreamCredit) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{6}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StreamCredit) GetRecords() int32 {
@@ -850,14 +1003,19 @@ type StreamAcks struct {
 	// Records acknowledged.
 	Acks []*RecordAck `protobuf:"bytes,1,rep,name=acks,proto3" json:"acks,omitempty"`
 	// Offset ranges acknowledged (every delivered record in each range).
-	Ranges        []*RangeAck `protobuf:"bytes,2,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	Ranges []*RangeAck `protobuf:"bytes,2,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	// Regions of SharedBatches (DELIVERY_FORMAT_ARROW_SHM) the client is done reading: the
+	// sidecar may write over them. Sent with the acks of their records, or alone (auto_ack,
+	// records nacked); an id this stream never gave, or already released, is ignored. An
+	// `acks` message with only `released` is answered like any other (acked_count 0).
+	Released      []int64 `protobuf:"varint,3,rep,packed,name=released,proto3" json:"released,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamAcks) Reset() {
 	*x = StreamAcks{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[7]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +1027,7 @@ func (x *StreamAcks) String() string {
 func (*StreamAcks) ProtoMessage() {}
 
 func (x *StreamAcks) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[7]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +1040,7 @@ func (x *StreamAcks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAcks.ProtoReflect.Descriptor instead.
 func (*StreamAcks) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{7}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StreamAcks) GetAcks() []*RecordAck {
@@ -895,6 +1053,13 @@ func (x *StreamAcks) GetAcks() []*RecordAck {
 func (x *StreamAcks) GetRanges() []*RangeAck {
 	if x != nil {
 		return x.Ranges
+	}
+	return nil
+}
+
+func (x *StreamAcks) GetReleased() []int64 {
+	if x != nil {
+		return x.Released
 	}
 	return nil
 }
@@ -914,7 +1079,7 @@ type StreamNacks struct {
 
 func (x *StreamNacks) Reset() {
 	*x = StreamNacks{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[8]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -926,7 +1091,7 @@ func (x *StreamNacks) String() string {
 func (*StreamNacks) ProtoMessage() {}
 
 func (x *StreamNacks) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[8]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -939,7 +1104,7 @@ func (x *StreamNacks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamNacks.ProtoReflect.Descriptor instead.
 func (*StreamNacks) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{8}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StreamNacks) GetRecords() []*RecordAck {
@@ -980,7 +1145,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[9]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1157,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[9]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1170,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{9}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StreamResponse) GetKind() isStreamResponse_Kind {
@@ -1073,14 +1238,17 @@ type StreamBatch struct {
 	// Records delivered, in offset order within each partition (DELIVERY_FORMAT_RECORDS).
 	Records []*v1.Record `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
 	// Records delivered, one batch per partition run (DELIVERY_FORMAT_BATCHES).
-	Batches       []*RecordBatch `protobuf:"bytes,2,rep,name=batches,proto3" json:"batches,omitempty"`
+	Batches []*RecordBatch `protobuf:"bytes,2,rep,name=batches,proto3" json:"batches,omitempty"`
+	// Records delivered, one Arrow IPC stream per partition run in the stream's
+	// shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+	Shared        []*SharedBatch `protobuf:"bytes,3,rep,name=shared,proto3" json:"shared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamBatch) Reset() {
 	*x = StreamBatch{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[10]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1260,7 @@ func (x *StreamBatch) String() string {
 func (*StreamBatch) ProtoMessage() {}
 
 func (x *StreamBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[10]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1273,7 @@ func (x *StreamBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamBatch.ProtoReflect.Descriptor instead.
 func (*StreamBatch) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{10}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StreamBatch) GetRecords() []*v1.Record {
@@ -1118,6 +1286,13 @@ func (x *StreamBatch) GetRecords() []*v1.Record {
 func (x *StreamBatch) GetBatches() []*RecordBatch {
 	if x != nil {
 		return x.Batches
+	}
+	return nil
+}
+
+func (x *StreamBatch) GetShared() []*SharedBatch {
+	if x != nil {
+		return x.Shared
 	}
 	return nil
 }
@@ -1137,7 +1312,7 @@ type StreamAckResult struct {
 
 func (x *StreamAckResult) Reset() {
 	*x = StreamAckResult{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[11]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1149,7 +1324,7 @@ func (x *StreamAckResult) String() string {
 func (*StreamAckResult) ProtoMessage() {}
 
 func (x *StreamAckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[11]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1162,7 +1337,7 @@ func (x *StreamAckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAckResult.ProtoReflect.Descriptor instead.
 func (*StreamAckResult) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{11}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StreamAckResult) GetAckedCount() int64 {
@@ -1203,7 +1378,7 @@ type StreamNackResult struct {
 
 func (x *StreamNackResult) Reset() {
 	*x = StreamNackResult{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[12]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1390,7 @@ func (x *StreamNackResult) String() string {
 func (*StreamNackResult) ProtoMessage() {}
 
 func (x *StreamNackResult) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[12]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1403,7 @@ func (x *StreamNackResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamNackResult.ProtoReflect.Descriptor instead.
 func (*StreamNackResult) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{12}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StreamNackResult) GetNackedCount() int64 {
@@ -1276,7 +1451,7 @@ type RecordAck struct {
 
 func (x *RecordAck) Reset() {
 	*x = RecordAck{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[13]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1463,7 @@ func (x *RecordAck) String() string {
 func (*RecordAck) ProtoMessage() {}
 
 func (x *RecordAck) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[13]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +1476,7 @@ func (x *RecordAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordAck.ProtoReflect.Descriptor instead.
 func (*RecordAck) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{13}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RecordAck) GetTopic() string {
@@ -1356,7 +1531,7 @@ type RangeAck struct {
 
 func (x *RangeAck) Reset() {
 	*x = RangeAck{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[14]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1368,7 +1543,7 @@ func (x *RangeAck) String() string {
 func (*RangeAck) ProtoMessage() {}
 
 func (x *RangeAck) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[14]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1381,7 +1556,7 @@ func (x *RangeAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeAck.ProtoReflect.Descriptor instead.
 func (*RangeAck) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{14}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RangeAck) GetTopic() string {
@@ -1434,7 +1609,7 @@ type RejectedRangeAck struct {
 
 func (x *RejectedRangeAck) Reset() {
 	*x = RejectedRangeAck{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[15]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1621,7 @@ func (x *RejectedRangeAck) String() string {
 func (*RejectedRangeAck) ProtoMessage() {}
 
 func (x *RejectedRangeAck) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[15]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +1634,7 @@ func (x *RejectedRangeAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectedRangeAck.ProtoReflect.Descriptor instead.
 func (*RejectedRangeAck) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{15}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RejectedRangeAck) GetAck() *RangeAck {
@@ -1498,7 +1673,7 @@ type RejectedAck struct {
 
 func (x *RejectedAck) Reset() {
 	*x = RejectedAck{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[16]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1685,7 @@ func (x *RejectedAck) String() string {
 func (*RejectedAck) ProtoMessage() {}
 
 func (x *RejectedAck) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[16]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1698,7 @@ func (x *RejectedAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectedAck.ProtoReflect.Descriptor instead.
 func (*RejectedAck) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{16}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RejectedAck) GetAck() *RecordAck {
@@ -1564,7 +1739,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[17]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1751,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[17]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1764,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{17}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *AckRequest) GetClientId() string {
@@ -1635,7 +1810,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[18]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1822,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[18]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1835,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{18}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AckResponse) GetAckedCount() int64 {
@@ -1706,7 +1881,7 @@ type NackRequest struct {
 
 func (x *NackRequest) Reset() {
 	*x = NackRequest{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[19]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1893,7 @@ func (x *NackRequest) String() string {
 func (*NackRequest) ProtoMessage() {}
 
 func (x *NackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[19]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1906,7 @@ func (x *NackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackRequest.ProtoReflect.Descriptor instead.
 func (*NackRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{19}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *NackRequest) GetClientId() string {
@@ -1793,7 +1968,7 @@ type NackResponse struct {
 
 func (x *NackResponse) Reset() {
 	*x = NackResponse{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[20]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +1980,7 @@ func (x *NackResponse) String() string {
 func (*NackResponse) ProtoMessage() {}
 
 func (x *NackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[20]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +1993,7 @@ func (x *NackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackResponse.ProtoReflect.Descriptor instead.
 func (*NackResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{20}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NackResponse) GetNackedCount() int64 {
@@ -1874,7 +2049,7 @@ type ReadRangeRequest struct {
 
 func (x *ReadRangeRequest) Reset() {
 	*x = ReadRangeRequest{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[21]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +2061,7 @@ func (x *ReadRangeRequest) String() string {
 func (*ReadRangeRequest) ProtoMessage() {}
 
 func (x *ReadRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[21]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +2074,7 @@ func (x *ReadRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRangeRequest.ProtoReflect.Descriptor instead.
 func (*ReadRangeRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{21}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReadRangeRequest) GetClientId() string {
@@ -1976,7 +2151,7 @@ type ReadRangeResponse struct {
 
 func (x *ReadRangeResponse) Reset() {
 	*x = ReadRangeResponse{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[22]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2163,7 @@ func (x *ReadRangeResponse) String() string {
 func (*ReadRangeResponse) ProtoMessage() {}
 
 func (x *ReadRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[22]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2176,7 @@ func (x *ReadRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRangeResponse.ProtoReflect.Descriptor instead.
 func (*ReadRangeResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{22}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReadRangeResponse) GetRecords() []*v1.Record {
@@ -2049,7 +2224,7 @@ type OffsetCommit struct {
 
 func (x *OffsetCommit) Reset() {
 	*x = OffsetCommit{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[23]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2061,7 +2236,7 @@ func (x *OffsetCommit) String() string {
 func (*OffsetCommit) ProtoMessage() {}
 
 func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[23]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2074,7 +2249,7 @@ func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetCommit.ProtoReflect.Descriptor instead.
 func (*OffsetCommit) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{23}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *OffsetCommit) GetTopic() string {
@@ -2120,7 +2295,7 @@ type CommitOffsetsRequest struct {
 
 func (x *CommitOffsetsRequest) Reset() {
 	*x = CommitOffsetsRequest{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[24]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2132,7 +2307,7 @@ func (x *CommitOffsetsRequest) String() string {
 func (*CommitOffsetsRequest) ProtoMessage() {}
 
 func (x *CommitOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[24]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2145,7 +2320,7 @@ func (x *CommitOffsetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsetsRequest.ProtoReflect.Descriptor instead.
 func (*CommitOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{24}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CommitOffsetsRequest) GetClientId() string {
@@ -2186,7 +2361,7 @@ type OffsetCommitResult struct {
 
 func (x *OffsetCommitResult) Reset() {
 	*x = OffsetCommitResult{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[25]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2198,7 +2373,7 @@ func (x *OffsetCommitResult) String() string {
 func (*OffsetCommitResult) ProtoMessage() {}
 
 func (x *OffsetCommitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[25]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2211,7 +2386,7 @@ func (x *OffsetCommitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetCommitResult.ProtoReflect.Descriptor instead.
 func (*OffsetCommitResult) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{25}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *OffsetCommitResult) GetCommit() *OffsetCommit {
@@ -2253,7 +2428,7 @@ type CommitOffsetsResponse struct {
 
 func (x *CommitOffsetsResponse) Reset() {
 	*x = CommitOffsetsResponse{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[26]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2440,7 @@ func (x *CommitOffsetsResponse) String() string {
 func (*CommitOffsetsResponse) ProtoMessage() {}
 
 func (x *CommitOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[26]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2453,7 @@ func (x *CommitOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*CommitOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{26}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CommitOffsetsResponse) GetResults() []*OffsetCommitResult {
@@ -2297,7 +2472,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[27]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2484,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[27]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2497,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{27}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{28}
 }
 
 // State of one partition held by the sidecar.
@@ -2358,7 +2533,7 @@ type PartitionStatus struct {
 
 func (x *PartitionStatus) Reset() {
 	*x = PartitionStatus{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[28]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2370,7 +2545,7 @@ func (x *PartitionStatus) String() string {
 func (*PartitionStatus) ProtoMessage() {}
 
 func (x *PartitionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[28]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2383,7 +2558,7 @@ func (x *PartitionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStatus.ProtoReflect.Descriptor instead.
 func (*PartitionStatus) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{28}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PartitionStatus) GetTopic() string {
@@ -2504,7 +2679,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[29]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2691,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[29]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2704,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{29}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StatusResponse) GetSidecarId() string {
@@ -2625,7 +2800,22 @@ const file_dataservice_sidecar_v1_stream_proto_rawDesc = "" +
 	"\x06format\x18\a \x01(\x0e2&.dataservice.sidecar.v1.DeliveryFormatR\x06format\"\x87\x01\n" +
 	"\rFetchResponse\x127\n" +
 	"\arecords\x18\x01 \x03(\v2\x1d.dataservice.common.v1.RecordR\arecords\x12=\n" +
-	"\abatches\x18\x02 \x03(\v2#.dataservice.sidecar.v1.RecordBatchR\abatches\"\xfb\x02\n" +
+	"\abatches\x18\x02 \x03(\v2#.dataservice.sidecar.v1.RecordBatchR\abatches\"\xd6\x02\n" +
+	"\vSharedBatch\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1f\n" +
+	"\vlease_epoch\x18\x03 \x01(\x03R\n" +
+	"leaseEpoch\x12%\n" +
+	"\x0edelivery_count\x18\x04 \x01(\x05R\rdeliveryCount\x12!\n" +
+	"\ffirst_offset\x18\x05 \x01(\x03R\vfirstOffset\x12\x1f\n" +
+	"\vlast_offset\x18\x06 \x01(\x03R\n" +
+	"lastOffset\x12!\n" +
+	"\frecord_count\x18\a \x01(\x05R\vrecordCount\x12\x18\n" +
+	"\asegment\x18\b \x01(\tR\asegment\x12\x1a\n" +
+	"\bposition\x18\t \x01(\x03R\bposition\x12\x16\n" +
+	"\x06length\x18\n" +
+	" \x01(\x03R\x06length\x12\x16\n" +
+	"\x06region\x18\v \x01(\x03R\x06region\"\xfb\x02\n" +
 	"\vRecordBatch\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1f\n" +
@@ -2661,11 +2851,12 @@ const file_dataservice_sidecar_v1_stream_proto_rawDesc = "" +
 	"\x06format\x18\x05 \x01(\x0e2&.dataservice.sidecar.v1.DeliveryFormatR\x06format\">\n" +
 	"\fStreamCredit\x12\x18\n" +
 	"\arecords\x18\x01 \x01(\x05R\arecords\x12\x14\n" +
-	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\"}\n" +
+	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\"\x99\x01\n" +
 	"\n" +
 	"StreamAcks\x125\n" +
 	"\x04acks\x18\x01 \x03(\v2!.dataservice.sidecar.v1.RecordAckR\x04acks\x128\n" +
-	"\x06ranges\x18\x02 \x03(\v2 .dataservice.sidecar.v1.RangeAckR\x06ranges\"\xb5\x01\n" +
+	"\x06ranges\x18\x02 \x03(\v2 .dataservice.sidecar.v1.RangeAckR\x06ranges\x12\x1a\n" +
+	"\breleased\x18\x03 \x03(\x03R\breleased\"\xb5\x01\n" +
 	"\vStreamNacks\x12;\n" +
 	"\arecords\x18\x01 \x03(\v2!.dataservice.sidecar.v1.RecordAckR\arecords\x128\n" +
 	"\x06ranges\x18\x02 \x03(\v2 .dataservice.sidecar.v1.RangeAckR\x06ranges\x12/\n" +
@@ -2676,10 +2867,11 @@ const file_dataservice_sidecar_v1_stream_proto_rawDesc = "" +
 	"ack_result\x18\x02 \x01(\v2'.dataservice.sidecar.v1.StreamAckResultH\x00R\tackResult\x12K\n" +
 	"\vnack_result\x18\x03 \x01(\v2(.dataservice.sidecar.v1.StreamNackResultH\x00R\n" +
 	"nackResultB\x06\n" +
-	"\x04kind\"\x85\x01\n" +
+	"\x04kind\"\xc2\x01\n" +
 	"\vStreamBatch\x127\n" +
 	"\arecords\x18\x01 \x03(\v2\x1d.dataservice.common.v1.RecordR\arecords\x12=\n" +
-	"\abatches\x18\x02 \x03(\v2#.dataservice.sidecar.v1.RecordBatchR\abatches\"\xcf\x01\n" +
+	"\abatches\x18\x02 \x03(\v2#.dataservice.sidecar.v1.RecordBatchR\abatches\x12;\n" +
+	"\x06shared\x18\x03 \x03(\v2#.dataservice.sidecar.v1.SharedBatchR\x06shared\"\xcf\x01\n" +
 	"\x0fStreamAckResult\x12\x1f\n" +
 	"\vacked_count\x18\x01 \x01(\x03R\n" +
 	"ackedCount\x12H\n" +
@@ -2803,11 +2995,12 @@ const file_dataservice_sidecar_v1_stream_proto_rawDesc = "" +
 	"\x0emax_deliveries\x18\v \x01(\x05R\rmaxDeliveries\x1aA\n" +
 	"\x13ConsumerConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*k\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*\x8a\x01\n" +
 	"\x0eDeliveryFormat\x12\x1f\n" +
 	"\x1bDELIVERY_FORMAT_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17DELIVERY_FORMAT_RECORDS\x10\x01\x12\x1b\n" +
-	"\x17DELIVERY_FORMAT_BATCHES\x10\x02*\x90\x02\n" +
+	"\x17DELIVERY_FORMAT_BATCHES\x10\x02\x12\x1d\n" +
+	"\x19DELIVERY_FORMAT_ARROW_SHM\x10\x03*\x90\x02\n" +
 	"\fRejectReason\x12\x1d\n" +
 	"\x19REJECT_REASON_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19REJECT_REASON_STALE_EPOCH\x10\x01\x12\x1a\n" +
@@ -2845,117 +3038,119 @@ func file_dataservice_sidecar_v1_stream_proto_rawDescGZIP() []byte {
 }
 
 var file_dataservice_sidecar_v1_stream_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_dataservice_sidecar_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_dataservice_sidecar_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_dataservice_sidecar_v1_stream_proto_goTypes = []any{
 	(DeliveryFormat)(0),           // 0: dataservice.sidecar.v1.DeliveryFormat
 	(RejectReason)(0),             // 1: dataservice.sidecar.v1.RejectReason
 	(ReadFormat)(0),               // 2: dataservice.sidecar.v1.ReadFormat
 	(*FetchRequest)(nil),          // 3: dataservice.sidecar.v1.FetchRequest
 	(*FetchResponse)(nil),         // 4: dataservice.sidecar.v1.FetchResponse
-	(*RecordBatch)(nil),           // 5: dataservice.sidecar.v1.RecordBatch
-	(*RecordBatchHeaders)(nil),    // 6: dataservice.sidecar.v1.RecordBatchHeaders
-	(*StreamRequest)(nil),         // 7: dataservice.sidecar.v1.StreamRequest
-	(*StreamOpen)(nil),            // 8: dataservice.sidecar.v1.StreamOpen
-	(*StreamCredit)(nil),          // 9: dataservice.sidecar.v1.StreamCredit
-	(*StreamAcks)(nil),            // 10: dataservice.sidecar.v1.StreamAcks
-	(*StreamNacks)(nil),           // 11: dataservice.sidecar.v1.StreamNacks
-	(*StreamResponse)(nil),        // 12: dataservice.sidecar.v1.StreamResponse
-	(*StreamBatch)(nil),           // 13: dataservice.sidecar.v1.StreamBatch
-	(*StreamAckResult)(nil),       // 14: dataservice.sidecar.v1.StreamAckResult
-	(*StreamNackResult)(nil),      // 15: dataservice.sidecar.v1.StreamNackResult
-	(*RecordAck)(nil),             // 16: dataservice.sidecar.v1.RecordAck
-	(*RangeAck)(nil),              // 17: dataservice.sidecar.v1.RangeAck
-	(*RejectedRangeAck)(nil),      // 18: dataservice.sidecar.v1.RejectedRangeAck
-	(*RejectedAck)(nil),           // 19: dataservice.sidecar.v1.RejectedAck
-	(*AckRequest)(nil),            // 20: dataservice.sidecar.v1.AckRequest
-	(*AckResponse)(nil),           // 21: dataservice.sidecar.v1.AckResponse
-	(*NackRequest)(nil),           // 22: dataservice.sidecar.v1.NackRequest
-	(*NackResponse)(nil),          // 23: dataservice.sidecar.v1.NackResponse
-	(*ReadRangeRequest)(nil),      // 24: dataservice.sidecar.v1.ReadRangeRequest
-	(*ReadRangeResponse)(nil),     // 25: dataservice.sidecar.v1.ReadRangeResponse
-	(*OffsetCommit)(nil),          // 26: dataservice.sidecar.v1.OffsetCommit
-	(*CommitOffsetsRequest)(nil),  // 27: dataservice.sidecar.v1.CommitOffsetsRequest
-	(*OffsetCommitResult)(nil),    // 28: dataservice.sidecar.v1.OffsetCommitResult
-	(*CommitOffsetsResponse)(nil), // 29: dataservice.sidecar.v1.CommitOffsetsResponse
-	(*StatusRequest)(nil),         // 30: dataservice.sidecar.v1.StatusRequest
-	(*PartitionStatus)(nil),       // 31: dataservice.sidecar.v1.PartitionStatus
-	(*StatusResponse)(nil),        // 32: dataservice.sidecar.v1.StatusResponse
-	nil,                           // 33: dataservice.sidecar.v1.StatusResponse.ConsumerConfigEntry
-	(*durationpb.Duration)(nil),   // 34: google.protobuf.Duration
-	(*v1.Record)(nil),             // 35: dataservice.common.v1.Record
-	(*v1.Header)(nil),             // 36: dataservice.common.v1.Header
-	(v1.GroupMode)(0),             // 37: dataservice.common.v1.GroupMode
+	(*SharedBatch)(nil),           // 5: dataservice.sidecar.v1.SharedBatch
+	(*RecordBatch)(nil),           // 6: dataservice.sidecar.v1.RecordBatch
+	(*RecordBatchHeaders)(nil),    // 7: dataservice.sidecar.v1.RecordBatchHeaders
+	(*StreamRequest)(nil),         // 8: dataservice.sidecar.v1.StreamRequest
+	(*StreamOpen)(nil),            // 9: dataservice.sidecar.v1.StreamOpen
+	(*StreamCredit)(nil),          // 10: dataservice.sidecar.v1.StreamCredit
+	(*StreamAcks)(nil),            // 11: dataservice.sidecar.v1.StreamAcks
+	(*StreamNacks)(nil),           // 12: dataservice.sidecar.v1.StreamNacks
+	(*StreamResponse)(nil),        // 13: dataservice.sidecar.v1.StreamResponse
+	(*StreamBatch)(nil),           // 14: dataservice.sidecar.v1.StreamBatch
+	(*StreamAckResult)(nil),       // 15: dataservice.sidecar.v1.StreamAckResult
+	(*StreamNackResult)(nil),      // 16: dataservice.sidecar.v1.StreamNackResult
+	(*RecordAck)(nil),             // 17: dataservice.sidecar.v1.RecordAck
+	(*RangeAck)(nil),              // 18: dataservice.sidecar.v1.RangeAck
+	(*RejectedRangeAck)(nil),      // 19: dataservice.sidecar.v1.RejectedRangeAck
+	(*RejectedAck)(nil),           // 20: dataservice.sidecar.v1.RejectedAck
+	(*AckRequest)(nil),            // 21: dataservice.sidecar.v1.AckRequest
+	(*AckResponse)(nil),           // 22: dataservice.sidecar.v1.AckResponse
+	(*NackRequest)(nil),           // 23: dataservice.sidecar.v1.NackRequest
+	(*NackResponse)(nil),          // 24: dataservice.sidecar.v1.NackResponse
+	(*ReadRangeRequest)(nil),      // 25: dataservice.sidecar.v1.ReadRangeRequest
+	(*ReadRangeResponse)(nil),     // 26: dataservice.sidecar.v1.ReadRangeResponse
+	(*OffsetCommit)(nil),          // 27: dataservice.sidecar.v1.OffsetCommit
+	(*CommitOffsetsRequest)(nil),  // 28: dataservice.sidecar.v1.CommitOffsetsRequest
+	(*OffsetCommitResult)(nil),    // 29: dataservice.sidecar.v1.OffsetCommitResult
+	(*CommitOffsetsResponse)(nil), // 30: dataservice.sidecar.v1.CommitOffsetsResponse
+	(*StatusRequest)(nil),         // 31: dataservice.sidecar.v1.StatusRequest
+	(*PartitionStatus)(nil),       // 32: dataservice.sidecar.v1.PartitionStatus
+	(*StatusResponse)(nil),        // 33: dataservice.sidecar.v1.StatusResponse
+	nil,                           // 34: dataservice.sidecar.v1.StatusResponse.ConsumerConfigEntry
+	(*durationpb.Duration)(nil),   // 35: google.protobuf.Duration
+	(*v1.Record)(nil),             // 36: dataservice.common.v1.Record
+	(*v1.Header)(nil),             // 37: dataservice.common.v1.Header
+	(v1.GroupMode)(0),             // 38: dataservice.common.v1.GroupMode
 }
 var file_dataservice_sidecar_v1_stream_proto_depIdxs = []int32{
-	34, // 0: dataservice.sidecar.v1.FetchRequest.max_wait:type_name -> google.protobuf.Duration
+	35, // 0: dataservice.sidecar.v1.FetchRequest.max_wait:type_name -> google.protobuf.Duration
 	0,  // 1: dataservice.sidecar.v1.FetchRequest.format:type_name -> dataservice.sidecar.v1.DeliveryFormat
-	35, // 2: dataservice.sidecar.v1.FetchResponse.records:type_name -> dataservice.common.v1.Record
-	5,  // 3: dataservice.sidecar.v1.FetchResponse.batches:type_name -> dataservice.sidecar.v1.RecordBatch
-	6,  // 4: dataservice.sidecar.v1.RecordBatch.headers:type_name -> dataservice.sidecar.v1.RecordBatchHeaders
-	36, // 5: dataservice.sidecar.v1.RecordBatchHeaders.headers:type_name -> dataservice.common.v1.Header
-	8,  // 6: dataservice.sidecar.v1.StreamRequest.open:type_name -> dataservice.sidecar.v1.StreamOpen
-	9,  // 7: dataservice.sidecar.v1.StreamRequest.credit:type_name -> dataservice.sidecar.v1.StreamCredit
-	10, // 8: dataservice.sidecar.v1.StreamRequest.acks:type_name -> dataservice.sidecar.v1.StreamAcks
-	11, // 9: dataservice.sidecar.v1.StreamRequest.nacks:type_name -> dataservice.sidecar.v1.StreamNacks
-	9,  // 10: dataservice.sidecar.v1.StreamOpen.initial_credit:type_name -> dataservice.sidecar.v1.StreamCredit
+	36, // 2: dataservice.sidecar.v1.FetchResponse.records:type_name -> dataservice.common.v1.Record
+	6,  // 3: dataservice.sidecar.v1.FetchResponse.batches:type_name -> dataservice.sidecar.v1.RecordBatch
+	7,  // 4: dataservice.sidecar.v1.RecordBatch.headers:type_name -> dataservice.sidecar.v1.RecordBatchHeaders
+	37, // 5: dataservice.sidecar.v1.RecordBatchHeaders.headers:type_name -> dataservice.common.v1.Header
+	9,  // 6: dataservice.sidecar.v1.StreamRequest.open:type_name -> dataservice.sidecar.v1.StreamOpen
+	10, // 7: dataservice.sidecar.v1.StreamRequest.credit:type_name -> dataservice.sidecar.v1.StreamCredit
+	11, // 8: dataservice.sidecar.v1.StreamRequest.acks:type_name -> dataservice.sidecar.v1.StreamAcks
+	12, // 9: dataservice.sidecar.v1.StreamRequest.nacks:type_name -> dataservice.sidecar.v1.StreamNacks
+	10, // 10: dataservice.sidecar.v1.StreamOpen.initial_credit:type_name -> dataservice.sidecar.v1.StreamCredit
 	0,  // 11: dataservice.sidecar.v1.StreamOpen.format:type_name -> dataservice.sidecar.v1.DeliveryFormat
-	16, // 12: dataservice.sidecar.v1.StreamAcks.acks:type_name -> dataservice.sidecar.v1.RecordAck
-	17, // 13: dataservice.sidecar.v1.StreamAcks.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	16, // 14: dataservice.sidecar.v1.StreamNacks.records:type_name -> dataservice.sidecar.v1.RecordAck
-	17, // 15: dataservice.sidecar.v1.StreamNacks.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	34, // 16: dataservice.sidecar.v1.StreamNacks.delay:type_name -> google.protobuf.Duration
-	13, // 17: dataservice.sidecar.v1.StreamResponse.batch:type_name -> dataservice.sidecar.v1.StreamBatch
-	14, // 18: dataservice.sidecar.v1.StreamResponse.ack_result:type_name -> dataservice.sidecar.v1.StreamAckResult
-	15, // 19: dataservice.sidecar.v1.StreamResponse.nack_result:type_name -> dataservice.sidecar.v1.StreamNackResult
-	35, // 20: dataservice.sidecar.v1.StreamBatch.records:type_name -> dataservice.common.v1.Record
-	5,  // 21: dataservice.sidecar.v1.StreamBatch.batches:type_name -> dataservice.sidecar.v1.RecordBatch
-	19, // 22: dataservice.sidecar.v1.StreamAckResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	18, // 23: dataservice.sidecar.v1.StreamAckResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	19, // 24: dataservice.sidecar.v1.StreamNackResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	18, // 25: dataservice.sidecar.v1.StreamNackResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	17, // 26: dataservice.sidecar.v1.RejectedRangeAck.ack:type_name -> dataservice.sidecar.v1.RangeAck
-	1,  // 27: dataservice.sidecar.v1.RejectedRangeAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
-	16, // 28: dataservice.sidecar.v1.RejectedAck.ack:type_name -> dataservice.sidecar.v1.RecordAck
-	1,  // 29: dataservice.sidecar.v1.RejectedAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
-	16, // 30: dataservice.sidecar.v1.AckRequest.acks:type_name -> dataservice.sidecar.v1.RecordAck
-	17, // 31: dataservice.sidecar.v1.AckRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	19, // 32: dataservice.sidecar.v1.AckResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	18, // 33: dataservice.sidecar.v1.AckResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	16, // 34: dataservice.sidecar.v1.NackRequest.records:type_name -> dataservice.sidecar.v1.RecordAck
-	17, // 35: dataservice.sidecar.v1.NackRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	34, // 36: dataservice.sidecar.v1.NackRequest.delay:type_name -> google.protobuf.Duration
-	19, // 37: dataservice.sidecar.v1.NackResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	18, // 38: dataservice.sidecar.v1.NackResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	2,  // 39: dataservice.sidecar.v1.ReadRangeRequest.format:type_name -> dataservice.sidecar.v1.ReadFormat
-	35, // 40: dataservice.sidecar.v1.ReadRangeResponse.records:type_name -> dataservice.common.v1.Record
-	26, // 41: dataservice.sidecar.v1.CommitOffsetsRequest.offsets:type_name -> dataservice.sidecar.v1.OffsetCommit
-	26, // 42: dataservice.sidecar.v1.OffsetCommitResult.commit:type_name -> dataservice.sidecar.v1.OffsetCommit
-	1,  // 43: dataservice.sidecar.v1.OffsetCommitResult.reason:type_name -> dataservice.sidecar.v1.RejectReason
-	28, // 44: dataservice.sidecar.v1.CommitOffsetsResponse.results:type_name -> dataservice.sidecar.v1.OffsetCommitResult
-	34, // 45: dataservice.sidecar.v1.PartitionStatus.lease_deadline_remaining:type_name -> google.protobuf.Duration
-	37, // 46: dataservice.sidecar.v1.StatusResponse.mode:type_name -> dataservice.common.v1.GroupMode
-	31, // 47: dataservice.sidecar.v1.StatusResponse.partitions:type_name -> dataservice.sidecar.v1.PartitionStatus
-	33, // 48: dataservice.sidecar.v1.StatusResponse.consumer_config:type_name -> dataservice.sidecar.v1.StatusResponse.ConsumerConfigEntry
-	34, // 49: dataservice.sidecar.v1.StatusResponse.visibility_timeout:type_name -> google.protobuf.Duration
-	3,  // 50: dataservice.sidecar.v1.StreamService.Fetch:input_type -> dataservice.sidecar.v1.FetchRequest
-	7,  // 51: dataservice.sidecar.v1.StreamService.Stream:input_type -> dataservice.sidecar.v1.StreamRequest
-	20, // 52: dataservice.sidecar.v1.StreamService.Ack:input_type -> dataservice.sidecar.v1.AckRequest
-	22, // 53: dataservice.sidecar.v1.StreamService.Nack:input_type -> dataservice.sidecar.v1.NackRequest
-	24, // 54: dataservice.sidecar.v1.StreamService.ReadRange:input_type -> dataservice.sidecar.v1.ReadRangeRequest
-	27, // 55: dataservice.sidecar.v1.StreamService.CommitOffsets:input_type -> dataservice.sidecar.v1.CommitOffsetsRequest
-	30, // 56: dataservice.sidecar.v1.StreamService.Status:input_type -> dataservice.sidecar.v1.StatusRequest
-	4,  // 57: dataservice.sidecar.v1.StreamService.Fetch:output_type -> dataservice.sidecar.v1.FetchResponse
-	12, // 58: dataservice.sidecar.v1.StreamService.Stream:output_type -> dataservice.sidecar.v1.StreamResponse
-	21, // 59: dataservice.sidecar.v1.StreamService.Ack:output_type -> dataservice.sidecar.v1.AckResponse
-	23, // 60: dataservice.sidecar.v1.StreamService.Nack:output_type -> dataservice.sidecar.v1.NackResponse
-	25, // 61: dataservice.sidecar.v1.StreamService.ReadRange:output_type -> dataservice.sidecar.v1.ReadRangeResponse
-	29, // 62: dataservice.sidecar.v1.StreamService.CommitOffsets:output_type -> dataservice.sidecar.v1.CommitOffsetsResponse
-	32, // 63: dataservice.sidecar.v1.StreamService.Status:output_type -> dataservice.sidecar.v1.StatusResponse
-	57, // [57:64] is the sub-list for method output_type
-	50, // [50:57] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	17, // 12: dataservice.sidecar.v1.StreamAcks.acks:type_name -> dataservice.sidecar.v1.RecordAck
+	18, // 13: dataservice.sidecar.v1.StreamAcks.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	17, // 14: dataservice.sidecar.v1.StreamNacks.records:type_name -> dataservice.sidecar.v1.RecordAck
+	18, // 15: dataservice.sidecar.v1.StreamNacks.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	35, // 16: dataservice.sidecar.v1.StreamNacks.delay:type_name -> google.protobuf.Duration
+	14, // 17: dataservice.sidecar.v1.StreamResponse.batch:type_name -> dataservice.sidecar.v1.StreamBatch
+	15, // 18: dataservice.sidecar.v1.StreamResponse.ack_result:type_name -> dataservice.sidecar.v1.StreamAckResult
+	16, // 19: dataservice.sidecar.v1.StreamResponse.nack_result:type_name -> dataservice.sidecar.v1.StreamNackResult
+	36, // 20: dataservice.sidecar.v1.StreamBatch.records:type_name -> dataservice.common.v1.Record
+	6,  // 21: dataservice.sidecar.v1.StreamBatch.batches:type_name -> dataservice.sidecar.v1.RecordBatch
+	5,  // 22: dataservice.sidecar.v1.StreamBatch.shared:type_name -> dataservice.sidecar.v1.SharedBatch
+	20, // 23: dataservice.sidecar.v1.StreamAckResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	19, // 24: dataservice.sidecar.v1.StreamAckResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	20, // 25: dataservice.sidecar.v1.StreamNackResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	19, // 26: dataservice.sidecar.v1.StreamNackResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	18, // 27: dataservice.sidecar.v1.RejectedRangeAck.ack:type_name -> dataservice.sidecar.v1.RangeAck
+	1,  // 28: dataservice.sidecar.v1.RejectedRangeAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
+	17, // 29: dataservice.sidecar.v1.RejectedAck.ack:type_name -> dataservice.sidecar.v1.RecordAck
+	1,  // 30: dataservice.sidecar.v1.RejectedAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
+	17, // 31: dataservice.sidecar.v1.AckRequest.acks:type_name -> dataservice.sidecar.v1.RecordAck
+	18, // 32: dataservice.sidecar.v1.AckRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	20, // 33: dataservice.sidecar.v1.AckResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	19, // 34: dataservice.sidecar.v1.AckResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	17, // 35: dataservice.sidecar.v1.NackRequest.records:type_name -> dataservice.sidecar.v1.RecordAck
+	18, // 36: dataservice.sidecar.v1.NackRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	35, // 37: dataservice.sidecar.v1.NackRequest.delay:type_name -> google.protobuf.Duration
+	20, // 38: dataservice.sidecar.v1.NackResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	19, // 39: dataservice.sidecar.v1.NackResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	2,  // 40: dataservice.sidecar.v1.ReadRangeRequest.format:type_name -> dataservice.sidecar.v1.ReadFormat
+	36, // 41: dataservice.sidecar.v1.ReadRangeResponse.records:type_name -> dataservice.common.v1.Record
+	27, // 42: dataservice.sidecar.v1.CommitOffsetsRequest.offsets:type_name -> dataservice.sidecar.v1.OffsetCommit
+	27, // 43: dataservice.sidecar.v1.OffsetCommitResult.commit:type_name -> dataservice.sidecar.v1.OffsetCommit
+	1,  // 44: dataservice.sidecar.v1.OffsetCommitResult.reason:type_name -> dataservice.sidecar.v1.RejectReason
+	29, // 45: dataservice.sidecar.v1.CommitOffsetsResponse.results:type_name -> dataservice.sidecar.v1.OffsetCommitResult
+	35, // 46: dataservice.sidecar.v1.PartitionStatus.lease_deadline_remaining:type_name -> google.protobuf.Duration
+	38, // 47: dataservice.sidecar.v1.StatusResponse.mode:type_name -> dataservice.common.v1.GroupMode
+	32, // 48: dataservice.sidecar.v1.StatusResponse.partitions:type_name -> dataservice.sidecar.v1.PartitionStatus
+	34, // 49: dataservice.sidecar.v1.StatusResponse.consumer_config:type_name -> dataservice.sidecar.v1.StatusResponse.ConsumerConfigEntry
+	35, // 50: dataservice.sidecar.v1.StatusResponse.visibility_timeout:type_name -> google.protobuf.Duration
+	3,  // 51: dataservice.sidecar.v1.StreamService.Fetch:input_type -> dataservice.sidecar.v1.FetchRequest
+	8,  // 52: dataservice.sidecar.v1.StreamService.Stream:input_type -> dataservice.sidecar.v1.StreamRequest
+	21, // 53: dataservice.sidecar.v1.StreamService.Ack:input_type -> dataservice.sidecar.v1.AckRequest
+	23, // 54: dataservice.sidecar.v1.StreamService.Nack:input_type -> dataservice.sidecar.v1.NackRequest
+	25, // 55: dataservice.sidecar.v1.StreamService.ReadRange:input_type -> dataservice.sidecar.v1.ReadRangeRequest
+	28, // 56: dataservice.sidecar.v1.StreamService.CommitOffsets:input_type -> dataservice.sidecar.v1.CommitOffsetsRequest
+	31, // 57: dataservice.sidecar.v1.StreamService.Status:input_type -> dataservice.sidecar.v1.StatusRequest
+	4,  // 58: dataservice.sidecar.v1.StreamService.Fetch:output_type -> dataservice.sidecar.v1.FetchResponse
+	13, // 59: dataservice.sidecar.v1.StreamService.Stream:output_type -> dataservice.sidecar.v1.StreamResponse
+	22, // 60: dataservice.sidecar.v1.StreamService.Ack:output_type -> dataservice.sidecar.v1.AckResponse
+	24, // 61: dataservice.sidecar.v1.StreamService.Nack:output_type -> dataservice.sidecar.v1.NackResponse
+	26, // 62: dataservice.sidecar.v1.StreamService.ReadRange:output_type -> dataservice.sidecar.v1.ReadRangeResponse
+	30, // 63: dataservice.sidecar.v1.StreamService.CommitOffsets:output_type -> dataservice.sidecar.v1.CommitOffsetsResponse
+	33, // 64: dataservice.sidecar.v1.StreamService.Status:output_type -> dataservice.sidecar.v1.StatusResponse
+	58, // [58:65] is the sub-list for method output_type
+	51, // [51:58] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_dataservice_sidecar_v1_stream_proto_init() }
@@ -2963,13 +3158,13 @@ func file_dataservice_sidecar_v1_stream_proto_init() {
 	if File_dataservice_sidecar_v1_stream_proto != nil {
 		return
 	}
-	file_dataservice_sidecar_v1_stream_proto_msgTypes[4].OneofWrappers = []any{
+	file_dataservice_sidecar_v1_stream_proto_msgTypes[5].OneofWrappers = []any{
 		(*StreamRequest_Open)(nil),
 		(*StreamRequest_Credit)(nil),
 		(*StreamRequest_Acks)(nil),
 		(*StreamRequest_Nacks)(nil),
 	}
-	file_dataservice_sidecar_v1_stream_proto_msgTypes[9].OneofWrappers = []any{
+	file_dataservice_sidecar_v1_stream_proto_msgTypes[10].OneofWrappers = []any{
 		(*StreamResponse_Batch)(nil),
 		(*StreamResponse_AckResult)(nil),
 		(*StreamResponse_NackResult)(nil),
@@ -2980,7 +3175,7 @@ func file_dataservice_sidecar_v1_stream_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dataservice_sidecar_v1_stream_proto_rawDesc), len(file_dataservice_sidecar_v1_stream_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -49,7 +49,8 @@ type StreamServiceClient interface {
 	// Long-poll fetch: returns as soon as max_records or max_bytes are buffered for the
 	// client, or when max_wait elapses (possibly with no records; that is not an error).
 	// Errors: INVALID_ARGUMENT (empty client_id/group, max_records negative or > 100000,
-	// max_bytes negative or > 64 MiB, max_wait negative or > 30 s, unknown format),
+	// max_bytes negative or > 64 MiB, max_wait negative or > 30 s, unknown format or
+	// DELIVERY_FORMAT_ARROW_SHM),
 	// NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED (caller may not read
 	// the group), UNAVAILABLE (sidecar shutting down or not yet joined).
 	Fetch(ctx context.Context, in *FetchRequest, opts ...grpc.CallOption) (*FetchResponse, error)
@@ -57,8 +58,9 @@ type StreamServiceClient interface {
 	// the sidecar sends record batches while the client has credit and answers every `acks`
 	// message with an `ack_result`.
 	// Errors: INVALID_ARGUMENT (first message not `open`, second `open`, empty
-	// client_id/group, negative credit, unknown format, a range ack's to_offset <=
-	// from_offset), NOT_FOUND (group not served by this sidecar),
+	// client_id/group, negative credit, unknown format, DELIVERY_FORMAT_ARROW_SHM over TCP
+	// or from a sidecar without a local socket, a range ack's to_offset <= from_offset),
+	// NOT_FOUND (group not served by this sidecar),
 	// PERMISSION_DENIED, UNAVAILABLE (sidecar shutting down: the stream ends, rebind).
 	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamRequest, StreamResponse], error)
 	// Acknowledges delivered records, one by one (acks) or by offset range (ranges); acking
@@ -201,7 +203,8 @@ type StreamServiceServer interface {
 	// Long-poll fetch: returns as soon as max_records or max_bytes are buffered for the
 	// client, or when max_wait elapses (possibly with no records; that is not an error).
 	// Errors: INVALID_ARGUMENT (empty client_id/group, max_records negative or > 100000,
-	// max_bytes negative or > 64 MiB, max_wait negative or > 30 s, unknown format),
+	// max_bytes negative or > 64 MiB, max_wait negative or > 30 s, unknown format or
+	// DELIVERY_FORMAT_ARROW_SHM),
 	// NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED (caller may not read
 	// the group), UNAVAILABLE (sidecar shutting down or not yet joined).
 	Fetch(context.Context, *FetchRequest) (*FetchResponse, error)
@@ -209,8 +212,9 @@ type StreamServiceServer interface {
 	// the sidecar sends record batches while the client has credit and answers every `acks`
 	// message with an `ack_result`.
 	// Errors: INVALID_ARGUMENT (first message not `open`, second `open`, empty
-	// client_id/group, negative credit, unknown format, a range ack's to_offset <=
-	// from_offset), NOT_FOUND (group not served by this sidecar),
+	// client_id/group, negative credit, unknown format, DELIVERY_FORMAT_ARROW_SHM over TCP
+	// or from a sidecar without a local socket, a range ack's to_offset <= from_offset),
+	// NOT_FOUND (group not served by this sidecar),
 	// PERMISSION_DENIED, UNAVAILABLE (sidecar shutting down: the stream ends, rebind).
 	Stream(grpc.BidiStreamingServer[StreamRequest, StreamResponse]) error
 	// Acknowledges delivered records, one by one (acks) or by offset range (ranges); acking

@@ -46,6 +46,16 @@ class _DeliveryFormatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Delive
     """RecordBatch messages: a partition's records as columns (packed offsets, timestamps and
     lengths, concatenated keys and values), several times cheaper to build and to read.
     """
+    DELIVERY_FORMAT_ARROW_SHM: _DeliveryFormat.ValueType  # 3
+    """Zero copy: each partition run is written once, as an Apache Arrow IPC stream with
+    READ_FORMAT_ARROW_IPC's columns, into a shared-memory segment of the stream's own (a
+    file in the directory of the sidecar's local socket, which the pod's containers share),
+    and StreamBatch.shared says only where it lies (SharedBatch). The client maps the
+    segment, reads the columns in place and releases each region with StreamAcks.released;
+    the sidecar writes over a region only once it is released (or the stream ended).
+    Stream only, and only on the sidecar's local socket: Fetch, a Stream over TCP, and a
+    sidecar without a local socket refuse it (INVALID_ARGUMENT, field `format`).
+    """
 
 class DeliveryFormat(_DeliveryFormat, metaclass=_DeliveryFormatEnumTypeWrapper):
     """How Fetch and Stream encode delivered records."""
@@ -57,6 +67,16 @@ DELIVERY_FORMAT_RECORDS: DeliveryFormat.ValueType  # 1
 DELIVERY_FORMAT_BATCHES: DeliveryFormat.ValueType  # 2
 """RecordBatch messages: a partition's records as columns (packed offsets, timestamps and
 lengths, concatenated keys and values), several times cheaper to build and to read.
+"""
+DELIVERY_FORMAT_ARROW_SHM: DeliveryFormat.ValueType  # 3
+"""Zero copy: each partition run is written once, as an Apache Arrow IPC stream with
+READ_FORMAT_ARROW_IPC's columns, into a shared-memory segment of the stream's own (a
+file in the directory of the sidecar's local socket, which the pod's containers share),
+and StreamBatch.shared says only where it lies (SharedBatch). The client maps the
+segment, reads the columns in place and releases each region with StreamAcks.released;
+the sidecar writes over a region only once it is released (or the stream ended).
+Stream only, and only on the sidecar's local socket: Fetch, a Stream over TCP, and a
+sidecar without a local socket refuse it (INVALID_ARGUMENT, field `format`).
 """
 Global___DeliveryFormat: _TypeAlias = DeliveryFormat  # noqa: Y015
 
@@ -237,6 +257,76 @@ class FetchResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FetchResponse: _TypeAlias = FetchResponse  # noqa: Y015
+
+@_typing.final
+class SharedBatch(_message.Message):
+    """Where a partition run delivered with DELIVERY_FORMAT_ARROW_SHM lies, and what it is.
+    Its Arrow IPC stream (schema message, one record batch, end-of-stream marker) is the
+    bytes [position, position + length) of the segment file; its rows are record_count
+    records of topic/partition in offset order, from first_offset to last_offset. Those bytes
+    stay as written until the client releases `region` (or the stream ends): read them in
+    place, copy what must outlive the release.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    LEASE_EPOCH_FIELD_NUMBER: _builtins.int
+    DELIVERY_COUNT_FIELD_NUMBER: _builtins.int
+    FIRST_OFFSET_FIELD_NUMBER: _builtins.int
+    LAST_OFFSET_FIELD_NUMBER: _builtins.int
+    RECORD_COUNT_FIELD_NUMBER: _builtins.int
+    SEGMENT_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
+    LENGTH_FIELD_NUMBER: _builtins.int
+    REGION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """Topic of the records."""
+    partition: _builtins.int
+    """Partition of the records."""
+    lease_epoch: _builtins.int
+    """Epoch of the partition lease under which the records were delivered; acks echo it."""
+    delivery_count: _builtins.int
+    """How many times these records have been delivered under the lease (RecordBatch's)."""
+    first_offset: _builtins.int
+    """Offset of the first record."""
+    last_offset: _builtins.int
+    """Offset of the last record (a RangeAck of the run is [first_offset, last_offset + 1))."""
+    record_count: _builtins.int
+    """Number of records (rows)."""
+    segment: _builtins.str
+    """The segment's file name, in the directory of the socket this stream runs on. The file
+    may be removed once the client released a region of it: map it at its first mention.
+    """
+    position: _builtins.int
+    """Where the IPC stream begins in the segment, in bytes."""
+    length: _builtins.int
+    """The IPC stream's size in bytes."""
+    region: _builtins.int
+    """The region's id, unique within the stream, for StreamAcks.released."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        lease_epoch: _builtins.int = ...,
+        delivery_count: _builtins.int = ...,
+        first_offset: _builtins.int = ...,
+        last_offset: _builtins.int = ...,
+        record_count: _builtins.int = ...,
+        segment: _builtins.str = ...,
+        position: _builtins.int = ...,
+        length: _builtins.int = ...,
+        region: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delivery_count", b"delivery_count", "first_offset", b"first_offset", "last_offset", b"last_offset", "lease_epoch", b"lease_epoch", "length", b"length", "partition", b"partition", "position", b"position", "record_count", b"record_count", "region", b"region", "segment", b"segment", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SharedBatch: _TypeAlias = SharedBatch  # noqa: Y015
 
 @_typing.final
 class RecordBatch(_message.Message):
@@ -469,6 +559,7 @@ class StreamAcks(_message.Message):
 
     ACKS_FIELD_NUMBER: _builtins.int
     RANGES_FIELD_NUMBER: _builtins.int
+    RELEASED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def acks(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordAck]:
         """Records acknowledged."""
@@ -477,15 +568,24 @@ class StreamAcks(_message.Message):
     def ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___RangeAck]:
         """Offset ranges acknowledged (every delivered record in each range)."""
 
+    @_builtins.property
+    def released(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Regions of SharedBatches (DELIVERY_FORMAT_ARROW_SHM) the client is done reading: the
+        sidecar may write over them. Sent with the acks of their records, or alone (auto_ack,
+        records nacked); an id this stream never gave, or already released, is ignored. An
+        `acks` message with only `released` is answered like any other (acked_count 0).
+        """
+
     def __init__(
         self,
         *,
         acks: _abc.Iterable[Global___RecordAck] | None = ...,
         ranges: _abc.Iterable[Global___RangeAck] | None = ...,
+        released: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "ranges", b"ranges"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "ranges", b"ranges", "released", b"released"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -573,6 +673,7 @@ class StreamBatch(_message.Message):
 
     RECORDS_FIELD_NUMBER: _builtins.int
     BATCHES_FIELD_NUMBER: _builtins.int
+    SHARED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Record]:
         """Records delivered, in offset order within each partition (DELIVERY_FORMAT_RECORDS)."""
@@ -581,15 +682,22 @@ class StreamBatch(_message.Message):
     def batches(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordBatch]:
         """Records delivered, one batch per partition run (DELIVERY_FORMAT_BATCHES)."""
 
+    @_builtins.property
+    def shared(self) -> _containers.RepeatedCompositeFieldContainer[Global___SharedBatch]:
+        """Records delivered, one Arrow IPC stream per partition run in the stream's
+        shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+        """
+
     def __init__(
         self,
         *,
         records: _abc.Iterable[_common_pb2.Record] | None = ...,
         batches: _abc.Iterable[Global___RecordBatch] | None = ...,
+        shared: _abc.Iterable[Global___SharedBatch] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batches", b"batches", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batches", b"batches", "records", b"records", "shared", b"shared"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

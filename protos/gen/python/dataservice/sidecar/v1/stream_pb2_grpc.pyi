@@ -48,7 +48,8 @@ class StreamServiceStub:
     """Long-poll fetch: returns as soon as max_records or max_bytes are buffered for the
     client, or when max_wait elapses (possibly with no records; that is not an error).
     Errors: INVALID_ARGUMENT (empty client_id/group, max_records negative or > 100000,
-    max_bytes negative or > 64 MiB, max_wait negative or > 30 s, unknown format),
+    max_bytes negative or > 64 MiB, max_wait negative or > 30 s, unknown format or
+    DELIVERY_FORMAT_ARROW_SHM),
     NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED (caller may not read
     the group), UNAVAILABLE (sidecar shutting down or not yet joined).
     """
@@ -57,8 +58,9 @@ class StreamServiceStub:
     the sidecar sends record batches while the client has credit and answers every `acks`
     message with an `ack_result`.
     Errors: INVALID_ARGUMENT (first message not `open`, second `open`, empty
-    client_id/group, negative credit, unknown format, a range ack's to_offset <=
-    from_offset), NOT_FOUND (group not served by this sidecar),
+    client_id/group, negative credit, unknown format, DELIVERY_FORMAT_ARROW_SHM over TCP
+    or from a sidecar without a local socket, a range ack's to_offset <= from_offset),
+    NOT_FOUND (group not served by this sidecar),
     PERMISSION_DENIED, UNAVAILABLE (sidecar shutting down: the stream ends, rebind).
     """
     Ack: _grpc.UnaryUnaryMultiCallable[_stream_pb2.AckRequest, _stream_pb2.AckResponse]
@@ -115,7 +117,8 @@ class StreamServiceAsyncStub(StreamServiceStub):
     """Long-poll fetch: returns as soon as max_records or max_bytes are buffered for the
     client, or when max_wait elapses (possibly with no records; that is not an error).
     Errors: INVALID_ARGUMENT (empty client_id/group, max_records negative or > 100000,
-    max_bytes negative or > 64 MiB, max_wait negative or > 30 s, unknown format),
+    max_bytes negative or > 64 MiB, max_wait negative or > 30 s, unknown format or
+    DELIVERY_FORMAT_ARROW_SHM),
     NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED (caller may not read
     the group), UNAVAILABLE (sidecar shutting down or not yet joined).
     """
@@ -124,8 +127,9 @@ class StreamServiceAsyncStub(StreamServiceStub):
     the sidecar sends record batches while the client has credit and answers every `acks`
     message with an `ack_result`.
     Errors: INVALID_ARGUMENT (first message not `open`, second `open`, empty
-    client_id/group, negative credit, unknown format, a range ack's to_offset <=
-    from_offset), NOT_FOUND (group not served by this sidecar),
+    client_id/group, negative credit, unknown format, DELIVERY_FORMAT_ARROW_SHM over TCP
+    or from a sidecar without a local socket, a range ack's to_offset <= from_offset),
+    NOT_FOUND (group not served by this sidecar),
     PERMISSION_DENIED, UNAVAILABLE (sidecar shutting down: the stream ends, rebind).
     """
     Ack: _aio.UnaryUnaryMultiCallable[_stream_pb2.AckRequest, _stream_pb2.AckResponse]  # type: ignore[assignment]
@@ -185,7 +189,8 @@ class StreamServiceServicer(metaclass=_abc_1.ABCMeta):
         """Long-poll fetch: returns as soon as max_records or max_bytes are buffered for the
         client, or when max_wait elapses (possibly with no records; that is not an error).
         Errors: INVALID_ARGUMENT (empty client_id/group, max_records negative or > 100000,
-        max_bytes negative or > 64 MiB, max_wait negative or > 30 s, unknown format),
+        max_bytes negative or > 64 MiB, max_wait negative or > 30 s, unknown format or
+        DELIVERY_FORMAT_ARROW_SHM),
         NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED (caller may not read
         the group), UNAVAILABLE (sidecar shutting down or not yet joined).
         """
@@ -200,8 +205,9 @@ class StreamServiceServicer(metaclass=_abc_1.ABCMeta):
         the sidecar sends record batches while the client has credit and answers every `acks`
         message with an `ack_result`.
         Errors: INVALID_ARGUMENT (first message not `open`, second `open`, empty
-        client_id/group, negative credit, unknown format, a range ack's to_offset <=
-        from_offset), NOT_FOUND (group not served by this sidecar),
+        client_id/group, negative credit, unknown format, DELIVERY_FORMAT_ARROW_SHM over TCP
+        or from a sidecar without a local socket, a range ack's to_offset <= from_offset),
+        NOT_FOUND (group not served by this sidecar),
         PERMISSION_DENIED, UNAVAILABLE (sidecar shutting down: the stream ends, rebind).
         """
 

@@ -60,6 +60,21 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      * <code>DELIVERY_FORMAT_BATCHES = 2;</code>
      */
     DELIVERY_FORMAT_BATCHES(2),
+    /**
+     * <pre>
+     * Zero copy: each partition run is written once, as an Apache Arrow IPC stream with
+     * READ_FORMAT_ARROW_IPC's columns, into a shared-memory segment of the stream's own (a
+     * file in the directory of the sidecar's local socket, which the pod's containers share),
+     * and StreamBatch.shared says only where it lies (SharedBatch). The client maps the
+     * segment, reads the columns in place and releases each region with StreamAcks.released;
+     * the sidecar writes over a region only once it is released (or the stream ended).
+     * Stream only, and only on the sidecar's local socket: Fetch, a Stream over TCP, and a
+     * sidecar without a local socket refuse it (INVALID_ARGUMENT, field `format`).
+     * </pre>
+     *
+     * <code>DELIVERY_FORMAT_ARROW_SHM = 3;</code>
+     */
+    DELIVERY_FORMAT_ARROW_SHM(3),
     UNRECOGNIZED(-1),
     ;
 
@@ -97,6 +112,21 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      * <code>DELIVERY_FORMAT_BATCHES = 2;</code>
      */
     public static final int DELIVERY_FORMAT_BATCHES_VALUE = 2;
+    /**
+     * <pre>
+     * Zero copy: each partition run is written once, as an Apache Arrow IPC stream with
+     * READ_FORMAT_ARROW_IPC's columns, into a shared-memory segment of the stream's own (a
+     * file in the directory of the sidecar's local socket, which the pod's containers share),
+     * and StreamBatch.shared says only where it lies (SharedBatch). The client maps the
+     * segment, reads the columns in place and releases each region with StreamAcks.released;
+     * the sidecar writes over a region only once it is released (or the stream ended).
+     * Stream only, and only on the sidecar's local socket: Fetch, a Stream over TCP, and a
+     * sidecar without a local socket refuse it (INVALID_ARGUMENT, field `format`).
+     * </pre>
+     *
+     * <code>DELIVERY_FORMAT_ARROW_SHM = 3;</code>
+     */
+    public static final int DELIVERY_FORMAT_ARROW_SHM_VALUE = 3;
 
 
     public final int getNumber() {
@@ -126,6 +156,7 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         case 0: return DELIVERY_FORMAT_UNSPECIFIED;
         case 1: return DELIVERY_FORMAT_RECORDS;
         case 2: return DELIVERY_FORMAT_BATCHES;
+        case 3: return DELIVERY_FORMAT_ARROW_SHM;
         default: return null;
       }
     }
@@ -3434,6 +3465,1597 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
 
     @java.lang.Override
     public dataservice.sidecar.v1.Stream.FetchResponse getDefaultInstanceForType() {
+      return DEFAULT_INSTANCE;
+    }
+
+  }
+
+  public interface SharedBatchOrBuilder extends
+      // @@protoc_insertion_point(interface_extends:dataservice.sidecar.v1.SharedBatch)
+      com.google.protobuf.MessageOrBuilder {
+
+    /**
+     * <pre>
+     * Topic of the records.
+     * </pre>
+     *
+     * <code>string topic = 1;</code>
+     * @return The topic.
+     */
+    java.lang.String getTopic();
+    /**
+     * <pre>
+     * Topic of the records.
+     * </pre>
+     *
+     * <code>string topic = 1;</code>
+     * @return The bytes for topic.
+     */
+    com.google.protobuf.ByteString
+        getTopicBytes();
+
+    /**
+     * <pre>
+     * Partition of the records.
+     * </pre>
+     *
+     * <code>int32 partition = 2;</code>
+     * @return The partition.
+     */
+    int getPartition();
+
+    /**
+     * <pre>
+     * Epoch of the partition lease under which the records were delivered; acks echo it.
+     * </pre>
+     *
+     * <code>int64 lease_epoch = 3;</code>
+     * @return The leaseEpoch.
+     */
+    long getLeaseEpoch();
+
+    /**
+     * <pre>
+     * How many times these records have been delivered under the lease (RecordBatch's).
+     * </pre>
+     *
+     * <code>int32 delivery_count = 4;</code>
+     * @return The deliveryCount.
+     */
+    int getDeliveryCount();
+
+    /**
+     * <pre>
+     * Offset of the first record.
+     * </pre>
+     *
+     * <code>int64 first_offset = 5;</code>
+     * @return The firstOffset.
+     */
+    long getFirstOffset();
+
+    /**
+     * <pre>
+     * Offset of the last record (a RangeAck of the run is [first_offset, last_offset + 1)).
+     * </pre>
+     *
+     * <code>int64 last_offset = 6;</code>
+     * @return The lastOffset.
+     */
+    long getLastOffset();
+
+    /**
+     * <pre>
+     * Number of records (rows).
+     * </pre>
+     *
+     * <code>int32 record_count = 7;</code>
+     * @return The recordCount.
+     */
+    int getRecordCount();
+
+    /**
+     * <pre>
+     * The segment's file name, in the directory of the socket this stream runs on. The file
+     * may be removed once the client released a region of it: map it at its first mention.
+     * </pre>
+     *
+     * <code>string segment = 8;</code>
+     * @return The segment.
+     */
+    java.lang.String getSegment();
+    /**
+     * <pre>
+     * The segment's file name, in the directory of the socket this stream runs on. The file
+     * may be removed once the client released a region of it: map it at its first mention.
+     * </pre>
+     *
+     * <code>string segment = 8;</code>
+     * @return The bytes for segment.
+     */
+    com.google.protobuf.ByteString
+        getSegmentBytes();
+
+    /**
+     * <pre>
+     * Where the IPC stream begins in the segment, in bytes.
+     * </pre>
+     *
+     * <code>int64 position = 9;</code>
+     * @return The position.
+     */
+    long getPosition();
+
+    /**
+     * <pre>
+     * The IPC stream's size in bytes.
+     * </pre>
+     *
+     * <code>int64 length = 10;</code>
+     * @return The length.
+     */
+    long getLength();
+
+    /**
+     * <pre>
+     * The region's id, unique within the stream, for StreamAcks.released.
+     * </pre>
+     *
+     * <code>int64 region = 11;</code>
+     * @return The region.
+     */
+    long getRegion();
+  }
+  /**
+   * <pre>
+   * Where a partition run delivered with DELIVERY_FORMAT_ARROW_SHM lies, and what it is.
+   * Its Arrow IPC stream (schema message, one record batch, end-of-stream marker) is the
+   * bytes [position, position + length) of the segment file; its rows are record_count
+   * records of topic/partition in offset order, from first_offset to last_offset. Those bytes
+   * stay as written until the client releases `region` (or the stream ends): read them in
+   * place, copy what must outlive the release.
+   * </pre>
+   *
+   * Protobuf type {@code dataservice.sidecar.v1.SharedBatch}
+   */
+  public static final class SharedBatch extends
+      com.google.protobuf.GeneratedMessage implements
+      // @@protoc_insertion_point(message_implements:dataservice.sidecar.v1.SharedBatch)
+      SharedBatchOrBuilder {
+  private static final long serialVersionUID = 0L;
+    static {
+      com.google.protobuf.RuntimeVersion.validateProtobufGencodeVersion(
+        com.google.protobuf.RuntimeVersion.RuntimeDomain.PUBLIC,
+        /* major= */ 4,
+        /* minor= */ 33,
+        /* patch= */ 5,
+        /* suffix= */ "",
+        "SharedBatch");
+    }
+    // Use SharedBatch.newBuilder() to construct.
+    private SharedBatch(com.google.protobuf.GeneratedMessage.Builder<?> builder) {
+      super(builder);
+    }
+    private SharedBatch() {
+      topic_ = "";
+      segment_ = "";
+    }
+
+    public static final com.google.protobuf.Descriptors.Descriptor
+        getDescriptor() {
+      return dataservice.sidecar.v1.Stream.internal_static_dataservice_sidecar_v1_SharedBatch_descriptor;
+    }
+
+    @java.lang.Override
+    protected com.google.protobuf.GeneratedMessage.FieldAccessorTable
+        internalGetFieldAccessorTable() {
+      return dataservice.sidecar.v1.Stream.internal_static_dataservice_sidecar_v1_SharedBatch_fieldAccessorTable
+          .ensureFieldAccessorsInitialized(
+              dataservice.sidecar.v1.Stream.SharedBatch.class, dataservice.sidecar.v1.Stream.SharedBatch.Builder.class);
+    }
+
+    public static final int TOPIC_FIELD_NUMBER = 1;
+    @SuppressWarnings("serial")
+    private volatile java.lang.Object topic_ = "";
+    /**
+     * <pre>
+     * Topic of the records.
+     * </pre>
+     *
+     * <code>string topic = 1;</code>
+     * @return The topic.
+     */
+    @java.lang.Override
+    public java.lang.String getTopic() {
+      java.lang.Object ref = topic_;
+      if (ref instanceof java.lang.String) {
+        return (java.lang.String) ref;
+      } else {
+        com.google.protobuf.ByteString bs = 
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        topic_ = s;
+        return s;
+      }
+    }
+    /**
+     * <pre>
+     * Topic of the records.
+     * </pre>
+     *
+     * <code>string topic = 1;</code>
+     * @return The bytes for topic.
+     */
+    @java.lang.Override
+    public com.google.protobuf.ByteString
+        getTopicBytes() {
+      java.lang.Object ref = topic_;
+      if (ref instanceof java.lang.String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        topic_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+
+    public static final int PARTITION_FIELD_NUMBER = 2;
+    private int partition_ = 0;
+    /**
+     * <pre>
+     * Partition of the records.
+     * </pre>
+     *
+     * <code>int32 partition = 2;</code>
+     * @return The partition.
+     */
+    @java.lang.Override
+    public int getPartition() {
+      return partition_;
+    }
+
+    public static final int LEASE_EPOCH_FIELD_NUMBER = 3;
+    private long leaseEpoch_ = 0L;
+    /**
+     * <pre>
+     * Epoch of the partition lease under which the records were delivered; acks echo it.
+     * </pre>
+     *
+     * <code>int64 lease_epoch = 3;</code>
+     * @return The leaseEpoch.
+     */
+    @java.lang.Override
+    public long getLeaseEpoch() {
+      return leaseEpoch_;
+    }
+
+    public static final int DELIVERY_COUNT_FIELD_NUMBER = 4;
+    private int deliveryCount_ = 0;
+    /**
+     * <pre>
+     * How many times these records have been delivered under the lease (RecordBatch's).
+     * </pre>
+     *
+     * <code>int32 delivery_count = 4;</code>
+     * @return The deliveryCount.
+     */
+    @java.lang.Override
+    public int getDeliveryCount() {
+      return deliveryCount_;
+    }
+
+    public static final int FIRST_OFFSET_FIELD_NUMBER = 5;
+    private long firstOffset_ = 0L;
+    /**
+     * <pre>
+     * Offset of the first record.
+     * </pre>
+     *
+     * <code>int64 first_offset = 5;</code>
+     * @return The firstOffset.
+     */
+    @java.lang.Override
+    public long getFirstOffset() {
+      return firstOffset_;
+    }
+
+    public static final int LAST_OFFSET_FIELD_NUMBER = 6;
+    private long lastOffset_ = 0L;
+    /**
+     * <pre>
+     * Offset of the last record (a RangeAck of the run is [first_offset, last_offset + 1)).
+     * </pre>
+     *
+     * <code>int64 last_offset = 6;</code>
+     * @return The lastOffset.
+     */
+    @java.lang.Override
+    public long getLastOffset() {
+      return lastOffset_;
+    }
+
+    public static final int RECORD_COUNT_FIELD_NUMBER = 7;
+    private int recordCount_ = 0;
+    /**
+     * <pre>
+     * Number of records (rows).
+     * </pre>
+     *
+     * <code>int32 record_count = 7;</code>
+     * @return The recordCount.
+     */
+    @java.lang.Override
+    public int getRecordCount() {
+      return recordCount_;
+    }
+
+    public static final int SEGMENT_FIELD_NUMBER = 8;
+    @SuppressWarnings("serial")
+    private volatile java.lang.Object segment_ = "";
+    /**
+     * <pre>
+     * The segment's file name, in the directory of the socket this stream runs on. The file
+     * may be removed once the client released a region of it: map it at its first mention.
+     * </pre>
+     *
+     * <code>string segment = 8;</code>
+     * @return The segment.
+     */
+    @java.lang.Override
+    public java.lang.String getSegment() {
+      java.lang.Object ref = segment_;
+      if (ref instanceof java.lang.String) {
+        return (java.lang.String) ref;
+      } else {
+        com.google.protobuf.ByteString bs = 
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        segment_ = s;
+        return s;
+      }
+    }
+    /**
+     * <pre>
+     * The segment's file name, in the directory of the socket this stream runs on. The file
+     * may be removed once the client released a region of it: map it at its first mention.
+     * </pre>
+     *
+     * <code>string segment = 8;</code>
+     * @return The bytes for segment.
+     */
+    @java.lang.Override
+    public com.google.protobuf.ByteString
+        getSegmentBytes() {
+      java.lang.Object ref = segment_;
+      if (ref instanceof java.lang.String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        segment_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+
+    public static final int POSITION_FIELD_NUMBER = 9;
+    private long position_ = 0L;
+    /**
+     * <pre>
+     * Where the IPC stream begins in the segment, in bytes.
+     * </pre>
+     *
+     * <code>int64 position = 9;</code>
+     * @return The position.
+     */
+    @java.lang.Override
+    public long getPosition() {
+      return position_;
+    }
+
+    public static final int LENGTH_FIELD_NUMBER = 10;
+    private long length_ = 0L;
+    /**
+     * <pre>
+     * The IPC stream's size in bytes.
+     * </pre>
+     *
+     * <code>int64 length = 10;</code>
+     * @return The length.
+     */
+    @java.lang.Override
+    public long getLength() {
+      return length_;
+    }
+
+    public static final int REGION_FIELD_NUMBER = 11;
+    private long region_ = 0L;
+    /**
+     * <pre>
+     * The region's id, unique within the stream, for StreamAcks.released.
+     * </pre>
+     *
+     * <code>int64 region = 11;</code>
+     * @return The region.
+     */
+    @java.lang.Override
+    public long getRegion() {
+      return region_;
+    }
+
+    private byte memoizedIsInitialized = -1;
+    @java.lang.Override
+    public final boolean isInitialized() {
+      byte isInitialized = memoizedIsInitialized;
+      if (isInitialized == 1) return true;
+      if (isInitialized == 0) return false;
+
+      memoizedIsInitialized = 1;
+      return true;
+    }
+
+    @java.lang.Override
+    public void writeTo(com.google.protobuf.CodedOutputStream output)
+                        throws java.io.IOException {
+      if (!com.google.protobuf.GeneratedMessage.isStringEmpty(topic_)) {
+        com.google.protobuf.GeneratedMessage.writeString(output, 1, topic_);
+      }
+      if (partition_ != 0) {
+        output.writeInt32(2, partition_);
+      }
+      if (leaseEpoch_ != 0L) {
+        output.writeInt64(3, leaseEpoch_);
+      }
+      if (deliveryCount_ != 0) {
+        output.writeInt32(4, deliveryCount_);
+      }
+      if (firstOffset_ != 0L) {
+        output.writeInt64(5, firstOffset_);
+      }
+      if (lastOffset_ != 0L) {
+        output.writeInt64(6, lastOffset_);
+      }
+      if (recordCount_ != 0) {
+        output.writeInt32(7, recordCount_);
+      }
+      if (!com.google.protobuf.GeneratedMessage.isStringEmpty(segment_)) {
+        com.google.protobuf.GeneratedMessage.writeString(output, 8, segment_);
+      }
+      if (position_ != 0L) {
+        output.writeInt64(9, position_);
+      }
+      if (length_ != 0L) {
+        output.writeInt64(10, length_);
+      }
+      if (region_ != 0L) {
+        output.writeInt64(11, region_);
+      }
+      getUnknownFields().writeTo(output);
+    }
+
+    @java.lang.Override
+    public int getSerializedSize() {
+      int size = memoizedSize;
+      if (size != -1) return size;
+
+      size = 0;
+      if (!com.google.protobuf.GeneratedMessage.isStringEmpty(topic_)) {
+        size += com.google.protobuf.GeneratedMessage.computeStringSize(1, topic_);
+      }
+      if (partition_ != 0) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeInt32Size(2, partition_);
+      }
+      if (leaseEpoch_ != 0L) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeInt64Size(3, leaseEpoch_);
+      }
+      if (deliveryCount_ != 0) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeInt32Size(4, deliveryCount_);
+      }
+      if (firstOffset_ != 0L) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeInt64Size(5, firstOffset_);
+      }
+      if (lastOffset_ != 0L) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeInt64Size(6, lastOffset_);
+      }
+      if (recordCount_ != 0) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeInt32Size(7, recordCount_);
+      }
+      if (!com.google.protobuf.GeneratedMessage.isStringEmpty(segment_)) {
+        size += com.google.protobuf.GeneratedMessage.computeStringSize(8, segment_);
+      }
+      if (position_ != 0L) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeInt64Size(9, position_);
+      }
+      if (length_ != 0L) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeInt64Size(10, length_);
+      }
+      if (region_ != 0L) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeInt64Size(11, region_);
+      }
+      size += getUnknownFields().getSerializedSize();
+      memoizedSize = size;
+      return size;
+    }
+
+    @java.lang.Override
+    public boolean equals(final java.lang.Object obj) {
+      if (obj == this) {
+       return true;
+      }
+      if (!(obj instanceof dataservice.sidecar.v1.Stream.SharedBatch)) {
+        return super.equals(obj);
+      }
+      dataservice.sidecar.v1.Stream.SharedBatch other = (dataservice.sidecar.v1.Stream.SharedBatch) obj;
+
+      if (!getTopic()
+          .equals(other.getTopic())) return false;
+      if (getPartition()
+          != other.getPartition()) return false;
+      if (getLeaseEpoch()
+          != other.getLeaseEpoch()) return false;
+      if (getDeliveryCount()
+          != other.getDeliveryCount()) return false;
+      if (getFirstOffset()
+          != other.getFirstOffset()) return false;
+      if (getLastOffset()
+          != other.getLastOffset()) return false;
+      if (getRecordCount()
+          != other.getRecordCount()) return false;
+      if (!getSegment()
+          .equals(other.getSegment())) return false;
+      if (getPosition()
+          != other.getPosition()) return false;
+      if (getLength()
+          != other.getLength()) return false;
+      if (getRegion()
+          != other.getRegion()) return false;
+      if (!getUnknownFields().equals(other.getUnknownFields())) return false;
+      return true;
+    }
+
+    @java.lang.Override
+    public int hashCode() {
+      if (memoizedHashCode != 0) {
+        return memoizedHashCode;
+      }
+      int hash = 41;
+      hash = (19 * hash) + getDescriptor().hashCode();
+      hash = (37 * hash) + TOPIC_FIELD_NUMBER;
+      hash = (53 * hash) + getTopic().hashCode();
+      hash = (37 * hash) + PARTITION_FIELD_NUMBER;
+      hash = (53 * hash) + getPartition();
+      hash = (37 * hash) + LEASE_EPOCH_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+          getLeaseEpoch());
+      hash = (37 * hash) + DELIVERY_COUNT_FIELD_NUMBER;
+      hash = (53 * hash) + getDeliveryCount();
+      hash = (37 * hash) + FIRST_OFFSET_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+          getFirstOffset());
+      hash = (37 * hash) + LAST_OFFSET_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+          getLastOffset());
+      hash = (37 * hash) + RECORD_COUNT_FIELD_NUMBER;
+      hash = (53 * hash) + getRecordCount();
+      hash = (37 * hash) + SEGMENT_FIELD_NUMBER;
+      hash = (53 * hash) + getSegment().hashCode();
+      hash = (37 * hash) + POSITION_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+          getPosition());
+      hash = (37 * hash) + LENGTH_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+          getLength());
+      hash = (37 * hash) + REGION_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+          getRegion());
+      hash = (29 * hash) + getUnknownFields().hashCode();
+      memoizedHashCode = hash;
+      return hash;
+    }
+
+    public static dataservice.sidecar.v1.Stream.SharedBatch parseFrom(
+        java.nio.ByteBuffer data)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data);
+    }
+    public static dataservice.sidecar.v1.Stream.SharedBatch parseFrom(
+        java.nio.ByteBuffer data,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data, extensionRegistry);
+    }
+    public static dataservice.sidecar.v1.Stream.SharedBatch parseFrom(
+        com.google.protobuf.ByteString data)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data);
+    }
+    public static dataservice.sidecar.v1.Stream.SharedBatch parseFrom(
+        com.google.protobuf.ByteString data,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data, extensionRegistry);
+    }
+    public static dataservice.sidecar.v1.Stream.SharedBatch parseFrom(byte[] data)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data);
+    }
+    public static dataservice.sidecar.v1.Stream.SharedBatch parseFrom(
+        byte[] data,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data, extensionRegistry);
+    }
+    public static dataservice.sidecar.v1.Stream.SharedBatch parseFrom(java.io.InputStream input)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseWithIOException(PARSER, input);
+    }
+    public static dataservice.sidecar.v1.Stream.SharedBatch parseFrom(
+        java.io.InputStream input,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseWithIOException(PARSER, input, extensionRegistry);
+    }
+
+    public static dataservice.sidecar.v1.Stream.SharedBatch parseDelimitedFrom(java.io.InputStream input)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseDelimitedWithIOException(PARSER, input);
+    }
+
+    public static dataservice.sidecar.v1.Stream.SharedBatch parseDelimitedFrom(
+        java.io.InputStream input,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseDelimitedWithIOException(PARSER, input, extensionRegistry);
+    }
+    public static dataservice.sidecar.v1.Stream.SharedBatch parseFrom(
+        com.google.protobuf.CodedInputStream input)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseWithIOException(PARSER, input);
+    }
+    public static dataservice.sidecar.v1.Stream.SharedBatch parseFrom(
+        com.google.protobuf.CodedInputStream input,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseWithIOException(PARSER, input, extensionRegistry);
+    }
+
+    @java.lang.Override
+    public Builder newBuilderForType() { return newBuilder(); }
+    public static Builder newBuilder() {
+      return DEFAULT_INSTANCE.toBuilder();
+    }
+    public static Builder newBuilder(dataservice.sidecar.v1.Stream.SharedBatch prototype) {
+      return DEFAULT_INSTANCE.toBuilder().mergeFrom(prototype);
+    }
+    @java.lang.Override
+    public Builder toBuilder() {
+      return this == DEFAULT_INSTANCE
+          ? new Builder() : new Builder().mergeFrom(this);
+    }
+
+    @java.lang.Override
+    protected Builder newBuilderForType(
+        com.google.protobuf.GeneratedMessage.BuilderParent parent) {
+      Builder builder = new Builder(parent);
+      return builder;
+    }
+    /**
+     * <pre>
+     * Where a partition run delivered with DELIVERY_FORMAT_ARROW_SHM lies, and what it is.
+     * Its Arrow IPC stream (schema message, one record batch, end-of-stream marker) is the
+     * bytes [position, position + length) of the segment file; its rows are record_count
+     * records of topic/partition in offset order, from first_offset to last_offset. Those bytes
+     * stay as written until the client releases `region` (or the stream ends): read them in
+     * place, copy what must outlive the release.
+     * </pre>
+     *
+     * Protobuf type {@code dataservice.sidecar.v1.SharedBatch}
+     */
+    public static final class Builder extends
+        com.google.protobuf.GeneratedMessage.Builder<Builder> implements
+        // @@protoc_insertion_point(builder_implements:dataservice.sidecar.v1.SharedBatch)
+        dataservice.sidecar.v1.Stream.SharedBatchOrBuilder {
+      public static final com.google.protobuf.Descriptors.Descriptor
+          getDescriptor() {
+        return dataservice.sidecar.v1.Stream.internal_static_dataservice_sidecar_v1_SharedBatch_descriptor;
+      }
+
+      @java.lang.Override
+      protected com.google.protobuf.GeneratedMessage.FieldAccessorTable
+          internalGetFieldAccessorTable() {
+        return dataservice.sidecar.v1.Stream.internal_static_dataservice_sidecar_v1_SharedBatch_fieldAccessorTable
+            .ensureFieldAccessorsInitialized(
+                dataservice.sidecar.v1.Stream.SharedBatch.class, dataservice.sidecar.v1.Stream.SharedBatch.Builder.class);
+      }
+
+      // Construct using dataservice.sidecar.v1.Stream.SharedBatch.newBuilder()
+      private Builder() {
+
+      }
+
+      private Builder(
+          com.google.protobuf.GeneratedMessage.BuilderParent parent) {
+        super(parent);
+
+      }
+      @java.lang.Override
+      public Builder clear() {
+        super.clear();
+        bitField0_ = 0;
+        topic_ = "";
+        partition_ = 0;
+        leaseEpoch_ = 0L;
+        deliveryCount_ = 0;
+        firstOffset_ = 0L;
+        lastOffset_ = 0L;
+        recordCount_ = 0;
+        segment_ = "";
+        position_ = 0L;
+        length_ = 0L;
+        region_ = 0L;
+        return this;
+      }
+
+      @java.lang.Override
+      public com.google.protobuf.Descriptors.Descriptor
+          getDescriptorForType() {
+        return dataservice.sidecar.v1.Stream.internal_static_dataservice_sidecar_v1_SharedBatch_descriptor;
+      }
+
+      @java.lang.Override
+      public dataservice.sidecar.v1.Stream.SharedBatch getDefaultInstanceForType() {
+        return dataservice.sidecar.v1.Stream.SharedBatch.getDefaultInstance();
+      }
+
+      @java.lang.Override
+      public dataservice.sidecar.v1.Stream.SharedBatch build() {
+        dataservice.sidecar.v1.Stream.SharedBatch result = buildPartial();
+        if (!result.isInitialized()) {
+          throw newUninitializedMessageException(result);
+        }
+        return result;
+      }
+
+      @java.lang.Override
+      public dataservice.sidecar.v1.Stream.SharedBatch buildPartial() {
+        dataservice.sidecar.v1.Stream.SharedBatch result = new dataservice.sidecar.v1.Stream.SharedBatch(this);
+        if (bitField0_ != 0) { buildPartial0(result); }
+        onBuilt();
+        return result;
+      }
+
+      private void buildPartial0(dataservice.sidecar.v1.Stream.SharedBatch result) {
+        int from_bitField0_ = bitField0_;
+        if (((from_bitField0_ & 0x00000001) != 0)) {
+          result.topic_ = topic_;
+        }
+        if (((from_bitField0_ & 0x00000002) != 0)) {
+          result.partition_ = partition_;
+        }
+        if (((from_bitField0_ & 0x00000004) != 0)) {
+          result.leaseEpoch_ = leaseEpoch_;
+        }
+        if (((from_bitField0_ & 0x00000008) != 0)) {
+          result.deliveryCount_ = deliveryCount_;
+        }
+        if (((from_bitField0_ & 0x00000010) != 0)) {
+          result.firstOffset_ = firstOffset_;
+        }
+        if (((from_bitField0_ & 0x00000020) != 0)) {
+          result.lastOffset_ = lastOffset_;
+        }
+        if (((from_bitField0_ & 0x00000040) != 0)) {
+          result.recordCount_ = recordCount_;
+        }
+        if (((from_bitField0_ & 0x00000080) != 0)) {
+          result.segment_ = segment_;
+        }
+        if (((from_bitField0_ & 0x00000100) != 0)) {
+          result.position_ = position_;
+        }
+        if (((from_bitField0_ & 0x00000200) != 0)) {
+          result.length_ = length_;
+        }
+        if (((from_bitField0_ & 0x00000400) != 0)) {
+          result.region_ = region_;
+        }
+      }
+
+      @java.lang.Override
+      public Builder mergeFrom(com.google.protobuf.Message other) {
+        if (other instanceof dataservice.sidecar.v1.Stream.SharedBatch) {
+          return mergeFrom((dataservice.sidecar.v1.Stream.SharedBatch)other);
+        } else {
+          super.mergeFrom(other);
+          return this;
+        }
+      }
+
+      public Builder mergeFrom(dataservice.sidecar.v1.Stream.SharedBatch other) {
+        if (other == dataservice.sidecar.v1.Stream.SharedBatch.getDefaultInstance()) return this;
+        if (!other.getTopic().isEmpty()) {
+          topic_ = other.topic_;
+          bitField0_ |= 0x00000001;
+          onChanged();
+        }
+        if (other.getPartition() != 0) {
+          setPartition(other.getPartition());
+        }
+        if (other.getLeaseEpoch() != 0L) {
+          setLeaseEpoch(other.getLeaseEpoch());
+        }
+        if (other.getDeliveryCount() != 0) {
+          setDeliveryCount(other.getDeliveryCount());
+        }
+        if (other.getFirstOffset() != 0L) {
+          setFirstOffset(other.getFirstOffset());
+        }
+        if (other.getLastOffset() != 0L) {
+          setLastOffset(other.getLastOffset());
+        }
+        if (other.getRecordCount() != 0) {
+          setRecordCount(other.getRecordCount());
+        }
+        if (!other.getSegment().isEmpty()) {
+          segment_ = other.segment_;
+          bitField0_ |= 0x00000080;
+          onChanged();
+        }
+        if (other.getPosition() != 0L) {
+          setPosition(other.getPosition());
+        }
+        if (other.getLength() != 0L) {
+          setLength(other.getLength());
+        }
+        if (other.getRegion() != 0L) {
+          setRegion(other.getRegion());
+        }
+        this.mergeUnknownFields(other.getUnknownFields());
+        onChanged();
+        return this;
+      }
+
+      @java.lang.Override
+      public final boolean isInitialized() {
+        return true;
+      }
+
+      @java.lang.Override
+      public Builder mergeFrom(
+          com.google.protobuf.CodedInputStream input,
+          com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+          throws java.io.IOException {
+        if (extensionRegistry == null) {
+          throw new java.lang.NullPointerException();
+        }
+        try {
+          boolean done = false;
+          while (!done) {
+            int tag = input.readTag();
+            switch (tag) {
+              case 0:
+                done = true;
+                break;
+              case 10: {
+                topic_ = input.readStringRequireUtf8();
+                bitField0_ |= 0x00000001;
+                break;
+              } // case 10
+              case 16: {
+                partition_ = input.readInt32();
+                bitField0_ |= 0x00000002;
+                break;
+              } // case 16
+              case 24: {
+                leaseEpoch_ = input.readInt64();
+                bitField0_ |= 0x00000004;
+                break;
+              } // case 24
+              case 32: {
+                deliveryCount_ = input.readInt32();
+                bitField0_ |= 0x00000008;
+                break;
+              } // case 32
+              case 40: {
+                firstOffset_ = input.readInt64();
+                bitField0_ |= 0x00000010;
+                break;
+              } // case 40
+              case 48: {
+                lastOffset_ = input.readInt64();
+                bitField0_ |= 0x00000020;
+                break;
+              } // case 48
+              case 56: {
+                recordCount_ = input.readInt32();
+                bitField0_ |= 0x00000040;
+                break;
+              } // case 56
+              case 66: {
+                segment_ = input.readStringRequireUtf8();
+                bitField0_ |= 0x00000080;
+                break;
+              } // case 66
+              case 72: {
+                position_ = input.readInt64();
+                bitField0_ |= 0x00000100;
+                break;
+              } // case 72
+              case 80: {
+                length_ = input.readInt64();
+                bitField0_ |= 0x00000200;
+                break;
+              } // case 80
+              case 88: {
+                region_ = input.readInt64();
+                bitField0_ |= 0x00000400;
+                break;
+              } // case 88
+              default: {
+                if (!super.parseUnknownField(input, extensionRegistry, tag)) {
+                  done = true; // was an endgroup tag
+                }
+                break;
+              } // default:
+            } // switch (tag)
+          } // while (!done)
+        } catch (com.google.protobuf.InvalidProtocolBufferException e) {
+          throw e.unwrapIOException();
+        } finally {
+          onChanged();
+        } // finally
+        return this;
+      }
+      private int bitField0_;
+
+      private java.lang.Object topic_ = "";
+      /**
+       * <pre>
+       * Topic of the records.
+       * </pre>
+       *
+       * <code>string topic = 1;</code>
+       * @return The topic.
+       */
+      public java.lang.String getTopic() {
+        java.lang.Object ref = topic_;
+        if (!(ref instanceof java.lang.String)) {
+          com.google.protobuf.ByteString bs =
+              (com.google.protobuf.ByteString) ref;
+          java.lang.String s = bs.toStringUtf8();
+          topic_ = s;
+          return s;
+        } else {
+          return (java.lang.String) ref;
+        }
+      }
+      /**
+       * <pre>
+       * Topic of the records.
+       * </pre>
+       *
+       * <code>string topic = 1;</code>
+       * @return The bytes for topic.
+       */
+      public com.google.protobuf.ByteString
+          getTopicBytes() {
+        java.lang.Object ref = topic_;
+        if (ref instanceof String) {
+          com.google.protobuf.ByteString b = 
+              com.google.protobuf.ByteString.copyFromUtf8(
+                  (java.lang.String) ref);
+          topic_ = b;
+          return b;
+        } else {
+          return (com.google.protobuf.ByteString) ref;
+        }
+      }
+      /**
+       * <pre>
+       * Topic of the records.
+       * </pre>
+       *
+       * <code>string topic = 1;</code>
+       * @param value The topic to set.
+       * @return This builder for chaining.
+       */
+      public Builder setTopic(
+          java.lang.String value) {
+        if (value == null) { throw new NullPointerException(); }
+        topic_ = value;
+        bitField0_ |= 0x00000001;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * Topic of the records.
+       * </pre>
+       *
+       * <code>string topic = 1;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearTopic() {
+        topic_ = getDefaultInstance().getTopic();
+        bitField0_ = (bitField0_ & ~0x00000001);
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * Topic of the records.
+       * </pre>
+       *
+       * <code>string topic = 1;</code>
+       * @param value The bytes for topic to set.
+       * @return This builder for chaining.
+       */
+      public Builder setTopicBytes(
+          com.google.protobuf.ByteString value) {
+        if (value == null) { throw new NullPointerException(); }
+        checkByteStringIsUtf8(value);
+        topic_ = value;
+        bitField0_ |= 0x00000001;
+        onChanged();
+        return this;
+      }
+
+      private int partition_ ;
+      /**
+       * <pre>
+       * Partition of the records.
+       * </pre>
+       *
+       * <code>int32 partition = 2;</code>
+       * @return The partition.
+       */
+      @java.lang.Override
+      public int getPartition() {
+        return partition_;
+      }
+      /**
+       * <pre>
+       * Partition of the records.
+       * </pre>
+       *
+       * <code>int32 partition = 2;</code>
+       * @param value The partition to set.
+       * @return This builder for chaining.
+       */
+      public Builder setPartition(int value) {
+
+        partition_ = value;
+        bitField0_ |= 0x00000002;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * Partition of the records.
+       * </pre>
+       *
+       * <code>int32 partition = 2;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearPartition() {
+        bitField0_ = (bitField0_ & ~0x00000002);
+        partition_ = 0;
+        onChanged();
+        return this;
+      }
+
+      private long leaseEpoch_ ;
+      /**
+       * <pre>
+       * Epoch of the partition lease under which the records were delivered; acks echo it.
+       * </pre>
+       *
+       * <code>int64 lease_epoch = 3;</code>
+       * @return The leaseEpoch.
+       */
+      @java.lang.Override
+      public long getLeaseEpoch() {
+        return leaseEpoch_;
+      }
+      /**
+       * <pre>
+       * Epoch of the partition lease under which the records were delivered; acks echo it.
+       * </pre>
+       *
+       * <code>int64 lease_epoch = 3;</code>
+       * @param value The leaseEpoch to set.
+       * @return This builder for chaining.
+       */
+      public Builder setLeaseEpoch(long value) {
+
+        leaseEpoch_ = value;
+        bitField0_ |= 0x00000004;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * Epoch of the partition lease under which the records were delivered; acks echo it.
+       * </pre>
+       *
+       * <code>int64 lease_epoch = 3;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearLeaseEpoch() {
+        bitField0_ = (bitField0_ & ~0x00000004);
+        leaseEpoch_ = 0L;
+        onChanged();
+        return this;
+      }
+
+      private int deliveryCount_ ;
+      /**
+       * <pre>
+       * How many times these records have been delivered under the lease (RecordBatch's).
+       * </pre>
+       *
+       * <code>int32 delivery_count = 4;</code>
+       * @return The deliveryCount.
+       */
+      @java.lang.Override
+      public int getDeliveryCount() {
+        return deliveryCount_;
+      }
+      /**
+       * <pre>
+       * How many times these records have been delivered under the lease (RecordBatch's).
+       * </pre>
+       *
+       * <code>int32 delivery_count = 4;</code>
+       * @param value The deliveryCount to set.
+       * @return This builder for chaining.
+       */
+      public Builder setDeliveryCount(int value) {
+
+        deliveryCount_ = value;
+        bitField0_ |= 0x00000008;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * How many times these records have been delivered under the lease (RecordBatch's).
+       * </pre>
+       *
+       * <code>int32 delivery_count = 4;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearDeliveryCount() {
+        bitField0_ = (bitField0_ & ~0x00000008);
+        deliveryCount_ = 0;
+        onChanged();
+        return this;
+      }
+
+      private long firstOffset_ ;
+      /**
+       * <pre>
+       * Offset of the first record.
+       * </pre>
+       *
+       * <code>int64 first_offset = 5;</code>
+       * @return The firstOffset.
+       */
+      @java.lang.Override
+      public long getFirstOffset() {
+        return firstOffset_;
+      }
+      /**
+       * <pre>
+       * Offset of the first record.
+       * </pre>
+       *
+       * <code>int64 first_offset = 5;</code>
+       * @param value The firstOffset to set.
+       * @return This builder for chaining.
+       */
+      public Builder setFirstOffset(long value) {
+
+        firstOffset_ = value;
+        bitField0_ |= 0x00000010;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * Offset of the first record.
+       * </pre>
+       *
+       * <code>int64 first_offset = 5;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearFirstOffset() {
+        bitField0_ = (bitField0_ & ~0x00000010);
+        firstOffset_ = 0L;
+        onChanged();
+        return this;
+      }
+
+      private long lastOffset_ ;
+      /**
+       * <pre>
+       * Offset of the last record (a RangeAck of the run is [first_offset, last_offset + 1)).
+       * </pre>
+       *
+       * <code>int64 last_offset = 6;</code>
+       * @return The lastOffset.
+       */
+      @java.lang.Override
+      public long getLastOffset() {
+        return lastOffset_;
+      }
+      /**
+       * <pre>
+       * Offset of the last record (a RangeAck of the run is [first_offset, last_offset + 1)).
+       * </pre>
+       *
+       * <code>int64 last_offset = 6;</code>
+       * @param value The lastOffset to set.
+       * @return This builder for chaining.
+       */
+      public Builder setLastOffset(long value) {
+
+        lastOffset_ = value;
+        bitField0_ |= 0x00000020;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * Offset of the last record (a RangeAck of the run is [first_offset, last_offset + 1)).
+       * </pre>
+       *
+       * <code>int64 last_offset = 6;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearLastOffset() {
+        bitField0_ = (bitField0_ & ~0x00000020);
+        lastOffset_ = 0L;
+        onChanged();
+        return this;
+      }
+
+      private int recordCount_ ;
+      /**
+       * <pre>
+       * Number of records (rows).
+       * </pre>
+       *
+       * <code>int32 record_count = 7;</code>
+       * @return The recordCount.
+       */
+      @java.lang.Override
+      public int getRecordCount() {
+        return recordCount_;
+      }
+      /**
+       * <pre>
+       * Number of records (rows).
+       * </pre>
+       *
+       * <code>int32 record_count = 7;</code>
+       * @param value The recordCount to set.
+       * @return This builder for chaining.
+       */
+      public Builder setRecordCount(int value) {
+
+        recordCount_ = value;
+        bitField0_ |= 0x00000040;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * Number of records (rows).
+       * </pre>
+       *
+       * <code>int32 record_count = 7;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearRecordCount() {
+        bitField0_ = (bitField0_ & ~0x00000040);
+        recordCount_ = 0;
+        onChanged();
+        return this;
+      }
+
+      private java.lang.Object segment_ = "";
+      /**
+       * <pre>
+       * The segment's file name, in the directory of the socket this stream runs on. The file
+       * may be removed once the client released a region of it: map it at its first mention.
+       * </pre>
+       *
+       * <code>string segment = 8;</code>
+       * @return The segment.
+       */
+      public java.lang.String getSegment() {
+        java.lang.Object ref = segment_;
+        if (!(ref instanceof java.lang.String)) {
+          com.google.protobuf.ByteString bs =
+              (com.google.protobuf.ByteString) ref;
+          java.lang.String s = bs.toStringUtf8();
+          segment_ = s;
+          return s;
+        } else {
+          return (java.lang.String) ref;
+        }
+      }
+      /**
+       * <pre>
+       * The segment's file name, in the directory of the socket this stream runs on. The file
+       * may be removed once the client released a region of it: map it at its first mention.
+       * </pre>
+       *
+       * <code>string segment = 8;</code>
+       * @return The bytes for segment.
+       */
+      public com.google.protobuf.ByteString
+          getSegmentBytes() {
+        java.lang.Object ref = segment_;
+        if (ref instanceof String) {
+          com.google.protobuf.ByteString b = 
+              com.google.protobuf.ByteString.copyFromUtf8(
+                  (java.lang.String) ref);
+          segment_ = b;
+          return b;
+        } else {
+          return (com.google.protobuf.ByteString) ref;
+        }
+      }
+      /**
+       * <pre>
+       * The segment's file name, in the directory of the socket this stream runs on. The file
+       * may be removed once the client released a region of it: map it at its first mention.
+       * </pre>
+       *
+       * <code>string segment = 8;</code>
+       * @param value The segment to set.
+       * @return This builder for chaining.
+       */
+      public Builder setSegment(
+          java.lang.String value) {
+        if (value == null) { throw new NullPointerException(); }
+        segment_ = value;
+        bitField0_ |= 0x00000080;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * The segment's file name, in the directory of the socket this stream runs on. The file
+       * may be removed once the client released a region of it: map it at its first mention.
+       * </pre>
+       *
+       * <code>string segment = 8;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearSegment() {
+        segment_ = getDefaultInstance().getSegment();
+        bitField0_ = (bitField0_ & ~0x00000080);
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * The segment's file name, in the directory of the socket this stream runs on. The file
+       * may be removed once the client released a region of it: map it at its first mention.
+       * </pre>
+       *
+       * <code>string segment = 8;</code>
+       * @param value The bytes for segment to set.
+       * @return This builder for chaining.
+       */
+      public Builder setSegmentBytes(
+          com.google.protobuf.ByteString value) {
+        if (value == null) { throw new NullPointerException(); }
+        checkByteStringIsUtf8(value);
+        segment_ = value;
+        bitField0_ |= 0x00000080;
+        onChanged();
+        return this;
+      }
+
+      private long position_ ;
+      /**
+       * <pre>
+       * Where the IPC stream begins in the segment, in bytes.
+       * </pre>
+       *
+       * <code>int64 position = 9;</code>
+       * @return The position.
+       */
+      @java.lang.Override
+      public long getPosition() {
+        return position_;
+      }
+      /**
+       * <pre>
+       * Where the IPC stream begins in the segment, in bytes.
+       * </pre>
+       *
+       * <code>int64 position = 9;</code>
+       * @param value The position to set.
+       * @return This builder for chaining.
+       */
+      public Builder setPosition(long value) {
+
+        position_ = value;
+        bitField0_ |= 0x00000100;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * Where the IPC stream begins in the segment, in bytes.
+       * </pre>
+       *
+       * <code>int64 position = 9;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearPosition() {
+        bitField0_ = (bitField0_ & ~0x00000100);
+        position_ = 0L;
+        onChanged();
+        return this;
+      }
+
+      private long length_ ;
+      /**
+       * <pre>
+       * The IPC stream's size in bytes.
+       * </pre>
+       *
+       * <code>int64 length = 10;</code>
+       * @return The length.
+       */
+      @java.lang.Override
+      public long getLength() {
+        return length_;
+      }
+      /**
+       * <pre>
+       * The IPC stream's size in bytes.
+       * </pre>
+       *
+       * <code>int64 length = 10;</code>
+       * @param value The length to set.
+       * @return This builder for chaining.
+       */
+      public Builder setLength(long value) {
+
+        length_ = value;
+        bitField0_ |= 0x00000200;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * The IPC stream's size in bytes.
+       * </pre>
+       *
+       * <code>int64 length = 10;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearLength() {
+        bitField0_ = (bitField0_ & ~0x00000200);
+        length_ = 0L;
+        onChanged();
+        return this;
+      }
+
+      private long region_ ;
+      /**
+       * <pre>
+       * The region's id, unique within the stream, for StreamAcks.released.
+       * </pre>
+       *
+       * <code>int64 region = 11;</code>
+       * @return The region.
+       */
+      @java.lang.Override
+      public long getRegion() {
+        return region_;
+      }
+      /**
+       * <pre>
+       * The region's id, unique within the stream, for StreamAcks.released.
+       * </pre>
+       *
+       * <code>int64 region = 11;</code>
+       * @param value The region to set.
+       * @return This builder for chaining.
+       */
+      public Builder setRegion(long value) {
+
+        region_ = value;
+        bitField0_ |= 0x00000400;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * The region's id, unique within the stream, for StreamAcks.released.
+       * </pre>
+       *
+       * <code>int64 region = 11;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearRegion() {
+        bitField0_ = (bitField0_ & ~0x00000400);
+        region_ = 0L;
+        onChanged();
+        return this;
+      }
+
+      // @@protoc_insertion_point(builder_scope:dataservice.sidecar.v1.SharedBatch)
+    }
+
+    // @@protoc_insertion_point(class_scope:dataservice.sidecar.v1.SharedBatch)
+    private static final dataservice.sidecar.v1.Stream.SharedBatch DEFAULT_INSTANCE;
+    static {
+      DEFAULT_INSTANCE = new dataservice.sidecar.v1.Stream.SharedBatch();
+    }
+
+    public static dataservice.sidecar.v1.Stream.SharedBatch getDefaultInstance() {
+      return DEFAULT_INSTANCE;
+    }
+
+    private static final com.google.protobuf.Parser<SharedBatch>
+        PARSER = new com.google.protobuf.AbstractParser<SharedBatch>() {
+      @java.lang.Override
+      public SharedBatch parsePartialFrom(
+          com.google.protobuf.CodedInputStream input,
+          com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+          throws com.google.protobuf.InvalidProtocolBufferException {
+        Builder builder = newBuilder();
+        try {
+          builder.mergeFrom(input, extensionRegistry);
+        } catch (com.google.protobuf.InvalidProtocolBufferException e) {
+          throw e.setUnfinishedMessage(builder.buildPartial());
+        } catch (com.google.protobuf.UninitializedMessageException e) {
+          throw e.asInvalidProtocolBufferException().setUnfinishedMessage(builder.buildPartial());
+        } catch (java.io.IOException e) {
+          throw new com.google.protobuf.InvalidProtocolBufferException(e)
+              .setUnfinishedMessage(builder.buildPartial());
+        }
+        return builder.buildPartial();
+      }
+    };
+
+    public static com.google.protobuf.Parser<SharedBatch> parser() {
+      return PARSER;
+    }
+
+    @java.lang.Override
+    public com.google.protobuf.Parser<SharedBatch> getParserForType() {
+      return PARSER;
+    }
+
+    @java.lang.Override
+    public dataservice.sidecar.v1.Stream.SharedBatch getDefaultInstanceForType() {
       return DEFAULT_INSTANCE;
     }
 
@@ -9780,6 +11402,44 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      */
     dataservice.sidecar.v1.Stream.RangeAckOrBuilder getRangesOrBuilder(
         int index);
+
+    /**
+     * <pre>
+     * Regions of SharedBatches (DELIVERY_FORMAT_ARROW_SHM) the client is done reading: the
+     * sidecar may write over them. Sent with the acks of their records, or alone (auto_ack,
+     * records nacked); an id this stream never gave, or already released, is ignored. An
+     * `acks` message with only `released` is answered like any other (acked_count 0).
+     * </pre>
+     *
+     * <code>repeated int64 released = 3;</code>
+     * @return A list containing the released.
+     */
+    java.util.List<java.lang.Long> getReleasedList();
+    /**
+     * <pre>
+     * Regions of SharedBatches (DELIVERY_FORMAT_ARROW_SHM) the client is done reading: the
+     * sidecar may write over them. Sent with the acks of their records, or alone (auto_ack,
+     * records nacked); an id this stream never gave, or already released, is ignored. An
+     * `acks` message with only `released` is answered like any other (acked_count 0).
+     * </pre>
+     *
+     * <code>repeated int64 released = 3;</code>
+     * @return The count of released.
+     */
+    int getReleasedCount();
+    /**
+     * <pre>
+     * Regions of SharedBatches (DELIVERY_FORMAT_ARROW_SHM) the client is done reading: the
+     * sidecar may write over them. Sent with the acks of their records, or alone (auto_ack,
+     * records nacked); an id this stream never gave, or already released, is ignored. An
+     * `acks` message with only `released` is answered like any other (acked_count 0).
+     * </pre>
+     *
+     * <code>repeated int64 released = 3;</code>
+     * @param index The index of the element to return.
+     * @return The released at the given index.
+     */
+    long getReleased(int index);
   }
   /**
    * <pre>
@@ -9809,6 +11469,7 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
     private StreamAcks() {
       acks_ = java.util.Collections.emptyList();
       ranges_ = java.util.Collections.emptyList();
+      released_ = emptyLongList();
     }
 
     public static final com.google.protobuf.Descriptors.Descriptor
@@ -9946,6 +11607,57 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       return ranges_.get(index);
     }
 
+    public static final int RELEASED_FIELD_NUMBER = 3;
+    @SuppressWarnings("serial")
+    private com.google.protobuf.Internal.LongList released_ =
+        emptyLongList();
+    /**
+     * <pre>
+     * Regions of SharedBatches (DELIVERY_FORMAT_ARROW_SHM) the client is done reading: the
+     * sidecar may write over them. Sent with the acks of their records, or alone (auto_ack,
+     * records nacked); an id this stream never gave, or already released, is ignored. An
+     * `acks` message with only `released` is answered like any other (acked_count 0).
+     * </pre>
+     *
+     * <code>repeated int64 released = 3;</code>
+     * @return A list containing the released.
+     */
+    @java.lang.Override
+    public java.util.List<java.lang.Long>
+        getReleasedList() {
+      return released_;
+    }
+    /**
+     * <pre>
+     * Regions of SharedBatches (DELIVERY_FORMAT_ARROW_SHM) the client is done reading: the
+     * sidecar may write over them. Sent with the acks of their records, or alone (auto_ack,
+     * records nacked); an id this stream never gave, or already released, is ignored. An
+     * `acks` message with only `released` is answered like any other (acked_count 0).
+     * </pre>
+     *
+     * <code>repeated int64 released = 3;</code>
+     * @return The count of released.
+     */
+    public int getReleasedCount() {
+      return released_.size();
+    }
+    /**
+     * <pre>
+     * Regions of SharedBatches (DELIVERY_FORMAT_ARROW_SHM) the client is done reading: the
+     * sidecar may write over them. Sent with the acks of their records, or alone (auto_ack,
+     * records nacked); an id this stream never gave, or already released, is ignored. An
+     * `acks` message with only `released` is answered like any other (acked_count 0).
+     * </pre>
+     *
+     * <code>repeated int64 released = 3;</code>
+     * @param index The index of the element to return.
+     * @return The released at the given index.
+     */
+    public long getReleased(int index) {
+      return released_.getLong(index);
+    }
+    private int releasedMemoizedSerializedSize = -1;
+
     private byte memoizedIsInitialized = -1;
     @java.lang.Override
     public final boolean isInitialized() {
@@ -9960,11 +11672,19 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
     @java.lang.Override
     public void writeTo(com.google.protobuf.CodedOutputStream output)
                         throws java.io.IOException {
+      getSerializedSize();
       for (int i = 0; i < acks_.size(); i++) {
         output.writeMessage(1, acks_.get(i));
       }
       for (int i = 0; i < ranges_.size(); i++) {
         output.writeMessage(2, ranges_.get(i));
+      }
+      if (getReleasedList().size() > 0) {
+        output.writeUInt32NoTag(26);
+        output.writeUInt32NoTag(releasedMemoizedSerializedSize);
+      }
+      for (int i = 0; i < released_.size(); i++) {
+        output.writeInt64NoTag(released_.getLong(i));
       }
       getUnknownFields().writeTo(output);
     }
@@ -9982,6 +11702,20 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       for (int i = 0; i < ranges_.size(); i++) {
         size += com.google.protobuf.CodedOutputStream
           .computeMessageSize(2, ranges_.get(i));
+      }
+      {
+        int dataSize = 0;
+        for (int i = 0; i < released_.size(); i++) {
+          dataSize += com.google.protobuf.CodedOutputStream
+            .computeInt64SizeNoTag(released_.getLong(i));
+        }
+        size += dataSize;
+        if (!getReleasedList().isEmpty()) {
+          size += 1;
+          size += com.google.protobuf.CodedOutputStream
+              .computeInt32SizeNoTag(dataSize);
+        }
+        releasedMemoizedSerializedSize = dataSize;
       }
       size += getUnknownFields().getSerializedSize();
       memoizedSize = size;
@@ -10002,6 +11736,8 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           .equals(other.getAcksList())) return false;
       if (!getRangesList()
           .equals(other.getRangesList())) return false;
+      if (!getReleasedList()
+          .equals(other.getReleasedList())) return false;
       if (!getUnknownFields().equals(other.getUnknownFields())) return false;
       return true;
     }
@@ -10020,6 +11756,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       if (getRangesCount() > 0) {
         hash = (37 * hash) + RANGES_FIELD_NUMBER;
         hash = (53 * hash) + getRangesList().hashCode();
+      }
+      if (getReleasedCount() > 0) {
+        hash = (37 * hash) + RELEASED_FIELD_NUMBER;
+        hash = (53 * hash) + getReleasedList().hashCode();
       }
       hash = (29 * hash) + getUnknownFields().hashCode();
       memoizedHashCode = hash;
@@ -10170,6 +11910,7 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           rangesBuilder_.clear();
         }
         bitField0_ = (bitField0_ & ~0x00000002);
+        released_ = emptyLongList();
         return this;
       }
 
@@ -10225,6 +11966,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
 
       private void buildPartial0(dataservice.sidecar.v1.Stream.StreamAcks result) {
         int from_bitField0_ = bitField0_;
+        if (((from_bitField0_ & 0x00000004) != 0)) {
+          released_.makeImmutable();
+          result.released_ = released_;
+        }
       }
 
       @java.lang.Override
@@ -10291,6 +12036,17 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
             }
           }
         }
+        if (!other.released_.isEmpty()) {
+          if (released_.isEmpty()) {
+            released_ = other.released_;
+            released_.makeImmutable();
+            bitField0_ |= 0x00000004;
+          } else {
+            ensureReleasedIsMutable();
+            released_.addAll(other.released_);
+          }
+          onChanged();
+        }
         this.mergeUnknownFields(other.getUnknownFields());
         onChanged();
         return this;
@@ -10343,6 +12099,22 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
                 }
                 break;
               } // case 18
+              case 24: {
+                long v = input.readInt64();
+                ensureReleasedIsMutable();
+                released_.addLong(v);
+                break;
+              } // case 24
+              case 26: {
+                int length = input.readRawVarint32();
+                int limit = input.pushLimit(length);
+                ensureReleasedIsMutable();
+                while (input.getBytesUntilLimit() > 0) {
+                  released_.addLong(input.readInt64());
+                }
+                input.popLimit(limit);
+                break;
+              } // case 26
               default: {
                 if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                   done = true; // was an endgroup tag
@@ -10982,6 +12754,139 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           ranges_ = null;
         }
         return rangesBuilder_;
+      }
+
+      private com.google.protobuf.Internal.LongList released_ = emptyLongList();
+      private void ensureReleasedIsMutable() {
+        if (!released_.isModifiable()) {
+          released_ = makeMutableCopy(released_);
+        }
+        bitField0_ |= 0x00000004;
+      }
+      /**
+       * <pre>
+       * Regions of SharedBatches (DELIVERY_FORMAT_ARROW_SHM) the client is done reading: the
+       * sidecar may write over them. Sent with the acks of their records, or alone (auto_ack,
+       * records nacked); an id this stream never gave, or already released, is ignored. An
+       * `acks` message with only `released` is answered like any other (acked_count 0).
+       * </pre>
+       *
+       * <code>repeated int64 released = 3;</code>
+       * @return A list containing the released.
+       */
+      public java.util.List<java.lang.Long>
+          getReleasedList() {
+        released_.makeImmutable();
+        return released_;
+      }
+      /**
+       * <pre>
+       * Regions of SharedBatches (DELIVERY_FORMAT_ARROW_SHM) the client is done reading: the
+       * sidecar may write over them. Sent with the acks of their records, or alone (auto_ack,
+       * records nacked); an id this stream never gave, or already released, is ignored. An
+       * `acks` message with only `released` is answered like any other (acked_count 0).
+       * </pre>
+       *
+       * <code>repeated int64 released = 3;</code>
+       * @return The count of released.
+       */
+      public int getReleasedCount() {
+        return released_.size();
+      }
+      /**
+       * <pre>
+       * Regions of SharedBatches (DELIVERY_FORMAT_ARROW_SHM) the client is done reading: the
+       * sidecar may write over them. Sent with the acks of their records, or alone (auto_ack,
+       * records nacked); an id this stream never gave, or already released, is ignored. An
+       * `acks` message with only `released` is answered like any other (acked_count 0).
+       * </pre>
+       *
+       * <code>repeated int64 released = 3;</code>
+       * @param index The index of the element to return.
+       * @return The released at the given index.
+       */
+      public long getReleased(int index) {
+        return released_.getLong(index);
+      }
+      /**
+       * <pre>
+       * Regions of SharedBatches (DELIVERY_FORMAT_ARROW_SHM) the client is done reading: the
+       * sidecar may write over them. Sent with the acks of their records, or alone (auto_ack,
+       * records nacked); an id this stream never gave, or already released, is ignored. An
+       * `acks` message with only `released` is answered like any other (acked_count 0).
+       * </pre>
+       *
+       * <code>repeated int64 released = 3;</code>
+       * @param index The index to set the value at.
+       * @param value The released to set.
+       * @return This builder for chaining.
+       */
+      public Builder setReleased(
+          int index, long value) {
+
+        ensureReleasedIsMutable();
+        released_.setLong(index, value);
+        bitField0_ |= 0x00000004;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * Regions of SharedBatches (DELIVERY_FORMAT_ARROW_SHM) the client is done reading: the
+       * sidecar may write over them. Sent with the acks of their records, or alone (auto_ack,
+       * records nacked); an id this stream never gave, or already released, is ignored. An
+       * `acks` message with only `released` is answered like any other (acked_count 0).
+       * </pre>
+       *
+       * <code>repeated int64 released = 3;</code>
+       * @param value The released to add.
+       * @return This builder for chaining.
+       */
+      public Builder addReleased(long value) {
+
+        ensureReleasedIsMutable();
+        released_.addLong(value);
+        bitField0_ |= 0x00000004;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * Regions of SharedBatches (DELIVERY_FORMAT_ARROW_SHM) the client is done reading: the
+       * sidecar may write over them. Sent with the acks of their records, or alone (auto_ack,
+       * records nacked); an id this stream never gave, or already released, is ignored. An
+       * `acks` message with only `released` is answered like any other (acked_count 0).
+       * </pre>
+       *
+       * <code>repeated int64 released = 3;</code>
+       * @param values The released to add.
+       * @return This builder for chaining.
+       */
+      public Builder addAllReleased(
+          java.lang.Iterable<? extends java.lang.Long> values) {
+        ensureReleasedIsMutable();
+        com.google.protobuf.AbstractMessageLite.Builder.addAll(
+            values, released_);
+        bitField0_ |= 0x00000004;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * Regions of SharedBatches (DELIVERY_FORMAT_ARROW_SHM) the client is done reading: the
+       * sidecar may write over them. Sent with the acks of their records, or alone (auto_ack,
+       * records nacked); an id this stream never gave, or already released, is ignored. An
+       * `acks` message with only `released` is answered like any other (acked_count 0).
+       * </pre>
+       *
+       * <code>repeated int64 released = 3;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearReleased() {
+        released_ = emptyLongList();
+        bitField0_ = (bitField0_ & ~0x00000004);
+        onChanged();
+        return this;
       }
 
       // @@protoc_insertion_point(builder_scope:dataservice.sidecar.v1.StreamAcks)
@@ -14038,6 +15943,55 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      */
     dataservice.sidecar.v1.Stream.RecordBatchOrBuilder getBatchesOrBuilder(
         int index);
+
+    /**
+     * <pre>
+     * Records delivered, one Arrow IPC stream per partition run in the stream's
+     * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+     */
+    java.util.List<dataservice.sidecar.v1.Stream.SharedBatch> 
+        getSharedList();
+    /**
+     * <pre>
+     * Records delivered, one Arrow IPC stream per partition run in the stream's
+     * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+     */
+    dataservice.sidecar.v1.Stream.SharedBatch getShared(int index);
+    /**
+     * <pre>
+     * Records delivered, one Arrow IPC stream per partition run in the stream's
+     * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+     */
+    int getSharedCount();
+    /**
+     * <pre>
+     * Records delivered, one Arrow IPC stream per partition run in the stream's
+     * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+     */
+    java.util.List<? extends dataservice.sidecar.v1.Stream.SharedBatchOrBuilder> 
+        getSharedOrBuilderList();
+    /**
+     * <pre>
+     * Records delivered, one Arrow IPC stream per partition run in the stream's
+     * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+     */
+    dataservice.sidecar.v1.Stream.SharedBatchOrBuilder getSharedOrBuilder(
+        int index);
   }
   /**
    * <pre>
@@ -14067,6 +16021,7 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
     private StreamBatch() {
       records_ = java.util.Collections.emptyList();
       batches_ = java.util.Collections.emptyList();
+      shared_ = java.util.Collections.emptyList();
     }
 
     public static final com.google.protobuf.Descriptors.Descriptor
@@ -14204,6 +16159,72 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       return batches_.get(index);
     }
 
+    public static final int SHARED_FIELD_NUMBER = 3;
+    @SuppressWarnings("serial")
+    private java.util.List<dataservice.sidecar.v1.Stream.SharedBatch> shared_;
+    /**
+     * <pre>
+     * Records delivered, one Arrow IPC stream per partition run in the stream's
+     * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+     */
+    @java.lang.Override
+    public java.util.List<dataservice.sidecar.v1.Stream.SharedBatch> getSharedList() {
+      return shared_;
+    }
+    /**
+     * <pre>
+     * Records delivered, one Arrow IPC stream per partition run in the stream's
+     * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+     */
+    @java.lang.Override
+    public java.util.List<? extends dataservice.sidecar.v1.Stream.SharedBatchOrBuilder> 
+        getSharedOrBuilderList() {
+      return shared_;
+    }
+    /**
+     * <pre>
+     * Records delivered, one Arrow IPC stream per partition run in the stream's
+     * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+     */
+    @java.lang.Override
+    public int getSharedCount() {
+      return shared_.size();
+    }
+    /**
+     * <pre>
+     * Records delivered, one Arrow IPC stream per partition run in the stream's
+     * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+     */
+    @java.lang.Override
+    public dataservice.sidecar.v1.Stream.SharedBatch getShared(int index) {
+      return shared_.get(index);
+    }
+    /**
+     * <pre>
+     * Records delivered, one Arrow IPC stream per partition run in the stream's
+     * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+     */
+    @java.lang.Override
+    public dataservice.sidecar.v1.Stream.SharedBatchOrBuilder getSharedOrBuilder(
+        int index) {
+      return shared_.get(index);
+    }
+
     private byte memoizedIsInitialized = -1;
     @java.lang.Override
     public final boolean isInitialized() {
@@ -14224,6 +16245,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       for (int i = 0; i < batches_.size(); i++) {
         output.writeMessage(2, batches_.get(i));
       }
+      for (int i = 0; i < shared_.size(); i++) {
+        output.writeMessage(3, shared_.get(i));
+      }
       getUnknownFields().writeTo(output);
     }
 
@@ -14240,6 +16264,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       for (int i = 0; i < batches_.size(); i++) {
         size += com.google.protobuf.CodedOutputStream
           .computeMessageSize(2, batches_.get(i));
+      }
+      for (int i = 0; i < shared_.size(); i++) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeMessageSize(3, shared_.get(i));
       }
       size += getUnknownFields().getSerializedSize();
       memoizedSize = size;
@@ -14260,6 +16288,8 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           .equals(other.getRecordsList())) return false;
       if (!getBatchesList()
           .equals(other.getBatchesList())) return false;
+      if (!getSharedList()
+          .equals(other.getSharedList())) return false;
       if (!getUnknownFields().equals(other.getUnknownFields())) return false;
       return true;
     }
@@ -14278,6 +16308,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       if (getBatchesCount() > 0) {
         hash = (37 * hash) + BATCHES_FIELD_NUMBER;
         hash = (53 * hash) + getBatchesList().hashCode();
+      }
+      if (getSharedCount() > 0) {
+        hash = (37 * hash) + SHARED_FIELD_NUMBER;
+        hash = (53 * hash) + getSharedList().hashCode();
       }
       hash = (29 * hash) + getUnknownFields().hashCode();
       memoizedHashCode = hash;
@@ -14428,6 +16462,13 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           batchesBuilder_.clear();
         }
         bitField0_ = (bitField0_ & ~0x00000002);
+        if (sharedBuilder_ == null) {
+          shared_ = java.util.Collections.emptyList();
+        } else {
+          shared_ = null;
+          sharedBuilder_.clear();
+        }
+        bitField0_ = (bitField0_ & ~0x00000004);
         return this;
       }
 
@@ -14478,6 +16519,15 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           result.batches_ = batches_;
         } else {
           result.batches_ = batchesBuilder_.build();
+        }
+        if (sharedBuilder_ == null) {
+          if (((bitField0_ & 0x00000004) != 0)) {
+            shared_ = java.util.Collections.unmodifiableList(shared_);
+            bitField0_ = (bitField0_ & ~0x00000004);
+          }
+          result.shared_ = shared_;
+        } else {
+          result.shared_ = sharedBuilder_.build();
         }
       }
 
@@ -14549,6 +16599,32 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
             }
           }
         }
+        if (sharedBuilder_ == null) {
+          if (!other.shared_.isEmpty()) {
+            if (shared_.isEmpty()) {
+              shared_ = other.shared_;
+              bitField0_ = (bitField0_ & ~0x00000004);
+            } else {
+              ensureSharedIsMutable();
+              shared_.addAll(other.shared_);
+            }
+            onChanged();
+          }
+        } else {
+          if (!other.shared_.isEmpty()) {
+            if (sharedBuilder_.isEmpty()) {
+              sharedBuilder_.dispose();
+              sharedBuilder_ = null;
+              shared_ = other.shared_;
+              bitField0_ = (bitField0_ & ~0x00000004);
+              sharedBuilder_ = 
+                com.google.protobuf.GeneratedMessage.alwaysUseFieldBuilders ?
+                   internalGetSharedFieldBuilder() : null;
+            } else {
+              sharedBuilder_.addAllMessages(other.shared_);
+            }
+          }
+        }
         this.mergeUnknownFields(other.getUnknownFields());
         onChanged();
         return this;
@@ -14601,6 +16677,19 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
                 }
                 break;
               } // case 18
+              case 26: {
+                dataservice.sidecar.v1.Stream.SharedBatch m =
+                    input.readMessage(
+                        dataservice.sidecar.v1.Stream.SharedBatch.parser(),
+                        extensionRegistry);
+                if (sharedBuilder_ == null) {
+                  ensureSharedIsMutable();
+                  shared_.add(m);
+                } else {
+                  sharedBuilder_.addMessage(m);
+                }
+                break;
+              } // case 26
               default: {
                 if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                   done = true; // was an endgroup tag
@@ -15240,6 +17329,336 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           batches_ = null;
         }
         return batchesBuilder_;
+      }
+
+      private java.util.List<dataservice.sidecar.v1.Stream.SharedBatch> shared_ =
+        java.util.Collections.emptyList();
+      private void ensureSharedIsMutable() {
+        if (!((bitField0_ & 0x00000004) != 0)) {
+          shared_ = new java.util.ArrayList<dataservice.sidecar.v1.Stream.SharedBatch>(shared_);
+          bitField0_ |= 0x00000004;
+         }
+      }
+
+      private com.google.protobuf.RepeatedFieldBuilder<
+          dataservice.sidecar.v1.Stream.SharedBatch, dataservice.sidecar.v1.Stream.SharedBatch.Builder, dataservice.sidecar.v1.Stream.SharedBatchOrBuilder> sharedBuilder_;
+
+      /**
+       * <pre>
+       * Records delivered, one Arrow IPC stream per partition run in the stream's
+       * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+       */
+      public java.util.List<dataservice.sidecar.v1.Stream.SharedBatch> getSharedList() {
+        if (sharedBuilder_ == null) {
+          return java.util.Collections.unmodifiableList(shared_);
+        } else {
+          return sharedBuilder_.getMessageList();
+        }
+      }
+      /**
+       * <pre>
+       * Records delivered, one Arrow IPC stream per partition run in the stream's
+       * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+       */
+      public int getSharedCount() {
+        if (sharedBuilder_ == null) {
+          return shared_.size();
+        } else {
+          return sharedBuilder_.getCount();
+        }
+      }
+      /**
+       * <pre>
+       * Records delivered, one Arrow IPC stream per partition run in the stream's
+       * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+       */
+      public dataservice.sidecar.v1.Stream.SharedBatch getShared(int index) {
+        if (sharedBuilder_ == null) {
+          return shared_.get(index);
+        } else {
+          return sharedBuilder_.getMessage(index);
+        }
+      }
+      /**
+       * <pre>
+       * Records delivered, one Arrow IPC stream per partition run in the stream's
+       * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+       */
+      public Builder setShared(
+          int index, dataservice.sidecar.v1.Stream.SharedBatch value) {
+        if (sharedBuilder_ == null) {
+          if (value == null) {
+            throw new NullPointerException();
+          }
+          ensureSharedIsMutable();
+          shared_.set(index, value);
+          onChanged();
+        } else {
+          sharedBuilder_.setMessage(index, value);
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Records delivered, one Arrow IPC stream per partition run in the stream's
+       * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+       */
+      public Builder setShared(
+          int index, dataservice.sidecar.v1.Stream.SharedBatch.Builder builderForValue) {
+        if (sharedBuilder_ == null) {
+          ensureSharedIsMutable();
+          shared_.set(index, builderForValue.build());
+          onChanged();
+        } else {
+          sharedBuilder_.setMessage(index, builderForValue.build());
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Records delivered, one Arrow IPC stream per partition run in the stream's
+       * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+       */
+      public Builder addShared(dataservice.sidecar.v1.Stream.SharedBatch value) {
+        if (sharedBuilder_ == null) {
+          if (value == null) {
+            throw new NullPointerException();
+          }
+          ensureSharedIsMutable();
+          shared_.add(value);
+          onChanged();
+        } else {
+          sharedBuilder_.addMessage(value);
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Records delivered, one Arrow IPC stream per partition run in the stream's
+       * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+       */
+      public Builder addShared(
+          int index, dataservice.sidecar.v1.Stream.SharedBatch value) {
+        if (sharedBuilder_ == null) {
+          if (value == null) {
+            throw new NullPointerException();
+          }
+          ensureSharedIsMutable();
+          shared_.add(index, value);
+          onChanged();
+        } else {
+          sharedBuilder_.addMessage(index, value);
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Records delivered, one Arrow IPC stream per partition run in the stream's
+       * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+       */
+      public Builder addShared(
+          dataservice.sidecar.v1.Stream.SharedBatch.Builder builderForValue) {
+        if (sharedBuilder_ == null) {
+          ensureSharedIsMutable();
+          shared_.add(builderForValue.build());
+          onChanged();
+        } else {
+          sharedBuilder_.addMessage(builderForValue.build());
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Records delivered, one Arrow IPC stream per partition run in the stream's
+       * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+       */
+      public Builder addShared(
+          int index, dataservice.sidecar.v1.Stream.SharedBatch.Builder builderForValue) {
+        if (sharedBuilder_ == null) {
+          ensureSharedIsMutable();
+          shared_.add(index, builderForValue.build());
+          onChanged();
+        } else {
+          sharedBuilder_.addMessage(index, builderForValue.build());
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Records delivered, one Arrow IPC stream per partition run in the stream's
+       * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+       */
+      public Builder addAllShared(
+          java.lang.Iterable<? extends dataservice.sidecar.v1.Stream.SharedBatch> values) {
+        if (sharedBuilder_ == null) {
+          ensureSharedIsMutable();
+          com.google.protobuf.AbstractMessageLite.Builder.addAll(
+              values, shared_);
+          onChanged();
+        } else {
+          sharedBuilder_.addAllMessages(values);
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Records delivered, one Arrow IPC stream per partition run in the stream's
+       * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+       */
+      public Builder clearShared() {
+        if (sharedBuilder_ == null) {
+          shared_ = java.util.Collections.emptyList();
+          bitField0_ = (bitField0_ & ~0x00000004);
+          onChanged();
+        } else {
+          sharedBuilder_.clear();
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Records delivered, one Arrow IPC stream per partition run in the stream's
+       * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+       */
+      public Builder removeShared(int index) {
+        if (sharedBuilder_ == null) {
+          ensureSharedIsMutable();
+          shared_.remove(index);
+          onChanged();
+        } else {
+          sharedBuilder_.remove(index);
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Records delivered, one Arrow IPC stream per partition run in the stream's
+       * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+       */
+      public dataservice.sidecar.v1.Stream.SharedBatch.Builder getSharedBuilder(
+          int index) {
+        return internalGetSharedFieldBuilder().getBuilder(index);
+      }
+      /**
+       * <pre>
+       * Records delivered, one Arrow IPC stream per partition run in the stream's
+       * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+       */
+      public dataservice.sidecar.v1.Stream.SharedBatchOrBuilder getSharedOrBuilder(
+          int index) {
+        if (sharedBuilder_ == null) {
+          return shared_.get(index);  } else {
+          return sharedBuilder_.getMessageOrBuilder(index);
+        }
+      }
+      /**
+       * <pre>
+       * Records delivered, one Arrow IPC stream per partition run in the stream's
+       * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+       */
+      public java.util.List<? extends dataservice.sidecar.v1.Stream.SharedBatchOrBuilder> 
+           getSharedOrBuilderList() {
+        if (sharedBuilder_ != null) {
+          return sharedBuilder_.getMessageOrBuilderList();
+        } else {
+          return java.util.Collections.unmodifiableList(shared_);
+        }
+      }
+      /**
+       * <pre>
+       * Records delivered, one Arrow IPC stream per partition run in the stream's
+       * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+       */
+      public dataservice.sidecar.v1.Stream.SharedBatch.Builder addSharedBuilder() {
+        return internalGetSharedFieldBuilder().addBuilder(
+            dataservice.sidecar.v1.Stream.SharedBatch.getDefaultInstance());
+      }
+      /**
+       * <pre>
+       * Records delivered, one Arrow IPC stream per partition run in the stream's
+       * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+       */
+      public dataservice.sidecar.v1.Stream.SharedBatch.Builder addSharedBuilder(
+          int index) {
+        return internalGetSharedFieldBuilder().addBuilder(
+            index, dataservice.sidecar.v1.Stream.SharedBatch.getDefaultInstance());
+      }
+      /**
+       * <pre>
+       * Records delivered, one Arrow IPC stream per partition run in the stream's
+       * shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.SharedBatch shared = 3;</code>
+       */
+      public java.util.List<dataservice.sidecar.v1.Stream.SharedBatch.Builder> 
+           getSharedBuilderList() {
+        return internalGetSharedFieldBuilder().getBuilderList();
+      }
+      private com.google.protobuf.RepeatedFieldBuilder<
+          dataservice.sidecar.v1.Stream.SharedBatch, dataservice.sidecar.v1.Stream.SharedBatch.Builder, dataservice.sidecar.v1.Stream.SharedBatchOrBuilder> 
+          internalGetSharedFieldBuilder() {
+        if (sharedBuilder_ == null) {
+          sharedBuilder_ = new com.google.protobuf.RepeatedFieldBuilder<
+              dataservice.sidecar.v1.Stream.SharedBatch, dataservice.sidecar.v1.Stream.SharedBatch.Builder, dataservice.sidecar.v1.Stream.SharedBatchOrBuilder>(
+                  shared_,
+                  ((bitField0_ & 0x00000004) != 0),
+                  getParentForChildren(),
+                  isClean());
+          shared_ = null;
+        }
+        return sharedBuilder_;
       }
 
       // @@protoc_insertion_point(builder_scope:dataservice.sidecar.v1.StreamBatch)
@@ -39908,6 +42327,11 @@ java.lang.String defaultValue) {
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
       internal_static_dataservice_sidecar_v1_FetchResponse_fieldAccessorTable;
   private static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_dataservice_sidecar_v1_SharedBatch_descriptor;
+  private static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_dataservice_sidecar_v1_SharedBatch_fieldAccessorTable;
+  private static final com.google.protobuf.Descriptors.Descriptor
     internal_static_dataservice_sidecar_v1_RecordBatch_descriptor;
   private static final 
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
@@ -40072,149 +42496,157 @@ java.lang.String defaultValue) {
       "r.v1.DeliveryFormat\"u\n\rFetchResponse\022.\n\007" +
       "records\030\001 \003(\0132\035.dataservice.common.v1.Re" +
       "cord\0224\n\007batches\030\002 \003(\0132#.dataservice.side" +
-      "car.v1.RecordBatch\"\210\002\n\013RecordBatch\022\r\n\005to" +
+      "car.v1.RecordBatch\"\340\001\n\013SharedBatch\022\r\n\005to" +
       "pic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\023\n\013lease_ep" +
-      "och\030\003 \001(\003\022\017\n\007offsets\030\004 \001(\014\022\022\n\ntimestamps" +
-      "\030\005 \001(\014\022\025\n\rvalue_lengths\030\006 \001(\014\022\016\n\006values\030" +
-      "\007 \001(\014\022\023\n\013key_lengths\030\010 \001(\014\022\014\n\004keys\030\t \001(\014" +
-      "\022;\n\007headers\030\n \003(\0132*.dataservice.sidecar." +
-      "v1.RecordBatchHeaders\022\026\n\016delivery_count\030" +
-      "\013 \001(\005\"S\n\022RecordBatchHeaders\022\r\n\005index\030\001 \001" +
-      "(\005\022.\n\007headers\030\002 \003(\0132\035.dataservice.common" +
-      ".v1.Header\"\355\001\n\rStreamRequest\0222\n\004open\030\001 \001" +
-      "(\0132\".dataservice.sidecar.v1.StreamOpenH\000" +
-      "\0226\n\006credit\030\002 \001(\0132$.dataservice.sidecar.v" +
-      "1.StreamCreditH\000\0222\n\004acks\030\003 \001(\0132\".dataser" +
-      "vice.sidecar.v1.StreamAcksH\000\0224\n\005nacks\030\004 " +
-      "\001(\0132#.dataservice.sidecar.v1.StreamNacks" +
-      "H\000B\006\n\004kind\"\266\001\n\nStreamOpen\022\021\n\tclient_id\030\001" +
-      " \001(\t\022\r\n\005group\030\002 \001(\t\022\020\n\010auto_ack\030\003 \001(\010\022<\n" +
-      "\016initial_credit\030\004 \001(\0132$.dataservice.side" +
-      "car.v1.StreamCredit\0226\n\006format\030\005 \001(\0162&.da" +
-      "taservice.sidecar.v1.DeliveryFormat\".\n\014S" +
-      "treamCredit\022\017\n\007records\030\001 \001(\005\022\r\n\005bytes\030\002 " +
-      "\001(\003\"o\n\nStreamAcks\022/\n\004acks\030\001 \003(\0132!.datase" +
-      "rvice.sidecar.v1.RecordAck\0220\n\006ranges\030\002 \003" +
-      "(\0132 .dataservice.sidecar.v1.RangeAck\"\235\001\n" +
-      "\013StreamNacks\0222\n\007records\030\001 \003(\0132!.dataserv" +
-      "ice.sidecar.v1.RecordAck\0220\n\006ranges\030\002 \003(\013" +
-      "2 .dataservice.sidecar.v1.RangeAck\022(\n\005de" +
-      "lay\030\003 \001(\0132\031.google.protobuf.Duration\"\316\001\n" +
-      "\016StreamResponse\0224\n\005batch\030\001 \001(\0132#.dataser" +
-      "vice.sidecar.v1.StreamBatchH\000\022=\n\nack_res" +
-      "ult\030\002 \001(\0132\'.dataservice.sidecar.v1.Strea" +
-      "mAckResultH\000\022?\n\013nack_result\030\003 \001(\0132(.data" +
-      "service.sidecar.v1.StreamNackResultH\000B\006\n" +
-      "\004kind\"s\n\013StreamBatch\022.\n\007records\030\001 \003(\0132\035." +
-      "dataservice.common.v1.Record\0224\n\007batches\030" +
-      "\002 \003(\0132#.dataservice.sidecar.v1.RecordBat" +
-      "ch\"\245\001\n\017StreamAckResult\022\023\n\013acked_count\030\001 " +
-      "\001(\003\022:\n\rrejected_acks\030\002 \003(\0132#.dataservice" +
-      ".sidecar.v1.RejectedAck\022A\n\017rejected_rang" +
-      "es\030\003 \003(\0132(.dataservice.sidecar.v1.Reject" +
-      "edRangeAck\"\270\001\n\020StreamNackResult\022\024\n\014nacke" +
-      "d_count\030\001 \001(\003\022:\n\rrejected_acks\030\002 \003(\0132#.d" +
-      "ataservice.sidecar.v1.RejectedAck\022A\n\017rej" +
-      "ected_ranges\030\003 \003(\0132(.dataservice.sidecar" +
-      ".v1.RejectedRangeAck\022\017\n\007records\030\004 \001(\003\"R\n" +
-      "\tRecordAck\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartition\030\002" +
-      " \001(\005\022\016\n\006offset\030\003 \001(\003\022\023\n\013lease_epoch\030\004 \001(" +
-      "\003\"i\n\010RangeAck\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartitio" +
-      "n\030\002 \001(\005\022\023\n\013from_offset\030\003 \001(\003\022\021\n\tto_offse" +
-      "t\030\004 \001(\003\022\023\n\013lease_epoch\030\005 \001(\003\"\210\001\n\020Rejecte" +
-      "dRangeAck\022-\n\003ack\030\001 \001(\0132 .dataservice.sid" +
-      "ecar.v1.RangeAck\0224\n\006reason\030\002 \001(\0162$.datas" +
-      "ervice.sidecar.v1.RejectReason\022\017\n\007messag" +
-      "e\030\003 \001(\t\"\204\001\n\013RejectedAck\022.\n\003ack\030\001 \001(\0132!.d" +
-      "ataservice.sidecar.v1.RecordAck\0224\n\006reaso" +
-      "n\030\002 \001(\0162$.dataservice.sidecar.v1.RejectR" +
-      "eason\022\017\n\007message\030\003 \001(\t\"\221\001\n\nAckRequest\022\021\n" +
-      "\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022/\n\004acks\030" +
-      "\003 \003(\0132!.dataservice.sidecar.v1.RecordAck" +
-      "\0220\n\006ranges\030\004 \003(\0132 .dataservice.sidecar.v" +
-      "1.RangeAck\"\241\001\n\013AckResponse\022\023\n\013acked_coun" +
-      "t\030\001 \001(\003\022:\n\rrejected_acks\030\002 \003(\0132#.dataser" +
-      "vice.sidecar.v1.RejectedAck\022A\n\017rejected_" +
-      "ranges\030\003 \003(\0132(.dataservice.sidecar.v1.Re" +
-      "jectedRangeAck\"\314\001\n\013NackRequest\022\021\n\tclient" +
-      "_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\0222\n\007records\030\003 \003(" +
-      "\0132!.dataservice.sidecar.v1.RecordAck\0220\n\006" +
-      "ranges\030\004 \003(\0132 .dataservice.sidecar.v1.Ra" +
-      "ngeAck\022(\n\005delay\030\005 \001(\0132\031.google.protobuf." +
-      "Duration\022\013\n\003all\030\006 \001(\010\"\264\001\n\014NackResponse\022\024" +
-      "\n\014nacked_count\030\001 \001(\003\022:\n\rrejected_acks\030\002 " +
-      "\003(\0132#.dataservice.sidecar.v1.RejectedAck" +
-      "\022A\n\017rejected_ranges\030\003 \003(\0132(.dataservice." +
-      "sidecar.v1.RejectedRangeAck\022\017\n\007records\030\004" +
-      " \001(\003\"\305\001\n\020ReadRangeRequest\022\021\n\tclient_id\030\001" +
-      " \001(\t\022\r\n\005group\030\002 \001(\t\022\r\n\005topic\030\003 \001(\t\022\021\n\tpa" +
-      "rtition\030\004 \001(\005\022\023\n\013from_offset\030\005 \001(\003\022\021\n\tto" +
-      "_offset\030\006 \001(\003\022\021\n\tmax_bytes\030\007 \001(\003\0222\n\006form" +
-      "at\030\010 \001(\0162\".dataservice.sidecar.v1.ReadFo" +
-      "rmat\"\200\001\n\021ReadRangeResponse\022.\n\007records\030\001 " +
-      "\003(\0132\035.dataservice.common.v1.Record\022\021\n\tar" +
-      "row_ipc\030\002 \001(\014\022\023\n\013lease_epoch\030\003 \001(\003\022\023\n\013ne" +
-      "xt_offset\030\004 \001(\003\"U\n\014OffsetCommit\022\r\n\005topic" +
-      "\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\016\n\006offset\030\003 \001(" +
-      "\003\022\023\n\013lease_epoch\030\004 \001(\003\"o\n\024CommitOffsetsR" +
-      "equest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t" +
-      "\0225\n\007offsets\030\003 \003(\0132$.dataservice.sidecar." +
-      "v1.OffsetCommit\"\244\001\n\022OffsetCommitResult\0224" +
-      "\n\006commit\030\001 \001(\0132$.dataservice.sidecar.v1." +
-      "OffsetCommit\022\021\n\tcommitted\030\002 \001(\010\0224\n\006reaso" +
-      "n\030\003 \001(\0162$.dataservice.sidecar.v1.RejectR" +
-      "eason\022\017\n\007message\030\004 \001(\t\"T\n\025CommitOffsetsR" +
-      "esponse\022;\n\007results\030\001 \003(\0132*.dataservice.s" +
-      "idecar.v1.OffsetCommitResult\"\017\n\rStatusRe" +
-      "quest\"\252\002\n\017PartitionStatus\022\r\n\005topic\030\001 \001(\t" +
-      "\022\021\n\tpartition\030\002 \001(\005\022\023\n\013lease_epoch\030\003 \001(\003" +
-      "\022;\n\030lease_deadline_remaining\030\004 \001(\0132\031.goo" +
-      "gle.protobuf.Duration\022\020\n\010position\030\005 \001(\003\022" +
-      "\030\n\020committed_offset\030\006 \001(\003\022\026\n\016high_waterm" +
-      "ark\030\007 \001(\003\022\030\n\020buffered_records\030\010 \001(\003\022\026\n\016b" +
-      "uffered_bytes\030\t \001(\003\022\016\n\006paused\030\n \001(\010\022\020\n\010i" +
-      "nflight\030\013 \001(\003\022\013\n\003due\030\014 \001(\003\"\337\003\n\016StatusRes" +
-      "ponse\022\022\n\nsidecar_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t" +
-      "\022.\n\004mode\030\003 \001(\0162 .dataservice.common.v1.G" +
-      "roupMode\022;\n\npartitions\030\004 \003(\0132\'.dataservi" +
-      "ce.sidecar.v1.PartitionStatus\022\024\n\014buffer_" +
-      "bytes\030\005 \001(\003\022\030\n\020buffer_cap_bytes\030\006 \001(\003\022S\n" +
-      "\017consumer_config\030\007 \003(\0132:.dataservice.sid" +
-      "ecar.v1.StatusResponse.ConsumerConfigEnt" +
-      "ry\022\026\n\016config_version\030\010 \001(\003\022\032\n\022assigner_c" +
-      "onnected\030\t \001(\010\0225\n\022visibility_timeout\030\n \001" +
-      "(\0132\031.google.protobuf.Duration\022\026\n\016max_del" +
-      "iveries\030\013 \001(\005\0325\n\023ConsumerConfigEntry\022\013\n\003" +
-      "key\030\001 \001(\t\022\r\n\005value\030\002 \001(\t:\0028\001*k\n\016Delivery" +
-      "Format\022\037\n\033DELIVERY_FORMAT_UNSPECIFIED\020\000\022" +
-      "\033\n\027DELIVERY_FORMAT_RECORDS\020\001\022\033\n\027DELIVERY" +
-      "_FORMAT_BATCHES\020\002*\220\002\n\014RejectReason\022\035\n\031RE" +
-      "JECT_REASON_UNSPECIFIED\020\000\022\035\n\031REJECT_REAS" +
-      "ON_STALE_EPOCH\020\001\022\032\n\026REJECT_REASON_NOT_HE" +
-      "LD\020\002\022\037\n\033REJECT_REASON_LEASE_EXPIRED\020\003\022\037\n" +
-      "\033REJECT_REASON_NOT_DELIVERED\020\004\022%\n!REJECT" +
-      "_REASON_OFFSET_OUT_OF_RANGE\020\005\022\037\n\033REJECT_" +
-      "REASON_COMMIT_FAILED\020\006\022\034\n\030REJECT_REASON_" +
-      "NOT_HOLDER\020\007*]\n\nReadFormat\022\033\n\027READ_FORMA" +
-      "T_UNSPECIFIED\020\000\022\027\n\023READ_FORMAT_RECORDS\020\001" +
-      "\022\031\n\025READ_FORMAT_ARROW_IPC\020\0022\220\005\n\rStreamSe" +
-      "rvice\022T\n\005Fetch\022$.dataservice.sidecar.v1." +
-      "FetchRequest\032%.dataservice.sidecar.v1.Fe" +
-      "tchResponse\022[\n\006Stream\022%.dataservice.side" +
-      "car.v1.StreamRequest\032&.dataservice.sidec" +
-      "ar.v1.StreamResponse(\0010\001\022N\n\003Ack\022\".datase" +
-      "rvice.sidecar.v1.AckRequest\032#.dataservic" +
-      "e.sidecar.v1.AckResponse\022Q\n\004Nack\022#.datas" +
-      "ervice.sidecar.v1.NackRequest\032$.dataserv" +
-      "ice.sidecar.v1.NackResponse\022b\n\tReadRange" +
-      "\022(.dataservice.sidecar.v1.ReadRangeReque" +
-      "st\032).dataservice.sidecar.v1.ReadRangeRes" +
-      "ponse0\001\022l\n\rCommitOffsets\022,.dataservice.s" +
-      "idecar.v1.CommitOffsetsRequest\032-.dataser" +
-      "vice.sidecar.v1.CommitOffsetsResponse\022W\n" +
-      "\006Status\022%.dataservice.sidecar.v1.StatusR" +
-      "equest\032&.dataservice.sidecar.v1.StatusRe" +
-      "sponseb\006proto3"
+      "och\030\003 \001(\003\022\026\n\016delivery_count\030\004 \001(\005\022\024\n\014fir" +
+      "st_offset\030\005 \001(\003\022\023\n\013last_offset\030\006 \001(\003\022\024\n\014" +
+      "record_count\030\007 \001(\005\022\017\n\007segment\030\010 \001(\t\022\020\n\010p" +
+      "osition\030\t \001(\003\022\016\n\006length\030\n \001(\003\022\016\n\006region\030" +
+      "\013 \001(\003\"\210\002\n\013RecordBatch\022\r\n\005topic\030\001 \001(\t\022\021\n\t" +
+      "partition\030\002 \001(\005\022\023\n\013lease_epoch\030\003 \001(\003\022\017\n\007" +
+      "offsets\030\004 \001(\014\022\022\n\ntimestamps\030\005 \001(\014\022\025\n\rval" +
+      "ue_lengths\030\006 \001(\014\022\016\n\006values\030\007 \001(\014\022\023\n\013key_" +
+      "lengths\030\010 \001(\014\022\014\n\004keys\030\t \001(\014\022;\n\007headers\030\n" +
+      " \003(\0132*.dataservice.sidecar.v1.RecordBatc" +
+      "hHeaders\022\026\n\016delivery_count\030\013 \001(\005\"S\n\022Reco" +
+      "rdBatchHeaders\022\r\n\005index\030\001 \001(\005\022.\n\007headers" +
+      "\030\002 \003(\0132\035.dataservice.common.v1.Header\"\355\001" +
+      "\n\rStreamRequest\0222\n\004open\030\001 \001(\0132\".dataserv" +
+      "ice.sidecar.v1.StreamOpenH\000\0226\n\006credit\030\002 " +
+      "\001(\0132$.dataservice.sidecar.v1.StreamCredi" +
+      "tH\000\0222\n\004acks\030\003 \001(\0132\".dataservice.sidecar." +
+      "v1.StreamAcksH\000\0224\n\005nacks\030\004 \001(\0132#.dataser" +
+      "vice.sidecar.v1.StreamNacksH\000B\006\n\004kind\"\266\001" +
+      "\n\nStreamOpen\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group" +
+      "\030\002 \001(\t\022\020\n\010auto_ack\030\003 \001(\010\022<\n\016initial_cred" +
+      "it\030\004 \001(\0132$.dataservice.sidecar.v1.Stream" +
+      "Credit\0226\n\006format\030\005 \001(\0162&.dataservice.sid" +
+      "ecar.v1.DeliveryFormat\".\n\014StreamCredit\022\017" +
+      "\n\007records\030\001 \001(\005\022\r\n\005bytes\030\002 \001(\003\"\201\001\n\nStrea" +
+      "mAcks\022/\n\004acks\030\001 \003(\0132!.dataservice.sideca" +
+      "r.v1.RecordAck\0220\n\006ranges\030\002 \003(\0132 .dataser" +
+      "vice.sidecar.v1.RangeAck\022\020\n\010released\030\003 \003" +
+      "(\003\"\235\001\n\013StreamNacks\0222\n\007records\030\001 \003(\0132!.da" +
+      "taservice.sidecar.v1.RecordAck\0220\n\006ranges" +
+      "\030\002 \003(\0132 .dataservice.sidecar.v1.RangeAck" +
+      "\022(\n\005delay\030\003 \001(\0132\031.google.protobuf.Durati" +
+      "on\"\316\001\n\016StreamResponse\0224\n\005batch\030\001 \001(\0132#.d" +
+      "ataservice.sidecar.v1.StreamBatchH\000\022=\n\na" +
+      "ck_result\030\002 \001(\0132\'.dataservice.sidecar.v1" +
+      ".StreamAckResultH\000\022?\n\013nack_result\030\003 \001(\0132" +
+      "(.dataservice.sidecar.v1.StreamNackResul" +
+      "tH\000B\006\n\004kind\"\250\001\n\013StreamBatch\022.\n\007records\030\001" +
+      " \003(\0132\035.dataservice.common.v1.Record\0224\n\007b" +
+      "atches\030\002 \003(\0132#.dataservice.sidecar.v1.Re" +
+      "cordBatch\0223\n\006shared\030\003 \003(\0132#.dataservice." +
+      "sidecar.v1.SharedBatch\"\245\001\n\017StreamAckResu" +
+      "lt\022\023\n\013acked_count\030\001 \001(\003\022:\n\rrejected_acks" +
+      "\030\002 \003(\0132#.dataservice.sidecar.v1.Rejected" +
+      "Ack\022A\n\017rejected_ranges\030\003 \003(\0132(.dataservi" +
+      "ce.sidecar.v1.RejectedRangeAck\"\270\001\n\020Strea" +
+      "mNackResult\022\024\n\014nacked_count\030\001 \001(\003\022:\n\rrej" +
+      "ected_acks\030\002 \003(\0132#.dataservice.sidecar.v" +
+      "1.RejectedAck\022A\n\017rejected_ranges\030\003 \003(\0132(" +
+      ".dataservice.sidecar.v1.RejectedRangeAck" +
+      "\022\017\n\007records\030\004 \001(\003\"R\n\tRecordAck\022\r\n\005topic\030" +
+      "\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\016\n\006offset\030\003 \001(\003" +
+      "\022\023\n\013lease_epoch\030\004 \001(\003\"i\n\010RangeAck\022\r\n\005top" +
+      "ic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\023\n\013from_offs" +
+      "et\030\003 \001(\003\022\021\n\tto_offset\030\004 \001(\003\022\023\n\013lease_epo" +
+      "ch\030\005 \001(\003\"\210\001\n\020RejectedRangeAck\022-\n\003ack\030\001 \001" +
+      "(\0132 .dataservice.sidecar.v1.RangeAck\0224\n\006" +
+      "reason\030\002 \001(\0162$.dataservice.sidecar.v1.Re" +
+      "jectReason\022\017\n\007message\030\003 \001(\t\"\204\001\n\013Rejected" +
+      "Ack\022.\n\003ack\030\001 \001(\0132!.dataservice.sidecar.v" +
+      "1.RecordAck\0224\n\006reason\030\002 \001(\0162$.dataservic" +
+      "e.sidecar.v1.RejectReason\022\017\n\007message\030\003 \001" +
+      "(\t\"\221\001\n\nAckRequest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005" +
+      "group\030\002 \001(\t\022/\n\004acks\030\003 \003(\0132!.dataservice." +
+      "sidecar.v1.RecordAck\0220\n\006ranges\030\004 \003(\0132 .d" +
+      "ataservice.sidecar.v1.RangeAck\"\241\001\n\013AckRe" +
+      "sponse\022\023\n\013acked_count\030\001 \001(\003\022:\n\rrejected_" +
+      "acks\030\002 \003(\0132#.dataservice.sidecar.v1.Reje" +
+      "ctedAck\022A\n\017rejected_ranges\030\003 \003(\0132(.datas" +
+      "ervice.sidecar.v1.RejectedRangeAck\"\314\001\n\013N" +
+      "ackRequest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002" +
+      " \001(\t\0222\n\007records\030\003 \003(\0132!.dataservice.side" +
+      "car.v1.RecordAck\0220\n\006ranges\030\004 \003(\0132 .datas" +
+      "ervice.sidecar.v1.RangeAck\022(\n\005delay\030\005 \001(" +
+      "\0132\031.google.protobuf.Duration\022\013\n\003all\030\006 \001(" +
+      "\010\"\264\001\n\014NackResponse\022\024\n\014nacked_count\030\001 \001(\003" +
+      "\022:\n\rrejected_acks\030\002 \003(\0132#.dataservice.si" +
+      "decar.v1.RejectedAck\022A\n\017rejected_ranges\030" +
+      "\003 \003(\0132(.dataservice.sidecar.v1.RejectedR" +
+      "angeAck\022\017\n\007records\030\004 \001(\003\"\305\001\n\020ReadRangeRe" +
+      "quest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022" +
+      "\r\n\005topic\030\003 \001(\t\022\021\n\tpartition\030\004 \001(\005\022\023\n\013fro" +
+      "m_offset\030\005 \001(\003\022\021\n\tto_offset\030\006 \001(\003\022\021\n\tmax" +
+      "_bytes\030\007 \001(\003\0222\n\006format\030\010 \001(\0162\".dataservi" +
+      "ce.sidecar.v1.ReadFormat\"\200\001\n\021ReadRangeRe" +
+      "sponse\022.\n\007records\030\001 \003(\0132\035.dataservice.co" +
+      "mmon.v1.Record\022\021\n\tarrow_ipc\030\002 \001(\014\022\023\n\013lea" +
+      "se_epoch\030\003 \001(\003\022\023\n\013next_offset\030\004 \001(\003\"U\n\014O" +
+      "ffsetCommit\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartition\030" +
+      "\002 \001(\005\022\016\n\006offset\030\003 \001(\003\022\023\n\013lease_epoch\030\004 \001" +
+      "(\003\"o\n\024CommitOffsetsRequest\022\021\n\tclient_id\030" +
+      "\001 \001(\t\022\r\n\005group\030\002 \001(\t\0225\n\007offsets\030\003 \003(\0132$." +
+      "dataservice.sidecar.v1.OffsetCommit\"\244\001\n\022" +
+      "OffsetCommitResult\0224\n\006commit\030\001 \001(\0132$.dat" +
+      "aservice.sidecar.v1.OffsetCommit\022\021\n\tcomm" +
+      "itted\030\002 \001(\010\0224\n\006reason\030\003 \001(\0162$.dataservic" +
+      "e.sidecar.v1.RejectReason\022\017\n\007message\030\004 \001" +
+      "(\t\"T\n\025CommitOffsetsResponse\022;\n\007results\030\001" +
+      " \003(\0132*.dataservice.sidecar.v1.OffsetComm" +
+      "itResult\"\017\n\rStatusRequest\"\252\002\n\017PartitionS" +
+      "tatus\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022" +
+      "\023\n\013lease_epoch\030\003 \001(\003\022;\n\030lease_deadline_r" +
+      "emaining\030\004 \001(\0132\031.google.protobuf.Duratio" +
+      "n\022\020\n\010position\030\005 \001(\003\022\030\n\020committed_offset\030" +
+      "\006 \001(\003\022\026\n\016high_watermark\030\007 \001(\003\022\030\n\020buffere" +
+      "d_records\030\010 \001(\003\022\026\n\016buffered_bytes\030\t \001(\003\022" +
+      "\016\n\006paused\030\n \001(\010\022\020\n\010inflight\030\013 \001(\003\022\013\n\003due" +
+      "\030\014 \001(\003\"\337\003\n\016StatusResponse\022\022\n\nsidecar_id\030" +
+      "\001 \001(\t\022\r\n\005group\030\002 \001(\t\022.\n\004mode\030\003 \001(\0162 .dat" +
+      "aservice.common.v1.GroupMode\022;\n\npartitio" +
+      "ns\030\004 \003(\0132\'.dataservice.sidecar.v1.Partit" +
+      "ionStatus\022\024\n\014buffer_bytes\030\005 \001(\003\022\030\n\020buffe" +
+      "r_cap_bytes\030\006 \001(\003\022S\n\017consumer_config\030\007 \003" +
+      "(\0132:.dataservice.sidecar.v1.StatusRespon" +
+      "se.ConsumerConfigEntry\022\026\n\016config_version" +
+      "\030\010 \001(\003\022\032\n\022assigner_connected\030\t \001(\010\0225\n\022vi" +
+      "sibility_timeout\030\n \001(\0132\031.google.protobuf" +
+      ".Duration\022\026\n\016max_deliveries\030\013 \001(\005\0325\n\023Con" +
+      "sumerConfigEntry\022\013\n\003key\030\001 \001(\t\022\r\n\005value\030\002" +
+      " \001(\t:\0028\001*\212\001\n\016DeliveryFormat\022\037\n\033DELIVERY_" +
+      "FORMAT_UNSPECIFIED\020\000\022\033\n\027DELIVERY_FORMAT_" +
+      "RECORDS\020\001\022\033\n\027DELIVERY_FORMAT_BATCHES\020\002\022\035" +
+      "\n\031DELIVERY_FORMAT_ARROW_SHM\020\003*\220\002\n\014Reject" +
+      "Reason\022\035\n\031REJECT_REASON_UNSPECIFIED\020\000\022\035\n" +
+      "\031REJECT_REASON_STALE_EPOCH\020\001\022\032\n\026REJECT_R" +
+      "EASON_NOT_HELD\020\002\022\037\n\033REJECT_REASON_LEASE_" +
+      "EXPIRED\020\003\022\037\n\033REJECT_REASON_NOT_DELIVERED" +
+      "\020\004\022%\n!REJECT_REASON_OFFSET_OUT_OF_RANGE\020" +
+      "\005\022\037\n\033REJECT_REASON_COMMIT_FAILED\020\006\022\034\n\030RE" +
+      "JECT_REASON_NOT_HOLDER\020\007*]\n\nReadFormat\022\033" +
+      "\n\027READ_FORMAT_UNSPECIFIED\020\000\022\027\n\023READ_FORM" +
+      "AT_RECORDS\020\001\022\031\n\025READ_FORMAT_ARROW_IPC\020\0022" +
+      "\220\005\n\rStreamService\022T\n\005Fetch\022$.dataservice" +
+      ".sidecar.v1.FetchRequest\032%.dataservice.s" +
+      "idecar.v1.FetchResponse\022[\n\006Stream\022%.data" +
+      "service.sidecar.v1.StreamRequest\032&.datas" +
+      "ervice.sidecar.v1.StreamResponse(\0010\001\022N\n\003" +
+      "Ack\022\".dataservice.sidecar.v1.AckRequest\032" +
+      "#.dataservice.sidecar.v1.AckResponse\022Q\n\004" +
+      "Nack\022#.dataservice.sidecar.v1.NackReques" +
+      "t\032$.dataservice.sidecar.v1.NackResponse\022" +
+      "b\n\tReadRange\022(.dataservice.sidecar.v1.Re" +
+      "adRangeRequest\032).dataservice.sidecar.v1." +
+      "ReadRangeResponse0\001\022l\n\rCommitOffsets\022,.d" +
+      "ataservice.sidecar.v1.CommitOffsetsReque" +
+      "st\032-.dataservice.sidecar.v1.CommitOffset" +
+      "sResponse\022W\n\006Status\022%.dataservice.sideca" +
+      "r.v1.StatusRequest\032&.dataservice.sidecar" +
+      ".v1.StatusResponseb\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -40234,170 +42666,176 @@ java.lang.String defaultValue) {
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_FetchResponse_descriptor,
         new java.lang.String[] { "Records", "Batches", });
-    internal_static_dataservice_sidecar_v1_RecordBatch_descriptor =
+    internal_static_dataservice_sidecar_v1_SharedBatch_descriptor =
       getDescriptor().getMessageType(2);
+    internal_static_dataservice_sidecar_v1_SharedBatch_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_dataservice_sidecar_v1_SharedBatch_descriptor,
+        new java.lang.String[] { "Topic", "Partition", "LeaseEpoch", "DeliveryCount", "FirstOffset", "LastOffset", "RecordCount", "Segment", "Position", "Length", "Region", });
+    internal_static_dataservice_sidecar_v1_RecordBatch_descriptor =
+      getDescriptor().getMessageType(3);
     internal_static_dataservice_sidecar_v1_RecordBatch_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_RecordBatch_descriptor,
         new java.lang.String[] { "Topic", "Partition", "LeaseEpoch", "Offsets", "Timestamps", "ValueLengths", "Values", "KeyLengths", "Keys", "Headers", "DeliveryCount", });
     internal_static_dataservice_sidecar_v1_RecordBatchHeaders_descriptor =
-      getDescriptor().getMessageType(3);
+      getDescriptor().getMessageType(4);
     internal_static_dataservice_sidecar_v1_RecordBatchHeaders_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_RecordBatchHeaders_descriptor,
         new java.lang.String[] { "Index", "Headers", });
     internal_static_dataservice_sidecar_v1_StreamRequest_descriptor =
-      getDescriptor().getMessageType(4);
+      getDescriptor().getMessageType(5);
     internal_static_dataservice_sidecar_v1_StreamRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamRequest_descriptor,
         new java.lang.String[] { "Open", "Credit", "Acks", "Nacks", "Kind", });
     internal_static_dataservice_sidecar_v1_StreamOpen_descriptor =
-      getDescriptor().getMessageType(5);
+      getDescriptor().getMessageType(6);
     internal_static_dataservice_sidecar_v1_StreamOpen_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamOpen_descriptor,
         new java.lang.String[] { "ClientId", "Group", "AutoAck", "InitialCredit", "Format", });
     internal_static_dataservice_sidecar_v1_StreamCredit_descriptor =
-      getDescriptor().getMessageType(6);
+      getDescriptor().getMessageType(7);
     internal_static_dataservice_sidecar_v1_StreamCredit_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamCredit_descriptor,
         new java.lang.String[] { "Records", "Bytes", });
     internal_static_dataservice_sidecar_v1_StreamAcks_descriptor =
-      getDescriptor().getMessageType(7);
+      getDescriptor().getMessageType(8);
     internal_static_dataservice_sidecar_v1_StreamAcks_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamAcks_descriptor,
-        new java.lang.String[] { "Acks", "Ranges", });
+        new java.lang.String[] { "Acks", "Ranges", "Released", });
     internal_static_dataservice_sidecar_v1_StreamNacks_descriptor =
-      getDescriptor().getMessageType(8);
+      getDescriptor().getMessageType(9);
     internal_static_dataservice_sidecar_v1_StreamNacks_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamNacks_descriptor,
         new java.lang.String[] { "Records", "Ranges", "Delay", });
     internal_static_dataservice_sidecar_v1_StreamResponse_descriptor =
-      getDescriptor().getMessageType(9);
+      getDescriptor().getMessageType(10);
     internal_static_dataservice_sidecar_v1_StreamResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamResponse_descriptor,
         new java.lang.String[] { "Batch", "AckResult", "NackResult", "Kind", });
     internal_static_dataservice_sidecar_v1_StreamBatch_descriptor =
-      getDescriptor().getMessageType(10);
+      getDescriptor().getMessageType(11);
     internal_static_dataservice_sidecar_v1_StreamBatch_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamBatch_descriptor,
-        new java.lang.String[] { "Records", "Batches", });
+        new java.lang.String[] { "Records", "Batches", "Shared", });
     internal_static_dataservice_sidecar_v1_StreamAckResult_descriptor =
-      getDescriptor().getMessageType(11);
+      getDescriptor().getMessageType(12);
     internal_static_dataservice_sidecar_v1_StreamAckResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamAckResult_descriptor,
         new java.lang.String[] { "AckedCount", "RejectedAcks", "RejectedRanges", });
     internal_static_dataservice_sidecar_v1_StreamNackResult_descriptor =
-      getDescriptor().getMessageType(12);
+      getDescriptor().getMessageType(13);
     internal_static_dataservice_sidecar_v1_StreamNackResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamNackResult_descriptor,
         new java.lang.String[] { "NackedCount", "RejectedAcks", "RejectedRanges", "Records", });
     internal_static_dataservice_sidecar_v1_RecordAck_descriptor =
-      getDescriptor().getMessageType(13);
+      getDescriptor().getMessageType(14);
     internal_static_dataservice_sidecar_v1_RecordAck_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_RecordAck_descriptor,
         new java.lang.String[] { "Topic", "Partition", "Offset", "LeaseEpoch", });
     internal_static_dataservice_sidecar_v1_RangeAck_descriptor =
-      getDescriptor().getMessageType(14);
+      getDescriptor().getMessageType(15);
     internal_static_dataservice_sidecar_v1_RangeAck_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_RangeAck_descriptor,
         new java.lang.String[] { "Topic", "Partition", "FromOffset", "ToOffset", "LeaseEpoch", });
     internal_static_dataservice_sidecar_v1_RejectedRangeAck_descriptor =
-      getDescriptor().getMessageType(15);
+      getDescriptor().getMessageType(16);
     internal_static_dataservice_sidecar_v1_RejectedRangeAck_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_RejectedRangeAck_descriptor,
         new java.lang.String[] { "Ack", "Reason", "Message", });
     internal_static_dataservice_sidecar_v1_RejectedAck_descriptor =
-      getDescriptor().getMessageType(16);
+      getDescriptor().getMessageType(17);
     internal_static_dataservice_sidecar_v1_RejectedAck_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_RejectedAck_descriptor,
         new java.lang.String[] { "Ack", "Reason", "Message", });
     internal_static_dataservice_sidecar_v1_AckRequest_descriptor =
-      getDescriptor().getMessageType(17);
+      getDescriptor().getMessageType(18);
     internal_static_dataservice_sidecar_v1_AckRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_AckRequest_descriptor,
         new java.lang.String[] { "ClientId", "Group", "Acks", "Ranges", });
     internal_static_dataservice_sidecar_v1_AckResponse_descriptor =
-      getDescriptor().getMessageType(18);
+      getDescriptor().getMessageType(19);
     internal_static_dataservice_sidecar_v1_AckResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_AckResponse_descriptor,
         new java.lang.String[] { "AckedCount", "RejectedAcks", "RejectedRanges", });
     internal_static_dataservice_sidecar_v1_NackRequest_descriptor =
-      getDescriptor().getMessageType(19);
+      getDescriptor().getMessageType(20);
     internal_static_dataservice_sidecar_v1_NackRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_NackRequest_descriptor,
         new java.lang.String[] { "ClientId", "Group", "Records", "Ranges", "Delay", "All", });
     internal_static_dataservice_sidecar_v1_NackResponse_descriptor =
-      getDescriptor().getMessageType(20);
+      getDescriptor().getMessageType(21);
     internal_static_dataservice_sidecar_v1_NackResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_NackResponse_descriptor,
         new java.lang.String[] { "NackedCount", "RejectedAcks", "RejectedRanges", "Records", });
     internal_static_dataservice_sidecar_v1_ReadRangeRequest_descriptor =
-      getDescriptor().getMessageType(21);
+      getDescriptor().getMessageType(22);
     internal_static_dataservice_sidecar_v1_ReadRangeRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_ReadRangeRequest_descriptor,
         new java.lang.String[] { "ClientId", "Group", "Topic", "Partition", "FromOffset", "ToOffset", "MaxBytes", "Format", });
     internal_static_dataservice_sidecar_v1_ReadRangeResponse_descriptor =
-      getDescriptor().getMessageType(22);
+      getDescriptor().getMessageType(23);
     internal_static_dataservice_sidecar_v1_ReadRangeResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_ReadRangeResponse_descriptor,
         new java.lang.String[] { "Records", "ArrowIpc", "LeaseEpoch", "NextOffset", });
     internal_static_dataservice_sidecar_v1_OffsetCommit_descriptor =
-      getDescriptor().getMessageType(23);
+      getDescriptor().getMessageType(24);
     internal_static_dataservice_sidecar_v1_OffsetCommit_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_OffsetCommit_descriptor,
         new java.lang.String[] { "Topic", "Partition", "Offset", "LeaseEpoch", });
     internal_static_dataservice_sidecar_v1_CommitOffsetsRequest_descriptor =
-      getDescriptor().getMessageType(24);
+      getDescriptor().getMessageType(25);
     internal_static_dataservice_sidecar_v1_CommitOffsetsRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_CommitOffsetsRequest_descriptor,
         new java.lang.String[] { "ClientId", "Group", "Offsets", });
     internal_static_dataservice_sidecar_v1_OffsetCommitResult_descriptor =
-      getDescriptor().getMessageType(25);
+      getDescriptor().getMessageType(26);
     internal_static_dataservice_sidecar_v1_OffsetCommitResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_OffsetCommitResult_descriptor,
         new java.lang.String[] { "Commit", "Committed", "Reason", "Message", });
     internal_static_dataservice_sidecar_v1_CommitOffsetsResponse_descriptor =
-      getDescriptor().getMessageType(26);
+      getDescriptor().getMessageType(27);
     internal_static_dataservice_sidecar_v1_CommitOffsetsResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_CommitOffsetsResponse_descriptor,
         new java.lang.String[] { "Results", });
     internal_static_dataservice_sidecar_v1_StatusRequest_descriptor =
-      getDescriptor().getMessageType(27);
+      getDescriptor().getMessageType(28);
     internal_static_dataservice_sidecar_v1_StatusRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StatusRequest_descriptor,
         new java.lang.String[] { });
     internal_static_dataservice_sidecar_v1_PartitionStatus_descriptor =
-      getDescriptor().getMessageType(28);
+      getDescriptor().getMessageType(29);
     internal_static_dataservice_sidecar_v1_PartitionStatus_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_PartitionStatus_descriptor,
         new java.lang.String[] { "Topic", "Partition", "LeaseEpoch", "LeaseDeadlineRemaining", "Position", "CommittedOffset", "HighWatermark", "BufferedRecords", "BufferedBytes", "Paused", "Inflight", "Due", });
     internal_static_dataservice_sidecar_v1_StatusResponse_descriptor =
-      getDescriptor().getMessageType(29);
+      getDescriptor().getMessageType(30);
     internal_static_dataservice_sidecar_v1_StatusResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StatusResponse_descriptor,

@@ -303,7 +303,8 @@ public final class StreamServiceGrpc {
      * Long-poll fetch: returns as soon as max_records or max_bytes are buffered for the
      * client, or when max_wait elapses (possibly with no records; that is not an error).
      * Errors: INVALID_ARGUMENT (empty client_id/group, max_records negative or &gt; 100000,
-     * max_bytes negative or &gt; 64 MiB, max_wait negative or &gt; 30 s, unknown format),
+     * max_bytes negative or &gt; 64 MiB, max_wait negative or &gt; 30 s, unknown format or
+     * DELIVERY_FORMAT_ARROW_SHM),
      * NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED (caller may not read
      * the group), UNAVAILABLE (sidecar shutting down or not yet joined).
      * </pre>
@@ -319,8 +320,9 @@ public final class StreamServiceGrpc {
      * the sidecar sends record batches while the client has credit and answers every `acks`
      * message with an `ack_result`.
      * Errors: INVALID_ARGUMENT (first message not `open`, second `open`, empty
-     * client_id/group, negative credit, unknown format, a range ack's to_offset &lt;=
-     * from_offset), NOT_FOUND (group not served by this sidecar),
+     * client_id/group, negative credit, unknown format, DELIVERY_FORMAT_ARROW_SHM over TCP
+     * or from a sidecar without a local socket, a range ack's to_offset &lt;= from_offset),
+     * NOT_FOUND (group not served by this sidecar),
      * PERMISSION_DENIED, UNAVAILABLE (sidecar shutting down: the stream ends, rebind).
      * </pre>
      */
@@ -447,7 +449,8 @@ public final class StreamServiceGrpc {
      * Long-poll fetch: returns as soon as max_records or max_bytes are buffered for the
      * client, or when max_wait elapses (possibly with no records; that is not an error).
      * Errors: INVALID_ARGUMENT (empty client_id/group, max_records negative or &gt; 100000,
-     * max_bytes negative or &gt; 64 MiB, max_wait negative or &gt; 30 s, unknown format),
+     * max_bytes negative or &gt; 64 MiB, max_wait negative or &gt; 30 s, unknown format or
+     * DELIVERY_FORMAT_ARROW_SHM),
      * NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED (caller may not read
      * the group), UNAVAILABLE (sidecar shutting down or not yet joined).
      * </pre>
@@ -464,8 +467,9 @@ public final class StreamServiceGrpc {
      * the sidecar sends record batches while the client has credit and answers every `acks`
      * message with an `ack_result`.
      * Errors: INVALID_ARGUMENT (first message not `open`, second `open`, empty
-     * client_id/group, negative credit, unknown format, a range ack's to_offset &lt;=
-     * from_offset), NOT_FOUND (group not served by this sidecar),
+     * client_id/group, negative credit, unknown format, DELIVERY_FORMAT_ARROW_SHM over TCP
+     * or from a sidecar without a local socket, a range ack's to_offset &lt;= from_offset),
+     * NOT_FOUND (group not served by this sidecar),
      * PERMISSION_DENIED, UNAVAILABLE (sidecar shutting down: the stream ends, rebind).
      * </pre>
      */
@@ -584,7 +588,8 @@ public final class StreamServiceGrpc {
      * Long-poll fetch: returns as soon as max_records or max_bytes are buffered for the
      * client, or when max_wait elapses (possibly with no records; that is not an error).
      * Errors: INVALID_ARGUMENT (empty client_id/group, max_records negative or &gt; 100000,
-     * max_bytes negative or &gt; 64 MiB, max_wait negative or &gt; 30 s, unknown format),
+     * max_bytes negative or &gt; 64 MiB, max_wait negative or &gt; 30 s, unknown format or
+     * DELIVERY_FORMAT_ARROW_SHM),
      * NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED (caller may not read
      * the group), UNAVAILABLE (sidecar shutting down or not yet joined).
      * </pre>
@@ -600,8 +605,9 @@ public final class StreamServiceGrpc {
      * the sidecar sends record batches while the client has credit and answers every `acks`
      * message with an `ack_result`.
      * Errors: INVALID_ARGUMENT (first message not `open`, second `open`, empty
-     * client_id/group, negative credit, unknown format, a range ack's to_offset &lt;=
-     * from_offset), NOT_FOUND (group not served by this sidecar),
+     * client_id/group, negative credit, unknown format, DELIVERY_FORMAT_ARROW_SHM over TCP
+     * or from a sidecar without a local socket, a range ack's to_offset &lt;= from_offset),
+     * NOT_FOUND (group not served by this sidecar),
      * PERMISSION_DENIED, UNAVAILABLE (sidecar shutting down: the stream ends, rebind).
      * </pre>
      */
@@ -718,7 +724,8 @@ public final class StreamServiceGrpc {
      * Long-poll fetch: returns as soon as max_records or max_bytes are buffered for the
      * client, or when max_wait elapses (possibly with no records; that is not an error).
      * Errors: INVALID_ARGUMENT (empty client_id/group, max_records negative or &gt; 100000,
-     * max_bytes negative or &gt; 64 MiB, max_wait negative or &gt; 30 s, unknown format),
+     * max_bytes negative or &gt; 64 MiB, max_wait negative or &gt; 30 s, unknown format or
+     * DELIVERY_FORMAT_ARROW_SHM),
      * NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED (caller may not read
      * the group), UNAVAILABLE (sidecar shutting down or not yet joined).
      * </pre>
@@ -833,7 +840,8 @@ public final class StreamServiceGrpc {
      * Long-poll fetch: returns as soon as max_records or max_bytes are buffered for the
      * client, or when max_wait elapses (possibly with no records; that is not an error).
      * Errors: INVALID_ARGUMENT (empty client_id/group, max_records negative or &gt; 100000,
-     * max_bytes negative or &gt; 64 MiB, max_wait negative or &gt; 30 s, unknown format),
+     * max_bytes negative or &gt; 64 MiB, max_wait negative or &gt; 30 s, unknown format or
+     * DELIVERY_FORMAT_ARROW_SHM),
      * NOT_FOUND (group not served by this sidecar), PERMISSION_DENIED (caller may not read
      * the group), UNAVAILABLE (sidecar shutting down or not yet joined).
      * </pre>
