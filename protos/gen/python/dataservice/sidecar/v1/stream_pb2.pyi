@@ -52,9 +52,11 @@ class _DeliveryFormatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Delive
     file in the directory of the sidecar's local socket, which the pod's containers share),
     and StreamBatch.shared says only where it lies (SharedBatch). The client maps the
     segment, reads the columns in place and releases each region with StreamAcks.released;
-    the sidecar writes over a region only once it is released (or the stream ended).
-    Stream only, and only on the sidecar's local socket: Fetch, a Stream over TCP, and a
-    sidecar without a local socket refuse it (INVALID_ARGUMENT, field `format`).
+    the sidecar writes over a region only once it is released (or the stream ended). A run
+    too large for the segment comes as a RecordBatch in StreamBatch.batches instead (a
+    client of this format reads both fields of every StreamBatch). Stream only, and only
+    on the sidecar's local socket: Fetch, a Stream over TCP, and a sidecar without a local
+    socket refuse it (INVALID_ARGUMENT, field `format`).
     """
 
 class DeliveryFormat(_DeliveryFormat, metaclass=_DeliveryFormatEnumTypeWrapper):
@@ -74,9 +76,11 @@ READ_FORMAT_ARROW_IPC's columns, into a shared-memory segment of the stream's ow
 file in the directory of the sidecar's local socket, which the pod's containers share),
 and StreamBatch.shared says only where it lies (SharedBatch). The client maps the
 segment, reads the columns in place and releases each region with StreamAcks.released;
-the sidecar writes over a region only once it is released (or the stream ended).
-Stream only, and only on the sidecar's local socket: Fetch, a Stream over TCP, and a
-sidecar without a local socket refuse it (INVALID_ARGUMENT, field `format`).
+the sidecar writes over a region only once it is released (or the stream ended). A run
+too large for the segment comes as a RecordBatch in StreamBatch.batches instead (a
+client of this format reads both fields of every StreamBatch). Stream only, and only
+on the sidecar's local socket: Fetch, a Stream over TCP, and a sidecar without a local
+socket refuse it (INVALID_ARGUMENT, field `format`).
 """
 Global___DeliveryFormat: _TypeAlias = DeliveryFormat  # noqa: Y015
 
