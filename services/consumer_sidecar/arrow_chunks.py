@@ -2,16 +2,17 @@
 IPC stream, column by column, with no protobuf ``Record`` per message (the RECORDS format's
 cost, paid again on the Spark executor that turned records into Arrow).
 
-The columns are those stream.proto documents and Spark's Kafka source has: key binary,
-value binary, topic string, partition int32, offset int64, timestamp timestamp[us, UTC],
-headers list<struct<key string, value binary>>. A value the RECORDS format would carry
-identically is carried identically here: a missing key or value is null, a message without a
-timestamp (type NOT_AVAILABLE, or negative) has a null timestamp, and a header whose value is
-null carries ``b""`` (a protobuf ``Header`` cannot hold null), so the Spark source builds the
-same rows from either format.
+The columns are those stream.proto documents and Spark's Kafka source has
+(``services/records/arrow_batches.py``'s SCHEMA, which ``DELIVERY_FORMAT_ARROW_SHM``
+shares). A value the RECORDS format would carry identically is carried identically here: a
+missing key or value is null, a message without a timestamp (type NOT_AVAILABLE, or
+negative) has a null timestamp, and a header whose value is null carries ``b""`` (a
+protobuf ``Header`` cannot hold null), so the Spark source builds the same rows from
+either format.
 
-pyarrow is imported by this module only: the sidecar imports it on the first ``ARROW_IPC``
-request, so sidecars that never serve Spark never load it. Pure: no I/O, no clock.
+pyarrow is imported by the Arrow modules only (this one and ``arrow_batches``): the sidecar
+imports them on the first Arrow request, so sidecars that never serve one never load it.
+Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -24,19 +25,8 @@ from typing import Protocol, cast
 import pyarrow as pa
 import pyarrow.ipc as pa_ipc
 
-HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
-SCHEMA = pa.schema(
-    [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("headers", pa.list_(HEADER)),
-    ]
-)
-HEADERS = SCHEMA.field("headers").type
+from services.records.arrow_batches import HEADER, HEADERS, SCHEMA
+
 # Per row besides key, value, topic and header bytes: the offsets of the five variable-width
 # columns (4 B each), partition 4, offset 8, timestamp 8, validity bits; rounded up.
 ROW_OVERHEAD = 40
