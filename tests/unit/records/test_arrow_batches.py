@@ -54,7 +54,8 @@ def test_a_slice_in_arrow_has_the_rows_readrange_gives(
     if lo:
         chunk.take(lo, "orders", 3, 7)  # delivered before: the slice starts mid-chunk
     piece = chunk.take(hi - lo, "orders", 3, 7)
-    expected = pa_ipc.open_stream(arrow_chunks.encode(msgs[lo:hi])  # type: ignore[arg-type]).read_all()
+    ipc = arrow_chunks.encode(msgs[lo:hi])  # type: ignore[arg-type]
+    expected = pa_ipc.open_stream(ipc).read_all()
     got = arrow_batches.from_slice(piece)
     assert got.schema.equals(arrow_batches.SCHEMA)
     assert got.to_pylist() == expected.to_pylist()
