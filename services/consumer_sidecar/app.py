@@ -38,7 +38,7 @@ from services.consumer_sidecar.metrics import SidecarMetrics
 from services.consumer_sidecar.partitions import PartitionTable, Redelivery
 from services.consumer_sidecar.read_budget import ReadBudget
 from services.consumer_sidecar.reader import RangeReaders
-from services.consumer_sidecar.rpc import StreamServicer, add_to_server
+from services.consumer_sidecar.rpc import SharedMemory, StreamServicer, add_to_server
 from services.consumer_sidecar.serving import DataSignal, Serving
 from services.consumer_sidecar.session import ConfigStatus, SessionClient, SessionIdentity
 from services.consumer_sidecar.settings import SidecarSettings
@@ -270,10 +270,20 @@ class SidecarApp:
         return [
             GrpcService(
                 "dataservice.sidecar.v1.StreamService",
-                StreamServicer(self.serving, readers, clients=clients),
+                StreamServicer(
+                    self.serving, readers, clients=clients, shared_memory=self._shared_memory()
+                ),
                 add_to_server,
             )
         ]
+
+    def _shared_memory(self) -> SharedMemory | None:
+        """Where DELIVERY_FORMAT_ARROW_SHM streams get their segments: beside the local
+        socket; None without one (or with shm_segment_bytes 0)."""
+        directory, capacity = self.settings.uds_dir, self.settings.shm_segment_bytes
+        if directory is None or capacity == 0:
+            return None
+        return SharedMemory(directory, capacity)
 
     def dependencies(self) -> Sequence[Dependency]:
         return [self._probe]
@@ -308,6 +318,10 @@ class SidecarApp:
             capacity=self.settings.capacity,
             local_endpoint=local_socket.target(server.local_socket) if server.local_socket else "",
         )
+        if server.local_socket is not None:  # ours now: what a killed run left is stale
+            swept = local_socket.sweep_segments(server.local_socket.parent, self.settings.id)
+            if swept:
+                log.info("stale shared-memory segments removed", files=swept)
         self.fetcher.start()
         self._spawn(self.live_config.run(), "live-config")
         self._spawn(self.session.run(), "session")

@@ -49,7 +49,8 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import grpc.aio
 import structlog
@@ -76,6 +77,9 @@ from services.runtime.errors import DsError, Reason, invalid
 from services.runtime.handlers import method_handler
 from services.runtime.topic_partition import TP
 
+if TYPE_CHECKING:
+    from services.consumer_sidecar.shm_segment import Segment
+
 log = structlog.get_logger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
 R = TypeVar("R")
@@ -97,7 +101,9 @@ _FORMATS = (
     stream_pb2.DELIVERY_FORMAT_UNSPECIFIED,
     stream_pb2.DELIVERY_FORMAT_RECORDS,
     stream_pb2.DELIVERY_FORMAT_BATCHES,
+    stream_pb2.DELIVERY_FORMAT_ARROW_SHM,
 )
+SHM_LOCAL_ONLY = "DELIVERY_FORMAT_ARROW_SHM is served on Stream over the local socket only"
 # Stream: how long to wait for data before looking again (data_ready is shared).
 STREAM_IDLE_SECONDS = 0.5
 # ReadRange
@@ -134,14 +140,27 @@ class Credit:
             self.bytes -= nbytes
 
 
+@dataclass(frozen=True)
+class SharedMemory:
+    """Where ``DELIVERY_FORMAT_ARROW_SHM`` streams get their segments: the directory of the
+    sidecar's local socket, ``capacity`` bytes each (``shm_segment.py``)."""
+
+    directory: Path
+    capacity: int
+
+
 @dataclass
 class _StreamState:
     credit: Credit
     auto_ack: bool
     columns: bool  # DELIVERY_FORMAT_BATCHES
+    # DELIVERY_FORMAT_ARROW_SHM: the stream's segment, and what was taken for the stream and
+    # waits for room in it (delivered to the stream's holder already).
+    segment: Segment | None = None
+    pending: list[Slice] = field(default_factory=list)
     results: deque[stream_pb2.StreamResponse] = field(default_factory=deque)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
-    error: DsError | None = None
+    error: Exception | None = None  # DsError, or a bug's exception (INTERNAL)
     ended: bool = False  # the client half-closed or went away
     client_id: str = ""  # for the client-access metrics
     # The answer to the latest acks (their commit): answers go out in the order of the acks.
@@ -193,11 +212,11 @@ def _validate_delay(field_name: str, message: Any) -> float:
     return delay
 
 
-def _validate_format(field_name: str, value: int) -> bool:
-    """True for DELIVERY_FORMAT_BATCHES; an unknown format is INVALID_ARGUMENT."""
+def _validate_format(field_name: str, value: int) -> int:
+    """The delivery format; an unknown format is INVALID_ARGUMENT."""
     if value not in _FORMATS:
         raise invalid(field_name, f"unknown delivery format {value}")
-    return value == stream_pb2.DELIVERY_FORMAT_BATCHES
+    return value
 
 
 @dataclass(frozen=True)
@@ -304,10 +323,12 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         serving: Serving,
         readers: RangeReaders,
         clients: ClientMetrics | None = None,
+        shared_memory: SharedMemory | None = None,
     ) -> None:
         self.serving = serving
         self.readers = readers  # ReadRange's consumers and watermark queries
         self.clients = clients  # client-access metrics; None = not counted
+        self.shared_memory = shared_memory  # None: DELIVERY_FORMAT_ARROW_SHM is refused
         self._stream_ids = itertools.count(1)  # a Stream's holder id (0: Fetch)
 
     def close(self) -> None:
@@ -342,7 +363,10 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         )
         if not 0 <= max_wait <= MAX_WAIT:
             raise invalid("max_wait", f"must be between 0 and {MAX_WAIT:.0f} s")
-        columns = _validate_format("format", request.format)
+        delivery = _validate_format("format", request.format)
+        if delivery == stream_pb2.DELIVERY_FORMAT_ARROW_SHM:
+            raise invalid("format", SHM_LOCAL_ONLY)
+        columns = delivery == stream_pb2.DELIVERY_FORMAT_BATCHES
         if not self.serving.has_joined():
             raise DsError(Reason.SERVICE_NOT_READY, "sidecar has not joined the assigner yet")
         holder: Holder = (request.client_id, 0)
@@ -519,17 +543,23 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         opened = first.open
         self._check_caller(opened.client_id, opened.group)
         _validate_credit("open.initial_credit", opened.initial_credit)
-        columns = _validate_format("open.format", opened.format)
+        delivery = _validate_format("open.format", opened.format)
+        shared = delivery == stream_pb2.DELIVERY_FORMAT_ARROW_SHM
+        if shared and (self.shared_memory is None or not context.peer().startswith("unix:")):
+            raise invalid("open.format", SHM_LOCAL_ONLY)
         if not self.serving.has_joined():
             raise DsError(Reason.SERVICE_NOT_READY, "sidecar has not joined the assigner yet")
         credit = Credit()
         credit.add(opened.initial_credit.records, opened.initial_credit.bytes)
+        columns = delivery == stream_pb2.DELIVERY_FORMAT_BATCHES
         state = _StreamState(
             credit=credit, auto_ack=opened.auto_ack, columns=columns, client_id=opened.client_id
         )
+        if shared:
+            state.segment = self._segment()
         limits = (
             (STREAM_COLUMNS_RECORDS, STREAM_COLUMNS_BYTES)
-            if columns
+            if columns or shared
             else (STREAM_BATCH_RECORDS, STREAM_BATCH_BYTES)
         )
         holder: Holder = (opened.client_id, next(self._stream_ids))
@@ -545,6 +575,15 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                     raise state.error
                 if state.ended:
                     return
+                if state.pending:  # ARROW_SHM: taken, waiting for room in the segment
+                    response, sent = _shared_response(state)
+                    if not sent:
+                        await self._wait(state, data=False)  # for a release
+                        continue
+                    yield response
+                    if state.auto_ack:
+                        self.serving.written(sent)
+                    continue
                 if not state.credit.available():
                     await self._wait(state, data=False)
                     continue
@@ -556,6 +595,9 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                 if clients is not None:
                     clients.delivered(opened.client_id, taken, acked=state.auto_ack)
                 state.credit.spend(sum(map(len, taken)), sum(s.data_bytes() for s in taken))
+                if state.segment is not None:
+                    state.pending = taken  # written into the segment as it has room
+                    continue
                 if state.columns:
                     yield wire.stream_response(taken)
                 else:
@@ -570,6 +612,8 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
+            if state.segment is not None:
+                state.segment.close()
             self.serving.release(holder)
             if clients is not None:
                 clients.stream_closed(client_label)
@@ -586,6 +630,10 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                 elif kind == "acks":
                     _validate_acks("acks.acks", request.acks.acks)
                     _validate_ranges("acks.ranges", request.acks.ranges)
+                    if len(request.acks.released) > MAX_ACKS:
+                        raise invalid("acks.released", f"at most {MAX_ACKS} per message")
+                    if state.segment is not None and request.acks.released:
+                        state.segment.release(request.acks.released)
                     outcome = self._apply_acks(
                         state.client_id, request.acks.acks, request.acks.ranges
                     )
@@ -616,6 +664,9 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             state.error = err
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
             pass
+        except Exception as err:  # a bug: the stream fails (INTERNAL), never ends quietly
+            log.exception("stream request failed")
+            state.error = err
         finally:
             if state.answering is not None:  # the answers to acks already made
                 with contextlib.suppress(asyncio.CancelledError):
@@ -652,6 +703,22 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         )
         state.results.append(stream_pb2.StreamResponse(ack_result=result))
         state.wake.set()
+
+    def _segment(self) -> Segment:
+        """A new stream's shared-memory segment; UNAVAILABLE if it cannot be made (the
+        client reads on over TCP)."""
+        from services.consumer_sidecar.shm_segment import Segment  # pyarrow: on first use
+
+        assert self.shared_memory is not None
+        try:
+            return Segment(
+                self.shared_memory.directory, self.serving.sidecar_id, self.shared_memory.capacity
+            )
+        except OSError as err:
+            log.warning("shared-memory segment not made", error=str(err))
+            raise DsError(
+                Reason.SERVICE_NOT_READY, f"cannot make a shared-memory segment: {err}"
+            ) from err
 
     async def _wait(self, state: _StreamState, *, data: bool) -> None:
         """Until the client sent something, or (with ``data``) records were buffered."""
@@ -924,6 +991,44 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             visibility_timeout=visibility,
             max_deliveries=policy.max_deliveries,
         )
+
+
+def _shared_response(state: _StreamState) -> tuple[stream_pb2.StreamResponse, list[Slice]]:
+    """DELIVERY_FORMAT_ARROW_SHM: the stream's pending slices written into its segment, in
+    order, while it has room: the response saying where, and the slices it delivers (the
+    rest stay pending). A slice too large for the whole segment goes as a RecordBatch."""
+    from services.records.arrow_batches import from_slice  # pyarrow: on first use
+
+    segment = state.segment
+    assert segment is not None
+    batch = stream_pb2.StreamBatch()
+    sent = 0
+    for piece in state.pending:
+        arrow = from_slice(piece)
+        try:
+            region = segment.write(arrow)
+        except ValueError:  # larger than the segment
+            batch.batches.append(piece.to_batch())
+            sent += 1
+            continue
+        if region is None:  # no room until the client releases
+            break
+        batch.shared.add(
+            topic=piece.topic,
+            partition=piece.partition,
+            lease_epoch=piece.epoch,
+            delivery_count=piece.deliveries,
+            first_offset=piece.first_offset,
+            last_offset=piece.last_offset,
+            record_count=len(piece),
+            segment=segment.name,
+            position=region.position,
+            length=region.length,
+            region=region.id,
+        )
+        sent += 1
+    done, state.pending = state.pending[:sent], state.pending[sent:]
+    return stream_pb2.StreamResponse(batch=batch), done
 
 
 def _records(slices: list[Slice]) -> list[Any]:

@@ -106,6 +106,14 @@ class SidecarSettings(ServiceSettings):
         "(a volume shared with the application's container), file sidecar-ID.sock; "
         "unset = TCP only",
     )
+    shm_segment_bytes: int = Field(
+        32 * 1024 * 1024,
+        ge=0,
+        le=1024 * 1024 * 1024,
+        description="with uds_dir: the shared-memory segment of each Stream that asks for "
+        "DELIVERY_FORMAT_ARROW_SHM, a file of this size in uds_dir (a memory emptyDir: "
+        "count it in the volume's sizeLimit); 0 = that format is refused",
+    )
 
     @property
     def local_socket_path(self) -> Path | None:

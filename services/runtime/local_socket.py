@@ -49,6 +49,23 @@ def sidecar_file_name(sidecar_id: str) -> str:
     return f"sidecar-{sidecar_id}.sock"
 
 
+def segment_prefix(sidecar_id: str) -> str:
+    """The file names of a sidecar's shared-memory segments (``DELIVERY_FORMAT_ARROW_SHM``,
+    beside its socket) begin with this: ``sidecar-ID.shm-``."""
+    return f"sidecar-{sidecar_id}.shm-"
+
+
+def sweep_segments(directory: Path, sidecar_id: str) -> int:
+    """Remove the segment files a previous run of this sidecar left (killed with streams
+    open); how many. Call it once the socket is claimed (no live process has this id)."""
+    removed = 0
+    for path in directory.glob(f"{segment_prefix(sidecar_id)}*"):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed += 1
+    return removed
+
+
 def names_sidecar(target: str, sidecar_id: str) -> bool:
     """Whether ``target`` is an absolute ``unix:`` target whose file is this sidecar's
     socket, ``sidecar-ID.sock`` (what the assigner accepts as a sidecar's local endpoint:

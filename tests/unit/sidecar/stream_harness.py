@@ -26,9 +26,10 @@ from services.consumer_sidecar.fetcher import CommitRequest
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.partitions import Partition, PartitionTable
 from services.consumer_sidecar.reader import Chunk, RangeSpec
-from services.consumer_sidecar.rpc import StreamServicer, add_to_server
+from services.consumer_sidecar.rpc import SharedMemory, StreamServicer, add_to_server
 from services.consumer_sidecar.serving import DataSignal, Serving
 from services.records.batches import chunk_from_records
+from services.runtime import local_socket
 from services.runtime.errors import error_info
 from services.runtime.grpcserver import GrpcService, create_server
 from services.runtime.settings import ServiceSettings
@@ -181,11 +182,22 @@ def run(
     body: Body,
     readers: FakeReaders | None = None,
     servicer_class: type[StreamServicer] = StreamServicer,
+    shared_memory: SharedMemory | None = None,
 ) -> None:
+    """``body`` against the servicer over TCP; with ``shared_memory``, over a Unix socket
+    in its directory (``DELIVERY_FORMAT_ARROW_SHM`` served)."""
+
     async def main() -> None:
         sidecar = Sidecar()
         sidecar.data.bind_loop(asyncio.get_running_loop())
-        servicer = servicer_class(sidecar.serving, readers or FakeReaders())  # type: ignore[arg-type]
+        servicer = servicer_class(
+            sidecar.serving,
+            readers or FakeReaders(),  # type: ignore[arg-type]
+            shared_memory=shared_memory,
+        )
+        socket = None
+        if shared_memory is not None:
+            socket = shared_memory.directory / local_socket.sidecar_file_name("sc-1")
         server = create_server(
             ServiceSettings(grpc_port=0, http_port=0),
             [
@@ -195,10 +207,12 @@ def run(
                     add_to_server,
                 )
             ],
+            local_socket_path=socket,
         )
         await server.server.start()
+        target = local_socket.target(socket) if socket else f"127.0.0.1:{server.port}"
         try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            async with grpc.aio.insecure_channel(target) as channel:
                 await asyncio.wait_for(
                     body(stream_pb2_grpc.StreamServiceStub(channel), sidecar), 20
                 )
@@ -223,6 +237,7 @@ def opening(
             group=kw.get("group", GROUP),
             auto_ack=auto_ack,
             initial_credit=stream_pb2.StreamCredit(records=records, bytes=nbytes),
+            format=kw.get("format", stream_pb2.DELIVERY_FORMAT_UNSPECIFIED),
         )
     )
 

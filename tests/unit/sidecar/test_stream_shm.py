@@ -1,0 +1,217 @@
+"""Stream's DELIVERY_FORMAT_ARROW_SHM through an in-process gRPC server on a Unix socket
+(stream_harness.py): each partition run written once into the stream's segment and read in
+place, the segment's room given back by releases, the file gone once mapped or when the
+stream ends, and the format refused where it cannot work (TCP, Fetch)."""
+
+from __future__ import annotations
+
+import asyncio
+import mmap
+import os
+from pathlib import Path
+
+import grpc
+import grpc.aio
+import pyarrow as pa
+import pyarrow.ipc as pa_ipc
+import pytest
+
+from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
+from services.consumer_sidecar.rpc import SharedMemory
+from services.records.arrow_batches import SCHEMA
+from services.runtime import local_socket
+from tests.unit.sidecar.stream_harness import (
+    TOPIC,
+    Requests,
+    Sidecar,
+    fetch_request,
+    opening,
+    range_ack,
+    reason_of,
+    run,
+)
+
+SHM = stream_pb2.DELIVERY_FORMAT_ARROW_SHM
+
+
+class Mapped:
+    """The client's side: segments mapped read-only at their first mention."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.maps: dict[str, pa.Buffer] = {}
+
+    def read(self, shared: stream_pb2.SharedBatch) -> pa.RecordBatch:
+        if shared.segment not in self.maps:
+            fd = os.open(self.directory / shared.segment, os.O_RDONLY)
+            try:
+                self.maps[shared.segment] = pa.py_buffer(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
+            finally:
+                os.close(fd)
+        view = self.maps[shared.segment].slice(shared.position, shared.length)
+        batch = pa_ipc.open_stream(view).read_next_batch()
+        assert batch.schema.equals(SCHEMA)
+        return batch
+
+
+def released(
+    *regions: int, ranges: list[stream_pb2.RangeAck] | None = None
+) -> stream_pb2.StreamRequest:
+    return stream_pb2.StreamRequest(
+        acks=stream_pb2.StreamAcks(ranges=ranges or [], released=list(regions))
+    )
+
+
+def segment_files(directory: Path) -> list[str]:
+    prefix = local_socket.segment_prefix("sc-1")
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith(prefix))
+
+
+def test_each_run_is_written_once_and_read_in_place(tmp_path: Path) -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        parts = {0: sc.hold(0, epoch=3), 1: sc.hold(1, epoch=5)}
+        sc.buffer(0, range(10))
+        sc.buffer(1, range(4))
+        requests = Requests(opening(records=100, format=SHM))
+        call = stub.Stream(requests)
+        mapped = Mapped(tmp_path)
+        got: dict[int, list[tuple[int, bytes]]] = {0: [], 1: []}
+        sent: list[stream_pb2.SharedBatch] = []
+        while sum(map(len, got.values())) < 14:
+            response = await call.read()
+            assert response.WhichOneof("kind") == "batch"
+            assert not response.batch.records and not response.batch.batches
+            for shared in response.batch.shared:
+                rows = mapped.read(shared)
+                assert shared.topic == TOPIC and shared.record_count == rows.num_rows
+                assert shared.lease_epoch == parts[shared.partition].epoch
+                offsets = rows.column("offset").to_pylist()
+                assert (offsets[0], offsets[-1]) == (shared.first_offset, shared.last_offset)
+                got[shared.partition] += zip(offsets, rows.column("value").to_pylist(), strict=True)
+                sent.append(shared)
+        assert got[0] == [(o, b"v%d" % o) for o in range(10)]
+        assert got[1] == [(o, b"v%d" % o) for o in range(4)]
+        assert segment_files(tmp_path) == [sent[0].segment]  # until the client has it mapped
+        ranges = [
+            range_ack(s.partition, s.first_offset, s.last_offset + 1, s.lease_epoch) for s in sent
+        ]
+        requests.send(released(*(s.region for s in sent), ranges=ranges))
+        result = await call.read()
+        assert result.ack_result.acked_count == len(sent) and not result.ack_result.rejected_ranges
+        assert parts[0].acks.commit_point == 10 and parts[1].acks.commit_point == 4
+        assert segment_files(tmp_path) == []  # released once: the client has it mapped
+        requests.send(None)
+        assert await call.read() == grpc.aio.EOF
+
+    run(body, shared_memory=SharedMemory(tmp_path, 1 << 20))
+
+
+def test_a_full_segment_waits_for_releases_and_nothing_is_lost(tmp_path: Path) -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        part = sc.hold(0)
+        requests = Requests(opening(records=100_000, format=SHM))
+        call = stub.Stream(requests)
+        mapped = Mapped(tmp_path)
+        offsets: list[int] = []
+        reading = asyncio.ensure_future(call.read())  # a read cancelled would end the call
+        held: list[stream_pb2.SharedBatch] = []
+        waits = 0
+        for round_ in range(6):  # together several times what the segment holds
+            sc.buffer(0, range(round_ * 200, (round_ + 1) * 200))
+            while len(offsets) < (round_ + 1) * 200:
+                done, _ = await asyncio.wait([reading], timeout=0.8)
+                if not done:
+                    # The segment is full of what this side holds: release it all.
+                    assert held, "nothing held, yet nothing arrives"
+                    requests.send(released(*(s.region for s in held)))
+                    held, waits = [], waits + 1
+                    continue
+                response, reading = reading.result(), asyncio.ensure_future(call.read())
+                if response.WhichOneof("kind") != "batch":
+                    continue
+                assert not response.batch.batches  # every run fits the segment
+                for shared in response.batch.shared:
+                    offsets += mapped.read(shared).column("offset").to_pylist()
+                    held.append(shared)
+        assert waits >= 2  # the segment was full, and room came back with the releases
+        assert offsets == list(range(1200))  # in order, each once
+        assert part.acks.inflight == 1200
+        reading.cancel()
+        call.cancel()
+
+    # A run of 200 short records is about 9 KiB of Arrow: 24 KiB holds two.
+    run(body, shared_memory=SharedMemory(tmp_path, 24 * 1024))
+
+
+def test_a_run_larger_than_the_segment_comes_as_a_record_batch(tmp_path: Path) -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        sc.hold(0)
+        sc.buffer(0, range(50))
+        call = stub.Stream(Requests(opening(records=100, format=SHM)))
+        response = await call.read()
+        assert not response.batch.shared
+        [batch] = response.batch.batches
+        assert (batch.partition, len(batch.offsets) // 8) == (0, 50)
+        call.cancel()
+
+    run(body, shared_memory=SharedMemory(tmp_path, 512))
+
+
+def test_the_segment_goes_when_the_stream_ends_and_its_records_come_again(
+    tmp_path: Path,
+) -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        part = sc.hold(0)
+        sc.buffer(0, range(5))
+        call = stub.Stream(Requests(opening(records=100, format=SHM)))
+        response = await call.read()
+        assert response.batch.shared and segment_files(tmp_path)
+        call.cancel()
+        for _ in range(100):
+            if not segment_files(tmp_path) and part.acks.inflight == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert segment_files(tmp_path) == []
+        assert part.acks.inflight == 0 and part.acks.due == 5  # delivered again, not lost
+
+    run(body, shared_memory=SharedMemory(tmp_path, 1 << 20))
+
+
+def test_arrow_shm_is_refused_over_tcp() -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        sc.hold(0)
+        call = stub.Stream(Requests(opening(records=10, format=SHM)))
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await call.read()
+        code, reason, metadata = reason_of(err.value)
+        assert (code, reason, metadata["field"]) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "INVALID_FIELD",
+            "open.format",
+        )
+
+    run(body)
+
+
+def test_arrow_shm_is_refused_on_fetch(tmp_path: Path) -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        sc.hold(0)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.Fetch(fetch_request(format=SHM))
+        code, reason, metadata = reason_of(err.value)
+        assert (code, reason, metadata["field"]) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "INVALID_FIELD",
+            "format",
+        )
+
+    run(body, shared_memory=SharedMemory(tmp_path, 1 << 20))
+
+
+def test_a_restarted_sidecar_sweeps_only_its_own_stale_segments(tmp_path: Path) -> None:
+    mine = tmp_path / f"{local_socket.segment_prefix('sc-1')}abc"
+    other = tmp_path / f"{local_socket.segment_prefix('sc-10')}abc"
+    mine.write_bytes(b"x")
+    other.write_bytes(b"x")
+    assert local_socket.sweep_segments(tmp_path, "sc-1") == 1
+    assert not mine.exists() and other.exists()
