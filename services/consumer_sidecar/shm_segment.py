@@ -9,8 +9,8 @@ the region with its ack; the :class:`~services.consumer_sidecar.shm_ring.Ring` s
 the next stream goes.
 
 The file: ``sidecar-ID.shm-RANDOM`` (the socket's directory is a memory ``emptyDir`` the
-pod's containers share; mode 0660, as the socket), sized to the segment's capacity (tmpfs
-gives pages as they are first written). It is removed as soon as the application has it
+pod's containers share; mode 0660, as the socket), its whole capacity allocated when the
+stream opens (the memory is the sidecar's, counted in its container's limit). It is removed as soon as the application has it
 mapped (its first release) or when the stream ends, whichever comes first: both mappings
 keep the memory until they are closed, and a sidecar that is killed leaves at most its
 open streams' files, which it removes when it starts again
@@ -56,7 +56,10 @@ class Segment:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, SEGMENT_MODE)
         try:
             os.fchmod(fd, SEGMENT_MODE)  # whatever the umask
-            os.ftruncate(fd, capacity)
+            # Every page now, not as first written: a full memory volume (tmpfs at its
+            # sizeLimit) refuses the stream here (ENOSPC: UNAVAILABLE, the client reads over
+            # TCP) instead of killing the sidecar with SIGBUS on a write into the mapping.
+            os.posix_fallocate(fd, 0, capacity)
             # pyarrow's own mapping: IPC streams are written straight into it.
             self._map: pa.MemoryMappedFile | None = pa.memory_map(str(self.path), "r+")
         except BaseException:

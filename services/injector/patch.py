@@ -54,6 +54,7 @@ WORKLOAD_KINDS = {"Deployment": "apps/v1", "StatefulSet": "apps/v1", "Job": "bat
 APP_ENV_NAMES = (mesh_env.SIDECAR, mesh_env.GROUP, mesh_env.ASSIGNER)
 # The shared volume of the sidecar's socket (template.uds_dir); injection owns this name.
 SOCKET_VOLUME = "ds-socket"
+MIB = 1024 * 1024
 # Pod fields the sidecar's settings may refer to as $(NAME), from the downward API.
 _FIELD_REFS = (
     ("POD_NAME", "metadata.name"),
@@ -160,6 +161,10 @@ def sidecar_env(group: str, template: SidecarTemplate) -> list[dict[str, Any]]:
         ("DS_HTTP_PORT", str(template.http_port)),
         ("DS_LOG_FORMAT", template.log_format),
         (mesh_env.UDS_DIR, template.uds_dir),
+        (
+            "DS_SHM_SEGMENT_BYTES",
+            str(template.shm_segment_mib * MIB) if template.uds_dir is not None else None,
+        ),
     ]
     env += [_env(name, value) for name, value in settings if value is not None]
     own = {entry["name"] for entry in env}
@@ -230,10 +235,12 @@ def sidecar_container(group: str, template: SidecarTemplate) -> dict[str, Any]:
     return _with_socket_mount(container, template)
 
 
-def socket_volume() -> dict[str, Any]:
-    """The pod's shared volume for the sidecar's socket: in memory, a socket file is all it
-    holds."""
-    return {"name": SOCKET_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+def socket_volume(template: SidecarTemplate) -> dict[str, Any]:
+    """The pod's shared volume for the sidecar's socket and its shared-memory segments, in
+    memory: 1 MiB for the socket, and ``shm_streams`` segments (a segment is allocated
+    whole when its stream opens, so one too many is refused, never a SIGBUS)."""
+    mib = 1 + template.shm_streams * template.shm_segment_mib
+    return {"name": SOCKET_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": f"{mib}Mi"}}
 
 
 def _with_socket_mount(container: Mapping[str, Any], template: SidecarTemplate) -> dict[str, Any]:
@@ -291,7 +298,7 @@ def inject_pod(pod: Mapping[str, Any], group: str, template: SidecarTemplate) ->
     ]
     volumes = _without_ours(spec.get("volumes"))
     if template.uds_dir is not None:
-        volumes.append(socket_volume())
+        volumes.append(socket_volume(template))
     spec = _with_list(spec, "volumes", volumes)
     current = spec.get("terminationGracePeriodSeconds")
     grace = DEFAULT_GRACE_SECONDS if current is None else int(current)

@@ -95,6 +95,21 @@ class SidecarTemplate(BaseModel):
         "application container: the sidecar serves on a Unix domain socket in it, which the "
         "pod's clients prefer to TCP; unset = TCP only",
     )
+    shm_segment_mib: int = Field(
+        32,
+        ge=0,
+        le=1024,
+        description="with uds_dir: the shared-memory segment of each Stream the pod's "
+        "application reads with DELIVERY_FORMAT_ARROW_SHM (zero copy), in MiB; the sidecar's "
+        "memory, so count shm_streams of them in memory_limit; 0 = that format is refused",
+    )
+    shm_streams: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="with uds_dir: how many such streams at once the shared volume is sized "
+        "for (its sizeLimit); one more is refused and that client reads over TCP",
+    )
 
     @field_validator("bootstrap")
     @classmethod

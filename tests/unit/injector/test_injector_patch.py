@@ -302,13 +302,29 @@ def test_a_socket_dir_gives_the_pod_a_shared_in_memory_volume(pod: dict[str, Any
     injected = inject_pod(pod, "orders", template)
     spec = injected["spec"]
     ours = [v for v in spec["volumes"] if v["name"] == SOCKET_VOLUME]
-    assert ours == [{"name": SOCKET_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}]
+    # 1 MiB for the socket, and two streams' shared-memory segments of 32 MiB (defaults).
+    assert ours == [{"name": SOCKET_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "65Mi"}}]
     mount = {"name": SOCKET_VOLUME, "mountPath": "/var/run/dataservice"}
     sidecar = spec["initContainers"][0]
     assert mount in sidecar["volumeMounts"]
     assert {"name": "DS_UDS_DIR", "value": "/var/run/dataservice"} in sidecar["env"]
+    assert {"name": "DS_SHM_SEGMENT_BYTES", "value": str(32 * 1024 * 1024)} in sidecar["env"]
     for container in spec["containers"]:
         assert mount in container["volumeMounts"]
         assert {"name": "DS_UDS_DIR", "value": "/var/run/dataservice"} in container["env"]
     assert inject_pod(injected, "orders", template) == injected
     assert inject_pod(injected, "orders", TEMPLATE) == inject_pod(pod, "orders", TEMPLATE)
+
+
+def test_the_shared_volume_is_sized_for_the_shared_memory_streams() -> None:
+    template = TEMPLATE.model_copy(
+        update={"uds_dir": "/var/run/ds", "shm_segment_mib": 16, "shm_streams": 4}
+    )
+    spec = inject_pod({"spec": {"containers": [{"name": "app"}]}}, "orders", template)["spec"]
+    [volume] = [v for v in spec["volumes"] if v["name"] == SOCKET_VOLUME]
+    assert volume["emptyDir"]["sizeLimit"] == "65Mi"
+    sidecar_env = spec["initContainers"][0]["env"]
+    assert {"name": "DS_SHM_SEGMENT_BYTES", "value": str(16 * 1024 * 1024)} in sidecar_env
+    # Without a socket there is no segment: the setting is not passed.
+    plain = inject_pod({"spec": {"containers": [{"name": "app"}]}}, "orders", TEMPLATE)["spec"]
+    assert not [e for e in plain["initContainers"][0]["env"] if e["name"] == "DS_SHM_SEGMENT_BYTES"]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import mmap
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -215,3 +217,36 @@ def test_a_restarted_sidecar_sweeps_only_its_own_stale_segments(tmp_path: Path) 
     other.write_bytes(b"x")
     assert local_socket.sweep_segments(tmp_path, "sc-1") == 1
     assert not mine.exists() and other.exists()
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB memory volume, as a pod's ``emptyDir`` at its sizeLimit (root only)."""
+    mount_point = tmp_path / "volume"
+    mount_point.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=False)
+
+
+def test_a_full_memory_volume_refuses_the_stream_instead_of_a_sigbus(small_tmpfs: Path) -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        sc.hold(0)
+        sc.buffer(0, range(5))
+        call = stub.Stream(Requests(opening(records=10, format=SHM)))
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await call.read()
+        code, reason, _ = reason_of(err.value)
+        assert (code, reason) == (grpc.StatusCode.UNAVAILABLE, "SERVICE_NOT_READY")
+        assert segment_files(small_tmpfs) == []  # nothing left behind
+
+    # A 4 MiB segment in a 1 MiB volume: allocated whole at open, so refused there.
+    run(body, shared_memory=SharedMemory(small_tmpfs, 4 << 20))
