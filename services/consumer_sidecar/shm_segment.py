@@ -10,11 +10,11 @@ the next stream goes.
 
 The file: ``sidecar-ID.shm-RANDOM`` (the socket's directory is a memory ``emptyDir`` the
 pod's containers share; mode 0660, as the socket), its whole capacity allocated when the
-stream opens (the memory is the sidecar's, counted in its container's limit). It is removed as soon as the application has it
-mapped (its first release) or when the stream ends, whichever comes first: both mappings
-keep the memory until they are closed, and a sidecar that is killed leaves at most its
-open streams' files, which it removes when it starts again
-(:func:`~services.runtime.local_socket.sweep_segments`).
+stream opens (the memory is the sidecar's, counted in its container's limit). It is
+removed as soon as the application has it mapped (its first release) or when the stream
+ends, whichever comes first: both mappings keep the memory until they are closed, and a
+sidecar that is killed leaves at most its open streams' files, which it removes when it
+starts again (:func:`~services.runtime.local_socket.sweep_segments`).
 
 pyarrow is imported by this module: the servicer imports it on the first such stream.
 """
