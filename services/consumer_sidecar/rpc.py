@@ -97,6 +97,7 @@ STREAM_BATCH_RECORDS = 500
 STREAM_BATCH_BYTES = 1024 * 1024
 STREAM_COLUMNS_RECORDS = 10_000
 STREAM_COLUMNS_BYTES = 4 * 1024 * 1024
+STREAM_SHARED_RECORDS = 50_000  # DELIVERY_FORMAT_ARROW_SHM: the bytes are the segment's
 _FORMATS = (
     stream_pb2.DELIVERY_FORMAT_UNSPECIFIED,
     stream_pb2.DELIVERY_FORMAT_RECORDS,
@@ -559,9 +560,14 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             state.segment = self._segment()
         limits = (
             (STREAM_COLUMNS_RECORDS, STREAM_COLUMNS_BYTES)
-            if columns or shared
+            if columns
             else (STREAM_BATCH_RECORDS, STREAM_BATCH_BYTES)
         )
+        if state.segment is not None:
+            # The response carries no record: only the segment bounds what one takes. A
+            # quarter of it keeps a few responses in flight, and fewer, larger partition
+            # runs (each costs its Arrow arrays' set-up, tens of µs).
+            limits = (STREAM_SHARED_RECORDS, state.segment.ring.capacity // 4)
         holder: Holder = (opened.client_id, next(self._stream_ids))
         reader = asyncio.create_task(self._read_stream(request_iterator, state))
         clients = self.clients

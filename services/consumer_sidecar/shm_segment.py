@@ -35,12 +35,14 @@ from services.records.arrow_batches import SCHEMA
 from services.runtime import local_socket
 
 SEGMENT_MODE = 0o660  # as the socket: the pod's containers share a group, not a user
+# Given, so pyarrow does not read two environment variables for each stream it writes.
+_OPTIONS = pa_ipc.IpcWriteOptions()
 
 
 def ipc_size(batch: pa.RecordBatch) -> int:
     """The bytes of ``batch`` written as an IPC stream: metadata only, nothing copied."""
     sink = pa.MockOutputStream()
-    with pa_ipc.new_stream(sink, SCHEMA) as writer:
+    with pa_ipc.new_stream(sink, SCHEMA, options=_OPTIONS) as writer:
         writer.write_batch(batch)
     size: int = sink.size()
     return size
@@ -81,7 +83,9 @@ class Segment:
             return None
         assert self._map is not None, "written after close"
         self._map.seek(region.position)
-        with pa_ipc.new_stream(self._map, SCHEMA) as writer:  # closing it leaves the map open
+        with pa_ipc.new_stream(
+            self._map, SCHEMA, options=_OPTIONS
+        ) as writer:  # closing it leaves the map open
             writer.write_batch(batch)
         return region
 

@@ -11,20 +11,23 @@ message has (packed little-endian offsets, timestamps and lengths, concatenated 
 values, sparse headers): the sidecar's buffered chunks are kept that way
 (``services/records/batches.py``), and so is what a client receives in
 ``DELIVERY_FORMAT_BATCHES``. It is vectorised: the key and value columns are the
-concatenated bytes themselves (no copy) with offsets summed up in C++, so nothing runs per
-record in Python unless records carry headers.
+concatenated bytes themselves (no copy) with offsets summed up by numpy, so nothing runs
+per record in Python unless records carry headers. numpy, not ``pyarrow.compute``: a
+partition run is often a few hundred records, and a compute call costs 10-15 µs before it
+does anything (a run cost 101 µs, 370 ns a record at 1 KiB, with six of them).
 
 Pure: no I/O. pyarrow is imported by this module only; import it where Arrow is needed.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from dataservice.sidecar.v1 import stream_pb2
 from services.records.batches import Slice, lengths_column
@@ -47,7 +50,7 @@ TIMESTAMP = SCHEMA.field("timestamp").type
 if sys.byteorder != "little":  # pragma: no cover - every platform the mesh runs on
     raise ImportError("arrow_batches reads packed little-endian columns as Arrow buffers")
 
-_ZERO = pa.array([0], pa.int32())
+_MAX_BINARY = 2**31 - 1  # a binary column's offsets are int32
 _NO_HEADER = pa.array([], HEADER)
 
 # Bytes-like: bytes, or a memoryview of a part of a larger buffer (no copy).
@@ -77,8 +80,8 @@ def record_batch(
         [
             _binary(key_lengths, keys, n) if key_lengths is not None else pa.nulls(n, pa.binary()),
             _binary(value_lengths, values, n),
-            pa.repeat(pa.scalar(topic, pa.string()), n),
-            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            pa.repeat(_topic(topic), n),  # one value n times, in C++
+            pa.repeat(_partition(partition), n),
             pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
             _timestamps(timestamps, n),
             _headers(headers, n),
@@ -130,35 +133,53 @@ def from_slice(piece: Slice) -> pa.RecordBatch:
 
 def _binary(lengths: Data, data: Data, n: int) -> pa.Array:
     """A binary column: record i is the next lengths[i] bytes of ``data`` (-1: null)."""
-    sizes = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(lengths)])
+    if len(data) > _MAX_BINARY:
+        raise ValueError(f"{len(data)} bytes in one binary column (at most {_MAX_BINARY})")
+    sizes = np.frombuffer(lengths, np.int32, n)
     validity = None
-    if n and pc.min(sizes).as_py() < 0:
-        valid = pc.greater_equal(sizes, 0)
-        validity = valid.buffers()[1]
-        sizes = pc.max_element_wise(sizes, 0)
-    # Summed in int64; the cast refuses more than 2 GiB in one column.
-    ends = pc.cumulative_sum(sizes).cast(pa.int32())
-    bounds = pa.concat_arrays([_ZERO, ends]).buffers()[1]
-    return pa.Array.from_buffers(pa.binary(), n, [validity, bounds, pa.py_buffer(data)])
+    nulls = sizes < 0
+    if nulls.any():
+        validity = _bitmap(~nulls)
+        sizes = np.where(nulls, 0, sizes)
+    bounds = np.empty(n + 1, np.int32)  # the sum is len(data): it fits
+    bounds[0] = 0
+    np.cumsum(sizes, out=bounds[1:])
+    return pa.Array.from_buffers(
+        pa.binary(), n, [validity, pa.py_buffer(bounds), pa.py_buffer(data)]
+    )
 
 
 def _timestamps(packed: Data | None, n: int) -> pa.Array:
     if packed is None:
         return pa.nulls(n, TIMESTAMP)
-    ms = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(packed)])
-    micros = pc.multiply(ms, 1000)
-    if n and pc.min(ms).as_py() < 0:
-        micros = pc.if_else(pc.less(ms, 0), pa.scalar(None, pa.int64()), micros)
-    return micros.view(TIMESTAMP)
+    ms = np.frombuffer(packed, np.int64, n)
+    missing = ms < 0
+    validity = _bitmap(~missing) if missing.any() else None
+    micros = pa.py_buffer(ms * 1000)
+    return pa.Array.from_buffers(TIMESTAMP, n, [validity, micros])
+
+
+def _bitmap(valid: np.ndarray) -> pa.Buffer:
+    """Arrow's validity bitmap (least significant bit first) of a boolean array."""
+    return pa.py_buffer(np.packbits(valid, bitorder="little"))
 
 
 def _headers(sparse: SparseHeaders, n: int) -> pa.Array:
     if not sparse:
         # No record has headers (the usual case): n empty lists, no per-record objects.
-        return pa.ListArray.from_arrays(
-            pa.repeat(pa.scalar(0, pa.int32()), n + 1), _NO_HEADER, type=HEADERS
-        )
+        empty = pa.py_buffer(np.zeros(n + 1, np.int32))
+        return pa.Array.from_buffers(HEADERS, n, [None, empty], children=[_NO_HEADER])
     rows: list[list[dict[str, Any]]] = [[] for _ in range(n)]
     for index, pairs in sparse:
         rows[index] = [{"key": str(k), "value": v} for k, v in pairs]
     return pa.array(rows, HEADERS)
+
+
+@functools.lru_cache(maxsize=1024)
+def _topic(name: str) -> pa.Scalar:
+    return pa.scalar(name, pa.string())
+
+
+@functools.lru_cache(maxsize=4096)
+def _partition(number: int) -> pa.Scalar:
+    return pa.scalar(number, pa.int32())
