@@ -137,6 +137,7 @@ class _Client:
     acks: int = 0
     redeliveries: int = 0
     active_streams: int = 0
+    shared_memory_bytes: int = 0  # segments of its open ARROW_SHM streams
     last_seen: float = 0.0
 
 
@@ -226,6 +227,13 @@ class ClientMetrics(Collector):
         self.limiter.pin(label)
         return label
 
+    def shared_memory(self, label: str, nbytes: int) -> None:
+        """A Stream of the client labelled ``label`` (:meth:`stream_opened`) made
+        (``nbytes`` > 0) or gave up (< 0) a shared-memory segment."""
+        state = self._clients.get(label)
+        if state is not None:
+            state.shared_memory_bytes += nbytes
+
     def stream_closed(self, label: str) -> None:
         state = self._clients.get(label)
         if state is not None:
@@ -279,6 +287,7 @@ class ClientMetrics(Collector):
                 "ds_client_records_served_total",
                 "ds_client_bytes_served_total",
                 "ds_client_active_streams",
+                "ds_client_shared_memory_bytes",
                 "ds_client_acks_total",
                 "ds_client_redeliveries_total",
                 "ds_client_last_seen_timestamp_seconds",
@@ -297,6 +306,7 @@ class ClientMetrics(Collector):
             simple["ds_client_records_served_total"].add_metric(labels, state.records)
             simple["ds_client_bytes_served_total"].add_metric(labels, state.bytes)
             simple["ds_client_active_streams"].add_metric(labels, state.active_streams)
+            simple["ds_client_shared_memory_bytes"].add_metric(labels, state.shared_memory_bytes)
             simple["ds_client_acks_total"].add_metric(labels, state.acks)
             simple["ds_client_redeliveries_total"].add_metric(labels, state.redeliveries)
             simple["ds_client_last_seen_timestamp_seconds"].add_metric(labels, state.last_seen)

@@ -231,6 +231,9 @@ METRIC_TABLE: tuple[MetricSpec, ...] = (
     _spec("ds_client_bytes_served_total", "counter", GC, OWN,
           "Key plus value bytes handed to the client"),
     _spec("ds_client_active_streams", "gauge", GC, OWN, "Open Stream calls of the client"),
+    _spec("ds_client_shared_memory_bytes", "gauge", GC, OWN,
+          "Shared-memory segments of the client's open Streams (DELIVERY_FORMAT_ARROW_SHM: "
+          "zero copy over the pod's socket), in bytes"),
     _spec("ds_client_acks_total", "counter", GC, OWN,
           "Records acknowledged by the client (a range ack counts its offset span; "
           "auto_ack deliveries count as acked)"),

@@ -572,6 +572,8 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         reader = asyncio.create_task(self._read_stream(request_iterator, state))
         clients = self.clients
         client_label = clients.stream_opened(opened.client_id) if clients is not None else ""
+        if clients is not None and state.segment is not None:
+            clients.shared_memory(client_label, state.segment.ring.capacity)
         try:
             while True:
                 state.wake.clear()
@@ -620,6 +622,8 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                 await reader
             if state.segment is not None:
                 state.segment.close()
+                if clients is not None:
+                    clients.shared_memory(client_label, -state.segment.ring.capacity)
             self.serving.release(holder)
             if clients is not None:
                 clients.stream_closed(client_label)

@@ -22,6 +22,7 @@ from confluent_kafka import KafkaException
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from services.consumer_sidecar.acks import PartitionAcks
+from services.consumer_sidecar.client_access import ClientMetrics
 from services.consumer_sidecar.fetcher import CommitRequest
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.partitions import Partition, PartitionTable
@@ -183,6 +184,7 @@ def run(
     readers: FakeReaders | None = None,
     servicer_class: type[StreamServicer] = StreamServicer,
     shared_memory: SharedMemory | None = None,
+    clients: ClientMetrics | None = None,
 ) -> None:
     """``body`` against the servicer over TCP; with ``shared_memory``, over a Unix socket
     in its directory (``DELIVERY_FORMAT_ARROW_SHM`` served)."""
@@ -193,6 +195,7 @@ def run(
         servicer = servicer_class(
             sidecar.serving,
             readers or FakeReaders(),  # type: ignore[arg-type]
+            clients=clients,
             shared_memory=shared_memory,
         )
         socket = None

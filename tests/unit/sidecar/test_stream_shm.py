@@ -19,6 +19,7 @@ import pyarrow.ipc as pa_ipc
 import pytest
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
+from services.consumer_sidecar.client_access import ClientIdLimiter, ClientMetrics
 from services.consumer_sidecar.rpc import SharedMemory
 from services.records.arrow_batches import SCHEMA
 from services.records.batches import decode_batch
@@ -170,12 +171,23 @@ def test_a_run_larger_than_the_segment_comes_as_a_record_batch(tmp_path: Path) -
 def test_the_segment_goes_when_the_stream_ends_and_its_records_come_again(
     tmp_path: Path,
 ) -> None:
+    clients = ClientMetrics("g", ClientIdLimiter(10, 60))
+
+    def shared_bytes() -> list[float]:
+        return [
+            sample.value
+            for family in clients.collect()
+            for sample in family.samples
+            if sample.name == "ds_client_shared_memory_bytes"
+        ]
+
     async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
         part = sc.hold(0)
         sc.buffer(0, range(5))
         call = stub.Stream(Requests(opening(records=100, format=SHM)))
         response = await call.read()
         assert response.batch.shared and segment_files(tmp_path)
+        assert shared_bytes() == [1 << 20]  # the client's open stream holds a segment
         call.cancel()
         for _ in range(100):
             if not segment_files(tmp_path) and part.acks.inflight == 0:
@@ -183,8 +195,9 @@ def test_the_segment_goes_when_the_stream_ends_and_its_records_come_again(
             await asyncio.sleep(0.02)
         assert segment_files(tmp_path) == []
         assert part.acks.inflight == 0 and part.acks.due == 5  # delivered again, not lost
+        assert shared_bytes() == [0]
 
-    run(body, shared_memory=SharedMemory(tmp_path, 1 << 20))
+    run(body, shared_memory=SharedMemory(tmp_path, 1 << 20), clients=clients)
 
 
 def test_arrow_shm_is_refused_over_tcp() -> None:
