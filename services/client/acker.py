@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
 from services.client.batch import Span, counted
+from services.client.columns import Release
 
 # Range acks in one coalesced ack_nowait send at most (the sidecar takes 100,000 a message).
 MAX_COALESCED_SPANS = 10_000
+
+# One ack_nowait call: its spans, the regions it releases, its future.
+_Item = tuple[list[Span], Sequence[Release], Future[int]]
 
 
 class Acker:
@@ -21,15 +25,17 @@ class Acker:
     Without coalescing, a client that acks faster than a commit takes queued one commit
     per batch, and its acks fell further behind its reads the longer it ran."""
 
-    def __init__(self, send: Callable[[list[Span]], list[bool]]) -> None:
+    def __init__(self, send: Callable[[list[Span], Sequence[Release]], list[bool]]) -> None:
+        """``send(spans, releases)``: the range acks and the shared-memory regions to give
+        back with them (``stream_columns``); whether each span was accepted."""
         self._send = send
-        self._queue: queue.SimpleQueue[tuple[list[Span], Future[int]] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="ds-ack", daemon=True)
         self._thread.start()
 
-    def submit(self, spans: list[Span]) -> Future[int]:
+    def submit(self, spans: list[Span], releases: Sequence[Release] = ()) -> Future[int]:
         future: Future[int] = Future()
-        self._queue.put((spans, future))
+        self._queue.put((spans, releases, future))
         return future
 
     def close(self) -> None:
@@ -57,16 +63,17 @@ class Acker:
                 queued += len(item[0])
             self._answer(items)
 
-    def _answer(self, items: list[tuple[list[Span], Future[int]]]) -> None:
-        spans = [span for item_spans, _ in items for span in item_spans]
+    def _answer(self, items: list[_Item]) -> None:
+        spans = [span for item_spans, _, _ in items for span in item_spans]
+        releases = [release for _, item_releases, _ in items for release in item_releases]
         try:
-            accepted = self._send(spans)
+            accepted = self._send(spans, releases)
         except BaseException as exc:  # every caller waiting gets the failure
-            for _, future in items:
+            for _, _, future in items:
                 future.set_exception(exc)
             return
         start = 0
-        for item_spans, future in items:
+        for item_spans, _, future in items:
             end = start + len(item_spans)
             future.set_result(counted(item_spans, accepted[start:end]))
             start = end

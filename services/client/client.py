@@ -11,10 +11,10 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import structlog
@@ -24,6 +24,7 @@ from dataservice.sidecar.v1 import stream_pb2
 from services.client.acker import Acker
 from services.client.batch import Batch, Span, accepted_spans, counted, joined, spans_of
 from services.client.binding import BindingKeeper
+from services.client.columns import ColumnBatch, Release, by_stream, joined_columns
 from services.client.errors import ClientError
 from services.client.sidecar import Sidecar
 from services.client.stream import SidecarStream
@@ -281,7 +282,7 @@ class DsClient:
                 return Batch()
         return Batch()
 
-    def ack(self, records: Iterable[DsRecord]) -> int:
+    def ack(self, records: Iterable[DsRecord] | ColumnBatch) -> int:
         """Acknowledge delivered records, and wait until their sidecars have committed them.
 
         A whole :class:`Batch` as returned goes as one range ack per partition run; any
@@ -292,8 +293,12 @@ class DsClient:
         sidecar answers once that is committed to Kafka (a broker round trip: see
         :meth:`ack_nowait` to overlap it with the next fetch).
 
+        A :class:`ColumnBatch` (:meth:`stream_columns`) is acked one range per run, and
+        the shared-memory regions its columns lie in are released with the acks, on the
+        stream that delivered them: its columns are not valid after this call.
+
         Args:
-            records: Records as this client delivered them.
+            records: Records as this client delivered them, or a ColumnBatch whole.
 
         Returns:
             How many of the records the sidecars accepted. The others were not committed
@@ -301,26 +306,40 @@ class DsClient:
             lease epoch, a sidecar that left) or the ack failed; each case is logged.
             Failures never raise: ``UNAVAILABLE`` is retried a few times, then counted.
         """
-        spans = spans_of(records if isinstance(records, Sequence) else list(records))
-        return counted(spans, self._ack_spans(spans))
+        spans, releases = _spans_and_releases(records)
+        return counted(spans, self._ack_spans(spans, releases))
 
-    def _ack_spans(self, spans: list[Span]) -> list[bool]:
+    def _ack_spans(self, spans: list[Span], releases: Sequence[Release] = ()) -> list[bool]:
         """Send range acks, each to the sidecar that delivered its records (on its stream
-        if one is open, else with the Ack RPC): whether each was accepted."""
+        if one is open, else with the Ack RPC): whether each was accepted. ``releases``
+        go on the streams that delivered them, with those acks or alone."""
         accepted = [False] * len(spans)
+        unreleased = by_stream(releases)
         for address, indices in self._by_sidecar(spans).items():
             sent = [spans[i] for i in indices]
             with self._lock:
                 sidecar = self._binding.sidecars.get(address)
                 stream = self._streams.get(address)
-            answers = stream.ack(sent, STREAM_ACK_TIMEOUT_SECONDS) if stream is not None else None
+            answers = (
+                stream.ack(sent, STREAM_ACK_TIMEOUT_SECONDS, unreleased.pop(stream, None))
+                if stream is not None
+                else None
+            )
             if answers is None:
                 if sidecar is None:
                     continue  # the sidecar left: its new owner redelivers these records
                 answers = self._ack_rpc(sidecar, sent)
             for index, ok in zip(indices, answers, strict=True):
                 accepted[index] = ok
+        self._release(unreleased)
         return accepted
+
+    def _release(self, released: Mapping[Hashable, Mapping[int, Sequence[int]]]) -> None:
+        """Regions no ack carried, each stream's on its own (only a stream still open:
+        one that was stopped took its ring with it)."""
+        for stream in released:
+            if isinstance(stream, SidecarStream):
+                stream.release(released[stream])
 
     def _by_sidecar(self, spans: list[Span]) -> dict[str, list[int]]:
         """The indexes of ``spans`` by the address of the sidecar that delivered each (the
@@ -348,7 +367,7 @@ class DsClient:
             while len(epochs) > EPOCHS_REMEMBERED:
                 del epochs[min(epochs)]
 
-    def nack(self, records: Iterable[DsRecord], delay: float = 0.0) -> int:
+    def nack(self, records: Iterable[DsRecord] | ColumnBatch, delay: float = 0.0) -> int:
         """Give delivered records back, to be delivered again now or after ``delay``.
 
         For records this client cannot process now (a dependency is down, it is shutting
@@ -359,8 +378,11 @@ class DsClient:
         counts). A record nacked after its group's ``max_deliveries`` is given up (a
         ``POISON_RECORD`` fault names it) instead.
 
+        A :class:`ColumnBatch` releases its shared-memory regions too: its columns are
+        not valid after this call.
+
         Args:
-            records: Records as this client delivered them.
+            records: Records as this client delivered them, or a ColumnBatch whole.
             delay: Seconds before they are delivered again (0 to 12 hours).
 
         Returns:
@@ -374,7 +396,7 @@ class DsClient:
         """
         if not 0 <= delay <= MAX_NACK_DELAY_SECONDS:
             raise ValueError(f"delay must be between 0 and {MAX_NACK_DELAY_SECONDS:.0f} s")
-        spans = spans_of(records if isinstance(records, Sequence) else list(records))
+        spans, releases = _spans_and_releases(records)
         accepted = [False] * len(spans)
         for address, indices in self._by_sidecar(spans).items():
             sent = [spans[i] for i in indices]
@@ -390,6 +412,7 @@ class DsClient:
                 answers = self._nack_rpc(sidecar, sent, delay)
             for index, ok in zip(indices, answers, strict=True):
                 accepted[index] = ok
+        self._release(by_stream(releases))
         return counted(spans, accepted)
 
     def _nack_rpc(self, sidecar: Sidecar, spans: list[Span], delay: float) -> list[bool]:
@@ -422,7 +445,7 @@ class DsClient:
                     "records in flight not given back", sidecar=sidecar.address, error=str(err)
                 )
 
-    def ack_nowait(self, records: Iterable[DsRecord]) -> Future[int]:
+    def ack_nowait(self, records: Iterable[DsRecord] | ColumnBatch) -> Future[int]:
         """Acknowledge like :meth:`ack` without waiting for the answer.
 
         The acks are sent in the order of the calls, by one background thread, so the next
@@ -432,8 +455,11 @@ class DsClient:
         processed once the future says it was accepted, and an ack that fails only means
         redelivery. :meth:`close` waits for the acks still on their way.
 
+        A :class:`ColumnBatch`'s shared-memory regions are released with its acks: its
+        columns are not valid after this call.
+
         Args:
-            records: Records as this client delivered them.
+            records: Records as this client delivered them, or a ColumnBatch whole.
 
         Returns:
             A future of how many of the records the sidecars accepted (as :meth:`ack`
@@ -442,13 +468,13 @@ class DsClient:
         Raises:
             ClientError: The client is closed.
         """
-        spans = spans_of(records if isinstance(records, Sequence) else list(records))
+        spans, releases = _spans_and_releases(records)
         with self._acker_lock:
             if self._acks_closed:
                 raise ClientError("the client is closed")
             if self._acker is None:
                 self._acker = Acker(self._ack_spans)
-            return self._acker.submit(spans)
+            return self._acker.submit(spans, releases)
 
     def _ack_rpc(self, sidecar: Sidecar, spans: list[Span]) -> list[bool]:
         request = stream_pb2.AckRequest(
@@ -502,36 +528,75 @@ class DsClient:
                 handed out).
         """
         if self.use_stream_rpc if use_stream_rpc is None else use_stream_rpc:
-            yield from self._stream_rpc(max_records)
+            for batch in self._stream_rpc(max_records, columns=False):
+                yield cast(Batch, batch)
             return
         while not self._binding.closed.is_set():
             batch = self.fetch(max_records)
             if batch:
                 yield batch
 
-    def _stream_rpc(self, window: int) -> Iterator[Batch]:
-        out: queue.Queue[tuple[SidecarStream, Batch | ClientError]] = queue.Queue()
+    def stream_columns(self, max_records: int = 10_000) -> Iterator[ColumnBatch]:
+        """Batches as Arrow columns as they arrive over the ``Stream`` RPC, until the client
+        is closed; never an empty one.
+
+        Over the sidecar's local socket (the binding names one and the client reaches it)
+        each partition run is read in place from shared memory the sidecar wrote it into
+        once (``DELIVERY_FORMAT_ARROW_SHM``): no copy of the records on their way to the
+        application. Over TCP (a remote client, or a stream that fell back to TCP) the
+        sidecar sends ``DELIVERY_FORMAT_BATCHES`` and the client turns each RecordBatch
+        into the same columns (one copy). Either way a :class:`ColumnBatch` holds one
+        ``pa.RecordBatch`` per partition run in ``ReadRange``'s ``ARROW_IPC`` schema
+        (``key``, ``value``, ``topic``, ``partition``, ``offset``, ``timestamp``,
+        ``headers``), and ``batch.table`` joins them without a copy.
+
+        **The columns are valid until the batch is acked** (:meth:`ack`,
+        :meth:`ack_nowait`, :meth:`nack`), or, with ``auto_ack``, until the next batch is
+        asked for: the sidecar then writes over their memory. Copy what must outlive that
+        (``batch.table.to_pylist()``, ``batch.table.combine_chunks()``). Ack or nack every
+        batch (or use ``auto_ack``): a stream's shared memory is a ring, and while the
+        application holds all of it the sidecar sends nothing more on that stream.
+
+        Credit, batching of what arrived meanwhile, re-opening and the ack routing are as
+        :meth:`stream` over the ``Stream`` RPC.
+
+        Args:
+            max_records: Each sidecar's credit: records on their way to the application.
+
+        Yields:
+            Column batches, rows in offset order per partition run.
+
+        Raises:
+            ClientError: As :meth:`stream` over the ``Stream`` RPC.
+        """
+        for batch in self._stream_rpc(max_records, columns=True):
+            yield cast(ColumnBatch, batch)
+
+    def _stream_rpc(self, window: int, *, columns: bool) -> Iterator[Batch | ColumnBatch]:
+        out: queue.Queue[tuple[SidecarStream, Batch | ColumnBatch | ClientError]] = queue.Queue()
         failed: ClientError | None = None
         try:
             while not self._binding.closed.is_set():
                 if failed is not None:
                     raise failed
                 self._binding.check()
-                self._sync_streams(out, window)
+                self._sync_streams(out, window, columns)
                 try:
                     arrived = [out.get(timeout=0.2)]
                 except queue.Empty:
                     continue
                 # What arrived while the application was busy (acking, say) goes out as one
                 # batch, up to the window: one ack for all of it instead of one per message.
-                count = len(arrived[0][1]) if isinstance(arrived[0][1], Batch) else 0
+                count = 0 if isinstance(arrived[0][1], ClientError) else len(arrived[0][1])
                 while count < window:
                     try:
                         arrived.append(out.get_nowait())
                     except queue.Empty:
                         break
-                    count += len(arrived[-1][1]) if isinstance(arrived[-1][1], Batch) else 0
+                    item = arrived[-1][1]
+                    count += 0 if isinstance(item, ClientError) else len(item)
                 batches: list[Batch] = []
+                column_batches: list[ColumnBatch] = []
                 for stream, item in arrived:
                     if isinstance(item, ClientError):
                         failed = failed or item  # raised once what came before is handed out
@@ -540,9 +605,19 @@ class DsClient:
                     # The window counts records on their way to the application: these have
                     # arrived, so the sidecar may send more while they are processed.
                     stream.grant(len(item))
-                    batches.append(item)
+                    if isinstance(item, ColumnBatch):
+                        column_batches.append(item)
+                    else:
+                        batches.append(item)
                 if batches:
                     yield joined(batches)
+                if column_batches:
+                    handed = joined_columns(column_batches)
+                    yield handed
+                    if self.auto_ack:
+                        # Asking for the next batch says the application is done with this
+                        # one: its regions go back (its records were acked at delivery).
+                        self._release(by_stream(handed.releases))
         finally:
             with self._lock:
                 streams, self._streams = list(self._streams.values()), {}
@@ -551,8 +626,9 @@ class DsClient:
 
     def _sync_streams(
         self,
-        out: queue.Queue[tuple[SidecarStream, Batch | ClientError]],
+        out: queue.Queue[tuple[SidecarStream, Batch | ColumnBatch | ClientError]],
         window: int,
+        columns: bool = False,
     ) -> None:
         """One Stream per bound sidecar: open new ones, end those no longer bound."""
         stopped = []
@@ -562,7 +638,7 @@ class DsClient:
                     stopped.append(self._streams.pop(address))
             for address, sidecar in self._binding.sidecars.items():
                 if address not in self._streams:
-                    stream = SidecarStream(sidecar, self._stream_open(window), out)
+                    stream = SidecarStream(sidecar, self._stream_open(window), out, columns=columns)
                     self._streams[address] = stream
                     stream.start()
         for stream in stopped:
@@ -667,6 +743,16 @@ class DsClient:
             self._delivered_at[sidecar.address] = time.monotonic()
         self._delivered(batch.spans, sidecar.address)
         return batch
+
+
+def _spans_and_releases(
+    records: Iterable[DsRecord] | ColumnBatch,
+) -> tuple[list[Span], Sequence[Release]]:
+    """What acking (or nacking) ``records`` sends: its range acks, and the shared-memory
+    regions a ColumnBatch releases."""
+    if isinstance(records, ColumnBatch):
+        return list(records.spans), records.releases
+    return spans_of(records if isinstance(records, Sequence) else list(records)), ()
 
 
 def long_poll_target(sidecars: Sequence[Sidecar], delivered_at: Mapping[str, float]) -> Sidecar:

@@ -59,6 +59,11 @@ class Sidecar:
     stream: grpc.StreamStreamMultiCallable[
         stream_pb2.StreamRequest, Batch | stream_pb2.StreamResponse
     ] = field(init=False)
+    # Stream with responses parsed by protobuf (stream_columns: SharedBatch messages, and
+    # RecordBatches turned into Arrow columns).
+    stream_messages: grpc.StreamStreamMultiCallable[
+        stream_pb2.StreamRequest, stream_pb2.StreamResponse
+    ] = field(init=False)
     # Channels replaced by attach: calls still running on them finish there (closing one
     # would cancel them), so they are closed with the sidecar.
     _retired: list[grpc.Channel] = field(default_factory=list, init=False, repr=False)
@@ -79,11 +84,26 @@ class Sidecar:
             request_serializer=stream_pb2.StreamRequest.SerializeToString,
             response_deserializer=streamed,
         )
+        self.stream_messages = self.channel.stream_stream(
+            _SERVICE + "Stream",
+            request_serializer=stream_pb2.StreamRequest.SerializeToString,
+            response_deserializer=stream_pb2.StreamResponse.FromString,
+        )
 
     @property
     def local(self) -> bool:
         """Whether the channel dials the sidecar's socket (not TCP)."""
         return self.target != self.address
+
+    def messages_call(
+        self,
+    ) -> tuple[
+        str, grpc.StreamStreamMultiCallable[stream_pb2.StreamRequest, stream_pb2.StreamResponse]
+    ]:
+        """The target dialed now and the Stream call on that same channel, taken together
+        (a fall back may switch both meanwhile)."""
+        with self._lock:
+            return self.target, self.stream_messages
 
     def attach(self, channel: grpc.Channel, target: str) -> None:
         """Call the sidecar over ``channel`` (dialing ``target``) from now on."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from array import array
+from collections.abc import Sequence
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,6 +26,7 @@ from services.client.batch import (
     spans_of,
 )
 from services.client.batch import joined as join_batches
+from services.client.columns import Release
 from services.records.batches import DsRecord
 
 
@@ -132,7 +134,7 @@ def test_acks_queued_behind_a_slow_one_go_together_each_counted_on_its_own() -> 
     sent: list[list[Span]] = []
     first_sent, release = threading.Event(), threading.Event()
 
-    def send(spans: list[Span]) -> list[bool]:
+    def send(spans: list[Span], releases: Sequence[Release] = ()) -> list[bool]:
         sent.append(spans)
         first_sent.set()
         release.wait(10)  # the first ack's commit takes a while
@@ -158,7 +160,7 @@ def test_acks_queued_behind_a_slow_one_go_together_each_counted_on_its_own() -> 
 
 
 def test_a_failed_send_fails_every_ack_it_carried() -> None:
-    def send(spans: list[Span]) -> list[bool]:
+    def send(spans: list[Span], releases: Sequence[Release] = ()) -> list[bool]:
         raise RuntimeError("channel closed")
 
     acker = Acker(send)

@@ -1,0 +1,135 @@
+"""What :meth:`~services.client.DsClient.stream_columns` hands the application: delivered
+records as Arrow columns, and what acking them releases.
+
+A :class:`ColumnBatch` holds one ``pa.RecordBatch`` per partition run, in the columns of
+``ReadRange``'s ``ARROW_IPC`` chunks (``key``, ``value``, ``topic``, ``partition``,
+``offset``, ``timestamp``, ``headers``), the run's :class:`~services.client.batch.Span`
+(so an ack is one ``RangeAck`` per run, as for a :class:`~services.client.batch.Batch`),
+and the shared-memory regions its columns lie in (:class:`Release`), given back to the
+sidecar with the batch's ack, nack, or (``auto_ack``) when the next batch is asked for.
+
+A region id means something only on the stream that gave it, and only while that stream
+runs: a stream that ended took its ring of regions with it, and the one re-opened in its
+place numbers its regions afresh. So a release names the stream object and its
+generation (how many times it was opened), and :func:`regions_of` keeps only the ids of
+the generation still running.
+
+Pure code: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import chain
+
+import pyarrow as pa
+
+from services.client.batch import Span
+from services.records.arrow_batches import SCHEMA
+
+
+@dataclass(frozen=True)
+class Release:
+    """Shared-memory regions one stream generation delivered, to give back to it.
+
+    Attributes:
+        stream: The stream object that delivered them (a ``SidecarStream``).
+        generation: Which opening of that stream (1 for the first, one more at each
+            re-open).
+        regions: The region ids (``SharedBatch.region``).
+    """
+
+    stream: Hashable
+    generation: int
+    regions: tuple[int, ...]
+
+
+class ColumnBatch:
+    """The records of what the ``Stream`` RPC delivered, as Arrow columns.
+
+    **The columns are valid until the batch is acked** (:meth:`DsClient.ack`,
+    :meth:`DsClient.ack_nowait`, :meth:`DsClient.nack`, or with ``auto_ack`` until the
+    next batch is asked for): over the sidecar's local socket they are read in place from
+    shared memory, which the sidecar writes over once they are released. Copy what must
+    outlive the ack into memory of your own first, e.g. ``batch.table.to_pylist()`` or
+    ``batch.table.combine_chunks()`` (a new buffer), or ``pa.concat_arrays`` of a column's
+    chunks. Over TCP the columns are the client's own copy, but treat them the same way:
+    which transport a stream uses can change under the application.
+
+    Attributes:
+        record_batches: One ``pa.RecordBatch`` per partition run, rows in offset order, in
+            the schema of ``ReadRange``'s ``ARROW_IPC`` chunks (``services.records.
+            arrow_batches.SCHEMA``).
+        spans: The offset range of each run, in the same order (one ``RangeAck`` each when
+            the batch is acked).
+        releases: The shared-memory regions the columns lie in, by stream (empty over TCP).
+    """
+
+    __slots__ = ("record_batches", "releases", "spans")
+
+    def __init__(
+        self,
+        record_batches: Iterable[pa.RecordBatch] = (),
+        spans: Iterable[Span] = (),
+        releases: Iterable[Release] = (),
+    ) -> None:
+        self.record_batches: tuple[pa.RecordBatch, ...] = tuple(record_batches)
+        self.spans: tuple[Span, ...] = tuple(spans)
+        self.releases: tuple[Release, ...] = tuple(r for r in releases if r.regions)
+        if len(self.record_batches) != len(self.spans):
+            raise ValueError("a ColumnBatch has one span per record batch")
+
+    @property
+    def table(self) -> pa.Table:
+        """The runs as one table (one chunk per run: no copy)."""
+        return pa.Table.from_batches(self.record_batches, schema=SCHEMA)
+
+    def __len__(self) -> int:
+        return sum(span.count for span in self.spans)
+
+    def __bool__(self) -> bool:
+        return any(span.count for span in self.spans)
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        return iter(self.record_batches)
+
+    def __repr__(self) -> str:
+        return (
+            f"ColumnBatch({len(self)} records in {len(self.spans)} runs, "
+            f"{sum(len(r.regions) for r in self.releases)} shared regions)"
+        )
+
+
+def joined_columns(batches: Sequence[ColumnBatch]) -> ColumnBatch:
+    """Several batches as one, runs and releases in order."""
+    if len(batches) == 1:
+        return batches[0]
+    return ColumnBatch(
+        chain.from_iterable(b.record_batches for b in batches),
+        chain.from_iterable(b.spans for b in batches),
+        chain.from_iterable(b.releases for b in batches),
+    )
+
+
+def by_stream(releases: Iterable[Release]) -> dict[Hashable, dict[int, list[int]]]:
+    """Releases grouped by the stream object that delivered them, then by generation, region
+    ids in the order given (one ``released`` list per stream message)."""
+    out: dict[Hashable, dict[int, list[int]]] = {}
+    for release in releases:
+        out.setdefault(release.stream, {}).setdefault(release.generation, []).extend(
+            release.regions
+        )
+    return out
+
+
+def regions_of(released: Mapping[int, Sequence[int]], generation: int) -> list[int]:
+    """The region ids of ``released`` (generation → ids) that the running ``generation`` of
+    a stream gave: those of an earlier generation died with its ring and are dropped."""
+    return list(released.get(generation, ()))
+
+
+def span_of(topic: str, partition: int, lease_epoch: int, offsets: pa.Array) -> Span:
+    """A run's span from its offset column (first to one past the last)."""
+    n = len(offsets)
+    return Span(topic, partition, lease_epoch, offsets[0].as_py(), offsets[n - 1].as_py() + 1, n)
