@@ -26,6 +26,15 @@ background thread, in order, and returns a future, so the next ``fetch()`` trave
 the sidecar commits; the acks that queue up meanwhile go together as the next ack (one
 commit). ``close()`` waits for the acks still on their way.
 
+``stream_columns()`` reads over the ``Stream`` RPC too, and hands the records out as Arrow
+columns (:class:`ColumnBatch`: one ``pa.RecordBatch`` per partition run, ``.table`` for all
+of them) instead of records. Over the sidecar's local socket they come through shared
+memory (``DELIVERY_FORMAT_ARROW_SHM``: written once by the sidecar, mapped and read in place
+by the client, no copy on the way); over TCP as ``BATCHES`` turned into the same columns.
+The columns are valid until the batch is acked (or nacked; with ``auto_ack``, until the
+next batch is asked for): the ack releases their memory to the sidecar, which writes over
+it. Copy what must outlive the ack (``batch.table.to_pylist()``).
+
 Fetch and Stream responses are read without building their protobuf messages
 (``services.records.wire.parse_batches``): keys and values are cut from the received bytes
 directly.
@@ -44,14 +53,16 @@ during a failover: the client keeps fetching from them while it re-binds on the 
 
 The names below (``__all__``) are the library's public surface; its modules are the
 implementation, one job each: ``client`` (:class:`DsClient`: fetch, stream, ack),
-``batch`` (batches, and acks as offset ranges), ``acker`` (``ack_nowait``'s thread),
+``batch`` (batches, and acks as offset ranges), ``columns`` (column batches and their
+shared-memory releases), ``shared`` (a stream's segments, mapped), ``acker`` (``ack_nowait``'s thread),
 ``stream`` (the ``Stream`` RPC reader), ``sidecar`` (one bound sidecar's calls),
 ``binding`` (binding, leader following, retries) and ``errors``.
 """
 
 from services.client.batch import Batch
 from services.client.client import DsClient
+from services.client.columns import ColumnBatch
 from services.client.errors import ClientError
 from services.records.batches import DsRecord
 
-__all__ = ["Batch", "ClientError", "DsClient", "DsRecord"]
+__all__ = ["Batch", "ClientError", "ColumnBatch", "DsClient", "DsRecord"]

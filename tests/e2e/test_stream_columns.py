@@ -1,0 +1,162 @@
+"""The zero-copy delivery mode end to end (issue 22 item 1): ``DsClient.stream_columns``
+over a sidecar's local socket reads every record through shared memory
+(``DELIVERY_FORMAT_ARROW_SHM``), more than one segment holds (its regions are reused once
+released), exactly once; over TCP the same records come as ``BATCHES`` turned into equal
+Arrow tables; a Stream that asks for ARROW_SHM over TCP is refused; the segment file is
+gone once the stream ended. Every record is counted and its value compared.
+
+Real Kafka, real assigner and sidecar processes, a real DsClient.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from confluent_kafka import Producer
+
+from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
+from services.client import ColumnBatch, DsClient
+from services.runtime.errors import error_info
+from tests.support.assignment import wait_stable
+from tests.support.mesh import Mesh, ServiceProcess
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+PARTITIONS = 3
+RECORDS = 3_000
+VALUE_BYTES = 1_000
+# The segment holds about 500 of these records: RECORDS pass only if regions are reused.
+SEGMENT_BYTES = 512 * 1024
+CREDIT = 400
+
+
+@pytest.fixture
+def socket_dir() -> Iterator[Path]:
+    """A short directory (a socket path has at most 107 bytes; pytest's tmp_path is long)."""
+    path = Path(tempfile.mkdtemp(prefix="ds-cols-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def value(seq: int) -> bytes:
+    return f"seq-{seq}-".encode().ljust(VALUE_BYTES, b"v")
+
+
+def produce(bootstrap: str, topic: str) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for seq in range(RECORDS):
+        producer.produce(topic, key=str(seq).encode(), value=value(seq), partition=seq % PARTITIONS)
+    assert producer.flush(30) == 0
+
+
+def serving(
+    mesh: Mesh, assigner: ServiceProcess, group: str, sidecar_id: str, *args: str
+) -> ServiceProcess:
+    sidecar = mesh.sidecar(
+        group, assigner, sidecar_id, *args, env={"DS_SHM_SEGMENT_BYTES": str(SEGMENT_BYTES)}
+    )
+    sidecar.wait_serving()
+    wait_stable(assigner.grpc_addr, group, [sidecar_id], PARTITIONS)
+    return sidecar
+
+
+def read_all(client: DsClient, timeout: float = 120) -> tuple[pa.Table, list[int]]:
+    """Every record through stream_columns, each batch copied out then acked: the table
+    of what arrived (sorted by partition and offset) and the stream formats seen."""
+    copies: list[pa.Table] = []
+    formats: list[int] = []
+    got = 0
+    deadline = time.monotonic() + timeout
+    batches = client.stream_columns(CREDIT)
+    try:
+        for batch in batches:
+            assert isinstance(batch, ColumnBatch) and len(batch) == batch.table.num_rows
+            formats += [s.format for s in client._streams.values()]
+            # The application's checks run on the columns in place, before the ack ...
+            sizes = pc.binary_length(batch.table.column("value"))
+            assert pc.all(pc.equal(sizes, VALUE_BYTES)).as_py()
+            # ... and what must outlive the ack is copied out first.
+            copies.append(batch.table.combine_chunks())
+            assert client.ack(batch) == len(batch)
+            got += len(batch)
+            if got >= RECORDS or time.monotonic() > deadline:
+                break
+    finally:
+        batches.close()
+    table = pa.concat_tables(copies).sort_by([("partition", "ascending"), ("offset", "ascending")])
+    return table, formats
+
+
+def check_every_record_once(table: pa.Table) -> None:
+    keys = [int(k) for k in table.column("key").to_pylist()]
+    assert sorted(keys) == list(range(RECORDS)), (
+        f"{len(keys)} rows, {len(set(keys))} distinct of {RECORDS}"
+    )
+    for key, got in zip(keys, table.column("value").to_pylist(), strict=True):
+        assert got == value(key)
+
+
+def segments_in(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if not p.name.endswith(".sock"))
+
+
+def test_columns_over_the_socket_come_through_shared_memory_and_equal_those_over_tcp(
+    mesh: Mesh, topic_factory: object, socket_dir: Path
+) -> None:
+    topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
+    produce(mesh.bootstrap, topic)
+    local, remote = f"g-shm-{topic}", f"g-tcp-{topic}"
+    assigner = mesh.assigner([(local, [topic]), (remote, [topic])])
+    assigner.wait_serving()
+
+    # 1. Over the sidecar's socket: ARROW_SHM, every record once, through a segment that
+    # holds a sixth of them (its regions are reused once released).
+    sidecar = serving(mesh, assigner, local, "sc-shm", "--uds-dir", str(socket_dir))
+    with DsClient(local, client_id="cols-local", assigner=assigner.grpc_addr) as client:
+        shm_table, formats = read_all(client)
+    print(f"over the socket: {shm_table.num_rows} rows, stream formats seen {set(formats)}")
+    assert set(formats) == {stream_pb2.DELIVERY_FORMAT_ARROW_SHM}
+    check_every_record_once(shm_table)
+    # 2. The stream ended with the client: its segment file is gone.
+    deadline = time.monotonic() + 10
+    while segments_in(socket_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert segments_in(socket_dir) == [], "a segment file outlived its stream"
+    sidecar.stop()
+
+    # 3. Over TCP (a sidecar without a socket): BATCHES, turned into equal tables.
+    sidecar = serving(mesh, assigner, remote, "sc-tcp")
+    with DsClient(remote, client_id="cols-remote", assigner=assigner.grpc_addr) as client:
+        tcp_table, formats = read_all(client)
+    print(f"over TCP: {tcp_table.num_rows} rows, stream formats seen {set(formats)}")
+    assert set(formats) == {stream_pb2.DELIVERY_FORMAT_BATCHES}
+    check_every_record_once(tcp_table)
+    assert tcp_table.equals(shm_table)
+
+    # 4. A Stream that asks for ARROW_SHM over TCP, by hand: INVALID_ARGUMENT.
+    with grpc.insecure_channel(sidecar.grpc_addr) as channel:
+        opening = stream_pb2.StreamOpen(
+            client_id="by-hand",
+            group=remote,
+            initial_credit=stream_pb2.StreamCredit(records=10),
+            format=stream_pb2.DELIVERY_FORMAT_ARROW_SHM,
+        )
+        call = stream_pb2_grpc.StreamServiceStub(channel).Stream(
+            iter([stream_pb2.StreamRequest(open=opening)]), timeout=10
+        )
+        with pytest.raises(grpc.RpcError) as refused:
+            next(iter(call))
+    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    info = error_info(refused.value)
+    assert info is not None and info.metadata["field"] == "open.format"
+    sidecar.stop()
