@@ -54,9 +54,9 @@ during a failover: the client keeps fetching from them while it re-binds on the 
 The names below (``__all__``) are the library's public surface; its modules are the
 implementation, one job each: ``client`` (:class:`DsClient`: fetch, stream, ack),
 ``batch`` (batches, and acks as offset ranges), ``columns`` (column batches and their
-shared-memory releases), ``shared`` (a stream's segments, mapped), ``acker`` (``ack_nowait``'s thread),
-``stream`` (the ``Stream`` RPC reader), ``sidecar`` (one bound sidecar's calls),
-``binding`` (binding, leader following, retries) and ``errors``.
+shared-memory releases), ``shared`` (a stream's segments, mapped), ``acker``
+(``ack_nowait``'s thread), ``stream`` (the ``Stream`` RPC reader), ``sidecar`` (one bound
+sidecar's calls), ``binding`` (binding, leader following, retries) and ``errors``.
 """
 
 from services.client.batch import Batch

@@ -70,11 +70,13 @@ def serving(
     return sidecar
 
 
-def read_all(client: DsClient, timeout: float = 120) -> tuple[pa.Table, list[int]]:
+def read_all(client: DsClient, timeout: float = 120) -> tuple[pa.Table, list[int], int]:
     """Every record through stream_columns, each batch copied out then acked: the table
-    of what arrived (sorted by partition and offset) and the stream formats seen."""
+    of what arrived (sorted by partition and offset), the stream formats seen and how many
+    shared-memory regions the batches were in."""
     copies: list[pa.Table] = []
     formats: list[int] = []
+    regions = 0
     got = 0
     deadline = time.monotonic() + timeout
     batches = client.stream_columns(CREDIT)
@@ -82,6 +84,7 @@ def read_all(client: DsClient, timeout: float = 120) -> tuple[pa.Table, list[int
         for batch in batches:
             assert isinstance(batch, ColumnBatch) and len(batch) == batch.table.num_rows
             formats += [s.format for s in client._streams.values()]
+            regions += sum(len(r.regions) for r in batch.releases)
             # The application's checks run on the columns in place, before the ack ...
             sizes = pc.binary_length(batch.table.column("value"))
             assert pc.all(pc.equal(sizes, VALUE_BYTES)).as_py()
@@ -94,7 +97,7 @@ def read_all(client: DsClient, timeout: float = 120) -> tuple[pa.Table, list[int
     finally:
         batches.close()
     table = pa.concat_tables(copies).sort_by([("partition", "ascending"), ("offset", "ascending")])
-    return table, formats
+    return table, formats, regions
 
 
 def check_every_record_once(table: pa.Table) -> None:
@@ -123,9 +126,15 @@ def test_columns_over_the_socket_come_through_shared_memory_and_equal_those_over
     # holds a sixth of them (its regions are reused once released).
     sidecar = serving(mesh, assigner, local, "sc-shm", "--uds-dir", str(socket_dir))
     with DsClient(local, client_id="cols-local", assigner=assigner.grpc_addr) as client:
-        shm_table, formats = read_all(client)
-    print(f"over the socket: {shm_table.num_rows} rows, stream formats seen {set(formats)}")
+        shm_table, formats, regions = read_all(client)
+    print(
+        f"over the socket: {shm_table.num_rows} rows in {regions} shared regions, stream "
+        f"formats seen {set(formats)}"
+    )
     assert set(formats) == {stream_pb2.DELIVERY_FORMAT_ARROW_SHM}
+    # A run is at most CREDIT records (400 KB), so each fits the segment and came through
+    # it (none as an oversize RecordBatch); RECORDS of them are 6 segments' worth.
+    assert regions >= RECORDS * VALUE_BYTES // SEGMENT_BYTES
     check_every_record_once(shm_table)
     # 2. The stream ended with the client: its segment file is gone.
     deadline = time.monotonic() + 10
@@ -137,9 +146,9 @@ def test_columns_over_the_socket_come_through_shared_memory_and_equal_those_over
     # 3. Over TCP (a sidecar without a socket): BATCHES, turned into equal tables.
     sidecar = serving(mesh, assigner, remote, "sc-tcp")
     with DsClient(remote, client_id="cols-remote", assigner=assigner.grpc_addr) as client:
-        tcp_table, formats = read_all(client)
+        tcp_table, formats, regions = read_all(client)
     print(f"over TCP: {tcp_table.num_rows} rows, stream formats seen {set(formats)}")
-    assert set(formats) == {stream_pb2.DELIVERY_FORMAT_BATCHES}
+    assert set(formats) == {stream_pb2.DELIVERY_FORMAT_BATCHES} and regions == 0
     check_every_record_once(tcp_table)
     assert tcp_table.equals(shm_table)
 
