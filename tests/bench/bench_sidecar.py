@@ -39,9 +39,16 @@ never an asserted time):
 (b2u), (cu) (b2) and (c) with the client in the sidecar's "pod": the sidecar also serves
     on a Unix domain socket (``DS_UDS_DIR``), the binding names it and the client dials it
     (the sidecar's ``ds_client_transport_requests_total`` must show every call came over
-    it); printed beside their TCP rows, best and median of the rounds.
+    it); printed beside their TCP rows, best and median of the rounds;
+(cc), (ccu) (c) with ``DsClient.stream_columns`` (Arrow columns, ``ColumnBatch``), same
+    credit, one ``ack(batch)`` per batch: (cc) over TCP (``DELIVERY_FORMAT_BATCHES`` turned
+    into Arrow by the client: one copy), (ccu) over the sidecar's socket
+    (``DELIVERY_FORMAT_ARROW_SHM``: written once into shared memory by the sidecar, read in
+    place; every stream must have used that format). The application reads each batch as
+    ``bench_shm_transport.py``'s client does: its row count and the sum of its value
+    lengths (``pyarrow.compute``), no per-record Python.
 
-``--rows a,b2,b2u,c,cu`` measures only those rows ((a) always runs with a throughput row: it
+``--rows a,b2,b2u,c,cu,cc,ccu`` measures only those rows ((a) always runs with a throughput row: it
 is the baseline; ``--rows d`` runs the latency row alone);
 ``--rounds N`` sets the number of interleaved rounds, ``--sizes 1024`` runs one size.
 
@@ -86,7 +93,10 @@ from confluent_kafka import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from services.client import Batch, DsClient
+import pyarrow.compute as pc
+
+from dataservice.sidecar.v1 import stream_pb2
+from services.client import Batch, ColumnBatch, DsClient
 from services.consumer_sidecar.kafka_config import SIDECAR_CONSUMER_DEFAULTS
 from services.devstack.kafka import (
     KafkaCluster,
@@ -206,6 +216,12 @@ def read_records(records: list[DsRecord]) -> int:
         r.value  # noqa: B018
         r.offset  # noqa: B018
     return len(records)
+
+
+def read_columns(batch: ColumnBatch) -> int:
+    """(cc), (ccu): the rows and the sum of the value lengths, on the columns in place."""
+    pc.sum(pc.binary_length(batch.table.column("value"))).as_py()
+    return len(batch)
 
 
 # ---- (a) direct consumer ------------------------------------------------------------------
@@ -375,6 +391,55 @@ def stream_through(
             took = time.monotonic() - (first or started)
             used = cpu.used() if first else {}
         check_transport(sidecar, "bench-stream", uds=socket_dir is not None)
+        return Rate(got, took, used)
+    finally:
+        sidecar.stop()
+
+
+def columns_through(
+    mesh: Mesh,
+    assigner: ServiceProcess,
+    group: str,
+    n: int,
+    *,
+    broker_pid: int | None = None,
+    socket_dir: Path | None = None,
+) -> Rate:
+    """(cc) ``stream_columns`` + ``ack`` per batch over TCP; with ``socket_dir``, (ccu) over
+    the sidecar's Unix domain socket there, in shared memory (checked: every stream of the
+    client used ARROW_SHM)."""
+    sidecar, started = serving_sidecar(mesh, assigner, group, uds_env(socket_dir))
+    cpu = CpuWindow({"app": os.getpid(), "sidecar": sidecar.pid, "broker": broker_pid})
+    got = 0
+    first: float | None = None  # steady state: the first batch starts the clock, uncounted
+    wanted = (
+        stream_pb2.DELIVERY_FORMAT_BATCHES
+        if socket_dir is None
+        else stream_pb2.DELIVERY_FORMAT_ARROW_SHM
+    )
+    formats: set[int] = set()
+    try:
+        with DsClient(group, client_id="bench-columns", assigner=assigner.grpc_addr) as client:
+            deadline = started + 300
+            for batch in client.stream_columns(STREAM_CREDIT):
+                read = read_columns(batch)
+                if client.ack(batch) != read:
+                    raise RuntimeError("a batch was not acked whole")
+                if first is None:
+                    first = time.monotonic()
+                    cpu.start()
+                    n -= read
+                    formats |= {s.format for s in client._streams.values()}
+                else:
+                    got += read
+                if got >= n or time.monotonic() > deadline:
+                    formats |= {s.format for s in client._streams.values()}
+                    break
+            took = time.monotonic() - (first or started)
+            used = cpu.used() if first else {}
+        check_transport(sidecar, "bench-columns", uds=socket_dir is not None)
+        if formats != {wanted}:
+            raise RuntimeError(f"bench-columns: stream formats {formats}, expected {wanted}")
         return Rate(got, took, used)
     finally:
         sidecar.stop()
@@ -791,9 +856,13 @@ def best_and_median(rows: dict[str, list[Rate]], key: str, base: list[Rate]) -> 
 
 
 # Rows --rows may name; (a) always runs.
-ROWS = ("a", "a1", "b", "b2", "b2u", "c", "c2", "cu", "d")
+ROWS = ("a", "a1", "b", "b2", "b2u", "c", "c2", "cu", "cc", "ccu", "d")
 # The socket rows beside the TCP rows they repeat.
-UDS_PAIRS = (("b2", "b2u", "Fetch + ack_nowait"), ("c", "cu", "Stream + ack"))
+UDS_PAIRS = (
+    ("b2", "b2u", "Fetch + ack_nowait"),
+    ("c", "cu", "Stream + ack"),
+    ("cc", "ccu", "Stream columns + ack"),
+)
 
 
 def run(
@@ -817,7 +886,16 @@ def run(
     lat_topic = f"bench-sidecar-lat-{run_id}"
     modes = [
         f"{m}{i}"
-        for m in ("fetch", "fetchnw", "fetchnwu", "stream", "streamnw", "streamu")
+        for m in (
+            "fetch",
+            "fetchnw",
+            "fetchnwu",
+            "stream",
+            "streamnw",
+            "streamu",
+            "columns",
+            "columnsu",
+        )
         for i in range(profile.rounds)
     ]
     groups = [(f"g-{m}-{topics[s]}", [topics[s]]) for s in sizes for m in [*modes, "nostats"]]
@@ -834,7 +912,10 @@ def run(
         f"a synchronous commit per batch; (b) DsClient.fetch batches of up to {FETCH_MAX} + "
         f"ack(batch), committed before it returns; (b2) the same with ack_nowait(batch); (c) "
         f"DsClient.stream over the Stream RPC, credit {STREAM_CREDIT}, ack(batch) on the "
-        f"stream; (c2) the same with ack_nowait(batch). Rates from the first batch on; best "
+        f"stream; (c2) the same with ack_nowait(batch); (cc)/(ccu) DsClient.stream_columns "
+        f"(Arrow), the same credit and ack(batch), reading rows and the sum of value lengths "
+        f"(pyarrow.compute), over TCP (BATCHES -> Arrow) / the socket (ARROW_SHM). Rates "
+        f"from the first batch on; best "
         f"of {profile.rounds} interleaved rounds each."
     )
     try:
@@ -883,6 +964,18 @@ def run(
                                     f"g-{group}{i}-{topic}",
                                     n,
                                     nowait=nowait,
+                                    broker_pid=pid,
+                                    socket_dir=socket_dir if uds else None,
+                                )
+                            )
+                    for key, group, uds in (("cc", "columns", False), ("ccu", "columnsu", True)):
+                        if key in rows:
+                            rates[key].append(
+                                columns_through(
+                                    mesh,
+                                    assigner,
+                                    f"g-{group}{i}-{topic}",
+                                    n,
                                     broker_pid=pid,
                                     socket_dir=socket_dir if uds else None,
                                 )
