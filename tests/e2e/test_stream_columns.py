@@ -169,3 +169,51 @@ def test_columns_over_the_socket_come_through_shared_memory_and_equal_those_over
     info = error_info(refused.value)
     assert info is not None and info.metadata["field"] == "open.format"
     sidecar.stop()
+
+
+def test_a_socket_stream_that_falls_back_to_tcp_reads_on_with_batches(
+    mesh: Mesh, topic_factory: object, socket_dir: Path
+) -> None:
+    """The sidecar is killed while the client reads through shared memory, and comes back
+    on TCP only: the stream re-opens over TCP with BATCHES and every record arrives (those
+    delivered and not acked before the kill again: at least once)."""
+    topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
+    produce(mesh.bootstrap, topic)
+    group = f"g-fb-{topic}"
+    assigner = mesh.assigner([(group, [topic])])
+    assigner.wait_serving()
+    sidecar = serving(mesh, assigner, group, "sc-fb", "--uds-dir", str(socket_dir))
+    tcp_args = list(sidecar.args)
+    del tcp_args[tcp_args.index("--uds-dir") : tcp_args.index("--uds-dir") + 2]
+    seen: dict[int, int] = {}
+    formats: list[int] = []
+    with DsClient(group, client_id="cols-fb", assigner=assigner.grpc_addr) as client:
+        batches = client.stream_columns(CREDIT)
+        deadline = time.monotonic() + 120
+        killed = False
+        try:
+            for batch in batches:
+                formats += [s.format for s in client._streams.values()]
+                table = batch.table
+                for key, got in zip(
+                    table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True
+                ):
+                    assert got == value(int(key))
+                    seen[int(key)] = seen.get(int(key), 0) + 1
+                client.ack(batch)
+                if not killed and len(seen) >= RECORDS // 3:
+                    sidecar.kill()
+                    sidecar.args = tcp_args
+                    sidecar.start().wait_serving()
+                    killed = True
+                if len(seen) >= RECORDS or time.monotonic() > deadline:
+                    break
+        finally:
+            batches.close()
+    again = sum(n - 1 for n in seen.values())
+    order = list(dict.fromkeys(formats))
+    print(f"{len(seen)} of {RECORDS} records, {again} again; formats in order {order}")
+    assert len(seen) == RECORDS
+    assert formats[0] == stream_pb2.DELIVERY_FORMAT_ARROW_SHM
+    assert formats[-1] == stream_pb2.DELIVERY_FORMAT_BATCHES
+    sidecar.stop()
