@@ -217,3 +217,44 @@ def test_a_socket_stream_that_falls_back_to_tcp_reads_on_with_batches(
     assert formats[0] == stream_pb2.DELIVERY_FORMAT_ARROW_SHM
     assert formats[-1] == stream_pb2.DELIVERY_FORMAT_BATCHES
     sidecar.stop()
+
+
+def test_with_auto_ack_asking_for_the_next_batch_releases_the_last(
+    mesh: Mesh, topic_factory: object, socket_dir: Path
+) -> None:
+    """auto_ack: the application acks nothing; the client releases each batch's regions
+    when the next one is asked for, so six segments' worth of records pass through one."""
+    topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
+    produce(mesh.bootstrap, topic)
+    group = f"g-auto-{topic}"
+    assigner = mesh.assigner([(group, [topic])])
+    assigner.wait_serving()
+    sidecar = serving(mesh, assigner, group, "sc-auto", "--uds-dir", str(socket_dir))
+    seen: dict[int, int] = {}
+    regions = 0
+    with DsClient(
+        group, client_id="cols-auto", assigner=assigner.grpc_addr, auto_ack=True
+    ) as client:
+        batches = client.stream_columns(CREDIT)
+        deadline = time.monotonic() + 120
+        try:
+            for batch in batches:
+                assert {s.format for s in client._streams.values()} == {
+                    stream_pb2.DELIVERY_FORMAT_ARROW_SHM
+                }
+                regions += sum(len(r.regions) for r in batch.releases)
+                table = batch.table
+                for key, got in zip(
+                    table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True
+                ):
+                    assert got == value(int(key))
+                    seen[int(key)] = seen.get(int(key), 0) + 1
+                if len(seen) >= RECORDS or time.monotonic() > deadline:
+                    break
+        finally:
+            batches.close()
+    again = sum(n - 1 for n in seen.values())
+    print(f"auto_ack: {len(seen)} of {RECORDS} records in {regions} regions, {again} again")
+    assert len(seen) == RECORDS and again == 0
+    assert regions >= RECORDS * VALUE_BYTES // SEGMENT_BYTES
+    sidecar.stop()
