@@ -60,10 +60,15 @@ def produce(bootstrap: str, topic: str) -> None:
 
 
 def serving(
-    mesh: Mesh, assigner: ServiceProcess, group: str, sidecar_id: str, *args: str
+    mesh: Mesh,
+    assigner: ServiceProcess,
+    group: str,
+    sidecar_id: str,
+    *args: str,
+    segment_bytes: int = SEGMENT_BYTES,
 ) -> ServiceProcess:
     sidecar = mesh.sidecar(
-        group, assigner, sidecar_id, *args, env={"DS_SHM_SEGMENT_BYTES": str(SEGMENT_BYTES)}
+        group, assigner, sidecar_id, *args, env={"DS_SHM_SEGMENT_BYTES": str(segment_bytes)}
     )
     sidecar.wait_serving()
     wait_stable(assigner.grpc_addr, group, [sidecar_id], PARTITIONS)
@@ -257,4 +262,26 @@ def test_with_auto_ack_asking_for_the_next_batch_releases_the_last(
     print(f"auto_ack: {len(seen)} of {RECORDS} records in {regions} regions, {again} again")
     assert len(seen) == RECORDS and again == 0
     assert regions >= RECORDS * VALUE_BYTES // SEGMENT_BYTES
+    sidecar.stop()
+
+
+def test_runs_too_large_for_the_segment_come_as_record_batches_beside_the_shared_ones(
+    mesh: Mesh, topic_factory: object, socket_dir: Path
+) -> None:
+    """A segment of 64 KiB holds at most about 60 of these records: the sidecar sends the
+    runs that do not fit as RecordBatches in the same responses, and the client hands both
+    out as the same columns; every record arrives once."""
+    topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
+    produce(mesh.bootstrap, topic)
+    group = f"g-small-{topic}"
+    assigner = mesh.assigner([(group, [topic])])
+    assigner.wait_serving()
+    sidecar = serving(
+        mesh, assigner, group, "sc-small", "--uds-dir", str(socket_dir), segment_bytes=64 * 1024
+    )
+    with DsClient(group, client_id="cols-small", assigner=assigner.grpc_addr) as client:
+        table, formats, regions = read_all(client)
+    print(f"64 KiB segment: {table.num_rows} rows, {regions} of their runs in shared memory")
+    assert set(formats) == {stream_pb2.DELIVERY_FORMAT_ARROW_SHM}
+    check_every_record_once(table)
     sidecar.stop()
