@@ -28,6 +28,16 @@ def fetched(data: bytes) -> Batch:
     return batch_of(columns)
 
 
+def streamed_columns(data: bytes) -> list[wire.BatchFields] | stream_pb2.StreamResponse:
+    """A Stream response for columns: a batch of RecordBatches only as their fields, views
+    of ``data`` (``wire.stream_batch_fields``: turned into Arrow without a copy); anything
+    else (shared batches, an ack result, headers) as its message."""
+    fields = wire.stream_batch_fields(data)
+    if fields is None:
+        return stream_pb2.StreamResponse.FromString(data)
+    return fields
+
+
 def streamed(data: bytes) -> Batch | stream_pb2.StreamResponse:
     """A Stream response: a batch as a Batch (read like :func:`fetched`), an ack result
     as its message."""
@@ -59,10 +69,9 @@ class Sidecar:
     stream: grpc.StreamStreamMultiCallable[
         stream_pb2.StreamRequest, Batch | stream_pb2.StreamResponse
     ] = field(init=False)
-    # Stream with responses parsed by protobuf (stream_columns: SharedBatch messages, and
-    # RecordBatches turned into Arrow columns).
-    stream_messages: grpc.StreamStreamMultiCallable[
-        stream_pb2.StreamRequest, stream_pb2.StreamResponse
+    # Stream with responses read by streamed_columns (stream_columns).
+    stream_columns: grpc.StreamStreamMultiCallable[
+        stream_pb2.StreamRequest, list[wire.BatchFields] | stream_pb2.StreamResponse
     ] = field(init=False)
     # Channels replaced by attach: calls still running on them finish there (closing one
     # would cancel them), so they are closed with the sidecar.
@@ -84,10 +93,10 @@ class Sidecar:
             request_serializer=stream_pb2.StreamRequest.SerializeToString,
             response_deserializer=streamed,
         )
-        self.stream_messages = self.channel.stream_stream(
+        self.stream_columns = self.channel.stream_stream(
             _SERVICE + "Stream",
             request_serializer=stream_pb2.StreamRequest.SerializeToString,
-            response_deserializer=stream_pb2.StreamResponse.FromString,
+            response_deserializer=streamed_columns,
         )
 
     @property
@@ -95,15 +104,18 @@ class Sidecar:
         """Whether the channel dials the sidecar's socket (not TCP)."""
         return self.target != self.address
 
-    def messages_call(
+    def columns_call(
         self,
     ) -> tuple[
-        str, grpc.StreamStreamMultiCallable[stream_pb2.StreamRequest, stream_pb2.StreamResponse]
+        str,
+        grpc.StreamStreamMultiCallable[
+            stream_pb2.StreamRequest, list[wire.BatchFields] | stream_pb2.StreamResponse
+        ],
     ]:
-        """The target dialed now and the Stream call on that same channel, taken together
-        (a fall back may switch both meanwhile)."""
+        """The target dialed now and the columns' Stream call on that same channel, taken
+        together (a fall back may switch both meanwhile)."""
         with self._lock:
-            return self.target, self.stream_messages
+            return self.target, self.stream_columns
 
     def attach(self, channel: grpc.Channel, target: str) -> None:
         """Call the sidecar over ``channel`` (dialing ``target``) from now on."""

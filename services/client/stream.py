@@ -34,13 +34,17 @@ from services.client.columns import ColumnBatch, Release, regions_of
 from services.client.errors import ClientError
 from services.client.shared import Segments, SharedBatchError
 from services.client.sidecar import Sidecar
-from services.records.arrow_batches import from_message
+from services.records import wire
+from services.records.arrow_batches import from_message, record_batch
 from services.runtime.errors import error_info
 from services.runtime.local_socket import path_of
 
 log = structlog.get_logger(__name__)
 
 Item = Batch | ColumnBatch | ClientError
+# What a Stream call yields: a records stream's batches (Batch) or a columns stream's
+# RecordBatches (their fields), and every other response as its message.
+Response = Batch | list[wire.BatchFields] | stream_pb2.StreamResponse
 
 
 def columns_of_batches(message: stream_pb2.StreamBatch) -> ColumnBatch:
@@ -61,6 +65,32 @@ def columns_of_batches(message: stream_pb2.StreamBatch) -> ColumnBatch:
         first = int.from_bytes(rb.offsets[:8], "little", signed=True)
         last = int.from_bytes(rb.offsets[-8:], "little", signed=True)
         spans.append(Span(rb.topic, rb.partition, rb.lease_epoch, first, last + 1, count))
+    return ColumnBatch(batches, spans)
+
+
+def columns_of_fields(fields: list[wire.BatchFields]) -> ColumnBatch:
+    """RecordBatches read from the received bytes (``wire.stream_batch_fields``) as Arrow
+    columns: their key and value columns are views of those bytes (no copy)."""
+    batches, spans = [], []
+    for f in fields:
+        count = len(f.offsets) // 8
+        if not count:
+            continue
+        batches.append(
+            record_batch(
+                f.topic,
+                f.partition,
+                f.offsets,
+                f.timestamps or None,
+                f.value_lengths,
+                f.values,
+                f.key_lengths or None,
+                f.keys,
+            )
+        )
+        first = int.from_bytes(f.offsets[:8], "little", signed=True)
+        last = int.from_bytes(f.offsets[-8:], "little", signed=True)
+        spans.append(Span(f.topic, f.partition, f.lease_epoch, first, last + 1, count))
     return ColumnBatch(batches, spans)
 
 
@@ -217,12 +247,13 @@ class SidecarStream:
 
     def _open(
         self, requests: queue.SimpleQueue[stream_pb2.StreamRequest | None]
-    ) -> tuple[grpc.CallIterator[Batch | stream_pb2.StreamResponse], Segments | None]:
+    ) -> tuple[grpc.CallIterator[Response], Segments | None]:
         """Open the call: the opening's format and, for ARROW_SHM, the segments' directory."""
         if not self.columns:
             self.format = self.opening.format
-            return self.sidecar.stream(self._request_iterator(requests, self.opening)), None
-        target, call = self.sidecar.messages_call()
+            records = self.sidecar.stream(self._request_iterator(requests, self.opening))
+            return cast("grpc.CallIterator[Response]", records), None
+        target, call = self.sidecar.columns_call()
         socket = path_of(target) if target != self.address else None
         opening = stream_pb2.StreamOpen()
         opening.CopyFrom(self.opening)
@@ -233,7 +264,7 @@ class SidecarStream:
         self.format = opening.format
         segments = Segments(socket.parent) if shared and socket is not None else None
         responses = call(self._request_iterator(requests, opening))
-        return cast("grpc.CallIterator[Batch | stream_pb2.StreamResponse]", responses), segments
+        return cast("grpc.CallIterator[Response]", responses), segments
 
     def _refused_shared(self, error: grpc.RpcError) -> bool:
         """Whether the sidecar refused the ARROW_SHM this opening asked for."""
@@ -260,6 +291,9 @@ class SidecarStream:
                 for response in call:
                     if isinstance(response, Batch):
                         self.out.put((self, response))
+                        backoff = 0.1
+                    elif isinstance(response, list):  # RecordBatches for columns
+                        self.out.put((self, columns_of_fields(response)))
                         backoff = 0.1
                     elif response.WhichOneof("kind") == "batch":
                         if self.columns:

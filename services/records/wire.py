@@ -19,7 +19,9 @@ Pure code: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
 
 from services.records.batches import Columns, Slice, lengths_column, packed
 
@@ -36,6 +38,7 @@ _BATCHES = 2
 _STREAM_BATCH = 1
 
 Piece = bytes | memoryview
+T = TypeVar("T")
 
 
 def varint(value: int) -> bytes:
@@ -131,7 +134,14 @@ def parse_batches(data: bytes, start: int = 0, end: int | None = None) -> list[C
     """The RecordBatches of an encoded FetchResponse or StreamBatch (``data[start:end]``),
     as Columns whose keys and values are cut from ``data``; ``None`` when the message holds
     anything else (Record messages, headers, an unknown field): parse it with protobuf."""
-    end = len(data) if end is None else end
+    return _batches_of(data, start, len(data) if end is None else end, _record_batch)
+
+
+def _batches_of(
+    data: bytes, start: int, end: int, build: Callable[[bytes, int, int], T | None]
+) -> list[T] | None:
+    """Each RecordBatch field of ``data[start:end]`` as ``build`` reads it; ``None`` when
+    the message holds anything else or ``build`` gives up on one."""
     out = []
     pos = start
     while pos < end:
@@ -141,10 +151,10 @@ def parse_batches(data: bytes, start: int = 0, end: int | None = None) -> list[C
         size, pos = _read_varint(data, pos, end)
         if pos + size > end:
             raise ValueError("truncated RecordBatch")
-        columns = _record_batch(data, pos, pos + size)
-        if columns is None:
+        built = build(data, pos, pos + size)
+        if built is None:
             return None
-        out.append(columns)
+        out.append(built)
         pos += size
     return out
 
@@ -152,15 +162,75 @@ def parse_batches(data: bytes, start: int = 0, end: int | None = None) -> list[C
 def parse_stream_batch(data: bytes) -> list[Columns] | None:
     """The RecordBatches of an encoded StreamResponse that holds a ``batch``, read as by
     :func:`parse_batches`; ``None`` for anything else (an ``ack_result``)."""
+    bounds = _lone_batch(data)
+    return None if bounds is None else parse_batches(data, *bounds)
+
+
+def _lone_batch(data: bytes) -> tuple[int, int] | None:
+    """Where the StreamBatch of an encoded StreamResponse that holds only one lies."""
     if data[:1] != _tag(_STREAM_BATCH, _LEN):
         return None
     size, start = _read_varint(data, 1, len(data))
     if start + size != len(data):
         return None  # not a lone batch: let protobuf read it
-    return parse_batches(data, start, start + size)
+    return start, start + size
 
 
-def _record_batch(data: bytes, pos: int, end: int) -> Columns | None:
+@dataclass(frozen=True)
+class BatchFields:
+    """One RecordBatch of a received message, its columns as views of the message's bytes
+    (nothing copied): what ``arrow_batches.record_batch`` takes."""
+
+    topic: str
+    partition: int
+    lease_epoch: int
+    delivery_count: int
+    offsets: memoryview
+    timestamps: memoryview
+    value_lengths: memoryview
+    values: memoryview
+    key_lengths: memoryview
+    keys: memoryview
+
+
+def stream_batch_fields(data: bytes) -> list[BatchFields] | None:
+    """The RecordBatches of an encoded StreamResponse that holds a ``batch`` of
+    RecordBatches only, as views of ``data``; ``None`` for anything else (an ack result,
+    shared batches, headers, a field this reader does not know): parse it with protobuf."""
+    bounds = _lone_batch(data)
+    return None if bounds is None else _batches_of(data, *bounds, _batch_fields)
+
+
+def _batch_fields(data: bytes, pos: int, end: int) -> BatchFields | None:
+    scanned = _scan(data, pos, end)
+    if scanned is None:
+        return None
+    spans, ints = scanned
+    view = memoryview(data)
+
+    def field(number: int) -> memoryview:
+        lo, hi = spans.get(number, (0, 0))
+        return view[lo:hi]
+
+    return BatchFields(
+        topic=bytes(field(_TOPIC)).decode(),
+        partition=_signed(ints[_PARTITION], 32),
+        lease_epoch=_signed(ints[_EPOCH], 64),
+        delivery_count=_signed(ints[_DELIVERIES], 32),
+        offsets=field(_OFFSETS),
+        timestamps=field(_TIMESTAMPS),
+        value_lengths=field(_VALUE_LENGTHS),
+        values=field(_VALUES),
+        key_lengths=field(_KEY_LENGTHS),
+        keys=field(_KEYS),
+    )
+
+
+def _scan(
+    data: bytes, pos: int, end: int
+) -> tuple[dict[int, tuple[int, int]], dict[int, int]] | None:
+    """A RecordBatch's length-delimited fields (number → where) and varints (number →
+    value); ``None`` on headers or a field this reader does not know."""
     spans: dict[int, tuple[int, int]] = {}
     ints = {_PARTITION: 0, _EPOCH: 0, _DELIVERIES: 0}
     while pos < end:
@@ -176,6 +246,14 @@ def _record_batch(data: bytes, pos: int, end: int) -> Columns | None:
             pos += size
         else:
             return None  # headers, or a field this reader does not know
+    return spans, ints
+
+
+def _record_batch(data: bytes, pos: int, end: int) -> Columns | None:
+    scanned = _scan(data, pos, end)
+    if scanned is None:
+        return None
+    spans, ints = scanned
 
     def field(number: int) -> bytes:
         lo, hi = spans.get(number, (0, 0))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import queue
 import shutil
 import tempfile
+from array import array
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
@@ -33,7 +34,8 @@ from services.client.columns import (
     regions_of,
 )
 from services.client.shared import Segments, SharedBatchError
-from services.client.stream import columns_of
+from services.client.stream import columns_of, columns_of_batches, columns_of_fields
+from services.records import wire
 from services.records.arrow_batches import SCHEMA, from_message
 from services.runtime.errors import invalid
 from services.runtime.local_socket import sidecar_file_name, target
@@ -438,3 +440,42 @@ def test_a_batch_message_holds_both_shared_runs_and_record_batches(short_dir: Pa
     assert got.releases == (Release("stream", 1, (10,)),)
     with pytest.raises(SharedBatchError):
         columns_of(message, None, "stream", 1)  # not asked for
+
+
+def test_record_batches_over_tcp_become_columns_in_place_of_the_received_bytes() -> None:
+    """``wire.stream_batch_fields`` + ``columns_of_fields``: the same table as protobuf's
+    message through ``from_message``, its values a view of the received bytes; anything
+    but a batch of plain RecordBatches is left to protobuf."""
+    rbs = [record_batch(0, range(3, 7)), record_batch(2, range(0, 2), epoch=5)]
+    rbs[0].keys, rbs[0].key_lengths = b"abcd", array("i", [1, -1, 2, 1]).tobytes()
+    rbs[1].timestamps = array("q", [1_700_000_000_000, -1]).tobytes()
+    message = stream_pb2.StreamResponse(batch=stream_pb2.StreamBatch(batches=rbs))
+    data = message.SerializeToString()
+    fields = wire.stream_batch_fields(data)
+    assert fields is not None
+    got = columns_of_fields(fields)
+    wanted = columns_of_batches(stream_pb2.StreamResponse.FromString(data).batch)
+    assert got.table.equals(wanted.table) and got.spans == wanted.spans
+    assert got.spans[1] == Span(TOPIC, 2, 5, 0, 2, 2)
+    values = got.record_batches[0].column("value").buffers()[2]
+    start = pa.py_buffer(data).address
+    assert start <= values.address < start + len(data)  # not copied
+    for other in (
+        stream_pb2.StreamResponse(ack_result=stream_pb2.StreamAckResult()),
+        stream_pb2.StreamResponse(
+            batch=stream_pb2.StreamBatch(shared=[shared("s", 0, 1, 1, 1)], batches=rbs)
+        ),
+        stream_pb2.StreamResponse(
+            batch=stream_pb2.StreamBatch(
+                batches=[
+                    stream_pb2.RecordBatch(
+                        topic=TOPIC,
+                        offsets=array("q", [1]).tobytes(),
+                        value_lengths=array("i", [0]).tobytes(),
+                        headers=[stream_pb2.RecordBatchHeaders(index=0)],
+                    )
+                ]
+            )
+        ),
+    ):
+        assert wire.stream_batch_fields(other.SerializeToString()) is None
