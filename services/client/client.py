@@ -544,11 +544,12 @@ class DsClient:
         each partition run is read in place from shared memory the sidecar wrote it into
         once (``DELIVERY_FORMAT_ARROW_SHM``): no copy of the records on their way to the
         application. Over TCP (a remote client, or a stream that fell back to TCP) the
-        sidecar sends ``DELIVERY_FORMAT_BATCHES`` and the client turns each RecordBatch
-        into the same columns (one copy). Either way a :class:`ColumnBatch` holds one
-        ``pa.RecordBatch`` per partition run in ``ReadRange``'s ``ARROW_IPC`` schema
-        (``key``, ``value``, ``topic``, ``partition``, ``offset``, ``timestamp``,
-        ``headers``), and ``batch.table`` joins them without a copy.
+        sidecar sends ``DELIVERY_FORMAT_BATCHES`` and the client builds the same columns
+        on each received RecordBatch's bytes (no copy beyond gRPC's receive). Either way
+        a :class:`ColumnBatch` holds one ``pa.RecordBatch`` per partition run in
+        ``ReadRange``'s ``ARROW_IPC`` schema (``key``, ``value``, ``topic``, ``partition``,
+        ``offset``, ``timestamp``, ``headers``), and ``batch.table`` joins them without a
+        copy.
 
         **The columns are valid until the batch is acked** (:meth:`ack`,
         :meth:`ack_nowait`, :meth:`nack`), or, with ``auto_ack``, until the next batch is

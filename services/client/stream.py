@@ -48,8 +48,10 @@ Response = Batch | list[wire.BatchFields] | stream_pb2.StreamResponse
 
 
 def columns_of_batches(message: stream_pb2.StreamBatch) -> ColumnBatch:
-    """A StreamBatch of ``DELIVERY_FORMAT_BATCHES`` as Arrow columns (one copy: the
-    client's own memory), one record batch and span per RecordBatch.
+    """A StreamBatch's RecordBatches, parsed by protobuf, as Arrow columns (the key and
+    value columns point into the message's bytes), one record batch and span each: the
+    oversize runs of an ARROW_SHM response (a plain BATCHES response is read by
+    :func:`columns_of_fields` without protobuf).
 
     Raises:
         ClientError: The sidecar sent Record messages (it predates ``BATCHES``).
