@@ -33,7 +33,7 @@ memory (``DELIVERY_FORMAT_ARROW_SHM``: written once by the sidecar, mapped and r
 by the client, no copy on the way); over TCP as ``BATCHES`` turned into the same columns.
 The columns are valid until the batch is acked (or nacked; with ``auto_ack``, until the
 next batch is asked for): the ack releases their memory to the sidecar, which writes over
-it. Copy what must outlive the ack (``batch.table.to_pylist()``).
+it. Copy what must outlive the ack (``batch.copy()``, ``batch.table.to_pylist()``).
 
 Fetch and Stream responses are read without building their protobuf messages
 (``services.records.wire.parse_batches``): keys and values are cut from the received bytes

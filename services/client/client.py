@@ -554,7 +554,8 @@ class DsClient:
         **The columns are valid until the batch is acked** (:meth:`ack`,
         :meth:`ack_nowait`, :meth:`nack`), or, with ``auto_ack``, until the next batch is
         asked for: the sidecar then writes over their memory. Copy what must outlive that
-        (``batch.table.to_pylist()``, ``batch.table.combine_chunks()``). Ack or nack every
+        (:meth:`ColumnBatch.copy`, ``batch.table.to_pylist()``; not ``combine_chunks()``,
+        which returns a single chunk as it is). Ack or nack every
         batch (or use ``auto_ack``): a stream's shared memory is a ring, and while the
         application holds all of it the sidecar sends nothing more on that stream.
 

@@ -52,10 +52,11 @@ class ColumnBatch:
     :meth:`DsClient.ack_nowait`, :meth:`DsClient.nack`, or with ``auto_ack`` until the
     next batch is asked for): over the sidecar's local socket they are read in place from
     shared memory, which the sidecar writes over once they are released. Copy what must
-    outlive the ack into memory of your own first, e.g. ``batch.table.to_pylist()`` or
-    ``batch.table.combine_chunks()`` (a new buffer), or ``pa.concat_arrays`` of a column's
-    chunks. Over TCP the columns are the client's own copy, but treat them the same way:
-    which transport a stream uses can change under the application.
+    outlive the ack into memory of your own first: :meth:`copy` (the columns), or
+    ``batch.table.to_pylist()`` (Python objects). Not ``combine_chunks()``,
+    ``concat_tables`` or a slice: pyarrow returns a single chunk as it is, still in the
+    shared memory. Over TCP the columns point into the received message, but treat them
+    the same way: which transport a stream uses can change under the application.
 
     Attributes:
         record_batches: One ``pa.RecordBatch`` per partition run, rows in offset order, in
@@ -84,6 +85,14 @@ class ColumnBatch:
     def table(self) -> pa.Table:
         """The runs as one table (one chunk per run: no copy)."""
         return pa.Table.from_batches(self.record_batches, schema=SCHEMA)
+
+    def copy(self) -> pa.Table:
+        """The records as a table in memory of the application's own (every buffer
+        copied), valid after the ack."""
+        memory = pa.default_cpu_memory_manager()
+        return pa.Table.from_batches(
+            [batch.copy_to(memory) for batch in self.record_batches], schema=SCHEMA
+        )
 
     def __len__(self) -> int:
         return sum(span.count for span in self.spans)

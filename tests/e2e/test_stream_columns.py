@@ -90,11 +90,19 @@ def read_all(client: DsClient, timeout: float = 120) -> tuple[pa.Table, list[int
             assert isinstance(batch, ColumnBatch) and len(batch) == batch.table.num_rows
             formats += [s.format for s in client._streams.values()]
             regions += sum(len(r.regions) for r in batch.releases)
+            for i, run in enumerate(batch.record_batches):  # well-formed Arrow, each run
+                try:
+                    run.validate(full=True)
+                except pa.ArrowInvalid as exc:
+                    raise AssertionError(
+                        f"run {i} of {len(batch.record_batches)} ({batch.spans[i]}, "
+                        f"{len(batch.releases)} releases) is not valid Arrow: {exc}"
+                    ) from exc
             # The application's checks run on the columns in place, before the ack ...
             sizes = pc.binary_length(batch.table.column("value"))
             assert pc.all(pc.equal(sizes, VALUE_BYTES)).as_py()
             # ... and what must outlive the ack is copied out first.
-            copies.append(batch.table.combine_chunks())
+            copies.append(batch.copy())
             assert client.ack(batch) == len(batch)
             got += len(batch)
             if got >= RECORDS or time.monotonic() > deadline:

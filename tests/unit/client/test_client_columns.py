@@ -74,6 +74,10 @@ def test_a_column_batch_counts_its_runs_and_joins_them_without_a_copy() -> None:
     assert table.column("value").num_chunks == 2
     assert table.column("value").chunk(0).buffers()[2].address == b0.column(1).buffers()[2].address
     assert ColumnBatch().table.num_rows == 0
+    # copy(): every buffer the application's own (combine_chunks would keep a lone chunk)
+    copied = first.copy()
+    assert copied.equals(first.table)
+    assert copied.column("value").chunk(0).buffers()[2].address != b0.column(1).buffers()[2].address
     with pytest.raises(ValueError):
         ColumnBatch([b0], [])
 
