@@ -64,22 +64,30 @@ class ColumnBatch:
             arrow_batches.SCHEMA``).
         spans: The offset range of each run, in the same order (one ``RangeAck`` each when
             the batch is acked).
+        delivery_counts: How many times each run's records have been delivered, this
+            delivery included (1 the first time; more after a redelivery: an ack deadline
+            passed, a nack, a stream that ended).
         releases: The shared-memory regions the columns lie in, by stream (empty over TCP).
     """
 
-    __slots__ = ("record_batches", "releases", "spans")
+    __slots__ = ("delivery_counts", "record_batches", "releases", "spans")
 
     def __init__(
         self,
         record_batches: Iterable[pa.RecordBatch] = (),
         spans: Iterable[Span] = (),
         releases: Iterable[Release] = (),
+        delivery_counts: Iterable[int] = (),
     ) -> None:
+        """``delivery_counts``: one per run, default 1 each; a 0 (a sidecar that predates
+        the field) reads as 1."""
         self.record_batches: tuple[pa.RecordBatch, ...] = tuple(record_batches)
         self.spans: tuple[Span, ...] = tuple(spans)
         self.releases: tuple[Release, ...] = tuple(r for r in releases if r.regions)
-        if len(self.record_batches) != len(self.spans):
-            raise ValueError("a ColumnBatch has one span per record batch")
+        counts = tuple(max(1, c) for c in delivery_counts) or (1,) * len(self.spans)
+        self.delivery_counts: tuple[int, ...] = counts
+        if not len(self.record_batches) == len(self.spans) == len(self.delivery_counts):
+            raise ValueError("a ColumnBatch has one span and delivery count per record batch")
 
     @property
     def table(self) -> pa.Table:
@@ -118,6 +126,7 @@ def joined_columns(batches: Sequence[ColumnBatch]) -> ColumnBatch:
         chain.from_iterable(b.record_batches for b in batches),
         chain.from_iterable(b.spans for b in batches),
         chain.from_iterable(b.releases for b in batches),
+        chain.from_iterable(b.delivery_counts for b in batches),
     )
 
 

@@ -58,26 +58,28 @@ def columns_of_batches(message: stream_pb2.StreamBatch) -> ColumnBatch:
     """
     if message.records:
         raise ClientError("the sidecar sent Record messages: it cannot deliver columns")
-    batches, spans = [], []
+    batches, spans, deliveries = [], [], []
     for rb in message.batches:
         count = len(rb.offsets) // 8
         if not count:
             continue
         batches.append(from_message(rb))
+        deliveries.append(rb.delivery_count)
         first = int.from_bytes(rb.offsets[:8], "little", signed=True)
         last = int.from_bytes(rb.offsets[-8:], "little", signed=True)
         spans.append(Span(rb.topic, rb.partition, rb.lease_epoch, first, last + 1, count))
-    return ColumnBatch(batches, spans)
+    return ColumnBatch(batches, spans, delivery_counts=deliveries)
 
 
 def columns_of_fields(fields: list[wire.BatchFields]) -> ColumnBatch:
     """RecordBatches read from the received bytes (``wire.stream_batch_fields``) as Arrow
     columns: their key and value columns are views of those bytes (no copy)."""
-    batches, spans = [], []
+    batches, spans, deliveries = [], [], []
     for f in fields:
         count = len(f.offsets) // 8
         if not count:
             continue
+        deliveries.append(f.delivery_count)
         batches.append(
             record_batch(
                 f.topic,
@@ -93,7 +95,7 @@ def columns_of_fields(fields: list[wire.BatchFields]) -> ColumnBatch:
         first = int.from_bytes(f.offsets[:8], "little", signed=True)
         last = int.from_bytes(f.offsets[-8:], "little", signed=True)
         spans.append(Span(f.topic, f.partition, f.lease_epoch, first, last + 1, count))
-    return ColumnBatch(batches, spans)
+    return ColumnBatch(batches, spans, delivery_counts=deliveries)
 
 
 def columns_of(
@@ -125,6 +127,7 @@ def columns_of(
         [*records, *copied.record_batches],
         [*spans, *copied.spans],
         [Release(stream, generation, regions)],
+        [*(s.delivery_count for s in message.shared), *copied.delivery_counts],
     )
 
 

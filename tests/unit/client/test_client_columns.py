@@ -65,7 +65,7 @@ def test_a_column_batch_counts_its_runs_and_joins_them_without_a_copy() -> None:
     second = ColumnBatch([b1], [s1], [Release("s", 1, (8, 9)), Release("t", 2, ())])
     both = joined_columns([first, second])
     assert len(both) == 5 and both and not ColumnBatch()
-    assert both.spans == (s0, s1)
+    assert both.spans == (s0, s1) and both.delivery_counts == (1, 1)
     assert both.releases == (Release("s", 1, (7,)), Release("s", 1, (8, 9)))  # empty dropped
     table = both.table
     assert table.schema.equals(SCHEMA) and table.num_rows == 5
@@ -438,7 +438,9 @@ def test_a_batch_message_holds_both_shared_runs_and_record_batches(short_dir: Pa
     message = stream_pb2.StreamBatch(
         shared=[shared("s5", 0, len(body), 10, 4)], batches=[record_batch(1, range(7, 9))]
     )
+    message.shared[0].delivery_count, message.batches[0].delivery_count = 3, 2
     got = columns_of(message, Segments(short_dir), "stream", 1)
+    assert got.delivery_counts == (3, 2)
     assert [(s.partition, s.from_offset, s.to_offset) for s in got.spans] == [(0, 0, 4), (1, 7, 9)]
     assert got.table.column("offset").to_pylist() == [0, 1, 2, 3, 7, 8]
     assert got.releases == (Release("stream", 1, (10,)),)
@@ -460,6 +462,7 @@ def test_record_batches_over_tcp_become_columns_in_place_of_the_received_bytes()
     got = columns_of_fields(fields)
     wanted = columns_of_batches(stream_pb2.StreamResponse.FromString(data).batch)
     assert got.table.equals(wanted.table) and got.spans == wanted.spans
+    assert got.delivery_counts == wanted.delivery_counts == (1, 1)
     assert got.spans[1] == Span(TOPIC, 2, 5, 0, 2, 2)
     values = got.record_batches[0].column("value").buffers()[2]
     start = pa.py_buffer(data).address
