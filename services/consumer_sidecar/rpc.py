@@ -1006,7 +1006,8 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
 def _shared_response(state: _StreamState) -> tuple[stream_pb2.StreamResponse, list[Slice]]:
     """DELIVERY_FORMAT_ARROW_SHM: the stream's pending slices written into its segment, in
     order, while it has room: the response saying where, and the slices it delivers (the
-    rest stay pending). A slice too large for the whole segment goes as a RecordBatch."""
+    rest stay pending). A slice too large for the whole segment goes as a RecordBatch, the
+    last of its response."""
     from services.records.arrow_batches import from_slice  # pyarrow: on first use
 
     segment = state.segment
@@ -1020,7 +1021,10 @@ def _shared_response(state: _StreamState) -> tuple[stream_pb2.StreamResponse, li
         except ValueError:  # larger than the segment
             batch.batches.append(piece.to_batch())
             sent += 1
-            continue
+            # The response ends here: a client hands out a response's shared runs, then its
+            # RecordBatches, so what follows must not share a response with this one (a
+            # partition's records stay in offset order).
+            break
         if region is None:  # no room until the client releases
             break
         batch.shared.add(

@@ -18,11 +18,12 @@ import pyarrow as pa
 import pyarrow.ipc as pa_ipc
 import pytest
 
+from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from services.consumer_sidecar.client_access import ClientIdLimiter, ClientMetrics
 from services.consumer_sidecar.rpc import SharedMemory
 from services.records.arrow_batches import SCHEMA
-from services.records.batches import decode_batch
+from services.records.batches import chunk_from_records, decode_batch
 from services.runtime import local_socket
 from tests.unit.sidecar.stream_harness import (
     TOPIC,
@@ -271,3 +272,29 @@ def test_a_full_memory_volume_refuses_the_stream_instead_of_a_sigbus(small_tmpfs
 
     # A 4 MiB segment in a 1 MiB volume: allocated whole at open, so refused there.
     run(body, shared_memory=SharedMemory(small_tmpfs, 4 << 20))
+
+
+def test_a_run_too_large_for_the_segment_ends_its_response(tmp_path: Path) -> None:
+    """A client hands out a response's shared runs, then its RecordBatches: a run that goes
+    as a RecordBatch is the last of its response, so a partition's records stay in order."""
+    from services.consumer_sidecar.rpc import Credit, _shared_response, _StreamState
+    from services.consumer_sidecar.shm_segment import Segment
+
+    chunks = []
+    for offsets, size in ((range(0, 5), 3), (range(5, 6), 6000), (range(6, 11), 3)):
+        records = [
+            common_pb2.Record(topic=TOPIC, partition=0, offset=o, value=b"v" * size)
+            for o in offsets
+        ]
+        chunks.append(chunk_from_records(records))
+    state = _StreamState(credit=Credit(), auto_ack=False, columns=False)
+    state.segment = Segment(tmp_path, "sc-1", 6 * 1024)  # the 6000-byte run does not fit
+    state.pending = [chunk.take(len(chunk), TOPIC, 0, 1) for chunk in chunks]
+    first, sent = _shared_response(state)
+    assert [s.first_offset for s in first.batch.shared] == [0]
+    assert [decode_offsets(b) for b in first.batch.batches] == [[5]]
+    assert len(sent) == 2 and len(state.pending) == 1  # the run after it waits
+    second, _ = _shared_response(state)
+    assert [(s.first_offset, s.last_offset) for s in second.batch.shared] == [(6, 10)]
+    assert not second.batch.batches and not state.pending
+    state.segment.close()
