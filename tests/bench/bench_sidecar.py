@@ -77,6 +77,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -272,7 +273,8 @@ def direct_consume(
 def serving_sidecar(
     mesh: Mesh, assigner: ServiceProcess, group: str, env: dict[str, str] | None = None
 ) -> tuple[ServiceProcess, float]:
-    sidecar = start_sidecar(mesh, group, assigner, f"bench-{group[-12:]}", env=env)
+    # Unique: two sidecars of one run may share a socket directory (the latency paths).
+    sidecar = start_sidecar(mesh, group, assigner, f"bench-{uuid.uuid4().hex[:10]}", env=env)
     sidecar.wait_serving()
     return sidecar, time.monotonic()
 
@@ -467,7 +469,8 @@ LAT_PRODUCER = {"enable.idempotence": True, "linger.ms": 1}
 
 @dataclass(frozen=True)
 class LatPath:
-    """One path measured in (d): ``kind`` direct | fetch | stream."""
+    """One path measured in (d): ``kind`` direct | fetch | stream | columns
+    (``stream_columns``: over the socket, ``DELIVERY_FORMAT_ARROW_SHM``)."""
 
     key: str
     label: str
@@ -494,6 +497,7 @@ LAT_MORE = (
     LatPath("dFa", "DsClient.fetch TCP", "fetch", ack="ack"),
     LatPath("dSa", "DsClient.stream (Stream RPC) TCP", "stream", ack="ack"),
     LatPath("d0c", "direct, librdkafka defaults, consume(1000, 0.1)", "direct", batch=True),
+    LatPath("dSc", "DsClient.stream_columns UDS (ARROW_SHM)", "columns", uds=True),
 )
 LAT_ALL = {p.key: p for p in (*LAT_PATHS, *LAT_MORE)}
 
@@ -584,10 +588,14 @@ def _lat_client(path: LatPath, group: str, assigner: str, ready: Any, first: Any
     try:
         with DsClient(group, client_id=client_id, assigner=assigner) as client:
 
-            def handle(batch: Batch) -> None:
+            def handle(batch: Batch | ColumnBatch) -> None:
                 now = time.time_ns()
-                for r in batch:
-                    result.see(r.value, now)
+                if isinstance(batch, ColumnBatch):
+                    for value in batch.table.column("value").to_pylist():
+                        result.see(value, now)
+                else:
+                    for r in batch:
+                        result.see(r.value, now)
                 if path.ack == "ack_nowait":
                     pending.append((client.ack_nowait(batch), len(batch)))
                 elif client.ack(batch) != len(batch):
@@ -603,7 +611,12 @@ def _lat_client(path: LatPath, group: str, assigner: str, ready: Any, first: Any
             else:
                 closer = threading.Thread(target=lambda: (stop.wait(), client.close()))
                 closer.start()
-                for batch in client.stream(LAT_FETCH_RECORDS, use_stream_rpc=True):
+                batches: Iterator[Batch] | Iterator[ColumnBatch] = (
+                    client.stream_columns(LAT_FETCH_RECORDS)
+                    if path.kind == "columns"
+                    else client.stream(LAT_FETCH_RECORDS, use_stream_rpc=True)
+                )
+                for batch in batches:
                     handle(batch)
                     if stop.is_set():
                         break
