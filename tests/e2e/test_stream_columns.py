@@ -10,8 +10,12 @@ Real Kafka, real assigner and sidecar processes, a real DsClient.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +31,7 @@ from services.client import ColumnBatch, DsClient
 from services.runtime.errors import error_info
 from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh, ServiceProcess
+from tests.support.ops import metric_samples
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -293,3 +298,78 @@ def test_runs_too_large_for_the_segment_come_as_record_batches_beside_the_shared
     assert set(formats) == {stream_pb2.DELIVERY_FORMAT_ARROW_SHM}
     check_every_record_once(table)
     sidecar.stop()
+
+
+HOLDER = """
+import sys, time
+from services.client import DsClient
+group, assigner = sys.argv[1], sys.argv[2]
+client = DsClient(group, client_id="cols-killed", assigner=assigner)
+held = []
+for batch in client.stream_columns(400):
+    held.append(batch)  # never acked, never released: the regions stay the client's
+    if sum(map(len, held)) >= 300:  # of ~500 the segment holds: it waits for releases
+        print("holding", sum(map(len, held)), flush=True)
+        time.sleep(600)
+"""
+
+
+def test_an_application_killed_while_it_holds_shared_memory_loses_nothing(
+    mesh: Mesh, topic_factory: object, socket_dir: Path
+) -> None:
+    """kill -9 of an application holding shared-memory regions it never acked: its stream
+    ends with its process, the sidecar removes the segment and gives back what it held,
+    and the next reader gets every record, each once (the killed one acked none)."""
+    topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
+    produce(mesh.bootstrap, topic)
+    group = f"g-kill-{topic}"
+    assigner = mesh.assigner([(group, [topic])])
+    assigner.wait_serving()
+    sidecar = serving(mesh, assigner, group, "sc-kill", "--uds-dir", str(socket_dir))
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{repo}:{repo / 'protos' / 'gen' / 'python'}"}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, group, assigner.grpc_addr],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    try:
+        assert holder.stdout is not None
+        said = []  # its log lines go to stdout too
+        # Killed if it never says it holds (the read below would block for good).
+        watchdog = threading.Timer(60, holder.kill)
+        watchdog.start()
+        for line in holder.stdout:
+            said.append(line)
+            if line.startswith("holding") or len(said) > 200:
+                break
+        watchdog.cancel()
+        assert line.startswith("holding"), f"the holding application said {said!r}"
+        assert segments_in(socket_dir), "no segment while the application holds regions"
+        shared = shared_memory_bytes(sidecar, "cols-killed")
+        assert shared == [SEGMENT_BYTES], shared
+        holder.kill()  # SIGKILL: no close, no nack, no release
+        holder.wait(10)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    deadline = time.monotonic() + 20
+    while segments_in(socket_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert segments_in(socket_dir) == [], "the killed application's segment outlived it"
+    assert shared_memory_bytes(sidecar, "cols-killed") == [0]
+    with DsClient(group, client_id="cols-next", assigner=assigner.grpc_addr) as client:
+        table, _, _ = read_all(client)
+    print(f"after the kill: {line.strip()} were held; the next reader got {table.num_rows}")
+    check_every_record_once(table)
+    sidecar.stop()
+
+
+def shared_memory_bytes(sidecar: ServiceProcess, client_id: str) -> list[float]:
+    return [
+        s.value
+        for s in metric_samples(sidecar, "ds_client_shared_memory_bytes")
+        if s.labels["client_id"] == client_id
+    ]
