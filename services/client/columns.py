@@ -145,9 +145,3 @@ def regions_of(released: Mapping[int, Sequence[int]], generation: int) -> list[i
     """The region ids of ``released`` (generation → ids) that the running ``generation`` of
     a stream gave: those of an earlier generation died with its ring and are dropped."""
     return list(released.get(generation, ()))
-
-
-def span_of(topic: str, partition: int, lease_epoch: int, offsets: pa.Array) -> Span:
-    """A run's span from its offset column (first to one past the last)."""
-    n = len(offsets)
-    return Span(topic, partition, lease_epoch, offsets[0].as_py(), offsets[n - 1].as_py() + 1, n)

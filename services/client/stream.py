@@ -21,11 +21,12 @@ import queue
 import random
 import threading
 from collections import deque
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import cast
 
 import grpc
+import pyarrow as pa
 import structlog
 
 from dataservice.sidecar.v1 import stream_pb2
@@ -58,29 +59,23 @@ def columns_of_batches(message: stream_pb2.StreamBatch) -> ColumnBatch:
     """
     if message.records:
         raise ClientError("the sidecar sent Record messages: it cannot deliver columns")
-    batches, spans, deliveries = [], [], []
-    for rb in message.batches:
-        count = len(rb.offsets) // 8
-        if not count:
-            continue
-        batches.append(from_message(rb))
-        deliveries.append(rb.delivery_count)
-        first = int.from_bytes(rb.offsets[:8], "little", signed=True)
-        last = int.from_bytes(rb.offsets[-8:], "little", signed=True)
-        spans.append(Span(rb.topic, rb.partition, rb.lease_epoch, first, last + 1, count))
-    return ColumnBatch(batches, spans, delivery_counts=deliveries)
+    return _columns(
+        (rb.topic, rb.partition, rb.lease_epoch, rb.delivery_count, rb.offsets, from_message(rb))
+        for rb in message.batches
+        if rb.offsets
+    )
 
 
 def columns_of_fields(fields: list[wire.BatchFields]) -> ColumnBatch:
     """RecordBatches read from the received bytes (``wire.stream_batch_fields``) as Arrow
     columns: their key and value columns are views of those bytes (no copy)."""
-    batches, spans, deliveries = [], [], []
-    for f in fields:
-        count = len(f.offsets) // 8
-        if not count:
-            continue
-        deliveries.append(f.delivery_count)
-        batches.append(
+    return _columns(
+        (
+            f.topic,
+            f.partition,
+            f.lease_epoch,
+            f.delivery_count,
+            f.offsets,
             record_batch(
                 f.topic,
                 f.partition,
@@ -90,11 +85,25 @@ def columns_of_fields(fields: list[wire.BatchFields]) -> ColumnBatch:
                 f.values,
                 f.key_lengths or None,
                 f.keys,
-            )
+            ),
         )
-        first = int.from_bytes(f.offsets[:8], "little", signed=True)
-        last = int.from_bytes(f.offsets[-8:], "little", signed=True)
-        spans.append(Span(f.topic, f.partition, f.lease_epoch, first, last + 1, count))
+        for f in fields
+        if f.offsets
+    )
+
+
+def _columns(
+    runs: Iterable[tuple[str, int, int, int, bytes | memoryview, pa.RecordBatch]],
+) -> ColumnBatch:
+    """Runs (topic, partition, lease epoch, delivery count, packed offsets, their Arrow
+    columns) as one ColumnBatch, a span each from its first and last offset."""
+    batches, spans, deliveries = [], [], []
+    for topic, partition, epoch, delivery_count, offsets, columns in runs:
+        first = int.from_bytes(offsets[:8], "little", signed=True)
+        last = int.from_bytes(offsets[-8:], "little", signed=True)
+        spans.append(Span(topic, partition, epoch, first, last + 1, len(offsets) // 8))
+        batches.append(columns)
+        deliveries.append(delivery_count)
     return ColumnBatch(batches, spans, delivery_counts=deliveries)
 
 
