@@ -25,7 +25,7 @@ from typing import Protocol, cast
 import pyarrow as pa
 import pyarrow.ipc as pa_ipc
 
-from services.records.arrow_batches import HEADER, HEADERS, SCHEMA
+from services.records.arrow_batches import HEADERS, SCHEMA, no_headers
 
 # Per row besides key, value, topic and header bytes: the offsets of the five variable-width
 # columns (4 B each), partition 4, offset 8, timestamp 8, validity bits; rounded up.
@@ -178,10 +178,7 @@ class Columns:
     def _header_column(self, n: int) -> pa.Array:
         if any(self.headers):
             return pa.array(self.headers, HEADERS)
-        # No message has headers (the usual case): n empty lists without n Python objects.
-        return pa.ListArray.from_arrays(
-            pa.repeat(pa.scalar(0, pa.int32()), n + 1), pa.array([], HEADER), type=HEADERS
-        )
+        return no_headers(n)  # no message has headers (the usual case)
 
     def encode(self) -> bytes:
         """The rows taken as one Arrow IPC stream of one record batch (see the module doc)."""

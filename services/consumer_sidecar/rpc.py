@@ -558,16 +558,15 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         )
         if shared:
             state.segment = self._segment()
-        limits = (
-            (STREAM_COLUMNS_RECORDS, STREAM_COLUMNS_BYTES)
-            if columns
-            else (STREAM_BATCH_RECORDS, STREAM_BATCH_BYTES)
-        )
         if state.segment is not None:
             # The response carries no record: only the segment bounds what one takes. A
             # quarter of it keeps a few responses in flight, and fewer, larger partition
             # runs (each costs its Arrow arrays' set-up, tens of µs).
             limits = (STREAM_SHARED_RECORDS, state.segment.ring.capacity // 4)
+        elif columns:
+            limits = (STREAM_COLUMNS_RECORDS, STREAM_COLUMNS_BYTES)
+        else:
+            limits = (STREAM_BATCH_RECORDS, STREAM_BATCH_BYTES)
         holder: Holder = (opened.client_id, next(self._stream_ids))
         reader = asyncio.create_task(self._read_stream(request_iterator, state))
         clients = self.clients

@@ -164,11 +164,15 @@ def _bitmap(valid: np.ndarray) -> pa.Buffer:
     return pa.py_buffer(np.packbits(valid, bitorder="little"))
 
 
+def no_headers(n: int) -> pa.Array:
+    """The headers column of n records without any: n empty lists, no per-record objects."""
+    empty = pa.py_buffer(np.zeros(n + 1, np.int32))
+    return pa.Array.from_buffers(HEADERS, n, [None, empty], children=[_NO_HEADER])
+
+
 def _headers(sparse: SparseHeaders, n: int) -> pa.Array:
     if not sparse:
-        # No record has headers (the usual case): n empty lists, no per-record objects.
-        empty = pa.py_buffer(np.zeros(n + 1, np.int32))
-        return pa.Array.from_buffers(HEADERS, n, [None, empty], children=[_NO_HEADER])
+        return no_headers(n)  # the usual case
     rows: list[list[dict[str, Any]]] = [[] for _ in range(n)]
     for index, pairs in sparse:
         rows[index] = [{"key": str(k), "value": v} for k, v in pairs]
