@@ -6,23 +6,19 @@ stream ends, and the format refused where it cannot work (TCP, Fetch)."""
 from __future__ import annotations
 
 import asyncio
-import mmap
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import grpc.aio
-import pyarrow as pa
-import pyarrow.ipc as pa_ipc
 import pytest
 
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
+from services.client.shared import Segments
 from services.consumer_sidecar.client_access import ClientIdLimiter, ClientMetrics
 from services.consumer_sidecar.rpc import SharedMemory
-from services.records.arrow_batches import SCHEMA
 from services.records.batches import chunk_from_records, decode_batch
 from services.runtime import local_socket
 from tests.unit.sidecar.stream_harness import (
@@ -37,26 +33,6 @@ from tests.unit.sidecar.stream_harness import (
 )
 
 SHM = stream_pb2.DELIVERY_FORMAT_ARROW_SHM
-
-
-class Mapped:
-    """The client's side: segments mapped read-only at their first mention."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.maps: dict[str, pa.Buffer] = {}
-
-    def read(self, shared: stream_pb2.SharedBatch) -> pa.RecordBatch:
-        if shared.segment not in self.maps:
-            fd = os.open(self.directory / shared.segment, os.O_RDONLY)
-            try:
-                self.maps[shared.segment] = pa.py_buffer(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
-            finally:
-                os.close(fd)
-        view = self.maps[shared.segment].slice(shared.position, shared.length)
-        batch = pa_ipc.open_stream(view).read_next_batch()
-        assert batch.schema.equals(SCHEMA)
-        return batch
 
 
 def released(
@@ -83,7 +59,7 @@ def test_each_run_is_written_once_and_read_in_place(tmp_path: Path) -> None:
         sc.buffer(1, range(4))
         requests = Requests(opening(records=100, format=SHM))
         call = stub.Stream(requests)
-        mapped = Mapped(tmp_path)
+        mapped = Segments(tmp_path)  # the client's reader: schema and rows checked
         got: dict[int, list[tuple[int, bytes]]] = {0: [], 1: []}
         sent: list[stream_pb2.SharedBatch] = []
         while sum(map(len, got.values())) < 14:
@@ -120,7 +96,7 @@ def test_a_full_segment_waits_for_releases_and_nothing_is_lost(tmp_path: Path) -
         part = sc.hold(0)
         requests = Requests(opening(records=100_000, format=SHM))
         call = stub.Stream(requests)
-        mapped = Mapped(tmp_path)
+        mapped = Segments(tmp_path)  # the client's reader: schema and rows checked
         offsets: list[int] = []
         reading = asyncio.ensure_future(call.read())  # a read cancelled would end the call
         held: list[stream_pb2.SharedBatch] = []
