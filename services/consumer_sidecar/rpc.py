@@ -557,7 +557,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             credit=credit, auto_ack=opened.auto_ack, columns=columns, client_id=opened.client_id
         )
         if shared:
-            state.segment = self._segment()
+            state.segment = await self._segment()
         if state.segment is not None:
             # The response carries no record: only the segment bounds what one takes. A
             # quarter of it keeps a few responses in flight, and fewer, larger partition
@@ -713,16 +713,26 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         state.results.append(stream_pb2.StreamResponse(ack_result=result))
         state.wake.set()
 
-    def _segment(self) -> Segment:
+    async def _segment(self) -> Segment:
         """A new stream's shared-memory segment; UNAVAILABLE if it cannot be made (the
-        client reads on over TCP)."""
-        from services.consumer_sidecar.shm_segment import Segment  # pyarrow: on first use
-
+        client reads on over TCP). Made on a thread: allocating every page takes
+        milliseconds (4-12 for 32 MiB here), and the first one imports pyarrow; the event
+        loop serves the other calls meanwhile. A stream that goes while its segment is
+        made has it closed (its file removed) as soon as it is made."""
         assert self.shared_memory is not None
-        try:
-            return Segment(
-                self.shared_memory.directory, self.serving.sidecar_id, self.shared_memory.capacity
+        making = asyncio.ensure_future(
+            asyncio.to_thread(
+                _make_segment,
+                self.shared_memory.directory,
+                self.serving.sidecar_id,
+                self.shared_memory.capacity,
             )
+        )
+        try:
+            return await asyncio.shield(making)
+        except asyncio.CancelledError:
+            making.add_done_callback(_close_made)
+            raise
         except OSError as err:
             log.warning("shared-memory segment not made", error=str(err))
             raise DsError(
@@ -1000,6 +1010,18 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             visibility_timeout=visibility,
             max_deliveries=policy.max_deliveries,
         )
+
+
+def _make_segment(directory: Path, sidecar_id: str, capacity: int) -> Segment:
+    from services.consumer_sidecar.shm_segment import Segment  # pyarrow: on first use
+
+    return Segment(directory, sidecar_id, capacity)
+
+
+def _close_made(making: asyncio.Future[Segment]) -> None:
+    """A segment made for a stream that went meanwhile: closed (its file removed)."""
+    if not making.cancelled() and making.exception() is None:
+        making.result().close()
 
 
 def _shared_response(state: _StreamState) -> tuple[stream_pb2.StreamResponse, list[Slice]]:

@@ -6,7 +6,9 @@ stream ends, and the format refused where it cannot work (TCP, Fetch)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -274,3 +276,61 @@ def test_a_run_too_large_for_the_segment_ends_its_response(tmp_path: Path) -> No
     assert [(s.first_offset, s.last_offset) for s in second.batch.shared] == [(6, 10)]
     assert not second.batch.batches and not state.pending
     state.segment.close()
+
+
+@pytest.fixture
+def slow_fallocate(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """Segment creation that takes until the returned event is set (a big segment on a
+    busy node: allocating every page of 32 MiB takes 4-12 ms here, at best)."""
+    from services.consumer_sidecar import shm_segment
+
+    release = threading.Event()
+    real = os.posix_fallocate
+
+    def fallocate(fd: int, offset: int, length: int) -> None:
+        release.wait(10)
+        real(fd, offset, length)
+
+    monkeypatch.setattr(shm_segment.os, "posix_fallocate", fallocate)
+    yield release
+    release.set()
+
+
+def test_making_a_segment_does_not_stop_the_other_calls(
+    tmp_path: Path, slow_fallocate: threading.Event
+) -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        sc.hold(0)
+        sc.buffer(0, range(5))
+        call = stub.Stream(Requests(opening(records=100, format=SHM)))
+        await asyncio.sleep(0.2)  # the segment is being made
+        # Another client's call is served meanwhile: the event loop is not held by it.
+        fetched = await stub.Fetch(fetch_request(max_records=2), timeout=5)
+        assert [r.offset for r in fetched.records] == [0, 1]
+        slow_fallocate.set()
+        response = await call.read()
+        assert [s.first_offset for s in response.batch.shared] == [2]
+        call.cancel()
+
+    run(body, shared_memory=SharedMemory(tmp_path, 1 << 20))
+
+
+def test_a_stream_gone_while_its_segment_is_made_leaves_no_file(
+    tmp_path: Path, slow_fallocate: threading.Event
+) -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        part = sc.hold(0)
+        sc.buffer(0, range(5))
+        call = stub.Stream(Requests(opening(records=100, format=SHM)))
+        await asyncio.sleep(0.2)  # the segment is being made
+        call.cancel()
+        await asyncio.sleep(0.2)
+        slow_fallocate.set()  # made after the stream went: closed at once
+        for _ in range(100):
+            if not segment_files(tmp_path):
+                break
+            await asyncio.sleep(0.02)
+        assert segment_files(tmp_path) == []
+        assert part.acks.inflight == 0 and part.acks.due == 0  # nothing was taken for it
+
+    run(body, shared_memory=SharedMemory(tmp_path, 1 << 20))
