@@ -78,6 +78,7 @@ from services.runtime.handlers import method_handler
 from services.runtime.topic_partition import TP
 
 if TYPE_CHECKING:
+    from services.consumer_sidecar.shm_ring import Ring
     from services.consumer_sidecar.shm_segment import Segment
 
 log = structlog.get_logger(__name__)
@@ -98,6 +99,11 @@ STREAM_BATCH_BYTES = 1024 * 1024
 STREAM_COLUMNS_RECORDS = 10_000
 STREAM_COLUMNS_BYTES = 4 * 1024 * 1024
 STREAM_SHARED_RECORDS = 50_000  # DELIVERY_FORMAT_ARROW_SHM: the bytes are the segment's
+# ARROW_SHM: no take for a stream while its segment has less room than this; and what Arrow
+# adds to a record's key and value bytes (its offset, timestamp, and the offsets of its
+# key, value and headers: 34-38 bytes measured, 1,000 records a run) (_shared_limits).
+SHM_MIN_ROOM = 4096
+SHM_RECORD_OVERHEAD = 40
 _FORMATS = (
     stream_pb2.DELIVERY_FORMAT_UNSPECIFIED,
     stream_pb2.DELIVERY_FORMAT_RECORDS,
@@ -559,10 +565,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         if shared:
             state.segment = await self._segment()
         if state.segment is not None:
-            # The response carries no record: only the segment bounds what one takes. A
-            # quarter of it keeps a few responses in flight, and fewer, larger partition
-            # runs (each costs its Arrow arrays' set-up, tens of µs).
-            limits = (STREAM_SHARED_RECORDS, state.segment.ring.capacity // 4)
+            limits = (0, 0)  # each take's, as the segment's room allows: _shared_limits
         elif columns:
             limits = (STREAM_COLUMNS_RECORDS, STREAM_COLUMNS_BYTES)
         else:
@@ -594,6 +597,15 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                 if not state.credit.available():
                     await self._wait(state, data=False)
                     continue
+                if state.segment is not None:
+                    # Only what the segment has room for: records taken and held back for
+                    # a client that holds its segment full would wait out the visibility
+                    # timeout instead of going to another client.
+                    room = _shared_limits(state.segment.ring)
+                    if room is None:
+                        await self._wait(state, data=False)  # for a release
+                        continue
+                    limits = room
                 self.serving.data_ready.clear()
                 taken = self.serving.take(*state.credit.limits(*limits), holder)
                 if not taken:
@@ -1010,6 +1022,22 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             visibility_timeout=visibility,
             max_deliveries=policy.max_deliveries,
         )
+
+
+def _shared_limits(ring: Ring) -> tuple[int, int] | None:
+    """DELIVERY_FORMAT_ARROW_SHM: the records and bytes one take may have, so that their
+    Arrow runs fit the room the segment has now; None while it has too little room (the
+    client holds it: wait for a release). The response carries no record: only the segment
+    bounds what one takes. A quarter of it keeps a few responses in flight, and fewer,
+    larger partition runs (each costs its Arrow arrays' set-up, tens of µs). Arrow adds to
+    the records' bytes about SHM_RECORD_OVERHEAD a record and 1.3 KiB a run; half
+    the room for the bytes and the other half for that leaves most takes fitting whole
+    (one that does not waits for room, already taken)."""
+    room = ring.room()
+    if room < min(SHM_MIN_ROOM, ring.capacity):  # an empty ring always takes
+        return None
+    records = max(1, min(STREAM_SHARED_RECORDS, room // (2 * SHM_RECORD_OVERHEAD)))
+    return records, max(1, min(ring.capacity // 4, room // 2))
 
 
 def _make_segment(directory: Path, sidecar_id: str, capacity: int) -> Segment:

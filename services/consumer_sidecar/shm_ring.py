@@ -67,6 +67,15 @@ class Ring:
         self._by_id[region.id] = region
         return region
 
+    def room(self) -> int:
+        """The longest region :meth:`allocate` hands out now (0: none until a release)."""
+        if not self._live:
+            return self.capacity
+        oldest, newest = self._live[0].position, self._live[-1].end
+        if newest > oldest:
+            return max(self.capacity - newest, oldest)
+        return oldest - newest
+
     def fits(self, length: int) -> bool:
         """Whether a region of ``length`` bytes can ever be handed out."""
         return 0 < length <= self.capacity

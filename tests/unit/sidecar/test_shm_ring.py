@@ -48,6 +48,12 @@ def test_held_regions_never_overlap_and_released_space_comes_back(script: list) 
         elif kind == "release_unknown":
             assert not ring.release(arg)
         assert ring.held == len(held)
+        room = ring.room()  # what allocate() takes now, and not a byte more
+        assert 0 <= room <= CAPACITY
+        if room < CAPACITY:
+            assert ring._room(room + 1) is None
+        if room:
+            assert ring._room(room) is not None
     for region in held:
         ring.release(region.id)
     assert len(ring) == 0

@@ -334,3 +334,38 @@ def test_a_stream_gone_while_its_segment_is_made_leaves_no_file(
         assert part.acks.inflight == 0 and part.acks.due == 0  # nothing was taken for it
 
     run(body, shared_memory=SharedMemory(tmp_path, 1 << 20))
+
+
+def test_a_client_holding_its_whole_segment_takes_nothing_more(tmp_path: Path) -> None:
+    """Records are taken for an ARROW_SHM stream only as its segment has room for them:
+    what a client holding its segment full cannot be sent stays buffered, and another
+    client reads it (taken and held back, it would wait out the visibility timeout)."""
+
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        part = sc.hold(0)
+        sc.buffer(0, range(600))
+        holding = stub.Stream(Requests(opening(records=100_000, format=SHM)))
+        mapped = Segments(tmp_path)
+        held: list[int] = []
+        reading = asyncio.ensure_future(holding.read())
+        while True:  # what the segment holds; none of it is released
+            done, _ = await asyncio.wait([reading], timeout=0.5)
+            if not done:
+                break
+            for shared in reading.result().batch.shared:
+                held += mapped.read(shared).column("offset").to_pylist()
+            reading = asyncio.ensure_future(holding.read())
+        assert 0 < len(held) < 600
+        assert part.acks.inflight == len(held)  # nothing taken that was not written
+        other = stub.Stream(Requests(opening(records=100_000, client_id="c2")))
+        rest: list[int] = []
+        while len(rest) < 600 - len(held):
+            response = await asyncio.wait_for(other.read(), 5)
+            rest += [r.offset for r in response.batch.records]
+        assert sorted(held + rest) == list(range(600))
+        reading.cancel()
+        holding.cancel()
+        other.cancel()
+
+    # A run of 200 short records is about 9 KiB of Arrow.
+    run(body, shared_memory=SharedMemory(tmp_path, 24 * 1024))
