@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/confluentinc/confluent-kafka-go/v2 v2.11.1
+	golang.org/x/sys v0.48.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
@@ -11,6 +12,5 @@ require (
 
 require (
 	golang.org/x/net v0.60.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 )

@@ -48,19 +48,24 @@ import argparse
 import asyncio
 import contextlib
 import importlib.util
+import json
 import multiprocessing
 import multiprocessing.connection
 import os
+import queue
 import random
+import resource
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 import grpc.aio
@@ -69,6 +74,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
 
+from confluent_kafka.admin import AdminClient, NewPartitions
 from google.protobuf import duration_pb2
 
 from dataservice.assigner.v1 import assigner_pb2, assigner_pb2_grpc, types_pb2
@@ -527,6 +533,13 @@ class Workers:
         for p in self.pipes:
             p.send(cmd)
 
+    def collect(self, timeout: float) -> list[Any]:
+        """The answers to what :meth:`send_all` sent."""
+        return [self._recv(p, timeout) for p in self.pipes]
+
+    def cpu_seconds(self) -> float:
+        return sum(cpu_seconds(psutil.Process(p.pid)) for p in self.procs if p.pid is not None)
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.ask("stop", timeout=30)
@@ -534,6 +547,191 @@ class Workers:
             proc.join(10)
             if proc.is_alive():
                 proc.kill()
+
+
+class Load(Protocol):
+    """The simulated sidecars of one measurement: :class:`Workers` (Python client processes)
+    or :class:`GoLoad` (one Go process), answering the same commands."""
+
+    interval: float
+
+    def ask(self, *cmd: Any, timeout: float = 120.0) -> list[Any]: ...
+    def ask_one(self, k: int, *cmd: Any, timeout: float = 120.0) -> Any: ...
+    def send_all(self, *cmd: Any) -> None: ...
+    def collect(self, timeout: float) -> list[Any]: ...
+    def cpu_seconds(self) -> float: ...
+    def close(self) -> None: ...
+
+
+REPO = Path(__file__).resolve().parents[2]
+GO_BINARY = REPO / "build" / "sessionload"
+
+
+def go_toolchain() -> str | None:
+    """The Go toolchain: $GO, then ``go`` on PATH, then /usr/local/go/bin/go (make setup's)."""
+    for candidate in (os.environ.get("GO"), shutil.which("go"), "/usr/local/go/bin/go"):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def build_go_load(go: str) -> Path:
+    """``go build`` clients/go/cmd/sessionload into build/ (Go's caches as the Makefile's
+    GO_ENV puts them: incremental, about a second when nothing changed)."""
+    home = Path.home()
+    env = os.environ | {
+        "GOMODCACHE": str(home / ".cache" / "go-mod"),
+        "GOCACHE": str(home / ".cache" / "go-build"),
+        "GOFLAGS": "-mod=readonly",
+    }
+    GO_BINARY.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [go, "build", "-o", str(GO_BINARY), "./cmd/sessionload"],
+        cwd=REPO / "clients" / "go",
+        env=env,
+        check=True,
+    )
+    return GO_BINARY
+
+
+def encode_command(cmd: tuple[Any, ...]) -> str:
+    """One command as the Go load reads it: a JSON array on one line."""
+    return json.dumps(list(cmd), separators=(",", ":")) + "\n"
+
+
+def decode_answer(name: str, line: str) -> Any:
+    """The Go load's answer to command ``name`` in the shape a Python worker sends it."""
+    value = json.loads(line)
+    if name == "kill":
+        return [(t, int(p)) for t, p in value]
+    if name == "live":
+        return {(t, int(p)): float(at) for t, p, at in value}
+    return value
+
+
+class GoLoad:
+    """All the sidecars in one Go process (clients/go/cmd/sessionload) over stdin/stdout,
+    one JSON value a line. ``connections`` 0: one HTTP/2 connection per sidecar."""
+
+    def __init__(
+        self, binary: Path, addr: str, group: str, n: int, interval: float, connections: int
+    ) -> None:
+        self.interval = interval
+        conns = "per-sidecar" if connections == 0 else str(connections)
+        argv = ["--addr", addr, "--group", group, "--sidecars", str(n)]
+        argv += ["--interval", str(interval), "--connections", conns]
+        self.proc = subprocess.Popen(
+            [str(binary), *argv],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.sent: list[str] = []  # names of the commands not answered yet, oldest first
+        threading.Thread(target=self._read, daemon=True).start()
+        if self._recv_line(180.0) != '"ready"':
+            raise RuntimeError("the Go load did not start")
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.strip())
+        self.lines.put(None)
+
+    def _recv_line(self, timeout: float) -> str:
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise RuntimeError(f"the Go load did not answer in {timeout}s") from None
+        if line is None:
+            raise RuntimeError(f"the Go load exited ({self.proc.wait()})")
+        return line
+
+    def send_all(self, *cmd: Any) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(encode_command(cmd))
+        self.proc.stdin.flush()
+        self.sent.append(str(cmd[0]))
+
+    def collect(self, timeout: float) -> list[Any]:
+        return [decode_answer(self.sent.pop(0), self._recv_line(timeout))]
+
+    def ask(self, *cmd: Any, timeout: float = 120.0) -> list[Any]:
+        self.send_all(*cmd)
+        return self.collect(timeout)
+
+    def ask_one(self, k: int, *cmd: Any, timeout: float = 120.0) -> Any:
+        return self.ask(*cmd, timeout=timeout)[0]
+
+    def cpu_seconds(self) -> float:
+        return cpu_seconds(psutil.Process(self.proc.pid))
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.ask("stop", timeout=30)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def make_load(addr: str, group: str, n: int, args: argparse.Namespace) -> Load:
+    if args.load == "go":
+        return GoLoad(args.go_binary, addr, group, n, args.interval, args.connections)
+    connections = n if args.connections == 0 else args.connections
+    return Workers(addr, group, n, args.workers, args.interval, connections)
+
+
+def raise_nofile() -> tuple[int, int]:
+    """Raise the soft open-files limit to the hard one (a connection per sidecar is a file
+    descriptor in the load and one in the assigner, which inherits the limit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def parse_connections(value: str) -> int:
+    """``--connections``: a count, or per-sidecar (0: one each, as real sidecars)."""
+    if value == "per-sidecar":
+        return 0
+    count = int(value)
+    if count < 1:
+        raise argparse.ArgumentTypeError("a count >= 1 or per-sidecar")
+    return count
+
+
+SATURATION_CPU = 0.95  # of one core: the assigner is one asyncio process
+SATURATION_ACKED = 0.97  # of the heartbeats offered
+SWEEP_SIZES = (1000, 2000, 3000, 5000, 7000, 10000)
+
+
+def sweep_sizes(max_sidecars: int) -> list[int]:
+    """1,000, 2,000, 3,000, 5,000, 7,000, 10,000, then +5,000 a step, up to the maximum."""
+    sizes = [n for n in SWEEP_SIZES if n <= max_sidecars]
+    nxt = SWEEP_SIZES[-1] + 5000
+    while nxt <= max_sidecars:
+        sizes.append(nxt)
+        nxt += 5000
+    if not sizes or sizes[-1] != max_sidecars:
+        sizes.append(max_sidecars)
+    return sizes
+
+
+def saturated(n: int, interval: float, hb: dict[str, float]) -> list[str]:
+    """Why one assigner core no longer keeps up with ``n`` sidecars (empty: it does): its
+    CPU at 95 % of a core, fewer than 97 % of the offered heartbeats acked, or the p99 ack
+    latency past the lease safety margin (a renewal that late shortens every lease)."""
+    reasons = []
+    if hb["cpu_share"] >= SATURATION_CPU:
+        reasons.append(f"assigner CPU {hb['cpu_share']:.0%} >= {SATURATION_CPU:.0%} of a core")
+    offered = n / interval
+    if hb["rate"] < SATURATION_ACKED * offered:
+        reasons.append(f"acked {hb['rate']:.0f}/s < {SATURATION_ACKED:.0%} of {offered:.0f}/s")
+    if not hb["p99_ms"] <= SAFETY_MARGIN * 1000:  # NaN (nothing acked) counts as late
+        reasons.append(f"p99 ack {hb['p99_ms']:.0f} ms > margin {SAFETY_MARGIN * 1000:.0f} ms")
+    return reasons
 
 
 def cpu_seconds(proc: psutil.Process) -> float:
@@ -577,7 +775,7 @@ def summarise(acks: int, latencies: list[float], seconds: float, cpu: float) -> 
 
 
 def measure(
-    workers: Workers,
+    workers: Load,
     proc: psutil.Process,
     seconds: float,
     baseline: bool,
@@ -591,22 +789,25 @@ def measure(
     else:
         workers.ask("window", t0, t0 + seconds)
     time.sleep(max(0.0, t0 - time.monotonic()))
-    cpu0 = cpu_seconds(proc)
+    cpu0, clients0 = cpu_seconds(proc), workers.cpu_seconds()
     spy = start_profile(proc.pid, seconds, profile) if profile is not None else None
     time.sleep(seconds)
     cpu = cpu_seconds(proc) - cpu0
+    clients = workers.cpu_seconds() - clients0
     if spy is not None:
         spy.wait(60)
     if baseline:
-        answers = [workers._recv(p, seconds + 60) for p in workers.pipes]
-        answers = [a[1:] for a in answers]
+        answers = [a[1:] for a in workers.collect(seconds + 60)]
     else:
         time.sleep(ACK_GRACE)  # acks of heartbeats sent before the end still count
         answers = workers.ask("results")
     acks = sum(a[0] for a in answers)
     latencies = [x for a in answers for x in a[1]]
     errors = sum(sum(a[2].values()) for a in answers)
-    return summarise(acks, latencies, seconds, cpu) | {"errors": float(errors)}
+    return summarise(acks, latencies, seconds, cpu) | {
+        "errors": float(errors),
+        "clients_cpu_share": clients / seconds,
+    }
 
 
 def run_echo(
@@ -622,9 +823,7 @@ def run_echo(
         if not parent.poll(120):
             raise RuntimeError(f"the echo server ({setup}) did not start")
         port = parent.recv()
-        workers = Workers(
-            f"127.0.0.1:{port}", "echo", n, args.workers, args.interval, args.connections
-        )
+        workers = make_load(f"127.0.0.1:{port}", "echo", n, args)
         try:
             workers.ask("sessions")
             started = time.monotonic()
@@ -650,11 +849,12 @@ def run_size(
     partitions: int,
     args: argparse.Namespace,
     pid: int,
-) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    baseline: bool = True,
+) -> tuple[dict[str, float] | None, dict[str, float], dict[str, float]]:
     proc = psutil.Process(pid)
-    workers = Workers(addr, group, n, args.workers, args.interval, args.connections)
+    workers = make_load(addr, group, n, args)
     try:
-        base = measure(workers, proc, args.seconds, baseline=True)
+        base = measure(workers, proc, args.seconds, baseline=True) if baseline else None
         workers.ask("sessions")
         # Warm-up: every partition held, and no grant or revoke for 1 s.
         started = time.monotonic()
@@ -715,6 +915,34 @@ def cpu_ratio(base: dict[str, float], hb: dict[str, float]) -> float:
     return base["per_cpu_s"] / hb["per_cpu_s"] if hb["per_cpu_s"] else float("nan")
 
 
+KRAFT_BATCH = 5000  # KRaft refuses a request of more than 10,000 metadata records
+
+
+def create_big_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """The topic, created with at most 5,000 partitions and grown 5,000 at a time: a
+    10,000-partition CreateTopics is refused ("excessively large batch operation")."""
+    create_topic(bootstrap, topic, min(partitions, KRAFT_BATCH), timeout=600)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    count = min(partitions, KRAFT_BATCH)
+    while count < partitions:
+        count = min(partitions, count + KRAFT_BATCH)
+        futures = admin.create_partitions([NewPartitions(topic, count)], request_timeout=600)
+        futures[topic].result(600)
+    wait_partitions(admin, topic, partitions)
+
+
+def wait_partitions(admin: AdminClient, topic: str, partitions: int) -> None:
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        meta = admin.list_topics(topic, timeout=30).topics[topic]
+        if len(meta.partitions) == partitions and all(
+            p.leader >= 0 for p in meta.partitions.values()
+        ):
+            return
+        time.sleep(1)
+    raise RuntimeError(f"{topic}: {partitions} partitions not all led after 600 s")
+
+
 def start_assigner(bootstrap: str, topic: str, groups: list[str], log_dir: Path) -> ServiceProcess:
     config = log_dir / "assigner.yaml"
     config.write_text(
@@ -737,16 +965,128 @@ def start_assigner(bootstrap: str, topic: str, groups: list[str], log_dir: Path)
     return assigner
 
 
+def load_description(args: argparse.Namespace) -> str:
+    conns = (
+        "one HTTP/2 connection per sidecar"
+        if args.connections == 0
+        else f"{args.connections} HTTP/2 connections shared"
+    )
+    clients = (
+        "1 Go process (clients/go/cmd/sessionload)"
+        if args.load == "go"
+        else f"{args.workers} Python client processes"
+    )
+    return f"{clients}, {conns}"
+
+
+def print_row(n: int, what: str, r: dict[str, float], interval: float) -> None:
+    print(
+        f"{n:>8} {what:<20} {r['rate']:>8.0f} {r['p50_ms']:>8.1f} "
+        f"{r['p99_ms']:>8.1f} {r['cpu_share']:>11.0%} {r['per_cpu_s']:>9.0f} "
+        f"{r['per_cpu_s'] * interval:>13.0f} {r['clients_cpu_share']:>11.0%}"
+    )
+
+
+def print_size(
+    n: int, partitions: int, hb: dict[str, float], replace: dict[str, float], interval: float
+) -> None:
+    """One size of the saturation sweep, its summary line."""
+    print(
+        f"{n:>8} {hb['held']:>8.0f}/{partitions:<6} {hb['rate']:>8.0f} "
+        f"{hb['cpu_share']:>8.0%} {hb['clients_cpu_share']:>8.0%} "
+        f"{hb['per_cpu_s'] * interval:>9.0f} {hb['p50_ms']:>7.1f} {hb['p99_ms']:>8.1f} "
+        f"{hb['rejoins']:>7.0f} {replace['seconds']:>8.2f}s "
+        f"({replace['replaced']:.0f}/{replace['partitions']:.0f})"
+    )
+
+
+SIZE_HEADER = (
+    f"{'sidecars':>8} {'held/partitions':<15} {'acked/s':>8} {'assigner':>8} {'clients':>8} "
+    f"{'/core':>9} {'p50 ms':>7} {'p99 ms':>8} {'rejoins':>7} {'re-place':>9}"
+)
+
+
+def run_sweep(bootstrap: str, args: argparse.Namespace, log_dir: Path) -> None:
+    """Raise the sidecar count until one assigner core no longer keeps up (:func:`saturated`);
+    print the last size it held and the first it did not. Each size has its own topic
+    (``--partitions``, default max(2,000, sidecars): every sidecar can hold one) and its own
+    assigner process, so no size pays for the members a smaller one left behind."""
+    interval = args.interval
+    print(SIZE_HEADER)
+    Row = tuple[int, int, dict[str, float], dict[str, float], list[str]]
+    rows: list[Row] = []
+    for n in args.sidecars:
+        partitions = args.partitions or max(2000, n)
+        topic = f"bench-session-{n}-{int(time.time())}"
+        create_big_topic(bootstrap, topic, partitions)
+        (log_dir / f"{n}").mkdir(parents=True, exist_ok=True)
+        assigner = start_assigner(bootstrap, topic, [f"bench-{n}"], log_dir / f"{n}")
+        try:
+            assert assigner.proc is not None
+            _, hb, replace = run_size(
+                assigner.grpc_addr, f"bench-{n}", n, partitions, args, assigner.proc.pid, False
+            )
+        finally:
+            assigner.stop()
+            with contextlib.suppress(Exception):
+                delete_topic(bootstrap, topic)
+        reasons = saturated(n, interval, hb)
+        rows.append((n, partitions, hb, replace, reasons))
+        print_size(n, partitions, hb, replace, interval)
+        print(
+            f"{n:>8} {'did not keep up: ' + '; '.join(reasons) if reasons else 'kept up'}; "
+            f"settled in {hb['settle_s']:.1f}s ({hb['joined']:.0f} attached); "
+            f"load average {os.getloadavg()[0]:.2f}"
+        )
+        if reasons:
+            break
+    held = [r for r in rows if not r[4]]
+    lost = [r for r in rows if r[4]]
+    print(
+        f"saturation at {interval:g} s heartbeats (assigner CPU >= {SATURATION_CPU:.0%} of a "
+        f"core, acked < {SATURATION_ACKED:.0%} of offered, or p99 ack > "
+        f"{SAFETY_MARGIN * 1000:.0f} ms); re-place: kill -9 of the sidecar holding the most, "
+        f"until each of its partitions is live elsewhere (seen/held):"
+    )
+    print(SIZE_HEADER)
+    for r in held[-1:] + lost[:1]:
+        print_size(r[0], r[1], r[2], r[3], interval)
+    if not held:
+        print("  (no size held)")
+    if not lost:
+        print(f"  (held up to --max-sidecars {args.sidecars[-1]})")
+
+
 def main(argv: list[str] | None = None) -> int:
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # rows as measured
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sidecars", type=int, nargs="+", default=[1000, 2000])
-    parser.add_argument("--partitions", type=int, default=2000)
+    parser.add_argument(
+        "--partitions", type=int, help="topic partitions (default max(2000, largest size))"
+    )
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--interval", type=float, default=1.0, help="heartbeat interval; 0: closed")
-    parser.add_argument("--workers", type=int, default=3, help="client processes")
-    parser.add_argument("--connections", type=int, default=48, help="HTTP/2 connections, total")
+    parser.add_argument(
+        "--load",
+        choices=["go", "python"],
+        help="the simulated sidecars in one Go process (default when Go is installed) or "
+        "in --workers Python processes",
+    )
+    parser.add_argument("--workers", type=int, default=3, help="Python client processes")
+    parser.add_argument(
+        "--connections",
+        type=parse_connections,
+        default=48,
+        help="HTTP/2 connections the sidecars share, or per-sidecar (one each, as real ones)",
+    )
     parser.add_argument("--warmup", type=float, default=60.0, help="at most this long to settle")
+    parser.add_argument(
+        "--saturate",
+        action="store_true",
+        help="raise the sidecars 1,000, 2,000, 3,000, 5,000, ... until one assigner core "
+        "no longer keeps up (no baseline or floor rows)",
+    )
+    parser.add_argument("--max-sidecars", type=int, default=10000, help="--saturate's last size")
     parser.add_argument("--bootstrap", help="reuse this Kafka instead of starting one")
     parser.add_argument("--short", action="store_true", help="CI profile: 20 sidecars, 3 s")
     parser.add_argument("--log-dir", type=Path, help="keep Kafka and assigner logs here")
@@ -763,6 +1103,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.short:
         args.sidecars, args.partitions, args.seconds, args.workers = [20], 100, 3.0, 2
         args.warmup = 20.0
+    if args.saturate:
+        if args.interval <= 0:
+            parser.error("--saturate measures sidecars at a heartbeat interval: not with 0")
+        args.sidecars, args.floor = sweep_sizes(args.max_sidecars), False
+    if args.partitions is None and not args.saturate:
+        args.partitions = max(2000, *args.sidecars)
+    go = go_toolchain()
+    if args.load is None:
+        args.load = "go" if go is not None else "python"
+    if args.load == "go":
+        if go is None:
+            parser.error("--load go: no Go toolchain ($GO, go on PATH, /usr/local/go/bin/go)")
+        args.go_binary = build_go_load(go)
+    soft, hard = raise_nofile()
+    if args.connections == 0 and max(args.sidecars) + 1000 > soft:
+        parser.error(f"--connections per-sidecar: open files limited to {soft} (hard {hard})")
 
     with tempfile.TemporaryDirectory(prefix="bench-session-") as tmp:
         log_dir = args.log_dir or Path(tmp)
@@ -776,24 +1132,40 @@ def main(argv: list[str] | None = None) -> int:
             cluster.start()
             bootstrap = cluster.bootstrap
             print(f"kafka started in {time.monotonic() - t:.1f}s ({bootstrap})")
+        if args.saturate:
+            try:
+                print(
+                    f"saturation sweep {args.sidecars}; a topic of --partitions (default "
+                    f"max(2000, sidecars)) and an assigner per size; {args.seconds:g} s windows; "
+                    f"heartbeats every {args.interval:g} s; TTL {TTL:g} s; load: "
+                    f"{load_description(args)}; open files {soft}; load average "
+                    f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+                )
+                run_sweep(bootstrap, args, log_dir)
+            finally:
+                if cluster is not None:
+                    cluster.stop()
+            return 0
         topic = f"bench-session-{int(time.time())}"
         assigner = None
         try:
-            create_topic(bootstrap, topic, args.partitions, timeout=180)
+            t = time.monotonic()
+            create_big_topic(bootstrap, topic, args.partitions)
+            print(f"topic {topic} with {args.partitions} partitions in {time.monotonic() - t:.1f}s")
             groups = [f"bench-{i}-{n}" for i, n in enumerate(args.sidecars)]
             assigner = start_assigner(bootstrap, topic, groups, log_dir)
             assert assigner.proc is not None
             pid = assigner.proc.pid
             pacing = f"every {args.interval:g} s" if args.interval > 0 else "closed loop"
             print(
-                f"assigner pid {pid}; topic {topic} with {args.partitions} partitions; "
+                f"assigner pid {pid}; {args.partitions} partitions; "
                 f"{args.seconds:g} s per measurement; heartbeats {pacing}; TTL {TTL:g} s; "
-                f"{args.workers} client processes, {args.connections} connections; "
+                f"load: {load_description(args)}; open files {soft}; "
                 f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
             )
             print(
                 f"{'sidecars':>8} {'what':<20} {'acked/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
-                f"{'assigner CPU':>12} {'per CPU-s':>9} {'sidecars/core':>13}"
+                f"{'assigner CPU':>12} {'per CPU-s':>9} {'sidecars/core':>13} {'clients CPU':>11}"
             )
             interval = args.interval if args.interval > 0 else 1.0
             for n, group in zip(args.sidecars, groups, strict=True):
@@ -805,13 +1177,10 @@ def main(argv: list[str] | None = None) -> int:
                 base, hb, replace = run_size(
                     assigner.grpc_addr, group, n, args.partitions, args, pid
                 )
+                assert base is not None
                 rows = [("health Check (base)", base), *floors, ("Session heartbeats", hb)]
                 for what, r in rows:
-                    print(
-                        f"{n:>8} {what:<20} {r['rate']:>8.0f} {r['p50_ms']:>8.1f} "
-                        f"{r['p99_ms']:>8.1f} {r['cpu_share']:>11.0%} {r['per_cpu_s']:>9.0f} "
-                        f"{r['per_cpu_s'] * interval:>13.0f}"
-                    )
+                    print_row(n, what, r, interval)
                 if any(r["errors"] for _, r in rows):
                     failed = ", ".join(f"{what} {r['errors']:.0f}" for what, r in rows)
                     print(f"{n:>8} failed calls: {failed} (broken streams, re-attached)")
