@@ -5,18 +5,28 @@
     python tests/bench/bench_session.py --short      # CI profile: 20 sidecars, 100 partitions, 3 s
     python tests/bench/bench_session.py --bootstrap 127.0.0.1:9092   # reuse a running Kafka
     python tests/bench/bench_session.py --sidecars 1000 --no-floor --profile build/profile
+    python tests/bench/bench_session.py --saturate [--max-sidecars 10000]
+    python tests/bench/bench_session.py --saturate --connections per-sidecar
+    python tests/bench/bench_session.py --short --load python   # the sidecars in Python processes
 
 Starts a real Kafka (1 KRaft broker from deploy/kafka, unless ``--bootstrap``), a topic with
-``--partitions`` partitions, and a real ``ds-assigner`` process with one group per size.
-The simulated sidecars run in ``--workers`` client processes (each owns a slice of them, on
-its own event loop and HTTP/2 connections), so one client process's CPU does not cap what
-the assigner is offered. Each sidecar opens a ``Session`` stream, joins, and heartbeats
-every ``--interval`` seconds (1 s: the default heartbeat interval; 0: a closed loop, the
-next heartbeat as soon as the previous one is acked), naming the leases it holds and
-releasing what it was revoked, as ``services/consumer_sidecar`` does: a grant is held from
-when it arrives, live from the first ack that renews it, and each renewal gives it
-deadline = that heartbeat's send time + TTL - safety margin. A lease whose deadline passed
-is no longer held, and one the assigner stopped renewing is dropped (``leasing.py``).
+``--partitions`` partitions (default max(2,000, the largest size)), and a real ``ds-assigner``
+process with one group per size. The simulated sidecars run in one Go process (``--load
+go``, the default when a Go toolchain is found: clients/go/cmd/sessionload, built into
+build/ with ``go build`` first; it answers the same commands as the Python workers, one JSON
+value a line on its stdin/stdout) or in ``--workers`` Python client processes (``--load
+python``: each owns a slice of them, on its own event loop and connections). The Go load
+costs a fraction of the assigner's CPU per heartbeat, the Python one about as much as the
+assigner: the clients' CPU is printed beside the assigner's. ``--connections``: the HTTP/2
+connections the sidecars share (48), or ``per-sidecar`` (one each, as real sidecars in their
+own pods; the open-files soft limit is raised to the hard one). Each sidecar opens a
+``Session`` stream, joins, and heartbeats every ``--interval`` seconds (1 s: the default
+heartbeat interval; 0: a closed loop, the next heartbeat as soon as the previous one is
+acked), naming the leases it holds and releasing what it was revoked, as
+``services/consumer_sidecar`` does: a grant is held from when it arrives, live from the
+first ack that renews it, and each renewal gives it deadline = that heartbeat's send time +
+TTL - safety margin. A lease whose deadline passed is no longer held, and one the assigner
+stopped renewing is dropped (``leasing.py``).
 
 After a warm-up (every partition held, no grant or revoke for 1 s), acked heartbeats are
 counted for ``--seconds`` with ack latency p50/p99 and the assigner process's own CPU
@@ -39,7 +49,15 @@ assigner costs. ``--profile DIR`` records the assigner with py-spy (``--native``
 separately) over each heartbeat window, in speedscope format: py-spy stops the process
 for each sample, so a profiled run's rates are not the unprofiled ones. "sidecars/core" is acked
 heartbeats per assigner CPU-second times the interval: the sidecars one fully busy
-assigner core would keep at that interval. Nothing is asserted about time (ARCHITECTURE §9).
+assigner core would keep at that interval.
+
+``--saturate`` raises the sidecars 1,000, 2,000, 3,000, 5,000, 7,000, 10,000 (then +5,000)
+up to ``--max-sidecars``, each size with its own topic (``--partitions``, default
+max(2,000, sidecars): every sidecar can hold one) and its own assigner process, without the
+baseline and floor rows, until one assigner core no longer keeps up (:func:`saturated`: its
+CPU at 95 % of a core, fewer than 97 % of the offered heartbeats acked, or the p99 ack later
+than the 0.5 s lease safety margin), and prints the last size held and the first not, each
+with its kill -9 re-place time. Nothing is asserted about time (ARCHITECTURE §9).
 """
 
 from __future__ import annotations
@@ -210,9 +228,13 @@ class Worker:
                 self.live_at[tp] = now
 
 
-async def drive(sim: SimSidecar, stub: assigner_pb2_grpc.AssignerServiceStub, w: Worker) -> None:
-    """Session after Session: a broken stream (the assigner dropped a member it found
-    lost) is re-attached after a second with the leases still held, as a sidecar does."""
+async def drive(
+    sim: SimSidecar, stub: assigner_pb2_grpc.AssignerServiceStub, w: Worker, delay: float = 0.0
+) -> None:
+    """Session after Session (the first after ``delay``: the ramp): a broken stream (the
+    assigner dropped a member it found lost) is re-attached after a second with the leases
+    still held, as a sidecar does."""
+    await asyncio.sleep(delay)
     while not sim.killed:
         try:
             await session(sim, stub, w)
@@ -433,12 +455,14 @@ async def worker_main(
         w.window, w.errors = Window(), {}
         cmd = await command()
     assert cmd[0] == "sessions"
+    ramp = float(cmd[1]) if len(cmd) > 1 else 0.0
     conn.send(None)
 
     stubs = [assigner_pb2_grpc.AssignerServiceStub(c) for c in chans]
     sims = {sid: SimSidecar(sid, group) for sid in ids}
     tasks = [
-        asyncio.create_task(drive(s, stubs[i % len(stubs)], w)) for i, s in enumerate(sims.values())
+        asyncio.create_task(drive(s, stubs[i % len(stubs)], w, random.uniform(0, ramp)))
+        for i, s in enumerate(sims.values())
     ]
     while True:
         cmd = await command()
@@ -855,11 +879,11 @@ def run_size(
     workers = make_load(addr, group, n, args)
     try:
         base = measure(workers, proc, args.seconds, baseline=True) if baseline else None
-        workers.ask("sessions")
-        # Warm-up: every partition held, and no grant or revoke for 1 s.
+        workers.ask("sessions", args.ramp)
+        # Warm-up: every sidecar started, every partition held, no grant or revoke for 1 s.
         started = time.monotonic()
         last_changes, stable_since, held, joined = -1, time.monotonic(), 0, 0
-        while time.monotonic() - started < args.warmup:
+        while time.monotonic() - started < args.warmup + args.ramp:
             time.sleep(0.5)
             status = workers.ask("status")
             held = sum(s[0] for s in status)
@@ -867,7 +891,11 @@ def run_size(
             joined = sum(s[2] for s in status)
             if changes != last_changes:
                 last_changes, stable_since = changes, time.monotonic()
-            elif held == partitions and time.monotonic() - stable_since >= 1.0:
+            elif (
+                held == partitions
+                and time.monotonic() - stable_since >= 1.0
+                and time.monotonic() - started >= args.ramp
+            ):
                 break
         settled = time.monotonic() - started
         profile = args.profile / f"assigner-{n}.speedscope.json" if args.profile else None
@@ -976,7 +1004,8 @@ def load_description(args: argparse.Namespace) -> str:
         if args.load == "go"
         else f"{args.workers} Python client processes"
     )
-    return f"{clients}, {conns}"
+    ramp = f"joins spread over {args.ramp:g} s" if args.ramp > 0 else "all joining at once"
+    return f"{clients}, {conns}, {ramp}"
 
 
 def print_row(n: int, what: str, r: dict[str, float], interval: float) -> None:
@@ -1080,6 +1109,13 @@ def main(argv: list[str] | None = None) -> int:
         help="HTTP/2 connections the sidecars share, or per-sidecar (one each, as real ones)",
     )
     parser.add_argument("--warmup", type=float, default=60.0, help="at most this long to settle")
+    parser.add_argument(
+        "--ramp",
+        type=float,
+        default=0.0,
+        help="start the sidecars at uniform random times over this many seconds (0: at once, "
+        "a join storm); the warm-up is this plus --warmup",
+    )
     parser.add_argument(
         "--saturate",
         action="store_true",

@@ -18,7 +18,7 @@
 // the same meaning. It prints "ready" once its connections are up, then answers
 //
 //	["baseline", t0, t1]  health Check per sidecar per interval; ["baseline", acks, [lat], {code: n}]
-//	["sessions"]          start the sidecars; null
+//	["sessions", ramp]    start the sidecars, each after a uniform random delay in [0, ramp) s; null
 //	["status"]            [held, lease changes, joined, rejoins]
 //	["window", t0, t1]    count acks of heartbeats sent within [t0, t1); null
 //	["results"]           [acks, [latency s], {code: n}]
@@ -573,10 +573,20 @@ func run(argv []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			g.win, g.errors = window{}, map[string]int{}
 			g.mu.Unlock()
 		case "sessions":
+			var ramp float64
+			if len(cmd) > 1 && json.Unmarshal(cmd[1], &ramp) != nil {
+				fmt.Fprintf(stderr, "sessions takes a ramp in seconds: %s\n", lines.Text())
+				return 2
+			}
 			for i := range o.sidecars {
 				s := newSidecar(fmt.Sprintf("sim-%05d", i), o.group)
 				sims = append(sims, s)
-				go drive(s, assignerv1.NewAssignerServiceClient(conns[i%len(conns)]), g)
+				delay := time.Duration(rand.Float64() * ramp * float64(time.Second))
+				client := assignerv1.NewAssignerServiceClient(conns[i%len(conns)])
+				go func() {
+					time.Sleep(delay)
+					drive(s, client, g)
+				}()
 			}
 			reply(nil)
 		case "status":
