@@ -1065,7 +1065,7 @@ def run_sweep(bootstrap: str, args: argparse.Namespace, log_dir: Path) -> None:
         print(
             f"{n:>8} {'did not keep up: ' + '; '.join(reasons) if reasons else 'kept up'}; "
             f"settled in {hb['settle_s']:.1f}s ({hb['joined']:.0f} attached); "
-            f"{hb['errors']:.0f} streams broken in the window; "
+            f"{hb['errors']:.0f} streams broken since they started; "
             f"load average {os.getloadavg()[0]:.2f}"
         )
         if reasons:
