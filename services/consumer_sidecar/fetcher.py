@@ -684,12 +684,7 @@ class Fetcher:
                 busy = self.last_poll < busy_until
                 timeout = BUSY_POLL_TIMEOUT_SECONDS if busy else POLL_TIMEOUT_SECONDS
                 poll_started = time.monotonic()
-                # consume() returns once it has all the records it asked for or the timeout
-                # passed (librdkafka fills the batch): idle, the first record would wait
-                # out the whole timeout (up to 50 ms). It is taken as it arrives; the loop
-                # is busy from then on and takes full batches.
-                count = self._batch if busy else 1
-                messages = self._consumer.consume(count, timeout)
+                messages = self._take(timeout)
                 self.last_poll = time.monotonic()
                 self.on_poll(poll_started, self.last_poll)
                 if messages:
@@ -711,6 +706,20 @@ class Fetcher:
         finally:
             self._run_commands()
             self._consumer.close()
+
+    def _take(self, timeout: float) -> list[Message]:
+        """The records librdkafka has for us: waits up to ``timeout`` for the first one
+        only. consume(num, timeout) returns once it has ``num`` records or the timeout
+        passed (librdkafka fills the batch), which held each record that arrived while the
+        loop waited for up to the timeout (2 ms busy, 50 ms idle: at 1,000 records/s every
+        record). poll() returns as the first arrives; consume(num, 0) then takes what else
+        is queued without waiting."""
+        first = self._consumer.poll(timeout)
+        if first is None:
+            return []
+        if self._batch == 1:
+            return [first]
+        return [first, *self._consumer.consume(self._batch - 1, 0)]
 
     def _serve_committer(self) -> None:
         """Serve the commit consumer's events (its log lines and errors are delivered by a

@@ -1,15 +1,21 @@
-"""How much the fetch loop asks consume() for (Fetcher._run), without Kafka.
+"""How the fetch loop waits for records (Fetcher._run), without Kafka.
 
 librdkafka's consume(num, timeout) returns once it has ``num`` records or the timeout
-passed. Idle (nothing for BUSY_SECONDS), the loop waits POLL_TIMEOUT_SECONDS per call, so
-asking for a whole batch held the first record that arrived for up to that long
-(bench_sidecar.py --rows d --lat-rate 0.5: +24-37 ms at p50 over a direct consumer, +0.5-2.4
-after). Idle it asks for one record; busy, for a whole batch."""
+passed: asking it for a whole batch with a timeout holds the first record that arrives
+until the batch fills or the timeout ends. Idle (POLL_TIMEOUT_SECONDS a call) that held a
+record for up to 50 ms (bench_sidecar.py --rows d --lat-rate 0.5: +24-37 ms at p50 over a
+direct consumer); busy (BUSY_POLL_TIMEOUT_SECONDS) for up to 2 ms, on every record of a
+stream of 1,000 records/s. So the loop waits only for the first record, with poll(), which
+returns as it arrives, and then takes what else librdkafka has queued with consume(num, 0),
+which never waits."""
 
 from __future__ import annotations
 
 import threading
 import time
+from itertools import pairwise
+
+from confluent_kafka import Message
 
 from services.consumer_sidecar.fetcher import (
     BUSY_POLL_TIMEOUT_SECONDS,
@@ -22,28 +28,40 @@ BATCH = 5000
 
 
 class RecordingConsumer:
-    """consume() returns nothing after a short sleep and records what it was asked for."""
+    """poll() waits a little and returns a record while ``flowing``; consume() returns
+    what is "queued" at once. Both record what they were asked."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[int, float]] = []
+        self.calls: list[tuple[str, int, float]] = []
         self.lock = threading.Lock()
+        self.flowing = threading.Event()
+        self.offset = 0
 
-    def consume(self, num: int, timeout: float) -> list[object]:
+    def _record(self) -> Message:
+        self.offset += 1
+        return Message(topic="t", partition=0, offset=self.offset, value=b"v", timestamp=(1, 1))
+
+    def poll(self, timeout: float) -> Message | None:
         with self.lock:
-            self.calls.append((num, timeout))
+            self.calls.append(("poll", 1, timeout))
         time.sleep(0.001)
-        return []
+        return self._record() if self.flowing.is_set() else None
+
+    def consume(self, num: int, timeout: float) -> list[Message]:
+        with self.lock:
+            self.calls.append(("consume", num, timeout))
+        return [self._record() for _ in range(3)] if self.flowing.is_set() else []
 
     def close(self) -> None:
         pass
 
-    def taken(self) -> list[tuple[int, float]]:
+    def taken(self) -> list[tuple[str, int, float]]:
         with self.lock:
             calls, self.calls = self.calls, []
         return calls
 
 
-def test_idle_asks_for_one_record_and_busy_for_a_batch() -> None:
+def test_the_loop_waits_for_the_first_record_only_and_then_takes_what_is_queued() -> None:
     consumer = RecordingConsumer()
     table = PartitionTable(1 << 20, time.monotonic)
     fetcher = Fetcher(
@@ -58,11 +76,15 @@ def test_idle_asks_for_one_record_and_busy_for_a_batch() -> None:
         time.sleep(0.2)
         idle = consumer.taken()
         assert idle
-        assert set(idle) == {(1, POLL_TIMEOUT_SECONDS)}
-        fetcher.call(lambda: None).result(timeout=5)  # a command: busy for BUSY_SECONDS
+        assert set(idle) == {("poll", 1, POLL_TIMEOUT_SECONDS)}  # nothing came: no consume()
+        consumer.flowing.set()  # records flow: busy from the first one on
         time.sleep(0.1)
         busy = consumer.taken()
-        assert (BATCH, BUSY_POLL_TIMEOUT_SECONDS) in busy
-        assert (1, POLL_TIMEOUT_SECONDS) not in busy[1:]  # the first may predate the command
+        assert ("poll", 1, BUSY_POLL_TIMEOUT_SECONDS) in busy
+        # Every consume() follows a poll() that returned a record, and never waits.
+        assert {c for c in busy if c[0] == "consume"} == {("consume", BATCH - 1, 0)}
+        for before, call in pairwise(busy):
+            if call[0] == "consume":
+                assert before[0] == "poll"
     finally:
         fetcher.stop()
