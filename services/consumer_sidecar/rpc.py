@@ -563,7 +563,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         if shared:
             state.segment = await self._segment()
         if state.segment is not None:
-            limits = (0, 0)  # each take's, as the segment's room allows: _shared_limits
+            limits = _shared_limits(state.segment.ring.capacity)
         elif columns:
             limits = (STREAM_COLUMNS_RECORDS, STREAM_COLUMNS_BYTES)
         else:
@@ -595,15 +595,11 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                 if not state.credit.available():
                     await self._wait(state, data=False)
                     continue
-                if state.segment is not None:
-                    # Only what the segment has room for: records taken and held back for
-                    # a client that holds its segment full would wait out the visibility
-                    # timeout instead of going to another client.
-                    room = _shared_limits(state.segment.ring)
-                    if room is None:
-                        await self._wait(state, data=False)  # for a release
-                        continue
-                    limits = room
+                if state.segment is not None and not _has_room(state.segment.ring, limits):
+                    # Records taken and held back for a client that holds its segment full
+                    # would wait out the visibility timeout instead of going to another.
+                    await self._wait(state, data=False)  # for a release
+                    continue
                 self.serving.data_ready.clear()
                 taken = self.serving.take(*state.credit.limits(*limits), holder)
                 if not taken:
@@ -1022,23 +1018,25 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         )
 
 
-def _shared_limits(ring: Ring) -> tuple[int, int] | None:
-    """DELIVERY_FORMAT_ARROW_SHM: the records and bytes of one take, or None while the
-    segment has no room for them (the client holds it: wait for a release). The response
-    carries no record: only the segment bounds what one takes. A quarter of it keeps a few
-    responses in flight, and fewer, larger partition runs (each costs its Arrow arrays'
-    set-up, tens of µs; takes sized to the room left shrank as the client held more, and
-    cut the runs small: 1 KiB records read at 0.5 of the direct loop instead of 0.7).
-    Arrow adds about SHM_RECORD_OVERHEAD a record and 1.3 KiB a run to the keys and
-    values: a take waits until the segment has room for its bytes and half as much again
-    (the records limit keeps the per-record part within that in small segments); what
-    still does not fit waits for room, already taken."""
-    capacity = ring.capacity
+def _shared_limits(capacity: int) -> tuple[int, int]:
+    """DELIVERY_FORMAT_ARROW_SHM: the records and bytes of one take from a segment of
+    ``capacity``. The response carries no record: only the segment bounds what one takes.
+    A quarter of it keeps a few responses in flight, and fewer, larger partition runs (each
+    costs its Arrow arrays' set-up, tens of µs; takes sized to the room left shrank as the
+    client held more, and cut the runs small: 1 KiB records read at 0.5 of the direct loop
+    instead of 0.7). The records limit keeps Arrow's per-record share within an eighth of
+    the segment in small ones."""
     records = max(1, min(STREAM_SHARED_RECORDS, capacity // (8 * SHM_RECORD_OVERHEAD)))
-    nbytes = max(1, capacity // 4)
-    if ring.room() < min(capacity, nbytes + nbytes // 2):  # an empty ring always takes
-        return None
-    return records, nbytes
+    return records, max(1, capacity // 4)
+
+
+def _has_room(ring: Ring, limits: tuple[int, int]) -> bool:
+    """Whether a take of ``limits`` may go: Arrow adds about SHM_RECORD_OVERHEAD a record
+    and 1.3 KiB a run to the keys and values, so the segment must have room for the take's
+    bytes and half as much again (an empty ring always takes); what still does not fit
+    waits for room, already taken."""
+    nbytes = limits[1]
+    return ring.room() >= min(ring.capacity, nbytes + nbytes // 2)
 
 
 def _make_segment(directory: Path, sidecar_id: str, capacity: int) -> Segment:
