@@ -439,6 +439,19 @@ func healthLoop(client healthpb.HealthClient, g *load, until float64) {
 	}
 }
 
+// openWindow starts counting acks in the window [t0, t1) a command [name, t0, t1] gives;
+// its end, and whether the command had one.
+func (g *load) openWindow(cmd []json.RawMessage) (float64, bool) {
+	var t0, t1 float64
+	if len(cmd) != 3 || json.Unmarshal(cmd[1], &t0) != nil || json.Unmarshal(cmd[2], &t1) != nil {
+		return 0, false
+	}
+	g.mu.Lock()
+	g.win = window{start: t0, end: t1}
+	g.mu.Unlock()
+	return t1, true
+}
+
 type options struct {
 	addr        string
 	group       string
@@ -555,14 +568,11 @@ func run(argv []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		now := monotonic()
 		switch name {
 		case "baseline":
-			var t0, t1 float64
-			if len(cmd) != 3 || json.Unmarshal(cmd[1], &t0) != nil || json.Unmarshal(cmd[2], &t1) != nil {
+			t1, ok := g.openWindow(cmd)
+			if !ok {
 				fmt.Fprintf(stderr, "baseline needs t0 t1: %s\n", lines.Text())
 				return 2
 			}
-			g.mu.Lock()
-			g.win = window{start: t0, end: t1}
-			g.mu.Unlock()
 			var wg sync.WaitGroup
 			for i := range o.sidecars {
 				wg.Go(func() { healthLoop(healthpb.NewHealthClient(conns[i%len(conns)]), g, t1) })
@@ -603,14 +613,10 @@ func run(argv []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			}
 			reply([]int{held, changes, joined, rejoins})
 		case "window":
-			var t0, t1 float64
-			if len(cmd) != 3 || json.Unmarshal(cmd[1], &t0) != nil || json.Unmarshal(cmd[2], &t1) != nil {
+			if _, ok := g.openWindow(cmd); !ok {
 				fmt.Fprintf(stderr, "window needs t0 t1: %s\n", lines.Text())
 				return 2
 			}
-			g.mu.Lock()
-			g.win = window{start: t0, end: t1}
-			g.mu.Unlock()
 			reply(nil)
 		case "results":
 			g.mu.Lock()
