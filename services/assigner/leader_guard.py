@@ -19,7 +19,8 @@ import grpc
 import grpc.aio
 
 from services.assigner.leadership import Leadership
-from services.runtime.errors import LEADER_METADATA_KEY, DsError, Reason, abort
+from services.runtime.error_interceptor import abort
+from services.runtime.errors import LEADER_METADATA_KEY, DsError, Reason
 from services.runtime.handlers import Behavior, WrappingInterceptor
 
 GUARDED_SERVICES = (

@@ -326,7 +326,7 @@ class ClientMetrics(Collector):
 class AccessInterceptor(WrappingInterceptor):
     """Counts and times every StreamService call by client, method and status code.
 
-    Installed inside :class:`services.runtime.errors.ErrorInterceptor`, so it sees a
+    Installed inside :class:`services.runtime.error_interceptor.ErrorInterceptor`, so it sees a
     handler's :class:`DsError` before it becomes a status. The client id is the request's
     ``client_id``; a Stream's comes with its first (``open``) message."""
 

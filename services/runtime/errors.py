@@ -3,8 +3,9 @@
 Every error a service returns is a canonical gRPC status code plus a ``google.rpc.ErrorInfo``
 detail whose ``reason`` is one of :class:`Reason`, ``domain`` is ``"dataservice"`` and whose
 ``metadata`` carries the dynamic values (the group, the offending field, the leader address).
-Servicers raise :class:`DsError`; :class:`ErrorInterceptor` turns it into the status, so
-handler code never builds statuses by hand. Clients read it back with :func:`error_info`.
+Servicers raise :class:`DsError`; the servers' ``ErrorInterceptor``
+(``services/runtime/error_interceptor.py``) turns it into the status, so handler code never
+builds statuses by hand. Clients read it back with :func:`error_info`.
 The README carries the same table.
 """
 
@@ -13,15 +14,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any, NoReturn
 
 import grpc
-import grpc.aio
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
-from grpc_status import rpc_status
-
-from services.runtime.handlers import Behavior, WrappingInterceptor
 
 DOMAIN = "dataservice"
 # Trailing metadata key a follower assigner uses to name the current leader (§3).
@@ -219,13 +215,6 @@ def invalid(field: str, message: str) -> DsError:
     return DsError(Reason.INVALID_FIELD, f"{field}: {message}", metadata={"field": field})
 
 
-async def abort(context: grpc.aio.ServicerContext[Any, Any], err: DsError) -> NoReturn:
-    status = rpc_status.to_status(err.to_status())
-    trailing = tuple(status.trailing_metadata) + tuple(err.trailing.items())
-    await context.abort(status.code, status.details, trailing)
-    raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
-
-
 def _trailing(error: grpc.RpcError) -> list[tuple[str, str | bytes]]:
     """Trailing metadata of a failed call, sync (grpc.Call) or asyncio (AioRpcError)."""
     getter = getattr(error, "trailing_metadata", None)
@@ -253,33 +242,3 @@ def trailing_value(error: grpc.RpcError, key: str) -> str | None:
         if item_key == key:
             return value.decode() if isinstance(value, bytes) else str(value)
     return None
-
-
-class ErrorInterceptor(WrappingInterceptor):
-    """Turns :class:`DsError` raised by any handler into its status with ErrorInfo."""
-
-    def wrap(
-        self, method: str, behavior: Behavior, request_streaming: bool, response_streaming: bool
-    ) -> Behavior:
-        return _wrap_stream(behavior) if response_streaming else _wrap_unary(behavior)
-
-
-def _wrap_unary(behavior: Behavior) -> Behavior:
-    async def wrapped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        try:
-            return await behavior(request, context)
-        except DsError as err:
-            await abort(context, err)
-
-    return wrapped
-
-
-def _wrap_stream(behavior: Behavior) -> Behavior:
-    async def wrapped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        try:
-            async for response in behavior(request, context):
-                yield response
-        except DsError as err:
-            await abort(context, err)
-
-    return wrapped

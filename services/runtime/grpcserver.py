@@ -19,7 +19,7 @@ from grpc_reflection.v1alpha import reflection
 
 from services.runtime import local_socket
 from services.runtime.connection.settings import MAX_MESSAGE_BYTES
-from services.runtime.errors import ErrorInterceptor
+from services.runtime.error_interceptor import ErrorInterceptor
 from services.runtime.server_tls import grpc_server_credentials
 from services.runtime.settings import ServiceSettings
 

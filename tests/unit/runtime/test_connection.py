@@ -22,7 +22,8 @@ from services.runtime.connection.follower import LeaderFollower, retry_call
 from services.runtime.connection.policy import FOLLOW_ONCE, Backoff, CallPolicy
 from services.runtime.connection.settings import ConnectionSettings
 from services.runtime.connection.targets import AssignerTarget, LeaderUnknown
-from services.runtime.errors import LEADER_METADATA_KEY, DsError, Reason, abort, error_info
+from services.runtime.error_interceptor import abort
+from services.runtime.errors import LEADER_METADATA_KEY, DsError, Reason, error_info
 
 QUICK = CallPolicy(attempts=6, backoff=Backoff(0.01, 0.05))
 NO_GRPC_RETRIES = ConnectionSettings(retry=None)
