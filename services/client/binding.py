@@ -13,6 +13,7 @@ keeper keeps its own watch loop, and re-binds on the new leader when the followe
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import threading
 import time
@@ -20,7 +21,6 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import grpc
-import structlog
 
 from dataservice.assigner.v1 import binding_pb2, binding_pb2_grpc, types_pb2
 from dataservice.sidecar.v1 import stream_pb2_grpc
@@ -36,7 +36,7 @@ from services.runtime.connection import (
     open_channel,
 )
 
-log = structlog.get_logger(__name__)
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Binding = binding_pb2_grpc.BindingServiceStub
@@ -167,13 +167,13 @@ class BindingKeeper:
                     return
                 status = err.__cause__ if isinstance(err, ClientError) else err
                 if isinstance(status, grpc.RpcError) and status.code() in TERMINAL_WATCH_CODES:
-                    log.warning("binding watch stopped", code=status.code().name)
+                    log.warning("binding watch stopped: %s", status.code().name)
                     self._failed = status
                     self.changed.set()  # a fetch waiting for a binding wakes up to raise it
                     return
                 if isinstance(err, grpc.RpcError):
                     self._assigner.follow(err)
-                log.debug("binding watch broken; re-watching", error=str(err))
+                log.debug("binding watch broken; re-watching: %s", err)
             finally:
                 self._watch_call = None
             if self.assigner != self._watched_assigner:
@@ -227,7 +227,7 @@ class BindingKeeper:
                     if target != sidecar.target:
                         sidecar.attach(self._open(target), target)
                 sidecar.partitions = {(tp.topic, tp.partition) for tp in endpoint.partitions}
-        log.debug("binding", version=binding.version, endpoints=sorted(wanted))
+        log.debug("binding version %d: %s", binding.version, sorted(wanted))
         self.changed.set()
 
     def _target(self, address: str, local_address: str) -> str:
@@ -254,7 +254,7 @@ class BindingKeeper:
         watch): the watch thread re-binds there at once."""
         if self.closed.is_set():
             return
-        log.info("following the assigner leader", leader=leader)
+        log.info("following the assigner leader %s", leader)
         self._leader_changed_at = time.monotonic()
         call = self._watch_call
         if call is not None:

@@ -7,6 +7,7 @@ sidecars are bound, and following the assigner's leader, is :mod:`binding`'s job
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -17,7 +18,6 @@ from types import TracebackType
 from typing import Any, cast
 
 import grpc
-import structlog
 from google.protobuf import duration_pb2
 
 from dataservice.sidecar.v1 import stream_pb2
@@ -40,7 +40,7 @@ from services.runtime.errors import Reason, error_info
 from services.runtime.leader_watch import DEFAULT_LEADER_KEY
 from services.runtime.mesh_env import MeshEnv
 
-log = structlog.get_logger(__name__)
+log = logging.getLogger(__name__)
 
 # How long ack() waits for a Stream's ack_result before falling back to the Ack RPC.
 STREAM_ACK_TIMEOUT_SECONDS = 10.0
@@ -424,9 +424,7 @@ class DsClient:
         try:
             response = retry_call(lambda: sidecar.stub.Nack(request, timeout=10), ACK_CALLS)
         except (grpc.RpcError, ValueError) as err:
-            log.info(
-                "nack not delivered; the records come again after their deadline", error=str(err)
-            )
+            log.info("nack not delivered; the records come again after their deadline: %s", err)
             return [False] * len(spans)
         return accepted_spans(spans, response.rejected_ranges)
 
@@ -441,9 +439,7 @@ class DsClient:
             try:
                 sidecar.stub.Nack(request, timeout=2)
             except (grpc.RpcError, ValueError) as err:
-                log.debug(
-                    "records in flight not given back", sidecar=sidecar.address, error=str(err)
-                )
+                log.debug("records in flight not given back to %s: %s", sidecar.address, err)
 
     def ack_nowait(self, records: Iterable[DsRecord] | ColumnBatch) -> Future[int]:
         """Acknowledge like :meth:`ack` without waiting for the answer.
@@ -490,7 +486,7 @@ class DsClient:
                 # Every ack named an old epoch: the partition moved; its records come again.
                 log.info("acks for a stale lease epoch; records will be redelivered")
             else:
-                log.warning("ack failed; records will be redelivered", error=str(err))
+                log.warning("ack failed; records will be redelivered: %s", err)
         except ValueError:
             # Its channel was closed by a binding change meanwhile: the sidecar left, and
             # the partition's next owner redelivers these records.
@@ -736,7 +732,7 @@ class DsClient:
                 # its socket: TCP from the next call on.
                 if err.code() is grpc.StatusCode.UNAVAILABLE:
                     sidecar.fall_back()
-                log.debug("sidecar unavailable; waiting for a new binding", sidecar=sidecar.address)
+                log.debug("sidecar %s unavailable; waiting for a new binding", sidecar.address)
                 return Batch()
             raise ClientError(
                 f"Fetch from {sidecar.address} failed: {err.code().name}: {err.details()}"

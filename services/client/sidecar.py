@@ -3,18 +3,18 @@ read in place (``services/records/wire.py``) rather than parsed into protobuf me
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import grpc
-import structlog
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from services.client.batch import Batch, batch_of, received
 from services.records import wire
 
-log = structlog.get_logger(__name__)
+log = logging.getLogger(__name__)
 
 _SERVICE = f"/{stream_pb2.DESCRIPTOR.services_by_name['StreamService'].full_name}/"
 
@@ -127,7 +127,7 @@ class Sidecar:
             self.channel, self.target = channel, target
             self.stub = stream_pb2_grpc.StreamServiceStub(channel)
             self._calls()
-        log.info("sidecar transport", sidecar=self.address, target=target)
+        log.info("sidecar %s: transport %s", self.address, target)
 
     def fall_back(self) -> bool:
         """A call over the socket failed ``UNAVAILABLE``: use TCP from now on (until a

@@ -17,6 +17,7 @@ had delivered and was not acked.
 
 from __future__ import annotations
 
+import logging
 import queue
 import random
 import threading
@@ -27,7 +28,6 @@ from typing import cast
 
 import grpc
 import pyarrow as pa
-import structlog
 
 from dataservice.sidecar.v1 import stream_pb2
 from services.client.batch import Batch, Span, accepted_spans, received
@@ -40,7 +40,7 @@ from services.records.arrow_batches import from_message, record_batch
 from services.runtime.errors import error_info
 from services.runtime.local_socket import path_of
 
-log = structlog.get_logger(__name__)
+log = logging.getLogger(__name__)
 
 Item = Batch | ColumnBatch | ClientError
 # What a Stream call yields: a records stream's batches (Batch) or a columns stream's
@@ -318,9 +318,10 @@ class SidecarStream:
                                 # view of the directory, say): the sidecar delivers it again
                                 # on a stream re-opened with BATCHES.
                                 log.warning(
-                                    "shared batch unreadable; re-opening with BATCHES",
-                                    sidecar=self.address,
-                                    error=str(exc),
+                                    "sidecar %s: shared batch unreadable; re-opening with "
+                                    "BATCHES: %s",
+                                    self.address,
+                                    exc,
                                 )
                                 self._shared_off = True
                                 call.cancel()  # type: ignore[no-untyped-call]
@@ -363,9 +364,7 @@ class SidecarStream:
             if self._stopped.is_set():
                 return
             if error is not None and self._refused_shared(error):
-                log.info(
-                    "the sidecar does not serve ARROW_SHM; reading BATCHES", sidecar=self.address
-                )
+                log.info("sidecar %s does not serve ARROW_SHM; reading BATCHES", self.address)
                 self._shared_off = True
                 continue
             if error is not None and error.code() not in (

@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import consul
-import structlog
 
 from services.runtime.addresses import parse_host_port
 from services.runtime.long_poll import long_poll
 
-log = structlog.get_logger(__name__)
+log = logging.getLogger(__name__)
 
 DEFAULT_LEADER_KEY = "dataservice/assigner/leader"
 # How long one blocking query may wait; short enough that stop() is prompt.
@@ -87,7 +87,7 @@ class LeaderWatch:
                     self._client.kv.get, self.key, index=index, wait=f"{WAIT_SECONDS}s"
                 )
             except Exception as exc:
-                log.warning("leader watch failed; retrying", consul=self._address, error=str(exc))
+                log.warning("leader watch on %s failed; retrying: %s", self._address, exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
                 index = None
@@ -101,7 +101,7 @@ class LeaderWatch:
                 try:
                     await self._on_change(leader)
                 except Exception:
-                    log.exception("leader change callback failed", leader=leader)
+                    log.exception("leader change callback failed (leader %s)", leader)
 
 
 async def watch_leader(consul_address: str, key: str, on_change: LeaderCallback) -> None:
@@ -149,7 +149,7 @@ class LeaderWatchThread:
                     self.key, index=index, wait=f"{WAIT_SECONDS}s"
                 )
             except Exception as exc:
-                log.debug("leader watch failed; retrying", error=str(exc))
+                log.debug("leader watch failed; retrying: %s", exc)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
                 index = None

@@ -5,7 +5,7 @@ first address; after a failed attempt it tries the next replica (Spark's ``assig
 option may list several) and reads the leader key again, which, when Consul is given,
 names the leader directly (ARCHITECTURE §3: the leader holds the key with a session lock).
 
-:mod:`services.runtime.leader_watch` (py-consul, structlog, pydantic) is imported only when
+:mod:`services.runtime.leader_watch` (py-consul) is imported only when
 Consul is used: Spark workers without Consul never pay for it.
 """
 
