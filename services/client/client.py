@@ -566,7 +566,10 @@ class DsClient:
 
         Raises:
             ClientError: As :meth:`stream` over the ``Stream`` RPC.
+            ImportError: pyarrow is not installed (the client's ``arrow`` extra:
+                ``pip install 'dataservice-client[arrow]'``).
         """
+        _require_arrow()
         for batch in self._stream_rpc(max_records, columns=True):
             yield cast(ColumnBatch, batch)
 
@@ -766,3 +769,16 @@ def long_poll_target(sidecars: Sequence[Sidecar], delivered_at: Mapping[str, flo
         reversed(sidecars),
         key=lambda s: (bool(s.partitions), delivered_at.get(s.address, float("-inf"))),
     )
+
+
+def _require_arrow() -> None:
+    """Fail at once, naming the extra, when pyarrow (or numpy) is not installed: columns
+    are the ``arrow`` extra's, and the client imports them only when asked for."""
+    try:
+        import numpy  # noqa: F401
+        import pyarrow  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            "DsClient.stream_columns needs pyarrow and numpy: "
+            "pip install 'dataservice-client[arrow]'"
+        ) from exc

@@ -13,12 +13,13 @@ region is released, when the sidecar may write over it.
 from __future__ import annotations
 
 from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.ipc as pa_ipc
+from typing import TYPE_CHECKING
 
 from dataservice.sidecar.v1 import stream_pb2
-from services.records.arrow_batches import SCHEMA
+
+if TYPE_CHECKING:
+    # pyarrow is the ``arrow`` extra's: imported by the first read, not with the client.
+    import pyarrow as pa
 
 
 class SharedBatchError(Exception):
@@ -45,6 +46,11 @@ class Segments:
                 be mapped, the region lies outside it, or it does not hold one record
                 batch of ``record_count`` rows in the expected schema.
         """
+        import pyarrow as pa
+        import pyarrow.ipc as pa_ipc
+
+        from services.records.arrow_batches import SCHEMA
+
         whole = self._segment(shared.segment)
         if (
             shared.position < 0
@@ -70,6 +76,8 @@ class Segments:
         return batch
 
     def _segment(self, name: str) -> pa.Buffer:
+        import pyarrow as pa
+
         whole = self._mapped.get(name)
         if whole is not None:
             return whole

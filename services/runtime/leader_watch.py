@@ -15,12 +15,15 @@ import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
-
-import consul
+from typing import TYPE_CHECKING, Any
 
 from services.runtime.addresses import parse_host_port
 from services.runtime.long_poll import long_poll
+
+if TYPE_CHECKING:
+    # py-consul (the client's ``consul`` extra) is imported by the first watch, not with
+    # this module: the client reads DEFAULT_LEADER_KEY from here without Consul.
+    import consul
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,8 @@ def next_index(previous: int | None, returned: Any) -> int | None:
 
 
 def consul_client(address: str) -> consul.Consul:
+    import consul
+
     host, port = parse_host_port(address, what="consul address")
     return consul.Consul(host=host, port=port, connections_timeout=5)
 
