@@ -29,6 +29,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from dsclient.reasons import DsError
 from services.consumer_sidecar.metric_table import (
     AGE_BUCKETS,
     REQUEST_BUCKETS,
@@ -37,11 +38,10 @@ from services.consumer_sidecar.metric_table import (
     base_name,
     help_of,
 )
-from services.runtime.errors import DsError
 from services.runtime.handlers import Behavior, WrappingInterceptor
 
 if TYPE_CHECKING:
-    from services.records.batches import Slice
+    from dsclient.records.batches import Slice
 
 OTHER_CLIENT = "other"
 UNKNOWN_CLIENT = "unknown"  # a request without a client_id (Status; an invalid request)

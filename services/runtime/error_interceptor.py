@@ -1,6 +1,6 @@
-"""How a servicer's :class:`~services.runtime.errors.DsError` becomes its gRPC status with
+"""How a servicer's :class:`~dsclient.reasons.DsError` becomes its gRPC status with
 ErrorInfo (AIP-193): :func:`abort`, and :class:`ErrorInterceptor`, the outermost interceptor
-of every server. The catalogue itself (:mod:`services.runtime.errors`) is shared with the
+of every server. The catalogue itself (:mod:`dsclient.reasons`) is shared with the
 clients; this half only servers use."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 import grpc.aio
 from grpc_status import rpc_status
 
-from services.runtime.errors import DsError
+from dsclient.reasons import DsError
 from services.runtime.handlers import Behavior, WrappingInterceptor
 
 

@@ -20,7 +20,7 @@ from grpc_status import rpc_status
 from dataservice.assigner.v1 import binding_pb2, binding_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
-from services.runtime.errors import LEADER_METADATA_KEY, DsError, Reason
+from dsclient.reasons import LEADER_METADATA_KEY, DsError, Reason
 
 TOPIC = "t"
 

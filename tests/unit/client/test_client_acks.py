@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2
-from services.client.acker import Acker
-from services.client.batch import (
+from dsclient.acker import Acker
+from dsclient.batch import (
     Batch,
     Span,
     accepted_spans,
@@ -25,9 +25,9 @@ from services.client.batch import (
     received,
     spans_of,
 )
-from services.client.batch import joined as join_batches
-from services.client.columns import Release
-from services.records.batches import DsRecord
+from dsclient.batch import joined as join_batches
+from dsclient.columns import Release
+from dsclient.records.batches import DsRecord
 
 
 def record(partition: int, offset: int, epoch: int = 1) -> DsRecord:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from services.client import ClientError, DsClient
+from dsclient import ClientError, DsClient
 from tests.unit.client.scripted import (
     Assigner,
     FetchSeen,

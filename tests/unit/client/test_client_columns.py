@@ -24,21 +24,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
-from services.client import DsClient
-from services.client.batch import Span
-from services.client.columns import (
+from dsclient import DsClient
+from dsclient.batch import Span
+from dsclient.columns import (
     ColumnBatch,
     Release,
     by_stream,
     joined_columns,
     regions_of,
 )
-from services.client.shared import Segments, SharedBatchError
-from services.client.stream import columns_of, columns_of_batches, columns_of_fields
-from services.records import wire
-from services.records.arrow_batches import SCHEMA, from_message
-from services.runtime.errors import invalid
-from services.runtime.local_socket import sidecar_file_name, target
+from dsclient.local_socket import sidecar_file_name, target
+from dsclient.reasons import invalid
+from dsclient.records import wire
+from dsclient.records.arrow_batches import SCHEMA, from_message
+from dsclient.shared import Segments, SharedBatchError
+from dsclient.stream import columns_of, columns_of_batches, columns_of_fields
 from tests.unit.client.scripted import (
     TOPIC,
     Assigner,

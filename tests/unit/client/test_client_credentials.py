@@ -12,9 +12,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from services.client import DsClient
+from dsclient import DsClient
+from dsclient.connection import DEFAULT_SETTINGS, TlsConfig
 from services.devstack.pki import make_dev_pki
-from services.runtime.connection import DEFAULT_SETTINGS, TlsConfig
 from tests.unit.client.scripted import Assigner, Servers, binding, wait_for
 
 REPO = Path(__file__).resolve().parents[3]

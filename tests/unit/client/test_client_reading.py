@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from dataservice.sidecar.v1 import stream_pb2
-from services.client import DsClient
+from dsclient import DsClient
 from tests.unit.client.scripted import (
     Assigner,
     FetchSeen,

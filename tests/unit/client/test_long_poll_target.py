@@ -1,5 +1,5 @@
 """Which bound sidecar ``DsClient.fetch`` long-polls once a sweep found nothing
-(``services.client.client.long_poll_target``): pure choice, properties over drawn
+(``dsclient.client.long_poll_target``): pure choice, properties over drawn
 bindings and delivery histories."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dataservice.sidecar.v1 import stream_pb2_grpc
-from services.client.client import long_poll_target
-from services.client.sidecar import Sidecar
+from dsclient.client import long_poll_target
+from dsclient.sidecar import Sidecar
 
 CHANNEL = grpc.insecure_channel("127.0.0.1:1")  # never connected: only calls are made on it
 STUB = stream_pb2_grpc.StreamServiceStub(CHANNEL)

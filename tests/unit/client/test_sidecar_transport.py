@@ -1,4 +1,4 @@
-"""Which target the client dials for a bound sidecar (``services.client.transport``), and
+"""Which target the client dials for a bound sidecar (``dsclient.transport``), and
 how a bound sidecar falls back from its socket to TCP (``Sidecar.fall_back``)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dataservice.sidecar.v1 import stream_pb2_grpc
-from services.client.sidecar import Sidecar
-from services.client.transport import sidecar_target
-from services.runtime.connection import PLAINTEXT, TlsConfig
+from dsclient.connection import PLAINTEXT, TlsConfig
+from dsclient.sidecar import Sidecar
+from dsclient.transport import sidecar_target
 
 ADDRESS = "10.0.0.7:7080"
 LOCAL = "unix:/var/run/dataservice/sidecar-pod-a.sock"

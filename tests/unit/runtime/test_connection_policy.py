@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.runtime.connection.policy import (
+from dsclient.connection.policy import (
     FOLLOW_ONCE,
     Action,
     Attempts,
@@ -19,14 +19,14 @@ from services.runtime.connection.policy import (
     Failure,
     decide,
 )
-from services.runtime.connection.settings import (
+from dsclient.connection.settings import (
     ConnectionSettings,
     GrpcRetryPolicy,
     channel_options,
     service_config,
 )
-from services.runtime.connection.targets import AssignerTarget, LeaderUnknown
-from services.runtime.errors import Reason
+from dsclient.connection.targets import AssignerTarget, LeaderUnknown
+from dsclient.reasons import Reason
 
 NOT_LEADER = Reason.NOT_LEADER.value
 FAILED = grpc.StatusCode.FAILED_PRECONDITION

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from services.runtime.long_poll import long_poll
+from dsclient.long_poll import long_poll
 
 ran_on: list[threading.Thread] = []
 

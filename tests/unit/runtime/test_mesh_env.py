@@ -1,4 +1,4 @@
-"""What an injected application reads to find the mesh (services/runtime/mesh_env.py)."""
+"""What an injected application reads to find the mesh (clients/python/src/dsclient/mesh_env.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from services.runtime.mesh_env import MeshEnv
+from dsclient.mesh_env import MeshEnv
 
 
 def test_read_what_the_injector_writes() -> None:

@@ -6,7 +6,7 @@ opens a channel to each bound sidecar and closes those no longer bound. It follo
 assigner's leader (ARCHITECTURE §3 "Leaders"): a follower answers ``FAILED_PRECONDITION``
 with the leader's address in trailing metadata ``ds-leader`` and the keeper switches to it
 at once; given Consul, it also follows the leader key with blocking queries. Both are the
-runtime's connection module's (:class:`~services.runtime.connection.LeaderFollower`): the
+runtime's connection module's (:class:`~dsclient.connection.LeaderFollower`): the
 keeper keeps its own watch loop, and re-binds on the new leader when the follower switches.
 """
 
@@ -24,10 +24,7 @@ import grpc
 
 from dataservice.assigner.v1 import binding_pb2, binding_pb2_grpc, types_pb2
 from dataservice.sidecar.v1 import stream_pb2_grpc
-from services.client.errors import ClientError
-from services.client.sidecar import Sidecar
-from services.client.transport import sidecar_target
-from services.runtime.connection import (
+from dsclient.connection import (
     DEFAULT_SETTINGS,
     AssignerTarget,
     CallPolicy,
@@ -35,6 +32,9 @@ from services.runtime.connection import (
     LeaderFollower,
     open_channel,
 )
+from dsclient.errors import ClientError
+from dsclient.sidecar import Sidecar
+from dsclient.transport import sidecar_target
 
 log = logging.getLogger(__name__)
 

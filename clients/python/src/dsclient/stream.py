@@ -7,7 +7,7 @@ in order, so a stream that breaks fails its pending acks and the caller falls ba
 
 A stream opened for columns (``stream_columns``) asks for ``DELIVERY_FORMAT_ARROW_SHM``
 when its sidecar is reached over the local socket, and reads each ``SharedBatch`` in place
-from the segment mapped for that opening (:mod:`services.client.shared`); over TCP it asks
+from the segment mapped for that opening (:mod:`dsclient.shared`); over TCP it asks
 for ``DELIVERY_FORMAT_BATCHES`` and turns each RecordBatch into Arrow columns. A sidecar
 that refuses the shared-memory format (``INVALID_ARGUMENT`` on ``open.format``: one without
 it), or a shared batch the client cannot read (its segment not visible here), makes the
@@ -29,14 +29,14 @@ from typing import TYPE_CHECKING, cast
 import grpc
 
 from dataservice.sidecar.v1 import stream_pb2
-from services.client.batch import Batch, Span, accepted_spans, received
-from services.client.columns import ColumnBatch, Release, regions_of
-from services.client.errors import ClientError
-from services.client.shared import Segments, SharedBatchError
-from services.client.sidecar import Sidecar
-from services.records import wire
-from services.runtime.errors import error_info
-from services.runtime.local_socket import path_of
+from dsclient.batch import Batch, Span, accepted_spans, received
+from dsclient.columns import ColumnBatch, Release, regions_of
+from dsclient.errors import ClientError
+from dsclient.local_socket import path_of
+from dsclient.reasons import error_info
+from dsclient.records import wire
+from dsclient.shared import Segments, SharedBatchError
+from dsclient.sidecar import Sidecar
 
 if TYPE_CHECKING:
     # pyarrow is the ``arrow`` extra's: imported when a columns stream builds its first
@@ -62,7 +62,7 @@ def columns_of_batches(message: stream_pb2.StreamBatch) -> ColumnBatch:
     """
     if message.records:
         raise ClientError("the sidecar sent Record messages: it cannot deliver columns")
-    from services.records.arrow_batches import from_message
+    from dsclient.records.arrow_batches import from_message
 
     return _columns(
         (rb.topic, rb.partition, rb.lease_epoch, rb.delivery_count, rb.offsets, from_message(rb))
@@ -74,7 +74,7 @@ def columns_of_batches(message: stream_pb2.StreamBatch) -> ColumnBatch:
 def columns_of_fields(fields: list[wire.BatchFields]) -> ColumnBatch:
     """RecordBatches read from the received bytes (``wire.stream_batch_fields``) as Arrow
     columns: their key and value columns are views of those bytes (no copy)."""
-    from services.records.arrow_batches import record_batch
+    from dsclient.records.arrow_batches import record_batch
 
     return _columns(
         (

@@ -7,8 +7,8 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
-from services.client.batch import Span, counted
-from services.client.columns import Release
+from dsclient.batch import Span, counted
+from dsclient.columns import Release
 
 # Range acks in one coalesced ack_nowait send at most (the sidecar takes 100,000 a message).
 MAX_COALESCED_SPANS = 10_000

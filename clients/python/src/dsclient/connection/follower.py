@@ -3,7 +3,7 @@ land on the leader however leadership moves (ARCHITECTURE §3 "Leaders").
 
 :class:`LeaderFollower` is the flavour for threads; ``aio_follower.AioLeaderFollower`` the
 one for asyncio. Both keep one channel to the address they follow and run a call as
-:mod:`~services.runtime.connection.policy` decides: a leader named in ``ds-leader`` is
+:mod:`~dsclient.connection.policy` decides: a leader named in ``ds-leader`` is
 followed at once; an election in progress and ``UNAVAILABLE`` (after gRPC's own retries)
 are retried with jittered backoff within the caller's budget, the Consul leader key (or the
 next replica address) consulted between attempts; any other status reaches the caller
@@ -33,10 +33,10 @@ from typing import Any, Generic, TypeVar, cast
 import grpc
 import grpc.aio
 
-from services.runtime.connection.channels import open_channel
-from services.runtime.connection.policy import Action, Attempts, CallPolicy, Failure, decide
-from services.runtime.connection.settings import DEFAULT_SETTINGS, ConnectionSettings
-from services.runtime.connection.targets import AssignerTarget, LeaderUnknown, Stoppable
+from dsclient.connection.channels import open_channel
+from dsclient.connection.policy import Action, Attempts, CallPolicy, Failure, decide
+from dsclient.connection.settings import DEFAULT_SETTINGS, ConnectionSettings
+from dsclient.connection.targets import AssignerTarget, LeaderUnknown, Stoppable
 
 # Standard logging rather than structlog: Spark workers import this (see settings.py).
 log = logging.getLogger(__name__)

@@ -20,18 +20,18 @@ Importing this package pulls in neither structlog nor pydantic (Spark workers us
 py-consul only once a target with Consul is used.
 """
 
-from services.runtime.connection.aio_follower import AioLeaderFollower
-from services.runtime.connection.channels import open_aio_channel, open_channel
-from services.runtime.connection.follower import LeaderFollower, retry_call
-from services.runtime.connection.policy import FOLLOW_ONCE, Backoff, CallPolicy
-from services.runtime.connection.settings import (
+from dsclient.connection.aio_follower import AioLeaderFollower
+from dsclient.connection.channels import open_aio_channel, open_channel
+from dsclient.connection.follower import LeaderFollower, retry_call
+from dsclient.connection.policy import FOLLOW_ONCE, Backoff, CallPolicy
+from dsclient.connection.settings import (
     DEFAULT_SETTINGS,
     MAX_MESSAGE_BYTES,
     ConnectionSettings,
     GrpcRetryPolicy,
 )
-from services.runtime.connection.targets import AssignerTarget, LeaderUnknown
-from services.runtime.connection.tls import PLAINTEXT, TlsConfig
+from dsclient.connection.targets import AssignerTarget, LeaderUnknown
+from dsclient.connection.tls import PLAINTEXT, TlsConfig
 
 __all__ = [
     "DEFAULT_SETTINGS",

@@ -1,9 +1,9 @@
 """The only places in the tree that create gRPC client channels (tests aside).
 
 Each channel gets the options and the retrying service config of its
-:class:`~services.runtime.connection.settings.ConnectionSettings`, and the credentials of
-:mod:`~services.runtime.connection.credentials` (plaintext while those are None). A
-``unix:`` target (a sidecar's socket for its pod, :mod:`services.runtime.local_socket`)
+:class:`~dsclient.connection.settings.ConnectionSettings`, and the credentials of
+:mod:`~dsclient.connection.credentials` (plaintext while those are None). A
+``unix:`` target (a sidecar's socket for its pod, :mod:`dsclient.local_socket`)
 gets gRPC's local credentials with the token instead of TLS.
 """
 
@@ -12,13 +12,13 @@ from __future__ import annotations
 import grpc
 import grpc.aio
 
-from services.runtime.connection.credentials import credentials
-from services.runtime.connection.settings import (
+from dsclient.connection.credentials import credentials
+from dsclient.connection.settings import (
     DEFAULT_SETTINGS,
     ConnectionSettings,
     channel_options,
 )
-from services.runtime.local_socket import SCHEME as LOCAL_SCHEME
+from dsclient.local_socket import SCHEME as LOCAL_SCHEME
 
 
 def open_channel(target: str, settings: ConnectionSettings = DEFAULT_SETTINGS) -> grpc.Channel:

@@ -7,7 +7,7 @@ was 8.5 ms of the serving thread's time per 10,000 records. :func:`fetch_respons
 :func:`stream_response` write the same bytes that ``SerializeToString`` gives, in one
 copy, from the buffer's columns. On the client, :func:`parse_batches` reads a
 ``FetchResponse`` or ``StreamBatch`` without building the message: keys and values are
-cut from the received bytes themselves (:class:`~services.records.batches.Columns`), one
+cut from the received bytes themselves (:class:`~dsclient.records.batches.Columns`), one
 copy instead of three.
 
 Only the shape the sidecar sends is read this way: anything else (a ``Record`` per record
@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from services.records.batches import Columns, Slice, lengths_column, packed
+from dsclient.records.batches import Columns, Slice, lengths_column, packed
 
 _LEN = 2  # wire type of length-delimited fields
 _VARINT = 0

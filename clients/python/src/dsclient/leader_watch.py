@@ -17,8 +17,8 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from services.runtime.addresses import parse_host_port
-from services.runtime.long_poll import long_poll
+from dsclient.addresses import parse_host_port
+from dsclient.long_poll import long_poll
 
 if TYPE_CHECKING:
     # py-consul (the client's ``consul`` extra) is imported by the first watch, not with

@@ -1,5 +1,5 @@
 """One bound sidecar: its channel, and the Fetch and Stream calls whose responses are
-read in place (``services/records/wire.py``) rather than parsed into protobuf messages."""
+read in place (``dsclient/records/wire.py``) rather than parsed into protobuf messages."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import grpc
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
-from services.client.batch import Batch, batch_of, received
-from services.records import wire
+from dsclient.batch import Batch, batch_of, received
+from dsclient.records import wire
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class Sidecar:
     """A bound sidecar: its channel, its calls, and the partitions the binding says it
     serves. ``address`` (TCP ``HOST:PORT``) is its key; ``target`` is what the channel
     dials: ``address``, or the sidecar's socket in the pod (``local_address``, chosen by
-    :func:`services.client.transport.sidecar_target`). The channels are closed when a
+    :func:`dsclient.transport.sidecar_target`). The channels are closed when a
     binding no longer names it."""
 
     address: str
@@ -61,7 +61,7 @@ class Sidecar:
     partitions: set[tuple[str, int]] = field(default_factory=set)
     target: str = ""  # default: address
     local_address: str = ""  # the unix: target the binding names; "" = none
-    # Opens a channel to a target (services.runtime.connection.open_channel, the one place
+    # Opens a channel to a target (dsclient.connection.open_channel, the one place
     # channels are made, with the client's settings): how fall_back reaches TCP.
     reopen: Callable[[str], grpc.Channel] | None = None
     # Fetch and Stream with responses read by fetched and streamed.

@@ -1,5 +1,5 @@
 """Following the assigner's leader in asyncio services (the sidecar): the twin of
-:class:`~services.runtime.connection.follower.LeaderFollower`, with the same rules (see
+:class:`~dsclient.connection.follower.LeaderFollower`, with the same rules (see
 that module); use it from the event loop that created it."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import TypeVar
 import grpc
 import grpc.aio
 
-from services.runtime.connection.channels import open_aio_channel
-from services.runtime.connection.follower import Following, RetryHook
-from services.runtime.connection.policy import Attempts, CallPolicy, Failure
-from services.runtime.connection.settings import DEFAULT_SETTINGS, ConnectionSettings
-from services.runtime.connection.targets import AssignerTarget
+from dsclient.connection.channels import open_aio_channel
+from dsclient.connection.follower import Following, RetryHook
+from dsclient.connection.policy import Attempts, CallPolicy, Failure
+from dsclient.connection.settings import DEFAULT_SETTINGS, ConnectionSettings
+from dsclient.connection.targets import AssignerTarget
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -47,7 +47,7 @@ class AioLeaderFollower(Following[grpc.aio.Channel]):
     ) -> T:
         """``await fn(stub)`` with a ``kind`` stub on the leader, as ``policy`` allows;
         raises as :meth:`LeaderFollower.call
-        <services.runtime.connection.follower.LeaderFollower.call>` does."""
+        <dsclient.connection.follower.LeaderFollower.call>` does."""
         attempts = Attempts(policy, time.monotonic())
         while True:
             stub, generation = self._stub(kind)

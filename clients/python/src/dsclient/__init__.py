@@ -1,6 +1,6 @@
 """The application's client for the mesh: bind, fetch, ack — and never handle a move.
 
-    from services.client import DsClient
+    from dsclient import DsClient
 
     with DsClient("demo", client_id="billing-1", assigner="127.0.0.1:7070") as client:
         for batch in client.stream():
@@ -36,7 +36,7 @@ next batch is asked for): the ack releases their memory to the sidecar, which wr
 it. Copy what must outlive the ack (``batch.copy()``, ``batch.table.to_pylist()``).
 
 Fetch and Stream responses are read without building their protobuf messages
-(``services.records.wire.parse_batches``): keys and values are cut from the received bytes
+(``dsclient.records.wire.parse_batches``): keys and values are cut from the received bytes
 directly.
 
 The client binds through the assigner, keeps a ``WatchBinding`` stream open on a
@@ -59,10 +59,12 @@ shared-memory releases), ``shared`` (a stream's segments, mapped), ``acker``
 sidecar's calls), ``binding`` (binding, leader following, retries) and ``errors``.
 """
 
-from services.client.batch import Batch
-from services.client.client import DsClient
-from services.client.columns import ColumnBatch
-from services.client.errors import ClientError
-from services.records.batches import DsRecord
+from dsclient.batch import Batch
+from dsclient.client import DsClient
+from dsclient.columns import ColumnBatch
+from dsclient.errors import ClientError
+from dsclient.records.batches import DsRecord
+
+__version__ = "0.1.0"
 
 __all__ = ["Batch", "ClientError", "ColumnBatch", "DsClient", "DsRecord"]

@@ -21,24 +21,24 @@ import grpc
 from google.protobuf import duration_pb2
 
 from dataservice.sidecar.v1 import stream_pb2
-from services.client.acker import Acker
-from services.client.batch import Batch, Span, accepted_spans, counted, joined, spans_of
-from services.client.binding import BindingKeeper
-from services.client.columns import ColumnBatch, Release, by_stream, joined_columns
-from services.client.errors import ClientError
-from services.client.sidecar import Sidecar
-from services.client.stream import SidecarStream
-from services.records.batches import DsRecord
-from services.runtime.connection import (
+from dsclient.acker import Acker
+from dsclient.batch import Batch, Span, accepted_spans, counted, joined, spans_of
+from dsclient.binding import BindingKeeper
+from dsclient.columns import ColumnBatch, Release, by_stream, joined_columns
+from dsclient.connection import (
     DEFAULT_SETTINGS,
     CallPolicy,
     ConnectionSettings,
     TlsConfig,
     retry_call,
 )
-from services.runtime.errors import Reason, error_info
-from services.runtime.leader_watch import DEFAULT_LEADER_KEY
-from services.runtime.mesh_env import MeshEnv
+from dsclient.errors import ClientError
+from dsclient.leader_watch import DEFAULT_LEADER_KEY
+from dsclient.mesh_env import MeshEnv
+from dsclient.reasons import Reason, error_info
+from dsclient.records.batches import DsRecord
+from dsclient.sidecar import Sidecar
+from dsclient.stream import SidecarStream
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class DsClient:
 
         The sidecar injector (``dsctl inject``, the admission webhook) gives every
         application container ``DS_GROUP``, ``DS_ASSIGNER`` and ``DS_SIDECAR``
-        (services/runtime/mesh_env.py); this reads them, so an application needs no
+        (clients/python/src/dsclient/mesh_env.py); this reads them, so an application needs no
         configuration of its own to find the mesh.
 
         Args:

@@ -5,7 +5,7 @@ first address; after a failed attempt it tries the next replica (Spark's ``assig
 option may list several) and reads the leader key again, which, when Consul is given,
 names the leader directly (ARCHITECTURE §3: the leader holds the key with a session lock).
 
-:mod:`services.runtime.leader_watch` (py-consul) is imported only when
+:mod:`dsclient.leader_watch` (py-consul) is imported only when
 Consul is used: Spark workers without Consul never pay for it.
 """
 
@@ -52,7 +52,7 @@ class AssignerTarget:
 
     @property
     def key(self) -> str:
-        from services.runtime.leader_watch import DEFAULT_LEADER_KEY
+        from dsclient.leader_watch import DEFAULT_LEADER_KEY
 
         return self.leader_key or DEFAULT_LEADER_KEY
 
@@ -61,7 +61,7 @@ class AssignerTarget:
         Raises what py-consul raises when the agent cannot be read."""
         if not self.consul:
             return None
-        from services.runtime.leader_watch import consul_client, read_leader
+        from dsclient.leader_watch import consul_client, read_leader
 
         return read_leader(consul_client(self.consul), self.key)
 
@@ -69,7 +69,7 @@ class AssignerTarget:
         """Follow the leader key on a daemon thread (blocking queries); None without Consul."""
         if not self.consul:
             return None
-        from services.runtime.leader_watch import LeaderWatchThread
+        from dsclient.leader_watch import LeaderWatchThread
 
         return LeaderWatchThread(self.consul, on_change, key=self.key).start()
 
@@ -79,7 +79,7 @@ class AssignerTarget:
         """Follow the leader key in a task of the running loop; None without Consul."""
         if not self.consul:
             return None
-        from services.runtime.leader_watch import LeaderWatch
+        from dsclient.leader_watch import LeaderWatch
 
         watch = LeaderWatch(self.consul, self.key, on_change)
         return asyncio.create_task(watch.run(), name="assigner-leader-watch")

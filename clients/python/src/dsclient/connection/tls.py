@@ -1,7 +1,7 @@
 """Transport security settings: one frozen value for servers and clients alike.
 
 :class:`TlsConfig` names files, never their contents, so that every process reads them
-through :class:`~services.runtime.watched_file.WatchedFile` and picks up a renewed
+through :class:`~dsclient.watched_file.WatchedFile` and picks up a renewed
 certificate, key or token without a restart. The same value is
 
 * a field of every service's settings (``tls``: ``DS_TLS__CERT_FILE=...``, or ``tls:`` in

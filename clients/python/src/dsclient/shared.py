@@ -49,7 +49,7 @@ class Segments:
         import pyarrow as pa
         import pyarrow.ipc as pa_ipc
 
-        from services.records.arrow_batches import SCHEMA
+        from dsclient.records.arrow_batches import SCHEMA
 
         whole = self._segment(shared.segment)
         if (

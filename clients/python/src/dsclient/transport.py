@@ -11,7 +11,7 @@ Over it a call skips the TCP stack. The client prefers it when all of these hold
 * the socket file exists and accepts a connection now (in another pod there is no such
   file, so a client never reaches a sidecar that is not its pod's).
 
-Otherwise it dials ``address`` (TCP). :class:`~services.client.sidecar.Sidecar` falls back
+Otherwise it dials ``address`` (TCP). :class:`~dsclient.sidecar.Sidecar` falls back
 to TCP when the socket fails later, and the next binding tries the socket again.
 """
 
@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from services.runtime.connection import TlsConfig
-from services.runtime.local_socket import accepts, path_of
+from dsclient.connection import TlsConfig
+from dsclient.local_socket import accepts, path_of
 
 
 def sidecar_target(

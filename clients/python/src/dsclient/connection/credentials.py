@@ -1,13 +1,13 @@
 """The one place where transport security is attached to the mesh's client channels.
 
-From :class:`~services.runtime.connection.tls.TlsConfig` (a field of
-:class:`~services.runtime.connection.settings.ConnectionSettings`): TLS channel credentials
+From :class:`~dsclient.connection.tls.TlsConfig` (a field of
+:class:`~dsclient.connection.settings.ConnectionSettings`): TLS channel credentials
 (the CA that signs the mesh's servers, and the client certificate for mTLS) and per-call
 credentials (the bearer token every call carries). Every client of the assigner, the
 sidecars and the notifier gets them, because :mod:`channels` is the only code in the tree
 that creates a channel.
 
-Files are read through :class:`~services.runtime.watched_file.WatchedFile`: a channel
+Files are read through :class:`~dsclient.watched_file.WatchedFile`: a channel
 opened after a certificate or key was renewed uses the new one, and the token is read
 again (when its file changed) for every call, so a rotated token is sent from the next
 call on. A channel already open keeps the TLS material it was made with; the followers
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import grpc
 
-from services.runtime.connection.settings import ConnectionSettings
-from services.runtime.connection.tls import TlsConfig
-from services.runtime.watched_file import WatchedFile
+from dsclient.connection.settings import ConnectionSettings
+from dsclient.connection.tls import TlsConfig
+from dsclient.watched_file import WatchedFile
 
 AUTHORIZATION = "authorization"
 
@@ -93,7 +93,7 @@ def credentials(
 ) -> grpc.ChannelCredentials | None:
     """The channel's credentials with the per-call ones composed in; None: plaintext.
     A token is never sent in the clear: per-call credentials without TLS are an error.
-    ``local``: a channel over a Unix domain socket (``services.runtime.local_socket``):
+    ``local``: a channel over a Unix domain socket (``dsclient.local_socket``):
     gRPC's local credentials instead of TLS (the bytes never leave the kernel), the token
     still sent (a server authorizes every call on its socket as on TCP)."""
     if local:

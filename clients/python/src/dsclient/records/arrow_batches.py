@@ -9,7 +9,7 @@ timestamp (negative) has a null timestamp, a header whose value is null carries 
 :func:`record_batch` builds one ``pa.RecordBatch`` from the columns a ``RecordBatch``
 message has (packed little-endian offsets, timestamps and lengths, concatenated keys and
 values, sparse headers): the sidecar's buffered chunks are kept that way
-(``services/records/batches.py``), and so is what a client receives in
+(``clients/python/src/dsclient/records/batches.py``), and so is what a client receives in
 ``DELIVERY_FORMAT_BATCHES``. It is vectorised: the key and value columns are the
 concatenated bytes themselves (no copy) with offsets summed up by numpy, so nothing runs
 per record in Python unless records carry headers. numpy, not ``pyarrow.compute``: a
@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from dataservice.sidecar.v1 import stream_pb2
-from services.records.batches import Slice, lengths_column
+from dsclient.records.batches import Slice, lengths_column
 
 HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
 SCHEMA = pa.schema(

@@ -1,10 +1,10 @@
-"""What :meth:`~services.client.DsClient.stream_columns` hands the application: delivered
+"""What :meth:`~dsclient.DsClient.stream_columns` hands the application: delivered
 records as Arrow columns, and what acking them releases.
 
 A :class:`ColumnBatch` holds one ``pa.RecordBatch`` per partition run, in the columns of
 ``ReadRange``'s ``ARROW_IPC`` chunks (``key``, ``value``, ``topic``, ``partition``,
-``offset``, ``timestamp``, ``headers``), the run's :class:`~services.client.batch.Span`
-(so an ack is one ``RangeAck`` per run, as for a :class:`~services.client.batch.Batch`),
+``offset``, ``timestamp``, ``headers``), the run's :class:`~dsclient.batch.Span`
+(so an ack is one ``RangeAck`` per run, as for a :class:`~dsclient.batch.Batch`),
 and the shared-memory regions its columns lie in (:class:`Release`), given back to the
 sidecar with the batch's ack, nack, or (``auto_ack``) when the next batch is asked for.
 
@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import TYPE_CHECKING
 
-from services.client.batch import Span
+from dsclient.batch import Span
 
 if TYPE_CHECKING:
     # pyarrow is the ``arrow`` extra's: imported when columns are first built, not with
-    # the client (services/client/__init__.py).
+    # the client (clients/python/src/dsclient/__init__.py).
     import pyarrow as pa
 
 
@@ -63,7 +63,7 @@ class ColumnBatch:
 
     Attributes:
         record_batches: One ``pa.RecordBatch`` per partition run, rows in offset order, in
-            the schema of ``ReadRange``'s ``ARROW_IPC`` chunks (``services.records.
+            the schema of ``ReadRange``'s ``ARROW_IPC`` chunks (``dsclient.records.
             arrow_batches.SCHEMA``).
         spans: The offset range of each run, in the same order (one ``RangeAck`` each when
             the batch is acked).
@@ -97,7 +97,7 @@ class ColumnBatch:
         """The runs as one table (one chunk per run: no copy)."""
         import pyarrow as pa
 
-        from services.records.arrow_batches import SCHEMA
+        from dsclient.records.arrow_batches import SCHEMA
 
         return pa.Table.from_batches(self.record_batches, schema=SCHEMA)
 
@@ -106,7 +106,7 @@ class ColumnBatch:
         copied), valid after the ack."""
         import pyarrow as pa
 
-        from services.records.arrow_batches import SCHEMA
+        from dsclient.records.arrow_batches import SCHEMA
 
         memory = pa.default_cpu_memory_manager()
         return pa.Table.from_batches(

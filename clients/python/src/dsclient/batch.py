@@ -20,7 +20,7 @@ from operator import add, attrgetter, ne, or_
 from typing import Any, overload
 
 from dataservice.sidecar.v1 import stream_pb2
-from services.records.batches import Columns, DsRecord, from_record
+from dsclient.records.batches import Columns, DsRecord, from_record
 
 
 @dataclass(frozen=True)
@@ -46,11 +46,11 @@ class Span:
 
 class Batch(Sequence[DsRecord]):
     """The records of one fetch (or of what one Stream delivered), as an immutable sequence
-    of :class:`~services.records.batches.DsRecord`.
+    of :class:`~dsclient.records.batches.DsRecord`.
 
     A batch knows the offset ranges it was delivered in (:attr:`spans`), so acking it
     whole costs one range ack per partition run. It holds the records as columns and
-    builds each record as it is read (see :class:`~services.records.batches.Columns`):
+    builds each record as it is read (see :class:`~dsclient.records.batches.Columns`):
     iterate it rather than keep ``list(batch)`` around when it is large. Records are in
     offset order per partition; an empty batch is false. Indexing by a slice gives a
     list. A batch compares equal to a list or tuple of the same records, and is not
@@ -58,7 +58,7 @@ class Batch(Sequence[DsRecord]):
 
     Attributes:
         spans: The offset ranges the records were delivered in, one per partition run
-            (what :meth:`~services.client.DsClient.ack` sends for the whole batch).
+            (what :meth:`~dsclient.DsClient.ack` sends for the whole batch).
     """
 
     __slots__ = ("_ends", "_parts", "spans")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from services.runtime.errors import LEADER_METADATA_KEY, Reason, error_info, trailing_value
+from dsclient.reasons import LEADER_METADATA_KEY, Reason, error_info, trailing_value
 
 UNAVAILABLE_ONLY = frozenset({grpc.StatusCode.UNAVAILABLE})
 

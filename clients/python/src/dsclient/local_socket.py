@@ -9,7 +9,7 @@ connection never leaves the kernel, and only processes that can open the file re
 mode 0660 in a directory shared by the pod's containers); the authorization interceptor
 is not: every call on the socket is authenticated and authorized like one on TCP. A
 caller known only by its client certificate has none on the socket, so it is refused
-there (``UNAUTHENTICATED``): such a client stays on TCP (``services.client.binding``).
+there (``UNAUTHENTICATED``): such a client stays on TCP (``dsclient.binding``).
 
 The file is claimed at start (a stale one, left by a killed process, is replaced; one a
 live process answers on is an error, never taken over) and removed on stop.

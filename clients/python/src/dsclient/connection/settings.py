@@ -1,11 +1,11 @@
 """How every client channel of the mesh is configured, in one frozen value.
 
-:class:`ConnectionSettings` is what :func:`~services.runtime.connection.channels.open_channel`
+:class:`ConnectionSettings` is what :func:`~dsclient.connection.channels.open_channel`
 turns into gRPC channel options: message sizes, keepalive, how fast a lost connection is
 tried again, and a service config with gRPC's own retry of ``UNAVAILABLE`` (AIP-194,
-gRFC A6), and transport security (:class:`~services.runtime.connection.tls.TlsConfig`: the
+gRFC A6), and transport security (:class:`~dsclient.connection.tls.TlsConfig`: the
 CA, a client certificate, a token file), which
-:mod:`~services.runtime.connection.credentials` turns into credentials.
+:mod:`~dsclient.connection.credentials` turns into credentials.
 
 Nothing here imports structlog or pydantic: Spark's Python workers import this module, and
 each of them starts a fresh interpreter.
@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.runtime.connection.tls import PLAINTEXT, TlsConfig
+from dsclient.connection.tls import PLAINTEXT, TlsConfig
 
 # Messages up to 64 MiB: ReadRange and Fetch batches can be large; the sidecar bounds them.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -32,7 +32,7 @@ class GrpcRetryPolicy:
     only that status says the request was not acted on). Attempt n (n ≥ 1) waits
     random(0, min(initial · multiplier^(n-1), maximum)) seconds (gRFC A6); gRPC caps
     ``max_attempts`` at 5. A caller that needs a longer budget retries on top of this
-    with :class:`~services.runtime.connection.policy.CallPolicy`."""
+    with :class:`~dsclient.connection.policy.CallPolicy`."""
 
     max_attempts: int = 4
     initial_backoff: float = 0.05
