@@ -79,7 +79,7 @@ imports:
 	$(VENV)/lint-imports --no-cache
 
 typecheck:
-	$(VENV)/mypy services spark clients/python
+	$(VENV)/mypy services spark clients/python/src clients/python/dsread.py
 
 protos:
 	bash protos/check.sh

@@ -1,6 +1,6 @@
 """How DsClient reads from its sidecars (docs/client-protocol.md §6, §7): the fetch
 rotation and its ``max_wait``, and ``Stream`` calls that end. Against scripted in-process
-sidecars (tests/unit/client/scripted.py) that log every request."""
+sidecars (clients/python/tests/scripted.py) that log every request."""
 
 from __future__ import annotations
 
@@ -9,10 +9,7 @@ from typing import Any
 
 import grpc
 import pytest
-
-from dataservice.sidecar.v1 import stream_pb2
-from dsclient import DsClient
-from tests.unit.client.scripted import (
+from scripted import (
     Assigner,
     FetchSeen,
     Servers,
@@ -23,6 +20,9 @@ from tests.unit.client.scripted import (
     record_batch,
     wait_for,
 )
+
+from dataservice.sidecar.v1 import stream_pb2
+from dsclient import DsClient
 
 MAX_WAIT = 1.0  # seconds: far more than a sweep of three local calls, even on a loaded box
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from grpc_status import rpc_status
 
 from dataservice.assigner.v1 import binding_pb2, binding_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
@@ -36,17 +35,23 @@ class _Status(grpc.Status):  # type: ignore[misc]
     trailing_metadata: tuple[tuple[str, str | bytes], ...]
 
 
+# Where gRPC carries a failed call's google.rpc.Status (with its ErrorInfo).
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+
 def abort(context: grpc.ServicerContext, answer: grpc.StatusCode | DsError) -> None:
     """End the call with ``answer``: a bare status, or a DsError with its ErrorInfo and
     trailing metadata (``ds-leader``)."""
     if isinstance(answer, grpc.StatusCode):
         context.abort(answer, f"scripted {answer.name}")
-    status = rpc_status.to_status(answer.to_status())
+    # What grpcio-status's rpc_status.to_status builds (the Status in its trailing-metadata
+    # key), without it: the client package does not depend on grpcio-status.
+    status = answer.to_status()
     context.abort_with_status(
         _Status(
-            status.code,
-            status.details,
-            tuple(status.trailing_metadata) + tuple(answer.trailing.items()),
+            answer.code,
+            status.message,
+            ((STATUS_DETAILS_KEY, status.SerializeToString()), *answer.trailing.items()),
         )
     )
 

@@ -1,6 +1,6 @@
 """How DsClient keeps its binding (docs/client-protocol.md §3): versions, the empty-binding
 grace after a leader change, and the watch's terminal errors. Against a scripted assigner
-(tests/unit/client/scripted.py) whose watch pushes what each test says; what the client
+(clients/python/tests/scripted.py) whose watch pushes what each test says; what the client
 did is read from what it calls next (the ``known_version`` of its next watch) and from
 :attr:`DsClient.endpoints`."""
 
@@ -11,9 +11,7 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-
-from dsclient import ClientError, DsClient
-from tests.unit.client.scripted import (
+from scripted import (
     Assigner,
     FetchSeen,
     Servers,
@@ -22,6 +20,8 @@ from tests.unit.client.scripted import (
     not_leader,
     wait_for,
 )
+
+from dsclient import ClientError, DsClient
 
 
 @pytest.fixture

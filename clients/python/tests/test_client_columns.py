@@ -1,6 +1,6 @@
 """DsClient.stream_columns (issue 22 item 1, the zero-copy mode's client): ColumnBatch and
 its release bookkeeping (pure), a stream's segments mapped and read in place (a real file),
-and the ``Stream`` protocol against scripted sidecars (tests/unit/client/scripted.py) on a
+and the ``Stream`` protocol against scripted sidecars (clients/python/tests/scripted.py) on a
 real Unix domain socket and on TCP: the format asked for, the regions released with the
 acks on the stream that delivered them (and only its running opening), ``auto_ack``'s
 release-only messages, and the fall back to BATCHES when a sidecar refuses ARROW_SHM."""
@@ -22,6 +22,16 @@ import pyarrow.ipc as pa_ipc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from scripted import (
+    TOPIC,
+    Assigner,
+    Servers,
+    Sidecar,
+    abort,
+    binding,
+    record_batch,
+    wait_for,
+)
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from dsclient import DsClient
@@ -39,16 +49,6 @@ from dsclient.records import wire
 from dsclient.records.arrow_batches import SCHEMA, from_message
 from dsclient.shared import Segments, SharedBatchError
 from dsclient.stream import columns_of, columns_of_batches, columns_of_fields
-from tests.unit.client.scripted import (
-    TOPIC,
-    Assigner,
-    Servers,
-    Sidecar,
-    abort,
-    binding,
-    record_batch,
-    wait_for,
-)
 
 # ---- pure: ColumnBatch and releases --------------------------------------------------
 
