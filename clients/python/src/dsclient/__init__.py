@@ -51,20 +51,45 @@ KV (instead of trusting ``assigner``) and follows it with blocking queries on a 
 thread, so a dead leader is left the moment a standby takes the lock. Sidecars stay up
 during a failover: the client keeps fetching from them while it re-binds on the new leader.
 
-The names below (``__all__``) are the library's public surface; its modules are the
-implementation, one job each: ``client`` (:class:`DsClient`: fetch, stream, ack),
-``batch`` (batches, and acks as offset ranges), ``columns`` (column batches and their
-shared-memory releases), ``shared`` (a stream's segments, mapped), ``acker``
-(``ack_nowait``'s thread), ``stream`` (the ``Stream`` RPC reader), ``sidecar`` (one bound
-sidecar's calls), ``binding`` (binding, leader following, retries) and ``errors``.
+The names below (``__all__``) are the library's public surface (clients/python/README.md
+"Public surface"): the client, what it hands out (:class:`Batch`, :class:`DsRecord`,
+:class:`ColumnBatch`), its exception (:class:`ClientError`), what its ``connection``
+argument takes (:class:`ConnectionSettings`, :class:`TlsConfig`, ``DEFAULT_SETTINGS``) and
+how to read an error's reason (:class:`Reason`, :func:`error_info`). A public name changes
+incompatibly only after a release in which the old use warns (``DeprecationWarning``).
+
+Every module is internal, also where it holds a public name: the implementation, one job
+each: ``client`` (:class:`DsClient`: fetch, stream, ack), ``batch`` (batches, and acks as
+offset ranges), ``columns`` (column batches and their shared-memory releases), ``shared``
+(a stream's segments, mapped), ``acker`` (``ack_nowait``'s thread), ``stream`` (the
+``Stream`` RPC reader), ``sidecar`` (one bound sidecar's calls), ``binding`` (binding,
+leader following, retries) and ``errors``; and what the mesh's servers share with the
+client and import from here: ``records`` (the records codec), ``connection`` (channels,
+TLS, tokens, leader following), ``reasons`` (the errors catalogue), ``leader_watch``,
+``mesh_env``, ``local_socket``, ``watched_file``, ``addresses``, ``long_poll``. They change
+with the mesh, without notice.
 """
 
 from dsclient.batch import Batch
 from dsclient.client import DsClient
 from dsclient.columns import ColumnBatch
+from dsclient.connection import DEFAULT_SETTINGS, ConnectionSettings, TlsConfig
 from dsclient.errors import ClientError
+from dsclient.reasons import Reason, error_info
 from dsclient.records.batches import DsRecord
 
+# The distribution's version (clients/python/pyproject.toml reads it from here).
 __version__ = "0.1.0"
 
-__all__ = ["Batch", "ClientError", "ColumnBatch", "DsClient", "DsRecord"]
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "Batch",
+    "ClientError",
+    "ColumnBatch",
+    "ConnectionSettings",
+    "DsClient",
+    "DsRecord",
+    "Reason",
+    "TlsConfig",
+    "error_info",
+]
