@@ -5,11 +5,13 @@
 #   make compose-test                its tests (tests/compose; part of make test)
 SHELL := /bin/bash
 VENV := .venv/bin
+# The Python client's wheel and the virtual environments it is tested in (make client-python).
+CLIENT_PY := build/client-python
 export PATH := $(CURDIR)/.venv/bin:$(CURDIR)/node_modules/.bin:$(PATH)
 
 .PHONY: imports setup setup-quick run up down test test-long test-unit check lint typecheck protos rules k8s-check \
 	bench-short bench-more images compose-up compose-down compose-test client-go client-go-gen client-go-check \
-	client-java client-java-check clients
+	client-java client-java-check client-python clients
 
 setup:
 	scripts/setup.sh
@@ -29,19 +31,22 @@ down:
 # tests/unit first, on two pytest-xdist workers (pure logic and in-process servers on free
 # ports; much of its time is waits, so two workers halve it), then everything else in one
 # process (real Kafka, Consul and mesh processes per test: not run side by side).
-test: setup clients/go/bin/dsread clients/java/target/dsread.jar
+test: setup clients/go/bin/dsread clients/java/target/dsread.jar $(CLIENT_PY)/venv/bin/python
 	$(VENV)/python -m pytest tests/unit -n 2 -m "not long" --junitxml=build/test-results-unit.xml
 	$(VENV)/python -m pytest -m "not long" --ignore=tests/unit --junitxml=build/test-results.xml
 
 # tests/clients runs each client's conformance reader: built here when missing (a fresh
-# clone); `make clients` rebuilds and tests both after a change to them.
+# clone); `make clients` rebuilds and tests all three after a change to them.
 clients/go/bin/dsread:
 	$(MAKE) client-go
 
 clients/java/target/dsread.jar:
 	$(MAKE) client-java
 
-clients: client-go client-java
+$(CLIENT_PY)/venv/bin/python:
+	$(MAKE) client-python
+
+clients: client-go client-java client-python
 
 # Everything, the long scenarios too (about 20 minutes more): run by hand for a closing note.
 test-long: setup
@@ -70,8 +75,8 @@ lint:
 	$(VENV)/ruff check .
 	$(VENV)/ruff format --check .
 	@# Test folders have no __init__.py: two test files of one name stop pytest's collection.
-	@dups=$$(find tests -name 'test_*.py' -printf '%f\n' | sort | uniq -d); \
-	  if [ -n "$$dups" ]; then echo "test file names used twice under tests/: $$dups"; exit 1; fi
+	@dups=$$(find tests clients/python/tests -name 'test_*.py' -printf '%f\n' | sort | uniq -d); \
+	  if [ -n "$$dups" ]; then echo "test file names used twice under tests/, clients/python/tests/: $$dups"; exit 1; fi
 
 # The import structure (.importlinter): the shared layer imports no service, no service imports
 # another's package, no import circle (TYPE_CHECKING imports included).
@@ -177,3 +182,30 @@ client-java-check:
 	git diff --exit-code -- clients/java/src/generated
 	@new=$$(git ls-files --others --exclude-standard -- clients/java/src/generated); \
 	  if [ -n "$$new" ]; then echo "generated files not committed: $$new"; exit 1; fi
+
+# The Python client (clients/python, issue 35), as an application gets it: its wheel built
+# from a copy of the package (the tree stays clean), installed into a fresh virtual
+# environment with nothing else of the project ($(CLIENT_PY)/venv: tests/clients run
+# clients/python/dsread.py there, python -I so no PYTHONPATH reaches it), checked to import
+# nothing of the mesh's servers nor the extras; then its unit tests (clients/python/tests)
+# run in a second environment holding the wheel with its arrow extra and the test tools,
+# from clients/python, so they import the installed wheel, not the sources.
+CLIENT_PY_TEST_TOOLS := pytest==9.2.0 pytest-timeout==2.4.0 hypothesis==6.170.15
+
+client-python:
+	rm -rf $(CLIENT_PY)
+	mkdir -p $(CLIENT_PY)/package
+	cp -r clients/python/pyproject.toml clients/python/README.md clients/python/src $(CLIENT_PY)/package/
+	find $(CLIENT_PY)/package \( -name __pycache__ -o -name '*.egg-info' \) -prune -exec rm -rf {} +
+	$(VENV)/python -m pip wheel --quiet --no-deps --wheel-dir $(CLIENT_PY)/dist $(CLIENT_PY)/package
+	python3 -m venv $(CLIENT_PY)/venv
+	$(CLIENT_PY)/venv/bin/python -m pip install --quiet $(CLIENT_PY)/dist/dataservice_client-*.whl
+	$(CLIENT_PY)/venv/bin/python -m pip list
+	cd $(CLIENT_PY) && venv/bin/python -I -c 'import sys, dsclient; \
+	  print("dsclient", dsclient.__version__, "from", dsclient.__file__); \
+	  leaked = sorted({m.split(".")[0] for m in sys.modules} & {"services", "spark", "pyarrow", "numpy", "consul", "structlog"}); \
+	  sys.exit(f"importing dsclient imported {leaked}" if leaked else 0)'
+	python3 -m venv $(CLIENT_PY)/venv-test
+	$(CLIENT_PY)/venv-test/bin/python -m pip install --quiet \
+	  "$$(ls $(CLIENT_PY)/dist/dataservice_client-*.whl)[arrow]" $(CLIENT_PY_TEST_TOOLS)
+	cd clients/python && ../../$(CLIENT_PY)/venv-test/bin/python -I -m pytest tests
