@@ -184,28 +184,31 @@ client-java-check:
 	  if [ -n "$$new" ]; then echo "generated files not committed: $$new"; exit 1; fi
 
 # The Python client (clients/python, issue 35), as an application gets it: its wheel built
-# from a copy of the package (the tree stays clean), installed into a fresh virtual
-# environment with nothing else of the project ($(CLIENT_PY)/venv: tests/clients run
-# clients/python/dsread.py there, python -I so no PYTHONPATH reaches it), checked to import
-# nothing of the mesh's servers nor the extras; then its unit tests (clients/python/tests)
-# run in a second environment holding the wheel with its arrow extra and the test tools,
-# from clients/python, so they import the installed wheel, not the sources.
+# from a copy of the package (the tree stays clean; by the project's setuptools, without a
+# build environment of its own), installed into a fresh virtual environment with nothing
+# else of the project, not even pip ($(CLIENT_PY)/venv: the project's pip installs into it;
+# tests/clients run clients/python/dsread.py there, python -I so no PYTHONPATH reaches it),
+# checked to import nothing of the mesh's servers nor the extras; then its unit tests
+# (clients/python/tests) run in a second environment holding the wheel with its arrow extra
+# and the test tools, from clients/python, so they import the installed wheel, not the
+# sources.
 CLIENT_PY_TEST_TOOLS := pytest==9.2.0 pytest-timeout==2.4.0 hypothesis==6.170.15
+CLIENT_PY_PIP := $(VENV)/python -m pip --quiet
 
 client-python:
 	rm -rf $(CLIENT_PY)
 	mkdir -p $(CLIENT_PY)/package
 	cp -r clients/python/pyproject.toml clients/python/README.md clients/python/src $(CLIENT_PY)/package/
 	find $(CLIENT_PY)/package \( -name __pycache__ -o -name '*.egg-info' \) -prune -exec rm -rf {} +
-	$(VENV)/python -m pip wheel --quiet --no-deps --wheel-dir $(CLIENT_PY)/dist $(CLIENT_PY)/package
-	python3 -m venv $(CLIENT_PY)/venv
-	$(CLIENT_PY)/venv/bin/python -m pip install --quiet $(CLIENT_PY)/dist/dataservice_client-*.whl
-	$(CLIENT_PY)/venv/bin/python -m pip list
+	$(CLIENT_PY_PIP) wheel --no-deps --no-build-isolation --wheel-dir $(CLIENT_PY)/dist $(CLIENT_PY)/package
+	python3 -m venv --without-pip $(CLIENT_PY)/venv
+	$(CLIENT_PY_PIP) --python $(CLIENT_PY)/venv/bin/python install --no-compile $(CLIENT_PY)/dist/dataservice_client-*.whl
+	$(VENV)/python -m pip --python $(CLIENT_PY)/venv/bin/python list
 	cd $(CLIENT_PY) && venv/bin/python -I -c 'import sys, dsclient; \
 	  print("dsclient", dsclient.__version__, "from", dsclient.__file__); \
 	  leaked = sorted({m.split(".")[0] for m in sys.modules} & {"services", "spark", "pyarrow", "numpy", "consul", "structlog"}); \
 	  sys.exit(f"importing dsclient imported {leaked}" if leaked else 0)'
-	python3 -m venv $(CLIENT_PY)/venv-test
-	$(CLIENT_PY)/venv-test/bin/python -m pip install --quiet \
+	python3 -m venv --without-pip $(CLIENT_PY)/venv-test
+	$(CLIENT_PY_PIP) --python $(CLIENT_PY)/venv-test/bin/python install --no-compile \
 	  "$$(ls $(CLIENT_PY)/dist/dataservice_client-*.whl)[arrow]" $(CLIENT_PY_TEST_TOOLS)
 	cd clients/python && ../../$(CLIENT_PY)/venv-test/bin/python -I -m pytest tests
