@@ -177,3 +177,11 @@ client-java-check:
 	git diff --exit-code -- clients/java/src/generated
 	@new=$$(git ls-files --others --exclude-standard -- clients/java/src/generated); \
 	  if [ -n "$$new" ]; then echo "generated files not committed: $$new"; exit 1; fi
+
+# The reference pages of the documentation (docs/reference/) are generated from the code:
+# docs-gen rewrites them, docs-check fails when one is stale.
+docs-gen:
+	$(VENV)/python scripts/gen_docs.py
+
+docs-check:
+	$(VENV)/python scripts/gen_docs.py --check
