@@ -19,6 +19,7 @@ import difflib
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -715,8 +716,24 @@ def write(out: Path) -> None:
         (out / name).write_text(text if text.endswith("\n") else text + "\n")
 
 
+def broken_links(path: Path) -> list[str]:
+    """Relative links of a Markdown file outside the site (README.md, CHANGELOG.md) whose
+    target does not exist; mkdocs build --strict checks the site's own pages."""
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"^[a-z]+:|^#", target):
+            continue
+        if not (path.parent / target.split("#", 1)[0]).exists():
+            broken.append(f"{path.relative_to(ROOT)}: {target}")
+    return broken
+
+
 def check() -> int:
     """Regenerate into a temporary folder and compare with the committed pages."""
+    broken = [link for name in ("README.md", "CHANGELOG.md") for link in broken_links(ROOT / name)]
+    for link in broken:
+        print(f"broken link: {link}")
     with tempfile.TemporaryDirectory() as tmp:
         write(Path(tmp))
         stale = []
@@ -734,7 +751,7 @@ def check() -> int:
         print(f"docs/reference is stale ({', '.join(stale)}): run {REGENERATE} and commit it")
         return 1
     print(f"docs/reference: {len(PAGES)} pages up to date")
-    return 0
+    return 1 if broken else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
