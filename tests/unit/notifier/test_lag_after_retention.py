@@ -9,7 +9,6 @@ from concurrent.futures import Future
 from types import SimpleNamespace
 from typing import Any
 
-import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
@@ -57,9 +56,6 @@ def monitor_lag() -> int:
     return partition.lag_records
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the lag monitor counts end - committed, deleted records included"
-)
 def test_dsctl_lag_and_the_lag_metric_agree_after_retention() -> None:
     dsctl = PartitionOffsets(COMMITTED, LOG_START, END).lag
     assert dsctl == END - LOG_START
