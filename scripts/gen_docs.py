@@ -354,6 +354,7 @@ def setting_rows(cls: type, key: str = "", env: str | None = "DS_") -> list[Sett
         dotted = f"{key}{name}"
         variable = f"{env}{name.upper()}" if env is not None else ""
         meaning = (info.description if info is not None else None) or hints.get(name, "")
+        meaning = meaning or inherited_description(cls, name)
         inner = nested_model(annotation)
         direct = inner is not None and (annotation is inner or type(None) in get_args(annotation))
         if inner is not None and direct:
@@ -376,6 +377,16 @@ def setting_rows(cls: type, key: str = "", env: str | None = "DS_") -> list[Sett
             item = "[*]" if get_origin(annotation) in (list, tuple) else ".<name>"
             rows += setting_rows(inner, f"{dotted}{item}.", None)
     return rows
+
+
+def inherited_description(cls: type, name: str) -> str:
+    """The description a base model gives a field that ``cls`` redeclares (a service's own
+    default port) without one."""
+    for base in cls.__mro__[1:]:
+        fields = getattr(base, "model_fields", {}) if isinstance(base, type) else {}
+        if isinstance(fields, dict) and name in fields and fields[name].description:
+            return str(fields[name].description)
+    return ""
 
 
 def typing_hints(cls: type) -> dict[str, Any]:
