@@ -80,7 +80,7 @@ imports:
 	$(VENV)/lint-imports --no-cache
 
 typecheck:
-	$(VENV)/mypy services spark clients/python
+	$(VENV)/mypy services spark clients/python scripts
 
 protos:
 	bash protos/check.sh
