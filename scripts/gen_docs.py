@@ -46,8 +46,12 @@ GENERATED = (
 
 
 def cell(text: object) -> str:
-    """One Markdown table cell: no newline, no unescaped pipe."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """One Markdown table cell: no newline, no unescaped pipe, and ``<name>`` outside code
+    spans shown as text rather than taken for an HTML tag."""
+    parts = " ".join(str(text).split()).replace("|", "\\|").split("`")
+    for i in range(0, len(parts), 2):  # the even parts are outside code spans
+        parts[i] = parts[i].replace("<", "&lt;").replace(">", "&gt;")
+    return "`".join(parts)
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
@@ -483,7 +487,11 @@ def param_row(param: Any) -> tuple[str, str, str]:
             value = param.default
             default = f"`{getattr(value, 'value', value)}`"
     help_text = getattr(param, "help", None) or ""
-    return name, help_text, default
+    envvar = getattr(param, "envvar", None)
+    if envvar:
+        names = [envvar] if isinstance(envvar, str) else list(envvar)
+        help_text += " (environment: " + ", ".join(f"`{n}`" for n in names) + ")"
+    return name, help_text.strip(), default
 
 
 def cli_page() -> str:
