@@ -5,12 +5,14 @@
 #   make compose-test                its tests (tests/compose; part of make test)
 SHELL := /bin/bash
 VENV := .venv/bin
+# The Python client's wheel and the virtual environments it is tested in (make client-python).
+CLIENT_PY := build/client-python
 export PATH := $(CURDIR)/.venv/bin:$(CURDIR)/node_modules/.bin:$(PATH)
 
 .PHONY: imports setup setup-quick run up down test test-long test-unit check lint typecheck protos rules k8s-check \
 	bench-short bench-more images compose-up compose-down compose-test client-go client-go-gen client-go-check \
 	docs docs-gen docs-check \
-	client-java client-java-check clients
+	client-java client-java-check client-python clients
 
 setup:
 	scripts/setup.sh
@@ -30,19 +32,22 @@ down:
 # tests/unit first, on two pytest-xdist workers (pure logic and in-process servers on free
 # ports; much of its time is waits, so two workers halve it), then everything else in one
 # process (real Kafka, Consul and mesh processes per test: not run side by side).
-test: setup clients/go/bin/dsread clients/java/target/dsread.jar
+test: setup clients/go/bin/dsread clients/java/target/dsread.jar $(CLIENT_PY)/venv/bin/python
 	$(VENV)/python -m pytest tests/unit -n 2 -m "not long" --junitxml=build/test-results-unit.xml
 	$(VENV)/python -m pytest -m "not long" --ignore=tests/unit --junitxml=build/test-results.xml
 
 # tests/clients runs each client's conformance reader: built here when missing (a fresh
-# clone); `make clients` rebuilds and tests both after a change to them.
+# clone); `make clients` rebuilds and tests all three after a change to them.
 clients/go/bin/dsread:
 	$(MAKE) client-go
 
 clients/java/target/dsread.jar:
 	$(MAKE) client-java
 
-clients: client-go client-java
+$(CLIENT_PY)/venv/bin/python:
+	$(MAKE) client-python
+
+clients: client-go client-java client-python
 
 # Everything, the long scenarios too (about 20 minutes more): run by hand for a closing note.
 test-long: setup
@@ -71,8 +76,8 @@ lint:
 	$(VENV)/ruff check .
 	$(VENV)/ruff format --check .
 	@# Test folders have no __init__.py: two test files of one name stop pytest's collection.
-	@dups=$$(find tests -name 'test_*.py' -printf '%f\n' | sort | uniq -d); \
-	  if [ -n "$$dups" ]; then echo "test file names used twice under tests/: $$dups"; exit 1; fi
+	@dups=$$(find tests clients/python/tests -name 'test_*.py' -printf '%f\n' | sort | uniq -d); \
+	  if [ -n "$$dups" ]; then echo "test file names used twice under tests/, clients/python/tests/: $$dups"; exit 1; fi
 
 # The import structure (.importlinter): the shared layer imports no service, no service imports
 # another's package, no import circle (TYPE_CHECKING imports included).
@@ -80,7 +85,7 @@ imports:
 	$(VENV)/lint-imports --no-cache
 
 typecheck:
-	$(VENV)/mypy services spark clients/python scripts
+	$(VENV)/mypy services spark clients/python/src clients/python/dsread.py scripts
 
 protos:
 	bash protos/check.sh
@@ -178,6 +183,36 @@ client-java-check:
 	git diff --exit-code -- clients/java/src/generated
 	@new=$$(git ls-files --others --exclude-standard -- clients/java/src/generated); \
 	  if [ -n "$$new" ]; then echo "generated files not committed: $$new"; exit 1; fi
+
+# The Python client (clients/python, issue 35), as an application gets it: its wheel built
+# from a copy of the package (the tree stays clean; by the project's setuptools, without a
+# build environment of its own), installed into a fresh virtual environment with nothing
+# else of the project, not even pip ($(CLIENT_PY)/venv: the project's pip installs into it;
+# tests/clients run clients/python/dsread.py there, python -I so no PYTHONPATH reaches it),
+# checked to import nothing of the mesh's servers nor the extras; then its unit tests
+# (clients/python/tests) run in a second environment holding the wheel with its arrow extra
+# and the test tools, from clients/python, so they import the installed wheel, not the
+# sources.
+CLIENT_PY_TEST_TOOLS := pytest==9.2.0 pytest-timeout==2.4.0 hypothesis==6.170.15
+CLIENT_PY_PIP := $(VENV)/python -m pip --quiet
+
+client-python:
+	rm -rf $(CLIENT_PY)
+	mkdir -p $(CLIENT_PY)/package
+	cp -r clients/python/pyproject.toml clients/python/README.md clients/python/src $(CLIENT_PY)/package/
+	find $(CLIENT_PY)/package \( -name __pycache__ -o -name '*.egg-info' \) -prune -exec rm -rf {} +
+	$(CLIENT_PY_PIP) wheel --no-deps --no-build-isolation --wheel-dir $(CLIENT_PY)/dist $(CLIENT_PY)/package
+	python3 -m venv --without-pip $(CLIENT_PY)/venv
+	$(CLIENT_PY_PIP) --python $(CLIENT_PY)/venv/bin/python install --no-compile $(CLIENT_PY)/dist/dataservice_client-*.whl
+	$(VENV)/python -m pip --python $(CLIENT_PY)/venv/bin/python list
+	cd $(CLIENT_PY) && venv/bin/python -I -c 'import sys, dsclient; \
+	  print("dsclient", dsclient.__version__, "from", dsclient.__file__); \
+	  leaked = sorted({m.split(".")[0] for m in sys.modules} & {"services", "spark", "pyarrow", "numpy", "consul", "structlog"}); \
+	  sys.exit(f"importing dsclient imported {leaked}" if leaked else 0)'
+	python3 -m venv --without-pip $(CLIENT_PY)/venv-test
+	$(CLIENT_PY_PIP) --python $(CLIENT_PY)/venv-test/bin/python install --no-compile \
+	  "$$(ls $(CLIENT_PY)/dist/dataservice_client-*.whl)[arrow]" $(CLIENT_PY_TEST_TOOLS)
+	cd clients/python && ../../$(CLIENT_PY)/venv-test/bin/python -I -m pytest tests
 
 # The documentation site (docs/, mkdocs.yml). docs serves it on 127.0.0.1:8000; docs-gen
 # rewrites the reference pages from the code; docs-check (in check) fails when one of them is

@@ -24,15 +24,15 @@ if ! "$BUF" format --diff --exit-code; then
   exit 1
 fi
 
-echo "==> regenerate protos/gen/python"
+echo "==> regenerate clients/python/src/dataservice"
 bash protos/generate.sh
 
 echo "==> generated code is committed and up to date"
-changes="$(git status --porcelain --untracked-files=all -- protos/gen)"
+changes="$(git status --porcelain --untracked-files=all -- clients/python/src/dataservice)"
 if [[ -n "$changes" ]]; then
   echo "$changes" >&2
-  echo "check.sh: protos/gen differs from the committed tree after regenerating;" \
-    "run protos/generate.sh and commit protos/gen" >&2
+  echo "check.sh: clients/python/src/dataservice differs from the committed tree after" \
+    "regenerating; run protos/generate.sh and commit it" >&2
   exit 1
 fi
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates protos/gen/python/ from scratch from every .proto under protos/dataservice:
+# Regenerates clients/python/src/dataservice/ (the Python client's distribution ships it)
+# from scratch from every .proto under protos/dataservice:
 # messages (_pb2.py), gRPC stubs (_pb2_grpc.py) and mypy-protobuf stubs (.pyi), plus an
 # __init__.py in every package directory and a py.typed marker. Deterministic: running it
 # twice gives identical bytes.
@@ -23,7 +24,7 @@ if ! "$PYTHON" -c 'import grpc_tools.protoc, mypy_protobuf' 2>/dev/null; then
 fi
 
 PROTO_ROOT=protos
-OUT=protos/gen/python
+OUT=clients/python/src
 # google/protobuf/*.proto (well-known types) bundled with grpcio-tools.
 WKT_INCLUDE="$("$PYTHON" -c 'import grpc_tools, os; print(os.path.join(os.path.dirname(grpc_tools.__file__), "_proto"))')"
 # The mypy-protobuf plugins are console scripts next to the interpreter's other scripts.
@@ -44,7 +45,7 @@ if [[ ${#PROTOS[@]} -eq 0 ]]; then
   exit 1
 fi
 
-rm -rf "$OUT"
+rm -rf "$OUT/dataservice"
 mkdir -p "$OUT"
 
 "$PYTHON" -m grpc_tools.protoc \

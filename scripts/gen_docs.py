@@ -4,7 +4,7 @@ renders benchmark results (docs/benchmarks/results/*.json) for the MkDocs hook.
     python scripts/gen_docs.py            # rewrite docs/reference/ (make docs-gen)
     python scripts/gen_docs.py --check    # fail when a committed page is stale (make check)
 
-Every page is a function of the code alone: the error catalogue (services/runtime/errors.py),
+Every page is a function of the code alone: the error catalogue (dsclient/reasons.py),
 the fault catalogue (services/runtime/faults.py), the metrics each service declares, every
 pydantic settings model, dsctl's Typer commands and the protos' comments. Nothing on a
 reference page is written by hand; change the code, then regenerate.
@@ -65,14 +65,14 @@ def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
 
 def errors_table() -> str:
     """The error catalogue as a Markdown table (tests/unit/runtime/test_errors.py reads it)."""
-    from services.runtime.errors import CATALOGUE
+    from dsclient.reasons import CATALOGUE
 
     rows = [(f"`{r.value}`", f"`{s.code.name}`", s.meaning) for r, s in CATALOGUE.items()]
     return "\n".join(table(["reason", "status code", "meaning"], rows)) + "\n"
 
 
 def errors_page() -> str:
-    from services.runtime.errors import DOMAIN, LEADER_METADATA_KEY
+    from dsclient.reasons import DOMAIN, LEADER_METADATA_KEY
 
     return (
         "# Errors\n\n"
@@ -82,7 +82,7 @@ def errors_page() -> str:
         "values below, and `metadata` carries the dynamic values (the group, the offending "
         "field). A follower assigner also names the leader in the trailing metadata key "
         f"`{LEADER_METADATA_KEY}`. Clients retry `UNAVAILABLE` only (AIP-194). Source: "
-        "`services/runtime/errors.py`.\n\n" + errors_table()
+        "`clients/python/src/dsclient/reasons.py`.\n\n" + errors_table()
     )
 
 
@@ -263,7 +263,9 @@ def field_comments(cls: type) -> dict[str, str]:
 def all_comments(cls: type) -> dict[str, str]:
     merged: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
-        merged.update(field_comments(klass) if klass.__module__.startswith("services") else {})
+        merged.update(
+            field_comments(klass) if klass.__module__.startswith(("services", "dsclient")) else {}
+        )
     return merged
 
 

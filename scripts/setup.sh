@@ -74,8 +74,10 @@ if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-# The spark extra (PySpark, pyarrow, pandas, matplotlib): the Spark tests and jobs need it.
-.venv/bin/python -m pip install --quiet -e '.[dev,spark]'
+# The Python client (clients/python, its own distribution dataservice-client, which the
+# project depends on) and the project, both editable, in one resolution; the spark extra
+# (PySpark, pyarrow, pandas, matplotlib): the Spark tests and jobs need it.
+.venv/bin/python -m pip install --quiet -e clients/python -e '.[dev,spark]'
 
 step "buf (npm @bufbuild/buf)"
 npm ci --no-audit --no-fund --loglevel=error --cache "$HOME/.cache/dataservice/npm"

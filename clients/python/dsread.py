@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 if TYPE_CHECKING:
-    from services.runtime.connection import ConnectionSettings
+    from dsclient.connection import ConnectionSettings
 
 EXIT_ERROR, EXIT_IDLE, EXIT_USAGE = 3, 4, 2
 
@@ -73,7 +73,7 @@ class Counter:
 
 def _error_line(error: BaseException) -> str:
     """``error <CODE> <REASON>`` for a gRPC failure (the status, or the one it caused)."""
-    from services.runtime.errors import error_info
+    from dsclient.reasons import error_info
 
     cause = error if isinstance(error, grpc.RpcError) else error.__cause__
     if isinstance(cause, grpc.RpcError) and isinstance(cause, grpc.Call):
@@ -100,8 +100,8 @@ def connection(args: argparse.Namespace) -> ConnectionSettings | None:
     """The connection the TLS flags ask for, every file read once (OSError or ValueError
     naming one that cannot be read); None (the client's default, from the ``DS_TLS__*``
     variables) when no flag is given."""
-    from services.runtime.connection import DEFAULT_SETTINGS, TlsConfig
-    from services.runtime.connection.credentials import check_readable
+    from dsclient.connection import DEFAULT_SETTINGS, TlsConfig
+    from dsclient.connection.credentials import check_readable
 
     if not any(getattr(args, flag) for flag in TLS_FLAGS):
         return None
@@ -117,7 +117,7 @@ def connection(args: argparse.Namespace) -> ConnectionSettings | None:
 
 
 def read_mesh(args: argparse.Namespace) -> int:
-    from services.client import ClientError, DsClient
+    from dsclient import ClientError, DsClient
 
     try:
         settings = connection(args)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import structlog
 
 from dataservice.assigner.v1 import assigner_pb2
+from dsclient.reasons import DsError, Reason
 from services.assigner.admin.reset_request import ResetSpec
 from services.assigner.coordinator import LeaseState
 from services.assigner.faults import ResetAudit
@@ -43,7 +44,6 @@ from services.assigner.kafka_reset import COMMITTER_ID
 from services.assigner.reset_targets import Strategy
 from services.assigner.resets import OffsetResets, ResetOrder
 from services.runtime import commitmeta
-from services.runtime.errors import DsError, Reason
 from services.runtime.offsets_topic import OffsetCommit
 from services.runtime.topic_partition import TopicPartition
 

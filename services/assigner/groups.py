@@ -25,6 +25,7 @@ from google.protobuf import duration_pb2
 
 from dataservice.assigner.v1 import assigner_pb2, types_pb2
 from dataservice.common.v1 import common_pb2
+from dsclient.reasons import DsError, Reason
 from services.assigner.balancer import Strategy
 from services.assigner.client_activity import ClientActivity, ClientRow, Totals, client_rows
 from services.assigner.coordinator import (
@@ -45,7 +46,6 @@ from services.assigner.faults import GroupFaults
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.settings import AssignerSettings, GroupSeed
 from services.assigner.state import GroupRecord
-from services.runtime.errors import DsError, Reason
 from services.runtime.reporter import FaultReporter
 from services.runtime.topic_partition import TopicPartition
 

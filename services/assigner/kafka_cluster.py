@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient
 # Where it is defined: confluent_kafka.admin imports it without re-exporting it (mypy).
 from confluent_kafka.admin._metadata import ClusterMetadata
 
-from services.runtime.errors import DsError, Reason
+from dsclient.reasons import DsError, Reason
 from services.runtime.topic_partition import TopicPartition
 
 METADATA_TIMEOUT_SECONDS = 5.0

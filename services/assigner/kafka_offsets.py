@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from dsclient.reasons import DsError
 from services.assigner.offsets import NO_OFFSET, PartitionOffsets, unavailable
 from services.runtime import commitmeta
-from services.runtime.errors import DsError
 from services.runtime.kafka import is_retriable, new_consumer
 from services.runtime.settings import ServiceSettings
 from services.runtime.topic_partition import TopicPartition

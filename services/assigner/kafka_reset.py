@@ -22,10 +22,10 @@ from collections.abc import Mapping, Sequence
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from dsclient.reasons import DsError, Reason
 from services.assigner.kafka_offsets import KafkaOffsets
 from services.assigner.offsets import Offsets, unavailable
 from services.runtime import commitmeta
-from services.runtime.errors import DsError, Reason
 from services.runtime.kafka import is_retriable, new_consumer
 from services.runtime.settings import ServiceSettings
 from services.runtime.topic_partition import TopicPartition

@@ -18,8 +18,9 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from dsclient.reasons import LEADER_METADATA_KEY, DsError, Reason
 from services.assigner.leadership import Leadership
-from services.runtime.errors import LEADER_METADATA_KEY, DsError, Reason, abort
+from services.runtime.error_interceptor import abort
 from services.runtime.handlers import Behavior, WrappingInterceptor
 
 GUARDED_SERVICES = (

@@ -59,14 +59,14 @@ from typing import Any, Protocol
 import consul
 import structlog
 
-from services.runtime.addresses import parse_host_port
-from services.runtime.leader_watch import (
+from dsclient.addresses import parse_host_port
+from dsclient.leader_watch import (
     DEFAULT_LEADER_KEY,
     consul_client,
     leader_of,
     next_index,
 )
-from services.runtime.long_poll import long_poll
+from dsclient.long_poll import long_poll
 
 log = structlog.get_logger(__name__)
 

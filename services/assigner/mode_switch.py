@@ -30,10 +30,10 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
+from dsclient.reasons import DsError, Reason
 from services.assigner.groups import GroupRuntime
 from services.assigner.kafka_cluster import GroupMembers
 from services.assigner.state import GroupRecord
-from services.runtime.errors import DsError, Reason
 
 log = structlog.get_logger(__name__)
 

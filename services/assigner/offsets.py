@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.runtime.errors import DsError, Reason
+from dsclient.reasons import DsError, Reason
 from services.runtime.lag import lag_records
 from services.runtime.topic_partition import TopicPartition
 

@@ -22,8 +22,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from dsclient.reasons import DsError
 from services.assigner.offsets import Offsets, unavailable
-from services.runtime.errors import DsError
 from services.runtime.topic_partition import TopicPartition
 
 # DescribeGroup may be polled many times a second (tests watch handoffs that way): offsets

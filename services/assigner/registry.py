@@ -17,11 +17,11 @@ from typing import Protocol
 
 import structlog
 
+from dsclient.reasons import DsError, Reason
 from services.assigner.groups import GroupRuntime, GroupStore
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.settings import AssignerSettings, GroupSeed
 from services.assigner.state import GroupRecord, StateSnapshot
-from services.runtime.errors import DsError, Reason
 from services.runtime.reporter import FaultReporter
 from services.runtime.topic_partition import TopicPartition
 

@@ -31,13 +31,13 @@ from typing import Protocol
 
 import structlog
 
+from dsclient.reasons import DsError, Reason
 from services.assigner.admin.reset_request import ResetSpec
 from services.assigner.faults import ResetAudit
 from services.assigner.groups import GroupRuntime
 from services.assigner.kafka_cluster import GroupMembers
 from services.assigner.offsets import Offsets
 from services.assigner.reset_targets import PartitionReset, Strategy, plan_resets
-from services.runtime.errors import DsError, Reason
 from services.runtime.topic_partition import TopicPartition
 
 log = structlog.get_logger(__name__)

@@ -26,6 +26,8 @@ from dataservice.assigner.v1 import (
     binding_pb2_grpc,
     types_pb2,
 )
+from dsclient import local_socket
+from dsclient.reasons import DsError, Reason, invalid
 from services.assigner.admin.idempotency import IdempotencyCache
 from services.assigner.admin.librdkafka import check_librdkafka_properties
 from services.assigner.admin.messages import client_message, lease_message, member_message
@@ -52,9 +54,7 @@ from services.assigner.registry import GroupRegistry
 from services.assigner.resets import OffsetResets, ResetOrder, ResetResult
 from services.assigner.settings import AssignerSettings
 from services.assigner.state import GroupRecord
-from services.runtime import local_socket
 from services.runtime.auth import current_identity
-from services.runtime.errors import DsError, Reason, invalid
 from services.runtime.topic_partition import TopicPartition
 
 log = structlog.get_logger(__name__)

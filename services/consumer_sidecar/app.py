@@ -23,6 +23,7 @@ import structlog
 from confluent_kafka import Consumer
 from prometheus_client import CollectorRegistry, ProcessCollector
 
+from dsclient import local_socket
 from services.consumer_sidecar import kafka_config
 from services.consumer_sidecar.acks import GivenUp
 from services.consumer_sidecar.backpressure_watch import watch_backpressure
@@ -42,7 +43,6 @@ from services.consumer_sidecar.rpc import SharedMemory, StreamServicer, add_to_s
 from services.consumer_sidecar.serving import DataSignal, Serving
 from services.consumer_sidecar.session import ConfigStatus, SessionClient, SessionIdentity
 from services.consumer_sidecar.settings import SidecarSettings
-from services.runtime import local_socket
 from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route
 from services.runtime.kafka import KafkaProbe, new_consumer

@@ -3,7 +3,7 @@ IPC stream, column by column, with no protobuf ``Record`` per message (the RECOR
 cost, paid again on the Spark executor that turned records into Arrow).
 
 The columns are those stream.proto documents and Spark's Kafka source has
-(``services/records/arrow_batches.py``'s SCHEMA, which ``DELIVERY_FORMAT_ARROW_SHM``
+(``dsclient/records/arrow_batches.py``'s SCHEMA, which ``DELIVERY_FORMAT_ARROW_SHM``
 shares). A value the RECORDS format would carry identically is carried identically here: a
 missing key or value is null, a message without a timestamp (type NOT_AVAILABLE, or
 negative) has a null timestamp, and a header whose value is null carries ``b""`` (a
@@ -25,7 +25,7 @@ from typing import Protocol, cast
 import pyarrow as pa
 import pyarrow.ipc as pa_ipc
 
-from services.records.arrow_batches import HEADERS, SCHEMA, no_headers
+from dsclient.records.arrow_batches import HEADERS, SCHEMA, no_headers
 
 # Per row besides key, value, topic and header bytes: the offsets of the five variable-width
 # columns (4 B each), partition 4, offset 8, timestamp 8, validity bits; rounded up.

@@ -39,6 +39,7 @@ import structlog
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc
+from dsclient.connection import AioLeaderFollower, Backoff, CallPolicy
 from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.coordinator import RoundTimer
 from services.consumer_sidecar.partitions import (
@@ -47,7 +48,6 @@ from services.consumer_sidecar.partitions import (
     Partition,
     PartitionTable,
 )
-from services.runtime.connection import AioLeaderFollower, Backoff, CallPolicy
 from services.runtime.topic_partition import TP
 
 log = structlog.get_logger(__name__)

@@ -29,6 +29,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from dsclient.reasons import DsError
 from services.consumer_sidecar.metric_table import (
     AGE_BUCKETS,
     REQUEST_BUCKETS,
@@ -37,11 +38,10 @@ from services.consumer_sidecar.metric_table import (
     base_name,
     help_of,
 )
-from services.runtime.errors import DsError
 from services.runtime.handlers import Behavior, WrappingInterceptor
 
 if TYPE_CHECKING:
-    from services.records.batches import Slice
+    from dsclient.records.batches import Slice
 
 OTHER_CLIENT = "other"
 UNKNOWN_CLIENT = "unknown"  # a request without a client_id (Status; an invalid request)
@@ -326,7 +326,7 @@ class ClientMetrics(Collector):
 class AccessInterceptor(WrappingInterceptor):
     """Counts and times every StreamService call by client, method and status code.
 
-    Installed inside :class:`services.runtime.errors.ErrorInterceptor`, so it sees a
+    Installed inside :class:`services.runtime.error_interceptor.ErrorInterceptor`, so it sees a
     handler's :class:`DsError` before it becomes a status. The client id is the request's
     ``client_id``; a Stream's comes with its first (``open``) message."""
 

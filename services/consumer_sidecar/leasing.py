@@ -36,6 +36,7 @@ import structlog
 from confluent_kafka import KafkaError, KafkaException
 
 from dataservice.sidecar.v1 import stream_pb2
+from dsclient.reasons import DsError, Reason
 from services.consumer_sidecar.acks import (
     AckError,
     GivenUp,
@@ -52,7 +53,6 @@ from services.consumer_sidecar.partitions import (
     PartitionTable,
     Reverted,
 )
-from services.runtime.errors import DsError, Reason
 from services.runtime.kafka import is_retriable
 from services.runtime.topic_partition import TP
 

@@ -5,7 +5,7 @@ commits), so every buffer operation holds :attr:`PartitionTable.lock`. The local
 deadline is the fencing rule of ARCHITECTURE §3.1: past it, a partition is neither
 delivered nor committed, whatever else happens.
 
-A partition's buffer is a queue of column chunks (:mod:`services.records.batches`),
+A partition's buffer is a queue of column chunks (:mod:`dsclient.records.batches`),
 and delivery hands out slices of them: appending, taking and acking cost a few operations
 per chunk or per range, not per record.
 
@@ -25,9 +25,9 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from dsclient.records.batches import RECORD_OVERHEAD_BYTES, Chunk, Slice
 from services.consumer_sidecar.acks import NO_HOLDER, NO_LIMIT, GivenUp, Holder, PartitionAcks
 from services.consumer_sidecar.stats import PartitionStats
-from services.records.batches import RECORD_OVERHEAD_BYTES, Chunk, Slice
 from services.runtime.topic_partition import TP
 
 # kafka_group mode (ARCHITECTURE §5.6): Kafka's group coordinator owns the partitions and

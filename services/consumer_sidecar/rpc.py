@@ -8,7 +8,7 @@ Delivery (Fetch and Stream) takes records from the one :class:`PartitionTable`, 
 them delivered, as slices of its column chunks; each slice goes out as one ``RecordBatch``
 (``DELIVERY_FORMAT_BATCHES``, what :class:`DsClient` asks for) or as one ``Record`` message
 per record (the default, for clients that predate batches). RecordBatches are written to
-wire bytes straight from the chunks (``services/records/wire.py``), so Fetch and Stream may
+wire bytes straight from the chunks (``dsclient/records/wire.py``), so Fetch and Stream may
 answer bytes: :func:`add_to_server` registers the service with a serializer that passes
 them through.
 
@@ -59,6 +59,9 @@ from google.protobuf import duration_pb2, message_factory
 from google.protobuf.message import Message
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
+from dsclient.reasons import DsError, Reason, invalid
+from dsclient.records import wire
+from dsclient.records.batches import Slice
 from services.consumer_sidecar.acks import Holder
 from services.consumer_sidecar.client_access import ClientMetrics, acked_records
 from services.consumer_sidecar.leasing import ExplicitCommit, Problem, lease_problem
@@ -71,9 +74,6 @@ from services.consumer_sidecar.reader import (
     ReadStalled,
 )
 from services.consumer_sidecar.serving import Serving
-from services.records import wire
-from services.records.batches import Slice
-from services.runtime.errors import DsError, Reason, invalid
 from services.runtime.handlers import method_handler
 from services.runtime.topic_partition import TP
 
@@ -1056,7 +1056,7 @@ def _shared_response(state: _StreamState) -> tuple[stream_pb2.StreamResponse, li
     order, while it has room: the response saying where, and the slices it delivers (the
     rest stay pending). A slice too large for the whole segment goes as a RecordBatch, the
     last of its response."""
-    from services.records.arrow_batches import from_slice  # pyarrow: on first use
+    from dsclient.records.arrow_batches import from_slice  # pyarrow: on first use
 
     segment = state.segment
     assert segment is not None

@@ -1,10 +1,10 @@
 """A ``consume()`` batch as per-partition column chunks, built on the fetch thread.
 
 Python work per record is what bounds a sidecar's throughput, so the fetch thread turns a
-batch of confluent-kafka ``Message``\\ s into one :class:`~services.records.batches.Chunk`
+batch of confluent-kafka ``Message``\\ s into one :class:`~dsclient.records.batches.Chunk`
 per partition run with a fixed number of C-level passes over the batch (``map`` of the
 unbound ``Message`` methods), and drops the ``Message`` objects. What a chunk is, and how
-it is delivered and read, is the records codec's (:mod:`services.records.batches`); this is
+it is delivered and read, is the records codec's (:mod:`dsclient.records.batches`); this is
 the sidecar's Kafka edge of it.
 
 Pure code: no I/O.
@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from confluent_kafka import KafkaError, Message
 
-from services.records.batches import NO_TIMESTAMP, Chunk, chunk_of
+from dsclient.records.batches import NO_TIMESTAMP, Chunk, chunk_of
 
 
 class Run(NamedTuple):

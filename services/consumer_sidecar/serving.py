@@ -24,6 +24,7 @@ import asyncio
 from collections.abc import Callable
 
 from dataservice.sidecar.v1 import stream_pb2
+from dsclient.records.batches import Slice
 from services.consumer_sidecar.acks import Holder
 from services.consumer_sidecar.leasing import (
     CommitOutcome,
@@ -35,7 +36,6 @@ from services.consumer_sidecar.leasing import (
 from services.consumer_sidecar.partitions import Partition, PartitionTable, Redelivery
 from services.consumer_sidecar.range_reads import RangeReads
 from services.consumer_sidecar.read_budget import ReadBudget, Refusal
-from services.records.batches import Slice
 from services.runtime.topic_partition import TP
 
 

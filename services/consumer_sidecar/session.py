@@ -8,7 +8,7 @@ A broken stream is not a lost lease: leases keep serving until their deadline wh
 session reconnects with jittered backoff, following ``ds-leader`` to the leader.
 
 The assigner's address, its channel and the leader following are the session's
-:class:`~services.runtime.connection.AioLeaderFollower`'s. With Consul configured it also
+:class:`~dsclient.connection.AioLeaderFollower`'s. With Consul configured it also
 follows the assigner's leader key with blocking queries: when another replica takes the
 lock, the open stream (to a dead or demoted leader) is ended and the sidecar re-joins the
 new leader at once, reporting the leases it holds — no backoff, no waiting for a TCP
@@ -46,18 +46,18 @@ import structlog
 
 from dataservice.assigner.v1 import assigner_pb2, assigner_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
-from services.consumer_sidecar.client_access import ClientTotals
-from services.consumer_sidecar.coordinator import RoundTimer
-from services.consumer_sidecar.leasing import LeaseKeeper, ReleasedLease
-from services.consumer_sidecar.partitions import UNLEASED_EPOCH
-from services.runtime.connection import (
+from dsclient.connection import (
     DEFAULT_SETTINGS,
     AioLeaderFollower,
     AssignerTarget,
     ConnectionSettings,
 )
-from services.runtime.errors import Reason, error_info
-from services.runtime.leader_watch import DEFAULT_LEADER_KEY
+from dsclient.leader_watch import DEFAULT_LEADER_KEY
+from dsclient.reasons import Reason, error_info
+from services.consumer_sidecar.client_access import ClientTotals
+from services.consumer_sidecar.coordinator import RoundTimer
+from services.consumer_sidecar.leasing import LeaseKeeper, ReleasedLease
+from services.consumer_sidecar.partitions import UNLEASED_EPOCH
 from services.runtime.topic_partition import TP
 
 EXTERNAL_CHANGES = {

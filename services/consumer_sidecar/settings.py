@@ -7,8 +7,8 @@ from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
 
-from services.runtime import local_socket
-from services.runtime.addresses import parse_host_port
+from dsclient import local_socket
+from dsclient.addresses import parse_host_port
 from services.runtime.settings import ServiceSettings
 
 

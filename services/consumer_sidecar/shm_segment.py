@@ -14,7 +14,7 @@ stream opens (the memory is the sidecar's, counted in its container's limit). It
 removed as soon as the application has it mapped (its first release) or when the stream
 ends, whichever comes first: both mappings keep the memory until they are closed, and a
 sidecar that is killed leaves at most its open streams' files, which it removes when it
-starts again (:func:`~services.runtime.local_socket.sweep_segments`).
+starts again (:func:`~dsclient.local_socket.sweep_segments`).
 
 pyarrow is imported by this module: the servicer imports it on the first such stream.
 """
@@ -30,9 +30,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as pa_ipc
 
+from dsclient import local_socket
+from dsclient.records.arrow_batches import SCHEMA
 from services.consumer_sidecar.shm_ring import Region, Ring
-from services.records.arrow_batches import SCHEMA
-from services.runtime import local_socket
 
 SEGMENT_MODE = 0o660  # as the socket: the pod's containers share a group, not a user
 # Given, so pyarrow does not read two environment variables for each stream it writes.

@@ -11,7 +11,7 @@ import grpc
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from services.client import ClientError, DsClient
+from dsclient import ClientError, DsClient
 from services.demo_app.received import ReceivedLog
 from services.demo_app.settings import DemoAppSettings
 from services.runtime.http import HttpEndpoint, HttpResponse, Route, json_response

@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from services.client import DsRecord
+from dsclient import DsRecord
 
 
 class ReceivedLog:

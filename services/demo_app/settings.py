@@ -6,7 +6,7 @@ import socket
 
 from pydantic import Field, field_validator
 
-from services.runtime.addresses import parse_host_port
+from dsclient.addresses import parse_host_port
 from services.runtime.settings import ServiceSettings
 
 

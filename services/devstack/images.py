@@ -55,7 +55,7 @@ BASE_NAME = "dataservice-base"
 BASE_SUITE = "bookworm"
 MMDEBSTRAP_ARGS = ("--variant=minbase", BASE_SUITE)
 # What the mesh image is built from: hashed, so a change to any of them rebuilds it.
-MESH_SOURCES = ("pyproject.toml", "README.md", "services", "spark", "protos/gen/python")
+MESH_SOURCES = ("pyproject.toml", "README.md", "services", "spark", "clients/python")
 
 
 @dataclass(frozen=True)
@@ -242,10 +242,11 @@ def _mesh_inputs() -> list[Path]:
 
 
 def _mesh_context(context: Path) -> None:
-    # The project's wheel and every dependency's, from pip's cache when it has them.
+    # The project's wheel, the client's (clients/python, a dependency pip finds nowhere else)
+    # and every other dependency's, from pip's cache when it has them.
     podman.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(context / "wheels"),
-         str(REPO)],
+         str(REPO / "clients" / "python"), str(REPO)],
         timeout=1200,
     )  # fmt: skip
     for name in ("entrypoint.sh", "healthcheck.py"):

@@ -8,7 +8,7 @@ what to check), so commands never print a traceback. :func:`classify` is the pur
 A follower assigner answers ``FAILED_PRECONDITION`` / ``NOT_LEADER`` with the leader's
 address in trailing metadata ``ds-leader`` (ARCHITECTURE §3); :class:`AssignerClient`
 follows it once (the connection module's ``FOLLOW_ONCE``), so pointing dsctl at any
-assigner instance works. Channels come from ``services.runtime.connection``.
+assigner instance works. Channels come from ``dsclient.connection``.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from google.protobuf import message
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
+from dsclient.connection import FOLLOW_ONCE, AssignerTarget, LeaderFollower, open_channel
+from dsclient.reasons import Reason, error_info
 from services.dsctl.connection import connection
-from services.runtime.connection import FOLLOW_ONCE, AssignerTarget, LeaderFollower, open_channel
-from services.runtime.errors import Reason, error_info
 
 DEFAULT_ASSIGNER = "127.0.0.1:7070"
 DEFAULT_NOTIFIER = "127.0.0.1:7090"

@@ -15,9 +15,9 @@ from rich.table import Table
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
+from dsclient.connection import open_channel
 from services.dsctl.admin_client import ExitCode, classify_rpc_error, notifier_endpoint
 from services.dsctl.connection import connection
-from services.runtime.connection import open_channel
 from services.runtime.faults import parse_severity, parse_type, short_severity, short_type
 
 alerts_app = typer.Typer(

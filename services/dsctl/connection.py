@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 
-from services.runtime.connection import DEFAULT_SETTINGS, ConnectionSettings, TlsConfig
+from dsclient.connection import DEFAULT_SETTINGS, ConnectionSettings, TlsConfig
 
 
 @functools.cache

@@ -28,6 +28,8 @@ import grpc
 from dataservice.assigner.v1 import assigner_pb2, assigner_pb2_grpc
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
+from dsclient.connection import FOLLOW_ONCE, AssignerTarget, LeaderFollower, open_channel
+from dsclient.reasons import LEADER_METADATA_KEY, Reason, error_info, trailing_value
 from services.dsctl.admin_client import (
     DEFAULT_ASSIGNER,
     CliError,
@@ -37,8 +39,6 @@ from services.dsctl.admin_client import (
     classify_rpc_error,
 )
 from services.dsctl.connection import connection
-from services.runtime.connection import FOLLOW_ONCE, AssignerTarget, LeaderFollower, open_channel
-from services.runtime.errors import LEADER_METADATA_KEY, Reason, error_info, trailing_value
 from services.runtime.settings import OneLineArgumentParser
 
 POLL_SECONDS = 0.2

@@ -15,7 +15,7 @@ What an injected pod gets (ARCHITECTURE §5.7):
   returns once it holds none — then SIGTERM finds nothing left to hand off;
 * ``terminationGracePeriodSeconds`` raised to cover the application's stop and the hand-off;
 * in every application container, the variables the client library reads
-  (services/runtime/mesh_env.py): ``DS_SIDECAR``, ``DS_GROUP``, ``DS_ASSIGNER``;
+  (clients/python/src/dsclient/mesh_env.py): ``DS_SIDECAR``, ``DS_GROUP``, ``DS_ASSIGNER``;
 * with the template's ``uds_dir``: an in-memory ``emptyDir`` (``ds-socket``) mounted there
   in the sidecar and every application container, and ``DS_UDS_DIR`` set in both: the
   sidecar serves its StreamService on a Unix domain socket in it, which the pod's clients
@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from dsclient import mesh_env
 from services.injector.template import SidecarTemplate
-from services.runtime import mesh_env
 
 INJECT = "dataservice.io/inject"
 GROUP = "dataservice.io/group"

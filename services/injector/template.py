@@ -18,7 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-from services.runtime.addresses import parse_host_port
+from dsclient.addresses import parse_host_port
 from services.runtime.settings import ConfigError, read_yaml
 
 DIST = "dataservice-mesh"

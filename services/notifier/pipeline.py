@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import structlog
 
 from dataservice.common.v1 import common_pb2
+from dsclient.reasons import DsError, Reason
 from services.notifier import faults as notifier_faults
 from services.notifier.alerts import AlertRouter
 from services.notifier.egress import redact
@@ -48,7 +49,6 @@ from services.notifier.relay import ID_HEADER, RelayHooks
 from services.notifier.settings import NotifierSettings
 from services.notifier.suppression import StormSuppressor
 from services.runtime import faults
-from services.runtime.errors import DsError, Reason
 
 log = structlog.get_logger(__name__)
 

@@ -30,20 +30,20 @@ from confluent_kafka.admin import AdminClient
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
-from services.client import Batch, DsClient
-from services.notifier.metrics import ProbeMetrics
-from services.notifier.probe_tracker import FaultChange, Outcome, ProbeMessage, ProbeTracker
-from services.notifier.probe_tracker import decode as decode_probe
-from services.notifier.settings import ProbeSettings
-from services.runtime import faults
-from services.runtime.connection import (
+from dsclient import Batch, DsClient
+from dsclient.connection import (
     DEFAULT_SETTINGS,
     FOLLOW_ONCE,
     AssignerTarget,
     ConnectionSettings,
     LeaderFollower,
 )
-from services.runtime.errors import Reason, error_info
+from dsclient.reasons import Reason, error_info
+from services.notifier.metrics import ProbeMetrics
+from services.notifier.probe_tracker import FaultChange, Outcome, ProbeMessage, ProbeTracker
+from services.notifier.probe_tracker import decode as decode_probe
+from services.notifier.settings import ProbeSettings
+from services.runtime import faults
 from services.runtime.topics import TopicSpec, ensure_topic
 
 log = structlog.get_logger(__name__)

@@ -19,12 +19,12 @@ import grpc.aio
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
+from dsclient.reasons import DsError, Reason, invalid
 from services.notifier import templates
 from services.notifier.egress import EgressPolicy
 from services.notifier.pipeline import FaultPipeline
 from services.notifier.settings import ReportLimits
 from services.notifier.template_service import TemplateService
-from services.runtime.errors import DsError, Reason, invalid
 
 Context = grpc.aio.ServicerContext[Any, Any]
 MAX_PAGE = 1000

@@ -9,8 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dsclient.addresses import parse_host_port
 from services.notifier.egress import EgressPolicy
-from services.runtime.addresses import parse_host_port
 from services.runtime.faults import parse_type
 from services.runtime.settings import ServiceSettings
 

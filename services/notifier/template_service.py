@@ -20,9 +20,9 @@ from typing import Protocol
 import structlog
 
 from dataservice.notifier.v1 import notifier_pb2
+from dsclient.reasons import DsError, Reason, invalid
 from services.notifier import templates
 from services.notifier.egress import EgressPolicy, EgressRefused, Target, redact, resolve
-from services.runtime.errors import DsError, Reason, invalid
 
 log = structlog.get_logger(__name__)
 

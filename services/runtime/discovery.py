@@ -16,8 +16,8 @@ from typing import Any, Protocol
 import consul
 import structlog
 
-from services.runtime.addresses import parse_host_port
-from services.runtime.long_poll import long_poll
+from dsclient.addresses import parse_host_port
+from dsclient.long_poll import long_poll
 
 log = structlog.get_logger(__name__)
 

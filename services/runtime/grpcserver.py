@@ -2,7 +2,7 @@
 TLS when the settings name a certificate, and the authorization interceptor when auth is on
 (after error mapping, before any service's own interceptors: a refused caller learns
 nothing, not even which assigner leads). A service may also be served on a Unix domain
-socket (:mod:`services.runtime.local_socket`): same services, same interceptors."""
+socket (:mod:`dsclient.local_socket`): same services, same interceptors."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio  # type: ignore[attr-defined]
 from grpc_reflection.v1alpha import reflection
 
-from services.runtime import local_socket
-from services.runtime.connection.settings import MAX_MESSAGE_BYTES
-from services.runtime.errors import ErrorInterceptor
+from dsclient import local_socket
+from dsclient.connection.settings import MAX_MESSAGE_BYTES
+from services.runtime.error_interceptor import ErrorInterceptor
 from services.runtime.server_tls import grpc_server_credentials
 from services.runtime.settings import ServiceSettings
 
-# What servers accept; clients' channel options are services.runtime.connection's.
+# What servers accept; clients' channel options are dsclient.connection's.
 SERVER_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

@@ -27,10 +27,10 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from dsclient.connection.tls import TlsConfig
+from dsclient.reasons import DsError, Reason
 from services.runtime.auth import Guard, Permission, Verb
 from services.runtime.auth.identity import bearer_token
-from services.runtime.connection.tls import TlsConfig
-from services.runtime.errors import DsError, Reason
 from services.runtime.server_tls import HttpTls
 
 OPEN_PATHS = frozenset({"/metrics", "/healthz"})

@@ -24,7 +24,7 @@ import grpc.aio
 import structlog
 from prometheus_client import CollectorRegistry
 
-from services.runtime import local_socket
+from dsclient import local_socket
 from services.runtime.auth import build_guard
 from services.runtime.discovery import Discovery, ServiceInstance
 from services.runtime.grpcserver import GrpcServer, GrpcService, create_server

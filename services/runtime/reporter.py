@@ -38,7 +38,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
-from services.runtime.connection import DEFAULT_SETTINGS, ConnectionSettings, open_channel
+from dsclient.connection import DEFAULT_SETTINGS, ConnectionSettings, open_channel
 from services.runtime.faults import (
     CATALOGUE,
     OPEN,

@@ -23,8 +23,8 @@ from collections.abc import Callable
 
 import grpc
 
-from services.runtime.connection.tls import TlsConfig
-from services.runtime.watched_file import WatchedFile
+from dsclient.connection.tls import TlsConfig
+from dsclient.watched_file import WatchedFile
 
 
 def _files(tls: TlsConfig) -> list[WatchedFile[bytes]]:

@@ -25,9 +25,9 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from services.runtime.addresses import parse_host_port
+from dsclient.addresses import parse_host_port
+from dsclient.connection import DEFAULT_SETTINGS, PLAINTEXT, ConnectionSettings, TlsConfig
 from services.runtime.auth.settings import AuthSettings
-from services.runtime.connection import DEFAULT_SETTINGS, PLAINTEXT, ConnectionSettings, TlsConfig
 
 # The parsed YAML file of the load in progress (a context variable, not a global setting:
 # it only exists while load_settings() builds one model).

@@ -15,7 +15,7 @@
   leases move.
 
 Nothing here imports Spark: executors and the driver's source worker both use it. Every
-channel comes from ``services.runtime.connection``.
+channel comes from ``dsclient.connection``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import grpc
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
-from services.runtime.connection import (
+from dsclient.connection import (
     MAX_MESSAGE_BYTES,
     AssignerTarget,
     Backoff,
@@ -44,7 +44,7 @@ from services.runtime.connection import (
     TlsConfig,
     open_channel,
 )
-from services.runtime.errors import Reason, error_info
+from dsclient.reasons import Reason, error_info
 from services.runtime.topic_partition import TP
 
 # Standard logging, not structlog: this runs in every Spark Python worker, where importing

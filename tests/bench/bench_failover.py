@@ -149,7 +149,7 @@ def run_kafka_worker(config: dict[str, str], topic: str, out_path: str) -> None:
 
 
 def run_mesh_worker(group: str, assigner: str, client_id: str, out_path: str) -> None:
-    from services.client import DsClient
+    from dsclient import DsClient
 
     with open(out_path, "a", buffering=1) as out:
         try:

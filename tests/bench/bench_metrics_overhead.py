@@ -35,7 +35,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from services.client import DsClient
+from dsclient import DsClient
 from services.devstack.kafka import KafkaCluster, KafkaOptions, create_topic, delete_topic
 from tests.bench.bench_sidecar import (
     PARTITIONS,

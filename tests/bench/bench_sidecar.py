@@ -97,7 +97,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import pyarrow.compute as pc
 
 from dataservice.sidecar.v1 import stream_pb2
-from services.client import Batch, ColumnBatch, DsClient
+from dsclient import Batch, ColumnBatch, DsClient
+from dsclient.records.batches import DsRecord
 from services.consumer_sidecar.kafka_config import SIDECAR_CONSUMER_DEFAULTS
 from services.devstack.kafka import (
     KafkaCluster,
@@ -105,7 +106,6 @@ from services.devstack.kafka import (
     create_topic,
     delete_topic,
 )
-from services.records.batches import DsRecord
 from tests.support.mesh import Mesh, ServiceProcess, running_mesh
 from tests.support.ops import metric_samples
 from tests.support.sidecar_probe import produce_bulk, start_sidecar

@@ -33,11 +33,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from services.client import DsClient
+from dsclient import DsClient
+from dsclient.connection import DEFAULT_SETTINGS, ConnectionSettings, TlsConfig
 from services.devstack.kafka import KafkaCluster, KafkaOptions, create_topic, delete_topic
 from services.devstack.pki import DevPki, make_dev_pki
 from services.devstack.secure import service_env
-from services.runtime.connection import DEFAULT_SETTINGS, ConnectionSettings, TlsConfig
 from tests.bench.bench_sidecar import (
     FETCH_MAX,
     FETCH_MAX_BYTES,

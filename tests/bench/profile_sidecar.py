@@ -44,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from services.client import DsClient
+from dsclient import DsClient
 from services.devstack.kafka import KafkaCluster, KafkaOptions, create_topic
 from tests.bench.bench_sidecar import (
     FETCH_MAX,

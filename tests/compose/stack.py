@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dsclient.leader_watch import DEFAULT_LEADER_KEY, leader_of
 from services.devstack import compose, podman
-from services.runtime.leader_watch import DEFAULT_LEADER_KEY, leader_of
 from tests.support.records import SeqProducer
 
 BOOTSTRAP = "127.0.0.1:9092,127.0.0.1:9192,127.0.0.1:9292"

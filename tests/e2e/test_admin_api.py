@@ -19,9 +19,9 @@ from google.protobuf import field_mask_pb2
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
+from dsclient import DsClient
+from dsclient.reasons import DsError, Reason, error_info
 from services.assigner.kafka_offsets import KafkaOffsets
-from services.client import DsClient
-from services.runtime.errors import DsError, Reason, error_info
 from services.runtime.settings import ServiceSettings
 from services.runtime.topic_partition import TP
 from tests.support.mesh import Mesh

@@ -25,8 +25,8 @@ import pytest
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
+from dsclient.reasons import error_info
 from services.devstack.kafka import KafkaHandle
-from services.runtime.errors import error_info
 from tests.e2e.test_notifier_support import (
     FAULTS_TOPIC,
     TopicReader,

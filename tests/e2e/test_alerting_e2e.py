@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from services.client import DsClient
+from dsclient import DsClient
 from tests.e2e.test_notifier_support import notifier_config, start_notifier
 from tests.e2e.test_walking_skeleton import committed_offsets, produce
 from tests.support import prom

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from services.client import DsClient
+from dsclient import DsClient
 from services.devstack.kafka import KafkaHandle, TopicFactory
 from tests.support.assignment import GroupView, wait_until
 from tests.support.mesh import running_mesh

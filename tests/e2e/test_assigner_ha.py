@@ -22,9 +22,9 @@ import pytest
 from confluent_kafka import Producer
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc
-from services.client import DsClient
-from services.runtime.errors import LEADER_METADATA_KEY, error_info, trailing_value
-from services.runtime.leader_watch import DEFAULT_LEADER_KEY, read_leader
+from dsclient import DsClient
+from dsclient.leader_watch import DEFAULT_LEADER_KEY, read_leader
+from dsclient.reasons import LEADER_METADATA_KEY, error_info, trailing_value
 from tests.support.mesh import ServiceProcess, running_mesh
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from services.client import DsClient
+from dsclient import DsClient
 from tests.support.assignment import (
     AssignmentWatcher,
     GroupView,

@@ -14,7 +14,7 @@ import pytest
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
-from services.runtime.errors import error_info
+from dsclient.reasons import error_info
 from tests.support.assignment import is_settled, wait_until
 from tests.support.mesh import Mesh, ServiceProcess
 

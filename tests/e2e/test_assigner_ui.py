@@ -26,7 +26,7 @@ import pytest
 from confluent_kafka import Producer
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc
-from services.client import DsClient
+from dsclient import DsClient
 from tests.support.mesh import Mesh, ServiceProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(420)]

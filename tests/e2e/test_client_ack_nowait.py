@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from services.client import ClientError, DsClient
+from dsclient import ClientError, DsClient
 from tests.e2e.test_sidecar_rpcs import PARTITIONS, _assigner_of, start
 from tests.e2e.test_walking_skeleton import committed_offsets, end_offsets, produce
 from tests.support.mesh import Mesh

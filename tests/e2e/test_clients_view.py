@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from services.client import DsClient
+from dsclient import DsClient
 from tests.e2e.test_assigner_ui import CHROMIUM, dump_dom, screenshot
 from tests.support.mesh import REPO, Mesh, ServiceProcess
 

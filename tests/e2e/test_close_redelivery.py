@@ -14,7 +14,7 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from services.client import DsClient
+from dsclient import DsClient
 from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh
 from tests.support.records import value_of

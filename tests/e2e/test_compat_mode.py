@@ -15,7 +15,7 @@ from collections import defaultdict
 import pytest
 from confluent_kafka import Producer
 
-from services.client import DsClient
+from dsclient import DsClient
 from tests.support import offsets
 from tests.support.group_modes import (
     GroupSpec,

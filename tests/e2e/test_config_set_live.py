@@ -39,9 +39,9 @@ from google.protobuf import field_mask_pb2
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
-from services.client import DsClient
+from dsclient import DsClient
+from dsclient.reasons import error_info
 from services.devstack.kafka import KafkaHandle, TopicFactory
-from services.runtime.errors import error_info
 from tests.e2e.test_notifier_support import FAULTS_TOPIC, TopicReader, events, start_notifier
 from tests.support.assignment import wait_stable
 from tests.support.group_modes import GroupSpec, start_assigner

@@ -41,12 +41,12 @@ from dataservice.assigner.v1 import (
     assigner_pb2_grpc,
     types_pb2,
 )
-from services.client import ClientError, DsClient
+from dsclient import ClientError, DsClient
+from dsclient.connection import ConnectionSettings, TlsConfig, open_channel
+from dsclient.reasons import error_info
 from services.devstack.cache import cache_dir
 from services.devstack.pki import DevPki, sign_token
 from services.devstack.ports import free_port, port_is_open
-from services.runtime.connection import ConnectionSettings, TlsConfig, open_channel
-from services.runtime.errors import error_info
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from services.client import DsClient
+from dsclient import DsClient
 from services.devstack.kafka import KafkaHandle, TopicFactory
 from tests.support.mesh import ServiceProcess, running_mesh
 from tests.support.ops import dsctl, ok_json, unexplained_duplicates, wait_for

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from services.client import DsClient
+from dsclient import DsClient
 from services.devstack.ports import free_port, port_is_open
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]

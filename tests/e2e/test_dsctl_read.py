@@ -33,7 +33,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
-from services.client import DsClient
+from dsclient import DsClient
 from services.devstack.kafka import KafkaHandle, TopicFactory
 from services.devstack.ports import free_port
 from tests.support.mesh import REPO, ServiceProcess, running_mesh

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from services.client import DsClient
+from dsclient import DsClient
 from tests.support.assignment import wait_until
 from tests.support.mesh import Mesh
 from tests.support.records import SeqProducer

@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from prometheus_client.samples import Sample
 
-from services.client import DsClient
+from dsclient import DsClient
 from services.dsctl.handoff import status
 from tests.support.mesh import REPO, Mesh, ServiceProcess
 from tests.support.ops import metric_samples, wait_for

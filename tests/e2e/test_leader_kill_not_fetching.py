@@ -25,7 +25,7 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 
-from services.client import DsClient
+from dsclient import DsClient
 from services.devstack.kafka import KafkaCluster, TopicFactory
 from tests.support import prom
 from tests.support.mesh import running_mesh

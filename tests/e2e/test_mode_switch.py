@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from services.client import DsClient
+from dsclient import DsClient
 from services.devstack.kafka import KafkaHandle, TopicFactory
 from tests.support.group_modes import GroupSpec, describe_kafka_group, start_assigner
 from tests.support.mesh import ServiceProcess, running_mesh

@@ -15,10 +15,10 @@ from confluent_kafka import Consumer, Producer
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2
+from dsclient.reasons import error_info
 from services.devstack.kafka import KafkaHandle, TopicFactory
 from services.notifier.outbox import KAFKA_LANE, Outbox, OutboxItem
 from services.notifier.relay import ID_HEADER, KafkaRelay, RelayHooks
-from services.runtime.errors import error_info
 from tests.e2e.test_notifier_support import (
     FAULTS_TOPIC,
     TopicReader,

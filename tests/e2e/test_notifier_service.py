@@ -29,8 +29,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2
+from dsclient.reasons import error_info
 from services.devstack.kafka import KafkaHandle, TopicFactory, delete_topic
-from services.runtime.errors import error_info
 from services.runtime.lag import Status
 from tests.e2e.test_notifier_support import (
     FAULTS_TOPIC,

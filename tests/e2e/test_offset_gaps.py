@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2
-from services.client import DsClient
+from dsclient import DsClient
 from tests.e2e.test_notifier_support import (
     metric_value,
     metrics,

@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from services.client import DsClient
+from dsclient import DsClient
 from services.devstack.kafka import KafkaHandle, TopicFactory
 from services.runtime import commitmeta
 from tests.support import offsets

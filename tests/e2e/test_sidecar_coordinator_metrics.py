@@ -21,7 +21,7 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from services.client import DsClient
+from dsclient import DsClient
 from tests.support import accounting
 from tests.support.group_modes import GroupSpec, start_assigner
 from tests.support.mesh import Mesh, ServiceProcess

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
-from services.client import DsClient
+from dsclient import DsClient
 from tests.support.assignment import (
     AssignmentWatcher,
     GroupView,

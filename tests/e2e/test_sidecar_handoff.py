@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from services.client import DsClient
+from dsclient import DsClient
 from services.dsctl.handoff import status
 from tests.support.mesh import REPO, Mesh
 from tests.support.records import (

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from services.client import DsClient
+from dsclient import DsClient
 from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh, ServiceProcess
 from tests.support.ops import metric_samples

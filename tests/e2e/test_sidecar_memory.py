@@ -6,7 +6,7 @@ A 1 GiB backlog (1 KiB values) on a real broker, one sidecar with the default bu
 sidecar's resident memory, sampled every 0.5 s, stays under cap + 150 MiB.
 
 Where it goes: ~75 MiB before any record (interpreter, gRPC, protobuf, librdkafka); the
-buffer itself, whose records are column chunks (services/records/batches.py) that take
+buffer itself, whose records are column chunks (dsclient/records/batches.py) that take
 what they are counted for; librdkafka's prefetch queue (``queued.max.messages.kbytes``,
 8 MiB) and one fetch response in flight (``fetch.max.bytes``, 8 MiB); the heap malloc
 keeps for reuse.
@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from services.client import DsClient
+from dsclient import DsClient
 from services.consumer_sidecar.settings import SidecarSettings
 from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh

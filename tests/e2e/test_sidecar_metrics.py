@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
-from services.client import DsClient
+from dsclient import DsClient
 from services.consumer_sidecar.client_access import OTHER_CLIENT
 from services.consumer_sidecar.metric_table import METRIC_TABLE
 from tests.support.mesh import Mesh, ServiceProcess

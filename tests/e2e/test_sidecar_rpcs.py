@@ -22,8 +22,8 @@ import pyarrow.ipc as pa_ipc
 import pytest
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
-from services.client import DsClient
-from services.runtime.errors import error_info
+from dsclient import DsClient
+from dsclient.reasons import error_info
 from tests.e2e.test_walking_skeleton import committed_offsets, end_offsets, produce
 from tests.support.mesh import Mesh, ServiceProcess
 

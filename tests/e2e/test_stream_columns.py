@@ -27,8 +27,8 @@ import pytest
 from confluent_kafka import Producer
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
-from services.client import ColumnBatch, DsClient
-from services.runtime.errors import error_info
+from dsclient import ColumnBatch, DsClient
+from dsclient.reasons import error_info
 from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh, ServiceProcess
 from tests.support.ops import metric_samples
@@ -302,7 +302,7 @@ def test_runs_too_large_for_the_segment_come_as_record_batches_beside_the_shared
 
 HOLDER = """
 import sys, time
-from services.client import DsClient
+from dsclient import DsClient
 group, assigner = sys.argv[1], sys.argv[2]
 client = DsClient(group, client_id="cols-killed", assigner=assigner)
 held = []

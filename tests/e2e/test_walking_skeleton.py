@@ -13,7 +13,7 @@ from collections import defaultdict
 import pytest
 from confluent_kafka import Producer
 
-from services.client import DsClient
+from dsclient import DsClient
 from tests.support import offsets
 from tests.support.mesh import Mesh
 

@@ -50,7 +50,7 @@ from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.client import DsClient
+from dsclient import DsClient
 from services.devstack.kafka import KafkaHandle, TopicFactory
 from tests.support.mesh import ServiceProcess, running_mesh
 from tests.support.proto_strategies import message_strategy, methods, text_values

@@ -27,7 +27,7 @@ READ_MANY = """
 import json, sys
 from services.assigner.kafka_offsets import KafkaOffsets
 from services.runtime.topic_partition import TopicPartition
-from services.runtime.errors import DsError
+from dsclient.reasons import DsError
 from services.runtime.settings import ServiceSettings
 
 bootstrap, topic, groups = sys.argv[1], sys.argv[2], int(sys.argv[3])

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.client import DsClient
+from dsclient import DsClient
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -40,7 +40,7 @@ from types import TracebackType
 
 import grpc
 
-from services.client import DsClient
+from dsclient import DsClient
 from services.devstack.kafka import KafkaCluster, TopicFactory
 from tests.support.app_process import AppContainer, AppLog
 from tests.support.assignment import describe, wait_stable

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from services.client import DsClient
+from dsclient import DsClient
 from tests.support.assignment import Assignment, AssignmentWatcher, wait_stable
 from tests.support.mesh import Mesh, ServiceProcess
 from tests.support.offsets import committed_offsets

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from services.client import DsClient
+from dsclient import DsClient
 
 
 def value_of(seq: int) -> bytes:

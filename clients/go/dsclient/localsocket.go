@@ -44,7 +44,7 @@ func acceptsNow(path string) bool {
 //   - the socket file accepts a connection now (reachable, asked last: in another pod there
 //     is no such file, so a client never reaches a sidecar that is not its pod's).
 //
-// The same rule as the Python client's (services/client/transport.py).
+// The same rule as the Python client's (clients/python/src/dsclient/transport.py).
 func sidecarTarget(address, localAddress string, t tlsConfig, reachable func(string) bool) string {
 	path := socketPath(localAddress)
 	if path == "" {

@@ -17,8 +17,8 @@ from typing import TypeVar
 
 from google.protobuf import message
 
+from dsclient.reasons import DsError, Reason
 from services.assigner.admin.validation import validate_request_id
-from services.runtime.errors import DsError, Reason
 
 M = TypeVar("M", bound=message.Message)
 

@@ -13,7 +13,7 @@ import hmac
 import secrets
 from collections.abc import Sequence
 
-from services.runtime.errors import invalid
+from dsclient.reasons import invalid
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dataservice.assigner.v1 import types_pb2
+from dsclient.reasons import invalid
 from services.assigner.admin.validation import (
     BALANCE_STRATEGIES,
     EXTERNAL_OFFSET_CHANGES,
@@ -15,7 +16,6 @@ from services.assigner.admin.validation import (
     seconds,
 )
 from services.assigner.state import GroupRecord
-from services.runtime.errors import invalid
 
 # GroupRecord field -> the GroupConfig field it comes from (for error messages).
 SEED_FIELD_PATHS: Mapping[str, str] = {

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dataservice.assigner.v1 import admin_pb2
+from dsclient.reasons import invalid
 from services.assigner.reset_targets import Strategy
-from services.runtime.errors import invalid
 from services.runtime.topic_partition import TopicPartition
 
 # A caller whose clock runs ahead of the assigner's by up to this much can still reset to

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from google.protobuf import field_mask_pb2
 
 from dataservice.assigner.v1 import types_pb2
-from services.runtime.errors import DsError, Reason
+from dsclient.reasons import DsError, Reason
 
 # update_mask paths of GroupConfig that UpdateGroup may change.
 MUTABLE_PATHS = (

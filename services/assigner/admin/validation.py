@@ -14,8 +14,8 @@ from google.protobuf import duration_pb2
 
 from dataservice.assigner.v1 import types_pb2
 from dataservice.common.v1 import common_pb2
+from dsclient.reasons import DsError, Reason, invalid
 from services.runtime.consumer_config import ConsumerConfigError, check_allowed
-from services.runtime.errors import DsError, Reason, invalid
 
 # Kafka's own rules for group ids we accept (a group name is its Kafka group id) and for
 # topic names (kafka.common.internals.Topic: legal chars, at most 249).

@@ -19,6 +19,8 @@ import structlog
 from confluent_kafka import KafkaException
 
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
+from dsclient.connection import open_aio_channel
+from dsclient.reasons import DsError
 from services.assigner.admin.validation import validate_group_name
 from services.assigner.coordinator import Lease, LeaseState
 from services.assigner.groups import GroupRuntime
@@ -46,9 +48,7 @@ from services.assigner.ui.model import (
     PartitionRow,
     SidecarLoad,
 )
-from services.runtime.connection import open_aio_channel
 from services.runtime.discovery import make_discovery
-from services.runtime.errors import DsError
 from services.runtime.faults import short_severity, short_state, short_type
 from services.runtime.lag import Status, group_status
 from services.runtime.topic_partition import TopicPartition

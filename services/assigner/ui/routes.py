@@ -8,10 +8,10 @@ import concurrent.futures
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
+from dsclient.reasons import DsError, Reason
 from services.assigner.ui import render
 from services.assigner.ui.gather import UiData
 from services.assigner.ui.model import Problem
-from services.runtime.errors import DsError, Reason
 from services.runtime.http import HttpResponse, Route
 
 V = TypeVar("V")

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
+from dsclient.reasons import DsError
+from dsclient.watched_file import WatchedFile
 from services.runtime.auth.identity import Authenticator, Identity, current_identity
 from services.runtime.auth.interceptor import AuthInterceptor, permission_denied
 from services.runtime.auth.policy import Permission, Policy, Verb, parse_policy
 from services.runtime.auth.refusals import Refusals
 from services.runtime.auth.settings import AuthSettings
-from services.runtime.errors import DsError
-from services.runtime.watched_file import WatchedFile
 
 __all__ = [
     "AuthInterceptor",

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from dsclient.reasons import DsError, Reason
 from services.runtime.auth.settings import AuthSettings
 from services.runtime.auth.tokens import TokenRejected, TokenVerifier
-from services.runtime.errors import DsError, Reason
 
 Source = Literal["token", "certificate"]
 BEARER = "bearer "

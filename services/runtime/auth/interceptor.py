@@ -18,6 +18,8 @@ from typing import Any
 
 import grpc.aio
 
+from dsclient.reasons import DsError, Reason
+from dsclient.watched_file import WatchedFile
 from services.runtime.auth.identity import (
     CURRENT,
     Authenticator,
@@ -28,9 +30,7 @@ from services.runtime.auth.identity import (
 from services.runtime.auth.policy import Permission, Policy
 from services.runtime.auth.refusals import Refusals
 from services.runtime.auth.rules import Rule, is_public, rule_for
-from services.runtime.errors import DsError, Reason
 from services.runtime.handlers import Behavior, WrappingInterceptor
-from services.runtime.watched_file import WatchedFile
 
 Context = grpc.aio.ServicerContext[Any, Any]
 

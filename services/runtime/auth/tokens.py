@@ -16,8 +16,8 @@ from typing import Any
 import jwt
 import yaml
 
+from dsclient.watched_file import WatchedFile
 from services.runtime.auth.settings import AuthSettings
-from services.runtime.watched_file import WatchedFile
 
 LEEWAY_SECONDS = 30
 

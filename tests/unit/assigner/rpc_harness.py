@@ -31,6 +31,7 @@ from dataservice.assigner.v1 import (
     types_pb2,
 )
 from dataservice.common.v1 import common_pb2
+from dsclient.reasons import DsError, Reason, error_info
 from services.assigner.kafka_cluster import partitions_of
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.offsets import Offsets, PartitionOffsets, unavailable
@@ -40,7 +41,6 @@ from services.assigner.resets import OffsetResets
 from services.assigner.rpc import AdminServicer, AssignerServicer, BindingServicer
 from services.assigner.settings import AssignerSettings
 from services.assigner.state import GroupRecord
-from services.runtime.errors import DsError, Reason, error_info
 from services.runtime.grpcserver import GrpcService, create_server
 from services.runtime.topic_partition import TopicPartition
 

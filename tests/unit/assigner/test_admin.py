@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from dataservice.assigner.v1 import admin_pb2, types_pb2
 from dataservice.common.v1 import common_pb2
+from dsclient.reasons import DsError, Reason
 from services.assigner.admin.idempotency import IdempotencyCache, fingerprint
 from services.assigner.admin.librdkafka import check_librdkafka_properties
 from services.assigner.admin.messages import wall_timestamp
@@ -40,7 +41,6 @@ from services.assigner.admin.validation import (
 from services.assigner.offsets import Offsets, PartitionOffsets, lag_records, lag_seconds, total_lag
 from services.assigner.offsets_view import OffsetsView, budget
 from services.assigner.settings import GroupSeed
-from services.runtime.errors import DsError, Reason
 from services.runtime.topic_partition import TopicPartition
 
 

@@ -14,6 +14,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dsclient.leader_watch import leader_of, next_index
+from dsclient.reasons import LEADER_METADATA_KEY, error_info, trailing_value
 from services.assigner.leader_guard import LeaderGuard, _until, is_guarded, not_leader, rejection
 from services.assigner.leadership import (
     ElectionSettings,
@@ -22,9 +24,7 @@ from services.assigner.leadership import (
     service_check_id,
     term_check_budget,
 )
-from services.runtime.errors import LEADER_METADATA_KEY, error_info, trailing_value
 from services.runtime.grpcserver import create_server
-from services.runtime.leader_watch import leader_of, next_index
 from services.runtime.settings import ServiceSettings
 
 

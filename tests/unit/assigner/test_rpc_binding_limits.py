@@ -12,9 +12,9 @@ import grpc
 import pytest
 
 from dataservice.assigner.v1 import binding_pb2, types_pb2
+from dsclient.binding import BindingKeeper
 from services.assigner.groups import DROPPED
 from services.assigner.settings import AssignerSettings
-from services.client.binding import BindingKeeper
 from tests.unit.assigner.rpc_harness import Assigner, Sidecar, reason_of, run, stream_refused
 
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED

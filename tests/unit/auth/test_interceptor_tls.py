@@ -18,10 +18,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, assigner_pb2, assigner_pb2_grpc
+from dsclient.connection import ConnectionSettings, TlsConfig, open_aio_channel
+from dsclient.reasons import error_info
 from services.devstack.pki import DevPki, issue, make_ca, make_dev_pki, sign_token
 from services.runtime.auth import AuthSettings, build_guard, current_identity
-from services.runtime.connection import ConnectionSettings, TlsConfig, open_aio_channel
-from services.runtime.errors import error_info
 from services.runtime.grpcserver import GrpcService, create_server
 from services.runtime.settings import ServiceSettings
 

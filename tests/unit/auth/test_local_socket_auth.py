@@ -15,11 +15,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
+from dsclient import local_socket
+from dsclient.connection import PLAINTEXT, ConnectionSettings, TlsConfig, open_aio_channel
+from dsclient.reasons import error_info
 from services.devstack.pki import DevPki, make_dev_pki
-from services.runtime import local_socket
 from services.runtime.auth import AuthSettings, build_guard, current_identity
-from services.runtime.connection import PLAINTEXT, ConnectionSettings, TlsConfig, open_aio_channel
-from services.runtime.errors import error_info
 from services.runtime.grpcserver import GrpcService, create_server
 from services.runtime.settings import ServiceSettings
 
@@ -98,7 +98,7 @@ async def _scenario(pki: DevPki, tmp_path: Path) -> None:
         assert await _update(unix, reader) == ("PERMISSION_DENIED", "PERMISSION_DENIED")
         # A client certificate identifies a caller on TCP, never on the socket (no TLS
         # there): a certificate-only client is refused on it (and so dials TCP,
-        # services.client.transport).
+        # dsclient.transport).
         cert = TlsConfig(ca_file=pki.ca, cert_file=pki.cert("ops"), key_file=pki.key("ops"))
         assert await _update(tcp, cert) == ("OK", "ops")
         assert await _update(unix, cert) == ("UNAUTHENTICATED", "UNAUTHENTICATED")

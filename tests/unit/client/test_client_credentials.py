@@ -1,5 +1,5 @@
 """DsClient's bearer token (docs/client-protocol.md §11): never over plaintext, and read
-again when its file changes. Against the scripted assigner (tests/unit/client/scripted.py)
+again when its file changes. Against the scripted assigner (clients/python/tests/scripted.py)
 served with TLS from a development PKI, which logs every call's metadata."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+from scripted import Assigner, Servers, binding, wait_for
 
-from services.client import DsClient
+from dsclient import DsClient
+from dsclient.connection import DEFAULT_SETTINGS, TlsConfig
 from services.devstack.pki import make_dev_pki
-from services.runtime.connection import DEFAULT_SETTINGS, TlsConfig
-from tests.unit.client.scripted import Assigner, Servers, binding, wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from services.client import Batch, DsClient
+from dsclient import Batch, DsClient
 from tests.unit.client.inprocess import in_process_mesh
 from tests.unit.sidecar.stream_harness import GROUP
 

@@ -14,6 +14,7 @@ import pytest
 from grpc_status import rpc_status
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
+from dsclient.reasons import LEADER_METADATA_KEY, DsError, Reason
 from services.devstack.ports import free_port
 from services.dsctl.admin_client import (
     AssignerClient,
@@ -24,7 +25,6 @@ from services.dsctl.admin_client import (
     assigner_endpoint,
     classify,
 )
-from services.runtime.errors import LEADER_METADATA_KEY, DsError, Reason
 
 WHERE = assigner_endpoint("10.0.0.1:7070")
 

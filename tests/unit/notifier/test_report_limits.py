@@ -8,10 +8,10 @@ import grpc
 import pytest
 
 from dataservice.common.v1 import common_pb2
+from dsclient.reasons import DsError
 from services.notifier.outbox import KAFKA_LANE, Outbox, OutboxItem
 from services.notifier.rpc import validate_event
 from services.notifier.settings import ReportLimits
-from services.runtime.errors import DsError
 
 LIMITS = ReportLimits(
     max_attributes=3,

@@ -6,7 +6,7 @@ real template service. Only Kafka I/O at the edge is replaced: the Kafka relay b
 :class:`KafkaEdge`, which confirms every queued item as Kafka would, and the compacted
 template topic by :class:`MemoryTemplateStore`. Every RPC is checked for its request
 validation and its error mapping (status code and ErrorInfo reason, as documented in
-notifier.proto and services/runtime/errors.py), and for its happy path.
+notifier.proto and clients/python/src/dsclient/reasons.py), and for its happy path.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
+from dsclient.reasons import DOMAIN, error_info
 from services.notifier.alerts import AlertRouter
 from services.notifier.egress import EgressPolicy
 from services.notifier.history import FaultHistory
@@ -40,7 +41,6 @@ from services.notifier.render_relay import RenderRelay
 from services.notifier.rpc import NotifierServicer
 from services.notifier.settings import NotifierSettings
 from services.notifier.template_service import TemplateService
-from services.runtime.errors import DOMAIN, error_info
 from services.runtime.grpcserver import GrpcService, create_server
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT

@@ -1,4 +1,4 @@
-"""Arrow from packed columns (services/records/arrow_batches.py): a delivery slice, and the
+"""Arrow from packed columns (dsclient/records/arrow_batches.py): a delivery slice, and the
 RecordBatch message it would be sent as, give exactly the rows ReadRange's ARROW_IPC chunks
 give for the same Kafka messages (arrow_chunks, built message by message)."""
 
@@ -11,9 +11,9 @@ import pyarrow.ipc as pa_ipc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dsclient.records import arrow_batches
+from dsclient.records.batches import NO_TIMESTAMP, chunk_of
 from services.consumer_sidecar import arrow_chunks
-from services.records import arrow_batches
-from services.records.batches import NO_TIMESTAMP, chunk_of
 from tests.support.kafka_messages import Msg
 
 payloads = st.one_of(st.none(), st.binary(max_size=64))

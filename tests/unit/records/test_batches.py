@@ -18,10 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataservice.sidecar.v1 import stream_pb2
-from services.consumer_sidecar.acks import PartitionAcks
-from services.consumer_sidecar.partitions import Partition, PartitionTable
-from services.consumer_sidecar.runs import runs_from_messages
-from services.records.batches import (
+from dsclient.records.batches import (
     RECORD_OVERHEAD_BYTES,
     DsRecord,
     Slice,
@@ -30,6 +27,9 @@ from services.records.batches import (
     decode_batch,
     from_record,
 )
+from services.consumer_sidecar.acks import PartitionAcks
+from services.consumer_sidecar.partitions import Partition, PartitionTable
+from services.consumer_sidecar.runs import runs_from_messages
 from services.runtime.topic_partition import TP
 
 EPOCHS = {("a", 0): 3, ("a", 1): 4, ("b", 0): 7}

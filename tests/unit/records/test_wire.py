@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2
+from dsclient.records import wire
+from dsclient.records.batches import Columns, DsRecord, Slice
 from services.consumer_sidecar.runs import runs_from_messages
-from services.records import wire
-from services.records.batches import Columns, DsRecord, Slice
 from services.runtime.topic_partition import TP
 from tests.unit.records.test_batches import consumed, table_holding
 

@@ -15,14 +15,15 @@ import grpc.aio
 import pytest
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
+from dsclient.connection.aio_follower import AioLeaderFollower
+from dsclient.connection.channels import open_channel
+from dsclient.connection.follower import LeaderFollower, retry_call
+from dsclient.connection.policy import FOLLOW_ONCE, Backoff, CallPolicy
+from dsclient.connection.settings import ConnectionSettings
+from dsclient.connection.targets import AssignerTarget, LeaderUnknown
+from dsclient.reasons import LEADER_METADATA_KEY, DsError, Reason, error_info
 from services.devstack.ports import free_port
-from services.runtime.connection.aio_follower import AioLeaderFollower
-from services.runtime.connection.channels import open_channel
-from services.runtime.connection.follower import LeaderFollower, retry_call
-from services.runtime.connection.policy import FOLLOW_ONCE, Backoff, CallPolicy
-from services.runtime.connection.settings import ConnectionSettings
-from services.runtime.connection.targets import AssignerTarget, LeaderUnknown
-from services.runtime.errors import LEADER_METADATA_KEY, DsError, Reason, abort, error_info
+from services.runtime.error_interceptor import abort
 
 QUICK = CallPolicy(attempts=6, backoff=Backoff(0.01, 0.05))
 NO_GRPC_RETRIES = ConnectionSettings(retry=None)

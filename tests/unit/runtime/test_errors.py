@@ -11,7 +11,7 @@ import grpc.aio
 import pytest
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
-from services.runtime.errors import CATALOGUE, DOMAIN, DsError, Reason, error_info, invalid
+from dsclient.reasons import CATALOGUE, DOMAIN, DsError, Reason, error_info, invalid
 from services.runtime.grpcserver import GrpcService, create_server
 from services.runtime.settings import ServiceSettings
 

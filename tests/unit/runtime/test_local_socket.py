@@ -1,4 +1,4 @@
-"""A service's port on a Unix domain socket (``services.runtime.local_socket`` through
+"""A service's port on a Unix domain socket (``dsclient.local_socket`` through
 ``create_server``): mode 0660, a stale file replaced, a live one never taken over, the
 file gone after stop; a channel from the connection module reaches it."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.runtime import local_socket
-from services.runtime.connection import ConnectionSettings, open_aio_channel
+from dsclient import local_socket
+from dsclient.connection import ConnectionSettings, open_aio_channel
 from services.runtime.grpcserver import create_server
 from services.runtime.settings import ServiceSettings
 

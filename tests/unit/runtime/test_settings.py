@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from dsclient.addresses import parse_host_port
 from services.assigner.settings import AssignerSettings
 from services.consumer_sidecar.settings import SidecarSettings
-from services.runtime.addresses import parse_host_port
 from services.runtime.settings import ConfigError, load_settings
 
 

@@ -21,6 +21,9 @@ from confluent_kafka import KafkaException
 
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
+from dsclient import local_socket
+from dsclient.reasons import error_info
+from dsclient.records.batches import chunk_from_records
 from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.client_access import ClientMetrics
 from services.consumer_sidecar.fetcher import CommitRequest
@@ -29,9 +32,6 @@ from services.consumer_sidecar.partitions import Partition, PartitionTable
 from services.consumer_sidecar.reader import Chunk, RangeSpec
 from services.consumer_sidecar.rpc import SharedMemory, StreamServicer, add_to_server
 from services.consumer_sidecar.serving import DataSignal, Serving
-from services.records.batches import chunk_from_records
-from services.runtime import local_socket
-from services.runtime.errors import error_info
 from services.runtime.grpcserver import GrpcService, create_server
 from services.runtime.settings import ServiceSettings
 from services.runtime.topic_partition import TP

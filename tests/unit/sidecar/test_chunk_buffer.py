@@ -8,9 +8,9 @@ from __future__ import annotations
 from confluent_kafka import Message
 from hypothesis import given, settings
 
+from dsclient.records.batches import RECORD_OVERHEAD_BYTES, DsRecord, decode_batch
 from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.runs import runs_from_messages
-from services.records.batches import RECORD_OVERHEAD_BYTES, DsRecord, decode_batch
 from services.runtime.topic_partition import TP
 from tests.unit.records.test_batches import consumed, table_holding
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from dataservice.assigner.v1 import assigner_pb2
 from dataservice.common.v1 import common_pb2
+from dsclient.records.batches import Chunk, chunk_from_records
 from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.classic import (
     ClassicMembership,
@@ -34,7 +35,6 @@ from services.consumer_sidecar.partitions import (
 )
 from services.consumer_sidecar.session import SessionClient, SessionIdentity
 from services.consumer_sidecar.settings import SidecarSettings
-from services.records.batches import Chunk, chunk_from_records
 from services.runtime.topic_partition import TP
 
 T = TP("t", 0)

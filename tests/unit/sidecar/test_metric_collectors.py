@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dataservice.common.v1 import common_pb2
+from dsclient.records.batches import Slice, chunk_from_records
 from services.consumer_sidecar.client_access import (
     OTHER_CLIENT,
     ClientIdLimiter,
@@ -26,7 +27,6 @@ from services.consumer_sidecar.metric_table import (
     OPERATOR_NAMES,
     Buckets,
 )
-from services.records.batches import Slice, chunk_from_records
 
 METRICS_PAGE = Path(__file__).resolve().parents[3] / "docs" / "reference" / "metrics.md"
 PAGE_HEADING = "## Sidecar"

@@ -18,10 +18,10 @@ import grpc
 import grpc.aio
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
+from dsclient.records.batches import decode_batch
 from services.consumer_sidecar.acks import GivenUp
 from services.consumer_sidecar.partitions import Redelivery
 from services.consumer_sidecar.rpc import StreamServicer
-from services.records.batches import decode_batch
 from services.runtime.topic_partition import TP
 from tests.unit.sidecar.stream_harness import (
     GROUP,

@@ -3,7 +3,7 @@
 The real servicer on a grpc.aio server on port 0, given a real Serving over a real
 PartitionTable and LeaseKeeper (``stream_harness.py``); Kafka is replaced at its edge only.
 Each bad request gets the status code and ErrorInfo reason of README "Errors"
-(``services/runtime/errors.py``), with the field or coordinates in its metadata.
+(``clients/python/src/dsclient/reasons.py``), with the field or coordinates in its metadata.
 """
 
 from __future__ import annotations

@@ -18,11 +18,11 @@ import pytest
 
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
-from services.client.shared import Segments
+from dsclient import local_socket
+from dsclient.records.batches import chunk_from_records, decode_batch
+from dsclient.shared import Segments
 from services.consumer_sidecar.client_access import ClientIdLimiter, ClientMetrics
 from services.consumer_sidecar.rpc import SharedMemory
-from services.records.batches import chunk_from_records, decode_batch
-from services.runtime import local_socket
 from tests.unit.sidecar.stream_harness import (
     TOPIC,
     Requests,

@@ -24,7 +24,7 @@ import java.util.function.Predicate;
  *       file, so a client never reaches a sidecar that is not its pod's).
  * </ul>
  *
- * The same rule as the Python client's ({@code services/client/transport.py}) and the Go
+ * The same rule as the Python client's ({@code clients/python/src/dsclient/transport.py}) and the Go
  * client's ({@code localsocket.go}). A call over the socket that fails UNAVAILABLE moves the
  * sidecar to TCP; the next binding naming the socket tries it again ({@link DsClient}).
  */

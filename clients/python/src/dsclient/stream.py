@@ -1,0 +1,396 @@
+"""The ``Stream`` RPC reader: one credit-based stream per bound sidecar, on its own thread.
+
+The application's thread only takes what the streams put on a queue and grants credit
+back as it takes it; acks may go on the stream that delivered the records and are answered
+in order, so a stream that breaks fails its pending acks and the caller falls back to the
+``Ack`` RPC.
+
+A stream opened for columns (``stream_columns``) asks for ``DELIVERY_FORMAT_ARROW_SHM``
+when its sidecar is reached over the local socket, and reads each ``SharedBatch`` in place
+from the segment mapped for that opening (:mod:`dsclient.shared`); over TCP it asks
+for ``DELIVERY_FORMAT_BATCHES`` and turns each RecordBatch into Arrow columns. A sidecar
+that refuses the shared-memory format (``INVALID_ARGUMENT`` on ``open.format``: one without
+it), or a shared batch the client cannot read (its segment not visible here), makes the
+stream re-open with ``BATCHES`` for good; the sidecar delivers again what the ended stream
+had delivered and was not acked.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+from collections import deque
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, cast
+
+import grpc
+
+from dataservice.sidecar.v1 import stream_pb2
+from dsclient.batch import Batch, Span, accepted_spans, received
+from dsclient.columns import ColumnBatch, Release, regions_of
+from dsclient.errors import ClientError
+from dsclient.local_socket import path_of
+from dsclient.reasons import error_info
+from dsclient.records import wire
+from dsclient.shared import Segments, SharedBatchError
+from dsclient.sidecar import Sidecar
+
+if TYPE_CHECKING:
+    # pyarrow is the ``arrow`` extra's: imported when a columns stream builds its first
+    # columns, not with the client.
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+Item = Batch | ColumnBatch | ClientError
+# What a Stream call yields: a records stream's batches (Batch) or a columns stream's
+# RecordBatches (their fields), and every other response as its message.
+Response = Batch | list[wire.BatchFields] | stream_pb2.StreamResponse
+
+
+def columns_of_batches(message: stream_pb2.StreamBatch) -> ColumnBatch:
+    """A StreamBatch's RecordBatches, parsed by protobuf, as Arrow columns (the key and
+    value columns point into the message's bytes), one record batch and span each: the
+    oversize runs of an ARROW_SHM response (a plain BATCHES response is read by
+    :func:`columns_of_fields` without protobuf).
+
+    Raises:
+        ClientError: The sidecar sent Record messages (it predates ``BATCHES``).
+    """
+    if message.records:
+        raise ClientError("the sidecar sent Record messages: it cannot deliver columns")
+    from dsclient.records.arrow_batches import from_message
+
+    return _columns(
+        (rb.topic, rb.partition, rb.lease_epoch, rb.delivery_count, rb.offsets, from_message(rb))
+        for rb in message.batches
+        if rb.offsets
+    )
+
+
+def columns_of_fields(fields: list[wire.BatchFields]) -> ColumnBatch:
+    """RecordBatches read from the received bytes (``wire.stream_batch_fields``) as Arrow
+    columns: their key and value columns are views of those bytes (no copy)."""
+    from dsclient.records.arrow_batches import record_batch
+
+    return _columns(
+        (
+            f.topic,
+            f.partition,
+            f.lease_epoch,
+            f.delivery_count,
+            f.offsets,
+            record_batch(
+                f.topic,
+                f.partition,
+                f.offsets,
+                f.timestamps or None,
+                f.value_lengths,
+                f.values,
+                f.key_lengths or None,
+                f.keys,
+            ),
+        )
+        for f in fields
+        if f.offsets
+    )
+
+
+def _columns(
+    runs: Iterable[tuple[str, int, int, int, bytes | memoryview, pa.RecordBatch]],
+) -> ColumnBatch:
+    """Runs (topic, partition, lease epoch, delivery count, packed offsets, their Arrow
+    columns) as one ColumnBatch, a span each from its first and last offset."""
+    batches, spans, deliveries = [], [], []
+    for topic, partition, epoch, delivery_count, offsets, columns in runs:
+        first = int.from_bytes(offsets[:8], "little", signed=True)
+        last = int.from_bytes(offsets[-8:], "little", signed=True)
+        spans.append(Span(topic, partition, epoch, first, last + 1, len(offsets) // 8))
+        batches.append(columns)
+        deliveries.append(delivery_count)
+    return ColumnBatch(batches, spans, delivery_counts=deliveries)
+
+
+def columns_of(
+    message: stream_pb2.StreamBatch,
+    segments: Segments | None,
+    stream: Hashable,
+    generation: int,
+) -> ColumnBatch:
+    """A StreamBatch as columns: its shared runs read in place from ``segments`` (their
+    regions to be released on ``stream``'s ``generation``), then its RecordBatches (a run
+    too large for the segment comes that way) turned into columns.
+
+    Raises:
+        SharedBatchError: A shared run cannot be read (``segments`` None: none expected).
+        ClientError: As :func:`columns_of_batches`.
+    """
+    copied = columns_of_batches(message)
+    if not message.shared:
+        return copied
+    if segments is None:
+        raise SharedBatchError("a SharedBatch on a stream that did not ask for ARROW_SHM")
+    records = [segments.read(shared) for shared in message.shared]
+    spans = [
+        Span(s.topic, s.partition, s.lease_epoch, s.first_offset, s.last_offset + 1, s.record_count)
+        for s in message.shared
+    ]
+    regions = tuple(s.region for s in message.shared)
+    return ColumnBatch(
+        [*records, *copied.record_batches],
+        [*spans, *copied.spans],
+        [Release(stream, generation, regions)],
+        [*(s.delivery_count for s in message.shared), *copied.delivery_counts],
+    )
+
+
+class SidecarStream:
+    """One ``Stream`` call to one sidecar, on its own thread, re-opened while the sidecar is
+    bound. Batches go to ``out``; ack results resolve the futures of :meth:`ack` in order.
+
+    Each opening is a new *generation* (1, 2, ...): the shared-memory regions an opening
+    delivered are released on that opening only (:meth:`ack`, :meth:`release`); a region
+    id of an opening that ended is dropped, its ring ended with it."""
+
+    def __init__(
+        self,
+        sidecar: Sidecar,
+        opening: stream_pb2.StreamOpen,
+        out: queue.Queue[tuple[SidecarStream, Item]],
+        *,
+        columns: bool = False,
+    ) -> None:
+        """``opening`` is sent first on every (re-)opened stream: the client, its group,
+        ``auto_ack`` and the initial credit (the window). With ``columns``, batches are
+        :class:`ColumnBatch`\\ es and the opening's format is chosen at each opening
+        (``ARROW_SHM`` over the local socket, else ``BATCHES``)."""
+        self.sidecar = sidecar
+        self.address = sidecar.address
+        self.opening = opening
+        self.out = out
+        self.columns = columns
+        # The format of the running (or last) opening; DELIVERY_FORMAT_UNSPECIFIED before.
+        self.format: stream_pb2.DeliveryFormat.ValueType = stream_pb2.DELIVERY_FORMAT_UNSPECIFIED
+        self._shared_off = False  # the sidecar refused ARROW_SHM, or its batches were unreadable
+        self._lock = threading.Lock()
+        self._requests: queue.SimpleQueue[stream_pb2.StreamRequest | None] | None = None
+        self._generation = 0
+        self._pending: deque[Future[stream_pb2.StreamAckResult]] = deque()
+        self._pending_nacks: deque[Future[stream_pb2.StreamNackResult]] = deque()
+        self._call: grpc.Call | None = None
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ds-stream", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        with self._lock:
+            requests, call = self._requests, self._call
+        if requests is not None:
+            requests.put(None)
+        if call is not None:
+            call.cancel()  # type: ignore[no-untyped-call]
+
+    def grant(self, records: int) -> None:
+        with self._lock:
+            if self._requests is not None:
+                credit = stream_pb2.StreamCredit(records=records)
+                self._requests.put(stream_pb2.StreamRequest(credit=credit))
+
+    def ack(
+        self,
+        spans: list[Span],
+        timeout: float,
+        released: Mapping[int, Sequence[int]] | None = None,
+    ) -> list[bool] | None:
+        """Range acks sent on the stream: whether each was accepted, or None if the stream
+        could not answer (not open, broken, slow) and the caller should use the Ack RPC.
+        ``released`` (generation → region ids) go with them, those of the running
+        generation only."""
+        future: Future[stream_pb2.StreamAckResult] = Future()
+        with self._lock:
+            if self._requests is None:
+                return None
+            regions = regions_of(released or {}, self._generation)
+            acks = stream_pb2.StreamAcks(ranges=[s.range_ack() for s in spans], released=regions)
+            self._pending.append(future)
+            self._requests.put(stream_pb2.StreamRequest(acks=acks))
+        try:
+            result = future.result(timeout=timeout)
+        except Exception:
+            return None
+        return accepted_spans(spans, result.rejected_ranges)
+
+    def release(self, released: Mapping[int, Sequence[int]]) -> int:
+        """Give shared-memory regions back (an ``acks`` message with only ``released``),
+        without waiting for its answer: those of the running generation; how many were
+        sent."""
+        with self._lock:
+            regions = regions_of(released, self._generation)
+            if self._requests is None or not regions:
+                return 0
+            self._pending.append(Future())  # its answer comes in order with the others
+            acks = stream_pb2.StreamAcks(released=regions)
+            self._requests.put(stream_pb2.StreamRequest(acks=acks))
+        return len(regions)
+
+    def nack(self, spans: list[Span], delay: float, timeout: float) -> list[bool] | None:
+        """Range nacks sent on the stream (records to deliver again after ``delay`` s):
+        whether each was accepted, or None if the stream could not answer."""
+        future: Future[stream_pb2.StreamNackResult] = Future()
+        nacks = stream_pb2.StreamNacks(ranges=[s.range_ack() for s in spans])
+        if delay:
+            nacks.delay.FromNanoseconds(int(delay * 1e9))
+        with self._lock:
+            if self._requests is None:
+                return None
+            self._pending_nacks.append(future)
+            self._requests.put(stream_pb2.StreamRequest(nacks=nacks))
+        try:
+            result = future.result(timeout=timeout)
+        except Exception:
+            return None
+        return accepted_spans(spans, result.rejected_ranges)
+
+    def _request_iterator(
+        self,
+        requests: queue.SimpleQueue[stream_pb2.StreamRequest | None],
+        opening: stream_pb2.StreamOpen,
+    ) -> Iterator[stream_pb2.StreamRequest]:
+        yield stream_pb2.StreamRequest(open=opening)
+        while (request := requests.get()) is not None:
+            yield request
+
+    def _open(
+        self, requests: queue.SimpleQueue[stream_pb2.StreamRequest | None]
+    ) -> tuple[grpc.CallIterator[Response], Segments | None]:
+        """Open the call: the opening's format and, for ARROW_SHM, the segments' directory."""
+        if not self.columns:
+            self.format = self.opening.format
+            records = self.sidecar.stream(self._request_iterator(requests, self.opening))
+            return cast("grpc.CallIterator[Response]", records), None
+        target, call = self.sidecar.columns_call()
+        socket = path_of(target) if target != self.address else None
+        opening = stream_pb2.StreamOpen()
+        opening.CopyFrom(self.opening)
+        shared = socket is not None and not self._shared_off
+        opening.format = (
+            stream_pb2.DELIVERY_FORMAT_ARROW_SHM if shared else stream_pb2.DELIVERY_FORMAT_BATCHES
+        )
+        self.format = opening.format
+        segments = Segments(socket.parent) if shared and socket is not None else None
+        responses = call(self._request_iterator(requests, opening))
+        return cast("grpc.CallIterator[Response]", responses), segments
+
+    def _refused_shared(self, error: grpc.RpcError) -> bool:
+        """Whether the sidecar refused the ARROW_SHM this opening asked for."""
+        if self.format != stream_pb2.DELIVERY_FORMAT_ARROW_SHM:
+            return False
+        if error.code() is not grpc.StatusCode.INVALID_ARGUMENT:
+            return False
+        info = error_info(error)
+        return info is not None and info.metadata.get("field") in ("open.format", "format")
+
+    def _run(self) -> None:
+        backoff = 0.1
+        while not self._stopped.is_set():
+            requests: queue.SimpleQueue[stream_pb2.StreamRequest | None] = queue.SimpleQueue()
+            try:
+                call, segments = self._open(requests)
+            except ValueError:  # the channel was closed (unbound, or the client closed)
+                return
+            with self._lock:
+                self._requests, self._call = requests, call
+                self._generation += 1
+                generation = self._generation
+            try:
+                for response in call:
+                    if isinstance(response, Batch):
+                        self.out.put((self, response))
+                        backoff = 0.1
+                    elif isinstance(response, list):  # RecordBatches for columns
+                        self.out.put((self, columns_of_fields(response)))
+                        backoff = 0.1
+                    elif response.WhichOneof("kind") == "batch":
+                        if self.columns:
+                            try:
+                                item: Item = columns_of(response.batch, segments, self, generation)
+                            except SharedBatchError as exc:
+                                # Not readable here (the segment is not in this container's
+                                # view of the directory, say): the sidecar delivers it again
+                                # on a stream re-opened with BATCHES.
+                                log.warning(
+                                    "sidecar %s: shared batch unreadable; re-opening with "
+                                    "BATCHES: %s",
+                                    self.address,
+                                    exc,
+                                )
+                                self._shared_off = True
+                                call.cancel()  # type: ignore[no-untyped-call]
+                                break
+                        else:
+                            item = received(response.batch)
+                        self.out.put((self, item))
+                        backoff = 0.1
+                    elif response.WhichOneof("kind") == "ack_result":
+                        with self._lock:
+                            future = self._pending.popleft() if self._pending else None
+                        if future is not None:
+                            future.set_result(response.ack_result)
+                    elif response.WhichOneof("kind") == "nack_result":
+                        with self._lock:
+                            nacked = self._pending_nacks.popleft() if self._pending_nacks else None
+                        if nacked is not None:
+                            nacked.set_result(response.nack_result)
+                error: grpc.RpcError | None = None
+            except grpc.RpcError as err:
+                error = err
+            except ClientError as err:
+                self.out.put((self, err))
+                call.cancel()  # type: ignore[no-untyped-call]
+                self._stopped.set()
+                error = None
+            except ValueError:  # the channel was closed (unbound, or the client closed)
+                error = None
+                self._stopped.set()
+            finally:
+                with self._lock:
+                    self._requests, self._call = None, None
+                    pending, self._pending = self._pending, deque()
+                    pending_nacks, self._pending_nacks = self._pending_nacks, deque()
+                requests.put(None)
+                for future in pending:
+                    future.set_exception(ConnectionError("stream ended"))
+                for nack_future in pending_nacks:
+                    nack_future.set_exception(ConnectionError("stream ended"))
+            if self._stopped.is_set():
+                return
+            if error is not None and self._refused_shared(error):
+                log.info("sidecar %s does not serve ARROW_SHM; reading BATCHES", self.address)
+                self._shared_off = True
+                continue
+            if error is not None and error.code() not in (
+                grpc.StatusCode.UNAVAILABLE,
+                grpc.StatusCode.CANCELLED,
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+            ):
+                self.out.put(
+                    (
+                        self,
+                        ClientError(
+                            f"Stream from {self.address}: {error.code().name}: {error.details()}"
+                        ),
+                    )
+                )
+                return
+            # The sidecar is going or the stream broke: re-open while it is still bound
+            # (over TCP if its socket failed).
+            if error is not None and error.code() is grpc.StatusCode.UNAVAILABLE:
+                self.sidecar.fall_back()
+            self._stopped.wait(backoff * (0.5 + random.random()))
+            backoff = min(backoff * 2, 2.0)
