@@ -841,7 +841,10 @@ class Fetcher:
         now = time.monotonic()
         if self._full_since is None:
             self._full_since = now
+        was = table.holding
         table.holding = now - self._full_since < HOLD_SECONDS
+        if table.holding and not was:
+            table.on_backpressure()
         return table.holding
 
     def _apply_backpressure(self) -> None:
@@ -869,6 +872,7 @@ class Fetcher:
                 to_resume.append(TopicPartition(part.tp.topic, part.tp.partition))
         if to_pause:
             self._consumer.pause(to_pause)
+            table.on_backpressure()
         if to_resume:
             self._consumer.resume(to_resume)
 
