@@ -22,11 +22,12 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from services.client.batch import Span
-from services.records.arrow_batches import SCHEMA
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)
@@ -92,11 +93,19 @@ class ColumnBatch:
     @property
     def table(self) -> pa.Table:
         """The runs as one table (one chunk per run: no copy)."""
+        import pyarrow as pa  # in a process that reads columns: already imported
+
+        from services.records.arrow_batches import SCHEMA
+
         return pa.Table.from_batches(self.record_batches, schema=SCHEMA)
 
     def copy(self) -> pa.Table:
         """The records as a table in memory of the application's own (every buffer
         copied), valid after the ack."""
+        import pyarrow as pa
+
+        from services.records.arrow_batches import SCHEMA
+
         memory = pa.default_cpu_memory_manager()
         return pa.Table.from_batches(
             [batch.copy_to(memory) for batch in self.record_batches], schema=SCHEMA

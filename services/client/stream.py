@@ -23,10 +23,9 @@ import threading
 from collections import deque
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import grpc
-import pyarrow as pa
 import structlog
 
 from dataservice.sidecar.v1 import stream_pb2
@@ -36,9 +35,11 @@ from services.client.errors import ClientError
 from services.client.shared import Segments, SharedBatchError
 from services.client.sidecar import Sidecar
 from services.records import wire
-from services.records.arrow_batches import from_message, record_batch
 from services.runtime.errors import error_info
 from services.runtime.local_socket import path_of
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = structlog.get_logger(__name__)
 
@@ -59,6 +60,8 @@ def columns_of_batches(message: stream_pb2.StreamBatch) -> ColumnBatch:
     """
     if message.records:
         raise ClientError("the sidecar sent Record messages: it cannot deliver columns")
+    from services.records.arrow_batches import from_message  # Arrow only when asked for
+
     return _columns(
         (rb.topic, rb.partition, rb.lease_epoch, rb.delivery_count, rb.offsets, from_message(rb))
         for rb in message.batches
@@ -69,6 +72,8 @@ def columns_of_batches(message: stream_pb2.StreamBatch) -> ColumnBatch:
 def columns_of_fields(fields: list[wire.BatchFields]) -> ColumnBatch:
     """RecordBatches read from the received bytes (``wire.stream_batch_fields``) as Arrow
     columns: their key and value columns are views of those bytes (no copy)."""
+    from services.records.arrow_batches import record_batch  # Arrow only when asked for
+
     return _columns(
         (
             f.topic,

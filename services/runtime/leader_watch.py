@@ -14,13 +14,15 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import consul
 import structlog
 
 from services.runtime.addresses import parse_host_port
 from services.runtime.long_poll import long_poll
+
+if TYPE_CHECKING:
+    import consul
 
 log = structlog.get_logger(__name__)
 
@@ -53,6 +55,10 @@ def next_index(previous: int | None, returned: Any) -> int | None:
 
 
 def consul_client(address: str) -> consul.Consul:
+    # py-consul (and requests under it, ~6 MiB) only in a process that talks to Consul:
+    # DsClient and the sidecar import this module for DEFAULT_LEADER_KEY (issue 34).
+    import consul
+
     host, port = parse_host_port(address, what="consul address")
     return consul.Consul(host=host, port=port, connections_timeout=5)
 
