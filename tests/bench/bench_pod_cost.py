@@ -245,8 +245,8 @@ def run_size(
             pids[key] = {"app": proc.pid or 0}
             if key in sidecars:
                 pids[key]["sidecar"] = sidecars[key].pid or 0
-            if not ready.wait(START_SECONDS):
-                raise RuntimeError(f"({key}) did not start")
+            if not started(ready, proc, out):
+                raise RuntimeError(f"({key}) did not start: {failure(out)}")
         producer = ctx.Process(
             target=produce, args=(bootstrap, topic, PARTITIONS, size, rate, stop_producer, sent)
         )
@@ -291,6 +291,27 @@ def run_size(
                 proc.kill()
         for sidecar in sidecars.values():
             sidecar.stop()
+
+
+def started(ready: Any, proc: Any, out: Any) -> bool:
+    """Whether a reader process signalled it is ready; False as soon as it ended without
+    (its error is on ``out``), or after :data:`START_SECONDS`."""
+    deadline = time.monotonic() + START_SECONDS
+    while time.monotonic() < deadline:
+        if ready.wait(1.0):
+            return True
+        if not proc.is_alive():
+            return bool(ready.is_set())
+    return False
+
+
+def failure(out: Any) -> str:
+    """What a reader that failed to start put on ``out``, if anything."""
+    try:
+        key, got = out.get(timeout=5)
+    except Exception:  # nothing came: it is still trying (a DsClient binding)
+        return f"not ready within {START_SECONDS:.0f} s"
+    return f"({key}) {got.error or 'ended'}"
 
 
 def with_latency(rnd: Round, seqs: range, seen: dict[str, Arrivals]) -> Round:
