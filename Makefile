@@ -9,6 +9,7 @@ export PATH := $(CURDIR)/.venv/bin:$(CURDIR)/node_modules/.bin:$(PATH)
 
 .PHONY: imports setup setup-quick run up down test test-long test-unit check lint typecheck protos rules k8s-check \
 	bench-short bench-more images compose-up compose-down compose-test client-go client-go-gen client-go-check \
+	docs docs-gen docs-check \
 	client-java client-java-check clients
 
 setup:
@@ -64,7 +65,7 @@ compose-down:
 compose-test:
 	$(VENV)/python -m pytest tests/compose -v
 
-check: lint typecheck imports protos rules k8s-check client-go-check client-java-check
+check: lint typecheck imports protos rules k8s-check client-go-check client-java-check docs-check
 
 lint:
 	$(VENV)/ruff check .
@@ -79,7 +80,7 @@ imports:
 	$(VENV)/lint-imports --no-cache
 
 typecheck:
-	$(VENV)/mypy services spark clients/python
+	$(VENV)/mypy services spark clients/python scripts
 
 protos:
 	bash protos/check.sh
@@ -180,3 +181,17 @@ client-java-check:
 	git diff --exit-code -- clients/java/src/generated
 	@new=$$(git ls-files --others --exclude-standard -- clients/java/src/generated); \
 	  if [ -n "$$new" ]; then echo "generated files not committed: $$new"; exit 1; fi
+
+# The documentation site (docs/, mkdocs.yml). docs serves it on 127.0.0.1:8000; docs-gen
+# rewrites the reference pages from the code; docs-check (in check) fails when one of them is
+# stale, then builds the site with --strict (broken links and pages left out of the nav fail)
+# into build/site.
+docs: setup-quick
+	NO_MKDOCS_2_WARNING=1 $(VENV)/mkdocs serve --dev-addr 127.0.0.1:8000
+
+docs-gen:
+	$(VENV)/python scripts/gen_docs.py
+
+docs-check:
+	$(VENV)/python scripts/gen_docs.py --check
+	NO_MKDOCS_2_WARNING=1 $(VENV)/mkdocs build --strict --quiet

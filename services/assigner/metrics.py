@@ -1,6 +1,6 @@
 """Every metric the assigner exports, declared against one injected registry.
 
-Names follow the shared contract (README, "Assigner metrics"). prometheus_client appends
+Names follow the shared contract (docs/reference/metrics.md). prometheus_client appends
 ``_total`` to counters: ``Counter("ds_assigner_lease_grants", ...)`` is exported as
 ``ds_assigner_lease_grants_total``.
 

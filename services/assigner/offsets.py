@@ -10,7 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from services.runtime.errors import DsError, Reason
+from services.runtime.lag import lag_records
 from services.runtime.topic_partition import TopicPartition
+
+__all__ = ["NO_OFFSET", "Offsets", "PartitionOffsets", "lag_records", "lag_seconds", "total_lag"]
 
 NO_OFFSET = -1
 
@@ -29,13 +32,6 @@ class PartitionOffsets:
 
 
 Offsets = dict[TopicPartition, PartitionOffsets]
-
-
-def lag_records(committed: int, earliest: int, end: int) -> int:
-    """Records not yet consumed: end - committed, or everything left in the log when
-    nothing is committed (or the commit points below the log start, deleted by retention)."""
-    start = committed if committed >= 0 else earliest
-    return max(0, end - max(start, earliest))
 
 
 def total_lag(offsets: Mapping[TopicPartition, PartitionOffsets]) -> int:

@@ -15,13 +15,20 @@ class GroupSeed(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    # The group's name (also its Kafka consumer group id).
     name: str = Field(min_length=1, max_length=249)
+    # The topics the group consumes.
     topics: list[str] = Field(min_length=1)
+    # leased (sidecars lease partitions from the assigner) or kafka_group (classic subscribe()).
     mode: Literal["leased", "kafka_group"] = "leased"
+    # librdkafka consumer settings for the group, checked against the allow-list.
     consumer_config: dict[str, str] = Field(default_factory=dict)
+    # count (even partition counts) or load (weighted by the bytes/s and lag sidecars report).
     balance_strategy: Literal["count", "load"] = "count"
     # Redelivery: unset / 0 = the sidecars' defaults (30 s, 10); max_deliveries -1 = never.
     visibility_timeout_seconds: float | None = Field(None, ge=1, le=43_200)
+    # Deliveries of a record before it is given up as POISON_RECORD (0 = the sidecars' default, -1 =
+    # never).
     max_deliveries: int = Field(0, ge=-1, le=1_000_000)
     # A committed offset the mesh did not write (kafka-consumer-groups --reset-offsets).
     external_offset_changes: Literal["follow", "revert", "ignore"] = "follow"
@@ -40,9 +47,16 @@ class GroupSeed(BaseModel):
 class AssignerSettings(ServiceSettings):
     grpc_port: int = Field(7070, ge=0, le=65535)
     http_port: int = Field(7071, ge=0, le=65535)
+    # How long a lease lives without a renewal; each acknowledged heartbeat renews it. The sidecar
+    # stops at its local deadline (TTL - margin), the assigner reassigns after TTL + grace.
     lease_ttl_seconds: float = Field(3.0, ge=0.5, le=300)
+    # How often sidecars send Session heartbeats (at most half the TTL, so one late heartbeat does
+    # not expire every lease).
     heartbeat_interval_seconds: float = Field(1.0, ge=0.05, le=60)
+    # What the assigner waits past a lease's TTL before it may grant the partition elsewhere.
     lease_grace_seconds: float = Field(1.0, ge=0.1, le=60)
+    # How long a revoked holder waits for in-flight acks before it commits and releases (and a mode
+    # switch waits for the sidecars to hand over).
     drain_timeout_seconds: float = Field(5.0, ge=0, le=300)
     hold_window_seconds: float = Field(
         10.0,
@@ -59,6 +73,8 @@ class AssignerSettings(ServiceSettings):
         "reserve = wait for it, unread (nothing moves; a restart leaves them unconsumed "
         "until it is back or the window ends)",
     )
+    # The compacted topic the assigner's state (groups, epochs, bindings, drains) is written to and
+    # rebuilt from.
     state_topic: str = Field("__ds_assigner_state", min_length=1, max_length=249)
     state_transactional_id: str = Field(
         "ds-assigner-state",
@@ -74,8 +90,13 @@ class AssignerSettings(ServiceSettings):
         description="how long a grant waits for its epoch to be written to the state topic; "
         "a grant whose write fails or times out is taken back and decided again",
     )
+    # How often the coordinator runs: lease expiries, hold windows, and rebalancing when something
+    # changed.
     tick_seconds: float = Field(0.1, ge=0.01, le=5)
+    # How often topic metadata is read again, so partitions added to a topic are picked up without a
+    # restart.
     metadata_refresh_seconds: float = Field(10.0, ge=0.5, le=600)
+    # Groups declared in the config file, created at start if they do not exist.
     groups: list[GroupSeed] = Field(default_factory=list)
     max_clients_per_group: int = Field(
         10_000,

@@ -1,5 +1,5 @@
 """The sidecar's metric table: every name it exports, with type, labels, source and help
-(:data:`METRIC_TABLE`: the README's "Sidecar metrics" table and the end-to-end test are
+(:data:`METRIC_TABLE`: the site's metric reference and the end-to-end test are
 both checked against it), the Java consumer's metric names mapped to ours
 (:data:`OPERATOR_NAMES`), histogram bounds, and :class:`Buckets`, a histogram's state kept
 in plain Python and rendered at scrape time. Declarations and pure code only.

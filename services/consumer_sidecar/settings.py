@@ -15,11 +15,16 @@ from services.runtime.settings import ServiceSettings
 class SidecarSettings(ServiceSettings):
     grpc_port: int = Field(7080, ge=0, le=65535)
     http_port: int = Field(7081, ge=0, le=65535)
+    # This sidecar's stable identity (the pod name): a restart with the same id within the hold
+    # window gets its partitions back.
     id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=255)
     group: str = Field(min_length=1, max_length=249, description="the group this sidecar serves")
     assigner: str = Field("127.0.0.1:7070", description="assigner HOST:PORT (static discovery)")
+    # The zone (failure domain) the balancer may use to keep partitions in-zone; empty = none.
     zone: str = ""
     capacity: int = Field(0, ge=0, description="max partitions (0 = unlimited)")
+    # The cap on records buffered over all partitions (and ReadRange's reservations); fetching holds
+    # back and pauses partitions at it.
     buffer_max_bytes: int = Field(64 * 1024 * 1024, ge=1024 * 1024, le=8 * 1024**3)
     read_range_max_streams: int = Field(
         4,
@@ -43,6 +48,8 @@ class SidecarSettings(ServiceSettings):
         description="the part of buffer_max_bytes open ReadRange streams may reserve "
         "together; the leased buffer keeps the rest",
     )
+    # How often acked offsets are committed at most; an ack can commit sooner (commit_max_acks, acks
+    # that wait for their commit).
     commit_interval_seconds: float = Field(1.0, gt=0, le=60)
     commit_max_acks: int = Field(1000, ge=1, description="commit early after this many acks")
     external_check_interval_seconds: float = Field(
@@ -53,6 +60,8 @@ class SidecarSettings(ServiceSettings):
         "a commit this sidecar did not make (kafka-consumer-groups --reset-offsets); also "
         "checked right before each commit",
     )
+    # What the local lease deadline keeps before TTL: the sidecar stops a partition at heartbeat
+    # send time + TTL - margin.
     lease_safety_margin_seconds: float = Field(0.5, ge=0.05, le=30)
     delivery_margin_seconds: float = Field(
         0.5,

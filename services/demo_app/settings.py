@@ -14,6 +14,7 @@ class DemoAppSettings(ServiceSettings):
     http_port: int = Field(7082, ge=0, le=65535, description="/healthz, /metrics, /received")
     group: str = Field(min_length=1, max_length=249, description="the group to read")
     assigner: str = Field("127.0.0.1:7070", description="assigner HOST:PORT to bind through")
+    # The client id the demo application binds with (default: the host name).
     client_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=255)
     max_records: int = Field(500, ge=1, le=100_000, description="records per fetch")
     fetch_wait_seconds: float = Field(1.0, gt=0, le=60, description="long-poll of a fetch")

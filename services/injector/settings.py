@@ -20,7 +20,9 @@ class InjectorSettings(DsSettings):
     template_file: Path | None = Field(
         None, description="sidecar template YAML (services/injector/template.py); unset = defaults"
     )
+    # json (one object a line, for log collectors) or console (for people).
     log_format: Literal["json", "console"] = "json"
+    # The lowest level logged.
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @model_validator(mode="after")

@@ -5,9 +5,10 @@ AdminClient, both in the background (never at scrape time); evaluation in :mod:`
   (as Burrow does: the compacted log still holds each group's last commit with its time)
   and feeds each offset commit into its partition's :class:`lag.CommitWindow`. Every group
   is seen this way, leased (the sidecars commit with ``assign()``) or ``kafka_group``.
-* Every ``poll_seconds`` one metadata request and one batched ``list_offsets`` (latest)
-  for every partition of every topic some group commits to give the high watermarks,
-  appended to each partition's :class:`lag.WatermarkHistory`.
+* Every ``poll_seconds`` one metadata request and two batched ``list_offsets`` (latest and
+  earliest) for every partition of every topic some group commits to give the high
+  watermarks, appended to each partition's :class:`lag.WatermarkHistory`, and the log start
+  offsets, from which lag is counted when retention deleted records not yet consumed.
 * Every ``evaluate_seconds`` each group is evaluated; the result goes to the metrics and
   through :class:`lag.LagFaultTracker` to LAG_* fault events (:func:`fault_event`).
 """
@@ -171,38 +172,45 @@ class LagMonitor:
     # ---- high watermarks (called in a worker thread) ---------------------------------------
 
     def poll(self) -> None:
-        """One batched read of the high watermark of every partition groups commit to."""
+        """One batched read of the high watermark and the log start offset of every
+        partition groups commit to."""
         with self._lock:
             topics = {topic for topic, _p in self._histories}
         if not topics:
             return
         metadata = self._admin.list_topics(timeout=10)
-        request: dict[TopicPartition, OffsetSpec] = {}
+        partitions: list[TopicPartition] = []
         for topic in sorted(topics):
             info = metadata.topics.get(topic)
             if info is None or info.error is not None:
                 continue
-            for partition in info.partitions:
-                request[TopicPartition(topic, partition)] = OffsetSpec.latest()  # type: ignore[no-untyped-call]
-        if not request:
+            partitions += [TopicPartition(topic, partition) for partition in info.partitions]
+        if not partitions:
             return
-        futures = self._admin.list_offsets(request, request_timeout=10)
+        ends = self._list_offsets(partitions, OffsetSpec.latest())  # type: ignore[no-untyped-call]
         now = self._clock()
-        results: dict[tuple[str, int], int] = {}
-        for tp, future in futures.items():
-            info = future.result(timeout=15)
-            results[(str(tp.topic), int(tp.partition))] = int(info.offset)
+        starts = self._list_offsets(partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
         with self._lock:
-            for key, offset in results.items():
+            for key, offset in ends.items():
                 history = self._histories.get(key)
                 if history is None:
                     history = self._histories[key] = lag.WatermarkHistory(
                         self.settings.history_points, self.settings.intervals
                     )
                 history.add(now, offset)
+                history.log_start = starts.get(key, history.log_start)
             waiting, self._waiting = self._waiting, []
             for commit in waiting:
                 self._apply(commit)
+
+    def _list_offsets(
+        self, partitions: list[TopicPartition], spec: OffsetSpec
+    ) -> dict[tuple[str, int], int]:
+        futures = self._admin.list_offsets({tp: spec for tp in partitions}, request_timeout=10)
+        return {
+            (str(tp.topic), int(tp.partition)): int(future.result(timeout=15).offset)
+            for tp, future in futures.items()
+        }
 
     # ---- evaluation ---------------------------------------------------------------------
 

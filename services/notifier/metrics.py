@@ -70,7 +70,8 @@ class NotifierMetrics:
         )
         self.lag_records = Gauge(
             "ds_group_lag_records",
-            "Consumer group lag in records (high watermark - committed offset)",
+            "Consumer group lag in records (high watermark - committed offset; from the log "
+            "start when retention deleted records not yet consumed)",
             ["group", "topic", "partition"],
             registry=registry,
         )

@@ -20,9 +20,13 @@ class LagThresholdSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    # LAG_WARNING past this many records of lag.
     warn_records: int = Field(0, ge=0)
+    # LAG_ERROR past this many records of lag.
     error_records: int = Field(0, ge=0)
+    # LAG_WARNING past this lag in seconds.
     warn_seconds: float = Field(0.0, ge=0)
+    # LAG_ERROR past this lag in seconds.
     error_seconds: float = Field(0.0, ge=0)
 
 
@@ -31,6 +35,7 @@ class LagSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    # Evaluate lag (off: no LAG_* faults and no group lag metrics).
     enabled: bool = True
     poll_seconds: float = Field(
         5.0, gt=0, le=600, description="high watermarks are read this often (batched)"
@@ -115,7 +120,9 @@ class ReportLimits(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     max_attributes: int = Field(64, ge=0, le=10_000, description="attributes per event")
+    # Bytes of an attribute's key.
     max_attribute_key_bytes: int = Field(256, ge=1, le=64 * 1024)
+    # Bytes of an attribute's value.
     max_attribute_value_bytes: int = Field(4096, ge=1, le=256 * 1024)
     max_partitions: int = Field(1024, ge=0, le=1_000_000, description="partitions per event")
     max_message_bytes: int = Field(4096, ge=1, le=256 * 1024, description="the message")
@@ -164,8 +171,11 @@ class AlertSettings(BaseModel):
 class NotifierSettings(ServiceSettings):
     grpc_port: int = Field(7090, ge=0, le=65535)
     http_port: int = Field(7091, ge=0, le=65535)
+    # The topic fault events are published to, keyed by group.
     faults_topic: str = Field("ds.faults", min_length=1, max_length=249)
+    # Partitions of the faults topic when the notifier creates it.
     faults_topic_partitions: int = Field(6, ge=1, le=1000)
+    # Replication factor of the faults topic when the notifier creates it.
     faults_topic_replication: int = Field(1, ge=1, le=7)
     fault_encoding: Literal["protobuf", "json"] = Field(
         "protobuf", description="how events are written to the faults topic"
@@ -181,10 +191,15 @@ class NotifierSettings(ServiceSettings):
         description="storm-suppression window per fault type (e.g. COMMIT_FAILED: 10); "
         '"*" for all; default from the catalogue',
     )
+    # The compacted topic alert templates are stored in.
     templates_topic: str = Field("ds.alert_templates", min_length=1, max_length=249)
+    # Rendered alerts go to topics with this prefix (ds.alerts.<caller>); routes may name no other
+    # topic.
     alerts_topic_prefix: str = Field("ds.alerts.", min_length=1, max_length=200)
+    # Partitions of each alerts topic when the notifier creates it.
     alerts_topic_partitions: int = Field(3, ge=1, le=1000)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
+    # How long one webhook delivery may take before it is retried.
     webhook_timeout_seconds: float = Field(5.0, gt=0, le=120)
     report_limits: ReportLimits = Field(default_factory=ReportLimits)
     dead_letters_max: int = Field(

@@ -5,7 +5,7 @@ detail whose ``reason`` is one of :class:`Reason`, ``domain`` is ``"dataservice"
 ``metadata`` carries the dynamic values (the group, the offending field, the leader address).
 Servicers raise :class:`DsError`; :class:`ErrorInterceptor` turns it into the status, so
 handler code never builds statuses by hand. Clients read it back with :func:`error_info`.
-The README carries the same table.
+The site's error reference (docs/reference/errors.md) is generated from :data:`CATALOGUE`.
 """
 
 from __future__ import annotations

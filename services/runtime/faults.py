@@ -1,7 +1,7 @@
 """The fault catalogue (ARCHITECTURE §5.4): what each fault type means, when it is raised,
 which node reports it, how serious it is, when it resolves and how long its storms are
-suppressed. The one place this is written down; the README table is generated from the
-same data (``tests/unit/runtime/test_faults.py`` checks they agree).
+suppressed. The one place this is written down; the site's fault reference
+(docs/reference/faults.md, scripts/gen_docs.py) is generated from the same data.
 
 Pure data: no I/O. It lives in the shared layer because every service speaks it: the
 reporter takes default severities from here, the notifier its suppression windows, every
@@ -324,8 +324,8 @@ def default_dedupe_key(event: common_pb2.FaultEvent) -> str:
     )
 
 
-def readme_table() -> str:
-    """The README's fault catalogue table (Markdown)."""
+def markdown_table() -> str:
+    """The fault catalogue as a Markdown table (docs/reference/faults.md)."""
     lines = [
         "| fault | who | severity | what | when | resolved |",
         "| --- | --- | --- | --- | --- | --- |",

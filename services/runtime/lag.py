@@ -10,7 +10,10 @@ Burrow (linkedin/Burrow: wiki "Consumer Lag Evaluation Rules"; ``storage/inmemor
   stored timestamp. Each stored commit records the lag when it was seen: latest known
   high watermark - committed offset, floored at 0 (unknown when no high watermark was).
   The last ``intervals`` high watermarks polled are kept too ("broker offsets").
-* Current lag: latest high watermark - latest committed offset (floored at 0).
+* Current lag: :func:`lag_records`, the records still in the log past the latest committed
+  offset: high watermark - committed, counted from the log start when retention deleted
+  records the group had not consumed (the one rule of every lag figure: ``dsctl lag``,
+  DescribeGroup, ``/ui`` and ``ds_group_lag_records``).
 * Partition status (``calculatePartitionStatus``), only when current lag > 0 and the
   window is at least ``min_complete`` full, else OK:
   STOP if now - newest commit > newest - oldest commit, unless a recent broker offset is
@@ -136,13 +139,24 @@ class CommitWindow:
         return len(self._commits) / self.intervals
 
 
+def lag_records(committed: int, log_start: int, end: int) -> int:
+    """Records not yet consumed: end - committed, or everything left in the log when
+    nothing is committed (-1) or the commit points below the log start (deleted by
+    retention: those records can no longer be consumed, so they are not lag)."""
+    start = committed if committed >= 0 else log_start
+    return max(0, end - max(start, log_start))
+
+
 class WatermarkHistory:
-    """(time, high watermark) samples of one partition, for time lag."""
+    """(time, high watermark) samples of one partition, for time lag, and its log start
+    offset as last polled."""
 
     def __init__(self, max_points: int = 360, recent: int = 10) -> None:
         self._points: deque[tuple[float, int]] = deque(maxlen=max_points)
         # The last polls as they came (Burrow's broker-offset ring, for "recent lag zero").
         self.recent: deque[int] = deque(maxlen=recent)
+        # The first offset still in the log (0 until polled): retention moves it up.
+        self.log_start = 0
 
     def add(self, time_s: float, offset: int) -> None:
         self.recent.append(offset)
@@ -238,7 +252,7 @@ def evaluate_partition(
     high = history.latest
     if latest is None or high is None:
         return None
-    current_lag = max(high - latest.offset, 0)
+    current_lag = lag_records(latest.offset, history.log_start, high)
     status = Status.OK
     if window.complete >= min_complete:
         status = partition_status(
@@ -249,7 +263,7 @@ def evaluate_partition(
         partition=partition,
         status=status,
         lag_records=current_lag,
-        lag_seconds=time_lag(history, latest.offset, now_s),
+        lag_seconds=time_lag(history, max(latest.offset, history.log_start), now_s),
         complete=window.complete,
         committed=latest.offset,
         high_watermark=high,

@@ -94,11 +94,15 @@ class ServiceSettings(DsSettings):
     )
     grpc_port: int = Field(0, ge=0, le=65535, description="gRPC port (0 = pick a free one)")
     http_port: int = Field(0, ge=0, le=65535, description="HTTP port for /metrics and /healthz")
+    # json (one object a line, for log collectors) or console (for people: dsctl dev).
     log_format: Literal["json", "console"] = "json"
+    # The lowest level logged.
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     kafka: dict[str, str] = Field(
         default_factory=dict, description="librdkafka settings passed through as they are"
     )
+    # On SIGTERM: how long in-flight RPCs may finish after the service leaves Consul and drains,
+    # before the gRPC server stops them.
     shutdown_grace_seconds: float = Field(5.0, ge=0, le=300)
     dependency_retry_max_seconds: float = Field(
         10.0, gt=0, le=300, description="cap of the backoff between dependency checks"

@@ -8,6 +8,8 @@ Scenarios: (a) full assignment from nothing, (b) one member joins, (c) one membe
 partitions and members, deal partitions out in turn, no stickiness; on a join or leave it
 re-deals from its own previous round-robin state. Printed: best-of-repeat wall time,
 partitions moved, balance, and the ratios ours/baseline. Nothing is asserted about time.
+The same figures are written to docs/benchmarks/results/balancer.json (the site renders it;
+--no-results skips it).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from services.assigner.balancer import (
     rebalance,
 )
 from services.runtime.topic_partition import TopicPartition
+from tests.support.bench_results import write_result
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 TOPICS = 50
@@ -97,13 +100,27 @@ def in_zone_share(assignment: dict[TopicPartition, str], inp: BalanceInput) -> s
     return f"in-zone {home / max(1, len(assignment)):.0%}"
 
 
-def report(name: str, mine: Outcome, base: Outcome, quality: Callable[[Outcome], str]) -> None:
+def report(
+    name: str, mine: Outcome, base: Outcome, quality: Callable[[Outcome], str]
+) -> dict[str, object]:
+    """Print one scenario and return it as a row of the results file."""
     time_ratio = mine.seconds / base.seconds if base.seconds else float("inf")
     move_ratio = f"{mine.moved / base.moved:.4f}" if base.moved else "n/a"
     print(f"{name}")
     print(f"  balancer   {mine.seconds:8.3f} s  moved {mine.moved:>7}  {quality(mine)}")
     print(f"  baseline   {base.seconds:8.3f} s  moved {base.moved:>7}  {quality(base)}")
     print(f"  ratio      time x{time_ratio:.1f}   moved {move_ratio}")
+    return {
+        "scenario": name,
+        "balancer s": round(mine.seconds, 4),
+        "baseline s": round(base.seconds, 4),
+        "time ratio": round(time_ratio, 2),
+        "balancer moved": mine.moved,
+        "baseline moved": base.moved,
+        "moved ratio": move_ratio,
+        "balancer balance": quality(mine),
+        "baseline balance": quality(base),
+    }
 
 
 def build(n_partitions: int, n_members: int) -> tuple[BalanceInput, dict[TopicPartition, float]]:
@@ -126,6 +143,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--members", type=int, default=2_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--short", action="store_true", help="CI profile: 10,000 x 200")
+    parser.add_argument(
+        "--no-results", action="store_true", help="do not write docs/benchmarks/results/"
+    )
     args = parser.parse_args(argv)
     if args.short:
         args.partitions, args.members = 10_000, 200
@@ -142,43 +162,66 @@ def main(argv: Sequence[str] | None = None) -> None:
     # (a) full assignment from nothing
     full = best_of(args.repeat, ours(base_inp), {})
     rr_full = best_of(args.repeat, lambda: round_robin(base_inp), {})
-    report(
-        "(a) full assignment",
-        full,
-        rr_full,
-        lambda o: f"{count_spread(o.assignment, members)}, {in_zone_share(o.assignment, base_inp)}",
+    rows: list[dict[str, object]] = []
+    rows.append(
+        report(
+            "(a) full assignment",
+            full,
+            rr_full,
+            lambda o: (
+                f"{count_spread(o.assignment, members)}, {in_zone_share(o.assignment, base_inp)}"
+            ),
+        )
     )
 
     # (b) one member joins: each side starts from its own previous assignment
     joined = [*members, Member("sidecar-new", None, ZONES[0])]
     join_inp = replace(base_inp, members=joined, current=full.assignment)
     rr_join_inp = replace(base_inp, members=joined, current=rr_full.assignment)
-    report(
-        "(b) one join",
-        best_of(args.repeat, ours(join_inp), full.assignment),
-        best_of(args.repeat, lambda: round_robin(rr_join_inp), rr_full.assignment),
-        lambda o: count_spread(o.assignment, joined),
+    rows.append(
+        report(
+            "(b) one join",
+            best_of(args.repeat, ours(join_inp), full.assignment),
+            best_of(args.repeat, lambda: round_robin(rr_join_inp), rr_full.assignment),
+            lambda o: count_spread(o.assignment, joined),
+        )
     )
 
     # (c) one member leaves
     left = members[1:]
     leave_inp = replace(base_inp, members=left, current=full.assignment)
     rr_leave_inp = replace(base_inp, members=left, current=rr_full.assignment)
-    report(
-        "(c) one leave",
-        best_of(args.repeat, ours(leave_inp), full.assignment),
-        best_of(args.repeat, lambda: round_robin(rr_leave_inp), rr_full.assignment),
-        lambda o: count_spread(o.assignment, left),
+    rows.append(
+        report(
+            "(c) one leave",
+            best_of(args.repeat, ours(leave_inp), full.assignment),
+            best_of(args.repeat, lambda: round_robin(rr_leave_inp), rr_full.assignment),
+            lambda o: count_spread(o.assignment, left),
+        )
     )
 
     # (d) LOAD mode, full assignment from nothing
     load_inp = replace(base_inp, strategy=Strategy.LOAD, weights=weights)
-    report(
-        "(d) LOAD full assignment",
-        best_of(args.repeat, ours(load_inp), {}),
-        best_of(args.repeat, lambda: round_robin(load_inp), {}),
-        lambda o: load_spread(o.assignment, members, weights),
+    rows.append(
+        report(
+            "(d) LOAD full assignment",
+            best_of(args.repeat, ours(load_inp), {}),
+            best_of(args.repeat, lambda: round_robin(load_inp), {}),
+            lambda o: load_spread(o.assignment, members, weights),
+        )
     )
+    if not args.no_results:
+        path = write_result(
+            "balancer",
+            title="Balancer against round-robin",
+            summary="The pure balancer (services/assigner/balancer.py) against Kafka's "
+            "RoundRobinAssignor re-dealing from its own previous state, same input, same run: "
+            "wall time (best of the repeats), partitions moved, and the spread of the result.",
+            load={"partitions": args.partitions, "members": args.members, "repeat": args.repeat},
+            results=rows,
+            argv=["tests/bench/bench_balancer.py", *(sys.argv[1:] if argv is None else argv)],
+        )
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""A real sidecar's /metrics after real traffic: every metric of the README table is there,
-with its type, and the figures agree with what was produced, fetched, streamed and acked.
+"""A real sidecar's /metrics after real traffic: every metric of METRIC_TABLE (the metric
+reference) is there, with its type, and the figures agree with what was produced, fetched,
+streamed and acked.
 
 Two clients read one group: ``fetch-app`` (``Fetch`` + ``Ack``) the first half of the
 records, ``stream-app`` (``Stream`` with acks on the stream) the second half. Then a bad

@@ -28,6 +28,7 @@ class AuthSettings(BaseModel):
     jwt_key_file: Path | None = Field(
         None, description="PEM public key (or HMAC secret) tokens are verified against"
     )
+    # The JWT signature algorithms accepted (a token signed otherwise is refused).
     jwt_algorithms: tuple[str, ...] = Field(("ES256", "RS256", "EdDSA"))
     jwt_audience: str | None = Field("dataservice", description="required `aud` claim")
     jwt_issuer: str | None = Field(None, description="required `iss` claim, if set")

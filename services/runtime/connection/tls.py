@@ -36,6 +36,7 @@ class TlsConfig:
     # This process's certificate chain and key: a server presents them; a client presents
     # them for mTLS when the server asks.
     cert_file: Path | None = None
+    # The private key of cert_file.
     key_file: Path | None = None
     # Servers: "require" a client certificate signed by ca_file (mTLS), or "none".
     client_auth: ClientAuth = "none"

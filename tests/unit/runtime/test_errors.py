@@ -15,7 +15,7 @@ from services.runtime.errors import CATALOGUE, DOMAIN, DsError, Reason, error_in
 from services.runtime.grpcserver import GrpcService, create_server
 from services.runtime.settings import ServiceSettings
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+ERRORS_PAGE = Path(__file__).resolve().parents[3] / "docs" / "reference" / "errors.md"
 
 
 class Failing(stream_pb2_grpc.StreamServiceServicer):
@@ -78,6 +78,8 @@ def test_reason_sets_code_metadata_and_trailing_leader() -> None:
     assert trailing.get("ds-leader") == "10.0.0.1:7070"
 
 
-def test_readme_error_table_matches_the_catalogue() -> None:
-    rows = dict(re.findall(r"^\| `([A-Z_]+)` \| `([A-Z_]+)` \|", README.read_text(), re.MULTILINE))
+def test_error_reference_page_matches_the_catalogue() -> None:
+    """docs/reference/errors.md (scripts/gen_docs.py) lists every reason with its code."""
+    text = ERRORS_PAGE.read_text()
+    rows = dict(re.findall(r"^\| `([A-Z_]+)` \| `([A-Z_]+)` \|", text, re.MULTILINE))
     assert rows == {reason.value: spec.code.name for reason, spec in CATALOGUE.items()}

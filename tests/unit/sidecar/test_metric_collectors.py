@@ -1,5 +1,5 @@
 """Sidecar metrics, pure parts: client_id cardinality, batch histograms, ack counting, the
-client-access rendering, and the README table kept equal to METRIC_TABLE."""
+client-access rendering, and the site's metric reference kept equal to METRIC_TABLE."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from services.consumer_sidecar.metric_table import (
 )
 from services.records.batches import Slice, chunk_from_records
 
-README = Path(__file__).resolve().parents[3] / "README.md"
-README_HEADING = "## Sidecar metrics"
+METRICS_PAGE = Path(__file__).resolve().parents[3] / "docs" / "reference" / "metrics.md"
+PAGE_HEADING = "## Sidecar"
 
 
 # ---- client_id cardinality ----------------------------------------------------------------
@@ -170,13 +170,13 @@ def test_acked_records_count_ranges_by_span_minus_rejected() -> None:
     assert acked_records(acks, ranges, rejected, rejected_ranges) == 1 + 100
 
 
-# ---- the README table -----------------------------------------------------------------------
+# ---- the metric reference page --------------------------------------------------------------
 
 
-def readme_section() -> str:
-    """The text of README's "Sidecar metrics" section as METRIC_TABLE and OPERATOR_NAMES
-    render it (what the README must carry; tests/e2e/test_sidecar_metrics.py checks the
-    same table against a live sidecar)."""
+def reference_section() -> str:
+    """The sidecar's tables as METRIC_TABLE and OPERATOR_NAMES render them (what
+    docs/reference/metrics.md must carry; scripts/gen_docs.py writes it, and
+    tests/e2e/test_sidecar_metrics.py checks the same table against a live sidecar)."""
     lines = [
         "| Metric | Type | Labels | Source | Meaning |",
         "| --- | --- | --- | --- | --- |",
@@ -204,8 +204,11 @@ def test_every_metric_the_operators_know_maps_to_a_table_metric() -> None:
             assert quoted in names or base in names, (operator.java, quoted)
 
 
-def test_readme_carries_the_metric_table() -> None:
-    text = README.read_text()
-    assert README_HEADING in text, f"README.md has no {README_HEADING!r} section"
-    section = text.split(README_HEADING, 1)[1].split("\n## ", 1)[0]
-    assert readme_section() in section, "README's sidecar metric tables differ from METRIC_TABLE"
+def test_metric_reference_page_carries_the_metric_table() -> None:
+    text = METRICS_PAGE.read_text()
+    assert PAGE_HEADING + "\n" in text, f"{METRICS_PAGE.name} has no {PAGE_HEADING!r} section"
+    section = text.split(PAGE_HEADING + "\n", 1)[1].split("\n## ", 1)[0]
+    assert reference_section() in section, (
+        "docs/reference/metrics.md's sidecar tables differ from METRIC_TABLE: "
+        "run python scripts/gen_docs.py"
+    )
