@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import multiprocessing
 import os
 import platform
@@ -446,12 +445,72 @@ def run(
     return results
 
 
+def _r(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None or value != value else round(value, digits)  # NaN: None
+
+
+def flat_rows(detail: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """:func:`as_json`'s figures as the rows of docs/benchmarks/results (one flat row per
+    process idle, and per size, rate and path; ``x_dc``: the path's CPU over the direct
+    consumer's that commits per batch, in the same round; median, and ``_best``)."""
+    idle: list[dict[str, Any]] = []
+    rates: list[dict[str, Any]] = []
+    for size in detail["sizes"]:
+        for name, procs in size["idle"].items():
+            for proc, usage in procs.items():
+                if proc == "load":
+                    continue
+                idle.append({
+                    "size": size["size"], "process": name,
+                    "cores_pct": _r(usage["cores"] * 100, 2),
+                    "wakeups_per_s": _r(usage["wakeups"]),
+                    "rss_mib": _r(usage["rss"] / 2**20), "load": _r(procs["load"][0]),
+                })  # fmt: skip
+        for rate in size["rates"]:
+            produced = rate.get("produced_per_s") or []
+            for key, p in rate["paths"].items():
+                side = p.get("sidecar")
+                rates.append({
+                    "size": size["size"], "rate": rate["rate"], "path": key,
+                    "produced_per_s": _r(statistics.median(produced)) if produced else None,
+                    "load": _r(statistics.median(x[0] for x in rate["load_averages"])),
+                    "app_mcores": _r(p["app"]["cores"][0] * 1000),
+                    "sidecar_mcores": _r(side["cores"][0] * 1000) if side else None,
+                    "total_mcores": _r(p["total_cores"][0] * 1000),
+                    "total_mcores_best": _r(p["total_cores"][1] * 1000),
+                    "x_dc": _r(p["ratio"][0], 2), "x_dc_best": _r(p["ratio"][1], 2),
+                    "wakeups_app": _r(p["app"]["wakeups_per_s"][0]),
+                    "wakeups_sidecar": _r(side["wakeups_per_s"][0]) if side else None,
+                    "rss_app_mib": _r(p["app"]["rss_mib"]),
+                    "rss_sidecar_mib": _r(side["rss_mib"]) if side else None,
+                    "p50_ms": _r(p["p50_ms"][0]) if "p50_ms" in p else None,
+                    "p99_ms": _r(p["p99_ms"][0]) if "p99_ms" in p else None,
+                })  # fmt: skip
+    return {"idle": idle, "rates": rates}
+
+
+SUMMARY = (
+    "CPU, wake-ups, RSS and latency of a sidecar and its application (DsClient) beside "
+    "direct confluent-kafka consumers (commit per batch: dc; auto-commit: da) reading the "
+    "same records in the same window; median of the rounds (and best)."
+)
+
+
 def write_json(path: Path | None, profile: Profile, started: str, results: list[Size]) -> None:
+    """``path``'s folder gets ``<stem>.json`` in the convention of tests/support/bench_results."""
     if path is None:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(as_json(results, profile, started), indent=1) + "\n")
-    print(f"\nwrote {path}", flush=True)
+    from tests.support.bench_results import write_result
+
+    written = write_result(
+        path.stem,
+        title="A pod's cost at the rates services run (bench_pod_cost)",
+        summary=SUMMARY,
+        load={**asdict(profile), "started": started},
+        results=flat_rows(as_json(results, profile, started)),
+        out_dir=path.parent,
+    )
+    print(f"\nwrote {written}", flush=True)
 
 
 def main() -> int:

@@ -118,11 +118,12 @@ def round_of(load: float, dc: float, app: float, sidecar: float, p99: float) -> 
         load=(load, load, load),
         usage={
             "dc": {"app": rate(dc, 10.0, 2**20)},
+            "da": {"app": rate(dc / 2, 5.0, 2**20)},
             "S": {"app": rate(app, 20.0, 2**21), "sidecar": rate(sidecar, 30.0, 2**22)},
         },
-        p50_ms={"dc": 1.0, "S": 2.0},
-        p99_ms={"dc": 5.0, "S": p99},
-        missed={"dc": 0, "S": 1},
+        p50_ms={"dc": 1.0, "da": 1.0, "S": 2.0},
+        p99_ms={"dc": 5.0, "da": 5.0, "S": p99},
+        missed={"dc": 0, "da": 0, "S": 1},
     )
 
 
@@ -136,3 +137,24 @@ def test_path_summary_takes_ratios_within_each_round() -> None:
     assert s["app"]["wakeups_per_s"] == (20.0, 20.0)
     assert s["p99_ms"] == (7.0, 6.0)
     assert s["missed"] == 2
+
+
+def test_flat_rows_give_one_row_per_idle_process_and_per_rate_and_path() -> None:
+    from tests.bench.bench_pod_cost import DIRECT_PATHS, Profile, Size, as_json, flat_rows
+
+    size = Size(100)
+    size.idle = {"assigner": {"load": (2.0, 2.0, 2.0), "assigner": {
+        "cores": 0.005, "wakeups": 50.0, "rss": 2**20 * 90}}}  # fmt: skip
+    rnd = round_of(1.0, 0.01, 0.01, 0.03, 8.0)
+    size.rates = {100.0: [rnd, rnd]}
+    profile = Profile((100.0,), (100,), ("S",), 2, 1.0, 1.0)
+    rows = flat_rows(as_json([size], profile, "2026-12-02T00:00:00+00:00"))
+    assert rows["idle"] == [{"size": 100, "process": "assigner", "cores_pct": 0.5,
+                             "wakeups_per_s": 50.0, "rss_mib": 90.0, "load": 2.0}]  # fmt: skip
+    by_path = {r["path"]: r for r in rows["rates"]}
+    assert set(by_path) == {*DIRECT_PATHS, "S"}
+    assert by_path["S"]["total_mcores"] == 40.0
+    assert by_path["S"]["x_dc"] == 4.0
+    assert by_path["S"]["sidecar_mcores"] == 30.0
+    assert by_path["dc"]["sidecar_mcores"] is None
+    assert by_path["S"]["p99_ms"] == 8.0
