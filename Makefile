@@ -115,10 +115,13 @@ bench-short:
 # The others, run by hand for a closing note (about 35 minutes; CI's time budget): the
 # sidecar's data path against a direct consumer, TLS against plaintext, external-reset checks
 # on the ack path, metrics overhead, Spark, ReadRange's consumer pool, fenced state writes,
-# failover against Kafka's group protocols (about 14 minutes alone, mostly Kafka's 45 s session timeouts), and each
-# client through a sidecar against a direct consumer in its language.
+# failover against Kafka's group protocols (about 14 minutes alone, mostly Kafka's 45 s session timeouts), each
+# client through a sidecar against a direct consumer in its language, and a pod's cost at
+# 100 and 1,000 records/s against direct consumers (about 3 minutes; not in bench-short:
+# it runs a dozen processes at once and would double CI's benchmark time).
 bench-more:
 	$(VENV)/python tests/bench/bench_sidecar.py --short
+	$(VENV)/python tests/bench/bench_pod_cost.py --short
 	$(VENV)/python tests/bench/bench_tls.py --short
 	$(VENV)/python tests/bench/bench_external_check.py --short
 	$(VENV)/python tests/bench/bench_metrics_overhead.py --short

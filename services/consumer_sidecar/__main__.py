@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
+import sys
 from collections.abc import Sequence
 
-from services.consumer_sidecar.settings import SidecarSettings
-from services.runtime import lifecycle
-from services.runtime.discovery import make_discovery
-from services.runtime.logging import configure
-from services.runtime.settings import base_parser, load_or_exit
+from services.runtime.lean import forgo_dev_console
 
 GEN0_THRESHOLD = 50_000
 # glibc mallopt parameters (malloc.h) and the values the sidecar runs with.
@@ -39,6 +37,14 @@ def tune_malloc() -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    # Before anything imports structlog (the settings do): no dev console in production.
+    forgo_dev_console(sys.argv[1:] if argv is None else argv, os.environ)
+    from services.consumer_sidecar.settings import SidecarSettings
+    from services.runtime import lifecycle
+    from services.runtime.discovery import make_discovery
+    from services.runtime.logging import configure
+    from services.runtime.settings import base_parser, load_or_exit
+
     parser = base_parser(
         "ds-sidecar", "Consumes leased Kafka partitions and serves them over gRPC."
     )

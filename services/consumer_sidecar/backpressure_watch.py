@@ -1,10 +1,12 @@
 """CLIENT_BACKPRESSURE: the partitions that are not fetching because the buffer is full.
 
 The fetch thread acts on a full buffer (``fetcher.py``: it holds ``consume()`` back, then
-pauses partitions past their cap); this watcher only looks, once a second, and hands the
-partitions held back that way to the fault hooks, which open and resolve the fault per
-partition. A suspended lease is paused too, but for fencing, not because clients are slow:
-it is not named.
+pauses partitions past their cap); this watcher only looks, once a second while any
+partition is held back, and hands the partitions held back that way to the fault hooks,
+which open and resolve the fault per partition. With none held back it sleeps until the
+fetch thread holds back or pauses (``PartitionTable.on_backpressure``): an idle sidecar
+does not wake for it (issue 34). A suspended lease is paused too, but for fencing, not
+because clients are slow: it is not named.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 
 from services.consumer_sidecar.faults import SidecarFaults
 from services.consumer_sidecar.partitions import PartitionTable
+from services.consumer_sidecar.wakeup import Wakeup
 from services.runtime.topic_partition import TP
 
 CHECK_SECONDS = 1.0
@@ -30,7 +33,16 @@ def backpressured(table: PartitionTable) -> list[TP]:
 
 
 async def watch_backpressure(table: PartitionTable, faults: SidecarFaults) -> None:
-    """Until cancelled: every :data:`CHECK_SECONDS`, report what :func:`backpressured` names."""
+    """Until cancelled: report what :func:`backpressured` names, again every
+    :data:`CHECK_SECONDS` while it names any, else when the fetch thread holds back."""
+    wake = Wakeup()
+    wake.bind(asyncio.get_running_loop())
+    table.on_backpressure = wake.set
     while True:
-        await asyncio.sleep(CHECK_SECONDS)
-        faults.backpressure(backpressured(table))
+        wake.clear()
+        held = backpressured(table)
+        faults.backpressure(held)
+        if held:
+            await asyncio.sleep(CHECK_SECONDS)
+        else:
+            await wake.wait(None)

@@ -59,12 +59,17 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 R = TypeVar("R")
 
-# How long one consume() waits for records, which is also how long a command (a commit, an
-# assign) may wait for the consume() in progress. An application's ack waits for its
-# commit, so while records or commands flow the wait is short; idle, the loop wakes less.
+# How long one poll() waits for records, which is also how long a command (a commit, an
+# assign) may wait for the poll() in progress: confluent-kafka serializes the calls on one
+# handle, and nothing wakes a poll() but a record or its timeout. A record ends the wait as
+# it arrives, so a short timeout only serves commands: the loop is busy (short waits) for a
+# while after a command, and after records only where an application's ack waits for a
+# commit on this thread (kafka_group mode, or no commit consumer). In leased mode commits
+# go through the commit consumer, and polling every 2 ms for a second after each record
+# kept a sidecar at 100 records/s busy-polling for good (issue 34).
 POLL_TIMEOUT_SECONDS = 0.05
 BUSY_POLL_TIMEOUT_SECONDS = 0.002
-BUSY_SECONDS = 1.0  # busy: records or a command within this long
+BUSY_SECONDS = 1.0  # busy: a command (or a record, see above) within this long
 DEFERRED_COMMIT_RETRY_SECONDS = 0.2
 # Leaving kafka_group mode: how long Kafka may take to revoke the partitions after
 # unsubscribe(), beyond the time the revoke callback drains in-flight acks.
@@ -688,7 +693,8 @@ class Fetcher:
                 self.last_poll = time.monotonic()
                 self.on_poll(poll_started, self.last_poll)
                 if messages:
-                    busy_until = self.last_poll + BUSY_SECONDS
+                    if self._commits_here():
+                        busy_until = self.last_poll + BUSY_SECONDS
                     self._buffer(messages)
                 self._apply_backpressure()
                 if self._commit_consumer is not None and self.last_poll >= self._serve_at:
@@ -706,6 +712,10 @@ class Fetcher:
         finally:
             self._run_commands()
             self._consumer.close()
+
+    def _commits_here(self) -> bool:
+        """Whether commits run on this thread (an application's ack waits for them)."""
+        return self.classic or self._commit_consumer is None
 
     def _take(self, timeout: float) -> list[Message]:
         """The records librdkafka has for us: waits up to ``timeout`` for the first one
@@ -831,7 +841,10 @@ class Fetcher:
         now = time.monotonic()
         if self._full_since is None:
             self._full_since = now
+        was = table.holding
         table.holding = now - self._full_since < HOLD_SECONDS
+        if table.holding and not was:
+            table.on_backpressure()
         return table.holding
 
     def _apply_backpressure(self) -> None:
@@ -859,6 +872,7 @@ class Fetcher:
                 to_resume.append(TopicPartition(part.tp.topic, part.tp.partition))
         if to_pause:
             self._consumer.pause(to_pause)
+            table.on_backpressure()
         if to_resume:
             self._consumer.resume(to_resume)
 

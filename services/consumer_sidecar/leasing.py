@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from services.consumer_sidecar.acks import (
 )
 from services.consumer_sidecar.coordinator import lost_latency
 from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
+from services.consumer_sidecar.idle_waits import commit_wait, redelivery_wait
 from services.consumer_sidecar.partitions import (
     UNLEASED_EPOCH,
     Due,
@@ -53,6 +55,7 @@ from services.consumer_sidecar.partitions import (
     PartitionTable,
     Reverted,
 )
+from services.consumer_sidecar.wakeup import Wakeup
 from services.runtime.kafka import is_retriable
 from services.runtime.topic_partition import TP
 
@@ -60,7 +63,6 @@ log = structlog.get_logger(__name__)
 
 # How long a retired epoch answers acks as stale after its release (then: not held).
 RETIRED_EPOCH_SECONDS = 60.0
-REDELIVERY_CHECK_SECONDS = 0.5  # how often ack deadlines are looked at
 FINAL_COMMIT_BACKOFF = (0.1, 1.0)  # a revoke's failed final commit: retry from, up to
 Problem = tuple[stream_pb2.RejectReason.ValueType, str]  # why an ack or nack is refused
 
@@ -188,6 +190,12 @@ class LeaseKeeper:
         self._retired: dict[TP, tuple[int, float]] = {}
         self._acks_since_commit = 0
         self._commit_now = asyncio.Event()
+        # Issue 34: the commit and redelivery loops sleep until a deadline they know of,
+        # or with none until an ack (the commit loop is idle: ``_commits_idle``) or a
+        # delivery (``table.on_in_flight``) gives them one.
+        self._commits_idle = False
+        self._in_flight = Wakeup()
+        table.on_in_flight = self._in_flight.set
         self._commit_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -369,6 +377,8 @@ class LeaseKeeper:
         if part is None or part.epoch != epoch or part.revoking:
             return
         part.deadline = max(part.deadline, deadline)
+        if self._commits_idle:
+            self._commit_now.set()  # a deadline to suspend the lease at, should it lapse
         if part.buffer:
             self.on_renewed()
         if not part.confirmed:
@@ -444,10 +454,17 @@ class LeaseKeeper:
     # ---- redelivery -------------------------------------------------------------------
 
     async def redelivery_loop(self) -> None:
-        """Records whose ack deadline (the visibility timeout) passed come due, every
-        :data:`REDELIVERY_CHECK_SECONDS`."""
+        """Records whose ack deadline (the visibility timeout) passed come due: the loop
+        sleeps until the earliest deadline of a record in flight (looking again at least
+        every ``REDELIVERY_CHECK_SECONDS``), and with none in flight until a delivery."""
+        self._in_flight.bind(asyncio.get_running_loop())
         while True:
-            await asyncio.sleep(REDELIVERY_CHECK_SECONDS)
+            self._in_flight.clear()
+            wait = redelivery_wait(self.table.next_deadline(), self.clock())
+            if wait is None:
+                await self._in_flight.wait(None)
+            else:  # deliveries meanwhile set later deadlines: no need to wake for them
+                await asyncio.sleep(wait)
             try:
                 self.expire_deliveries()
             except Exception:  # a bug here must not stop every later redelivery
@@ -495,6 +512,8 @@ class LeaseKeeper:
         if due.records:
             log.debug("records due again", why=why, records=due.records, rewind=len(due.rewind))
             self.on_redelivery(why, due.records)
+        if due.given_up:
+            self._uncommitted()  # the commit point passes what was given up
         for part, given_up in due.given_up:
             log.warning(
                 "record given up: delivered the maximum number of times without an ack",
@@ -549,17 +568,39 @@ class LeaseKeeper:
                 reject = (_ack_error_reason(exc), str(exc))
         if reject is not None:
             return reject
-        self._acks_since_commit += 1
-        if self._acks_since_commit >= self.commit_max_acks:
-            self._commit_now.set()
+        self._uncommitted()
         return None
 
+    def _uncommitted(self) -> None:
+        """Something changed that the next commit round must carry: it comes within the
+        commit interval, or at once after many acks or when the loop was idle."""
+        self._acks_since_commit += 1
+        if self._acks_since_commit >= self.commit_max_acks or self._commits_idle:
+            self._commit_now.set()
+
     async def commit_loop(self) -> None:
+        """Commit rounds: every ``commit_interval`` while acks come, at once when asked;
+        and lapsed leases suspended at their local deadline. Idle (nothing acked, no lease
+        deadline), the loop sleeps until an ack or a commit asked for."""
+        retry = False
         while True:
+            wait = (
+                self.commit_interval  # a failed round (Kafka, or a suspension) again
+                if retry
+                else commit_wait(
+                    self._acks_since_commit > 0,
+                    self.commit_interval,
+                    self._next_lease_deadline(),
+                    self.clock(),
+                )
+            )
+            self._commits_idle = wait is None
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._commit_now.wait(), self.commit_interval)
+                await asyncio.wait_for(self._commit_now.wait(), wait)
+            self._commits_idle = False
             self._commit_now.clear()
             self._acks_since_commit = 0
+            retry = False
             try:
                 await self.commit_all()
                 self.on_commit(None)
@@ -567,6 +608,19 @@ class LeaseKeeper:
             except Exception as exc:
                 log.warning("commit failed; will retry", error=str(exc))
                 self.on_commit(exc)
+                retry = True
+
+    def _next_lease_deadline(self) -> float:
+        """The earliest local deadline of a lease :meth:`suspend_expired` would suspend
+        once it passed (inf: none)."""
+        return min(
+            (
+                p.deadline
+                for p in self.table.snapshot()
+                if p.ready and p.confirmed and not p.revoking and p.suspended_at is None
+            ),
+            default=math.inf,
+        )
 
     def request_commit(self) -> None:
         """Have the commit loop commit soon (auto_ack's acks, answered by nobody)."""

@@ -20,6 +20,7 @@ delivered until the fetch thread has dropped its buffer and moved its fetch posi
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -176,6 +177,12 @@ class PartitionTable:
         # ``hold_at`` (the cap less what librdkafka may hold prefetched meanwhile).
         self.holding = False
         self.on_room: Callable[[], None] = lambda: None
+        # Records were handed out (or nacked with a delay): an ack deadline now exists,
+        # which the redelivery loop sleeps towards (LeaseKeeper.redelivery_loop).
+        self.on_in_flight: Callable[[], None] = lambda: None
+        # The fetch thread started holding consumption back, or paused partitions past
+        # their cap: wakes the CLIENT_BACKPRESSURE watcher (backpressure_watch.py).
+        self.on_backpressure: Callable[[], None] = lambda: None
         self.redelivery = Redelivery()  # the group's policy; the session updates it
         # No record is handed out when less than this is left of a partition's local lease:
         # what was delivered can still be acked and committed under the lease. Without it,
@@ -253,6 +260,8 @@ class PartitionTable:
             room = out and self.buffered_bytes < self.hold_at
         if room:
             self.on_room()
+        if out:
+            self.on_in_flight()
         return out
 
     def _take_from(self, taking: _Taking, count: int, out: list[Slice]) -> None:
@@ -332,6 +341,15 @@ class PartitionTable:
         """``holder`` went away (its stream ended): what it has in flight is due again."""
         return self._each(lambda part, limit: part.acks.release(holder, limit))
 
+    def next_deadline(self) -> float:
+        """The earliest ack deadline of a record in flight in a ready partition (inf:
+        none): when :meth:`expire` next has something to do."""
+        with self.lock:
+            return min(
+                (p.acks.next_deadline() for p in self.partitions.values() if p.ready),
+                default=math.inf,
+            )
+
     def expire(self, now: float) -> Due:
         """Records whose ack deadline passed are due again."""
         return self._each(lambda part, limit: part.acks.expire(now, limit))
@@ -348,6 +366,8 @@ class PartitionTable:
             due.add(part, given_up)
             due.records += part.acks.due - before
             self._check_rewind(part, due)
+        if count and delay > 0:
+            self.on_in_flight()  # due again at a deadline of its own
         return count, due
 
     def nack_all(self, client: str, delay: float) -> tuple[int, Due]:

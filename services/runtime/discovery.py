@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import consul
 import structlog
 
 from dsclient.addresses import parse_host_port
@@ -94,6 +93,8 @@ class ConsulDiscovery:
     name = "consul"
 
     def __init__(self, address: str, *, check_interval: str = "1s") -> None:
+        import consul  # only with --consul: static discovery never loads it (issue 34)
+
         host, port = parse_host_port(address, what="consul address")
         self._address = address
         self._client = consul.Consul(host=host, port=port, connections_timeout=5)
@@ -109,6 +110,8 @@ class ConsulDiscovery:
             raise ConnectionError(f"Consul at {self._address} unreachable: {exc}") from exc
 
     async def register(self, instance: ServiceInstance) -> None:
+        import consul
+
         check = consul.Check.grpc(
             instance.endpoint,
             interval=self._check_interval,

@@ -13,7 +13,6 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-import jwt
 import yaml
 
 from dsclient.watched_file import WatchedFile
@@ -67,6 +66,10 @@ class TokenVerifier:
         return self._jwt_subject(token)
 
     def _jwt_subject(self, token: str) -> str:
+        # PyJWT (and cryptography under it, ~9 MiB) only once a JWT is checked: every
+        # service imports this module with its settings, most never see one (issue 34).
+        import jwt
+
         assert self._key is not None
         settings = self._settings
         try:

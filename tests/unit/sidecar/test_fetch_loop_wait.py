@@ -88,3 +88,50 @@ def test_the_loop_waits_for_the_first_record_only_and_then_takes_what_is_queued(
                 assert before[0] == "poll"
     finally:
         fetcher.stop()
+
+
+def leased_fetcher(consumer: RecordingConsumer) -> Fetcher:
+    """Leased mode as the sidecar runs it: commits go through a commit consumer of their own."""
+    table = PartitionTable(1 << 20, time.monotonic)
+    return Fetcher(
+        consumer,  # type: ignore[arg-type]
+        table,
+        sidecar_id="s",
+        batch=BATCH,
+        on_data=lambda: None,
+        committer=RecordingConsumer(),  # type: ignore[arg-type]
+    )
+
+
+def test_leased_records_do_not_make_the_loop_poll_on_a_short_timeout() -> None:
+    """Issue 34: a record ends the poll() as it arrives, so a short timeout after records
+    only served commits made on this thread; in leased mode they go through the commit
+    consumer, and busy polling (every 2 ms for a second after each record) kept a sidecar
+    at 100 records/s waking 500 times a second for nothing."""
+    consumer = RecordingConsumer()
+    fetcher = leased_fetcher(consumer)
+    fetcher.start()
+    try:
+        consumer.flowing.set()
+        time.sleep(0.1)
+        flowing = consumer.taken()
+        assert any(c[0] == "consume" for c in flowing)  # records were taken
+        assert {c for c in flowing if c[0] == "poll"} == {("poll", 1, POLL_TIMEOUT_SECONDS)}
+    finally:
+        fetcher.stop()
+
+
+def test_a_command_makes_the_loop_busy_so_the_next_one_waits_little() -> None:
+    consumer = RecordingConsumer()
+    fetcher = leased_fetcher(consumer)
+    fetcher.start()
+    try:
+        time.sleep(0.1)
+        assert {c for c in consumer.taken() if c[0] == "poll"} == {
+            ("poll", 1, POLL_TIMEOUT_SECONDS)
+        }
+        assert fetcher.call(lambda: 42).result(timeout=5) == 42
+        time.sleep(0.1)
+        assert ("poll", 1, BUSY_POLL_TIMEOUT_SECONDS) in consumer.taken()
+    finally:
+        fetcher.stop()

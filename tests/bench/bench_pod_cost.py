@@ -1,0 +1,567 @@
+"""Benchmark: what a pod pays for the mesh at the rates services really run (issue 34).
+
+    .venv/bin/python tests/bench/bench_pod_cost.py [--short] [--bootstrap HOST:PORT]
+        [--rates 0,10,100,1000,10000] [--sizes 100,1024] [--paths S,F,Su,Fu,Cu]
+        [--rounds N] [--window SECONDS] [--json PATH]
+
+One producer process writes ``rate`` records/s (each value ``seq:time_ns:`` padded to the
+record size) to a topic of its own per size. In the same window, each in a process of its
+own, reading the same records from the end:
+
+(dc) a direct confluent-kafka consumer, ``assign()``, ``poll(1.0)`` then what is already
+     fetched (``consume(999, 0)``), and a synchronous ``commit()`` after each batch: the
+     sidecar's guarantee (a batch is committed once acked), the baseline of the ratios;
+(da) the same with ``enable.auto.commit`` (librdkafka's default, every 5 s), ``poll(1.0)``
+     per record;
+(S), (F) ``DsClient.stream(use_stream_rpc=True)`` / ``DsClient.fetch`` over TCP, through a
+     sidecar of its own; (Su), (Fu) the same over the sidecar's Unix domain socket; (Cu)
+     ``stream_columns`` over the socket (``ARROW_SHM``): each batch acked with
+     ``ack_nowait`` and every answer checked at the end (the loops of ``bench_sidecar``'s
+     latency row, whose code they run).
+
+Every process does the same per-record work (parse the stamp, keep the first arrival).
+Before any client attaches, the sidecars, the assigner and the notifier are measured idle
+(no client, no traffic). Then, per rate (0: clients attached, no traffic), after a
+warm-up, ``rounds`` windows: per process its CPU (cores, ``/proc/PID/stat``), RSS
+(``VmRSS``) and wake-ups per second (voluntary context switches of all its threads), and
+per path p50/p99 latency from produce to the application. Each figure is printed as the
+median of the rounds and the best (lowest CPU / latency), the mesh's CPU (sidecar +
+application) as a ratio to (dc)'s and (da)'s in the same round; the load average beside
+each rate. ``--json`` writes every figure (docs/benchmarks/results/pod_cost.json).
+Not collected by pytest (file name); never asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import multiprocessing
+import os
+import platform
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+# Light imports only: every reader process (spawn) imports this module again, and its
+# RSS is one of the figures. The mesh's helpers are imported where they are used.
+from tests.support.pod_readers import Arrivals, Reader, produce, read
+from tests.support.proc_usage import UsageRate, read_usage, usage_rate
+
+if TYPE_CHECKING:
+    from tests.support.mesh import Mesh, ServiceProcess
+
+PARTITIONS = 4
+WARM_SECONDS = 3.0
+DRAIN_SECONDS = 3.0
+# A reader's start (a DsClient binds through the assigner to a sidecar that holds leases):
+# on a machine loaded 10-20 deep it took more than two minutes.
+START_SECONDS = 300.0
+# key → (label, reader kind, over the sidecar's Unix domain socket)
+MESH_PATHS = {
+    "S": ("DsClient.stream (Stream RPC) TCP", "stream", False),
+    "F": ("DsClient.fetch TCP", "fetch", False),
+    "Su": ("DsClient.stream (Stream RPC) UDS", "stream", True),
+    "Fu": ("DsClient.fetch UDS", "fetch", True),
+    "Cu": ("DsClient.stream_columns UDS (ARROW_SHM)", "columns", True),
+}
+DIRECT_PATHS = {"dc": ("direct, commit per batch", "commit"), "da": ("direct, auto-commit", "auto")}
+JSON_DEFAULT = Path(__file__).resolve().parents[2] / "docs/benchmarks/results/pod_cost.json"
+
+
+@dataclass(frozen=True)
+class Profile:
+    rates: tuple[float, ...]
+    sizes: tuple[int, ...]
+    paths: tuple[str, ...]
+    rounds: int
+    window: float  # seconds per round
+    idle_window: float
+
+
+FULL = Profile((0, 10, 100, 1000, 10_000), (100, 1024), ("S", "F", "Su", "Fu", "Cu"), 3, 20, 30)
+# CI: a minute or two on a shared 2-core machine.
+SHORT = Profile((100, 1000), (100, 1024), ("S", "F"), 2, 5, 10)
+
+
+# ---- pure parts --------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (nearest rank); NaN for none."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def median_and_best(values: list[float]) -> tuple[float, float]:
+    """The median of the rounds and the best (lowest: CPU, latency, wake-ups)."""
+    if not values:
+        return float("nan"), float("nan")
+    return statistics.median(values), min(values)
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b > 0 else float("nan")
+
+
+@dataclass(frozen=True)
+class Round:
+    """One window of one rate: per path and process its usage; per path its latency."""
+
+    seconds: float
+    load: tuple[float, float, float]
+    usage: dict[str, dict[str, UsageRate]]  # path → process ("app", "sidecar") → usage
+    p50_ms: dict[str, float] = field(default_factory=dict)
+    p99_ms: dict[str, float] = field(default_factory=dict)
+    missed: dict[str, int] = field(default_factory=dict)
+    produced: float = 0.0  # records/s the producer wrote in the window (did it keep up?)
+
+    def cores(self, path: str) -> float:
+        return sum(u.cores for u in self.usage[path].values())
+
+
+def path_summary(rounds: list[Round], path: str, base: str) -> dict[str, Any]:
+    """A path's figures over the rounds: each process's cores, wake-ups/s and RSS, the
+    path's total cores and its ratio to ``base``'s in the same round (median and best),
+    p50/p99 latency (median and best)."""
+    out: dict[str, Any] = {}
+    for name in rounds[0].usage[path]:
+        cores = [r.usage[path][name].cores for r in rounds]
+        wakeups = [r.usage[path][name].wakeups for r in rounds]
+        out[name] = {
+            "cores": median_and_best(cores),
+            "wakeups_per_s": median_and_best(wakeups),
+            "rss_mib": max(r.usage[path][name].rss for r in rounds) / 2**20,
+        }
+    out["total_cores"] = median_and_best([r.cores(path) for r in rounds])
+    out["ratio"] = median_and_best([ratio(r.cores(path), r.cores(base)) for r in rounds])
+    if all(path in r.p99_ms for r in rounds):
+        out["p50_ms"] = median_and_best([r.p50_ms[path] for r in rounds])
+        out["p99_ms"] = median_and_best([r.p99_ms[path] for r in rounds])
+        out["missed"] = sum(r.missed.get(path, 0) for r in rounds)
+    return out
+
+
+# ---- the run --------------------------------------------------------------------------------
+
+
+@dataclass
+class Size:
+    """One size's run: each rate's rounds, and each path's latency by record."""
+
+    size: int
+    idle: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rates: dict[float, list[Round]] = field(default_factory=dict)
+
+
+def measure(pids: dict[str, dict[str, int]], seconds: float) -> dict[str, dict[str, UsageRate]]:
+    """Every process's usage over the next ``seconds``."""
+    before = {p: {n: read_usage(pid) for n, pid in names.items()} for p, names in pids.items()}
+    started = time.monotonic()
+    time.sleep(seconds)
+    took = time.monotonic() - started
+    return {
+        p: {n: usage_rate(before[p][n], read_usage(pid), took) for n, pid in names.items()}
+        for p, names in pids.items()
+    }
+
+
+def sidecar_args(notifier: ServiceProcess) -> tuple[str, ...]:
+    # The production log format (the mesh helpers start services with the dev console).
+    return ("--log-format", "json", "--notifier", notifier.grpc_addr)
+
+
+def run_size(
+    mesh: Mesh,
+    assigner: ServiceProcess,
+    notifier: ServiceProcess,
+    bootstrap: str,
+    size: int,
+    profile: Profile,
+    socket_dir: Path,
+    groups: dict[str, str],
+    topic: str,
+) -> Size:
+    from tests.bench.bench_sidecar import check_transport
+    from tests.support.sidecar_probe import start_sidecar
+
+    ctx = multiprocessing.get_context("spawn")
+    stop, stop_producer = ctx.Event(), ctx.Event()
+    out = ctx.Queue()
+    rate, sent = ctx.Value("d", 0.0), ctx.Value("q", 0)
+    result = Size(size)
+    sidecars: dict[str, ServiceProcess] = {}
+    procs: list[Any] = []
+    firsts: dict[str, Any] = {}
+    pids: dict[str, dict[str, int]] = {}
+    try:
+        for key in profile.paths:
+            env = {"DS_UDS_DIR": str(socket_dir)} if MESH_PATHS[key][2] else {}
+            sidecar = start_sidecar(
+                mesh, groups[key], assigner, f"pod-{uuid.uuid4().hex[:10]}",
+                *sidecar_args(notifier), env=env,
+            )  # fmt: skip
+            sidecars[key] = sidecar
+        for sidecar in sidecars.values():
+            sidecar.wait_serving()
+        idle_pids = {f"sidecar-{k}": {"sidecar": s.pid} for k, s in sidecars.items()}
+        idle_pids["assigner"] = {"assigner": assigner.pid}
+        idle_pids["notifier"] = {"notifier": notifier.pid}
+        time.sleep(WARM_SECONDS)
+        load = os.getloadavg()
+        idle = measure({k: {n: p for n, p in v.items() if p} for k, v in idle_pids.items()},
+                       profile.idle_window)  # fmt: skip
+        result.idle = {
+            k: {"load": load, **{n: asdict(u) for n, u in v.items()}} for k, v in idle.items()
+        }
+        print_idle(size, idle, load, len(sidecars))
+        readers = [
+            Reader(k, kind, bootstrap=bootstrap, topic=topic, partitions=PARTITIONS)
+            for k, (_, kind) in DIRECT_PATHS.items()
+        ]
+        readers += [
+            Reader(k, MESH_PATHS[k][1], group=groups[k], assigner=assigner.grpc_addr)
+            for k in profile.paths
+        ]
+        for reader in readers:
+            key = reader.key
+            ready, firsts[key] = ctx.Event(), ctx.Event()
+            proc = ctx.Process(target=read, args=(reader, ready, firsts[key], stop, out))
+            proc.daemon = True
+            proc.start()
+            procs.append(proc)
+            pids[key] = {"app": proc.pid or 0}
+            if key in sidecars:
+                pids[key]["sidecar"] = sidecars[key].pid or 0
+            if not started(ready, proc, out):
+                raise RuntimeError(f"({key}) did not start: {failure(out)}")
+        producer = ctx.Process(
+            target=produce, args=(bootstrap, topic, PARTITIONS, size, rate, stop_producer, sent)
+        )
+        producer.daemon = True
+        producer.start()
+        rate.value = 10.0
+        for key, event in firsts.items():
+            if not event.wait(START_SECONDS):
+                raise RuntimeError(f"({key}) received no record in {START_SECONDS:.0f} s")
+        windows: dict[float, list[tuple[range, Round]]] = {}
+        for r in profile.rates:
+            rate.value = float(r)
+            time.sleep(WARM_SECONDS)
+            windows[r] = []
+            for _ in range(profile.rounds):
+                start, load = sent.value, os.getloadavg()
+                usage = measure(pids, profile.window)
+                windows[r].append((range(start, sent.value), Round(profile.window, load, usage)))
+            print(f"   {size} B at {r:g} rec/s measured (load {os.getloadavg()[0]:.2f})",
+                  flush=True)  # fmt: skip
+        stop_producer.set()
+        producer.join(30)
+        time.sleep(DRAIN_SECONDS)
+        stop.set()
+        seen: dict[str, Arrivals] = {}
+        for _ in readers:
+            key, got = out.get(timeout=120)
+            if got.error:
+                raise RuntimeError(f"({key}) failed: {got.error}")
+            seen[key] = got
+        for key in profile.paths:
+            check_transport(sidecars[key], f"bench-pod-{key}", uds=MESH_PATHS[key][2])
+        for r, rounds in windows.items():
+            result.rates[r] = [with_latency(rnd, seqs, seen) for seqs, rnd in rounds]
+        return result
+    finally:
+        stop.set()
+        stop_producer.set()
+        for proc in procs:
+            proc.join(15)
+            if proc.is_alive():
+                proc.kill()
+        for sidecar in sidecars.values():
+            sidecar.stop()
+
+
+def started(ready: Any, proc: Any, out: Any) -> bool:
+    """Whether a reader process signalled it is ready; False as soon as it ended without
+    (its error is on ``out``), or after :data:`START_SECONDS`."""
+    deadline = time.monotonic() + START_SECONDS
+    while time.monotonic() < deadline:
+        if ready.wait(1.0):
+            return True
+        if not proc.is_alive():
+            return bool(ready.is_set())
+    return False
+
+
+def failure(out: Any) -> str:
+    """What a reader that failed to start put on ``out``, if anything."""
+    try:
+        key, got = out.get(timeout=5)
+    except Exception:  # nothing came: it is still trying (a DsClient binding)
+        return f"not ready within {START_SECONDS:.0f} s"
+    return f"({key}) {got.error or 'ended'}"
+
+
+def with_latency(rnd: Round, seqs: range, seen: dict[str, Arrivals]) -> Round:
+    """The round with each path's p50/p99 and missed records over the records produced
+    in its window."""
+    p50, p99, missed = {}, {}, {}
+    for key, got in seen.items():
+        values = [got.first_ms[s] for s in seqs if s in got.first_ms]
+        p50[key], p99[key] = percentile(values, 0.5), percentile(values, 0.99)
+        missed[key] = len(seqs) - len(values)
+    produced = len(seqs) / rnd.seconds
+    return replace(rnd, p50_ms=p50, p99_ms=p99, missed=missed, produced=produced)
+
+
+# ---- printing -------------------------------------------------------------------------------
+
+
+def print_idle(
+    size: int, idle: dict[str, dict[str, UsageRate]], load: tuple[float, ...], n: int
+) -> None:
+    print(f"\n== idle, no client, no traffic ({n} sidecars attached; load {load[0]:.2f})")
+    for key, names in idle.items():
+        for name, u in names.items():
+            print(
+                f"   {key:12} {name:9} {u.cores * 100:6.2f} % of a core  "
+                f"{u.wakeups:7.1f} wake-ups/s  RSS {u.rss / 2**20:6.1f} MiB",
+                flush=True,
+            )
+
+
+def fmt(pair: tuple[float, float], scale: float = 1.0, spec: str = "6.1f") -> str:
+    return f"{pair[0] * scale:{spec}} / {pair[1] * scale:{spec}}"
+
+
+def print_size(result: Size, paths: tuple[str, ...]) -> None:
+    labels = {k: v[0] for k, v in (*DIRECT_PATHS.items(), *MESH_PATHS.items())}
+    for r, rounds in result.rates.items():
+        loads = ", ".join(f"{rnd.load[0]:.2f}" for rnd in rounds)
+        made = ", ".join(f"{rnd.produced:.0f}" for rnd in rounds)
+        print(f"\n== {result.size} B at {r:g} records/s ({made} produced), {len(rounds)} rounds "
+              f"(load average at each: {loads}); median / best")  # fmt: skip
+        print(
+            f"   {'path':40} {'mcores app':>15} {'sidecar':>15} {'total':>15} "
+            f"{'x dc':>11} {'x da':>11} {'wakeups/s app':>15} {'sidecar':>15} "
+            f"{'RSS app':>8} {'sidecar':>8} {'p50 ms':>13} {'p99 ms':>13}"
+        )
+        for key in (*DIRECT_PATHS, *paths):
+            s = path_summary(rounds, key, "dc")
+            da = path_summary(rounds, key, "da")["ratio"]
+            side = s.get("sidecar")
+            print(
+                f"   ({key}) {labels[key]:35} {fmt(s['app']['cores'], 1000, '6.0f')} "
+                f"{fmt(side['cores'], 1000, '6.0f') if side else '':>15} "
+                f"{fmt(s['total_cores'], 1000, '6.0f')} {fmt(s['ratio'], 1, '4.1f')} "
+                f"{fmt(da, 1, '4.1f')} {fmt(s['app']['wakeups_per_s'], 1, '6.0f')} "
+                f"{fmt(side['wakeups_per_s'], 1, '6.0f') if side else '':>15} "
+                f"{s['app']['rss_mib']:8.1f} {side['rss_mib'] if side else float('nan'):8.1f} "
+                f"{fmt(s['p50_ms'], 1, '5.1f')} {fmt(s['p99_ms'], 1, '5.1f')}"
+                + (f"  missed {s['missed']}" if s["missed"] else ""),
+                flush=True,
+            )
+
+
+def as_json(results: list[Size], profile: Profile, started: str) -> dict[str, Any]:
+    return {
+        "bench": "bench_pod_cost",
+        "date": started,
+        "machine": {
+            "host": socket.gethostname(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "load_average_end": os.getloadavg(),
+        "profile": asdict(profile),
+        "sizes": [
+            {
+                "size": res.size,
+                "idle": res.idle,
+                "rates": [
+                    {
+                        "rate": r,
+                        "load_averages": [rnd.load for rnd in rounds],
+                        "produced_per_s": [rnd.produced for rnd in rounds],
+                        "paths": {
+                            key: path_summary(rounds, key, "dc")
+                            for key in (*DIRECT_PATHS, *profile.paths)
+                        },
+                    }
+                    for r, rounds in res.rates.items()
+                ],
+            }
+            for res in results
+        ],
+    }
+
+
+def run(
+    bootstrap: str, profile: Profile, log_dir: Path, done: Callable[[list[Size]], None]
+) -> list[Size]:
+    """Every size in turn; ``done`` is given the results so far after each (the JSON is
+    written as they come, so a size that fails leaves the others')."""
+    from services.devstack.kafka import create_topic
+    from tests.support.mesh import running_mesh
+
+    run_id = uuid.uuid4().hex[:6]
+    socket_dir = Path(tempfile.mkdtemp(prefix="ds-pod-uds-"))  # a socket path ≤ 107 bytes
+    topics = {size: f"bench-pod-{size}-{run_id}" for size in profile.sizes}
+    groups = {
+        size: {key: f"g-pod-{key}-{topics[size]}" for key in profile.paths}
+        for size in profile.sizes
+    }
+    for topic in topics.values():
+        create_topic(bootstrap, topic, PARTITIONS)
+    results = []
+    with running_mesh(bootstrap, log_dir) as mesh:
+        notifier = mesh.service("notifier", "--log-format", "json")
+        notifier.wait_serving()
+        assigner = mesh.assigner(
+            [(g, [topics[s]]) for s in profile.sizes for g in groups[s].values()],
+            *sidecar_args(notifier),
+        )
+        assigner.wait_serving()
+        for size in profile.sizes:
+            res = run_size(
+                mesh, assigner, notifier, bootstrap, size, profile, socket_dir,
+                groups[size], topics[size],
+            )  # fmt: skip
+            print_size(res, profile.paths)
+            results.append(res)
+            done(results)
+    return results
+
+
+def _r(value: float | None, digits: int = 1) -> float | None:
+    return None if value is None or value != value else round(value, digits)  # NaN: None
+
+
+def flat_rows(detail: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """:func:`as_json`'s figures as the rows of docs/benchmarks/results (one flat row per
+    process idle, and per size, rate and path; ``x_dc``: the path's CPU over the direct
+    consumer's that commits per batch, in the same round; median, and ``_best``)."""
+    idle: list[dict[str, Any]] = []
+    rates: list[dict[str, Any]] = []
+    for size in detail["sizes"]:
+        for name, procs in size["idle"].items():
+            for proc, usage in procs.items():
+                if proc == "load":
+                    continue
+                idle.append({
+                    "size": size["size"], "process": name,
+                    "cores_pct": _r(usage["cores"] * 100, 2),
+                    "wakeups_per_s": _r(usage["wakeups"]),
+                    "rss_mib": _r(usage["rss"] / 2**20), "load": _r(procs["load"][0]),
+                })  # fmt: skip
+        for rate in size["rates"]:
+            produced = rate.get("produced_per_s") or []
+            for key, p in rate["paths"].items():
+                side = p.get("sidecar")
+                rates.append({
+                    "size": size["size"], "rate": rate["rate"], "path": key,
+                    "produced_per_s": _r(statistics.median(produced)) if produced else None,
+                    "load": _r(statistics.median(x[0] for x in rate["load_averages"])),
+                    "app_mcores": _r(p["app"]["cores"][0] * 1000),
+                    "sidecar_mcores": _r(side["cores"][0] * 1000) if side else None,
+                    "total_mcores": _r(p["total_cores"][0] * 1000),
+                    "total_mcores_best": _r(p["total_cores"][1] * 1000),
+                    "x_dc": _r(p["ratio"][0], 2), "x_dc_best": _r(p["ratio"][1], 2),
+                    "wakeups_app": _r(p["app"]["wakeups_per_s"][0]),
+                    "wakeups_sidecar": _r(side["wakeups_per_s"][0]) if side else None,
+                    "rss_app_mib": _r(p["app"]["rss_mib"]),
+                    "rss_sidecar_mib": _r(side["rss_mib"]) if side else None,
+                    "p50_ms": _r(p["p50_ms"][0]) if "p50_ms" in p else None,
+                    "p99_ms": _r(p["p99_ms"][0]) if "p99_ms" in p else None,
+                })  # fmt: skip
+    return {"idle": idle, "rates": rates}
+
+
+SUMMARY = (
+    "CPU, wake-ups, RSS and latency of a sidecar and its application (DsClient) beside "
+    "direct confluent-kafka consumers (commit per batch: dc; auto-commit: da) reading the "
+    "same records in the same window; median of the rounds (and best)."
+)
+
+
+def write_json(path: Path | None, profile: Profile, started: str, results: list[Size]) -> None:
+    """``path``'s folder gets ``<stem>.json`` in the convention of tests/support/bench_results."""
+    if path is None:
+        return
+    from tests.support.bench_results import write_result
+
+    written = write_result(
+        path.stem,
+        title="A pod's cost at the rates services run (bench_pod_cost)",
+        summary=SUMMARY,
+        load={**asdict(profile), "started": started},
+        results=flat_rows(as_json(results, profile, started)),
+        out_dir=path.parent,
+    )
+    print(f"\nwrote {written}", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--short", action="store_true", help="CI profile (a minute or two)")
+    parser.add_argument("--bootstrap", help="use this Kafka instead of starting one")
+    parser.add_argument("--rates", help="records/s, comma-separated (0: attached, no traffic)")
+    parser.add_argument("--sizes", help="record sizes in bytes, comma-separated")
+    parser.add_argument("--paths", help=f"mesh paths, of {','.join(MESH_PATHS)}")
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--window", type=float, help="seconds per round")
+    parser.add_argument("--json", type=Path, help=f"write the figures here (e.g. {JSON_DEFAULT})")
+    args = parser.parse_args()
+    profile = SHORT if args.short else FULL
+    if args.rates:
+        profile = replace(profile, rates=tuple(float(r) for r in args.rates.split(",")))
+    if args.sizes:
+        profile = replace(profile, sizes=tuple(int(s) for s in args.sizes.split(",")))
+    if args.paths:
+        paths = tuple(p.strip() for p in args.paths.split(",") if p.strip())
+        if unknown := set(paths) - set(MESH_PATHS):
+            parser.error(f"--paths: unknown {sorted(unknown)}; of {','.join(MESH_PATHS)}")
+        profile = replace(profile, paths=paths)
+    if args.rounds:
+        profile = replace(profile, rounds=args.rounds)
+    if args.window:
+        profile = replace(profile, window=args.window)
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    print(f"{started} load average {os.getloadavg()}; {profile}", flush=True)
+    from services.devstack.kafka import KafkaCluster, KafkaOptions
+
+    cluster: KafkaCluster | None = None
+    bootstrap = args.bootstrap or os.environ.get("KAFKA_BOOTSTRAP")
+    if bootstrap is None:
+        cluster = KafkaCluster(KafkaOptions(brokers=1)).start()
+        bootstrap = cluster.bootstrap
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-pod-") as tmp:
+            run(
+                bootstrap,
+                profile,
+                Path(tmp),
+                functools.partial(write_json, args.json, profile, started),
+            )
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    print(f"\ntotal {time.monotonic() - t0:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

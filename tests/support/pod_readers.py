@@ -1,0 +1,193 @@
+"""The processes of ``bench_pod_cost``: a producer at a set rate, direct consumers and
+DsClient loops, each recording when every record first arrived.
+
+Kept apart from the bench and light on imports (confluent-kafka here; DsClient only in the
+process that uses it) so each process's RSS is what its own loop needs: a process started
+with ``spawn`` imports the module of its target and nothing of the parent's.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
+
+if TYPE_CHECKING:
+    from dsclient import Batch, ColumnBatch
+
+PRODUCER = {"enable.idempotence": True, "linger.ms": 1}
+PRODUCER_TICK = 0.001  # the producer's sleep between due checks while producing
+PRODUCER_IDLE_TICK = 0.05  # and while its rate is 0
+# The application's loops: fetch(1000, max_wait 0.2) or a credit of 1000, ack_nowait per
+# batch (bench_sidecar's latency row).
+CLIENT_RECORDS = 1_000
+FETCH_WAIT = 0.2
+
+
+def records_due(elapsed: float, rate: float) -> int:
+    """How many records a producer at ``rate`` records/s owes ``elapsed`` s into a phase."""
+    if rate <= 0 or elapsed <= 0:
+        return 0
+    return int(elapsed * rate)
+
+
+def stamped_value(seq: int, now_ns: int, size: int) -> bytes:
+    """``seq:time_ns:`` padded with ``x`` to ``size`` bytes (longer if the stamp is)."""
+    head = b"%d:%d:" % (seq, now_ns)
+    return head + b"x" * max(0, size - len(head))
+
+
+@dataclass
+class Arrivals:
+    """What one reader saw: first-arrival latency (ms) by seq, and the duplicates."""
+
+    first_ms: dict[int, float] = field(default_factory=dict)
+    duplicates: int = 0
+    error: str = ""
+
+    def see(self, value: bytes, now_ns: int) -> None:
+        seq, stamp, _ = value.split(b":", 2)
+        s = int(seq)
+        if s in self.first_ms:
+            self.duplicates += 1
+        else:
+            self.first_ms[s] = (now_ns - int(stamp)) / 1e6
+
+
+@dataclass(frozen=True)
+class Reader:
+    """One reader process: ``kind`` "commit" | "auto" (direct) or "stream" | "fetch" |
+    "columns" (DsClient, ``group`` at ``assigner``)."""
+
+    key: str
+    kind: str
+    bootstrap: str = ""
+    topic: str = ""
+    partitions: int = 0
+    group: str = ""
+    assigner: str = ""
+
+    @property
+    def client_id(self) -> str:
+        return f"bench-pod-{self.key}"
+
+
+def produce(bootstrap: str, topic: str, partitions: int, size: int, rate: Any, stop: Any,
+            sent: Any) -> None:  # fmt: skip
+    """The producer process: ``rate.value`` records/s (a new phase at each change),
+    round-robin over the partitions; ``sent.value`` counts the records produced."""
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER})
+    seq = done = 0
+    current, started = -1.0, 0.0
+    while not stop.is_set():
+        if rate.value != current:
+            current, started, done = rate.value, time.monotonic(), seq
+        due = done + records_due(time.monotonic() - started, current)
+        while seq < due:
+            producer.produce(topic, value=stamped_value(seq, time.time_ns(), size),
+                             partition=seq % partitions)  # fmt: skip
+            seq += 1
+        sent.value = seq
+        producer.poll(0)
+        time.sleep(PRODUCER_TICK if current > 0 else PRODUCER_IDLE_TICK)
+    producer.flush(10)
+
+
+def read(reader: Reader, ready: Any, first: Any, stop: Any, out: Any) -> None:
+    """A reader process: records every arrival until ``stop``, then puts ``(key,
+    Arrivals)`` on ``out``."""
+    result = Arrivals()
+    try:
+        if reader.kind in ("commit", "auto"):
+            _direct(reader, result, ready, first, stop)
+        else:
+            _client(reader, result, ready, first, stop)
+    except Exception as exc:  # reported by the parent
+        result.error = repr(exc)
+    finally:
+        out.put((reader.key, result))
+
+
+def _direct(reader: Reader, result: Arrivals, ready: Any, first: Any, stop: Any) -> None:
+    """ "commit": poll(1.0), then what is already fetched (consume(999, 0)), a synchronous
+    commit per batch (the sidecar's guarantee); "auto": poll() per record, auto-commit."""
+    auto = reader.kind == "auto"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": reader.bootstrap,
+            "group.id": f"bench-pod-{reader.key}-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": auto,
+        }
+    )
+    try:
+        parts = [TopicPartition(reader.topic, p, OFFSET_END) for p in range(reader.partitions)]
+        consumer.assign(parts)
+        ready.set()
+        while not stop.is_set():
+            m = consumer.poll(1.0)
+            if m is None:
+                continue
+            batch = [m] if auto else [m, *consumer.consume(CLIENT_RECORDS - 1, 0)]
+            now = time.time_ns()
+            for msg in batch:
+                if msg.error() is None:
+                    result.see(msg.value() or b"0:0:", now)
+            if not auto:
+                consumer.commit(asynchronous=False)
+            first.set()
+    finally:
+        consumer.close()
+
+
+def _client(reader: Reader, result: Arrivals, ready: Any, first: Any, stop: Any) -> None:
+    """DsClient: fetch() long-polls, stream() over the Stream RPC, or stream_columns();
+    each batch stamped on arrival and acked with ack_nowait, every answer checked."""
+    from dsclient import ColumnBatch, DsClient
+
+    pending: list[tuple[Future[int], int]] = []
+    with DsClient(reader.group, client_id=reader.client_id, assigner=reader.assigner) as client:
+
+        def handle(batch: Batch | ColumnBatch) -> None:
+            now = time.time_ns()
+            if isinstance(batch, ColumnBatch):
+                for value in batch.table.column("value").to_pylist():
+                    result.see(value, now)
+            else:
+                for r in batch:
+                    result.see(r.value or b"0:0:", now)
+            pending.append((client.ack_nowait(batch), len(batch)))
+            first.set()
+
+        ready.set()
+        if reader.kind == "fetch":
+            while not stop.is_set():
+                batch = client.fetch(max_records=CLIENT_RECORDS, max_wait=FETCH_WAIT)
+                if batch:
+                    handle(batch)
+        else:
+
+            def close_at_stop() -> None:
+                stop.wait()
+                client.close()
+
+            closer = threading.Thread(target=close_at_stop)
+            closer.start()
+            batches: Iterator[Batch] | Iterator[ColumnBatch] = (
+                client.stream_columns(CLIENT_RECORDS)
+                if reader.kind == "columns"
+                else client.stream(CLIENT_RECORDS, use_stream_rpc=True)
+            )
+            for streamed in batches:
+                handle(streamed)
+                if stop.is_set():
+                    break
+            closer.join()
+        for future, count in pending:
+            if future.result(timeout=60) != count:
+                raise RuntimeError("a batch was not acked whole")

@@ -1,0 +1,83 @@
+"""What a process costs, read from ``/proc`` (Linux): CPU seconds, resident memory and
+context switches (wake-ups) over all its threads.
+
+The parsers take the files' text, so they are tested without a process; :func:`read_usage`
+reads them for a pid. A thread that ended between two readings takes its switches with it
+(``/proc/PID/task`` lists live threads only): the services measured keep their threads.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One reading: CPU seconds used so far, resident bytes now, and the context switches
+    of the process's live threads so far (voluntary: the thread slept and was woken)."""
+
+    cpu: float
+    rss: int
+    voluntary: int
+    involuntary: int
+
+
+@dataclass(frozen=True)
+class UsageRate:
+    """Between two readings: cores kept busy, wake-ups per second, resident bytes at the end."""
+
+    cores: float
+    wakeups: float
+    rss: int
+
+
+def stat_cpu_ticks(stat: str) -> int:
+    """User + system clock ticks from ``/proc/PID/stat``. The command name in parentheses
+    may hold spaces and parentheses: the fields follow its last ')'."""
+    fields = stat.rsplit(")", 1)[1].split()
+    # Fields 14 and 15 of proc(5) (utime, stime) are the 12th and 13th after the name.
+    return int(fields[11]) + int(fields[12])
+
+
+def status_fields(status: str) -> dict[str, int]:
+    """The numeric fields of ``/proc/PID/status`` (or a task's): ``kB`` values in bytes."""
+    out: dict[str, int] = {}
+    for line in status.splitlines():
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        if len(parts) == 1 and parts[0].isdigit():
+            out[name] = int(parts[0])
+        elif len(parts) == 2 and parts[0].isdigit() and parts[1] == "kB":
+            out[name] = int(parts[0]) * 1024
+    return out
+
+
+def read_usage(pid: int) -> Usage:
+    """A :class:`Usage` of ``pid`` now."""
+    proc = Path(f"/proc/{pid}")
+    cpu = stat_cpu_ticks((proc / "stat").read_text()) / TICKS_PER_SECOND
+    rss = status_fields((proc / "status").read_text()).get("VmRSS", 0)
+    voluntary = involuntary = 0
+    for task in proc.glob("task/*/status"):
+        try:
+            fields = status_fields(task.read_text())
+        except OSError:
+            continue  # the thread ended meanwhile
+        voluntary += fields.get("voluntary_ctxt_switches", 0)
+        involuntary += fields.get("nonvoluntary_ctxt_switches", 0)
+    return Usage(cpu, rss, voluntary, involuntary)
+
+
+def usage_rate(before: Usage, after: Usage, seconds: float) -> UsageRate:
+    """What the process used per second between two readings ``seconds`` apart."""
+    if seconds <= 0:
+        raise ValueError("a window of no time")
+    return UsageRate(
+        cores=(after.cpu - before.cpu) / seconds,
+        wakeups=max(0, after.voluntary - before.voluntary) / seconds,
+        rss=after.rss,
+    )

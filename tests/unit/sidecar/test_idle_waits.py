@@ -1,0 +1,220 @@
+"""No work while idle (issue 34): the redelivery, commit and backpressure loops sleep until
+a deadline they know of, or until an event gives them one; they no longer look at their
+state on a fixed short tick.
+
+The pure waits (``idle_waits.py``) are held by properties; the loops run on a real
+PartitionTable and LeaseKeeper (Kafka faked at its edge, as in ``stream_harness``) and are
+counted: how many rounds each made while nothing happened, and that the event or deadline
+that matters still wakes them. No wall-clock time is asserted: a loop given a moment makes
+no round at all when idle, and the waits for what must happen are bounded generously.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.consumer_sidecar.acks import NO_LIMIT
+from services.consumer_sidecar.backpressure_watch import watch_backpressure
+from services.consumer_sidecar.idle_waits import (
+    REDELIVERY_CHECK_SECONDS,
+    commit_wait,
+    redelivery_wait,
+)
+from services.consumer_sidecar.partitions import Redelivery
+from services.consumer_sidecar.wakeup import Wakeup
+from services.runtime.topic_partition import TP
+from tests.unit.sidecar.stream_harness import TOPIC, Sidecar
+
+IDLE_LOOK = 1.2  # longer than every tick the loops had (0.5 s and 1 s)
+times = st.floats(0, 1e6)
+
+
+@given(times, times)
+def test_redelivery_sleeps_towards_the_next_deadline_looking_again_at_least_every_check(
+    deadline: float, now: float
+) -> None:
+    wait = redelivery_wait(deadline, now)
+    assert wait is not None
+    assert 0 <= wait <= REDELIVERY_CHECK_SECONDS
+    assert wait <= max(0.0, deadline - now)
+
+
+@given(times)
+def test_redelivery_with_nothing_in_flight_sleeps_until_woken(now: float) -> None:
+    assert redelivery_wait(math.inf, now) is None
+
+
+@given(st.booleans(), st.floats(0.01, 60), st.one_of(st.just(math.inf), times), times)
+def test_commit_wait(pending: bool, interval: float, deadline: float, now: float) -> None:
+    wait = commit_wait(pending, interval, deadline, now)
+    if not pending and math.isinf(deadline):
+        assert wait is None  # idle: until an ack, a renewal or a commit asked for
+        return
+    assert wait is not None and wait >= 0
+    if pending:
+        assert wait <= interval
+    if not math.isinf(deadline):
+        assert wait <= max(0.0, deadline - now)  # never past a lease's local deadline
+
+
+def counting(fn: Callable[..., Any], calls: list[int]) -> Callable[..., Any]:
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return fn(*args, **kwargs)
+
+    return counted
+
+
+def test_a_wakeup_set_from_another_thread_wakes_the_waiting_task() -> None:
+    async def main() -> None:
+        wake = Wakeup()
+        wake.set()  # before bind: dropped (the task looks at the state after binding)
+        assert not wake.is_set()
+        wake.bind(asyncio.get_running_loop())
+        assert not await wake.wait(0.01)
+        threading.Timer(0.05, wake.set).start()
+        assert await wake.wait(30)
+        wake.clear()
+        wake.set()  # on the loop's own thread: set at once
+        assert wake.is_set()
+
+    asyncio.run(main())
+
+
+def test_the_table_says_when_records_go_in_flight_and_their_earliest_deadline() -> None:
+    sidecar = Sidecar()
+    table = sidecar.table
+    signals: list[int] = []
+    table.on_in_flight = lambda: signals.append(1)
+    sidecar.hold(0)
+    assert table.next_deadline() == math.inf
+    sidecar.buffer(0, range(5))
+    before = table.clock()
+    assert table.take(10, 1 << 20)
+    assert signals == [1]
+    deadline = table.next_deadline()
+    assert before + table.redelivery.visibility <= deadline < math.inf
+    assert not table.take(10, 1 << 20)  # nothing handed out: no signal
+    assert signals == [1]
+
+
+def test_an_idle_redelivery_loop_makes_no_round_until_a_delivery_then_expires_it() -> None:
+    async def main() -> None:
+        sidecar = Sidecar()
+        keeper, table = sidecar.keeper, sidecar.table
+        table.redelivery = Redelivery(visibility=0.2, max_deliveries=NO_LIMIT)
+        rounds: list[int] = []
+        keeper.expire_deliveries = counting(keeper.expire_deliveries, rounds)  # type: ignore[method-assign]
+        sidecar.hold(0)
+        sidecar.buffer(0, range(3))
+        loop = asyncio.create_task(keeper.redelivery_loop())
+        try:
+            await asyncio.sleep(IDLE_LOOK)
+            assert rounds == []  # before: a round every 0.5 s
+            assert len(table.take(10, 1 << 20)) == 1  # in flight until 0.2 s from now
+            for _ in range(300):  # the deadline wakes the loop; records come due
+                if table.get(TP(TOPIC, 0)).acks.due:  # type: ignore[union-attr]
+                    break
+                await asyncio.sleep(0.1)
+            assert table.get(TP(TOPIC, 0)).acks.due == 3  # type: ignore[union-attr]
+            assert rounds
+        finally:
+            loop.cancel()
+
+    asyncio.run(main())
+
+
+def test_an_idle_commit_loop_makes_no_round_until_an_ack_or_a_renewal() -> None:
+    async def main() -> None:
+        sidecar = Sidecar()
+        keeper = sidecar.keeper
+        rounds: list[int] = []
+        keeper.commit_all = counting(keeper.commit_all, rounds)  # type: ignore[method-assign]
+        loop = asyncio.create_task(keeper.commit_loop())
+        try:
+            await asyncio.sleep(IDLE_LOOK)
+            assert rounds == []  # before: a round every second
+            keeper.request_commit()
+            for _ in range(300):
+                if rounds:
+                    break
+                await asyncio.sleep(0.01)
+            assert rounds == [1]
+        finally:
+            loop.cancel()
+
+    asyncio.run(main())
+
+
+class SuspendingFetcher:
+    """The fetch thread's suspension of a lapsed lease, recorded."""
+
+    def __init__(self) -> None:
+        self.suspended: list[TP] = []
+
+    def suspend(self, tp: TP) -> None:
+        self.suspended.append(tp)
+
+
+def test_a_renewal_gives_the_idle_commit_loop_the_deadline_it_suspends_the_lease_at() -> None:
+    async def main() -> None:
+        sidecar = Sidecar()
+        keeper = sidecar.keeper
+        suspending = SuspendingFetcher()
+        sidecar.fetcher.suspend = suspending.suspend  # type: ignore[attr-defined]
+        part = sidecar.hold(0, ttl=3600)
+        part.confirmed = False  # a fresh grant: no deadline to pass yet
+        loop = asyncio.create_task(keeper.commit_loop())
+        try:
+            await asyncio.sleep(0.1)  # the loop sleeps: nothing to commit, no deadline
+            part.deadline = 0.0
+            keeper.renew(part.tp, part.epoch, keeper.clock() + 0.2)  # live for 0.2 s
+            assert part.live(keeper.clock())
+            for _ in range(300):
+                if suspending.suspended:
+                    break
+                await asyncio.sleep(0.1)
+            assert suspending.suspended == [part.tp]  # fenced once its deadline passed
+            assert part.suspended_at is not None
+        finally:
+            loop.cancel()
+
+    asyncio.run(main())
+
+
+class Faults:
+    def __init__(self) -> None:
+        self.reports: list[list[TP]] = []
+
+    def backpressure(self, paused: list[TP]) -> None:
+        self.reports.append(list(paused))
+
+
+def test_the_backpressure_watch_sleeps_until_the_fetch_thread_holds_back() -> None:
+    async def main() -> None:
+        sidecar = Sidecar()
+        table = sidecar.table
+        part = sidecar.hold(0)
+        faults = Faults()
+        watch = asyncio.create_task(watch_backpressure(table, faults))  # type: ignore[arg-type]
+        try:
+            await asyncio.sleep(IDLE_LOOK)
+            assert faults.reports == [[]]  # one look at the start, none since
+            part.paused = True  # as the fetch thread pauses past the cap, then says so
+            threading.Thread(target=table.on_backpressure).start()
+            for _ in range(300):
+                if len(faults.reports) > 1:
+                    break
+                await asyncio.sleep(0.01)
+            assert faults.reports[1] == [part.tp]
+        finally:
+            watch.cancel()
+
+    asyncio.run(main())
