@@ -8,8 +8,9 @@ Session messages, after persisting new epochs. The rules (ARCHITECTURE §3, §3.
 * a lease is renewed only by a heartbeat of its holder naming its current epoch, and only
   while it is ``GRANTED``; the assigner's view of its expiry is receive time + TTL + grace,
   and a lease lapses at that expiry, never earlier (whatever happened to its member);
-* a partition moves cooperatively: revoke -> holder releases with its committed offset ->
-  grant to the chosen next holder with epoch + 1 at that offset; a holder that does not
+* a partition moves cooperatively: revoke -> holder commits and releases -> grant to the
+  chosen next holder with epoch + 1, which starts at what Kafka holds (the offsets a
+  holder reports are its word: shown, never a start offset); a holder that does not
   release is waited out until its lease expires (it stops by itself before that);
 * a member that misses heartbeats for TTL + grace is lost; its partitions are balanced
   over the others as their leases lapse (start offset = the group's committed offset);
@@ -99,7 +100,12 @@ class Lease:
     state: LeaseState = LeaseState.FREE
     expires_at: float = 0.0  # assigner view: last renewal receive time + TTL + grace
     next_holder: str | None = None  # handoff target while REVOKING
-    committed: int = COMMITTED  # last committed offset the holder reported
+    # The last committed offset the holder reported: its word, shown and audited, never a
+    # start offset (a sidecar's heartbeat must not move offsets: issue 37, finding 3).
+    committed: int = COMMITTED
+    # Where the next grant starts: COMMITTED (the next holder reads what Kafka holds), or
+    # the offset the assigner itself committed in an offset reset, for the grant after it.
+    start: int = COMMITTED
 
 
 @dataclass
@@ -454,6 +460,7 @@ class GroupCoordinator:
             holder = self.paused.pop(tp, None)
             lease = self.leases[tp]
             lease.committed = offset
+            lease.start = offset
             lease.next_holder = None
             if (
                 holder is not None
@@ -468,7 +475,7 @@ class GroupCoordinator:
 
     def unpause(self, tps: Iterable[TopicPartition], now: float) -> Outcome:
         """A reset that committed nothing: the partitions are granted again as after any
-        handoff (a new epoch, at the offset their holder committed when it released)."""
+        handoff (a new epoch, at what Kafka holds)."""
         self._scan_at = float("-inf")
         for tp in tps:
             if self.paused.pop(tp, None) is not None:
@@ -521,7 +528,7 @@ class GroupCoordinator:
         self.grants_enabled = True
         for lease in self.leases.values():
             if lease.holder is None:
-                lease.committed = COMMITTED
+                lease.committed = lease.start = COMMITTED
         self._rebalance_pending = True
         return Outcome(commands=self._rebalance(now, coalesce=False), membership_changed=True)
 
@@ -794,4 +801,5 @@ class GroupCoordinator:
         lease.state = LeaseState.GRANTED
         lease.next_holder = None
         lease.expires_at = now + self.timing.expiry
-        return GrantCmd(member_id, lease.tp, lease.epoch, lease.committed)
+        start, lease.start = lease.start, COMMITTED
+        return GrantCmd(member_id, lease.tp, lease.epoch, start)

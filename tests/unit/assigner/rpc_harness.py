@@ -31,6 +31,7 @@ from dataservice.assigner.v1 import (
     types_pb2,
 )
 from dataservice.common.v1 import common_pb2
+from services.assigner.external_resets import ExternalResets
 from services.assigner.kafka_cluster import partitions_of
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.offsets import Offsets, PartitionOffsets, unavailable
@@ -227,12 +228,14 @@ def run(
         if serving:
             groups.start_serving()
         view = OffsetsView(offsets)
+        resets = OffsetResets(offsets, kafka)
+        external = ExternalResets(resets, groups.get)
         server = create_server(
             the_settings,
             [
                 GrpcService(
                     "dataservice.assigner.v1.AssignerService",
-                    AssignerServicer(groups, metrics),
+                    AssignerServicer(groups, metrics, external=external),
                     assigner_pb2_grpc.add_AssignerServiceServicer_to_server,
                 ),
                 GrpcService(
@@ -242,9 +245,7 @@ def run(
                 ),
                 GrpcService(
                     "dataservice.assigner.v1.AdminService",
-                    AdminServicer(
-                        groups, view, kafka, the_settings, resets=OffsetResets(offsets, kafka)
-                    ),
+                    AdminServicer(groups, view, kafka, the_settings, resets=resets),
                     admin_pb2_grpc.add_AdminServiceServicer_to_server,
                 ),
             ],
