@@ -781,6 +781,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         reserved = self._reserve_read(max_bytes)
         try:
             read = await self._open(spec, request)
+            start = request.from_offset  # where the next chunk's records begin
             try:
                 while True:
                     chunk = await self._kafka(read.next_chunk, request=request)
@@ -792,7 +793,8 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                             request.client_id, chunk.count, chunk.payload_bytes
                         )
                     # Counted as given once handed to gRPC: the client may commit up to here.
-                    self.serving.range_given(tp, epoch, request.client_id, chunk.next_offset)
+                    self.serving.range_given(tp, epoch, request.client_id, start, chunk.next_offset)
+                    start = chunk.next_offset
                     yield stream_pb2.ReadRangeResponse(
                         records=chunk.records,
                         arrow_ipc=chunk.arrow_ipc,
