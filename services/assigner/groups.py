@@ -307,18 +307,8 @@ class GroupRuntime:
         authorization is on). A re-attach replaces the sidecar's open stream, unless that
         stream is live and another identity holds it: DsError SESSION_HELD, and the holder
         keeps its stream and its leases."""
+        self.check_owner(join.sidecar_id, owner)
         previous = self.connections.get(join.sidecar_id)
-        if (
-            previous is not None
-            and not previous.closed
-            and previous.owner is not None
-            and previous.owner != owner
-        ):
-            raise DsError(
-                Reason.SESSION_HELD,
-                f"sidecar id {join.sidecar_id!r} is held by a live session of another identity",
-                metadata={"sidecar_id": join.sidecar_id, "group": self.record.name},
-            )
         if previous is not None:
             del self.connections[join.sidecar_id]
             previous.close()  # a re-attach replaces the old stream
@@ -362,6 +352,18 @@ class GroupRuntime:
         # which it sends as soon as it is accepted.
         self.apply(outcome, refresh=True)
         return conn
+
+    def check_owner(self, sidecar_id: str, owner: str | None) -> None:
+        """DsError SESSION_HELD if a live session of another identity than ``owner`` holds
+        ``sidecar_id``: a Session or a Leave of it is the holder's alone (issue 37,
+        finding 4). None (authorization off) owns nothing and is refused nothing."""
+        live = self.connections.get(sidecar_id)
+        if live is not None and not live.closed and live.owner is not None and live.owner != owner:
+            raise DsError(
+                Reason.SESSION_HELD,
+                f"sidecar id {sidecar_id!r} is held by a live session of another identity",
+                metadata={"sidecar_id": sidecar_id, "group": self.record.name},
+            )
 
     def detach(self, conn: Connection) -> None:
         """The stream ended. Not a lost lease: the member lives until its TTL runs out."""

@@ -160,6 +160,8 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
     ) -> assigner_pb2.LeaveResponse:
         require_id("sidecar_id", request.sidecar_id)
         group = self.groups.group(request.group)
+        caller = current_identity()
+        group.check_owner(request.sidecar_id, caller.name if caller else None)
         if request.sidecar_id not in group.coordinator.members:
             raise DsError(
                 Reason.SIDECAR_NOT_FOUND,

@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
 import grpc.aio
+import yaml
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import ClusterMetadata, PartitionMetadata, TopicMetadata
 from prometheus_client import CollectorRegistry
@@ -41,6 +43,7 @@ from services.assigner.resets import OffsetResets
 from services.assigner.rpc import AdminServicer, AssignerServicer, BindingServicer
 from services.assigner.settings import AssignerSettings
 from services.assigner.state import GroupRecord
+from services.runtime.auth import AuthSettings, build_guard
 from services.runtime.errors import DsError, Reason, error_info
 from services.runtime.grpcserver import GrpcService, create_server
 from services.runtime.topic_partition import TopicPartition
@@ -214,8 +217,10 @@ def run(
     serving: bool = True,
     settings: AssignerSettings | None = None,
     timeout: float = 20.0,
+    auth: AuthSettings | None = None,
 ) -> None:
-    """Start the servicers on port 0, run ``body`` against them, stop."""
+    """Start the servicers on port 0, run ``body`` against them, stop. With ``auth``, behind
+    the authorization interceptor (callers pass ``as_identity``'s metadata)."""
 
     async def main() -> None:
         the_settings = settings or AssignerSettings(grpc_port=0, http_port=0)
@@ -230,6 +235,7 @@ def run(
         view = OffsetsView(offsets)
         resets = OffsetResets(offsets, kafka)
         external = ExternalResets(resets, groups.get)
+        guard = build_guard(auth, prometheus) if auth is not None else None
         server = create_server(
             the_settings,
             [
@@ -249,6 +255,7 @@ def run(
                     admin_pb2_grpc.add_AdminServiceServicer_to_server,
                 ),
             ],
+            auth=guard.interceptor() if guard is not None else None,
         )
         await server.server.start()
         try:
@@ -274,6 +281,27 @@ def run(
             await server.server.stop(0)
 
     asyncio.run(main())
+
+
+# ---- authorization --------------------------------------------------------------------------
+
+
+def static_auth(directory: Path, identities: Mapping[str, Sequence[str]]) -> AuthSettings:
+    """Authorization on, from a policy file (``identities``) and a static token per
+    identity (:func:`token_of`), written under ``directory``."""
+    policy, tokens = directory / "policy.yaml", directory / "tokens.yaml"
+    policy.write_text(yaml.safe_dump({"identities": {k: list(v) for k, v in identities.items()}}))
+    tokens.write_text(yaml.safe_dump({"tokens": {name: token_of(name) for name in identities}}))
+    return AuthSettings(enabled=True, policy_file=policy, identity_from="token", tokens_file=tokens)
+
+
+def token_of(identity: str) -> str:
+    return f"token-of-{identity}-0123456789"
+
+
+def as_identity(identity: str) -> tuple[tuple[str, str], ...]:
+    """Call metadata that authenticates as ``identity`` (:func:`static_auth`)."""
+    return (("authorization", f"Bearer {token_of(identity)}"),)
 
 
 # ---- calls and their errors --------------------------------------------------------------
@@ -336,9 +364,15 @@ def join(
 class Sidecar:
     """A sidecar's side of one Session stream."""
 
-    def __init__(self, stub: assigner_pb2_grpc.AssignerServiceStub, sidecar_id: str) -> None:
+    def __init__(
+        self,
+        stub: assigner_pb2_grpc.AssignerServiceStub,
+        sidecar_id: str,
+        *,
+        identity: str | None = None,
+    ) -> None:
         self.id = sidecar_id
-        self.call = stub.Session()
+        self.call = stub.Session(metadata=as_identity(identity) if identity else None)
         self.seq = 0
 
     async def join(self, group: str) -> assigner_pb2.SessionAccepted:
