@@ -4,10 +4,12 @@ For each method the interceptor covers it: authenticates the caller (bearer toke
 certificate, :class:`~services.runtime.auth.identity.Authenticator`), reads the permission
 the call needs from its request (:mod:`~services.runtime.auth.rules`; for a client stream,
 from its first message, before the servicer sees it), asks the policy
-(:class:`~services.runtime.auth.policy.Policy`, re-read when its file changes), and either
-serves the call with :data:`~services.runtime.auth.identity.CURRENT` set to the caller, or
-refuses it: ``UNAUTHENTICATED`` or ``PERMISSION_DENIED`` with ErrorInfo (metadata
-``permission`` names what was needed), counted and rate-limit logged by
+(:class:`~services.runtime.auth.policy.Policy`, re-read when its file changes), checks the
+client id the request names against the identities holding the group's client ids
+(:class:`~services.runtime.auth.client_ids.ClientOwners`), and either serves the call with
+:data:`~services.runtime.auth.identity.CURRENT` set to the caller, or refuses it:
+``UNAUTHENTICATED`` or ``PERMISSION_DENIED`` with ErrorInfo (metadata ``permission`` names
+what was needed), counted and rate-limit logged by
 :class:`~services.runtime.auth.refusals.Refusals`. Servicers hold no authorization code.
 """
 
@@ -18,6 +20,7 @@ from typing import Any
 
 import grpc.aio
 
+from services.runtime.auth.client_ids import ClientOwners
 from services.runtime.auth.identity import (
     CURRENT,
     Authenticator,
@@ -43,6 +46,20 @@ def permission_denied(identity: Identity, permission: Permission, method: str) -
     )
 
 
+def client_id_held(identity: Identity, client_id: str, method: str) -> DsError:
+    return DsError(
+        Reason.PERMISSION_DENIED,
+        f"{identity.name!r} may not call {method} as client {client_id!r}: another identity "
+        "holds that client id of the group; use a client id of your own",
+        metadata={
+            "permission": f"client_id:{client_id}",
+            "identity": identity.name,
+            "rpc": method,
+            "client_id": client_id,
+        },
+    )
+
+
 def no_rule(identity: Identity, method: str) -> DsError:
     return DsError(
         Reason.PERMISSION_DENIED,
@@ -61,11 +78,13 @@ class AuthInterceptor(WrappingInterceptor):
         refusals: Refusals,
         *,
         served_group: str = "",
+        clients: ClientOwners | None = None,
     ) -> None:
         self._authenticator = authenticator
         self._policy = policy
         self._refusals = refusals
         self._served_group = served_group
+        self._clients = clients
 
     def covers(self, method: str) -> bool:
         return not is_public(method)
@@ -93,6 +112,11 @@ class AuthInterceptor(WrappingInterceptor):
         permission = rule.permission(request, self._served_group)
         if not self._policy.get().allows(identity.name, permission):
             raise self._refuse(permission_denied(identity, permission, method), identity, method)
+        if rule.client is not None and self._clients is not None:
+            client_id = rule.client(request)
+            if client_id and self._clients.claim(permission.resource, client_id, identity.name):
+                err = client_id_held(identity, client_id, method)
+                raise self._refuse(err, identity, method)
 
     # ---- the wrapping -------------------------------------------------------------------
 

@@ -30,6 +30,9 @@ class Rule:
     resource: Resource | None = None
     # The resource is the serving process's own group (the sidecar's Status).
     served_group: bool = False
+    # Where the request names a client id of the group (bound to the caller's identity:
+    # :mod:`~services.runtime.auth.client_ids`), if it names one.
+    client: Resource | None = None
 
     def permission(self, request: Any, served_group: str) -> Permission:
         if self.served_group:
@@ -53,6 +56,14 @@ def _open_group(request: Any) -> str:
     return str(request.open.group) if request.WhichOneof("kind") == "open" else ""
 
 
+def _client(request: Any) -> str:
+    return str(request.client_id)
+
+
+def _open_client(request: Any) -> str:
+    return str(request.open.client_id) if request.WhichOneof("kind") == "open" else ""
+
+
 _ASSIGNER = "/dataservice.assigner.v1.AssignerService/"
 _BINDING = "/dataservice.assigner.v1.BindingService/"
 _ADMIN = "/dataservice.assigner.v1.AdminService/"
@@ -62,9 +73,9 @@ _NOTIFIER = "/dataservice.notifier.v1.NotifierService/"
 RULES: Mapping[str, Rule] = {
     _ASSIGNER + "Session": Rule(Verb.SESSION, _join_sidecar),
     _ASSIGNER + "Leave": Rule(Verb.SESSION, _sidecar),
-    _BINDING + "Bind": Rule(Verb.READ, _group),
-    _BINDING + "WatchBinding": Rule(Verb.READ, _group),
-    _BINDING + "Unbind": Rule(Verb.READ, _group),
+    _BINDING + "Bind": Rule(Verb.READ, _group, client=_client),
+    _BINDING + "WatchBinding": Rule(Verb.READ, _group, client=_client),
+    _BINDING + "Unbind": Rule(Verb.READ, _group, client=_client),
     _ADMIN + "ListGroups": Rule(Verb.VIEW),
     _ADMIN + "DescribeGroup": Rule(Verb.DESCRIBE, _group),
     _ADMIN + "ListClients": Rule(Verb.DESCRIBE, _group),
@@ -74,12 +85,12 @@ RULES: Mapping[str, Rule] = {
     _ADMIN + "MoveLease": Rule(Verb.ADMIN),
     _ADMIN + "DrainSidecar": Rule(Verb.ADMIN),
     _ADMIN + "UndrainSidecar": Rule(Verb.ADMIN),
-    _STREAM + "Fetch": Rule(Verb.READ, _group),
-    _STREAM + "Stream": Rule(Verb.READ, _open_group),
-    _STREAM + "Ack": Rule(Verb.READ, _group),
-    _STREAM + "Nack": Rule(Verb.READ, _group),
-    _STREAM + "ReadRange": Rule(Verb.READ, _group),
-    _STREAM + "CommitOffsets": Rule(Verb.READ, _group),
+    _STREAM + "Fetch": Rule(Verb.READ, _group, client=_client),
+    _STREAM + "Stream": Rule(Verb.READ, _open_group, client=_open_client),
+    _STREAM + "Ack": Rule(Verb.READ, _group, client=_client),
+    _STREAM + "Nack": Rule(Verb.READ, _group, client=_client),
+    _STREAM + "ReadRange": Rule(Verb.READ, _group, client=_client),
+    _STREAM + "CommitOffsets": Rule(Verb.READ, _group, client=_client),
     _STREAM + "Status": Rule(Verb.READ, served_group=True),
     _NOTIFIER + "ReportFault": Rule(Verb.REPORT),
     _NOTIFIER + "ListFaults": Rule(Verb.VIEW),

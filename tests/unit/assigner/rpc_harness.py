@@ -15,12 +15,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import grpc
 import grpc.aio
-import yaml
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import ClusterMetadata, PartitionMetadata, TopicMetadata
 from prometheus_client import CollectorRegistry
@@ -47,6 +45,7 @@ from services.runtime.auth import AuthSettings, build_guard
 from services.runtime.errors import DsError, Reason, error_info
 from services.runtime.grpcserver import GrpcService, create_server
 from services.runtime.topic_partition import TopicPartition
+from tests.unit.auth_support import as_identity
 
 TOPIC = "orders.v1"
 
@@ -281,27 +280,6 @@ def run(
             await server.server.stop(0)
 
     asyncio.run(main())
-
-
-# ---- authorization --------------------------------------------------------------------------
-
-
-def static_auth(directory: Path, identities: Mapping[str, Sequence[str]]) -> AuthSettings:
-    """Authorization on, from a policy file (``identities``) and a static token per
-    identity (:func:`token_of`), written under ``directory``."""
-    policy, tokens = directory / "policy.yaml", directory / "tokens.yaml"
-    policy.write_text(yaml.safe_dump({"identities": {k: list(v) for k, v in identities.items()}}))
-    tokens.write_text(yaml.safe_dump({"tokens": {name: token_of(name) for name in identities}}))
-    return AuthSettings(enabled=True, policy_file=policy, identity_from="token", tokens_file=tokens)
-
-
-def token_of(identity: str) -> str:
-    return f"token-of-{identity}-0123456789"
-
-
-def as_identity(identity: str) -> tuple[tuple[str, str], ...]:
-    """Call metadata that authenticates as ``identity`` (:func:`static_auth`)."""
-    return (("authorization", f"Bearer {token_of(identity)}"),)
 
 
 # ---- calls and their errors --------------------------------------------------------------

@@ -17,14 +17,13 @@ from dataservice.assigner.v1 import assigner_pb2
 from tests.unit.assigner.rpc_harness import (
     Assigner,
     Sidecar,
-    as_identity,
     join,
     reason_of,
     refused,
     run,
-    static_auth,
     stream_refused,
 )
+from tests.unit.auth_support import as_identity, static_auth
 
 IDENTITIES = {"sc-1": ["sidecar"], "intruder": ["sidecar:sc-1"], "ops": ["admin"]}
 
