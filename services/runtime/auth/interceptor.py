@@ -28,9 +28,9 @@ from services.runtime.auth.identity import (
     bearer_token,
     certificate_name,
 )
-from services.runtime.auth.policy import Permission, Policy
+from services.runtime.auth.policy import Permission, Policy, Verb
 from services.runtime.auth.refusals import Refusals
-from services.runtime.auth.rules import Rule, is_public, rule_for
+from services.runtime.auth.rules import Rule, is_public, peer_host, rule_for
 from services.runtime.errors import DsError, Reason
 from services.runtime.handlers import Behavior, WrappingInterceptor
 from services.runtime.watched_file import WatchedFile
@@ -106,12 +106,23 @@ class AuthInterceptor(WrappingInterceptor):
         except DsError as err:
             raise self._refuse(err, None, method) from None
 
-    def authorize(self, method: str, rule: Rule | None, identity: Identity, request: Any) -> None:
+    def authorize(
+        self, method: str, rule: Rule | None, identity: Identity, request: Any, peer: str = ""
+    ) -> None:
         if rule is None:
             raise self._refuse(no_rule(identity, method), identity, method)
+        policy = self._policy.get()
         permission = rule.permission(request, self._served_group)
-        if not self._policy.get().allows(identity.name, permission):
-            raise self._refuse(permission_denied(identity, permission, method), identity, method)
+        needed = (permission, *(rule.scope(request) if rule.scope is not None else ()))
+        for each in needed:
+            if not policy.allows(identity.name, each):
+                raise self._refuse(permission_denied(identity, each, method), identity, method)
+        if rule.endpoint is not None:
+            host = rule.endpoint(request)
+            advertise = Permission(Verb.ADVERTISE, host)
+            if host and host != peer_host(peer) and not policy.allows(identity.name, advertise):
+                err = permission_denied(identity, advertise, method)
+                raise self._refuse(err, identity, method)
         if rule.client is not None and self._clients is not None:
             client_id = rule.client(request)
             if client_id and self._clients.claim(permission.resource, client_id, identity.name):
@@ -130,7 +141,7 @@ class AuthInterceptor(WrappingInterceptor):
 
             async def unary_stream(request: Any, context: Context) -> AsyncIterator[Any]:
                 identity = self.authenticate(method, context)
-                self.authorize(method, rule, identity, request)
+                self.authorize(method, rule, identity, request, context.peer())
                 CURRENT.set(identity)
                 async for response in behavior(request, context):
                     yield response
@@ -139,7 +150,7 @@ class AuthInterceptor(WrappingInterceptor):
 
         async def unary_unary(request: Any, context: Context) -> Any:
             identity = self.authenticate(method, context)
-            self.authorize(method, rule, identity, request)
+            self.authorize(method, rule, identity, request, context.peer())
             CURRENT.set(identity)
             return await behavior(request, context)
 
@@ -157,7 +168,7 @@ class AuthInterceptor(WrappingInterceptor):
                 first = await anext(iterator)
             except StopAsyncIteration:
                 return None
-            self.authorize(method, rule, identity, first)
+            self.authorize(method, rule, identity, first, context.peer())
             CURRENT.set(identity)
 
             async def chained() -> AsyncIterator[Any]:

@@ -25,7 +25,11 @@ from tests.unit.assigner.rpc_harness import (
 )
 from tests.unit.auth_support import as_identity, static_auth
 
-IDENTITIES = {"sc-1": ["sidecar"], "intruder": ["sidecar:sc-1"], "ops": ["admin"]}
+IDENTITIES = {
+    "sc-1": ["sidecar", "serves:g", "endpoint:*.pod"],
+    "intruder": ["sidecar:sc-1", "serves:g", "endpoint:*.pod"],
+    "ops": ["admin"],
+}
 
 
 def test_leave_by_another_identity_than_the_live_sessions_is_refused(tmp_path: Path) -> None:
