@@ -106,6 +106,10 @@ class Lease:
     # Where the next grant starts: COMMITTED (the next holder reads what Kafka holds), or
     # the offset the assigner itself committed in an offset reset, for the grant after it.
     start: int = COMMITTED
+    # After a restart: the member the current epoch was granted to, from durable state; only
+    # it may adopt the lease by naming the epoch (an epoch is no proof: viewers read them).
+    # None: not known (a record from before holders were kept, or a reset's epoch).
+    granted_to: str | None = None
 
 
 @dataclass
@@ -217,12 +221,14 @@ class GroupCoordinator:
         timing: Timing | None = None,
         *,
         epochs: Mapping[TopicPartition, int] | None = None,
+        holders: Mapping[TopicPartition, str] | None = None,
         settle_until: float = 0.0,
         strategy: Strategy = Strategy.COUNT,
         grants_enabled: bool = True,
     ) -> None:
-        """``epochs`` restores the last epochs from durable state; with them pass
-        ``settle_until`` = start time + TTL + grace (see the module docstring)."""
+        """``epochs`` restores the last epochs from durable state, ``holders`` the member
+        each was granted to; with them pass ``settle_until`` = start time + TTL + grace
+        (see the module docstring)."""
         self.group = group
         self.timing = timing or Timing()
         self.members: dict[str, MemberInfo] = {}
@@ -256,6 +262,7 @@ class GroupCoordinator:
         for tp, epoch in (epochs or {}).items():
             if tp in self.leases:
                 self.leases[tp].epoch = epoch
+                self.leases[tp].granted_to = (holders or {}).get(tp)
 
     # ---- inputs -------------------------------------------------------------------------
 
@@ -299,15 +306,24 @@ class GroupCoordinator:
                 # Released or lapsed for an offset reset: whatever the sidecar still has of
                 # it is from before the reset. Nothing of it may be committed.
                 out.commands.append(RevokeCmd(member.id, h.tp, h.epoch, RevokeWhy.FENCED))
-            elif lease.state is LeaseState.FREE and lease.epoch == h.epoch:
-                # Rebuilt after a restart: the holder's word plus the epoch from durable
-                # state. Epochs are persisted before a grant is sent, so nobody else can
-                # hold this epoch.
+            elif (
+                lease.state is LeaseState.FREE
+                and lease.epoch == h.epoch
+                and lease.granted_to in (None, member.id)
+            ):
+                # Rebuilt after a restart: the holder's word plus the epoch, and the member
+                # it was granted to, from durable state. Epochs and holders are persisted
+                # before a grant is sent, so nobody else can hold this epoch; anyone else
+                # naming it (epochs are visible to viewers) is fenced below.
                 lease.holder = member.id
                 lease.state = LeaseState.GRANTED
                 lease.expires_at = now + self.timing.expiry
                 out.renewed.append(h)
-            elif h.epoch < lease.epoch or lease.holder not in (None, member.id):
+            elif (
+                h.epoch < lease.epoch
+                or lease.holder not in (None, member.id)
+                or lease.granted_to not in (None, member.id)
+            ):
                 out.commands.append(RevokeCmd(member.id, h.tp, h.epoch, RevokeWhy.FENCED))
         # A revoke sent on the broken stream may have been lost: send it again.
         for lease in self.held_by(member.id):
@@ -446,6 +462,7 @@ class GroupCoordinator:
             if not self.is_paused([tp]):
                 raise ValueError(f"{tp} is not paused")
             lease.epoch += 1
+            lease.granted_to = None  # granted back by resume(), which names it
             epochs[tp] = lease.epoch
         return epochs
 
@@ -798,6 +815,7 @@ class GroupCoordinator:
         if new_epoch:
             lease.epoch += 1
         lease.holder = member_id
+        lease.granted_to = member_id
         lease.state = LeaseState.GRANTED
         lease.next_holder = None
         lease.expires_at = now + self.timing.expiry

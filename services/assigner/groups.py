@@ -16,7 +16,7 @@ import math
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -82,7 +82,10 @@ class GroupStore(Protocol):
     def put_group(self, record: GroupRecord) -> asyncio.Future[None]: ...
 
     def put_epochs(
-        self, group: str, epochs: Iterable[tuple[TopicPartition, int]]
+        self,
+        group: str,
+        epochs: Iterable[tuple[TopicPartition, int]],
+        holders: Mapping[TopicPartition, str] | None = None,
     ) -> asyncio.Future[None]:
         """Resolves once the epochs are durable; fails (never hangs) after a bounded time."""
         ...
@@ -203,6 +206,7 @@ class GroupRuntime:
         state: GroupStore | None,
         *,
         epochs: dict[TopicPartition, int] | None = None,
+        holders: dict[TopicPartition, str] | None = None,
         settle_until: float = 0.0,
         clients: Iterable[str] = (),
         drained: Iterable[str] = (),
@@ -228,6 +232,7 @@ class GroupRuntime:
                 rebalance_interval=settings.tick_seconds,
             ),
             epochs=epochs,
+            holders=holders,
             settle_until=settle_until,
             strategy=Strategy(record.balance_strategy),
             grants_enabled=record.mode == "leased",
@@ -723,7 +728,9 @@ class GroupRuntime:
             return {}  # nothing to persist: sent as decided, expiry from the decision
         loop = asyncio.get_running_loop()
         gates: dict[Command, asyncio.Future[bool]] = {g: loop.create_future() for g in grants}
-        durable = self.state.put_epochs(self.name, [(g.tp, g.epoch) for g in grants])
+        durable = self.state.put_epochs(
+            self.name, [(g.tp, g.epoch) for g in grants], {g.tp: g.member for g in grants}
+        )
 
         def settled(future: asyncio.Future[None]) -> None:
             self._settle_grants(gates, None if future.cancelled() else future.exception())

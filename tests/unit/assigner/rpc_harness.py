@@ -102,7 +102,10 @@ class MemoryStore:
         return self._ack("group", record.name, str(record.config_version))
 
     def put_epochs(
-        self, group: str, epochs: Iterable[tuple[TopicPartition, int]]
+        self,
+        group: str,
+        epochs: Iterable[tuple[TopicPartition, int]],
+        holders: Mapping[TopicPartition, str] | None = None,
     ) -> asyncio.Future[None]:
         if self.holding_epochs:
             self.held.append(asyncio.get_running_loop().create_future())
