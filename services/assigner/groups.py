@@ -243,6 +243,11 @@ class GroupRuntime:
         self.operation: str | None = None
         self.connections: dict[str, Connection] = {}
         self.clients: set[str] = set(clients)
+        # Binding liveness (issue 37, finding 6): when each bound client was last renewed
+        # (Bind, a sidecar's report; restored ones from now) and its open watches.
+        self.client_seen: dict[str, float] = dict.fromkeys(self.clients, clock())
+        self.watching: dict[str, int] = {}
+        self._next_binding_sweep = 0.0
         self.watchers: set[asyncio.Queue[types_pb2.Binding]] = set()
         self.binding_version = 0
         self._holders_seen: dict[str, tuple[TopicPartition, ...]] = {}
@@ -433,7 +438,11 @@ class GroupRuntime:
         self, member_id: str, hb: assigner_pb2.SessionHeartbeat, now: float
     ) -> None:
         """A heartbeat's client totals; what no sidecar sends (a negative count, a time
-        that is no time) is taken as 0, past :data:`MAX_REPORTED_CLIENTS` as absent."""
+        that is no time) is taken as 0, past :data:`MAX_REPORTED_CLIENTS` as absent. A
+        bound client a sidecar reports is alive (its binding renewed)."""
+        for c in hb.clients[:MAX_REPORTED_CLIENTS]:
+            if c.client_id in self.client_seen:
+                self.client_seen[c.client_id] = now
         self.client_activity.observe(
             member_id,
             {
@@ -508,6 +517,7 @@ class GroupRuntime:
         self.apply(self.coordinator.move(tp, target, now))
 
     def tick(self, now: float) -> None:
+        self.expire_bindings(now)
         outcome = self.coordinator.disconnect_expired(now)
         for member_id in outcome.lost:
             self.log.warning("sidecar lost: no heartbeat within TTL + grace", sidecar=member_id)
@@ -622,6 +632,7 @@ class GroupRuntime:
                 f"group {self.name!r} has {len(self.clients)} bound clients, the most allowed",
                 metadata={"group": self.name, "limit": str(limit)},
             )
+        self.client_seen[client_id] = self.clock()
         if client_id not in self.clients:
             self.clients.add(client_id)
             self.bound_since[client_id] = time.time()
@@ -630,12 +641,49 @@ class GroupRuntime:
             self.metrics.bindings.labels(self.name).set(len(self.clients))
 
     def unbind(self, client_id: str) -> None:
+        self.client_seen.pop(client_id, None)
         if client_id in self.clients:
             self.clients.discard(client_id)
             self.bound_since.pop(client_id, None)
             if self.state is not None:
                 self._track(self.state.delete_binding(self.name, client_id))
             self.metrics.bindings.labels(self.name).set(len(self.clients))
+
+    def watch_started(self, client_id: str) -> None:
+        """A WatchBinding stream of ``client_id`` opened: its binding lives while it is."""
+        self.watching[client_id] = self.watching.get(client_id, 0) + 1
+
+    def watch_ended(self, client_id: str) -> None:
+        left = self.watching.get(client_id, 0) - 1
+        if left > 0:
+            self.watching[client_id] = left
+        else:
+            self.watching.pop(client_id, None)
+            if client_id in self.clients:  # its window runs from the end of its watch
+                self.client_seen[client_id] = self.clock()
+
+    def expire_bindings(self, now: float) -> list[str]:
+        """Unbind every client nothing renewed within ``binding_liveness_seconds`` (no
+        open watch, no Bind, no sidecar report); the clients unbound. Swept at most every
+        quarter window (O(bound clients))."""
+        window = self.settings.binding_liveness_seconds
+        if now < self._next_binding_sweep:
+            return []
+        self._next_binding_sweep = now + min(window / 4, 5.0)
+        expired = [
+            c
+            for c in self.clients
+            if c not in self.watching and now - self.client_seen.get(c, now) > window
+        ]
+        for client_id in expired:
+            self.unbind(client_id)
+        if expired:
+            self.log.info(
+                "bindings expired: not renewed within the binding liveness window",
+                clients=len(expired),
+                window_seconds=window,
+            )
+        return expired
 
     def open_watch(self) -> asyncio.Queue[types_pb2.Binding]:
         """A bounded queue of the group's new bindings for one WatchBinding stream;

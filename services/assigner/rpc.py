@@ -198,6 +198,7 @@ class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
             raise invalid("known_version", "may not be negative (0: I have no binding yet)")
         group = await self.groups.serving_group(request.group)
         queue = group.open_watch()
+        group.watch_started(request.client_id)
         try:
             # 0 is "none yet" (binding.proto), even while the group's own version is 0.
             if request.known_version == 0 or request.known_version != group.binding_version:
@@ -223,6 +224,7 @@ class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
                 own.client_id = request.client_id
                 yield binding_pb2.WatchBindingResponse(binding=own)
         finally:
+            group.watch_ended(request.client_id)
             group.close_watch(queue)
 
     async def Unbind(
