@@ -126,6 +126,12 @@ class MemberConfig:
     rejection: tuple[int, str] | None = None  # the newest refused (version, reason)
 
 
+# Messages one Session stream may have queued, unread by its sidecar; past it the sidecar
+# is not reading (a stalled or hostile peer) and the session is closed, its queue freed
+# (issue 37, finding 11). A healthy sidecar has a few heartbeat acks and grants queued.
+MAX_QUEUED = 4096
+
+
 @dataclass
 class Connection:
     """One open Session stream of one sidecar, with an ordered outgoing pipeline.
@@ -154,7 +160,7 @@ class Connection:
         if self.closed:
             return
         if after is None and not self._pending:
-            self.queue.put_nowait(message)
+            self._put(message)
             return
         self._pending.append((after, message))
         if self._pump is None:
@@ -163,7 +169,16 @@ class Connection:
     def send_now(self, message: assigner_pb2.SessionResponse) -> None:
         """Ahead of held-back grants (see the class doc)."""
         if not self.closed:
+            self._put(message)
+
+    def _put(self, message: assigner_pb2.SessionResponse) -> None:
+        if self.queue.qsize() < MAX_QUEUED:
             self.queue.put_nowait(message)
+            return
+        log.warning("session closed: its sidecar reads nothing", sidecar=self.member_id)
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.close()
 
     async def _run_pump(self) -> None:
         try:
@@ -186,7 +201,7 @@ class Connection:
                     return  # the stream ended while the write was waited for (close cleared)
                 self._pending.popleft()
                 if send:
-                    self.queue.put_nowait(message)
+                    self._put(message)
         finally:
             self._pump = None
 
