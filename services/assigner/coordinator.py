@@ -8,8 +8,9 @@ Session messages, after persisting new epochs. The rules (ARCHITECTURE §3, §3.
 * a lease is renewed only by a heartbeat of its holder naming its current epoch, and only
   while it is ``GRANTED``; the assigner's view of its expiry is receive time + TTL + grace,
   and a lease lapses at that expiry, never earlier (whatever happened to its member);
-* a partition moves cooperatively: revoke -> holder releases with its committed offset ->
-  grant to the chosen next holder with epoch + 1 at that offset; a holder that does not
+* a partition moves cooperatively: revoke -> holder commits and releases -> grant to the
+  chosen next holder with epoch + 1, which starts at what Kafka holds (the offsets a
+  holder reports are its word: shown, never a start offset); a holder that does not
   release is waited out until its lease expires (it stops by itself before that);
 * a member that misses heartbeats for TTL + grace is lost; its partitions are balanced
   over the others as their leases lapse (start offset = the group's committed offset);
@@ -99,7 +100,16 @@ class Lease:
     state: LeaseState = LeaseState.FREE
     expires_at: float = 0.0  # assigner view: last renewal receive time + TTL + grace
     next_holder: str | None = None  # handoff target while REVOKING
-    committed: int = COMMITTED  # last committed offset the holder reported
+    # The last committed offset the holder reported: its word, shown and audited, never a
+    # start offset (a sidecar's heartbeat must not move offsets: issue 37, finding 3).
+    committed: int = COMMITTED
+    # Where the next grant starts: COMMITTED (the next holder reads what Kafka holds), or
+    # the offset the assigner itself committed in an offset reset, for the grant after it.
+    start: int = COMMITTED
+    # After a restart: the member the current epoch was granted to, from durable state; only
+    # it may adopt the lease by naming the epoch (an epoch is no proof: viewers read them).
+    # None: not known (a record from before holders were kept, or a reset's epoch).
+    granted_to: str | None = None
 
 
 @dataclass
@@ -211,12 +221,14 @@ class GroupCoordinator:
         timing: Timing | None = None,
         *,
         epochs: Mapping[TopicPartition, int] | None = None,
+        holders: Mapping[TopicPartition, str] | None = None,
         settle_until: float = 0.0,
         strategy: Strategy = Strategy.COUNT,
         grants_enabled: bool = True,
     ) -> None:
-        """``epochs`` restores the last epochs from durable state; with them pass
-        ``settle_until`` = start time + TTL + grace (see the module docstring)."""
+        """``epochs`` restores the last epochs from durable state, ``holders`` the member
+        each was granted to; with them pass ``settle_until`` = start time + TTL + grace
+        (see the module docstring)."""
         self.group = group
         self.timing = timing or Timing()
         self.members: dict[str, MemberInfo] = {}
@@ -250,6 +262,7 @@ class GroupCoordinator:
         for tp, epoch in (epochs or {}).items():
             if tp in self.leases:
                 self.leases[tp].epoch = epoch
+                self.leases[tp].granted_to = (holders or {}).get(tp)
 
     # ---- inputs -------------------------------------------------------------------------
 
@@ -293,15 +306,24 @@ class GroupCoordinator:
                 # Released or lapsed for an offset reset: whatever the sidecar still has of
                 # it is from before the reset. Nothing of it may be committed.
                 out.commands.append(RevokeCmd(member.id, h.tp, h.epoch, RevokeWhy.FENCED))
-            elif lease.state is LeaseState.FREE and lease.epoch == h.epoch:
-                # Rebuilt after a restart: the holder's word plus the epoch from durable
-                # state. Epochs are persisted before a grant is sent, so nobody else can
-                # hold this epoch.
+            elif (
+                lease.state is LeaseState.FREE
+                and lease.epoch == h.epoch
+                and lease.granted_to in (None, member.id)
+            ):
+                # Rebuilt after a restart: the holder's word plus the epoch, and the member
+                # it was granted to, from durable state. Epochs and holders are persisted
+                # before a grant is sent, so nobody else can hold this epoch; anyone else
+                # naming it (epochs are visible to viewers) is fenced below.
                 lease.holder = member.id
                 lease.state = LeaseState.GRANTED
                 lease.expires_at = now + self.timing.expiry
                 out.renewed.append(h)
-            elif h.epoch < lease.epoch or lease.holder not in (None, member.id):
+            elif (
+                h.epoch < lease.epoch
+                or lease.holder not in (None, member.id)
+                or lease.granted_to not in (None, member.id)
+            ):
                 out.commands.append(RevokeCmd(member.id, h.tp, h.epoch, RevokeWhy.FENCED))
         # A revoke sent on the broken stream may have been lost: send it again.
         for lease in self.held_by(member.id):
@@ -440,6 +462,7 @@ class GroupCoordinator:
             if not self.is_paused([tp]):
                 raise ValueError(f"{tp} is not paused")
             lease.epoch += 1
+            lease.granted_to = None  # granted back by resume(), which names it
             epochs[tp] = lease.epoch
         return epochs
 
@@ -454,6 +477,7 @@ class GroupCoordinator:
             holder = self.paused.pop(tp, None)
             lease = self.leases[tp]
             lease.committed = offset
+            lease.start = offset
             lease.next_holder = None
             if (
                 holder is not None
@@ -468,7 +492,7 @@ class GroupCoordinator:
 
     def unpause(self, tps: Iterable[TopicPartition], now: float) -> Outcome:
         """A reset that committed nothing: the partitions are granted again as after any
-        handoff (a new epoch, at the offset their holder committed when it released)."""
+        handoff (a new epoch, at what Kafka holds)."""
         self._scan_at = float("-inf")
         for tp in tps:
             if self.paused.pop(tp, None) is not None:
@@ -521,7 +545,7 @@ class GroupCoordinator:
         self.grants_enabled = True
         for lease in self.leases.values():
             if lease.holder is None:
-                lease.committed = COMMITTED
+                lease.committed = lease.start = COMMITTED
         self._rebalance_pending = True
         return Outcome(commands=self._rebalance(now, coalesce=False), membership_changed=True)
 
@@ -791,7 +815,9 @@ class GroupCoordinator:
         if new_epoch:
             lease.epoch += 1
         lease.holder = member_id
+        lease.granted_to = member_id
         lease.state = LeaseState.GRANTED
         lease.next_holder = None
         lease.expires_at = now + self.timing.expiry
-        return GrantCmd(member_id, lease.tp, lease.epoch, lease.committed)
+        start, lease.start = lease.start, COMMITTED
+        return GrantCmd(member_id, lease.tp, lease.epoch, start)

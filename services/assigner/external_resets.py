@@ -10,7 +10,9 @@ one path every reset takes (:class:`~services.assigner.resets.OffsetResets`, sou
 externally committed offset committed under it (an ABSOLUTE reset to it), and the grant
 back to the same holder there. A report counts only from the partition's current holder
 under its current epoch with the lease granted, so one reset follows each external commit:
-reports sent before the reset ended carry the old epoch.
+reports sent before the reset ended carry the old epoch. And a report is the holder's word:
+the reset follows it only when Kafka holds the reported offset when the reset starts (a
+sidecar credential must not move offsets; issue 37, finding 3).
 
 The holders' check has a window Kafka cannot close (no compare-and-set on offsets): an
 external commit landing between a holder's OffsetFetch and its OffsetCommit is overwritten
@@ -52,6 +54,7 @@ log = structlog.get_logger(__name__)
 GATHER_SECONDS = 0.1
 RETRY_SECONDS = 0.2
 LOG_GRACE_SECONDS = 0.3
+COMMIT_LOG = "commit log"  # ExternalReport.found_by: the assigner's own reading of the log
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,7 @@ class ExternalResets:
             holder=lease.holder,
         )  # fmt: skip
         found = ExternalReport(
-            lease.holder, lease.epoch, lease.committed, offset, metadata, "commit log"
+            lease.holder, lease.epoch, lease.committed, offset, metadata, COMMIT_LOG
         )
         self._queue(group, {tp: found})
 
@@ -231,10 +234,41 @@ class ExternalResets:
         finally:
             self._running.discard(group.name)
 
+    async def _shown_by_kafka(
+        self, group: GroupRuntime, reports: dict[TopicPartition, ExternalReport]
+    ) -> dict[TopicPartition, ExternalReport]:
+        """The reports whose offset Kafka holds now. A holder's report is its word, and a
+        reset moves offsets, which only an admin may ask for (issue 37, finding 3): one
+        Kafka does not show is dropped. The commit log's own finds are the assigner's
+        reading of ``__consumer_offsets`` (already overwritten in Kafka), kept as found."""
+        told = sorted(tp for tp, r in reports.items() if r.found_by != COMMIT_LOG)
+        if not told:
+            return reports
+        try:
+            held = await asyncio.to_thread(self.resets.kafka.read, group.name, told)
+        except DsError as exc:
+            log.warning("cannot check reported external commits", group=group.name, error=str(exc))
+            return {tp: r for tp, r in reports.items() if r.found_by == COMMIT_LOG}
+        shown = {}
+        for tp, r in reports.items():
+            kafka = held[tp].committed if tp in held else None
+            if r.found_by == COMMIT_LOG or kafka == r.offset:
+                shown[tp] = r
+                continue
+            log.warning(
+                "reported external commit not in Kafka: ignored",
+                group=group.name, topic=tp.topic, partition=tp.partition, reported=r.offset,
+                kafka=kafka, holder=r.holder,
+            )  # fmt: skip
+        return shown
+
     async def _reset(
         self, group: GroupRuntime, reports: dict[TopicPartition, ExternalReport]
     ) -> bool:
         """One reset to the external offsets; False to retry (another operation runs)."""
+        reports = await self._shown_by_kafka(group, reports)
+        if not reports:
+            return True
         writers = sorted({commitmeta.describe_writer(r.metadata) for r in reports.values()})
         order = ResetOrder(
             ResetSpec(Strategy.ABSOLUTE, {tp: r.offset for tp, r in reports.items()}),

@@ -16,7 +16,7 @@ import math
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -82,7 +82,10 @@ class GroupStore(Protocol):
     def put_group(self, record: GroupRecord) -> asyncio.Future[None]: ...
 
     def put_epochs(
-        self, group: str, epochs: Iterable[tuple[TopicPartition, int]]
+        self,
+        group: str,
+        epochs: Iterable[tuple[TopicPartition, int]],
+        holders: Mapping[TopicPartition, str] | None = None,
     ) -> asyncio.Future[None]:
         """Resolves once the epochs are durable; fails (never hangs) after a bounded time."""
         ...
@@ -123,6 +126,12 @@ class MemberConfig:
     rejection: tuple[int, str] | None = None  # the newest refused (version, reason)
 
 
+# Messages one Session stream may have queued, unread by its sidecar; past it the sidecar
+# is not reading (a stalled or hostile peer) and the session is closed, its queue freed
+# (issue 37, finding 11). A healthy sidecar has a few heartbeat acks and grants queued.
+MAX_QUEUED = 4096
+
+
 @dataclass
 class Connection:
     """One open Session stream of one sidecar, with an ordered outgoing pipeline.
@@ -151,7 +160,7 @@ class Connection:
         if self.closed:
             return
         if after is None and not self._pending:
-            self.queue.put_nowait(message)
+            self._put(message)
             return
         self._pending.append((after, message))
         if self._pump is None:
@@ -160,7 +169,16 @@ class Connection:
     def send_now(self, message: assigner_pb2.SessionResponse) -> None:
         """Ahead of held-back grants (see the class doc)."""
         if not self.closed:
+            self._put(message)
+
+    def _put(self, message: assigner_pb2.SessionResponse) -> None:
+        if self.queue.qsize() < MAX_QUEUED:
             self.queue.put_nowait(message)
+            return
+        log.warning("session closed: its sidecar reads nothing", sidecar=self.member_id)
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.close()
 
     async def _run_pump(self) -> None:
         try:
@@ -183,7 +201,7 @@ class Connection:
                     return  # the stream ended while the write was waited for (close cleared)
                 self._pending.popleft()
                 if send:
-                    self.queue.put_nowait(message)
+                    self._put(message)
         finally:
             self._pump = None
 
@@ -203,6 +221,7 @@ class GroupRuntime:
         state: GroupStore | None,
         *,
         epochs: dict[TopicPartition, int] | None = None,
+        holders: dict[TopicPartition, str] | None = None,
         settle_until: float = 0.0,
         clients: Iterable[str] = (),
         drained: Iterable[str] = (),
@@ -228,6 +247,7 @@ class GroupRuntime:
                 rebalance_interval=settings.tick_seconds,
             ),
             epochs=epochs,
+            holders=holders,
             settle_until=settle_until,
             strategy=Strategy(record.balance_strategy),
             grants_enabled=record.mode == "leased",
@@ -238,6 +258,11 @@ class GroupRuntime:
         self.operation: str | None = None
         self.connections: dict[str, Connection] = {}
         self.clients: set[str] = set(clients)
+        # Binding liveness (issue 37, finding 6): when each bound client was last renewed
+        # (Bind, a sidecar's report; restored ones from now) and its open watches.
+        self.client_seen: dict[str, float] = dict.fromkeys(self.clients, clock())
+        self.watching: dict[str, int] = {}
+        self._next_binding_sweep = 0.0
         self.watchers: set[asyncio.Queue[types_pb2.Binding]] = set()
         self.binding_version = 0
         self._holders_seen: dict[str, tuple[TopicPartition, ...]] = {}
@@ -307,18 +332,8 @@ class GroupRuntime:
         authorization is on). A re-attach replaces the sidecar's open stream, unless that
         stream is live and another identity holds it: DsError SESSION_HELD, and the holder
         keeps its stream and its leases."""
+        self.check_owner(join.sidecar_id, owner)
         previous = self.connections.get(join.sidecar_id)
-        if (
-            previous is not None
-            and not previous.closed
-            and previous.owner is not None
-            and previous.owner != owner
-        ):
-            raise DsError(
-                Reason.SESSION_HELD,
-                f"sidecar id {join.sidecar_id!r} is held by a live session of another identity",
-                metadata={"sidecar_id": join.sidecar_id, "group": self.record.name},
-            )
         if previous is not None:
             del self.connections[join.sidecar_id]
             previous.close()  # a re-attach replaces the old stream
@@ -362,6 +377,18 @@ class GroupRuntime:
         # which it sends as soon as it is accepted.
         self.apply(outcome, refresh=True)
         return conn
+
+    def check_owner(self, sidecar_id: str, owner: str | None) -> None:
+        """DsError SESSION_HELD if a live session of another identity than ``owner`` holds
+        ``sidecar_id``: a Session or a Leave of it is the holder's alone (issue 37,
+        finding 4). None (authorization off) owns nothing and is refused nothing."""
+        live = self.connections.get(sidecar_id)
+        if live is not None and not live.closed and live.owner is not None and live.owner != owner:
+            raise DsError(
+                Reason.SESSION_HELD,
+                f"sidecar id {sidecar_id!r} is held by a live session of another identity",
+                metadata={"sidecar_id": sidecar_id, "group": self.record.name},
+            )
 
     def detach(self, conn: Connection) -> None:
         """The stream ended. Not a lost lease: the member lives until its TTL runs out."""
@@ -426,7 +453,11 @@ class GroupRuntime:
         self, member_id: str, hb: assigner_pb2.SessionHeartbeat, now: float
     ) -> None:
         """A heartbeat's client totals; what no sidecar sends (a negative count, a time
-        that is no time) is taken as 0, past :data:`MAX_REPORTED_CLIENTS` as absent."""
+        that is no time) is taken as 0, past :data:`MAX_REPORTED_CLIENTS` as absent. A
+        bound client a sidecar reports is alive (its binding renewed)."""
+        for c in hb.clients[:MAX_REPORTED_CLIENTS]:
+            if c.client_id in self.client_seen:
+                self.client_seen[c.client_id] = now
         self.client_activity.observe(
             member_id,
             {
@@ -501,6 +532,7 @@ class GroupRuntime:
         self.apply(self.coordinator.move(tp, target, now))
 
     def tick(self, now: float) -> None:
+        self.expire_bindings(now)
         outcome = self.coordinator.disconnect_expired(now)
         for member_id in outcome.lost:
             self.log.warning("sidecar lost: no heartbeat within TTL + grace", sidecar=member_id)
@@ -615,6 +647,7 @@ class GroupRuntime:
                 f"group {self.name!r} has {len(self.clients)} bound clients, the most allowed",
                 metadata={"group": self.name, "limit": str(limit)},
             )
+        self.client_seen[client_id] = self.clock()
         if client_id not in self.clients:
             self.clients.add(client_id)
             self.bound_since[client_id] = time.time()
@@ -623,12 +656,49 @@ class GroupRuntime:
             self.metrics.bindings.labels(self.name).set(len(self.clients))
 
     def unbind(self, client_id: str) -> None:
+        self.client_seen.pop(client_id, None)
         if client_id in self.clients:
             self.clients.discard(client_id)
             self.bound_since.pop(client_id, None)
             if self.state is not None:
                 self._track(self.state.delete_binding(self.name, client_id))
             self.metrics.bindings.labels(self.name).set(len(self.clients))
+
+    def watch_started(self, client_id: str) -> None:
+        """A WatchBinding stream of ``client_id`` opened: its binding lives while it is."""
+        self.watching[client_id] = self.watching.get(client_id, 0) + 1
+
+    def watch_ended(self, client_id: str) -> None:
+        left = self.watching.get(client_id, 0) - 1
+        if left > 0:
+            self.watching[client_id] = left
+        else:
+            self.watching.pop(client_id, None)
+            if client_id in self.clients:  # its window runs from the end of its watch
+                self.client_seen[client_id] = self.clock()
+
+    def expire_bindings(self, now: float) -> list[str]:
+        """Unbind every client nothing renewed within ``binding_liveness_seconds`` (no
+        open watch, no Bind, no sidecar report); the clients unbound. Swept at most every
+        quarter window (O(bound clients))."""
+        window = self.settings.binding_liveness_seconds
+        if now < self._next_binding_sweep:
+            return []
+        self._next_binding_sweep = now + min(window / 4, 5.0)
+        expired = [
+            c
+            for c in self.clients
+            if c not in self.watching and now - self.client_seen.get(c, now) > window
+        ]
+        for client_id in expired:
+            self.unbind(client_id)
+        if expired:
+            self.log.info(
+                "bindings expired: not renewed within the binding liveness window",
+                clients=len(expired),
+                window_seconds=window,
+            )
+        return expired
 
     def open_watch(self) -> asyncio.Queue[types_pb2.Binding]:
         """A bounded queue of the group's new bindings for one WatchBinding stream;
@@ -721,7 +791,9 @@ class GroupRuntime:
             return {}  # nothing to persist: sent as decided, expiry from the decision
         loop = asyncio.get_running_loop()
         gates: dict[Command, asyncio.Future[bool]] = {g: loop.create_future() for g in grants}
-        durable = self.state.put_epochs(self.name, [(g.tp, g.epoch) for g in grants])
+        durable = self.state.put_epochs(
+            self.name, [(g.tp, g.epoch) for g in grants], {g.tp: g.member for g in grants}
+        )
 
         def settled(future: asyncio.Future[None]) -> None:
             self._settle_grants(gates, None if future.cancelled() else future.exception())

@@ -195,6 +195,7 @@ class GroupRegistry:
                 self.metrics,
                 self.store,
                 epochs=snapshot.epochs.get(record.name, {}),
+                holders=snapshot.holders.get(record.name, {}),
                 settle_until=settle_until,
                 clients=snapshot.bindings.get(record.name, set()),
                 drained=snapshot.drained.get(record.name, set()),

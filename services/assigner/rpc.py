@@ -160,6 +160,8 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
     ) -> assigner_pb2.LeaveResponse:
         require_id("sidecar_id", request.sidecar_id)
         group = self.groups.group(request.group)
+        caller = current_identity()
+        group.check_owner(request.sidecar_id, caller.name if caller else None)
         if request.sidecar_id not in group.coordinator.members:
             raise DsError(
                 Reason.SIDECAR_NOT_FOUND,
@@ -196,6 +198,7 @@ class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
             raise invalid("known_version", "may not be negative (0: I have no binding yet)")
         group = await self.groups.serving_group(request.group)
         queue = group.open_watch()
+        group.watch_started(request.client_id)
         try:
             # 0 is "none yet" (binding.proto), even while the group's own version is 0.
             if request.known_version == 0 or request.known_version != group.binding_version:
@@ -221,6 +224,7 @@ class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
                 own.client_id = request.client_id
                 yield binding_pb2.WatchBindingResponse(binding=own)
         finally:
+            group.watch_ended(request.client_id)
             group.close_watch(queue)
 
     async def Unbind(

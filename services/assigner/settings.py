@@ -104,6 +104,13 @@ class AssignerSettings(ServiceSettings):
         le=10_000_000,
         description="bound clients per group (Bind past it: RESOURCE_EXHAUSTED TOO_MANY_CLIENTS)",
     )
+    binding_liveness_seconds: float = Field(
+        120.0,
+        ge=0.1,
+        le=86_400,
+        description="a client's binding expires (is unbound) when nothing renewed it for "
+        "this long: no open WatchBinding stream of it, no Bind, no sidecar reporting it",
+    )
     max_watchers_per_group: int = Field(
         10_000, ge=1, le=10_000_000, description="open WatchBinding streams per group"
     )

@@ -28,7 +28,7 @@ import asyncio
 import dataclasses
 import json
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +88,8 @@ class GroupRecord:
 class StateSnapshot:
     groups: dict[str, GroupRecord] = field(default_factory=dict)
     epochs: dict[str, dict[TP, int]] = field(default_factory=dict)
+    # The member each current epoch was granted to (absent: unknown, or a reset's epoch).
+    holders: dict[str, dict[TP, str]] = field(default_factory=dict)
     bindings: dict[str, set[str]] = field(default_factory=dict)
     drained: dict[str, set[str]] = field(default_factory=dict)
     # The last leader that confirmed its term through the topic (a Consul outage).
@@ -168,10 +170,18 @@ def _apply(snapshot: StateSnapshot, key: bytes, value: bytes | None) -> None:
     elif kind == "epoch":
         group, topic, partition = _names(parts, 4, kind, last_int=True)
         # Epochs only grow: a tombstone (back to none) is never written, so never applied.
-        epoch = _epoch(_json(_value(value, kind), kind, "value"))
+        data = _json(_value(value, kind), kind, "value")
+        epoch = _epoch(data)
         epochs = snapshot.epochs.setdefault(str(group), {})
+        holders = snapshot.holders.setdefault(str(group), {})
         tp = TP(str(topic), int(partition))
         # Never let a replayed older record lower an epoch.
+        if epoch >= epochs.get(tp, 0):
+            holder = data.get("holder")
+            if isinstance(holder, str) and holder:
+                holders[tp] = holder
+            else:
+                holders.pop(tp, None)
         epochs[tp] = max(epochs.get(tp, 0), epoch)
     elif kind == "binding":  # Unbind writes a tombstone
         _apply_membership(snapshot.bindings, parts, value, kind)
@@ -239,6 +249,10 @@ def _group(name: str, data: Any) -> GroupRecord:
     if record.config_version < 1:
         raise BadRecord("group", "config_version is >= 1")
     return record
+
+
+def _epoch_value(epoch: int, holder: str | None) -> dict[str, Any]:
+    return {"epoch": epoch, "holder": holder} if holder else {"epoch": epoch}
 
 
 def _epoch(data: Any) -> int:
@@ -318,12 +332,21 @@ class StateStore:
     def put_group(self, record: GroupRecord) -> asyncio.Future[None]:
         return self._write([(_key("group", record.name), json.dumps(record.to_json()).encode())])
 
-    def put_epochs(self, group: str, epochs: Iterable[tuple[TP, int]]) -> asyncio.Future[None]:
+    def put_epochs(
+        self,
+        group: str,
+        epochs: Iterable[tuple[TP, int]],
+        holders: Mapping[TP, str] | None = None,
+    ) -> asyncio.Future[None]:
         """Resolves once durable; fails after ``epoch_write_timeout`` (the grant waiting
-        for it is then taken back, never sent)."""
+        for it is then taken back, never sent). ``holders``: the member each epoch is
+        granted to, kept with it (only that member adopts it after a restart)."""
         return self._write(
             [
-                (_key("epoch", group, tp.topic, tp.partition), json.dumps({"epoch": e}).encode())
+                (
+                    _key("epoch", group, tp.topic, tp.partition),
+                    json.dumps(_epoch_value(e, (holders or {}).get(tp))).encode(),
+                )
                 for tp, e in epochs
             ],
             timeout=self.epoch_write_timeout,

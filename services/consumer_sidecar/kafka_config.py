@@ -37,7 +37,11 @@ __all__ = [
 # handle (Fetcher._out_of_range: counted, reported, moved), never a silent jump. Set after
 # the group's consumer_config, whose auto.offset.reset only says which way the move goes.
 LEASED_OVERRIDES: dict[str, object] = {"auto.offset.reset": "error"}
-_SECRET_KEYS = ("password", "secret", "token", "key.pem")
+_SECRET_KEYS = ("password", "secret", "token", "key.pem", "jaas", "credential")
+# Every SASL value but the mechanism is a credential or names the principal
+# (sasl.oauthbearer.config and .extensions carry client secrets): Status shows none of
+# them to the group's readers (issue 37, finding 12).
+_SHOWN_SASL = frozenset({"sasl.mechanism", "sasl.mechanisms"})
 _CALLBACKS = ("stats_cb", "error_cb", "logger")
 _TO_END = frozenset({"latest", "largest", "end"})
 
@@ -114,9 +118,15 @@ def reader_config(settings: SidecarSettings) -> dict[str, Any]:
 
 def shown_config(config: Mapping[str, Any]) -> dict[str, str]:
     """A consumer configuration as Status shows it: values as strings, sorted, secrets
-    masked, no callbacks."""
+    and every ``sasl.*`` value but the mechanism masked, no callbacks."""
     return {
-        key: ("***" if any(s in key for s in _SECRET_KEYS) else str(value))
+        key: ("***" if _is_secret(key) else str(value))
         for key, value in sorted(config.items())
         if key not in _CALLBACKS
     }
+
+
+def _is_secret(key: str) -> bool:
+    if key.startswith("sasl.") and key not in _SHOWN_SASL:
+        return True
+    return any(s in key for s in _SECRET_KEYS)

@@ -89,6 +89,13 @@ DEFAULT_MAX_RECORDS = 500
 MAX_RECORDS = 100_000
 DEFAULT_MAX_BYTES = 1024 * 1024
 MAX_BYTES = 64 * 1024 * 1024
+# What every gRPC client receives by default (Go, Java, Python, grpcurl: 4 MiB). A larger
+# message is refused by the client *after* the server sent it, unseen by the server: an
+# auto_ack Fetch is kept within it, and one that is not (a single larger record) is not
+# acked (issue 37, finding 8).
+CLIENT_RECEIVE_LIMIT = 4 * 1024 * 1024
+# auto_ack's byte budget: the limit less room for what the budget estimates (framing).
+AUTO_ACK_MAX_BYTES = CLIENT_RECEIVE_LIMIT - 256 * 1024
 DEFAULT_MAX_WAIT = 0.5
 MAX_WAIT = 30.0
 MAX_ACKS = 100_000
@@ -375,6 +382,8 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         if not self.serving.has_joined():
             raise DsError(Reason.SERVICE_NOT_READY, "sidecar has not joined the assigner yet")
         holder: Holder = (request.client_id, 0)
+        if request.auto_ack:
+            max_bytes = min(max_bytes, AUTO_ACK_MAX_BYTES)
         deadline = time.monotonic() + max_wait
         while True:
             taken = self.serving.take(max_records, max_bytes, holder)
@@ -384,18 +393,23 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             self.serving.data_ready.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.serving.data_ready.wait(), remaining)
+        response: stream_pb2.FetchResponse | bytes = (
+            wire.fetch_response(taken)
+            if columns
+            else stream_pb2.FetchResponse(records=_records(taken))
+        )
+        auto_ack = request.auto_ack and _fits_any_client(response)
         if taken:
             # Whether the response reaches the client is known when the call ends: only
             # then are auto_ack's records acked, and records of a call that was cancelled
-            # (client deadline, closed channel) are delivered again at once.
-            auto_ack = request.auto_ack
+            # (client deadline, closed channel) are delivered again at once. A response
+            # some client may refuse unseen is not auto-acked: in flight, acked explicitly
+            # or delivered again.
             done = functools.partial(self._fetch_done, taken=taken, auto_ack=auto_ack)
             context.add_done_callback(cast("grpc.aio.DoneCallback[Any, Any]", done))
         if self.clients is not None:
-            self.clients.delivered(request.client_id, taken, acked=request.auto_ack)
-        if columns:
-            return wire.fetch_response(taken)
-        return stream_pb2.FetchResponse(records=_records(taken))
+            self.clients.delivered(request.client_id, taken, acked=auto_ack)
+        return response
 
     def _fetch_done(self, context: Any, *, taken: list[Slice], auto_ack: bool) -> None:
         """A Fetch that handed out ``taken`` ended: sent (auto_ack: now acked), or ended
@@ -781,6 +795,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         reserved = self._reserve_read(max_bytes)
         try:
             read = await self._open(spec, request)
+            start = request.from_offset  # where the next chunk's records begin
             try:
                 while True:
                     chunk = await self._kafka(read.next_chunk, request=request)
@@ -792,7 +807,8 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                             request.client_id, chunk.count, chunk.payload_bytes
                         )
                     # Counted as given once handed to gRPC: the client may commit up to here.
-                    self.serving.range_given(tp, epoch, request.client_id, chunk.next_offset)
+                    self.serving.range_given(tp, epoch, request.client_id, start, chunk.next_offset)
+                    start = chunk.next_offset
                     yield stream_pb2.ReadRangeResponse(
                         records=chunk.records,
                         arrow_ipc=chunk.arrow_ipc,
@@ -1091,6 +1107,19 @@ def _shared_response(state: _StreamState) -> tuple[stream_pb2.StreamResponse, li
         sent += 1
     done, state.pending = state.pending[:sent], state.pending[sent:]
     return stream_pb2.StreamResponse(batch=batch), done
+
+
+def _fits_any_client(response: stream_pb2.FetchResponse | bytes) -> bool:
+    """Whether every client receives ``response`` (:data:`CLIENT_RECEIVE_LIMIT`)."""
+    size = len(response) if isinstance(response, bytes) else response.ByteSize()
+    if size <= CLIENT_RECEIVE_LIMIT:
+        return True
+    log.warning(
+        "auto_ack Fetch response larger than clients accept by default: not acked",
+        bytes=size,
+        limit=CLIENT_RECEIVE_LIMIT,
+    )
+    return False
 
 
 def _records(slices: list[Slice]) -> list[Any]:

@@ -149,25 +149,27 @@ class Serving:
         """Every record of ``client`` in flight here given back; how many."""
         return self._keeper.nack_all(client, delay)
 
-    def range_given(self, tp: TP, epoch: int, client: str, next_offset: int) -> None:
-        """ReadRange sent ``client`` the records of ``tp`` below ``next_offset`` under
-        ``epoch`` (:meth:`RangeReads.given`): how far it may commit."""
-        self._range_reads.given(tp, epoch, client, next_offset)
+    def range_given(self, tp: TP, epoch: int, client: str, start: int, next_offset: int) -> None:
+        """ReadRange sent ``client`` the records of ``tp`` in ``[start, next_offset)`` under
+        ``epoch`` (:meth:`RangeReads.given`): what it may commit past."""
+        self._range_reads.given(tp, epoch, client, start, next_offset)
 
     async def commit_offsets(
         self, commits: list[ExplicitCommit], client: str
     ) -> list[CommitOutcome]:
         """``client``'s explicit commits, each fenced by its lease epoch and bound to what
-        ReadRange gave ``client`` under it (:meth:`RangeReads.commit_problem`); outcomes in
-        their order. A commit the lease refuses is answered with the lease's reason (the
+        ReadRange gave ``client`` under it from the partition's committed offset on
+        (:meth:`RangeReads.commit_problem`: no unread record skipped, none backward);
+        outcomes in their order. A commit the lease refuses is answered with the lease's reason (the
         keeper's), so a stale epoch stays STALE_EPOCH whoever asks."""
         now = self._keeper.clock()
         outcomes: dict[int, CommitOutcome] = {}
         passed: list[tuple[int, ExplicitCommit]] = []
         for index, commit in enumerate(commits):
-            if lease_problem(self._table.get(commit.tp), now, commit.epoch) is None:
+            part = self._table.get(commit.tp)
+            if part is not None and lease_problem(part, now, commit.epoch) is None:
                 problem = self._range_reads.commit_problem(
-                    commit.tp, commit.epoch, client, commit.offset
+                    commit.tp, commit.epoch, client, commit.offset, part.committed
                 )
                 if problem is not None:
                     outcomes[index] = CommitOutcome(commit, *problem)

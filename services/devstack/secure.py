@@ -11,7 +11,7 @@ tools (dsctl, grpcurl, an application) connect with the ``client`` certificate (
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from services.devstack.pki import TOKEN_ISSUER, DevPki, make_dev_pki
@@ -19,7 +19,7 @@ from services.devstack.pki import TOKEN_ISSUER, DevPki, make_dev_pki
 CLIENT_CERTIFICATE = "client"
 
 
-def stack_roles(sidecars: Sequence[str], probe_group: str) -> dict[str, list[str]]:
+def stack_roles(sidecars: Mapping[str, str], probe_group: str) -> dict[str, list[str]]:
     """Who may do what in the dev stack."""
     roles: dict[str, list[str]] = {
         # Reports its faults; its /ui reads the notifier's recent faults.
@@ -31,13 +31,15 @@ def stack_roles(sidecars: Sequence[str], probe_group: str) -> dict[str, list[str
         "viewer": ["viewer"],
         "reader-demo": ["reader:demo"],
     }
-    for name in sidecars:
-        # Its own Session and Leave; its faults; its group's topics (kafka_group mode).
-        roles[name] = ["sidecar", "reporter", "viewer"]
+    for name, group in sidecars.items():
+        # Its own Session and Leave, in its group only (its scope: issue 37, finding 1);
+        # its faults; its group's topics (kafka_group mode).
+        roles[name] = ["sidecar", f"serves:{group}", "reporter", "viewer"]
     return roles
 
 
-def make_stack_pki(directory: Path, sidecars: Sequence[str], probe_group: str) -> DevPki:
+def make_stack_pki(directory: Path, sidecars: Mapping[str, str], probe_group: str) -> DevPki:
+    """The stack's PKI, tokens and policy; ``sidecars`` maps each sidecar to its group."""
     services = ["assigner", "notifier", *sidecars]
     return make_dev_pki(
         directory,

@@ -236,7 +236,8 @@ def _start_all(
     pki: DevPki | None = None
     if options.secure:
         say("making a development CA, certificates and tokens (pki/)...")
-        pki = secure.make_stack_pki(root / "pki", [*sidecar_names, PROBE_SIDECAR], PROBE_GROUP)
+        served = {**dict.fromkeys(sidecar_names, DEMO_GROUP), PROBE_SIDECAR: PROBE_GROUP}
+        pki = secure.make_stack_pki(root / "pki", served, PROBE_GROUP)
         stack.pki = str(pki.directory)
         stack.save()
 

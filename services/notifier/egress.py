@@ -9,7 +9,9 @@ targets of such a request):
   wildcard (``*.example.com``), or an address or network (``10.0.0.5``, ``10.0.0.0/8``,
   ``::1``); an entry may pin a port (``hooks.example.com:443``);
 * every address the host resolves to must be global (not private, loopback, link-local,
-  shared, reserved, multicast or unspecified, IPv4-mapped and 6to4 forms included) unless
+  shared, reserved, multicast or unspecified; an IPv6 form standing for an IPv4 address —
+  IPv4-mapped, 6to4, NAT64 ``64:ff9b::/96``, IPv4-translated, IPv4-compatible — judged by
+  that IPv4 address; NAT64 local-use ``64:ff9b:1::/48`` never global) unless
   it lies in an allow-listed network: an internal receiver is allowed by naming its
   address, never by its name alone;
 * the relay connects to an address it checked (:func:`resolve`, then the connection is
@@ -85,14 +87,43 @@ def _address(text: str) -> Address | None:
         return None
 
 
+# IPv6 forms that carry an IPv4 address in their low 32 bits (issue 37, finding 10): the
+# NAT64 well-known prefix (RFC 6052: a NAT64 gateway connects to that IPv4 address), the
+# IPv4-translated SIIT form (RFC 2765) and the deprecated IPv4-compatible form (RFC 4291).
+_EMBEDS_IPV4_LOW = (
+    ipaddress.IPv6Network("64:ff9b::/96"),
+    ipaddress.IPv6Network("::ffff:0:0:0/96"),
+    ipaddress.IPv6Network("::/96"),
+)
+# NAT64 local-use prefixes (RFC 8215): where the IPv4 address sits depends on the site's
+# prefix length, and the gateway is the site's own; never global.
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+
+
 def _unwrap(address: Address) -> Address:
-    """The IPv4 address an IPv4-mapped (``::ffff:a.b.c.d``) or 6to4 address stands for."""
+    """The IPv4 address an IPv6 address stands for (IPv4-mapped ``::ffff:a.b.c.d``, 6to4,
+    NAT64 ``64:ff9b::a.b.c.d``, IPv4-translated, IPv4-compatible ``::a.b.c.d``); the
+    address itself otherwise."""
     if isinstance(address, ipaddress.IPv6Address):
         if address.ipv4_mapped is not None:
             return address.ipv4_mapped
         if address.sixtofour is not None:
             return address.sixtofour
+        if int(address) > 1 and any(address in net for net in _EMBEDS_IPV4_LOW):
+            return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return address
+
+
+def _is_public(address: Address) -> bool:
+    """Whether a connection to ``address`` reaches the internet only: global, not
+    multicast, and for IPv6 neither a NAT64 local-use nor a reserved (unallocated) one;
+    an address standing for an IPv4 address is judged by that address."""
+    if address in _NAT64_LOCAL:
+        return False
+    plain = _unwrap(address)
+    if isinstance(plain, ipaddress.IPv6Address) and plain.is_reserved:
+        return False
+    return plain.is_global and not plain.is_multicast and not address.is_multicast
 
 
 def _parse_entry(text: str) -> _Entry:
@@ -167,7 +198,7 @@ class EgressPolicy:
             address = _address(text)
             if address is None:
                 raise EgressRefused(f"{target.host} resolves to {text!r}, not an address")
-            if _unwrap(address).is_global and not address.is_multicast:
+            if _is_public(address):
                 continue
             if not any(e.allows_address(address, target.port) for e in self.entries):
                 raise EgressRefused(

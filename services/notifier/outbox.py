@@ -31,9 +31,12 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 KAFKA_LANE = "kafka"
 WEBHOOK_LANE = "webhook"
+# Pending webhook items per destination; past it a new item is dead-lettered at once.
+MAX_PENDING_PER_DESTINATION = 10_000
 # Alerts to render: (template, fault) jobs the render relay turns into kafka or webhook
 # items, so no template is ever rendered on the Kafka relay's thread.
 RENDER_LANE = "render"
@@ -52,6 +55,7 @@ CREATE TABLE IF NOT EXISTS outbox (
     attempts INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS outbox_lane ON outbox (lane, seq);
+CREATE INDEX IF NOT EXISTS outbox_destination ON outbox (lane, destination, seq);
 CREATE TABLE IF NOT EXISTS received (
     id TEXT PRIMARY KEY,
     event_id TEXT NOT NULL,
@@ -124,12 +128,14 @@ class Outbox:
         received_max: int = 100_000,
         history_max: int = 10_000,
         dead_letters_max: int = 10_000,
+        max_pending_per_destination: int = MAX_PENDING_PER_DESTINATION,
     ):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._received_max = received_max
         self._history_max = history_max
         self._dead_letters_max = dead_letters_max
+        self._max_per_destination = max_pending_per_destination
         self._lock = threading.Lock()
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -193,6 +199,16 @@ class Outbox:
                 raise
 
     def _insert(self, item: OutboxItem, now_ms: int) -> None:
+        if item.lane == WEBHOOK_LANE and self._full(item.destination):
+            # Bounded (issue 37, finding 7): a destination that does not take its items
+            # cannot grow the outbox; what it cannot hold is dead-lettered at once.
+            self._db.execute(
+                "INSERT INTO dead_letter (lane, id, destination, key, value, headers, kind, "
+                "created_ms, attempts, failed_ms, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*_columns(item, now_ms), 0, now_ms,
+                 f"outbox full for this destination ({self._max_per_destination} pending)"),
+            )  # fmt: skip
+            return
         self._db.execute(
             "INSERT OR IGNORE INTO outbox (lane, id, destination, key, value, "
             "headers, kind, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -221,6 +237,14 @@ class Outbox:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+
+    def _full(self, destination: str) -> bool:
+        row = self._db.execute(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM outbox WHERE lane = ? AND destination = ? "
+            "LIMIT ?)",
+            (WEBHOOK_LANE, destination, self._max_per_destination),
+        ).fetchone()
+        return int(row[0]) >= self._max_per_destination
 
     def record_attempt(self, seq: int) -> None:
         with self._lock:
@@ -258,21 +282,19 @@ class Outbox:
                 "FROM outbox WHERE lane = ? AND seq > ? ORDER BY seq LIMIT ?",
                 (lane, after_seq, limit),
             ).fetchall()
-        return [
-            OutboxItem(
-                id=row[1],
-                destination=row[2],
-                key=row[3],
-                value=row[4],
-                headers=tuple((str(k), str(v)) for k, v in json.loads(row[5])),
-                lane=lane,
-                kind=row[6],
-                seq=row[0],
-                created_ms=row[7],
-                attempts=row[8],
-            )
-            for row in rows
-        ]
+        return _items(rows, lane)
+
+    def heads(self, lane: str, limit: int) -> list[OutboxItem]:
+        """The oldest pending item of each destination (at most ``limit``, oldest first):
+        what a relay that keeps each destination's order may send next."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, id, destination, key, value, headers, kind, created_ms, attempts "
+                "FROM outbox WHERE seq IN (SELECT MIN(seq) FROM outbox WHERE lane = ? "
+                "GROUP BY destination) ORDER BY seq LIMIT ?",
+                (lane, limit),
+            ).fetchall()
+        return _items(rows, lane)
 
     def dead_letters(self, limit: int) -> list[DeadLetter]:
         """The newest ``limit`` dead letters, oldest first."""
@@ -323,6 +345,24 @@ class Outbox:
                 "SELECT event FROM history ORDER BY seq DESC LIMIT ?", (limit,)
             ).fetchall()
         return [row[0] for row in reversed(rows)]
+
+
+def _items(rows: Sequence[Any], lane: str) -> list[OutboxItem]:
+    return [
+        OutboxItem(
+            id=row[1],
+            destination=row[2],
+            key=row[3],
+            value=row[4],
+            headers=tuple((str(k), str(v)) for k, v in json.loads(row[5])),
+            lane=lane,
+            kind=row[6],
+            seq=row[0],
+            created_ms=row[7],
+            attempts=row[8],
+        )
+        for row in rows
+    ]
 
 
 def _columns(item: OutboxItem, now_ms: int) -> tuple[object, ...]:

@@ -1,5 +1,10 @@
 """Relays: move outbox items to their destinations, in order, exactly once.
 
+The webhook relay keeps each destination's order and nothing more: every round it tries
+the oldest item of each destination not backing off, so one failing destination delays
+no other; an item still failing after ``max_attempts`` is dead-lettered (issue 37,
+finding 7), and the outbox bounds each destination's pending items.
+
 ``KafkaRelay`` (one thread) publishes the ``kafka`` lane with an idempotent producer
 (``acks=all``, ``message.timeout.ms=0``: librdkafka retries forever while Kafka is down,
 and its idempotence keeps order and drops retry duplicates within a producer session).
@@ -23,6 +28,7 @@ never holds back what follows it.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import threading
 import time
@@ -322,6 +328,13 @@ class KafkaRelay:
         return found
 
 
+# A webhook item failing this many times (transient failures: 5xx, timeouts, refused
+# connections) is dead-lettered; with the backoff (0.5 s doubling to 60 s) about 8 min.
+MAX_WEBHOOK_ATTEMPTS = 12
+# Destinations looked at per round (each its oldest item).
+MAX_DESTINATIONS_PER_ROUND = 1000
+
+
 class WebhookRelay:
     """POSTs the webhook lane; per-URL order, exponential backoff per failing URL."""
 
@@ -333,6 +346,7 @@ class WebhookRelay:
         egress: EgressPolicy,
         timeout: float = 5.0,
         max_backoff: float = 60.0,
+        max_attempts: int = MAX_WEBHOOK_ATTEMPTS,
         resolver: Callable[[Target], list[str]] = resolve,
     ) -> None:
         """``egress``: where webhooks may go; every POST is checked against it again
@@ -342,6 +356,7 @@ class WebhookRelay:
         self._egress = egress
         self._timeout = timeout
         self._max_backoff = max_backoff
+        self._max_attempts = max_attempts
         self._resolve = resolver
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -375,13 +390,20 @@ class WebhookRelay:
         now = time.monotonic()
         blocked: set[str] = {u for u, (at, _d) in self._backoff.items() if at > now}
         sent = 0
-        for item in self._outbox.pending(WEBHOOK_LANE, 200):
+        # The oldest item of every destination (issue 37, finding 7): one destination with
+        # many items pending, failing, does not hide the others' items.
+        for item in self._outbox.heads(WEBHOOK_LANE, MAX_DESTINATIONS_PER_ROUND):
             if self._stop.is_set():
                 break
             url = item.destination
             if url in blocked:
                 continue  # keep this URL's order: nothing after a failed item goes first
             outcome = self._post(item)
+            if outcome is not None and not outcome.startswith("permanent:"):
+                tried = item.attempts + 1
+                if tried >= self._max_attempts:
+                    outcome = f"permanent: retry budget spent ({tried} attempts): {outcome}"
+                    item = dataclasses.replace(item, attempts=tried)
             if outcome is None:
                 self._outbox.complete([item.seq], self._hooks.delivered([item]))
                 self._backoff.pop(url, None)
@@ -391,7 +413,7 @@ class WebhookRelay:
                 self._hooks.dead_letter(item, outcome)
             else:
                 self._outbox.record_attempt(item.seq)
-                _at, delay = self._backoff.get(url, (0.0, 0.5))
+                _at, delay = self._backoff.get(url, (0.0, min(0.5, self._max_backoff)))
                 self._backoff[url] = (time.monotonic() + delay, min(delay * 2, self._max_backoff))
                 blocked.add(url)
                 log.warning("webhook delivery failed; backing off", url=redact(url), error=outcome)

@@ -24,9 +24,17 @@ from services.runtime.server_tls import grpc_server_credentials
 from services.runtime.settings import ServiceSettings
 
 # What servers accept; clients' channel options are dsclient.connection's.
+# What servers accept; clients' channel options are dsclient.connection's.
+# A request is decoded before the interceptors know its caller, so what an unknown caller
+# can make a server decode is bounded here (issue 37, finding 11): 16 MiB holds the largest
+# legitimate request (100,000 acks or commits of long topic names), and one connection
+# holds at most MAX_CONCURRENT_STREAMS calls at once (more wait for a free stream).
+MAX_RECEIVE_BYTES = 16 * 1024 * 1024
+MAX_CONCURRENT_STREAMS = 1000
 SERVER_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_RECEIVE_BYTES),
+    ("grpc.max_concurrent_streams", MAX_CONCURRENT_STREAMS),
     ("grpc.keepalive_time_ms", 20_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),

@@ -51,6 +51,42 @@ def json_response(payload: Any, status: int = 200) -> HttpResponse:
     return HttpResponse(status, json.dumps(payload, indent=2).encode(), "application/json")
 
 
+# Bounds on what a caller holds before it is known (issue 37, finding 11): a connection
+# that sends nothing for this long is closed, and past this many open connections a new
+# one is closed at once instead of taking a thread (scrapes and /ui need a handful).
+HTTP_SOCKET_TIMEOUT_SECONDS = 10.0
+HTTP_MAX_CONNECTIONS = 64
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """A thread per connection, at most ``max_connections`` of them."""
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        max_connections: int = HTTP_MAX_CONNECTIONS,
+    ) -> None:
+        self._slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)  # full: closed at once, no thread
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
 class HttpEndpoint:
     """Serves /metrics from ``registry``, /healthz from ``health``, and extra routes."""
 
@@ -64,6 +100,8 @@ class HttpEndpoint:
         *,
         tls: TlsConfig | None = None,
         guard: Guard | None = None,
+        socket_timeout: float = HTTP_SOCKET_TIMEOUT_SECONDS,
+        max_connections: int = HTTP_MAX_CONNECTIONS,
     ) -> None:
         all_routes: dict[str, Route] = {
             "/metrics": lambda _q: HttpResponse(
@@ -72,11 +110,11 @@ class HttpEndpoint:
             "/healthz": lambda _q: _health_response(health),
         }
         all_routes.update(routes or {})
-        handler = _make_handler(all_routes, guard)
+        handler = _make_handler(all_routes, guard, socket_timeout)
         self._server = (
-            ThreadingHTTPServer((host, port), handler)
+            _BoundedServer((host, port), handler, max_connections)
             if tls is None
-            else _TlsHttpServer((host, port), handler, HttpTls(tls))
+            else _TlsHttpServer((host, port), handler, HttpTls(tls), max_connections)
         )
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
@@ -100,15 +138,19 @@ def _health_response(health: Callable[[], tuple[bool, Mapping[str, Any]]]) -> Ht
     )
 
 
-class _TlsHttpServer(ThreadingHTTPServer):
+class _TlsHttpServer(_BoundedServer):
     """Wraps each accepted connection in TLS; the handshake happens on the handler's
     thread (on its first read), so a slow or silent client never blocks accepting."""
 
     def __init__(
-        self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], tls: HttpTls
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        tls: HttpTls,
+        max_connections: int = HTTP_MAX_CONNECTIONS,
     ) -> None:
         self._tls = tls
-        super().__init__(address, handler)
+        super().__init__(address, handler, max_connections)
 
     def get_request(self) -> tuple[socket.socket, Any]:
         sock, address = super().get_request()
@@ -153,9 +195,13 @@ def _guarded(guard: Guard | None, path: str, headers: Any, connection: Any) -> H
 
 
 def _make_handler(
-    routes: Mapping[str, Route], guard: Guard | None = None
+    routes: Mapping[str, Route],
+    guard: Guard | None = None,
+    socket_timeout: float = HTTP_SOCKET_TIMEOUT_SECONDS,
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        timeout = socket_timeout  # an idle or slow connection is closed (and its thread)
+
         def do_GET(self) -> None:
             url = urlsplit(self.path)
             route = routes.get(url.path)

@@ -124,7 +124,12 @@ def run(bootstrap: str, records: int, rounds: int, log_dir: Path) -> None:
     groups = {f"{m}{i}": f"g-{m}{i}-{run_id}" for m in modes for i in range(rounds)}
     sidecar_ids = [f"bench-{g[-16:]}" for g in groups.values()]
     roles = {"assigner": ["reporter"], APP: ["reader:*"]}
-    roles.update({s: ["sidecar", "reporter"] for s in sidecar_ids})
+    roles.update(
+        {
+            s: ["sidecar", f"serves:{g}", "reporter"]
+            for s, g in zip(sidecar_ids, groups.values(), strict=True)
+        }
+    )
     pki = make_dev_pki(log_dir / "pki", roles, certificates=["assigner", APP, *sidecar_ids])
     plain_connection = DEFAULT_SETTINGS
     secure_connection = DEFAULT_SETTINGS.with_tls(

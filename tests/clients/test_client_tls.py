@@ -102,7 +102,10 @@ def secure(
     groups = {name: f"g-tls-{name}-{run_id}" for name in READERS}
     sidecar_ids = [f"{name}-{sc}" for name in READERS for sc in SIDECARS]
     roles: dict[str, list[str]] = {"assigner": ["reporter"]}
-    roles.update({sid: ["sidecar", "reporter"] for sid in sidecar_ids})
+    roles.update(
+        {f"{name}-{sc}": ["sidecar", f"serves:{groups[name]}", "reporter"]
+         for name in READERS for sc in SIDECARS}
+    )  # fmt: skip
     roles.update({identity(name): [f"reader:{group}"] for name, group in groups.items()})
     pki = make_dev_pki(root / "pki", roles, certificates=["assigner", CLIENT_CERT, *sidecar_ids])
     create_topic(bootstrap, topic, PARTITIONS)

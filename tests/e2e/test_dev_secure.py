@@ -205,7 +205,9 @@ def test_a_live_session_cannot_be_taken_over_by_another_identity(
     # stolen role; it still cannot replace the sidecar's live session.
     policy = pki.policy.read_text()
     pki.policy.write_text(
-        policy.replace("identities:\n", "identities:\n  intruder: [sidecar:sidecar-0]\n")
+        policy.replace(
+            "identities:\n", "identities:\n  intruder: [sidecar:sidecar-0, serves:demo]\n"
+        )
     )
     key = load_pem_private_key((pki.directory / "jwt.key").read_bytes(), None)
     assert isinstance(key, ec.EllipticCurvePrivateKey)

@@ -7,18 +7,20 @@
 * :mod:`.identity`: :class:`Authenticator` (token or certificate → identity) and the
   current call's identity (:func:`current_identity`);
 * :mod:`.refusals`: refusals counted per identity, logged once per identity per minute;
+* :mod:`.client_ids` (pure): which identity holds each client id of a group;
 * :mod:`.interceptor`: :class:`AuthInterceptor`, the one place calls are allowed or refused;
 * :class:`Guard` (here): the same decision for the HTTP pages (``/ui``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
 
 from dsclient.reasons import DsError
 from dsclient.watched_file import WatchedFile
+from services.runtime.auth.client_ids import ClientOwners
 from services.runtime.auth.identity import Authenticator, Identity, current_identity
 from services.runtime.auth.interceptor import AuthInterceptor, permission_denied
 from services.runtime.auth.policy import Permission, Policy, Verb, parse_policy
@@ -45,10 +47,16 @@ class Guard:
     authenticator: Authenticator
     policy: WatchedFile[Policy]
     refusals: Refusals
+    # Which identity holds each client id of a group, shared by the process's interceptors.
+    clients: ClientOwners = field(default_factory=ClientOwners)
 
     def interceptor(self, served_group: str = "") -> AuthInterceptor:
         return AuthInterceptor(
-            self.authenticator, self.policy, self.refusals, served_group=served_group
+            self.authenticator,
+            self.policy,
+            self.refusals,
+            served_group=served_group,
+            clients=self.clients,
         )
 
     def check(

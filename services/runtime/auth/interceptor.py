@@ -4,10 +4,12 @@ For each method the interceptor covers it: authenticates the caller (bearer toke
 certificate, :class:`~services.runtime.auth.identity.Authenticator`), reads the permission
 the call needs from its request (:mod:`~services.runtime.auth.rules`; for a client stream,
 from its first message, before the servicer sees it), asks the policy
-(:class:`~services.runtime.auth.policy.Policy`, re-read when its file changes), and either
-serves the call with :data:`~services.runtime.auth.identity.CURRENT` set to the caller, or
-refuses it: ``UNAUTHENTICATED`` or ``PERMISSION_DENIED`` with ErrorInfo (metadata
-``permission`` names what was needed), counted and rate-limit logged by
+(:class:`~services.runtime.auth.policy.Policy`, re-read when its file changes), checks the
+client id the request names against the identities holding the group's client ids
+(:class:`~services.runtime.auth.client_ids.ClientOwners`), and either serves the call with
+:data:`~services.runtime.auth.identity.CURRENT` set to the caller, or refuses it:
+``UNAUTHENTICATED`` or ``PERMISSION_DENIED`` with ErrorInfo (metadata ``permission`` names
+what was needed), counted and rate-limit logged by
 :class:`~services.runtime.auth.refusals.Refusals`. Servicers hold no authorization code.
 """
 
@@ -20,6 +22,7 @@ import grpc.aio
 
 from dsclient.reasons import DsError, Reason
 from dsclient.watched_file import WatchedFile
+from services.runtime.auth.client_ids import ClientOwners
 from services.runtime.auth.identity import (
     CURRENT,
     Authenticator,
@@ -27,9 +30,9 @@ from services.runtime.auth.identity import (
     bearer_token,
     certificate_name,
 )
-from services.runtime.auth.policy import Permission, Policy
+from services.runtime.auth.policy import Permission, Policy, Verb
 from services.runtime.auth.refusals import Refusals
-from services.runtime.auth.rules import Rule, is_public, rule_for
+from services.runtime.auth.rules import Rule, is_public, peer_host, rule_for
 from services.runtime.handlers import Behavior, WrappingInterceptor
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -40,6 +43,20 @@ def permission_denied(identity: Identity, permission: Permission, method: str) -
         Reason.PERMISSION_DENIED,
         f"{identity.name!r} may not call {method}: it needs permission {permission}",
         metadata={"permission": str(permission), "identity": identity.name, "rpc": method},
+    )
+
+
+def client_id_held(identity: Identity, client_id: str, method: str) -> DsError:
+    return DsError(
+        Reason.PERMISSION_DENIED,
+        f"{identity.name!r} may not call {method} as client {client_id!r}: another identity "
+        "holds that client id of the group; use a client id of your own",
+        metadata={
+            "permission": f"client_id:{client_id}",
+            "identity": identity.name,
+            "rpc": method,
+            "client_id": client_id,
+        },
     )
 
 
@@ -61,11 +78,13 @@ class AuthInterceptor(WrappingInterceptor):
         refusals: Refusals,
         *,
         served_group: str = "",
+        clients: ClientOwners | None = None,
     ) -> None:
         self._authenticator = authenticator
         self._policy = policy
         self._refusals = refusals
         self._served_group = served_group
+        self._clients = clients
 
     def covers(self, method: str) -> bool:
         return not is_public(method)
@@ -87,12 +106,28 @@ class AuthInterceptor(WrappingInterceptor):
         except DsError as err:
             raise self._refuse(err, None, method) from None
 
-    def authorize(self, method: str, rule: Rule | None, identity: Identity, request: Any) -> None:
+    def authorize(
+        self, method: str, rule: Rule | None, identity: Identity, request: Any, peer: str = ""
+    ) -> None:
         if rule is None:
             raise self._refuse(no_rule(identity, method), identity, method)
+        policy = self._policy.get()
         permission = rule.permission(request, self._served_group)
-        if not self._policy.get().allows(identity.name, permission):
-            raise self._refuse(permission_denied(identity, permission, method), identity, method)
+        needed = (permission, *(rule.scope(request) if rule.scope is not None else ()))
+        for each in needed:
+            if not policy.allows(identity.name, each):
+                raise self._refuse(permission_denied(identity, each, method), identity, method)
+        if rule.endpoint is not None:
+            host = rule.endpoint(request)
+            advertise = Permission(Verb.ADVERTISE, host)
+            if host and host != peer_host(peer) and not policy.allows(identity.name, advertise):
+                err = permission_denied(identity, advertise, method)
+                raise self._refuse(err, identity, method)
+        if rule.client is not None and self._clients is not None:
+            client_id = rule.client(request)
+            if client_id and self._clients.claim(permission.resource, client_id, identity.name):
+                err = client_id_held(identity, client_id, method)
+                raise self._refuse(err, identity, method)
 
     # ---- the wrapping -------------------------------------------------------------------
 
@@ -106,7 +141,7 @@ class AuthInterceptor(WrappingInterceptor):
 
             async def unary_stream(request: Any, context: Context) -> AsyncIterator[Any]:
                 identity = self.authenticate(method, context)
-                self.authorize(method, rule, identity, request)
+                self.authorize(method, rule, identity, request, context.peer())
                 CURRENT.set(identity)
                 async for response in behavior(request, context):
                     yield response
@@ -115,7 +150,7 @@ class AuthInterceptor(WrappingInterceptor):
 
         async def unary_unary(request: Any, context: Context) -> Any:
             identity = self.authenticate(method, context)
-            self.authorize(method, rule, identity, request)
+            self.authorize(method, rule, identity, request, context.peer())
             CURRENT.set(identity)
             return await behavior(request, context)
 
@@ -133,7 +168,7 @@ class AuthInterceptor(WrappingInterceptor):
                 first = await anext(iterator)
             except StopAsyncIteration:
                 return None
-            self.authorize(method, rule, identity, first)
+            self.authorize(method, rule, identity, first, context.peer())
             CURRENT.set(identity)
 
             async def chained() -> AsyncIterator[Any]:

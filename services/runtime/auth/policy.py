@@ -13,6 +13,10 @@ Roles (ARCHITECTURE §8):
 
 * ``sidecar`` holds a Session and may Leave only as the sidecar id equal to its identity;
   ``sidecar:ID`` names another id (one role per id).
+* ``serves:GROUP`` — the scope of a sidecar identity (issue 37, finding 1): the groups its
+  Session may join (``serves:*`` every group). A sidecar identity without one joins none.
+* ``endpoint:HOST`` — the host names (or ``*.suffix``) a sidecar identity may advertise as
+  its endpoint; without one, only the address its Session comes from.
 * ``reader:GROUP`` reads that group's data (Fetch, Stream, Ack, ReadRange, CommitOffsets,
   Status, Bind, WatchBinding, Unbind) and describes it (DescribeGroup); ``reader:*`` every
   group.
@@ -46,6 +50,8 @@ class Verb(StrEnum):
     ADMIN = "admin"  # every mutation of the control plane
     REPORT = "report"  # report a fault
     AUTHENTICATED = "authenticated"  # anything any known caller may do (reflection)
+    SERVE = "serve"  # a sidecar's Session joins a group (resource: group)
+    ADVERTISE = "advertise"  # a sidecar advertises an endpoint (resource: its host)
 
 
 @dataclass(frozen=True)
@@ -75,8 +81,10 @@ class Role:
         name, _, arg = text.strip().partition(":")
         if name not in _ROLE_NAMES:
             raise PolicyError(f"unknown role {text!r} (roles: {', '.join(sorted(_ROLE_NAMES))})")
-        if name == "reader" and not arg:
-            raise PolicyError(f"role {text!r} must name a group: reader:GROUP (or reader:*)")
+        if name in ("reader", "serves") and not arg:
+            raise PolicyError(f"role {text!r} must name a group: {name}:GROUP (or {name}:*)")
+        if name == "endpoint" and not arg:
+            raise PolicyError(f"role {text!r} must name a host: endpoint:HOST (or *.suffix)")
         if name in ("admin", "reporter", "viewer") and arg:
             raise PolicyError(f"role {name!r} takes no argument (got {text!r})")
         return cls(name, arg)
@@ -95,10 +103,22 @@ class Role:
             return verb in (Verb.READ, Verb.DESCRIBE) and self.arg in (ANY_GROUP, resource)
         if self.name == "sidecar":
             return verb is Verb.SESSION and resource == (self.arg or identity) and resource != ""
+        if self.name == "serves":
+            return verb is Verb.SERVE and self.arg in (ANY_GROUP, resource) and resource != ""
+        if self.name == "endpoint":
+            return verb is Verb.ADVERTISE and _host_matches(self.arg, resource)
         return False  # pragma: no cover - parse admits no other name
 
 
-_ROLE_NAMES = frozenset({"sidecar", "reader", "admin", "reporter", "viewer"})
+_ROLE_NAMES = frozenset({"sidecar", "reader", "admin", "reporter", "viewer", "serves", "endpoint"})
+
+
+def _host_matches(pattern: str, host: str) -> bool:
+    """``host`` is ``pattern``, or ends in ``.suffix`` for a ``*.suffix`` pattern."""
+    host, pattern = host.lower(), pattern.lower()
+    if pattern.startswith("*."):
+        return host.endswith(pattern[1:]) and len(host) > len(pattern) - 1
+    return host == pattern and host != ""
 
 
 @dataclass(frozen=True)

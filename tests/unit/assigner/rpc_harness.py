@@ -32,6 +32,7 @@ from dataservice.assigner.v1 import (
 )
 from dataservice.common.v1 import common_pb2
 from dsclient.reasons import DsError, Reason, error_info
+from services.assigner.external_resets import ExternalResets
 from services.assigner.kafka_cluster import partitions_of
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.offsets import Offsets, PartitionOffsets, unavailable
@@ -41,8 +42,10 @@ from services.assigner.resets import OffsetResets
 from services.assigner.rpc import AdminServicer, AssignerServicer, BindingServicer
 from services.assigner.settings import AssignerSettings
 from services.assigner.state import GroupRecord
+from services.runtime.auth import AuthSettings, build_guard
 from services.runtime.grpcserver import GrpcService, create_server
 from services.runtime.topic_partition import TopicPartition
+from tests.unit.auth_support import as_identity
 
 TOPIC = "orders.v1"
 
@@ -99,7 +102,10 @@ class MemoryStore:
         return self._ack("group", record.name, str(record.config_version))
 
     def put_epochs(
-        self, group: str, epochs: Iterable[tuple[TopicPartition, int]]
+        self,
+        group: str,
+        epochs: Iterable[tuple[TopicPartition, int]],
+        holders: Mapping[TopicPartition, str] | None = None,
     ) -> asyncio.Future[None]:
         if self.holding_epochs:
             self.held.append(asyncio.get_running_loop().create_future())
@@ -213,8 +219,10 @@ def run(
     serving: bool = True,
     settings: AssignerSettings | None = None,
     timeout: float = 20.0,
+    auth: AuthSettings | None = None,
 ) -> None:
-    """Start the servicers on port 0, run ``body`` against them, stop."""
+    """Start the servicers on port 0, run ``body`` against them, stop. With ``auth``, behind
+    the authorization interceptor (callers pass ``as_identity``'s metadata)."""
 
     async def main() -> None:
         the_settings = settings or AssignerSettings(grpc_port=0, http_port=0)
@@ -227,12 +235,15 @@ def run(
         if serving:
             groups.start_serving()
         view = OffsetsView(offsets)
+        resets = OffsetResets(offsets, kafka)
+        external = ExternalResets(resets, groups.get)
+        guard = build_guard(auth, prometheus) if auth is not None else None
         server = create_server(
             the_settings,
             [
                 GrpcService(
                     "dataservice.assigner.v1.AssignerService",
-                    AssignerServicer(groups, metrics),
+                    AssignerServicer(groups, metrics, external=external),
                     assigner_pb2_grpc.add_AssignerServiceServicer_to_server,
                 ),
                 GrpcService(
@@ -242,12 +253,11 @@ def run(
                 ),
                 GrpcService(
                     "dataservice.assigner.v1.AdminService",
-                    AdminServicer(
-                        groups, view, kafka, the_settings, resets=OffsetResets(offsets, kafka)
-                    ),
+                    AdminServicer(groups, view, kafka, the_settings, resets=resets),
                     admin_pb2_grpc.add_AdminServiceServicer_to_server,
                 ),
             ],
+            auth=guard.interceptor() if guard is not None else None,
         )
         await server.server.start()
         try:
@@ -335,9 +345,15 @@ def join(
 class Sidecar:
     """A sidecar's side of one Session stream."""
 
-    def __init__(self, stub: assigner_pb2_grpc.AssignerServiceStub, sidecar_id: str) -> None:
+    def __init__(
+        self,
+        stub: assigner_pb2_grpc.AssignerServiceStub,
+        sidecar_id: str,
+        *,
+        identity: str | None = None,
+    ) -> None:
         self.id = sidecar_id
-        self.call = stub.Session()
+        self.call = stub.Session(metadata=as_identity(identity) if identity else None)
         self.seq = 0
 
     async def join(self, group: str) -> assigner_pb2.SessionAccepted:

@@ -47,3 +47,21 @@ def test_grants_are_sent_in_order_once_durable() -> None:
         assert [m.grant.partition for m in got if m is not None] == [0, 1]
 
     asyncio.run(run())
+
+
+def test_a_peer_that_never_reads_is_closed_and_its_queue_freed() -> None:
+    """issue 37, finding 11: a sidecar that sends heartbeats and never reads the answers
+    grew its session's queue without bound; past MAX_QUEUED the session is closed."""
+    from services.assigner.groups import MAX_QUEUED
+
+    async def run() -> None:
+        conn = Connection("a", "s")
+        ack = assigner_pb2.SessionResponse(heartbeat_ack=assigner_pb2.HeartbeatAck(seq=1))
+        for _ in range(MAX_QUEUED * 3):
+            conn.send_now(ack)
+            conn.send(grant(0))
+        print("queued after", MAX_QUEUED * 6, "unread messages:", conn.queue.qsize())
+        assert conn.closed and conn.queue.qsize() == 1
+        assert conn.queue.get_nowait() is None  # the stream ends at once
+
+    asyncio.run(run())

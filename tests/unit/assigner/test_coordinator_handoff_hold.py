@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.assigner.coordinator import (
+    COMMITTED,
     GroupCoordinator,
     HoldMode,
     Outcome,
@@ -46,7 +47,7 @@ def test_a_leaving_members_partitions_go_to_the_others_at_once() -> None:
     # Granted in the same step as the release: nobody waits for the hold window.
     assert sorted(g.tp for g in grants(handed)) == a_parts
     assert {g.member for g in grants(handed)} <= {"b", "c"}
-    assert all(g.start_offset == 20 for g in grants(handed))
+    assert all(g.start_offset == COMMITTED for g in grants(handed))
     assert coord.reserved_for("a") == []
     counts = sorted(list(holders(coord).values()).count(m) for m in ("b", "c"))
     assert counts == [3, 3]
@@ -68,7 +69,7 @@ def test_a_member_back_within_its_window_gets_exactly_its_partitions_back() -> N
     assert grants(out) == []
     back = release_all(coord, out, now=5.1)
     assert sorted(g.tp for g in grants(back)) == a_parts
-    assert all(g.member == "a" and g.start_offset == 20 for g in grants(back))
+    assert all(g.member == "a" and g.start_offset == COMMITTED for g in grants(back))
     assert holders(coord) == before
 
 

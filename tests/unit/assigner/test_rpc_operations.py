@@ -306,7 +306,7 @@ def test_a_drain_moves_every_lease_off_and_an_undrain_brings_its_share_back() ->
         revokes = [m.revoke for m in await commands(one, "revoke", 2)]
         await release(one, revokes, committed=7)
         moved = await two.grants(2)
-        assert {g.start_offset for g in moved} == {7}
+        assert {g.start_offset for g in moved} == {-1}, "what Kafka holds, not the report"
         described = await a.admin.DescribeGroup(admin_pb2.DescribeGroupRequest(group="g"))
         assert {m.sidecar_id: m.drained for m in described.members} == {"sc-1": True, "sc-2": False}
         assert {lease.holder for lease in described.leases} == {"sc-2"}
@@ -318,7 +318,7 @@ def test_a_drain_moves_every_lease_off_and_an_undrain_brings_its_share_back() ->
         assert not undrained.member.drained
         back = [m.revoke for m in await commands(two, "revoke", 2)]
         await release(two, back, committed=9)
-        assert {g.start_offset for g in await one.grants(2)} == {9}
+        assert {g.start_offset for g in await one.grants(2)} == {-1}
         assert ("undrain", "g", "sc-1") in a.store.writes
         await one.close()
         await two.close()

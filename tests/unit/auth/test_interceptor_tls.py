@@ -28,7 +28,7 @@ from services.runtime.settings import ServiceSettings
 ROLES = {
     "ops": ["admin"],
     "reader": ["reader:demo"],
-    "sidecar-0": ["sidecar"],
+    "sidecar-0": ["sidecar", "serves:demo"],
     "nobody": [],
 }
 NO_RETRY = ConnectionSettings(retry=None)
@@ -122,7 +122,9 @@ async def _call(
         sidecar = rpc.removeprefix("session:")
         call = assigner_pb2_grpc.AssignerServiceStub(channel).Session(timeout=5)
         await call.write(
-            assigner_pb2.SessionRequest(join=assigner_pb2.SessionJoin(sidecar_id=sidecar))
+            assigner_pb2.SessionRequest(
+                join=assigner_pb2.SessionJoin(sidecar_id=sidecar, group="demo")
+            )
         )
         response = await call.read()
         return "OK", response.accepted.session_id, {}

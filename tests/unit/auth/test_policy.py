@@ -126,3 +126,35 @@ def test_rules_read_the_resource_from_the_request() -> None:
     assert rule_for("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo") is not None
     assert rule_for("/dataservice.assigner.v1.AdminService/Unknown") is None
     assert is_public("/grpc.health.v1.Health/Check")
+
+
+@given(group=names, other=names, identity=names)
+def test_a_sidecar_identity_serves_only_the_groups_its_scope_names(
+    group: str, other: str, identity: str
+) -> None:
+    """issue 37, finding 1: the groups a sidecar credential may join are part of it."""
+    scoped = Policy.from_mapping({identity: ["sidecar", f"serves:{group}"]})
+    assert scoped.allows(identity, Permission(Verb.SERVE, group))
+    assert scoped.allows(identity, Permission(Verb.SERVE, other)) is (other == group)
+    assert not scoped.allows(identity, Permission(Verb.READ, group)), "serving is not reading"
+    unscoped = Policy.from_mapping({identity: ["sidecar"]})
+    assert not unscoped.allows(identity, Permission(Verb.SERVE, group)), "no scope: none"
+    anywhere = Policy.from_mapping({identity: ["sidecar", "serves:*"]})
+    assert anywhere.allows(identity, Permission(Verb.SERVE, other))
+
+
+def test_an_endpoint_scope_names_hosts_or_a_suffix() -> None:
+    policy = Policy.from_mapping({"sc": ["endpoint:*.pods.local", "endpoint:sc-0.example"]})
+    for host, allowed in [
+        ("a.pods.local", True),
+        ("A.PODS.LOCAL", True),
+        ("pods.local", False),
+        ("a.pods.local.evil.example", False),
+        ("sc-0.example", True),
+        ("x.sc-0.example", False),
+        ("", False),
+    ]:
+        assert policy.allows("sc", Permission(Verb.ADVERTISE, host)) is allowed, host
+    for text in ("serves", "serves:", "endpoint"):
+        with pytest.raises(PolicyError):
+            Role.parse(text)

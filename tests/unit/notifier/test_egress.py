@@ -72,6 +72,16 @@ def test_other_targets_are_refused(entries: list[str], url: str, why: str) -> No
         "::ffff:127.0.0.1",  # IPv4-mapped loopback
         "::ffff:169.254.169.254",
         "2002:7f00:1::",  # 6to4 of 127.0.0.1
+        # issue 37, finding 10: on a NAT64 network these reach private IPv4
+        "64:ff9b::a00:1",  # NAT64 well-known prefix, 10.0.0.1
+        "64:ff9b::a9fe:a9fe",  # NAT64 of the metadata address
+        "64:ff9b:1::a00:1",  # NAT64 local-use prefix (RFC 8215)
+        "64:ff9b:1:ffff::1",
+        "::a00:1",  # IPv4-compatible 10.0.0.1
+        "::169.254.169.254",
+        "::ffff:0:a00:1",  # IPv4-translated (SIIT) 10.0.0.1
+        "100::1",  # discard-only
+        "200::1",  # unallocated (reserved) IPv6
     ],
 )
 def test_a_name_resolving_to_an_internal_address_is_refused(address: str) -> None:
@@ -80,6 +90,16 @@ def test_a_name_resolving_to_an_internal_address_is_refused(address: str) -> Non
     with pytest.raises(EgressRefused, match="not allow-listed by address"):
         policy.check_addresses(t, [PUBLIC_V4, address])  # one bad answer taints the name
     assert policy.check_addresses(t, [PUBLIC_V4]) == [PUBLIC_V4]
+
+
+def test_nat64_of_a_public_address_is_public_and_of_an_allowed_network_allowed() -> None:
+    policy = EgressPolicy(["hooks.example.com", "10.0.0.0/8"])
+    t = policy.target("https://hooks.example.com/x")
+    nat64_public = "64:ff9b::808:808"  # 8.8.8.8 through the NAT64 gateway
+    assert policy.check_addresses(t, [nat64_public]) == [nat64_public]
+    assert policy.check_addresses(t, ["64:ff9b::a00:1"]) == ["64:ff9b::a00:1"]  # 10.0.0.1
+    with pytest.raises(EgressRefused):
+        policy.check_addresses(t, ["64:ff9b::c0a8:1"])  # 192.168.0.1: not allow-listed
 
 
 def test_an_internal_address_is_allowed_only_by_address_and_port() -> None:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from dataservice.sidecar.v1 import stream_pb2
 from dsclient.records.batches import (
+    HEADER_OVERHEAD_BYTES,
     RECORD_OVERHEAD_BYTES,
     DsRecord,
     Slice,
@@ -91,6 +92,10 @@ def table_holding(messages: list[Message]) -> PartitionTable:
     return table
 
 
+def _header_bytes(headers: list[tuple[str, bytes]] | None) -> int:
+    return sum(len(k) + len(v) + HEADER_OVERHEAD_BYTES for k, v in headers or ())
+
+
 def by_partition(records: list[DsRecord]) -> dict[tuple[str, int], list[DsRecord]]:
     out: dict[tuple[str, int], list[DsRecord]] = {}
     for r in records:
@@ -110,12 +115,18 @@ def test_what_is_consumed_is_what_the_client_reads(
     for run in runs:
         assert table.append(TP(run.topic, run.partition), run.chunk)
     assert table.buffered_bytes == sum(
-        len(r.key or b"") + len(r.value or b"") + RECORD_OVERHEAD_BYTES for r in expected
+        len(r.key or b"") + len(r.value or b"") + _header_bytes(r.headers) + RECORD_OVERHEAD_BYTES
+        for r in expected
     )
     got: list[DsRecord] = []
     while taken := table.take(max_records, max_bytes):
         assert sum(map(len, taken)) <= max_records
         data = sum(s.data_bytes() for s in taken) + RECORD_OVERHEAD_BYTES * sum(map(len, taken))
+        data += sum(  # headers count in the budget (issue 37, finding 8)
+            _header_bytes([(h.key, h.value) for h in r.headers])
+            for s in taken
+            for r in s.to_records()
+        )
         assert data <= max_bytes or sum(map(len, taken)) == 1  # one record always goes
         for s in taken:
             batch = s.to_batch()

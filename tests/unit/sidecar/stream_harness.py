@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 import grpc.aio
 from confluent_kafka import KafkaException
+from prometheus_client import CollectorRegistry
 
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
@@ -32,6 +33,7 @@ from services.consumer_sidecar.partitions import Partition, PartitionTable
 from services.consumer_sidecar.reader import Chunk, RangeSpec
 from services.consumer_sidecar.rpc import SharedMemory, StreamServicer, add_to_server
 from services.consumer_sidecar.serving import DataSignal, Serving
+from services.runtime.auth import AuthSettings, build_guard
 from services.runtime.grpcserver import GrpcService, create_server
 from services.runtime.settings import ServiceSettings
 from services.runtime.topic_partition import TP
@@ -185,9 +187,11 @@ def run(
     servicer_class: type[StreamServicer] = StreamServicer,
     shared_memory: SharedMemory | None = None,
     clients: ClientMetrics | None = None,
+    auth: AuthSettings | None = None,
 ) -> None:
     """``body`` against the servicer over TCP; with ``shared_memory``, over a Unix socket
-    in its directory (``DELIVERY_FORMAT_ARROW_SHM`` served)."""
+    in its directory (``DELIVERY_FORMAT_ARROW_SHM`` served); with ``auth``, behind the
+    authorization interceptor of a sidecar serving GROUP."""
 
     async def main() -> None:
         sidecar = Sidecar()
@@ -201,6 +205,7 @@ def run(
         socket = None
         if shared_memory is not None:
             socket = shared_memory.directory / local_socket.sidecar_file_name("sc-1")
+        guard = build_guard(auth, CollectorRegistry()) if auth is not None else None
         server = create_server(
             ServiceSettings(grpc_port=0, http_port=0),
             [
@@ -211,6 +216,7 @@ def run(
                 )
             ],
             local_socket_path=socket,
+            auth=guard.interceptor(served_group=GROUP) if guard is not None else None,
         )
         await server.server.start()
         target = local_socket.target(socket) if socket else f"127.0.0.1:{server.port}"

@@ -383,8 +383,8 @@ def test_commit_offsets_fenced_by_epoch_and_lease() -> None:
         p3 = sc.hold(3, epoch=1)
         p3.high_watermark = 40  # stale statistics: Kafka (FakeReaders) says 1000
         # What ReadRange gave the committing client (commits are bound to it).
-        sc.serving.range_given(TP(TOPIC, 0), 2, "spark", 120)
-        sc.serving.range_given(TP(TOPIC, 3), 1, "spark", 500)
+        sc.serving.range_given(TP(TOPIC, 0), 2, "spark", 0, 120)
+        sc.serving.range_given(TP(TOPIC, 3), 1, "spark", 0, 500)
         request = stream_pb2.CommitOffsetsRequest(
             client_id="spark",
             group=GROUP,

@@ -545,7 +545,7 @@ def test_commit_offsets_validation_of_each_offset(
 def test_commit_offsets_refused_by_kafka_is_per_partition() -> None:
     async def body(stub: Stub, sc: Sidecar) -> None:
         sc.hold(0, epoch=3)
-        sc.serving.range_given(TP(TOPIC, 0), 3, "s", 5)  # what ReadRange gave the client
+        sc.serving.range_given(TP(TOPIC, 0), 3, "s", 0, 5)  # what ReadRange gave the client
         sc.fetcher.fail = transport_error()
         request = stream_pb2.CommitOffsetsRequest(
             client_id="s", group=GROUP, offsets=[commit(0, 5, 3)]

@@ -34,6 +34,9 @@ from dataservice.sidecar.v1 import stream_pb2
 # Per-record bookkeeping counted against the buffer cap, besides key and value: a chunk's
 # arrays take 24 bytes a record; the rest is slack for headers and the chunk objects.
 RECORD_OVERHEAD_BYTES = 96
+# A header's bytes besides its key and value in a response (tags and lengths), counted with
+# them in the byte budget (issue 37, finding 8: headers were left out of it).
+HEADER_OVERHEAD_BYTES = 8
 NO_TIMESTAMP = -1
 NULL_LENGTH = -1
 _BIG_ENDIAN = sys.byteorder == "big"  # the wire columns are little-endian
@@ -92,13 +95,17 @@ class Chunk:
     start: int = 0
     value_pos: int = 0
     key_pos: int = 0
+    # With headers: header_ends[k] is the header bytes of records 0..k-1 (len(self) + 1).
+    header_ends: array[int] | None = None
 
     def __len__(self) -> int:
         return len(self.offsets)
 
     def remaining_bytes(self) -> int:
-        """Key, value and bookkeeping bytes of the records not yet delivered."""
+        """Key, value, header and bookkeeping bytes of the records not yet delivered."""
         data = len(self.values) - self.value_pos + len(self.keys) - self.key_pos
+        if self.header_ends is not None:
+            data += self.header_ends[-1] - self.header_ends[self.start]
         return data + RECORD_OVERHEAD_BYTES * (len(self) - self.start)
 
     def fitting(self, count: int, budget: int) -> int:
@@ -110,6 +117,9 @@ class Chunk:
         if self.key_lengths is not None:
             sizes = map(add, sizes, self.key_lengths[lo:hi])
         cumulative = list(accumulate(map(add, sizes, repeat(RECORD_OVERHEAD_BYTES))))
+        if self.header_ends is not None:
+            ends, base = self.header_ends, self.header_ends[lo]
+            cumulative = [c + ends[lo + i + 1] - base for i, c in enumerate(cumulative)]
         return bisect_right(cumulative, budget)
 
     def take(self, count: int, topic: str, partition: int, epoch: int) -> Slice:
@@ -166,7 +176,16 @@ def chunk_of(
         value_nulls=value_nulls,
         key_nulls=key_nulls,
         headers=sparse or None,
+        header_ends=_header_ends(sparse, n) if sparse else None,
     )
+
+
+def _header_ends(headers: dict[int, Headers], n: int) -> array[int]:
+    """Running totals of the records' header bytes: element k covers records 0..k-1."""
+    sizes = [0] * n
+    for k, pairs in headers.items():
+        sizes[k] = sum(len(hk) + len(hv) + HEADER_OVERHEAD_BYTES for hk, hv in pairs)
+    return array("q", [0, *accumulate(sizes)])
 
 
 def _column(
