@@ -17,6 +17,10 @@
   nacked, or held by a stream that ended come due (:mod:`partitions`, :mod:`acks`); the
   keeper has the fetch thread re-read them and reports those given up past the delivery
   limit (POISON_RECORD).
+* ``commit_fencing: kafka`` (issue 36, :mod:`kafka_fenced_commits`): commits are fenced at
+  the broker; a lease whose commit Kafka refuses because the next holder initialised the
+  lease's transactional id ends at once (:meth:`LeaseKeeper.fenced_by_kafka`: dropped,
+  nothing committed, reported released).
 * Explicit commits (``CommitOffsets``, Spark's batch commit) are fenced the same way plus
   by the caller's lease epoch. They are authoritative when made: ``Partition.committed``
   becomes the committed offset, and the ack-driven committer only ever commits an ack
@@ -48,6 +52,7 @@ from services.consumer_sidecar.acks import (
 from services.consumer_sidecar.coordinator import lost_latency
 from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
 from services.consumer_sidecar.idle_waits import commit_wait, redelivery_wait
+from services.consumer_sidecar.kafka_fenced_commits import LeaseFenced
 from services.consumer_sidecar.partitions import (
     UNLEASED_EPOCH,
     Due,
@@ -337,6 +342,20 @@ class LeaseKeeper:
                 epoch=epoch,
             )
         self._release(ReleasedLease(tp, epoch, -1))
+
+    def fenced_by_kafka(self, fenced: LeaseFenced) -> None:
+        """Kafka refused a commit of this lease for good (the next holder initialised its
+        transactional id): it is over here. Dropped at once without committing and
+        reported released; its acks are refused from now on (the records come again from
+        the next holder). On the event loop (the app hands it over from the commit thread)."""
+        log.warning(
+            "lease fenced at Kafka: a newer holder took it; dropped without committing",
+            topic=fenced.tp.topic,
+            partition=fenced.tp.partition,
+            epoch=fenced.epoch,
+            error=str(fenced.error),
+        )
+        self._spawn(self.fence(fenced.tp, fenced.epoch))
 
     def _retire(self, tp: TP, epoch: int) -> None:
         now = self.clock()
