@@ -114,6 +114,7 @@ class SidecarApp:
             self.fetcher,
             commit_interval=settings.commit_interval_seconds,
             commit_max_acks=settings.commit_max_acks,
+            kafka_fenced=kafka_fenced,
         )
         self.keeper.on_commit = self.faults.commit
         self.keeper.on_given_up = self._given_up
