@@ -32,6 +32,11 @@ from services.consumer_sidecar.client_access import AccessInterceptor
 from services.consumer_sidecar.faults import SidecarFaults
 from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.kafka_callbacks import KafkaCallbacks
+from services.consumer_sidecar.kafka_fenced_commits import (
+    COMMIT_PRODUCER_CONFIG,
+    FencedCommitter,
+    LeaseFenced,
+)
 from services.consumer_sidecar.kafka_group import KafkaGroupMode
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.live_config import LiveConfig
@@ -45,7 +50,7 @@ from services.consumer_sidecar.session import ConfigStatus, SessionClient, Sessi
 from services.consumer_sidecar.settings import SidecarSettings
 from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route
-from services.runtime.kafka import KafkaProbe, new_consumer
+from services.runtime.kafka import KafkaProbe, new_consumer, new_producer
 from services.runtime.lifecycle import Dependency
 from services.runtime.reporter import reporter_for
 from services.runtime.topic_partition import TP
@@ -98,6 +103,10 @@ class SidecarApp:
             prefetch_bytes=int(fetch_config["queued.max.messages.kbytes"]) * 1024,
         )
         self.fetcher.external_check_seconds = settings.external_check_interval_seconds
+        kafka_fenced = settings.commit_fencing == "kafka"
+        if kafka_fenced:
+            self.fetcher.fenced = self._fenced_committer(committer)
+            self.fetcher.on_fenced = self._fenced_at_kafka
         self.fetcher.reset_to_end = kafka_config.resets_to_end(settings)
         self.fetcher.on_gap = self._offset_gap
         self.keeper = LeaseKeeper(
@@ -105,6 +114,7 @@ class SidecarApp:
             self.fetcher,
             commit_interval=settings.commit_interval_seconds,
             commit_max_acks=settings.commit_max_acks,
+            kafka_fenced=kafka_fenced,
         )
         self.keeper.on_commit = self.faults.commit
         self.keeper.on_given_up = self._given_up
@@ -219,6 +229,26 @@ class SidecarApp:
         self.faults.given_up(tp, epoch, given_up)
         if self.metrics.enabled:
             self.metrics.gave_up(given_up.hi - given_up.lo)
+
+    def _fenced_committer(self, committer: Consumer) -> FencedCommitter:
+        """commit_fencing: kafka: a transactional producer per held lease; the group
+        metadata is the commit consumer's (generation -1: an assign()-only consumer)."""
+        settings = self.settings
+
+        def make_producer(transactional_id: str) -> Any:
+            return new_producer(
+                settings,
+                client_id=f"ds-sidecar-{settings.id}-lease",
+                overrides={**COMMIT_PRODUCER_CONFIG, "transactional.id": transactional_id},
+                error_cb=self.kafka_callbacks.on_error,
+            )
+
+        return FencedCommitter(settings.group, make_producer, committer.consumer_group_metadata)
+
+    def _fenced_at_kafka(self, fenced: LeaseFenced) -> None:
+        """Commit thread: Kafka fenced a lease (a newer holder): drop it on the loop."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.keeper.fenced_by_kafka, fenced)
 
     def _offset_gap(self, tp: TP, lo: int, hi: int, reason: str) -> None:
         """Fetch thread: a position outside the log moved: OFFSET_GAP, counted, logged."""

@@ -11,7 +11,9 @@ never ``subscribe()``, so Kafka never rebalances a leased group. In ``kafka_grou
 again when the group switches to leased mode. Every
 consumer call happens on this thread (other threads hand it commands and wait on a future).
 Leased mode's commits go through a second consumer of the group, on a commit thread of its
-own (:meth:`Fetcher.commit_async`).
+own (:meth:`Fetcher.commit_async`); with ``commit_fencing: kafka`` through each lease's
+transactional producer instead (:mod:`~services.consumer_sidecar.kafka_fenced_commits`),
+whose id is initialised here, on a grant, before the start offset is read.
 
 Positions move back when records come due again (:meth:`Fetcher.rewind`: the partition
 table says where) and forward only where Kafka forces it: in leased mode the consumer runs
@@ -48,6 +50,7 @@ from google.protobuf import timestamp_pb2
 
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar.acks import PartitionAcks
+from services.consumer_sidecar.kafka_fenced_commits import FencedCommitter, LeaseFenced
 from services.consumer_sidecar.partitions import UNLEASED_EPOCH, PartitionTable, Reverted
 from services.consumer_sidecar.runs import runs_from_messages
 from services.runtime import commitmeta
@@ -171,6 +174,12 @@ class Fetcher:
         self.reset_to_end = False
         self._resets: dict[TP, int] = {}  # out-of-range positions still to move
         self._resets_retry_at = 0.0
+        # commit_fencing: kafka: the lease producers that make (and fence) leased commits;
+        # None: commits through the commit consumer, fenced by the local deadlines.
+        self.fenced: FencedCommitter | None = None
+        # A lease whose commit Kafka refused for good (a newer holder fenced it), from the
+        # commit thread: the lease keeper drops it.
+        self.on_fenced: Callable[[LeaseFenced], None] = lambda _fenced: None
 
     # ---- API for other threads --------------------------------------------------------
 
@@ -181,6 +190,8 @@ class Fetcher:
         self._committer.shutdown(wait=True)
         if self._commit_consumer is not None:
             self._commit_consumer.close()
+        if self.fenced is not None:
+            self.fenced.close_all()
         self._stop.set()
         self._thread.join(timeout=30)
 
@@ -210,6 +221,7 @@ class Fetcher:
         committed offset, else the earliest). One committed() round trip for the batch.
         Returns the offset each partition starts from."""
         resolved = dict(starts)
+        self._open_leases(starts)
         # One committed() round trip for all: the offsets where none was given, and for
         # every partition the metadata with what the previous owner acked above it.
         preacked: dict[TP, tuple[tuple[int, int], ...]] = {}
@@ -255,6 +267,21 @@ class Fetcher:
             # paused (backpressure, suspension) and later granted back would never fetch.
             self._consumer.resume(ktps)
         return assigned
+
+    def _open_leases(self, starts: dict[TP, int]) -> None:
+        """commit_fencing: kafka: initialise each granted lease's transactional id before
+        its start offset is read (fencing the previous holder; kafka_fenced_commits.py).
+        One that fails is not started (a retriable error is retried by the caller)."""
+        if self.fenced is None or self.classic:
+            return
+        epochs = {
+            tp: part.epoch
+            for tp in starts
+            if (part := self._table.get(tp)) is not None and not part.revoking and not part.ready
+        }
+        errors = self.fenced.open(epochs)
+        if errors:
+            raise next(iter(errors.values()))
 
     def warm_up(self, topics: list[str]) -> None:
         """Fetch thread: before any partition is granted here, find the group's coordinator
@@ -350,7 +377,11 @@ class Fetcher:
         self._consumer.resume([TopicPartition(tp.topic, tp.partition)])
 
     def unassign(self, tp: TP) -> None:
-        """Fetch thread: stop fetching ``tp`` (a no-op when it is not assigned)."""
+        """Fetch thread: stop fetching ``tp`` (a no-op when it is not assigned), and end
+        its lease producer (commit_fencing: kafka)."""
+        part = self._table.get(tp)
+        if self.fenced is not None and (part is None or part.revoking):
+            self.fenced.close(tp)
         if tp in self._assignment():
             self._consumer.incremental_unassign([TopicPartition(tp.topic, tp.partition)])
 
@@ -509,6 +540,8 @@ class Fetcher:
             for r in kept
         ]
         started = time.monotonic()
+        if self.fenced is not None and not self.classic:
+            return self._commit_fenced(kept, offsets, started)
         try:
             result = (consumer or self._consumer).commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
@@ -525,6 +558,26 @@ class Fetcher:
             if not self._defer_if_rebalancing(KafkaException(error), [request]):
                 raise KafkaException(error)
         return kept
+
+    def _commit_fenced(
+        self, kept: list[CommitRequest], offsets: list[TopicPartition], started: float
+    ) -> list[CommitRequest]:
+        """commit_fencing: kafka: each request in its lease's transaction. A lease Kafka
+        fenced is handed to :attr:`on_fenced` (it is over here) and left out of what is
+        returned; a retriable failure raises once the others are done."""
+        assert self.fenced is not None
+        result = self.fenced.commit((r.tp, r.epoch, o) for r, o in zip(kept, offsets, strict=True))
+        self.on_commit_request(not (result.fenced or result.failed), time.monotonic() - started)
+        for fenced in result.fenced:
+            with self._table.lock:
+                part = self._table.partitions.get(fenced.tp)
+                if part is not None and part.epoch == fenced.epoch:
+                    part.revoking = True  # nothing more of it is delivered or committed
+            self.on_fenced(fenced)
+        if result.failed:
+            raise next(iter(result.failed.values()))
+        done = set(result.committed)
+        return [r for r in kept if r.tp in done]
 
     def _without_external(
         self, requests: list[CommitRequest], consumer: Consumer
@@ -614,6 +667,11 @@ class Fetcher:
             )
             for r in live
         ]
+        if self.fenced is not None:
+            self._commit_fenced(
+                [CommitRequest(r.tp, r.restored, r.epoch) for r in live], offsets, time.monotonic()
+            )
+            return
         consumer.commit(offsets=offsets, asynchronous=False)
 
     async def check_external_async(self, tps: list[TP]) -> list[TP]:

@@ -17,6 +17,14 @@
   nacked, or held by a stream that ended come due (:mod:`partitions`, :mod:`acks`); the
   keeper has the fetch thread re-read them and reports those given up past the delivery
   limit (POISON_RECORD).
+* ``commit_fencing: kafka`` (issue 36, :mod:`kafka_fenced_commits`): commits are fenced at
+  the broker, so time is no longer needed for safety. A lease confirmed by the assigner
+  has no local deadline (:data:`NO_DEADLINE`, as in kafka_group mode): it keeps being
+  delivered and committed while no assigner is reachable, and ends only when an assigner
+  revokes or fences it, or when Kafka refuses its commit because the next holder
+  initialised the lease's transactional id (:meth:`LeaseKeeper.fenced_by_kafka`: dropped
+  at once, nothing committed, reported released). Heartbeats and the TTL then only decide
+  how fast the assigner notices a lost sidecar (failure detection).
 * Explicit commits (``CommitOffsets``, Spark's batch commit) are fenced the same way plus
   by the caller's lease epoch. They are authoritative when made: ``Partition.committed``
   becomes the committed offset, and the ack-driven committer only ever commits an ack
@@ -48,7 +56,9 @@ from services.consumer_sidecar.acks import (
 from services.consumer_sidecar.coordinator import lost_latency
 from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
 from services.consumer_sidecar.idle_waits import commit_wait, redelivery_wait
+from services.consumer_sidecar.kafka_fenced_commits import LeaseFenced
 from services.consumer_sidecar.partitions import (
+    NO_DEADLINE,
     UNLEASED_EPOCH,
     Due,
     Partition,
@@ -158,9 +168,12 @@ class LeaseKeeper:
         commit_interval: float,
         commit_max_acks: int,
         commit_on_ack: bool = True,
+        kafka_fenced: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.table = table
+        # commit_fencing: kafka (module docstring): confirmed leases have no deadline.
+        self.kafka_fenced = kafka_fenced
         self.fetcher = fetcher
         self.commit_interval = commit_interval
         self.commit_max_acks = commit_max_acks
@@ -338,6 +351,20 @@ class LeaseKeeper:
             )
         self._release(ReleasedLease(tp, epoch, -1))
 
+    def fenced_by_kafka(self, fenced: LeaseFenced) -> None:
+        """Kafka refused a commit of this lease for good (the next holder initialised its
+        transactional id): it is over here. Dropped at once without committing and
+        reported released; its acks are refused from now on (the records come again from
+        the next holder). On the event loop (the app hands it over from the commit thread)."""
+        log.warning(
+            "lease fenced at Kafka: a newer holder took it; dropped without committing",
+            topic=fenced.tp.topic,
+            partition=fenced.tp.partition,
+            epoch=fenced.epoch,
+            error=str(fenced.error),
+        )
+        self._spawn(self.fence(fenced.tp, fenced.epoch))
+
     def _retire(self, tp: TP, epoch: int) -> None:
         now = self.clock()
         for old in [t for t, (_, at) in self._retired.items() if now - at > RETIRED_EPOCH_SECONDS]:
@@ -376,8 +403,10 @@ class LeaseKeeper:
         part = self.table.get(tp)
         if part is None or part.epoch != epoch or part.revoking:
             return
+        if self.kafka_fenced:
+            deadline = NO_DEADLINE  # fenced at Kafka: the lease lasts until it is taken
         part.deadline = max(part.deadline, deadline)
-        if self._commits_idle:
+        if self._commits_idle and not self.kafka_fenced:
             self._commit_now.set()  # a deadline to suspend the lease at, should it lapse
         if part.buffer:
             self.on_renewed()
@@ -617,7 +646,11 @@ class LeaseKeeper:
             (
                 p.deadline
                 for p in self.table.snapshot()
-                if p.ready and p.confirmed and not p.revoking and p.suspended_at is None
+                if p.ready
+                and p.confirmed
+                and not p.revoking
+                and p.suspended_at is None
+                and p.deadline < NO_DEADLINE  # commit_fencing: kafka: none to watch
             ),
             default=math.inf,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -59,6 +60,15 @@ class SidecarSettings(ServiceSettings):
         description="how often the held partitions' committed offsets are read back to notice "
         "a commit this sidecar did not make (kafka-consumer-groups --reset-offsets); also "
         "checked right before each commit",
+    )
+    commit_fencing: Literal["lease", "kafka"] = Field(
+        "lease",
+        description="what keeps a sidecar that outlived its lease from committing behind "
+        "the next holder. lease: the local lease deadline (it stops delivering and committing "
+        "a TTL after the assigner last renewed it, so it also stops when no assigner is "
+        "reachable). kafka: a transactional producer per held lease, fenced at the broker by "
+        "the next holder (issue 36); leases then outlive the assigner's absence. Every "
+        "sidecar of a group must use the same value (docs/operate/failure-model.md)",
     )
     # What the local lease deadline keeps before TTL: the sidecar stops a partition at heartbeat
     # send time + TTL - margin.

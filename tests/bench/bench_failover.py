@@ -284,11 +284,19 @@ class KafkaRow(Row):
 
 
 class MeshRow(Row):
-    def __init__(self, name: str, bootstrap: str, hold_mode: str | None) -> None:
-        """``hold_mode`` None: the assigner's default (``DS_HOLD_MODE`` unset)."""
+    def __init__(
+        self,
+        name: str,
+        bootstrap: str,
+        hold_mode: str | None,
+        sidecar_env: Mapping[str, str] | None = None,
+    ) -> None:
+        """``hold_mode`` None: the assigner's default (``DS_HOLD_MODE`` unset);
+        ``sidecar_env``: the sidecars' own settings (e.g. ``DS_COMMIT_FENCING``)."""
         self.name = name
         self.bootstrap = bootstrap
         self.hold_mode = hold_mode
+        self.sidecar_env = dict(sidecar_env or {})
 
     def prepare(self, topics: Mapping[str, str], log_dir: Path) -> None:
         self.groups = {fault: f"bench-fo-{topic}" for fault, topic in topics.items()}
@@ -311,7 +319,9 @@ class MeshRow(Row):
 
     def start(self, member: Member, fault: str) -> None:
         if member.sidecar is None:
-            member.sidecar = self.mesh.sidecar(self.groups[fault], self.assigner, member.name)
+            member.sidecar = self.mesh.sidecar(
+                self.groups[fault], self.assigner, member.name, env=self.sidecar_env
+            )
         else:
             member.sidecar = respawn(self.mesh, member.sidecar)  # same id, ports, arguments
         member.sidecar.wait_serving()
@@ -365,6 +375,14 @@ def rows(bootstrap: str, short: bool) -> list[Row]:
     mesh: list[Row] = [
         MeshRow("mesh leased, hold handoff (default)", bootstrap, None),
         MeshRow("mesh leased, hold reserve", bootstrap, "reserve"),
+        # Issue 36: commits fenced at Kafka (a transactional producer per lease, set up
+        # on every grant before the start offset is read: on the failover's path).
+        MeshRow(
+            "mesh leased, commit fencing kafka",
+            bootstrap,
+            None,
+            sidecar_env={"DS_COMMIT_FENCING": "kafka"},
+        ),
     ]
     kafka: list[Row] = []
     for timeout in (45, 10) if not short else (45,):

@@ -46,6 +46,7 @@ class LoadRun:
     sidecars: dict[str, ServiceProcess] = field(default_factory=dict)
     tally: Tally = field(default_factory=Tally)
     assigner_env: dict[str, str] = field(default_factory=dict)
+    sidecar_env: dict[str, str] = field(default_factory=dict)  # e.g. DS_COMMIT_FENCING
 
     def start(self) -> Assignment:
         self.group = self.group or f"g-{self.topic}"
@@ -55,7 +56,9 @@ class LoadRun:
         self.assigner = self.mesh.assigner([(self.group, [self.topic])], env=self.assigner_env)
         self.assigner.wait_serving()
         for sid in self.sidecar_ids:
-            self.sidecars[sid] = self.mesh.sidecar(self.group, self.assigner, sid)
+            self.sidecars[sid] = self.mesh.sidecar(
+                self.group, self.assigner, sid, env=self.sidecar_env
+            )
         for svc in self.sidecars.values():
             svc.wait_serving()
         initial = self.stable()
