@@ -92,10 +92,23 @@ class Cluster:
     apiserver_port: int
     pids: dict[str, int]
 
+    def argv(self, *args: str) -> list[str]:
+        """A kubectl command line against this cluster. Its discovery cache is the
+        cluster's own: a resource type added (a CRD) is not hidden by a stale cache of
+        another cluster that had the same address."""
+        return [
+            str(Path(self.bin_dir) / "kubectl"),
+            "--kubeconfig",
+            self.kubeconfig,
+            "--cache-dir",
+            str(Path(self.directory) / "kubectl-cache"),
+            *args,
+        ]
+
     def kubectl(self, *args: str, check: bool = True, input: str | None = None) -> str:
         """Run kubectl against this cluster; its stdout (stderr in the error on failure)."""
         result = subprocess.run(
-            [str(Path(self.bin_dir) / "kubectl"), "--kubeconfig", self.kubeconfig, *args],
+            self.argv(*args),
             input=input,
             capture_output=True,
             text=True,
@@ -190,14 +203,7 @@ def _controller_manager_argv(bin_dir: Path, dev: pki.DevPki, kubeconfig: Path) -
 
 def _ready(cluster: Cluster) -> bool:
     result = subprocess.run(
-        [
-            str(Path(cluster.bin_dir) / "kubectl"),
-            "--kubeconfig",
-            cluster.kubeconfig,
-            "get",
-            "--raw",
-            "/readyz",
-        ],
+        cluster.argv("get", "--raw", "/readyz"),
         capture_output=True,
         text=True,
         timeout=30,
