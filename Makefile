@@ -9,7 +9,7 @@ VENV := .venv/bin
 CLIENT_PY := build/client-python
 export PATH := $(CURDIR)/.venv/bin:$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: imports setup setup-quick run up down test test-long test-unit check lint typecheck protos rules k8s-check \
+.PHONY: imports setup setup-quick run up down test test-long test-unit check lint typecheck protos rules k8s-check k8s-up k8s-down test-k8s \
 	bench-short bench-more images compose-up compose-down compose-test client-go client-go-gen client-go-check \
 	docs docs-gen docs-check \
 	client-java client-java-check client-python clients
@@ -106,6 +106,21 @@ rules:
 # (kubernetes-validate, strict), plus the rules copies, image tag and sidecar template.
 k8s-check:
 	$(VENV)/python -m tests.support.k8s check
+
+# A real Kubernetes control plane on this machine (issue 40): etcd, kube-apiserver and
+# kube-controller-manager built from the Go module proxy (deploy/k8s-control-plane/build.sh,
+# cached under ~/.cache/dataservice/k8s/<version>); no kubelet, no scheduler. k8s-up prints
+# the kubeconfig path (state in ~/.cache/dataservice/k8s/cluster, or $$DS_K8S_DIR).
+k8s-up:
+	$(VENV)/python -m services.devstack.kube up
+
+k8s-down:
+	$(VENV)/python -m services.devstack.kube down
+
+# tests/k8s: the manifests, the injector webhook and the DsGroup resources against that API
+# server (started by the tests' own session fixture; part of make test).
+test-k8s:
+	$(VENV)/python -m pytest tests/k8s -v
 
 # CI's benchmarks: the balancer and the assigner's sessions (about 2 minutes).
 bench-short:

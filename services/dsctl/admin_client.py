@@ -207,6 +207,11 @@ class AssignerClient:
             lambda s: s.ResetOffsets(request, timeout=self.timeout, metadata=self._actor)
         )
 
+    def create_group(self, request: admin_pb2.CreateGroupRequest) -> admin_pb2.CreateGroupResponse:
+        return self._call(
+            lambda s: s.CreateGroup(request, timeout=self.timeout, metadata=self._actor)
+        )
+
     def update_group(self, request: admin_pb2.UpdateGroupRequest) -> admin_pb2.UpdateGroupResponse:
         return self._call(
             lambda s: s.UpdateGroup(request, timeout=self.timeout, metadata=self._actor)
