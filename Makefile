@@ -9,7 +9,7 @@ VENV := .venv/bin
 CLIENT_PY := build/client-python
 export PATH := $(CURDIR)/.venv/bin:$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: imports setup setup-quick run up down test test-long test-unit check lint typecheck protos rules k8s-check k8s-up k8s-down test-k8s \
+.PHONY: imports setup setup-quick run up down test test-long test-unit check lint typecheck protos rules k8s-check k8s-up k8s-down k8s-build test-k8s \
 	bench-short bench-more images compose-up compose-down compose-test client-go client-go-gen client-go-check \
 	docs docs-gen docs-check \
 	client-java client-java-check client-python clients
@@ -113,6 +113,11 @@ k8s-check:
 # the kubeconfig path (state in ~/.cache/dataservice/k8s/cluster, or $$DS_K8S_DIR).
 k8s-up:
 	$(VENV)/python -m services.devstack.kube up
+
+# The control plane's binaries alone (make setup builds them too; CI builds them here, beside
+# the container images and the clients): at once when cached.
+k8s-build:
+	bash deploy/k8s-control-plane/build.sh
 
 k8s-down:
 	$(VENV)/python -m services.devstack.kube down
