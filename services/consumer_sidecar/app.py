@@ -24,7 +24,7 @@ from confluent_kafka import Consumer
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from dsclient import local_socket
-from services.consumer_sidecar import kafka_config
+from services.consumer_sidecar import dead_letter, kafka_config
 from services.consumer_sidecar.acks import GivenUp
 from services.consumer_sidecar.backpressure_watch import watch_backpressure
 from services.consumer_sidecar.classic import group_topics
@@ -45,10 +45,17 @@ from services.consumer_sidecar.session import ConfigStatus, SessionClient, Sessi
 from services.consumer_sidecar.settings import SidecarSettings
 from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route
-from services.runtime.kafka import KafkaProbe, new_consumer
+from services.runtime.kafka import (
+    KafkaProbe,
+    consumer_config,
+    new_admin,
+    new_consumer,
+    new_producer,
+)
 from services.runtime.lifecycle import Dependency
 from services.runtime.reporter import reporter_for
 from services.runtime.topic_partition import TP
+from services.runtime.topics import TopicSpec, ensure_topic
 
 log = structlog.get_logger(__name__)
 
@@ -68,8 +75,11 @@ class SidecarApp:
             client_idle_seconds=settings.metrics_client_idle_seconds,
         )
         self.table = PartitionTable(settings.buffer_max_bytes, time.monotonic)
+        self.dead_letter_topic = dead_letter.topic_for(settings.dead_letter_topic, settings.group)
         self.default_redelivery = Redelivery(
-            settings.visibility_timeout_seconds, settings.max_deliveries
+            settings.visibility_timeout_seconds,
+            settings.max_deliveries,
+            dead_letter=bool(self.dead_letter_topic),
         )
         self.table.redelivery = self.default_redelivery
         self.data = DataSignal()
@@ -108,6 +118,7 @@ class SidecarApp:
         )
         self.keeper.on_commit = self.faults.commit
         self.keeper.on_given_up = self._given_up
+        self.dead_letters = self._dead_letters() if self.dead_letter_topic else None
         self.keeper.on_renewed = self.data.notify
         self.session = SessionClient(
             SessionIdentity(
@@ -220,6 +231,45 @@ class SidecarApp:
         if self.metrics.enabled:
             self.metrics.gave_up(given_up.hi - given_up.lo)
 
+    def _dead_letters(self) -> dead_letter.DeadLetters:
+        """The dead-letter writer (its own reader and idempotent producer), hooked to the
+        keeper: parked records are written, then acked (dead_letter.py)."""
+        settings = self.settings
+        reader = Consumer(
+            consumer_config(
+                settings,
+                group=f"{settings.group}.ds-dead-letter",
+                client_id=f"ds-sidecar-{settings.id}-dead-letter",
+                overrides={"enable.partition.eof": True},
+            )
+        )
+        producer = new_producer(settings, client_id=f"ds-sidecar-{settings.id}-dead-letter")
+        writer = dead_letter.DeadLetterWriter(
+            reader, producer, self.dead_letter_topic, settings.group
+        )
+        letters = dead_letter.DeadLetters(
+            writer,
+            self.keeper.holds,
+            self.keeper.dead_lettered,
+            on_written=self.metrics.dead_lettered if self.metrics.enabled else lambda _n: None,
+        )
+
+        def submit(tp: TP, epoch: int, given_up: GivenUp, why: str) -> None:
+            job = dead_letter.DeadLetterJob(
+                tp, epoch, given_up.lo, given_up.hi, given_up.deliveries, given_up.holder[0], why
+            )
+            letters.submit(job)
+
+        self.keeper.on_dead_letter = submit
+        return letters
+
+    def _ensure_dead_letter_topic(self) -> None:
+        """Blocking: the dead-letter topic, created unless it exists."""
+        admin = new_admin(self.settings, client_id=f"ds-sidecar-{self.settings.id}-admin")
+        spec = TopicSpec(self.dead_letter_topic, partitions=self.settings.dead_letter_partitions)
+        if ensure_topic(admin, spec):
+            log.info("dead-letter topic created", dead_letter_topic=self.dead_letter_topic)
+
     def _offset_gap(self, tp: TP, lo: int, hi: int, reason: str) -> None:
         """Fetch thread: a position outside the log moved: OFFSET_GAP, counted, logged."""
         log.warning(
@@ -322,6 +372,8 @@ class SidecarApp:
             swept = local_socket.sweep_segments(server.local_socket.parent, self.settings.id)
             if swept:
                 log.info("stale shared-memory segments removed", files=swept)
+        if self.dead_letters is not None:  # before any lease: nothing is parked yet
+            await asyncio.to_thread(self._ensure_dead_letter_topic)
         self.fetcher.start()
         self._spawn(self.live_config.run(), "live-config")
         self._spawn(self.session.run(), "session")
@@ -347,6 +399,8 @@ class SidecarApp:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.dead_letters is not None:
+            await self.dead_letters.close()
         if self._loop is not None:
             await asyncio.to_thread(self.fetcher.stop)
         await asyncio.to_thread(self.reporter.close)

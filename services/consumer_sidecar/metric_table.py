@@ -90,6 +90,9 @@ METRIC_TABLE: tuple[MetricSpec, ...] = (
     _spec("ds_sidecar_records_given_up_total", "counter", G, OWN,
           "Records that came due again after max_deliveries deliveries without an ack: "
           "given up (each a POISON_RECORD fault), the commit point passes them"),
+    _spec("ds_sidecar_records_dead_lettered_total", "counter", G, OWN,
+          "Given-up records produced to the group's dead-letter topic and acked by Kafka "
+          "before the commit point passed them (dead_letter_topic)"),
     _spec("ds_sidecar_offset_gaps_total", "counter", GTP, OWN,
           "Offsets skipped because a partition's fetch position fell outside its log "
           "(records deleted by retention before they were read); each gap is an OFFSET_GAP "

@@ -510,6 +510,12 @@ class SidecarMetrics:
             ["group"],
             registry=registry,
         ).labels(group)
+        self._dead_lettered = Counter(
+            base_name("ds_sidecar_records_dead_lettered_total"),
+            help_of("ds_sidecar_records_dead_lettered_total"),
+            ["group"],
+            registry=registry,
+        ).labels(group)
         self._offset_gaps = Counter(
             base_name("ds_sidecar_offset_gaps_total"),
             help_of("ds_sidecar_offset_gaps_total"),
@@ -587,6 +593,10 @@ class SidecarMetrics:
     def gave_up(self, records: int) -> None:
         """asyncio thread: records given up past the delivery limit."""
         self._given_up.inc(records)
+
+    def dead_lettered(self, records: int) -> None:
+        """asyncio thread: records on the dead-letter topic, acked by Kafka."""
+        self._dead_lettered.inc(records)
 
     def offset_gap(self, topic: str, partition: int, skipped: int) -> None:
         """Fetch thread: offsets skipped because the position fell outside the log."""
