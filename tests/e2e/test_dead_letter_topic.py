@@ -8,6 +8,10 @@ produced = acked + dead-lettered, and the committed offsets reach the end of the
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -78,6 +82,14 @@ def read_all(bootstrap: str, topic: str, quiet: float = 3.0) -> list[object]:
     return out
 
 
+def dsctl(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DS_BOOTSTRAP": bootstrap}
+    return subprocess.run(
+        [sys.executable, "-m", "services.dsctl", "dlq", *args],
+        capture_output=True, text=True, timeout=120, env=env, check=False,
+    )  # fmt: skip
+
+
 def test_a_record_a_client_always_fails_goes_to_the_dead_letter_topic_and_nothing_is_lost(
     mesh: Mesh, topic_factory: object
 ) -> None:
@@ -116,6 +128,7 @@ def test_a_record_a_client_always_fails_goes_to_the_dead_letter_topic_and_nothin
                     break
         committed = committed_offsets(mesh.bootstrap, group, topic, PARTITIONS)
         dead = read_all(mesh.bootstrap, dlq)
+        replayed = replay_to_a_fixed_client(mesh, assigner.grpc_addr, group, topic, where)
     finally:
         AdminClient({"bootstrap.servers": mesh.bootstrap}).delete_topics([dlq])
 
@@ -145,3 +158,41 @@ def test_a_record_a_client_always_fails_goes_to_the_dead_letter_topic_and_nothin
     assert len(acked) + len(dead_seqs) == RECORDS and not lost, f"lost {sorted(lost)}"
     assert all(n == MAX_DELIVERIES for n in nacks.values()), nacks
     assert committed == ends, "the commit passed the dead-lettered records"
+    assert replayed == {where[(0, 7)]}, "dsctl dlq replay delivered X again to a fixed client"
+
+
+def replay_to_a_fixed_client(
+    mesh: Mesh, assigner: str, group: str, topic: str, where: dict[tuple[int, int], int]
+) -> set[int]:
+    """dsctl dlq list/show see the dead-lettered records; replay of the one from (0, 7)
+    sends it back through the mesh, where a client that no longer fails receives and
+    acks it; purge empties the dead-letter partition. The seqs the fixed client got."""
+    listed = dsctl(mesh.bootstrap, "list", group, "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    doc = json.loads(listed.stdout)
+    assert doc["depth"] == len(POISON), doc
+    assert all(row["oldest_age_seconds"] is not None for row in doc["partitions"] if row["depth"])
+    shown = dsctl(mesh.bootstrap, "show", group, "-o", "json")
+    assert shown.returncode == 0, shown.stderr
+    origins = {
+        (int(d["origin"]["partition"]), int(d["origin"]["offset"]))
+        for d in map(json.loads, shown.stdout.splitlines())
+    }
+    assert origins == POISON, origins
+    x = str(where[(0, 7)])
+    replay = dsctl(mesh.bootstrap, "replay", group, "--origin-offset", "7", "--key", x)
+    assert replay.returncode == 0, replay.stderr
+    assert json.loads(replay.stdout)["replayed"] == 1, replay.stdout
+    got: set[int] = set()
+    with DsClient(group, client_id="fixed", assigner=assigner) as fixed:
+        deadline = time.monotonic() + 60
+        while not got and time.monotonic() < deadline:
+            batch = fixed.fetch(max_records=100, max_wait=0.5)
+            if batch:
+                assert fixed.ack(batch) == len(batch)
+                got.update(int(r.key) for r in batch)
+    purged = dsctl(mesh.bootstrap, "purge", group, "--partition", "0", "--to-offset", "-1", "--yes")
+    assert purged.returncode == 0, purged.stderr
+    after = json.loads(dsctl(mesh.bootstrap, "list", group, "-o", "json").stdout)
+    assert after["depth"] == 0, after
+    return got
