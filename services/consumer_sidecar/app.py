@@ -375,6 +375,14 @@ class SidecarApp:
         if self.dead_letters is not None:  # before any lease: nothing is parked yet
             await asyncio.to_thread(self._ensure_dead_letter_topic)
         self.fetcher.start()
+        if self.dead_letters is not None and self.metrics.enabled:
+            self._spawn(
+                self.dead_letters.watch_depth(
+                    self.settings.dead_letter_check_interval_seconds,
+                    self.metrics.dead_letter_depth,
+                ),
+                "dead-letter-depth",
+            )
         self._spawn(self.live_config.run(), "live-config")
         self._spawn(self.session.run(), "session")
         self._spawn(self.keeper.commit_loop(), "commits")

@@ -182,6 +182,39 @@ class DeadLetterWriter:
             with contextlib.suppress(KafkaException):
                 self.consumer.unassign()
 
+    def depth(self) -> tuple[int, int | None]:
+        """Records kept on the dead-letter topic (every partition), and the timestamp (ms)
+        of the oldest first record of a partition (None: nothing kept). Raises
+        KafkaException."""
+        metadata = self.consumer.list_topics(self.topic, timeout=10)
+        described = metadata.topics.get(self.topic)
+        if described is None or described.error is not None:
+            return 0, None
+        records, oldest = 0, None
+        for p in sorted(described.partitions):
+            low, high = self.consumer.get_watermark_offsets(
+                TopicPartition(self.topic, p), timeout=10
+            )
+            if high <= low:
+                continue
+            records += high - low
+            first = self._first(p, low)
+            if first is not None:
+                oldest = first if oldest is None else min(oldest, first)
+        return records, oldest
+
+    def _first(self, partition: int, low: int) -> int | None:
+        """The timestamp of the first record at or above ``low`` (None: none in time)."""
+        self.consumer.assign([TopicPartition(self.topic, partition, low)])
+        try:
+            for msg in self.consumer.consume(1, 5.0):
+                if msg.error() is None:
+                    return msg.timestamp()[1]
+            return None
+        finally:
+            with contextlib.suppress(KafkaException):
+                self.consumer.unassign()
+
     def close(self) -> None:
         self.producer.flush(self.timeout)
         self.consumer.close()
@@ -254,6 +287,19 @@ class DeadLetters:
             from_offset=job.lo,
             to_offset=job.hi,
         )
+
+    async def watch_depth(
+        self, interval: float, on_depth: Callable[[int, int | None], None]
+    ) -> None:
+        """Every ``interval`` s: what the dead-letter topic keeps (metrics)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                records, oldest = await loop.run_in_executor(self._pool, self.writer.depth)
+                on_depth(records, oldest)
+            except KafkaException as exc:
+                log.info("dead-letter topic depth not read", error=str(exc))
+            await asyncio.sleep(interval)
 
     async def close(self) -> None:
         for task in list(self._tasks):

@@ -100,6 +100,13 @@ class SidecarSettings(ServiceSettings):
     dead_letter_partitions: int = Field(
         1, ge=1, le=1000, description="partitions of the dead-letter topic when created"
     )
+    dead_letter_check_interval_seconds: float = Field(
+        30.0,
+        ge=1,
+        le=3600,
+        description="how often the dead-letter topic's depth and oldest record are read "
+        "for the metrics",
+    )
     drain_timeout_seconds: float = Field(
         5.0,
         ge=0,

@@ -23,6 +23,7 @@ from tests.support import accounting
 from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh
 from tests.support.offsets import committed_offsets
+from tests.support.ops import metric_samples, wait_for
 from tests.support.records import value_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -128,6 +129,13 @@ def test_a_record_a_client_always_fails_goes_to_the_dead_letter_topic_and_nothin
                     break
         committed = committed_offsets(mesh.bootstrap, group, topic, PARTITIONS)
         dead = read_all(mesh.bootstrap, dlq)
+        depth = wait_for(
+            lambda: [s.value for s in metric_samples(sidecar, "ds_sidecar_dead_letter_records")
+                     if s.value == len(POISON)],
+            30, "the dead-letter depth metric",
+        )  # fmt: skip
+        age = metric_samples(sidecar, "ds_sidecar_dead_letter_oldest_age_seconds")
+        counted = metric_samples(sidecar, "ds_sidecar_records_dead_lettered_total")
         replayed = replay_to_a_fixed_client(mesh, assigner.grpc_addr, group, topic, where)
     finally:
         AdminClient({"bootstrap.servers": mesh.bootstrap}).delete_topics([dlq])
@@ -158,6 +166,9 @@ def test_a_record_a_client_always_fails_goes_to_the_dead_letter_topic_and_nothin
     assert len(acked) + len(dead_seqs) == RECORDS and not lost, f"lost {sorted(lost)}"
     assert all(n == MAX_DELIVERIES for n in nacks.values()), nacks
     assert committed == ends, "the commit passed the dead-lettered records"
+    assert depth == [len(POISON)]
+    assert [s.value > 0 for s in age] == [True], age
+    assert [s.value for s in counted] == [len(POISON)], counted
     assert replayed == {where[(0, 7)]}, "dsctl dlq replay delivered X again to a fixed client"
 
 
