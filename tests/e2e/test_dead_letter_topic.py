@@ -13,10 +13,16 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+)
 
 from dsclient import DsClient
 from tests.support import accounting
@@ -207,3 +213,87 @@ def replay_to_a_fixed_client(
     after = json.loads(dsctl(mesh.bootstrap, "list", group, "-o", "json").stdout)
     assert after["depth"] == 0, after
     return got
+
+
+CRASH_RECORDS = 60
+CRASH_X = 10  # the offset the client always fails (one partition)
+SET = AlterConfigOpType.SET
+
+
+def test_a_parked_record_survives_a_dead_letter_outage_and_a_sidecar_kill(
+    mesh: Mesh, topic_factory: object
+) -> None:
+    """The dead-letter topic refuses every record (max.message.bytes 16): X stays parked,
+    the commit point stays at X, and after kill -9 of the sidecar, the topic fixed, a new
+    sidecar delivers X again and dead-letters it: X on the topic once, 0 lost."""
+    topic = topic_factory(partitions=1)  # type: ignore[operator]
+    dlq = topic_factory(partitions=1, config={"max.message.bytes": "16"})  # type: ignore[operator]
+    group = f"g-{topic}"
+    producer = Producer({"bootstrap.servers": mesh.bootstrap, "enable.idempotence": True})
+    for seq in range(CRASH_RECORDS):
+        producer.produce(topic, key=str(seq).encode(), value=value_of(seq), partition=0)
+    assert producer.flush(30) == 0
+    assigner = mesh.assigner([(group, [topic])], settings={"max_deliveries": str(MAX_DELIVERIES)})
+    assigner.wait_serving()
+    env = {"DS_DEAD_LETTER_TOPIC": dlq, "DS_DEAD_LETTER_CHECK_INTERVAL_SECONDS": "1"}
+    first = mesh.sidecar(group, assigner, "sc-1", env=env)
+    first.wait_serving()
+    wait_stable(assigner.grpc_addr, group, ["sc-1"], 1)
+
+    acked: set[int] = set()
+    nacks = 0
+
+    def serve(client: DsClient, done: Callable[[], bool], seconds: float) -> None:
+        nonlocal nacks
+        deadline = time.monotonic() + seconds
+        while not done() and time.monotonic() < deadline:
+            batch = client.fetch(max_records=100, max_wait=0.5)
+            good = [r for r in batch if r.offset != CRASH_X]
+            if good:
+                assert client.ack(good) == len(good)
+                acked.update(int(r.key) for r in good)
+            if len(good) < len(batch):
+                client.nack([r for r in batch if r.offset == CRASH_X])
+                nacks += 1
+
+    def given_up(svc: object) -> float:
+        return sum(s.value for s in metric_samples(svc, "ds_sidecar_records_given_up_total"))  # type: ignore[arg-type]
+
+    with DsClient(group, client_id=CLIENT, assigner=assigner.grpc_addr) as client:
+        serve(client, lambda: given_up(first) >= 1 and len(acked) == CRASH_RECORDS - 1, 90)
+        assert given_up(first) == 1, "X given up by the first sidecar"
+        time.sleep(3)  # a few refused produces and commit rounds: the point must stay at X
+        during_outage = committed_offsets(mesh.bootstrap, group, topic, 1)[0]
+        dead_lettered = metric_samples(first, "ds_sidecar_records_dead_lettered_total")
+        first.kill()
+        admin = AdminClient({"bootstrap.servers": mesh.bootstrap})  # kept until answered
+        fixed = ConfigResource(
+            ConfigResource.Type.TOPIC,
+            dlq,
+            incremental_configs=[
+                ConfigEntry("max.message.bytes", "1048588", incremental_operation=SET)
+            ],
+        )
+        admin.incremental_alter_configs([fixed])[fixed].result(timeout=30)
+        second = mesh.sidecar(group, assigner, "sc-2", env=env)
+        second.wait_serving()
+        serve(
+            client,
+            lambda: committed_offsets(mesh.bootstrap, group, topic, 1)[0] == CRASH_RECORDS,
+            120,
+        )
+    committed = committed_offsets(mesh.bootstrap, group, topic, 1)[0]
+    dead = read_all(mesh.bootstrap, dlq)
+    dead_offsets = [int(dict(m.headers())["ds-dlq-offset"]) for m in dead]  # type: ignore[attr-defined]
+    lost = set(range(CRASH_RECORDS)) - acked - {CRASH_X}
+    accounting.report(
+        f"dead letter, outage + kill -9: produced {CRASH_RECORDS}, acked {len(acked)}, "
+        f"dead-lettered {dead_offsets}, lost {len(lost)}, nacks {nacks}, committed during the "
+        f"outage {during_outage}, at the end {committed}"
+    )
+    assert [s.value for s in dead_lettered] == [0], "nothing reached the refusing topic"
+    assert during_outage == CRASH_X, "the commit point stayed at the parked record"
+    assert dead_offsets == [CRASH_X], "X on the dead-letter topic exactly once"
+    assert CRASH_X not in acked and not lost, f"lost {sorted(lost)}"
+    assert len(acked) + len(dead_offsets) == CRASH_RECORDS
+    assert committed == CRASH_RECORDS
