@@ -274,6 +274,7 @@ class GroupRuntime:
             visibility_timeout_seconds=self.record.visibility_timeout_seconds,
             max_deliveries=self.record.max_deliveries,
             external_offset_changes=self.external_offset_changes,
+            dead_letter_topic=self.record.dead_letter_topic,
         )
 
     @property
@@ -293,6 +294,7 @@ class GroupRuntime:
             config_version=self.record.config_version,
             max_deliveries=self.record.max_deliveries,
             external_offset_changes=EXTERNAL_CHANGES[self.record.external_offset_changes],
+            dead_letter_topic=self.record.dead_letter_topic,
         )
         if self.record.visibility_timeout_seconds is not None:
             config.visibility_timeout.CopyFrom(duration(self.record.visibility_timeout_seconds))
@@ -337,6 +339,7 @@ class GroupRuntime:
                     visibility_timeout=self._visibility(),
                     max_deliveries=self.record.max_deliveries,
                     external_offset_changes=EXTERNAL_CHANGES[self.record.external_offset_changes],
+                    dead_letter_topic=self.record.dead_letter_topic,
                 )
             )
         )
@@ -549,6 +552,7 @@ class GroupRuntime:
                     visibility_timeout=self._visibility(),
                     max_deliveries=record.max_deliveries,
                     external_offset_changes=EXTERNAL_CHANGES[record.external_offset_changes],
+                    dead_letter_topic=record.dead_letter_topic,
                 )
             )
             for conn in self.connections.values():

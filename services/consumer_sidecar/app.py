@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import time
 from collections.abc import Coroutine, Mapping, Sequence
@@ -75,11 +76,12 @@ class SidecarApp:
             client_idle_seconds=settings.metrics_client_idle_seconds,
         )
         self.table = PartitionTable(settings.buffer_max_bytes, time.monotonic)
-        self.dead_letter_topic = dead_letter.topic_for(settings.dead_letter_topic, settings.group)
+        # The sidecars' dead-letter topic; a group's config may name its own (live).
+        self.dead_letter_default = dead_letter.topic_for(settings.dead_letter_topic, settings.group)
         self.default_redelivery = Redelivery(
             settings.visibility_timeout_seconds,
             settings.max_deliveries,
-            dead_letter=bool(self.dead_letter_topic),
+            dead_letter=bool(self.dead_letter_default),
         )
         self.table.redelivery = self.default_redelivery
         self.data = DataSignal()
@@ -118,7 +120,7 @@ class SidecarApp:
         )
         self.keeper.on_commit = self.faults.commit
         self.keeper.on_given_up = self._given_up
-        self.dead_letters = self._dead_letters() if self.dead_letter_topic else None
+        self.dead_letters: dead_letter.DeadLetters | None = None  # made on first use
         self.keeper.on_renewed = self.data.notify
         self.session = SessionClient(
             SessionIdentity(
@@ -231,7 +233,22 @@ class SidecarApp:
         if self.metrics.enabled:
             self.metrics.gave_up(given_up.hi - given_up.lo)
 
-    def _dead_letters(self) -> dead_letter.DeadLetters:
+    def _dead_letter_to(self, topic: str) -> None:
+        """Event loop: records given up from now on go to ``topic`` (created at once);
+        the writer and its depth watch start with the first topic."""
+        if self.dead_letters is None:
+            self.dead_letters = self._dead_letters(topic)
+            if self.metrics.enabled:
+                self._spawn(
+                    self.dead_letters.watch_depth(
+                        self.settings.dead_letter_check_interval_seconds,
+                        self.metrics.dead_letter_depth,
+                    ),
+                    "dead-letter-depth",
+                )
+        self.dead_letters.retarget(topic)
+
+    def _dead_letters(self, topic: str) -> dead_letter.DeadLetters:
         """The dead-letter writer (its own reader and idempotent producer), hooked to the
         keeper: parked records are written, then acked (dead_letter.py)."""
         settings = self.settings
@@ -245,7 +262,7 @@ class SidecarApp:
         )
         producer = new_producer(settings, client_id=f"ds-sidecar-{settings.id}-dead-letter")
         writer = dead_letter.DeadLetterWriter(
-            reader, producer, self.dead_letter_topic, settings.group
+            reader, producer, topic, settings.group, ensure=self._ensure_dead_letter_topic
         )
         letters = dead_letter.DeadLetters(
             writer,
@@ -263,12 +280,12 @@ class SidecarApp:
         self.keeper.on_dead_letter = submit
         return letters
 
-    def _ensure_dead_letter_topic(self) -> None:
-        """Blocking: the dead-letter topic, created unless it exists."""
+    def _ensure_dead_letter_topic(self, topic: str) -> None:
+        """Blocking (the dead-letter thread): ``topic``, created unless it exists."""
         admin = new_admin(self.settings, client_id=f"ds-sidecar-{self.settings.id}-admin")
-        spec = TopicSpec(self.dead_letter_topic, partitions=self.settings.dead_letter_partitions)
+        spec = TopicSpec(topic, partitions=self.settings.dead_letter_partitions)
         if ensure_topic(admin, spec):
-            log.info("dead-letter topic created", dead_letter_topic=self.dead_letter_topic)
+            log.info("dead-letter topic created", dead_letter_topic=topic)
 
     def _offset_gap(self, tp: TP, lo: int, hi: int, reason: str) -> None:
         """Fetch thread: a position outside the log moved: OFFSET_GAP, counted, logged."""
@@ -284,14 +301,22 @@ class SidecarApp:
         if self.metrics.enabled and reason != "truncated":
             self.metrics.offset_gap(tp.topic, tp.partition, hi - lo)
 
-    def _delivery_policy(self, visibility: float | None, max_deliveries: int) -> None:
-        """The group's redelivery settings (SessionAccepted, ConfigUpdate), live."""
+    def _delivery_policy(
+        self, visibility: float | None, max_deliveries: int, dead_letter_topic: str = ""
+    ) -> None:
+        """The group's redelivery settings (SessionAccepted, ConfigUpdate), live; its
+        dead-letter topic, else the sidecar's, else none."""
+        topic = dead_letter_topic or self.dead_letter_default
         policy = Redelivery.of_group(visibility, max_deliveries, self.default_redelivery)
+        policy = dataclasses.replace(policy, dead_letter=bool(topic))
+        if topic:
+            self._dead_letter_to(topic)
         if policy != self.table.redelivery:
             log.info(
                 "redelivery policy",
                 visibility_timeout=policy.visibility,
                 max_deliveries=policy.max_deliveries,
+                dead_letter_topic=topic,
             )
         self.table.redelivery = policy
 
@@ -372,17 +397,9 @@ class SidecarApp:
             swept = local_socket.sweep_segments(server.local_socket.parent, self.settings.id)
             if swept:
                 log.info("stale shared-memory segments removed", files=swept)
-        if self.dead_letters is not None:  # before any lease: nothing is parked yet
-            await asyncio.to_thread(self._ensure_dead_letter_topic)
+        if self.dead_letter_default:
+            self._dead_letter_to(self.dead_letter_default)
         self.fetcher.start()
-        if self.dead_letters is not None and self.metrics.enabled:
-            self._spawn(
-                self.dead_letters.watch_depth(
-                    self.settings.dead_letter_check_interval_seconds,
-                    self.metrics.dead_letter_depth,
-                ),
-                "dead-letter-depth",
-            )
         self._spawn(self.live_config.run(), "live-config")
         self._spawn(self.session.run(), "session")
         self._spawn(self.keeper.commit_loop(), "commits")

@@ -108,6 +108,11 @@ def dead_letter_headers(
     return kept + list(origin)
 
 
+def _log_failure(future: asyncio.Future[str]) -> None:
+    if not future.cancelled() and (error := future.exception()) is not None:
+        log.warning("dead-letter topic not created; retried at the first write", error=str(error))
+
+
 class DeadLetterError(Exception):
     """Records could not be read again or produced (retried while the lease lasts)."""
 
@@ -123,17 +128,32 @@ class DeadLetterWriter:
         topic: str,
         group: str,
         *,
+        ensure: Callable[[str], None] = lambda _topic: None,
         timeout: float = 30.0,
     ) -> None:
         self.consumer = consumer
         self.producer = producer
+        # Where records go; the group's config may change it live (set by the event loop,
+        # read once per write).
         self.topic = topic
         self.group = group
         self.timeout = timeout
+        self._ensure = ensure
+        self._ensured: set[str] = set()
+
+    def ensure_topic(self) -> str:
+        """Create the current topic unless it exists (once per topic); returns it. Raises
+        KafkaException."""
+        topic = self.topic
+        if topic not in self._ensured:
+            self._ensure(topic)
+            self._ensured.add(topic)
+        return topic
 
     def write(self, job: DeadLetterJob) -> int:
         """Produce every record of [lo, hi) that Kafka still has; how many. Offsets with no
         record (compacted away, transaction markers) are skipped. Raises DeadLetterError."""
+        topic = self.ensure_topic()
         records = self._read(job)
         errors: list[str] = []
 
@@ -144,7 +164,7 @@ class DeadLetterWriter:
         for msg in records:
             origin = origin_headers(job, self.group, msg.offset() or 0, msg.timestamp()[1])
             self.producer.produce(
-                self.topic,
+                topic,
                 key=msg.key(),
                 value=msg.value(),
                 headers=dead_letter_headers(msg.headers(), origin),
@@ -244,6 +264,15 @@ class DeadLetters:
     @property
     def topic(self) -> str:
         return self.writer.topic
+
+    def retarget(self, topic: str) -> None:
+        """The group's dead-letter topic is now ``topic`` (its config changed, or was
+        first read): records written from now on go there; it is created at once."""
+        if topic != self.writer.topic:
+            log.info("dead-letter topic", dead_letter_topic=topic, before=self.writer.topic)
+        self.writer.topic = topic
+        future = asyncio.get_running_loop().run_in_executor(self._pool, self.writer.ensure_topic)
+        future.add_done_callback(_log_failure)
 
     def submit(self, job: DeadLetterJob) -> None:
         task = asyncio.get_running_loop().create_task(self._run(job), name="dead-letter")

@@ -90,7 +90,7 @@ def read_all(bootstrap: str, topic: str, quiet: float = 3.0) -> list[object]:
 
 
 def dsctl(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DS_BOOTSTRAP": bootstrap}
+    env = {**os.environ, "DS_BOOTSTRAP": bootstrap, "DS_DEAD_LETTER_TOPIC": "{group}.dlq"}
     return subprocess.run(
         [sys.executable, "-m", "services.dsctl", "dlq", *args],
         capture_output=True, text=True, timeout=120, env=env, check=False,
@@ -105,9 +105,15 @@ def test_a_record_a_client_always_fails_goes_to_the_dead_letter_topic_and_nothin
     dlq = f"{group}.dlq"
     where = produce(mesh.bootstrap, topic)
     poison_seqs = {where[p] for p in POISON}
-    assigner = mesh.assigner([(group, [topic])], settings={"max_deliveries": str(MAX_DELIVERIES)})
+    # The group's own config names its dead-letter topic (the sidecar has none).
+    assigner = mesh.assigner(
+        [(group, [topic])],
+        settings={"max_deliveries": str(MAX_DELIVERIES), "dead_letter_topic": dlq},
+    )
     assigner.wait_serving()
-    sidecar = mesh.sidecar(group, assigner, "sc-1", env={"DS_DEAD_LETTER_TOPIC": "{group}.dlq"})
+    sidecar = mesh.sidecar(
+        group, assigner, "sc-1", env={"DS_DEAD_LETTER_CHECK_INTERVAL_SECONDS": "1"}
+    )
     sidecar.wait_serving()
     wait_stable(assigner.grpc_addr, group, ["sc-1"], PARTITIONS)
 
