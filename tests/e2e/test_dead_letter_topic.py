@@ -13,7 +13,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -89,6 +90,18 @@ def read_all(bootstrap: str, topic: str, quiet: float = 3.0) -> list[object]:
     return out
 
 
+@pytest.fixture
+def own_state(mesh: Mesh) -> Iterator[dict[str, str]]:
+    """An assigner environment with a state topic and transactional id of this test's own:
+    other tests' assigners on the same Kafka (without Consul) would fence the shared one."""
+    unique = uuid.uuid4().hex[:8]
+    state_topic = f"__ds_assigner_state.test-{unique}"
+    yield {"DS_STATE_TOPIC": state_topic, "DS_STATE_TRANSACTIONAL_ID": f"ds-state-{unique}"}
+    admin = AdminClient({"bootstrap.servers": mesh.bootstrap})
+    for future in admin.delete_topics([state_topic]).values():
+        future.exception(timeout=30)  # gone, or never created: either is fine
+
+
 def dsctl(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "DS_BOOTSTRAP": bootstrap, "DS_DEAD_LETTER_TOPIC": "{group}.dlq"}
     return subprocess.run(
@@ -98,7 +111,7 @@ def dsctl(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_record_a_client_always_fails_goes_to_the_dead_letter_topic_and_nothing_is_lost(
-    mesh: Mesh, topic_factory: object
+    mesh: Mesh, topic_factory: object, own_state: dict[str, str]
 ) -> None:
     topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
     group = f"g-{topic}"
@@ -109,6 +122,7 @@ def test_a_record_a_client_always_fails_goes_to_the_dead_letter_topic_and_nothin
     assigner = mesh.assigner(
         [(group, [topic])],
         settings={"max_deliveries": str(MAX_DELIVERIES), "dead_letter_topic": dlq},
+        env=own_state,
     )
     assigner.wait_serving()
     sidecar = mesh.sidecar(
@@ -227,7 +241,7 @@ SET = AlterConfigOpType.SET
 
 
 def test_a_parked_record_survives_a_dead_letter_outage_and_a_sidecar_kill(
-    mesh: Mesh, topic_factory: object
+    mesh: Mesh, topic_factory: object, own_state: dict[str, str]
 ) -> None:
     """The dead-letter topic refuses every record (max.message.bytes 16): X stays parked,
     the commit point stays at X, and after kill -9 of the sidecar, the topic fixed, a new
@@ -239,7 +253,9 @@ def test_a_parked_record_survives_a_dead_letter_outage_and_a_sidecar_kill(
     for seq in range(CRASH_RECORDS):
         producer.produce(topic, key=str(seq).encode(), value=value_of(seq), partition=0)
     assert producer.flush(30) == 0
-    assigner = mesh.assigner([(group, [topic])], settings={"max_deliveries": str(MAX_DELIVERIES)})
+    assigner = mesh.assigner(
+        [(group, [topic])], settings={"max_deliveries": str(MAX_DELIVERIES)}, env=own_state
+    )
     assigner.wait_serving()
     env = {"DS_DEAD_LETTER_TOPIC": dlq, "DS_DEAD_LETTER_CHECK_INTERVAL_SECONDS": "1"}
     first = mesh.sidecar(group, assigner, "sc-1", env=env)
