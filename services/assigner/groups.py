@@ -299,6 +299,7 @@ class GroupRuntime:
             visibility_timeout_seconds=self.record.visibility_timeout_seconds,
             max_deliveries=self.record.max_deliveries,
             external_offset_changes=self.external_offset_changes,
+            dead_letter_topic=self.record.dead_letter_topic,
         )
 
     @property
@@ -318,6 +319,7 @@ class GroupRuntime:
             config_version=self.record.config_version,
             max_deliveries=self.record.max_deliveries,
             external_offset_changes=EXTERNAL_CHANGES[self.record.external_offset_changes],
+            dead_letter_topic=self.record.dead_letter_topic,
         )
         if self.record.visibility_timeout_seconds is not None:
             config.visibility_timeout.CopyFrom(duration(self.record.visibility_timeout_seconds))
@@ -352,6 +354,7 @@ class GroupRuntime:
                     visibility_timeout=self._visibility(),
                     max_deliveries=self.record.max_deliveries,
                     external_offset_changes=EXTERNAL_CHANGES[self.record.external_offset_changes],
+                    dead_letter_topic=self.record.dead_letter_topic,
                 )
             )
         )
@@ -581,6 +584,7 @@ class GroupRuntime:
                     visibility_timeout=self._visibility(),
                     max_deliveries=record.max_deliveries,
                     external_offset_changes=EXTERNAL_CHANGES[record.external_offset_changes],
+                    dead_letter_topic=record.dead_letter_topic,
                 )
             )
             for conn in self.connections.values():

@@ -233,6 +233,7 @@ class GroupRegistry:
                         visibility_timeout_seconds=seed.visibility_timeout_seconds,
                         max_deliveries=seed.max_deliveries,
                         external_offset_changes=seed.external_offset_changes,
+                        dead_letter_topic=seed.dead_letter_topic,
                     )
                 )
             except DsError as err:

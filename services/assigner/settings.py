@@ -32,6 +32,9 @@ class GroupSeed(BaseModel):
     max_deliveries: int = Field(0, ge=-1, le=1_000_000)
     # A committed offset the mesh did not write (kafka-consumer-groups --reset-offsets).
     external_offset_changes: Literal["follow", "revert", "ignore"] = "follow"
+    # The group's dead-letter topic (records given up past max_deliveries go there before
+    # they are committed past); "" = the sidecars' dead_letter_topic setting.
+    dead_letter_topic: str = Field("", max_length=249, pattern=r"^[A-Za-z0-9._-]*$")
 
     @field_validator("consumer_config")
     @classmethod

@@ -64,6 +64,8 @@ class GroupRecord:
     max_deliveries: int = 0  # -1: never give a record up
     # A committed offset the mesh did not write (issue 23): follow | revert | ignore.
     external_offset_changes: str = "follow"
+    # Issue 39: where records given up past max_deliveries go ("" = the sidecars' setting).
+    dead_letter_topic: str = ""
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -81,6 +83,8 @@ class GroupRecord:
             document["max_deliveries"] = self.max_deliveries
         if self.external_offset_changes != "follow":
             document["external_offset_changes"] = self.external_offset_changes
+        if self.dead_letter_topic:
+            document["dead_letter_topic"] = self.dead_letter_topic
         return document
 
 

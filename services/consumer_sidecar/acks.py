@@ -11,7 +11,10 @@ the client that received it) goes away, or the client nacks it: then it is *due*
 is delivered again. Due records keep holding the commit point back exactly like records in
 flight. Each delivery of a record counts; a record that becomes due after ``limit``
 deliveries is *given up* instead (the caller reports it as a ``POISON_RECORD`` and the
-commit point may pass it).
+commit point may pass it). With a dead-letter topic (:attr:`PartitionAcks.park_given_up`)
+a given-up record is *parked* instead: in flight to :data:`DEAD_LETTER` with no deadline,
+it holds the commit point back until the caller has it on the dead-letter topic and acks
+it (:mod:`dead_letter`), so it is never both lost and committed past.
 
 The tracker keeps only offsets, never records: redelivery re-reads them from Kafka. The
 *cursor* is where delivery continues: normally one past the highest offset ever handed out
@@ -49,10 +52,14 @@ from typing import TypeAlias
 # client; a stream that ends releases what it received.
 Holder = tuple[str, int]
 NO_HOLDER: Holder = ("", 0)
+# The holder of parked records (given up, on their way to the dead-letter topic): no
+# client id can be empty, so no client's nack or ack binding ever names it.
+DEAD_LETTER: Holder = ("", -1)
 NO_LIMIT = 0  # deliveries limit: never give a record up
 DUE = -math.inf  # a run's ack deadline once it is due
 
 _HI = attrgetter("hi")
+_ANYONE = (NO_HOLDER, DEAD_LETTER)  # holders whose records anyone may ack
 
 
 class AckError(ValueError):
@@ -65,11 +72,14 @@ class NotHolderError(AckError):
 
 @dataclass(frozen=True)
 class GivenUp:
-    """Records [lo, hi) that became due after ``deliveries`` deliveries (the limit)."""
+    """Records [lo, hi) that became due after ``deliveries`` deliveries (the limit), last
+    held by ``holder``; ``parked``: kept in flight to :data:`DEAD_LETTER` until acked."""
 
     lo: int
     hi: int
     deliveries: int
+    holder: Holder = NO_HOLDER
+    parked: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +121,8 @@ class PartitionAcks:
         self._next = start  # one past the highest delivered (or skipped) offset
         self._cursor = start  # where delivery continues (< _next while re-reading)
         self.version = 0  # bumped by every ack that changes what a commit would record
+        # Given-up records are parked for the dead-letter topic (the group has one).
+        self.park_given_up = False
 
     # ---- reading ----------------------------------------------------------------------
 
@@ -333,7 +345,7 @@ class PartitionAcks:
             raise AckError(f"offsets up to {hi - 1} were not delivered (next is {self._next})")
         if client is not None:
             for run in self._overlapping(lo, hi):
-                if not run.due and run.holder != NO_HOLDER and run.holder[0] != client:
+                if not run.due and run.holder not in _ANYONE and run.holder[0] != client:
                     first = max(lo, run.lo)
                     raise NotHolderError(
                         f"offset {first} is in flight to another client of the group; "
@@ -430,7 +442,11 @@ class PartitionAcks:
                 return run
             self._inflight -= run.hi - run.lo
             if limit != NO_LIMIT and run.deliveries >= limit:
-                given_up.append(GivenUp(run.lo, run.hi, run.deliveries))
+                parked = self.park_given_up
+                given_up.append(GivenUp(run.lo, run.hi, run.deliveries, run.holder, parked))
+                if parked:  # held back, never due, until the dead-letter topic has it
+                    self._inflight += run.hi - run.lo
+                    return replace(run, due_at=math.inf, holder=DEAD_LETTER)
                 return None
             self._due += run.hi - run.lo
             return replace(run, due_at=DUE, holder=NO_HOLDER)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import time
 from collections.abc import Coroutine, Mapping, Sequence
@@ -24,7 +25,7 @@ from confluent_kafka import Consumer
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from dsclient import local_socket
-from services.consumer_sidecar import kafka_config
+from services.consumer_sidecar import dead_letter, kafka_config
 from services.consumer_sidecar.acks import GivenUp
 from services.consumer_sidecar.backpressure_watch import watch_backpressure
 from services.consumer_sidecar.classic import group_topics
@@ -50,10 +51,17 @@ from services.consumer_sidecar.session import ConfigStatus, SessionClient, Sessi
 from services.consumer_sidecar.settings import SidecarSettings
 from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route
-from services.runtime.kafka import KafkaProbe, new_consumer, new_producer
+from services.runtime.kafka import (
+    KafkaProbe,
+    consumer_config,
+    new_admin,
+    new_consumer,
+    new_producer,
+)
 from services.runtime.lifecycle import Dependency
 from services.runtime.reporter import reporter_for
 from services.runtime.topic_partition import TP
+from services.runtime.topics import TopicSpec, ensure_topic
 
 log = structlog.get_logger(__name__)
 
@@ -73,8 +81,12 @@ class SidecarApp:
             client_idle_seconds=settings.metrics_client_idle_seconds,
         )
         self.table = PartitionTable(settings.buffer_max_bytes, time.monotonic)
+        # The sidecars' dead-letter topic; a group's config may name its own (live).
+        self.dead_letter_default = dead_letter.topic_for(settings.dead_letter_topic, settings.group)
         self.default_redelivery = Redelivery(
-            settings.visibility_timeout_seconds, settings.max_deliveries
+            settings.visibility_timeout_seconds,
+            settings.max_deliveries,
+            dead_letter=bool(self.dead_letter_default),
         )
         self.table.redelivery = self.default_redelivery
         self.data = DataSignal()
@@ -118,6 +130,7 @@ class SidecarApp:
         )
         self.keeper.on_commit = self.faults.commit
         self.keeper.on_given_up = self._given_up
+        self.dead_letters: dead_letter.DeadLetters | None = None  # made on first use
         self.keeper.on_renewed = self.data.notify
         self.session = SessionClient(
             SessionIdentity(
@@ -250,6 +263,60 @@ class SidecarApp:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self.keeper.fenced_by_kafka, fenced)
 
+    def _dead_letter_to(self, topic: str) -> None:
+        """Event loop: records given up from now on go to ``topic`` (created at once);
+        the writer and its depth watch start with the first topic."""
+        if self.dead_letters is None:
+            self.dead_letters = self._dead_letters(topic)
+            if self.metrics.enabled:
+                self._spawn(
+                    self.dead_letters.watch_depth(
+                        self.settings.dead_letter_check_interval_seconds,
+                        self.metrics.dead_letter_depth,
+                    ),
+                    "dead-letter-depth",
+                )
+        self.dead_letters.retarget(topic)
+
+    def _dead_letters(self, topic: str) -> dead_letter.DeadLetters:
+        """The dead-letter writer (its own reader and idempotent producer), hooked to the
+        keeper: parked records are written, then acked (dead_letter.py)."""
+        settings = self.settings
+        reader = Consumer(
+            consumer_config(
+                settings,
+                group=f"{settings.group}.ds-dead-letter",
+                client_id=f"ds-sidecar-{settings.id}-dead-letter",
+                overrides={"enable.partition.eof": True},
+            )
+        )
+        producer = new_producer(settings, client_id=f"ds-sidecar-{settings.id}-dead-letter")
+        writer = dead_letter.DeadLetterWriter(
+            reader, producer, topic, settings.group, ensure=self._ensure_dead_letter_topic
+        )
+        letters = dead_letter.DeadLetters(
+            writer,
+            self.keeper.holds,
+            self.keeper.dead_lettered,
+            on_written=self.metrics.dead_lettered if self.metrics.enabled else lambda _n: None,
+        )
+
+        def submit(tp: TP, epoch: int, given_up: GivenUp, why: str) -> None:
+            job = dead_letter.DeadLetterJob(
+                tp, epoch, given_up.lo, given_up.hi, given_up.deliveries, given_up.holder[0], why
+            )
+            letters.submit(job)
+
+        self.keeper.on_dead_letter = submit
+        return letters
+
+    def _ensure_dead_letter_topic(self, topic: str) -> None:
+        """Blocking (the dead-letter thread): ``topic``, created unless it exists."""
+        admin = new_admin(self.settings, client_id=f"ds-sidecar-{self.settings.id}-admin")
+        spec = TopicSpec(topic, partitions=self.settings.dead_letter_partitions)
+        if ensure_topic(admin, spec):
+            log.info("dead-letter topic created", dead_letter_topic=topic)
+
     def _offset_gap(self, tp: TP, lo: int, hi: int, reason: str) -> None:
         """Fetch thread: a position outside the log moved: OFFSET_GAP, counted, logged."""
         log.warning(
@@ -264,14 +331,22 @@ class SidecarApp:
         if self.metrics.enabled and reason != "truncated":
             self.metrics.offset_gap(tp.topic, tp.partition, hi - lo)
 
-    def _delivery_policy(self, visibility: float | None, max_deliveries: int) -> None:
-        """The group's redelivery settings (SessionAccepted, ConfigUpdate), live."""
+    def _delivery_policy(
+        self, visibility: float | None, max_deliveries: int, dead_letter_topic: str = ""
+    ) -> None:
+        """The group's redelivery settings (SessionAccepted, ConfigUpdate), live; its
+        dead-letter topic, else the sidecar's, else none."""
+        topic = dead_letter_topic or self.dead_letter_default
         policy = Redelivery.of_group(visibility, max_deliveries, self.default_redelivery)
+        policy = dataclasses.replace(policy, dead_letter=bool(topic))
+        if topic:
+            self._dead_letter_to(topic)
         if policy != self.table.redelivery:
             log.info(
                 "redelivery policy",
                 visibility_timeout=policy.visibility,
                 max_deliveries=policy.max_deliveries,
+                dead_letter_topic=topic,
             )
         self.table.redelivery = policy
 
@@ -352,6 +427,8 @@ class SidecarApp:
             swept = local_socket.sweep_segments(server.local_socket.parent, self.settings.id)
             if swept:
                 log.info("stale shared-memory segments removed", files=swept)
+        if self.dead_letter_default:
+            self._dead_letter_to(self.dead_letter_default)
         self.fetcher.start()
         self._spawn(self.live_config.run(), "live-config")
         self._spawn(self.session.run(), "session")
@@ -377,6 +454,8 @@ class SidecarApp:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.dead_letters is not None:
+            await self.dead_letters.close()
         if self._loop is not None:
             await asyncio.to_thread(self.fetcher.stop)
         await asyncio.to_thread(self.reporter.close)

@@ -196,6 +196,11 @@ class LeaseKeeper:
         # not_sent); records given up past the delivery limit (the POISON_RECORD hook).
         self.on_redelivery: Callable[[str, int], None] = lambda _why, _records: None
         self.on_given_up: Callable[[TP, int, GivenUp], None] = lambda _tp, _epoch, _g: None
+        # A given-up range parked for the dead-letter topic (dead_letter.py), with why it
+        # last came due: the sidecar writes it there, then calls dead_lettered().
+        self.on_dead_letter: Callable[[TP, int, GivenUp, str], None] = (
+            lambda _tp, _epoch, _g, _why: None
+        )
         # A commit this sidecar did not make was found on a held partition: report it now.
         self.on_external: Callable[[], None] = lambda: None
         self._granted_at: dict[TP, float] = {}
@@ -553,6 +558,8 @@ class LeaseKeeper:
                 deliveries=given_up.deliveries,
             )
             self.on_given_up(part.tp, part.epoch, given_up)
+            if given_up.parked:
+                self.on_dead_letter(part.tp, part.epoch, given_up, why)
         for part in due.rewind:
             self._spawn(self.fetcher.run(self.fetcher.rewind, part.tp))
 
@@ -599,6 +606,21 @@ class LeaseKeeper:
             return reject
         self._uncommitted()
         return None
+
+    def holds(self, tp: TP, epoch: int) -> bool:
+        """``tp`` is still held here under ``epoch`` (a revoke's drain included)."""
+        part = self.table.get(tp)
+        return part is not None and part.epoch == epoch
+
+    def dead_lettered(self, tp: TP, epoch: int, lo: int, hi: int) -> None:
+        """The parked records [lo, hi) are on the dead-letter topic (acked by Kafka): they
+        count as acked, so the commit point may pass them. Nothing if the lease moved."""
+        part = self.table.get(tp)
+        if part is None or part.epoch != epoch:
+            return
+        with contextlib.suppress(AckError):  # committed past already (an explicit commit)
+            self.table.ack_range(part, lo, hi, None)
+            self._uncommitted()
 
     def _uncommitted(self) -> None:
         """Something changed that the next commit round must carry: it comes within the

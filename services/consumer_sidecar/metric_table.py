@@ -62,6 +62,7 @@ G, GTP, GC = "group", "group,topic,partition", "group,client_id"
 STATS = "librdkafka statistics"
 OWN = "sidecar timing/counting"
 VIEW = "partition table at scrape time"
+DLQ = "dead-letter topic's watermarks, read every dead_letter_check_interval_seconds"
 CB = "rebalance callbacks"
 METRIC_TABLE: tuple[MetricSpec, ...] = (
     _spec("ds_sidecar_records_consumed_total", "counter", "group,topic", OWN,
@@ -90,6 +91,15 @@ METRIC_TABLE: tuple[MetricSpec, ...] = (
     _spec("ds_sidecar_records_given_up_total", "counter", G, OWN,
           "Records that came due again after max_deliveries deliveries without an ack: "
           "given up (each a POISON_RECORD fault), the commit point passes them"),
+    _spec("ds_sidecar_records_dead_lettered_total", "counter", G, OWN,
+          "Given-up records produced to the group's dead-letter topic and acked by Kafka "
+          "before the commit point passed them (dead_letter_topic)"),
+    _spec("ds_sidecar_dead_letter_records", "gauge", G, DLQ,
+          "Records kept on the group's dead-letter topic (high minus low watermark, every "
+          "partition); every sidecar of the group reports the same figure"),
+    _spec("ds_sidecar_dead_letter_oldest_age_seconds", "gauge", G, DLQ,
+          "Age of the oldest record kept on the group's dead-letter topic, at scrape time "
+          "(0: none)"),
     _spec("ds_sidecar_offset_gaps_total", "counter", GTP, OWN,
           "Offsets skipped because a partition's fetch position fell outside its log "
           "(records deleted by retention before they were read); each gap is an OFFSET_GAP "

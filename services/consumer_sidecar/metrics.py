@@ -510,6 +510,25 @@ class SidecarMetrics:
             ["group"],
             registry=registry,
         ).labels(group)
+        self._dead_lettered = Counter(
+            base_name("ds_sidecar_records_dead_lettered_total"),
+            help_of("ds_sidecar_records_dead_lettered_total"),
+            ["group"],
+            registry=registry,
+        ).labels(group)
+        self._dlq_records = Gauge(
+            base_name("ds_sidecar_dead_letter_records"),
+            help_of("ds_sidecar_dead_letter_records"),
+            ["group"],
+            registry=registry,
+        ).labels(group)
+        self._dlq_oldest_ms: int | None = None
+        Gauge(
+            base_name("ds_sidecar_dead_letter_oldest_age_seconds"),
+            help_of("ds_sidecar_dead_letter_oldest_age_seconds"),
+            ["group"],
+            registry=registry,
+        ).labels(group).set_function(self._dlq_age)
         self._offset_gaps = Counter(
             base_name("ds_sidecar_offset_gaps_total"),
             help_of("ds_sidecar_offset_gaps_total"),
@@ -587,6 +606,20 @@ class SidecarMetrics:
     def gave_up(self, records: int) -> None:
         """asyncio thread: records given up past the delivery limit."""
         self._given_up.inc(records)
+
+    def dead_letter_depth(self, records: int, oldest_ms: int | None) -> None:
+        """asyncio thread: what the dead-letter topic keeps, and its oldest record's
+        timestamp (None: nothing kept); the age is computed at scrape time."""
+        self._dlq_records.set(records)
+        self._dlq_oldest_ms = oldest_ms
+
+    def _dlq_age(self) -> float:
+        oldest = self._dlq_oldest_ms
+        return 0.0 if oldest is None else max(0.0, time.time() - oldest / 1000)
+
+    def dead_lettered(self, records: int) -> None:
+        """asyncio thread: records on the dead-letter topic, acked by Kafka."""
+        self._dead_lettered.inc(records)
 
     def offset_gap(self, topic: str, partition: int, skipped: int) -> None:
         """Fetch thread: offsets skipped because the position fell outside the log."""

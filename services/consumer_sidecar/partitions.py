@@ -56,10 +56,12 @@ __all__ = [
 class Redelivery:
     """The group's redelivery policy: a delivered record not acked within ``visibility``
     seconds is delivered again; one that comes due after ``max_deliveries`` deliveries is
-    given up (``NO_LIMIT``: never)."""
+    given up (``NO_LIMIT``: never): with ``dead_letter``, produced to the group's
+    dead-letter topic before the commit point passes it (:mod:`dead_letter`)."""
 
     visibility: float = DEFAULT_VISIBILITY_SECONDS
     max_deliveries: int = DEFAULT_MAX_DELIVERIES
+    dead_letter: bool = False
 
     @classmethod
     def of_group(
@@ -71,7 +73,7 @@ class Redelivery:
             limit = defaults.max_deliveries
         else:
             limit = NO_LIMIT if max_deliveries < 0 else max_deliveries
-        return cls(visibility if visibility else defaults.visibility, limit)
+        return cls(visibility if visibility else defaults.visibility, limit, defaults.dead_letter)
 
 
 @dataclass
@@ -331,7 +333,7 @@ class PartitionTable:
                 part = self.partitions.get(TP(s.topic, s.partition))
                 if part is not None and part.epoch == s.epoch:
                     before = part.acks.due
-                    limit = self.redelivery.max_deliveries
+                    limit = self._limit_of(part)
                     due.add(part, part.acks.redeliver(s.first_offset, s.last_offset + 1, limit))
                     due.records += part.acks.due - before
                     self._check_rewind(part, due)
@@ -361,7 +363,7 @@ class PartitionTable:
         with self.lock:
             before = part.acks.due
             count, given_up = part.acks.nack(
-                lo, hi, client, self.clock(), delay, self.redelivery.max_deliveries
+                lo, hi, client, self.clock(), delay, self._limit_of(part)
             )
             due.add(part, given_up)
             due.records += part.acks.due - before
@@ -391,10 +393,16 @@ class PartitionTable:
                 if not part.ready:
                     continue
                 before = part.acks.due
-                due.add(part, step(part, self.redelivery.max_deliveries))
+                due.add(part, step(part, self._limit_of(part)))
                 due.records += part.acks.due - before
                 self._check_rewind(part, due)
         return due
+
+    def _limit_of(self, part: Partition) -> int:
+        """The delivery limit for a redelivery step on ``part``; what it gives up is
+        parked for the dead-letter topic when the group has one (:mod:`acks`)."""
+        part.acks.park_given_up = self.redelivery.dead_letter
+        return self.redelivery.max_deliveries
 
     @staticmethod
     def _check_rewind(part: Partition, due: Due) -> None:

@@ -142,9 +142,9 @@ class SessionClient:
         self.config_status: Callable[[], ConfigStatus] = lambda: (0, None)
         # The application clients' totals (client-access metrics), sent in every heartbeat.
         self.client_activity: Callable[[], Sequence[ClientTotals]] = list
-        # The group's redelivery settings (visibility timeout or None, max_deliveries), from
-        # SessionAccepted and every ConfigUpdate.
-        self.on_delivery_policy: Callable[[float | None, int], None] = lambda _v, _m: None
+        # The group's redelivery settings (visibility timeout or None, max_deliveries, its
+        # dead-letter topic or ""), from SessionAccepted and every ConfigUpdate.
+        self.on_delivery_policy: Callable[[float | None, int, str], None] = lambda _v, _m, _d: None
         # The group's external_offset_changes (follow | revert | ignore), from the same.
         self.on_external_changes: Callable[[str], None] = lambda _mode: None
         self._config_version = -1
@@ -568,7 +568,7 @@ class SessionClient:
             if config.HasField("visibility_timeout")
             else None
         )
-        self.on_delivery_policy(visibility, config.max_deliveries)
+        self.on_delivery_policy(visibility, config.max_deliveries, config.dead_letter_topic)
         self.on_external_changes(EXTERNAL_CHANGES.get(config.external_offset_changes, "follow"))
 
     def external_found(self) -> None:

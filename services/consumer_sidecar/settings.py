@@ -98,6 +98,25 @@ class SidecarSettings(ServiceSettings):
         description="deliveries without an ack after which a record that comes due again is "
         "given up (POISON_RECORD), for groups whose config sets none; 0 = never",
     )
+    # Issue 39: records given up past max_deliveries go to this topic (created at start
+    # unless it exists) before the commit point passes them; "" = none (POISON_RECORD
+    # only, the records are committed past).
+    dead_letter_topic: str = Field(
+        "",
+        description="the group's dead-letter topic ({group} = the group's name): a record "
+        "given up past max_deliveries is produced there, with headers naming its origin, "
+        "before its offset is committed past; empty = no dead-letter topic",
+    )
+    dead_letter_partitions: int = Field(
+        1, ge=1, le=1000, description="partitions of the dead-letter topic when created"
+    )
+    dead_letter_check_interval_seconds: float = Field(
+        30.0,
+        ge=1,
+        le=3600,
+        description="how often the dead-letter topic's depth and oldest record are read "
+        "for the metrics",
+    )
     drain_timeout_seconds: float = Field(
         5.0,
         ge=0,

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from typer import rich_utils
 
-from services.dsctl import apply, config, dev, inject, operate, read
+from services.dsctl import apply, config, dev, dlq, inject, operate, read
 from services.dsctl.admin_client import EXIT_CODES_HELP, ExitCode
 from services.dsctl.alerts import alerts_app
 
@@ -51,6 +51,7 @@ config.register(app)
 operate.register(app)
 inject.register(app)
 apply.register(app)
+dlq.register(app)
 dev_app = typer.Typer(help="Run the whole mesh locally on real Kafka.", no_args_is_help=True)
 app.add_typer(dev_app, name="dev")
 app.add_typer(alerts_app, name="alerts")

@@ -218,6 +218,8 @@ def config_doc(cfg: types_pb2.GroupConfig) -> Doc:
         "consumer_config": dict(sorted(cfg.consumer_config.items())),
         "config_version": cfg.config_version,
         "external_offset_changes": EXTERNAL_CHANGES.get(cfg.external_offset_changes, "unknown"),
+        # "" = the sidecars' dead_letter_topic setting.
+        "dead_letter_topic": cfg.dead_letter_topic,
     }
 
 

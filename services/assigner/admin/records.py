@@ -44,6 +44,7 @@ def record_fields(cfg: types_pb2.GroupConfig) -> dict[str, Any]:
         ),
         "max_deliveries": cfg.max_deliveries,
         "external_offset_changes": EXTERNAL_OFFSET_CHANGES[cfg.external_offset_changes],
+        "dead_letter_topic": cfg.dead_letter_topic,
     }
 
 

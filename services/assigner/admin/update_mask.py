@@ -22,6 +22,7 @@ MUTABLE_PATHS = (
     "visibility_timeout",
     "max_deliveries",
     "external_offset_changes",
+    "dead_letter_topic",
 )
 IMMUTABLE_PATHS = frozenset({"name", "config_version"})
 

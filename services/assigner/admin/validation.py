@@ -143,6 +143,21 @@ def validate_group_config(
         )
     validate_timing(cfg, default_ttl, default_heartbeat)
     validate_redelivery(cfg)
+    validate_dead_letter_topic(cfg)
+
+
+def validate_dead_letter_topic(cfg: types_pb2.GroupConfig) -> None:
+    """A legal Kafka topic name, and not one the group consumes (a record dead-lettered
+    there would come back to the same group); empty: the sidecars' setting."""
+    topic = cfg.dead_letter_topic
+    if not topic:
+        return
+    if not _NAME.match(topic) or topic in (".", ".."):
+        raise invalid("group.dead_letter_topic", f"{topic[:80]!r} is not a valid Kafka topic name")
+    if topic in cfg.topics:
+        raise invalid(
+            "group.dead_letter_topic", f"{topic!r} is one of the group's topics; name another"
+        )
 
 
 def validate_redelivery(cfg: types_pb2.GroupConfig) -> None:

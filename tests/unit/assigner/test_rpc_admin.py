@@ -363,6 +363,33 @@ def test_update_group_pushes_the_redelivery_settings_live_and_keeps_them() -> No
     run(body, topics=TOPICS)
 
 
+def test_the_dead_letter_topic_is_stored_described_and_pushed_live() -> None:
+    """dead_letter_topic (issue 39) is part of the group's config like max_deliveries:
+    stored, described, sent at join and pushed to joined sidecars."""
+
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        sidecar = Sidecar(a.sessions, "sc-1")
+        accepted = await sidecar.join("g")
+        assert accepted.dead_letter_topic == ""
+        await sidecar.grants(4)
+        patch = leased_config("g", dead_letter_topic="g.dlq")
+        response = await a.admin.UpdateGroup(
+            admin_pb2.UpdateGroupRequest(group=patch, update_mask=mask("dead_letter_topic"))
+        )
+        assert (response.group.dead_letter_topic, response.group.config_version) == ("g.dlq", 2)
+        assert a.store.records["g"].dead_letter_topic == "g.dlq"
+        while (message := await sidecar.next()).WhichOneof("kind") != "config_update":
+            pass
+        assert message.config_update.dead_letter_topic == "g.dlq"
+        await sidecar.close()
+        again = Sidecar(a.sessions, "sc-2")
+        assert (await again.join("g")).dead_letter_topic == "g.dlq"
+        await again.close()
+
+    run(body, topics=TOPICS)
+
+
 def test_external_offset_changes_is_stored_described_and_pushed_live() -> None:
     """external_offset_changes (issue 23): follow by default, settable with UpdateGroup,
     stored (only when not follow), sent at join and pushed to joined sidecars."""
@@ -470,6 +497,20 @@ def test_update_group_refuses_a_stale_config_version() -> None:
                 group=leased_config("g", max_deliveries=-2), update_mask=mask("max_deliveries")
             ),
             "group.max_deliveries",
+        ),
+        (
+            admin_pb2.UpdateGroupRequest(
+                group=leased_config("g", dead_letter_topic="g dlq"),
+                update_mask=mask("dead_letter_topic"),
+            ),
+            "group.dead_letter_topic",
+        ),
+        (
+            admin_pb2.UpdateGroupRequest(
+                group=leased_config("g", dead_letter_topic=TOPIC),
+                update_mask=mask("dead_letter_topic"),
+            ),
+            "group.dead_letter_topic",
         ),
         (
             admin_pb2.UpdateGroupRequest(

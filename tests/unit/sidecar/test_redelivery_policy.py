@@ -32,16 +32,21 @@ def test_a_group_policy_falls_back_to_the_sidecars_defaults() -> None:
 def test_the_session_applies_the_groups_policy_at_join_and_on_every_update() -> None:
     async def scenario() -> None:
         client, _ = session()
-        seen: list[tuple[float | None, int]] = []
-        client.on_delivery_policy = lambda visibility, limit: seen.append((visibility, limit))
+        seen: list[tuple[float | None, int, str]] = []
+        client.on_delivery_policy = lambda visibility, limit, dlq: seen.append(
+            (visibility, limit, dlq)
+        )
         joined = assigner_pb2.SessionAccepted(session_id="x", config_version=3)
         await client._handle(assigner_pb2.SessionResponse(accepted=joined))
         update = assigner_pb2.ConfigUpdate(
-            config_version=4, visibility_timeout=seconds(7), max_deliveries=-1
+            config_version=4,
+            visibility_timeout=seconds(7),
+            max_deliveries=-1,
+            dead_letter_topic="orders.dlq",
         )
         await client._handle(assigner_pb2.SessionResponse(config_update=update))
         older = assigner_pb2.ConfigUpdate(config_version=2, max_deliveries=5)
         await client._handle(assigner_pb2.SessionResponse(config_update=older))
-        assert seen == [(None, 0), (7.0, -1)]
+        assert seen == [(None, 0, ""), (7.0, -1, "orders.dlq")]
 
     asyncio.run(scenario())

@@ -936,8 +936,10 @@ type SessionAccepted struct {
 	// What to do about a committed offset the mesh did not write
 	// (GroupConfig.external_offset_changes; unspecified = follow).
 	ExternalOffsetChanges ExternalOffsetChanges `protobuf:"varint,10,opt,name=external_offset_changes,json=externalOffsetChanges,proto3,enum=dataservice.assigner.v1.ExternalOffsetChanges" json:"external_offset_changes,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// The group's dead-letter topic (GroupConfig.dead_letter_topic); empty = the sidecar's.
+	DeadLetterTopic string `protobuf:"bytes,11,opt,name=dead_letter_topic,json=deadLetterTopic,proto3" json:"dead_letter_topic,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SessionAccepted) Reset() {
@@ -1038,6 +1040,13 @@ func (x *SessionAccepted) GetExternalOffsetChanges() ExternalOffsetChanges {
 		return x.ExternalOffsetChanges
 	}
 	return ExternalOffsetChanges_EXTERNAL_OFFSET_CHANGES_UNSPECIFIED
+}
+
+func (x *SessionAccepted) GetDeadLetterTopic() string {
+	if x != nil {
+		return x.DeadLetterTopic
+	}
+	return ""
 }
 
 // Grants a partition lease to the sidecar.
@@ -1214,8 +1223,10 @@ type ConfigUpdate struct {
 	// What to do about a committed offset the mesh did not write
 	// (GroupConfig.external_offset_changes; unspecified = follow).
 	ExternalOffsetChanges ExternalOffsetChanges `protobuf:"varint,5,opt,name=external_offset_changes,json=externalOffsetChanges,proto3,enum=dataservice.assigner.v1.ExternalOffsetChanges" json:"external_offset_changes,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// The group's dead-letter topic (GroupConfig.dead_letter_topic); empty = the sidecar's.
+	DeadLetterTopic string `protobuf:"bytes,6,opt,name=dead_letter_topic,json=deadLetterTopic,proto3" json:"dead_letter_topic,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ConfigUpdate) Reset() {
@@ -1281,6 +1292,13 @@ func (x *ConfigUpdate) GetExternalOffsetChanges() ExternalOffsetChanges {
 		return x.ExternalOffsetChanges
 	}
 	return ExternalOffsetChanges_EXTERNAL_OFFSET_CHANGES_UNSPECIFIED
+}
+
+func (x *ConfigUpdate) GetDeadLetterTopic() string {
+	if x != nil {
+		return x.DeadLetterTopic
+	}
+	return ""
 }
 
 // Acknowledges one heartbeat.
@@ -1522,7 +1540,7 @@ const file_dataservice_assigner_v1_assigner_proto_rawDesc = "" +
 	"\x06revoke\x18\x03 \x01(\v2$.dataservice.assigner.v1.LeaseRevokeH\x00R\x06revoke\x12L\n" +
 	"\rconfig_update\x18\x04 \x01(\v2%.dataservice.assigner.v1.ConfigUpdateH\x00R\fconfigUpdate\x12L\n" +
 	"\rheartbeat_ack\x18\x05 \x01(\v2%.dataservice.assigner.v1.HeartbeatAckH\x00R\fheartbeatAckB\x06\n" +
-	"\x04kind\"\xaa\x05\n" +
+	"\x04kind\"\xd6\x05\n" +
 	"\x0fSessionAccepted\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x126\n" +
@@ -1535,7 +1553,8 @@ const file_dataservice_assigner_v1_assigner_proto_rawDesc = "" +
 	"\x12visibility_timeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\x11visibilityTimeout\x12%\n" +
 	"\x0emax_deliveries\x18\t \x01(\x05R\rmaxDeliveries\x12f\n" +
 	"\x17external_offset_changes\x18\n" +
-	" \x01(\x0e2..dataservice.assigner.v1.ExternalOffsetChangesR\x15externalOffsetChanges\x1aA\n" +
+	" \x01(\x0e2..dataservice.assigner.v1.ExternalOffsetChangesR\x15externalOffsetChanges\x12*\n" +
+	"\x11dead_letter_topic\x18\v \x01(\tR\x0fdeadLetterTopic\x1aA\n" +
 	"\x13ConsumerConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"y\n" +
@@ -1550,13 +1569,14 @@ const file_dataservice_assigner_v1_assigner_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12=\n" +
 	"\x06reason\x18\x04 \x01(\x0e2%.dataservice.assigner.v1.RevokeReasonR\x06reason\x12>\n" +
-	"\rdrain_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\fdrainTimeout\"\xb5\x03\n" +
+	"\rdrain_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\fdrainTimeout\"\xe1\x03\n" +
 	"\fConfigUpdate\x12b\n" +
 	"\x0fconsumer_config\x18\x01 \x03(\v29.dataservice.assigner.v1.ConfigUpdate.ConsumerConfigEntryR\x0econsumerConfig\x12%\n" +
 	"\x0econfig_version\x18\x02 \x01(\x03R\rconfigVersion\x12H\n" +
 	"\x12visibility_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x11visibilityTimeout\x12%\n" +
 	"\x0emax_deliveries\x18\x04 \x01(\x05R\rmaxDeliveries\x12f\n" +
-	"\x17external_offset_changes\x18\x05 \x01(\x0e2..dataservice.assigner.v1.ExternalOffsetChangesR\x15externalOffsetChanges\x1aA\n" +
+	"\x17external_offset_changes\x18\x05 \x01(\x0e2..dataservice.assigner.v1.ExternalOffsetChangesR\x15externalOffsetChanges\x12*\n" +
+	"\x11dead_letter_topic\x18\x06 \x01(\tR\x0fdeadLetterTopic\x1aA\n" +
 	"\x13ConsumerConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"j\n" +

@@ -246,8 +246,13 @@ type GroupConfig struct {
 	MaxDeliveries int32 `protobuf:"varint,11,opt,name=max_deliveries,json=maxDeliveries,proto3" json:"max_deliveries,omitempty"`
 	// What the sidecars do about a committed offset the mesh did not write (leased mode).
 	ExternalOffsetChanges ExternalOffsetChanges `protobuf:"varint,12,opt,name=external_offset_changes,json=externalOffsetChanges,proto3,enum=dataservice.assigner.v1.ExternalOffsetChanges" json:"external_offset_changes,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// The group's dead-letter topic: a record given up past max_deliveries is produced there,
+	// with ds-dlq-* headers naming its origin, before its offset is committed past; the
+	// sidecars create it unless it exists. Empty = the sidecars' dead_letter_topic setting
+	// (none by default). A legal Kafka topic name, not one of the group's topics. Applies live.
+	DeadLetterTopic string `protobuf:"bytes,13,opt,name=dead_letter_topic,json=deadLetterTopic,proto3" json:"dead_letter_topic,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GroupConfig) Reset() {
@@ -362,6 +367,13 @@ func (x *GroupConfig) GetExternalOffsetChanges() ExternalOffsetChanges {
 		return x.ExternalOffsetChanges
 	}
 	return ExternalOffsetChanges_EXTERNAL_OFFSET_CHANGES_UNSPECIFIED
+}
+
+func (x *GroupConfig) GetDeadLetterTopic() string {
+	if x != nil {
+		return x.DeadLetterTopic
+	}
+	return ""
 }
 
 // A sidecar that is a member of a leased group.
@@ -859,7 +871,7 @@ var File_dataservice_assigner_v1_types_proto protoreflect.FileDescriptor
 
 const file_dataservice_assigner_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"#dataservice/assigner/v1/types.proto\x12\x17dataservice.assigner.v1\x1a\"dataservice/common/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x93\x06\n" +
+	"#dataservice/assigner/v1/types.proto\x12\x17dataservice.assigner.v1\x1a\"dataservice/common/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbf\x06\n" +
 	"\vGroupConfig\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06topics\x18\x02 \x03(\tR\x06topics\x124\n" +
@@ -873,7 +885,8 @@ const file_dataservice_assigner_v1_types_proto_rawDesc = "" +
 	"\x12visibility_timeout\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x11visibilityTimeout\x12%\n" +
 	"\x0emax_deliveries\x18\v \x01(\x05R\rmaxDeliveries\x12f\n" +
-	"\x17external_offset_changes\x18\f \x01(\x0e2..dataservice.assigner.v1.ExternalOffsetChangesR\x15externalOffsetChanges\x1aA\n" +
+	"\x17external_offset_changes\x18\f \x01(\x0e2..dataservice.assigner.v1.ExternalOffsetChangesR\x15externalOffsetChanges\x12*\n" +
+	"\x11dead_letter_topic\x18\r \x01(\tR\x0fdeadLetterTopic\x1aA\n" +
 	"\x13ConsumerConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x03\n" +

@@ -487,6 +487,7 @@ class SessionAccepted(_message.Message):
     VISIBILITY_TIMEOUT_FIELD_NUMBER: _builtins.int
     MAX_DELIVERIES_FIELD_NUMBER: _builtins.int
     EXTERNAL_OFFSET_CHANGES_FIELD_NUMBER: _builtins.int
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Id of this session, passed back in LeaveRequest."""
     mode: _common_pb2.GroupMode.ValueType
@@ -499,6 +500,8 @@ class SessionAccepted(_message.Message):
     """What to do about a committed offset the mesh did not write
     (GroupConfig.external_offset_changes; unspecified = follow).
     """
+    dead_letter_topic: _builtins.str
+    """The group's dead-letter topic (GroupConfig.dead_letter_topic); empty = the sidecar's."""
     @_builtins.property
     def lease_ttl(self) -> _duration_pb2.Duration:
         """Lease time-to-live. The sidecar's local deadline for a lease is the send time of the
@@ -536,10 +539,11 @@ class SessionAccepted(_message.Message):
         visibility_timeout: _duration_pb2.Duration | None = ...,
         max_deliveries: _builtins.int = ...,
         external_offset_changes: _types_pb2.ExternalOffsetChanges.ValueType = ...,
+        dead_letter_topic: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consumer_config", b"consumer_config", "external_offset_changes", b"external_offset_changes", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "max_deliveries", b"max_deliveries", "mode", b"mode", "session_id", b"session_id", "topics", b"topics", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consumer_config", b"consumer_config", "dead_letter_topic", b"dead_letter_topic", "external_offset_changes", b"external_offset_changes", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "max_deliveries", b"max_deliveries", "mode", b"mode", "session_id", b"session_id", "topics", b"topics", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -657,6 +661,7 @@ class ConfigUpdate(_message.Message):
     VISIBILITY_TIMEOUT_FIELD_NUMBER: _builtins.int
     MAX_DELIVERIES_FIELD_NUMBER: _builtins.int
     EXTERNAL_OFFSET_CHANGES_FIELD_NUMBER: _builtins.int
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
     config_version: _builtins.int
     """Version of the group config this belongs to; ignore updates older than the current one."""
     max_deliveries: _builtins.int
@@ -665,6 +670,8 @@ class ConfigUpdate(_message.Message):
     """What to do about a committed offset the mesh did not write
     (GroupConfig.external_offset_changes; unspecified = follow).
     """
+    dead_letter_topic: _builtins.str
+    """The group's dead-letter topic (GroupConfig.dead_letter_topic); empty = the sidecar's."""
     @_builtins.property
     def consumer_config(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """The complete new set of librdkafka consumer properties of the group (not a delta)."""
@@ -683,10 +690,11 @@ class ConfigUpdate(_message.Message):
         visibility_timeout: _duration_pb2.Duration | None = ...,
         max_deliveries: _builtins.int = ...,
         external_offset_changes: _types_pb2.ExternalOffsetChanges.ValueType = ...,
+        dead_letter_topic: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consumer_config", b"consumer_config", "external_offset_changes", b"external_offset_changes", "max_deliveries", b"max_deliveries", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consumer_config", b"consumer_config", "dead_letter_topic", b"dead_letter_topic", "external_offset_changes", b"external_offset_changes", "max_deliveries", b"max_deliveries", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -169,6 +169,7 @@ class GroupConfig(_message.Message):
     VISIBILITY_TIMEOUT_FIELD_NUMBER: _builtins.int
     MAX_DELIVERIES_FIELD_NUMBER: _builtins.int
     EXTERNAL_OFFSET_CHANGES_FIELD_NUMBER: _builtins.int
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Group name; also the Kafka consumer group id. Immutable after creation."""
     mode: _common_pb2.GroupMode.ValueType
@@ -186,6 +187,12 @@ class GroupConfig(_message.Message):
     """
     external_offset_changes: Global___ExternalOffsetChanges.ValueType
     """What the sidecars do about a committed offset the mesh did not write (leased mode)."""
+    dead_letter_topic: _builtins.str
+    """The group's dead-letter topic: a record given up past max_deliveries is produced there,
+    with ds-dlq-* headers naming its origin, before its offset is committed past; the
+    sidecars create it unless it exists. Empty = the sidecars' dead_letter_topic setting
+    (none by default). A legal Kafka topic name, not one of the group's topics. Applies live.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Topics the group consumes."""
@@ -226,10 +233,11 @@ class GroupConfig(_message.Message):
         visibility_timeout: _duration_pb2.Duration | None = ...,
         max_deliveries: _builtins.int = ...,
         external_offset_changes: Global___ExternalOffsetChanges.ValueType = ...,
+        dead_letter_topic: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alert_template", b"alert_template", "balance_strategy", b"balance_strategy", "config_version", b"config_version", "consumer_config", b"consumer_config", "external_offset_changes", b"external_offset_changes", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "max_deliveries", b"max_deliveries", "mode", b"mode", "name", b"name", "topics", b"topics", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alert_template", b"alert_template", "balance_strategy", b"balance_strategy", "config_version", b"config_version", "consumer_config", b"consumer_config", "dead_letter_topic", b"dead_letter_topic", "external_offset_changes", b"external_offset_changes", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "max_deliveries", b"max_deliveries", "mode", b"mode", "name", b"name", "topics", b"topics", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -887,6 +887,32 @@ java.lang.String defaultValue);
      * @return The externalOffsetChanges.
      */
     dataservice.assigner.v1.Types.ExternalOffsetChanges getExternalOffsetChanges();
+
+    /**
+     * <pre>
+     * The group's dead-letter topic: a record given up past max_deliveries is produced there,
+     * with ds-dlq-* headers naming its origin, before its offset is committed past; the
+     * sidecars create it unless it exists. Empty = the sidecars' dead_letter_topic setting
+     * (none by default). A legal Kafka topic name, not one of the group's topics. Applies live.
+     * </pre>
+     *
+     * <code>string dead_letter_topic = 13;</code>
+     * @return The deadLetterTopic.
+     */
+    java.lang.String getDeadLetterTopic();
+    /**
+     * <pre>
+     * The group's dead-letter topic: a record given up past max_deliveries is produced there,
+     * with ds-dlq-* headers naming its origin, before its offset is committed past; the
+     * sidecars create it unless it exists. Empty = the sidecars' dead_letter_topic setting
+     * (none by default). A legal Kafka topic name, not one of the group's topics. Applies live.
+     * </pre>
+     *
+     * <code>string dead_letter_topic = 13;</code>
+     * @return The bytes for deadLetterTopic.
+     */
+    com.google.protobuf.ByteString
+        getDeadLetterTopicBytes();
   }
   /**
    * <pre>
@@ -921,6 +947,7 @@ java.lang.String defaultValue);
       alertTemplate_ = "";
       balanceStrategy_ = 0;
       externalOffsetChanges_ = 0;
+      deadLetterTopic_ = "";
     }
 
     public static final com.google.protobuf.Descriptors.Descriptor
@@ -1425,6 +1452,59 @@ java.lang.String defaultValue) {
       return result == null ? dataservice.assigner.v1.Types.ExternalOffsetChanges.UNRECOGNIZED : result;
     }
 
+    public static final int DEAD_LETTER_TOPIC_FIELD_NUMBER = 13;
+    @SuppressWarnings("serial")
+    private volatile java.lang.Object deadLetterTopic_ = "";
+    /**
+     * <pre>
+     * The group's dead-letter topic: a record given up past max_deliveries is produced there,
+     * with ds-dlq-* headers naming its origin, before its offset is committed past; the
+     * sidecars create it unless it exists. Empty = the sidecars' dead_letter_topic setting
+     * (none by default). A legal Kafka topic name, not one of the group's topics. Applies live.
+     * </pre>
+     *
+     * <code>string dead_letter_topic = 13;</code>
+     * @return The deadLetterTopic.
+     */
+    @java.lang.Override
+    public java.lang.String getDeadLetterTopic() {
+      java.lang.Object ref = deadLetterTopic_;
+      if (ref instanceof java.lang.String) {
+        return (java.lang.String) ref;
+      } else {
+        com.google.protobuf.ByteString bs = 
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        deadLetterTopic_ = s;
+        return s;
+      }
+    }
+    /**
+     * <pre>
+     * The group's dead-letter topic: a record given up past max_deliveries is produced there,
+     * with ds-dlq-* headers naming its origin, before its offset is committed past; the
+     * sidecars create it unless it exists. Empty = the sidecars' dead_letter_topic setting
+     * (none by default). A legal Kafka topic name, not one of the group's topics. Applies live.
+     * </pre>
+     *
+     * <code>string dead_letter_topic = 13;</code>
+     * @return The bytes for deadLetterTopic.
+     */
+    @java.lang.Override
+    public com.google.protobuf.ByteString
+        getDeadLetterTopicBytes() {
+      java.lang.Object ref = deadLetterTopic_;
+      if (ref instanceof java.lang.String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        deadLetterTopic_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+
     private byte memoizedIsInitialized = -1;
     @java.lang.Override
     public final boolean isInitialized() {
@@ -1477,6 +1557,9 @@ java.lang.String defaultValue) {
       }
       if (externalOffsetChanges_ != dataservice.assigner.v1.Types.ExternalOffsetChanges.EXTERNAL_OFFSET_CHANGES_UNSPECIFIED.getNumber()) {
         output.writeEnum(12, externalOffsetChanges_);
+      }
+      if (!com.google.protobuf.GeneratedMessage.isStringEmpty(deadLetterTopic_)) {
+        com.google.protobuf.GeneratedMessage.writeString(output, 13, deadLetterTopic_);
       }
       getUnknownFields().writeTo(output);
     }
@@ -1543,6 +1626,9 @@ java.lang.String defaultValue) {
         size += com.google.protobuf.CodedOutputStream
           .computeEnumSize(12, externalOffsetChanges_);
       }
+      if (!com.google.protobuf.GeneratedMessage.isStringEmpty(deadLetterTopic_)) {
+        size += com.google.protobuf.GeneratedMessage.computeStringSize(13, deadLetterTopic_);
+      }
       size += getUnknownFields().getSerializedSize();
       memoizedSize = size;
       return size;
@@ -1588,6 +1674,8 @@ java.lang.String defaultValue) {
       if (getMaxDeliveries()
           != other.getMaxDeliveries()) return false;
       if (externalOffsetChanges_ != other.externalOffsetChanges_) return false;
+      if (!getDeadLetterTopic()
+          .equals(other.getDeadLetterTopic())) return false;
       if (!getUnknownFields().equals(other.getUnknownFields())) return false;
       return true;
     }
@@ -1634,6 +1722,8 @@ java.lang.String defaultValue) {
       hash = (53 * hash) + getMaxDeliveries();
       hash = (37 * hash) + EXTERNAL_OFFSET_CHANGES_FIELD_NUMBER;
       hash = (53 * hash) + externalOffsetChanges_;
+      hash = (37 * hash) + DEAD_LETTER_TOPIC_FIELD_NUMBER;
+      hash = (53 * hash) + getDeadLetterTopic().hashCode();
       hash = (29 * hash) + getUnknownFields().hashCode();
       memoizedHashCode = hash;
       return hash;
@@ -1824,6 +1914,7 @@ java.lang.String defaultValue) {
         }
         maxDeliveries_ = 0;
         externalOffsetChanges_ = 0;
+        deadLetterTopic_ = "";
         return this;
       }
 
@@ -1905,6 +1996,9 @@ java.lang.String defaultValue) {
         if (((from_bitField0_ & 0x00000800) != 0)) {
           result.externalOffsetChanges_ = externalOffsetChanges_;
         }
+        if (((from_bitField0_ & 0x00001000) != 0)) {
+          result.deadLetterTopic_ = deadLetterTopic_;
+        }
         result.bitField0_ |= to_bitField0_;
       }
 
@@ -1966,6 +2060,11 @@ java.lang.String defaultValue) {
         }
         if (other.externalOffsetChanges_ != 0) {
           setExternalOffsetChangesValue(other.getExternalOffsetChangesValue());
+        }
+        if (!other.getDeadLetterTopic().isEmpty()) {
+          deadLetterTopic_ = other.deadLetterTopic_;
+          bitField0_ |= 0x00001000;
+          onChanged();
         }
         this.mergeUnknownFields(other.getUnknownFields());
         onChanged();
@@ -2064,6 +2163,11 @@ java.lang.String defaultValue) {
                 bitField0_ |= 0x00000800;
                 break;
               } // case 96
+              case 106: {
+                deadLetterTopic_ = input.readStringRequireUtf8();
+                bitField0_ |= 0x00001000;
+                break;
+              } // case 106
               default: {
                 if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                   done = true; // was an endgroup tag
@@ -3366,6 +3470,113 @@ java.lang.String defaultValue) {
       public Builder clearExternalOffsetChanges() {
         bitField0_ = (bitField0_ & ~0x00000800);
         externalOffsetChanges_ = 0;
+        onChanged();
+        return this;
+      }
+
+      private java.lang.Object deadLetterTopic_ = "";
+      /**
+       * <pre>
+       * The group's dead-letter topic: a record given up past max_deliveries is produced there,
+       * with ds-dlq-* headers naming its origin, before its offset is committed past; the
+       * sidecars create it unless it exists. Empty = the sidecars' dead_letter_topic setting
+       * (none by default). A legal Kafka topic name, not one of the group's topics. Applies live.
+       * </pre>
+       *
+       * <code>string dead_letter_topic = 13;</code>
+       * @return The deadLetterTopic.
+       */
+      public java.lang.String getDeadLetterTopic() {
+        java.lang.Object ref = deadLetterTopic_;
+        if (!(ref instanceof java.lang.String)) {
+          com.google.protobuf.ByteString bs =
+              (com.google.protobuf.ByteString) ref;
+          java.lang.String s = bs.toStringUtf8();
+          deadLetterTopic_ = s;
+          return s;
+        } else {
+          return (java.lang.String) ref;
+        }
+      }
+      /**
+       * <pre>
+       * The group's dead-letter topic: a record given up past max_deliveries is produced there,
+       * with ds-dlq-* headers naming its origin, before its offset is committed past; the
+       * sidecars create it unless it exists. Empty = the sidecars' dead_letter_topic setting
+       * (none by default). A legal Kafka topic name, not one of the group's topics. Applies live.
+       * </pre>
+       *
+       * <code>string dead_letter_topic = 13;</code>
+       * @return The bytes for deadLetterTopic.
+       */
+      public com.google.protobuf.ByteString
+          getDeadLetterTopicBytes() {
+        java.lang.Object ref = deadLetterTopic_;
+        if (ref instanceof String) {
+          com.google.protobuf.ByteString b = 
+              com.google.protobuf.ByteString.copyFromUtf8(
+                  (java.lang.String) ref);
+          deadLetterTopic_ = b;
+          return b;
+        } else {
+          return (com.google.protobuf.ByteString) ref;
+        }
+      }
+      /**
+       * <pre>
+       * The group's dead-letter topic: a record given up past max_deliveries is produced there,
+       * with ds-dlq-* headers naming its origin, before its offset is committed past; the
+       * sidecars create it unless it exists. Empty = the sidecars' dead_letter_topic setting
+       * (none by default). A legal Kafka topic name, not one of the group's topics. Applies live.
+       * </pre>
+       *
+       * <code>string dead_letter_topic = 13;</code>
+       * @param value The deadLetterTopic to set.
+       * @return This builder for chaining.
+       */
+      public Builder setDeadLetterTopic(
+          java.lang.String value) {
+        if (value == null) { throw new NullPointerException(); }
+        deadLetterTopic_ = value;
+        bitField0_ |= 0x00001000;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * The group's dead-letter topic: a record given up past max_deliveries is produced there,
+       * with ds-dlq-* headers naming its origin, before its offset is committed past; the
+       * sidecars create it unless it exists. Empty = the sidecars' dead_letter_topic setting
+       * (none by default). A legal Kafka topic name, not one of the group's topics. Applies live.
+       * </pre>
+       *
+       * <code>string dead_letter_topic = 13;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearDeadLetterTopic() {
+        deadLetterTopic_ = getDefaultInstance().getDeadLetterTopic();
+        bitField0_ = (bitField0_ & ~0x00001000);
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * The group's dead-letter topic: a record given up past max_deliveries is produced there,
+       * with ds-dlq-* headers naming its origin, before its offset is committed past; the
+       * sidecars create it unless it exists. Empty = the sidecars' dead_letter_topic setting
+       * (none by default). A legal Kafka topic name, not one of the group's topics. Applies live.
+       * </pre>
+       *
+       * <code>string dead_letter_topic = 13;</code>
+       * @param value The bytes for deadLetterTopic to set.
+       * @return This builder for chaining.
+       */
+      public Builder setDeadLetterTopicBytes(
+          com.google.protobuf.ByteString value) {
+        if (value == null) { throw new NullPointerException(); }
+        checkByteStringIsUtf8(value);
+        deadLetterTopic_ = value;
+        bitField0_ |= 0x00001000;
         onChanged();
         return this;
       }
@@ -11164,7 +11375,7 @@ java.lang.String defaultValue) {
       "ataservice.assigner.v1\032\"dataservice/comm" +
       "on/v1/common.proto\032\036google/protobuf/dura" +
       "tion.proto\032\037google/protobuf/timestamp.pr" +
-      "oto\"\336\004\n\013GroupConfig\022\014\n\004name\030\001 \001(\t\022\016\n\006top" +
+      "oto\"\371\004\n\013GroupConfig\022\014\n\004name\030\001 \001(\t\022\016\n\006top" +
       "ics\030\002 \003(\t\022.\n\004mode\030\003 \001(\0162 .dataservice.co" +
       "mmon.v1.GroupMode\022Q\n\017consumer_config\030\004 \003" +
       "(\01328.dataservice.assigner.v1.GroupConfig" +
@@ -11177,43 +11388,43 @@ java.lang.String defaultValue) {
       "\022visibility_timeout\030\n \001(\0132\031.google.proto" +
       "buf.Duration\022\026\n\016max_deliveries\030\013 \001(\005\022O\n\027" +
       "external_offset_changes\030\014 \001(\0162..dataserv" +
-      "ice.assigner.v1.ExternalOffsetChanges\0325\n" +
-      "\023ConsumerConfigEntry\022\013\n\003key\030\001 \001(\t\022\r\n\005val" +
-      "ue\030\002 \001(\t:\0028\001\"\246\002\n\006Member\022\022\n\nsidecar_id\030\001 " +
-      "\001(\t\022\020\n\010endpoint\030\002 \001(\t\022\014\n\004zone\030\003 \001(\t\022\020\n\010c" +
-      "apacity\030\004 \001(\005\022-\n\tjoined_at\030\005 \001(\0132\032.googl" +
-      "e.protobuf.Timestamp\0222\n\016last_heartbeat\030\006" +
-      " \001(\0132\032.google.protobuf.Timestamp\022\036\n\026appl" +
-      "ied_config_version\030\010 \001(\003\022B\n\020config_rejec" +
-      "tion\030\t \001(\0132(.dataservice.assigner.v1.Con" +
-      "figRejection\022\017\n\007drained\030\007 \001(\010\"9\n\017ConfigR" +
-      "ejection\022\026\n\016config_version\030\001 \001(\003\022\016\n\006reas" +
-      "on\030\002 \001(\t\"\254\001\n\005Lease\022\r\n\005topic\030\001 \001(\t\022\021\n\tpar" +
-      "tition\030\002 \001(\005\022\016\n\006holder\030\003 \001(\t\022\r\n\005epoch\030\004 " +
-      "\001(\003\0222\n\005state\030\005 \001(\0162#.dataservice.assigne" +
-      "r.v1.LeaseState\022.\n\nexpires_at\030\006 \001(\0132\032.go" +
-      "ogle.protobuf.Timestamp\";\n\010LeaseRef\022\r\n\005t" +
-      "opic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\r\n\005epoch\030\003" +
-      " \001(\003\"\226\001\n\017SidecarEndpoint\022\022\n\nsidecar_id\030\001" +
-      " \001(\t\022\017\n\007address\030\002 \001(\t\022\014\n\004zone\030\003 \001(\t\0229\n\np" +
-      "artitions\030\004 \003(\0132%.dataservice.common.v1." +
-      "TopicPartition\022\025\n\rlocal_address\030\005 \001(\t\"y\n" +
-      "\007Binding\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001" +
-      "(\t\022\017\n\007version\030\003 \001(\003\022;\n\tendpoints\030\004 \003(\0132(" +
-      ".dataservice.assigner.v1.SidecarEndpoint" +
-      "*j\n\017BalanceStrategy\022 \n\034BALANCE_STRATEGY_" +
-      "UNSPECIFIED\020\000\022\032\n\026BALANCE_STRATEGY_COUNT\020" +
-      "\001\022\031\n\025BALANCE_STRATEGY_LOAD\020\002*\254\001\n\025Externa" +
-      "lOffsetChanges\022\'\n#EXTERNAL_OFFSET_CHANGE" +
-      "S_UNSPECIFIED\020\000\022\"\n\036EXTERNAL_OFFSET_CHANG" +
-      "ES_FOLLOW\020\001\022\"\n\036EXTERNAL_OFFSET_CHANGES_R" +
-      "EVERT\020\002\022\"\n\036EXTERNAL_OFFSET_CHANGES_IGNOR" +
-      "E\020\003*\300\001\n\nLeaseState\022\033\n\027LEASE_STATE_UNSPEC" +
-      "IFIED\020\000\022\032\n\026LEASE_STATE_UNASSIGNED\020\001\022\027\n\023L" +
-      "EASE_STATE_GRANTED\020\002\022\026\n\022LEASE_STATE_ACTI" +
-      "VE\020\003\022\030\n\024LEASE_STATE_REVOKING\020\004\022\030\n\024LEASE_" +
-      "STATE_EXPIRING\020\005\022\024\n\020LEASE_STATE_HELD\020\006b\006" +
-      "proto3"
+      "ice.assigner.v1.ExternalOffsetChanges\022\031\n" +
+      "\021dead_letter_topic\030\r \001(\t\0325\n\023ConsumerConf" +
+      "igEntry\022\013\n\003key\030\001 \001(\t\022\r\n\005value\030\002 \001(\t:\0028\001\"" +
+      "\246\002\n\006Member\022\022\n\nsidecar_id\030\001 \001(\t\022\020\n\010endpoi" +
+      "nt\030\002 \001(\t\022\014\n\004zone\030\003 \001(\t\022\020\n\010capacity\030\004 \001(\005" +
+      "\022-\n\tjoined_at\030\005 \001(\0132\032.google.protobuf.Ti" +
+      "mestamp\0222\n\016last_heartbeat\030\006 \001(\0132\032.google" +
+      ".protobuf.Timestamp\022\036\n\026applied_config_ve" +
+      "rsion\030\010 \001(\003\022B\n\020config_rejection\030\t \001(\0132(." +
+      "dataservice.assigner.v1.ConfigRejection\022" +
+      "\017\n\007drained\030\007 \001(\010\"9\n\017ConfigRejection\022\026\n\016c" +
+      "onfig_version\030\001 \001(\003\022\016\n\006reason\030\002 \001(\t\"\254\001\n\005" +
+      "Lease\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022" +
+      "\016\n\006holder\030\003 \001(\t\022\r\n\005epoch\030\004 \001(\003\0222\n\005state\030" +
+      "\005 \001(\0162#.dataservice.assigner.v1.LeaseSta" +
+      "te\022.\n\nexpires_at\030\006 \001(\0132\032.google.protobuf" +
+      ".Timestamp\";\n\010LeaseRef\022\r\n\005topic\030\001 \001(\t\022\021\n" +
+      "\tpartition\030\002 \001(\005\022\r\n\005epoch\030\003 \001(\003\"\226\001\n\017Side" +
+      "carEndpoint\022\022\n\nsidecar_id\030\001 \001(\t\022\017\n\007addre" +
+      "ss\030\002 \001(\t\022\014\n\004zone\030\003 \001(\t\0229\n\npartitions\030\004 \003" +
+      "(\0132%.dataservice.common.v1.TopicPartitio" +
+      "n\022\025\n\rlocal_address\030\005 \001(\t\"y\n\007Binding\022\021\n\tc" +
+      "lient_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022\017\n\007version" +
+      "\030\003 \001(\003\022;\n\tendpoints\030\004 \003(\0132(.dataservice." +
+      "assigner.v1.SidecarEndpoint*j\n\017BalanceSt" +
+      "rategy\022 \n\034BALANCE_STRATEGY_UNSPECIFIED\020\000" +
+      "\022\032\n\026BALANCE_STRATEGY_COUNT\020\001\022\031\n\025BALANCE_" +
+      "STRATEGY_LOAD\020\002*\254\001\n\025ExternalOffsetChange" +
+      "s\022\'\n#EXTERNAL_OFFSET_CHANGES_UNSPECIFIED" +
+      "\020\000\022\"\n\036EXTERNAL_OFFSET_CHANGES_FOLLOW\020\001\022\"" +
+      "\n\036EXTERNAL_OFFSET_CHANGES_REVERT\020\002\022\"\n\036EX" +
+      "TERNAL_OFFSET_CHANGES_IGNORE\020\003*\300\001\n\nLease" +
+      "State\022\033\n\027LEASE_STATE_UNSPECIFIED\020\000\022\032\n\026LE" +
+      "ASE_STATE_UNASSIGNED\020\001\022\027\n\023LEASE_STATE_GR" +
+      "ANTED\020\002\022\026\n\022LEASE_STATE_ACTIVE\020\003\022\030\n\024LEASE" +
+      "_STATE_REVOKING\020\004\022\030\n\024LEASE_STATE_EXPIRIN" +
+      "G\020\005\022\024\n\020LEASE_STATE_HELD\020\006b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -11227,7 +11438,7 @@ java.lang.String defaultValue) {
     internal_static_dataservice_assigner_v1_GroupConfig_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_assigner_v1_GroupConfig_descriptor,
-        new java.lang.String[] { "Name", "Topics", "Mode", "ConsumerConfig", "AlertTemplate", "LeaseTtl", "HeartbeatInterval", "BalanceStrategy", "ConfigVersion", "VisibilityTimeout", "MaxDeliveries", "ExternalOffsetChanges", });
+        new java.lang.String[] { "Name", "Topics", "Mode", "ConsumerConfig", "AlertTemplate", "LeaseTtl", "HeartbeatInterval", "BalanceStrategy", "ConfigVersion", "VisibilityTimeout", "MaxDeliveries", "ExternalOffsetChanges", "DeadLetterTopic", });
     internal_static_dataservice_assigner_v1_GroupConfig_ConsumerConfigEntry_descriptor =
       internal_static_dataservice_assigner_v1_GroupConfig_descriptor.getNestedType(0);
     internal_static_dataservice_assigner_v1_GroupConfig_ConsumerConfigEntry_fieldAccessorTable = new
