@@ -60,6 +60,7 @@ from typing import Any
 import structlog
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
+from services.runtime import commitmeta
 from services.runtime.topic_partition import TP
 from services.runtime.txn_writer import FENCED_CODES
 
@@ -80,8 +81,9 @@ PARALLEL_COMMITS = 8  # partitions whose transactions run at once
 
 def transactional_id(group: str, tp: TP) -> str:
     """The one ``transactional.id`` of a lease: every holder of (group, topic, partition)
-    uses it, so each new holder's initialisation fences the previous one."""
-    return f"ds-lease.{group}.{tp.topic}.{tp.partition}"
+    uses it, so each new holder's initialisation fences the previous one (so does an
+    offset reset's: services/assigner/kafka_reset.py)."""
+    return commitmeta.lease_transactional_id(group, tp.topic, tp.partition)
 
 
 class LeaseFenced(Exception):

@@ -173,8 +173,16 @@ class MemoryOffsets:
     def offsets_for_times(self, times: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         return {tp: self.by_time.get(tp, -1) for tp in times}
 
-    def commit(self, group: str, offsets: Mapping[TopicPartition, tuple[int, int]]) -> None:
-        """A reset's commit: (offset, epoch) per partition, as Kafka would keep it."""
+    def commit(
+        self,
+        group: str,
+        offsets: Mapping[TopicPartition, tuple[int, int]],
+        *,
+        fence_leases: bool = False,
+    ) -> None:
+        """A reset's commit: (offset, epoch) per partition, as Kafka would keep it (no
+        producer holds a lease's transactional id here: ``fence_leases`` has no one to
+        fence)."""
         if self.down:
             raise unavailable(f"cannot commit the new offsets of group {group!r}", group)
         self.commits.append((group, dict(offsets)))
