@@ -13,6 +13,7 @@ writes (:class:`MemoryStore`) and the offsets reads, offsets-for-times and reset
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ from dataservice.assigner.v1 import (
 )
 from dataservice.common.v1 import common_pb2
 from dsclient.reasons import DsError, Reason, error_info
+from services.assigner.admission import AdmissionPolicy, JoinAdmission
 from services.assigner.external_resets import ExternalResets
 from services.assigner.kafka_cluster import partitions_of
 from services.assigner.metrics import AssignerMetrics
@@ -251,7 +253,19 @@ def run(
             [
                 GrpcService(
                     "dataservice.assigner.v1.AssignerService",
-                    AssignerServicer(groups, metrics, external=external),
+                    AssignerServicer(
+                        groups,
+                        metrics,
+                        external=external,
+                        admission=JoinAdmission(
+                            AdmissionPolicy(
+                                rate=the_settings.join_rate,
+                                burst=the_settings.join_burst,
+                                max_retry_after=the_settings.join_max_retry_after_seconds,
+                            ),
+                            time.monotonic(),
+                        ),
+                    ),
                     assigner_pb2_grpc.add_AssignerServiceServicer_to_server,
                 ),
                 GrpcService(
