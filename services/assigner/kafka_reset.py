@@ -155,7 +155,9 @@ class KafkaResets:
         producer = new_producer(
             self.settings,
             client_id="ds-assigner-reset",
-            overrides={"transactional.id": txn_id},
+            # Eager connections: no wait for librdkafka's 500 ms PID retry timer (the
+            # lease producers' setting, services/consumer_sidecar/kafka_fenced_commits.py).
+            overrides={"transactional.id": txn_id, "enable.sparse.connections": False},
         )
         try:
             producer.init_transactions(self.timeout)
