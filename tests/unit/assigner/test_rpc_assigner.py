@@ -335,3 +335,38 @@ def test_joins_beyond_the_admission_policy_are_throttled_and_heartbeats_are_not(
         await again.close()
 
     run(body, settings=settings)
+
+
+def test_a_join_storm_beyond_capacity_costs_the_attached_sidecar_nothing() -> None:
+    """An attached sidecar heartbeats through a storm of 300 joins at once (room for
+    none): every storming join is refused JOIN_THROTTLED with a retry-after (their spread
+    is test_admission's); every heartbeat of the attached sidecar renews all four leases it
+    holds, and no storming join became a member (nothing to rebalance towards)."""
+    settings = AssignerSettings(grpc_port=0, http_port=0, join_rate=0.01, join_burst=1)
+    storm = 300
+
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        attached = Sidecar(a.sessions, "sc-0")
+        await attached.join("g")
+        grants = await attached.grants(4)
+        held = sorted((g.topic, g.partition) for g in grants)
+
+        async def heartbeats() -> list[assigner_pb2.HeartbeatAck]:
+            return [await attached.heartbeat(grants) for _ in range(5)]
+
+        joins = asyncio.gather(*(session_error(a, join(f"storm-{i}", "g")) for i in range(storm)))
+        errors, acks = await asyncio.gather(joins, heartbeats())
+
+        assert [reason_of(e)[:2] for e in errors] == [
+            (grpc.StatusCode.UNAVAILABLE, "JOIN_THROTTLED")
+        ] * storm
+        assert all(0 < (retry_after(e) or 0) <= 10 for e in errors)
+        assert a.prometheus.get_sample_value("ds_assigner_joins_throttled_total") == storm
+        assert len(acks) == 5
+        for ack in acks:
+            assert sorted((r.topic, r.partition) for r in ack.renewed_leases) == held
+        assert [m.id for m in a.groups.group("g").coordinator.live_members()] == ["sc-0"]
+        await attached.close()
+
+    run(body, settings=settings)
