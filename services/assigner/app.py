@@ -13,6 +13,7 @@ import structlog
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from dataservice.assigner.v1 import admin_pb2_grpc, assigner_pb2_grpc, binding_pb2_grpc
+from services.assigner.admission import AdmissionPolicy, JoinAdmission
 from services.assigner.commit_log import CommitLog
 from services.assigner.external_resets import ExternalResets
 from services.assigner.faults import report_failover
@@ -122,6 +123,14 @@ class AssignerApp:
                     self.metrics,
                     clock=self.now,
                     external=self.external,
+                    admission=JoinAdmission(
+                        AdmissionPolicy(
+                            rate=self.settings.join_rate,
+                            burst=self.settings.join_burst,
+                            max_retry_after=self.settings.join_max_retry_after_seconds,
+                        ),
+                        self.now(),
+                    ),
                 ),
                 assigner_pb2_grpc.add_AssignerServiceServicer_to_server,
             ),

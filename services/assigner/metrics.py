@@ -89,6 +89,12 @@ class AssignerMetrics:
         self.sessions = Gauge(
             "ds_assigner_sessions", "Open sidecar Session streams", registry=registry
         )
+        self.joins_throttled = Counter(
+            "ds_assigner_joins_throttled",
+            "Session joins refused with a retry-after (JOIN_THROTTLED): more joins than the "
+            "admission policy takes on (join_rate, join_burst)",
+            registry=registry,
+        )
         self.partitions = Gauge(
             "ds_assigner_partitions",
             "Partitions leased per sidecar",

@@ -59,7 +59,13 @@ class ResetKafka(Protocol):
         self, times: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, int]: ...
 
-    def commit(self, group: str, offsets: Mapping[TopicPartition, tuple[int, int]]) -> None: ...
+    def commit(
+        self,
+        group: str,
+        offsets: Mapping[TopicPartition, tuple[int, int]],
+        *,
+        fence_leases: bool = False,
+    ) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -168,7 +174,10 @@ class OffsetResets:
             epochs = coordinator.reset_epochs(tps)
             await group.persist_epochs(epochs)
             commits = {r.tp: (r.new, epochs[r.tp]) for r in plan}
-            await asyncio.to_thread(self.kafka.commit, group.name, commits)
+            # fence_leases: a holder cut off from the assigner keeps committing under
+            # commit_fencing: kafka (its lease has no deadline); initialising each lease's
+            # transactional id first refuses its commits at Kafka from here on.
+            await asyncio.to_thread(self.kafka.commit, group.name, commits, fence_leases=True)
             committed = {r.tp: r.new for r in plan}
         finally:
             if committed is None:

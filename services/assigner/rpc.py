@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import re
 import time
 from collections.abc import AsyncIterator, Callable
@@ -27,7 +28,7 @@ from dataservice.assigner.v1 import (
     types_pb2,
 )
 from dsclient import local_socket
-from dsclient.reasons import DsError, Reason, invalid
+from dsclient.reasons import RETRY_AFTER_METADATA_KEY, DsError, Reason, invalid
 from services.assigner.admin.idempotency import IdempotencyCache
 from services.assigner.admin.librdkafka import check_librdkafka_properties
 from services.assigner.admin.messages import client_message, lease_message, member_message
@@ -41,6 +42,7 @@ from services.assigner.admin.validation import (
     validate_request_id,
     version_conflict,
 )
+from services.assigner.admission import JoinAdmission
 from services.assigner.coordinator import LeaseState
 from services.assigner.external_resets import ExternalResets
 from services.assigner.groups import DROPPED, GroupRuntime, duration
@@ -86,11 +88,13 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
         clock: Clock = time.monotonic,
         *,
         external: ExternalResets | None = None,
+        admission: JoinAdmission | None = None,
     ) -> None:
         self.groups = groups
         self.metrics = metrics
         self.clock = clock
         self.external = external
+        self.admission = admission  # None: every join is taken on
 
     async def Session(
         self, request_iterator: AsyncIterator[assigner_pb2.SessionRequest], context: Context
@@ -113,6 +117,7 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
             raise invalid(
                 "join.local_endpoint", "must be unix:PATH whose file name carries the sidecar id"
             )
+        self._admit(join)
         group = await self.groups.serving_group(join.group)
         # Authorization (when on) let this identity name this sidecar id; the group also
         # keeps another identity from taking over a live session of it.
@@ -132,6 +137,24 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
                 await reader
             group.detach(conn)
             self.metrics.sessions.dec()
+
+    def _admit(self, join: assigner_pb2.SessionJoin) -> None:
+        """Refuse a join beyond the admission policy's capacity with a retry-after
+        (JOIN_THROTTLED, UNAVAILABLE): before any of its work is done, so a storm of them
+        costs the attached sidecars' heartbeats little. A join reporting held leases (a
+        re-attach) always passes."""
+        if self.admission is None:
+            return
+        verdict = self.admission.admit(self.clock(), reattach=len(join.held_leases) > 0)
+        if verdict.admitted:
+            return
+        self.metrics.joins_throttled.inc()
+        raise DsError(
+            Reason.JOIN_THROTTLED,
+            f"the assigner is taking on joins as fast as it can; join again in "
+            f"{verdict.retry_after:.2f}s",
+            metadata={RETRY_AFTER_METADATA_KEY: str(math.ceil(verdict.retry_after * 1000))},
+        )
 
     async def _read(
         self,

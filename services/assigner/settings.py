@@ -56,6 +56,13 @@ class AssignerSettings(ServiceSettings):
     # How often sidecars send Session heartbeats (at most half the TTL, so one late heartbeat does
     # not expire every lease).
     heartbeat_interval_seconds: float = Field(1.0, ge=0.05, le=60)
+    # Admission of Session joins (services/assigner/admission.py): at most join_rate new joins
+    # a second, join_burst at once; the rest are refused with a retry-after (JOIN_THROTTLED) of
+    # at most join_max_retry_after_seconds. Heartbeats and re-attaches with held leases are
+    # never refused. 0 = no limit.
+    join_rate: float = Field(100.0, ge=0, le=100_000)
+    join_burst: int = Field(200, ge=1, le=1_000_000)
+    join_max_retry_after_seconds: float = Field(10.0, gt=0, le=600)
     # What the assigner waits past a lease's TTL before it may grant the partition elsewhere.
     lease_grace_seconds: float = Field(1.0, ge=0.1, le=60)
     # How long a revoked holder waits for in-flight acks before it commits and releases (and a mode

@@ -50,10 +50,12 @@ from dsclient.connection import (
     DEFAULT_SETTINGS,
     AioLeaderFollower,
     AssignerTarget,
+    Backoff,
     ConnectionSettings,
+    pause_before_retry,
 )
 from dsclient.leader_watch import DEFAULT_LEADER_KEY
-from dsclient.reasons import Reason, error_info
+from dsclient.reasons import Reason, error_info, retry_after
 from services.consumer_sidecar.client_access import ClientTotals
 from services.consumer_sidecar.coordinator import RoundTimer
 from services.consumer_sidecar.leasing import LeaseKeeper, ReleasedLease
@@ -69,6 +71,12 @@ EXTERNAL_CHANGES = {
 log = structlog.get_logger(__name__)
 
 MAX_RECONNECT_BACKOFF = 1.0  # seconds
+# Reconnects back off from 0.1 s, capped at 1 s: a restarted assigner waits TTL + grace for
+# sidecars to re-attach with their leases before it grants anything (no moves). A throttled
+# join (JOIN_THROTTLED) waits at least the assigner's retry-after, jittered (issue 36).
+RECONNECT_BACKOFF = Backoff(initial=0.1, maximum=MAX_RECONNECT_BACKOFF)
+# The leader moved (a redirect): reconnect almost at once.
+REDIRECTED_BACKOFF = Backoff(initial=0.05, maximum=0.05)
 
 
 # What a heartbeat reports of the group's consumer config: the version that runs, and the
@@ -187,7 +195,7 @@ class SessionClient:
             self._current.cancel()
 
     async def _session_loop(self) -> None:
-        backoff = 0.1
+        retries, redirected, asked = 0, False, None
         while not self._stopping:
             self._redirected.clear()
             self._current = asyncio.create_task(self._one_session(), name="assigner-session")
@@ -202,17 +210,18 @@ class SessionClient:
                 raise
             try:
                 self._current.result()
-                backoff = 0.1
+                retries = 0
                 self._session_ended(failed=True)
             except asyncio.CancelledError:
-                backoff = 0.05  # redirected by the leader watch: reconnect at once
+                redirected = True  # by the leader watch: reconnect at once
                 self._session_ended(failed=False)
             except grpc.aio.AioRpcError as err:
                 if await self.follower.follow(err) or self._redirected.is_set():
-                    backoff = 0.05  # the stream broke because the leader moved
+                    redirected = True  # the stream broke because the leader moved
                     self._session_ended(failed=False)
                 else:
                     self._session_ended(failed=True)
+                    asked = retry_after(err)  # a throttled join (JOIN_THROTTLED)
                     info = error_info(err)
                     log.warning(
                         "assigner session failed; reconnecting",
@@ -227,14 +236,15 @@ class SessionClient:
             self.connected = False
             if self._stopping:
                 break
+            schedule = REDIRECTED_BACKOFF if redirected else RECONNECT_BACKOFF
+            pause = pause_before_retry(schedule, retries, random.random(), asked)
+            retries = 0 if redirected else retries + 1
+            redirected, asked = False, None
             if self._redirected.is_set():
                 continue  # a new leader is known: no backoff
             with contextlib.suppress(TimeoutError):
                 # Sleep the backoff, unless the leader watch names a new leader meanwhile.
-                await asyncio.wait_for(self._redirected.wait(), backoff * (0.5 + random.random()))
-            # Capped at 1 s: a restarted assigner waits TTL + grace for sidecars to
-            # re-attach with their leases before it grants anything (no moves).
-            backoff = min(backoff * 2, MAX_RECONNECT_BACKOFF)
+                await asyncio.wait_for(self._redirected.wait(), pause)
 
     def _session_ended(self, *, failed: bool) -> None:
         """A session ended; one that had not joined yet is a failed join, unless it only

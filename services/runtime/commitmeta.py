@@ -22,6 +22,13 @@ METADATA_MAX_BYTES = 3800  # under Kafka's default offset.metadata.max.bytes (40
 ASSIGNER = "assigner"
 
 
+def lease_transactional_id(group: str, topic: str, partition: int) -> str:
+    """The one ``transactional.id`` of a lease (commit_fencing: kafka, issue 36): every
+    holder of (group, topic, partition) initialises it on its grant, and the assigner
+    before it commits a reset, so each fences whoever committed under it before."""
+    return f"ds-lease.{group}.{topic}.{partition}"
+
+
 @dataclass(frozen=True)
 class CommitMetadata:
     epoch: int

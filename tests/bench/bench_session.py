@@ -973,8 +973,11 @@ def wait_partitions(admin: AdminClient, topic: str, partitions: int) -> None:
 
 def start_assigner(bootstrap: str, topic: str, groups: list[str], log_dir: Path) -> ServiceProcess:
     config = log_dir / "assigner.yaml"
+    # join_rate 0: joins unthrottled (issue 36's admission policy), so the sizes attach as
+    # before and what is measured stays heartbeats and re-placement, not admission.
     config.write_text(
-        "groups:\n" + "".join(f"  - name: {g}\n    topics: [{topic}]\n" for g in groups)
+        "join_rate: 0\ngroups:\n"
+        + "".join(f"  - name: {g}\n    topics: [{topic}]\n" for g in groups)
     )
     grpc_port, http_port = free_ports(2)
     assigner = ServiceProcess(

@@ -75,7 +75,10 @@ def test_kafka_fenced_leases_keep_delivering_and_committing_while_the_assigner_i
     mesh: Mesh, topic_factory: TopicFactory, away: float
 ) -> None:
     topic = topic_factory(partitions=AWAY_PARTITIONS)
-    run = LoadRun(mesh, topic, AWAY_PARTITIONS, AWAY_SIDECARS, rate=300, sidecar_env=KAFKA_FENCED)
+    run = LoadRun(
+        mesh, topic, AWAY_PARTITIONS, AWAY_SIDECARS, rate=300,
+        sidecar_env=KAFKA_FENCED, assigner_env=own_state(),
+    )  # fmt: skip
     run.start()
     assert run.assigner is not None
     try:

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from services.assigner.kafka_offsets import KafkaOffsets
+from services.assigner.kafka_reset import KafkaResets
 from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
 from services.consumer_sidecar.kafka_fenced_commits import (
@@ -169,3 +171,35 @@ def test_without_kafka_fencing_the_broker_takes_a_zombies_commit(
     finally:
         old.close()
         new.close()
+
+
+def test_an_offset_reset_fences_the_holder_it_reset_behind(topic_factory: TopicFactory) -> None:
+    """An assigner's reset of a leased partition while its holder is cut off from the
+    assigner (so still serving and committing under commit_fencing: kafka): the reset's
+    commit initialises the lease's transactional id first, so the holder's next commit is
+    refused at the broker and the reset offset stands until the re-grant."""
+    topic = topic_factory(partitions=1)
+    group = f"fenced-{uuid.uuid4().hex[:8]}"
+    settings = ServiceSettings(bootstrap=topic_factory.bootstrap)
+    tp = TP(topic, 0)
+    holder = Holder(settings, group, "cut-off")
+    reader = new_consumer(settings, group=group, client_id="reader")
+    try:
+        assert holder.grant(tp, 1) == 0
+        assert holder.fetcher.commit([CommitRequest(tp, 40, 1)]) == [CommitRequest(tp, 40, 1)]
+
+        KafkaResets(settings, KafkaOffsets(settings)).commit(group, {tp: (5, 2)}, fence_leases=True)
+        offset, metadata = committed(reader, tp)
+        assert offset == 5
+        meta = commitmeta.decode(metadata, offset)
+        assert meta is not None and meta.epoch == 2 and meta.sidecar == commitmeta.ASSIGNER
+
+        # The cut-off holder commits what it had acked since: Kafka refuses it.
+        assert holder.fetcher.commit([CommitRequest(tp, 45, 1)]) == []
+        assert [f.tp for f in holder.fenced] == [tp]
+        error = holder.fenced[0].error
+        assert error is not None and error.code() == KafkaError._FENCED
+        assert committed(reader, tp)[0] == 5  # the reset stands
+    finally:
+        holder.close()
+        reader.close()

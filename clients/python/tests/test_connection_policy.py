@@ -18,6 +18,7 @@ from dsclient.connection.policy import (
     CallPolicy,
     Failure,
     decide,
+    pause_before_retry,
 )
 from dsclient.connection.settings import (
     ConnectionSettings,
@@ -79,6 +80,19 @@ def test_backoff_grows_to_its_maximum_and_jitters_by_half(
     assert backoff.initial <= base <= backoff.maximum
     assert backoff.base(retry + 1) >= base
     assert 0.5 * base <= backoff.delay(retry, draw) < 1.5 * base
+
+
+@given(backoffs, st.integers(0, 10_000), st.floats(0.0, 0.999_999), st.floats(0.0, 600.0))
+def test_a_retry_after_is_waited_at_least_and_jittered_by_up_to_half(
+    backoff: Backoff, retry: int, draw: float, retry_after: float
+) -> None:
+    """A throttled join (JOIN_THROTTLED, issue 36) waits at least what the server asked,
+    spread over another half of it, and never less than the backoff."""
+    pause = pause_before_retry(backoff, retry, draw, retry_after)
+    assert pause >= retry_after
+    assert pause >= backoff.delay(retry, draw)
+    assert pause <= max(backoff.delay(retry, draw), 1.5 * retry_after)
+    assert pause_before_retry(backoff, retry, draw) == backoff.delay(retry, draw)
 
 
 def test_backoff_doubles_from_initial() -> None:

@@ -13,6 +13,7 @@ writes (:class:`MemoryStore`) and the offsets reads, offsets-for-times and reset
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ from dataservice.assigner.v1 import (
 )
 from dataservice.common.v1 import common_pb2
 from dsclient.reasons import DsError, Reason, error_info
+from services.assigner.admission import AdmissionPolicy, JoinAdmission
 from services.assigner.external_resets import ExternalResets
 from services.assigner.kafka_cluster import partitions_of
 from services.assigner.metrics import AssignerMetrics
@@ -173,8 +175,16 @@ class MemoryOffsets:
     def offsets_for_times(self, times: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         return {tp: self.by_time.get(tp, -1) for tp in times}
 
-    def commit(self, group: str, offsets: Mapping[TopicPartition, tuple[int, int]]) -> None:
-        """A reset's commit: (offset, epoch) per partition, as Kafka would keep it."""
+    def commit(
+        self,
+        group: str,
+        offsets: Mapping[TopicPartition, tuple[int, int]],
+        *,
+        fence_leases: bool = False,
+    ) -> None:
+        """A reset's commit: (offset, epoch) per partition, as Kafka would keep it (no
+        producer holds a lease's transactional id here: ``fence_leases`` has no one to
+        fence)."""
         if self.down:
             raise unavailable(f"cannot commit the new offsets of group {group!r}", group)
         self.commits.append((group, dict(offsets)))
@@ -243,7 +253,19 @@ def run(
             [
                 GrpcService(
                     "dataservice.assigner.v1.AssignerService",
-                    AssignerServicer(groups, metrics, external=external),
+                    AssignerServicer(
+                        groups,
+                        metrics,
+                        external=external,
+                        admission=JoinAdmission(
+                            AdmissionPolicy(
+                                rate=the_settings.join_rate,
+                                burst=the_settings.join_burst,
+                                max_retry_after=the_settings.join_max_retry_after_seconds,
+                            ),
+                            time.monotonic(),
+                        ),
+                    ),
                     assigner_pb2_grpc.add_AssignerServiceServicer_to_server,
                 ),
                 GrpcService(

@@ -10,6 +10,7 @@ import grpc
 import pytest
 
 from dataservice.assigner.v1 import assigner_pb2
+from dsclient.reasons import retry_after
 from services.assigner.settings import AssignerSettings
 from tests.unit.assigner.rpc_harness import (
     TOPIC,
@@ -297,3 +298,75 @@ def test_leave_while_not_serving_is_not_ready() -> None:
         assert (code, reason) == (grpc.StatusCode.UNAVAILABLE, "SERVICE_NOT_READY")
 
     run(body, serving=False)
+
+
+def test_joins_beyond_the_admission_policy_are_throttled_and_heartbeats_are_not() -> None:
+    """Issue 36 item 3: with room for one join, the second is refused UNAVAILABLE
+    JOIN_THROTTLED with a retry-after before any of its work is done; the attached sidecar's
+    heartbeats are still renewed, and its re-attach (reporting the leases it holds) passes."""
+    settings = AssignerSettings(grpc_port=0, http_port=0, join_rate=0.01, join_burst=1)
+
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        first = Sidecar(a.sessions, "sc-1")
+        await first.join("g")
+        grants = await first.grants(4)
+        err = await session_error(a, join("sc-3", "g"))
+        code, reason, metadata = reason_of(err)
+        assert (code, reason) == (grpc.StatusCode.UNAVAILABLE, "JOIN_THROTTLED")
+        assert 0 < int(metadata["retry_after_ms"]) <= 10_000
+        assert retry_after(err) == int(metadata["retry_after_ms"]) / 1000
+        assert a.prometheus.get_sample_value("ds_assigner_joins_throttled_total") == 1
+        assert "sc-3" not in [m.id for m in a.groups.group("g").coordinator.live_members()]
+
+        ack = await first.heartbeat(grants)
+        assert sorted(r.partition for r in ack.renewed_leases) == [0, 1, 2, 3]
+
+        # sc-1's stream breaks; it comes back reporting the lease it holds: admitted.
+        await first.close()
+        again = Sidecar(a.sessions, "sc-1")
+        request = join("sc-1", "g")
+        for g in grants:
+            request.join.held_leases.add(topic=g.topic, partition=g.partition, epoch=g.epoch)
+        await again.call.write(request)
+        message = await again.next()
+        assert message.WhichOneof("kind") == "accepted", message
+        assert a.prometheus.get_sample_value("ds_assigner_joins_throttled_total") == 1
+        await again.close()
+
+    run(body, settings=settings)
+
+
+def test_a_join_storm_beyond_capacity_costs_the_attached_sidecar_nothing() -> None:
+    """An attached sidecar heartbeats through a storm of 300 joins at once (room for
+    none): every storming join is refused JOIN_THROTTLED with a retry-after (their spread
+    is test_admission's); every heartbeat of the attached sidecar renews all four leases it
+    holds, and no storming join became a member (nothing to rebalance towards)."""
+    settings = AssignerSettings(grpc_port=0, http_port=0, join_rate=0.01, join_burst=1)
+    storm = 300
+
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        attached = Sidecar(a.sessions, "sc-0")
+        await attached.join("g")
+        grants = await attached.grants(4)
+        held = sorted((g.topic, g.partition) for g in grants)
+
+        async def heartbeats() -> list[assigner_pb2.HeartbeatAck]:
+            return [await attached.heartbeat(grants) for _ in range(5)]
+
+        joins = asyncio.gather(*(session_error(a, join(f"storm-{i}", "g")) for i in range(storm)))
+        errors, acks = await asyncio.gather(joins, heartbeats())
+
+        assert [reason_of(e)[:2] for e in errors] == [
+            (grpc.StatusCode.UNAVAILABLE, "JOIN_THROTTLED")
+        ] * storm
+        assert all(0 < (retry_after(e) or 0) <= 10 for e in errors)
+        assert a.prometheus.get_sample_value("ds_assigner_joins_throttled_total") == storm
+        assert len(acks) == 5
+        for ack in acks:
+            assert sorted((r.topic, r.partition) for r in ack.renewed_leases) == held
+        assert [m.id for m in a.groups.group("g").coordinator.live_members()] == ["sc-0"]
+        await attached.close()
+
+    run(body, settings=settings)

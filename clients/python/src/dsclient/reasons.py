@@ -48,6 +48,7 @@ class Reason(StrEnum):
     ALERT_TEMPLATE_NOT_FOUND = "ALERT_TEMPLATE_NOT_FOUND"
     UNAUTHENTICATED = "UNAUTHENTICATED"
     SESSION_HELD = "SESSION_HELD"
+    JOIN_THROTTLED = "JOIN_THROTTLED"
     GROUP_NOT_EMPTY = "GROUP_NOT_EMPTY"
     OPERATION_IN_PROGRESS = "OPERATION_IN_PROGRESS"
     DESTINATION_NOT_ALLOWED = "DESTINATION_NOT_ALLOWED"
@@ -129,6 +130,12 @@ CATALOGUE: Mapping[Reason, ReasonSpec] = {
     Reason.SESSION_HELD: ReasonSpec(
         grpc.StatusCode.PERMISSION_DENIED,
         "A live session of another identity holds this sidecar id; metadata `sidecar_id`.",
+    ),
+    Reason.JOIN_THROTTLED: ReasonSpec(
+        grpc.StatusCode.UNAVAILABLE,
+        "The assigner is taking on joins as fast as it can (a reconnect storm); its attached "
+        "sidecars' heartbeats come first. Join again after metadata `retry_after_ms`, with "
+        "jitter.",
     ),
     Reason.ALERT_TEMPLATE_NOT_FOUND: ReasonSpec(
         grpc.StatusCode.NOT_FOUND, "No alert template with this caller and name exists."
@@ -234,6 +241,21 @@ def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
                 detail.Unpack(info)
                 return info
     return None
+
+
+RETRY_AFTER_METADATA_KEY = "retry_after_ms"
+
+
+def retry_after(error: grpc.RpcError) -> float | None:
+    """Seconds the server asked the caller to wait before trying again (ErrorInfo metadata
+    ``retry_after_ms``), or None when it named none."""
+    info = error_info(error)
+    if info is None or RETRY_AFTER_METADATA_KEY not in info.metadata:
+        return None
+    try:
+        return max(0.0, int(info.metadata[RETRY_AFTER_METADATA_KEY]) / 1000)
+    except ValueError:
+        return None
 
 
 def trailing_value(error: grpc.RpcError, key: str) -> str | None:

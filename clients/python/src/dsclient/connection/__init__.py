@@ -23,7 +23,7 @@ py-consul only once a target with Consul is used.
 from dsclient.connection.aio_follower import AioLeaderFollower
 from dsclient.connection.channels import open_aio_channel, open_channel
 from dsclient.connection.follower import LeaderFollower, retry_call
-from dsclient.connection.policy import FOLLOW_ONCE, Backoff, CallPolicy
+from dsclient.connection.policy import FOLLOW_ONCE, Backoff, CallPolicy, pause_before_retry
 from dsclient.connection.settings import (
     DEFAULT_SETTINGS,
     MAX_MESSAGE_BYTES,
@@ -49,5 +49,6 @@ __all__ = [
     "TlsConfig",
     "open_aio_channel",
     "open_channel",
+    "pause_before_retry",
     "retry_call",
 ]

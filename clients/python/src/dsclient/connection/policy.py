@@ -56,6 +56,19 @@ class Backoff:
         return self.base(retry) * (0.5 + draw)
 
 
+def pause_before_retry(
+    backoff: Backoff, retry: int, draw: float, retry_after: float | None = None
+) -> float:
+    """The pause before the next attempt after ``retry`` backoffs, for a uniform ``draw``
+    from [0, 1): the jittered backoff, or when the server named a retry-after (a throttled
+    join, JOIN_THROTTLED's ``retry_after_ms``) at least that, plus up to half of it again,
+    so callers refused together do not come back together (issue 36)."""
+    pause = backoff.delay(retry, draw)
+    if retry_after is None:
+        return pause
+    return max(pause, retry_after * (1 + draw / 2))
+
+
 @dataclass(frozen=True)
 class CallPolicy:
     """How long one call may keep trying, and what counts as worth another try."""
