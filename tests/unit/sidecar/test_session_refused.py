@@ -39,7 +39,16 @@ def test_refused_sessions_leave_no_pending_task_or_running_generator() -> None:
     async def main() -> list[str]:
         problems: list[str] = []
         loop = asyncio.get_running_loop()
-        loop.set_exception_handler(lambda _loop, ctx: problems.append(str(ctx.get("message"))))
+        # What a refused stream used to leave (the docstring's two messages); grpc.aio's own
+        # poller may log "Exception in callback PollerCompletionQueue._handle_events" when
+        # the loop is torn down on a loaded machine, which says nothing of the session.
+        loop.set_exception_handler(
+            lambda _loop, ctx: (
+                problems.append(str(ctx.get("message")))
+                if "PollerCompletionQueue" not in str(ctx.get("message"))
+                else None
+            )
+        )
         server = grpc.aio.server()
         assigner = StartingAssigner()
         assigner_pb2_grpc.add_AssignerServiceServicer_to_server(assigner, server)
