@@ -385,10 +385,10 @@ class SidecarApp:
     def _shared_memory(self) -> SharedMemory | None:
         """Where DELIVERY_FORMAT_ARROW_SHM streams get their segments: beside the local
         socket; None without one (or with shm_segment_bytes 0)."""
-        directory, capacity = self.settings.uds_dir, self.settings.shm_segment_bytes
-        if directory is None or capacity == 0:
+        path, capacity = self.settings.local_socket_path, self.settings.shm_segment_bytes
+        if path is None or capacity == 0:
             return None
-        return SharedMemory(directory, capacity)
+        return SharedMemory(path.parent, capacity)
 
     def dependencies(self) -> Sequence[Dependency]:
         return [self._probe]

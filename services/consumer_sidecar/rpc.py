@@ -99,6 +99,10 @@ AUTO_ACK_MAX_BYTES = CLIENT_RECEIVE_LIMIT - 256 * 1024
 DEFAULT_MAX_WAIT = 0.5
 MAX_WAIT = 30.0
 MAX_ACKS = 100_000
+# A Stream's answers waiting for its client (queued, or acks being committed): past this
+# many the sidecar reads none of the client's messages until it has read some (issue 37,
+# finding 11), so a client that sends without reading grows nothing on the sidecar.
+MAX_STREAM_RESULTS = 256
 # Stream: one message holds at most this much, whatever the credit (Record messages, and
 # the much cheaper RecordBatch columns).
 STREAM_BATCH_RECORDS = 500
@@ -177,6 +181,27 @@ class _StreamState:
     client_id: str = ""  # for the client-access metrics
     # The answer to the latest acks (their commit): answers go out in the order of the acks.
     answering: asyncio.Task[None] | None = None
+    # Acks read whose answer is still being committed (not in ``results`` yet).
+    unanswered: int = 0
+    # Set when the client took answers: the request reader, stopped at MAX_STREAM_RESULTS
+    # answers waiting, reads on.
+    room: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def backlog(self) -> int:
+        """The answers waiting for the client: queued, or acks being committed."""
+        return len(self.results) + self.unanswered
+
+    def drained(self) -> None:
+        """The client took answers (the generator resumed after yielding them)."""
+        self.room.set()
+
+    async def wait_for_room(self) -> None:
+        """Return once fewer than MAX_STREAM_RESULTS answers wait for the client."""
+        while True:
+            self.room.clear()
+            if self.backlog() < MAX_STREAM_RESULTS:
+                return
+            await self.room.wait()
 
 
 def _validate_credit(prefix: str, credit: stream_pb2.StreamCredit) -> None:
@@ -593,6 +618,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                 state.wake.clear()
                 while state.results:
                     yield state.results.popleft()
+                    state.drained()
                 if state.error is not None:
                     raise state.error
                 if state.ended:
@@ -668,6 +694,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                     )
                     # Answered once committed, by a task of its own: credits that arrive
                     # meanwhile are not held up behind the commit's round trip.
+                    state.unanswered += 1
                     state.answering = asyncio.create_task(
                         self._answer_acks(state, request.acks, outcome, state.answering)
                     )
@@ -689,6 +716,9 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                 else:
                     raise invalid("kind", "set one of open, credit, acks, nacks")
                 state.wake.set()
+                # A client that sends without reading its answers: read nothing more from
+                # it until it has (issue 37, finding 11); its sends wait on flow control.
+                await state.wait_for_room()
         except DsError as err:
             state.error = err
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
@@ -715,23 +745,27 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         commit could not be made are refused. A commit that fails ends the stream with its
         status, as before an answer."""
         try:
-            if outcome.accepted:
-                outcome = outcome.refused(await self.serving.commit_acked(outcome.touched))
-        except DsError as err:
-            state.error = state.error or err
-        self._count_acks(state.client_id, acks.acks, acks.ranges, outcome)
-        if previous is not None:
-            await previous
-        if state.error is not None:
+            try:
+                if outcome.accepted:
+                    outcome = outcome.refused(await self.serving.commit_acked(outcome.touched))
+            except DsError as err:
+                state.error = state.error or err
+            self._count_acks(state.client_id, acks.acks, acks.ranges, outcome)
+            if previous is not None:
+                await previous
+            if state.error is not None:
+                state.wake.set()
+                return
+            result = stream_pb2.StreamAckResult(
+                acked_count=outcome.accepted,
+                rejected_acks=outcome.rejected,
+                rejected_ranges=outcome.rejected_ranges,
+            )
+            state.results.append(stream_pb2.StreamResponse(ack_result=result))
             state.wake.set()
-            return
-        result = stream_pb2.StreamAckResult(
-            acked_count=outcome.accepted,
-            rejected_acks=outcome.rejected,
-            rejected_ranges=outcome.rejected_ranges,
-        )
-        state.results.append(stream_pb2.StreamResponse(ack_result=result))
-        state.wake.set()
+        finally:
+            state.unanswered -= 1
+            state.room.set()  # an error ends the stream: the reader must not wait for room
 
     async def _segment(self) -> Segment:
         """A new stream's shared-memory segment; UNAVAILABLE if it cannot be made (the

@@ -141,7 +141,8 @@ class SidecarSettings(ServiceSettings):
     uds_dir: Path | None = Field(
         None,
         description="also serve the StreamService on a Unix domain socket in this directory "
-        "(a volume shared with the application's container), file sidecar-ID.sock; "
+        "(a volume shared with the application's container), file sidecar-ID.d/sidecar-ID.sock "
+        "(a directory only the sidecar writes, mode 0750); "
         "unset = TCP only",
     )
     shm_segment_bytes: int = Field(
@@ -149,7 +150,7 @@ class SidecarSettings(ServiceSettings):
         ge=0,
         le=1024 * 1024 * 1024,
         description="with uds_dir: the shared-memory segment of each Stream that asks for "
-        "DELIVERY_FORMAT_ARROW_SHM, a file of this size in uds_dir (a memory emptyDir: "
+        "DELIVERY_FORMAT_ARROW_SHM, a file of this size beside the socket (a memory emptyDir: "
         "count it in the volume's sizeLimit); 0 = that format is refused",
     )
 
@@ -157,10 +158,14 @@ class SidecarSettings(ServiceSettings):
     def local_socket_path(self) -> Path | None:
         """The socket file for the application in the pod; None: TCP only. Its name
         carries the sidecar id, so a client never reaches another pod's sidecar through a
-        same-named path."""
+        same-named path. It lives in the sidecar's own directory of ``uds_dir`` (mode 0750,
+        ``sidecar-ID.d``), with the shared-memory segments: the volume may be writable by
+        every user (an emptyDir is), that directory by the sidecar only, so the client can
+        check who put the socket there (issue 37, findings 1 and 12)."""
         if self.uds_dir is None:
             return None
-        return self.uds_dir / local_socket.sidecar_file_name(self.id)
+        directory = self.uds_dir / local_socket.sidecar_directory_name(self.id)
+        return directory / local_socket.sidecar_file_name(self.id)
 
     @model_validator(mode="after")
     def _id_names_a_file(self) -> SidecarSettings:

@@ -7,7 +7,7 @@ one directory, files 0600:
 * ``NAME.pem`` / ``NAME.key`` for each identity: a certificate whose subject common name is
   NAME, valid for ``localhost`` and 127.0.0.1 as a server and as a client (mTLS);
 * ``jwt.pub`` / ``jwt.key``: the key tokens are signed with and verified against;
-* ``NAME.jwt``: a token whose subject is NAME (audience ``dataservice``, 30 days);
+* ``NAME.jwt``: a token whose subject is NAME (audience ``dataservice``, a day);
 * ``policy.yaml``: the roles of each identity (:func:`write_policy`).
 
 Nothing here is fit for production: the CA key sits beside the certificates.
@@ -31,7 +31,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 TOKEN_AUDIENCE = "dataservice"
 TOKEN_ISSUER = "dsctl-dev"
-TOKEN_DAYS = 30
+# A day: the services' default jwt_max_lifetime_seconds (issue 37, finding 12); `dsctl dev
+# up --secure` mints them afresh.
+TOKEN_DAYS = 1
 CERT_DAYS = 30
 
 

@@ -155,7 +155,8 @@ def sidecar_env(group: str, template: SidecarTemplate) -> list[dict[str, Any]]:
         ("DS_ASSIGNER", template.assigner),
         ("DS_CONSUL", template.consul),
         ("DS_NOTIFIER", template.notifier),
-        ("DS_HOST", "0.0.0.0"),  # clients of the group in other pods, and Spark, fetch here
+        # Loopback by default (issue 37, finding 5): only the pod's containers reach it.
+        ("DS_HOST", template.listen_host),
         ("DS_ADVERTISE_HOST", "$(POD_IP)"),
         ("DS_GRPC_PORT", str(template.grpc_port)),
         ("DS_HTTP_PORT", str(template.http_port)),

@@ -66,6 +66,12 @@ class SidecarTemplate(BaseModel):
     notifier: str | None = Field(
         "ds-notifier.dataservice.svc:7090", description="where the sidecar reports faults"
     )
+    listen_host: str = Field(
+        "127.0.0.1",
+        description="address the sidecar's gRPC and HTTP servers bind to: loopback (the pod's "
+        "own containers, and the socket in uds_dir) by default; 0.0.0.0 lets clients in other "
+        "pods and Spark fetch here, which needs TLS and tokens in env (DS_TLS__*, DS_AUTH__*)",
+    )
     grpc_port: int = Field(7080, ge=1, le=65535)
     http_port: int = Field(7081, ge=1, le=65535)
     log_format: Literal["json", "console"] = "json"

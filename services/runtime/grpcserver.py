@@ -6,7 +6,7 @@ socket (:mod:`dsclient.local_socket`): same services, same interceptors."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 
 from dsclient import local_socket
 from dsclient.connection.settings import MAX_MESSAGE_BYTES
+from dsclient.reasons import DsError, Reason
 from services.runtime.error_interceptor import ErrorInterceptor
 from services.runtime.server_tls import grpc_server_credentials
 from services.runtime.settings import ServiceSettings
@@ -43,6 +44,70 @@ SERVER_OPTIONS = [
     # one address). Off, a port already bound fails the start with a clear error.
     ("grpc.so_reuseport", 0),
 ]
+# Health.Watch is public (no token, like Check): at most this many streams at once per
+# server (issue 37, finding 11). Consul and the kubelet use Check; Watch is for gRPC
+# clients' health-checking load balancing, a handful per caller.
+MAX_HEALTH_WATCHERS = 256
+
+
+class BoundedHealthServicer(health_aio.HealthServicer):  # type: ignore[misc]
+    """grpcio's health servicer with a Watch that is bounded (issue 37, finding 11):
+
+    * at most ``max_watchers`` streams at once (RESOURCE_EXHAUSTED TOO_MANY_WATCHERS past
+      it), so an unknown caller cannot hold a task per stream without limit;
+    * a name this server does not serve is answered SERVICE_UNKNOWN and the stream ends:
+      nothing is kept for it (grpcio keeps a condition per watched name; our servers
+      register every name they serve when they are built, so none appears later);
+    * the answer is written outside the name's lock: a watcher that does not read holds
+      up neither ``set`` nor the other watchers (grpcio writes under the lock).
+
+    Watch is an async generator, as the error interceptor's wrapper expects of every
+    server-streaming method (grpcio's ``context.write`` coroutine failed there UNKNOWN)."""
+
+    def __init__(self, max_watchers: int = MAX_HEALTH_WATCHERS) -> None:
+        super().__init__()
+        self._max_watchers = max_watchers
+        self._watching = 0
+
+    @property
+    def watching(self) -> int:
+        """The Watch streams open now."""
+        return self._watching
+
+    async def Watch(
+        self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[health_pb2.HealthCheckResponse]:
+        name = request.service
+        if name not in self._server_status:
+            yield health_pb2.HealthCheckResponse(
+                status=health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+            )
+            return
+        if self._watching >= self._max_watchers:
+            raise DsError(
+                Reason.TOO_MANY_WATCHERS,
+                f"this server has {self._max_watchers} Health.Watch streams open",
+                metadata={"service": "grpc.health.v1.Health", "limit": str(self._max_watchers)},
+            )
+        self._watching += 1
+        condition = self._server_watchers[name]
+        self._watcher_count_by_service[name] += 1
+        try:
+            last = None
+            while True:
+                async with condition:
+                    status = self._server_status[name]
+                    while status == last:
+                        await condition.wait()
+                        status = self._server_status[name]
+                last = status
+                yield health_pb2.HealthCheckResponse(status=status)
+        finally:
+            self._watching -= 1
+            self._watcher_count_by_service[name] -= 1
+            if self._watcher_count_by_service[name] == 0:
+                del self._server_watchers[name]
+                del self._watcher_count_by_service[name]
 
 
 @dataclass(frozen=True)
@@ -87,7 +152,7 @@ def create_server(
     server = grpc.aio.server(interceptors=chain, options=SERVER_OPTIONS)
     for svc in services:
         svc.add_to_server(svc.servicer, server)
-    health = health_aio.HealthServicer()
+    health = BoundedHealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     names = tuple(svc.full_name for svc in services)
     reflection.enable_server_reflection(

@@ -95,9 +95,10 @@ def test_a_client_in_the_pod_reads_over_the_socket_and_falls_back_to_tcp(
 ) -> None:
     topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
     group, assigner, sidecar = socket_sidecar(mesh, topic, socket_dir, "sc-uds")
-    path = socket_dir / "sidecar-sc-uds.sock"
+    path = socket_dir / "sidecar-sc-uds.d" / "sidecar-sc-uds.sock"
     assert stat.S_ISSOCK(path.stat().st_mode)
     assert stat.S_IMODE(path.stat().st_mode) == 0o660
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o750
     tcp_args = list(sidecar.args)
     del tcp_args[tcp_args.index("--uds-dir") : tcp_args.index("--uds-dir") + 2]
     uds_args = list(sidecar.args)

@@ -128,7 +128,9 @@ def check_every_record_once(table: pa.Table) -> None:
 
 
 def segments_in(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if not p.name.endswith(".sock"))
+    """The segment files of the sidecars serving in ``directory`` (each in its own
+    ``sidecar-ID.d``, beside its socket)."""
+    return sorted(p.name for p in directory.glob("*/*") if not p.name.endswith(".sock"))
 
 
 def test_columns_over_the_socket_come_through_shared_memory_and_equal_those_over_tcp(

@@ -84,7 +84,10 @@ def test_deployments_are_probed_bounded_and_unprivileged(
             liveness = container["livenessProbe"]
             assert "grpc" not in liveness, where
             if deployment["metadata"]["name"] != "ds-injector":
-                assert "grpc" in container["readinessProbe"], where
+                # The gRPC port speaks TLS, which the kubelet's gRPC probe cannot: readiness
+                # is /healthz over HTTPS (open without a token, the same answer).
+                ready = container["readinessProbe"]["httpGet"]
+                assert (ready["path"], ready["scheme"]) == ("/healthz", "HTTPS"), where
                 assert "tcpSocket" in liveness, where
             assert container["resources"]["requests"].keys() >= {"cpu", "memory"}, where
             assert "memory" in container["resources"]["limits"], where
@@ -223,3 +226,103 @@ def test_settings_files_load_as_the_services_read_them() -> None:
     assert assigner.hold_mode == "handoff"
     notifier = load_settings(NotifierSettings, {}, config / "notifier.yaml")
     assert str(notifier.resolved_outbox_path()) == "/var/lib/dataservice/notifier-outbox.sqlite"
+
+
+# Secure by default where it ships (issue 37, finding 5): every overlay, dev included, runs
+# the control plane with TLS (a client certificate verified when presented) and tokens
+# checked against a policy; plaintext is something a developer turns on (`dsctl dev`), never
+# a manifest default. Client certificates are not *required*: the kubelet's probes present
+# none (gRPC's Python API makes mTLS all or nothing per server).
+SECURE_ENV = {
+    "DS_TLS__CA_FILE": "/var/run/dataservice/tls/ca.crt",
+    "DS_TLS__CERT_FILE": "/var/run/dataservice/tls/tls.crt",
+    "DS_TLS__KEY_FILE": "/var/run/dataservice/tls/tls.key",
+    "DS_AUTH__ENABLED": "true",
+    "DS_AUTH__IDENTITY_FROM": "token_or_certificate",
+    "DS_AUTH__POLICY_FILE": "/var/run/dataservice/policy/policy.yaml",
+    "DS_AUTH__JWT_KEY_FILE": "/var/run/dataservice/jwt/jwt.pub",
+}
+
+
+def env_of(docs: list[dict[str, Any]], container: dict[str, Any]) -> dict[str, str]:
+    """A container's DS_* variables as the kubelet gives them (envFrom, then env)."""
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        name = source["configMapRef"]["name"]
+        (config,) = [
+            d
+            for d in of_kind(docs, "ConfigMap")
+            if d["metadata"]["name"] == name or d["metadata"]["name"].startswith(f"{name}-")
+        ]
+        env |= config["data"]
+    env |= {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    return env
+
+
+def mounted(deployment: dict[str, Any], container: dict[str, Any], path: str) -> dict[str, Any]:
+    """The volume a container has mounted at the directory holding ``path``."""
+    (mount,) = [
+        m for m in container["volumeMounts"] if path.startswith(m["mountPath"].rstrip("/") + "/")
+    ]
+    assert mount.get("readOnly") is True, (name_of(deployment), mount)
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    (volume,) = [v for v in volumes if v["name"] == mount["name"]]
+    return volume
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_control_plane_runs_mtls_and_tokens_by_default(
+    rendered: dict[str, list[dict[str, Any]]], overlay: str
+) -> None:
+    from services.runtime.auth.policy import parse_policy
+
+    docs = rendered[overlay]
+    for name in ("ds-assigner", "ds-notifier"):
+        deployment = find(docs, "Deployment", name)
+        container = next(containers(deployment))
+        env = env_of(docs, container)
+        assert {k: env.get(k) for k in SECURE_ENV} == SECURE_ENV, (overlay, name)
+        assert env["DS_HOST"] == "0.0.0.0"  # reached from other pods: over TLS only
+        tls = mounted(deployment, container, SECURE_ENV["DS_TLS__CERT_FILE"])
+        assert tls["secret"]["secretName"] == f"{name}-tls", name
+        jwt = mounted(deployment, container, SECURE_ENV["DS_AUTH__JWT_KEY_FILE"])
+        assert jwt["secret"]["secretName"] == "ds-jwt-public", name
+        policy = mounted(deployment, container, SECURE_ENV["DS_AUTH__POLICY_FILE"])
+        config = [
+            d
+            for d in of_kind(docs, "ConfigMap")
+            if d["metadata"]["name"] == policy["configMap"]["name"]
+        ]
+        (policy_map,) = config
+        parsed = parse_policy(policy_map["data"]["policy.yaml"])
+        assert parsed.roles_of("ds-notifier"), "the shipped policy names the notifier"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_grpc_ports_are_open_to_mesh_namespaces_only(
+    rendered: dict[str, list[dict[str, Any]]], overlay: str
+) -> None:
+    """No ingress rule of ours admits every namespace (`namespaceSelector: {}`) or every
+    address: the admin ports (7070 carries AdminService) take mesh namespaces only."""
+    for policy in of_kind(rendered[overlay], "NetworkPolicy"):
+        for rule in policy["spec"].get("ingress", []):
+            if "from" not in rule:
+                assert [p["port"] for p in rule["ports"]] == [8443], name_of(policy)
+                continue  # the API server is not a pod: the webhook port takes any source
+            for peer in rule["from"]:
+                assert peer.get("namespaceSelector") != {}, name_of(policy)
+                assert peer.get("namespaceSelector", {}).get("matchLabels"), name_of(policy)
+
+
+def test_injected_sidecars_listen_on_loopback_by_default() -> None:
+    from services.injector.patch import sidecar_env
+
+    env = {e["name"]: e.get("value") for e in sidecar_env("demo", SidecarTemplate())}
+    assert env["DS_HOST"] == "127.0.0.1"
+    injected = yaml.safe_load_all((K8S / "examples" / "app.injected.yaml").read_text())
+    for doc in injected:
+        for spec in [doc["spec"]["template"]["spec"]] if doc.get("kind") == "Deployment" else []:
+            for container in spec.get("initContainers", []) + spec["containers"]:
+                for entry in container.get("env", []):
+                    if entry["name"] == "DS_HOST":
+                        assert entry["value"] == "127.0.0.1", container["name"]

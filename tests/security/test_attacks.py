@@ -84,7 +84,13 @@ def mesh(kafka_cluster: KafkaHandle, tmp_path_factory: pytest.TempPathFactory) -
         with running_mesh(kafka_cluster.bootstrap, root) as services:
             # A state topic of its own: no other assigner on the shared broker contends
             # for its term or restores its groups.
-            env = {**service_env(pki, "assigner"), "DS_STATE_TOPIC": f"__ds_sec_state_{run}"}
+            # ... and a transactional id of its own: another assigner on the shared broker
+            # with the default one fences this one's state writes (it stops leading).
+            env = {
+                **service_env(pki, "assigner"),
+                "DS_STATE_TOPIC": f"__ds_sec_state_{run}",
+                "DS_STATE_TRANSACTIONAL_ID": f"ds-sec-state-{run}",
+            }
             assigner = services.assigner([(group, [topic]), (other, [topic])], env=env)
             assigner.wait_serving()
             sidecar = services.sidecar(

@@ -3,13 +3,16 @@ how a bound sidecar falls back from its socket to TCP (``Sidecar.fall_back``).""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import grpc
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dataservice.sidecar.v1 import stream_pb2_grpc
+from dsclient import local_socket
 from dsclient.connection import PLAINTEXT, TlsConfig
 from dsclient.sidecar import Sidecar
 from dsclient.transport import sidecar_target
@@ -104,3 +107,70 @@ def test_a_sidecar_on_tcp_has_nothing_to_fall_back_to() -> None:
     assert sidecar.fall_back() is False
     assert opened == []
     sidecar.close()
+
+
+# Who serves the socket (issue 37, finding 1): a client sends its token over the socket only
+# when nobody but the socket's owner could have put it there. A directory others may write
+# (a world-writable /tmp, a group-writable volume) lets anyone who can write it replace the
+# file with a listener of their own and collect the tokens sent to it.
+
+
+def _listening(path: Path) -> socket.socket:
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(8)
+    return server
+
+
+@pytest.mark.parametrize("directory_mode", [0o777, 0o1777, 0o770, 0o757])
+def test_a_socket_in_a_directory_others_may_write_is_not_used(
+    tmp_path: Path, directory_mode: int
+) -> None:
+    directory = tmp_path / "shared"
+    directory.mkdir()
+    directory.chmod(directory_mode)
+    path = directory / "sidecar-pod-a.sock"
+    with _listening(path):
+        assert local_socket.accepts(path)  # someone answers there ...
+        why = local_socket.untrusted(path)
+        print(f"socket in a {directory_mode:o} directory: {why}")
+        assert why is not None and "writable" in why
+        # ... but the client does not send its token to it: TCP (TLS) instead
+        assert sidecar_target(ADDRESS, f"unix:{path}", TOKEN_ONLY) == ADDRESS
+
+
+def test_a_socket_in_a_directory_only_its_owner_writes_is_used(tmp_path: Path) -> None:
+    directory = tmp_path / "private"
+    directory.mkdir(mode=0o750)
+    directory.chmod(0o750)
+    path = directory / "sidecar-pod-a.sock"
+    with _listening(path):
+        path.chmod(0o660)
+        assert local_socket.untrusted(path) is None
+        assert sidecar_target(ADDRESS, f"unix:{path}", TOKEN_ONLY) == f"unix:{path}"
+
+
+def test_a_symlink_to_a_socket_is_not_used(tmp_path: Path) -> None:
+    """A link could point anywhere its writer likes: the file itself is checked."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o750)
+    private.chmod(0o750)
+    real = private / "real.sock"
+    link = private / "sidecar-pod-a.sock"
+    with _listening(real):
+        link.symlink_to(real)
+        assert local_socket.untrusted(link) == f"{link} is not a socket"
+        assert sidecar_target(ADDRESS, f"unix:{link}", TOKEN_ONLY) == ADDRESS
+        linked_dir = tmp_path / "linked"
+        linked_dir.symlink_to(private)
+        assert "is not a directory" in (local_socket.untrusted(linked_dir / "real.sock") or "")
+
+
+def test_a_world_writable_socket_file_is_not_used(tmp_path: Path) -> None:
+    directory = tmp_path / "private"
+    directory.mkdir(mode=0o750)
+    directory.chmod(0o750)
+    path = directory / "sidecar-pod-a.sock"
+    with _listening(path):
+        path.chmod(0o666)
+        assert local_socket.untrusted(path) == f"{path} is writable by every user"

@@ -26,7 +26,16 @@ class AuthSettings(BaseModel):
         "the certificate",
     )
     jwt_key_file: Path | None = Field(
-        None, description="PEM public key (or HMAC secret) tokens are verified against"
+        None,
+        description="the keys tokens are verified against: a PEM public key (or HMAC "
+        'secret), or a JSON key set (JWKS, {"keys": [...]}, each with its kid) whose every '
+        "key verifies the tokens naming its kid: add the new key, sign with it, drop the old",
+    )
+    jwt_max_lifetime_seconds: float | None = Field(
+        86400,
+        gt=0,
+        description="a token whose exp is further than this past its iat (or that has no "
+        "iat) is refused, whatever its signature; None = no maximum",
     )
     # The JWT signature algorithms accepted (a token signed otherwise is refused).
     jwt_algorithms: tuple[str, ...] = Field(("ES256", "RS256", "EdDSA"))

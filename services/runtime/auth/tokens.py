@@ -1,16 +1,23 @@
 """Bearer tokens → identities: JWTs verified with PyJWT, or a static token file.
 
 A JWT is verified against the configured key (signature, ``exp``, ``aud``, ``iss`` when
-set; 30 s of clock skew allowed) and names its caller in ``sub``. The static file maps
-identities to tokens for set-ups too small for a token issuer; it is compared by SHA-256
-digest, so no comparison leaks a token's prefix through timing. Both files are re-read
-when they change (a rotated key or a revoked token takes effect within a second).
+set; 30 s of clock skew allowed) and names its caller in ``sub``. The key file is one PEM
+key, or a JSON key set (JWKS) in which each key has a ``kid``: a token then names the key it
+was signed with in its header, and every key of the set verifies the tokens naming it, so
+keys rotate without a restart (add the new key, sign with it, drop the old one once its
+tokens have expired). No token lives longer than ``jwt_max_lifetime_seconds`` from its
+``iat`` (issue 37, finding 12): a stolen token is worth a day at most by default.
+
+The static file maps identities to tokens for set-ups too small for a token issuer; it is
+compared by SHA-256 digest, so no comparison leaks a token's prefix through timing. Both
+files are re-read when they change (a rotated key or a revoked token takes effect within a second).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import yaml
@@ -43,12 +50,33 @@ def parse_static_tokens(data: bytes) -> Mapping[bytes, str]:
     return out
 
 
+def parse_keys(data: bytes) -> bytes | Mapping[str, Any]:
+    """The key file: a JSON key set → {kid: PyJWK}; anything else (a PEM key, an HMAC
+    secret) as it is. ValueError if a key set is malformed or a key has no kid."""
+    if not data.lstrip().startswith(b"{"):
+        return data
+    import jwt  # as in _jwt_subject: only where JWTs are checked
+
+    try:
+        keys = jwt.PyJWKSet.from_json(data.decode()).keys
+    except (jwt.PyJWTError, ValueError) as exc:
+        raise ValueError(f"the JWT key set is not valid: {exc}") from exc
+    if any(not key.key_id for key in keys):
+        raise ValueError("every key of the JWT key set needs its kid")
+    return {str(key.key_id): key for key in keys}
+
+
 class TokenVerifier:
     """Checks a bearer token against the JWT key and the static tokens, whichever is set."""
 
-    def __init__(self, settings: AuthSettings) -> None:
+    def __init__(self, settings: AuthSettings, clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock``: when the key file is looked at again (at most once a second)."""
         self._settings = settings
-        self._key = WatchedFile(settings.jwt_key_file, bytes) if settings.jwt_key_file else None
+        self._key = (
+            WatchedFile(settings.jwt_key_file, parse_keys, clock=clock)
+            if settings.jwt_key_file
+            else None
+        )
         self._static = (
             WatchedFile(settings.tokens_file, parse_static_tokens) if settings.tokens_file else None
         )
@@ -72,24 +100,51 @@ class TokenVerifier:
 
         assert self._key is not None
         settings = self._settings
+        required = ["exp", "sub"] + (["iat"] if settings.jwt_max_lifetime_seconds else [])
         try:
             claims = jwt.decode(
                 token,
-                self._key.get(),
+                self._key_for(token),
                 algorithms=list(settings.jwt_algorithms),
                 audience=settings.jwt_audience,
                 issuer=settings.jwt_issuer,
                 leeway=LEEWAY_SECONDS,
-                options={
-                    "require": ["exp", "sub"],
-                    "verify_aud": settings.jwt_audience is not None,
-                },
+                options={"require": required, "verify_aud": settings.jwt_audience is not None},
             )
         except jwt.ExpiredSignatureError as exc:
             raise TokenRejected("token expired") from exc
         except jwt.PyJWTError as exc:
             raise TokenRejected(f"invalid token: {exc}") from exc
+        self._check_lifetime(claims)
         subject = claims.get("sub")
         if not isinstance(subject, str) or not subject:
             raise TokenRejected("invalid token: empty subject")
         return subject
+
+    def _key_for(self, token: str) -> Any:
+        """The key that verifies ``token``: the one PEM key, or the key of the set its
+        header's ``kid`` names (TokenRejected when it names none of them)."""
+        import jwt
+
+        assert self._key is not None
+        keys = self._key.get()
+        if isinstance(keys, bytes):
+            return keys
+        try:
+            kid = jwt.get_unverified_header(token).get("kid")
+        except jwt.PyJWTError as exc:
+            raise TokenRejected(f"invalid token: {exc}") from exc
+        if not isinstance(kid, str) or not kid:
+            raise TokenRejected("invalid token: no key id (kid)")
+        key = keys.get(kid)
+        if key is None:
+            raise TokenRejected(f"invalid token: unknown key id {kid[:64]}")
+        return key
+
+    def _check_lifetime(self, claims: Mapping[str, Any]) -> None:
+        limit = self._settings.jwt_max_lifetime_seconds
+        if limit is None:
+            return
+        lifetime = float(claims["exp"]) - float(claims["iat"])
+        if lifetime > limit:
+            raise TokenRejected(f"invalid token: lives {lifetime:.0f} s, more than {limit:.0f} s")

@@ -107,3 +107,45 @@ def test_what_the_assigner_accepts_as_a_local_endpoint(
     target: str, sidecar_id: str, names: bool
 ) -> None:
     assert local_socket.names_sidecar(target, sidecar_id) is names
+
+
+def test_the_sidecar_serves_in_a_directory_only_it_writes(tmp_path: Path) -> None:
+    """Issue 37, finding 12: in a volume every user may write (an emptyDir is 0777, /tmp
+    1777) the socket and the segments live in the sidecar's own directory, mode 0750, which
+    the client's check (``local_socket.untrusted``) accepts; the volume itself it refuses."""
+    from services.consumer_sidecar.settings import SidecarSettings
+
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    volume.chmod(0o777)
+    settings = SidecarSettings(group="g", id="pod-a", uds_dir=volume)
+    path = settings.local_socket_path
+    assert path is not None and path.parent == volume / "sidecar-pod-a.d"
+
+    async def main() -> None:
+        server = create_server(SETTINGS, [], local_socket_path=path)
+        await server.server.start()
+        try:
+            directory = stat.S_IMODE(path.parent.lstat().st_mode)
+            print(
+                f"volume 777, the sidecar's directory {directory:o}, socket "
+                f"{stat.S_IMODE(path.lstat().st_mode):o}: {local_socket.untrusted(path)}"
+            )
+            assert directory == 0o750
+            assert local_socket.untrusted(path) is None and local_socket.usable(path)
+        finally:
+            await server.server.stop(None)
+        local_socket.release(path)
+
+    asyncio.run(main())
+    with socket.socket(socket.AF_UNIX) as planted:  # another user's listener in the volume
+        planted.bind(str(volume / "sidecar-pod-a.sock"))
+        assert "writable" in (local_socket.untrusted(volume / "sidecar-pod-a.sock") or "")
+
+
+def test_a_link_in_place_of_the_directory_is_not_served_in(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "sidecar-pod-a.d").symlink_to(elsewhere)
+    with pytest.raises(OSError, match="not a directory of this user"):
+        local_socket.claim(tmp_path / "sidecar-pod-a.d" / "sidecar-pod-a.sock")

@@ -169,7 +169,8 @@ CATALOGUE: Mapping[Reason, ReasonSpec] = {
     Reason.TOO_MANY_WATCHERS: ReasonSpec(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         "The group has as many WatchBinding streams as allowed (assigner setting "
-        "`max_watchers_per_group`); metadata `group`, `limit`.",
+        "`max_watchers_per_group`); metadata `group`, `limit`. Or a server has as many "
+        "Health.Watch streams open as it serves (256); metadata `service`, `limit`.",
     ),
     Reason.WATCHER_TOO_SLOW: ReasonSpec(
         grpc.StatusCode.RESOURCE_EXHAUSTED,

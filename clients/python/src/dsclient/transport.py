@@ -8,6 +8,9 @@ Over it a call skips the TCP stack. The client prefers it when all of these hold
 * the client can be told there: it has no client certificate, or it sends a token (a
   socket carries no certificate, so a caller known only by its certificate would be
   refused ``UNAUTHENTICATED``; it stays on TCP);
+* the socket is one nobody but its owner could have put there (a socket, in a directory
+  neither its group nor other users may write: ``local_socket.untrusted``), so the token
+  goes to the sidecar and nobody else;
 * the socket file exists and accepts a connection now (in another pod there is no such
   file, so a client never reaches a sidecar that is not its pod's).
 
@@ -21,17 +24,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dsclient.connection import TlsConfig
-from dsclient.local_socket import accepts, path_of
+from dsclient.local_socket import path_of, usable
 
 
 def sidecar_target(
     address: str,
     local_address: str,
     tls: TlsConfig,
-    reachable: Callable[[Path], bool] = accepts,
+    reachable: Callable[[Path], bool] = usable,
 ) -> str:
     """``local_address`` when the client should dial the socket (see the module), else
-    ``address``. ``reachable`` is asked last, and only for a ``unix:`` target."""
+    ``address``. ``reachable`` (trusted and accepting) is asked last, and only for a
+    ``unix:`` target."""
     path = path_of(local_address)
     if path is None:
         return address
