@@ -31,6 +31,7 @@ from services.consumer_sidecar.classic import group_topics
 from services.consumer_sidecar.client_access import AccessInterceptor
 from services.consumer_sidecar.faults import SidecarFaults
 from services.consumer_sidecar.fetcher import Fetcher
+from services.consumer_sidecar.idle_waits import external_sweep_interval
 from services.consumer_sidecar.kafka_callbacks import KafkaCallbacks
 from services.consumer_sidecar.kafka_group import KafkaGroupMode
 from services.consumer_sidecar.leasing import LeaseKeeper
@@ -328,7 +329,9 @@ class SidecarApp:
         self._spawn(self.keeper.commit_loop(), "commits")
         self._spawn(self.keeper.redelivery_loop(), "redelivery")
         self._spawn(
-            self.keeper.external_check_loop(self.settings.external_check_interval_seconds),
+            self.keeper.external_check_loop(
+                external_sweep_interval(self.settings.external_check_interval_seconds)
+            ),
             "external-commits",
         )
         self.reporter.start()

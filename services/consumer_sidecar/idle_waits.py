@@ -14,6 +14,14 @@ import math
 # While records are in flight, the redelivery loop looks again at least this often: a
 # delayed nack may set an ack deadline earlier than the one it sleeps towards.
 REDELIVERY_CHECK_SECONDS = 0.5
+# The held partitions' committed offsets are read back at most this often in the
+# background (issue 23's check for a commit this sidecar did not make). Not the safety of
+# following such a commit: a partition being committed is read back right before its
+# commit (every external_check_interval_seconds at most), and the assigner's commit log
+# (services/assigner/commit_log.py) follows any external commit no holder reported within
+# LOG_GRACE_SECONDS (0.3 s). The sweep only shortens that for a partition nobody commits,
+# and at 0.5 s cost an idle sidecar an OffsetFetch and ~10 wake-ups a second (issue 34).
+EXTERNAL_SWEEP_SECONDS = 5.0
 
 
 def redelivery_wait(next_deadline: float, now: float) -> float | None:
@@ -34,3 +42,9 @@ def commit_wait(pending: bool, interval: float, lease_deadline: float, now: floa
     if not math.isinf(lease_deadline):
         waits.append(max(0.0, lease_deadline - now))
     return min(waits) if waits else None
+
+
+def external_sweep_interval(check_interval: float) -> float:
+    """How often the background check reads back every held partition's committed offset:
+    ``external_check_interval_seconds`` if longer, else :data:`EXTERNAL_SWEEP_SECONDS`."""
+    return max(check_interval, EXTERNAL_SWEEP_SECONDS)
