@@ -110,6 +110,8 @@ class SidecarApp:
         self.keeper.on_commit = self.faults.commit
         self.keeper.on_given_up = self._given_up
         self.keeper.on_renewed = self.data.notify
+        # Records due again can be taken: the Streams wait for the signal, not a tick.
+        self.keeper.on_redelivery = self._redelivered
         self.session = SessionClient(
             SessionIdentity(
                 sidecar_id=settings.id,
@@ -170,6 +172,13 @@ class SidecarApp:
         self._wire_metrics()
         self._tasks: list[asyncio.Task[None]] = []
 
+    def _redelivered(self, _why: str, _records: int) -> None:
+        self.data.notify()
+
+    def _redelivered_counted(self, why: str, records: int) -> None:
+        self.data.notify()
+        self.metrics.redelivered(why, records)
+
     def _wire_metrics(self) -> None:
         """Scrape-time views always; the counting hooks unless metrics are disabled."""
         fetcher = self.fetcher
@@ -182,7 +191,7 @@ class SidecarApp:
         if (gaps := self.metrics.gaps) is not None:
             fetcher.on_fetched = gaps.fetched
             fetcher.on_loop = gaps.tick
-        self.keeper.on_redelivery = self.metrics.redelivered
+        self.keeper.on_redelivery = self._redelivered_counted
         self.keeper.on_lease_change = self.metrics.lease_changed
         self.keeper.on_lease_settled = self.metrics.lease_settled
         self.session.on_heartbeat_sent = self.metrics.heartbeat_sent
