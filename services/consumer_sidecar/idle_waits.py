@@ -15,13 +15,13 @@ import math
 # delayed nack may set an ack deadline earlier than the one it sleeps towards.
 REDELIVERY_CHECK_SECONDS = 0.5
 # The held partitions' committed offsets are read back at most this often in the
-# background (issue 23's check for a commit this sidecar did not make). Not the safety of
-# following such a commit: a partition being committed is read back right before its
-# commit (every external_check_interval_seconds at most), and the assigner's commit log
-# (services/assigner/commit_log.py) follows any external commit no holder reported within
-# LOG_GRACE_SECONDS (0.3 s). The sweep only shortens that for a partition nobody commits,
-# and at 0.5 s cost an idle sidecar an OffsetFetch and ~10 wake-ups a second (issue 34).
-EXTERNAL_SWEEP_SECONDS = 5.0
+# background (issue 23's check for a commit this sidecar did not make, on partitions
+# nobody commits: a partition being committed is read back right before its commit). The
+# holder's report of such a commit is how the mesh follows it in time: the assigner's
+# commit log is only the safety net (5 s, tried, missed tests/e2e/test_external_reset.py's
+# 5 s bound). One heartbeat period: the report goes out with the next heartbeat anyway,
+# and at 0.5 s the sweep cost an idle sidecar ~10 wake-ups a second (issue 34).
+EXTERNAL_SWEEP_SECONDS = 1.0
 
 
 def redelivery_wait(next_deadline: float, now: float) -> float | None:

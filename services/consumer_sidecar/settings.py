@@ -59,7 +59,7 @@ class SidecarSettings(ServiceSettings):
         description="right before a commit, a partition's committed offset is read back if it "
         "was not within this long, to notice a commit this sidecar did not make "
         "(kafka-consumer-groups --reset-offsets); all held partitions are read back every "
-        "max(this, 5 s) (the assigner's commit log follows such a commit meanwhile)",
+        "max(this, 1 s)",
     )
     # What the local lease deadline keeps before TTL: the sidecar stops a partition at heartbeat
     # send time + TTL - margin.

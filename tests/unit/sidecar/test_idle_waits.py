@@ -241,12 +241,18 @@ def test_an_idle_sidecars_external_check_makes_no_round_on_the_default_interval(
         keeper = sidecar.keeper
         rounds: list[int] = []
         keeper.check_external = counting(keeper.check_external, rounds)  # type: ignore[method-assign]
+        sidecar.fetcher.external_changes = "follow"  # type: ignore[attr-defined]
         sidecar.hold(0)
         interval = SidecarSettings.model_fields["external_check_interval_seconds"].default
         loop = asyncio.create_task(keeper.external_check_loop(external_sweep_interval(interval)))
         try:
-            await asyncio.sleep(IDLE_LOOK)
-            assert rounds == []  # before: two rounds
+            await asyncio.sleep(0.9)  # short of the sweep, past the old 0.5 s
+            assert rounds == []  # before: one round
+            for _ in range(300):  # and the sweep still comes
+                if rounds:
+                    break
+                await asyncio.sleep(0.1)
+            assert rounds
         finally:
             loop.cancel()
 
