@@ -448,9 +448,15 @@ def run(
     with running_mesh(bootstrap, log_dir) as mesh:
         notifier = mesh.service("notifier", "--log-format", "json")
         notifier.wait_serving()
+        # A state topic and transactional id of the run's own: on a shared Kafka another
+        # assigner on the defaults fences this one (static leadership stops for good).
         assigner = mesh.assigner(
             [(g, [topics[s]]) for s in profile.sizes for g in groups[s].values()],
             *sidecar_args(notifier),
+            env={
+                "DS_STATE_TOPIC": f"__ds_assigner_state-pod-{run_id}",
+                "DS_STATE_TRANSACTIONAL_ID": f"ds-assigner-state-pod-{run_id}",
+            },
         )
         assigner.wait_serving()
         for size in profile.sizes:
