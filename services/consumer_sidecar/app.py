@@ -32,6 +32,7 @@ from services.consumer_sidecar.classic import group_topics
 from services.consumer_sidecar.client_access import AccessInterceptor
 from services.consumer_sidecar.faults import SidecarFaults
 from services.consumer_sidecar.fetcher import Fetcher
+from services.consumer_sidecar.idle_waits import external_sweep_interval
 from services.consumer_sidecar.kafka_callbacks import KafkaCallbacks
 from services.consumer_sidecar.kafka_fenced_commits import (
     COMMIT_PRODUCER_CONFIG,
@@ -132,6 +133,8 @@ class SidecarApp:
         self.keeper.on_given_up = self._given_up
         self.dead_letters: dead_letter.DeadLetters | None = None  # made on first use
         self.keeper.on_renewed = self.data.notify
+        # Records due again can be taken: the Streams wait for the signal, not a tick.
+        self.keeper.on_redelivery = self._redelivered
         self.session = SessionClient(
             SessionIdentity(
                 sidecar_id=settings.id,
@@ -192,6 +195,13 @@ class SidecarApp:
         self._wire_metrics()
         self._tasks: list[asyncio.Task[None]] = []
 
+    def _redelivered(self, _why: str, _records: int) -> None:
+        self.data.notify()
+
+    def _redelivered_counted(self, why: str, records: int) -> None:
+        self.data.notify()
+        self.metrics.redelivered(why, records)
+
     def _wire_metrics(self) -> None:
         """Scrape-time views always; the counting hooks unless metrics are disabled."""
         fetcher = self.fetcher
@@ -204,7 +214,7 @@ class SidecarApp:
         if (gaps := self.metrics.gaps) is not None:
             fetcher.on_fetched = gaps.fetched
             fetcher.on_loop = gaps.tick
-        self.keeper.on_redelivery = self.metrics.redelivered
+        self.keeper.on_redelivery = self._redelivered_counted
         self.keeper.on_lease_change = self.metrics.lease_changed
         self.keeper.on_lease_settled = self.metrics.lease_settled
         self.session.on_heartbeat_sent = self.metrics.heartbeat_sent
@@ -435,7 +445,9 @@ class SidecarApp:
         self._spawn(self.keeper.commit_loop(), "commits")
         self._spawn(self.keeper.redelivery_loop(), "redelivery")
         self._spawn(
-            self.keeper.external_check_loop(self.settings.external_check_interval_seconds),
+            self.keeper.external_check_loop(
+                external_sweep_interval(self.settings.external_check_interval_seconds)
+            ),
             "external-commits",
         )
         self.reporter.start()

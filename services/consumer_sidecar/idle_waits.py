@@ -14,6 +14,14 @@ import math
 # While records are in flight, the redelivery loop looks again at least this often: a
 # delayed nack may set an ack deadline earlier than the one it sleeps towards.
 REDELIVERY_CHECK_SECONDS = 0.5
+# The held partitions' committed offsets are read back at most this often in the
+# background (issue 23's check for a commit this sidecar did not make, on partitions
+# nobody commits: a partition being committed is read back right before its commit). The
+# holder's report of such a commit is how the mesh follows it in time: the assigner's
+# commit log is only the safety net (5 s, tried, missed tests/e2e/test_external_reset.py's
+# 5 s bound). One heartbeat period: the report goes out with the next heartbeat anyway,
+# and at 0.5 s the sweep cost an idle sidecar ~10 wake-ups a second (issue 34).
+EXTERNAL_SWEEP_SECONDS = 1.0
 
 
 def redelivery_wait(next_deadline: float, now: float) -> float | None:
@@ -34,3 +42,9 @@ def commit_wait(pending: bool, interval: float, lease_deadline: float, now: floa
     if not math.isinf(lease_deadline):
         waits.append(max(0.0, lease_deadline - now))
     return min(waits) if waits else None
+
+
+def external_sweep_interval(check_interval: float) -> float:
+    """How often the background check reads back every held partition's committed offset:
+    ``external_check_interval_seconds`` if longer, else :data:`EXTERNAL_SWEEP_SECONDS`."""
+    return max(check_interval, EXTERNAL_SWEEP_SECONDS)

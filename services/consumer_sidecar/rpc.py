@@ -120,8 +120,11 @@ _FORMATS = (
     stream_pb2.DELIVERY_FORMAT_ARROW_SHM,
 )
 SHM_LOCAL_ONLY = "DELIVERY_FORMAT_ARROW_SHM is served on Stream over the local socket only"
-# Stream: how long to wait for data before looking again (data_ready is shared).
-STREAM_IDLE_SECONDS = 0.5
+# Stream: each waits on an event of its own, set when records were buffered or came due
+# again (DataSignal), or for what its client sends; it looks again after this long only
+# in case a way records become takeable does not signal (a missed signal costs this
+# much, not a stall). It was 0.5 s while one event was shared and cleared by every reader.
+STREAM_IDLE_SECONDS = 30.0
 # ReadRange
 DEFAULT_RANGE_CHUNK_BYTES = 4 * 1024 * 1024
 MAX_COMMITS = 100_000
@@ -202,6 +205,9 @@ class _StreamState:
             if self.backlog() < MAX_STREAM_RESULTS:
                 return
             await self.room.wait()
+
+    # Set when records can be taken (DataSignal.waiter): this stream's own.
+    data: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 def _validate_credit(prefix: str, credit: stream_pb2.StreamCredit) -> None:
@@ -608,6 +614,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         else:
             limits = (STREAM_BATCH_RECORDS, STREAM_BATCH_BYTES)
         holder: Holder = (opened.client_id, next(self._stream_ids))
+        state.data = self.serving.data.waiter()
         reader = asyncio.create_task(self._read_stream(request_iterator, state))
         clients = self.clients
         client_label = clients.stream_opened(opened.client_id) if clients is not None else ""
@@ -640,7 +647,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
                     # would wait out the visibility timeout instead of going to another.
                     await self._wait(state, data=False)  # for a release
                     continue
-                self.serving.data_ready.clear()
+                state.data.clear()
                 taken = self.serving.take(*state.credit.limits(*limits), holder)
                 if not taken:
                     await self._wait(state, data=True)
@@ -665,6 +672,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
+            self.serving.data.drop(state.data)
             if state.segment is not None:
                 state.segment.close()
                 if clients is not None:
@@ -797,7 +805,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         """Until the client sent something, or (with ``data``) records were buffered."""
         waits = [asyncio.ensure_future(state.wake.wait())]
         if data:
-            waits.append(asyncio.ensure_future(self.serving.data_ready.wait()))
+            waits.append(asyncio.ensure_future(state.data.wait()))
         try:
             await asyncio.wait(
                 waits, timeout=STREAM_IDLE_SECONDS, return_when=asyncio.FIRST_COMPLETED

@@ -40,10 +40,15 @@ from services.runtime.topic_partition import TP
 
 
 class DataSignal:
-    """Records were buffered: notified on the fetch thread, awaited on the event loop."""
+    """Records can be taken (buffered, or due again): notified on any thread, awaited on
+    the event loop. Fetch waits on the shared :attr:`event`; each Stream on an event of
+    its own (:meth:`waiter`), which no other stream clears: a shared one cleared by one
+    stream could hide the records from another, which therefore looked again every 0.5 s
+    (an idle Stream woke twice a second, issue 34)."""
 
     def __init__(self) -> None:
         self.event = asyncio.Event()
+        self._waiters: set[asyncio.Event] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -51,9 +56,23 @@ class DataSignal:
         self._loop = loop
 
     def notify(self) -> None:
-        """Set the event, from any thread."""
+        """Set the events, from any thread."""
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self.event.set)
+            self._loop.call_soon_threadsafe(self._set)
+
+    def _set(self) -> None:
+        self.event.set()
+        for waiter in self._waiters:
+            waiter.set()
+
+    def waiter(self) -> asyncio.Event:
+        """An event of the caller's own, set at each notify until :meth:`drop`\ ped."""
+        event = asyncio.Event()
+        self._waiters.add(event)
+        return event
+
+    def drop(self, waiter: asyncio.Event) -> None:
+        self._waiters.discard(waiter)
 
 
 class Serving:
@@ -82,6 +101,7 @@ class Serving:
         self.read_budget = read_budget or ReadBudget(4, table.buffer_max_bytes // 2)
         # Set when records were buffered; Fetch and Stream clear it before they look.
         self.data_ready = data.event
+        self.data = data
 
     # ---- the session ------------------------------------------------------------------
 

@@ -57,9 +57,10 @@ class SidecarSettings(ServiceSettings):
         0.5,
         gt=0,
         le=60,
-        description="how often the held partitions' committed offsets are read back to notice "
-        "a commit this sidecar did not make (kafka-consumer-groups --reset-offsets); also "
-        "checked right before each commit",
+        description="right before a commit, a partition's committed offset is read back if it "
+        "was not within this long, to notice a commit this sidecar did not make "
+        "(kafka-consumer-groups --reset-offsets); all held partitions are read back every "
+        "max(this, 1 s)",
     )
     commit_fencing: Literal["lease", "kafka"] = Field(
         "lease",

@@ -15,6 +15,7 @@ open to anyone who can connect: Prometheus and the probes carry no identity.
 from __future__ import annotations
 
 import json
+import selectors
 import socket
 import ssl
 import threading
@@ -117,7 +118,12 @@ class HttpEndpoint:
             else _TlsHttpServer((host, port), handler, HttpTls(tls), max_connections)
         )
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
+        # stop() writes a byte here: the serving thread sleeps until a connection or this,
+        # where serve_forever() looked at its shutdown flag every 0.5 s (issue 34).
+        self._stop_r, self._stop_w = socket.socketpair()
+        self._thread = threading.Thread(
+            target=_serve_until, args=(self._server, self._stop_r), name="http", daemon=True
+        )
 
     @property
     def port(self) -> int:
@@ -126,9 +132,32 @@ class HttpEndpoint:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def thread(self) -> threading.Thread:
+        """The thread that accepts connections (each request has a thread of its own)."""
+        return self._thread
+
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():
+            self._stop_w.send(b"x")
+            self._thread.join()
         self._server.server_close()
+        self._stop_r.close()
+        self._stop_w.close()
+
+
+def _serve_until(server: ThreadingHTTPServer, stop: socket.socket) -> None:
+    """``server.serve_forever()`` without its poll: handles connections until ``stop`` is
+    readable, and sleeps in between."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(server, selectors.EVENT_READ)
+        selector.register(stop, selectors.EVENT_READ)
+        while True:
+            ready = [key.fileobj for key, _ in selector.select()]
+            if stop in ready:
+                return
+            server.handle_request()  # readable: accepts at once, a thread serves it
+            server.service_actions()
 
 
 def _health_response(health: Callable[[], tuple[bool, Mapping[str, Any]]]) -> HttpResponse:

@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 # Light imports only: every reader process (spawn) imports this module again, and its
 # RSS is one of the figures. The mesh's helpers are imported where they are used.
 from tests.support.pod_readers import Arrivals, Reader, produce, read
-from tests.support.proc_usage import UsageRate, read_usage, usage_rate
+from tests.support.proc_usage import Usage, UsageRate, read_threads, read_usage, usage_rate
 
 if TYPE_CHECKING:
     from tests.support.mesh import Mesh, ServiceProcess
@@ -165,16 +165,32 @@ class Size:
     rates: dict[float, list[Round]] = field(default_factory=dict)
 
 
-def measure(pids: dict[str, dict[str, int]], seconds: float) -> dict[str, dict[str, UsageRate]]:
-    """Every process's usage over the next ``seconds``."""
+def measure(
+    pids: dict[str, dict[str, int]], seconds: float, threads: dict[str, int] | None = None
+) -> dict[str, dict[str, UsageRate]]:
+    """Every process's usage over the next ``seconds``; and per thread of the ``threads``
+    processes (name: pid), printed (where the idle wake-ups come from)."""
     before = {p: {n: read_usage(pid) for n, pid in names.items()} for p, names in pids.items()}
+    threads_before = {n: read_threads(pid) for n, pid in (threads or {}).items()}
     started = time.monotonic()
     time.sleep(seconds)
     took = time.monotonic() - started
+    for name, pid in (threads or {}).items():
+        print_threads(name, threads_before[name], read_threads(pid), took)
     return {
         p: {n: usage_rate(before[p][n], read_usage(pid), took) for n, pid in names.items()}
         for p, names in pids.items()
     }
+
+
+def print_threads(
+    name: str, before: dict[str, Usage], after: dict[str, Usage], seconds: float
+) -> None:
+    rates = {t: usage_rate(before[t], u, seconds) for t, u in after.items() if t in before}
+    busiest = sorted(rates.items(), key=lambda kv: -kv[1].wakeups)
+    print(f"   {name} per thread (wake-ups/s, % of a core): " + ", ".join(
+        f"{t} {u.wakeups:.1f} {u.cores * 100:.2f}" for t, u in busiest if u.wakeups or u.cores
+    ), flush=True)  # fmt: skip
 
 
 def sidecar_args(notifier: ServiceProcess) -> tuple[str, ...]:
@@ -220,8 +236,11 @@ def run_size(
         idle_pids["notifier"] = {"notifier": notifier.pid}
         time.sleep(WARM_SECONDS)
         load = os.getloadavg()
+        first = next(iter(sidecars))
         idle = measure({k: {n: p for n, p in v.items() if p} for k, v in idle_pids.items()},
-                       profile.idle_window)  # fmt: skip
+                       profile.idle_window,
+                       {f"sidecar-{first}": sidecars[first].pid, "assigner": assigner.pid,
+                        "notifier": notifier.pid})  # fmt: skip
         result.idle = {
             k: {"load": load, **{n: asdict(u) for n, u in v.items()}} for k, v in idle.items()
         }
@@ -429,9 +448,15 @@ def run(
     with running_mesh(bootstrap, log_dir) as mesh:
         notifier = mesh.service("notifier", "--log-format", "json")
         notifier.wait_serving()
+        # A state topic and transactional id of the run's own: on a shared Kafka another
+        # assigner on the defaults fences this one (static leadership stops for good).
         assigner = mesh.assigner(
             [(g, [topics[s]]) for s in profile.sizes for g in groups[s].values()],
             *sidecar_args(notifier),
+            env={
+                "DS_STATE_TOPIC": f"__ds_assigner_state-pod-{run_id}",
+                "DS_STATE_TRANSACTIONAL_ID": f"ds-assigner-state-pod-{run_id}",
+            },
         )
         assigner.wait_serving()
         for size in profile.sizes:

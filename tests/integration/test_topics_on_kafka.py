@@ -7,6 +7,7 @@ import asyncio
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -229,3 +230,34 @@ def test_template_stores_write_the_same_bytes_and_follow_each_other(
         assert restarted.all() == []
     finally:
         restarted.stop()
+
+
+def _voluntary_switches(tid: int | None) -> int:
+    status = Path(f"/proc/self/task/{tid}/status").read_text()
+    line = next(x for x in status.splitlines() if x.startswith("voluntary_ctxt_switches"))
+    return int(line.split()[1])
+
+
+def test_an_idle_topic_producer_thread_sleeps_and_a_write_is_not_held_up(
+    topic_factory: TopicFactory,
+) -> None:
+    """Issue 34: the producer thread polled every 50 ms (20 wake-ups a second idle); it
+    now sleeps until a delivery report, and a write still completes while it sleeps."""
+    name = topic_factory.reserve()
+    topic = CompactedTopic(settings_for(topic_factory), name, client_id="test-topics-idle")
+    try:
+        topic.ensure()
+
+        async def write() -> list[int]:
+            return await topic.produce([(b"k", b"v")], timeout=30)
+
+        assert asyncio.run(write()) == [0]
+        tid = topic._poller.native_id
+        before = _voluntary_switches(tid)
+        time.sleep(2.0)
+        # 40 with a 50 ms poll; confluent-kafka (>= 2.13) waits in 200 ms slices to see a
+        # Ctrl-C, so a sleeping poll() still wakes 5 times a second.
+        assert _voluntary_switches(tid) - before <= 14
+        assert asyncio.run(write()) == [1]  # a delivery report wakes the sleeping poll
+    finally:
+        topic.close()

@@ -72,6 +72,39 @@ def read_usage(pid: int) -> Usage:
     return Usage(cpu, rss, voluntary, involuntary)
 
 
+def thread_name(stat: str) -> str:
+    """The thread's name (``comm``) from its ``/proc/PID/task/TID/stat``, with a trailing
+    ``_N``/digits cut so a pool's threads (``event_engine``, ``rdk:broker3``) add up."""
+    name = stat.split("(", 1)[1].rsplit(")", 1)[0]
+    return name.rstrip("0123456789").rstrip("_") or name
+
+
+def read_threads(pid: int) -> dict[str, Usage]:
+    """Where ``pid``'s CPU and wake-ups go: the :class:`Usage` (``rss`` 0) of its live
+    threads now, those that named themselves (librdkafka's, gRPC's) added up per name (see
+    :func:`thread_name`), the others, which keep the process's name (Python < 3.14 does not
+    name its threads), each on its own as ``main`` (the first) or ``tid <n>``."""
+    out: dict[str, Usage] = {}
+    own = thread_name((Path(f"/proc/{pid}") / "stat").read_text())
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+            fields = status_fields((task / "status").read_text())
+        except OSError:
+            continue  # the thread ended meanwhile
+        name = thread_name(stat)
+        if name == own:
+            name = "main" if task.name == str(pid) else f"tid {task.name}"
+        prev = out.get(name, Usage(0.0, 0, 0, 0))
+        out[name] = Usage(
+            prev.cpu + stat_cpu_ticks(stat) / TICKS_PER_SECOND,
+            0,
+            prev.voluntary + fields.get("voluntary_ctxt_switches", 0),
+            prev.involuntary + fields.get("nonvoluntary_ctxt_switches", 0),
+        )
+    return out
+
+
 def usage_rate(before: Usage, after: Usage, seconds: float) -> UsageRate:
     """What the process used per second between two readings ``seconds`` apart."""
     if seconds <= 0:

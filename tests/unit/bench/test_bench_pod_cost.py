@@ -15,9 +15,11 @@ from tests.support.proc_usage import (
     TICKS_PER_SECOND,
     Usage,
     UsageRate,
+    read_threads,
     read_usage,
     stat_cpu_ticks,
     status_fields,
+    thread_name,
     usage_rate,
 )
 
@@ -88,6 +90,31 @@ def test_read_usage_of_this_process_grows_with_its_work() -> None:
     assert after.cpu >= before.cpu
     assert after.voluntary >= before.voluntary
     assert TICKS_PER_SECOND > 0
+
+
+def test_thread_name_adds_up_a_pools_threads() -> None:
+    assert thread_name(STAT.replace("(ds sidecar (x))", "(rdk:broker3)")) == "rdk:broker"
+    assert thread_name(STAT.replace("(ds sidecar (x))", "(event_engine)")) == "event_engine"
+    assert thread_name(STAT.replace("(ds sidecar (x))", "(kafka-commit_0)")) == "kafka-commit"
+    assert thread_name(STAT) == "ds sidecar (x)"
+
+
+def test_read_threads_names_this_process_threads_and_sums_to_the_process() -> None:
+    import threading
+
+    done = threading.Event()
+    worker = threading.Thread(target=done.wait)
+    worker.start()
+    try:
+        threads = read_threads(os.getpid())
+        whole = read_usage(os.getpid())
+    finally:
+        done.set()
+        worker.join()
+    assert "main" in threads
+    assert f"tid {worker.native_id}" in threads
+    assert sum(u.voluntary for u in threads.values()) <= whole.voluntary
+    assert sum(u.cpu for u in threads.values()) > 0
 
 
 def test_usage_rate_is_per_second() -> None:

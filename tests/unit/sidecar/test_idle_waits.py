@@ -23,11 +23,14 @@ from hypothesis import strategies as st
 from services.consumer_sidecar.acks import NO_LIMIT
 from services.consumer_sidecar.backpressure_watch import watch_backpressure
 from services.consumer_sidecar.idle_waits import (
+    EXTERNAL_SWEEP_SECONDS,
     REDELIVERY_CHECK_SECONDS,
     commit_wait,
+    external_sweep_interval,
     redelivery_wait,
 )
 from services.consumer_sidecar.partitions import Redelivery
+from services.consumer_sidecar.settings import SidecarSettings
 from services.consumer_sidecar.wakeup import Wakeup
 from services.runtime.topic_partition import TP
 from tests.unit.sidecar.stream_harness import TOPIC, Sidecar
@@ -216,5 +219,41 @@ def test_the_backpressure_watch_sleeps_until_the_fetch_thread_holds_back() -> No
             assert faults.reports[1] == [part.tp]
         finally:
             watch.cancel()
+
+    asyncio.run(main())
+
+
+@given(st.floats(0.01, 60))
+def test_the_external_sweep_is_never_shorter_than_its_floor_nor_the_setting(
+    interval: float,
+) -> None:
+    sweep = external_sweep_interval(interval)
+    assert sweep >= EXTERNAL_SWEEP_SECONDS
+    assert sweep >= interval
+
+
+def test_an_idle_sidecars_external_check_makes_no_round_on_the_default_interval() -> None:
+    """Issue 34: the background read-back of every held partition (an OffsetFetch on the
+    commit thread) ran every 0.5 s, the default ``external_check_interval_seconds``."""
+
+    async def main() -> None:
+        sidecar = Sidecar()
+        keeper = sidecar.keeper
+        rounds: list[int] = []
+        keeper.check_external = counting(keeper.check_external, rounds)  # type: ignore[method-assign]
+        sidecar.fetcher.external_changes = "follow"  # type: ignore[attr-defined]
+        sidecar.hold(0)
+        interval = SidecarSettings.model_fields["external_check_interval_seconds"].default
+        loop = asyncio.create_task(keeper.external_check_loop(external_sweep_interval(interval)))
+        try:
+            await asyncio.sleep(0.9)  # short of the sweep, past the old 0.5 s
+            assert rounds == []  # before: one round
+            for _ in range(300):  # and the sweep still comes
+                if rounds:
+                    break
+                await asyncio.sleep(0.1)
+            assert rounds
+        finally:
+            loop.cancel()
 
     asyncio.run(main())

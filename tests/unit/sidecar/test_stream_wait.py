@@ -1,0 +1,79 @@
+"""An idle Stream sleeps until records can be taken (issue 34).
+
+Every Stream waited on one event shared with the other readers, which each cleared before
+looking, so each also looked again every 0.5 s (an attached, idle client cost its sidecar
+two rounds a second). Each Stream now waits on an event of its own (``DataSignal.waiter``),
+set when records are buffered or come due again. Counted here, on the real servicer over
+a real Serving, table and keeper (``stream_harness``): the rounds an idle stream makes
+(``take`` calls), and that records buffered, or given back by another stream, still reach
+every stream waiting. No wall-clock time is asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from dataservice.sidecar.v1 import stream_pb2_grpc
+from services.consumer_sidecar.serving import Serving
+from tests.unit.sidecar.stream_harness import Requests, Sidecar, opening, run
+
+Stub = stream_pb2_grpc.StreamServiceStub
+IDLE_LOOK = 1.2  # more than two of the old 0.5 s rounds
+
+
+def count_takes(serving: Serving, rounds: list[int]) -> None:
+    take = serving.take
+
+    def counted(*args: Any) -> Any:
+        rounds.append(1)
+        return take(*args)
+
+    serving.take = counted  # type: ignore[method-assign]
+
+
+async def read_offsets(call: Any, count: int) -> list[int]:
+    got: list[int] = []
+    while len(got) < count:
+        got += [r.offset for r in (await call.read()).batch.records]
+    return got
+
+
+def test_idle_streams_make_no_rounds_and_each_wakes_for_records() -> None:
+    async def body(stub: Stub, sc: Sidecar) -> None:
+        sc.hold(0)
+        sc.hold(1)
+        rounds: list[int] = []
+        count_takes(sc.serving, rounds)
+        # Credit for 3 records each: one stream cannot take what the other must get.
+        calls = [stub.Stream(Requests(opening(records=3, client_id=f"app-{i}"))) for i in (1, 2)]
+        while len(rounds) < 2:  # each stream looked once and found nothing
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(IDLE_LOOK)
+        assert len(rounds) == 2  # before: two more rounds a stream
+        sc.buffer(0, range(3))
+        sc.buffer(1, range(3))
+        got = await asyncio.wait_for(asyncio.gather(*(read_offsets(c, 3) for c in calls)), 15)
+        assert sorted(len(g) for g in got) == [3, 3]
+        for call in calls:
+            call.cancel()
+
+    run(body)
+
+
+def test_records_a_closed_stream_gives_back_wake_a_waiting_stream() -> None:
+    async def body(stub: Stub, sc: Sidecar) -> None:
+        sc.hold(0)
+        sc.buffer(0, range(5))
+        first = stub.Stream(Requests(opening(records=5, client_id="app-1")))
+        assert await read_offsets(first, 5) == list(range(5))
+        second = stub.Stream(Requests(opening(records=5, client_id="app-2")))
+        rounds: list[int] = []
+        count_takes(sc.serving, rounds)
+        await asyncio.sleep(IDLE_LOOK)  # the second stream waits, nothing to take
+        first.cancel()  # 0..4 un-acked come due again
+        again = await asyncio.wait_for(read_offsets(second, 5), 15)
+        assert again == list(range(5))
+        second.cancel()
+
+    run(body)
