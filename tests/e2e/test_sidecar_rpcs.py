@@ -199,6 +199,15 @@ def test_read_range_commit_offsets_and_bad_requests(mesh: Mesh, topic_factory: A
             (result,) = stub.CommitOffsets(request, timeout=10).results
             return result
 
+        # A commit moves the group only past records ReadRange gave this client, every one
+        # of them (issue 37, finding 9): [3, 57) was read, [0, 3) not yet.
+        gap = commit(1, 57, epochs[1])
+        assert (gap.committed, gap.reason) == (False, stream_pb2.REJECT_REASON_NOT_DELIVERED)
+        assert [r.offset for resp in read(partition=1, to_offset=3) for r in resp.records] == [
+            0,
+            1,
+            2,
+        ]
         result = commit(1, 57, epochs[1])
         assert result.committed and result.reason == stream_pb2.REJECT_REASON_UNSPECIFIED
         assert committed_offsets(mesh.bootstrap, group, topic)[1] == 57
@@ -206,6 +215,12 @@ def test_read_range_commit_offsets_and_bad_requests(mesh: Mesh, topic_factory: A
         assert (stale.committed, stale.reason) == (False, stream_pb2.REJECT_REASON_STALE_EPOCH)
         beyond = commit(1, ends[1] + 5, epochs[1])
         assert (beyond.committed, beyond.reason) == (
+            False,
+            stream_pb2.REJECT_REASON_OFFSET_OUT_OF_RANGE,
+        )
+        # Below the committed offset: a commit never goes backward.
+        backward = commit(1, 10, epochs[1])
+        assert (backward.committed, backward.reason) == (
             False,
             stream_pb2.REJECT_REASON_OFFSET_OUT_OF_RANGE,
         )

@@ -5,8 +5,10 @@ file gone after stop; a channel from the connection module reaches it."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -109,14 +111,15 @@ def test_what_the_assigner_accepts_as_a_local_endpoint(
     assert local_socket.names_sidecar(target, sidecar_id) is names
 
 
-def test_the_sidecar_serves_in_a_directory_only_it_writes(tmp_path: Path) -> None:
+def test_the_sidecar_serves_in_a_directory_only_it_writes() -> None:
     """Issue 37, finding 12: in a volume every user may write (an emptyDir is 0777, /tmp
     1777) the socket and the segments live in the sidecar's own directory, mode 0750, which
     the client's check (``local_socket.untrusted``) accepts; the volume itself it refuses."""
     from services.consumer_sidecar.settings import SidecarSettings
 
-    volume = tmp_path / "volume"
-    volume.mkdir()
+    # A short volume path: pytest's tmp_path under xdist (…/popen-gw0/test_…0/) leaves the
+    # socket past the 107 bytes a Unix socket path may have.
+    volume = Path(tempfile.mkdtemp(prefix="ds-vol-", dir="/tmp"))
     volume.chmod(0o777)
     settings = SidecarSettings(group="g", id="pod-a", uds_dir=volume)
     path = settings.local_socket_path
@@ -137,10 +140,13 @@ def test_the_sidecar_serves_in_a_directory_only_it_writes(tmp_path: Path) -> Non
             await server.server.stop(None)
         local_socket.release(path)
 
-    asyncio.run(main())
-    with socket.socket(socket.AF_UNIX) as planted:  # another user's listener in the volume
-        planted.bind(str(volume / "sidecar-pod-a.sock"))
-        assert "writable" in (local_socket.untrusted(volume / "sidecar-pod-a.sock") or "")
+    try:
+        asyncio.run(main())
+        with socket.socket(socket.AF_UNIX) as planted:  # another user's listener in the volume
+            planted.bind(str(volume / "sidecar-pod-a.sock"))
+            assert "writable" in (local_socket.untrusted(volume / "sidecar-pod-a.sock") or "")
+    finally:
+        shutil.rmtree(volume, ignore_errors=True)
 
 
 def test_a_link_in_place_of_the_directory_is_not_served_in(tmp_path: Path) -> None:
