@@ -32,7 +32,12 @@ from tests.support.loadrun import LoadRun
 from tests.support.mesh import Mesh
 from tests.support.ops import unexplained_duplicates
 from tests.support.records import describe_missing
-from tests.support.sidecar_probe import CommitWatcher, committed
+from tests.support.sidecar_probe import (
+    CommitWatcher,
+    committed,
+    final_commits_not_the_survivors,
+    zombie_commit_problems,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -267,31 +272,14 @@ def test_sigstopped_zombie_is_fenced_at_kafka_and_commits_nothing_behind_the_new
 
     # Commits: none by the zombie under its old epoch once the survivor committed or after
     # SIGCONT; never an offset or an epoch going back.
-    bad_commits: list[str] = []
-    for p in range(ZOMBIE_PARTITIONS):
-        changes = commits.changes(p)
-        survivor_seen = False
-        for i, (t, c) in enumerate(changes):
-            if i:
-                prev = changes[i - 1][1]
-                if c.offset < prev.offset or (c.epoch or 0) < (prev.epoch or 0):
-                    bad_commits.append(f"p{p} went back {prev.raw}@{prev.offset}->{c}")
-            if p not in zombie_parts:
-                continue
-            if c.sidecar == "survivor":
-                survivor_seen = True
-            elif (
-                c.sidecar == "zombie"
-                and c.epoch == before[p].epoch
-                and (survivor_seen or t >= resumed_at)
-            ):
-                bad_commits.append(f"p{p} zombie commit {c} at +{t - stopped_at:.2f}s")
-    final_wrong = {
-        p: final[p]
-        for p in zombie_parts
-        if (final[p].epoch or 0) < new_epochs[p]
-        or (final[p].epoch == new_epochs[p] and final[p].sidecar != "survivor")
-    }
+    bad_commits = zombie_commit_problems(
+        commits,
+        ZOMBIE_PARTITIONS,
+        {p: before[p].epoch for p in zombie_parts},
+        stopped_at,
+        resumed_at,
+    )
+    final_wrong = final_commits_not_the_survivors(final, new_epochs)
 
     # Deliveries by the zombie under its old epoch after SIGCONT (no deadline stops it in
     # this mode): none of them may have its ack accepted (its commit is refused by Kafka).

@@ -40,8 +40,10 @@ from tests.support.records import SeqProducer, describe_missing, value_of
 from tests.support.sidecar_probe import (
     CommitWatcher,
     committed,
+    final_commits_not_the_survivors,
     kafka_config_file,
     status,
+    zombie_commit_problems,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(420)]
@@ -322,33 +324,18 @@ def test_sigstopped_zombie_delivers_and_commits_nothing_after_the_move(
     # Commits: none by the zombie under its old epoch once the survivor committed or after
     # SIGCONT; never an epoch or an offset going backwards. (After SIGCONT the zombie rejoins
     # and may be granted partitions again, with new epochs: those commits are legitimate.)
-    bad_commits: list[str] = []
-    committed_at_stop: dict[int, int] = {}
-    for p in range(ZOMBIE_PARTITIONS):
-        changes = commits.changes(p)
-        committed_at_stop[p] = max((c.offset for t, c in changes if t <= stopped_at), default=-1001)
-        survivor_seen = False
-        for i, (t, c) in enumerate(changes):
-            if i:
-                prev = changes[i - 1][1]
-                if c.offset < prev.offset or (c.epoch or 0) < (prev.epoch or 0):
-                    bad_commits.append(f"p{p} went back {prev.raw}@{prev.offset}->{c}")
-            if p not in zombie_parts:
-                continue
-            if c.sidecar == "survivor":
-                survivor_seen = True
-            elif (
-                c.sidecar == "zombie"
-                and c.epoch == before[p].epoch
-                and (survivor_seen or t >= resumed_at)
-            ):
-                bad_commits.append(f"p{p} zombie commit {c} at +{t - stopped_at:.2f}s")
-    final_wrong = {
-        p: final[p]
-        for p in zombie_parts
-        if (final[p].epoch or 0) < new_epochs[p]
-        or (final[p].epoch == new_epochs[p] and final[p].sidecar != "survivor")
+    bad_commits = zombie_commit_problems(
+        commits,
+        ZOMBIE_PARTITIONS,
+        {p: before[p].epoch for p in zombie_parts},
+        stopped_at,
+        resumed_at,
+    )
+    committed_at_stop = {
+        p: max((c.offset for t, c in commits.changes(p) if t <= stopped_at), default=-1001)
+        for p in range(ZOMBIE_PARTITIONS)
     }
+    final_wrong = final_commits_not_the_survivors(final, new_epochs)
 
     # Deliveries: nothing from the zombie under its old epoch for a moved partition after
     # SIGCONT; the new owner

@@ -145,6 +145,52 @@ class CommitWatcher:
             return list(self.history.get(partition, []))
 
 
+def zombie_commit_problems(
+    commits: CommitWatcher,
+    partitions: int,
+    zombie_epochs: Mapping[int, int],
+    stopped_at: float,
+    resumed_at: float,
+) -> list[str]:
+    """What the commit history shows wrong around a zombie: on any partition an offset or an
+    epoch going back; on the zombie's partitions (``zombie_epochs``: each one's epoch when it
+    was stopped) a commit by the zombie under that epoch once the survivor had committed, or
+    after it was resumed."""
+    problems: list[str] = []
+    for p in range(partitions):
+        changes = commits.changes(p)
+        survivor_seen = False
+        for i, (t, c) in enumerate(changes):
+            if i:
+                prev = changes[i - 1][1]
+                if c.offset < prev.offset or (c.epoch or 0) < (prev.epoch or 0):
+                    problems.append(f"p{p} went back {prev.raw}@{prev.offset}->{c}")
+            if p not in zombie_epochs:
+                continue
+            if c.sidecar == "survivor":
+                survivor_seen = True
+            elif (
+                c.sidecar == "zombie"
+                and c.epoch == zombie_epochs[p]
+                and (survivor_seen or t >= resumed_at)
+            ):
+                problems.append(f"p{p} zombie commit {c} at +{t - stopped_at:.2f}s")
+    return problems
+
+
+def final_commits_not_the_survivors(
+    final: Mapping[int, Commit], new_epochs: Mapping[int, int]
+) -> dict[int, Commit]:
+    """The zombie's partitions (``new_epochs``: each one's epoch once moved) whose last commit
+    is under an older epoch, or under the new one by another sidecar than the survivor."""
+    return {
+        p: final[p]
+        for p, epoch in new_epochs.items()
+        if (final[p].epoch or 0) < epoch
+        or (final[p].epoch == epoch and final[p].sidecar != "survivor")
+    }
+
+
 class RssSampler:
     """Samples ``pid``'s resident set size every ``interval`` s on a thread."""
 
