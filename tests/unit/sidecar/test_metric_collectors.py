@@ -177,22 +177,9 @@ def reference_section() -> str:
     """The sidecar's tables as METRIC_TABLE and OPERATOR_NAMES render them (what
     docs/reference/metrics.md must carry; scripts/gen_docs.py writes it, and
     tests/e2e/test_sidecar_metrics.py checks the same table against a live sidecar)."""
-    lines = [
-        "| Metric | Type | Labels | Source | Meaning |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for spec in METRIC_TABLE:
-        labels = ", ".join(spec.labels)
-        lines.append(f"| `{spec.name}` | {spec.type} | {labels} | {spec.source} | {spec.help} |")
-    lines += [
-        "",
-        "| Java consumer metric | Our metric | How to read it |",
-        "| --- | --- | --- |",
-    ]
-    for name in OPERATOR_NAMES:
-        ours = name.ours if name.ours == "—" else f"`{name.ours}`"
-        lines.append(f"| {name.java} | {ours} | {name.promql} |")
-    return "\n".join(lines) + "\n"
+    from scripts import gen_docs
+
+    return gen_docs.sidecar_metric_tables()
 
 
 def test_every_metric_the_operators_know_maps_to_a_table_metric() -> None:
