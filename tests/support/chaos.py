@@ -88,6 +88,9 @@ class Accounting:
     # the unexplained duplicates' deliveries, told in full: what a failure is read from.
     redeliveries: dict[str, float] = field(default_factory=dict)
     unexplained_text: str = ""
+    # Sequences Kafka holds at more than one offset (the producer's retry across an outage):
+    # two records to the mesh, not a redelivery (``tests.support.ops.producer_copies``).
+    producer_copies: int = 0
 
     def line(self, label: str) -> str:
         """The scenario's one summary line."""
@@ -107,7 +110,8 @@ class Accounting:
             f"live holders {len(self.double_holders)} of {self.holder_samples} samples; max "
             f"time with no consumption per partition: {gaps}; client errors "
             f"{len(self.client_errors)}; made due again by the sidecars: "
-            f"{self._redeliveries_text()}"
+            f"{self._redeliveries_text()}; written twice to Kafka by the producer "
+            f"{self.producer_copies}"
         )
 
     def _redeliveries_text(self) -> str:
@@ -370,6 +374,9 @@ class LoadedMesh:
             lost=lost,
             lost_text=lost_text,
             duplicates=self._duplicates(apps),
+            producer_copies=sum(
+                n > 1 for n in Counter(seq for seq, _, _ in self._deliveries(apps)).values()
+            ),
             unexplained=unexplained,
             not_at_end={p: (committed[p], e) for p, e in ends.items() if committed[p] != e},
             commits_backwards=commits_backwards,
@@ -397,10 +404,13 @@ class LoadedMesh:
                 by_reason[sample.labels.get("reason", "?")] += sample.value
         return dict(by_reason)
 
-    def _deliveries(self, apps: list[AppLog]) -> Counter[int]:
-        """How often each record was delivered, to the tally's clients and the apps."""
-        counts: Counter[int] = Counter(d.seq for d in self.tally.deliveries)
-        counts.update(d[0] for app in apps for d in app.deliveries)
+    def _deliveries(self, apps: list[AppLog]) -> Counter[tuple[int, int, int]]:
+        """How often each Kafka record (seq, partition, offset) was delivered, to the
+        tally's clients and the apps: a sequence the producer wrote twice is two records."""
+        counts: Counter[tuple[int, int, int]] = Counter(
+            (d.seq, d.partition, d.offset) for d in self.tally.deliveries
+        )
+        counts.update((d[0], d[1], d[2]) for app in apps for d in app.deliveries)
         return counts
 
     def _duplicates(self, apps: list[AppLog]) -> int:
@@ -413,10 +423,14 @@ class LoadedMesh:
         unexplained = unexplained_duplicates(self.tally)
         touched = {d[0] for app in apps for d in app.deliveries}
         at_fault = set().union(*(app.unacked | app.partly for app in apps))
-        for seq, n in self._deliveries(apps).items():
+        for (seq, partition, offset), n in self._deliveries(apps).items():
             if n < 2 or seq not in touched or seq in at_fault:
                 continue
-            elsewhere = self.tally.by_seq.get(seq, [])
+            elsewhere = [
+                d
+                for d in self.tally.by_seq.get(seq, [])
+                if (d.partition, d.offset) == (partition, offset)
+            ]
             if not any(not d.acked for d in elsewhere):
                 unexplained[seq] = elsewhere
         return unexplained

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from tests.support.ops import describe_deliveries, unexplained_duplicates
+from tests.support.ops import describe_deliveries, producer_copies, unexplained_duplicates
 from tests.support.records import Delivery, Tally
 
 
-def delivery(client: str, asked: float, got: float, acked: bool, answered: float) -> Delivery:
+def delivery(
+    client: str, asked: float, got: float, acked: bool, answered: float, offset: int = 61
+) -> Delivery:
     return Delivery(
-        seq=369, partition=2, offset=61, epoch=1, sidecar="127.0.0.1:1", fetched_at=got,
+        seq=369, partition=2, offset=offset, epoch=1, sidecar="127.0.0.1:1", fetched_at=got,
         requested_at=asked, acked=acked, acked_at=answered, client=client,
     )  # fmt: skip
 
@@ -42,3 +44,14 @@ def test_overlapping_deliveries_are_explained_whatever_their_acks() -> None:
     tally.add([delivery("app-1", asked=1.0, got=1.1, acked=True, answered=3.0)])
     tally.add([delivery("app-2", asked=2.0, got=2.1, acked=True, answered=2.5)])
     assert unexplained_duplicates(tally) == {}
+
+
+def test_a_record_the_producer_wrote_twice_is_two_records_to_the_mesh() -> None:
+    # CI (2 Dec, Kafka down 20 s): seq 326 at p2@54 and again at p2@55. Kafka held it
+    # twice (the producer's retry across the outage), so the sidecar delivering each
+    # offset once is no redelivery at all; the accounting reports it as a producer copy.
+    tally = Tally()
+    tally.add([delivery("app-2", asked=1.0, got=1.1, acked=True, answered=1.2, offset=54)])
+    tally.add([delivery("app-2", asked=2.0, got=2.1, acked=True, answered=2.2, offset=55)])
+    assert unexplained_duplicates(tally) == {}
+    assert producer_copies(tally) == {369: [(2, 54), (2, 55)]}
