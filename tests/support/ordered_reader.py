@@ -81,7 +81,12 @@ def main() -> None:
         DsClient(args.group, client_id=args.client_id, assigner=args.assigner) as client,
     ):
         while True:
-            batch = client.fetch(max_records=10, max_wait=0.5)
+            try:
+                batch = client.fetch(max_records=10, max_wait=0.5)
+            except Exception as exc:  # its sidecar killed: the binding moves on
+                out.write(f"E {type(exc).__name__}\n")
+                time.sleep(0.2)
+                continue
             if not batch:
                 continue
             for r in batch:

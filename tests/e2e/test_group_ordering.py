@@ -25,7 +25,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from tests.support import accounting
-from tests.support.assignment import describe, wait_stable
+from tests.support.assignment import describe, respawn, wait_stable
 from tests.support.mesh import REPO, Mesh
 from tests.support.offsets import committed_offsets
 from tests.support.ordered_reader import inversions, processed
@@ -104,13 +104,15 @@ class Reader:
             self.proc.wait(10)
 
 
-def run_until_done(mesh: Mesh, readers: list[Reader], until: float, step: object) -> None:
-    """Until every record was processed (or ``until``), calling ``step(done_fraction)``."""
+def run_until_done(
+    mesh: Mesh, readers: list[Reader], until: float, step: object, records: int = RECORDS
+) -> None:
+    """Until ``records`` were processed (or ``until``), calling ``step(done / RECORDS)``."""
     while time.monotonic() < until:
         events = processed([o for r in readers for o in r.outs])
         done = len({(e.partition, e.offset) for e in events})
         step(done / RECORDS)  # type: ignore[operator]
-        if done >= RECORDS:
+        if done >= records:
             return
         time.sleep(0.2)
 
@@ -187,3 +189,83 @@ def test_ordering_holds_through_a_client_kill_and_a_rebind(
         assert by_key == 0 and by_partition == 0
     else:
         assert by_key > 0, "unordered shows inversions: the measure can fail"
+
+
+@pytest.mark.long
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("ordering", ["key", "unordered"])
+def test_ordering_holds_through_a_sidecar_kill_and_lease_moves(
+    mesh: Mesh, topic_factory: object, own_state: dict[str, str], ordering: str
+) -> None:
+    """The longer variant (by hand: ``-m long``; not in make test): two sidecars; a reader
+    SIGKILLed; the sidecar holding partitions SIGKILLed (its leases move to the other after
+    the lease TTL, the clients re-bind) and started again (leases move back: a rebalance)."""
+    topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
+    group = f"g-{topic}"
+    ends: dict[int, int] = dict.fromkeys(range(PARTITIONS), 0)
+    total = 2 * RECORDS
+    produce(mesh.bootstrap, topic, 0, RECORDS, ends)
+    assigner = mesh.assigner(
+        [(group, [topic])],
+        settings={"ordering": ordering, "visibility_timeout_seconds": "3"},
+        env=own_state,
+    )
+    assigner.wait_serving()
+    sidecars = {n: mesh.sidecar(group, assigner, n) for n in ("sc-1", "sc-2")}
+    for sc in sidecars.values():
+        sc.wait_serving()
+    wait_stable(assigner.grpc_addr, group, ["sc-1", "sc-2"], PARTITIONS)
+    readers = [
+        Reader(mesh, group, assigner.grpc_addr, n, work_ms=8.0 if n == 0 else 1.0)
+        for n in range(READERS)
+    ]
+    faults: list[str] = []
+
+    def holders() -> set[str]:
+        view = describe(assigner.grpc_addr, group)
+        return {v.holder for v in view.leases.values() if v.granted}
+
+    def step(done: float) -> None:
+        done = done * RECORDS / total
+        if done >= 0.1 and "client kill" not in faults:
+            readers[1].kill_while_processing()
+            readers[1].start()
+            faults.append("client kill")
+        elif done >= 0.2 and "sidecar kill" not in faults:
+            sidecars["sc-1"].kill()  # kill -9: its leases move after the TTL
+            faults.append("sidecar kill")
+        elif "sidecar kill" in faults and "moved" not in faults and holders() == {"sc-2"}:
+            faults.append("moved")
+            sidecars["sc-1"] = respawn(mesh, sidecars["sc-1"])  # leases move back
+        elif "moved" in faults and "moved back" not in faults and "sc-1" in holders():
+            faults.append("moved back")
+            produce(mesh.bootstrap, topic, RECORDS, total, ends)
+
+    started = time.monotonic()
+    try:
+        for r in readers:
+            r.start()
+        run_until_done(mesh, readers, time.monotonic() + 400, step, total)
+        elapsed = time.monotonic() - started
+        deadline = time.monotonic() + 60
+        while committed_offsets(mesh.bootstrap, group, topic, PARTITIONS) != ends:
+            assert time.monotonic() < deadline, "the group's commits did not reach the end"
+            time.sleep(0.5)
+    finally:
+        for r in readers:
+            r.kill()
+    events = processed([o for r in readers for o in r.outs])
+    first = {(e.partition, e.offset) for e in events}
+    lost = total - len(first)
+    by_key = inversions(events, "key")
+    accounting.report(
+        f"ordering {ordering} (sidecar kill -9, lease moves): {total} records, {KEYS} keys, "
+        f"faults {faults}; processed {len(events)} ({len(events) - len(first)} again), "
+        f"lost {lost}, per-key inversions {by_key}, {elapsed:.1f}s"
+    )
+    assert faults == ["client kill", "sidecar kill", "moved", "moved back"]
+    assert lost == 0
+    if ordering == "key":
+        assert by_key == 0
+    else:
+        assert by_key > 0
