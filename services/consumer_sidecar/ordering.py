@@ -25,7 +25,6 @@ until it is acked or given up.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 from enum import Enum, StrEnum
 from typing import Final
@@ -69,39 +68,40 @@ def eligible_prefix(
     that is due appears there too (as due)."""
     if mode is Ordering.UNORDERED:
         return sum(1 for _ in candidates)
+    by_partition = mode is Ordering.PARTITION
     in_flight: set[_SlotKey] = set()
     dues: list[tuple[int, _SlotKey]] = []
     for offset, key, due in held:
-        slot = _slot(mode, key)
+        slot = _PARTITION if by_partition else key
         if slot is None:
             continue
         if due:
             dues.append((offset, slot))
         else:
             in_flight.add(slot)
+    unknown_in_flight = UNKNOWN in in_flight
     dues.sort(key=lambda d: d[0])
-    waiting: Counter[_SlotKey] = Counter()  # due below the candidate, not handed out now
+    # due below the candidate and not handed out in this take, per key (hot path: no dues)
+    waiting: dict[_SlotKey, int] = {}
     next_due = 0
     taken_due: set[int] = set()
     count = 0
     for offset, key, kind in candidates:
-        while next_due < len(dues) and dues[next_due][0] < offset:
-            due_offset, slot = dues[next_due]
-            if due_offset not in taken_due:
-                waiting[slot] += 1
-            next_due += 1
-        slot = _slot(mode, key)
-        if kind is not Kind.SKIP and slot is not None:
-            if in_flight & {slot, UNKNOWN} or waiting[slot] or waiting[UNKNOWN]:
+        slot = _PARTITION if by_partition else key
+        if kind is Kind.SKIP or slot is None:
+            count += 1
+            continue
+        if unknown_in_flight or slot in in_flight:
+            break
+        if dues:
+            while next_due < len(dues) and dues[next_due][0] < offset:
+                due_offset, due_slot = dues[next_due]
+                if due_offset not in taken_due:
+                    waiting[due_slot] = waiting.get(due_slot, 0) + 1
+                next_due += 1
+            if waiting.get(slot) or waiting.get(UNKNOWN):
                 break
             if kind is Kind.DUE:
                 taken_due.add(offset)
         count += 1
     return count
-
-
-def _slot(mode: Ordering, key: Key | _Unknown) -> _SlotKey | None:
-    """The key a record is ordered by (None: not ordered)."""
-    if mode is Ordering.PARTITION:
-        return _PARTITION
-    return key
