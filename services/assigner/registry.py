@@ -234,6 +234,7 @@ class GroupRegistry:
                         max_deliveries=seed.max_deliveries,
                         external_offset_changes=seed.external_offset_changes,
                         dead_letter_topic=seed.dead_letter_topic,
+                        ordering=seed.ordering,
                     )
                 )
             except DsError as err:

@@ -35,6 +35,8 @@ class GroupSeed(BaseModel):
     # The group's dead-letter topic (records given up past max_deliveries go there before
     # they are committed past); "" = the sidecars' dead_letter_topic setting.
     dead_letter_topic: str = Field("", max_length=249, pattern=r"^[A-Za-z0-9._-]*$")
+    # Which records may be in flight to the group's clients at once (issue 39).
+    ordering: Literal["unordered", "key", "partition"] = "unordered"
 
     @field_validator("consumer_config")
     @classmethod

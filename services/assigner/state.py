@@ -66,6 +66,8 @@ class GroupRecord:
     external_offset_changes: str = "follow"
     # Issue 39: where records given up past max_deliveries go ("" = the sidecars' setting).
     dead_letter_topic: str = ""
+    # Issue 39: unordered | key | partition (enforced by the sidecars).
+    ordering: str = "unordered"
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -85,6 +87,8 @@ class GroupRecord:
             document["external_offset_changes"] = self.external_offset_changes
         if self.dead_letter_topic:
             document["dead_letter_topic"] = self.dead_letter_topic
+        if self.ordering != "unordered":
+            document["ordering"] = self.ordering
         return document
 
 
@@ -112,6 +116,7 @@ def _key(*parts: object) -> bytes:
 GROUP_MODES = frozenset({"leased", "kafka_group"})
 BALANCE_STRATEGIES = frozenset({"count", "load"})
 EXTERNAL_OFFSET_CHANGES = frozenset({"follow", "revert", "ignore"})
+ORDERINGS = frozenset({"unordered", "key", "partition"})
 
 
 def _strict_model(cls: type[Any]) -> type[BaseModel]:
@@ -250,6 +255,8 @@ def _group(name: str, data: Any) -> GroupRecord:
         raise BadRecord(
             "group", f"unknown external_offset_changes {record.external_offset_changes[:40]!r}"
         )
+    if record.ordering not in ORDERINGS:
+        raise BadRecord("group", f"unknown ordering {record.ordering[:40]!r}")
     if record.config_version < 1:
         raise BadRecord("group", "config_version is >= 1")
     return record
