@@ -29,7 +29,12 @@ from services.runtime.settings import ServiceSettings
 
 log = structlog.get_logger(__name__)
 
-CONSUME_SECONDS = 0.1  # a commit is seen within this long (consume waits for BATCH or it)
+# consume() returns with BATCH records or after this long; the broker answers a fetch of
+# the log every offsets_topic.READER_WAIT_MS at most, so a commit is seen within about a
+# second. At 0.1 s (and librdkafka's fetch defaults) the reader woke the assigner ~200
+# times a second on a busy cluster, the mesh idle (issue 34). The log is the safety net of
+# following external commits (a holder's own read-back follows them first).
+CONSUME_SECONDS = 0.5
 BATCH = 1000
 
 
@@ -73,7 +78,10 @@ class CommitLog:
 
     def _open(self) -> Consumer | None:
         consumer = new_consumer(
-            self.settings, group="ds-assigner-commit-log", client_id="ds-assigner-commit-log"
+            self.settings,
+            group="ds-assigner-commit-log",
+            client_id="ds-assigner-commit-log",
+            overrides=offsets_topic.READER_OVERRIDES,
         )
         metadata = consumer.list_topics(offsets_topic.OFFSETS_TOPIC, timeout=10)
         info = metadata.topics.get(offsets_topic.OFFSETS_TOPIC)
