@@ -214,8 +214,8 @@ class NotifierApp:
 
     def _lag_consumer(self) -> Consumer:
         """The lag monitor's reader of ``__consumer_offsets``: fetches batched by the broker
-        (offsets_topic.READER_OVERRIDES), unless the passthrough settings say otherwise."""
-        return self._consumer("ds-notifier-lag", offsets_topic.READER_OVERRIDES)
+        (offsets_topic.reader_overrides()), unless the passthrough settings say otherwise."""
+        return self._consumer("ds-notifier-lag", offsets_topic.reader_overrides())
 
     def _consumer(self, client_id: str, defaults: Mapping[str, object] | None = None) -> Consumer:
         config = {
