@@ -1,6 +1,7 @@
 """The assigner's fault emitters (ARCHITECTURE §5.4): CONSUMER_LOST, CONSUMER_LEFT,
 PARTITIONS_REASSIGNED, CLIENT_REBOUND, OFFSETS_RESET, GROUP_DELETED (a DeleteGroup's audit
-record) and CONFIG_REJECTED (what a sidecar's heartbeats say of the group's consumer config) per group, ASSIGNER_FAILOVER per replica.
+record) and CONFIG_REJECTED (what a sidecar's heartbeats say of the group's consumer
+config) per group, ASSIGNER_FAILOVER per replica.
 
 Each hook is one call at a decision point of the assigner and turns it into reports on the
 shared :class:`~services.runtime.reporter.FaultReporter`; none of them raises.

@@ -71,7 +71,8 @@ def test_nothing_changes_when_the_state_topic_cannot_be_written() -> None:
 
 def test_bad_input_is_refused() -> None:
     async def body(a: Assigner) -> None:
-        for request, field in ((delete(group=""), "group"), (delete(request_id="x y"), "request_id")):
+        cases = ((delete(group=""), "group"), (delete(request_id="x y"), "request_id"))
+        for request, field in cases:
             code, reason, metadata = reason_of(await refused(a.admin.DeleteGroup(request)))
             assert (code, reason, metadata.get("field")) == (
                 grpc.StatusCode.INVALID_ARGUMENT,
