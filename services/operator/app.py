@@ -41,6 +41,9 @@ async def run(settings: OperatorSettings, stop: asyncio.Event) -> None:
                     await _pass(kube, reconciler, elector, settings.namespace)
             except Exception:
                 log.exception("pass failed; next one in an interval")
+            else:
+                if settings.alive_file is not None:
+                    settings.alive_file.touch()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), settings.interval_seconds)
     finally:

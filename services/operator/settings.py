@@ -33,6 +33,11 @@ class OperatorSettings(DsSettings):
     interval_seconds: float = Field(
         2.0, gt=0, description="seconds between two passes over the DsGroups (level-triggered)"
     )
+    alive_file: Path | None = Field(
+        None,
+        description="touched after every round (the Lease step and, leading, the pass): "
+        "the liveness probe checks its age",
+    )
     # json (one object a line, for log collectors) or console (for people).
     log_format: Literal["json", "console"] = "json"
     # The lowest level logged.
@@ -60,6 +65,7 @@ def parser() -> OneLineArgumentParser:
     )
     p.add_argument("--identity", help="name in the Lease (DS_IDENTITY)")
     p.add_argument("--interval", dest="interval_seconds", help="(DS_INTERVAL_SECONDS)")
+    p.add_argument("--alive-file", dest="alive_file", help="(DS_ALIVE_FILE)")
     p.add_argument("--log-format", dest="log_format", help="json | console (DS_LOG_FORMAT)")
     p.add_argument("--log-level", dest="log_level", help="(DS_LOG_LEVEL)")
     p.add_argument("--config", help="YAML settings file (DS_CONFIG)")
