@@ -1,7 +1,8 @@
 """deploy/k8s rendered with the real kustomize and checked: valid for Kubernetes (strict
 schemas), and saying what the README says: probes, resources, ports of ARCHITECTURE §9,
 selectors that select, NetworkPolicies that open exactly the ports the pods serve, RBAC for
-the DsGroup operator alone (and its token the only one mounted), a webhook that reaches the injector, rules and template equal to their sources."""
+the DsGroup operator alone (and its token the only one mounted), a webhook that reaches
+the injector, rules and template equal to their sources."""
 
 from __future__ import annotations
 
