@@ -101,6 +101,10 @@ class GroupStore(Protocol):
 
     def put_drain(self, group: str, sidecar_id: str, drained: bool) -> asyncio.Future[None]: ...
 
+    def delete_group(
+        self, group: str, clients: Iterable[str], drained: Iterable[str]
+    ) -> asyncio.Future[None]: ...
+
 
 # Versions of the sentinel bindings a watcher's queue may end with.
 CLOSED = -1  # the group was closed here: re-watch the leader

@@ -173,9 +173,14 @@ def _apply(snapshot: StateSnapshot, key: bytes, value: bytes | None) -> None:
     kind = parts[0]
     if kind == "group":
         name = _names(parts, 2, kind)[0]
-        # Only a group's record is ever written, never a tombstone: a null value would
-        # delete the group, and nothing the assigner does deletes one.
-        snapshot.groups[name] = _group(name, _json(_value(value, kind), kind, "value"))
+        if value is None:
+            # DeleteGroup: the group, its bindings and drains go; its epochs stay (an epoch
+            # never goes back, not even for a group created again under the name).
+            snapshot.groups.pop(name, None)
+            snapshot.bindings.pop(name, None)
+            snapshot.drained.pop(name, None)
+            return
+        snapshot.groups[name] = _group(name, _json(value, kind, "value"))
     elif kind == "epoch":
         group, topic, partition = _names(parts, 4, kind, last_int=True)
         # Epochs only grow: a tombstone (back to none) is never written, so never applied.
@@ -342,6 +347,18 @@ class StateStore:
 
     def put_group(self, record: GroupRecord) -> asyncio.Future[None]:
         return self._write([(_key("group", record.name), json.dumps(record.to_json()).encode())])
+
+    def delete_group(
+        self, group: str, clients: Iterable[str], drained: Iterable[str]
+    ) -> asyncio.Future[None]:
+        """DeleteGroup, in one write: tombstones for the group's bindings and drains, then
+        for the group itself (its epochs are kept)."""
+        records: list[tuple[bytes, bytes | None]] = [
+            (_key("binding", group, c), None) for c in sorted(clients)
+        ]
+        records += [(_key("drain", group, s), None) for s in sorted(drained)]
+        records.append((_key("group", group), None))
+        return self._write(records)
 
     def put_epochs(
         self,
