@@ -1,7 +1,7 @@
 """A reconnect storm at twice the measured join capacity, with sidecars attached (issue 36).
 
     python tests/bench/bench_join_storm.py [--bootstrap HOST:PORT] [--attached 10]
-        [--join-rate 20 --join-burst 20] [--probe-seconds 6] [--storm-seconds 5]
+        [--join-rates 20 100] [--probe-seconds 6] [--storm-seconds 5]
         [--json docs/benchmarks/results/join_storm.json]
 
 A real ``ds-assigner`` process (its own state topic and transactional id) with three groups
@@ -35,6 +35,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import multiprocessing
+import multiprocessing.connection
 import os
 import random
 import statistics
@@ -74,6 +76,7 @@ class Joiner:
     attached_at: float | None = None
     throttled: int = 0
     other_errors: int = 0
+    codes: dict[str, int] = field(default_factory=dict)  # failed sessions by status code
     acks: list[float] = field(default_factory=list)  # receive times
     latencies: list[tuple[float, float]] = field(default_factory=list)  # (sent, latency)
     task: asyncio.Task[None] | None = None
@@ -94,6 +97,7 @@ class Joiner:
                     self.throttled += 1
                 else:
                     self.other_errors += 1
+                self.codes[err.code().name] = self.codes.get(err.code().name, 0) + 1
                 asked = retry_after(err)
             pause = pause_before_retry(RECONNECT_BACKOFF, retries, random.random(), asked)
             retries += 1
@@ -176,18 +180,29 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+SESSIONS_PER_CHANNEL = 50  # the server allows 1,000 streams a connection; real sidecars
+# have one each: a few dozen sessions per HTTP/2 connection keeps the connection out of it
+
+
 class Bench:
     def __init__(self, addr: str, topic: str, partitions: int) -> None:
-        self.channel = grpc.aio.insecure_channel(addr)
-        self.stub = assigner_pb2_grpc.AssignerServiceStub(self.channel)
+        self.addr = addr
+        self.channels: list[grpc.aio.Channel] = []
         self.topic, self.partitions = topic, partitions
         self.joiners: dict[str, list[Joiner]] = {}
+        self.started = 0
+
+    def _stub(self) -> assigner_pb2_grpc.AssignerServiceStub:
+        if self.started % SESSIONS_PER_CHANNEL == 0:
+            self.channels.append(grpc.aio.insecure_channel(self.addr))
+        self.started += 1
+        return assigner_pb2_grpc.AssignerServiceStub(self.channels[-1])
 
     def start(self, group: str, n: int) -> list[Joiner]:
         tag = uuid.uuid4().hex[:4]
         made = [Joiner(SimSidecar(f"{group}-{tag}-{i}", group)) for i in range(n)]
         for j in made:
-            j.task = asyncio.create_task(j.run(self.stub))
+            j.task = asyncio.create_task(j.run(self._stub()))
         self.joiners.setdefault(group, []).extend(made)
         return made
 
@@ -221,17 +236,56 @@ class Bench:
     async def close(self) -> None:
         for group in list(self.joiners):
             await self.stop(group)
-        await self.channel.close()
+        for channel in self.channels:
+            await channel.close()
+
+
+async def attached_main(
+    conn: multiprocessing.connection.Connection, addr: str, topic: str, n: int, partitions: int
+) -> None:
+    """The attached sidecars, in a process of their own (the storm's client work must not
+    delay their heartbeats): settle, then report their acks when asked."""
+    bench = Bench(addr, topic, partitions)
+    loop = asyncio.get_running_loop()
+    try:
+        attached = bench.start("attached", n)
+        settled = await bench.settle("attached")
+        changes_at_settle = sum(j.sim.lease_changes for j in attached)
+        conn.send(settled)
+        await loop.run_in_executor(None, conn.recv)  # "report"
+        now = time.monotonic()
+        conn.send(
+            {
+                "acks": [j.acks for j in attached],
+                "latencies": [x for j in attached for x in j.latencies],
+                "changes": sum(j.sim.lease_changes for j in attached) - changes_at_settle,
+                "held": sum(len(j.sim.held(now)) for j in attached),
+                "errors": sum(j.throttled + j.other_errors for j in attached),
+            }
+        )
+    finally:
+        await bench.close()
+
+
+def attached_entry(
+    conn: multiprocessing.connection.Connection, addr: str, topic: str, n: int, partitions: int
+) -> None:
+    asyncio.run(attached_main(conn, addr, topic, n, partitions))
 
 
 async def run(addr: str, topic: str, args: argparse.Namespace) -> dict[str, object]:
+    spawn = multiprocessing.get_context("spawn")  # no fork of a process running gRPC
+    ours, theirs = spawn.Pipe()
+    child = spawn.Process(
+        target=attached_entry, args=(theirs, addr, topic, args.attached, args.partitions)
+    )
+    child.start()
+    loop = asyncio.get_running_loop()
     bench = Bench(addr, topic, args.partitions)
     try:
-        attached = bench.start("attached", args.attached)
-        settled = await bench.settle("attached")
-        print(f"{args.attached} sidecars attached, {args.partitions} partitions held, settled "
-              f"in {settled:.1f}s")  # fmt: skip
-        changes_at_settle = sum(j.sim.lease_changes for j in attached)
+        settled = await loop.run_in_executor(None, ours.recv)
+        print(f"{args.attached} sidecars attached (their own process), {args.partitions} "
+              f"partitions held, settled in {settled:.1f}s")  # fmt: skip
 
         # The quiet window: the baseline of the attached sidecars' pauses.
         quiet_start = time.monotonic()
@@ -269,16 +323,19 @@ async def run(addr: str, topic: str, args: argparse.Namespace) -> dict[str, obje
         attach = [j.attached_at - j.first_try for j in storm if j.attached_at is not None]
         throttled = sum(j.throttled for j in storm)
         others = sum(j.other_errors for j in storm)
-        pauses = [longest_pause(j.acks, storm_start, storm_end) for j in attached]
-        quiet = [longest_pause(j.acks, quiet_start, quiet_end) for j in attached]
-        lat = [x for j in attached for s, x in j.latencies if storm_start <= s < storm_end]
-        now = time.monotonic()
-        changes = sum(j.sim.lease_changes for j in attached) - changes_at_settle
-        held = sum(len(j.sim.held(now)) for j in attached)
-        attached_errors = sum(j.throttled + j.other_errors for j in attached)
+        codes: dict[str, int] = {}
+        for j in storm:
+            for code, count in j.codes.items():
+                codes[code] = codes.get(code, 0) + count
+        ours.send("report")
+        report = await loop.run_in_executor(None, ours.recv)
+        pauses = [longest_pause(acks, storm_start, storm_end) for acks in report["acks"]]
+        quiet = [longest_pause(acks, quiet_start, quiet_end) for acks in report["acks"]]
+        lat = [x for s, x in report["latencies"] if storm_start <= s < storm_end]
+        changes, held, attached_errors = report["changes"], report["held"], report["errors"]
         print(f"storm: {storm_n} joins at {storm_rate:.1f}/s (2 x capacity) over "
               f"{args.storm_seconds:g}s: {len(attach)} attached, refused {throttled} times "
-              f"(JOIN_THROTTLED), other errors {others}; time to attach p50 "
+              f"(JOIN_THROTTLED), other errors {others} {codes}; time to attach p50 "
               f"{statistics.median(attach):.2f}s p99 {quantile(attach, 0.99):.2f}s max "
               f"{max(attach):.2f}s")  # fmt: skip
         print(f"attached sidecars ({args.attached}): longest heartbeat-ack pause during the "
@@ -306,6 +363,9 @@ async def run(addr: str, topic: str, args: argparse.Namespace) -> dict[str, obje
         }
     finally:
         await bench.close()
+        child.join(30)
+        if child.is_alive():
+            child.kill()
 
 
 def start_assigner(
@@ -338,14 +398,43 @@ def start_assigner(
     return assigner
 
 
+async def run_rates(args: argparse.Namespace, tmp: Path) -> list[dict[str, object]]:
+    """A fresh assigner and topic per --join-rates value, one after the other."""
+    rows: list[dict[str, object]] = []
+    for rate in args.join_rates:
+        args.join_rate, args.join_burst = rate, max(1, round(2 * rate))
+        log_dir = (args.log_dir or tmp) / f"rate-{rate:g}"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        topic = f"bench-storm-{uuid.uuid4().hex[:8]}"
+        create_topic(args.bootstrap, topic, args.partitions)
+        assigner = start_assigner(args.bootstrap, topic, args, log_dir)
+        print(f"assigner {assigner.grpc_addr} join_rate {args.join_rate:g} join_burst "
+              f"{args.join_burst}; topic {topic} ({args.partitions} partitions); "
+              f"heartbeats every {INTERVAL:g}s")  # fmt: skip
+        try:
+            figures = await run(assigner.grpc_addr, topic, args)
+        finally:
+            assigner.stop()
+            with contextlib.suppress(Exception):
+                delete_topic(args.bootstrap, topic)
+        rows.append({"scenario": f"join_rate {rate:g}/s, join_burst {args.join_burst}", **figures})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP"))
     parser.add_argument("--attached", type=int, default=10)
     parser.add_argument("--partitions", type=int, default=20)
-    parser.add_argument("--join-rate", type=float, default=20.0, help="the assigner's join_rate")
-    parser.add_argument("--join-burst", type=int, default=20, help="the assigner's join_burst")
+    parser.add_argument(
+        "--join-rates",
+        type=float,
+        nargs="+",
+        default=[20.0, 100.0],
+        help="the assigner's join_rate, a run (a fresh assigner) each; join_burst 2 x rate "
+        "(the defaults' ratio: 100/s, 200)",
+    )
     parser.add_argument("--probe", type=int, help="joins at once to measure the capacity")
     parser.add_argument("--probe-seconds", type=float, default=6.0)
     parser.add_argument("--storm-seconds", type=float, default=5.0)
@@ -357,20 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.bootstrap:
         parser.error("--bootstrap (or KAFKA_BOOTSTRAP) names the Kafka to use")
     with tempfile.TemporaryDirectory(prefix="bench-storm-") as tmp:
-        log_dir = args.log_dir or Path(tmp)
-        log_dir.mkdir(parents=True, exist_ok=True)
-        topic = f"bench-storm-{uuid.uuid4().hex[:8]}"
-        create_topic(args.bootstrap, topic, args.partitions)
-        assigner = start_assigner(args.bootstrap, topic, args, log_dir)
-        print(f"assigner {assigner.grpc_addr} join_rate {args.join_rate:g} join_burst "
-              f"{args.join_burst}; topic {topic} ({args.partitions} partitions); heartbeats "
-              f"every {INTERVAL:g}s")  # fmt: skip
-        try:
-            figures = asyncio.run(run(assigner.grpc_addr, topic, args))
-        finally:
-            assigner.stop()
-            with contextlib.suppress(Exception):
-                delete_topic(args.bootstrap, topic)
+        # One event loop for every rate: grpc.aio does not survive a second asyncio.run.
+        rows = asyncio.run(run_rates(args, Path(tmp)))
     if args.json:
         path = write_result(
             "join_storm",
@@ -383,12 +460,11 @@ def main(argv: list[str] | None = None) -> int:
             load={
                 "attached": args.attached,
                 "partitions": args.partitions,
-                "join_rate": args.join_rate,
-                "join_burst": args.join_burst,
+                "join_rates": args.join_rates,
                 "storm_seconds": args.storm_seconds,
                 "heartbeat_interval_s": INTERVAL,
             },
-            results=[{"scenario": "reconnect storm, 2 x capacity", **figures}],
+            results=rows,
             out_dir=args.json.parent,
         )
         print(f"wrote {path}")
