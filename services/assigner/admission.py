@@ -40,8 +40,8 @@ class AdmissionPolicy:
     """How many joins the assigner takes on: ``rate`` per second, ``burst`` at once after
     a quiet spell; ``rate`` 0 admits every join (no limit)."""
 
-    rate: float = 100.0
-    burst: int = 200
+    rate: float = 50.0
+    burst: int = 100
     max_retry_after: float = 10.0
     max_lag: float = 0.0  # seconds of event-loop lag past which new joins wait; 0: never
 

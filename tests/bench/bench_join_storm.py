@@ -252,17 +252,17 @@ async def attached_main(
         settled = await bench.settle("attached")
         changes_at_settle = sum(j.sim.lease_changes for j in attached)
         conn.send(settled)
-        await loop.run_in_executor(None, conn.recv)  # "report"
-        now = time.monotonic()
-        conn.send(
-            {
-                "acks": [j.acks for j in attached],
-                "latencies": [x for j in attached for x in j.latencies],
-                "changes": sum(j.sim.lease_changes for j in attached) - changes_at_settle,
-                "held": sum(len(j.sim.held(now)) for j in attached),
-                "errors": sum(j.throttled + j.other_errors for j in attached),
-            }
-        )
+        while await loop.run_in_executor(None, conn.recv) == "report":
+            now = time.monotonic()
+            conn.send(
+                {
+                    "acks": [j.acks for j in attached],
+                    "latencies": [x for j in attached for x in j.latencies],
+                    "changes": sum(j.sim.lease_changes for j in attached) - changes_at_settle,
+                    "held": sum(len(j.sim.held(now)) for j in attached),
+                    "errors": sum(j.throttled + j.other_errors for j in attached),
+                }
+            )
     finally:
         await bench.close()
 
@@ -305,6 +305,13 @@ async def run(addr: str, topic: str, args: argparse.Namespace) -> dict[str, obje
               f"(the burst), then {capacity:.1f} joins/s")  # fmt: skip
         await bench.stop("probe")
         await asyncio.sleep(1.0)
+        ours.send("report")
+        probe_report = await loop.run_in_executor(None, ours.recv)
+        probe_pause = max(
+            longest_pause(acks, t0, time.monotonic()) for acks in probe_report["acks"]
+        )
+        print(f"attached sidecars during the capacity probe: longest heartbeat-ack pause "
+              f"{probe_pause:.2f}s, lease changes {probe_report['changes']}")  # fmt: skip
 
         # The storm: twice the capacity for --storm-seconds.
         storm_rate = 2 * capacity
@@ -333,6 +340,8 @@ async def run(addr: str, topic: str, args: argparse.Namespace) -> dict[str, obje
         quiet = [longest_pause(acks, quiet_start, quiet_end) for acks in report["acks"]]
         lat = [x for s, x in report["latencies"] if storm_start <= s < storm_end]
         changes, held, attached_errors = report["changes"], report["held"], report["errors"]
+        changes -= probe_report["changes"]  # the storm's own
+        ours.send("stop")
         print(f"storm: {storm_n} joins at {storm_rate:.1f}/s (2 x capacity) over "
               f"{args.storm_seconds:g}s: {len(attach)} attached, refused {throttled} times "
               f"(JOIN_THROTTLED), other errors {others} {codes}; time to attach p50 "
@@ -341,7 +350,7 @@ async def run(addr: str, topic: str, args: argparse.Namespace) -> dict[str, obje
         print(f"attached sidecars ({args.attached}): longest heartbeat-ack pause during the "
               f"storm {max(pauses):.2f}s (quiet window before it {max(quiet):.2f}s; interval "
               f"{INTERVAL:g}s), ack latency p99 {quantile(lat, 0.99) * 1000:.0f} ms max "
-              f"{max(lat) * 1000:.0f} ms; lease changes after settling {changes}; partitions "
+              f"{max(lat) * 1000:.0f} ms; lease changes in the storm {changes}; partitions "
               f"held {held}/{args.partitions}; session errors {attached_errors}; load average "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")  # fmt: skip
         return {
@@ -359,6 +368,8 @@ async def run(addr: str, topic: str, args: argparse.Namespace) -> dict[str, obje
             "attached_longest_pause_quiet_s": round(max(quiet), 2),
             "attached_ack_p99_ms": round(quantile(lat, 0.99) * 1000),
             "attached_lease_changes": changes,
+            "attached_longest_pause_probe_s": round(probe_pause, 2),
+            "attached_lease_changes_probe": probe_report["changes"],
             "attached_partitions_held": held,
         }
     finally:
