@@ -91,12 +91,14 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
         *,
         external: ExternalResets | None = None,
         admission: JoinAdmission | None = None,
+        lag: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.groups = groups
         self.metrics = metrics
         self.clock = clock
         self.external = external
         self.admission = admission  # None: every join is taken on
+        self.lag = lag  # how late the event loop runs now (seconds)
 
     async def Session(
         self, request_iterator: AsyncIterator[assigner_pb2.SessionRequest], context: Context
@@ -147,7 +149,9 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
         re-attach) always passes."""
         if self.admission is None:
             return
-        verdict = self.admission.admit(self.clock(), reattach=len(join.held_leases) > 0)
+        verdict = self.admission.admit(
+            self.clock(), reattach=len(join.held_leases) > 0, lag=self.lag()
+        )
         if verdict.admitted:
             return
         self.metrics.joins_throttled.inc()
