@@ -2,7 +2,7 @@
 
 Every Stream waited on one event shared with the other readers, which each cleared before
 looking, so each also looked again every 0.5 s (an attached, idle client cost its sidecar
-two rounds a second). Each Stream now waits on an event of its own (``DataSignal.waiter``),
+two rounds a second). Each Stream now waits on an event of its own (``DataSignal.add_waiter``),
 set when records are buffered or come due again. Counted here, on the real servicer over
 a real Serving, table and keeper (``stream_harness``): the rounds an idle stream makes
 (``take`` calls), and that records buffered, or given back by another stream, still reach
