@@ -182,7 +182,7 @@ class SidecarStream:
         self,
         sidecar: Sidecar,
         opening: stream_pb2.StreamOpen,
-        out: queue.Queue[tuple[SidecarStream, Item]],
+        out: queue.SimpleQueue[tuple[SidecarStream, Item]],
         *,
         columns: bool = False,
     ) -> None:
