@@ -77,3 +77,36 @@ def test_records_a_closed_stream_gives_back_wake_a_waiting_stream() -> None:
         second.cancel()
 
     run(body)
+
+
+def test_notifies_before_the_loop_ran_go_as_one_wake_up_and_none_is_lost() -> None:
+    """The fetch thread notifies per buffered batch: the notifies made before the loop ran
+    the last one's callback are one callback (one byte on the loop's self-pipe); a notify
+    after it ran schedules anew, so records buffered then still wake the waiters."""
+    from services.consumer_sidecar.serving import DataSignal
+
+    async def main() -> tuple[int, int, bool]:
+        loop = asyncio.get_running_loop()
+        scheduled: list[int] = []
+        call_soon_threadsafe = loop.call_soon_threadsafe
+
+        def counted(callback: Any, *args: Any) -> Any:
+            if getattr(callback, "__self__", None) is signal:  # not to_thread's own
+                scheduled.append(1)
+            return call_soon_threadsafe(callback, *args)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        signal = DataSignal()
+        signal.bind_loop(loop)
+        waiter = asyncio.Event()
+        signal.add_waiter(waiter)
+        await asyncio.to_thread(lambda: [signal.notify() for _ in range(5)])
+        await asyncio.wait_for(waiter.wait(), 10)
+        first = len(scheduled)
+        waiter.clear()
+        await asyncio.to_thread(signal.notify)
+        await asyncio.wait_for(waiter.wait(), 10)
+        return first, len(scheduled), waiter.is_set()
+
+    first, total, woken = asyncio.run(main())
+    assert (first, total, woken) == (1, 2, True)
