@@ -12,6 +12,7 @@ every stream waiting. No wall-clock time is asserted.
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 from dataservice.sidecar.v1 import stream_pb2_grpc
@@ -91,7 +92,7 @@ def test_notifies_before_the_loop_ran_go_as_one_wake_up_and_none_is_lost() -> No
         call_soon_threadsafe = loop.call_soon_threadsafe
 
         def counted(callback: Any, *args: Any) -> Any:
-            if getattr(callback, "__self__", None) is signal:  # not to_thread's own
+            if getattr(callback, "__self__", None) is signal:  # the signal's, no other
                 scheduled.append(1)
             return call_soon_threadsafe(callback, *args)
 
@@ -100,11 +101,22 @@ def test_notifies_before_the_loop_ran_go_as_one_wake_up_and_none_is_lost() -> No
         signal.bind_loop(loop)
         waiter = asyncio.Event()
         signal.add_waiter(waiter)
-        await asyncio.to_thread(lambda: [signal.notify() for _ in range(5)])
+
+        def notify_from_a_thread(times: int) -> None:
+            # Joined on the loop's thread: the loop runs none of the callbacks meanwhile.
+            def notify() -> None:
+                for _ in range(times):
+                    signal.notify()
+
+            thread = threading.Thread(target=notify)
+            thread.start()
+            thread.join()
+
+        notify_from_a_thread(5)
         await asyncio.wait_for(waiter.wait(), 10)
         first = len(scheduled)
         waiter.clear()
-        await asyncio.to_thread(signal.notify)
+        notify_from_a_thread(1)  # after the callback ran: scheduled anew
         await asyncio.wait_for(waiter.wait(), 10)
         return first, len(scheduled), waiter.is_set()
 
