@@ -56,11 +56,14 @@ class Mesh:
     sidecar: ServiceProcess
 
     def channel(self, target: str, token: str) -> grpc.Channel:
+        """To ``target`` with ``token``'s token for it (each service accepts its own
+        audience only: the sidecar token to the sidecar, the control plane's elsewhere)."""
+        to_sidecar = target == self.sidecar.grpc_addr
         tls = TlsConfig(
             ca_file=self.pki.ca,
             cert_file=self.pki.cert(CLIENT),
             key_file=self.pki.key(CLIENT),
-            token_file=self.pki.token(token),
+            token_file=self.pki.sidecar_token(token) if to_sidecar else self.pki.token(token),
         )
         return open_channel(target, NO_RETRY.with_tls(tls))
 
