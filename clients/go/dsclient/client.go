@@ -89,13 +89,14 @@ func (s *sidecar) close() {
 // the bound sidecars, and acks each record at the sidecar that delivered it. Safe for
 // concurrent use; Close it when done.
 type Client struct {
-	group     string
-	clientID  string
-	cfg       config
-	dialOpts  []grpc.DialOption
-	localOpts []grpc.DialOption // of a channel to a sidecar's Unix domain socket
-	logger    *slog.Logger
-	asg       *assigner
+	group       string
+	clientID    string
+	cfg         config
+	dialOpts    []grpc.DialOption // of the assigner's channels
+	sidecarOpts []grpc.DialOption // of a TCP channel to a sidecar (the sidecars' token)
+	localOpts   []grpc.DialOption // of a channel to a sidecar's Unix domain socket
+	logger      *slog.Logger
+	asg         *assigner
 
 	mu       sync.Mutex
 	state    bindingState
@@ -130,13 +131,17 @@ func New(ctx context.Context, group string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	sidecarOpts, err := cfg.sidecarDialOptions()
+	if err != nil {
+		return nil, err
+	}
 	dial := func(address string) (*grpc.ClientConn, error) { return grpc.NewClient(address, dialOpts...) }
 	asg, err := newAssigner(cfg.assigners, dial, cfg.logger)
 	if err != nil {
 		return nil, fmt.Errorf("dsclient: assigner channel: %w", err)
 	}
 	c := &Client{
-		group: group, clientID: cfg.clientID, cfg: cfg, dialOpts: dialOpts, localOpts: cfg.localDialOptions(), logger: cfg.logger, asg: asg,
+		group: group, clientID: cfg.clientID, cfg: cfg, dialOpts: dialOpts, sidecarOpts: sidecarOpts, localOpts: cfg.localDialOptions(), logger: cfg.logger, asg: asg,
 		sidecars: map[string]*sidecar{}, streams: map[string]*openStream{}, changed: make(chan struct{}),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -207,7 +212,7 @@ func (c *Client) applyLocked(ch change) {
 		}
 		// New, or on TCP while the binding names a socket (it may serve again: a
 		// restarted sidecar), or the binding names another socket (or none): choose.
-		target := sidecarTarget(addr, local, c.cfg.tls, acceptsNow)
+		target := sidecarTarget(addr, local, c.cfg.tls.forSidecars(), acceptsNow)
 		if ok && target == s.dials() {
 			s.local = local
 			continue
@@ -236,7 +241,7 @@ func (c *Client) dial(target, address string) (*grpc.ClientConn, error) {
 	if target != address {
 		return grpc.NewClient(target, c.localOpts...)
 	}
-	return grpc.NewClient(target, c.dialOpts...)
+	return grpc.NewClient(target, c.sidecarOpts...)
 }
 
 // fallBack moves s to TCP after a call over its socket (the channel used, which s still

@@ -356,7 +356,7 @@ func TestOnlyAFailureOverTheSocketItDialsNowMovesASidecarToTCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Client{cfg: cfg, dialOpts: dialOpts, localOpts: cfg.localDialOptions(), logger: cfg.logger, sidecars: map[string]*sidecar{}}
+	c := &Client{cfg: cfg, dialOpts: dialOpts, sidecarOpts: dialOpts, localOpts: cfg.localDialOptions(), logger: cfg.logger, sidecars: map[string]*sidecar{}}
 	older, err := grpc.NewClient(addr, dialOpts...)
 	if err != nil {
 		t.Fatal(err)
