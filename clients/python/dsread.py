@@ -22,7 +22,8 @@ certificate (mTLS), both or neither; ``--server-name`` is the name checked in th
 certificates; ``--token-file`` sends ``authorization: Bearer <token>`` on every call, the
 file read again when it changes, and needs ``--ca`` (a token never goes in the clear);
 ``--sidecar-token-file`` is the token sent to sidecars instead (audience ``ds-sidecar``: each
-service accepts only tokens minted for it). Without any of them the ``DS_TLS__*`` variables apply, as for any DsClient.
+service accepts only tokens minted for it). Without any of them the ``DS_TLS__*`` variables
+apply, as for any DsClient.
 """
 
 from __future__ import annotations

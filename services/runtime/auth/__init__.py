@@ -77,9 +77,7 @@ class Guard:
             raise
 
 
-def build_guard(
-    settings: AuthSettings, registry: CollectorRegistry, audience: str
-) -> Guard | None:
+def build_guard(settings: AuthSettings, registry: CollectorRegistry, audience: str) -> Guard | None:
     """The process's guard; None when authorization is off. ``audience``: the service's own
     (its discovery name), the ``aud`` its tokens must name. Reads the policy (and so fails
     at start, with the file named, when it is missing or malformed)."""

@@ -4,12 +4,13 @@ A JWT is verified against the configured key (signature, ``exp``, ``aud``, ``iss
 set; 30 s of clock skew allowed) and names its caller in ``sub``. Its ``aud`` must name the
 service checking it (``auth.jwt_audience``, by default the service's discovery name:
 ``ds-assigner``, ``ds-sidecar``, ``ds-notifier``): a token a client sent to a sidecar cannot
-be replayed at the assigner or the notifier (issue 37), and the refusal says whose it is. The key file is one PEM
-key, or a JSON key set (JWKS) in which each key has a ``kid``: a token then names the key it
-was signed with in its header, and every key of the set verifies the tokens naming it, so
-keys rotate without a restart (add the new key, sign with it, drop the old one once its
-tokens have expired). No token lives longer than ``jwt_max_lifetime_seconds`` from its
-``iat`` (issue 37, finding 12): a stolen token is worth a day at most by default.
+be replayed at the assigner or the notifier (issue 37), and the refusal says whose it is.
+The key file is one PEM key, or a JSON key set (JWKS) in which each key has a ``kid``: a
+token then names the key it was signed with in its header, and every key of the set
+verifies the tokens naming it, so keys rotate without a restart (add the new key, sign with
+it, drop the old one once its tokens have expired). No token lives longer than
+``jwt_max_lifetime_seconds`` from its ``iat`` (issue 37, finding 12): a stolen token is
+worth a day at most by default.
 
 The static file maps identities to tokens for set-ups too small for a token issuer; it is
 compared by SHA-256 digest, so no comparison leaks a token's prefix through timing. Both

@@ -59,7 +59,9 @@ def _write_set(path: Path, keys: dict[str, ec.EllipticCurvePrivateKey]) -> None:
 
 
 def _verifier(path: Path, clock: Clock | None = None, **settings: Any) -> TokenVerifier:
-    return TokenVerifier(AuthSettings(jwt_key_file=path, **settings), "ds-assigner", clock or Clock())
+    return TokenVerifier(
+        AuthSettings(jwt_key_file=path, **settings), "ds-assigner", clock or Clock()
+    )
 
 
 def _refusal(verifier: TokenVerifier, token: str) -> str:
@@ -146,7 +148,9 @@ def test_a_token_is_accepted_only_by_the_services_of_its_audience(tmp_path: Path
     assert sidecar.identity(to_sidecar) == "ops"
     replayed = _refusal(assigner, to_sidecar)
     print("a sidecar's token at the assigner:", replayed)
-    assert replayed == "wrong audience: the token is for ds-sidecar, this service accepts ds-assigner"
+    assert (
+        replayed == "wrong audience: the token is for ds-sidecar, this service accepts ds-assigner"
+    )
     assert "accepts ds-notifier" in _refusal(notifier, to_sidecar)
     control = _for(key, ["ds-assigner", "ds-notifier"])
     assert assigner.identity(control) == notifier.identity(control) == "ops"
