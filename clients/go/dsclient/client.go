@@ -212,7 +212,7 @@ func (c *Client) applyLocked(ch change) {
 		}
 		// New, or on TCP while the binding names a socket (it may serve again: a
 		// restarted sidecar), or the binding names another socket (or none): choose.
-		target := sidecarTarget(addr, local, c.cfg.tls.forSidecars(), acceptsNow)
+		target := sidecarTarget(addr, local, c.cfg.tls.forSidecars(), c.socketUsable)
 		if ok && target == s.dials() {
 			s.local = local
 			continue
@@ -233,6 +233,17 @@ func (c *Client) applyLocked(ch change) {
 	c.logger.Info("dsclient: binding applied", "version", c.state.version, "sidecars", c.state.addresses())
 	close(c.changed)
 	c.changed = make(chan struct{})
+}
+
+// socketUsable says whether the client sends its calls (and its token) to the sidecar's
+// socket file path: one only its owner could have placed (untrustedSocket, else logged and
+// TCP), accepting connections now.
+func (c *Client) socketUsable(path string) bool {
+	if why := untrustedSocket(path); why != "" {
+		c.logger.Warn("dsclient: not using the sidecar's socket, TCP instead", "why", why)
+		return false
+	}
+	return acceptsNow(path)
 }
 
 // dial opens a channel to a sidecar at address over target: its TCP address, or its
