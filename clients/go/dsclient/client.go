@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -239,6 +240,9 @@ func (c *Client) applyLocked(ch change) {
 // socket file path: one only its owner could have placed (untrustedSocket, else logged and
 // TCP), accepting connections now.
 func (c *Client) socketUsable(path string) bool {
+	if _, err := os.Lstat(path); err != nil {
+		return false // no socket here (the sidecar is in another pod): TCP, nothing to say
+	}
 	if why := untrustedSocket(path); why != "" {
 		c.logger.Warn("dsclient: not using the sidecar's socket, TCP instead", "why", why)
 		return false

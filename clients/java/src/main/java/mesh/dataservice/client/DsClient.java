@@ -320,7 +320,7 @@ public final class DsClient implements AutoCloseable {
   /** What the client dials for the sidecar at {@code address}: its socket or its address. */
   private String target(String address, String localAddress) {
     return LocalSocket.target(address, localAddress, sidecarSecurity, LocalSocket::nativeTransport,
-        LocalSocket::acceptsNow);
+        LocalSocket::usable);
   }
 
   /** A channel to the sidecar at {@code address} over {@code target}. */
