@@ -7,6 +7,7 @@ the same arguments and output, so ``tests/clients/`` can run one scenario agains
     dsread --assigner HOST:PORT --group G --client-id ID --expect N [--mode fetch|stream]
            [--idle-exit-s S] [--quiet]
            [--ca FILE] [--cert FILE --key FILE] [--server-name NAME] [--token-file FILE]
+           [--sidecar-token-file FILE]
     dsread --direct --bootstrap HOST:PORT --topic T --group G --expect N [--quiet]
 
 Through the mesh it prints ``rec <topic> <partition> <offset> <epoch> <delivery_count>`` for
@@ -19,8 +20,10 @@ Against a secured mesh (docs/client-protocol.md §16): ``--ca`` speaks TLS to th
 and every sidecar, verifying them with that CA; ``--cert``/``--key`` add a client
 certificate (mTLS), both or neither; ``--server-name`` is the name checked in the servers'
 certificates; ``--token-file`` sends ``authorization: Bearer <token>`` on every call, the
-file read again when it changes, and needs ``--ca`` (a token never goes in the clear).
-Without any of them the ``DS_TLS__*`` variables apply, as for any DsClient.
+file read again when it changes, and needs ``--ca`` (a token never goes in the clear);
+``--sidecar-token-file`` is the token sent to sidecars instead (audience ``ds-sidecar``: each
+service accepts only tokens minted for it). Without any of them the ``DS_TLS__*`` variables
+apply, as for any DsClient.
 """
 
 from __future__ import annotations
@@ -93,7 +96,7 @@ def _idle_watch(counter: Counter, idle_s: float) -> None:
             os._exit(EXIT_IDLE)
 
 
-TLS_FLAGS = ("ca", "cert", "key", "server_name", "token_file")
+TLS_FLAGS = ("ca", "cert", "key", "server_name", "token_file", "sidecar_token_file")
 
 
 def connection(args: argparse.Namespace) -> ConnectionSettings | None:
@@ -110,6 +113,7 @@ def connection(args: argparse.Namespace) -> ConnectionSettings | None:
         cert_file=args.cert,
         key_file=args.key,
         token_file=args.token_file,
+        sidecar_token_file=args.sidecar_token_file,
         server_name=args.server_name,
     )
     check_readable(tls)
@@ -219,6 +223,11 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--key", type=Path, help="mTLS: the client key (with --cert)")
     parser.add_argument("--server-name", help="the name checked in the servers' certificates")
     parser.add_argument("--token-file", type=Path, help="a bearer token sent on every call")
+    parser.add_argument(
+        "--sidecar-token-file",
+        type=Path,
+        help="the bearer token sent to sidecars instead (audience ds-sidecar)",
+    )
     args = parser.parse_args(argv)
     if args.expect < 1:
         parser.error("--expect must be at least 1")
@@ -228,7 +237,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         parser.error("TLS flags are for the mesh: --direct takes none")
     if (args.cert is None) != (args.key is None):
         parser.error("--cert and --key go together")
-    if args.token_file is not None and args.ca is None:
+    if (args.token_file or args.sidecar_token_file) is not None and args.ca is None:
         parser.error("--token-file needs --ca: a token is never sent over plaintext")
     if (args.cert or args.server_name) and args.ca is None:
         # Without --ca the channel is plaintext: a certificate or a server name would be

@@ -130,6 +130,11 @@ class ClientActivity:
                 series = known[client_id] = _Series()
             series.add(now, t, self.window)
 
+    def latest(self, sidecar_id: str, client_id: str) -> Totals | None:
+        """What ``sidecar_id`` last reported of ``client_id``; None if nothing."""
+        series = self._series.get(sidecar_id, {}).get(client_id)
+        return series.latest() if series is not None else None
+
     def retain(self, sidecars: Iterable[str]) -> None:
         """Forget the sidecars that are no longer members."""
         keep = set(sidecars)

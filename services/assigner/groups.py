@@ -474,9 +474,12 @@ class GroupRuntime:
     ) -> None:
         """A heartbeat's client totals; what no sidecar sends (a negative count, a time
         that is no time) is taken as 0, past :data:`MAX_REPORTED_CLIENTS` as absent. A
-        bound client a sidecar reports is alive (its binding renewed)."""
+        bound client a sidecar reports *active* is alive (its binding renewed): a stream of
+        it open there, or a request since that sidecar's previous report. A sidecar reports
+        every client it still tracks, so a client killed with kill -9 after it read stayed
+        "reported" and its binding never expired (seen: 50 of 50 after 30 s, window 5 s)."""
         for c in hb.clients[:MAX_REPORTED_CLIENTS]:
-            if c.client_id in self.client_seen:
+            if c.client_id in self.client_seen and self._reported_active(member_id, c):
                 self.client_seen[c.client_id] = now
         self.client_activity.observe(
             member_id,
@@ -495,6 +498,14 @@ class GroupRuntime:
             },
             now,
         )
+
+    def _reported_active(self, member_id: str, c: assigner_pb2.ClientActivity) -> bool:
+        """Whether a sidecar's report shows ``c`` at work: a stream open, or more requests
+        than its previous report (the first report counts: the client was just seen)."""
+        if c.active_streams > 0:
+            return True
+        before = self.client_activity.latest(member_id, c.client_id)
+        return before is None or c.requests > before.requests
 
     def client_rows(self) -> list[ClientRow]:
         """The group's clients (bound or seen by a member) with their rates per sidecar."""

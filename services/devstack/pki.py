@@ -7,7 +7,11 @@ one directory, files 0600:
 * ``NAME.pem`` / ``NAME.key`` for each identity: a certificate whose subject common name is
   NAME, valid for ``localhost`` and 127.0.0.1 as a server and as a client (mTLS);
 * ``jwt.pub`` / ``jwt.key``: the key tokens are signed with and verified against;
-* ``NAME.jwt``: a token whose subject is NAME (audience ``dataservice``, a day);
+* ``NAME.jwt``: a token whose subject is NAME for the control plane (audiences
+  ``ds-assigner`` and ``ds-notifier``, a day), and ``NAME.sidecar.jwt``, the same for the
+  sidecars (audience ``ds-sidecar``): each service accepts only tokens naming its own
+  audience, so a token sent to a sidecar cannot be replayed at the assigner or the
+  notifier, nor a control-plane token at a sidecar (issue 37);
 * ``policy.yaml``: the roles of each identity (:func:`write_policy`).
 
 Nothing here is fit for production: the CA key sits beside the certificates.
@@ -29,7 +33,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-TOKEN_AUDIENCE = "dataservice"
+# Each service's audience is its discovery name (auth.jwt_audience's default).
+ASSIGNER_AUDIENCE = "ds-assigner"
+NOTIFIER_AUDIENCE = "ds-notifier"
+SIDECAR_AUDIENCE = "ds-sidecar"
+AUDIENCES = (ASSIGNER_AUDIENCE, NOTIFIER_AUDIENCE, SIDECAR_AUDIENCE)
+# NAME.jwt: what an identity sends to the assigner and the notifier.
+CONTROL_AUDIENCES = (ASSIGNER_AUDIENCE, NOTIFIER_AUDIENCE)
 TOKEN_ISSUER = "dsctl-dev"
 # A day: the services' default jwt_max_lifetime_seconds (issue 37, finding 12); `dsctl dev
 # up --secure` mints them afresh.
@@ -62,7 +72,12 @@ class DevPki:
         return self.directory / f"{name}.key"
 
     def token(self, name: str) -> Path:
+        """NAME's token for the control plane (the assigner, the notifier)."""
         return self.directory / f"{name}.jwt"
+
+    def sidecar_token(self, name: str) -> Path:
+        """NAME's token for the sidecars (what an application sends to its sidecar)."""
+        return self.directory / f"{name}.sidecar.jwt"
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -177,11 +192,20 @@ def make_token_key(pki: DevPki) -> ec.EllipticCurvePrivateKey:
     return key
 
 
-def sign_token(key: ec.EllipticCurvePrivateKey, subject: str, *, days: float = TOKEN_DAYS) -> str:
+def sign_token(
+    key: ec.EllipticCurvePrivateKey,
+    subject: str,
+    *,
+    audiences: Sequence[str] = CONTROL_AUDIENCES,
+    days: float = TOKEN_DAYS,
+) -> str:
+    """A token naming ``subject``, accepted by the services of ``audiences`` only."""
+    if not audiences:
+        raise ValueError("a token names at least one audience")
     now = _now()
     claims = {
         "sub": subject,
-        "aud": TOKEN_AUDIENCE,
+        "aud": list(audiences),
         "iss": TOKEN_ISSUER,
         "iat": now,
         "exp": now + datetime.timedelta(days=days),
@@ -210,5 +234,7 @@ def make_dev_pki(
     token_key = make_token_key(pki)
     for name in roles:
         _write(pki.token(name), sign_token(token_key, name).encode())
+        sidecar = sign_token(token_key, name, audiences=[SIDECAR_AUDIENCE])
+        _write(pki.sidecar_token(name), sidecar.encode())
     write_policy(pki, roles)
     return pki

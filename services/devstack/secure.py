@@ -6,7 +6,7 @@ Every gRPC and HTTP port serves TLS and requires a client certificate signed by 
 included, so the policy below is the whole story of who may do what. The operator's
 tools (dsctl, grpcurl, an application) connect with the ``client`` certificate (CN
 ``dev-client``, no role of its own) and one of the tokens: ``admin.jwt``, ``viewer.jwt``,
-``reader-demo.jwt``.
+``reader-demo.jwt`` for the assigner and the notifier, ``NAME.sidecar.jwt`` for sidecars.
 """
 
 from __future__ import annotations
@@ -56,7 +56,9 @@ def tls_env(pki: DevPki, certificate: str, token: str | None) -> dict[str, str]:
         "DS_TLS__KEY_FILE": str(pki.key(certificate)),
     }
     if token is not None:
+        # The control plane's token, and the one sent to sidecars (audiences: issue 37).
         env["DS_TLS__TOKEN_FILE"] = str(pki.token(token))
+        env["DS_TLS__SIDECAR_TOKEN_FILE"] = str(pki.sidecar_token(token))
     return env
 
 

@@ -222,11 +222,14 @@ def _print_secure_usage(pki: str, sidecar: str) -> None:
     """--secure: how to reach the stack (the CA, the client certificate, a token)."""
     console.print(
         f"\n[bold]Secure:[/bold] mTLS on every port, tokens required. CA, certificates, "
-        f"tokens and the policy are in {pki}/ (admin.jwt, viewer.jwt, reader-demo.jwt)."
+        f"tokens and the policy are in {pki}/ (admin.jwt, viewer.jwt, reader-demo.jwt for "
+        f"the assigner and the notifier; NAME.sidecar.jwt for sidecars: each service accepts "
+        f"only tokens minted for it)."
     )
     console.print("[bold]Use dsctl (or an application) with:[/bold]")
     console.print(f"  export DS_TLS__CA_FILE={pki}/ca.pem DS_TLS__CERT_FILE={pki}/client.pem")
     console.print(f"  export DS_TLS__KEY_FILE={pki}/client.key DS_TLS__TOKEN_FILE={pki}/admin.jwt")
+    console.print(f"  export DS_TLS__SIDECAR_TOKEN_FILE={pki}/admin.sidecar.jwt")
     console.print("[bold]Try:[/bold]")
     tls = f"-cacert {pki}/ca.pem -cert {pki}/client.pem -key {pki}/client.key"
     console.print(
@@ -234,7 +237,7 @@ def _print_secure_usage(pki: str, sidecar: str) -> None:
         "127.0.0.1:7070 dataservice.assigner.v1.AdminService/ListGroups"
     )
     console.print(
-        f'  grpcurl {tls} -H "authorization: Bearer $(cat {pki}/reader-demo.jwt)" '
+        f'  grpcurl {tls} -H "authorization: Bearer $(cat {pki}/reader-demo.sidecar.jwt)" '
         '-d \'{"client_id":"me","group":"demo","max_records":3}\' '
         f"{sidecar} dataservice.sidecar.v1.StreamService/Fetch"
     )

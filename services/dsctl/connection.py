@@ -13,3 +13,10 @@ from dsclient.connection import DEFAULT_SETTINGS, ConnectionSettings, TlsConfig
 def connection() -> ConnectionSettings:
     """Read once per dsctl run; ValueError naming the variable if one is malformed."""
     return DEFAULT_SETTINGS.with_tls(TlsConfig.from_env())
+
+
+def sidecar_connection() -> ConnectionSettings:
+    """The same, to a sidecar: the token of ``DS_TLS__SIDECAR_TOKEN_FILE`` when set (its
+    audience ds-sidecar; the control plane's token is refused there)."""
+    settings = connection()
+    return settings.with_tls(settings.tls.for_sidecars())

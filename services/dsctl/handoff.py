@@ -38,7 +38,7 @@ from services.dsctl.admin_client import (
     assigner_endpoint,
     classify_rpc_error,
 )
-from services.dsctl.connection import connection
+from services.dsctl.connection import connection, sidecar_connection
 from services.runtime.settings import OneLineArgumentParser
 
 POLL_SECONDS = 0.2
@@ -50,7 +50,7 @@ def sidecar_endpoint(address: str) -> Endpoint:
 
 
 def status(sidecar: str) -> stream_pb2.StatusResponse:
-    with open_channel(sidecar, connection()) as channel:
+    with open_channel(sidecar, sidecar_connection()) as channel:
         stub = stream_pb2_grpc.StreamServiceStub(channel)
         try:
             return stub.Status(stream_pb2.StatusRequest(), timeout=CALL_TIMEOUT_SECONDS)

@@ -116,7 +116,7 @@ class ServiceRunner:
             self.service, "grpc_interceptors", tuple
         )()
         # Authorization (when on): the policy is read now, so a bad file stops the start.
-        guard = build_guard(self.settings.auth, self.service.registry)
+        guard = build_guard(self.settings.auth, self.service.registry, self.service.name)
         auth = guard.interceptor(getattr(self.service, "served_group", "")) if guard else None
         # A service may also serve on a Unix domain socket (the sidecar, for its pod).
         local_socket_path: Path | None = getattr(self.service, "local_socket_path", None)

@@ -217,7 +217,10 @@ class SidecarPool:
         with self._lock:
             channel = self._channels.get(endpoint)
             if channel is None:
-                channel = open_channel(endpoint, connection())
+                # A sidecar gets the sidecar token (DS_TLS__SIDECAR_TOKEN_FILE, its
+                # audience ds-sidecar), the assigner the other (issue 37).
+                settings = connection()
+                channel = open_channel(endpoint, settings.with_tls(settings.tls.for_sidecars()))
                 self._channels[endpoint] = channel
             return stream_pb2_grpc.StreamServiceStub(channel)
 

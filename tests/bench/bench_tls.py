@@ -138,6 +138,7 @@ def run(bootstrap: str, records: int, rounds: int, log_dir: Path) -> None:
             cert_file=pki.cert(APP),
             key_file=pki.key(APP),
             token_file=pki.token(APP),
+            sidecar_token_file=pki.sidecar_token(APP),
         )
     )
     create_topic(bootstrap, topic, PARTITIONS)

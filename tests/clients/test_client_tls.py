@@ -87,7 +87,9 @@ class SecureMesh:
         flags += ["--cert", str(self.pki.cert(CLIENT_CERT))]
         flags += ["--key", str(self.pki.key(CLIENT_CERT))]
         if token is not None:
+            # The assigner's token and the sidecars' (each service accepts its audience only).
             flags += ["--token-file", str(self.pki.token(token))]
+            flags += ["--sidecar-token-file", str(self.pki.sidecar_token(token))]
         return flags
 
 

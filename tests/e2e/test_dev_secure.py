@@ -97,6 +97,8 @@ def tls(pki: DevPki, token: str | None) -> TlsConfig:
         cert_file=pki.cert("client"),
         key_file=pki.key("client"),
         token_file=pki.token(token) if token else None,
+        # what it sends sidecars: each service accepts only tokens minted for it
+        sidecar_token_file=pki.sidecar_token(token) if token else None,
     )
 
 

@@ -1,11 +1,11 @@
 """Workload identity against the real API server: a pod's projected service-account token
-(audience ``dataservice``, here made with ``kubectl create token``, what the kubelet
-projects) authenticates a call to the assigner's real servicers behind the real
+(audience ``ds-assigner``, the service's own, here made with ``kubectl create token``, what
+the kubelet projects) authenticates a call to the assigner's real servicers behind the real
 authorization interceptor, verified by a TokenReview the assigner makes with its own
 service account (bound to system:auth-delegator). The identity is
 ``system:serviceaccount:NAMESPACE:NAME`` and the policy's roles and group scopes apply to
-it; a token for another audience, or of a service account the policy does not name, is
-refused."""
+it; a token for another audience (``vault``, or ``ds-sidecar``: one a pod sends its sidecar,
+replayed at the assigner), or of a service account the policy does not name, is refused."""
 
 from __future__ import annotations
 
@@ -64,9 +64,10 @@ def test_a_projected_token_is_verified_by_token_review_and_mapped_by_the_policy(
             server=cluster.server, ca_file=Path(cluster.ca), token_file=credential
         ),
     )
-    reader = token(cluster, "orders-reader", "dataservice")
+    reader = token(cluster, "orders-reader", "ds-assigner")
     other_audience = token(cluster, "orders-reader", "vault")
-    stranger = token(cluster, "stranger", "dataservice")
+    for_sidecar = token(cluster, "orders-reader", "ds-sidecar")
+    stranger = token(cluster, "stranger", "ds-assigner")
 
     async def body(a: Assigner) -> None:
         for group in ("orders", "payments"):
@@ -77,10 +78,11 @@ def test_a_projected_token_is_verified_by_token_review_and_mapped_by_the_policy(
 
         bound = await a.bindings.Bind(bind("orders"), metadata=bearer(reader))
         assert bound.binding.group == "orders"
-        print(f"\n{READER} (audience dataservice): Bind orders -> OK")
+        print(f"\n{READER} (audience ds-assigner): Bind orders -> OK")
         for who, call_token, group, expected in (
             (READER, reader, "payments", grpc.StatusCode.PERMISSION_DENIED),  # out of scope
             ("(audience vault)", other_audience, "orders", grpc.StatusCode.UNAUTHENTICATED),
+            ("(audience ds-sidecar)", for_sidecar, "orders", grpc.StatusCode.UNAUTHENTICATED),
             ("stranger", stranger, "orders", grpc.StatusCode.PERMISSION_DENIED),  # no role
             ("(not a token)", "x" * 40, "orders", grpc.StatusCode.UNAUTHENTICATED),
         ):

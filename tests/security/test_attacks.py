@@ -15,13 +15,22 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from dataservice.assigner.v1 import assigner_pb2, assigner_pb2_grpc
+from dataservice.assigner.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    assigner_pb2,
+    assigner_pb2_grpc,
+    binding_pb2,
+    binding_pb2_grpc,
+)
+from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from dsclient.connection import ConnectionSettings, TlsConfig, open_channel
 from dsclient.reasons import error_info
@@ -48,13 +57,21 @@ class Secured:
     topic: str
     assigner: ServiceProcess
     sidecar: ServiceProcess
+    notifier: ServiceProcess
 
-    def channel(self, target: str, token: str | None) -> grpc.Channel:
+    def channel(
+        self, target: str, token: str | None, token_file: Path | None = None
+    ) -> grpc.Channel:
+        """A channel to ``target`` sending ``token``'s token for that service (the sidecar
+        token to the sidecar, the control plane's to the others), or ``token_file``."""
+        if token_file is None and token:
+            to_sidecar = target == self.sidecar.grpc_addr
+            token_file = self.pki.sidecar_token(token) if to_sidecar else self.pki.token(token)
         tls = TlsConfig(
             ca_file=self.pki.ca,
             cert_file=self.pki.cert(CLIENT),
             key_file=self.pki.key(CLIENT),
-            token_file=self.pki.token(token) if token else None,
+            token_file=token_file,
         )
         return open_channel(target, NO_RETRY.with_tls(tls))
 
@@ -73,10 +90,13 @@ def mesh(kafka_cluster: KafkaHandle, tmp_path_factory: pytest.TempPathFactory) -
         "reader-a": [f"reader:{group}"],
         "reader-b": [f"reader:{group}"],
         "viewer": ["viewer"],
+        "notifier": [],
     }
     root = tmp_path_factory.mktemp("security")
     pki = make_dev_pki(
-        root / "pki", roles, certificates=["assigner", SIDECAR, CLIENT, "stolen-sidecar"]
+        root / "pki",
+        roles,
+        certificates=["assigner", "notifier", SIDECAR, CLIENT, "stolen-sidecar"],
     )
     create_topic(kafka_cluster.bootstrap, topic, PARTITIONS)
     try:
@@ -97,10 +117,17 @@ def mesh(kafka_cluster: KafkaHandle, tmp_path_factory: pytest.TempPathFactory) -
                 group, assigner, SIDECAR, env=dict(service_env(pki, SIDECAR))
             )
             sidecar.wait_serving()
-            yield Secured(pki, group, other, topic, assigner, sidecar)
+            notifier_env = {
+                **service_env(pki, "notifier"),
+                "DS_FAULTS_TOPIC": f"__ds_sec_faults_{run}",
+            }
+            notifier = services.service("notifier", env=notifier_env)
+            notifier.wait_serving()
+            yield Secured(pki, group, other, topic, assigner, sidecar, notifier)
     finally:
         delete_topic(kafka_cluster.bootstrap, topic)
         delete_topic(kafka_cluster.bootstrap, f"__ds_sec_state_{run}")
+        delete_topic(kafka_cluster.bootstrap, f"__ds_sec_faults_{run}")
 
 
 def refusal(err: grpc.RpcError) -> tuple[str, str, dict[str, str]]:
@@ -249,3 +276,53 @@ def test_a_huge_message_before_authentication_is_not_decoded(mesh: Secured) -> N
             got = err.code().name  # type: ignore[attr-defined]
     report("a 17 MiB Health.Check without a token (public method, caller unknown)", got)
     assert got == "RESOURCE_EXHAUSTED"
+
+
+def test_a_token_sent_to_a_sidecar_is_refused_at_the_assigner_and_the_notifier(
+    mesh: Secured,
+) -> None:
+    """Tokens carry their audience: what a reader sent its sidecar (aud ds-sidecar), a
+    sidecar that collected it replays at the assigner and at the notifier; the control
+    plane's token (aud ds-assigner, ds-notifier) replayed at a sidecar. All refused."""
+    fetched(mesh, "reader-a", "app-a")  # the reader's sidecar token is good at the sidecar
+    reader_token = mesh.pki.sidecar_token("reader-a")
+    with mesh.channel(mesh.assigner.grpc_addr, None, reader_token) as channel:
+        bind = binding_pb2.BindRequest(group=mesh.group, client_id="app-a")
+        try:
+            binding_pb2_grpc.BindingServiceStub(channel).Bind(bind, timeout=10)
+            at_assigner: Any = "OK: bound"
+        except grpc.RpcError as err:
+            at_assigner = refusal(err)
+    report("a reader's sidecar token replayed at the assigner (Bind)", at_assigner)
+    with mesh.channel(mesh.notifier.grpc_addr, None, reader_token) as channel:
+        try:
+            notifier_pb2_grpc.NotifierServiceStub(channel).ListFaults(
+                notifier_pb2.ListFaultsRequest(), timeout=10
+            )
+            at_notifier: Any = "OK: listed"
+        except grpc.RpcError as err:
+            at_notifier = refusal(err)
+    report("a reader's sidecar token replayed at the notifier (ListFaults)", at_notifier)
+    control = mesh.pki.token("viewer")
+    with mesh.channel(mesh.sidecar.grpc_addr, None, control) as channel:
+        try:
+            stream_pb2_grpc.StreamServiceStub(channel).Status(
+                stream_pb2.StatusRequest(), timeout=10
+            )
+            at_sidecar: Any = "OK: status"
+        except grpc.RpcError as err:
+            at_sidecar = refusal(err)
+    report(
+        "a viewer's control-plane token (sent to the assigner) replayed at a sidecar", at_sidecar
+    )
+    with mesh.channel(mesh.assigner.grpc_addr, "viewer") as channel:
+        groups = admin_pb2_grpc.AdminServiceStub(channel).ListGroups(
+            admin_pb2.ListGroupsRequest(), timeout=10
+        )
+    assert mesh.group in {g.config.name for g in groups.groups}  # the same token, where it belongs
+    for got, service in ((at_assigner, "ds-assigner"), (at_notifier, "ds-notifier")):
+        assert got[:2] == ("UNAUTHENTICATED", "UNAUTHENTICATED"), got
+        assert "the token is for ds-sidecar" in got[2]["why"], got
+        assert f"accepts {service}" in got[2]["why"], got
+    assert at_sidecar[:2] == ("UNAUTHENTICATED", "UNAUTHENTICATED"), at_sidecar
+    assert "accepts ds-sidecar" in at_sidecar[2]["why"], at_sidecar

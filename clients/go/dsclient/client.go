@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -89,13 +90,14 @@ func (s *sidecar) close() {
 // the bound sidecars, and acks each record at the sidecar that delivered it. Safe for
 // concurrent use; Close it when done.
 type Client struct {
-	group     string
-	clientID  string
-	cfg       config
-	dialOpts  []grpc.DialOption
-	localOpts []grpc.DialOption // of a channel to a sidecar's Unix domain socket
-	logger    *slog.Logger
-	asg       *assigner
+	group       string
+	clientID    string
+	cfg         config
+	dialOpts    []grpc.DialOption // of the assigner's channels
+	sidecarOpts []grpc.DialOption // of a TCP channel to a sidecar (the sidecars' token)
+	localOpts   []grpc.DialOption // of a channel to a sidecar's Unix domain socket
+	logger      *slog.Logger
+	asg         *assigner
 
 	mu       sync.Mutex
 	state    bindingState
@@ -130,13 +132,17 @@ func New(ctx context.Context, group string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	sidecarOpts, err := cfg.sidecarDialOptions()
+	if err != nil {
+		return nil, err
+	}
 	dial := func(address string) (*grpc.ClientConn, error) { return grpc.NewClient(address, dialOpts...) }
 	asg, err := newAssigner(cfg.assigners, dial, cfg.logger)
 	if err != nil {
 		return nil, fmt.Errorf("dsclient: assigner channel: %w", err)
 	}
 	c := &Client{
-		group: group, clientID: cfg.clientID, cfg: cfg, dialOpts: dialOpts, localOpts: cfg.localDialOptions(), logger: cfg.logger, asg: asg,
+		group: group, clientID: cfg.clientID, cfg: cfg, dialOpts: dialOpts, sidecarOpts: sidecarOpts, localOpts: cfg.localDialOptions(), logger: cfg.logger, asg: asg,
 		sidecars: map[string]*sidecar{}, streams: map[string]*openStream{}, changed: make(chan struct{}),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -207,7 +213,7 @@ func (c *Client) applyLocked(ch change) {
 		}
 		// New, or on TCP while the binding names a socket (it may serve again: a
 		// restarted sidecar), or the binding names another socket (or none): choose.
-		target := sidecarTarget(addr, local, c.cfg.tls, acceptsNow)
+		target := sidecarTarget(addr, local, c.cfg.tls.forSidecars(), c.socketUsable)
 		if ok && target == s.dials() {
 			s.local = local
 			continue
@@ -230,13 +236,27 @@ func (c *Client) applyLocked(ch change) {
 	c.changed = make(chan struct{})
 }
 
+// socketUsable says whether the client sends its calls (and its token) to the sidecar's
+// socket file path: one only its owner could have placed (untrustedSocket, else logged and
+// TCP), accepting connections now.
+func (c *Client) socketUsable(path string) bool {
+	if _, err := os.Lstat(path); err != nil {
+		return false // no socket here (the sidecar is in another pod): TCP, nothing to say
+	}
+	if why := untrustedSocket(path); why != "" {
+		c.logger.Warn("dsclient: not using the sidecar's socket, TCP instead", "why", why)
+		return false
+	}
+	return acceptsNow(path)
+}
+
 // dial opens a channel to a sidecar at address over target: its TCP address, or its
 // socket (local credentials, §3).
 func (c *Client) dial(target, address string) (*grpc.ClientConn, error) {
 	if target != address {
 		return grpc.NewClient(target, c.localOpts...)
 	}
-	return grpc.NewClient(target, c.dialOpts...)
+	return grpc.NewClient(target, c.sidecarOpts...)
 }
 
 // fallBack moves s to TCP after a call over its socket (the channel used, which s still

@@ -43,6 +43,18 @@ var connectParams = grpc.ConnectParams{
 type tlsConfig struct {
 	caFile, certFile, keyFile, serverName string
 	tokenFile, token                      string
+	// The token sent to sidecars instead (its audience ds-sidecar: a sidecar cannot replay
+	// it at the assigner or the notifier); "": tokenFile / token.
+	sidecarTokenFile string
+}
+
+// forSidecars is the configuration of a channel to a sidecar: its token is
+// sidecarTokenFile when one is set.
+func (t tlsConfig) forSidecars() tlsConfig {
+	if t.sidecarTokenFile != "" {
+		t.tokenFile, t.token = t.sidecarTokenFile, ""
+	}
+	return t
 }
 
 func (t tlsConfig) enabled() bool { return t.caFile != "" }
@@ -61,9 +73,15 @@ func channelOptions() []grpc.DialOption {
 
 // dialOptions are the options of every TCP channel: channelOptions and the credentials
 // (TLS, the client certificate, the bearer token).
-func (c *config) dialOptions() ([]grpc.DialOption, error) {
+func (c *config) dialOptions() ([]grpc.DialOption, error) { return c.dialOptionsWith(c.tls) }
+
+// sidecarDialOptions are dialOptions with the sidecars' token (WithSidecarTokenFile).
+func (c *config) sidecarDialOptions() ([]grpc.DialOption, error) {
+	return c.dialOptionsWith(c.tls.forSidecars())
+}
+
+func (c *config) dialOptionsWith(t tlsConfig) ([]grpc.DialOption, error) {
 	opts := channelOptions()
-	t := c.tls
 	if !t.enabled() {
 		if t.token != "" || t.tokenFile != "" {
 			return nil, ErrInsecureToken
@@ -101,7 +119,7 @@ func (c *config) dialOptions() ([]grpc.DialOption, error) {
 // on the socket as on TCP). A socket carries no client certificate: see sidecarTarget.
 func (c *config) localDialOptions() []grpc.DialOption {
 	opts := append(channelOptions(), grpc.WithTransportCredentials(local.NewCredentials()))
-	if t := c.tls; t.token != "" || t.tokenFile != "" {
+	if t := c.tls.forSidecars(); t.token != "" || t.tokenFile != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(&bearer{token: t.token, file: t.tokenFile}))
 	}
 	return append(opts, c.dialOpts...)

@@ -356,7 +356,7 @@ func TestOnlyAFailureOverTheSocketItDialsNowMovesASidecarToTCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Client{cfg: cfg, dialOpts: dialOpts, localOpts: cfg.localDialOptions(), logger: cfg.logger, sidecars: map[string]*sidecar{}}
+	c := &Client{cfg: cfg, dialOpts: dialOpts, sidecarOpts: dialOpts, localOpts: cfg.localDialOptions(), logger: cfg.logger, sidecars: map[string]*sidecar{}}
 	older, err := grpc.NewClient(addr, dialOpts...)
 	if err != nil {
 		t.Fatal(err)
@@ -379,5 +379,86 @@ func TestOnlyAFailureOverTheSocketItDialsNowMovesASidecarToTCP(t *testing.T) {
 	c.fallBack(s, now, unavailable)
 	if got := s.dials(); got != addr {
 		t.Fatalf("after UNAVAILABLE over the socket: dials %q, want %q", got, addr)
+	}
+}
+
+// Issue 37, finding 1: the client sends its calls (and its token) to a socket only when
+// nobody but its owner could have placed it, as the Python client does: a socket in a
+// directory its group or every user may write (a world-writable /tmp, a group-writable
+// volume), reached through a link, or writable by every user, is not used: the client
+// reads over TCP, where TLS checks who answers.
+func TestASocketOthersCouldHavePlacedIsNotUsed(t *testing.T) {
+	root := t.TempDir()
+	private := filepath.Join(root, "private")
+	if err := os.Mkdir(private, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]func() (string, string){
+		"own 0750 directory": func() (string, string) {
+			return filepath.Join(private, "sidecar-s1.sock"), ""
+		},
+		"group-writable directory": func() (string, string) {
+			dir := filepath.Join(root, "group")
+			mustMkdir(t, dir, 0o770)
+			return filepath.Join(dir, "sidecar-s1.sock"), "writable by users other than its owner"
+		},
+		"world-writable directory": func() (string, string) {
+			dir := filepath.Join(root, "tmp")
+			mustMkdir(t, dir, 0o1777)
+			return filepath.Join(dir, "sidecar-s1.sock"), "writable by users other than its owner"
+		},
+		"directory reached through a link": func() (string, string) {
+			link := filepath.Join(root, "link")
+			if err := os.Symlink(private, link); err != nil {
+				t.Fatal(err)
+			}
+			return filepath.Join(link, "sidecar-s2.sock"), "is not a directory"
+		},
+	}
+	for name, setup := range cases {
+		t.Run(name, func(t *testing.T) {
+			path, why := setup()
+			tr := &transports{}
+			addr := localSidecar(t, &fakeSidecar{fetch: twoRecords}, tr, nil, path)
+			got := untrustedSocket(path)
+			if (why == "") != (got == "") || !strings.Contains(got, why) {
+				t.Fatalf("untrustedSocket(%s) = %q, want %q", name, got, why)
+			}
+			t.Logf("%s: %q", name, got)
+			asg := newFakeAssigner(t, bound(localBinding(addr, "unix:"+path)))
+			calls := fetchAndAck(t, tr, WithAssigners(asg.addr))
+			network := "unix"
+			if why != "" {
+				network = "tcp"
+			}
+			want := []string{network + " Fetch (none)", network + " Ack (none)", network + " Nack (none)"}
+			checkCalls(t, name, calls, want)
+		})
+	}
+	// A socket file every user may write, and a plain file, are refused as well.
+	sock := filepath.Join(private, "sidecar-s3.sock")
+	staleSocket(t, sock)
+	if err := os.Chmod(sock, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if got := untrustedSocket(sock); !strings.Contains(got, "writable by every user") {
+		t.Errorf("a 0777 socket: %q", got)
+	}
+	plain := filepath.Join(private, "plain")
+	if err := os.WriteFile(plain, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := untrustedSocket(plain); !strings.Contains(got, "is not a socket") {
+		t.Errorf("a plain file: %q", got)
+	}
+}
+
+func mustMkdir(t *testing.T, dir string, mode os.FileMode) {
+	t.Helper()
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, mode); err != nil { // whatever the umask
+		t.Fatal(err)
 	}
 }

@@ -77,6 +77,14 @@ func WithServerName(name string) Option { return func(c *config) { c.tls.serverN
 // path and read again whenever the file changes (rotation). Requires WithTLS.
 func WithTokenFile(path string) Option { return func(c *config) { c.tls.tokenFile = path } }
 
+// WithSidecarTokenFile sends the token of path to the sidecars instead of WithTokenFile's
+// (read again when the file changes). Each service accepts only tokens minted for it (their
+// aud: ds-assigner, ds-sidecar, ds-notifier), so the token a sidecar receives cannot be
+// replayed at the assigner. Requires WithTLS.
+func WithSidecarTokenFile(path string) Option {
+	return func(c *config) { c.tls.sidecarTokenFile = path }
+}
+
 // WithToken sends a fixed bearer token on every call. Requires WithTLS.
 func WithToken(token string) Option { return func(c *config) { c.tls.token = token } }
 

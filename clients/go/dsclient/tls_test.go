@@ -129,7 +129,17 @@ func firstOf(vs []string) string {
 // C47: over TLS with a client certificate (mTLS), every call carries "authorization:
 // Bearer <token>" read from the token file, and a rotated file is sent from the next call
 // on. The servers are in-process, with a CA made by the test.
-func TestARotatedTokenFileIsSentFromTheNextCallOn(t *testing.T) {
+// tlsMesh is an in-process assigner and sidecar on one TLS port requiring a client
+// certificate (mTLS), recording every call's token, and the client's certificate.
+type tlsMesh struct {
+	pki                   *testPKI
+	addr                  string
+	seen                  *seenTokens
+	asg                   *fakeAssigner
+	clientCert, clientKey string
+}
+
+func newTLSMesh(t *testing.T) *tlsMesh {
 	pki := newTestPKI(t)
 	_, _, serverPair := pki.issue(t, "mesh.test", x509.ExtKeyUsageServerAuth)
 	clientCert, clientKey, _ := pki.issue(t, "reader", x509.ExtKeyUsageClientAuth)
@@ -159,6 +169,12 @@ func TestARotatedTokenFileIsSentFromTheNextCallOn(t *testing.T) {
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 
+	return &tlsMesh{pki: pki, addr: addr, seen: seen, asg: asg, clientCert: clientCert, clientKey: clientKey}
+}
+
+func TestARotatedTokenFileIsSentFromTheNextCallOn(t *testing.T) {
+	m := newTLSMesh(t)
+	pki, addr, seen, asg, clientCert, clientKey := m.pki, m.addr, m.seen, m.asg, m.clientCert, m.clientKey
 	tokenFile := filepath.Join(pki.dir, "token")
 	if err := os.WriteFile(tokenFile, []byte("token-one\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -207,6 +223,53 @@ func TestARotatedTokenFileIsSentFromTheNextCallOn(t *testing.T) {
 		after := seen.since(n)
 		if len(after) == 0 || after[0] != "Fetch Bearer "+token {
 			t.Errorf("after the rotation to %s: %v", token, after)
+		}
+	}
+}
+
+// Issue 37: tokens are scoped by audience. With WithSidecarTokenFile the assigner's calls
+// (Bind, WatchBinding) carry the token file's token and the sidecars' calls (Fetch, Ack)
+// the sidecar token, never the other way round: what a sidecar receives is no good at
+// the assigner.
+func TestTheSidecarsGetTheSidecarTokenAndTheAssignerItsOwn(t *testing.T) {
+	m := newTLSMesh(t)
+	assignerToken := filepath.Join(m.pki.dir, "assigner.jwt")
+	sidecarToken := filepath.Join(m.pki.dir, "sidecar.jwt")
+	for path, token := range map[string]string{assignerToken: "for-the-assigner", sidecarToken: "for-the-sidecars"} {
+		if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := testContext(t)
+	c, err := New(ctx, "g", WithAssigners(m.addr), WithTLS(m.pki.caFile), WithClientCertificate(m.clientCert, m.clientKey),
+		WithServerName("mesh.test"), WithTokenFile(assignerToken), WithSidecarTokenFile(sidecarToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	records, err := c.Fetch(ctx)
+	if err != nil || len(records) != 1 {
+		t.Fatalf("Fetch = %v, %v", records, err)
+	}
+	if n, err := c.Ack(ctx, records); n != 1 || err != nil {
+		t.Fatalf("Ack = %d, %v", n, err)
+	}
+	waitFor(t, "the watch", func() bool { m.asg.mu.Lock(); defer m.asg.mu.Unlock(); return len(m.asg.known) == 1 })
+	want := map[string]string{
+		"Bind": "Bearer for-the-assigner", "WatchBinding": "Bearer for-the-assigner",
+		"Fetch": "Bearer for-the-sidecars", "Ack": "Bearer for-the-sidecars",
+	}
+	seen := map[string]bool{}
+	for _, call := range m.seen.since(0) {
+		method, token, _ := strings.Cut(call, " ")
+		if expected, ok := want[method]; ok && token != expected {
+			t.Errorf("%s carried %q; want %q", method, token, expected)
+		}
+		seen[method] = true
+	}
+	for method := range want {
+		if !seen[method] {
+			t.Errorf("no %s call seen: %v", method, m.seen.since(0))
 		}
 	}
 }

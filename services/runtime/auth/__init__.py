@@ -77,12 +77,13 @@ class Guard:
             raise
 
 
-def build_guard(settings: AuthSettings, registry: CollectorRegistry) -> Guard | None:
-    """The process's guard; None when authorization is off. Reads the policy (and so fails
+def build_guard(settings: AuthSettings, registry: CollectorRegistry, audience: str) -> Guard | None:
+    """The process's guard; None when authorization is off. ``audience``: the service's own
+    (its discovery name), the ``aud`` its tokens must name. Reads the policy (and so fails
     at start, with the file named, when it is missing or malformed)."""
     if not settings.enabled:
         return None
     assert settings.policy_file is not None
     policy = WatchedFile(settings.policy_file, parse_policy)
     policy.get()
-    return Guard(Authenticator(settings), policy, Refusals(registry))
+    return Guard(Authenticator(settings, audience), policy, Refusals(registry))

@@ -69,9 +69,12 @@ def certificate_name(auth_context: Mapping[str, Iterable[bytes]]) -> str | None:
 class Authenticator:
     """Token or certificate → :class:`Identity`, as ``auth.identity_from`` says."""
 
-    def __init__(self, settings: AuthSettings) -> None:
+    def __init__(self, settings: AuthSettings, audience: str) -> None:
+        """``audience``: the service's own (its discovery name), the ``aud`` its tokens name."""
         self._from = settings.identity_from
-        self._tokens = TokenVerifier(settings) if settings.identity_from != "certificate" else None
+        self._tokens = (
+            TokenVerifier(settings, audience) if settings.identity_from != "certificate" else None
+        )
 
     def authenticate(self, token: str | None, certificate: str | None) -> Identity:
         """The caller; DsError UNAUTHENTICATED (metadata ``why``) if it cannot be told."""

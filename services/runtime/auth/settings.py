@@ -41,7 +41,12 @@ class AuthSettings(BaseModel):
     )
     # The JWT signature algorithms accepted (a token signed otherwise is refused).
     jwt_algorithms: tuple[str, ...] = Field(("ES256", "RS256", "EdDSA"))
-    jwt_audience: str | None = Field("dataservice", description="required `aud` claim")
+    jwt_audience: str | None = Field(
+        None,
+        description="the `aud` a token must name to be accepted here; None: this service's "
+        "own audience, its discovery name (ds-assigner, ds-sidecar, ds-notifier), so a token "
+        "minted for one service is refused by the others",
+    )
     jwt_issuer: str | None = Field(None, description="required `iss` claim, if set")
     tokens_file: Path | None = Field(
         None, description="static tokens for small set-ups, YAML `tokens: {IDENTITY: TOKEN}`"

@@ -50,7 +50,11 @@ class TokenReviewSettings(BaseModel):
         "system:auth-delegator); re-read at each review",
     )
     audiences: tuple[str, ...] = Field(
-        ("dataservice",), description="a token must be issued for one of these"
+        (),
+        description="a token must be issued for one of these; empty: the service's own "
+        "audience (its discovery name, as for the project's own tokens: ds-assigner, "
+        "ds-sidecar, ds-notifier), so a pod token meant for its sidecar cannot be replayed "
+        "at the assigner",
     )
     cache_seconds: float = Field(
         60.0, gt=0, le=600, description="how long an accepted token's identity is kept"
@@ -83,8 +87,13 @@ class TokenReviewer:
         settings: TokenReviewSettings,
         clock: Callable[[], float] = time.monotonic,
         post: Callable[[bytes], Mapping[str, Any]] | None = None,
+        audience: str = "",
     ) -> None:
+        """``audience``: the service's own, asked for when ``settings.audiences`` is empty."""
         self.settings = settings
+        self.audiences = settings.audiences or ((audience,) if audience else ())
+        if not self.audiences:
+            raise ValueError("a TokenReview needs an audience: the service's or audiences")
         self.clock = clock
         self._post = post or self._https_post
         self._cache: dict[bytes, tuple[float, str | None, str]] = {}
@@ -105,7 +114,7 @@ class TokenReviewer:
             {
                 "apiVersion": "authentication.k8s.io/v1",
                 "kind": "TokenReview",
-                "spec": {"token": token, "audiences": list(self.settings.audiences)},
+                "spec": {"token": token, "audiences": list(self.audiences)},
             }
         ).encode()
         try:
@@ -113,7 +122,7 @@ class TokenReviewer:
         except ReviewRejected:
             raise  # the API server could not be asked: not cached
         try:
-            identity = review_identity(answer.get("status") or {}, self.settings.audiences)
+            identity = review_identity(answer.get("status") or {}, self.audiences)
         except ReviewRejected as exc:
             self._remember(digest, now + REFUSAL_CACHE_SECONDS, None, str(exc))
             raise

@@ -1,12 +1,16 @@
 """Bearer tokens → identities: JWTs verified with PyJWT, or a static token file.
 
 A JWT is verified against the configured key (signature, ``exp``, ``aud``, ``iss`` when
-set; 30 s of clock skew allowed) and names its caller in ``sub``. The key file is one PEM
-key, or a JSON key set (JWKS) in which each key has a ``kid``: a token then names the key it
-was signed with in its header, and every key of the set verifies the tokens naming it, so
-keys rotate without a restart (add the new key, sign with it, drop the old one once its
-tokens have expired). No token lives longer than ``jwt_max_lifetime_seconds`` from its
-``iat`` (issue 37, finding 12): a stolen token is worth a day at most by default.
+set; 30 s of clock skew allowed) and names its caller in ``sub``. Its ``aud`` must name the
+service checking it (``auth.jwt_audience``, by default the service's discovery name:
+``ds-assigner``, ``ds-sidecar``, ``ds-notifier``): a token a client sent to a sidecar cannot
+be replayed at the assigner or the notifier (issue 37), and the refusal says whose it is.
+The key file is one PEM key, or a JSON key set (JWKS) in which each key has a ``kid``: a
+token then names the key it was signed with in its header, and every key of the set
+verifies the tokens naming it, so keys rotate without a restart (add the new key, sign with
+it, drop the old one once its tokens have expired). No token lives longer than
+``jwt_max_lifetime_seconds`` from its ``iat`` (issue 37, finding 12): a stolen token is
+worth a day at most by default.
 
 The static file maps identities to tokens for set-ups too small for a token issuer; it is
 compared by SHA-256 digest, so no comparison leaks a token's prefix through timing. Both
@@ -70,9 +74,16 @@ def parse_keys(data: bytes) -> bytes | Mapping[str, Any]:
 class TokenVerifier:
     """Checks a bearer token against the JWT key and the static tokens, whichever is set."""
 
-    def __init__(self, settings: AuthSettings, clock: Callable[[], float] = time.monotonic) -> None:
-        """``clock``: when the key file is looked at again (at most once a second)."""
+    def __init__(
+        self,
+        settings: AuthSettings,
+        audience: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``audience``: the ``aud`` a token must name (``auth.jwt_audience`` when set wins);
+        ``clock``: when the key file is looked at again (at most once a second)."""
         self._settings = settings
+        self.audience = settings.jwt_audience or audience
         self._key = (
             WatchedFile(settings.jwt_key_file, parse_keys, clock=clock)
             if settings.jwt_key_file
@@ -81,7 +92,11 @@ class TokenVerifier:
         self._static = (
             WatchedFile(settings.tokens_file, parse_static_tokens) if settings.tokens_file else None
         )
-        self._review = TokenReviewer(settings.token_review) if settings.token_review else None
+        self._review = (
+            TokenReviewer(settings.token_review, audience=self.audience)
+            if settings.token_review
+            else None
+        )
 
     def identity(self, token: str) -> str:
         """The identity ``token`` names; TokenRejected if it names none. The project's own
@@ -121,13 +136,15 @@ class TokenVerifier:
                 token,
                 self._key_for(token),
                 algorithms=list(settings.jwt_algorithms),
-                audience=settings.jwt_audience,
+                audience=self.audience,
                 issuer=settings.jwt_issuer,
                 leeway=LEEWAY_SECONDS,
-                options={"require": required, "verify_aud": settings.jwt_audience is not None},
+                options={"require": [*required, "aud"]},
             )
         except jwt.ExpiredSignatureError as exc:
             raise TokenRejected("token expired") from exc
+        except jwt.InvalidAudienceError as exc:
+            raise TokenRejected(self._wrong_audience(token)) from exc
         except jwt.PyJWTError as exc:
             raise TokenRejected(f"invalid token: {exc}") from exc
         self._check_lifetime(claims)
@@ -135,6 +152,17 @@ class TokenVerifier:
         if not isinstance(subject, str) or not subject:
             raise TokenRejected("invalid token: empty subject")
         return subject
+
+    def _wrong_audience(self, token: str) -> str:
+        """Why a signed token for another service is refused: whose it is, whose it is not."""
+        import jwt
+
+        aud = jwt.decode(token, options={"verify_signature": False}).get("aud")
+        named = aud if isinstance(aud, list) else [aud]
+        return (
+            f"wrong audience: the token is for {', '.join(str(a)[:64] for a in named[:4])}, "
+            f"this service accepts {self.audience}"
+        )
 
     def _key_for(self, token: str) -> Any:
         """The key that verifies ``token``: the one PEM key, or the key of the set its

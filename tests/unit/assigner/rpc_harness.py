@@ -254,7 +254,7 @@ def run(
         view = OffsetsView(offsets)
         resets = OffsetResets(offsets, kafka)
         external = ExternalResets(resets, groups.get)
-        guard = build_guard(auth, prometheus) if auth is not None else None
+        guard = build_guard(auth, prometheus, "ds-assigner") if auth is not None else None
         server = create_server(
             the_settings,
             [

@@ -76,7 +76,7 @@ def _server(pki: DevPki, *, client_auth: str, identity_from: str) -> Any:
             jwt_key_file=pki.jwt_public_key,
         ),
     )
-    guard = build_guard(settings.auth, CollectorRegistry())
+    guard = build_guard(settings.auth, CollectorRegistry(), "ds-assigner")
     assert guard is not None
     services = [
         GrpcService(

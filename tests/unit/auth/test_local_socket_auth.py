@@ -74,7 +74,7 @@ async def _scenario(pki: DevPki, tmp_path: Path) -> None:
             jwt_key_file=pki.jwt_public_key,
         ),
     )
-    guard = build_guard(settings.auth, CollectorRegistry())
+    guard = build_guard(settings.auth, CollectorRegistry(), "ds-sidecar")
     assert guard is not None
     services = [
         GrpcService(
@@ -92,9 +92,9 @@ async def _scenario(pki: DevPki, tmp_path: Path) -> None:
         assert await _update(unix, PLAINTEXT) == ("UNAUTHENTICATED", "UNAUTHENTICATED")
         assert (await _update(tcp, TlsConfig(ca_file=pki.ca)))[0] == "UNAVAILABLE"
         # A token: who the caller is, and what its roles allow.
-        token = TlsConfig(ca_file=pki.ca, token_file=pki.token("ops"))
+        token = TlsConfig(ca_file=pki.ca, token_file=pki.sidecar_token("ops"))
         assert await _update(unix, token) == ("OK", "ops")
-        reader = TlsConfig(ca_file=pki.ca, token_file=pki.token("reader"))
+        reader = TlsConfig(ca_file=pki.ca, token_file=pki.sidecar_token("reader"))
         assert await _update(unix, reader) == ("PERMISSION_DENIED", "PERMISSION_DENIED")
         # A client certificate identifies a caller on TCP, never on the socket (no TLS
         # there): a certificate-only client is refused on it (and so dials TCP,

@@ -13,6 +13,7 @@ from typing import Any
 
 import jwt
 import pytest
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from services.runtime.auth.settings import AuthSettings
@@ -33,7 +34,7 @@ def _token(
     lifetime: datetime.timedelta = datetime.timedelta(hours=1),
     issued: bool = True,
 ) -> str:
-    claims: dict[str, Any] = {"sub": "ops", "aud": "dataservice", "exp": NOW + lifetime}
+    claims: dict[str, Any] = {"sub": "ops", "aud": "ds-assigner", "exp": NOW + lifetime}
     if issued:
         claims["iat"] = NOW
     headers = {"kid": kid} if kid is not None else None
@@ -58,7 +59,9 @@ def _write_set(path: Path, keys: dict[str, ec.EllipticCurvePrivateKey]) -> None:
 
 
 def _verifier(path: Path, clock: Clock | None = None, **settings: Any) -> TokenVerifier:
-    return TokenVerifier(AuthSettings(jwt_key_file=path, **settings), clock or Clock())
+    return TokenVerifier(
+        AuthSettings(jwt_key_file=path, **settings), "ds-assigner", clock or Clock()
+    )
 
 
 def _refusal(verifier: TokenVerifier, token: str) -> str:
@@ -117,3 +120,43 @@ def test_a_single_pem_key_still_verifies_tokens_with_or_without_kid(tmp_path: Pa
     verifier = _verifier(pem)
     assert verifier.identity(_token(key, None)) == "ops"
     assert verifier.identity(_token(key, "any")) == "ops"
+
+
+def _for(key: ec.EllipticCurvePrivateKey, aud: object) -> str:
+    claims: dict[str, Any] = {"sub": "ops", "exp": NOW + datetime.timedelta(hours=1), "iat": NOW}
+    if aud is not None:
+        claims["aud"] = aud
+    return jwt.encode(claims, key, algorithm="ES256")
+
+
+def test_a_token_is_accepted_only_by_the_services_of_its_audience(tmp_path: Path) -> None:
+    """Issue 37: a token a client sent to a sidecar (aud ds-sidecar) replayed at the
+    assigner is refused, saying whose token it is; one naming several services is
+    accepted by each of them; one naming none is refused everywhere."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    pem = tmp_path / "jwt.pub"
+    pem.write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    settings = AuthSettings(jwt_key_file=pem)
+    assigner = TokenVerifier(settings, "ds-assigner", Clock())
+    sidecar = TokenVerifier(settings, "ds-sidecar", Clock())
+    notifier = TokenVerifier(settings, "ds-notifier", Clock())
+    to_sidecar = _for(key, "ds-sidecar")
+    assert sidecar.identity(to_sidecar) == "ops"
+    replayed = _refusal(assigner, to_sidecar)
+    print("a sidecar's token at the assigner:", replayed)
+    assert (
+        replayed == "wrong audience: the token is for ds-sidecar, this service accepts ds-assigner"
+    )
+    assert "accepts ds-notifier" in _refusal(notifier, to_sidecar)
+    control = _for(key, ["ds-assigner", "ds-notifier"])
+    assert assigner.identity(control) == notifier.identity(control) == "ops"
+    assert "wrong audience: the token is for ds-assigner, ds-notifier" in _refusal(sidecar, control)
+    assert "aud" in _refusal(assigner, _for(key, None))
+    # An operator's own audience (auth.jwt_audience) wins over the service's name.
+    custom = TokenVerifier(AuthSettings(jwt_key_file=pem, jwt_audience="mesh"), "ds-assigner")
+    assert custom.identity(_for(key, "mesh")) == "ops"
+    assert "accepts mesh" in _refusal(custom, control)

@@ -4,6 +4,7 @@ a refusal remembered briefly, the API server not reachable never cached."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -54,7 +55,9 @@ def test_answers_are_cached_per_token_and_an_unreachable_server_is_not() -> None
             raise answer
         return answer  # type: ignore[no-any-return]
 
-    reviewer = TokenReviewer(TokenReviewSettings(cache_seconds=60), lambda: now[0], post)
+    reviewer = TokenReviewer(
+        TokenReviewSettings(cache_seconds=60), lambda: now[0], post, audience="dataservice"
+    )
     assert reviewer.identity("t1") == SA
     now[0] = 59.0
     assert reviewer.identity("t1") == SA and len(asked) == 1
@@ -71,3 +74,20 @@ def test_answers_are_cached_per_token_and_an_unreachable_server_is_not() -> None
     now[0] = 70.0
     assert reviewer.identity("t1") == SA
     assert len(asked) == 4
+
+
+def test_the_review_asks_for_the_service_s_own_audience_unless_told_otherwise() -> None:
+    asked: list[dict[str, Any]] = []
+
+    def post(body: bytes) -> dict[str, Any]:
+        asked.append(json.loads(body))
+        return {"status": status(audiences=("ds-sidecar",))}
+
+    own = TokenReviewer(TokenReviewSettings(), post=post, audience="ds-sidecar")
+    assert own.identity("t1") == SA
+    assert asked[-1]["spec"]["audiences"] == ["ds-sidecar"]
+    told = TokenReviewer(TokenReviewSettings(audiences=("shared",)), post=post, audience="x")
+    with pytest.raises(ReviewRejected, match="other audiences than shared"):
+        told.identity("t2")
+    with pytest.raises(ValueError, match="needs an audience"):
+        TokenReviewer(TokenReviewSettings(), post=post)

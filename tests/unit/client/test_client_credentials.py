@@ -8,10 +8,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
-from scripted import Assigner, Servers, binding, wait_for
+from scripted import Assigner, Servers, Sidecar, binding, wait_for
 
 from dsclient import DsClient
 from dsclient.connection import DEFAULT_SETTINGS, TlsConfig
@@ -72,6 +73,49 @@ def test_every_call_carries_the_token_and_a_rotated_one_from_the_next_call_on(
         sent = [m.get("authorization") for m in assigner.metadata]
         assert sent[:2] == ["Bearer first-token"] * 2  # Bind, the first watch
         assert sent[2:] == ["Bearer the-second-token"] * 2  # the next watch, Unbind
+    finally:
+        servers.close()
+
+
+class TokenLoggingSidecar(Sidecar):
+    """A scripted sidecar that logs the token of every Fetch."""
+
+    def __init__(self) -> None:
+        super().__init__(fetches=[])
+        self.tokens: list[str | None] = []
+
+    def Fetch(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self.tokens.append(dict(context.invocation_metadata()).get("authorization"))  # type: ignore[arg-type]
+        return super().Fetch(request, context)
+
+
+def test_sidecars_get_the_sidecar_token_and_the_assigner_its_own(tmp_path: Path) -> None:
+    """C56 (issue 37, tokens scoped by audience): with ``sidecar_token_file`` the assigner's
+    calls carry ``token_file``'s token and the sidecars' calls the sidecar token, so what a
+    sidecar receives is not the token the assigner accepts."""
+    pki = make_dev_pki(tmp_path / "pki", {}, certificates=["assigner"])
+    control, to_sidecars = tmp_path / "control.jwt", tmp_path / "sidecar.jwt"
+    control.write_text("for-the-assigner\n")
+    to_sidecars.write_text("for-the-sidecars\n")
+    servers = Servers(
+        grpc.ssl_server_credentials(
+            [(pki.key("assigner").read_bytes(), pki.cert("assigner").read_bytes())]
+        )
+    )
+    sidecar = TokenLoggingSidecar()
+    try:
+        sidecar_address = servers.sidecar(sidecar)
+        assigner = Assigner(binding(1, sidecar_address))
+        tls = TlsConfig(ca_file=pki.ca, token_file=control, sidecar_token_file=to_sidecars)
+        address = servers.assigner(assigner)
+        with DsClient(
+            "g", client_id="c", assigner=address, connection=DEFAULT_SETTINGS.with_tls(tls)
+        ) as client:
+            client.fetch(max_records=1, max_wait=0.05)
+            wait_for(lambda: len(assigner.watches) == 1)
+        to_assigner = {m.get("authorization") for m in assigner.metadata}
+        assert to_assigner == {"Bearer for-the-assigner"}, to_assigner
+        assert sidecar.tokens and set(sidecar.tokens) == {"Bearer for-the-sidecars"}
     finally:
         servers.close()
 

@@ -209,7 +209,7 @@ def run(
         socket = None
         if shared_memory is not None:
             socket = shared_memory.directory / local_socket.sidecar_file_name("sc-1")
-        guard = build_guard(auth, CollectorRegistry()) if auth is not None else None
+        guard = build_guard(auth, CollectorRegistry(), "ds-sidecar") if auth is not None else None
         server = create_server(
             ServiceSettings(grpc_port=0, http_port=0),
             [

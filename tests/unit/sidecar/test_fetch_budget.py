@@ -17,10 +17,17 @@ import grpc
 import grpc.aio
 
 from dataservice.common.v1 import common_pb2
-from dataservice.sidecar.v1 import stream_pb2_grpc
+from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from dsclient.records.batches import chunk_from_records
 from services.runtime.topic_partition import TP
-from tests.unit.sidecar.stream_harness import TOPIC, Sidecar, fetch_request, run
+from tests.unit.sidecar.stream_harness import (
+    TOPIC,
+    Requests,
+    Sidecar,
+    fetch_request,
+    opening,
+    run,
+)
 
 MIB = 1024 * 1024
 Stub = stream_pb2_grpc.StreamServiceStub
@@ -83,5 +90,78 @@ def test_a_response_larger_than_any_client_accepts_is_not_auto_acked() -> None:
         print("after it: in flight", part.acks.inflight, "commits", sc.fetcher.commits)
         assert part.acks.inflight == 1, "not acked: in flight, to be delivered again"
         assert all(c.offset == 0 for c in sc.fetcher.commits), "offset 0 not committed past"
+
+    run(body)
+
+
+def test_a_stream_message_larger_than_any_client_accepts_is_not_auto_acked() -> None:
+    """The same exposure on Stream: an auto_ack stream whose flow-control window has grown
+    (20 records of 900 KiB read first) and whose byte credit allows a 4.5 MiB record
+    wrote that record's message whole; the client refused it (RESOURCE_EXHAUSTED, the
+    stream ended on its side), and the sidecar counted it acked and committed past it
+    (red: commit point 21 with 20 received). Now such a message is not acked: the record
+    comes again when the stream ends."""
+
+    async def body(stub: Stub, sc: Sidecar) -> None:
+        part = sc.hold(0, epoch=2)
+        warm = [
+            common_pb2.Record(topic=TOPIC, offset=o, value=b"w" * (900 * 1024)) for o in range(20)
+        ]
+        big = common_pb2.Record(topic=TOPIC, offset=20, value=b"x" * (9 * MIB // 2))
+        buffer(sc, [*warm, big])
+        call = stub.Stream(Requests(opening(records=1000, nbytes=1024 * MIB, auto_ack=True)))
+        received: list[int] = []
+        try:
+            while True:
+                response = await call.read()
+                received += [r.offset for r in response.batch.records]
+        except grpc.aio.AioRpcError as err:
+            print("auto_ack Stream, a 4.5 MiB record, client at 4 MiB:", err.code().name)
+            assert err.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert received == list(range(20))
+        await asyncio.sleep(0.5)  # the server's end of the stream has run
+        await sc.keeper.commit_all()
+        print("received", len(received), "commit point", part.acks.commit_point,
+              "commits", [c.offset for c in sc.fetcher.commits][-1:])  # fmt: skip
+        assert part.acks.commit_point == 20, "the refused record is not acked"
+        assert all(c.offset <= 20 for c in sc.fetcher.commits), "offset 20 not committed past"
+
+    run(body)
+
+
+def test_an_auto_ack_stream_message_is_kept_within_what_clients_accept() -> None:
+    """Headers count in a Stream's budget as in Fetch's, and an auto_ack stream's message
+    is kept within what every client accepts in both forms (Record messages: 1 MiB; the
+    RecordBatch columns, 4 MiB otherwise: 3.75 MiB with auto_ack): 10 records of 700 KiB
+    headers with ample byte credit come in messages every client accepts, each acked
+    once written."""
+
+    async def body(stub: Stub, sc: Sidecar) -> None:
+        part = sc.hold(0, epoch=2)
+        header = common_pb2.Header(key="trace", value=b"h" * (700 * 1024))
+        records = [
+            common_pb2.Record(topic=TOPIC, offset=o, value=b"v", headers=[header])
+            for o in range(10)
+        ]
+        buffer(sc, records)
+        opened = opening(
+            records=100, nbytes=64 * MIB, auto_ack=True,
+            format=stream_pb2.DELIVERY_FORMAT_BATCHES,
+        )  # fmt: skip
+        call = stub.Stream(Requests(opened))
+        received = 0
+        while received < 10:
+            response = await call.read()
+            size = response.ByteSize()
+            count = sum(len(b.offsets) // 8 for b in response.batch.batches)
+            print("one auto_ack Stream message (columns):", count, "records,", size, "bytes")
+            assert size <= 4 * MIB, "every client accepts it"
+            received += count
+        call.cancel()
+        for _ in range(200):
+            if part.acks.commit_point == 10:
+                break
+            await asyncio.sleep(0.01)
+        assert part.acks.commit_point == 10
 
     run(body)

@@ -7,6 +7,7 @@
 //	dsread --assigner HOST:PORT --group GROUP --client-id ID --expect N
 //	       [--mode fetch|stream] [--idle-exit-s S] [--quiet]
 //	       [--ca FILE] [--cert FILE --key FILE] [--server-name NAME] [--token-file FILE]
+//	       [--sidecar-token-file FILE]
 //	dsread --direct --bootstrap HOST:PORT --topic T --group GROUP --expect N [--quiet]
 //
 // stdout: "rec <topic> <partition> <offset> <epoch> <delivery_count>" per record (unless
@@ -64,10 +65,12 @@ type args struct {
 // tlsFlags are the flags of a secured mesh; the zero value is plaintext.
 type tlsFlags struct {
 	ca, cert, key, serverName, tokenFile string
+	sidecarTokenFile                     string // the token sent to sidecars (audience ds-sidecar)
 }
 
 func (t tlsFlags) any() bool {
-	return t.ca != "" || t.cert != "" || t.key != "" || t.serverName != "" || t.tokenFile != ""
+	return t.ca != "" || t.cert != "" || t.key != "" || t.serverName != "" || t.tokenFile != "" ||
+		t.sidecarTokenFile != ""
 }
 
 // problems are what is wrong with the flags: a half key pair, a flag that needs --ca
@@ -78,7 +81,7 @@ func (t tlsFlags) problems() []string {
 		out = append(out, "--cert and --key go together")
 	}
 	if t.ca == "" {
-		if t.tokenFile != "" {
+		if t.tokenFile != "" || t.sidecarTokenFile != "" {
 			out = append(out, "--token-file needs --ca: a token is never sent over plaintext")
 		}
 		if t.cert != "" || t.key != "" || t.serverName != "" {
@@ -87,6 +90,7 @@ func (t tlsFlags) problems() []string {
 	}
 	for _, f := range []struct{ flag, path string }{
 		{"--ca", t.ca}, {"--cert", t.cert}, {"--key", t.key}, {"--token-file", t.tokenFile},
+		{"--sidecar-token-file", t.sidecarTokenFile},
 	} {
 		if f.path == "" {
 			continue
@@ -113,6 +117,9 @@ func (t tlsFlags) options() []dsclient.Option {
 	if t.tokenFile != "" {
 		out = append(out, dsclient.WithTokenFile(t.tokenFile))
 	}
+	if t.sidecarTokenFile != "" {
+		out = append(out, dsclient.WithSidecarTokenFile(t.sidecarTokenFile))
+	}
 	return out
 }
 
@@ -137,6 +144,7 @@ func parse(argv []string, stderr io.Writer) (args, error) {
 	fs.StringVar(&a.tls.key, "key", "", "mTLS: the client key file (with --cert)")
 	fs.StringVar(&a.tls.serverName, "server-name", "", "the name checked in the servers' certificates (default: the host)")
 	fs.StringVar(&a.tls.tokenFile, "token-file", "", "a bearer token file, sent on every call (needs --ca)")
+	fs.StringVar(&a.tls.sidecarTokenFile, "sidecar-token-file", "", "the bearer token file sent to sidecars instead (audience ds-sidecar; needs --ca)")
 	if err := fs.Parse(argv); err != nil {
 		return a, err
 	}

@@ -87,6 +87,8 @@ class BindingKeeper:
         self.group = group
         self.client_id = client_id
         self._settings = settings
+        # Sidecars get the sidecar-audience token (TlsConfig.sidecar_token_file).
+        self._sidecar_settings = settings.with_tls(settings.tls.for_sidecars())
         self._assigner = LeaderFollower(AssignerTarget((assigner,), consul, leader_key), settings)
         self._lock = lock
         self.sidecars: dict[str, Sidecar] = {}
@@ -232,10 +234,10 @@ class BindingKeeper:
 
     def _target(self, address: str, local_address: str) -> str:
         """The sidecar's socket when the client should dial it, else ``address``."""
-        return sidecar_target(address, local_address, self._settings.tls)
+        return sidecar_target(address, local_address, self._sidecar_settings.tls)
 
     def _open(self, target: str) -> grpc.Channel:
-        return open_channel(target, self._settings)
+        return open_channel(target, self._sidecar_settings)
 
     def _open_sidecar(self, address: str, local_address: str) -> Sidecar:
         target = self._target(address, local_address)

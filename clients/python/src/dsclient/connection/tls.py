@@ -42,6 +42,9 @@ class TlsConfig:
     client_auth: ClientAuth = "none"
     # Clients: a file holding the bearer token every call carries (re-read on change).
     token_file: Path | None = None
+    # Clients: the token sent to sidecars instead (its audience ds-sidecar, so a sidecar
+    # cannot replay it at the assigner or the notifier); None: token_file.
+    sidecar_token_file: Path | None = None
     # Clients: the name to check the server's certificate against, when it is not the
     # host of the address dialled (an IP address the certificate does not list).
     server_name: str | None = None
@@ -53,6 +56,13 @@ class TlsConfig:
             raise ValueError("client_auth must be none or require")
         if self.client_auth == "require" and (self.ca_file is None or self.cert_file is None):
             raise ValueError("client_auth=require needs ca_file, cert_file and key_file")
+
+    def for_sidecars(self) -> TlsConfig:
+        """The settings of a channel to a sidecar: its token is ``sidecar_token_file``
+        when one is set."""
+        if self.sidecar_token_file is None:
+            return self
+        return dataclasses.replace(self, token_file=self.sidecar_token_file)
 
     @property
     def server_enabled(self) -> bool:

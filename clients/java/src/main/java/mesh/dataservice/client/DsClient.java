@@ -126,7 +126,9 @@ public final class DsClient implements AutoCloseable {
   private final int maxRecords;
   private final long maxBytes;
   private final Channels channels;
-  private final Security security;
+  // Channels to sidecars: the sidecars' token (Security.sidecarTokenFile).
+  private final Channels sidecarChannels;
+  private final Security sidecarSecurity; // what a sidecar gets (LocalSocket.target)
   private final AssignerConnection assigner;
   private final BindingState state = new BindingState();
   private final FetchRotation rotation = new FetchRotation();
@@ -145,7 +147,9 @@ public final class DsClient implements AutoCloseable {
     this.maxRecords = b.maxRecords;
     this.maxBytes = b.maxBytes;
     this.channels = b.channels != null ? b.channels : new Channels(b.security);
-    this.security = b.security;
+    this.sidecarChannels =
+        b.channels != null ? b.channels : new Channels(b.security.forSidecars());
+    this.sidecarSecurity = b.security.forSidecars();
     this.assigner = new AssignerConnection(channels, b.assigners);
     try {
       Types.Binding binding = bind();
@@ -315,14 +319,14 @@ public final class DsClient implements AutoCloseable {
 
   /** What the client dials for the sidecar at {@code address}: its socket or its address. */
   private String target(String address, String localAddress) {
-    return LocalSocket.target(address, localAddress, security, LocalSocket::nativeTransport,
-        LocalSocket::acceptsNow);
+    return LocalSocket.target(address, localAddress, sidecarSecurity, LocalSocket::nativeTransport,
+        LocalSocket::usable);
   }
 
   /** A channel to the sidecar at {@code address} over {@code target}. */
   private ManagedChannel open(String address, String target) {
-    return target.equals(address) ? channels.open(address)
-        : channels.openLocal(LocalSocket.pathOf(target));
+    return target.equals(address) ? sidecarChannels.open(address)
+        : sidecarChannels.openLocal(LocalSocket.pathOf(target));
   }
 
   /**
@@ -337,7 +341,7 @@ public final class DsClient implements AutoCloseable {
         || s.channel != used) {
       return; // not over the socket, or over a channel already replaced (its end says nothing)
     }
-    s.attach(channels.open(s.address), s.address);
+    s.attach(sidecarChannels.open(s.address), s.address);
     LOG.info(() -> "sidecar " + s.address + ": socket unavailable; over TCP until a binding"
         + " names it again");
   }

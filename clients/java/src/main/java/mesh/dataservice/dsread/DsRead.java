@@ -16,6 +16,7 @@ import mesh.dataservice.client.Security;
  * dsread --assigner HOST:PORT --group GROUP --client-id ID --expect N
  *        [--mode fetch|stream] [--idle-exit-s S] [--quiet]
  *        [--ca FILE] [--cert FILE --key FILE] [--server-name NAME] [--token-file FILE]
+ *        [--sidecar-token-file FILE]
  * dsread --direct --bootstrap HOST:PORT --topic T --group GROUP --expect N [--quiet]
  * </pre>
  *
@@ -33,15 +34,15 @@ public final class DsRead {
       "usage: dsread --assigner HOST:PORT --group GROUP --client-id ID --expect N",
       "              [--mode fetch|stream] [--idle-exit-s S] [--quiet]",
       "              [--ca FILE] [--cert FILE --key FILE] [--server-name NAME]"
-          + " [--token-file FILE]",
+          + " [--token-file FILE] [--sidecar-token-file FILE]",
       "       dsread --direct --bootstrap HOST:PORT --topic T --group GROUP --expect N [--quiet]");
 
   private static final Set<String> FLAGS = Set.of("--quiet", "--direct");
   private static final Set<String> VALUES = Set.of("--assigner", "--group", "--client-id",
       "--expect", "--mode", "--idle-exit-s", "--bootstrap", "--topic", "--ca", "--cert", "--key",
-      "--server-name", "--token-file");
+      "--server-name", "--token-file", "--sidecar-token-file");
   private static final List<String> TLS_FLAGS = List.of("--ca", "--cert", "--key",
-      "--server-name", "--token-file");
+      "--server-name", "--token-file", "--sidecar-token-file");
 
   /** Parsed arguments; {@code security} is the mesh's transport security (plaintext if none). */
   record Args(boolean direct, String assigner, String bootstrap, String topic, String group,
@@ -122,7 +123,8 @@ public final class DsRead {
     if (values.containsKey("--cert") != values.containsKey("--key")) {
       throw new IllegalArgumentException("--cert and --key go together: both or neither");
     }
-    if (values.containsKey("--token-file") && !values.containsKey("--ca")) {
+    if ((values.containsKey("--token-file") || values.containsKey("--sidecar-token-file"))
+        && !values.containsKey("--ca")) {
       throw new IllegalArgumentException(
           "--token-file needs --ca: a token is never sent over plaintext");
     }
@@ -131,7 +133,8 @@ public final class DsRead {
       throw new IllegalArgumentException("--cert, --key and --server-name need --ca (TLS)");
     }
     return new Security(path(values, "--ca"), path(values, "--cert"), path(values, "--key"),
-        values.get("--server-name"), path(values, "--token-file"));
+        values.get("--server-name"), path(values, "--token-file"),
+        path(values, "--sidecar-token-file"));
   }
 
   private static Path path(Map<String, String> values, String flag) {

@@ -242,6 +242,60 @@ class LocalSocketTest {
     assertTrue(sidecar.nacks.get(0).getAll(), "Nack(all) at close");
   }
 
+  /** A directory of {@code mode}, whatever the umask. */
+  private Path directory(String name, String mode) throws Exception {
+    Path made = Files.createDirectory(dir.resolve(name));
+    Files.setPosixFilePermissions(made, java.nio.file.attribute.PosixFilePermissions.fromString(mode));
+    return made;
+  }
+
+  /**
+   * Issue 37, finding 1: the client sends its calls (and its token) to a socket only when nobody
+   * but its owner could have placed it, as the Python and Go clients do: a socket in a directory
+   * its group or every user may write, or reached through a linked directory, is not used (the
+   * client reads over TCP, where TLS checks who answers); a socket writable by every user and a
+   * plain file are refused as well.
+   */
+  @Test
+  void aSocketOthersCouldHavePlacedIsNotUsed() throws Exception {
+    Path own = directory("own", "rwxr-x---");
+    Path link = Files.createSymbolicLink(dir.resolve("link"), own);
+    java.util.Map<Path, String> cases = new java.util.LinkedHashMap<>();
+    cases.put(own.resolve("sidecar-s1.sock"), null);
+    cases.put(directory("group", "rwxrwx---").resolve("sidecar-s1.sock"),
+        "writable by users other than its owner");
+    cases.put(directory("tmp", "rwxrwxrwx").resolve("sidecar-s1.sock"),
+        "writable by users other than its owner");
+    cases.put(link.resolve("sidecar-s2.sock"), "is not a directory");
+    for (java.util.Map.Entry<Path, String> c : cases.entrySet()) {
+      Path path = c.getKey();
+      Transports tr = new Transports();
+      InProcessClientTest.FakeSidecar sidecar = new InProcessClientTest.FakeSidecar("s1");
+      String address = "127.0.0.1:" + serveTcp(sidecar, tr).getPort();
+      serveSocket(sidecar, tr, path);
+      String why = LocalSocket.untrusted(path);
+      System.out.println(path + ": " + why);
+      if (c.getValue() == null) {
+        assertEquals(null, why, path.toString());
+      } else {
+        assertTrue(why != null && why.contains(c.getValue()), path + ": " + why);
+      }
+      String network = c.getValue() == null ? "unix" : "tcp";
+      try (DsClient client = client(new InProcessClientTest.FakeAssigner(), address,
+          "unix:" + path)) {
+        fetchAndAck(client, sidecar, 10, path.toString());
+      }
+      assertEquals(List.of(network + " Fetch (none)", network + " Ack (none)",
+          network + " Nack (none)"), tr.calls, path.toString());
+    }
+    Path open = staleSocket(own.resolve("sidecar-s3.sock"));
+    Files.setPosixFilePermissions(open,
+        java.nio.file.attribute.PosixFilePermissions.fromString("rwxrwxrwx"));
+    assertTrue(LocalSocket.untrusted(open).contains("writable by every user"));
+    Path plain = Files.writeString(own.resolve("plain"), "");
+    assertTrue(LocalSocket.untrusted(plain).contains("is not a socket"));
+  }
+
   @Test
   void aSocketThatDoesNotAcceptLeavesTheClientOnTcp() throws Exception {
     for (Path path : List.of(dir.resolve("missing.sock"), staleSocket(dir.resolve("stale.sock")))) {

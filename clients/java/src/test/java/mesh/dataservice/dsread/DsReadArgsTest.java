@@ -67,6 +67,21 @@ class DsReadArgsTest {
   }
 
   @Test
+  void theSidecarsGetTheSidecarTokenAndTheAssignerItsOwn() throws Exception {
+    // Issue 37: tokens are scoped by audience; the sidecars' channels carry the sidecar token.
+    String sidecar = Files.writeString(dir.resolve("sidecar-token"), "s").toString();
+    DsRead.Args args = mesh("--ca", ca, "--token-file", token, "--sidecar-token-file", sidecar);
+    assertEquals(Path.of(token), args.security().tokenFile());
+    assertEquals(Path.of(sidecar), args.security().forSidecars().tokenFile());
+    assertNull(args.security().forSidecars().sidecarTokenFile());
+    DsRead.Args one = mesh("--ca", ca, "--token-file", token);
+    assertEquals(Path.of(token), one.security().forSidecars().tokenFile());
+    assertTrue(assertThrows(IllegalArgumentException.class,
+        () -> mesh("--sidecar-token-file", sidecar)).getMessage()
+        .contains("never sent over plaintext"));
+  }
+
+  @Test
   void aCertificateWithoutItsKeyOrTheKeyAloneIsRefused() {
     assertTrue(assertThrows(IllegalArgumentException.class,
         () -> mesh("--ca", ca, "--cert", cert)).getMessage().contains("both or neither"));
