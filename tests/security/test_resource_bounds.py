@@ -212,7 +212,10 @@ def test_idle_sockets_and_huge_messages_before_authentication(mesh: Mesh) -> Non
           f"threads while idle sockets open: {during.threads}; answers {set(codes)}; "
           f"peak RSS after two requests {early.peak_rss_mib:.0f} MiB")  # fmt: skip
     assert set(codes) == {"RESOURCE_EXHAUSTED"}
-    assert during.threads <= before.threads + 64 + 4
+    # The HTTP server's cap (64) plus gRPC core's own: its EventEngine pool adds a few
+    # workers under a burst of 300 accepts (4 to 5 seen; 106 against a bound of 105 failed
+    # a run on 2 Dec), bounded by the pool, not by the sockets.
+    assert during.threads <= before.threads + 64 + 8
     # gRPC's transport buffers a refused request's frames for a while (the peak moved by
     # 50-70 MiB over the ten in runs on a loaded machine, about 25 of it in the first two),
     # but it does not keep them: the eight requests after the first two, 136 MiB together,
