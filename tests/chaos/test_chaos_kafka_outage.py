@@ -20,7 +20,7 @@ from tests.e2e.test_notifier_support import metric_value, metrics
 from tests.support.accounting import report
 from tests.support.chaos import LoadedMesh
 from tests.support.mesh import ServiceProcess
-from tests.support.ops import wait_for
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.chaos, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 

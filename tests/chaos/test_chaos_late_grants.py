@@ -22,8 +22,8 @@ from tests.support.accounting import report
 from tests.support.assignment import wait_stable
 from tests.support.chaos import PARTITIONS, SIDECARS, STATE_TOPIC, LoadedMesh
 from tests.support.mesh import ServiceProcess
-from tests.support.ops import wait_for
 from tests.support.sidecar_probe import status
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.chaos, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 

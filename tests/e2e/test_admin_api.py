@@ -26,6 +26,7 @@ from services.runtime.settings import ServiceSettings
 from services.runtime.topic_partition import TP
 from tests.support.mesh import Mesh
 from tests.support.offsets import committed_offsets
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -78,15 +79,6 @@ def code_and_reason(call: Callable[[], object]) -> tuple[grpc.StatusCode, str]:
     err = excinfo.value
     info = error_info(err)
     return err.code(), info.reason if info is not None else ""  # type: ignore[attr-defined]
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"not within {timeout}s: {what}")
 
 
 @pytest.fixture

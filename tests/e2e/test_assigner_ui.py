@@ -19,7 +19,6 @@ import urllib.request
 from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import TypeVar
 
 import grpc
 import pytest
@@ -28,6 +27,7 @@ from confluent_kafka import Producer
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc
 from dsclient import DsClient
 from tests.support.mesh import Mesh, ServiceProcess
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -35,17 +35,6 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 PARTITIONS = 6
 RECORDS = 600
 CONSUME = 200
-T = TypeVar("T")
-
-
-def wait_for(check: Callable[[], T | None], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def metric(svc: ServiceProcess, name: str, **labels: str) -> float | None:

@@ -29,7 +29,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,7 @@ from tests.support.records import (
     wait_received,
 )
 from tests.support.sidecar_probe import kafka_config_file, status
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -128,16 +129,6 @@ class Applying:
         out, err = proc.communicate(timeout=60)
         self.last = (proc.returncode, out, err)
         return (json.loads(out) if out.strip() else None), running
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(every)
 
 
 def out_of_order(tally: Tally) -> list[str]:

@@ -30,8 +30,11 @@ from tests.support import accounting
 from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh
 from tests.support.offsets import committed_offsets
-from tests.support.ops import metric_samples, wait_for
+from tests.support.ops import (
+    metric_samples,
+)
 from tests.support.records import value_of
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -37,6 +37,7 @@ from dsclient import DsClient
 from services.devstack.kafka import KafkaHandle, TopicFactory
 from services.devstack.ports import free_port
 from tests.support.mesh import REPO, ServiceProcess, running_mesh
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -78,15 +79,6 @@ def dsctl_env(stack: Stack) -> dict[str, str]:
 def json_of(result: subprocess.CompletedProcess[str]) -> Any:
     assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
     return json.loads(result.stdout)
-
-
-def wait_for(predicate: Any, timeout: float, what: str, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(every)
-    raise AssertionError(f"not within {timeout}s: {what}")
 
 
 def kafka_offsets(bootstrap: str, group: str, topic: str) -> dict[int, tuple[int | None, int]]:

@@ -29,9 +29,9 @@ from tests.e2e.test_notifier_support import (
     metrics,
     notifier_stub,
     start_notifier,
-    wait_for,
 )
 from tests.support.mesh import Mesh
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 

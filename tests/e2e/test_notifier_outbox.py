@@ -28,10 +28,10 @@ from tests.e2e.test_notifier_support import (
     notifier_config,
     notifier_stub,
     start_notifier,
-    wait_for,
     wait_listening,
 )
 from tests.support.mesh import Mesh
+from tests.support.waiting import wait_for
 
 OUTAGE_SECONDS = 60.0
 

@@ -43,9 +43,9 @@ from tests.e2e.test_notifier_support import (
     notifier_config,
     notifier_stub,
     start_notifier,
-    wait_for,
 )
 from tests.support.mesh import ServiceProcess, running_mesh
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -27,9 +27,9 @@ from tests.e2e.test_notifier_support import (
     metric_value,
     metrics,
     notifier_config,
-    wait_for,
 )
 from tests.support.mesh import Mesh, ServiceProcess
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -18,19 +18,10 @@ from dataservice.notifier.v1 import notifier_pb2_grpc
 from services.notifier.event_codec import decode_event
 from tests.support.mesh import Mesh, ServiceProcess
 from tests.support.ops import metrics as metrics  # re-exported: tests import it from here
+from tests.support.waiting import wait_for
 
 T = TypeVar("T")
 FAULTS_TOPIC = "ds.faults"
-
-
-def wait_for(check: Callable[[], T | None], timeout: float, what: str, every: float = 0.2) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def notifier_config(path: Path, **settings: object) -> Path:

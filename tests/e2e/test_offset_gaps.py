@@ -24,10 +24,10 @@ from tests.e2e.test_notifier_support import (
     metrics,
     notifier_stub,
     start_notifier,
-    wait_for,
 )
 from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

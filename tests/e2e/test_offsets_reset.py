@@ -31,7 +31,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from tests.support import offsets
 from tests.support.kafka_tools import describe_offsets
 from tests.support.mesh import REPO, ServiceProcess, running_mesh
 from tests.support.records import ConsumerLoop, SeqProducer, Tally
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -83,15 +84,6 @@ def dsctl(stack: Stack, *args: str, timeout: float = 60) -> subprocess.Completed
 def ok_json(result: subprocess.CompletedProcess[str]) -> Any:
     assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
     return json.loads(result.stdout)
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout}s: {what}")
 
 
 def leases(stack: Stack) -> dict[int, tuple[str, int]]:

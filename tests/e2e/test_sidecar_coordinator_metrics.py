@@ -25,8 +25,13 @@ from dsclient import DsClient
 from tests.support import accounting
 from tests.support.group_modes import GroupSpec, start_assigner
 from tests.support.mesh import Mesh, ServiceProcess
-from tests.support.ops import metric_samples, metrics, table_problems, wait_for
+from tests.support.ops import (
+    metric_samples,
+    metrics,
+    table_problems,
+)
 from tests.support.sidecar_probe import start_sidecar
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

@@ -8,9 +8,7 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -52,15 +50,6 @@ def metric_samples(service: ServiceProcess, name: str) -> list[Sample]:
         for sample in family.samples
         if sample.name == name
     ]
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(every)
-    raise AssertionError(f"not within {timeout}s: {what}")
 
 
 def unexplained_duplicates(tally: Tally) -> dict[int, list[Any]]:
