@@ -21,10 +21,10 @@ import pytest
 import yaml
 
 from dsclient import DsClient
-from tests.e2e.test_notifier_support import notifier_config, start_notifier
 from tests.e2e.test_walking_skeleton import committed_offsets, produce
 from tests.support import prom
 from tests.support.mesh import Mesh
+from tests.support.notifier import notifier_config, start_notifier
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 

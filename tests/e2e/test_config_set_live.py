@@ -42,10 +42,10 @@ from dataservice.common.v1 import common_pb2
 from dsclient import DsClient
 from dsclient.reasons import error_info
 from services.devstack.kafka import KafkaHandle, TopicFactory
-from tests.e2e.test_notifier_support import FAULTS_TOPIC, TopicReader, events, start_notifier
 from tests.support.assignment import wait_stable
 from tests.support.group_modes import GroupSpec, start_assigner
 from tests.support.mesh import REPO, Mesh, ServiceProcess
+from tests.support.notifier import FAULTS_TOPIC, TopicReader, events, start_notifier
 from tests.support.records import (
     ConsumerLoop,
     SeqProducer,

@@ -19,14 +19,14 @@ from confluent_kafka.admin import AdminClient
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2
 from dsclient import DsClient
-from tests.e2e.test_notifier_support import (
+from tests.support.assignment import wait_stable
+from tests.support.mesh import Mesh
+from tests.support.notifier import (
     metric_value,
-    metrics,
     notifier_stub,
     start_notifier,
 )
-from tests.support.assignment import wait_stable
-from tests.support.mesh import Mesh
+from tests.support.ops import metrics
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
