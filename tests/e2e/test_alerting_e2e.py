@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from dsclient import DsClient
-from tests.e2e.test_walking_skeleton import committed_offsets, produce
 from tests.support import prom
+from tests.support.alerting import alertmanager_config
 from tests.support.mesh import Mesh
 from tests.support.notifier import notifier_config, start_notifier
+from tests.support.walking_skeleton import committed_offsets, produce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -32,18 +32,6 @@ PARTITIONS = 12  # as produce() of the walking skeleton
 FIRST = 48  # consumed and acked: the group has committed once, so the notifier tracks it
 BACKLOG = 12_000  # produced afterwards and never consumed: above DsGroupLagRecordsHigh's 10000
 ALERT = "DsGroupLagRecordsHigh"
-
-
-def alertmanager_config(sink: prom.WebhookSink) -> dict[str, Any]:
-    """The repo's Alertmanager config, webhooks pointed at ``sink`` (same paths) and the
-    route's waits shortened for a test."""
-    config: dict[str, Any] = yaml.safe_load(prom.ALERTMANAGER_CONFIG.read_text())
-    for receiver in config["receivers"]:
-        for hook in receiver.get("webhook_configs", []):
-            path = "/" + hook["url"].split("/", 3)[3]
-            hook["url"] = sink.url(path)
-    config["route"].update(group_wait="1s", group_interval="2s", repeat_interval="1h")
-    return config
 
 
 def consume_and_ack(client: DsClient, count: int, timeout: float = 90) -> int:

@@ -25,7 +25,7 @@ import pytest
 from confluent_kafka import Producer
 
 from dsclient import DsClient
-from tests.e2e.test_assigner_ui import CHROMIUM, dump_dom, screenshot
+from tests.support.browser import CHROMIUM, dump_dom, screenshot
 from tests.support.mesh import REPO, Mesh, ServiceProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]

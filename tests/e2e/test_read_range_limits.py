@@ -17,9 +17,9 @@ import pytest
 from confluent_kafka import Producer
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
-from tests.e2e.test_sidecar_rpcs import failing, retry_not_ready
 from tests.support.mesh import Mesh
 from tests.support.offsets import end_offsets
+from tests.support.sidecar_rpcs import failing, retry_not_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
