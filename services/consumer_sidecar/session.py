@@ -57,7 +57,7 @@ from dsclient.connection import (
 from dsclient.leader_watch import DEFAULT_LEADER_KEY
 from dsclient.reasons import Reason, error_info, retry_after
 from services.consumer_sidecar.client_access import ClientTotals
-from services.consumer_sidecar.coordinator import RoundTimer
+from services.consumer_sidecar.round_timing import RoundTimer
 from services.consumer_sidecar.leasing import LeaseKeeper, ReleasedLease
 from services.consumer_sidecar.partitions import UNLEASED_EPOCH
 from services.runtime.topic_partition import TP
