@@ -3,8 +3,8 @@ lease keeper, the assigner session and the StreamService servicer, and runs and 
 
 What each part does lives in its own module: the delivery view the servicer is given
 (``serving.py``), the consumer configurations (``kafka_config.py``), librdkafka's callbacks
-(``kafka_callbacks.py``), compatibility mode ``kafka_group`` (``kafka_group.py``,
-``classic.py``), the CLIENT_BACKPRESSURE watcher (``backpressure_watch.py``).
+(``kafka_callbacks.py``), compatibility mode ``kafka_group`` (``kafka_group_mode.py``,
+``kafka_group_membership.py``), the CLIENT_BACKPRESSURE watcher (``backpressure_watch.py``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from dsclient import local_socket
 from services.consumer_sidecar import dead_letter, kafka_config
 from services.consumer_sidecar.acks import GivenUp
 from services.consumer_sidecar.backpressure_watch import watch_backpressure
-from services.consumer_sidecar.classic import group_topics
 from services.consumer_sidecar.client_access import AccessInterceptor
 from services.consumer_sidecar.faults import SidecarFaults
 from services.consumer_sidecar.fetcher import Fetcher
@@ -39,7 +38,8 @@ from services.consumer_sidecar.kafka_fenced_commits import (
     FencedCommitter,
     LeaseFenced,
 )
-from services.consumer_sidecar.kafka_group import KafkaGroupMode
+from services.consumer_sidecar.kafka_group_membership import group_topics
+from services.consumer_sidecar.kafka_group_mode import KafkaGroupMode
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.live_config import LiveConfig
 from services.consumer_sidecar.metrics import SidecarMetrics

@@ -20,14 +20,14 @@ and every heartbeat reports the version that runs and the last refusal
 (:attr:`SessionClient.config_status`), in either mode.
 
 The group's mode comes with ``SessionAccepted.mode``. In ``kafka_group`` mode (ARCHITECTURE
-§5.6) Kafka assigns the partitions (:mod:`services.consumer_sidecar.classic`) and the
+§5.6) Kafka assigns the partitions (:mod:`services.consumer_sidecar.kafka_group_membership`) and the
 session only carries membership (the assigner binds clients to the group's live sidecars)
 and config. Should the assigner still send lease grants for such a group, they are held
 *nominally*: acknowledged and renewed by heartbeats so the assigner's view stays stable,
 released at once when revoked, and never fetched — they must not touch Kafka partitions.
 A mode switch (``UpdateGroup``) ends the session: the sidecar re-joins, and a
 ``SessionAccepted`` with another mode switches it at runtime (``on_accepted`` does the
-consumer's part, :mod:`services.consumer_sidecar.kafka_group`).
+consumer's part, :mod:`services.consumer_sidecar.kafka_group_mode`).
 """
 
 from __future__ import annotations
@@ -57,9 +57,9 @@ from dsclient.connection import (
 from dsclient.leader_watch import DEFAULT_LEADER_KEY
 from dsclient.reasons import Reason, error_info, retry_after
 from services.consumer_sidecar.client_access import ClientTotals
-from services.consumer_sidecar.round_timing import RoundTimer
 from services.consumer_sidecar.leasing import LeaseKeeper, ReleasedLease
 from services.consumer_sidecar.partitions import UNLEASED_EPOCH
+from services.consumer_sidecar.round_timing import RoundTimer
 from services.runtime.topic_partition import TP
 
 EXTERNAL_CHANGES = {
@@ -160,9 +160,9 @@ class SessionClient:
         # Instrumentation hooks (metrics.py): a heartbeat sent; its ack's round trip.
         self.on_heartbeat_sent: Callable[[], None] = lambda: None
         self.on_heartbeat_acked: Callable[[float], None] = lambda _seconds: None
-        # Leased mode's joins (kafka_group mode's are Kafka's: classic.py): a Join's result
-        # and its seconds (sent until SessionAccepted; None for a failed one), and joined
-        # until the session's first grant (the sync).
+        # Leased mode's joins (kafka_group mode's are Kafka's: kafka_group_membership.py): a
+        # Join's result and its seconds (sent until SessionAccepted; None for a failed one),
+        # and joined until the session's first grant (the sync).
         self.on_join: Callable[[bool, float | None], None] = lambda _ok, _seconds: None
         self.on_sync: Callable[[float], None] = lambda _seconds: None
         self._round = RoundTimer(time.monotonic)

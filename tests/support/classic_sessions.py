@@ -10,7 +10,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from dataservice.assigner.v1 import assigner_pb2
 from dataservice.common.v1 import common_pb2
 from dsclient.records.batches import Chunk, chunk_from_records
-from services.consumer_sidecar.classic import (
+from services.consumer_sidecar.kafka_group_membership import (
     ClassicMembership,
 )
 from services.consumer_sidecar.leasing import LeaseKeeper

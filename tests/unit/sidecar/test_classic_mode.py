@@ -17,14 +17,14 @@ from hypothesis import strategies as st
 from dataservice.assigner.v1 import assigner_pb2
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar.acks import PartitionAcks
-from services.consumer_sidecar.classic import (
+from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
+from services.consumer_sidecar.kafka_group_membership import (
     ClassicMembership,
     classic_overrides,
     commit_points,
     unleased_partition,
 )
-from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
-from services.consumer_sidecar.kafka_group import KafkaGroupMode
+from services.consumer_sidecar.kafka_group_mode import KafkaGroupMode
 from services.consumer_sidecar.partitions import (
     NO_DEADLINE,
     UNLEASED_EPOCH,

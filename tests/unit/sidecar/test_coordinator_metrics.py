@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from dataservice.assigner.v1 import assigner_pb2
-from services.consumer_sidecar.round_timing import RoundTimer, lost_latency
 from services.consumer_sidecar.metrics import SidecarMetrics
+from services.consumer_sidecar.round_timing import RoundTimer, lost_latency
 from services.runtime.topic_partition import TP
 from tests.support.classic_sessions import (
     Clock,

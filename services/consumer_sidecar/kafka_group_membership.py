@@ -41,13 +41,13 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc
 from dsclient.connection import AioLeaderFollower, Backoff, CallPolicy
 from services.consumer_sidecar.acks import PartitionAcks
-from services.consumer_sidecar.round_timing import RoundTimer
 from services.consumer_sidecar.partitions import (
     NO_DEADLINE,
     UNLEASED_EPOCH,
     Partition,
     PartitionTable,
 )
+from services.consumer_sidecar.round_timing import RoundTimer
 from services.runtime.topic_partition import TP
 
 log = structlog.get_logger(__name__)
