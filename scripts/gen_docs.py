@@ -104,7 +104,7 @@ def faults_page() -> str:
         "`ds.faults`, keyed by group, through the notifier. Each type below says what it "
         "means, when it is raised, which node reports it and when its `RESOLVED` event is "
         "sent. Source: `services/runtime/faults.py` (the notifier's own faults, "
-        "`TEMPLATE_FAILED` and `DEAD_LETTER`, are built in `services/notifier/faults.py` "
+        "`TEMPLATE_FAILED` and `DEAD_LETTER`, are built in `services/notifier/fault_events.py` "
         "from the same catalogue).\n\n" + faults.markdown_table() + "\n\n"
         "## Storm suppression\n\n"
         f"Events of one dedupe key are suppressed for {faults.DEFAULT_WINDOW_SECONDS:g} s "

@@ -16,7 +16,7 @@ from dataservice.assigner.v1 import admin_pb2_grpc, assigner_pb2_grpc, binding_p
 from services.assigner.admission import AdmissionPolicy, JoinAdmission
 from services.assigner.commit_log import CommitLog
 from services.assigner.external_resets import ExternalResets
-from services.assigner.faults import report_failover
+from services.assigner.fault_emitters import report_failover
 from services.assigner.kafka_cluster import KafkaCluster
 from services.assigner.kafka_offsets import KafkaOffsets
 from services.assigner.kafka_reset import KafkaResets

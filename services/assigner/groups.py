@@ -42,7 +42,7 @@ from services.assigner.coordinator import (
     RevokeWhy,
     Timing,
 )
-from services.assigner.faults import GroupFaults
+from services.assigner.fault_emitters import GroupFaults
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.settings import AssignerSettings, GroupSeed
 from services.assigner.state import GroupRecord

@@ -29,7 +29,7 @@ from services.consumer_sidecar import dead_letter, kafka_config
 from services.consumer_sidecar.acks import GivenUp
 from services.consumer_sidecar.backpressure_watch import watch_backpressure
 from services.consumer_sidecar.client_access import AccessInterceptor
-from services.consumer_sidecar.faults import SidecarFaults
+from services.consumer_sidecar.fault_emitters import SidecarFaults
 from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.idle_waits import external_sweep_interval
 from services.consumer_sidecar.kafka_callbacks import KafkaCallbacks

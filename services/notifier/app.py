@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
-from services.notifier import faults as notifier_faults
+from services.notifier import fault_events as notifier_faults
 from services.notifier import template_store
 from services.notifier.alerts import AlertRouter
 from services.notifier.egress import EgressPolicy
