@@ -43,6 +43,7 @@ from services.runtime.http import Route
 from services.runtime.kafka import KafkaProbe, new_admin
 from services.runtime.lifecycle import Dependency
 from services.runtime.reporter import reporter_for
+from services.runtime.tasks import TaskSet
 
 log = structlog.get_logger(__name__)
 
@@ -72,7 +73,7 @@ class AssignerApp:
         self.replica = Replica(settings.advertised)
         self.leader_guard = LeaderGuard(lambda: self.replica.leadership)
         self._election: asyncio.Task[None] | None = None
-        self._fenced_tasks: set[asyncio.Task[None]] = set()
+        self._fenced_tasks = TaskSet("state-fenced step-down failed")
         self._loop: asyncio.AbstractEventLoop | None = None
         self.groups = GroupRegistry(
             settings,
@@ -249,9 +250,7 @@ class AssignerApp:
             loop.call_soon_threadsafe(lambda: self._spawn_fenced(self.replica.leadership.fenced()))
 
     def _spawn_fenced(self, step: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(step, name="state-fenced")
-        self._fenced_tasks.add(task)
-        task.add_done_callback(self._fenced_tasks.discard)
+        self._fenced_tasks.spawn(step, name="state-fenced")
 
     async def drain(self) -> None:
         await self.replica.leadership.resign()  # release the lock: a standby takes over at once

@@ -10,11 +10,10 @@ What each part does lives in its own module: the delivery view the servicer is g
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +60,7 @@ from services.runtime.kafka import (
 )
 from services.runtime.lifecycle import Dependency
 from services.runtime.reporter import reporter_for
+from services.runtime.tasks import TaskSet
 from services.runtime.topic_partition import TP
 from services.runtime.topics import TopicSpec, ensure_topic
 
@@ -72,6 +72,8 @@ class SidecarApp:
 
     def __init__(self, settings: SidecarSettings) -> None:
         self.settings = settings
+        # Tasks of the sidecar's lifetime: cancelled by close().
+        self._tasks = TaskSet("sidecar task failed")
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
         self.metrics = SidecarMetrics(
@@ -157,7 +159,7 @@ class SidecarApp:
             on_stats=self.kafka_callbacks.on_stats,
             on_error=self.kafka_callbacks.on_error,
             group_topics=lambda: group_topics(self.session.follower, settings.group),
-            spawn=self._spawn,
+            spawn=self._tasks.spawn,
             drop_leases=self.keeper.drop_all,
         )
         self.session.on_accepted = lambda accepted: self.kafka_group.on_accepted(
@@ -193,7 +195,6 @@ class SidecarApp:
             ),
         )
         self._wire_metrics()
-        self._tasks: list[asyncio.Task[None]] = []
 
     def _redelivered(self, _why: str, _records: int) -> None:
         self.data.notify()
@@ -279,7 +280,7 @@ class SidecarApp:
         if self.dead_letters is None:
             self.dead_letters = self._dead_letters(topic)
             if self.metrics.enabled:
-                self._spawn(
+                self._tasks.spawn(
                     self.dead_letters.watch_depth(
                         self.settings.dead_letter_check_interval_seconds,
                         self.metrics.dead_letter_depth,
@@ -440,18 +441,18 @@ class SidecarApp:
         if self.dead_letter_default:
             self._dead_letter_to(self.dead_letter_default)
         self.fetcher.start()
-        self._spawn(self.live_config.run(), "live-config")
-        self._spawn(self.session.run(), "session")
-        self._spawn(self.keeper.commit_loop(), "commits")
-        self._spawn(self.keeper.redelivery_loop(), "redelivery")
-        self._spawn(
+        self._tasks.spawn(self.live_config.run(), "live-config")
+        self._tasks.spawn(self.session.run(), "session")
+        self._tasks.spawn(self.keeper.commit_loop(), "commits")
+        self._tasks.spawn(self.keeper.redelivery_loop(), "redelivery")
+        self._tasks.spawn(
             self.keeper.external_check_loop(
                 external_sweep_interval(self.settings.external_check_interval_seconds)
             ),
             "external-commits",
         )
         self.reporter.start()
-        self._spawn(watch_backpressure(self.table, self.faults), "backpressure")
+        self._tasks.spawn(watch_backpressure(self.table, self.faults), "backpressure")
 
     async def drain(self) -> None:
         """SIGTERM: hand every partition off cooperatively (commit acked offsets first)."""
@@ -462,16 +463,9 @@ class SidecarApp:
         await self.session.leave(timeout=self.settings.shutdown_grace_seconds)
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._tasks.cancel_all()
         if self.dead_letters is not None:
             await self.dead_letters.close()
         if self._loop is not None:
             await asyncio.to_thread(self.fetcher.stop)
         await asyncio.to_thread(self.reporter.close)
-
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        """A task of the sidecar's lifetime: cancelled by :meth:`close`."""
-        self._tasks.append(asyncio.create_task(coro, name=name))

@@ -34,7 +34,7 @@ from services.runtime.consumer_config import ALLOWED
 
 log = structlog.get_logger(__name__)
 
-Spawn = Callable[[Coroutine[Any, Any, None], str], None]
+Spawn = Callable[[Coroutine[Any, Any, None], str], object]
 
 
 class KafkaGroupMode:

@@ -60,6 +60,7 @@ from services.consumer_sidecar.client_access import ClientTotals
 from services.consumer_sidecar.leasing import LeaseKeeper, ReleasedLease
 from services.consumer_sidecar.partitions import UNLEASED_EPOCH
 from services.consumer_sidecar.round_timing import RoundTimer
+from services.runtime.tasks import TaskSet
 from services.runtime.topic_partition import TP
 
 EXTERNAL_CHANGES = {
@@ -135,7 +136,7 @@ class SessionClient:
         # None ends a session's request stream.
         self._outbox: asyncio.Queue[assigner_pb2.SessionRequest | None] = asyncio.Queue()
         self._heartbeat_now = asyncio.Event()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet("lease operation failed")
         self._stopping = False
         self._grants: dict[TP, int] = {}
         self._current: asyncio.Task[None] | None = None
@@ -511,7 +512,7 @@ class SessionClient:
                 # A fresh start (a restart, a scale-out): its first grants are on their way
                 # (a handoff's revoke, drain and release); the coordinator lookup and the
                 # connection their assign needs are made meanwhile, not after they came.
-                self._spawn(self.keeper.warm_up(list(acc.topics)))
+                self._tasks.spawn(self.keeper.warm_up(list(acc.topics)))
             joined = self._round.joined()
             if not self.kafka_group:
                 self.on_join(True, joined)
@@ -533,18 +534,18 @@ class SessionClient:
                 self._heartbeat_now.set()
                 # Grants come in bursts: gather those that arrive together into one assign.
                 if not self._grants:
-                    self._spawn(self._start_granted())
+                    self._tasks.spawn(self._start_granted())
                 self._grants[tp] = g.start_offset
         elif kind == "revoke":
             r = response.revoke
             if r.reason == assigner_pb2.REVOKE_REASON_FENCED:
                 # Our epoch is stale: the partition is someone else's. Commit nothing.
-                self._spawn(self.keeper.fence(TP(r.topic, r.partition), r.epoch))
+                self._tasks.spawn(self.keeper.fence(TP(r.topic, r.partition), r.epoch))
             else:
                 drain = r.drain_timeout.ToTimedelta().total_seconds()
                 # CONFIG (an offset reset, a mode switch): this epoch ends for good.
                 retire = r.reason == assigner_pb2.REVOKE_REASON_CONFIG
-                self._spawn(
+                self._tasks.spawn(
                     self.keeper.revoke(TP(r.topic, r.partition), r.epoch, drain, retire=retire)
                 )
         elif kind == "heartbeat_ack":
@@ -589,16 +590,6 @@ class SessionClient:
         await asyncio.sleep(0.01)
         grants, self._grants = self._grants, {}
         await self.keeper.start_fetching(grants)
-
-    def _spawn(self, coro: object) -> None:
-        task: asyncio.Task[None] = asyncio.create_task(coro)  # type: ignore[arg-type]
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("lease operation failed", error=repr(task.exception()))
 
     def _holds_leases(self) -> bool:
         return bool(self._nominal) if self.kafka_group else bool(self.keeper.table.snapshot())
