@@ -8,6 +8,12 @@ a later message on the same stream — and tells the group's bindings
 (:mod:`services.assigner.bindings`: bound clients, their liveness, the WatchBinding
 streams) whenever the holders of a group change. Everything here runs on the asyncio loop;
 nothing blocks.
+
+One job, why whole (about 780 lines): one group's live state between the coordinator and the
+Session streams. The grant dispatch (an epoch durable before its grant is sent, never
+overtaken on its stream, taken back when the write fails) shares the connections, the
+coordinator and the state writes with the heartbeat handling that feeds it; the bindings,
+the one part with state of its own, are in bindings.py.
 """
 
 from __future__ import annotations

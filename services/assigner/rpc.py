@@ -3,6 +3,11 @@
 The groups come from :class:`~services.assigner.registry.GroupRegistry`, offsets from
 :class:`~services.assigner.offsets_view.OffsetsView`, the time from a clock; none of them
 knows the app, so each runs on an in-process server in the unit tests.
+
+One job, why whole (about 660 lines): the assigner's three gRPC servicers (Assigner,
+Binding, Admin) as thin adapters: request validation and translation only, the decisions in
+the objects they are given. They share the validation helpers and the error mapping; the
+admin API's own rules already live in admin/.
 """
 
 from __future__ import annotations

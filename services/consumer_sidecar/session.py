@@ -28,6 +28,11 @@ released at once when revoked, and never fetched — they must not touch Kafka p
 A mode switch (``UpdateGroup``) ends the session: the sidecar re-joins, and a
 ``SessionAccepted`` with another mode switches it at runtime (``on_accepted`` does the
 consumer's part, :mod:`services.consumer_sidecar.kafka_group_mode`).
+
+One job, why whole (about 630 lines): the sidecar's Session stream with the assigner: join,
+heartbeats, grants, revokes and leave, with its reconnect and leader-following loop. The
+stream's state (session id, nominal leases, pending grants) is read by every message
+handler; the lease work itself is leasing.py's.
 """
 
 from __future__ import annotations
