@@ -3,31 +3,21 @@ read a group's committed offsets and the end offsets."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-
-from confluent_kafka import Producer
-
-from tests.support import offsets
+from tests.support import offsets, producing
 
 PARTITIONS = 12
 
 
 def produce(bootstrap: str, topic: str, count: int) -> dict[int, list[int]]:
-    """Produce ``count`` records keyed by sequence; returns the sequences per partition."""
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
+    """Produce ``count`` records keyed by sequence, round robin over PARTITIONS; returns the
+    sequences per partition."""
+    return producing.produce(
+        bootstrap,
+        topic,
+        range(count),
+        partitions=PARTITIONS,
+        value=lambda seq: f"value-{seq}".encode(),
     )
-    expected: dict[int, list[int]] = defaultdict(list)
-    for seq in range(count):
-        partition = seq % PARTITIONS
-        producer.produce(
-            topic, key=str(seq).encode(), value=f"value-{seq}".encode(), partition=partition
-        )
-        expected[partition].append(seq)
-        if seq % 1000 == 0:
-            producer.poll(0)
-    assert producer.flush(30) == 0, "not every record was delivered to Kafka"
-    return expected
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
