@@ -12,9 +12,7 @@ sidecars and rates > 0 (DOM and a screenshot in the test's log dir).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,8 +22,9 @@ from typing import Any
 import pytest
 
 from dsclient import DsClient
+from tests.support import cli
 from tests.support.browser import CHROMIUM, dump_dom, screenshot
-from tests.support.mesh import REPO, Mesh, ServiceProcess
+from tests.support.mesh import Mesh, ServiceProcess
 from tests.support.producing import produce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -91,11 +90,7 @@ def readers(
 
 
 def dsctl(assigner: ServiceProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DS_ASSIGNER": assigner.grpc_addr, "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "services.dsctl", *args],
-        capture_output=True, text=True, timeout=60, cwd=REPO, env=env,
-    )  # fmt: skip
+    return cli.dsctl(*args, env=cli.cli_env(DS_ASSIGNER=assigner.grpc_addr), timeout=60)
 
 
 def both_reading(doc: dict[str, Any]) -> bool:

@@ -46,6 +46,7 @@ from tests.support.assignment import wait_stable
 from tests.support.group_modes import GroupSpec, start_assigner
 from tests.support.mesh import REPO, Mesh, ServiceProcess
 from tests.support.notifier import FAULTS_TOPIC, TopicReader, events, start_notifier
+from tests.support.ops import dsctl
 from tests.support.records import (
     ConsumerLoop,
     SeqProducer,
@@ -62,14 +63,6 @@ PARTITIONS = 6
 RATE = 300.0
 APPLY_WITHIN = 2.0  # seconds: the bound for every sidecar to run a new version
 ODD_MESSAGE_MAX = "5000000"  # sc-odd's own librdkafka setting
-
-
-def dsctl(assigner: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.dsctl", *args],
-        capture_output=True, text=True, timeout=60, cwd=REPO, check=False,
-        env={**os.environ, "DS_ASSIGNER": assigner, "COLUMNS": "200"},
-    )  # fmt: skip
 
 
 def describe(assigner: str, group: str) -> admin_pb2.DescribeGroupResponse:

@@ -36,6 +36,7 @@ from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
 from dsclient import DsClient
 from services.devstack.kafka import KafkaHandle, TopicFactory
 from services.devstack.ports import free_port
+from tests.support import cli
 from tests.support.mesh import REPO, ServiceProcess, running_mesh
 from tests.support.waiting import wait_for
 
@@ -61,10 +62,7 @@ class Stack:
 
 
 def dsctl(stack: Stack, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.dsctl", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO, env=dsctl_env(stack),
-    )  # fmt: skip
+    return cli.dsctl(*args, env=dsctl_env(stack), timeout=timeout)
 
 
 def dsctl_env(stack: Stack) -> dict[str, str]:

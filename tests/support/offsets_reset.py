@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import subprocess
-import sys
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -21,8 +19,8 @@ import pytest
 from dsclient import DsClient
 from services.devstack.kafka import KafkaHandle, TopicFactory
 from services.runtime import commitmeta
-from tests.support import offsets
-from tests.support.mesh import REPO, ServiceProcess, running_mesh
+from tests.support import cli, offsets
+from tests.support.mesh import ServiceProcess, running_mesh
 from tests.support.records import ConsumerLoop, SeqProducer, Tally
 from tests.support.waiting import wait_for
 
@@ -53,12 +51,8 @@ class Stack:
 
 
 def dsctl(stack: Stack, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DS_ASSIGNER": stack.assigner.grpc_addr,
-           "DS_NOTIFIER": stack.notifier.grpc_addr, "COLUMNS": "200"}  # fmt: skip
-    return subprocess.run(
-        [sys.executable, "-m", "services.dsctl", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env,
-    )  # fmt: skip
+    env = cli.cli_env(DS_ASSIGNER=stack.assigner.grpc_addr, DS_NOTIFIER=stack.notifier.grpc_addr)
+    return cli.dsctl(*args, env=env, timeout=timeout)
 
 
 def ok_json(result: subprocess.CompletedProcess[str]) -> Any:

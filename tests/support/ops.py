@@ -5,25 +5,21 @@ earlier delivery's ack refused or failed)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import urllib.request
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from tests.support.mesh import REPO, ServiceProcess
+from tests.support import cli
+from tests.support.mesh import ServiceProcess
 from tests.support.records import Tally
 
 
 def dsctl(assigner: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DS_ASSIGNER": assigner, "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "services.dsctl", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env,
-    )  # fmt: skip
+    """dsctl against the assigner at ``assigner``."""
+    return cli.dsctl(*args, env=cli.cli_env(DS_ASSIGNER=assigner), timeout=timeout)
 
 
 def ok_json(result: subprocess.CompletedProcess[str]) -> Any:
