@@ -44,10 +44,6 @@ def consume_and_ack(client: DsClient, count: int, timeout: float = 90) -> int:
     return acked
 
 
-def wait_for(check: Any, timeout: float, what: str) -> Any:
-    return prom.wait_until(check, timeout, what)
-
-
 def test_lag_alert_reaches_alertmanager_and_the_owners_webhook(
     mesh: Mesh, topic_factory: Any, tmp_path: Path
 ) -> None:
@@ -75,7 +71,7 @@ def test_lag_alert_reaches_alertmanager_and_the_owners_webhook(
     produce(mesh.bootstrap, topic, FIRST)
     with DsClient(group, client_id="orders-app", assigner=assigner.grpc_addr) as client:
         assert consume_and_ack(client, FIRST) == FIRST
-        wait_for(
+        prom.wait_until(
             lambda: sum(committed_offsets(mesh.bootstrap, group, topic).values()) == FIRST,
             60,
             "the acked records to be committed",
@@ -100,7 +96,7 @@ def test_lag_alert_reaches_alertmanager_and_the_owners_webhook(
             prometheus.start()
 
             # Prometheus scrapes every service of the mesh.
-            targets = wait_for(
+            targets = prom.wait_until(
                 lambda: (
                     (t := prometheus.targets())
                     and len(t) == 3
@@ -117,7 +113,7 @@ def test_lag_alert_reaches_alertmanager_and_the_owners_webhook(
             }
 
             # The recording rule sees exactly the backlog: every record after the commit.
-            lag = wait_for(
+            lag = prom.wait_until(
                 lambda: (
                     (r := prometheus.query(f'ds:group_lag_records:sum{{group="{group}"}}'))
                     and float(r[0]["value"][1]) >= BACKLOG
@@ -129,7 +125,7 @@ def test_lag_alert_reaches_alertmanager_and_the_owners_webhook(
             assert float(lag[0]["value"][1]) == BACKLOG
 
             # Alertmanager has the alert, for this group, routed to the orders team.
-            alerts = wait_for(
+            alerts = prom.wait_until(
                 lambda: alertmanager.alerts(alertname=ALERT, group=group),
                 90,
                 f"{ALERT} in Alertmanager",
@@ -148,7 +144,7 @@ def test_lag_alert_reaches_alertmanager_and_the_owners_webhook(
             assert firing and firing[0]["state"] == "firing"
 
             # And the orders team's webhook got the notification.
-            posted = wait_for(
+            posted = prom.wait_until(
                 lambda: [
                     a
                     for path, body in sink.received
