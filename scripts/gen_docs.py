@@ -427,6 +427,7 @@ def settings_page() -> str:
     from services.demo_app.settings import DemoAppSettings
     from services.injector.settings import InjectorSettings
     from services.notifier.settings import NotifierSettings
+    from services.operator.settings import OperatorSettings
     from services.runtime.settings import ServiceSettings
 
     shared = {row.key: row for row in setting_rows(ServiceSettings)}
@@ -465,6 +466,14 @@ def settings_page() -> str:
             "`services/injector/settings.py`: the admission webhook is not a gRPC service "
             "and reads only these.",
             setting_rows(InjectorSettings),
+        )
+    )
+    parts.append(
+        settings_section(
+            "Operator (`ds-operator`)",
+            "`services/operator/settings.py`: the DsGroup operator (Kubernetes) is not a gRPC "
+            "service and reads only these (and dsctl's `DS_TLS__*` for the admin API).",
+            setting_rows(OperatorSettings),
         )
     )
     return "".join(parts)

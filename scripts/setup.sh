@@ -77,8 +77,9 @@ fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 # The Python client (clients/python, its own distribution dataservice-client, which the
 # project depends on) and the project, both editable, in one resolution; the spark extra
-# (PySpark, pyarrow, pandas, matplotlib): the Spark tests and jobs need it.
-.venv/bin/python -m pip install --quiet -e clients/python -e '.[dev,spark]'
+# (PySpark, pyarrow, pandas, matplotlib): the Spark tests and jobs need it; the operator
+# extra (kr8s): ds-operator and tests/k8s.
+.venv/bin/python -m pip install --quiet -e clients/python -e '.[dev,spark,operator]'
 
 step "buf (npm @bufbuild/buf)"
 npm ci --no-audit --no-fund --loglevel=error --cache "$HOME/.cache/dataservice/npm"

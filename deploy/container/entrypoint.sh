@@ -14,6 +14,7 @@ usage: ds-entrypoint SERVICE [FLAGS...]
   notifier   ds-notifier: fault events and alerts
   dsctl      the operators' CLI
   injector   the sidecar-injection admission webhook
+  operator   ds-operator: reconciles DsGroup resources (Kubernetes)
   demo-app   ds-demo-app: a sample application that binds, fetches, acks and counts
 Each takes --help.
 USAGE
@@ -27,6 +28,7 @@ case "$service" in
   notifier) exec ds-notifier "$@" ;;
   dsctl) exec dsctl "$@" ;;
   injector) exec ds-injector "$@" ;;
+  operator) exec ds-operator "$@" ;;
   demo-app) exec ds-demo-app "$@" ;;
   help | -h | --help) usage ;;
   *)

@@ -13,7 +13,7 @@ import structlog
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from dataservice.assigner.v1 import admin_pb2_grpc, assigner_pb2_grpc, binding_pb2_grpc
-from services.assigner.admission import AdmissionPolicy, JoinAdmission
+from services.assigner.admission import AdmissionPolicy, JoinAdmission, RecentLag
 from services.assigner.commit_log import CommitLog
 from services.assigner.external_resets import ExternalResets
 from services.assigner.fault_emitters import report_failover
@@ -52,6 +52,9 @@ class AssignerApp:
     name = "ds-assigner"
 
     def __init__(self, settings: AssignerSettings) -> None:
+        # How late the event loop runs (the tick loop's oversleep): joins wait while it is
+        # late, so heartbeats come first (admission.py guarantee 5).
+        self.loop_lag = RecentLag()
         self.settings = settings
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
@@ -129,9 +132,11 @@ class AssignerApp:
                             rate=self.settings.join_rate,
                             burst=self.settings.join_burst,
                             max_retry_after=self.settings.join_max_retry_after_seconds,
+                            max_lag=self.settings.join_max_loop_lag_seconds,
                         ),
                         self.now(),
                     ),
+                    lag=lambda: self.loop_lag.value(self.now()),
                 ),
                 assigner_pb2_grpc.add_AssignerServiceServicer_to_server,
             ),
@@ -277,7 +282,10 @@ class AssignerApp:
     async def _tick_loop(self) -> None:
         while True:
             self.groups.tick()
+            asleep = self.now()
             await asyncio.sleep(self.settings.tick_seconds)
+            woke = self.now()
+            self.loop_lag.record(woke, woke - asleep - self.settings.tick_seconds)
 
     async def _metadata_loop(self) -> None:
         """Partitions added to a topic are picked up without a restart."""

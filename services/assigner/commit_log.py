@@ -29,7 +29,15 @@ from services.runtime.settings import ServiceSettings
 
 log = structlog.get_logger(__name__)
 
-CONSUME_SECONDS = 0.1  # a commit is seen within this long (consume waits for BATCH or it)
+# The log is how the mesh follows an external commit under a steady ack stream (a holder
+# reads its committed offsets back at most once per interval), so it is read promptly: the
+# broker holds each fetch up to FETCH_WAIT_MS (it answered every commit at once before,
+# ~340 wake-ups/s of the reader's broker thread on the shared broker, the mesh idle; issue
+# 34), and consume() returns with BATCH records or after CONSUME_SECONDS.
+FETCH_WAIT_MS = 100
+CONSUME_SECONDS = 0.1
+# How long after Kafka wrote a commit the log may show it.
+READ_DELAY_SECONDS = FETCH_WAIT_MS / 1000 + CONSUME_SECONDS
 BATCH = 1000
 
 
@@ -73,7 +81,10 @@ class CommitLog:
 
     def _open(self) -> Consumer | None:
         consumer = new_consumer(
-            self.settings, group="ds-assigner-commit-log", client_id="ds-assigner-commit-log"
+            self.settings,
+            group="ds-assigner-commit-log",
+            client_id="ds-assigner-commit-log",
+            overrides=offsets_topic.reader_overrides(FETCH_WAIT_MS),
         )
         metadata = consumer.list_topics(offsets_topic.OFFSETS_TOPIC, timeout=10)
         info = metadata.topics.get(offsets_topic.OFFSETS_TOPIC)

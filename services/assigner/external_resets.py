@@ -39,6 +39,7 @@ import structlog
 from dataservice.assigner.v1 import assigner_pb2
 from dsclient.reasons import DsError, Reason
 from services.assigner.admin.reset_request import ResetSpec
+from services.assigner.commit_log import READ_DELAY_SECONDS
 from services.assigner.coordinator import LeaseState
 from services.assigner.fault_emitters import ResetAudit
 from services.assigner.groups import GroupRuntime
@@ -118,9 +119,11 @@ class ExternalResets:
         offset, metadata, seen = entry
         followed = self._followed.get(key)
         group = self.lookup(key[0])
-        # A follow ends after the log shows the commit; a holder's revert is reported at
-        # once, often before the log (read in batches) shows the commit it reverted.
-        since = seen - (self.log_grace_seconds * 3 if group and _reverts(group) else 0.0)
+        # The log is read in batches (commit_log.READ_DELAY_SECONDS, issue 34): a holder's
+        # follow, or its revert, reported at once, often ends before the log shows the
+        # commit it followed. A follow to the same offset that recent is that commit's.
+        reverts = group is not None and _reverts(group)
+        since = seen - max(READ_DELAY_SECONDS, self.log_grace_seconds * 3 if reverts else 0.0)
         if group is None or (
             followed is not None and followed[0] == offset and followed[1] >= since
         ):

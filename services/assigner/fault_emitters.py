@@ -1,6 +1,7 @@
 """The assigner's fault emitters (ARCHITECTURE §5.4): CONSUMER_LOST, CONSUMER_LEFT,
-PARTITIONS_REASSIGNED, CLIENT_REBOUND, OFFSETS_RESET and CONFIG_REJECTED (what a sidecar's
-heartbeats say of the group's consumer config) per group, ASSIGNER_FAILOVER per replica.
+PARTITIONS_REASSIGNED, CLIENT_REBOUND, OFFSETS_RESET, GROUP_DELETED (a DeleteGroup's audit
+record) and CONFIG_REJECTED (what a sidecar's heartbeats say of the group's consumer
+config) per group, ASSIGNER_FAILOVER per replica.
 
 Each hook is one call at a decision point of the assigner and turns it into reports on the
 shared :class:`~services.runtime.reporter.FaultReporter`; none of them raises.
@@ -182,6 +183,31 @@ class GroupFaults:
             )
 
     @never_raises
+    def deleted(self, audit: DeleteAudit) -> None:
+        """GROUP_DELETED: the audit record of a DeleteGroup (OPEN, then RESOLVED at once:
+        the group is gone when reported)."""
+        attributes = {
+            "actor": audit.actor,
+            "forced": "true" if audit.forced else "false",
+            "clients": ",".join(audit.clients),
+            "config_version": str(audit.config_version),
+        }
+        if audit.request_id:
+            attributes["request_id"] = audit.request_id
+        how = f", {len(audit.clients)} bound client(s) dropped" if audit.clients else ""
+        message = f"group {self.group} deleted by {audit.actor or '?'}{how}"
+        key = dedupe_key(common_pb2.FAULT_TYPE_GROUP_DELETED, self.group, audit.delete_id)
+        for state in (OPEN, RESOLVED):
+            self.reporter.report(
+                common_pb2.FAULT_TYPE_GROUP_DELETED,
+                state,
+                group=self.group,
+                message=message,
+                attributes=attributes,
+                dedupe_key=key,
+            )
+
+    @never_raises
     def offsets_reset(self, audit: ResetAudit) -> None:
         """OFFSETS_RESET: the audit record of a reset that committed new offsets, one event
         per topic (OPEN, then RESOLVED at once: the reset is complete when reported)."""
@@ -267,3 +293,15 @@ def report_failover(reporter: FaultReporter, leader: str | None, settle_seconds:
     )
     timer.daemon = True
     timer.start()
+
+
+@dataclass(frozen=True)
+class DeleteAudit:
+    """What GROUP_DELETED records of one DeleteGroup."""
+
+    delete_id: str  # unique per deletion: its record is never merged with another one
+    actor: str  # who asked: the caller's identity, else its address
+    forced: bool
+    clients: tuple[str, ...]  # the clients that were bound, sorted
+    config_version: int
+    request_id: str = ""

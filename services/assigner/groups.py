@@ -81,6 +81,11 @@ EXTERNAL_CHANGES = {
     "revert": types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT,
     "ignore": types_pb2.EXTERNAL_OFFSET_CHANGES_IGNORE,
 }
+ORDERINGS = {
+    "unordered": types_pb2.ORDERING_UNORDERED,
+    "key": types_pb2.ORDERING_KEY,
+    "partition": types_pb2.ORDERING_PARTITION,
+}
 
 
 class GroupStore(Protocol):
@@ -103,6 +108,10 @@ class GroupStore(Protocol):
     def delete_binding(self, group: str, client_id: str) -> asyncio.Future[None]: ...
 
     def put_drain(self, group: str, sidecar_id: str, drained: bool) -> asyncio.Future[None]: ...
+
+    def delete_group(
+        self, group: str, clients: Iterable[str], drained: Iterable[str]
+    ) -> asyncio.Future[None]: ...
 
 
 # Client ids taken from one heartbeat: a sidecar tracks at most 10,000 (its
@@ -296,7 +305,13 @@ class GroupRuntime:
             max_deliveries=self.record.max_deliveries,
             external_offset_changes=self.external_offset_changes,
             dead_letter_topic=self.record.dead_letter_topic,
+            ordering=self.ordering,
         )
+
+    @property
+    def ordering(self) -> Literal["unordered", "key", "partition"]:
+        value = self.record.ordering
+        return "key" if value == "key" else "partition" if value == "partition" else "unordered"
 
     @property
     def external_offset_changes(self) -> Literal["follow", "revert", "ignore"]:
@@ -316,6 +331,7 @@ class GroupRuntime:
             max_deliveries=self.record.max_deliveries,
             external_offset_changes=EXTERNAL_CHANGES[self.record.external_offset_changes],
             dead_letter_topic=self.record.dead_letter_topic,
+            ordering=ORDERINGS[self.record.ordering],
         )
         if self.record.visibility_timeout_seconds is not None:
             config.visibility_timeout.CopyFrom(duration(self.record.visibility_timeout_seconds))
@@ -351,6 +367,7 @@ class GroupRuntime:
                     max_deliveries=self.record.max_deliveries,
                     external_offset_changes=EXTERNAL_CHANGES[self.record.external_offset_changes],
                     dead_letter_topic=self.record.dead_letter_topic,
+                    ordering=ORDERINGS[self.record.ordering],
                 )
             )
         )
@@ -581,6 +598,7 @@ class GroupRuntime:
                     max_deliveries=record.max_deliveries,
                     external_offset_changes=EXTERNAL_CHANGES[record.external_offset_changes],
                     dead_letter_topic=record.dead_letter_topic,
+                    ordering=ORDERINGS[record.ordering],
                 )
             )
             for conn in self.connections.values():

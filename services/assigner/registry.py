@@ -63,6 +63,9 @@ class GroupRegistry:
         self.faults = faults
         self.clock = clock
         self._groups: dict[str, GroupRuntime] = {}
+        # The last epochs of deleted groups: a group created again under a name starts
+        # from them, so an epoch never goes back (a fenced holder stays fenced).
+        self._deleted_epochs: dict[str, dict[TopicPartition, int]] = {}
         self.serving = False
         self._serving = asyncio.Event()  # set while serving, for calls that wait for it
 
@@ -83,6 +86,7 @@ class GroupRegistry:
             group.close()
             self.metrics.forget_group(group.name)
         self._groups.clear()
+        self._deleted_epochs.clear()
 
     # ---- lookups ----------------------------------------------------------------------
 
@@ -144,6 +148,7 @@ class GroupRegistry:
             self.settings,
             self.metrics,
             self.store,
+            epochs=self._deleted_epochs.pop(record.name, None),
             faults=self.faults,
             clock=self.clock,
         )
@@ -170,6 +175,47 @@ class GroupRegistry:
         group.set_partitions(partitions, self.clock())
         return group
 
+    async def delete_group(self, name: str, *, force: bool) -> tuple[GroupRuntime, list[str]]:
+        """Remove a group (DeleteGroup): durable first (tombstones for its bindings, drains
+        and record), then its streams end and its watchers are told. GROUP_HAS_CLIENTS
+        while clients are bound unless ``force``; OPERATION_IN_PROGRESS while a reset or a
+        mode switch runs. Returns the group removed and the clients that were bound."""
+        group = self.group(name)
+        group.check_idle()
+        clients = sorted(group.clients)
+        if clients and not force:
+            raise DsError(
+                Reason.GROUP_HAS_CLIENTS,
+                f"group {name!r} has {len(clients)} bound client(s): "
+                f"{', '.join(clients[:20])}{' ...' if len(clients) > 20 else ''}; stop them, "
+                "or delete with force",
+                metadata={
+                    "group": name,
+                    "clients": ",".join(clients[:20]),
+                    "client_count": str(len(clients)),
+                },
+            )
+        try:
+            await self.store.delete_group(name, clients, sorted(group.coordinator.drained))
+        except Exception as exc:
+            raise DsError(
+                Reason.KAFKA_UNAVAILABLE, f"group not deleted (nothing changed): {exc}"
+            ) from exc
+        if self._groups.get(name) is not group:  # replaced while the write was waited for
+            raise DsError(
+                Reason.OPERATION_IN_PROGRESS,
+                f"group {name!r} changed while it was being deleted; retry",
+                metadata={"group": name, "operation": "a deletion"},
+            )
+        del self._groups[name]
+        self._deleted_epochs[name] = {
+            tp: lease.epoch for tp, lease in group.coordinator.leases.items()
+        }
+        group.close()
+        self.metrics.forget_group(name)
+        log.info("group deleted", group=name, forced=force, clients=len(clients))
+        return group, clients
+
     async def _store(self, record: GroupRecord) -> None:
         try:
             await self.store.put_group(record)
@@ -182,6 +228,9 @@ class GroupRegistry:
         """The groups of the state topic, with their epochs and bindings. Leases are
         re-learnt from the sidecars re-attaching; until ``settle_until`` nothing is
         granted, so taking over moves no partition."""
+        for name, epochs in snapshot.epochs.items():
+            if name not in snapshot.groups:  # a deleted group's: kept for its next creation
+                self._deleted_epochs[name] = dict(epochs)
         for record in snapshot.groups.values():
             try:
                 partitions = await self.topics.partitions(record.topics)
@@ -234,6 +283,7 @@ class GroupRegistry:
                         max_deliveries=seed.max_deliveries,
                         external_offset_changes=seed.external_offset_changes,
                         dead_letter_topic=seed.dead_letter_topic,
+                        ordering=seed.ordering,
                     )
                 )
             except DsError as err:

@@ -17,6 +17,7 @@ import contextlib
 import math
 import re
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -51,6 +52,7 @@ from services.assigner.admission import JoinAdmission
 from services.assigner.bindings import DROPPED
 from services.assigner.coordinator import LeaseState
 from services.assigner.external_resets import ExternalResets
+from services.assigner.fault_emitters import DeleteAudit
 from services.assigner.groups import GroupRuntime, duration
 from services.assigner.kafka_cluster import GroupMembers
 from services.assigner.kafka_offsets import KAFKA_TIMEOUT_SECONDS
@@ -95,12 +97,14 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
         *,
         external: ExternalResets | None = None,
         admission: JoinAdmission | None = None,
+        lag: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.groups = groups
         self.metrics = metrics
         self.clock = clock
         self.external = external
         self.admission = admission  # None: every join is taken on
+        self.lag = lag  # how late the event loop runs now (seconds)
 
     async def Session(
         self, request_iterator: AsyncIterator[assigner_pb2.SessionRequest], context: Context
@@ -151,7 +155,9 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
         re-attach) always passes."""
         if self.admission is None:
             return
-        verdict = self.admission.admit(self.clock(), reattach=len(join.held_leases) > 0)
+        verdict = self.admission.admit(
+            self.clock(), reattach=len(join.held_leases) > 0, lag=self.lag()
+        )
         if verdict.admitted:
             return
         self.metrics.joins_throttled.inc()
@@ -458,6 +464,40 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 group = await self.groups.update_group(record)
             log.info("group updated", group=group.name, changed=changed)
             return admin_pb2.UpdateGroupResponse(group=group.config_proto())
+
+    async def DeleteGroup(
+        self, request: admin_pb2.DeleteGroupRequest, context: Context
+    ) -> admin_pb2.DeleteGroupResponse:
+        validate_group_name("group", request.group)
+        validate_request_id(request.request_id)
+        actor = _actor(context)
+        return await self.requests.run(
+            "DeleteGroup", request, request.request_id, lambda: self._delete(request, actor)
+        )
+
+    async def _delete(
+        self, request: admin_pb2.DeleteGroupRequest, actor: str
+    ) -> admin_pb2.DeleteGroupResponse:
+        async with self._writes:
+            # NOT_FOUND, GROUP_HAS_CLIENTS (unless forced), OPERATION_IN_PROGRESS first;
+            # durable (tombstones) before the group goes from the live registry.
+            group, clients = await self.groups.delete_group(request.group, force=request.force)
+        self.offsets.forget(group.name)
+        config = group.config_proto()
+        group.faults.deleted(
+            DeleteAudit(
+                delete_id=str(uuid.uuid4()),
+                actor=actor,
+                forced=request.force,
+                clients=tuple(clients),
+                config_version=config.config_version,
+                request_id=request.request_id,
+            )
+        )
+        log.warning(
+            "group deleted", group=group.name, actor=actor, forced=request.force, clients=clients
+        )
+        return admin_pb2.DeleteGroupResponse(group=config, unbound_clients=clients)
 
     async def ResetOffsets(
         self, request: admin_pb2.ResetOffsetsRequest, context: Context

@@ -35,6 +35,8 @@ class GroupSeed(BaseModel):
     # The group's dead-letter topic (records given up past max_deliveries go there before
     # they are committed past); "" = the sidecars' dead_letter_topic setting.
     dead_letter_topic: str = Field("", max_length=249, pattern=r"^[A-Za-z0-9._-]*$")
+    # Which records may be in flight to the group's clients at once (issue 39).
+    ordering: Literal["unordered", "key", "partition"] = "unordered"
 
     @field_validator("consumer_config")
     @classmethod
@@ -59,10 +61,16 @@ class AssignerSettings(ServiceSettings):
     # Admission of Session joins (services/assigner/admission.py): at most join_rate new joins
     # a second, join_burst at once; the rest are refused with a retry-after (JOIN_THROTTLED) of
     # at most join_max_retry_after_seconds. Heartbeats and re-attaches with held leases are
-    # never refused. 0 = no limit.
-    join_rate: float = Field(100.0, ge=0, le=100_000)
-    join_burst: int = Field(200, ge=1, le=1_000_000)
+    # never refused. 0 = no limit. 50/s and 100 at once: a storm at twice the capacity cost
+    # attached sidecars nothing at 50/s and their leases at 100/s on a loaded 2-core machine
+    # (tests/bench/bench_join_storm.py, docs/operate/failure-model.md).
+    join_rate: float = Field(50.0, ge=0, le=100_000)
+    join_burst: int = Field(100, ge=1, le=1_000_000)
     join_max_retry_after_seconds: float = Field(10.0, gt=0, le=600)
+    # Heartbeats before joins: while the event loop runs later than this (seconds; its
+    # heartbeat acks are late), every new join is refused with a retry-after whatever
+    # join_rate allows. 0 = off.
+    join_max_loop_lag_seconds: float = Field(1.0, ge=0, le=60)
     # What the assigner waits past a lease's TTL before it may grant the partition elsewhere.
     lease_grace_seconds: float = Field(1.0, ge=0.1, le=60)
     # How long a revoked holder waits for in-flight acks before it commits and releases (and a mode

@@ -66,6 +66,8 @@ class GroupRecord:
     external_offset_changes: str = "follow"
     # Issue 39: where records given up past max_deliveries go ("" = the sidecars' setting).
     dead_letter_topic: str = ""
+    # Issue 39: unordered | key | partition (enforced by the sidecars).
+    ordering: str = "unordered"
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -85,6 +87,8 @@ class GroupRecord:
             document["external_offset_changes"] = self.external_offset_changes
         if self.dead_letter_topic:
             document["dead_letter_topic"] = self.dead_letter_topic
+        if self.ordering != "unordered":
+            document["ordering"] = self.ordering
         return document
 
 
@@ -112,6 +116,7 @@ def _key(*parts: object) -> bytes:
 GROUP_MODES = frozenset({"leased", "kafka_group"})
 BALANCE_STRATEGIES = frozenset({"count", "load"})
 EXTERNAL_OFFSET_CHANGES = frozenset({"follow", "revert", "ignore"})
+ORDERINGS = frozenset({"unordered", "key", "partition"})
 
 
 def _strict_model(cls: type[Any]) -> type[BaseModel]:
@@ -168,9 +173,14 @@ def _apply(snapshot: StateSnapshot, key: bytes, value: bytes | None) -> None:
     kind = parts[0]
     if kind == "group":
         name = _names(parts, 2, kind)[0]
-        # Only a group's record is ever written, never a tombstone: a null value would
-        # delete the group, and nothing the assigner does deletes one.
-        snapshot.groups[name] = _group(name, _json(_value(value, kind), kind, "value"))
+        if value is None:
+            # DeleteGroup: the group, its bindings and drains go; its epochs stay (an epoch
+            # never goes back, not even for a group created again under the name).
+            snapshot.groups.pop(name, None)
+            snapshot.bindings.pop(name, None)
+            snapshot.drained.pop(name, None)
+            return
+        snapshot.groups[name] = _group(name, _json(value, kind, "value"))
     elif kind == "epoch":
         group, topic, partition = _names(parts, 4, kind, last_int=True)
         # Epochs only grow: a tombstone (back to none) is never written, so never applied.
@@ -250,6 +260,8 @@ def _group(name: str, data: Any) -> GroupRecord:
         raise BadRecord(
             "group", f"unknown external_offset_changes {record.external_offset_changes[:40]!r}"
         )
+    if record.ordering not in ORDERINGS:
+        raise BadRecord("group", f"unknown ordering {record.ordering[:40]!r}")
     if record.config_version < 1:
         raise BadRecord("group", "config_version is >= 1")
     return record
@@ -335,6 +347,18 @@ class StateStore:
 
     def put_group(self, record: GroupRecord) -> asyncio.Future[None]:
         return self._write([(_key("group", record.name), json.dumps(record.to_json()).encode())])
+
+    def delete_group(
+        self, group: str, clients: Iterable[str], drained: Iterable[str]
+    ) -> asyncio.Future[None]:
+        """DeleteGroup, in one write: tombstones for the group's bindings and drains, then
+        for the group itself (its epochs are kept)."""
+        records: list[tuple[bytes, bytes | None]] = [
+            (_key("binding", group, c), None) for c in sorted(clients)
+        ]
+        records += [(_key("drain", group, s), None) for s in sorted(drained)]
+        records.append((_key("group", group), None))
+        return self._write(records)
 
     def put_epochs(
         self,

@@ -155,6 +155,11 @@ class PartitionAcks:
         """Every delivered record not acked (in flight or due), ascending."""
         return [o for run in self._runs for o in range(run.lo, run.hi)]
 
+    def unacked_runs(self) -> list[tuple[int, int, bool]]:
+        """Delivered records not acked as runs (lo, hi, due), ascending; parked records
+        count as in flight (not due)."""
+        return [(run.lo, run.hi, run.due) for run in self._runs]
+
     def deliveries_of(self, offset: int) -> int:
         """How often the un-acked record at ``offset`` was delivered (0: not un-acked)."""
         run = self._run_at(offset)

@@ -42,6 +42,7 @@ from services.consumer_sidecar.kafka_group_mode import KafkaGroupMode
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.live_config import LiveConfig
 from services.consumer_sidecar.metrics import SidecarMetrics
+from services.consumer_sidecar.ordering import Ordering
 from services.consumer_sidecar.partitions import PartitionTable, Redelivery
 from services.consumer_sidecar.read_budget import ReadBudget
 from services.consumer_sidecar.reader import RangeReaders
@@ -180,6 +181,8 @@ class SidecarApp:
         self.session.client_activity = self.metrics.clients.activity
         self.session.on_delivery_policy = self._delivery_policy
         self.session.on_external_changes = self._external_changes
+        self.session.on_ordering = self._ordering
+        self.table.on_unblocked = self.data.notify
         self.serving = Serving(
             self.table,
             self.keeper,
@@ -360,6 +363,15 @@ class SidecarApp:
                 dead_letter_topic=topic,
             )
         self.table.redelivery = policy
+
+    def _ordering(self, mode: str) -> None:
+        """The group's ordering (SessionAccepted, ConfigUpdate), live: applies to the next
+        take (ordering.py)."""
+        ordering = Ordering(mode)
+        if ordering != self.table.ordering:
+            log.info("ordering", ordering=ordering.value, before=self.table.ordering.value)
+        self.table.ordering = ordering
+        self.data.notify()  # records held back may go now (a switch to unordered)
 
     def _external_changes(self, mode: str) -> None:
         """The group's external_offset_changes (SessionAccepted, ConfigUpdate), live."""

@@ -15,7 +15,7 @@ import asyncio
 import time
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -373,7 +373,7 @@ class AccessInterceptor(WrappingInterceptor):
             call = _Call(str(getattr(request, "client_id", "") or "") if not peek else "")
             code = "OK"
             try:
-                source = _first_open(request, call) if peek else request
+                source = _FirstOpen(request, call) if peek else request
                 async for response in behavior(source, context):
                     yield response
             except BaseException as exc:
@@ -390,12 +390,26 @@ class _Call:
     client_id: str
 
 
-async def _first_open(requests: AsyncIterator[Any], call: _Call) -> AsyncIterator[Any]:
-    """A Stream's request iterator, passed through, noting the client id of ``open``."""
-    async for request in requests:
-        if not call.client_id and request.WhichOneof("kind") == "open":
-            call.client_id = request.open.client_id
-        yield request
+class _FirstOpen:
+    """A Stream's request iterator, passed through, noting the client id of ``open``.
+
+    Only the messages read with ``anext`` before an ``async for`` pass through it (the
+    Stream reads its ``open`` so): once the client id is known, ``async for`` iterates
+    the call's own iterator, so an ack or a credit costs no generator of ours on the way
+    (issue 34, the per-message cost)."""
+
+    def __init__(self, requests: AsyncIterable[Any], call: _Call) -> None:
+        self._requests = aiter(requests)
+        self._call = call
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._requests if self._call.client_id else self
+
+    async def __anext__(self) -> Any:
+        request = await anext(self._requests)
+        if not self._call.client_id and request.WhichOneof("kind") == "open":
+            self._call.client_id = request.open.client_id
+        return request
 
 
 def transport_of(context: grpc.aio.ServicerContext[Any, Any]) -> str:

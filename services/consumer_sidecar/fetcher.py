@@ -73,6 +73,14 @@ R = TypeVar("R")
 POLL_TIMEOUT_SECONDS = 0.05
 BUSY_POLL_TIMEOUT_SECONDS = 0.002
 BUSY_SECONDS = 1.0  # busy: a command (or a record, see above) within this long
+# Quiet: no record, no command and nothing to retry for this long. A quiet loop polls on
+# IDLE_POLL_TIMEOUT_SECONDS: 5 wake-ups a second instead of 20, which were the largest
+# share of an idle sidecar's CPU (issue 34; confluent-kafka has no call that ends a poll()
+# early, so this is also how long the first command after a quiet spell may wait: a grant
+# or a revoke reaching a sidecar that had nothing to do for QUIET_SECONDS). Any record or
+# command makes the loop active again at once.
+QUIET_SECONDS = 5.0
+IDLE_POLL_TIMEOUT_SECONDS = 0.2
 DEFERRED_COMMIT_RETRY_SECONDS = 0.2
 # Leaving kafka_group mode: how long Kafka may take to revoke the partitions after
 # unsubscribe(), beyond the time the revoke callback drains in-flight acks.
@@ -734,23 +742,27 @@ class Fetcher:
 
     def _run(self) -> None:
         busy_until = 0.0
+        quiet_at = self.last_poll + QUIET_SECONDS
         try:
             while not self._stop.is_set():
                 if self._run_commands():
                     busy_until = self.last_poll + BUSY_SECONDS
+                    quiet_at = self.last_poll + QUIET_SECONDS
                 self.on_loop(self.last_poll)
                 if self._holding():
                     self._wake.wait(POLL_TIMEOUT_SECONDS)
                     self._wake.clear()
                     self.last_poll = time.monotonic()  # alive, holding back on purpose
+                    quiet_at = self.last_poll + QUIET_SECONDS
                     continue
-                busy = self.last_poll < busy_until
-                timeout = BUSY_POLL_TIMEOUT_SECONDS if busy else POLL_TIMEOUT_SECONDS
+                if self._deferred or self._resets:
+                    quiet_at = self.last_poll + QUIET_SECONDS  # retries are due soon
                 poll_started = time.monotonic()
-                messages = self._take(timeout)
+                messages = self._take(poll_timeout(poll_started, busy_until, quiet_at))
                 self.last_poll = time.monotonic()
                 self.on_poll(poll_started, self.last_poll)
                 if messages:
+                    quiet_at = self.last_poll + QUIET_SECONDS
                     if self._commits_here():
                         busy_until = self.last_poll + BUSY_SECONDS
                     self._buffer(messages)
@@ -933,6 +945,17 @@ class Fetcher:
             table.on_backpressure()
         if to_resume:
             self._consumer.resume(to_resume)
+
+
+def poll_timeout(now: float, busy_until: float, quiet_at: float) -> float:
+    """How long the fetch loop's next poll() may wait: short while busy (a command, or
+    records whose acks wait for commits on this thread, within BUSY_SECONDS), long once
+    quiet (nothing for QUIET_SECONDS), POLL_TIMEOUT_SECONDS in between."""
+    if now < busy_until:
+        return BUSY_POLL_TIMEOUT_SECONDS
+    if now < quiet_at:
+        return POLL_TIMEOUT_SECONDS
+    return IDLE_POLL_TIMEOUT_SECONDS
 
 
 def _to_record(msg: Message) -> common_pb2.Record:

@@ -23,11 +23,13 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 
 from dsclient.records.batches import RECORD_OVERHEAD_BYTES, Chunk, Slice
 from services.consumer_sidecar.acks import NO_HOLDER, NO_LIMIT, GivenUp, Holder, PartitionAcks
+from services.consumer_sidecar.ordering import UNKNOWN, Key, Kind, Ordering, eligible_prefix
 from services.consumer_sidecar.stats import PartitionStats
 from services.runtime.topic_partition import TP
 
@@ -144,6 +146,9 @@ class Partition:
     high_watermark: int = -1  # from librdkafka statistics; -1 = not known yet
     lag: int = -1  # records behind the high watermark; -1 = not known yet
     _rate_mark: tuple[float, int] | None = None
+    # Ordered modes (ordering.py): the key of each record handed out, by offset, while it
+    # may still be un-acked (pruned below the commit point).
+    keys: dict[int, Key] = field(default_factory=dict)
 
     def take_rate(self, now: float) -> float:
         """Bytes/s fetched since the previous call (0.0 on the first)."""
@@ -191,6 +196,12 @@ class PartitionTable:
         # a batch taken just before the deadline (the assigner away for longer than a TTL)
         # is acked just after it, refused, and delivered again.
         self.delivery_margin = 0.0
+        # The group's ordering (issue 39; the session updates it, live): which buffered
+        # records may be handed out while others of their key or partition are un-acked.
+        self.ordering = Ordering.UNORDERED
+        # An ack let a partition held back by its ordering deliver again: wakes the
+        # Streams waiting for records (set to the DataSignal's notify).
+        self.on_unblocked: Callable[[], None] = lambda: None
 
     @property
     def leased_cap(self) -> int:
@@ -247,24 +258,64 @@ class PartitionTable:
             ordered = parts[start:] + parts[:start]
             budget = _Budget(max_records, max_bytes)
             due_at = now + self.redelivery.visibility
+            # Ordered modes: how many of each partition's next records may go out now.
+            allowed = self._allowed(ordered, max_records)
+            if allowed is not None:
+                ordered = [p for p in ordered if allowed[p.tp]]
             # Take a fair share per partition per pass, repeating until limits are hit.
             while ordered and budget.open():
                 share = max(1, budget.records // len(ordered))
                 next_round = []
                 for part in ordered:
                     taking = _Taking(part, budget, holder, due_at)
-                    self._take_from(taking, min(share, budget.records), out)
-                    if part.buffer:
+                    count = min(share, budget.records)
+                    if allowed is not None:
+                        count = min(count, allowed[part.tp])
+                        before = budget.records
+                        self._take_from(taking, count, out)
+                        allowed[part.tp] -= before - budget.records
+                    else:
+                        self._take_from(taking, count, out)
+                    if part.buffer and (allowed is None or allowed[part.tp]):
                         next_round.append(part)
                     if not budget.open():
                         break
                 ordered = next_round
+            if allowed is not None:
+                self._record_keys(out)
             room = out and self.buffered_bytes < self.hold_at
         if room:
             self.on_room()
         if out:
             self.on_in_flight()
         return out
+
+    def _allowed(self, parts: list[Partition], limit: int) -> dict[TP, int] | None:
+        """Lock held. Ordered modes: for each partition, how many of its next buffered
+        records may be handed out now (ordering.py); None when the group is unordered."""
+        if self.ordering is Ordering.UNORDERED:
+            return None
+        allowed = {}
+        for part in parts:
+            keys = part.keys
+            commit_point = part.acks.commit_point
+            while keys and (first := next(iter(keys))) < commit_point:
+                del keys[first]
+            held = [
+                (offset, keys.get(offset, UNKNOWN), due)
+                for lo, hi, due in part.acks.unacked_runs()
+                for offset in range(lo, hi)
+            ]
+            candidates = islice(_candidates(part), limit)
+            allowed[part.tp] = eligible_prefix(self.ordering, held, candidates)
+        return allowed
+
+    def _record_keys(self, slices: list[Slice]) -> None:
+        """Lock held: the keys of the records just handed out, for the ordering gate."""
+        for s in slices:
+            part = self.partitions.get(TP(s.topic, s.partition))
+            if part is not None:
+                part.keys.update(_keys_of(s.chunk, s.lo, s.hi, s.klo))
 
     def _take_from(self, taking: _Taking, count: int, out: list[Slice]) -> None:
         """Up to ``count`` records of a partition within the byte budget (lock held)."""
@@ -308,12 +359,22 @@ class PartitionTable:
         """Ack under the table lock: delivery (take) updates the same tracker. ``client``:
         the acking client, refused for a record in flight to another one."""
         with self.lock:
-            return part.acks.ack(offset, client)
+            moved = part.acks.ack(offset, client)
+        self._acked(part)
+        return moved
 
     def ack_range(self, part: Partition, lo: int, hi: int, client: str | None = None) -> bool:
         """Ack every delivered record of [lo, hi) under the table lock."""
         with self.lock:
-            return part.acks.ack_range(lo, hi, client)
+            moved = part.acks.ack_range(lo, hi, client)
+        self._acked(part)
+        return moved
+
+    def _acked(self, part: Partition) -> None:
+        """Ordered modes: an ack may let buffered records of the partition go out; the
+        Streams waiting for records look again."""
+        if self.ordering is not Ordering.UNORDERED and part.buffer:
+            self.on_unblocked()
 
     def ack_slices(self, slices: list[Slice]) -> None:
         """auto_ack: the slices just written to the client count as acked."""
@@ -322,6 +383,8 @@ class PartitionTable:
                 part = self.partitions.get(TP(s.topic, s.partition))
                 if part is not None and part.epoch == s.epoch:
                     part.acks.ack_range(s.first_offset, s.last_offset + 1)
+        if self.ordering is not Ordering.UNORDERED and slices:
+            self.on_unblocked()
 
     # ---- redelivery (each returns what came due; the caller rewinds and reports) --------
 
@@ -370,6 +433,7 @@ class PartitionTable:
             self._check_rewind(part, due)
         if count and delay > 0:
             self.on_in_flight()  # due again at a deadline of its own
+        self._given_up_unblocks(due)
         return count, due
 
     def nack_all(self, client: str, delay: float) -> tuple[int, Due]:
@@ -396,7 +460,13 @@ class PartitionTable:
                 due.add(part, step(part, self._limit_of(part)))
                 due.records += part.acks.due - before
                 self._check_rewind(part, due)
+        self._given_up_unblocks(due)
         return due
+
+    def _given_up_unblocks(self, due: Due) -> None:
+        """Ordered modes: a record given up (not parked) no longer holds its key back."""
+        if self.ordering is not Ordering.UNORDERED and any(not g.parked for _, g in due.given_up):
+            self.on_unblocked()
 
     def _limit_of(self, part: Partition) -> int:
         """The delivery limit for a redelivery step on ``part``; what it gives up is
@@ -481,6 +551,36 @@ class PartitionTable:
     def snapshot(self) -> list[Partition]:
         with self.lock:
             return list(self.partitions.values())
+
+
+def _keys_of(chunk: Chunk, lo: int, hi: int, kpos: int) -> Iterator[tuple[int, Key]]:
+    """(offset, key) of the chunk's records [lo, hi), the key of ``lo`` starting at
+    ``kpos`` in ``chunk.keys``."""
+    offsets, lengths = chunk.offsets, chunk.key_lengths
+    if lengths is None:
+        for k in range(lo, hi):
+            yield offsets[k], None
+        return
+    for k in range(lo, hi):
+        n = lengths[k]
+        yield offsets[k], None if k in chunk.key_nulls else chunk.keys[kpos : kpos + n]
+        kpos += n
+
+
+def _candidates(part: Partition) -> Iterator[tuple[int, Key, Kind]]:
+    """Lock held: the partition's buffered records in order, with what delivery would do
+    with each (acks.PartitionAcks.deliver): first delivery, delivery again, or skip."""
+    acks = part.acks
+    first_new, cursor = acks.next_offset, acks.cursor
+    for chunk in part.buffer:
+        for offset, key in _keys_of(chunk, chunk.start, len(chunk), chunk.key_pos):
+            if offset >= first_new:
+                kind = Kind.NEW
+            elif offset >= cursor and acks.is_due(offset):
+                kind = Kind.DUE
+            else:
+                kind = Kind.SKIP
+            yield offset, key, kind
 
 
 @dataclass

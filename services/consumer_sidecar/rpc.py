@@ -168,6 +168,22 @@ class SharedMemory:
     capacity: int
 
 
+class _DataEvent(asyncio.Event):
+    """A stream's data event: setting it sets the stream's ``wake`` too while ``wanted``,
+    so a Stream waits for either on one event (``_wait``) instead of a task for each and
+    ``asyncio.wait`` around them, at every batch (issue 34: the per-batch cost)."""
+
+    def __init__(self, wake: asyncio.Event) -> None:
+        super().__init__()
+        self.wake = wake
+        self.wanted = False
+
+    def set(self) -> None:
+        super().set()
+        if self.wanted:
+            self.wake.set()
+
+
 @dataclass
 class _StreamState:
     credit: Credit
@@ -206,8 +222,12 @@ class _StreamState:
                 return
             await self.room.wait()
 
-    # Set when records can be taken (DataSignal.waiter): this stream's own.
-    data: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set when records can be taken (DataSignal.add_waiter): this stream's own, which sets
+    # ``wake`` too while the stream waits for records (``_wait``).
+    data: _DataEvent = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.data = _DataEvent(self.wake)
 
 
 def _validate_credit(prefix: str, credit: stream_pb2.StreamCredit) -> None:
@@ -614,7 +634,7 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         else:
             limits = (STREAM_BATCH_RECORDS, STREAM_BATCH_BYTES)
         holder: Holder = (opened.client_id, next(self._stream_ids))
-        state.data = self.serving.data.waiter()
+        self.serving.data.add_waiter(state.data)
         reader = asyncio.create_task(self._read_stream(request_iterator, state))
         clients = self.clients
         client_label = clients.stream_opened(opened.client_id) if clients is not None else ""
@@ -802,17 +822,19 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
             ) from err
 
     async def _wait(self, state: _StreamState, *, data: bool) -> None:
-        """Until the client sent something, or (with ``data``) records were buffered."""
-        waits = [asyncio.ensure_future(state.wake.wait())]
+        """Until the client sent something, or (with ``data``) records were buffered: one
+        wait on ``state.wake``, which the data event sets too while it is wanted."""
         if data:
-            waits.append(asyncio.ensure_future(state.data.wait()))
+            if state.data.is_set():
+                return
+            state.data.wanted = True
         try:
-            await asyncio.wait(
-                waits, timeout=STREAM_IDLE_SECONDS, return_when=asyncio.FIRST_COMPLETED
-            )
+            async with asyncio.timeout(STREAM_IDLE_SECONDS):
+                await state.wake.wait()
+        except TimeoutError:
+            pass
         finally:
-            for waiter in waits:
-                waiter.cancel()
+            state.data.wanted = False
 
     # ---- ReadRange --------------------------------------------------------------------
 

@@ -42,7 +42,7 @@ from services.runtime.topic_partition import TP
 class DataSignal:
     """Records can be taken (buffered, or due again): notified on any thread, awaited on
     the event loop. Fetch waits on the shared :attr:`event`; each Stream on an event of
-    its own (:meth:`waiter`), which no other stream clears: a shared one cleared by one
+    its own (:meth:`add_waiter`), which no other stream clears: a shared one cleared by one
     stream could hide the records from another, which therefore looked again every 0.5 s
     (an idle Stream woke twice a second, issue 34)."""
 
@@ -50,26 +50,29 @@ class DataSignal:
         self.event = asyncio.Event()
         self._waiters: set[asyncio.Event] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._scheduled = False  # a _set is queued on the loop and has not run yet
 
     def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop the RPCs run on; until it is bound, :meth:`notify` does nothing."""
         self._loop = loop
 
     def notify(self) -> None:
-        """Set the events, from any thread."""
-        if self._loop is not None:
+        """Set the events, from any thread. Notifies made before the loop ran the last
+        one's callback go with it: one wake-up of the loop (a byte on its self-pipe) per
+        loop turn, not per fetched batch."""
+        if self._loop is not None and not self._scheduled:
+            self._scheduled = True
             self._loop.call_soon_threadsafe(self._set)
 
     def _set(self) -> None:
+        self._scheduled = False  # before the events: a notify from now on schedules anew
         self.event.set()
         for waiter in self._waiters:
             waiter.set()
 
-    def waiter(self) -> asyncio.Event:
-        """An event of the caller's own, set at each notify until :meth:`drop`\ ped."""
-        event = asyncio.Event()
+    def add_waiter(self, event: asyncio.Event) -> None:
+        """Set ``event`` (the caller's own) at each notify until :meth:`drop`\ ped."""
         self._waiters.add(event)
-        return event
 
     def drop(self, waiter: asyncio.Event) -> None:
         self._waiters.discard(waiter)

@@ -68,6 +68,11 @@ from services.consumer_sidecar.round_timing import RoundTimer
 from services.runtime.tasks import TaskSet
 from services.runtime.topic_partition import TP
 
+# The group's ordering (issue 39) as the sidecar names it (ordering.Ordering).
+ORDERINGS = {
+    types_pb2.ORDERING_KEY: "key",
+    types_pb2.ORDERING_PARTITION: "partition",
+}
 EXTERNAL_CHANGES = {
     types_pb2.EXTERNAL_OFFSET_CHANGES_FOLLOW: "follow",
     types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT: "revert",
@@ -161,6 +166,8 @@ class SessionClient:
         self.on_delivery_policy: Callable[[float | None, int, str], None] = lambda _v, _m, _d: None
         # The group's external_offset_changes (follow | revert | ignore), from the same.
         self.on_external_changes: Callable[[str], None] = lambda _mode: None
+        # The group's ordering (unordered | key | partition), from the same.
+        self.on_ordering: Callable[[str], None] = lambda _mode: None
         self._config_version = -1
         self._nominal: dict[TP, int] = {}  # kafka_group mode: leases held only on paper
         # Instrumentation hooks (metrics.py): a heartbeat sent; its ack's round trip.
@@ -586,6 +593,7 @@ class SessionClient:
         )
         self.on_delivery_policy(visibility, config.max_deliveries, config.dead_letter_topic)
         self.on_external_changes(EXTERNAL_CHANGES.get(config.external_offset_changes, "follow"))
+        self.on_ordering(ORDERINGS.get(config.ordering, "unordered"))
 
     def external_found(self) -> None:
         """A commit this sidecar did not make was found: report it in a heartbeat now."""

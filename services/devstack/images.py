@@ -243,10 +243,11 @@ def _mesh_inputs() -> list[Path]:
 
 def _mesh_context(context: Path) -> None:
     # The project's wheel, the client's (clients/python, a dependency pip finds nowhere else)
-    # and every other dependency's, from pip's cache when it has them.
+    # and every other dependency's (the operator extra's too: ds-operator runs from the same
+    # image), from pip's cache when it has them.
     podman.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(context / "wheels"),
-         str(REPO / "clients" / "python"), str(REPO)],
+         str(REPO / "clients" / "python"), f"{REPO}[operator]"],
         timeout=1200,
     )  # fmt: skip
     for name in ("entrypoint.sh", "healthcheck.py"):

@@ -217,6 +217,11 @@ class AssignerClient:
             lambda s: s.UpdateGroup(request, timeout=self.timeout, metadata=self._actor)
         )
 
+    def delete_group(self, request: admin_pb2.DeleteGroupRequest) -> admin_pb2.DeleteGroupResponse:
+        return self._call(
+            lambda s: s.DeleteGroup(request, timeout=self.timeout, metadata=self._actor)
+        )
+
     def move_lease(self, request: admin_pb2.MoveLeaseRequest) -> admin_pb2.MoveLeaseResponse:
         return self._call(
             lambda s: s.MoveLease(request, timeout=self.timeout, metadata=self._actor)

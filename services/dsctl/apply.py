@@ -9,10 +9,13 @@ with exactly the changed fields as its mask and ``expected_config_version`` = th
 read, so a change made in between is refused, not overwritten); a group that already
 matches is not written at all, so a second apply changes nothing and says so. Each write
 carries a fresh ``request_id`` (a retry inside the call is applied once). Groups the file
-does not name are left alone: deleting them (``--prune``) needs
-``AdminService.DeleteGroup``, which the mesh does not have yet. ``diff`` shows what
-``apply`` would do, as a unified diff of the fields each document manages, and exits 1
-when something would change (like ``kubectl diff``).
+does not name are left alone unless ``--prune`` (opt-in): then every other group of the
+mesh is shown as a diff to /dev/null and deleted (``DeleteGroup``, never forced: a group
+with bound clients is refused and reported, and the command exits 1); ``--dry-run`` shows
+the plan and writes nothing. ``diff`` shows what ``apply`` would do, as a unified diff of
+the fields each document manages (``--prune``: and the groups it would delete), and exits
+1 when something would change (like ``kubectl diff``). ``dsctl delete group X [--force]``
+deletes one group.
 """
 
 from __future__ import annotations
@@ -45,7 +48,17 @@ FileOption = Annotated[
     ),
 ]
 
+PruneOption = Annotated[
+    bool,
+    typer.Option(
+        "--prune",
+        help="Also delete the groups of the mesh the file does not declare (never forced: "
+        "one with bound clients is refused).",
+    ),
+]
+
 get_app = typer.Typer(help="Show a resource as a document.", no_args_is_help=True)
+delete_app = typer.Typer(help="Delete a resource.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -58,6 +71,10 @@ def register(app: typer.Typer) -> None:
         reports_errors(get_group)
     )
     app.add_typer(get_app, name="get")
+    delete_app.command("group", help=reflowed(delete_group.__doc__), epilog=EXIT_CODES_HELP)(
+        reports_errors(delete_group)
+    )
+    app.add_typer(delete_app, name="delete")
 
 
 def load_documents(path: Path) -> list[dict[str, Any]]:
@@ -112,19 +129,80 @@ def _write(
     return updated.group
 
 
+def prune_targets(client: AssignerClient, declared: list[str]) -> list[types_pb2.GroupConfig]:
+    """The live groups ``--prune`` deletes: every group of the mesh not declared, by name."""
+    keep = set(declared)
+    return [g.config for g in client.list_groups() if g.config.name not in keep]
+
+
+def prune_diff(config: types_pb2.GroupConfig) -> list[str]:
+    """The diff of a group ``--prune`` deletes: its live spec to /dev/null."""
+    before = yaml.safe_dump(manifest.spec_of(config), sort_keys=True).splitlines()
+    return list(
+        difflib.unified_diff(
+            before, [], fromfile=f"live/{config.name}", tofile="/dev/null", lineterm=""
+        )
+    )
+
+
+def _print_lines(lines: list[str]) -> None:
+    for line in lines:
+        console.print(line, highlight=False, markup=False)
+
+
+def _prune(client: AssignerClient, targets: list[types_pb2.GroupConfig]) -> tuple[int, int]:
+    """Delete ``targets`` (never forced); (deleted, refused)."""
+    deleted = refused = 0
+    for config in targets:
+        try:
+            client.delete_group(
+                admin_pb2.DeleteGroupRequest(group=config.name, request_id=str(uuid.uuid4()))
+            )
+        except CliError as err:
+            if err.exit_code is ExitCode.NOT_FOUND:  # gone meanwhile: what prune wants
+                console.print(f"dsgroup/{config.name} already gone", highlight=False)
+                continue
+            refused += 1
+            console.print(f"dsgroup/{config.name} not pruned: {err}", highlight=False)
+            continue
+        deleted += 1
+        console.print(f"dsgroup/{config.name} pruned", highlight=False)
+    return deleted, refused
+
+
 def apply(
     filename: FileOption,
     assigner: AssignerOption = DEFAULT_ASSIGNER,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_SECONDS,
+    prune: PruneOption = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would change; write nothing.")
+    ] = False,
 ) -> None:
     """Create or update the groups the file declares, so that each matches its document;
     a group that already matches is not written. One line per group (created, configured
     with the changed fields, or unchanged) and a count. Groups the file does not name are
-    left alone."""
+    left alone, unless --prune: then each is shown as a diff to /dev/null first and
+    deleted (never forced: one with bound clients is refused, and the exit code is 1).
+    --dry-run prints the plan (as `dsctl diff`) and writes nothing."""
     docs = load_documents(filename)
     with AssignerClient(assigner, timeout) as client:
         changes = _plan(client, docs)
         live = live_configs(client, [c.group for c in changes if c.action == "update"])
+        targets = prune_targets(client, [c.group for c in changes]) if prune else []
+        for config in targets:
+            _print_lines(prune_diff(config))
+        if dry_run:
+            for change in changes:
+                if change.action != "unchanged":
+                    _print_lines(_change_diff(change, live.get(change.group)))
+            console.print(
+                f"dry run: {sum(c.action == 'create' for c in changes)} to create, "
+                f"{sum(c.action == 'update' for c in changes)} to configure, "
+                f"{len(targets)} to prune; nothing written",
+                highlight=False,
+            )
+            return
         counts = {"created": 0, "configured": 0, "unchanged": 0}
         for change in changes:
             if change.action == "unchanged":
@@ -145,10 +223,23 @@ def apply(
                     f"(config v{after.config_version})",
                     highlight=False,
                 )
+        pruned, refused = _prune(client, targets)
+    if prune:
+        counts["pruned"] = pruned
     summary = ", ".join(f"{n} {what}" for what, n in counts.items())
-    if counts["created"] == counts["configured"] == 0:
+    if counts["created"] == counts["configured"] == pruned == 0:
         summary += ": nothing changed"
     console.print(summary, highlight=False)
+    if refused:
+        raise CliError(f"{refused} group(s) not pruned (see above)", ExitCode.ERROR)
+
+
+def _change_diff(change: manifest.Change, current: types_pb2.GroupConfig | None) -> list[str]:
+    return spec_diff(
+        change.group,
+        None if current is None else manifest.managed_spec(current, change.keys),
+        manifest.managed_spec(change.desired, change.keys),
+    )
 
 
 def spec_diff(group: str, current: dict[str, Any] | None, desired: dict[str, Any]) -> list[str]:
@@ -170,27 +261,25 @@ def diff(
     filename: FileOption,
     assigner: AssignerOption = DEFAULT_ASSIGNER,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_SECONDS,
+    prune: PruneOption = False,
 ) -> None:
     """Show what `dsctl apply -f` would change: a unified diff of the fields each document
-    manages, live to declared (a new group against /dev/null). Exit 0 when nothing would
-    change, 1 when something would (like `kubectl diff`); nothing is written either way."""
+    manages, live to declared (a new group against /dev/null; with --prune, each group
+    the file does not declare from live to /dev/null). Exit 0 when nothing would change,
+    1 when something would (like `kubectl diff`); nothing is written either way."""
     docs = load_documents(filename)
     with AssignerClient(assigner, timeout) as client:
         changes = _plan(client, docs)
         live = live_configs(client, [c.group for c in changes if c.action == "update"])
-    differs = False
+        targets = prune_targets(client, [c.group for c in changes]) if prune else []
+    differs = bool(targets)
+    for config in targets:
+        _print_lines(prune_diff(config))
     for change in changes:
         if change.action == "unchanged":
             continue
         differs = True
-        current = live.get(change.group)
-        lines = spec_diff(
-            change.group,
-            None if current is None else manifest.managed_spec(current, change.keys),
-            manifest.managed_spec(change.desired, change.keys),
-        )
-        for line in lines:
-            console.print(line, highlight=False, markup=False)
+        _print_lines(_change_diff(change, live.get(change.group)))
     if differs:
         raise typer.Exit(int(ExitCode.ERROR))
 
@@ -210,3 +299,35 @@ def get_group(
     with AssignerClient(assigner, timeout) as client:
         described = client.describe(group)
     print(yaml.safe_dump(manifest.document_of(described), sort_keys=False), end="")
+
+
+def delete_group(
+    group: Annotated[str, typer.Argument(help="The group's name.")],
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Delete even while clients are bound (their bindings are dropped)."
+        ),
+    ] = False,
+    assigner: AssignerOption = DEFAULT_ASSIGNER,
+    timeout: TimeoutOption = DEFAULT_TIMEOUT_SECONDS,
+) -> None:
+    """Delete a group (AdminService.DeleteGroup): its configuration, bindings and drains go,
+    its sidecars' sessions end. Refused while application clients are bound (they are
+    named), unless --force. Kafka's committed offsets of the group are kept. Audited (a
+    GROUP_DELETED fault event)."""
+    if not group.strip():
+        raise CliError("GROUP must not be empty", ExitCode.ERROR)
+    with AssignerClient(assigner, timeout) as client:
+        deleted = client.delete_group(
+            admin_pb2.DeleteGroupRequest(group=group, force=force, request_id=str(uuid.uuid4()))
+        )
+    dropped = (
+        f"; bindings dropped: {', '.join(deleted.unbound_clients)}"
+        if deleted.unbound_clients
+        else ""
+    )
+    console.print(
+        f"dsgroup/{group} deleted (config v{deleted.group.config_version}){dropped}",
+        highlight=False,
+    )

@@ -9,7 +9,9 @@ These commands read that topic straight from Kafka:
 * ``show``: the records of an offset range, with their origin;
 * ``replay``: produces the records of an offset range again, to their origin topic (the
   group's clients receive them through the mesh, as new records) or to ``--to-topic``;
-  ``--origin-offset``/``--key`` narrow it; the records keep their headers;
+  ``--since``/``--until`` (when they were dead-lettered: an ISO 8601 time, or an age like
+  ``30m``), ``--origin-offset``, ``--key`` and ``--client`` narrow it; the records keep
+  their headers;
 * ``purge``: deletes the records below an offset (Kafka's DeleteRecords).
 
 Replay and purge are separate on purpose: replay first, check, then purge what was
@@ -75,6 +77,52 @@ FromOption = Annotated[
 ToOption = Annotated[
     int | None, typer.Option("--to-offset", help="End offset, exclusive (default: the end).")
 ]
+
+
+SinceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--since",
+        help="Only records dead-lettered at or after this time: ISO 8601 (UTC unless it "
+        "names a zone) or an age such as 90s, 30m, 2h, 1d.",
+    ),
+]
+UntilOption = Annotated[
+    str | None,
+    typer.Option("--until", help="Only records dead-lettered before this time (as --since)."),
+]
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def when_ms(text: str, now: datetime.datetime) -> int:
+    """A --since/--until value as ms since the epoch (pure): an ISO 8601 time (UTC unless
+    it names a zone) or an age before ``now`` (``90s``, ``30m``, ``2h``, ``1d``). Raises
+    typer.BadParameter."""
+    text = text.strip()
+    if len(text) > 1 and text[-1] in _AGE_UNITS and text[:-1].isdigit():
+        at = now - datetime.timedelta(seconds=int(text[:-1]) * _AGE_UNITS[text[-1]])
+    else:
+        try:
+            at = datetime.datetime.fromisoformat(text)
+        except ValueError:
+            raise typer.BadParameter(
+                f"{text[:40]!r} is neither an ISO 8601 time nor an age like 30m, 2h or 1d"
+            ) from None
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=datetime.UTC)
+    return int(at.timestamp() * 1000)
+
+
+def from_times(
+    watermarks: dict[int, tuple[int, int]], found: dict[int, int]
+) -> dict[int, tuple[int, int]]:
+    """Watermarks with each partition's low mark moved up to the first offset at or after
+    --since (``found``: Kafka's answer per partition, -1 = none that late) (pure)."""
+    out = {}
+    for p, (low, high) in watermarks.items():
+        first = found.get(p, low)
+        out[p] = (high, high) if first < 0 else (max(low, first), high)
+    return out
 
 
 @dataclass(frozen=True)
@@ -307,24 +355,44 @@ def replay(
         int | None, typer.Option(help="Only the record that had this offset at its origin.")
     ] = None,
     key: Annotated[str | None, typer.Option(help="Only records with this key.")] = None,
+    client: Annotated[
+        str | None, typer.Option(help="Only records given up by this client (ds-dlq-client).")
+    ] = None,
+    since: SinceOption = None,
+    until: UntilOption = None,
     dry_run: Annotated[bool, typer.Option(help="Count what would be replayed.")] = False,
 ) -> None:
     """Produce dead-lettered records again: to their origin topic (the group's clients
     receive them through the mesh, as new records at new offsets) or to --to-topic. Each
     record is acked by Kafka before the command ends (idempotent producer); the count is
     printed. Purge separately, after checking."""
+    now = datetime.datetime.now(datetime.UTC)
+    since_ms = when_ms(since, now) if since is not None else None
+    until_ms = when_ms(until, now) if until is not None else None
     topic, reader, admin = _open(bootstrap, topic_template, group)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     errors: list[str] = []
     sent = 0
     try:
-        wanted = ranges(watermarks(reader, admin, topic), partition, from_offset, to_offset)
+        marks = watermarks(reader, admin, topic)
+        if since_ms is not None:
+            asked = [TopicPartition(topic, p, since_ms) for p in marks]
+            found = {tp.partition: tp.offset for tp in reader.offsets_for_times(asked, 10)}
+            marks = from_times(marks, found)
+        wanted = ranges(marks, partition, from_offset, to_offset)
         for msg in read(reader, topic, wanted):
             origin = origin_of(msg.headers())  # type: ignore[arg-type]
             if origin_offset is not None and origin.get("offset") != str(origin_offset):
                 continue
             msg_key = msg.key()
             if key is not None and _text(msg_key) != key:
+                continue
+            if client is not None and origin.get("client") != client:
+                continue
+            at = msg.timestamp()[1]
+            if (since_ms is not None and at < since_ms) or (
+                until_ms is not None and at >= until_ms
+            ):
                 continue
             target = to_topic or origin.get("topic")
             if not target:

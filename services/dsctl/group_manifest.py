@@ -32,6 +32,11 @@ EXTERNAL_CHANGES = {
     "revert": types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT,
     "ignore": types_pb2.EXTERNAL_OFFSET_CHANGES_IGNORE,
 }
+ORDERINGS = {
+    "unordered": types_pb2.ORDERING_UNORDERED,
+    "key": types_pb2.ORDERING_KEY,
+    "partition": types_pb2.ORDERING_PARTITION,
+}
 DURATIONS = {
     "visibilityTimeout": "visibility_timeout",
     "leaseTtl": "lease_ttl",
@@ -47,6 +52,7 @@ PATHS = {
     "maxDeliveries": "max_deliveries",
     "balanceStrategy": "balance_strategy",
     "externalOffsetChanges": "external_offset_changes",
+    "ordering": "ordering",
 }
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -139,6 +145,8 @@ def config_of(doc: Mapping[str, Any]) -> types_pb2.GroupConfig:
         config.external_offset_changes = _choice(  # type: ignore[assignment]
             changes, EXTERNAL_CHANGES, f"{where}: spec.externalOffsetChanges"
         )
+    if (ordering := spec.get("ordering")) is not None:
+        config.ordering = _choice(ordering, ORDERINGS, f"{where}: spec.ordering")  # type: ignore[assignment]
     return config
 
 
@@ -164,6 +172,8 @@ def spec_of(config: types_pb2.GroupConfig) -> dict[str, Any]:
         spec["balanceStrategy"] = strategy
     if changes := _name_of(EXTERNAL_CHANGES, config.external_offset_changes):
         spec["externalOffsetChanges"] = changes
+    if ordering := _name_of(ORDERINGS, config.ordering):
+        spec["ordering"] = ordering
     return spec
 
 

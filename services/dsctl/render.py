@@ -45,6 +45,12 @@ EXTERNAL_CHANGES: Mapping[int, str] = {
     types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT: "revert",
     types_pb2.EXTERNAL_OFFSET_CHANGES_IGNORE: "ignore",
 }
+ORDERINGS: Mapping[int, str] = {
+    types_pb2.ORDERING_UNSPECIFIED: "unordered",
+    types_pb2.ORDERING_UNORDERED: "unordered",
+    types_pb2.ORDERING_KEY: "key",
+    types_pb2.ORDERING_PARTITION: "partition",
+}
 UNASSIGNED = "(unassigned)"
 BAR_WIDTH = 20
 
@@ -225,6 +231,7 @@ def config_doc(cfg: types_pb2.GroupConfig) -> Doc:
         "external_offset_changes": EXTERNAL_CHANGES.get(cfg.external_offset_changes, "unknown"),
         # "" = the sidecars' dead_letter_topic setting.
         "dead_letter_topic": cfg.dead_letter_topic,
+        "ordering": ORDERINGS.get(cfg.ordering, "unknown"),
     }
 
 
@@ -314,6 +321,7 @@ def describe_view(doc: Doc) -> RenderableType:
     )
     header.add_row("alert template", cfg["alert_template"] or "-")
     header.add_row("external offset changes", cfg["external_offset_changes"])
+    header.add_row("ordering", cfg["ordering"])
     header.add_row(
         "consumer config",
         ", ".join(f"{k}={v}" for k, v in cfg["consumer_config"].items()) or "-",

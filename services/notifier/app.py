@@ -48,6 +48,7 @@ from services.notifier.render_worker import RenderLimits, RenderWorker
 from services.notifier.rpc import NotifierServicer
 from services.notifier.settings import NotifierSettings
 from services.notifier.template_service import TemplateService
+from services.runtime import offsets_topic
 from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route
 from services.runtime.kafka import KafkaProbe, new_admin, new_producer
@@ -173,7 +174,7 @@ class NotifierApp:
             wake_kafka=self.kafka_relay.notify,
             wake_webhook=self.webhook_relay.notify,
         )
-        self.lag = LagMonitor(settings.lag, self._admin, lambda: self._consumer("ds-notifier-lag"))
+        self.lag = LagMonitor(settings.lag, self._admin, self._lag_consumer)
         self.prober: Prober | None = None
         if settings.probe.enabled:
             self.prober = Prober(
@@ -211,7 +212,12 @@ class NotifierApp:
             },
         )
 
-    def _consumer(self, client_id: str) -> Consumer:
+    def _lag_consumer(self) -> Consumer:
+        """The lag monitor's reader of ``__consumer_offsets``: fetches batched by the broker
+        (offsets_topic.reader_overrides()), unless the passthrough settings say otherwise."""
+        return self._consumer("ds-notifier-lag", offsets_topic.reader_overrides())
+
+    def _consumer(self, client_id: str, defaults: Mapping[str, object] | None = None) -> Consumer:
         config = {
             "bootstrap.servers": self.settings.bootstrap,
             "client.id": client_id,
@@ -220,6 +226,7 @@ class NotifierApp:
             "enable.partition.eof": False,
             "isolation.level": "read_committed",
             "log_level": 3,
+            **(defaults or {}),
         }
         config.update(self.settings.kafka)
         return Consumer(config)

@@ -179,6 +179,12 @@ class LagMonitor:
         if not topics:
             return
         metadata = self._admin.list_topics(timeout=10)
+        # Topics some commit named that the cluster no longer has (the log is read from its
+        # beginning): their commits would wait for a watermark for good, applied again on
+        # every poll (issue 34: most of an idle notifier's CPU). Forgotten instead.
+        gone = topics - set(metadata.topics)
+        if gone:
+            self._forget(gone)
         partitions: list[TopicPartition] = []
         for topic in sorted(topics):
             info = metadata.topics.get(topic)
@@ -202,6 +208,12 @@ class LagMonitor:
             waiting, self._waiting = self._waiting, []
             for commit in waiting:
                 self._apply(commit)
+
+    def _forget(self, topics: set[str]) -> None:
+        with self._lock:
+            for key in [k for k in self._histories if k[0] in topics]:
+                del self._histories[key]
+            self._waiting = [c for c in self._waiting if c.topic not in topics]
 
     def _list_offsets(
         self, partitions: list[TopicPartition], spec: OffsetSpec

@@ -52,6 +52,9 @@ from services.runtime import faults
 
 log = structlog.get_logger(__name__)
 
+# ds_notifier_outbox_pending is refreshed this often (it was on every 0.5 s tick).
+OUTBOX_GAUGE_SECONDS = 5.0
+
 
 @dataclass(frozen=True)
 class Wake:
@@ -90,6 +93,7 @@ class FaultPipeline:
         # report must not interleave with another report's.
         self._report_lock = asyncio.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._gauge_at = 0.0  # monotonic: when tick() next counts the outbox's lanes
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop that owns the history: deliveries confirmed on the relay threads are
@@ -177,9 +181,18 @@ class FaultPipeline:
         if held:
             await asyncio.to_thread(self._outbox.append, held)
             self._wake.render()
-        for lane in (KAFKA_LANE, WEBHOOK_LANE, RENDER_LANE):
-            count = await asyncio.to_thread(self._outbox.count, lane)
-            self._metrics.outbox_pending.labels(lane).set(count)
+        now = time.monotonic()
+        if now >= self._gauge_at:
+            # The gauge every OUTBOX_GAUGE_SECONDS, the three lanes in one trip to a worker
+            # thread: three SQLite counts on every 0.5 s tick were most of an idle
+            # notifier's wake-ups of its own (issue 34).
+            self._gauge_at = now + OUTBOX_GAUGE_SECONDS
+            counts = await asyncio.to_thread(self._count_lanes)
+            for lane, count in counts.items():
+                self._metrics.outbox_pending.labels(lane).set(count)
+
+    def _count_lanes(self) -> dict[str, int]:
+        return {lane: self._outbox.count(lane) for lane in (KAFKA_LANE, WEBHOOK_LANE, RENDER_LANE)}
 
     # ---- delivery (relay threads) -------------------------------------------------------
 

@@ -45,6 +45,8 @@ from services.notifier.outbox import KAFKA_LANE, WEBHOOK_LANE, Outbox, OutboxIte
 log = structlog.get_logger(__name__)
 
 ID_HEADER = "ds-id"
+# How long an idle relay thread sleeps when nothing woke it (notify() does for new items).
+IDLE_WAIT_SECONDS = 1.0
 # Delivery errors that retrying cannot fix: the item goes to the dead-letter table.
 _PERMANENT = frozenset(
     {
@@ -170,7 +172,9 @@ class KafkaRelay:
                 producer.poll(0.05 if in_flight else 0)
                 self._settle(done, in_flight)
                 if not in_flight:
-                    self._wake.wait(0.2)
+                    # notify() wakes it for new items; the timeout only serves the
+                    # producer's own events (issue 34: 0.2 s woke an idle notifier 5/s).
+                    self._wake.wait(IDLE_WAIT_SECONDS)
                     self._wake.clear()
         finally:
             # Unsent messages must not leave later: their items stay in the outbox and
@@ -383,8 +387,14 @@ class WebhookRelay:
                 log.warning("webhook relay failed; retrying", error=repr(exc))
                 sent = 0
             if not sent:
-                self._wake.wait(0.5)
+                self._wake.wait(self._idle_wait(time.monotonic()))
                 self._wake.clear()
+
+    def _idle_wait(self, now: float) -> float:
+        """Until the earliest backed-off destination may be tried again, at most
+        IDLE_WAIT_SECONDS (notify() wakes the relay for new items)."""
+        waits = [max(0.0, at - now) for at, _delay in self._backoff.values()]
+        return min([IDLE_WAIT_SECONDS, *waits])
 
     def _round(self) -> int:
         now = time.monotonic()

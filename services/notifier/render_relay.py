@@ -17,6 +17,7 @@ import structlog
 
 from services.notifier.alerts import AlertRouter
 from services.notifier.outbox import KAFKA_LANE, RENDER_LANE, WEBHOOK_LANE, Outbox
+from services.notifier.relay import IDLE_WAIT_SECONDS
 
 log = structlog.get_logger(__name__)
 
@@ -61,7 +62,7 @@ class RenderRelay:
                 done = 0
                 self._stop.wait(1.0)
             if not done:
-                self._wake.wait(0.5)
+                self._wake.wait(IDLE_WAIT_SECONDS)  # notify() wakes it for new jobs
                 self._wake.clear()
 
     def round(self) -> int:

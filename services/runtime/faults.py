@@ -98,6 +98,18 @@ CATALOGUE: Mapping[FaultTypeValue, FaultSpec] = {
             "The sidecar applies a later version of the group's config, or leaves the group.",
         ),
         FaultSpec(
+            T.FAULT_TYPE_GROUP_DELETED,
+            "A group was deleted (DeleteGroup); the audit record: who (attribute `actor`), "
+            "whether it was forced (`forced`), the clients that were bound and lost their "
+            "binding (`clients`, comma-separated) and the config version deleted "
+            "(`config_version`).",
+            "A DeleteGroup that removed the group.",
+            "assigner",
+            T.SEVERITY_WARNING,
+            "Sent at once with the OPEN event: the group is gone when it is reported.",
+            window_seconds=0.0,
+        ),
+        FaultSpec(
             T.FAULT_TYPE_COMMIT_FAILED,
             "Committing offsets to Kafka failed (acks recorded but not durable yet).",
             "A sidecar commit (ack-driven, revoke or explicit) raised a Kafka error.",

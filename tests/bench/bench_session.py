@@ -96,8 +96,11 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from google.protobuf import duration_pb2
 
 from dataservice.assigner.v1 import assigner_pb2, assigner_pb2_grpc, types_pb2
+from dsclient.connection.policy import pause_before_retry
+from dsclient.reasons import retry_after
 from services.assigner.leader_guard import LeaderGuard
 from services.assigner.leadership import StaticLeadership
+from services.consumer_sidecar.session import RECONNECT_BACKOFF
 from services.devstack.kafka import KafkaCluster, KafkaOptions, create_topic, delete_topic
 from services.devstack.ports import free_ports
 from services.runtime.grpcserver import SERVER_OPTIONS, GrpcService, create_server
@@ -232,19 +235,26 @@ async def drive(
     sim: SimSidecar, stub: assigner_pb2_grpc.AssignerServiceStub, w: Worker, delay: float = 0.0
 ) -> None:
     """Session after Session (the first after ``delay``: the ramp): a broken stream (the
-    assigner dropped a member it found lost) is re-attached after a second with the leases
-    still held, as a sidecar does."""
+    assigner dropped a member it found lost) is re-attached with the leases still held, and
+    a refused join (JOIN_THROTTLED) retried, after the pause the sidecar's session loop
+    takes (``pause_before_retry``: its jittered backoff, at least the retry-after plus up
+    to half of it again)."""
     await asyncio.sleep(delay)
+    retries = 0
     while not sim.killed:
+        asked = None
         try:
             await session(sim, stub, w)
+            retries = 0
         except grpc.aio.AioRpcError as err:
             if err.code() == grpc.StatusCode.CANCELLED and sim.killed:
                 return
             w.errors[err.code().name] = w.errors.get(err.code().name, 0) + 1
+            asked = retry_after(err)
         sim.joined = False
         sim.rejoins += 1
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(pause_before_retry(RECONNECT_BACKOFF, retries, random.random(), asked))
+        retries += 1
 
 
 async def session(sim: SimSidecar, stub: assigner_pb2_grpc.AssignerServiceStub, w: Worker) -> None:

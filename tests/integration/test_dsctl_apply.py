@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from services.devstack.kafka import TopicFactory
+from tests.support.dsgroups import dsgroup
 from tests.support.mesh import Mesh
 from tests.support.ops import dsctl
 
@@ -33,15 +34,6 @@ def leading(mesh: Mesh) -> str:
         assert time.monotonic() < deadline, assigner.tail()
         time.sleep(0.5)
     return assigner.grpc_addr
-
-
-def dsgroup(name: str, topics: list[str], **spec: object) -> dict[str, object]:
-    return {
-        "apiVersion": "dataservice.io/v1alpha1",
-        "kind": "DsGroup",
-        "metadata": {"name": name},
-        "spec": {"topics": topics, **spec},
-    }
 
 
 def test_apply_is_idempotent_and_diff_shows_changes_first(

@@ -1,7 +1,8 @@
 """deploy/k8s rendered with the real kustomize and checked: valid for Kubernetes (strict
 schemas), and saying what the README says: probes, resources, ports of ARCHITECTURE §9,
-selectors that select, NetworkPolicies that open exactly the ports the pods serve, no RBAC,
-a webhook that reaches the injector, rules and template equal to their sources."""
+selectors that select, NetworkPolicies that open exactly the ports the pods serve, RBAC for
+the DsGroup operator alone (and its token the only one mounted), a webhook that reaches
+the injector, rules and template equal to their sources."""
 
 from __future__ import annotations
 
@@ -27,7 +28,24 @@ from tests.support.k8s import (
 
 pytestmark = pytest.mark.integration
 
-PORTS = {"ds-assigner": {7070, 7071}, "ds-notifier": {7090, 7091}, "ds-injector": {8443}}
+PORTS = {
+    "ds-assigner": {7070, 7071},
+    "ds-notifier": {7090, 7091},
+    "ds-injector": {8443},
+    "ds-operator": set(),  # serves nothing: it calls the API server and the assigner
+}
+OPERATOR_RULES = {
+    ("ClusterRole", "ds-operator"): [
+        {"apiGroups": ["dataservice.io"], "resources": ["dsgroups"],
+         "verbs": ["get", "list", "watch", "patch"]},
+        {"apiGroups": ["dataservice.io"], "resources": ["dsgroups/status"],
+         "verbs": ["get", "patch"]},
+    ],
+    ("Role", "ds-operator-lease"): [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+         "verbs": ["get", "create", "update"]},
+    ],
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -75,10 +93,15 @@ def test_deployments_are_probed_bounded_and_unprivileged(
     for deployment in deployments:
         pod = deployment["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
-        assert pod["automountServiceAccountToken"] is False
+        operator = deployment["metadata"]["name"] == "ds-operator"
+        assert pod["automountServiceAccountToken"] is operator  # only it calls the API
         for container in containers(deployment):
             where = f"{name_of(deployment)} {container['name']}"
             assert "readinessProbe" in container and "livenessProbe" in container, where
+            if operator:  # no port: liveness is the age of the file each round touches
+                assert "exec" in container["livenessProbe"], where
+                assert "ports" not in container, where
+                continue
             # Liveness never asks a dependency (gRPC health and /healthz are NOT_SERVING
             # while Kafka is down), except the injector's /healthz, which has none.
             liveness = container["livenessProbe"]
@@ -159,17 +182,19 @@ def test_network_policies_open_exactly_the_served_ports(
         assert opened == PORTS[deployment["metadata"]["name"]], name_of(deployment)
 
 
-def test_no_rbac_and_the_webhook_reaches_the_injector(
+def test_rbac_is_the_operators_alone_and_the_webhook_reaches_the_injector(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
     for overlay in OVERLAYS:
         docs = rendered[overlay]
-        assert not {d["kind"] for d in docs} & {
-            "Role",
-            "ClusterRole",
-            "RoleBinding",
-            "ClusterRoleBinding",
+        roles = {
+            (d["kind"], d["metadata"]["name"]): d["rules"]
+            for d in docs
+            if d["kind"] in ("Role", "ClusterRole")
         }
+        assert roles == OPERATOR_RULES
+        for binding in (d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+            assert [s["name"] for s in binding["subjects"]] == ["ds-operator"]
         service = find(docs, "Service", "ds-injector")
         (webhook_config,) = of_kind(docs, "MutatingWebhookConfiguration")
         assert len(webhook_config["webhooks"]) == 2

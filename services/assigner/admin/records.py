@@ -13,6 +13,7 @@ from services.assigner.admin.validation import (
     BALANCE_STRATEGIES,
     EXTERNAL_OFFSET_CHANGES,
     MODES,
+    ORDERINGS,
     seconds,
 )
 from services.assigner.state import GroupRecord
@@ -45,6 +46,7 @@ def record_fields(cfg: types_pb2.GroupConfig) -> dict[str, Any]:
         "max_deliveries": cfg.max_deliveries,
         "external_offset_changes": EXTERNAL_OFFSET_CHANGES[cfg.external_offset_changes],
         "dead_letter_topic": cfg.dead_letter_topic,
+        "ordering": ORDERINGS[cfg.ordering],
     }
 
 

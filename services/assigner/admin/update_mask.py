@@ -23,6 +23,7 @@ MUTABLE_PATHS = (
     "max_deliveries",
     "external_offset_changes",
     "dead_letter_topic",
+    "ordering",
 )
 IMMUTABLE_PATHS = frozenset({"name", "config_version"})
 

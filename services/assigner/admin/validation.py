@@ -44,6 +44,12 @@ EXTERNAL_OFFSET_CHANGES: Mapping[int, str] = {
     types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT: "revert",
     types_pb2.EXTERNAL_OFFSET_CHANGES_IGNORE: "ignore",
 }
+ORDERINGS: Mapping[int, str] = {
+    types_pb2.ORDERING_UNSPECIFIED: "unordered",
+    types_pb2.ORDERING_UNORDERED: "unordered",
+    types_pb2.ORDERING_KEY: "key",
+    types_pb2.ORDERING_PARTITION: "partition",
+}
 
 
 def version_conflict(group: str, expected: int, current: int) -> DsError:
@@ -140,6 +146,12 @@ def validate_group_config(
     if cfg.external_offset_changes not in EXTERNAL_OFFSET_CHANGES:
         raise invalid(
             "group.external_offset_changes", "unknown value: expected follow, revert or ignore"
+        )
+    if cfg.ordering not in ORDERINGS:
+        raise invalid(
+            "group.ordering",
+            f"unknown value {cfg.ordering}: expected ORDERING_UNORDERED, ORDERING_KEY or "
+            "ORDERING_PARTITION",
         )
     validate_timing(cfg, default_ttl, default_heartbeat)
     validate_redelivery(cfg)

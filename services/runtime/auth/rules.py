@@ -115,6 +115,7 @@ RULES: Mapping[str, Rule] = {
     _ADMIN + "ListClients": Rule(Verb.DESCRIBE, _group),
     _ADMIN + "CreateGroup": Rule(Verb.ADMIN),
     _ADMIN + "UpdateGroup": Rule(Verb.ADMIN),
+    _ADMIN + "DeleteGroup": Rule(Verb.ADMIN),
     _ADMIN + "ResetOffsets": Rule(Verb.ADMIN),
     _ADMIN + "MoveLease": Rule(Verb.ADMIN),
     _ADMIN + "DrainSidecar": Rule(Verb.ADMIN),

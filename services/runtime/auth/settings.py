@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from services.runtime.auth.token_review import TokenReviewSettings
+
 IdentityFrom = Literal["token", "certificate", "token_or_certificate"]
 
 
@@ -44,6 +46,12 @@ class AuthSettings(BaseModel):
     tokens_file: Path | None = Field(
         None, description="static tokens for small set-ups, YAML `tokens: {IDENTITY: TOKEN}`"
     )
+    token_review: TokenReviewSettings | None = Field(
+        None,
+        description="on Kubernetes: also accept pods' projected service-account tokens, "
+        "verified by the API server (TokenReview); the identity is "
+        "system:serviceaccount:NAMESPACE:NAME",
+    )
 
     @model_validator(mode="after")
     def _complete(self) -> AuthSettings:
@@ -51,9 +59,11 @@ class AuthSettings(BaseModel):
             return self
         if self.policy_file is None:
             raise ValueError("auth.enabled needs auth.policy_file")
-        if self.identity_from != "certificate" and not (self.jwt_key_file or self.tokens_file):
+        if self.identity_from != "certificate" and not (
+            self.jwt_key_file or self.tokens_file or self.token_review
+        ):
             raise ValueError(
-                f"auth.identity_from={self.identity_from} needs auth.jwt_key_file or "
-                "auth.tokens_file"
+                f"auth.identity_from={self.identity_from} needs auth.jwt_key_file, "
+                "auth.tokens_file or auth.token_review"
             )
         return self

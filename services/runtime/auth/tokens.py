@@ -24,6 +24,7 @@ import yaml
 
 from dsclient.watched_file import WatchedFile
 from services.runtime.auth.settings import AuthSettings
+from services.runtime.auth.token_review import ReviewRejected, TokenReviewer
 
 LEEWAY_SECONDS = 30
 
@@ -80,9 +81,23 @@ class TokenVerifier:
         self._static = (
             WatchedFile(settings.tokens_file, parse_static_tokens) if settings.tokens_file else None
         )
+        self._review = TokenReviewer(settings.token_review) if settings.token_review else None
 
     def identity(self, token: str) -> str:
-        """The identity ``token`` names; TokenRejected if it names none."""
+        """The identity ``token`` names; TokenRejected if it names none. The project's own
+        tokens are checked first (locally); then, with ``token_review``, the API server is
+        asked (a pod's projected service-account token)."""
+        if self._review is None:
+            return self._own_identity(token)
+        try:
+            return self._own_identity(token)
+        except TokenRejected as own:
+            try:
+                return self._review.identity(token)
+            except ReviewRejected as exc:
+                raise TokenRejected(f"{own}; TokenReview: {exc}") from None
+
+    def _own_identity(self, token: str) -> str:
         if self._static is not None:
             identity = self._static.get().get(_digest(token))
             if identity is not None:

@@ -123,6 +123,13 @@ class MemoryStore:
     def put_drain(self, group: str, sidecar_id: str, drained: bool) -> asyncio.Future[None]:
         return self._ack("drain" if drained else "undrain", group, sidecar_id)
 
+    def delete_group(
+        self, group: str, clients: Iterable[str], drained: Iterable[str]
+    ) -> asyncio.Future[None]:
+        if not self.failing:
+            self.records.pop(group, None)
+        return self._ack("delete", group, *sorted(clients), *sorted(drained))
+
     def _ack(self, *write: str) -> asyncio.Future[None]:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self.failing:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.assigner.admission import AdmissionPolicy, JoinAdmission
+from services.assigner.admission import AdmissionPolicy, JoinAdmission, RecentLag
 
 policies = st.builds(
     AdmissionPolicy,
@@ -107,3 +107,37 @@ def test_a_policy_out_of_range_is_refused() -> None:
         AdmissionPolicy(rate=-1)
     with pytest.raises(ValueError):
         AdmissionPolicy(burst=0)
+
+
+@given(policies, st.floats(0.01, 30), st.floats(0, 60))
+def test_new_joins_wait_while_the_loop_is_late_and_reattaches_pass(
+    policy: AdmissionPolicy, max_lag: float, lag: float
+) -> None:
+    policy = AdmissionPolicy(policy.rate, policy.burst, policy.max_retry_after, max_lag)
+    admission = JoinAdmission(policy, 0.0)
+    fresh = admission.admit(0.0, lag=lag)
+    if lag > max_lag:
+        # Refused whatever the bucket holds (it is full), told to wait at least the lag
+        # (and a second), within the policy's bound.
+        assert not fresh.admitted
+        assert fresh.retry_after == min(policy.max_retry_after, max(lag, 1.0))
+        assert admission.tokens == policy.burst  # nothing spent
+    else:
+        assert fresh.admitted
+    assert admission.admit(0.0, reattach=True, lag=lag).admitted
+
+
+def test_no_lag_limit_admits_whatever_the_lag() -> None:
+    admission = JoinAdmission(AdmissionPolicy(rate=10, burst=1, max_lag=0), 0.0)
+    assert admission.admit(0.0, lag=100.0).admitted
+
+
+def test_recent_lag_is_the_largest_overshoot_within_the_window() -> None:
+    lag = RecentLag(window=1.0)
+    assert lag.value(0.0) == 0.0
+    lag.record(0.0, 0.4)
+    lag.record(0.5, 0.1)
+    lag.record(0.6, -0.05)  # woke early: no lag
+    assert lag.value(0.6) == 0.4
+    assert lag.value(1.2) == 0.1  # the 0.4 s sample is older than the window
+    assert lag.value(3.0) == 0.0

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from enum import Enum
 
-from services.assigner.fault_emitters import GroupFaults, ResetAudit, report_failover
+from services.assigner.fault_emitters import DeleteAudit, GroupFaults, ResetAudit, report_failover
 from tests.support.fault_reports import kinds, reporter
 
 
@@ -151,3 +151,21 @@ def test_an_offset_reset_is_audited_per_topic_with_who_and_the_offsets() -> None
     }
     assert t_open.dedupe_key == r.buffered()[1].dedupe_key != r.buffered()[2].dedupe_key
     assert r.buffered()[2].attributes["offsets"] == "0:-1->0"
+
+
+def test_a_deleted_group_is_audited_once_with_who_and_the_clients_dropped() -> None:
+    r = reporter()
+    faults = GroupFaults(r, "g")
+    audit = DeleteAudit("d-1", "ops-alice (alice@host)", True, ("app-1", "app-2"), 3, "req-9")
+    faults.deleted(audit)
+    assert kinds(r) == [("GROUP_DELETED", "OPEN"), ("GROUP_DELETED", "RESOLVED")]
+    opened = r.buffered()[0]
+    assert opened.group == "g"
+    assert dict(opened.attributes) == {
+        "actor": "ops-alice (alice@host)",
+        "forced": "true",
+        "clients": "app-1,app-2",
+        "config_version": "3",
+        "request_id": "req-9",
+    }
+    assert "deleted by ops-alice (alice@host), 2 bound client(s) dropped" in opened.message

@@ -390,6 +390,37 @@ def test_the_dead_letter_topic_is_stored_described_and_pushed_live() -> None:
     run(body, topics=TOPICS)
 
 
+def test_the_ordering_is_stored_described_and_pushed_live() -> None:
+    """ordering (issue 39): unordered by default (not written to the record), settable with
+    UpdateGroup, stored, sent at join and pushed to joined sidecars."""
+
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        sidecar = Sidecar(a.sessions, "sc-1")
+        accepted = await sidecar.join("g")
+        assert accepted.ordering == types_pb2.ORDERING_UNORDERED
+        assert "ordering" not in a.store.records["g"].to_json()
+        await sidecar.grants(4)
+        patch = leased_config("g", ordering=types_pb2.ORDERING_KEY)
+        response = await a.admin.UpdateGroup(
+            admin_pb2.UpdateGroupRequest(group=patch, update_mask=mask("ordering"))
+        )
+        assert (response.group.ordering, response.group.config_version) == (
+            types_pb2.ORDERING_KEY,
+            2,
+        )
+        assert a.store.records["g"].ordering == "key"
+        while (message := await sidecar.next()).WhichOneof("kind") != "config_update":
+            pass
+        assert message.config_update.ordering == types_pb2.ORDERING_KEY
+        await sidecar.close()
+        again = Sidecar(a.sessions, "sc-2")
+        assert (await again.join("g")).ordering == types_pb2.ORDERING_KEY
+        await again.close()
+
+    run(body, topics=TOPICS)
+
+
 def test_external_offset_changes_is_stored_described_and_pushed_live() -> None:
     """external_offset_changes (issue 23): follow by default, settable with UpdateGroup,
     stored (only when not follow), sent at join and pushed to joined sidecars."""
@@ -497,6 +528,13 @@ def test_update_group_refuses_a_stale_config_version() -> None:
                 group=leased_config("g", max_deliveries=-2), update_mask=mask("max_deliveries")
             ),
             "group.max_deliveries",
+        ),
+        (
+            admin_pb2.UpdateGroupRequest(
+                group=leased_config("g", ordering=7),  # type: ignore[arg-type]
+                update_mask=mask("ordering"),
+            ),
+            "group.ordering",
         ),
         (
             admin_pb2.UpdateGroupRequest(

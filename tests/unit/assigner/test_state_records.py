@@ -3,9 +3,10 @@ bindings; records that do not parse are counted and skipped.
 
 Anything can be written to the topic by hand (or by a buggy or newer writer): a key that
 is not JSON, a readable key whose value is not JSON or lacks fields, a ``null`` value
-under a group or epoch key. None of it may raise (that would stop loading, and with it
-leadership) or be applied: a tombstone for a group would delete it, one for an epoch
-would let the epoch go backwards.
+under an epoch key. None of it may raise (that would stop loading, and with it
+leadership) or be applied: a tombstone for an epoch would let the epoch go backwards. A
+tombstone for a group is DeleteGroup's: the group, its bindings and drains go, its epochs
+stay.
 """
 
 from __future__ import annotations
@@ -66,7 +67,6 @@ def loaded() -> StateSnapshot:
         (key("group", "g"), b'{"name": "g", "topics": ["t"], "config_version": "2"}', "group"),
         (key("group", "g"), b'{"name": "g", "topics": ["t"], "config_version": 0}', "group"),
         (key("group", "g"), good_group("other"), "group"),  # the value names another group
-        (key("group", "g"), None, "group"),  # the assigner never deletes a group
         (key("epoch", "g", "t", 0), None, "epoch"),  # an epoch never goes back to nothing
         (key("epoch", "g", "t", 0), b"{}", "epoch"),
         (key("epoch", "g", "t", 0), b'{"epoch": "9"}', "epoch"),
@@ -158,3 +158,17 @@ def test_a_drain_survives_a_restart_until_undrained() -> None:
     apply_record(snapshot, key("drain", "g", "sc-1"), None)  # the undrain's tombstone
     assert snapshot.drained == {"g": {"sc-2"}}
     assert snapshot.records == 3
+
+
+def test_a_deleted_group_goes_with_its_bindings_and_drains_but_keeps_its_epochs() -> None:
+    snapshot = loaded()
+    apply_record(snapshot, key("drain", "g", "sc-1"), b'{"drained":true}')
+    apply_record(snapshot, key("group", "g"), None)  # DeleteGroup's tombstone
+    assert snapshot.groups == {}
+    assert snapshot.bindings == {}
+    assert snapshot.drained == {}
+    assert snapshot.epochs == {"g": {TP("t", 0): 7}}  # an epoch never goes back
+    assert snapshot.bad_records == {}
+    apply_record(snapshot, key("group", "g"), good_group())  # created again
+    assert snapshot.groups["g"] == GroupRecord(name="g", topics=["t"])
+    assert snapshot.epochs == {"g": {TP("t", 0): 7}}

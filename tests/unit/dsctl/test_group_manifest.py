@@ -41,6 +41,7 @@ def documents(draw: st.DrawFn) -> dict[str, Any]:
         "maxDeliveries": st.integers(min_value=-1, max_value=100).filter(bool),
         "balanceStrategy": st.sampled_from(sorted(m.STRATEGIES)),
         "externalOffsetChanges": st.sampled_from(sorted(m.EXTERNAL_CHANGES)),
+        "ordering": st.sampled_from(sorted(m.ORDERINGS)),
     }
     for key, values in optional.items():
         if draw(st.booleans()):

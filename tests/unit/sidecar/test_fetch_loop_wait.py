@@ -15,12 +15,16 @@ import threading
 import time
 from itertools import pairwise
 
+import pytest
 from confluent_kafka import Message
 
+from services.consumer_sidecar import fetcher as fetcher_module
 from services.consumer_sidecar.fetcher import (
     BUSY_POLL_TIMEOUT_SECONDS,
+    IDLE_POLL_TIMEOUT_SECONDS,
     POLL_TIMEOUT_SECONDS,
     Fetcher,
+    poll_timeout,
 )
 from services.consumer_sidecar.partitions import PartitionTable
 
@@ -133,5 +137,37 @@ def test_a_command_makes_the_loop_busy_so_the_next_one_waits_little() -> None:
         assert fetcher.call(lambda: 42).result(timeout=5) == 42
         time.sleep(0.1)
         assert ("poll", 1, BUSY_POLL_TIMEOUT_SECONDS) in consumer.taken()
+    finally:
+        fetcher.stop()
+
+
+def test_poll_timeout_short_while_busy_long_once_quiet() -> None:
+    assert poll_timeout(10.0, busy_until=10.5, quiet_at=14.0) == BUSY_POLL_TIMEOUT_SECONDS
+    assert poll_timeout(10.0, busy_until=9.0, quiet_at=14.0) == POLL_TIMEOUT_SECONDS
+    assert poll_timeout(15.0, busy_until=9.0, quiet_at=14.0) == IDLE_POLL_TIMEOUT_SECONDS
+    assert IDLE_POLL_TIMEOUT_SECONDS > POLL_TIMEOUT_SECONDS > BUSY_POLL_TIMEOUT_SECONDS
+
+
+def test_a_quiet_loop_polls_on_the_long_timeout_until_a_record_or_a_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 34: an idle sidecar's fetch loop woke 20 times a second (50 ms polls); once
+    nothing happened for QUIET_SECONDS it polls on IDLE_POLL_TIMEOUT_SECONDS, and a
+    command or a record makes it active again."""
+    monkeypatch.setattr(fetcher_module, "QUIET_SECONDS", 0.05)
+    consumer = RecordingConsumer()
+    fetcher = leased_fetcher(consumer)
+    fetcher.start()
+    try:
+        deadline = time.monotonic() + 10
+        while ("poll", 1, IDLE_POLL_TIMEOUT_SECONDS) not in consumer.taken():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert fetcher.call(lambda: 42).result(timeout=5) == 42  # waits out one idle poll
+        time.sleep(0.02)
+        assert ("poll", 1, BUSY_POLL_TIMEOUT_SECONDS) in consumer.taken()
+        consumer.flowing.set()
+        time.sleep(0.1)
+        assert ("poll", 1, IDLE_POLL_TIMEOUT_SECONDS) not in consumer.taken()[-3:]
     finally:
         fetcher.stop()

@@ -2,7 +2,7 @@
 
 Every Stream waited on one event shared with the other readers, which each cleared before
 looking, so each also looked again every 0.5 s (an attached, idle client cost its sidecar
-two rounds a second). Each Stream now waits on an event of its own (``DataSignal.waiter``),
+two rounds a second). Each Stream now waits on an event of its own (``DataSignal.add_waiter``),
 set when records are buffered or come due again. Counted here, on the real servicer over
 a real Serving, table and keeper (``stream_harness``): the rounds an idle stream makes
 (``take`` calls), and that records buffered, or given back by another stream, still reach
@@ -12,6 +12,7 @@ every stream waiting. No wall-clock time is asserted.
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 from dataservice.sidecar.v1 import stream_pb2_grpc
@@ -77,3 +78,47 @@ def test_records_a_closed_stream_gives_back_wake_a_waiting_stream() -> None:
         second.cancel()
 
     run(body)
+
+
+def test_notifies_before_the_loop_ran_go_as_one_wake_up_and_none_is_lost() -> None:
+    """The fetch thread notifies per buffered batch: the notifies made before the loop ran
+    the last one's callback are one callback (one byte on the loop's self-pipe); a notify
+    after it ran schedules anew, so records buffered then still wake the waiters."""
+    from services.consumer_sidecar.serving import DataSignal
+
+    async def main() -> tuple[int, int, bool]:
+        loop = asyncio.get_running_loop()
+        scheduled: list[int] = []
+        call_soon_threadsafe = loop.call_soon_threadsafe
+
+        def counted(callback: Any, *args: Any) -> Any:
+            if getattr(callback, "__self__", None) is signal:  # the signal's, no other
+                scheduled.append(1)
+            return call_soon_threadsafe(callback, *args)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        signal = DataSignal()
+        signal.bind_loop(loop)
+        waiter = asyncio.Event()
+        signal.add_waiter(waiter)
+
+        def notify_from_a_thread(times: int) -> None:
+            # Joined on the loop's thread: the loop runs none of the callbacks meanwhile.
+            def notify() -> None:
+                for _ in range(times):
+                    signal.notify()
+
+            thread = threading.Thread(target=notify)
+            thread.start()
+            thread.join()
+
+        notify_from_a_thread(5)
+        await asyncio.wait_for(waiter.wait(), 10)
+        first = len(scheduled)
+        waiter.clear()
+        notify_from_a_thread(1)  # after the callback ran: scheduled anew
+        await asyncio.wait_for(waiter.wait(), 10)
+        return first, len(scheduled), waiter.is_set()
+
+    first, total, woken = asyncio.run(main())
+    assert (first, total, woken) == (1, 2, True)

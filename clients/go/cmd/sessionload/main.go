@@ -47,6 +47,7 @@ import (
 
 	assignerv1 "dataservice/clients/go/gen/dataservice/assigner/v1"
 	"golang.org/x/sys/unix"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
@@ -245,7 +246,9 @@ func (g *load) checkWatch(s *sidecar, now float64) {
 }
 
 // drive runs session after session until the sidecar is killed: a broken stream (the
-// assigner dropped a member it found lost) is re-attached after a second.
+// assigner dropped a member it found lost) is re-attached after a second, and a refused
+// join (JOIN_THROTTLED) retried after its retry-after plus up to half of it again, as the
+// sidecar's session loop does (dsclient.connection.pause_before_retry).
 func drive(s *sidecar, client assignerv1.AssignerServiceClient, g *load) {
 	for {
 		err := session(s, client, g)
@@ -262,8 +265,39 @@ func drive(s *sidecar, client assignerv1.AssignerServiceClient, g *load) {
 		s.mu.Lock()
 		s.rejoins++
 		s.mu.Unlock()
-		time.Sleep(reattach)
+		time.Sleep(pauseBeforeRetry(err, rand.Float64()))
 	}
+}
+
+// pauseBeforeRetry is the pause after a failed session: at least the assigner's
+// retry-after (ErrorInfo metadata retry_after_ms) plus up to half of it again for a draw
+// in [0, 1), else the fixed re-attach pause.
+func pauseBeforeRetry(err error, draw float64) time.Duration {
+	asked, ok := retryAfter(err)
+	if !ok {
+		return reattach
+	}
+	return max(reattach, time.Duration(float64(asked)*(1+draw/2)))
+}
+
+// retryAfter reads a JOIN_THROTTLED refusal's retry_after_ms.
+func retryAfter(err error) (time.Duration, bool) {
+	st, ok := status.FromError(err)
+	if !ok || err == nil {
+		return 0, false
+	}
+	for _, detail := range st.Details() {
+		info, isInfo := detail.(*errdetails.ErrorInfo)
+		if !isInfo {
+			continue
+		}
+		ms, convErr := strconv.Atoi(info.GetMetadata()["retry_after_ms"])
+		if convErr != nil {
+			return 0, false
+		}
+		return time.Duration(ms) * time.Millisecond, true
+	}
+	return 0, false
 }
 
 // session is one Session stream: a sender (join, then paced heartbeats) beside the

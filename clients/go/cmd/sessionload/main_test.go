@@ -3,6 +3,11 @@ package main
 import (
 	"bytes"
 	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	assignerv1 "dataservice/clients/go/gen/dataservice/assigner/v1"
 )
@@ -78,5 +83,24 @@ func TestBadArguments(t *testing.T) {
 	o, err = parseArgs([]string{"--addr", "a:1", "--group", "g", "--sidecars", "5", "--connections", "48"}, &bytes.Buffer{})
 	if err != nil || o.connections != 5 {
 		t.Fatalf("48 shared by 5 sidecars: %+v %v", o, err)
+	}
+}
+
+func TestAThrottledJoinWaitsItsRetryAfterWithJitter(t *testing.T) {
+	st, err := status.New(codes.Unavailable, "join throttled").WithDetails(&errdetails.ErrorInfo{
+		Reason: "JOIN_THROTTLED", Metadata: map[string]string{"retry_after_ms": "3000"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	throttled := st.Err()
+	if got := pauseBeforeRetry(throttled, 0); got != 3*time.Second {
+		t.Fatalf("draw 0: %v, want the retry-after", got)
+	}
+	if got := pauseBeforeRetry(throttled, 0.999); got <= 4400*time.Millisecond || got > 4500*time.Millisecond {
+		t.Fatalf("draw ~1: %v, want up to half again", got)
+	}
+	if got := pauseBeforeRetry(status.Error(codes.Unavailable, "gone"), 0.5); got != reattach {
+		t.Fatalf("no retry-after: %v, want the re-attach pause", got)
 	}
 }

@@ -580,7 +580,9 @@ class DsClient:
             yield cast(ColumnBatch, batch)
 
     def _stream_rpc(self, window: int, *, columns: bool) -> Iterator[Batch | ColumnBatch]:
-        out: queue.Queue[tuple[SidecarStream, Batch | ColumnBatch | ClientError]] = queue.Queue()
+        out: queue.SimpleQueue[tuple[SidecarStream, Batch | ColumnBatch | ClientError]] = (
+            queue.SimpleQueue()
+        )
         failed: ClientError | None = None
         try:
             while not self._binding.closed.is_set():
@@ -633,7 +635,7 @@ class DsClient:
 
     def _sync_streams(
         self,
-        out: queue.Queue[tuple[SidecarStream, Batch | ColumnBatch | ClientError]],
+        out: queue.SimpleQueue[tuple[SidecarStream, Batch | ColumnBatch | ClientError]],
         window: int,
         columns: bool = False,
     ) -> None:

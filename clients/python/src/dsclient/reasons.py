@@ -50,6 +50,7 @@ class Reason(StrEnum):
     SESSION_HELD = "SESSION_HELD"
     JOIN_THROTTLED = "JOIN_THROTTLED"
     GROUP_NOT_EMPTY = "GROUP_NOT_EMPTY"
+    GROUP_HAS_CLIENTS = "GROUP_HAS_CLIENTS"
     OPERATION_IN_PROGRESS = "OPERATION_IN_PROGRESS"
     DESTINATION_NOT_ALLOWED = "DESTINATION_NOT_ALLOWED"
     TOO_MANY_TEMPLATES = "TOO_MANY_TEMPLATES"
@@ -144,6 +145,12 @@ CATALOGUE: Mapping[Reason, ReasonSpec] = {
         grpc.StatusCode.FAILED_PRECONDITION,
         "The Kafka consumer group has members (metadata `members`); stop them first, as "
         "kafka-consumer-groups --reset-offsets requires.",
+    ),
+    Reason.GROUP_HAS_CLIENTS: ReasonSpec(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "DeleteGroup: application clients are bound to the group (metadata `clients`, "
+        "comma-separated, the first 20, and `client_count`); stop them, or delete with "
+        "force.",
     ),
     Reason.OPERATION_IN_PROGRESS: ReasonSpec(
         grpc.StatusCode.FAILED_PRECONDITION,

@@ -147,6 +147,29 @@ def columns_of(
     )
 
 
+class OwedCredit:
+    """The credit a stream owes its sidecar: records that arrived since the last grant,
+    granted back once they reach half the window. The sidecar still holds at least the
+    other half meanwhile, so no reader waits for it, and a batch of a few records costs
+    no credit message of its own (one request in two on the stream before, issue 34)."""
+
+    def __init__(self, window: int) -> None:
+        self.threshold = max(1, window // 2)
+        self.owed = 0
+
+    def arrived(self, records: int) -> int:
+        """``records`` arrived: the credit to grant now (0: not yet)."""
+        self.owed += records
+        if self.owed < self.threshold:
+            return 0
+        due, self.owed = self.owed, 0
+        return due
+
+    def reset(self) -> None:
+        """A new opening: its initial credit is the whole window again."""
+        self.owed = 0
+
+
 class SidecarStream:
     """One ``Stream`` call to one sidecar, on its own thread, re-opened while the sidecar is
     bound. Batches go to ``out``; ack results resolve the futures of :meth:`ack` in order.
@@ -159,7 +182,7 @@ class SidecarStream:
         self,
         sidecar: Sidecar,
         opening: stream_pb2.StreamOpen,
-        out: queue.Queue[tuple[SidecarStream, Item]],
+        out: queue.SimpleQueue[tuple[SidecarStream, Item]],
         *,
         columns: bool = False,
     ) -> None:
@@ -178,6 +201,7 @@ class SidecarStream:
         self._lock = threading.Lock()
         self._requests: queue.SimpleQueue[stream_pb2.StreamRequest | None] | None = None
         self._generation = 0
+        self._owed = OwedCredit(opening.initial_credit.records)
         self._pending: deque[Future[stream_pb2.StreamAckResult]] = deque()
         self._pending_nacks: deque[Future[stream_pb2.StreamNackResult]] = deque()
         self._call: grpc.Call | None = None
@@ -197,9 +221,12 @@ class SidecarStream:
             call.cancel()  # type: ignore[no-untyped-call]
 
     def grant(self, records: int) -> None:
+        """``records`` arrived: credit them back, once half the window is owed."""
         with self._lock:
-            if self._requests is not None:
-                credit = stream_pb2.StreamCredit(records=records)
+            if self._requests is None:
+                return
+            if due := self._owed.arrived(records):
+                credit = stream_pb2.StreamCredit(records=due)
                 self._requests.put(stream_pb2.StreamRequest(credit=credit))
 
     def ack(
@@ -306,6 +333,7 @@ class SidecarStream:
                 return
             with self._lock:
                 self._requests, self._call = requests, call
+                self._owed.reset()  # each opening starts with the whole window
                 self._generation += 1
                 generation = self._generation
             try:

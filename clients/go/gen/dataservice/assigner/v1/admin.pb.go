@@ -736,6 +736,126 @@ func (x *UpdateGroupResponse) GetGroup() *GroupConfig {
 	return nil
 }
 
+// Request of AdminService.DeleteGroup.
+type DeleteGroupRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Group name.
+	Group string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// Delete even while application clients are bound (their bindings are dropped; their
+	// next call is GROUP_NOT_FOUND).
+	Force bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	// Idempotency key (UUID); empty = not idempotent.
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteGroupRequest) Reset() {
+	*x = DeleteGroupRequest{}
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteGroupRequest) ProtoMessage() {}
+
+func (x *DeleteGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteGroupRequest.ProtoReflect.Descriptor instead.
+func (*DeleteGroupRequest) Descriptor() ([]byte, []int) {
+	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DeleteGroupRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *DeleteGroupRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+func (x *DeleteGroupRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// Response of AdminService.DeleteGroup.
+type DeleteGroupResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The group's configuration as it was when deleted.
+	Group *GroupConfig `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// The clients that were bound and lost their binding (only with force), ordered.
+	UnboundClients []string `protobuf:"bytes,2,rep,name=unbound_clients,json=unboundClients,proto3" json:"unbound_clients,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DeleteGroupResponse) Reset() {
+	*x = DeleteGroupResponse{}
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteGroupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteGroupResponse) ProtoMessage() {}
+
+func (x *DeleteGroupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteGroupResponse.ProtoReflect.Descriptor instead.
+func (*DeleteGroupResponse) Descriptor() ([]byte, []int) {
+	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *DeleteGroupResponse) GetGroup() *GroupConfig {
+	if x != nil {
+		return x.Group
+	}
+	return nil
+}
+
+func (x *DeleteGroupResponse) GetUnboundClients() []string {
+	if x != nil {
+		return x.UnboundClients
+	}
+	return nil
+}
+
 // One partition a ResetOffsets applies to, optionally with its own value.
 type ResetTarget struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -751,7 +871,7 @@ type ResetTarget struct {
 
 func (x *ResetTarget) Reset() {
 	*x = ResetTarget{}
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[10]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +883,7 @@ func (x *ResetTarget) String() string {
 func (*ResetTarget) ProtoMessage() {}
 
 func (x *ResetTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[10]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +896,7 @@ func (x *ResetTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetTarget.ProtoReflect.Descriptor instead.
 func (*ResetTarget) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResetTarget) GetTopic() string {
@@ -825,7 +945,7 @@ type ResetOffsetsRequest struct {
 
 func (x *ResetOffsetsRequest) Reset() {
 	*x = ResetOffsetsRequest{}
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[11]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +957,7 @@ func (x *ResetOffsetsRequest) String() string {
 func (*ResetOffsetsRequest) ProtoMessage() {}
 
 func (x *ResetOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[11]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +970,7 @@ func (x *ResetOffsetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetOffsetsRequest.ProtoReflect.Descriptor instead.
 func (*ResetOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResetOffsetsRequest) GetGroup() string {
@@ -929,7 +1049,7 @@ type PartitionReset struct {
 
 func (x *PartitionReset) Reset() {
 	*x = PartitionReset{}
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[12]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +1061,7 @@ func (x *PartitionReset) String() string {
 func (*PartitionReset) ProtoMessage() {}
 
 func (x *PartitionReset) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[12]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +1074,7 @@ func (x *PartitionReset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionReset.ProtoReflect.Descriptor instead.
 func (*PartitionReset) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PartitionReset) GetTopic() string {
@@ -1026,7 +1146,7 @@ type ResetOffsetsResponse struct {
 
 func (x *ResetOffsetsResponse) Reset() {
 	*x = ResetOffsetsResponse{}
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[13]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1158,7 @@ func (x *ResetOffsetsResponse) String() string {
 func (*ResetOffsetsResponse) ProtoMessage() {}
 
 func (x *ResetOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[13]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1171,7 @@ func (x *ResetOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*ResetOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ResetOffsetsResponse) GetPartitions() []*PartitionReset {
@@ -1087,7 +1207,7 @@ type MoveLeaseRequest struct {
 
 func (x *MoveLeaseRequest) Reset() {
 	*x = MoveLeaseRequest{}
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[14]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1219,7 @@ func (x *MoveLeaseRequest) String() string {
 func (*MoveLeaseRequest) ProtoMessage() {}
 
 func (x *MoveLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[14]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1232,7 @@ func (x *MoveLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveLeaseRequest.ProtoReflect.Descriptor instead.
 func (*MoveLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MoveLeaseRequest) GetGroup() string {
@@ -1162,7 +1282,7 @@ type MoveLeaseResponse struct {
 
 func (x *MoveLeaseResponse) Reset() {
 	*x = MoveLeaseResponse{}
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[15]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1294,7 @@ func (x *MoveLeaseResponse) String() string {
 func (*MoveLeaseResponse) ProtoMessage() {}
 
 func (x *MoveLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[15]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1307,7 @@ func (x *MoveLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveLeaseResponse.ProtoReflect.Descriptor instead.
 func (*MoveLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MoveLeaseResponse) GetLease() *Lease {
@@ -1212,7 +1332,7 @@ type DrainSidecarRequest struct {
 
 func (x *DrainSidecarRequest) Reset() {
 	*x = DrainSidecarRequest{}
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[16]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1344,7 @@ func (x *DrainSidecarRequest) String() string {
 func (*DrainSidecarRequest) ProtoMessage() {}
 
 func (x *DrainSidecarRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[16]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1357,7 @@ func (x *DrainSidecarRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainSidecarRequest.ProtoReflect.Descriptor instead.
 func (*DrainSidecarRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{16}
+	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DrainSidecarRequest) GetGroup() string {
@@ -1274,7 +1394,7 @@ type DrainSidecarResponse struct {
 
 func (x *DrainSidecarResponse) Reset() {
 	*x = DrainSidecarResponse{}
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[17]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1406,7 @@ func (x *DrainSidecarResponse) String() string {
 func (*DrainSidecarResponse) ProtoMessage() {}
 
 func (x *DrainSidecarResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[17]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1419,7 @@ func (x *DrainSidecarResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainSidecarResponse.ProtoReflect.Descriptor instead.
 func (*DrainSidecarResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DrainSidecarResponse) GetMember() *Member {
@@ -1331,7 +1451,7 @@ type UndrainSidecarRequest struct {
 
 func (x *UndrainSidecarRequest) Reset() {
 	*x = UndrainSidecarRequest{}
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[18]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1463,7 @@ func (x *UndrainSidecarRequest) String() string {
 func (*UndrainSidecarRequest) ProtoMessage() {}
 
 func (x *UndrainSidecarRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[18]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1476,7 @@ func (x *UndrainSidecarRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndrainSidecarRequest.ProtoReflect.Descriptor instead.
 func (*UndrainSidecarRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UndrainSidecarRequest) GetGroup() string {
@@ -1391,7 +1511,7 @@ type UndrainSidecarResponse struct {
 
 func (x *UndrainSidecarResponse) Reset() {
 	*x = UndrainSidecarResponse{}
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[19]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1523,7 @@ func (x *UndrainSidecarResponse) String() string {
 func (*UndrainSidecarResponse) ProtoMessage() {}
 
 func (x *UndrainSidecarResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[19]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1536,7 @@ func (x *UndrainSidecarResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndrainSidecarResponse.ProtoReflect.Descriptor instead.
 func (*UndrainSidecarResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UndrainSidecarResponse) GetMember() *Member {
@@ -1437,7 +1557,7 @@ type ListClientsRequest struct {
 
 func (x *ListClientsRequest) Reset() {
 	*x = ListClientsRequest{}
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[20]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1569,7 @@ func (x *ListClientsRequest) String() string {
 func (*ListClientsRequest) ProtoMessage() {}
 
 func (x *ListClientsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[20]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +1582,7 @@ func (x *ListClientsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClientsRequest.ProtoReflect.Descriptor instead.
 func (*ListClientsRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListClientsRequest) GetGroup() string {
@@ -1497,7 +1617,7 @@ type ClientAtSidecar struct {
 
 func (x *ClientAtSidecar) Reset() {
 	*x = ClientAtSidecar{}
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[21]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1629,7 @@ func (x *ClientAtSidecar) String() string {
 func (*ClientAtSidecar) ProtoMessage() {}
 
 func (x *ClientAtSidecar) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[21]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1642,7 @@ func (x *ClientAtSidecar) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientAtSidecar.ProtoReflect.Descriptor instead.
 func (*ClientAtSidecar) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ClientAtSidecar) GetSidecarId() string {
@@ -1611,7 +1731,7 @@ type ClientView struct {
 
 func (x *ClientView) Reset() {
 	*x = ClientView{}
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[22]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +1743,7 @@ func (x *ClientView) String() string {
 func (*ClientView) ProtoMessage() {}
 
 func (x *ClientView) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[22]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +1756,7 @@ func (x *ClientView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientView.ProtoReflect.Descriptor instead.
 func (*ClientView) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ClientView) GetClientId() string {
@@ -1720,7 +1840,7 @@ type ListClientsResponse struct {
 
 func (x *ListClientsResponse) Reset() {
 	*x = ListClientsResponse{}
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[23]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +1852,7 @@ func (x *ListClientsResponse) String() string {
 func (*ListClientsResponse) ProtoMessage() {}
 
 func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[23]
+	mi := &file_dataservice_assigner_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +1865,7 @@ func (x *ListClientsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListClientsResponse.ProtoReflect.Descriptor instead.
 func (*ListClientsResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_dataservice_assigner_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListClientsResponse) GetClients() []*ClientView {
@@ -1807,7 +1927,15 @@ const file_dataservice_assigner_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\"Q\n" +
 	"\x13UpdateGroupResponse\x12:\n" +
-	"\x05group\x18\x01 \x01(\v2$.dataservice.assigner.v1.GroupConfigR\x05group\"f\n" +
+	"\x05group\x18\x01 \x01(\v2$.dataservice.assigner.v1.GroupConfigR\x05group\"_\n" +
+	"\x12DeleteGroupRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"z\n" +
+	"\x13DeleteGroupResponse\x12:\n" +
+	"\x05group\x18\x01 \x01(\v2$.dataservice.assigner.v1.GroupConfigR\x05group\x12'\n" +
+	"\x0funbound_clients\x18\x02 \x03(\tR\x0eunboundClients\"f\n" +
 	"\vResetTarget\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x19\n" +
@@ -1898,13 +2026,14 @@ const file_dataservice_assigner_v1_admin_proto_rawDesc = "" +
 	"\x15RESET_STRATEGY_LATEST\x10\x02\x12\x1c\n" +
 	"\x18RESET_STRATEGY_TIMESTAMP\x10\x03\x12\x1b\n" +
 	"\x17RESET_STRATEGY_ABSOLUTE\x10\x04\x12\x1b\n" +
-	"\x17RESET_STRATEGY_SHIFT_BY\x10\x052\xd4\a\n" +
+	"\x17RESET_STRATEGY_SHIFT_BY\x10\x052\xbe\b\n" +
 	"\fAdminService\x12e\n" +
 	"\n" +
 	"ListGroups\x12*.dataservice.assigner.v1.ListGroupsRequest\x1a+.dataservice.assigner.v1.ListGroupsResponse\x12n\n" +
 	"\rDescribeGroup\x12-.dataservice.assigner.v1.DescribeGroupRequest\x1a..dataservice.assigner.v1.DescribeGroupResponse\x12h\n" +
 	"\vCreateGroup\x12+.dataservice.assigner.v1.CreateGroupRequest\x1a,.dataservice.assigner.v1.CreateGroupResponse\x12h\n" +
-	"\vUpdateGroup\x12+.dataservice.assigner.v1.UpdateGroupRequest\x1a,.dataservice.assigner.v1.UpdateGroupResponse\x12k\n" +
+	"\vUpdateGroup\x12+.dataservice.assigner.v1.UpdateGroupRequest\x1a,.dataservice.assigner.v1.UpdateGroupResponse\x12h\n" +
+	"\vDeleteGroup\x12+.dataservice.assigner.v1.DeleteGroupRequest\x1a,.dataservice.assigner.v1.DeleteGroupResponse\x12k\n" +
 	"\fResetOffsets\x12,.dataservice.assigner.v1.ResetOffsetsRequest\x1a-.dataservice.assigner.v1.ResetOffsetsResponse\x12b\n" +
 	"\tMoveLease\x12).dataservice.assigner.v1.MoveLeaseRequest\x1a*.dataservice.assigner.v1.MoveLeaseResponse\x12k\n" +
 	"\fDrainSidecar\x12,.dataservice.assigner.v1.DrainSidecarRequest\x1a-.dataservice.assigner.v1.DrainSidecarResponse\x12q\n" +
@@ -1926,7 +2055,7 @@ func file_dataservice_assigner_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_dataservice_assigner_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_dataservice_assigner_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_dataservice_assigner_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_dataservice_assigner_v1_admin_proto_goTypes = []any{
 	(ResetStrategy)(0),             // 0: dataservice.assigner.v1.ResetStrategy
 	(*ListGroupsRequest)(nil),      // 1: dataservice.assigner.v1.ListGroupsRequest
@@ -1939,71 +2068,76 @@ var file_dataservice_assigner_v1_admin_proto_goTypes = []any{
 	(*CreateGroupResponse)(nil),    // 8: dataservice.assigner.v1.CreateGroupResponse
 	(*UpdateGroupRequest)(nil),     // 9: dataservice.assigner.v1.UpdateGroupRequest
 	(*UpdateGroupResponse)(nil),    // 10: dataservice.assigner.v1.UpdateGroupResponse
-	(*ResetTarget)(nil),            // 11: dataservice.assigner.v1.ResetTarget
-	(*ResetOffsetsRequest)(nil),    // 12: dataservice.assigner.v1.ResetOffsetsRequest
-	(*PartitionReset)(nil),         // 13: dataservice.assigner.v1.PartitionReset
-	(*ResetOffsetsResponse)(nil),   // 14: dataservice.assigner.v1.ResetOffsetsResponse
-	(*MoveLeaseRequest)(nil),       // 15: dataservice.assigner.v1.MoveLeaseRequest
-	(*MoveLeaseResponse)(nil),      // 16: dataservice.assigner.v1.MoveLeaseResponse
-	(*DrainSidecarRequest)(nil),    // 17: dataservice.assigner.v1.DrainSidecarRequest
-	(*DrainSidecarResponse)(nil),   // 18: dataservice.assigner.v1.DrainSidecarResponse
-	(*UndrainSidecarRequest)(nil),  // 19: dataservice.assigner.v1.UndrainSidecarRequest
-	(*UndrainSidecarResponse)(nil), // 20: dataservice.assigner.v1.UndrainSidecarResponse
-	(*ListClientsRequest)(nil),     // 21: dataservice.assigner.v1.ListClientsRequest
-	(*ClientAtSidecar)(nil),        // 22: dataservice.assigner.v1.ClientAtSidecar
-	(*ClientView)(nil),             // 23: dataservice.assigner.v1.ClientView
-	(*ListClientsResponse)(nil),    // 24: dataservice.assigner.v1.ListClientsResponse
-	(*GroupConfig)(nil),            // 25: dataservice.assigner.v1.GroupConfig
-	(*Member)(nil),                 // 26: dataservice.assigner.v1.Member
-	(*Lease)(nil),                  // 27: dataservice.assigner.v1.Lease
-	(*Binding)(nil),                // 28: dataservice.assigner.v1.Binding
-	(*fieldmaskpb.FieldMask)(nil),  // 29: google.protobuf.FieldMask
+	(*DeleteGroupRequest)(nil),     // 11: dataservice.assigner.v1.DeleteGroupRequest
+	(*DeleteGroupResponse)(nil),    // 12: dataservice.assigner.v1.DeleteGroupResponse
+	(*ResetTarget)(nil),            // 13: dataservice.assigner.v1.ResetTarget
+	(*ResetOffsetsRequest)(nil),    // 14: dataservice.assigner.v1.ResetOffsetsRequest
+	(*PartitionReset)(nil),         // 15: dataservice.assigner.v1.PartitionReset
+	(*ResetOffsetsResponse)(nil),   // 16: dataservice.assigner.v1.ResetOffsetsResponse
+	(*MoveLeaseRequest)(nil),       // 17: dataservice.assigner.v1.MoveLeaseRequest
+	(*MoveLeaseResponse)(nil),      // 18: dataservice.assigner.v1.MoveLeaseResponse
+	(*DrainSidecarRequest)(nil),    // 19: dataservice.assigner.v1.DrainSidecarRequest
+	(*DrainSidecarResponse)(nil),   // 20: dataservice.assigner.v1.DrainSidecarResponse
+	(*UndrainSidecarRequest)(nil),  // 21: dataservice.assigner.v1.UndrainSidecarRequest
+	(*UndrainSidecarResponse)(nil), // 22: dataservice.assigner.v1.UndrainSidecarResponse
+	(*ListClientsRequest)(nil),     // 23: dataservice.assigner.v1.ListClientsRequest
+	(*ClientAtSidecar)(nil),        // 24: dataservice.assigner.v1.ClientAtSidecar
+	(*ClientView)(nil),             // 25: dataservice.assigner.v1.ClientView
+	(*ListClientsResponse)(nil),    // 26: dataservice.assigner.v1.ListClientsResponse
+	(*GroupConfig)(nil),            // 27: dataservice.assigner.v1.GroupConfig
+	(*Member)(nil),                 // 28: dataservice.assigner.v1.Member
+	(*Lease)(nil),                  // 29: dataservice.assigner.v1.Lease
+	(*Binding)(nil),                // 30: dataservice.assigner.v1.Binding
+	(*fieldmaskpb.FieldMask)(nil),  // 31: google.protobuf.FieldMask
 }
 var file_dataservice_assigner_v1_admin_proto_depIdxs = []int32{
-	25, // 0: dataservice.assigner.v1.GroupSummary.config:type_name -> dataservice.assigner.v1.GroupConfig
+	27, // 0: dataservice.assigner.v1.GroupSummary.config:type_name -> dataservice.assigner.v1.GroupConfig
 	2,  // 1: dataservice.assigner.v1.ListGroupsResponse.groups:type_name -> dataservice.assigner.v1.GroupSummary
-	25, // 2: dataservice.assigner.v1.DescribeGroupResponse.config:type_name -> dataservice.assigner.v1.GroupConfig
-	26, // 3: dataservice.assigner.v1.DescribeGroupResponse.members:type_name -> dataservice.assigner.v1.Member
-	27, // 4: dataservice.assigner.v1.DescribeGroupResponse.leases:type_name -> dataservice.assigner.v1.Lease
+	27, // 2: dataservice.assigner.v1.DescribeGroupResponse.config:type_name -> dataservice.assigner.v1.GroupConfig
+	28, // 3: dataservice.assigner.v1.DescribeGroupResponse.members:type_name -> dataservice.assigner.v1.Member
+	29, // 4: dataservice.assigner.v1.DescribeGroupResponse.leases:type_name -> dataservice.assigner.v1.Lease
 	5,  // 5: dataservice.assigner.v1.DescribeGroupResponse.partitions:type_name -> dataservice.assigner.v1.PartitionLag
-	28, // 6: dataservice.assigner.v1.DescribeGroupResponse.bindings:type_name -> dataservice.assigner.v1.Binding
-	25, // 7: dataservice.assigner.v1.CreateGroupRequest.group:type_name -> dataservice.assigner.v1.GroupConfig
-	25, // 8: dataservice.assigner.v1.CreateGroupResponse.group:type_name -> dataservice.assigner.v1.GroupConfig
-	25, // 9: dataservice.assigner.v1.UpdateGroupRequest.group:type_name -> dataservice.assigner.v1.GroupConfig
-	29, // 10: dataservice.assigner.v1.UpdateGroupRequest.update_mask:type_name -> google.protobuf.FieldMask
-	25, // 11: dataservice.assigner.v1.UpdateGroupResponse.group:type_name -> dataservice.assigner.v1.GroupConfig
-	0,  // 12: dataservice.assigner.v1.ResetOffsetsRequest.strategy:type_name -> dataservice.assigner.v1.ResetStrategy
-	11, // 13: dataservice.assigner.v1.ResetOffsetsRequest.targets:type_name -> dataservice.assigner.v1.ResetTarget
-	13, // 14: dataservice.assigner.v1.ResetOffsetsResponse.partitions:type_name -> dataservice.assigner.v1.PartitionReset
-	27, // 15: dataservice.assigner.v1.MoveLeaseResponse.lease:type_name -> dataservice.assigner.v1.Lease
-	26, // 16: dataservice.assigner.v1.DrainSidecarResponse.member:type_name -> dataservice.assigner.v1.Member
-	27, // 17: dataservice.assigner.v1.DrainSidecarResponse.leases:type_name -> dataservice.assigner.v1.Lease
-	26, // 18: dataservice.assigner.v1.UndrainSidecarResponse.member:type_name -> dataservice.assigner.v1.Member
-	22, // 19: dataservice.assigner.v1.ClientView.sidecars:type_name -> dataservice.assigner.v1.ClientAtSidecar
-	23, // 20: dataservice.assigner.v1.ListClientsResponse.clients:type_name -> dataservice.assigner.v1.ClientView
-	1,  // 21: dataservice.assigner.v1.AdminService.ListGroups:input_type -> dataservice.assigner.v1.ListGroupsRequest
-	4,  // 22: dataservice.assigner.v1.AdminService.DescribeGroup:input_type -> dataservice.assigner.v1.DescribeGroupRequest
-	7,  // 23: dataservice.assigner.v1.AdminService.CreateGroup:input_type -> dataservice.assigner.v1.CreateGroupRequest
-	9,  // 24: dataservice.assigner.v1.AdminService.UpdateGroup:input_type -> dataservice.assigner.v1.UpdateGroupRequest
-	12, // 25: dataservice.assigner.v1.AdminService.ResetOffsets:input_type -> dataservice.assigner.v1.ResetOffsetsRequest
-	15, // 26: dataservice.assigner.v1.AdminService.MoveLease:input_type -> dataservice.assigner.v1.MoveLeaseRequest
-	17, // 27: dataservice.assigner.v1.AdminService.DrainSidecar:input_type -> dataservice.assigner.v1.DrainSidecarRequest
-	19, // 28: dataservice.assigner.v1.AdminService.UndrainSidecar:input_type -> dataservice.assigner.v1.UndrainSidecarRequest
-	21, // 29: dataservice.assigner.v1.AdminService.ListClients:input_type -> dataservice.assigner.v1.ListClientsRequest
-	3,  // 30: dataservice.assigner.v1.AdminService.ListGroups:output_type -> dataservice.assigner.v1.ListGroupsResponse
-	6,  // 31: dataservice.assigner.v1.AdminService.DescribeGroup:output_type -> dataservice.assigner.v1.DescribeGroupResponse
-	8,  // 32: dataservice.assigner.v1.AdminService.CreateGroup:output_type -> dataservice.assigner.v1.CreateGroupResponse
-	10, // 33: dataservice.assigner.v1.AdminService.UpdateGroup:output_type -> dataservice.assigner.v1.UpdateGroupResponse
-	14, // 34: dataservice.assigner.v1.AdminService.ResetOffsets:output_type -> dataservice.assigner.v1.ResetOffsetsResponse
-	16, // 35: dataservice.assigner.v1.AdminService.MoveLease:output_type -> dataservice.assigner.v1.MoveLeaseResponse
-	18, // 36: dataservice.assigner.v1.AdminService.DrainSidecar:output_type -> dataservice.assigner.v1.DrainSidecarResponse
-	20, // 37: dataservice.assigner.v1.AdminService.UndrainSidecar:output_type -> dataservice.assigner.v1.UndrainSidecarResponse
-	24, // 38: dataservice.assigner.v1.AdminService.ListClients:output_type -> dataservice.assigner.v1.ListClientsResponse
-	30, // [30:39] is the sub-list for method output_type
-	21, // [21:30] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	30, // 6: dataservice.assigner.v1.DescribeGroupResponse.bindings:type_name -> dataservice.assigner.v1.Binding
+	27, // 7: dataservice.assigner.v1.CreateGroupRequest.group:type_name -> dataservice.assigner.v1.GroupConfig
+	27, // 8: dataservice.assigner.v1.CreateGroupResponse.group:type_name -> dataservice.assigner.v1.GroupConfig
+	27, // 9: dataservice.assigner.v1.UpdateGroupRequest.group:type_name -> dataservice.assigner.v1.GroupConfig
+	31, // 10: dataservice.assigner.v1.UpdateGroupRequest.update_mask:type_name -> google.protobuf.FieldMask
+	27, // 11: dataservice.assigner.v1.UpdateGroupResponse.group:type_name -> dataservice.assigner.v1.GroupConfig
+	27, // 12: dataservice.assigner.v1.DeleteGroupResponse.group:type_name -> dataservice.assigner.v1.GroupConfig
+	0,  // 13: dataservice.assigner.v1.ResetOffsetsRequest.strategy:type_name -> dataservice.assigner.v1.ResetStrategy
+	13, // 14: dataservice.assigner.v1.ResetOffsetsRequest.targets:type_name -> dataservice.assigner.v1.ResetTarget
+	15, // 15: dataservice.assigner.v1.ResetOffsetsResponse.partitions:type_name -> dataservice.assigner.v1.PartitionReset
+	29, // 16: dataservice.assigner.v1.MoveLeaseResponse.lease:type_name -> dataservice.assigner.v1.Lease
+	28, // 17: dataservice.assigner.v1.DrainSidecarResponse.member:type_name -> dataservice.assigner.v1.Member
+	29, // 18: dataservice.assigner.v1.DrainSidecarResponse.leases:type_name -> dataservice.assigner.v1.Lease
+	28, // 19: dataservice.assigner.v1.UndrainSidecarResponse.member:type_name -> dataservice.assigner.v1.Member
+	24, // 20: dataservice.assigner.v1.ClientView.sidecars:type_name -> dataservice.assigner.v1.ClientAtSidecar
+	25, // 21: dataservice.assigner.v1.ListClientsResponse.clients:type_name -> dataservice.assigner.v1.ClientView
+	1,  // 22: dataservice.assigner.v1.AdminService.ListGroups:input_type -> dataservice.assigner.v1.ListGroupsRequest
+	4,  // 23: dataservice.assigner.v1.AdminService.DescribeGroup:input_type -> dataservice.assigner.v1.DescribeGroupRequest
+	7,  // 24: dataservice.assigner.v1.AdminService.CreateGroup:input_type -> dataservice.assigner.v1.CreateGroupRequest
+	9,  // 25: dataservice.assigner.v1.AdminService.UpdateGroup:input_type -> dataservice.assigner.v1.UpdateGroupRequest
+	11, // 26: dataservice.assigner.v1.AdminService.DeleteGroup:input_type -> dataservice.assigner.v1.DeleteGroupRequest
+	14, // 27: dataservice.assigner.v1.AdminService.ResetOffsets:input_type -> dataservice.assigner.v1.ResetOffsetsRequest
+	17, // 28: dataservice.assigner.v1.AdminService.MoveLease:input_type -> dataservice.assigner.v1.MoveLeaseRequest
+	19, // 29: dataservice.assigner.v1.AdminService.DrainSidecar:input_type -> dataservice.assigner.v1.DrainSidecarRequest
+	21, // 30: dataservice.assigner.v1.AdminService.UndrainSidecar:input_type -> dataservice.assigner.v1.UndrainSidecarRequest
+	23, // 31: dataservice.assigner.v1.AdminService.ListClients:input_type -> dataservice.assigner.v1.ListClientsRequest
+	3,  // 32: dataservice.assigner.v1.AdminService.ListGroups:output_type -> dataservice.assigner.v1.ListGroupsResponse
+	6,  // 33: dataservice.assigner.v1.AdminService.DescribeGroup:output_type -> dataservice.assigner.v1.DescribeGroupResponse
+	8,  // 34: dataservice.assigner.v1.AdminService.CreateGroup:output_type -> dataservice.assigner.v1.CreateGroupResponse
+	10, // 35: dataservice.assigner.v1.AdminService.UpdateGroup:output_type -> dataservice.assigner.v1.UpdateGroupResponse
+	12, // 36: dataservice.assigner.v1.AdminService.DeleteGroup:output_type -> dataservice.assigner.v1.DeleteGroupResponse
+	16, // 37: dataservice.assigner.v1.AdminService.ResetOffsets:output_type -> dataservice.assigner.v1.ResetOffsetsResponse
+	18, // 38: dataservice.assigner.v1.AdminService.MoveLease:output_type -> dataservice.assigner.v1.MoveLeaseResponse
+	20, // 39: dataservice.assigner.v1.AdminService.DrainSidecar:output_type -> dataservice.assigner.v1.DrainSidecarResponse
+	22, // 40: dataservice.assigner.v1.AdminService.UndrainSidecar:output_type -> dataservice.assigner.v1.UndrainSidecarResponse
+	26, // 41: dataservice.assigner.v1.AdminService.ListClients:output_type -> dataservice.assigner.v1.ListClientsResponse
+	32, // [32:42] is the sub-list for method output_type
+	22, // [22:32] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_dataservice_assigner_v1_admin_proto_init() }
@@ -2012,14 +2146,14 @@ func file_dataservice_assigner_v1_admin_proto_init() {
 		return
 	}
 	file_dataservice_assigner_v1_types_proto_init()
-	file_dataservice_assigner_v1_admin_proto_msgTypes[10].OneofWrappers = []any{}
+	file_dataservice_assigner_v1_admin_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dataservice_assigner_v1_admin_proto_rawDesc), len(file_dataservice_assigner_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

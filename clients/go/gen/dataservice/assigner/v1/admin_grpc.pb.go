@@ -36,6 +36,7 @@ const (
 	AdminService_DescribeGroup_FullMethodName  = "/dataservice.assigner.v1.AdminService/DescribeGroup"
 	AdminService_CreateGroup_FullMethodName    = "/dataservice.assigner.v1.AdminService/CreateGroup"
 	AdminService_UpdateGroup_FullMethodName    = "/dataservice.assigner.v1.AdminService/UpdateGroup"
+	AdminService_DeleteGroup_FullMethodName    = "/dataservice.assigner.v1.AdminService/DeleteGroup"
 	AdminService_ResetOffsets_FullMethodName   = "/dataservice.assigner.v1.AdminService/ResetOffsets"
 	AdminService_MoveLease_FullMethodName      = "/dataservice.assigner.v1.AdminService/MoveLease"
 	AdminService_DrainSidecar_FullMethodName   = "/dataservice.assigner.v1.AdminService/DrainSidecar"
@@ -76,6 +77,18 @@ type AdminServiceClient interface {
 	// FAILED_PRECONDITION (expected_config_version mismatch; OPERATION_IN_PROGRESS: an offset
 	// reset is running; or + `ds-leader` on a follower), UNAVAILABLE.
 	UpdateGroup(ctx context.Context, in *UpdateGroupRequest, opts ...grpc.CallOption) (*UpdateGroupResponse, error)
+	// Deletes a group: its configuration, client bindings and drains are removed from the
+	// state topic (tombstones), its sidecars' sessions end (a rejoin is GROUP_NOT_FOUND) and its
+	// binding watchers are told. Kafka's committed offsets of the group are kept (a group
+	// created again under the name resumes from them; delete them with kafka-consumer-groups
+	// --delete), and so are its lease epochs (an epoch never goes back). Refused while
+	// application clients are bound, unless `force`. Audited: a GROUP_DELETED fault event
+	// names the actor, whether it was forced and the clients that were bound.
+	// Errors: INVALID_ARGUMENT (empty or malformed group), NOT_FOUND (unknown group),
+	// PERMISSION_DENIED, FAILED_PRECONDITION (GROUP_HAS_CLIENTS: clients are bound, metadata
+	// `clients`; OPERATION_IN_PROGRESS: an offset reset or mode switch is running; or +
+	// `ds-leader`), UNAVAILABLE (the state topic cannot be written; nothing changed).
+	DeleteGroup(ctx context.Context, in *DeleteGroupRequest, opts ...grpc.CallOption) (*DeleteGroupResponse, error)
 	// Resets a group's committed offsets. Leased groups: the affected partitions are paused on
 	// their holders (revoked with reason CONFIG and no drain; the holders drop what they
 	// buffered and what is in flight, commit what was acked and release), the new offsets are
@@ -170,6 +183,16 @@ func (c *adminServiceClient) UpdateGroup(ctx context.Context, in *UpdateGroupReq
 	return out, nil
 }
 
+func (c *adminServiceClient) DeleteGroup(ctx context.Context, in *DeleteGroupRequest, opts ...grpc.CallOption) (*DeleteGroupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteGroupResponse)
+	err := c.cc.Invoke(ctx, AdminService_DeleteGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminServiceClient) ResetOffsets(ctx context.Context, in *ResetOffsetsRequest, opts ...grpc.CallOption) (*ResetOffsetsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ResetOffsetsResponse)
@@ -253,6 +276,18 @@ type AdminServiceServer interface {
 	// FAILED_PRECONDITION (expected_config_version mismatch; OPERATION_IN_PROGRESS: an offset
 	// reset is running; or + `ds-leader` on a follower), UNAVAILABLE.
 	UpdateGroup(context.Context, *UpdateGroupRequest) (*UpdateGroupResponse, error)
+	// Deletes a group: its configuration, client bindings and drains are removed from the
+	// state topic (tombstones), its sidecars' sessions end (a rejoin is GROUP_NOT_FOUND) and its
+	// binding watchers are told. Kafka's committed offsets of the group are kept (a group
+	// created again under the name resumes from them; delete them with kafka-consumer-groups
+	// --delete), and so are its lease epochs (an epoch never goes back). Refused while
+	// application clients are bound, unless `force`. Audited: a GROUP_DELETED fault event
+	// names the actor, whether it was forced and the clients that were bound.
+	// Errors: INVALID_ARGUMENT (empty or malformed group), NOT_FOUND (unknown group),
+	// PERMISSION_DENIED, FAILED_PRECONDITION (GROUP_HAS_CLIENTS: clients are bound, metadata
+	// `clients`; OPERATION_IN_PROGRESS: an offset reset or mode switch is running; or +
+	// `ds-leader`), UNAVAILABLE (the state topic cannot be written; nothing changed).
+	DeleteGroup(context.Context, *DeleteGroupRequest) (*DeleteGroupResponse, error)
 	// Resets a group's committed offsets. Leased groups: the affected partitions are paused on
 	// their holders (revoked with reason CONFIG and no drain; the holders drop what they
 	// buffered and what is in flight, commit what was acked and release), the new offsets are
@@ -318,6 +353,9 @@ func (UnimplementedAdminServiceServer) CreateGroup(context.Context, *CreateGroup
 }
 func (UnimplementedAdminServiceServer) UpdateGroup(context.Context, *UpdateGroupRequest) (*UpdateGroupResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateGroup not implemented")
+}
+func (UnimplementedAdminServiceServer) DeleteGroup(context.Context, *DeleteGroupRequest) (*DeleteGroupResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteGroup not implemented")
 }
 func (UnimplementedAdminServiceServer) ResetOffsets(context.Context, *ResetOffsetsRequest) (*ResetOffsetsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResetOffsets not implemented")
@@ -423,6 +461,24 @@ func _AdminService_UpdateGroup_Handler(srv interface{}, ctx context.Context, dec
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServiceServer).UpdateGroup(ctx, req.(*UpdateGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_DeleteGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).DeleteGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_DeleteGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).DeleteGroup(ctx, req.(*DeleteGroupRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -539,6 +595,10 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateGroup",
 			Handler:    _AdminService_UpdateGroup_Handler,
+		},
+		{
+			MethodName: "DeleteGroup",
+			Handler:    _AdminService_DeleteGroup_Handler,
 		},
 		{
 			MethodName: "ResetOffsets",

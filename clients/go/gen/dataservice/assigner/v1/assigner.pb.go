@@ -938,8 +938,10 @@ type SessionAccepted struct {
 	ExternalOffsetChanges ExternalOffsetChanges `protobuf:"varint,10,opt,name=external_offset_changes,json=externalOffsetChanges,proto3,enum=dataservice.assigner.v1.ExternalOffsetChanges" json:"external_offset_changes,omitempty"`
 	// The group's dead-letter topic (GroupConfig.dead_letter_topic); empty = the sidecar's.
 	DeadLetterTopic string `protobuf:"bytes,11,opt,name=dead_letter_topic,json=deadLetterTopic,proto3" json:"dead_letter_topic,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The group's ordering (GroupConfig.ordering; unspecified = unordered).
+	Ordering      Ordering `protobuf:"varint,12,opt,name=ordering,proto3,enum=dataservice.assigner.v1.Ordering" json:"ordering,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionAccepted) Reset() {
@@ -1047,6 +1049,13 @@ func (x *SessionAccepted) GetDeadLetterTopic() string {
 		return x.DeadLetterTopic
 	}
 	return ""
+}
+
+func (x *SessionAccepted) GetOrdering() Ordering {
+	if x != nil {
+		return x.Ordering
+	}
+	return Ordering_ORDERING_UNSPECIFIED
 }
 
 // Grants a partition lease to the sidecar.
@@ -1225,8 +1234,10 @@ type ConfigUpdate struct {
 	ExternalOffsetChanges ExternalOffsetChanges `protobuf:"varint,5,opt,name=external_offset_changes,json=externalOffsetChanges,proto3,enum=dataservice.assigner.v1.ExternalOffsetChanges" json:"external_offset_changes,omitempty"`
 	// The group's dead-letter topic (GroupConfig.dead_letter_topic); empty = the sidecar's.
 	DeadLetterTopic string `protobuf:"bytes,6,opt,name=dead_letter_topic,json=deadLetterTopic,proto3" json:"dead_letter_topic,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The group's ordering (GroupConfig.ordering; unspecified = unordered).
+	Ordering      Ordering `protobuf:"varint,7,opt,name=ordering,proto3,enum=dataservice.assigner.v1.Ordering" json:"ordering,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ConfigUpdate) Reset() {
@@ -1299,6 +1310,13 @@ func (x *ConfigUpdate) GetDeadLetterTopic() string {
 		return x.DeadLetterTopic
 	}
 	return ""
+}
+
+func (x *ConfigUpdate) GetOrdering() Ordering {
+	if x != nil {
+		return x.Ordering
+	}
+	return Ordering_ORDERING_UNSPECIFIED
 }
 
 // Acknowledges one heartbeat.
@@ -1540,7 +1558,7 @@ const file_dataservice_assigner_v1_assigner_proto_rawDesc = "" +
 	"\x06revoke\x18\x03 \x01(\v2$.dataservice.assigner.v1.LeaseRevokeH\x00R\x06revoke\x12L\n" +
 	"\rconfig_update\x18\x04 \x01(\v2%.dataservice.assigner.v1.ConfigUpdateH\x00R\fconfigUpdate\x12L\n" +
 	"\rheartbeat_ack\x18\x05 \x01(\v2%.dataservice.assigner.v1.HeartbeatAckH\x00R\fheartbeatAckB\x06\n" +
-	"\x04kind\"\xd6\x05\n" +
+	"\x04kind\"\x95\x06\n" +
 	"\x0fSessionAccepted\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x126\n" +
@@ -1554,7 +1572,8 @@ const file_dataservice_assigner_v1_assigner_proto_rawDesc = "" +
 	"\x0emax_deliveries\x18\t \x01(\x05R\rmaxDeliveries\x12f\n" +
 	"\x17external_offset_changes\x18\n" +
 	" \x01(\x0e2..dataservice.assigner.v1.ExternalOffsetChangesR\x15externalOffsetChanges\x12*\n" +
-	"\x11dead_letter_topic\x18\v \x01(\tR\x0fdeadLetterTopic\x1aA\n" +
+	"\x11dead_letter_topic\x18\v \x01(\tR\x0fdeadLetterTopic\x12=\n" +
+	"\bordering\x18\f \x01(\x0e2!.dataservice.assigner.v1.OrderingR\bordering\x1aA\n" +
 	"\x13ConsumerConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"y\n" +
@@ -1569,14 +1588,15 @@ const file_dataservice_assigner_v1_assigner_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12=\n" +
 	"\x06reason\x18\x04 \x01(\x0e2%.dataservice.assigner.v1.RevokeReasonR\x06reason\x12>\n" +
-	"\rdrain_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\fdrainTimeout\"\xe1\x03\n" +
+	"\rdrain_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\fdrainTimeout\"\xa0\x04\n" +
 	"\fConfigUpdate\x12b\n" +
 	"\x0fconsumer_config\x18\x01 \x03(\v29.dataservice.assigner.v1.ConfigUpdate.ConsumerConfigEntryR\x0econsumerConfig\x12%\n" +
 	"\x0econfig_version\x18\x02 \x01(\x03R\rconfigVersion\x12H\n" +
 	"\x12visibility_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x11visibilityTimeout\x12%\n" +
 	"\x0emax_deliveries\x18\x04 \x01(\x05R\rmaxDeliveries\x12f\n" +
 	"\x17external_offset_changes\x18\x05 \x01(\x0e2..dataservice.assigner.v1.ExternalOffsetChangesR\x15externalOffsetChanges\x12*\n" +
-	"\x11dead_letter_topic\x18\x06 \x01(\tR\x0fdeadLetterTopic\x1aA\n" +
+	"\x11dead_letter_topic\x18\x06 \x01(\tR\x0fdeadLetterTopic\x12=\n" +
+	"\bordering\x18\a \x01(\x0e2!.dataservice.assigner.v1.OrderingR\bordering\x1aA\n" +
 	"\x13ConsumerConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"j\n" +
@@ -1643,6 +1663,7 @@ var file_dataservice_assigner_v1_assigner_proto_goTypes = []any{
 	(*durationpb.Duration)(nil), // 20: google.protobuf.Duration
 	(v1.GroupMode)(0),           // 21: dataservice.common.v1.GroupMode
 	(ExternalOffsetChanges)(0),  // 22: dataservice.assigner.v1.ExternalOffsetChanges
+	(Ordering)(0),               // 23: dataservice.assigner.v1.Ordering
 }
 var file_dataservice_assigner_v1_assigner_proto_depIdxs = []int32{
 	2,  // 0: dataservice.assigner.v1.SessionRequest.join:type_name -> dataservice.assigner.v1.SessionJoin
@@ -1664,22 +1685,24 @@ var file_dataservice_assigner_v1_assigner_proto_depIdxs = []int32{
 	16, // 16: dataservice.assigner.v1.SessionAccepted.consumer_config:type_name -> dataservice.assigner.v1.SessionAccepted.ConsumerConfigEntry
 	20, // 17: dataservice.assigner.v1.SessionAccepted.visibility_timeout:type_name -> google.protobuf.Duration
 	22, // 18: dataservice.assigner.v1.SessionAccepted.external_offset_changes:type_name -> dataservice.assigner.v1.ExternalOffsetChanges
-	0,  // 19: dataservice.assigner.v1.LeaseRevoke.reason:type_name -> dataservice.assigner.v1.RevokeReason
-	20, // 20: dataservice.assigner.v1.LeaseRevoke.drain_timeout:type_name -> google.protobuf.Duration
-	17, // 21: dataservice.assigner.v1.ConfigUpdate.consumer_config:type_name -> dataservice.assigner.v1.ConfigUpdate.ConsumerConfigEntry
-	20, // 22: dataservice.assigner.v1.ConfigUpdate.visibility_timeout:type_name -> google.protobuf.Duration
-	22, // 23: dataservice.assigner.v1.ConfigUpdate.external_offset_changes:type_name -> dataservice.assigner.v1.ExternalOffsetChanges
-	18, // 24: dataservice.assigner.v1.HeartbeatAck.renewed_leases:type_name -> dataservice.assigner.v1.LeaseRef
-	20, // 25: dataservice.assigner.v1.LeaveResponse.hold_window:type_name -> google.protobuf.Duration
-	1,  // 26: dataservice.assigner.v1.AssignerService.Session:input_type -> dataservice.assigner.v1.SessionRequest
-	14, // 27: dataservice.assigner.v1.AssignerService.Leave:input_type -> dataservice.assigner.v1.LeaveRequest
-	8,  // 28: dataservice.assigner.v1.AssignerService.Session:output_type -> dataservice.assigner.v1.SessionResponse
-	15, // 29: dataservice.assigner.v1.AssignerService.Leave:output_type -> dataservice.assigner.v1.LeaveResponse
-	28, // [28:30] is the sub-list for method output_type
-	26, // [26:28] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	23, // 19: dataservice.assigner.v1.SessionAccepted.ordering:type_name -> dataservice.assigner.v1.Ordering
+	0,  // 20: dataservice.assigner.v1.LeaseRevoke.reason:type_name -> dataservice.assigner.v1.RevokeReason
+	20, // 21: dataservice.assigner.v1.LeaseRevoke.drain_timeout:type_name -> google.protobuf.Duration
+	17, // 22: dataservice.assigner.v1.ConfigUpdate.consumer_config:type_name -> dataservice.assigner.v1.ConfigUpdate.ConsumerConfigEntry
+	20, // 23: dataservice.assigner.v1.ConfigUpdate.visibility_timeout:type_name -> google.protobuf.Duration
+	22, // 24: dataservice.assigner.v1.ConfigUpdate.external_offset_changes:type_name -> dataservice.assigner.v1.ExternalOffsetChanges
+	23, // 25: dataservice.assigner.v1.ConfigUpdate.ordering:type_name -> dataservice.assigner.v1.Ordering
+	18, // 26: dataservice.assigner.v1.HeartbeatAck.renewed_leases:type_name -> dataservice.assigner.v1.LeaseRef
+	20, // 27: dataservice.assigner.v1.LeaveResponse.hold_window:type_name -> google.protobuf.Duration
+	1,  // 28: dataservice.assigner.v1.AssignerService.Session:input_type -> dataservice.assigner.v1.SessionRequest
+	14, // 29: dataservice.assigner.v1.AssignerService.Leave:input_type -> dataservice.assigner.v1.LeaveRequest
+	8,  // 30: dataservice.assigner.v1.AssignerService.Session:output_type -> dataservice.assigner.v1.SessionResponse
+	15, // 31: dataservice.assigner.v1.AssignerService.Leave:output_type -> dataservice.assigner.v1.LeaveResponse
+	30, // [30:32] is the sub-list for method output_type
+	28, // [28:30] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_dataservice_assigner_v1_assigner_proto_init() }

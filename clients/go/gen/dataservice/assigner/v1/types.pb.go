@@ -145,6 +145,66 @@ func (ExternalOffsetChanges) EnumDescriptor() ([]byte, []int) {
 	return file_dataservice_assigner_v1_types_proto_rawDescGZIP(), []int{1}
 }
 
+// Which records of a group may be in flight to its clients at once (issue 39).
+type Ordering int32
+
+const (
+	// Not set; the assigner uses ORDERING_UNORDERED.
+	Ordering_ORDERING_UNSPECIFIED Ordering = 0
+	// Any record to any client: records of one key or partition may be in flight to several
+	// clients at once, and processed out of order.
+	Ordering_ORDERING_UNORDERED Ordering = 1
+	// Records with the same key are never in flight to two clients at once and are handed out
+	// in offset order (a record waits until the records of its key before it are acked or
+	// given up); records of other keys flow in parallel. Records without a key are unordered.
+	Ordering_ORDERING_KEY Ordering = 2
+	// A partition's records are in flight to one client at a time, in offset order.
+	Ordering_ORDERING_PARTITION Ordering = 3
+)
+
+// Enum value maps for Ordering.
+var (
+	Ordering_name = map[int32]string{
+		0: "ORDERING_UNSPECIFIED",
+		1: "ORDERING_UNORDERED",
+		2: "ORDERING_KEY",
+		3: "ORDERING_PARTITION",
+	}
+	Ordering_value = map[string]int32{
+		"ORDERING_UNSPECIFIED": 0,
+		"ORDERING_UNORDERED":   1,
+		"ORDERING_KEY":         2,
+		"ORDERING_PARTITION":   3,
+	}
+)
+
+func (x Ordering) Enum() *Ordering {
+	p := new(Ordering)
+	*p = x
+	return p
+}
+
+func (x Ordering) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Ordering) Descriptor() protoreflect.EnumDescriptor {
+	return file_dataservice_assigner_v1_types_proto_enumTypes[2].Descriptor()
+}
+
+func (Ordering) Type() protoreflect.EnumType {
+	return &file_dataservice_assigner_v1_types_proto_enumTypes[2]
+}
+
+func (x Ordering) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Ordering.Descriptor instead.
+func (Ordering) EnumDescriptor() ([]byte, []int) {
+	return file_dataservice_assigner_v1_types_proto_rawDescGZIP(), []int{2}
+}
+
 // Life-cycle state of a partition lease, as seen by the assigner.
 type LeaseState int32
 
@@ -198,11 +258,11 @@ func (x LeaseState) String() string {
 }
 
 func (LeaseState) Descriptor() protoreflect.EnumDescriptor {
-	return file_dataservice_assigner_v1_types_proto_enumTypes[2].Descriptor()
+	return file_dataservice_assigner_v1_types_proto_enumTypes[3].Descriptor()
 }
 
 func (LeaseState) Type() protoreflect.EnumType {
-	return &file_dataservice_assigner_v1_types_proto_enumTypes[2]
+	return &file_dataservice_assigner_v1_types_proto_enumTypes[3]
 }
 
 func (x LeaseState) Number() protoreflect.EnumNumber {
@@ -211,7 +271,7 @@ func (x LeaseState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaseState.Descriptor instead.
 func (LeaseState) EnumDescriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_types_proto_rawDescGZIP(), []int{2}
+	return file_dataservice_assigner_v1_types_proto_rawDescGZIP(), []int{3}
 }
 
 // Configuration of one consumer group, owned by the assigner and persisted in its state topic.
@@ -251,8 +311,12 @@ type GroupConfig struct {
 	// sidecars create it unless it exists. Empty = the sidecars' dead_letter_topic setting
 	// (none by default). A legal Kafka topic name, not one of the group's topics. Applies live.
 	DeadLetterTopic string `protobuf:"bytes,13,opt,name=dead_letter_topic,json=deadLetterTopic,proto3" json:"dead_letter_topic,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Which records may be in flight to the group's clients at once: unordered (unspecified),
+	// per key, or per partition; enforced by the sidecars. Applies live (records in flight at a
+	// switch to an ordered mode hold every key of their partition back until acked).
+	Ordering      Ordering `protobuf:"varint,14,opt,name=ordering,proto3,enum=dataservice.assigner.v1.Ordering" json:"ordering,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GroupConfig) Reset() {
@@ -374,6 +438,13 @@ func (x *GroupConfig) GetDeadLetterTopic() string {
 		return x.DeadLetterTopic
 	}
 	return ""
+}
+
+func (x *GroupConfig) GetOrdering() Ordering {
+	if x != nil {
+		return x.Ordering
+	}
+	return Ordering_ORDERING_UNSPECIFIED
 }
 
 // A sidecar that is a member of a leased group.
@@ -871,7 +942,7 @@ var File_dataservice_assigner_v1_types_proto protoreflect.FileDescriptor
 
 const file_dataservice_assigner_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"#dataservice/assigner/v1/types.proto\x12\x17dataservice.assigner.v1\x1a\"dataservice/common/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbf\x06\n" +
+	"#dataservice/assigner/v1/types.proto\x12\x17dataservice.assigner.v1\x1a\"dataservice/common/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfe\x06\n" +
 	"\vGroupConfig\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06topics\x18\x02 \x03(\tR\x06topics\x124\n" +
@@ -886,7 +957,8 @@ const file_dataservice_assigner_v1_types_proto_rawDesc = "" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x11visibilityTimeout\x12%\n" +
 	"\x0emax_deliveries\x18\v \x01(\x05R\rmaxDeliveries\x12f\n" +
 	"\x17external_offset_changes\x18\f \x01(\x0e2..dataservice.assigner.v1.ExternalOffsetChangesR\x15externalOffsetChanges\x12*\n" +
-	"\x11dead_letter_topic\x18\r \x01(\tR\x0fdeadLetterTopic\x1aA\n" +
+	"\x11dead_letter_topic\x18\r \x01(\tR\x0fdeadLetterTopic\x12=\n" +
+	"\bordering\x18\x0e \x01(\x0e2!.dataservice.assigner.v1.OrderingR\bordering\x1aA\n" +
 	"\x13ConsumerConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x03\n" +
@@ -938,7 +1010,12 @@ const file_dataservice_assigner_v1_types_proto_rawDesc = "" +
 	"#EXTERNAL_OFFSET_CHANGES_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eEXTERNAL_OFFSET_CHANGES_FOLLOW\x10\x01\x12\"\n" +
 	"\x1eEXTERNAL_OFFSET_CHANGES_REVERT\x10\x02\x12\"\n" +
-	"\x1eEXTERNAL_OFFSET_CHANGES_IGNORE\x10\x03*\xc0\x01\n" +
+	"\x1eEXTERNAL_OFFSET_CHANGES_IGNORE\x10\x03*f\n" +
+	"\bOrdering\x12\x18\n" +
+	"\x14ORDERING_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12ORDERING_UNORDERED\x10\x01\x12\x10\n" +
+	"\fORDERING_KEY\x10\x02\x12\x16\n" +
+	"\x12ORDERING_PARTITION\x10\x03*\xc0\x01\n" +
 	"\n" +
 	"LeaseState\x12\x1b\n" +
 	"\x17LEASE_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
@@ -963,45 +1040,47 @@ func file_dataservice_assigner_v1_types_proto_rawDescGZIP() []byte {
 	return file_dataservice_assigner_v1_types_proto_rawDescData
 }
 
-var file_dataservice_assigner_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_dataservice_assigner_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_dataservice_assigner_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_dataservice_assigner_v1_types_proto_goTypes = []any{
 	(BalanceStrategy)(0),          // 0: dataservice.assigner.v1.BalanceStrategy
 	(ExternalOffsetChanges)(0),    // 1: dataservice.assigner.v1.ExternalOffsetChanges
-	(LeaseState)(0),               // 2: dataservice.assigner.v1.LeaseState
-	(*GroupConfig)(nil),           // 3: dataservice.assigner.v1.GroupConfig
-	(*Member)(nil),                // 4: dataservice.assigner.v1.Member
-	(*ConfigRejection)(nil),       // 5: dataservice.assigner.v1.ConfigRejection
-	(*Lease)(nil),                 // 6: dataservice.assigner.v1.Lease
-	(*LeaseRef)(nil),              // 7: dataservice.assigner.v1.LeaseRef
-	(*SidecarEndpoint)(nil),       // 8: dataservice.assigner.v1.SidecarEndpoint
-	(*Binding)(nil),               // 9: dataservice.assigner.v1.Binding
-	nil,                           // 10: dataservice.assigner.v1.GroupConfig.ConsumerConfigEntry
-	(v1.GroupMode)(0),             // 11: dataservice.common.v1.GroupMode
-	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
-	(*v1.TopicPartition)(nil),     // 14: dataservice.common.v1.TopicPartition
+	(Ordering)(0),                 // 2: dataservice.assigner.v1.Ordering
+	(LeaseState)(0),               // 3: dataservice.assigner.v1.LeaseState
+	(*GroupConfig)(nil),           // 4: dataservice.assigner.v1.GroupConfig
+	(*Member)(nil),                // 5: dataservice.assigner.v1.Member
+	(*ConfigRejection)(nil),       // 6: dataservice.assigner.v1.ConfigRejection
+	(*Lease)(nil),                 // 7: dataservice.assigner.v1.Lease
+	(*LeaseRef)(nil),              // 8: dataservice.assigner.v1.LeaseRef
+	(*SidecarEndpoint)(nil),       // 9: dataservice.assigner.v1.SidecarEndpoint
+	(*Binding)(nil),               // 10: dataservice.assigner.v1.Binding
+	nil,                           // 11: dataservice.assigner.v1.GroupConfig.ConsumerConfigEntry
+	(v1.GroupMode)(0),             // 12: dataservice.common.v1.GroupMode
+	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*v1.TopicPartition)(nil),     // 15: dataservice.common.v1.TopicPartition
 }
 var file_dataservice_assigner_v1_types_proto_depIdxs = []int32{
-	11, // 0: dataservice.assigner.v1.GroupConfig.mode:type_name -> dataservice.common.v1.GroupMode
-	10, // 1: dataservice.assigner.v1.GroupConfig.consumer_config:type_name -> dataservice.assigner.v1.GroupConfig.ConsumerConfigEntry
-	12, // 2: dataservice.assigner.v1.GroupConfig.lease_ttl:type_name -> google.protobuf.Duration
-	12, // 3: dataservice.assigner.v1.GroupConfig.heartbeat_interval:type_name -> google.protobuf.Duration
+	12, // 0: dataservice.assigner.v1.GroupConfig.mode:type_name -> dataservice.common.v1.GroupMode
+	11, // 1: dataservice.assigner.v1.GroupConfig.consumer_config:type_name -> dataservice.assigner.v1.GroupConfig.ConsumerConfigEntry
+	13, // 2: dataservice.assigner.v1.GroupConfig.lease_ttl:type_name -> google.protobuf.Duration
+	13, // 3: dataservice.assigner.v1.GroupConfig.heartbeat_interval:type_name -> google.protobuf.Duration
 	0,  // 4: dataservice.assigner.v1.GroupConfig.balance_strategy:type_name -> dataservice.assigner.v1.BalanceStrategy
-	12, // 5: dataservice.assigner.v1.GroupConfig.visibility_timeout:type_name -> google.protobuf.Duration
+	13, // 5: dataservice.assigner.v1.GroupConfig.visibility_timeout:type_name -> google.protobuf.Duration
 	1,  // 6: dataservice.assigner.v1.GroupConfig.external_offset_changes:type_name -> dataservice.assigner.v1.ExternalOffsetChanges
-	13, // 7: dataservice.assigner.v1.Member.joined_at:type_name -> google.protobuf.Timestamp
-	13, // 8: dataservice.assigner.v1.Member.last_heartbeat:type_name -> google.protobuf.Timestamp
-	5,  // 9: dataservice.assigner.v1.Member.config_rejection:type_name -> dataservice.assigner.v1.ConfigRejection
-	2,  // 10: dataservice.assigner.v1.Lease.state:type_name -> dataservice.assigner.v1.LeaseState
-	13, // 11: dataservice.assigner.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	14, // 12: dataservice.assigner.v1.SidecarEndpoint.partitions:type_name -> dataservice.common.v1.TopicPartition
-	8,  // 13: dataservice.assigner.v1.Binding.endpoints:type_name -> dataservice.assigner.v1.SidecarEndpoint
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	2,  // 7: dataservice.assigner.v1.GroupConfig.ordering:type_name -> dataservice.assigner.v1.Ordering
+	14, // 8: dataservice.assigner.v1.Member.joined_at:type_name -> google.protobuf.Timestamp
+	14, // 9: dataservice.assigner.v1.Member.last_heartbeat:type_name -> google.protobuf.Timestamp
+	6,  // 10: dataservice.assigner.v1.Member.config_rejection:type_name -> dataservice.assigner.v1.ConfigRejection
+	3,  // 11: dataservice.assigner.v1.Lease.state:type_name -> dataservice.assigner.v1.LeaseState
+	14, // 12: dataservice.assigner.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	15, // 13: dataservice.assigner.v1.SidecarEndpoint.partitions:type_name -> dataservice.common.v1.TopicPartition
+	9,  // 14: dataservice.assigner.v1.Binding.endpoints:type_name -> dataservice.assigner.v1.SidecarEndpoint
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_dataservice_assigner_v1_types_proto_init() }
@@ -1014,7 +1093,7 @@ func file_dataservice_assigner_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dataservice_assigner_v1_types_proto_rawDesc), len(file_dataservice_assigner_v1_types_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -132,6 +132,9 @@ const (
 	// Assigner, from a sidecar's session: the sidecar could not apply the group's consumer
 	// config (librdkafka refused it there); it keeps running the config it had.
 	FaultType_FAULT_TYPE_CONFIG_REJECTED FaultType = 17
+	// Assigner: a group was deleted (AdminService.DeleteGroup): the audit record of who, whether
+	// it was forced, and the clients that were bound.
+	FaultType_FAULT_TYPE_GROUP_DELETED FaultType = 18
 	// Sidecar: records of a partition were skipped: its fetch position fell outside the log
 	// (deleted by retention before they were read, or the log was truncated), so fetching
 	// went on from the log's start (or end). Attributes name the offsets skipped.
@@ -165,6 +168,7 @@ var (
 		15: "FAULT_TYPE_PROBE_LOST",
 		16: "FAULT_TYPE_OFFSETS_RESET",
 		17: "FAULT_TYPE_CONFIG_REJECTED",
+		18: "FAULT_TYPE_GROUP_DELETED",
 		20: "FAULT_TYPE_OFFSET_GAP",
 		30: "FAULT_TYPE_TEMPLATE_FAILED",
 		31: "FAULT_TYPE_DEAD_LETTER",
@@ -188,6 +192,7 @@ var (
 		"FAULT_TYPE_PROBE_LOST":            15,
 		"FAULT_TYPE_OFFSETS_RESET":         16,
 		"FAULT_TYPE_CONFIG_REJECTED":       17,
+		"FAULT_TYPE_GROUP_DELETED":         18,
 		"FAULT_TYPE_OFFSET_GAP":            20,
 		"FAULT_TYPE_TEMPLATE_FAILED":       30,
 		"FAULT_TYPE_DEAD_LETTER":           31,
@@ -806,7 +811,7 @@ const file_dataservice_common_v1_common_proto_rawDesc = "" +
 	"\tGroupMode\x12\x1a\n" +
 	"\x16GROUP_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11GROUP_MODE_LEASED\x10\x01\x12\x1a\n" +
-	"\x16GROUP_MODE_KAFKA_GROUP\x10\x02*\x87\x05\n" +
+	"\x16GROUP_MODE_KAFKA_GROUP\x10\x02*\xa5\x05\n" +
 	"\tFaultType\x12\x1a\n" +
 	"\x16FAULT_TYPE_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18FAULT_TYPE_CONSUMER_LOST\x10\x01\x12\x1c\n" +
@@ -826,7 +831,8 @@ const file_dataservice_common_v1_common_proto_rawDesc = "" +
 	"\x16FAULT_TYPE_LAG_REWOUND\x10\x0e\x12\x19\n" +
 	"\x15FAULT_TYPE_PROBE_LOST\x10\x0f\x12\x1c\n" +
 	"\x18FAULT_TYPE_OFFSETS_RESET\x10\x10\x12\x1e\n" +
-	"\x1aFAULT_TYPE_CONFIG_REJECTED\x10\x11\x12\x19\n" +
+	"\x1aFAULT_TYPE_CONFIG_REJECTED\x10\x11\x12\x1c\n" +
+	"\x18FAULT_TYPE_GROUP_DELETED\x10\x12\x12\x19\n" +
 	"\x15FAULT_TYPE_OFFSET_GAP\x10\x14\x12\x1e\n" +
 	"\x1aFAULT_TYPE_TEMPLATE_FAILED\x10\x1e\x12\x1a\n" +
 	"\x16FAULT_TYPE_DEAD_LETTER\x10\x1f*Y\n" +

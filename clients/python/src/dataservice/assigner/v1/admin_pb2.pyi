@@ -401,6 +401,68 @@ class UpdateGroupResponse(_message.Message):
 Global___UpdateGroupResponse: _TypeAlias = UpdateGroupResponse  # noqa: Y015
 
 @_typing.final
+class DeleteGroupRequest(_message.Message):
+    """Request of AdminService.DeleteGroup."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    FORCE_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    group: _builtins.str
+    """Group name."""
+    force: _builtins.bool
+    """Delete even while application clients are bound (their bindings are dropped; their
+    next call is GROUP_NOT_FOUND).
+    """
+    request_id: _builtins.str
+    """Idempotency key (UUID); empty = not idempotent."""
+    def __init__(
+        self,
+        *,
+        group: _builtins.str = ...,
+        force: _builtins.bool = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["force", b"force", "group", b"group", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteGroupRequest: _TypeAlias = DeleteGroupRequest  # noqa: Y015
+
+@_typing.final
+class DeleteGroupResponse(_message.Message):
+    """Response of AdminService.DeleteGroup."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_FIELD_NUMBER: _builtins.int
+    UNBOUND_CLIENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def group(self) -> _types_pb2.GroupConfig:
+        """The group's configuration as it was when deleted."""
+
+    @_builtins.property
+    def unbound_clients(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The clients that were bound and lost their binding (only with force), ordered."""
+
+    def __init__(
+        self,
+        *,
+        group: _types_pb2.GroupConfig | None = ...,
+        unbound_clients: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["group", b"group"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group", b"group", "unbound_clients", b"unbound_clients"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteGroupResponse: _TypeAlias = DeleteGroupResponse  # noqa: Y015
+
+@_typing.final
 class ResetTarget(_message.Message):
     """One partition a ResetOffsets applies to, optionally with its own value."""
 

@@ -55,6 +55,11 @@ class AdminServiceStub:
                 request_serializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.UpdateGroupRequest.SerializeToString,
                 response_deserializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.UpdateGroupResponse.FromString,
                 _registered_method=True)
+        self.DeleteGroup = channel.unary_unary(
+                '/dataservice.assigner.v1.AdminService/DeleteGroup',
+                request_serializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.DeleteGroupRequest.SerializeToString,
+                response_deserializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.DeleteGroupResponse.FromString,
+                _registered_method=True)
         self.ResetOffsets = channel.unary_unary(
                 '/dataservice.assigner.v1.AdminService/ResetOffsets',
                 request_serializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.ResetOffsetsRequest.SerializeToString,
@@ -128,6 +133,23 @@ class AdminServiceServicer:
         for CreateGroup), NOT_FOUND (unknown group or topic), PERMISSION_DENIED,
         FAILED_PRECONDITION (expected_config_version mismatch; OPERATION_IN_PROGRESS: an offset
         reset is running; or + `ds-leader` on a follower), UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroup(self, request, context):
+        """Deletes a group: its configuration, client bindings and drains are removed from the
+        state topic (tombstones), its sidecars' sessions end (a rejoin is GROUP_NOT_FOUND) and its
+        binding watchers are told. Kafka's committed offsets of the group are kept (a group
+        created again under the name resumes from them; delete them with kafka-consumer-groups
+        --delete), and so are its lease epochs (an epoch never goes back). Refused while
+        application clients are bound, unless `force`. Audited: a GROUP_DELETED fault event
+        names the actor, whether it was forced and the clients that were bound.
+        Errors: INVALID_ARGUMENT (empty or malformed group), NOT_FOUND (unknown group),
+        PERMISSION_DENIED, FAILED_PRECONDITION (GROUP_HAS_CLIENTS: clients are bound, metadata
+        `clients`; OPERATION_IN_PROGRESS: an offset reset or mode switch is running; or +
+        `ds-leader`), UNAVAILABLE (the state topic cannot be written; nothing changed).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -224,6 +246,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.UpdateGroup,
                     request_deserializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.UpdateGroupRequest.FromString,
                     response_serializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.UpdateGroupResponse.SerializeToString,
+            ),
+            'DeleteGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroup,
+                    request_deserializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.DeleteGroupRequest.FromString,
+                    response_serializer=dataservice_dot_assigner_dot_v1_dot_admin__pb2.DeleteGroupResponse.SerializeToString,
             ),
             'ResetOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.ResetOffsets,
@@ -360,6 +387,33 @@ class AdminService:
             '/dataservice.assigner.v1.AdminService/UpdateGroup',
             dataservice_dot_assigner_dot_v1_dot_admin__pb2.UpdateGroupRequest.SerializeToString,
             dataservice_dot_assigner_dot_v1_dot_admin__pb2.UpdateGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dataservice.assigner.v1.AdminService/DeleteGroup',
+            dataservice_dot_assigner_dot_v1_dot_admin__pb2.DeleteGroupRequest.SerializeToString,
+            dataservice_dot_assigner_dot_v1_dot_admin__pb2.DeleteGroupResponse.FromString,
             options,
             channel_credentials,
             insecure,

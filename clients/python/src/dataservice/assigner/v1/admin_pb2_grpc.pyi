@@ -76,6 +76,19 @@ class AdminServiceStub:
     FAILED_PRECONDITION (expected_config_version mismatch; OPERATION_IN_PROGRESS: an offset
     reset is running; or + `ds-leader` on a follower), UNAVAILABLE.
     """
+    DeleteGroup: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteGroupRequest, _admin_pb2.DeleteGroupResponse]
+    """Deletes a group: its configuration, client bindings and drains are removed from the
+    state topic (tombstones), its sidecars' sessions end (a rejoin is GROUP_NOT_FOUND) and its
+    binding watchers are told. Kafka's committed offsets of the group are kept (a group
+    created again under the name resumes from them; delete them with kafka-consumer-groups
+    --delete), and so are its lease epochs (an epoch never goes back). Refused while
+    application clients are bound, unless `force`. Audited: a GROUP_DELETED fault event
+    names the actor, whether it was forced and the clients that were bound.
+    Errors: INVALID_ARGUMENT (empty or malformed group), NOT_FOUND (unknown group),
+    PERMISSION_DENIED, FAILED_PRECONDITION (GROUP_HAS_CLIENTS: clients are bound, metadata
+    `clients`; OPERATION_IN_PROGRESS: an offset reset or mode switch is running; or +
+    `ds-leader`), UNAVAILABLE (the state topic cannot be written; nothing changed).
+    """
     ResetOffsets: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ResetOffsetsRequest, _admin_pb2.ResetOffsetsResponse]
     """Resets a group's committed offsets. Leased groups: the affected partitions are paused on
     their holders (revoked with reason CONFIG and no drain; the holders drop what they
@@ -161,6 +174,19 @@ class AdminServiceAsyncStub(AdminServiceStub):
     for CreateGroup), NOT_FOUND (unknown group or topic), PERMISSION_DENIED,
     FAILED_PRECONDITION (expected_config_version mismatch; OPERATION_IN_PROGRESS: an offset
     reset is running; or + `ds-leader` on a follower), UNAVAILABLE.
+    """
+    DeleteGroup: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteGroupRequest, _admin_pb2.DeleteGroupResponse]  # type: ignore[assignment]
+    """Deletes a group: its configuration, client bindings and drains are removed from the
+    state topic (tombstones), its sidecars' sessions end (a rejoin is GROUP_NOT_FOUND) and its
+    binding watchers are told. Kafka's committed offsets of the group are kept (a group
+    created again under the name resumes from them; delete them with kafka-consumer-groups
+    --delete), and so are its lease epochs (an epoch never goes back). Refused while
+    application clients are bound, unless `force`. Audited: a GROUP_DELETED fault event
+    names the actor, whether it was forced and the clients that were bound.
+    Errors: INVALID_ARGUMENT (empty or malformed group), NOT_FOUND (unknown group),
+    PERMISSION_DENIED, FAILED_PRECONDITION (GROUP_HAS_CLIENTS: clients are bound, metadata
+    `clients`; OPERATION_IN_PROGRESS: an offset reset or mode switch is running; or +
+    `ds-leader`), UNAVAILABLE (the state topic cannot be written; nothing changed).
     """
     ResetOffsets: _aio.UnaryUnaryMultiCallable[_admin_pb2.ResetOffsetsRequest, _admin_pb2.ResetOffsetsResponse]  # type: ignore[assignment]
     """Resets a group's committed offsets. Leased groups: the affected partitions are paused on
@@ -268,6 +294,25 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         for CreateGroup), NOT_FOUND (unknown group or topic), PERMISSION_DENIED,
         FAILED_PRECONDITION (expected_config_version mismatch; OPERATION_IN_PROGRESS: an offset
         reset is running; or + `ds-leader` on a follower), UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteGroup(
+        self,
+        request: _admin_pb2.DeleteGroupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DeleteGroupResponse, _abc.Awaitable[_admin_pb2.DeleteGroupResponse]]:
+        """Deletes a group: its configuration, client bindings and drains are removed from the
+        state topic (tombstones), its sidecars' sessions end (a rejoin is GROUP_NOT_FOUND) and its
+        binding watchers are told. Kafka's committed offsets of the group are kept (a group
+        created again under the name resumes from them; delete them with kafka-consumer-groups
+        --delete), and so are its lease epochs (an epoch never goes back). Refused while
+        application clients are bound, unless `force`. Audited: a GROUP_DELETED fault event
+        names the actor, whether it was forced and the clients that were bound.
+        Errors: INVALID_ARGUMENT (empty or malformed group), NOT_FOUND (unknown group),
+        PERMISSION_DENIED, FAILED_PRECONDITION (GROUP_HAS_CLIENTS: clients are bound, metadata
+        `clients`; OPERATION_IN_PROGRESS: an offset reset or mode switch is running; or +
+        `ds-leader`), UNAVAILABLE (the state topic cannot be written; nothing changed).
         """
 
     @_abc_1.abstractmethod

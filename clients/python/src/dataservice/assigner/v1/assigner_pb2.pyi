@@ -488,6 +488,7 @@ class SessionAccepted(_message.Message):
     MAX_DELIVERIES_FIELD_NUMBER: _builtins.int
     EXTERNAL_OFFSET_CHANGES_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
+    ORDERING_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Id of this session, passed back in LeaveRequest."""
     mode: _common_pb2.GroupMode.ValueType
@@ -502,6 +503,8 @@ class SessionAccepted(_message.Message):
     """
     dead_letter_topic: _builtins.str
     """The group's dead-letter topic (GroupConfig.dead_letter_topic); empty = the sidecar's."""
+    ordering: _types_pb2.Ordering.ValueType
+    """The group's ordering (GroupConfig.ordering; unspecified = unordered)."""
     @_builtins.property
     def lease_ttl(self) -> _duration_pb2.Duration:
         """Lease time-to-live. The sidecar's local deadline for a lease is the send time of the
@@ -540,10 +543,11 @@ class SessionAccepted(_message.Message):
         max_deliveries: _builtins.int = ...,
         external_offset_changes: _types_pb2.ExternalOffsetChanges.ValueType = ...,
         dead_letter_topic: _builtins.str = ...,
+        ordering: _types_pb2.Ordering.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consumer_config", b"consumer_config", "dead_letter_topic", b"dead_letter_topic", "external_offset_changes", b"external_offset_changes", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "max_deliveries", b"max_deliveries", "mode", b"mode", "session_id", b"session_id", "topics", b"topics", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consumer_config", b"consumer_config", "dead_letter_topic", b"dead_letter_topic", "external_offset_changes", b"external_offset_changes", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "max_deliveries", b"max_deliveries", "mode", b"mode", "ordering", b"ordering", "session_id", b"session_id", "topics", b"topics", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -662,6 +666,7 @@ class ConfigUpdate(_message.Message):
     MAX_DELIVERIES_FIELD_NUMBER: _builtins.int
     EXTERNAL_OFFSET_CHANGES_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
+    ORDERING_FIELD_NUMBER: _builtins.int
     config_version: _builtins.int
     """Version of the group config this belongs to; ignore updates older than the current one."""
     max_deliveries: _builtins.int
@@ -672,6 +677,8 @@ class ConfigUpdate(_message.Message):
     """
     dead_letter_topic: _builtins.str
     """The group's dead-letter topic (GroupConfig.dead_letter_topic); empty = the sidecar's."""
+    ordering: _types_pb2.Ordering.ValueType
+    """The group's ordering (GroupConfig.ordering; unspecified = unordered)."""
     @_builtins.property
     def consumer_config(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """The complete new set of librdkafka consumer properties of the group (not a delta)."""
@@ -691,10 +698,11 @@ class ConfigUpdate(_message.Message):
         max_deliveries: _builtins.int = ...,
         external_offset_changes: _types_pb2.ExternalOffsetChanges.ValueType = ...,
         dead_letter_topic: _builtins.str = ...,
+        ordering: _types_pb2.Ordering.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consumer_config", b"consumer_config", "dead_letter_topic", b"dead_letter_topic", "external_offset_changes", b"external_offset_changes", "max_deliveries", b"max_deliveries", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consumer_config", b"consumer_config", "dead_letter_topic", b"dead_letter_topic", "external_offset_changes", b"external_offset_changes", "max_deliveries", b"max_deliveries", "ordering", b"ordering", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

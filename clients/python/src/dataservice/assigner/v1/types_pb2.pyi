@@ -91,6 +91,44 @@ commits overwrite an external change unseen, as before external changes were fol
 """
 Global___ExternalOffsetChanges: _TypeAlias = ExternalOffsetChanges  # noqa: Y015
 
+class _Ordering:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _OrderingEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Ordering.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ORDERING_UNSPECIFIED: _Ordering.ValueType  # 0
+    """Not set; the assigner uses ORDERING_UNORDERED."""
+    ORDERING_UNORDERED: _Ordering.ValueType  # 1
+    """Any record to any client: records of one key or partition may be in flight to several
+    clients at once, and processed out of order.
+    """
+    ORDERING_KEY: _Ordering.ValueType  # 2
+    """Records with the same key are never in flight to two clients at once and are handed out
+    in offset order (a record waits until the records of its key before it are acked or
+    given up); records of other keys flow in parallel. Records without a key are unordered.
+    """
+    ORDERING_PARTITION: _Ordering.ValueType  # 3
+    """A partition's records are in flight to one client at a time, in offset order."""
+
+class Ordering(_Ordering, metaclass=_OrderingEnumTypeWrapper):
+    """Which records of a group may be in flight to its clients at once (issue 39)."""
+
+ORDERING_UNSPECIFIED: Ordering.ValueType  # 0
+"""Not set; the assigner uses ORDERING_UNORDERED."""
+ORDERING_UNORDERED: Ordering.ValueType  # 1
+"""Any record to any client: records of one key or partition may be in flight to several
+clients at once, and processed out of order.
+"""
+ORDERING_KEY: Ordering.ValueType  # 2
+"""Records with the same key are never in flight to two clients at once and are handed out
+in offset order (a record waits until the records of its key before it are acked or
+given up); records of other keys flow in parallel. Records without a key are unordered.
+"""
+ORDERING_PARTITION: Ordering.ValueType  # 3
+"""A partition's records are in flight to one client at a time, in offset order."""
+Global___Ordering: _TypeAlias = Ordering  # noqa: Y015
+
 class _LeaseState:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -170,6 +208,7 @@ class GroupConfig(_message.Message):
     MAX_DELIVERIES_FIELD_NUMBER: _builtins.int
     EXTERNAL_OFFSET_CHANGES_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
+    ORDERING_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Group name; also the Kafka consumer group id. Immutable after creation."""
     mode: _common_pb2.GroupMode.ValueType
@@ -192,6 +231,11 @@ class GroupConfig(_message.Message):
     with ds-dlq-* headers naming its origin, before its offset is committed past; the
     sidecars create it unless it exists. Empty = the sidecars' dead_letter_topic setting
     (none by default). A legal Kafka topic name, not one of the group's topics. Applies live.
+    """
+    ordering: Global___Ordering.ValueType
+    """Which records may be in flight to the group's clients at once: unordered (unspecified),
+    per key, or per partition; enforced by the sidecars. Applies live (records in flight at a
+    switch to an ordered mode hold every key of their partition back until acked).
     """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -234,10 +278,11 @@ class GroupConfig(_message.Message):
         max_deliveries: _builtins.int = ...,
         external_offset_changes: Global___ExternalOffsetChanges.ValueType = ...,
         dead_letter_topic: _builtins.str = ...,
+        ordering: Global___Ordering.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alert_template", b"alert_template", "balance_strategy", b"balance_strategy", "config_version", b"config_version", "consumer_config", b"consumer_config", "dead_letter_topic", b"dead_letter_topic", "external_offset_changes", b"external_offset_changes", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "max_deliveries", b"max_deliveries", "mode", b"mode", "name", b"name", "topics", b"topics", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alert_template", b"alert_template", "balance_strategy", b"balance_strategy", "config_version", b"config_version", "consumer_config", b"consumer_config", "dead_letter_topic", b"dead_letter_topic", "external_offset_changes", b"external_offset_changes", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "max_deliveries", b"max_deliveries", "mode", b"mode", "name", b"name", "ordering", b"ordering", "topics", b"topics", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

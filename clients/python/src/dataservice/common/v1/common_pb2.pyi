@@ -109,6 +109,10 @@ class _FaultTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FaultType.V
     """Assigner, from a sidecar's session: the sidecar could not apply the group's consumer
     config (librdkafka refused it there); it keeps running the config it had.
     """
+    FAULT_TYPE_GROUP_DELETED: _FaultType.ValueType  # 18
+    """Assigner: a group was deleted (AdminService.DeleteGroup): the audit record of who, whether
+    it was forced, and the clients that were bound.
+    """
     FAULT_TYPE_OFFSET_GAP: _FaultType.ValueType  # 20
     """Sidecar: records of a partition were skipped: its fetch position fell outside the log
     (deleted by retention before they were read, or the log was truncated), so fetching
@@ -174,6 +178,10 @@ which partitions, and the old and new offsets.
 FAULT_TYPE_CONFIG_REJECTED: FaultType.ValueType  # 17
 """Assigner, from a sidecar's session: the sidecar could not apply the group's consumer
 config (librdkafka refused it there); it keeps running the config it had.
+"""
+FAULT_TYPE_GROUP_DELETED: FaultType.ValueType  # 18
+"""Assigner: a group was deleted (AdminService.DeleteGroup): the audit record of who, whether
+it was forced, and the clients that were bound.
 """
 FAULT_TYPE_OFFSET_GAP: FaultType.ValueType  # 20
 """Sidecar: records of a partition were skipped: its fetch position fell outside the log

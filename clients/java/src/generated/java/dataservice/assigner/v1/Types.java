@@ -358,6 +358,183 @@ public final class Types extends com.google.protobuf.GeneratedFile {
 
   /**
    * <pre>
+   * Which records of a group may be in flight to its clients at once (issue 39).
+   * </pre>
+   *
+   * Protobuf enum {@code dataservice.assigner.v1.Ordering}
+   */
+  public enum Ordering
+      implements com.google.protobuf.ProtocolMessageEnum {
+    /**
+     * <pre>
+     * Not set; the assigner uses ORDERING_UNORDERED.
+     * </pre>
+     *
+     * <code>ORDERING_UNSPECIFIED = 0;</code>
+     */
+    ORDERING_UNSPECIFIED(0),
+    /**
+     * <pre>
+     * Any record to any client: records of one key or partition may be in flight to several
+     * clients at once, and processed out of order.
+     * </pre>
+     *
+     * <code>ORDERING_UNORDERED = 1;</code>
+     */
+    ORDERING_UNORDERED(1),
+    /**
+     * <pre>
+     * Records with the same key are never in flight to two clients at once and are handed out
+     * in offset order (a record waits until the records of its key before it are acked or
+     * given up); records of other keys flow in parallel. Records without a key are unordered.
+     * </pre>
+     *
+     * <code>ORDERING_KEY = 2;</code>
+     */
+    ORDERING_KEY(2),
+    /**
+     * <pre>
+     * A partition's records are in flight to one client at a time, in offset order.
+     * </pre>
+     *
+     * <code>ORDERING_PARTITION = 3;</code>
+     */
+    ORDERING_PARTITION(3),
+    UNRECOGNIZED(-1),
+    ;
+
+    static {
+      com.google.protobuf.RuntimeVersion.validateProtobufGencodeVersion(
+        com.google.protobuf.RuntimeVersion.RuntimeDomain.PUBLIC,
+        /* major= */ 4,
+        /* minor= */ 33,
+        /* patch= */ 5,
+        /* suffix= */ "",
+        "Ordering");
+    }
+    /**
+     * <pre>
+     * Not set; the assigner uses ORDERING_UNORDERED.
+     * </pre>
+     *
+     * <code>ORDERING_UNSPECIFIED = 0;</code>
+     */
+    public static final int ORDERING_UNSPECIFIED_VALUE = 0;
+    /**
+     * <pre>
+     * Any record to any client: records of one key or partition may be in flight to several
+     * clients at once, and processed out of order.
+     * </pre>
+     *
+     * <code>ORDERING_UNORDERED = 1;</code>
+     */
+    public static final int ORDERING_UNORDERED_VALUE = 1;
+    /**
+     * <pre>
+     * Records with the same key are never in flight to two clients at once and are handed out
+     * in offset order (a record waits until the records of its key before it are acked or
+     * given up); records of other keys flow in parallel. Records without a key are unordered.
+     * </pre>
+     *
+     * <code>ORDERING_KEY = 2;</code>
+     */
+    public static final int ORDERING_KEY_VALUE = 2;
+    /**
+     * <pre>
+     * A partition's records are in flight to one client at a time, in offset order.
+     * </pre>
+     *
+     * <code>ORDERING_PARTITION = 3;</code>
+     */
+    public static final int ORDERING_PARTITION_VALUE = 3;
+
+
+    public final int getNumber() {
+      if (this == UNRECOGNIZED) {
+        throw new java.lang.IllegalArgumentException(
+            "Can't get the number of an unknown enum value.");
+      }
+      return value;
+    }
+
+    /**
+     * @param value The numeric wire value of the corresponding enum entry.
+     * @return The enum associated with the given numeric wire value.
+     * @deprecated Use {@link #forNumber(int)} instead.
+     */
+    @java.lang.Deprecated
+    public static Ordering valueOf(int value) {
+      return forNumber(value);
+    }
+
+    /**
+     * @param value The numeric wire value of the corresponding enum entry.
+     * @return The enum associated with the given numeric wire value.
+     */
+    public static Ordering forNumber(int value) {
+      switch (value) {
+        case 0: return ORDERING_UNSPECIFIED;
+        case 1: return ORDERING_UNORDERED;
+        case 2: return ORDERING_KEY;
+        case 3: return ORDERING_PARTITION;
+        default: return null;
+      }
+    }
+
+    public static com.google.protobuf.Internal.EnumLiteMap<Ordering>
+        internalGetValueMap() {
+      return internalValueMap;
+    }
+    private static final com.google.protobuf.Internal.EnumLiteMap<
+        Ordering> internalValueMap =
+          new com.google.protobuf.Internal.EnumLiteMap<Ordering>() {
+            public Ordering findValueByNumber(int number) {
+              return Ordering.forNumber(number);
+            }
+          };
+
+    public final com.google.protobuf.Descriptors.EnumValueDescriptor
+        getValueDescriptor() {
+      if (this == UNRECOGNIZED) {
+        throw new java.lang.IllegalStateException(
+            "Can't get the descriptor of an unrecognized enum value.");
+      }
+      return getDescriptor().getValues().get(ordinal());
+    }
+    public final com.google.protobuf.Descriptors.EnumDescriptor
+        getDescriptorForType() {
+      return getDescriptor();
+    }
+    public static com.google.protobuf.Descriptors.EnumDescriptor
+        getDescriptor() {
+      return dataservice.assigner.v1.Types.getDescriptor().getEnumTypes().get(2);
+    }
+
+    private static final Ordering[] VALUES = values();
+
+    public static Ordering valueOf(
+        com.google.protobuf.Descriptors.EnumValueDescriptor desc) {
+      if (desc.getType() != getDescriptor()) {
+        throw new java.lang.IllegalArgumentException(
+          "EnumValueDescriptor is not for this type.");
+      }
+      if (desc.getIndex() == -1) {
+        return UNRECOGNIZED;
+      }
+      return VALUES[desc.getIndex()];
+    }
+
+    private final int value;
+
+    private Ordering(int value) {
+      this.value = value;
+    }
+
+    // @@protoc_insertion_point(enum_scope:dataservice.assigner.v1.Ordering)
+  }
+
+  /**
+   * <pre>
    * Life-cycle state of a partition lease, as seen by the assigner.
    * </pre>
    *
@@ -552,7 +729,7 @@ public final class Types extends com.google.protobuf.GeneratedFile {
     }
     public static com.google.protobuf.Descriptors.EnumDescriptor
         getDescriptor() {
-      return dataservice.assigner.v1.Types.getDescriptor().getEnumTypes().get(2);
+      return dataservice.assigner.v1.Types.getDescriptor().getEnumTypes().get(3);
     }
 
     private static final LeaseState[] VALUES = values();
@@ -913,6 +1090,29 @@ java.lang.String defaultValue);
      */
     com.google.protobuf.ByteString
         getDeadLetterTopicBytes();
+
+    /**
+     * <pre>
+     * Which records may be in flight to the group's clients at once: unordered (unspecified),
+     * per key, or per partition; enforced by the sidecars. Applies live (records in flight at a
+     * switch to an ordered mode hold every key of their partition back until acked).
+     * </pre>
+     *
+     * <code>.dataservice.assigner.v1.Ordering ordering = 14;</code>
+     * @return The enum numeric value on the wire for ordering.
+     */
+    int getOrderingValue();
+    /**
+     * <pre>
+     * Which records may be in flight to the group's clients at once: unordered (unspecified),
+     * per key, or per partition; enforced by the sidecars. Applies live (records in flight at a
+     * switch to an ordered mode hold every key of their partition back until acked).
+     * </pre>
+     *
+     * <code>.dataservice.assigner.v1.Ordering ordering = 14;</code>
+     * @return The ordering.
+     */
+    dataservice.assigner.v1.Types.Ordering getOrdering();
   }
   /**
    * <pre>
@@ -948,6 +1148,7 @@ java.lang.String defaultValue);
       balanceStrategy_ = 0;
       externalOffsetChanges_ = 0;
       deadLetterTopic_ = "";
+      ordering_ = 0;
     }
 
     public static final com.google.protobuf.Descriptors.Descriptor
@@ -1505,6 +1706,36 @@ java.lang.String defaultValue) {
       }
     }
 
+    public static final int ORDERING_FIELD_NUMBER = 14;
+    private int ordering_ = 0;
+    /**
+     * <pre>
+     * Which records may be in flight to the group's clients at once: unordered (unspecified),
+     * per key, or per partition; enforced by the sidecars. Applies live (records in flight at a
+     * switch to an ordered mode hold every key of their partition back until acked).
+     * </pre>
+     *
+     * <code>.dataservice.assigner.v1.Ordering ordering = 14;</code>
+     * @return The enum numeric value on the wire for ordering.
+     */
+    @java.lang.Override public int getOrderingValue() {
+      return ordering_;
+    }
+    /**
+     * <pre>
+     * Which records may be in flight to the group's clients at once: unordered (unspecified),
+     * per key, or per partition; enforced by the sidecars. Applies live (records in flight at a
+     * switch to an ordered mode hold every key of their partition back until acked).
+     * </pre>
+     *
+     * <code>.dataservice.assigner.v1.Ordering ordering = 14;</code>
+     * @return The ordering.
+     */
+    @java.lang.Override public dataservice.assigner.v1.Types.Ordering getOrdering() {
+      dataservice.assigner.v1.Types.Ordering result = dataservice.assigner.v1.Types.Ordering.forNumber(ordering_);
+      return result == null ? dataservice.assigner.v1.Types.Ordering.UNRECOGNIZED : result;
+    }
+
     private byte memoizedIsInitialized = -1;
     @java.lang.Override
     public final boolean isInitialized() {
@@ -1560,6 +1791,9 @@ java.lang.String defaultValue) {
       }
       if (!com.google.protobuf.GeneratedMessage.isStringEmpty(deadLetterTopic_)) {
         com.google.protobuf.GeneratedMessage.writeString(output, 13, deadLetterTopic_);
+      }
+      if (ordering_ != dataservice.assigner.v1.Types.Ordering.ORDERING_UNSPECIFIED.getNumber()) {
+        output.writeEnum(14, ordering_);
       }
       getUnknownFields().writeTo(output);
     }
@@ -1629,6 +1863,10 @@ java.lang.String defaultValue) {
       if (!com.google.protobuf.GeneratedMessage.isStringEmpty(deadLetterTopic_)) {
         size += com.google.protobuf.GeneratedMessage.computeStringSize(13, deadLetterTopic_);
       }
+      if (ordering_ != dataservice.assigner.v1.Types.Ordering.ORDERING_UNSPECIFIED.getNumber()) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeEnumSize(14, ordering_);
+      }
       size += getUnknownFields().getSerializedSize();
       memoizedSize = size;
       return size;
@@ -1676,6 +1914,7 @@ java.lang.String defaultValue) {
       if (externalOffsetChanges_ != other.externalOffsetChanges_) return false;
       if (!getDeadLetterTopic()
           .equals(other.getDeadLetterTopic())) return false;
+      if (ordering_ != other.ordering_) return false;
       if (!getUnknownFields().equals(other.getUnknownFields())) return false;
       return true;
     }
@@ -1724,6 +1963,8 @@ java.lang.String defaultValue) {
       hash = (53 * hash) + externalOffsetChanges_;
       hash = (37 * hash) + DEAD_LETTER_TOPIC_FIELD_NUMBER;
       hash = (53 * hash) + getDeadLetterTopic().hashCode();
+      hash = (37 * hash) + ORDERING_FIELD_NUMBER;
+      hash = (53 * hash) + ordering_;
       hash = (29 * hash) + getUnknownFields().hashCode();
       memoizedHashCode = hash;
       return hash;
@@ -1915,6 +2156,7 @@ java.lang.String defaultValue) {
         maxDeliveries_ = 0;
         externalOffsetChanges_ = 0;
         deadLetterTopic_ = "";
+        ordering_ = 0;
         return this;
       }
 
@@ -1999,6 +2241,9 @@ java.lang.String defaultValue) {
         if (((from_bitField0_ & 0x00001000) != 0)) {
           result.deadLetterTopic_ = deadLetterTopic_;
         }
+        if (((from_bitField0_ & 0x00002000) != 0)) {
+          result.ordering_ = ordering_;
+        }
         result.bitField0_ |= to_bitField0_;
       }
 
@@ -2065,6 +2310,9 @@ java.lang.String defaultValue) {
           deadLetterTopic_ = other.deadLetterTopic_;
           bitField0_ |= 0x00001000;
           onChanged();
+        }
+        if (other.ordering_ != 0) {
+          setOrderingValue(other.getOrderingValue());
         }
         this.mergeUnknownFields(other.getUnknownFields());
         onChanged();
@@ -2168,6 +2416,11 @@ java.lang.String defaultValue) {
                 bitField0_ |= 0x00001000;
                 break;
               } // case 106
+              case 112: {
+                ordering_ = input.readEnum();
+                bitField0_ |= 0x00002000;
+                break;
+              } // case 112
               default: {
                 if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                   done = true; // was an endgroup tag
@@ -3577,6 +3830,87 @@ java.lang.String defaultValue) {
         checkByteStringIsUtf8(value);
         deadLetterTopic_ = value;
         bitField0_ |= 0x00001000;
+        onChanged();
+        return this;
+      }
+
+      private int ordering_ = 0;
+      /**
+       * <pre>
+       * Which records may be in flight to the group's clients at once: unordered (unspecified),
+       * per key, or per partition; enforced by the sidecars. Applies live (records in flight at a
+       * switch to an ordered mode hold every key of their partition back until acked).
+       * </pre>
+       *
+       * <code>.dataservice.assigner.v1.Ordering ordering = 14;</code>
+       * @return The enum numeric value on the wire for ordering.
+       */
+      @java.lang.Override public int getOrderingValue() {
+        return ordering_;
+      }
+      /**
+       * <pre>
+       * Which records may be in flight to the group's clients at once: unordered (unspecified),
+       * per key, or per partition; enforced by the sidecars. Applies live (records in flight at a
+       * switch to an ordered mode hold every key of their partition back until acked).
+       * </pre>
+       *
+       * <code>.dataservice.assigner.v1.Ordering ordering = 14;</code>
+       * @param value The enum numeric value on the wire for ordering to set.
+       * @return This builder for chaining.
+       */
+      public Builder setOrderingValue(int value) {
+        ordering_ = value;
+        bitField0_ |= 0x00002000;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * Which records may be in flight to the group's clients at once: unordered (unspecified),
+       * per key, or per partition; enforced by the sidecars. Applies live (records in flight at a
+       * switch to an ordered mode hold every key of their partition back until acked).
+       * </pre>
+       *
+       * <code>.dataservice.assigner.v1.Ordering ordering = 14;</code>
+       * @return The ordering.
+       */
+      @java.lang.Override
+      public dataservice.assigner.v1.Types.Ordering getOrdering() {
+        dataservice.assigner.v1.Types.Ordering result = dataservice.assigner.v1.Types.Ordering.forNumber(ordering_);
+        return result == null ? dataservice.assigner.v1.Types.Ordering.UNRECOGNIZED : result;
+      }
+      /**
+       * <pre>
+       * Which records may be in flight to the group's clients at once: unordered (unspecified),
+       * per key, or per partition; enforced by the sidecars. Applies live (records in flight at a
+       * switch to an ordered mode hold every key of their partition back until acked).
+       * </pre>
+       *
+       * <code>.dataservice.assigner.v1.Ordering ordering = 14;</code>
+       * @param value The ordering to set.
+       * @return This builder for chaining.
+       */
+      public Builder setOrdering(dataservice.assigner.v1.Types.Ordering value) {
+        if (value == null) { throw new NullPointerException(); }
+        bitField0_ |= 0x00002000;
+        ordering_ = value.getNumber();
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * Which records may be in flight to the group's clients at once: unordered (unspecified),
+       * per key, or per partition; enforced by the sidecars. Applies live (records in flight at a
+       * switch to an ordered mode hold every key of their partition back until acked).
+       * </pre>
+       *
+       * <code>.dataservice.assigner.v1.Ordering ordering = 14;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearOrdering() {
+        bitField0_ = (bitField0_ & ~0x00002000);
+        ordering_ = 0;
         onChanged();
         return this;
       }
@@ -11375,7 +11709,7 @@ java.lang.String defaultValue) {
       "ataservice.assigner.v1\032\"dataservice/comm" +
       "on/v1/common.proto\032\036google/protobuf/dura" +
       "tion.proto\032\037google/protobuf/timestamp.pr" +
-      "oto\"\371\004\n\013GroupConfig\022\014\n\004name\030\001 \001(\t\022\016\n\006top" +
+      "oto\"\256\005\n\013GroupConfig\022\014\n\004name\030\001 \001(\t\022\016\n\006top" +
       "ics\030\002 \003(\t\022.\n\004mode\030\003 \001(\0162 .dataservice.co" +
       "mmon.v1.GroupMode\022Q\n\017consumer_config\030\004 \003" +
       "(\01328.dataservice.assigner.v1.GroupConfig" +
@@ -11389,42 +11723,46 @@ java.lang.String defaultValue) {
       "buf.Duration\022\026\n\016max_deliveries\030\013 \001(\005\022O\n\027" +
       "external_offset_changes\030\014 \001(\0162..dataserv" +
       "ice.assigner.v1.ExternalOffsetChanges\022\031\n" +
-      "\021dead_letter_topic\030\r \001(\t\0325\n\023ConsumerConf" +
-      "igEntry\022\013\n\003key\030\001 \001(\t\022\r\n\005value\030\002 \001(\t:\0028\001\"" +
-      "\246\002\n\006Member\022\022\n\nsidecar_id\030\001 \001(\t\022\020\n\010endpoi" +
-      "nt\030\002 \001(\t\022\014\n\004zone\030\003 \001(\t\022\020\n\010capacity\030\004 \001(\005" +
-      "\022-\n\tjoined_at\030\005 \001(\0132\032.google.protobuf.Ti" +
-      "mestamp\0222\n\016last_heartbeat\030\006 \001(\0132\032.google" +
-      ".protobuf.Timestamp\022\036\n\026applied_config_ve" +
-      "rsion\030\010 \001(\003\022B\n\020config_rejection\030\t \001(\0132(." +
-      "dataservice.assigner.v1.ConfigRejection\022" +
-      "\017\n\007drained\030\007 \001(\010\"9\n\017ConfigRejection\022\026\n\016c" +
-      "onfig_version\030\001 \001(\003\022\016\n\006reason\030\002 \001(\t\"\254\001\n\005" +
-      "Lease\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022" +
-      "\016\n\006holder\030\003 \001(\t\022\r\n\005epoch\030\004 \001(\003\0222\n\005state\030" +
-      "\005 \001(\0162#.dataservice.assigner.v1.LeaseSta" +
-      "te\022.\n\nexpires_at\030\006 \001(\0132\032.google.protobuf" +
-      ".Timestamp\";\n\010LeaseRef\022\r\n\005topic\030\001 \001(\t\022\021\n" +
-      "\tpartition\030\002 \001(\005\022\r\n\005epoch\030\003 \001(\003\"\226\001\n\017Side" +
-      "carEndpoint\022\022\n\nsidecar_id\030\001 \001(\t\022\017\n\007addre" +
-      "ss\030\002 \001(\t\022\014\n\004zone\030\003 \001(\t\0229\n\npartitions\030\004 \003" +
-      "(\0132%.dataservice.common.v1.TopicPartitio" +
-      "n\022\025\n\rlocal_address\030\005 \001(\t\"y\n\007Binding\022\021\n\tc" +
-      "lient_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022\017\n\007version" +
-      "\030\003 \001(\003\022;\n\tendpoints\030\004 \003(\0132(.dataservice." +
-      "assigner.v1.SidecarEndpoint*j\n\017BalanceSt" +
-      "rategy\022 \n\034BALANCE_STRATEGY_UNSPECIFIED\020\000" +
-      "\022\032\n\026BALANCE_STRATEGY_COUNT\020\001\022\031\n\025BALANCE_" +
-      "STRATEGY_LOAD\020\002*\254\001\n\025ExternalOffsetChange" +
-      "s\022\'\n#EXTERNAL_OFFSET_CHANGES_UNSPECIFIED" +
-      "\020\000\022\"\n\036EXTERNAL_OFFSET_CHANGES_FOLLOW\020\001\022\"" +
-      "\n\036EXTERNAL_OFFSET_CHANGES_REVERT\020\002\022\"\n\036EX" +
-      "TERNAL_OFFSET_CHANGES_IGNORE\020\003*\300\001\n\nLease" +
-      "State\022\033\n\027LEASE_STATE_UNSPECIFIED\020\000\022\032\n\026LE" +
-      "ASE_STATE_UNASSIGNED\020\001\022\027\n\023LEASE_STATE_GR" +
-      "ANTED\020\002\022\026\n\022LEASE_STATE_ACTIVE\020\003\022\030\n\024LEASE" +
-      "_STATE_REVOKING\020\004\022\030\n\024LEASE_STATE_EXPIRIN" +
-      "G\020\005\022\024\n\020LEASE_STATE_HELD\020\006b\006proto3"
+      "\021dead_letter_topic\030\r \001(\t\0223\n\010ordering\030\016 \001" +
+      "(\0162!.dataservice.assigner.v1.Ordering\0325\n" +
+      "\023ConsumerConfigEntry\022\013\n\003key\030\001 \001(\t\022\r\n\005val" +
+      "ue\030\002 \001(\t:\0028\001\"\246\002\n\006Member\022\022\n\nsidecar_id\030\001 " +
+      "\001(\t\022\020\n\010endpoint\030\002 \001(\t\022\014\n\004zone\030\003 \001(\t\022\020\n\010c" +
+      "apacity\030\004 \001(\005\022-\n\tjoined_at\030\005 \001(\0132\032.googl" +
+      "e.protobuf.Timestamp\0222\n\016last_heartbeat\030\006" +
+      " \001(\0132\032.google.protobuf.Timestamp\022\036\n\026appl" +
+      "ied_config_version\030\010 \001(\003\022B\n\020config_rejec" +
+      "tion\030\t \001(\0132(.dataservice.assigner.v1.Con" +
+      "figRejection\022\017\n\007drained\030\007 \001(\010\"9\n\017ConfigR" +
+      "ejection\022\026\n\016config_version\030\001 \001(\003\022\016\n\006reas" +
+      "on\030\002 \001(\t\"\254\001\n\005Lease\022\r\n\005topic\030\001 \001(\t\022\021\n\tpar" +
+      "tition\030\002 \001(\005\022\016\n\006holder\030\003 \001(\t\022\r\n\005epoch\030\004 " +
+      "\001(\003\0222\n\005state\030\005 \001(\0162#.dataservice.assigne" +
+      "r.v1.LeaseState\022.\n\nexpires_at\030\006 \001(\0132\032.go" +
+      "ogle.protobuf.Timestamp\";\n\010LeaseRef\022\r\n\005t" +
+      "opic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\r\n\005epoch\030\003" +
+      " \001(\003\"\226\001\n\017SidecarEndpoint\022\022\n\nsidecar_id\030\001" +
+      " \001(\t\022\017\n\007address\030\002 \001(\t\022\014\n\004zone\030\003 \001(\t\0229\n\np" +
+      "artitions\030\004 \003(\0132%.dataservice.common.v1." +
+      "TopicPartition\022\025\n\rlocal_address\030\005 \001(\t\"y\n" +
+      "\007Binding\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001" +
+      "(\t\022\017\n\007version\030\003 \001(\003\022;\n\tendpoints\030\004 \003(\0132(" +
+      ".dataservice.assigner.v1.SidecarEndpoint" +
+      "*j\n\017BalanceStrategy\022 \n\034BALANCE_STRATEGY_" +
+      "UNSPECIFIED\020\000\022\032\n\026BALANCE_STRATEGY_COUNT\020" +
+      "\001\022\031\n\025BALANCE_STRATEGY_LOAD\020\002*\254\001\n\025Externa" +
+      "lOffsetChanges\022\'\n#EXTERNAL_OFFSET_CHANGE" +
+      "S_UNSPECIFIED\020\000\022\"\n\036EXTERNAL_OFFSET_CHANG" +
+      "ES_FOLLOW\020\001\022\"\n\036EXTERNAL_OFFSET_CHANGES_R" +
+      "EVERT\020\002\022\"\n\036EXTERNAL_OFFSET_CHANGES_IGNOR" +
+      "E\020\003*f\n\010Ordering\022\030\n\024ORDERING_UNSPECIFIED\020" +
+      "\000\022\026\n\022ORDERING_UNORDERED\020\001\022\020\n\014ORDERING_KE" +
+      "Y\020\002\022\026\n\022ORDERING_PARTITION\020\003*\300\001\n\nLeaseSta" +
+      "te\022\033\n\027LEASE_STATE_UNSPECIFIED\020\000\022\032\n\026LEASE" +
+      "_STATE_UNASSIGNED\020\001\022\027\n\023LEASE_STATE_GRANT" +
+      "ED\020\002\022\026\n\022LEASE_STATE_ACTIVE\020\003\022\030\n\024LEASE_ST" +
+      "ATE_REVOKING\020\004\022\030\n\024LEASE_STATE_EXPIRING\020\005" +
+      "\022\024\n\020LEASE_STATE_HELD\020\006b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -11438,7 +11776,7 @@ java.lang.String defaultValue) {
     internal_static_dataservice_assigner_v1_GroupConfig_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_assigner_v1_GroupConfig_descriptor,
-        new java.lang.String[] { "Name", "Topics", "Mode", "ConsumerConfig", "AlertTemplate", "LeaseTtl", "HeartbeatInterval", "BalanceStrategy", "ConfigVersion", "VisibilityTimeout", "MaxDeliveries", "ExternalOffsetChanges", "DeadLetterTopic", });
+        new java.lang.String[] { "Name", "Topics", "Mode", "ConsumerConfig", "AlertTemplate", "LeaseTtl", "HeartbeatInterval", "BalanceStrategy", "ConfigVersion", "VisibilityTimeout", "MaxDeliveries", "ExternalOffsetChanges", "DeadLetterTopic", "Ordering", });
     internal_static_dataservice_assigner_v1_GroupConfig_ConsumerConfigEntry_descriptor =
       internal_static_dataservice_assigner_v1_GroupConfig_descriptor.getNestedType(0);
     internal_static_dataservice_assigner_v1_GroupConfig_ConsumerConfigEntry_fieldAccessorTable = new

@@ -344,6 +344,15 @@ public final class Common extends com.google.protobuf.GeneratedFile {
     FAULT_TYPE_CONFIG_REJECTED(17),
     /**
      * <pre>
+     * Assigner: a group was deleted (AdminService.DeleteGroup): the audit record of who, whether
+     * it was forced, and the clients that were bound.
+     * </pre>
+     *
+     * <code>FAULT_TYPE_GROUP_DELETED = 18;</code>
+     */
+    FAULT_TYPE_GROUP_DELETED(18),
+    /**
+     * <pre>
      * Sidecar: records of a partition were skipped: its fetch position fell outside the log
      * (deleted by retention before they were read, or the log was truncated), so fetching
      * went on from the log's start (or end). Attributes name the offsets skipped.
@@ -534,6 +543,15 @@ public final class Common extends com.google.protobuf.GeneratedFile {
     public static final int FAULT_TYPE_CONFIG_REJECTED_VALUE = 17;
     /**
      * <pre>
+     * Assigner: a group was deleted (AdminService.DeleteGroup): the audit record of who, whether
+     * it was forced, and the clients that were bound.
+     * </pre>
+     *
+     * <code>FAULT_TYPE_GROUP_DELETED = 18;</code>
+     */
+    public static final int FAULT_TYPE_GROUP_DELETED_VALUE = 18;
+    /**
+     * <pre>
      * Sidecar: records of a partition were skipped: its fetch position fell outside the log
      * (deleted by retention before they were read, or the log was truncated), so fetching
      * went on from the log's start (or end). Attributes name the offsets skipped.
@@ -604,6 +622,7 @@ public final class Common extends com.google.protobuf.GeneratedFile {
         case 15: return FAULT_TYPE_PROBE_LOST;
         case 16: return FAULT_TYPE_OFFSETS_RESET;
         case 17: return FAULT_TYPE_CONFIG_REJECTED;
+        case 18: return FAULT_TYPE_GROUP_DELETED;
         case 20: return FAULT_TYPE_OFFSET_GAP;
         case 30: return FAULT_TYPE_TEMPLATE_FAILED;
         case 31: return FAULT_TYPE_DEAD_LETTER;
@@ -7762,7 +7781,7 @@ java.lang.String defaultValue) {
       "key\030\001 \001(\t\022\r\n\005value\030\002 \001(\t:\0028\001*Z\n\tGroupMod" +
       "e\022\032\n\026GROUP_MODE_UNSPECIFIED\020\000\022\025\n\021GROUP_M" +
       "ODE_LEASED\020\001\022\032\n\026GROUP_MODE_KAFKA_GROUP\020\002" +
-      "*\207\005\n\tFaultType\022\032\n\026FAULT_TYPE_UNSPECIFIED" +
+      "*\245\005\n\tFaultType\022\032\n\026FAULT_TYPE_UNSPECIFIED" +
       "\020\000\022\034\n\030FAULT_TYPE_CONSUMER_LOST\020\001\022\034\n\030FAUL" +
       "T_TYPE_CONSUMER_LEFT\020\002\022$\n FAULT_TYPE_PAR" +
       "TITIONS_REASSIGNED\020\003\022\035\n\031FAULT_TYPE_CLIEN" +
@@ -7776,14 +7795,15 @@ java.lang.String defaultValue) {
       "PPED\020\r\022\032\n\026FAULT_TYPE_LAG_REWOUND\020\016\022\031\n\025FA" +
       "ULT_TYPE_PROBE_LOST\020\017\022\034\n\030FAULT_TYPE_OFFS" +
       "ETS_RESET\020\020\022\036\n\032FAULT_TYPE_CONFIG_REJECTE" +
-      "D\020\021\022\031\n\025FAULT_TYPE_OFFSET_GAP\020\024\022\036\n\032FAULT_" +
-      "TYPE_TEMPLATE_FAILED\020\036\022\032\n\026FAULT_TYPE_DEA" +
-      "D_LETTER\020\037*Y\n\nFaultState\022\033\n\027FAULT_STATE_" +
-      "UNSPECIFIED\020\000\022\024\n\020FAULT_STATE_OPEN\020\001\022\030\n\024F" +
-      "AULT_STATE_RESOLVED\020\002*x\n\010Severity\022\030\n\024SEV" +
-      "ERITY_UNSPECIFIED\020\000\022\021\n\rSEVERITY_INFO\020\001\022\024" +
-      "\n\020SEVERITY_WARNING\020\002\022\022\n\016SEVERITY_ERROR\020\003" +
-      "\022\025\n\021SEVERITY_CRITICAL\020\004b\006proto3"
+      "D\020\021\022\034\n\030FAULT_TYPE_GROUP_DELETED\020\022\022\031\n\025FAU" +
+      "LT_TYPE_OFFSET_GAP\020\024\022\036\n\032FAULT_TYPE_TEMPL" +
+      "ATE_FAILED\020\036\022\032\n\026FAULT_TYPE_DEAD_LETTER\020\037" +
+      "*Y\n\nFaultState\022\033\n\027FAULT_STATE_UNSPECIFIE" +
+      "D\020\000\022\024\n\020FAULT_STATE_OPEN\020\001\022\030\n\024FAULT_STATE" +
+      "_RESOLVED\020\002*x\n\010Severity\022\030\n\024SEVERITY_UNSP" +
+      "ECIFIED\020\000\022\021\n\rSEVERITY_INFO\020\001\022\024\n\020SEVERITY" +
+      "_WARNING\020\002\022\022\n\016SEVERITY_ERROR\020\003\022\025\n\021SEVERI" +
+      "TY_CRITICAL\020\004b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
