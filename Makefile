@@ -80,7 +80,8 @@ lint:
 	  if [ -n "$$dups" ]; then echo "test file names used twice under tests/, clients/python/tests/: $$dups"; exit 1; fi
 
 # The import structure (.importlinter): the shared layer imports no service, no service imports
-# another's package, no import circle (TYPE_CHECKING imports included).
+# another's package, no import circle (TYPE_CHECKING imports included), no test module imports
+# another test module (tests/support/import_contracts.py).
 imports:
 	$(VENV)/lint-imports --no-cache
 

@@ -8,6 +8,11 @@ Every page is a function of the code alone: the error catalogue (dsclient/reason
 the fault catalogue (services/runtime/faults.py), the metrics each service declares, every
 pydantic settings model, dsctl's Typer commands and the protos' comments. Nothing on a
 reference page is written by hand; change the code, then regenerate.
+
+One job, why whole (about 790 lines): rendering the reference pages from the code. Each page
+is a small renderer over one catalogue (errors, faults, metrics, settings, CLI, gRPC API)
+sharing the page writer and the --check comparison; they change together when the page
+format does, and the file is a script, imported only by the tests that check the pages.
 """
 
 from __future__ import annotations
@@ -104,7 +109,7 @@ def faults_page() -> str:
         "`ds.faults`, keyed by group, through the notifier. Each type below says what it "
         "means, when it is raised, which node reports it and when its `RESOLVED` event is "
         "sent. Source: `services/runtime/faults.py` (the notifier's own faults, "
-        "`TEMPLATE_FAILED` and `DEAD_LETTER`, are built in `services/notifier/faults.py` "
+        "`TEMPLATE_FAILED` and `DEAD_LETTER`, are built in `services/notifier/fault_events.py` "
         "from the same catalogue).\n\n" + faults.markdown_table() + "\n\n"
         "## Storm suppression\n\n"
         f"Events of one dedupe key are suppressed for {faults.DEFAULT_WINDOW_SECONDS:g} s "

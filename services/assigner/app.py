@@ -16,7 +16,7 @@ from dataservice.assigner.v1 import admin_pb2_grpc, assigner_pb2_grpc, binding_p
 from services.assigner.admission import AdmissionPolicy, JoinAdmission, RecentLag
 from services.assigner.commit_log import CommitLog
 from services.assigner.external_resets import ExternalResets
-from services.assigner.faults import report_failover
+from services.assigner.fault_emitters import report_failover
 from services.assigner.kafka_cluster import KafkaCluster
 from services.assigner.kafka_offsets import KafkaOffsets
 from services.assigner.kafka_reset import KafkaResets
@@ -43,6 +43,7 @@ from services.runtime.http import Route
 from services.runtime.kafka import KafkaProbe, new_admin
 from services.runtime.lifecycle import Dependency
 from services.runtime.reporter import reporter_for
+from services.runtime.tasks import TaskSet
 
 log = structlog.get_logger(__name__)
 
@@ -75,7 +76,7 @@ class AssignerApp:
         self.replica = Replica(settings.advertised)
         self.leader_guard = LeaderGuard(lambda: self.replica.leadership)
         self._election: asyncio.Task[None] | None = None
-        self._fenced_tasks: set[asyncio.Task[None]] = set()
+        self._fenced_tasks = TaskSet("state-fenced step-down failed")
         self._loop: asyncio.AbstractEventLoop | None = None
         self.groups = GroupRegistry(
             settings,
@@ -254,9 +255,7 @@ class AssignerApp:
             loop.call_soon_threadsafe(lambda: self._spawn_fenced(self.replica.leadership.fenced()))
 
     def _spawn_fenced(self, step: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(step, name="state-fenced")
-        self._fenced_tasks.add(task)
-        task.add_done_callback(self._fenced_tasks.discard)
+        self._fenced_tasks.spawn(step, name="state-fenced")
 
     async def drain(self) -> None:
         await self.replica.leadership.resign()  # release the lock: a standby takes over at once

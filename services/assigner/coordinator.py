@@ -41,6 +41,13 @@ Session messages, after persisting new epochs. The rules (ARCHITECTURE §3, §3.
   (:meth:`GroupCoordinator.withheld`) and decided again. The sidecar side of the same
   rule: a grant is live there only from the first heartbeat sent after it that the
   assigner acknowledges (ARCHITECTURE §3.1.6).
+
+One job, why whole (about 820 lines): the lease rules of one group as one pure state
+machine. Every event handler reads and writes the same leases, holds, pauses and epochs, and
+the fencing invariants (one holder per epoch, no grant before the old holder's lease ran
+out) hold across all of them; split by event, each part would need the whole state and the
+invariants would have no single home. Its pure parts that stand alone already live beside it
+(balancer.py, reset_targets.py).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from dsclient.reasons import DsError, Reason
 from services.assigner.admin.reset_request import ResetSpec
 from services.assigner.commit_log import READ_DELAY_SECONDS
 from services.assigner.coordinator import LeaseState
-from services.assigner.faults import ResetAudit
+from services.assigner.fault_emitters import ResetAudit
 from services.assigner.groups import GroupRuntime
 from services.assigner.kafka_reset import COMMITTER_ID
 from services.assigner.reset_targets import Strategy

@@ -4,9 +4,16 @@ This is the adapter between the pure :mod:`coordinator` and the gRPC streams: it
 coordinator commands into ``SessionResponse`` messages on the right stream — a grant only
 after its epoch is durable in the state topic (a bounded write: one that fails or times
 out takes the grant back, one that outlasts the lease is not sent), and never overtaken by
-a later message on the same stream — and pushes a new :class:`Binding` to every watching
-client whenever the holders of a group change. Everything here runs on the asyncio loop;
+a later message on the same stream — and tells the group's bindings
+(:mod:`services.assigner.bindings`: bound clients, their liveness, the WatchBinding
+streams) whenever the holders of a group change. Everything here runs on the asyncio loop;
 nothing blocks.
+
+One job, why whole (about 780 lines): one group's live state between the coordinator and the
+Session streams. The grant dispatch (an epoch durable before its grant is sent, never
+overtaken on its stream, taken back when the write fails) shares the connections, the
+coordinator and the state writes with the heartbeat handling that feeds it; the bindings,
+the one part with state of its own, are in bindings.py.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from dataservice.assigner.v1 import assigner_pb2, types_pb2
 from dataservice.common.v1 import common_pb2
 from dsclient.reasons import DsError, Reason
 from services.assigner.balancer import Strategy
+from services.assigner.bindings import GroupBindings
 from services.assigner.client_activity import ClientActivity, ClientRow, Totals, client_rows
 from services.assigner.coordinator import (
     Command,
@@ -42,7 +50,7 @@ from services.assigner.coordinator import (
     RevokeWhy,
     Timing,
 )
-from services.assigner.faults import GroupFaults
+from services.assigner.fault_emitters import GroupFaults
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.settings import AssignerSettings, GroupSeed
 from services.assigner.state import GroupRecord
@@ -106,19 +114,9 @@ class GroupStore(Protocol):
     ) -> asyncio.Future[None]: ...
 
 
-# Versions of the sentinel bindings a watcher's queue may end with.
-CLOSED = -1  # the group was closed here: re-watch the leader
-DROPPED = -2  # the watcher fell watch_queue_max behind
 # Client ids taken from one heartbeat: a sidecar tracks at most 10,000 (its
 # metrics_max_client_ids), so more is not a sidecar's report.
 MAX_REPORTED_CLIENTS = 10_000
-
-
-def _replace_with(queue: asyncio.Queue[types_pb2.Binding], last: types_pb2.Binding) -> None:
-    """Empty ``queue`` and leave ``last`` in it: what its watcher reads next."""
-    while not queue.empty():
-        queue.get_nowait()
-    queue.put_nowait(last)
 
 
 def duration(seconds: float) -> duration_pb2.Duration:
@@ -266,30 +264,28 @@ class GroupRuntime:
         # if any: one at a time (begin_operation).
         self.operation: str | None = None
         self.connections: dict[str, Connection] = {}
-        self.clients: set[str] = set(clients)
-        # Binding liveness (issue 37, finding 6): when each bound client was last renewed
-        # (Bind, a sidecar's report; restored ones from now) and its open watches.
-        self.client_seen: dict[str, float] = dict.fromkeys(self.clients, clock())
-        self.watching: dict[str, int] = {}
-        self._next_binding_sweep = 0.0
-        self.watchers: set[asyncio.Queue[types_pb2.Binding]] = set()
-        self.binding_version = 0
-        self._holders_seen: dict[str, tuple[TopicPartition, ...]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self.log = log.bind(group=record.name)
+        self.bindings = GroupBindings(
+            record.name,
+            settings,
+            metrics,
+            self.faults,
+            clients=clients,
+            store=self._store_binding,
+            members=self.coordinator.serving_members,
+            holders=self._holders,
+            clock=clock,
+            log=self.log,
+        )
         # Observability only (metrics and /ui), never read by a decision:
         # bytes/s per partition and per sidecar as last reported in heartbeats,
-        # the first revoke time (monotonic) and epoch of each partition in handoff,
-        # and the sidecars the group's clients were last bound to.
+        # the first revoke time (monotonic) and epoch of each partition in handoff.
         self.partition_rates: dict[TopicPartition, float] = {}
         self.sidecar_rates: dict[str, float] = {}
         self._revoked_at: dict[TopicPartition, tuple[float, int]] = {}
-        self._bound_sidecars: frozenset[str] | None = None
-        # The clients' recent totals per sidecar (heartbeats), and when each client bound
-        # (wall clock, as this replica saw it; bindings restored at election have none).
+        # The clients' recent totals per sidecar (heartbeats).
         self.client_activity = ClientActivity()
-        self.bound_since: dict[str, float] = {}
-        self.metrics.bindings.labels(record.name).set(len(self.clients))
         # The group's consumer config as each member reports running it (DescribeGroup).
         self.member_configs: dict[str, MemberConfig] = {}
 
@@ -458,7 +454,7 @@ class GroupRuntime:
             if renewed.get(p.tp) == p.epoch:
                 self.partition_rates[p.tp] = p.bytes_per_second
                 rate += p.bytes_per_second
-        if member_id in self._holders_seen:  # not for a member that is leaving or gone
+        if member_id in self.bindings.holders_seen:  # not for a member that is leaving or gone
             self.sidecar_rates[member_id] = rate
             self.metrics.set_sidecar_rate(self.name, member_id, rate)
         if self._revoked_at:
@@ -479,8 +475,8 @@ class GroupRuntime:
         every client it still tracks, so a client killed with kill -9 after it read stayed
         "reported" and its binding never expired (seen: 50 of 50 after 30 s, window 5 s)."""
         for c in hb.clients[:MAX_REPORTED_CLIENTS]:
-            if c.client_id in self.client_seen and self._reported_active(member_id, c):
-                self.client_seen[c.client_id] = now
+            if c.client_id in self.bindings.client_seen and self._reported_active(member_id, c):
+                self.bindings.renew(c.client_id, now)
         self.client_activity.observe(
             member_id,
             {
@@ -514,7 +510,7 @@ class GroupRuntime:
         return client_rows(
             self.name,
             self.client_activity,
-            {c: self.bound_since.get(c, 0.0) for c in self.clients},
+            {c: self.bindings.bound_since.get(c, 0.0) for c in self.clients},
             {m.id: m.endpoint for m in members},
         )
 
@@ -563,7 +559,7 @@ class GroupRuntime:
         self.apply(self.coordinator.move(tp, target, now))
 
     def tick(self, now: float) -> None:
-        self.expire_bindings(now)
+        self.bindings.expire(now)
         outcome = self.coordinator.disconnect_expired(now)
         for member_id in outcome.lost:
             self.log.warning("sidecar lost: no heartbeat within TTL + grace", sidecar=member_id)
@@ -670,99 +666,16 @@ class GroupRuntime:
         task.add_done_callback(self._background.discard)
         return task
 
-    def bind(self, client_id: str) -> None:
-        """Bind ``client_id`` (durable); RESOURCE_EXHAUSTED TOO_MANY_CLIENTS for a new
-        client past the group's cap (a client already bound binds again freely)."""
-        limit = self.settings.max_clients_per_group
-        if client_id not in self.clients and len(self.clients) >= limit:
-            raise DsError(
-                Reason.TOO_MANY_CLIENTS,
-                f"group {self.name!r} has {len(self.clients)} bound clients, the most allowed",
-                metadata={"group": self.name, "limit": str(limit)},
-            )
-        self.client_seen[client_id] = self.clock()
-        if client_id not in self.clients:
-            self.clients.add(client_id)
-            self.bound_since[client_id] = time.time()
-            if self.state is not None:
-                self._track(self.state.put_binding(self.name, client_id))
-            self.metrics.bindings.labels(self.name).set(len(self.clients))
+    # ---- bindings (services/assigner/bindings.py) ------------------------------------
 
-    def unbind(self, client_id: str) -> None:
-        self.client_seen.pop(client_id, None)
-        if client_id in self.clients:
-            self.clients.discard(client_id)
-            self.bound_since.pop(client_id, None)
-            if self.state is not None:
-                self._track(self.state.delete_binding(self.name, client_id))
-            self.metrics.bindings.labels(self.name).set(len(self.clients))
+    @property
+    def clients(self) -> set[str]:
+        return self.bindings.clients
 
-    def watch_started(self, client_id: str) -> None:
-        """A WatchBinding stream of ``client_id`` opened: its binding lives while it is."""
-        self.watching[client_id] = self.watching.get(client_id, 0) + 1
-
-    def watch_ended(self, client_id: str) -> None:
-        left = self.watching.get(client_id, 0) - 1
-        if left > 0:
-            self.watching[client_id] = left
-        else:
-            self.watching.pop(client_id, None)
-            if client_id in self.clients:  # its window runs from the end of its watch
-                self.client_seen[client_id] = self.clock()
-
-    def expire_bindings(self, now: float) -> list[str]:
-        """Unbind every client nothing renewed within ``binding_liveness_seconds`` (no
-        open watch, no Bind, no sidecar report); the clients unbound. Swept at most every
-        quarter window (O(bound clients))."""
-        window = self.settings.binding_liveness_seconds
-        if now < self._next_binding_sweep:
-            return []
-        self._next_binding_sweep = now + min(window / 4, 5.0)
-        expired = [
-            c
-            for c in self.clients
-            if c not in self.watching and now - self.client_seen.get(c, now) > window
-        ]
-        for client_id in expired:
-            self.unbind(client_id)
-        if expired:
-            self.log.info(
-                "bindings expired: not renewed within the binding liveness window",
-                clients=len(expired),
-                window_seconds=window,
-            )
-        return expired
-
-    def open_watch(self) -> asyncio.Queue[types_pb2.Binding]:
-        """A bounded queue of the group's new bindings for one WatchBinding stream;
-        RESOURCE_EXHAUSTED TOO_MANY_WATCHERS past the group's cap. A watcher whose queue
-        is full is dropped: its queue then holds only ``DROPPED``."""
-        limit = self.settings.max_watchers_per_group
-        if len(self.watchers) >= limit:
-            raise DsError(
-                Reason.TOO_MANY_WATCHERS,
-                f"group {self.name!r} has {len(self.watchers)} WatchBinding streams, the most "
-                "allowed",
-                metadata={"group": self.name, "limit": str(limit)},
-            )
-        queue: asyncio.Queue[types_pb2.Binding] = asyncio.Queue(self.settings.watch_queue_max)
-        self.watchers.add(queue)
-        return queue
-
-    def close_watch(self, queue: asyncio.Queue[types_pb2.Binding]) -> None:
-        self.watchers.discard(queue)
-
-    def _tell_watchers(self, binding: types_pb2.Binding) -> None:
-        """Queue ``binding`` for every watcher; one that is ``watch_queue_max`` behind is
-        dropped (told so, and forgotten) rather than let its queue grow."""
-        for queue in list(self.watchers):
-            try:
-                queue.put_nowait(binding)
-            except asyncio.QueueFull:
-                self.watchers.discard(queue)
-                _replace_with(queue, types_pb2.Binding(group=self.name, version=DROPPED))
-                self.metrics.watchers_dropped.labels(self.name).inc()
-                self.log.warning("slow binding watcher dropped", queued=queue.maxsize)
+    def _store_binding(self, client_id: str, bound: bool) -> None:
+        if self.state is not None:
+            store = self.state.put_binding if bound else self.state.delete_binding
+            self._track(store(self.name, client_id))
 
     def _persist_group(self) -> None:
         if self.state is not None:
@@ -785,8 +698,7 @@ class GroupRuntime:
         self.connections.clear()
         for task in list(self._background):
             task.cancel()
-        for queue in list(self.watchers):
-            _replace_with(queue, types_pb2.Binding(group=self.name, version=CLOSED))
+        self.bindings.close()
 
     # ---- commands and bindings ----------------------------------------------------------
 
@@ -809,7 +721,7 @@ class GroupRuntime:
                 [(g.tp, g.member) for g in grants], self.coordinator.leases.values()
             )
             holders = self._holders()
-            self._publish_binding_if_changed(holders)
+            self.bindings.publish_if_changed(holders)
             self.metrics.set_distribution(self.name, {m: len(t) for m, t in holders.items()})
             for gone in set(self.sidecar_rates) - set(holders):
                 del self.sidecar_rates[gone]
@@ -906,35 +818,3 @@ class GroupRuntime:
             if lease.holder in by_holder:
                 by_holder[lease.holder].append(tp)
         return {m: tuple(tps) for m, tps in by_holder.items()}
-
-    def binding_for(self, client_id: str) -> types_pb2.Binding:
-        holders = self._holders()
-        endpoints = [
-            types_pb2.SidecarEndpoint(
-                sidecar_id=member.id,
-                address=member.endpoint,
-                local_address=member.local_endpoint,
-                zone=member.zone or "",
-                partitions=[
-                    common_pb2.TopicPartition(topic=tp.topic, partition=tp.partition)
-                    for tp in holders.get(member.id, ())
-                ],
-            )
-            for member in self.coordinator.serving_members()
-        ]
-        return types_pb2.Binding(
-            client_id=client_id, group=self.name, version=self.binding_version, endpoints=endpoints
-        )
-
-    def _publish_binding_if_changed(self, holders: dict[str, tuple[TopicPartition, ...]]) -> None:
-        if holders == self._holders_seen:
-            return
-        self._holders_seen = holders
-        self.binding_version += 1
-        self.faults.rebound(holders, len(self.clients))
-        serving = frozenset(holders)
-        if self._bound_sidecars is not None and serving != self._bound_sidecars:
-            self.metrics.rebinds.labels(self.name).inc(len(self.clients))
-        self._bound_sidecars = serving
-        if self.watchers:
-            self._tell_watchers(self.binding_for(""))

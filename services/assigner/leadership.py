@@ -45,6 +45,10 @@ as before.
 
 Without Consul, :class:`StaticLeadership` is the embedded default: a single assigner that
 always leads.
+
+One job, why whole (about 620 lines): which assigner replica leads, and when it must stop.
+The Consul election, the static fallback and the term confirmation against the state topic
+are one decision (lead or step down) whose timing rules depend on each other.
 """
 
 from __future__ import annotations

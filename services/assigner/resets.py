@@ -33,7 +33,7 @@ import structlog
 
 from dsclient.reasons import DsError, Reason
 from services.assigner.admin.reset_request import ResetSpec
-from services.assigner.faults import ResetAudit
+from services.assigner.fault_emitters import ResetAudit
 from services.assigner.groups import GroupRuntime
 from services.assigner.kafka_cluster import GroupMembers
 from services.assigner.offsets import Offsets

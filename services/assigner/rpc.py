@@ -3,6 +3,11 @@
 The groups come from :class:`~services.assigner.registry.GroupRegistry`, offsets from
 :class:`~services.assigner.offsets_view.OffsetsView`, the time from a clock; none of them
 knows the app, so each runs on an in-process server in the unit tests.
+
+One job, why whole (about 660 lines): the assigner's three gRPC servicers (Assigner,
+Binding, Admin) as thin adapters: request validation and translation only, the decisions in
+the objects they are given. They share the validation helpers and the error mapping; the
+admin API's own rules already live in admin/.
 """
 
 from __future__ import annotations
@@ -44,10 +49,11 @@ from services.assigner.admin.validation import (
     version_conflict,
 )
 from services.assigner.admission import JoinAdmission
+from services.assigner.bindings import DROPPED
 from services.assigner.coordinator import LeaseState
 from services.assigner.external_resets import ExternalResets
-from services.assigner.faults import DeleteAudit
-from services.assigner.groups import DROPPED, GroupRuntime, duration
+from services.assigner.fault_emitters import DeleteAudit
+from services.assigner.groups import GroupRuntime, duration
 from services.assigner.kafka_cluster import GroupMembers
 from services.assigner.kafka_offsets import KAFKA_TIMEOUT_SECONDS
 from services.assigner.metrics import AssignerMetrics
@@ -216,8 +222,8 @@ class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
     ) -> binding_pb2.BindResponse:
         require_id("client_id", request.client_id)
         group = await self.groups.serving_group(request.group)
-        group.bind(request.client_id)
-        return binding_pb2.BindResponse(binding=group.binding_for(request.client_id))
+        group.bindings.bind(request.client_id)
+        return binding_pb2.BindResponse(binding=group.bindings.binding_for(request.client_id))
 
     async def WatchBinding(
         self, request: binding_pb2.WatchBindingRequest, context: Context
@@ -226,12 +232,14 @@ class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
         if request.known_version < 0:
             raise invalid("known_version", "may not be negative (0: I have no binding yet)")
         group = await self.groups.serving_group(request.group)
-        queue = group.open_watch()
-        group.watch_started(request.client_id)
+        queue = group.bindings.open_watch()
+        group.bindings.watch_started(request.client_id)
         try:
             # 0 is "none yet" (binding.proto), even while the group's own version is 0.
-            if request.known_version == 0 or request.known_version != group.binding_version:
-                yield binding_pb2.WatchBindingResponse(binding=group.binding_for(request.client_id))
+            if request.known_version == 0 or request.known_version != group.bindings.version:
+                yield binding_pb2.WatchBindingResponse(
+                    binding=group.bindings.binding_for(request.client_id)
+                )
             while True:
                 binding = await queue.get()
                 if binding.version == DROPPED:
@@ -253,15 +261,15 @@ class BindingServicer(binding_pb2_grpc.BindingServiceServicer):
                 own.client_id = request.client_id
                 yield binding_pb2.WatchBindingResponse(binding=own)
         finally:
-            group.watch_ended(request.client_id)
-            group.close_watch(queue)
+            group.bindings.watch_ended(request.client_id)
+            group.bindings.close_watch(queue)
 
     async def Unbind(
         self, request: binding_pb2.UnbindRequest, context: Context
     ) -> binding_pb2.UnbindResponse:
         require_id("client_id", request.client_id)
         group = self.groups.group(request.group)
-        group.unbind(request.client_id)
+        group.bindings.unbind(request.client_id)
         return binding_pb2.UnbindResponse()
 
 
@@ -369,7 +377,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 )
                 for tp, o in sorted(offsets.items())
             ],
-            bindings=[group.binding_for(c) for c in sorted(group.clients)],
+            bindings=[group.bindings.binding_for(c) for c in sorted(group.clients)],
         )
 
     # ---- changes ------------------------------------------------------------------------

@@ -3,18 +3,17 @@ lease keeper, the assigner session and the StreamService servicer, and runs and 
 
 What each part does lives in its own module: the delivery view the servicer is given
 (``serving.py``), the consumer configurations (``kafka_config.py``), librdkafka's callbacks
-(``kafka_callbacks.py``), compatibility mode ``kafka_group`` (``kafka_group.py``,
-``classic.py``), the CLIENT_BACKPRESSURE watcher (``backpressure_watch.py``).
+(``kafka_callbacks.py``), compatibility mode ``kafka_group`` (``kafka_group_mode.py``,
+``kafka_group_membership.py``), the CLIENT_BACKPRESSURE watcher (``backpressure_watch.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +27,8 @@ from dsclient import local_socket
 from services.consumer_sidecar import dead_letter, kafka_config
 from services.consumer_sidecar.acks import GivenUp
 from services.consumer_sidecar.backpressure_watch import watch_backpressure
-from services.consumer_sidecar.classic import group_topics
 from services.consumer_sidecar.client_access import AccessInterceptor
-from services.consumer_sidecar.faults import SidecarFaults
+from services.consumer_sidecar.fault_emitters import SidecarFaults
 from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.idle_waits import external_sweep_interval
 from services.consumer_sidecar.kafka_callbacks import KafkaCallbacks
@@ -39,7 +37,8 @@ from services.consumer_sidecar.kafka_fenced_commits import (
     FencedCommitter,
     LeaseFenced,
 )
-from services.consumer_sidecar.kafka_group import KafkaGroupMode
+from services.consumer_sidecar.kafka_group_membership import group_topics
+from services.consumer_sidecar.kafka_group_mode import KafkaGroupMode
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.live_config import LiveConfig
 from services.consumer_sidecar.metrics import SidecarMetrics
@@ -62,6 +61,7 @@ from services.runtime.kafka import (
 )
 from services.runtime.lifecycle import Dependency
 from services.runtime.reporter import reporter_for
+from services.runtime.tasks import TaskSet
 from services.runtime.topic_partition import TP
 from services.runtime.topics import TopicSpec, ensure_topic
 
@@ -73,6 +73,8 @@ class SidecarApp:
 
     def __init__(self, settings: SidecarSettings) -> None:
         self.settings = settings
+        # Tasks of the sidecar's lifetime: cancelled by close().
+        self._tasks = TaskSet("sidecar task failed")
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)
         self.metrics = SidecarMetrics(
@@ -158,7 +160,7 @@ class SidecarApp:
             on_stats=self.kafka_callbacks.on_stats,
             on_error=self.kafka_callbacks.on_error,
             group_topics=lambda: group_topics(self.session.follower, settings.group),
-            spawn=self._spawn,
+            spawn=self._tasks.spawn,
             drop_leases=self.keeper.drop_all,
         )
         self.session.on_accepted = lambda accepted: self.kafka_group.on_accepted(
@@ -196,7 +198,6 @@ class SidecarApp:
             ),
         )
         self._wire_metrics()
-        self._tasks: list[asyncio.Task[None]] = []
 
     def _redelivered(self, _why: str, _records: int) -> None:
         self.data.notify()
@@ -282,7 +283,7 @@ class SidecarApp:
         if self.dead_letters is None:
             self.dead_letters = self._dead_letters(topic)
             if self.metrics.enabled:
-                self._spawn(
+                self._tasks.spawn(
                     self.dead_letters.watch_depth(
                         self.settings.dead_letter_check_interval_seconds,
                         self.metrics.dead_letter_depth,
@@ -452,18 +453,18 @@ class SidecarApp:
         if self.dead_letter_default:
             self._dead_letter_to(self.dead_letter_default)
         self.fetcher.start()
-        self._spawn(self.live_config.run(), "live-config")
-        self._spawn(self.session.run(), "session")
-        self._spawn(self.keeper.commit_loop(), "commits")
-        self._spawn(self.keeper.redelivery_loop(), "redelivery")
-        self._spawn(
+        self._tasks.spawn(self.live_config.run(), "live-config")
+        self._tasks.spawn(self.session.run(), "session")
+        self._tasks.spawn(self.keeper.commit_loop(), "commits")
+        self._tasks.spawn(self.keeper.redelivery_loop(), "redelivery")
+        self._tasks.spawn(
             self.keeper.external_check_loop(
                 external_sweep_interval(self.settings.external_check_interval_seconds)
             ),
             "external-commits",
         )
         self.reporter.start()
-        self._spawn(watch_backpressure(self.table, self.faults), "backpressure")
+        self._tasks.spawn(watch_backpressure(self.table, self.faults), "backpressure")
 
     async def drain(self) -> None:
         """SIGTERM: hand every partition off cooperatively (commit acked offsets first)."""
@@ -474,16 +475,9 @@ class SidecarApp:
         await self.session.leave(timeout=self.settings.shutdown_grace_seconds)
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._tasks.cancel_all()
         if self.dead_letters is not None:
             await self.dead_letters.close()
         if self._loop is not None:
             await asyncio.to_thread(self.fetcher.stop)
         await asyncio.to_thread(self.reporter.close)
-
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        """A task of the sidecar's lifetime: cancelled by :meth:`close`."""
-        self._tasks.append(asyncio.create_task(coro, name=name))

@@ -25,7 +25,7 @@ from typing import Protocol, cast
 import pyarrow as pa
 import pyarrow.ipc as pa_ipc
 
-from dsclient.records.arrow_batches import HEADERS, SCHEMA, no_headers
+from dsclient.records.arrow_batches import SCHEMA, rows_batch
 
 # Per row besides key, value, topic and header bytes: the offsets of the five variable-width
 # columns (4 B each), partition 4, offset 8, timestamp 8, validity bits; rounded up.
@@ -175,28 +175,17 @@ class Columns:
         self.headers.pop()
         return self.offsets.pop()
 
-    def _header_column(self, n: int) -> pa.Array:
-        if any(self.headers):
-            return pa.array(self.headers, HEADERS)
-        return no_headers(n)  # no message has headers (the usual case)
-
     def encode(self) -> bytes:
         """The rows taken as one Arrow IPC stream of one record batch (see the module doc)."""
-        n = len(self.offsets)
-        batch = pa.RecordBatch.from_arrays(
-            [
-                pa.array(self.keys, pa.binary()),
-                pa.array(self.values, pa.binary()),
-                # One value n times, in C++ (a list of n references cost as much as a column).
-                pa.repeat(pa.scalar(self.topic, pa.string()), n),
-                pa.repeat(pa.scalar(self.partition, pa.int32()), n),
-                pa.array(self.offsets, pa.int64()),
-                # Microseconds as int64 viewed as the zoned type (no pandas, no per-value
-                # objects).
-                pa.array(self.stamps, pa.int64()).view(SCHEMA.field("timestamp").type),
-                self._header_column(n),
-            ],
-            schema=SCHEMA,
+        batch = rows_batch(
+            self.topic,
+            self.partition,
+            self.keys,
+            self.values,
+            self.offsets,
+            self.stamps,
+            # No message has headers (the usual case): the column without per-row objects.
+            self.headers if any(self.headers) else None,
         )
         sink = pa.BufferOutputStream()
         with pa_ipc.new_stream(sink, SCHEMA) as writer:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 
-from services.consumer_sidecar.faults import SidecarFaults
+from services.consumer_sidecar.fault_emitters import SidecarFaults
 from services.consumer_sidecar.partitions import PartitionTable
 from services.consumer_sidecar.wakeup import Wakeup
 from services.runtime.topic_partition import TP

@@ -30,11 +30,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from services.runtime.tasks import TaskSet
 from services.runtime.topic_partition import TP
 
 log = structlog.get_logger(__name__)
@@ -259,7 +259,7 @@ class DeadLetters:
         self.on_written = on_written
         self._backoff_max = backoff_max
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="dead-letter")
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet("dead-letter write failed")
 
     @property
     def topic(self) -> str:
@@ -275,9 +275,7 @@ class DeadLetters:
         future.add_done_callback(_log_failure)
 
     def submit(self, job: DeadLetterJob) -> None:
-        task = asyncio.get_running_loop().create_task(self._run(job), name="dead-letter")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(self._run(job), name="dead-letter")
 
     async def _run(self, job: DeadLetterJob) -> None:
         backoff = 0.2
@@ -331,9 +329,6 @@ class DeadLetters:
             await asyncio.sleep(interval)
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._tasks.cancel_all()
         await asyncio.get_running_loop().run_in_executor(self._pool, self.writer.close)
         self._pool.shutdown()

@@ -6,7 +6,7 @@ under the cap (backpressure): a full buffer holds consume() back for a moment, t
 partitions; one partition past its share of the buffer is paused. In leased mode
 partitions are added and removed with ``incremental_assign``/``incremental_unassign`` —
 never ``subscribe()``, so Kafka never rebalances a leased group. In ``kafka_group`` mode
-(:mod:`services.consumer_sidecar.classic`) the assign() consumer is replaced by a
+(:mod:`services.consumer_sidecar.kafka_group_membership`) the assign() consumer is replaced by a
 ``subscribe()`` one whose rebalance callbacks run here, inside ``consume()``, and back
 again when the group switches to leased mode. Every
 consumer call happens on this thread (other threads hand it commands and wait on a future).
@@ -57,7 +57,7 @@ from services.runtime import commitmeta
 from services.runtime.topic_partition import TP
 
 if TYPE_CHECKING:
-    from services.consumer_sidecar.classic import ClassicMembership
+    from services.consumer_sidecar.kafka_group_membership import ClassicMembership
 
 log = structlog.get_logger(__name__)
 R = TypeVar("R")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import structlog
 from confluent_kafka import KafkaError
 
-from services.consumer_sidecar.faults import SidecarFaults
+from services.consumer_sidecar.fault_emitters import SidecarFaults
 from services.consumer_sidecar.metrics import SidecarMetrics
 from services.consumer_sidecar.partitions import PartitionTable
 from services.consumer_sidecar.stats import parse_statistics

@@ -19,7 +19,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
-from services.consumer_sidecar.classic import classic_overrides
+from services.consumer_sidecar.kafka_group_membership import classic_overrides
 from services.consumer_sidecar.settings import SidecarSettings
 from services.runtime.consumer_config import ALLOWED, SIDECAR_CONSUMER_DEFAULTS
 from services.runtime.kafka import consumer_config

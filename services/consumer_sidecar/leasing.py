@@ -53,7 +53,6 @@ from services.consumer_sidecar.acks import (
     NotHolderError,
     PartitionAcks,
 )
-from services.consumer_sidecar.coordinator import lost_latency
 from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
 from services.consumer_sidecar.idle_waits import commit_wait, redelivery_wait
 from services.consumer_sidecar.kafka_fenced_commits import LeaseFenced
@@ -65,6 +64,7 @@ from services.consumer_sidecar.partitions import (
     PartitionTable,
     Reverted,
 )
+from services.consumer_sidecar.round_timing import lost_latency
 from services.consumer_sidecar.wakeup import Wakeup
 from services.runtime.kafka import is_retriable
 from services.runtime.topic_partition import TP

@@ -18,6 +18,11 @@ Three kinds of sources, one place:
 
 Every exported name, its type, labels and help come from
 :data:`~services.consumer_sidecar.metric_table.METRIC_TABLE`.
+
+One job, why whole (about 660 lines): turning the sidecar's hot-path events into its
+Prometheus metrics. The names and help come from metric_table.py; what stays here are the
+recording methods (on label children bound once, which keeps recording cheap) and the one
+collector that reads librdkafka's statistics; they share the group's metric objects.
 """
 
 from __future__ import annotations

@@ -20,14 +20,19 @@ and every heartbeat reports the version that runs and the last refusal
 (:attr:`SessionClient.config_status`), in either mode.
 
 The group's mode comes with ``SessionAccepted.mode``. In ``kafka_group`` mode (ARCHITECTURE
-§5.6) Kafka assigns the partitions (:mod:`services.consumer_sidecar.classic`) and the
+§5.6) Kafka assigns the partitions (:mod:`services.consumer_sidecar.kafka_group_membership`) and the
 session only carries membership (the assigner binds clients to the group's live sidecars)
 and config. Should the assigner still send lease grants for such a group, they are held
 *nominally*: acknowledged and renewed by heartbeats so the assigner's view stays stable,
 released at once when revoked, and never fetched — they must not touch Kafka partitions.
 A mode switch (``UpdateGroup``) ends the session: the sidecar re-joins, and a
 ``SessionAccepted`` with another mode switches it at runtime (``on_accepted`` does the
-consumer's part, :mod:`services.consumer_sidecar.kafka_group`).
+consumer's part, :mod:`services.consumer_sidecar.kafka_group_mode`).
+
+One job, why whole (about 630 lines): the sidecar's Session stream with the assigner: join,
+heartbeats, grants, revokes and leave, with its reconnect and leader-following loop. The
+stream's state (session id, nominal leases, pending grants) is read by every message
+handler; the lease work itself is leasing.py's.
 """
 
 from __future__ import annotations
@@ -57,9 +62,10 @@ from dsclient.connection import (
 from dsclient.leader_watch import DEFAULT_LEADER_KEY
 from dsclient.reasons import Reason, error_info, retry_after
 from services.consumer_sidecar.client_access import ClientTotals
-from services.consumer_sidecar.coordinator import RoundTimer
 from services.consumer_sidecar.leasing import LeaseKeeper, ReleasedLease
 from services.consumer_sidecar.partitions import UNLEASED_EPOCH
+from services.consumer_sidecar.round_timing import RoundTimer
+from services.runtime.tasks import TaskSet
 from services.runtime.topic_partition import TP
 
 # The group's ordering (issue 39) as the sidecar names it (ordering.Ordering).
@@ -140,7 +146,7 @@ class SessionClient:
         # None ends a session's request stream.
         self._outbox: asyncio.Queue[assigner_pb2.SessionRequest | None] = asyncio.Queue()
         self._heartbeat_now = asyncio.Event()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet("lease operation failed")
         self._stopping = False
         self._grants: dict[TP, int] = {}
         self._current: asyncio.Task[None] | None = None
@@ -167,9 +173,9 @@ class SessionClient:
         # Instrumentation hooks (metrics.py): a heartbeat sent; its ack's round trip.
         self.on_heartbeat_sent: Callable[[], None] = lambda: None
         self.on_heartbeat_acked: Callable[[float], None] = lambda _seconds: None
-        # Leased mode's joins (kafka_group mode's are Kafka's: classic.py): a Join's result
-        # and its seconds (sent until SessionAccepted; None for a failed one), and joined
-        # until the session's first grant (the sync).
+        # Leased mode's joins (kafka_group mode's are Kafka's: kafka_group_membership.py): a
+        # Join's result and its seconds (sent until SessionAccepted; None for a failed one),
+        # and joined until the session's first grant (the sync).
         self.on_join: Callable[[bool, float | None], None] = lambda _ok, _seconds: None
         self.on_sync: Callable[[float], None] = lambda _seconds: None
         self._round = RoundTimer(time.monotonic)
@@ -518,7 +524,7 @@ class SessionClient:
                 # A fresh start (a restart, a scale-out): its first grants are on their way
                 # (a handoff's revoke, drain and release); the coordinator lookup and the
                 # connection their assign needs are made meanwhile, not after they came.
-                self._spawn(self.keeper.warm_up(list(acc.topics)))
+                self._tasks.spawn(self.keeper.warm_up(list(acc.topics)))
             joined = self._round.joined()
             if not self.kafka_group:
                 self.on_join(True, joined)
@@ -540,18 +546,18 @@ class SessionClient:
                 self._heartbeat_now.set()
                 # Grants come in bursts: gather those that arrive together into one assign.
                 if not self._grants:
-                    self._spawn(self._start_granted())
+                    self._tasks.spawn(self._start_granted())
                 self._grants[tp] = g.start_offset
         elif kind == "revoke":
             r = response.revoke
             if r.reason == assigner_pb2.REVOKE_REASON_FENCED:
                 # Our epoch is stale: the partition is someone else's. Commit nothing.
-                self._spawn(self.keeper.fence(TP(r.topic, r.partition), r.epoch))
+                self._tasks.spawn(self.keeper.fence(TP(r.topic, r.partition), r.epoch))
             else:
                 drain = r.drain_timeout.ToTimedelta().total_seconds()
                 # CONFIG (an offset reset, a mode switch): this epoch ends for good.
                 retire = r.reason == assigner_pb2.REVOKE_REASON_CONFIG
-                self._spawn(
+                self._tasks.spawn(
                     self.keeper.revoke(TP(r.topic, r.partition), r.epoch, drain, retire=retire)
                 )
         elif kind == "heartbeat_ack":
@@ -597,16 +603,6 @@ class SessionClient:
         await asyncio.sleep(0.01)
         grants, self._grants = self._grants, {}
         await self.keeper.start_fetching(grants)
-
-    def _spawn(self, coro: object) -> None:
-        task: asyncio.Task[None] = asyncio.create_task(coro)  # type: ignore[arg-type]
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("lease operation failed", error=repr(task.exception()))
 
     def _holds_leases(self) -> bool:
         return bool(self._nominal) if self.kafka_group else bool(self.keeper.table.snapshot())

@@ -14,6 +14,11 @@ agent (``deploy/kafka/jmx-exporter/pom.xml``, fetched into the same cache) with 
 ``kafka_*`` metrics. Off by default, so the test suite's brokers start as before.
 
 CLI, for debugging: ``python -m services.devstack.kafka --brokers 1 --dir /tmp/k --port 9092``.
+
+One job, why whole (about 700 lines): a local KRaft Kafka cluster for tests and the dev
+stack (fetch, configure, start and stop one or three brokers) and its handles. The options, the
+per-node processes and the cluster's lifecycle are one life cycle; the external-cluster
+handle and topic factory beside them are the interface the tests use for either kind.
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@ Pure functions only (no I/O, no clock): each command builds one document with th
 ``*_doc`` functions, prints it as JSON with ``--output json``, or hands the same document
 to the matching ``*_table`` function, so the two outputs never disagree. Unknown values
 are ``null`` in JSON (the protos' ``-1``) and ``?`` in tables.
+
+One job, why whole (about 610 lines): dsctl's read commands' output, pure. Each command has
+a *_doc and a *_table function that must agree; they share the formatting helpers
+(durations, unknown values, offsets), and keeping the pairs together is what keeps JSON and
+table output from drifting apart.
 """
 
 from __future__ import annotations

@@ -18,12 +18,11 @@ so the notifier stays SERVING while its outbox is writable.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import structlog
 from confluent_kafka import Consumer, Producer
@@ -31,7 +30,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
-from services.notifier import faults as notifier_faults
+from services.notifier import fault_events as notifier_faults
 from services.notifier import template_store
 from services.notifier.alerts import AlertRouter
 from services.notifier.egress import EgressPolicy
@@ -54,6 +53,7 @@ from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route
 from services.runtime.kafka import KafkaProbe, new_admin, new_producer
 from services.runtime.lifecycle import Dependency
+from services.runtime.tasks import TaskSet
 from services.runtime.topics import TopicSpec, ensure_topic
 
 log = structlog.get_logger(__name__)
@@ -186,7 +186,7 @@ class NotifierApp:
                 consul=settings.consul,
                 connection=settings.connection,
             )
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = TaskSet("notifier task failed")
         self._threads_started = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -283,27 +283,21 @@ class NotifierApp:
             self.render_relay.start()
             if self.settings.lag.enabled:
                 self.lag.start()
-                self._spawn(self._lag_poll_loop(), "lag-poll")
-                self._spawn(self._lag_evaluate_loop(), "lag-evaluate")
+                self._tasks.spawn(self._lag_poll_loop(), "lag-poll")
+                self._tasks.spawn(self._lag_evaluate_loop(), "lag-evaluate")
             if self.prober is not None:
                 self.prober.start()
-                self._spawn(self._probe_loop(self.prober), "probe")
-            self._spawn(self._timer_loop(), "timers")
+                self._tasks.spawn(self._probe_loop(self.prober), "probe")
+            self._tasks.spawn(self._timer_loop(), "timers")
             self._threads_started = True
         self._started.set()
         self.kafka_relay.notify()
-
-    def _spawn(self, coro: Awaitable[None], name: str) -> None:
-        self._tasks.append(asyncio.create_task(coro, name=name))  # type: ignore[arg-type]
 
     async def drain(self) -> None:
         return None
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._tasks.cancel_all()
         self.lag.stop()
         if self.prober is not None:
             await asyncio.to_thread(self.prober.stop)

@@ -31,7 +31,7 @@ import structlog
 
 from dataservice.common.v1 import common_pb2
 from dsclient.reasons import DsError, Reason
-from services.notifier import faults as notifier_faults
+from services.notifier import fault_events as notifier_faults
 from services.notifier.alerts import AlertRouter
 from services.notifier.egress import redact
 from services.notifier.event_codec import PROTOBUF_CONTENT_TYPE, decode_event, encode_event

@@ -16,8 +16,9 @@ a healthy ``ds-notifier`` instance looked up before each (re)connect; else nowhe
 faults are only logged.
 
 This module knows no fault of any service: what each service reports, and when, is that
-service's emitters (``services/assigner/faults.py``, ``services/consumer_sidecar/faults.py``),
-which call ``report()`` / ``track()`` here and wrap their hooks in :func:`never_raises`.
+service's emitters (``services/assigner/fault_emitters.py``,
+``services/consumer_sidecar/fault_emitters.py``), which call ``report()`` / ``track()``
+here and wrap their hooks in :func:`never_raises`.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ import pyarrow.ipc as pa_ipc
 import pyarrow.json as pa_json
 
 from dataservice.common.v1 import common_pb2
+from dsclient.records.arrow_batches import rows_batch
 
 
 def _naive_timestamps(dtype: pa.DataType) -> pa.DataType:
@@ -126,35 +127,29 @@ class BatchBuilder:
             self._json = JsonValues(schema.field("value").type)
 
     def build(self, records: Sequence[common_pb2.Record]) -> pa.RecordBatch:
+        """A RECORDS chunk as Spark's batch: the records as the mesh's Arrow columns
+        (``dsclient.records.arrow_batches.rows_batch``, the builder the sidecar's Arrow
+        chunks use too), then the same conversion as :meth:`build_ipc`."""
         # Column by column over one materialised list: a comprehension per field is about
         # twice as fast as one loop appending to six lists.
         recs = list(records)
-        keys = [r.key if r.HasField("key") else None for r in recs]
-        values = [r.value if r.HasField("value") else None for r in recs]
-        stamps = [
-            r.timestamp.seconds * 1_000_000 + r.timestamp.nanos // 1000
-            if r.HasField("timestamp")
-            else None
-            for r in recs
-        ]
-        columns: dict[str, pa.Array] = {
-            "key": _text(keys) if self.key_format == "utf8" else pa.array(keys, pa.binary()),
-            "value": self._values(values),
-            "topic": pa.array([r.topic for r in recs], pa.string()),
-            "partition": pa.array([r.partition for r in recs], pa.int32()),
-            "offset": pa.array([r.offset for r in recs], pa.int64()),
-            # Microseconds as int64, viewed as the zoned type: building a zoned timestamp
-            # array from Python would import pandas (~1 s per fresh Python worker).
-            "timestamp": pa.array(stamps, pa.int64()).view(self.schema.field("timestamp").type),
-        }
-        if self.include_headers:
-            columns["headers"] = pa.array(
-                [[{"key": h.key, "value": h.value} for h in r.headers] for r in recs],
-                self.schema.field("headers").type,
-            )
-        return pa.RecordBatch.from_arrays(
-            [columns[name] for name in self.schema.names], schema=self.schema
+        batch = rows_batch(
+            [r.topic for r in recs],
+            [r.partition for r in recs],
+            [r.key if r.HasField("key") else None for r in recs],
+            [r.value if r.HasField("value") else None for r in recs],
+            [r.offset for r in recs],
+            [
+                r.timestamp.seconds * 1_000_000 + r.timestamp.nanos // 1000
+                if r.HasField("timestamp")
+                else None
+                for r in recs
+            ],
+            [[{"key": h.key, "value": h.value} for h in r.headers] for r in recs]
+            if self.include_headers
+            else None,
         )
+        return self._to_spark(pa.Table.from_batches([batch]))
 
     def build_ipc(self, data: bytes, start: int) -> pa.RecordBatch:
         """A chunk in READ_FORMAT_ARROW_IPC (stream.proto: key and value binary, topic
@@ -165,6 +160,11 @@ class BatchBuilder:
         offsets = table.column("offset")
         if table.num_rows and offsets[0].as_py() < start:
             raise ValueError(f"the sidecar returned offset {offsets[0].as_py()} below {start}")
+        return self._to_spark(table)
+
+    def _to_spark(self, table: pa.Table) -> pa.RecordBatch:
+        """The mesh's Arrow columns (one chunk each) as the source schema's batch: text
+        keys, parsed values, the columns Spark asked for in its types."""
         keys = table.column("key").chunk(0) if table.num_rows else pa.array([], pa.binary())
         values = table.column("value").chunk(0) if table.num_rows else pa.array([], pa.binary())
         columns: dict[str, pa.Array] = {

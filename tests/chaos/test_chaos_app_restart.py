@@ -19,9 +19,12 @@ from pathlib import Path
 import pytest
 
 from services.devstack.kafka import KafkaCluster
-from tests.e2e.test_notifier_support import metric_value, metrics
 from tests.support.accounting import report
 from tests.support.chaos import LoadedMesh
+from tests.support.notifier import (
+    metric_value,
+)
+from tests.support.ops import metrics
 from tests.support.records import wait_received
 from tests.support.sidecar_probe import status
 

@@ -18,7 +18,7 @@ from services.devstack.kafka import KafkaCluster
 from tests.support.accounting import report
 from tests.support.chaos import SIDECARS, LoadedMesh
 from tests.support.mesh import ServiceProcess
-from tests.support.ops import wait_for
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.chaos, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -16,11 +16,14 @@ from pathlib import Path
 import pytest
 
 from services.devstack.kafka import KafkaCluster
-from tests.e2e.test_notifier_support import metric_value, metrics
 from tests.support.accounting import report
 from tests.support.chaos import LoadedMesh
 from tests.support.mesh import ServiceProcess
-from tests.support.ops import wait_for
+from tests.support.notifier import (
+    metric_value,
+)
+from tests.support.ops import metrics
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.chaos, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -17,13 +17,13 @@ import grpc
 import pytest
 
 from services.devstack.kafka import KafkaCluster
-from tests.e2e.test_notifier_support import metrics
 from tests.support.accounting import report
 from tests.support.assignment import wait_stable
 from tests.support.chaos import PARTITIONS, SIDECARS, STATE_TOPIC, LoadedMesh
 from tests.support.mesh import ServiceProcess
-from tests.support.ops import wait_for
+from tests.support.ops import metrics
 from tests.support.sidecar_probe import status
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.chaos, pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -15,8 +15,8 @@ import yaml
 
 from services.devstack import compose, images
 from tests.compose.stack import Received, Stack
-from tests.e2e.test_alerting_e2e import alertmanager_config
 from tests.support import prom
+from tests.support.alerting import alertmanager_config
 
 REPO = Path(__file__).resolve().parents[2]
 

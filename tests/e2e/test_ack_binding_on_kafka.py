@@ -14,9 +14,9 @@ import grpc
 import pytest
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
-from tests.e2e.test_sidecar_rpcs import PARTITIONS, held_epochs, start
-from tests.e2e.test_walking_skeleton import committed_offsets, end_offsets, produce
 from tests.support.mesh import Mesh
+from tests.support.sidecar_rpcs import PARTITIONS, held_epochs, start
+from tests.support.walking_skeleton import committed_offsets, end_offsets, produce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

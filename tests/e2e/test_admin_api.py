@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from google.protobuf import field_mask_pb2
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
@@ -26,19 +26,14 @@ from services.runtime.settings import ServiceSettings
 from services.runtime.topic_partition import TP
 from tests.support.mesh import Mesh
 from tests.support.offsets import committed_offsets
+from tests.support.producing import produce
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 PARTITIONS = 4
 RECORDS = 400
 CONSUME_FIRST = 150
-
-
-def produce(bootstrap: str, topic: str, count: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for seq in range(count):
-        producer.produce(topic, key=str(seq).encode(), value=b"v", partition=seq % PARTITIONS)
-    assert producer.flush(30) == 0
 
 
 def kafka_offsets(bootstrap: str, group: str, topic: str) -> dict[int, tuple[int, int]]:
@@ -80,15 +75,6 @@ def code_and_reason(call: Callable[[], object]) -> tuple[grpc.StatusCode, str]:
     return err.code(), info.reason if info is not None else ""  # type: ignore[attr-defined]
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"not within {timeout}s: {what}")
-
-
 @pytest.fixture
 def admin_stub(mesh: Mesh, topic_factory: object) -> Iterator[tuple[Mesh, str, str, object]]:
     topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
@@ -115,7 +101,7 @@ def admin_stub(mesh: Mesh, topic_factory: object) -> Iterator[tuple[Mesh, str, s
 
 def test_describe_move_and_consume(admin_stub: tuple[Mesh, str, str, object]) -> None:
     mesh, topic, group, (assigner, stub) = admin_stub  # type: ignore[misc]
-    produce(mesh.bootstrap, topic, RECORDS)
+    produce(mesh.bootstrap, topic, range(RECORDS), partitions=PARTITIONS)
     for sidecar_id in ("sidecar-a", "sidecar-b"):
         mesh.sidecar(group, assigner, sidecar_id).wait_serving()
 

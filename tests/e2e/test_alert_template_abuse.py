@@ -27,19 +27,19 @@ from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
 from dsclient.reasons import error_info
 from services.devstack.kafka import KafkaHandle
-from tests.e2e.test_notifier_support import (
+from tests.support.mesh import Mesh
+from tests.support.notifier import (
     FAULTS_TOPIC,
     TopicReader,
     events,
     fault,
     metric_value,
-    metrics,
     notifier_config,
     notifier_stub,
     start_notifier,
-    wait_for,
 )
-from tests.support.mesh import Mesh
+from tests.support.ops import metrics
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from dsclient import DsClient
-from tests.e2e.test_notifier_support import notifier_config, start_notifier
-from tests.e2e.test_walking_skeleton import committed_offsets, produce
 from tests.support import prom
+from tests.support.alerting import alertmanager_config
 from tests.support.mesh import Mesh
+from tests.support.notifier import notifier_config, start_notifier
+from tests.support.walking_skeleton import committed_offsets, produce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -32,18 +32,6 @@ PARTITIONS = 12  # as produce() of the walking skeleton
 FIRST = 48  # consumed and acked: the group has committed once, so the notifier tracks it
 BACKLOG = 12_000  # produced afterwards and never consumed: above DsGroupLagRecordsHigh's 10000
 ALERT = "DsGroupLagRecordsHigh"
-
-
-def alertmanager_config(sink: prom.WebhookSink) -> dict[str, Any]:
-    """The repo's Alertmanager config, webhooks pointed at ``sink`` (same paths) and the
-    route's waits shortened for a test."""
-    config: dict[str, Any] = yaml.safe_load(prom.ALERTMANAGER_CONFIG.read_text())
-    for receiver in config["receivers"]:
-        for hook in receiver.get("webhook_configs", []):
-            path = "/" + hook["url"].split("/", 3)[3]
-            hook["url"] = sink.url(path)
-    config["route"].update(group_wait="1s", group_interval="2s", repeat_interval="1h")
-    return config
 
 
 def consume_and_ack(client: DsClient, count: int, timeout: float = 90) -> int:
@@ -54,10 +42,6 @@ def consume_and_ack(client: DsClient, count: int, timeout: float = 90) -> int:
         if batch:
             acked += client.ack(batch)
     return acked
-
-
-def wait_for(check: Any, timeout: float, what: str) -> Any:
-    return prom.wait_until(check, timeout, what)
 
 
 def test_lag_alert_reaches_alertmanager_and_the_owners_webhook(
@@ -87,7 +71,7 @@ def test_lag_alert_reaches_alertmanager_and_the_owners_webhook(
     produce(mesh.bootstrap, topic, FIRST)
     with DsClient(group, client_id="orders-app", assigner=assigner.grpc_addr) as client:
         assert consume_and_ack(client, FIRST) == FIRST
-        wait_for(
+        prom.wait_until(
             lambda: sum(committed_offsets(mesh.bootstrap, group, topic).values()) == FIRST,
             60,
             "the acked records to be committed",
@@ -112,7 +96,7 @@ def test_lag_alert_reaches_alertmanager_and_the_owners_webhook(
             prometheus.start()
 
             # Prometheus scrapes every service of the mesh.
-            targets = wait_for(
+            targets = prom.wait_until(
                 lambda: (
                     (t := prometheus.targets())
                     and len(t) == 3
@@ -129,7 +113,7 @@ def test_lag_alert_reaches_alertmanager_and_the_owners_webhook(
             }
 
             # The recording rule sees exactly the backlog: every record after the commit.
-            lag = wait_for(
+            lag = prom.wait_until(
                 lambda: (
                     (r := prometheus.query(f'ds:group_lag_records:sum{{group="{group}"}}'))
                     and float(r[0]["value"][1]) >= BACKLOG
@@ -141,7 +125,7 @@ def test_lag_alert_reaches_alertmanager_and_the_owners_webhook(
             assert float(lag[0]["value"][1]) == BACKLOG
 
             # Alertmanager has the alert, for this group, routed to the orders team.
-            alerts = wait_for(
+            alerts = prom.wait_until(
                 lambda: alertmanager.alerts(alertname=ALERT, group=group),
                 90,
                 f"{ALERT} in Alertmanager",
@@ -160,7 +144,7 @@ def test_lag_alert_reaches_alertmanager_and_the_owners_webhook(
             assert firing and firing[0]["state"] == "firing"
 
             # And the orders team's webhook got the notification.
-            posted = wait_for(
+            posted = prom.wait_until(
                 lambda: [
                     a
                     for path, body in sink.received

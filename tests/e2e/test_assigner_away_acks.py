@@ -26,8 +26,11 @@ from dsclient import DsClient
 from services.devstack.kafka import KafkaHandle, TopicFactory
 from tests.support.assignment import GroupView, wait_until
 from tests.support.mesh import running_mesh
-from tests.support.ops import unexplained_duplicates, wait_for
+from tests.support.ops import (
+    unexplained_duplicates,
+)
 from tests.support.records import ConsumerLoop, SeqProducer, Tally
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 

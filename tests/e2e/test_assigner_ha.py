@@ -19,26 +19,19 @@ from typing import TypeVar
 import consul
 import grpc
 import pytest
-from confluent_kafka import Producer
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc
 from dsclient import DsClient
 from dsclient.leader_watch import DEFAULT_LEADER_KEY, read_leader
 from dsclient.reasons import LEADER_METADATA_KEY, error_info, trailing_value
 from tests.support.mesh import ServiceProcess, running_mesh
+from tests.support.producing import produce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
 PARTITIONS = 6
 FAILOVER_BUDGET_SECONDS = 3.0
 T = TypeVar("T")
-
-
-def produce(bootstrap: str, topic: str, seqs: range) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for seq in seqs:
-        producer.produce(topic, key=str(seq).encode(), value=f"v{seq}".encode())
-    assert producer.flush(30) == 0
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout: float, step: float = 0.1) -> T:
@@ -141,7 +134,7 @@ def test_kill_leader_standby_leads_and_everyone_follows(
         )
 
         before = range(0, 600)
-        produce(bootstrap, topic, before)
+        produce(bootstrap, topic, before, value=lambda seq: f"v{seq}".encode())
         received: set[int] = set()
         with DsClient(
             group, client_id="ha-app", assigner=standby.grpc_addr, consul=consul_addr
@@ -177,7 +170,7 @@ def test_kill_leader_standby_leads_and_everyone_follows(
             print(f"both sidecars re-attached {rejoined:.2f}s after kill -9")
 
             after = range(600, 1200)
-            produce(bootstrap, topic, after)
+            produce(bootstrap, topic, after, value=lambda seq: f"v{seq}".encode())
             fetch_until(client, set(after), received, timeout=60)
             assert client.assigner == standby.grpc_addr
 

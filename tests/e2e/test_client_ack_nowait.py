@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from dsclient import ClientError, DsClient
-from tests.e2e.test_sidecar_rpcs import PARTITIONS, _assigner_of, start
-from tests.e2e.test_walking_skeleton import committed_offsets, end_offsets, produce
 from tests.support.mesh import Mesh
+from tests.support.sidecar_rpcs import PARTITIONS, assigner_of, start
+from tests.support.walking_skeleton import committed_offsets, end_offsets, produce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -32,7 +32,7 @@ def test_ack_nowait_pipelines_acks_and_close_drains_them(mesh: Mesh, topic_facto
 
     received: dict[int, list[int]] = defaultdict(list)
     acks: list[tuple[Future[int], int]] = []
-    client = DsClient(group, client_id="nowait-app", assigner=_assigner_of(mesh))
+    client = DsClient(group, client_id="nowait-app", assigner=assigner_of(mesh))
     deadline = time.monotonic() + 120
     try:
         while sum(map(len, received.values())) < records and time.monotonic() < deadline:

@@ -12,9 +12,7 @@ sidecars and rates > 0 (DOM and a screenshot in the test's log dir).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 
 from dsclient import DsClient
-from tests.e2e.test_assigner_ui import CHROMIUM, dump_dom, screenshot
-from tests.support.mesh import REPO, Mesh, ServiceProcess
+from tests.support import cli
+from tests.support.browser import CHROMIUM, dump_dom, screenshot
+from tests.support.mesh import Mesh, ServiceProcess
+from tests.support.producing import produce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -34,15 +33,6 @@ PARTITIONS = 4
 RECORDS = 40_000
 CLIENTS = ("reader-a", "reader-b")
 SIDECARS = ("sidecar-0", "sidecar-1")
-
-
-def produce(bootstrap: str, topic: str) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-    for seq in range(RECORDS):
-        producer.produce(topic, value=b"x" * 50, partition=seq % PARTITIONS)
-        if seq % 10_000 == 0:
-            producer.poll(0)
-    assert producer.flush(30) == 0
 
 
 class Reader(threading.Thread):
@@ -73,7 +63,16 @@ def readers(
 ) -> Iterator[tuple[str, ServiceProcess, list[Reader]]]:
     topic = topic_factory(partitions=PARTITIONS)
     group = f"clients-{topic}"[:249]
-    produce(mesh.bootstrap, topic)
+    produce(
+        mesh.bootstrap,
+        topic,
+        range(RECORDS),
+        partitions=PARTITIONS,
+        value=lambda _seq: b"x" * 50,
+        keyed=False,
+        idempotent=False,
+        linger_ms=20,
+    )
     assigner = mesh.assigner([(group, [topic])])
     assigner.wait_serving(90)
     for sid in SIDECARS:
@@ -91,11 +90,7 @@ def readers(
 
 
 def dsctl(assigner: ServiceProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DS_ASSIGNER": assigner.grpc_addr, "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "services.dsctl", *args],
-        capture_output=True, text=True, timeout=60, cwd=REPO, env=env,
-    )  # fmt: skip
+    return cli.dsctl(*args, env=cli.cli_env(DS_ASSIGNER=assigner.grpc_addr), timeout=60)
 
 
 def both_reading(doc: dict[str, Any]) -> bool:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Producer
 
 from dsclient import DsClient
 from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh
+from tests.support.producing import produce
 from tests.support.records import value_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -24,15 +24,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 PARTITIONS = 3
 RECORDS = 900
 VISIBILITY = 30.0  # the default visibility timeout
-
-
-def produce(bootstrap: str, topic: str, count: int, partitions: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for seq in range(count):
-        producer.produce(
-            topic, key=str(seq).encode(), value=value_of(seq), partition=seq % partitions
-        )
-    assert producer.flush(30) == 0
 
 
 def test_records_a_client_read_and_closed_without_acking_reach_the_next_client(
@@ -43,7 +34,7 @@ def test_records_a_client_read_and_closed_without_acking_reach_the_next_client(
     timeout at most (at once, since the closing client's binding ended)."""
     topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
     group = f"g-{topic}"
-    produce(mesh.bootstrap, topic, RECORDS, PARTITIONS)
+    produce(mesh.bootstrap, topic, range(RECORDS), partitions=PARTITIONS, value=value_of)
     assigner = mesh.assigner([(group, [topic])])
     assigner.wait_serving()
     sidecar = mesh.sidecar(group, assigner, "sc-1")

@@ -13,7 +13,6 @@ import time
 from collections import defaultdict
 
 import pytest
-from confluent_kafka import Producer
 
 from dsclient import DsClient
 from tests.support import offsets
@@ -26,6 +25,7 @@ from tests.support.group_modes import (
     wait_kafka_group_stable,
 )
 from tests.support.mesh import Mesh, ServiceProcess
+from tests.support.producing import produce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -36,22 +36,6 @@ SIDECARS = ("sidecar-a", "sidecar-b")
 GROUP_CONFIG = {"session.timeout.ms": "6000", "heartbeat.interval.ms": "1000"}
 
 Received = dict[int, list[int]]
-
-
-def produce(bootstrap: str, topic: str) -> Received:
-    """RECORDS records keyed by sequence, round-robin; the sequences per partition."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    expected: Received = defaultdict(list)
-    for seq in range(RECORDS):
-        partition = seq % PARTITIONS
-        producer.produce(
-            topic, key=str(seq).encode(), value=f"value-{seq}".encode(), partition=partition
-        )
-        expected[partition].append(seq)
-        if seq % 1000 == 0:
-            producer.poll(0)
-    assert producer.flush(30) == 0, "not every record was delivered to Kafka"
-    return expected
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
@@ -126,7 +110,13 @@ def check_kafka_group(bootstrap: str, group: str, mode: str) -> None:
 def test_same_application_in_either_mode(mesh: Mesh, topic_factory: object, mode: str) -> None:
     topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
     group = f"g-{topic}"
-    expected = produce(mesh.bootstrap, topic)
+    expected = produce(
+        mesh.bootstrap,
+        topic,
+        range(RECORDS),
+        partitions=PARTITIONS,
+        value=lambda seq: f"value-{seq}".encode(),
+    )
     assigner = start_assigner(mesh, [GroupSpec(group, [topic], mode, GROUP_CONFIG)])
     assigner.wait_serving()
     sidecars = start_sidecars(mesh, group, assigner, mode)
@@ -156,7 +146,13 @@ def test_switching_modes_keeps_committed_offsets(
 ) -> None:
     topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
     group = f"g-{topic}"
-    expected = produce(mesh.bootstrap, topic)
+    expected = produce(
+        mesh.bootstrap,
+        topic,
+        range(RECORDS),
+        partitions=PARTITIONS,
+        value=lambda seq: f"value-{seq}".encode(),
+    )
     received: Received = defaultdict(list)
 
     # Half in the first mode; a graceful stop commits what was acked.

@@ -29,7 +29,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +42,11 @@ from dataservice.common.v1 import common_pb2
 from dsclient import DsClient
 from dsclient.reasons import error_info
 from services.devstack.kafka import KafkaHandle, TopicFactory
-from tests.e2e.test_notifier_support import FAULTS_TOPIC, TopicReader, events, start_notifier
 from tests.support.assignment import wait_stable
 from tests.support.group_modes import GroupSpec, start_assigner
 from tests.support.mesh import REPO, Mesh, ServiceProcess
+from tests.support.notifier import FAULTS_TOPIC, TopicReader, events, start_notifier
+from tests.support.ops import dsctl
 from tests.support.records import (
     ConsumerLoop,
     SeqProducer,
@@ -54,6 +55,7 @@ from tests.support.records import (
     wait_received,
 )
 from tests.support.sidecar_probe import kafka_config_file, status
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -61,14 +63,6 @@ PARTITIONS = 6
 RATE = 300.0
 APPLY_WITHIN = 2.0  # seconds: the bound for every sidecar to run a new version
 ODD_MESSAGE_MAX = "5000000"  # sc-odd's own librdkafka setting
-
-
-def dsctl(assigner: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.dsctl", *args],
-        capture_output=True, text=True, timeout=60, cwd=REPO, check=False,
-        env={**os.environ, "DS_ASSIGNER": assigner, "COLUMNS": "200"},
-    )  # fmt: skip
 
 
 def describe(assigner: str, group: str) -> admin_pb2.DescribeGroupResponse:
@@ -128,16 +122,6 @@ class Applying:
         out, err = proc.communicate(timeout=60)
         self.last = (proc.returncode, out, err)
         return (json.loads(out) if out.strip() else None), running
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(every)
 
 
 def out_of_order(tally: Tally) -> list[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,12 +25,15 @@ from confluent_kafka.admin import (
 )
 
 from dsclient import DsClient
-from tests.support import accounting
+from tests.support import accounting, cli
 from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh
 from tests.support.offsets import committed_offsets
-from tests.support.ops import metric_samples, wait_for
+from tests.support.ops import (
+    metric_samples,
+)
 from tests.support.records import value_of
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -104,10 +106,7 @@ def own_state(mesh: Mesh) -> Iterator[dict[str, str]]:
 
 def dsctl(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "DS_BOOTSTRAP": bootstrap, "DS_DEAD_LETTER_TOPIC": "{group}.dlq"}
-    return subprocess.run(
-        [sys.executable, "-m", "services.dsctl", "dlq", *args],
-        capture_output=True, text=True, timeout=120, env=env, check=False,
-    )  # fmt: skip
+    return cli.dsctl("dlq", *args, env=env, timeout=120)
 
 
 def test_a_record_a_client_always_fails_goes_to_the_dead_letter_topic_and_nothing_is_lost(

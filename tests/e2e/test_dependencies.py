@@ -15,17 +15,9 @@ from services.devstack.consul import ConsulAgent, ConsulOptions
 from services.devstack.kafka import KafkaCluster, KafkaOptions
 from services.devstack.ports import free_port
 from tests.support.mesh import Mesh, ServiceProcess
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
-
-
-def wait_for(predicate: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def assert_not_serving_with_reason(svc: ServiceProcess, dependency: str) -> None:

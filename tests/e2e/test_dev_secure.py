@@ -21,7 +21,6 @@ import json
 import os
 import ssl
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -47,6 +46,7 @@ from dsclient.reasons import error_info
 from services.devstack.cache import cache_dir
 from services.devstack.pki import DevPki, sign_token
 from services.devstack.ports import free_port, port_is_open
+from tests.support import cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -56,10 +56,7 @@ NO_RETRY = ConnectionSettings(retry=None)
 
 
 def dsctl(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.dsctl", *args],
-        capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
+    return cli.dsctl(*args, env=env, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,13 @@ import pytest
 from dsclient import DsClient
 from services.devstack.kafka import KafkaHandle, TopicFactory
 from tests.support.mesh import ServiceProcess, running_mesh
-from tests.support.ops import dsctl, ok_json, unexplained_duplicates, wait_for
+from tests.support.ops import (
+    dsctl,
+    ok_json,
+    unexplained_duplicates,
+)
 from tests.support.records import ConsumerLoop, Delivery, SeqProducer, Tally
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 from dsclient import DsClient
 from services.devstack.ports import free_port, port_is_open
+from tests.support import cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -26,10 +26,7 @@ FIXED_PORTS = (7061, 7070, 7071, 7080, 7081, 7082, 7083, 7090, 7091, 7102, 7103)
 
 
 def dsctl(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.dsctl", *args],
-        capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
+    return cli.dsctl(*args, env=env, timeout=300)
 
 
 def test_dev_up_status_down(tmp_path: Path) -> None:

@@ -36,7 +36,9 @@ from dataservice.notifier.v1 import notifier_pb2, notifier_pb2_grpc
 from dsclient import DsClient
 from services.devstack.kafka import KafkaHandle, TopicFactory
 from services.devstack.ports import free_port
+from tests.support import cli
 from tests.support.mesh import REPO, ServiceProcess, running_mesh
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -60,10 +62,7 @@ class Stack:
 
 
 def dsctl(stack: Stack, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.dsctl", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO, env=dsctl_env(stack),
-    )  # fmt: skip
+    return cli.dsctl(*args, env=dsctl_env(stack), timeout=timeout)
 
 
 def dsctl_env(stack: Stack) -> dict[str, str]:
@@ -78,15 +77,6 @@ def dsctl_env(stack: Stack) -> dict[str, str]:
 def json_of(result: subprocess.CompletedProcess[str]) -> Any:
     assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
     return json.loads(result.stdout)
-
-
-def wait_for(predicate: Any, timeout: float, what: str, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(every)
-    raise AssertionError(f"not within {timeout}s: {what}")
 
 
 def kafka_offsets(bootstrap: str, group: str, topic: str) -> dict[int, tuple[int | None, int]]:

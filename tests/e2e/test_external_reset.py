@@ -21,7 +21,6 @@ jars, never through the mesh:
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -29,18 +28,18 @@ from typing import Any
 import pytest
 
 from services.devstack.kafka import KafkaHandle
-from tests.e2e.test_offsets_reset import (
+from tests.support.external_reset import CommitWatch, tool_reset
+from tests.support.kafka_tools import describe_offsets
+from tests.support.offsets_reset import (
     PARTITIONS,
     Stack,
-    committed,
     dsctl,
     leases,
     ok_json,
     rebinds,
     running_stack,
-    wait_for,
 )
-from tests.support.kafka_tools import describe_offsets, kafka_consumer_groups
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -51,44 +50,6 @@ FOLLOW_SECONDS = 5.0
 def stack(kafka_cluster: KafkaHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with running_stack(kafka_cluster, tmp_path_factory, "external-reset", "extreset") as s:
         yield s
-
-
-class CommitWatch:
-    """Samples Kafka's committed offsets (and their commit's lease epoch) every 50 ms."""
-
-    def __init__(self, stack: Stack) -> None:
-        self.stack = stack
-        self.samples: list[tuple[float, dict[int, tuple[int, int]]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> CommitWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.samples.append((time.monotonic(), committed(self.stack)))
-            self._stop.wait(0.05)
-
-
-def tool_reset(stack: Stack, *args: str) -> dict[int, int]:
-    """``kafka-consumer-groups --reset-offsets ... --execute``: partition -> NEW-OFFSET."""
-    out = kafka_consumer_groups(
-        stack.bootstrap, "--reset-offsets", "--group", stack.group, *args, "--execute"
-    )
-    print(out)
-    new = {}
-    for line in out.splitlines():
-        fields = line.split()
-        if len(fields) == 4 and fields[0] == stack.group:
-            new[int(fields[2])] = int(fields[3])
-    assert new, out
-    return new
 
 
 def follow(stack: Stack, *args: str) -> tuple[dict[int, int], float, list[Any]]:

@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 
 from services.devstack.kafka import KafkaHandle
-from tests.e2e.test_external_reset import CommitWatch, tool_reset
-from tests.e2e.test_offsets_reset import (
+from tests.support.external_reset import CommitWatch, tool_reset
+from tests.support.offsets_reset import (
     PARTITIONS,
     Stack,
     committed,
@@ -37,8 +37,8 @@ from tests.e2e.test_offsets_reset import (
     ok_json,
     rebinds,
     running_stack,
-    wait_for,
 )
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 

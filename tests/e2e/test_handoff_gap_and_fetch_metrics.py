@@ -23,8 +23,11 @@ from prometheus_client.samples import Sample
 from dsclient import DsClient
 from services.dsctl.handoff import status
 from tests.support.mesh import REPO, Mesh, ServiceProcess
-from tests.support.ops import metric_samples, wait_for
+from tests.support.ops import (
+    metric_samples,
+)
 from tests.support.records import ConsumerLoop, SeqProducer, Tally, describe_missing, wait_received
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

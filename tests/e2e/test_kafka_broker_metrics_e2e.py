@@ -21,8 +21,8 @@ import pytest
 
 from services.devstack.kafka import KafkaCluster, KafkaOptions, create_topic
 from services.devstack.ports import free_port
-from tests.e2e.test_walking_skeleton import PARTITIONS, produce
 from tests.support import prom
+from tests.support.walking_skeleton import PARTITIONS, produce
 
 # ``long`` (CI's time: a cluster of its own, about 80 s): CI still scrapes the exporter of
 # `dsctl dev up`'s broker (tests/e2e/test_dsctl_dev.py) and runs the broker alerts'

@@ -22,8 +22,13 @@ from dsclient import DsClient
 from services.devstack.kafka import KafkaHandle, TopicFactory
 from tests.support.group_modes import GroupSpec, describe_kafka_group, start_assigner
 from tests.support.mesh import ServiceProcess, running_mesh
-from tests.support.ops import dsctl, ok_json, unexplained_duplicates, wait_for
+from tests.support.ops import (
+    dsctl,
+    ok_json,
+    unexplained_duplicates,
+)
 from tests.support.records import ConsumerLoop, SeqProducer, Tally
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -19,19 +19,19 @@ from dsclient.reasons import error_info
 from services.devstack.kafka import KafkaHandle, TopicFactory
 from services.notifier.outbox import KAFKA_LANE, Outbox, OutboxItem
 from services.notifier.relay import ID_HEADER, KafkaRelay, RelayHooks
-from tests.e2e.test_notifier_support import (
+from tests.support.mesh import Mesh
+from tests.support.notifier import (
     FAULTS_TOPIC,
     TopicReader,
     events,
     fault,
     header,
     metric_value,
-    metrics,
     notifier_stub,
     start_notifier,
-    wait_for,
 )
-from tests.support.mesh import Mesh
+from tests.support.ops import metrics
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 

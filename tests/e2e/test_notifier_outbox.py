@@ -19,7 +19,8 @@ from services.devstack.kafka import KafkaCluster, KafkaHandle, KafkaOptions, Top
 from services.devstack.ports import free_port
 from services.notifier.outbox import KAFKA_LANE, Outbox, OutboxItem
 from services.notifier.relay import ID_HEADER, KafkaRelay, RelayHooks
-from tests.e2e.test_notifier_support import (
+from tests.support.mesh import Mesh
+from tests.support.notifier import (
     FAULTS_TOPIC,
     TopicReader,
     events,
@@ -28,10 +29,9 @@ from tests.e2e.test_notifier_support import (
     notifier_config,
     notifier_stub,
     start_notifier,
-    wait_for,
     wait_listening,
 )
-from tests.support.mesh import Mesh
+from tests.support.waiting import wait_for
 
 OUTAGE_SECONDS = 60.0
 

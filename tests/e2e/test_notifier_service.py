@@ -32,20 +32,20 @@ from dataservice.notifier.v1 import notifier_pb2
 from dsclient.reasons import error_info
 from services.devstack.kafka import KafkaHandle, TopicFactory, delete_topic
 from services.runtime.lag import Status
-from tests.e2e.test_notifier_support import (
+from tests.support.mesh import ServiceProcess, running_mesh
+from tests.support.notifier import (
     FAULTS_TOPIC,
     TopicReader,
     events,
     fault,
     header,
     metric_value,
-    metrics,
     notifier_config,
     notifier_stub,
     start_notifier,
-    wait_for,
 )
-from tests.support.mesh import ServiceProcess, running_mesh
+from tests.support.ops import metrics
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -20,16 +20,16 @@ from services.devstack.kafka import KafkaHandle
 from services.devstack.ports import free_ports
 from services.notifier.suppression import SUMMARY_ATTRIBUTE
 from services.runtime.reporter import FaultReporter, ReporterConfig
-from tests.e2e.test_notifier_support import (
+from tests.support.mesh import Mesh, ServiceProcess
+from tests.support.notifier import (
     FAULTS_TOPIC,
     TopicReader,
     events,
     metric_value,
-    metrics,
     notifier_config,
-    wait_for,
 )
-from tests.support.mesh import Mesh, ServiceProcess
+from tests.support.ops import metrics
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

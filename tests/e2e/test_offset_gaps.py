@@ -13,32 +13,26 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2
 from dsclient import DsClient
-from tests.e2e.test_notifier_support import (
-    metric_value,
-    metrics,
-    notifier_stub,
-    start_notifier,
-    wait_for,
-)
 from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh
+from tests.support.notifier import (
+    metric_value,
+    notifier_stub,
+    start_notifier,
+)
+from tests.support.ops import metrics
+from tests.support.producing import produce
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 RECORDS, COMMITTED, LOG_START = 100, 10, 50
-
-
-def produce(bootstrap: str, topic: str, count: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for seq in range(count):
-        producer.produce(topic, key=str(seq).encode(), value=b"v")
-    assert producer.flush(30) == 0
 
 
 def test_a_committed_offset_below_the_log_start_is_a_counted_gap_and_a_fault(
@@ -46,7 +40,7 @@ def test_a_committed_offset_below_the_log_start_is_a_counted_gap_and_a_fault(
 ) -> None:
     topic = topic_factory(partitions=1)  # type: ignore[operator]
     group = f"g-{topic}"
-    produce(mesh.bootstrap, topic, RECORDS)
+    produce(mesh.bootstrap, topic, range(RECORDS))
     # The group last committed 10; retention then deleted everything below 50.
     committer = Consumer({"bootstrap.servers": mesh.bootstrap, "group.id": group})
     committer.commit(offsets=[TopicPartition(topic, 0, COMMITTED)], asynchronous=False)

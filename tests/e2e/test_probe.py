@@ -16,15 +16,15 @@ import pytest
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2
 from services.devstack.kafka import KafkaHandle
-from tests.e2e.test_notifier_support import (
+from tests.support.mesh import ServiceProcess, running_mesh
+from tests.support.notifier import (
     metric_value,
-    metrics,
     notifier_config,
     notifier_stub,
     start_notifier,
-    wait_for,
 )
-from tests.support.mesh import ServiceProcess, running_mesh
+from tests.support.ops import metrics
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import grpc
 import pytest
-from confluent_kafka import Producer
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
-from tests.e2e.test_sidecar_rpcs import failing, retry_not_ready
 from tests.support.mesh import Mesh
 from tests.support.offsets import end_offsets
+from tests.support.producing import produce
+from tests.support.sidecar_rpcs import failing, retry_not_ready
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -29,25 +29,19 @@ VALUE = b"x" * 10_000  # 15 MB a partition: far more than a stream's flow-contro
 MIB = 1024 * 1024
 
 
-def produce(bootstrap: str, topic: str) -> dict[int, list[int]]:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "linger.ms": 20})  # fmt: skip
-    expected: dict[int, list[int]] = defaultdict(list)
-    for seq in range(PARTITIONS * PER_PARTITION):
-        partition = seq % PARTITIONS
-        producer.produce(topic, key=str(seq).encode(), value=VALUE, partition=partition)
-        expected[partition].append(seq)
-        if seq % 500 == 0:
-            producer.poll(0)
-    assert producer.flush(60) == 0, "not every record was delivered to Kafka"
-    return expected
-
-
 def test_read_range_streams_are_capped_and_a_cancelled_one_frees_its_slot(
     mesh: Mesh, topic_factory: Any
 ) -> None:
     topic = topic_factory(partitions=PARTITIONS)
-    expected = produce(mesh.bootstrap, topic)
+    expected = produce(
+        mesh.bootstrap,
+        topic,
+        range(PARTITIONS * PER_PARTITION),
+        partitions=PARTITIONS,
+        value=lambda _seq: VALUE,
+        linger_ms=20,
+        flush_timeout=60,
+    )
     ends = end_offsets(mesh.bootstrap, topic, PARTITIONS)
     group = f"g-{topic}"
     assigner = mesh.assigner([(group, [topic])])

@@ -17,7 +17,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -25,8 +24,14 @@ from dsclient import DsClient
 from tests.support import accounting
 from tests.support.group_modes import GroupSpec, start_assigner
 from tests.support.mesh import Mesh, ServiceProcess
-from tests.support.ops import metric_samples, metrics, table_problems, wait_for
+from tests.support.ops import (
+    metric_samples,
+    metrics,
+    table_problems,
+)
+from tests.support.producing import produce
 from tests.support.sidecar_probe import start_sidecar
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -44,13 +49,6 @@ EVENT_ONLY = {
     "ds_partition_not_fetching_seconds",
     "ds_sidecar_handoff_gap_seconds",
 }
-
-
-def produce(bootstrap: str, topic: str) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for seq in range(RECORDS):
-        producer.produce(topic, key=str(seq).encode(), value=b"v", partition=seq % PARTITIONS)
-    assert producer.flush(30) == 0, "not every record was delivered to Kafka"
 
 
 def value(sidecar: ServiceProcess, name: str, **labels: str) -> float:
@@ -122,7 +120,7 @@ def test_coordinator_metrics_after_traffic_and_a_rebalance(
     started_at = time.time()
     topic = topic_factory(partitions=PARTITIONS)
     group = f"g-{topic}"
-    produce(mesh.bootstrap, topic)
+    produce(mesh.bootstrap, topic, range(RECORDS), partitions=PARTITIONS)
     assigner = start_assigner(mesh, [GroupSpec(group, [topic], mode, GROUP_CONFIG)])
     assigner.wait_serving()
     first = start_sidecar(mesh, group, assigner, "sidecar-a", env=STATS)

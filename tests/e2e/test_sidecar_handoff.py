@@ -23,6 +23,7 @@ from tests.support.records import (
     describe_missing,
     wait_received,
 )
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -31,13 +32,6 @@ PARTITIONS = 6
 
 def held(address: str) -> set[int]:
     return {p.partition for p in status(address).partitions}
-
-
-def wait_for(condition: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def test_prestop_handoff_moves_every_partition_before_sigterm(

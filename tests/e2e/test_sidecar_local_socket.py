@@ -18,12 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
 from dsclient import DsClient
 from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh, ServiceProcess
 from tests.support.ops import metric_samples
+from tests.support.producing import produce
 from tests.support.readers import READERS
 from tests.support.records import value_of
 
@@ -42,15 +42,6 @@ def socket_dir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
-
-
-def produce(bootstrap: str, topic: str, first: int, count: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for seq in range(first, first + count):
-        producer.produce(
-            topic, key=str(seq).encode(), value=value_of(seq), partition=seq % PARTITIONS
-        )
-    assert producer.flush(30) == 0
 
 
 def read_until(client: DsClient, seen: dict[int, int], total: int, timeout: float) -> None:
@@ -81,7 +72,7 @@ def socket_sidecar(
     """PER_PHASE records in ``topic``, an assigner for its group and one sidecar serving on
     a socket in ``socket_dir`` too, holding every partition: (group, assigner, sidecar)."""
     group = f"g-{topic}"
-    produce(mesh.bootstrap, topic, 0, PER_PHASE)
+    produce(mesh.bootstrap, topic, range(PER_PHASE), partitions=PARTITIONS, value=value_of)
     assigner = mesh.assigner([(group, [topic])])
     assigner.wait_serving()
     sidecar = mesh.sidecar(group, assigner, sidecar_id, "--uds-dir", str(socket_dir))
@@ -114,7 +105,13 @@ def test_a_client_in_the_pod_reads_over_the_socket_and_falls_back_to_tcp(
 
         # 2. The sidecar is killed (its socket file stays behind, nobody listening) and
         # comes back on TCP only: the client reads on over TCP.
-        produce(mesh.bootstrap, topic, PER_PHASE, PER_PHASE)
+        produce(
+            mesh.bootstrap,
+            topic,
+            range(PER_PHASE, PER_PHASE + PER_PHASE),
+            partitions=PARTITIONS,
+            value=value_of,
+        )
         sidecar.kill()
         assert path.exists()
         sidecar.args = tcp_args
@@ -127,7 +124,13 @@ def test_a_client_in_the_pod_reads_over_the_socket_and_falls_back_to_tcp(
 
         # 3. Restarted with its socket again (the stale file replaced): the client's next
         # binding names it, and the client is back on it.
-        produce(mesh.bootstrap, topic, 2 * PER_PHASE, PER_PHASE)
+        produce(
+            mesh.bootstrap,
+            topic,
+            range(2 * PER_PHASE, 2 * PER_PHASE + PER_PHASE),
+            partitions=PARTITIONS,
+            value=value_of,
+        )
         sidecar.stop()
         sidecar.args = uds_args
         sidecar.start().wait_serving()
@@ -194,7 +197,13 @@ def test_the_go_and_java_clients_read_on_over_tcp_when_the_socket_dies(
             sidecar.kill()
             sidecar.args = tcp_args
             sidecar.start().wait_serving()
-            produce(mesh.bootstrap, topic, PER_PHASE, PER_PHASE)
+            produce(
+                mesh.bootstrap,
+                topic,
+                range(PER_PHASE, PER_PHASE + PER_PHASE),
+                partitions=PARTITIONS,
+                value=value_of,
+            )
             out, err = proc.communicate(timeout=180)
         finally:
             if proc.poll() is None:

@@ -27,6 +27,7 @@ from services.consumer_sidecar.client_access import OTHER_CLIENT
 from services.consumer_sidecar.metric_table import METRIC_TABLE
 from tests.support.mesh import Mesh, ServiceProcess
 from tests.support.sidecar_probe import start_sidecar
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -99,13 +100,6 @@ def read_all(batches: Iterable[Any], client: DsClient, want: int) -> int:
         if got >= want:
             break
     return got
-
-
-def wait_for(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
 
 
 def test_every_table_metric_after_fetch_and_stream_traffic(mesh: Mesh, topic_factory: Any) -> None:

@@ -13,8 +13,7 @@ import itertools
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 import pyarrow as pa
@@ -23,58 +22,18 @@ import pytest
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from dsclient import DsClient
-from dsclient.reasons import error_info
-from tests.e2e.test_walking_skeleton import committed_offsets, end_offsets, produce
-from tests.support.mesh import Mesh, ServiceProcess
+from tests.support.mesh import Mesh
+from tests.support.sidecar_rpcs import (
+    PARTITIONS,
+    assigner_of,
+    failing,
+    held_epochs,
+    retry_not_ready,
+    start,
+)
+from tests.support.walking_skeleton import committed_offsets, end_offsets, produce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
-
-PARTITIONS = 12  # as produce() in the walking skeleton
-T = TypeVar("T")
-
-
-def start(mesh: Mesh, topic: str) -> tuple[str, ServiceProcess]:
-    group = f"g-{topic}"
-    assigner = mesh.assigner([(group, [topic])])
-    assigner.wait_serving()
-    sidecar = mesh.sidecar(group, assigner, "sidecar-rpc")
-    sidecar.wait_serving()
-    return group, sidecar
-
-
-def status_of(err: grpc.RpcError) -> tuple[grpc.StatusCode, str, dict[str, str]]:
-    info = error_info(err)
-    assert info is not None, f"no ErrorInfo: {err}"
-    return err.code(), info.reason, dict(info.metadata)
-
-
-def failing(call: Callable[[], Any]) -> tuple[grpc.StatusCode, str, dict[str, str]]:
-    with pytest.raises(grpc.RpcError) as caught:
-        call()
-    return status_of(caught.value)
-
-
-def held_epochs(stub: stream_pb2_grpc.StreamServiceStub, timeout: float = 60) -> dict[int, int]:
-    """partition → lease epoch, once the sidecar holds every partition."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = stub.Status(stream_pb2.StatusRequest(), timeout=5)
-        if len(status.partitions) == PARTITIONS and all(p.position >= 0 for p in status.partitions):
-            return {p.partition: p.lease_epoch for p in status.partitions}
-        time.sleep(0.2)
-    raise AssertionError("the sidecar did not get every partition")
-
-
-def retry_not_ready(call: Callable[[], T], timeout: float = 30) -> T:
-    """A lease just granted answers NOT_HELD ("retry shortly") until fetching is set up."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return call()
-        except grpc.RpcError as err:
-            if err.code() != grpc.StatusCode.FAILED_PRECONDITION or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 def test_stream_rpc_delivers_every_record_exactly_once(mesh: Mesh, topic_factory: Any) -> None:
@@ -85,7 +44,7 @@ def test_stream_rpc_delivers_every_record_exactly_once(mesh: Mesh, topic_factory
 
     received: dict[int, list[int]] = defaultdict(list)
     duplicates = 0
-    client = DsClient(group, client_id="stream-app", assigner=_assigner_of(mesh))
+    client = DsClient(group, client_id="stream-app", assigner=assigner_of(mesh))
     watchdog = threading.Timer(120, client.close)
     watchdog.start()
     closer: threading.Timer | None = None
@@ -119,10 +78,6 @@ def test_stream_rpc_delivers_every_record_exactly_once(mesh: Mesh, topic_factory
             break
         time.sleep(0.5)
     assert committed == ends, f"committed {committed} != end offsets {ends}"
-
-
-def _assigner_of(mesh: Mesh) -> str:
-    return next(s for s in mesh.services if s.kind == "assigner").grpc_addr
 
 
 def test_read_range_commit_offsets_and_bad_requests(mesh: Mesh, topic_factory: Any) -> None:

@@ -11,11 +11,9 @@ so other tests' assigners never read them.
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 import grpc
 import pytest
@@ -23,6 +21,7 @@ from confluent_kafka import Producer
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc
 from tests.support.mesh import Mesh, ServiceProcess
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -47,15 +46,6 @@ def held(svc: ServiceProcess, group: str) -> dict[tuple[str, int], tuple[str, in
     if len(current) == PARTITIONS and all(h for h, _e in current.values()):
         return current
     return None
-
-
-def wait_for(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := check():
-            return result
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def bad_records_metric(svc: ServiceProcess) -> dict[str, float]:

@@ -24,7 +24,6 @@ import grpc
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from confluent_kafka import Producer
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from dsclient import ColumnBatch, DsClient
@@ -32,6 +31,7 @@ from dsclient.reasons import error_info
 from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh, ServiceProcess
 from tests.support.ops import metric_samples
+from tests.support.producing import produce
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -55,13 +55,6 @@ def socket_dir() -> Iterator[Path]:
 
 def value(seq: int) -> bytes:
     return f"seq-{seq}-".encode().ljust(VALUE_BYTES, b"v")
-
-
-def produce(bootstrap: str, topic: str) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for seq in range(RECORDS):
-        producer.produce(topic, key=str(seq).encode(), value=value(seq), partition=seq % PARTITIONS)
-    assert producer.flush(30) == 0
 
 
 def serving(
@@ -137,7 +130,7 @@ def test_columns_over_the_socket_come_through_shared_memory_and_equal_those_over
     mesh: Mesh, topic_factory: object, socket_dir: Path
 ) -> None:
     topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
-    produce(mesh.bootstrap, topic)
+    produce(mesh.bootstrap, topic, range(RECORDS), partitions=PARTITIONS, value=value)
     local, remote = f"g-shm-{topic}", f"g-tcp-{topic}"
     assigner = mesh.assigner([(local, [topic]), (remote, [topic])])
     assigner.wait_serving()
@@ -198,7 +191,7 @@ def test_a_socket_stream_that_falls_back_to_tcp_reads_on_with_batches(
     on TCP only: the stream re-opens over TCP with BATCHES and every record arrives (those
     delivered and not acked before the kill again: at least once)."""
     topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
-    produce(mesh.bootstrap, topic)
+    produce(mesh.bootstrap, topic, range(RECORDS), partitions=PARTITIONS, value=value)
     group = f"g-fb-{topic}"
     assigner = mesh.assigner([(group, [topic])])
     assigner.wait_serving()
@@ -245,7 +238,7 @@ def test_with_auto_ack_asking_for_the_next_batch_releases_the_last(
     """auto_ack: the application acks nothing; the client releases each batch's regions
     when the next one is asked for, so six segments' worth of records pass through one."""
     topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
-    produce(mesh.bootstrap, topic)
+    produce(mesh.bootstrap, topic, range(RECORDS), partitions=PARTITIONS, value=value)
     group = f"g-auto-{topic}"
     assigner = mesh.assigner([(group, [topic])])
     assigner.wait_serving()
@@ -287,7 +280,7 @@ def test_runs_too_large_for_the_segment_come_as_record_batches_beside_the_shared
     runs that do not fit as RecordBatches in the same responses, and the client hands both
     out as the same columns; every record arrives once."""
     topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
-    produce(mesh.bootstrap, topic)
+    produce(mesh.bootstrap, topic, range(RECORDS), partitions=PARTITIONS, value=value)
     group = f"g-small-{topic}"
     assigner = mesh.assigner([(group, [topic])])
     assigner.wait_serving()
@@ -323,7 +316,7 @@ def test_an_application_killed_while_it_holds_shared_memory_loses_nothing(
     ends with its process, the sidecar removes the segment and gives back what it held,
     and the next reader gets every record, each once (the killed one acked none)."""
     topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
-    produce(mesh.bootstrap, topic)
+    produce(mesh.bootstrap, topic, range(RECORDS), partitions=PARTITIONS, value=value)
     group = f"g-kill-{topic}"
     assigner = mesh.assigner([(group, [topic])])
     assigner.wait_serving()

@@ -16,8 +16,9 @@ import yaml
 
 from dataservice.assigner.v1 import binding_pb2, binding_pb2_grpc
 from services.devstack.kafka import TopicFactory
-from tests.integration.test_dsctl_apply import dsctl, dsgroup
+from tests.support.dsgroups import dsgroup
 from tests.support.mesh import Mesh
+from tests.support.ops import dsctl
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

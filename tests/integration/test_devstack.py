@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import consul
 import httpx
@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient
 
 from services.devstack.consul import ConsulHandle
 from services.devstack.kafka import KafkaCluster, TopicFactory, create_topic, delete_topic
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -87,13 +88,6 @@ def consume_all(
         consumer.close()
     assert len(at_end) == partitions, f"only partitions {sorted(at_end)} reached their end"
     return messages
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.5)
 
 
 def partition_info(bootstrap: str, topic: str, partition: int) -> tuple[int, list[int]]:

@@ -7,9 +7,6 @@ unchanged; a change made with ``dsctl config set`` shows as drift in the next di
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -18,17 +15,11 @@ import pytest
 import yaml
 
 from services.devstack.kafka import TopicFactory
-from tests.support.mesh import REPO, Mesh
+from tests.support.dsgroups import dsgroup
+from tests.support.mesh import Mesh
+from tests.support.ops import dsctl
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-
-
-def dsctl(assigner: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.dsctl", *args],
-        capture_output=True, text=True, timeout=60, cwd=REPO, check=False,
-        env={**os.environ, "DS_ASSIGNER": assigner, "COLUMNS": "200"},
-    )  # fmt: skip
 
 
 def leading(mesh: Mesh) -> str:
@@ -43,15 +34,6 @@ def leading(mesh: Mesh) -> str:
         assert time.monotonic() < deadline, assigner.tail()
         time.sleep(0.5)
     return assigner.grpc_addr
-
-
-def dsgroup(name: str, topics: list[str], **spec: object) -> dict[str, object]:
-    return {
-        "apiVersion": "dataservice.io/v1alpha1",
-        "kind": "DsGroup",
-        "metadata": {"name": name},
-        "spec": {"topics": topics, **spec},
-    }
 
 
 def test_apply_is_idempotent_and_diff_shows_changes_first(

@@ -4,13 +4,14 @@ stdin to stdout; a workload that opts in without a group fails the run and write
 
 from __future__ import annotations
 
+import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.support import cli
 from tests.support.k8s import EXAMPLES, validate
 
 pytestmark = pytest.mark.integration
@@ -21,10 +22,7 @@ INJECTED = EXAMPLES / "app.injected.yaml"
 
 
 def dsctl(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.dsctl", *args],
-        input=stdin, capture_output=True, text=True, cwd=REPO, check=False, timeout=60,
-    )  # fmt: skip
+    return cli.dsctl(*args, stdin=stdin, env=os.environ, timeout=60)
 
 
 def test_the_readme_sample_gives_the_committed_injected_manifest(tmp_path: Path) -> None:

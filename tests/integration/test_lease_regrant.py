@@ -15,13 +15,14 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer
 
 from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.partitions import PartitionTable
 from services.devstack.kafka import KafkaHandle, TopicFactory
 from services.runtime.topic_partition import TP
+from tests.support.producing import produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -34,13 +35,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def produce(bootstrap: str, topic: str) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap})
-    for i in range(RECORDS):
-        producer.produce(topic, value=b"v%d" % i, partition=0)
-    assert producer.flush(30) == 0
 
 
 async def take(table: PartitionTable, want: int, timeout: float = 30.0) -> list[tuple[int, int]]:
@@ -58,7 +52,15 @@ def test_a_suspended_lease_granted_back_under_a_new_epoch_delivers_again(
     kafka_cluster: KafkaHandle, topic_factory: TopicFactory
 ) -> None:
     topic = topic_factory(partitions=1)
-    produce(kafka_cluster.bootstrap, topic)
+    produce(
+        kafka_cluster.bootstrap,
+        topic,
+        range(RECORDS),
+        partition_of=lambda _seq: 0,
+        value=lambda i: b"v%d" % i,
+        keyed=False,
+        idempotent=False,
+    )
     clock = Clock()
     table = PartitionTable(1 << 26, clock)
     consumer = Consumer(

@@ -21,10 +21,10 @@ import yaml
 
 from services.devstack import kube, procs
 from services.devstack.kafka import TopicFactory
-from tests.integration.test_dsctl_apply import dsctl
 from tests.k8s.conftest import REPO, get_json, wait_for
 from tests.support.k8s import K8S
 from tests.support.mesh import Mesh
+from tests.support.ops import dsctl
 
 # Bounded, not timed: a Kafka-backed assigner, two operators and a dozen dsctl runs took
 # 300 s on this machine while other suites ran beside it (76 s alone).

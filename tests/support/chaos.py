@@ -47,7 +47,7 @@ from tests.support.assignment import describe, wait_stable
 from tests.support.holders import HolderSampler
 from tests.support.mesh import Mesh, ServiceProcess, running_mesh
 from tests.support.offsets import committed_offsets, end_offsets
-from tests.support.ops import describe_deliveries, metric_samples, unexplained_duplicates, wait_for
+from tests.support.ops import describe_deliveries, metric_samples, unexplained_duplicates
 from tests.support.records import (
     ConsumerLoop,
     Delivery,
@@ -57,6 +57,7 @@ from tests.support.records import (
     partition_gaps,
 )
 from tests.support.sidecar_probe import CommitWatcher
+from tests.support.waiting import wait_for
 
 PARTITIONS = 6
 SIDECARS = ("cx-1", "cx-2", "cx-3")

@@ -5,27 +5,21 @@ earlier delivery's ack refused or failed)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import time
 import urllib.request
-from collections.abc import Callable
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from tests.support.mesh import REPO, ServiceProcess
+from tests.support import cli
+from tests.support.mesh import ServiceProcess
 from tests.support.records import Tally
 
 
 def dsctl(assigner: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DS_ASSIGNER": assigner, "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "services.dsctl", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env,
-    )  # fmt: skip
+    """dsctl against the assigner at ``assigner``."""
+    return cli.dsctl(*args, env=cli.cli_env(DS_ASSIGNER=assigner), timeout=timeout)
 
 
 def ok_json(result: subprocess.CompletedProcess[str]) -> Any:
@@ -52,15 +46,6 @@ def metric_samples(service: ServiceProcess, name: str) -> list[Sample]:
         for sample in family.samples
         if sample.name == name
     ]
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(every)
-    raise AssertionError(f"not within {timeout}s: {what}")
 
 
 def unexplained_duplicates(tally: Tally) -> dict[int, list[Any]]:

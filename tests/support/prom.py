@@ -40,6 +40,7 @@ from typing import Any
 import yaml
 
 from services.devstack.ports import free_port
+from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
@@ -179,13 +180,9 @@ def _get_json(url: str, timeout: float = 5) -> Any:
 
 
 def wait_until(check: Callable[[], Any], timeout: float, what: str, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError, ValueError):
-            if result := check():
-                return result
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    """:func:`tests.support.waiting.wait_for` where a server not answering yet (OSError)
+    or answering something unparsable (ValueError) counts as "not yet"."""
+    return wait_for(check, timeout, what, every, tolerate=(OSError, ValueError))
 
 
 @dataclass

@@ -308,7 +308,7 @@ def _serving(lease: Lease) -> bool:
 def _bindings(group: GroupRuntime) -> tuple[BindingRow, ...]:
     rows = []
     for client in sorted(group.clients):
-        binding = group.binding_for(client)
+        binding = group.bindings.binding_for(client)
         rows.append(
             BindingRow(
                 client_id=client,

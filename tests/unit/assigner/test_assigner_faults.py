@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from enum import Enum
 
-from services.assigner.faults import DeleteAudit, GroupFaults, ResetAudit, report_failover
+from services.assigner.fault_emitters import DeleteAudit, GroupFaults, ResetAudit, report_failover
 from tests.support.fault_reports import kinds, reporter
 
 

@@ -121,7 +121,7 @@ def test_group_runtime_counts_lease_changes_handoffs_and_rebinds() -> None:
         settings = AssignerSettings(hold_window_seconds=0)
         tps = [TopicPartition("t", p) for p in range(4)]
         group = GroupRuntime(GroupRecord(name="g", topics=["t"]), tps, settings, metrics, None)
-        group.bind("client-1")
+        group.bindings.bind("client-1")
         assert value(registry, "ds_assigner_bindings", group="g") == 1
         now = 100.0
         a = group.attach(join("a"), now)
@@ -163,7 +163,7 @@ def test_group_runtime_counts_lease_changes_handoffs_and_rebinds() -> None:
         group.heartbeat(a, heartbeat(3, kept), later)
         group.tick(later)
         assert value(registry, "ds_assigner_lease_expiries_total", group="g") == 2
-        group.unbind("client-1")
+        group.bindings.unbind("client-1")
         assert value(registry, "ds_assigner_bindings", group="g") == 0
         group.close()
 

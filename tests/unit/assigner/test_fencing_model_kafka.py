@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from services.assigner.coordinator import GrantCmd, GroupCoordinator, Released, RevokeCmd, RevokeWhy
 from services.runtime.topic_partition import TopicPartition
-from tests.unit.assigner.test_fencing_model import (
+from tests.support.fencing_model import (
     MEMBERS,
     MODEL,
     NEW_RULES,

@@ -112,7 +112,7 @@ def test_describe_group_shows_members_leases_lag_and_bindings() -> None:
         tp = TopicPartition(TOPIC, 1)
         a.offsets.bounds[tp] = (0, 50)
         a.offsets.committed[("g", tp)] = 30
-        a.groups.group("g").bind("app-1")
+        a.groups.group("g").bindings.bind("app-1")
         response = await a.admin.DescribeGroup(admin_pb2.DescribeGroupRequest(group="g"))
         assert response.config.name == "g"
         assert [m.sidecar_id for m in response.members] == ["sc-1"]

@@ -112,7 +112,7 @@ def test_watch_with_version_zero_gets_the_current_binding_at_once() -> None:
 
     async def body(a: Assigner) -> None:
         await a.create("g")
-        assert a.groups.group("g").binding_version == 0
+        assert a.groups.group("g").bindings.version == 0
         watch = a.bindings.WatchBinding(
             binding_pb2.WatchBindingRequest(client_id="app-1", group="g", known_version=0)
         )
@@ -141,7 +141,7 @@ def test_watch_with_the_current_version_waits_for_the_next_change() -> None:
         await a.create("g")
         first = Sidecar(a.sessions, "sc-0")
         await first.join("g")
-        current = a.groups.group("g").binding_version
+        current = a.groups.group("g").bindings.version
         assert current >= 1
         watch = a.bindings.WatchBinding(
             binding_pb2.WatchBindingRequest(client_id="app-1", group="g", known_version=current)

@@ -13,7 +13,7 @@ import pytest
 
 from dataservice.assigner.v1 import binding_pb2, types_pb2
 from dsclient.binding import BindingKeeper
-from services.assigner.groups import DROPPED
+from services.assigner.bindings import DROPPED
 from services.assigner.settings import AssignerSettings
 from tests.unit.assigner.rpc_harness import Assigner, Sidecar, reason_of, run, stream_refused
 
@@ -77,11 +77,11 @@ def test_a_watcher_that_falls_behind_is_dropped_and_told_so() -> None:
             binding_pb2.WatchBindingRequest(client_id="app-1", group="g", known_version=0)
         )
         await asyncio.wait_for(watch.read(), 5)
-        (queue,) = group.watchers
+        (queue,) = group.bindings.watchers
         # Three bindings before the stream's handler runs again: one more than its queue.
         for version in (101, 102, 103):
-            group._tell_watchers(types_pb2.Binding(group="g", version=version))
-        assert group.watchers == set()
+            group.bindings.tell_watchers(types_pb2.Binding(group="g", version=version))
+        assert group.bindings.watchers == set()
         assert queue.qsize() == 1 and queue.get_nowait().version == DROPPED
         queue.put_nowait(types_pb2.Binding(group="g", version=DROPPED))
         code, reason, metadata = reason_of(await stream_refused(watch))
@@ -116,11 +116,11 @@ def test_the_client_library_watches_again_after_being_dropped() -> None:
         try:
             group = a.groups.group("g")
             deadline = time.monotonic() + 5
-            while not group.watchers and time.monotonic() < deadline:
+            while not group.bindings.watchers and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             for version in range(1, 4):  # past the queue of 2: the keeper's watch is dropped
-                group._tell_watchers(types_pb2.Binding(group="g", version=-100 - version))
-            assert group.watchers == set()
+                group.bindings.tell_watchers(types_pb2.Binding(group="g", version=-100 - version))
+            assert group.bindings.watchers == set()
             sidecar = Sidecar(a.sessions, "sc-1")
             await sidecar.join("g")
             await sidecar.grants(4)
@@ -128,7 +128,7 @@ def test_the_client_library_watches_again_after_being_dropped() -> None:
             while time.monotonic() < deadline and "sc-1.pod:7080" not in keeper.sidecars:
                 await asyncio.sleep(0.1)
             assert list(keeper.sidecars) == ["sc-1.pod:7080"]
-            assert len(group.watchers) == 1  # watching again
+            assert len(group.bindings.watchers) == 1  # watching again
             await sidecar.close()
         finally:
             await asyncio.to_thread(keeper.close)

@@ -14,8 +14,8 @@ import asyncio
 from dataservice.assigner.v1 import assigner_pb2
 from services.assigner.coordinator import COMMITTED
 from services.runtime.topic_partition import TopicPartition
+from tests.support.rpc_operations import commands, holding, logs, release
 from tests.unit.assigner.rpc_harness import TOPIC, Assigner, Sidecar, run
-from tests.unit.assigner.test_rpc_operations import commands, holding, logs, release
 
 
 async def handed_over(a: Assigner, committed: int) -> list[assigner_pb2.LeaseGrant]:

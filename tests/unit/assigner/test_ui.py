@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from html.parser import HTMLParser
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -28,35 +27,10 @@ from services.assigner.ui.model import (
 )
 from services.runtime.lag import Status
 from services.runtime.topic_partition import TopicPartition
+from tests.support.ui_html import EVIL, parse, with_attr
 
 TP = TopicPartition("orders", 0)
 PAGE = Page(instance="10.0.0.1:7070", generated_at="2025-01-01T00:00:00Z")
-EVIL = '<script>alert("x")</script>&'
-
-
-class Elements(HTMLParser):
-    """Every start tag with its attributes, and the text, of a page."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.tags: list[tuple[str, dict[str, str | None]]] = []
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append((tag, dict(attrs)))
-
-    def handle_data(self, data: str) -> None:
-        self.text.append(data)
-
-
-def parse(html: str) -> Elements:
-    parser = Elements()
-    parser.feed(html)
-    return parser
-
-
-def with_attr(html: str, name: str) -> list[dict[str, str | None]]:
-    return [attrs for _tag, attrs in parse(html).tags if name in attrs]
 
 
 # ---- history -------------------------------------------------------------------------

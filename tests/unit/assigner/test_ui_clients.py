@@ -5,7 +5,7 @@ from __future__ import annotations
 from services.assigner.client_activity import AtSidecar, ClientRow, Rates
 from services.assigner.ui import render
 from services.assigner.ui.model import ClientsView, Page
-from tests.unit.assigner.test_ui import EVIL, parse, with_attr
+from tests.support.ui_html import EVIL, parse, with_attr
 
 PAGE = Page(instance="10.0.0.1:7070", generated_at="2025-01-01T00:00:00Z")
 NOW = 1_800_000_000.0

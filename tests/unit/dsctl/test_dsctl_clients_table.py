@@ -6,7 +6,7 @@ import datetime
 
 from dataservice.assigner.v1 import admin_pb2
 from services.dsctl.clients_view import clients_doc, clients_table, wall_iso
-from tests.unit.dsctl.test_render import text_of
+from tests.support.render_text import text_of
 
 NOW = datetime.datetime(2026, 11, 27, 12, 0, 0, tzinfo=datetime.UTC)
 T = NOW.timestamp()

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 from google.protobuf import timestamp_pb2
-from rich.console import Console
 
 from dataservice.assigner.v1 import admin_pb2, types_pb2
 from dataservice.common.v1 import common_pb2
 from services.dsctl import render
+from tests.support.render_text import text_of
 
 
 def described(
@@ -45,12 +45,6 @@ def described(
             state=types_pb2.LEASE_STATE_ACTIVE if holder else types_pb2.LEASE_STATE_UNASSIGNED,
         )
     return response
-
-
-def text_of(renderable: object) -> str:
-    console = Console(width=250, record=True, color_system=None)
-    console.print(renderable)
-    return console.export_text()
 
 
 def test_lag_doc_maps_unknowns_to_null_and_sums() -> None:

@@ -22,7 +22,7 @@ from dsclient.records import wire
 from dsclient.records.batches import Columns, DsRecord, Slice
 from services.consumer_sidecar.runs import runs_from_messages
 from services.runtime.topic_partition import TP
-from tests.unit.records.test_batches import consumed, table_holding
+from tests.support.record_tables import consumed, table_holding
 
 
 def delivered(messages: list[Message], max_records: int, max_bytes: int) -> list[list[Slice]]:

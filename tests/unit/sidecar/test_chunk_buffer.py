@@ -12,7 +12,7 @@ from dsclient.records.batches import RECORD_OVERHEAD_BYTES, DsRecord, decode_bat
 from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.runs import runs_from_messages
 from services.runtime.topic_partition import TP
-from tests.unit.records.test_batches import consumed, table_holding
+from tests.support.record_tables import consumed, table_holding
 
 
 def test_a_byte_limit_cuts_inside_a_chunk_and_resumes_there() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from services.consumer_sidecar.client_access import ClientIdLimiter, ClientMetrics
-from tests.unit.sidecar.test_session_grants import Harness
+from tests.support.session_grants import Harness
 
 
 def test_activity_counts_records_acks_requests_and_errors_per_client() -> None:

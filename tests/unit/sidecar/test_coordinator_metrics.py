@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from dataservice.assigner.v1 import assigner_pb2
-from services.consumer_sidecar.coordinator import RoundTimer, lost_latency
 from services.consumer_sidecar.metrics import SidecarMetrics
+from services.consumer_sidecar.round_timing import RoundTimer, lost_latency
 from services.runtime.topic_partition import TP
-from tests.unit.sidecar.test_classic_mode import (
+from tests.support.classic_sessions import (
     Clock,
     FakeConsumer,
     FakeFetcher,
@@ -24,7 +24,7 @@ from tests.unit.sidecar.test_classic_mode import (
     kafka_tps,
     membership,
 )
-from tests.unit.sidecar.test_session_grants import TOPIC, Harness, ack, grant, run
+from tests.support.session_grants import TOPIC, Harness, ack, grant, run
 
 T, U = TP("t", 0), TP("t", 1)
 

@@ -9,7 +9,7 @@ from services.consumer_sidecar.ordering import Ordering
 from services.consumer_sidecar.partitions import PartitionTable
 from services.consumer_sidecar.runs import runs_from_messages
 from services.runtime.topic_partition import TP
-from tests.unit.records.test_batches import table_holding
+from tests.support.record_tables import table_holding
 
 TP0 = TP("a", 0)
 KEYS = [b"x", b"y", b"x", None, b"z", b"y"]  # offsets 0..5

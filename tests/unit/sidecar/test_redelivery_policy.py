@@ -11,7 +11,7 @@ from google.protobuf import duration_pb2
 from dataservice.assigner.v1 import assigner_pb2
 from services.consumer_sidecar.acks import NO_LIMIT
 from services.consumer_sidecar.partitions import Redelivery
-from tests.unit.sidecar.test_classic_mode import session
+from tests.support.classic_sessions import session
 
 DEFAULTS = Redelivery(visibility=30.0, max_deliveries=10)
 

@@ -3,7 +3,7 @@ would send)."""
 
 from __future__ import annotations
 
-from services.consumer_sidecar.faults import SidecarFaults
+from services.consumer_sidecar.fault_emitters import SidecarFaults
 from tests.support.fault_reports import kinds, reporter
 
 

@@ -3,6 +3,12 @@
 Reading (``Fetch`` long-polls over the bound sidecars in turn, or one ``Stream`` per
 sidecar) and acking (each ack to the sidecar that delivered the records) live here; which
 sidecars are bound, and following the assigner's leader, is :mod:`binding`'s job.
+
+One job, why whole (about 780 lines): the client's public read-and-ack API (DsClient).
+Fetch, Stream and the acks share the per-sidecar routing and the delivery bookkeeping that
+makes an ack go back where its records came from; the connection, binding, long-poll, stream
+and codec parts are already modules of their own (connection.py, binding.py, long_poll.py,
+stream.py, records/).
 """
 
 from __future__ import annotations

@@ -90,6 +90,48 @@ def record_batch(
     )
 
 
+def rows_batch(
+    topic: str | Sequence[str],
+    partition: int | Sequence[int],
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    offsets: Sequence[int],
+    stamps_us: Sequence[int | None],
+    headers: Sequence[Sequence[dict[str, Any]]] | None = None,
+) -> pa.RecordBatch:
+    """One record batch of :data:`SCHEMA` from rows already taken apart (Python lists, one
+    item a record): the sidecar's ``READ_FORMAT_ARROW_IPC`` chunks and the Spark source's
+    RECORDS chunks are built here, so the schema has one builder for packed columns
+    (:func:`record_batch`) and this one for rows. ``topic`` and ``partition``: one for
+    every row (repeated in C++) or one a row; ``stamps_us``: microseconds, ``None`` for
+    none; ``headers``: a list of ``{"key", "value"}`` a row, ``None`` when no row has any."""
+    n = len(offsets)
+    topics = (
+        pa.repeat(pa.scalar(topic, pa.string()), n)
+        if isinstance(topic, str)
+        else pa.array(topic, pa.string())
+    )
+    partitions = (
+        pa.repeat(pa.scalar(partition, pa.int32()), n)
+        if isinstance(partition, int)
+        else pa.array(partition, pa.int32())
+    )
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            topics,
+            partitions,
+            pa.array(offsets, pa.int64()),
+            # Microseconds as int64 viewed as the zoned type: building a zoned timestamp
+            # array from Python objects would import pandas (about 1 s in a fresh process).
+            pa.array(stamps_us, pa.int64()).view(TIMESTAMP),
+            pa.array(headers, HEADERS) if headers is not None else no_headers(n),
+        ],
+        schema=SCHEMA,
+    )
+
+
 def from_message(batch: stream_pb2.RecordBatch) -> pa.RecordBatch:
     """A ``RecordBatch`` message (``DELIVERY_FORMAT_BATCHES``) as Arrow; its key and value
     columns point into the message's bytes."""

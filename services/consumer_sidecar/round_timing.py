@@ -1,6 +1,7 @@
 """Timing of group membership rounds for the coordinator metrics (join, sync, lost; the
 Java consumer's ``consumer-coordinator-metrics``). Pure: the clock is passed in; the
-session (leased mode) and :class:`~services.consumer_sidecar.classic.ClassicMembership`
+session (leased mode) and
+:class:`~services.consumer_sidecar.kafka_group_membership.ClassicMembership`
 (``kafka_group`` mode) tell a :class:`RoundTimer` what happened and report what it returns
 to the metrics (:mod:`services.consumer_sidecar.metrics`).
 

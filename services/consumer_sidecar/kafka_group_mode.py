@@ -3,12 +3,12 @@
 The group's mode arrives with the session (``SessionAccepted.mode``). An accepted join of
 a kafka_group group switches the fetch consumer from ``assign()`` to ``subscribe()`` to
 the group's topics, with :class:`ClassicMembership` mapping Kafka's rebalances onto the
-partition table (:mod:`services.consumer_sidecar.classic`); leases still held are dropped
-first (the assigner revoked them all before it switched the group). An accepted join of a
-leased group while subscribed switches back: the consumer ``unsubscribe()``s — Kafka's
-revoke hands every partition back with its acked offsets committed, and the member leaves
-the group at once, static membership or not — and a fresh ``assign()`` consumer takes its
-place; the assigner grants leases once Kafka's group is empty.
+partition table (:mod:`services.consumer_sidecar.kafka_group_membership`); leases still
+held are dropped first (the assigner revoked them all before it switched the group). An
+accepted join of a leased group while subscribed switches back: the consumer
+``unsubscribe()``s — Kafka's revoke hands every partition back with its acked offsets
+committed, and the member leaves the group at once, static membership or not — and a
+fresh ``assign()`` consumer takes its place; the assigner grants leases once Kafka's group is empty.
 
 A later change of the group's ``consumer_config`` (``live_config.py``) takes a new
 subscribe()d consumer: :meth:`KafkaGroupMode.apply` hands the partitions back as on a
@@ -25,16 +25,16 @@ import structlog
 from confluent_kafka import KafkaError, KafkaException
 
 from dataservice.assigner.v1 import assigner_pb2
-from services.consumer_sidecar.classic import ClassicMembership, RebalanceEvents
 from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.kafka_config import fetch_config
+from services.consumer_sidecar.kafka_group_membership import ClassicMembership, RebalanceEvents
 from services.consumer_sidecar.partitions import PartitionTable
 from services.consumer_sidecar.settings import SidecarSettings
 from services.runtime.consumer_config import ALLOWED
 
 log = structlog.get_logger(__name__)
 
-Spawn = Callable[[Coroutine[Any, Any, None], str], None]
+Spawn = Callable[[Coroutine[Any, Any, None], str], object]
 
 
 class KafkaGroupMode:

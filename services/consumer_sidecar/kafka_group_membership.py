@@ -19,7 +19,7 @@ Kafka's rebalance callbacks run on the fetch thread, inside ``consume()``:
 * ``on_lost`` → the partitions may already be someone else's: drop without committing.
 
 Each callback is also reported to :class:`RebalanceEvents` (the metrics): a rebalance
-round's join (timed by :class:`~services.consumer_sidecar.coordinator.RoundTimer` from
+round's join (timed by :class:`~services.consumer_sidecar.round_timing.RoundTimer` from
 ``subscribe()`` or the revoke / loss that ended the previous round, until ``on_assign``),
 the assignment's application (the closest this mode has to a SyncGroup time: librdkafka
 answers JoinGroup and SyncGroup itself and calls the app once, with the result), and
@@ -41,13 +41,13 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc
 from dsclient.connection import AioLeaderFollower, Backoff, CallPolicy
 from services.consumer_sidecar.acks import PartitionAcks
-from services.consumer_sidecar.coordinator import RoundTimer
 from services.consumer_sidecar.partitions import (
     NO_DEADLINE,
     UNLEASED_EPOCH,
     Partition,
     PartitionTable,
 )
+from services.consumer_sidecar.round_timing import RoundTimer
 from services.runtime.topic_partition import TP
 
 log = structlog.get_logger(__name__)

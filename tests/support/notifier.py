@@ -1,4 +1,4 @@
-"""Helpers of the notifier's end-to-end tests (no tests here): start a notifier process,
+"""Helpers of the notifier's end-to-end tests: start a notifier process,
 talk to it, and read what it published on Kafka."""
 
 from __future__ import annotations
@@ -17,20 +17,10 @@ from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2_grpc
 from services.notifier.event_codec import decode_event
 from tests.support.mesh import Mesh, ServiceProcess
-from tests.support.ops import metrics as metrics  # re-exported: tests import it from here
+from tests.support.waiting import wait_for
 
 T = TypeVar("T")
 FAULTS_TOPIC = "ds.faults"
-
-
-def wait_for(check: Callable[[], T | None], timeout: float, what: str, every: float = 0.2) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def notifier_config(path: Path, **settings: object) -> Path:
