@@ -71,7 +71,7 @@ class DataSignal:
             waiter.set()
 
     def add_waiter(self, event: asyncio.Event) -> None:
-        """Set ``event`` (the caller's own) at each notify until is dropped (:meth:`drop`)."""
+        """Set ``event`` (the caller's own) at each notify until it is dropped (:meth:`drop`)."""
         self._waiters.add(event)
 
     def drop(self, waiter: asyncio.Event) -> None:
