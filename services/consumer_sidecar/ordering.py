@@ -80,13 +80,23 @@ def held_of(
 ) -> Held:
     """The gate's summary of a partition's unacked records: the keys of those in flight
     (repeats allowed), the due ones as (offset, key), in any order."""
+    keys = set(in_flight)
+    keyless = None in keys
+    keys.discard(None)
+    return held_counted(mode, keys, int(keyless), dues)
+
+
+def held_counted(
+    mode: Ordering, keys: Set[HeldKey], keyless: int, dues: Iterable[tuple[int, HeldKey]]
+) -> Held:
+    """:func:`held_of` from the keys in flight (without None, e.g. a live view of
+    :class:`in_flight_keys.InFlightKeys`) and how many keyless records are in flight."""
     due: list[tuple[int, _SlotKey]]
     if mode is Ordering.PARTITION:
-        slots: set[_SlotKey] = {_PARTITION} if any(True for _ in in_flight) else set()
+        slots: Set[_SlotKey] = {_PARTITION} if keys or keyless else frozenset()
         due = [(offset, _PARTITION) for offset, _ in dues]
     else:
-        slots = set(in_flight)
-        slots.discard(None)
+        slots = keys  # type: ignore[assignment]
         due = [(offset, key) for offset, key in dues if key is not None]
     due.sort(key=lambda d: d[0])
     return Held(slots, due)
@@ -104,6 +114,8 @@ def eligible_new(mode: Ordering, held: Held, keys: Sequence[Key]) -> int:
         for count, key in enumerate(keys):
             if key is not None:
                 return count
+        return len(keys)
+    if in_flight.isdisjoint(keys):  # the common case, in C (a Stream's credit: thousands)
         return len(keys)
     for count, key in enumerate(keys):
         if key in in_flight:  # None never is

@@ -25,10 +25,11 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import accumulate, islice, pairwise, repeat
+from itertools import accumulate, islice, pairwise
 
 from dsclient.records.batches import RECORD_OVERHEAD_BYTES, Chunk, Slice
 from services.consumer_sidecar.acks import NO_HOLDER, NO_LIMIT, GivenUp, Holder, PartitionAcks
+from services.consumer_sidecar.in_flight_keys import InFlightKeys
 from services.consumer_sidecar.ordering import (
     UNKNOWN,
     HeldKey,
@@ -37,7 +38,7 @@ from services.consumer_sidecar.ordering import (
     Ordering,
     eligible_new,
     eligible_prefix,
-    held_of,
+    held_counted,
 )
 from services.consumer_sidecar.stats import PartitionStats
 from services.runtime.topic_partition import TP
@@ -161,6 +162,8 @@ class Partition:
     # Ordered modes: each buffered chunk's keys (by record index), read once per chunk,
     # not on every take (pruned to the buffer's chunks after each take).
     chunk_keys: dict[Chunk, list[Key]] = field(default_factory=dict)
+    # Ordered modes: the keys in flight, kept from take to take (in_flight_keys.py).
+    in_flight: InFlightKeys = field(default_factory=InFlightKeys)
 
     def take_rate(self, now: float) -> float:
         """Bytes/s fetched since the previous call (0.0 on the first)."""
@@ -312,17 +315,19 @@ class PartitionTable:
         for part in parts:
             keys = part.keys
             acks = part.acks
+            runs = acks.unacked_runs()
+            # what is in flight, from the runs that changed (before pruning their keys)
+            part.in_flight.sync(((lo, hi) for lo, hi, due in runs if not due), keys)
             commit_point = acks.commit_point
             while keys and (first := next(iter(keys))) < commit_point:
                 del keys[first]
-            in_flight: set[HeldKey] = set()
-            dues: list[tuple[int, HeldKey]] = []
-            for lo, hi, due in acks.unacked_runs():
-                if due:
-                    dues.extend((offset, keys.get(offset, UNKNOWN)) for offset in range(lo, hi))
-                else:
-                    in_flight.update(map(keys.get, range(lo, hi), repeat(UNKNOWN, hi - lo)))
-            held = held_of(mode, in_flight, dues)
+            dues: list[tuple[int, HeldKey]] = [
+                (offset, keys.get(offset, UNKNOWN))
+                for lo, hi, due in runs
+                if due
+                for offset in range(lo, hi)
+            ]
+            held = held_counted(mode, part.in_flight.keys, part.in_flight.keyless, dues)
             first_chunk = part.buffer[0]
             if not held.dues and first_chunk.offsets[first_chunk.start] >= acks.next_offset:
                 # every buffered record a first delivery (offsets only grow in the buffer)
