@@ -112,6 +112,11 @@ class Reverted:
     metadata: str  # that commit's metadata
 
 
+# Ordered modes: a partition's offset → key map is pruned below the commit point once it
+# holds this many more entries than twice the records from there on.
+PRUNE_KEYS_ABOVE = 1024
+
+
 @dataclass
 class Partition:
     tp: TP
@@ -319,8 +324,10 @@ class PartitionTable:
             # what is in flight, from the runs that changed (before pruning their keys)
             part.in_flight.sync(((lo, hi) for lo, hi, due in runs if not due), keys)
             commit_point = acks.commit_point
-            while keys and (first := next(iter(keys))) < commit_point:
-                del keys[first]
+            if len(keys) > 2 * (acks.next_offset - commit_point) + PRUNE_KEYS_ABOVE:
+                # the keys below the commit point are not read again: dropped in one pass
+                # now and then (deleting from a dict's front one by one costs a scan each)
+                part.keys = keys = {o: k for o, k in keys.items() if o >= commit_point}
             dues: list[tuple[int, HeldKey]] = [
                 (offset, keys.get(offset, UNKNOWN))
                 for lo, hi, due in runs
