@@ -162,7 +162,7 @@ class Partition:
     lag: int = -1  # records behind the high watermark; -1 = not known yet
     _rate_mark: tuple[float, int] | None = None
     # Ordered modes (ordering.py): the key of each record handed out, by offset, while it
-    # may still be un-acked (pruned below the commit point).
+    # may still be un-acked (pruned below the commit point now and then: PRUNE_KEYS_ABOVE).
     keys: dict[int, Key] = field(default_factory=dict)
     # Ordered modes: each buffered chunk's keys (by record index), read once per chunk,
     # not on every take (pruned to the buffer's chunks after each take).
