@@ -346,13 +346,16 @@ class PartitionTable:
 
     def _record_keys(self, slices: list[Slice]) -> None:
         """Lock held: the keys of the records just handed out, for the ordering gate."""
+        parts: dict[TP, Partition] = {}
         for s in slices:
             part = self.partitions.get(TP(s.topic, s.partition))
             if part is None:
                 continue
+            parts[part.tp] = part
             offsets, keys = s.chunk.offsets[s.lo : s.hi], _chunk_keys(part, s.chunk)[s.lo : s.hi]
             part.keys.update(zip(offsets, keys, strict=True))
-            if len(part.chunk_keys) > len(part.buffer):  # chunks handed out in full
+        for part in parts.values():  # forget the chunks handed out in full
+            if len(part.chunk_keys) > len(part.buffer):
                 live = set(part.buffer)
                 part.chunk_keys = {c: k for c, k in part.chunk_keys.items() if c in live}
 
