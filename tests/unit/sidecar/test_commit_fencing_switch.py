@@ -11,11 +11,10 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
 from services.consumer_sidecar.kafka_fenced_commits import FencedCommitter, transactional_id
 from services.consumer_sidecar.leasing import LeaseKeeper
-from services.consumer_sidecar.partitions import NO_DEADLINE, Partition, PartitionTable
+from services.consumer_sidecar.partitions import NO_DEADLINE, PartitionTable
 from services.runtime.topic_partition import TP
 
 GROUP = "g"
