@@ -375,7 +375,8 @@ type GroupConfig struct {
 	// per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
 	// partition's next grant (leases held at the switch keep the fencing they were granted
 	// under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
-	// is refused (FAILED_PRECONDITION): a lease-fenced holder would not fence a Kafka-fenced one.
+	// is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+	// fence a Kafka-fenced one that outlived its lease.
 	CommitFencing CommitFencing `protobuf:"varint,15,opt,name=commit_fencing,json=commitFencing,proto3,enum=dataservice.assigner.v1.CommitFencing" json:"commit_fencing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -1279,7 +1279,8 @@ java.lang.String defaultValue);
      * per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
      * partition's next grant (leases held at the switch keep the fencing they were granted
      * under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
-     * is refused (FAILED_PRECONDITION): a lease-fenced holder would not fence a Kafka-fenced one.
+     * is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+     * fence a Kafka-fenced one that outlived its lease.
      * </pre>
      *
      * <code>.dataservice.assigner.v1.CommitFencing commit_fencing = 15;</code>
@@ -1292,7 +1293,8 @@ java.lang.String defaultValue);
      * per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
      * partition's next grant (leases held at the switch keep the fencing they were granted
      * under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
-     * is refused (FAILED_PRECONDITION): a lease-fenced holder would not fence a Kafka-fenced one.
+     * is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+     * fence a Kafka-fenced one that outlived its lease.
      * </pre>
      *
      * <code>.dataservice.assigner.v1.CommitFencing commit_fencing = 15;</code>
@@ -1931,7 +1933,8 @@ java.lang.String defaultValue) {
      * per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
      * partition's next grant (leases held at the switch keep the fencing they were granted
      * under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
-     * is refused (FAILED_PRECONDITION): a lease-fenced holder would not fence a Kafka-fenced one.
+     * is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+     * fence a Kafka-fenced one that outlived its lease.
      * </pre>
      *
      * <code>.dataservice.assigner.v1.CommitFencing commit_fencing = 15;</code>
@@ -1946,7 +1949,8 @@ java.lang.String defaultValue) {
      * per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
      * partition's next grant (leases held at the switch keep the fencing they were granted
      * under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
-     * is refused (FAILED_PRECONDITION): a lease-fenced holder would not fence a Kafka-fenced one.
+     * is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+     * fence a Kafka-fenced one that outlived its lease.
      * </pre>
      *
      * <code>.dataservice.assigner.v1.CommitFencing commit_fencing = 15;</code>
@@ -4165,7 +4169,8 @@ java.lang.String defaultValue) {
        * per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
        * partition's next grant (leases held at the switch keep the fencing they were granted
        * under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
-       * is refused (FAILED_PRECONDITION): a lease-fenced holder would not fence a Kafka-fenced one.
+       * is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+       * fence a Kafka-fenced one that outlived its lease.
        * </pre>
        *
        * <code>.dataservice.assigner.v1.CommitFencing commit_fencing = 15;</code>
@@ -4180,7 +4185,8 @@ java.lang.String defaultValue) {
        * per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
        * partition's next grant (leases held at the switch keep the fencing they were granted
        * under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
-       * is refused (FAILED_PRECONDITION): a lease-fenced holder would not fence a Kafka-fenced one.
+       * is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+       * fence a Kafka-fenced one that outlived its lease.
        * </pre>
        *
        * <code>.dataservice.assigner.v1.CommitFencing commit_fencing = 15;</code>
@@ -4199,7 +4205,8 @@ java.lang.String defaultValue) {
        * per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
        * partition's next grant (leases held at the switch keep the fencing they were granted
        * under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
-       * is refused (FAILED_PRECONDITION): a lease-fenced holder would not fence a Kafka-fenced one.
+       * is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+       * fence a Kafka-fenced one that outlived its lease.
        * </pre>
        *
        * <code>.dataservice.assigner.v1.CommitFencing commit_fencing = 15;</code>
@@ -4216,7 +4223,8 @@ java.lang.String defaultValue) {
        * per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
        * partition's next grant (leases held at the switch keep the fencing they were granted
        * under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
-       * is refused (FAILED_PRECONDITION): a lease-fenced holder would not fence a Kafka-fenced one.
+       * is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+       * fence a Kafka-fenced one that outlived its lease.
        * </pre>
        *
        * <code>.dataservice.assigner.v1.CommitFencing commit_fencing = 15;</code>
@@ -4236,7 +4244,8 @@ java.lang.String defaultValue) {
        * per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
        * partition's next grant (leases held at the switch keep the fencing they were granted
        * under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
-       * is refused (FAILED_PRECONDITION): a lease-fenced holder would not fence a Kafka-fenced one.
+       * is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+       * fence a Kafka-fenced one that outlived its lease.
        * </pre>
        *
        * <code>.dataservice.assigner.v1.CommitFencing commit_fencing = 15;</code>
