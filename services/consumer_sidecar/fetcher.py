@@ -540,6 +540,8 @@ class Fetcher:
         never commit below it."""
         now = self._table.clock()
         kept = [r for r in requests if self._still_committable(r, now)]
+        if self.fenced is None:  # never outside its transaction (it has no deadline)
+            kept = [r for r in kept if not self._kafka_fenced(r.tp, r.epoch)]
         if not self.classic and self.external_changes != "ignore":
             kept = self._without_external(kept, consumer or self._consumer)
         if not kept:
@@ -562,8 +564,9 @@ class Fetcher:
                 done = self._commit_fenced(
                     [kept[i] for i in fenced], [offsets[i] for i in fenced], started
                 )
-                plain = [i for i in range(len(kept)) if i not in set(fenced)]
-                return done + self.commit([kept[i] for i in plain], consumer)
+                return done + self.commit(
+                    [r for i, r in enumerate(kept) if i not in set(fenced)], consumer
+                )
         try:
             result = (consumer or self._consumer).commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
@@ -701,7 +704,8 @@ class Fetcher:
                 [offsets[i] for i in fenced],
                 time.monotonic(),
             )
-        plain = [o for i, o in enumerate(offsets) if i not in set(fenced) or self.fenced is None]
+        # A Kafka-fenced lease never commits outside its transaction (it has no deadline).
+        plain = [o for i, o in enumerate(offsets) if i not in set(fenced)]
         if plain:
             consumer.commit(offsets=plain, asynchronous=False)
 

@@ -142,3 +142,19 @@ def test_a_switch_back_to_lease_fencing_leaves_held_kafka_leases_kafka_fenced() 
     fetcher.commit([CommitRequest(U, 5, EPOCH)])
     assert consumer.commits == []
     assert log[0] == ("offsets", transactional_id(GROUP, U), [(1, 5)])
+
+
+def test_a_kafka_fenced_lease_never_commits_outside_a_transaction() -> None:
+    """Without lease producers (a fetcher built without them) a Kafka-fenced lease, which
+    has no deadline, is not committed at all rather than by a plain OffsetCommit."""
+    keeper, fetcher, consumer, _log = sidecar()
+    fetcher.fenced = None
+    table = fetcher._table
+    keeper.kafka_fenced = True
+    assert keeper.grant(U, EPOCH, table.clock())
+    keeper.renew(U, EPOCH, table.clock() + 3)
+    part = table.get(U)
+    assert part is not None
+    part.ready = True
+    assert fetcher.commit([CommitRequest(U, 5, EPOCH)]) == []
+    assert consumer.commits == []
