@@ -149,6 +149,10 @@ class Partition:
     # Ordered modes (ordering.py): the key of each record handed out, by offset, while it
     # may still be un-acked (pruned below the commit point).
     keys: dict[int, Key] = field(default_factory=dict)
+    # commit_fencing: kafka when granted (issue 36): commits go through the lease's
+    # transactional producer and the confirmed lease has no deadline. Fixed for the
+    # lease's life: a change of the group's setting applies to the next grant.
+    kafka_fenced: bool = False
 
     def take_rate(self, now: float) -> float:
         """Bytes/s fetched since the previous call (0.0 on the first)."""
