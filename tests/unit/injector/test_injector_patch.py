@@ -335,7 +335,7 @@ IDENTITY = TEMPLATE.model_copy(update={"workload_identity": True, "ca_config_map
 
 
 @given(pod_templates())
-@settings(max_examples=50)
+@settings(max_examples=50, deadline=None)  # a loaded machine: no per-example time limit
 def test_workload_identity_projects_the_service_account_tokens(pod: dict[str, Any]) -> None:
     """With ``workload_identity`` the pod gets one projected volume: its service account's
     tokens for the assigner (audience ds-assigner) and for its sidecar (ds-sidecar), an hour
