@@ -81,6 +81,11 @@ EXTERNAL_CHANGES = {
     "revert": types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT,
     "ignore": types_pb2.EXTERNAL_OFFSET_CHANGES_IGNORE,
 }
+COMMIT_FENCINGS = {
+    "": types_pb2.COMMIT_FENCING_UNSPECIFIED,
+    "lease": types_pb2.COMMIT_FENCING_LEASE,
+    "kafka": types_pb2.COMMIT_FENCING_KAFKA,
+}
 ORDERINGS = {
     "unordered": types_pb2.ORDERING_UNORDERED,
     "key": types_pb2.ORDERING_KEY,
@@ -306,7 +311,13 @@ class GroupRuntime:
             external_offset_changes=self.external_offset_changes,
             dead_letter_topic=self.record.dead_letter_topic,
             ordering=self.ordering,
+            commit_fencing=self.commit_fencing,
         )
+
+    @property
+    def commit_fencing(self) -> Literal["", "lease", "kafka"]:
+        value = self.record.commit_fencing
+        return "lease" if value == "lease" else "kafka" if value == "kafka" else ""
 
     @property
     def ordering(self) -> Literal["unordered", "key", "partition"]:
@@ -332,6 +343,7 @@ class GroupRuntime:
             external_offset_changes=EXTERNAL_CHANGES[self.record.external_offset_changes],
             dead_letter_topic=self.record.dead_letter_topic,
             ordering=ORDERINGS[self.record.ordering],
+            commit_fencing=COMMIT_FENCINGS[self.record.commit_fencing],
         )
         if self.record.visibility_timeout_seconds is not None:
             config.visibility_timeout.CopyFrom(duration(self.record.visibility_timeout_seconds))
@@ -368,6 +380,7 @@ class GroupRuntime:
                     external_offset_changes=EXTERNAL_CHANGES[self.record.external_offset_changes],
                     dead_letter_topic=self.record.dead_letter_topic,
                     ordering=ORDERINGS[self.record.ordering],
+                    commit_fencing=COMMIT_FENCINGS[self.record.commit_fencing],
                 )
             )
         )
@@ -610,6 +623,7 @@ class GroupRuntime:
                     external_offset_changes=EXTERNAL_CHANGES[record.external_offset_changes],
                     dead_letter_topic=record.dead_letter_topic,
                     ordering=ORDERINGS[record.ordering],
+                    commit_fencing=COMMIT_FENCINGS[record.commit_fencing],
                 )
             )
             for conn in self.connections.values():

@@ -284,6 +284,7 @@ class GroupRegistry:
                         external_offset_changes=seed.external_offset_changes,
                         dead_letter_topic=seed.dead_letter_topic,
                         ordering=seed.ordering,
+                        commit_fencing=seed.commit_fencing,
                     )
                 )
             except DsError as err:

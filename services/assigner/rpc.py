@@ -43,6 +43,8 @@ from services.assigner.admin.records import make_record, record_fields
 from services.assigner.admin.reset_request import reset_spec
 from services.assigner.admin.update_mask import apply_update_mask, changed_paths, mask_paths
 from services.assigner.admin.validation import (
+    COMMIT_FENCINGS,
+    validate_commit_fencing_change,
     validate_group_config,
     validate_group_name,
     validate_request_id,
@@ -442,6 +444,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 raise version_conflict(group.name, expected, current.config_version)
             desired = apply_update_mask(current, request.group, paths)
             validate_group_config(desired, *self._timing_defaults())
+            validate_commit_fencing_change(
+                COMMIT_FENCINGS[current.commit_fencing], COMMIT_FENCINGS[desired.commit_fencing]
+            )
             changed = changed_paths(current, desired)
             if not changed:
                 return admin_pb2.UpdateGroupResponse(group=current)  # nothing to apply

@@ -37,6 +37,8 @@ class GroupSeed(BaseModel):
     dead_letter_topic: str = Field("", max_length=249, pattern=r"^[A-Za-z0-9._-]*$")
     # Which records may be in flight to the group's clients at once (issue 39).
     ordering: Literal["unordered", "key", "partition"] = "unordered"
+    # How commits are fenced (issue 36); "" = each sidecar's commit_fencing setting.
+    commit_fencing: Literal["", "lease", "kafka"] = ""
 
     @field_validator("consumer_config")
     @classmethod

@@ -68,6 +68,8 @@ class GroupRecord:
     dead_letter_topic: str = ""
     # Issue 39: unordered | key | partition (enforced by the sidecars).
     ordering: str = "unordered"
+    # Issue 36: lease | kafka ("" = each sidecar's commit_fencing setting).
+    commit_fencing: str = ""
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -89,6 +91,8 @@ class GroupRecord:
             document["dead_letter_topic"] = self.dead_letter_topic
         if self.ordering != "unordered":
             document["ordering"] = self.ordering
+        if self.commit_fencing:
+            document["commit_fencing"] = self.commit_fencing
         return document
 
 
@@ -117,6 +121,7 @@ GROUP_MODES = frozenset({"leased", "kafka_group"})
 BALANCE_STRATEGIES = frozenset({"count", "load"})
 EXTERNAL_OFFSET_CHANGES = frozenset({"follow", "revert", "ignore"})
 ORDERINGS = frozenset({"unordered", "key", "partition"})
+COMMIT_FENCINGS = frozenset({"", "lease", "kafka"})
 
 
 def _strict_model(cls: type[Any]) -> type[BaseModel]:
@@ -262,6 +267,8 @@ def _group(name: str, data: Any) -> GroupRecord:
         )
     if record.ordering not in ORDERINGS:
         raise BadRecord("group", f"unknown ordering {record.ordering[:40]!r}")
+    if record.commit_fencing not in COMMIT_FENCINGS:
+        raise BadRecord("group", f"unknown commit_fencing {record.commit_fencing[:40]!r}")
     if record.config_version < 1:
         raise BadRecord("group", "config_version is >= 1")
     return record

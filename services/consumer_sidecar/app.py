@@ -119,10 +119,11 @@ class SidecarApp:
             prefetch_bytes=int(fetch_config["queued.max.messages.kbytes"]) * 1024,
         )
         self.fetcher.external_check_seconds = settings.external_check_interval_seconds
+        # The lease producers exist whatever the fencing: the group's commit_fencing (or,
+        # when it says nothing, this setting) picks each lease's at its grant, live.
         kafka_fenced = settings.commit_fencing == "kafka"
-        if kafka_fenced:
-            self.fetcher.fenced = self._fenced_committer(committer)
-            self.fetcher.on_fenced = self._fenced_at_kafka
+        self.fetcher.fenced = self._fenced_committer(committer)
+        self.fetcher.on_fenced = self._fenced_at_kafka
         self.fetcher.reset_to_end = kafka_config.resets_to_end(settings)
         self.fetcher.on_gap = self._offset_gap
         self.keeper = LeaseKeeper(
@@ -182,6 +183,7 @@ class SidecarApp:
         self.session.on_delivery_policy = self._delivery_policy
         self.session.on_external_changes = self._external_changes
         self.session.on_ordering = self._ordering
+        self.session.on_commit_fencing = self._commit_fencing
         self.table.on_unblocked = self.data.notify
         self.serving = Serving(
             self.table,
@@ -372,6 +374,20 @@ class SidecarApp:
             log.info("ordering", ordering=ordering.value, before=self.table.ordering.value)
         self.table.ordering = ordering
         self.data.notify()  # records held back may go now (a switch to unordered)
+
+    def _commit_fencing(self, mode: str) -> None:
+        """The group's commit_fencing (SessionAccepted, ConfigUpdate; "" = this sidecar's
+        setting), live: each partition granted from now on takes it; a lease held keeps the
+        fencing it was granted under until it ends (the assigner refuses a change away
+        from kafka, services/assigner/admin/validation.py)."""
+        kafka_fenced = (mode or self.settings.commit_fencing) == "kafka"
+        if kafka_fenced != self.keeper.kafka_fenced:
+            log.info(
+                "commit fencing: applies to the next grant of each partition",
+                commit_fencing="kafka" if kafka_fenced else "lease",
+                group_setting=mode or "(unset: this sidecar's)",
+            )
+        self.keeper.kafka_fenced = kafka_fenced
 
     def _external_changes(self, mode: str) -> None:
         """The group's external_offset_changes (SessionAccepted, ConfigUpdate), live."""

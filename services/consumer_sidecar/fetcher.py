@@ -182,8 +182,9 @@ class Fetcher:
         self.reset_to_end = False
         self._resets: dict[TP, int] = {}  # out-of-range positions still to move
         self._resets_retry_at = 0.0
-        # commit_fencing: kafka: the lease producers that make (and fence) leased commits;
-        # None: commits through the commit consumer, fenced by the local deadlines.
+        # commit_fencing: kafka: the lease producers that make (and fence) the commits of
+        # the leases granted under it (Partition.kafka_fenced); the others (and all, when
+        # None) commit through the commit consumer, fenced by the local deadlines.
         self.fenced: FencedCommitter | None = None
         # A lease whose commit Kafka refused for good (a newer holder fenced it), from the
         # commit thread: the lease keeper drops it.
@@ -285,8 +286,13 @@ class Fetcher:
         epochs = {
             tp: part.epoch
             for tp in starts
-            if (part := self._table.get(tp)) is not None and not part.revoking and not part.ready
+            if (part := self._table.get(tp)) is not None
+            and part.kafka_fenced
+            and not part.revoking
+            and not part.ready
         }
+        if not epochs:
+            return
         errors = self.fenced.open(epochs)
         if errors:
             raise next(iter(errors.values()))
@@ -534,6 +540,8 @@ class Fetcher:
         never commit below it."""
         now = self._table.clock()
         kept = [r for r in requests if self._still_committable(r, now)]
+        if self.fenced is None:  # never outside its transaction (it has no deadline)
+            kept = [r for r in kept if not self._kafka_fenced(r.tp, r.epoch)]
         if not self.classic and self.external_changes != "ignore":
             kept = self._without_external(kept, consumer or self._consumer)
         if not kept:
@@ -549,7 +557,16 @@ class Fetcher:
         ]
         started = time.monotonic()
         if self.fenced is not None and not self.classic:
-            return self._commit_fenced(kept, offsets, started)
+            fenced = [i for i, r in enumerate(kept) if self._kafka_fenced(r.tp, r.epoch)]
+            if len(fenced) == len(kept):
+                return self._commit_fenced(kept, offsets, started)
+            if fenced:  # both kinds (the group's commit_fencing changed): each its own way
+                done = self._commit_fenced(
+                    [kept[i] for i in fenced], [offsets[i] for i in fenced], started
+                )
+                return done + self.commit(
+                    [r for i, r in enumerate(kept) if i not in set(fenced)], consumer
+                )
         try:
             result = (consumer or self._consumer).commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
@@ -566,6 +583,11 @@ class Fetcher:
             if not self._defer_if_rebalancing(KafkaException(error), [request]):
                 raise KafkaException(error)
         return kept
+
+    def _kafka_fenced(self, tp: TP, epoch: int) -> bool:
+        """The lease (tp, epoch) was granted under commit_fencing: kafka."""
+        part = self._table.get(tp)
+        return part is not None and part.epoch == epoch and part.kafka_fenced
 
     def _commit_fenced(
         self, kept: list[CommitRequest], offsets: list[TopicPartition], started: float
@@ -675,12 +697,17 @@ class Fetcher:
             )
             for r in live
         ]
-        if self.fenced is not None:
+        fenced = [i for i, r in enumerate(live) if self._kafka_fenced(r.tp, r.epoch)]
+        if self.fenced is not None and fenced:
             self._commit_fenced(
-                [CommitRequest(r.tp, r.restored, r.epoch) for r in live], offsets, time.monotonic()
+                [CommitRequest(live[i].tp, live[i].restored, live[i].epoch) for i in fenced],
+                [offsets[i] for i in fenced],
+                time.monotonic(),
             )
-            return
-        consumer.commit(offsets=offsets, asynchronous=False)
+        # A Kafka-fenced lease never commits outside its transaction (it has no deadline).
+        plain = [o for i, o in enumerate(offsets) if i not in set(fenced)]
+        if plain:
+            consumer.commit(offsets=plain, asynchronous=False)
 
     async def check_external_async(self, tps: list[TP]) -> list[TP]:
         """:meth:`check_external` on the commit thread (the fetch thread without one)."""

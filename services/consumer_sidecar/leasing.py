@@ -172,7 +172,8 @@ class LeaseKeeper:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.table = table
-        # commit_fencing: kafka (module docstring): confirmed leases have no deadline.
+        # commit_fencing: kafka (module docstring): confirmed leases have no deadline. The
+        # group's setting as of now: each lease takes it at its grant (Partition.kafka_fenced).
         self.kafka_fenced = kafka_fenced
         self.fetcher = fetcher
         self.commit_interval = commit_interval
@@ -240,6 +241,7 @@ class LeaseKeeper:
                 acks=PartitionAcks(-1),
                 confirmed=False,
                 granted_at=received_at,
+                kafka_fenced=self.kafka_fenced,
             )
         )
         self._granted_at[tp] = self.clock()
@@ -408,10 +410,10 @@ class LeaseKeeper:
         part = self.table.get(tp)
         if part is None or part.epoch != epoch or part.revoking:
             return
-        if self.kafka_fenced:
+        if part.kafka_fenced:
             deadline = NO_DEADLINE  # fenced at Kafka: the lease lasts until it is taken
         part.deadline = max(part.deadline, deadline)
-        if self._commits_idle and not self.kafka_fenced:
+        if self._commits_idle and not part.kafka_fenced:
             self._commit_now.set()  # a deadline to suspend the lease at, should it lapse
         if part.buffer:
             self.on_renewed()

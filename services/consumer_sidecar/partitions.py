@@ -169,6 +169,10 @@ class Partition:
     chunk_keys: dict[Chunk, list[Key]] = field(default_factory=dict)
     # Ordered modes: the keys in flight, kept from take to take (in_flight_keys.py).
     in_flight: InFlightKeys = field(default_factory=InFlightKeys)
+    # commit_fencing: kafka when granted (issue 36): commits go through the lease's
+    # transactional producer and the confirmed lease has no deadline. Fixed for the
+    # lease's life: a change of the group's setting applies to the next grant.
+    kafka_fenced: bool = False
 
     def take_rate(self, now: float) -> float:
         """Bytes/s fetched since the previous call (0.0 on the first)."""

@@ -73,6 +73,11 @@ ORDERINGS = {
     types_pb2.ORDERING_KEY: "key",
     types_pb2.ORDERING_PARTITION: "partition",
 }
+# The group's commit fencing (issue 36); unspecified = "" (the sidecar's setting).
+COMMIT_FENCINGS = {
+    types_pb2.COMMIT_FENCING_LEASE: "lease",
+    types_pb2.COMMIT_FENCING_KAFKA: "kafka",
+}
 EXTERNAL_CHANGES = {
     types_pb2.EXTERNAL_OFFSET_CHANGES_FOLLOW: "follow",
     types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT: "revert",
@@ -168,6 +173,8 @@ class SessionClient:
         self.on_external_changes: Callable[[str], None] = lambda _mode: None
         # The group's ordering (unordered | key | partition), from the same.
         self.on_ordering: Callable[[str], None] = lambda _mode: None
+        # The group's commit fencing (lease | kafka | "" = the sidecar's), from the same.
+        self.on_commit_fencing: Callable[[str], None] = lambda _mode: None
         self._config_version = -1
         self._nominal: dict[TP, int] = {}  # kafka_group mode: leases held only on paper
         # Instrumentation hooks (metrics.py): a heartbeat sent; its ack's round trip.
@@ -594,6 +601,7 @@ class SessionClient:
         self.on_delivery_policy(visibility, config.max_deliveries, config.dead_letter_topic)
         self.on_external_changes(EXTERNAL_CHANGES.get(config.external_offset_changes, "follow"))
         self.on_ordering(ORDERINGS.get(config.ordering, "unordered"))
+        self.on_commit_fencing(COMMIT_FENCINGS.get(config.commit_fencing, ""))
 
     def external_found(self) -> None:
         """A commit this sidecar did not make was found: report it in a heartbeat now."""

@@ -68,8 +68,10 @@ class SidecarSettings(ServiceSettings):
         "the next holder. lease: the local lease deadline (it stops delivering and committing "
         "a TTL after the assigner last renewed it, so it also stops when no assigner is "
         "reachable). kafka: a transactional producer per held lease, fenced at the broker by "
-        "the next holder (issue 36); leases then outlive the assigner's absence. Every "
-        "sidecar of a group must use the same value (docs/operate/failure-model.md)",
+        "the next holder (issue 36); leases then outlive the assigner's absence. The "
+        "default for groups whose config does not set commit_fencing (the group's value "
+        "wins); every sidecar of such a group must use the same value "
+        "(docs/operate/failure-model.md)",
     )
     # What the local lease deadline keeps before TTL: the sidecar stops a partition at heartbeat
     # send time + TTL - margin.

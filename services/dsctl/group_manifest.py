@@ -37,6 +37,10 @@ ORDERINGS = {
     "key": types_pb2.ORDERING_KEY,
     "partition": types_pb2.ORDERING_PARTITION,
 }
+COMMIT_FENCINGS = {
+    "lease": types_pb2.COMMIT_FENCING_LEASE,
+    "kafka": types_pb2.COMMIT_FENCING_KAFKA,
+}
 DURATIONS = {
     "visibilityTimeout": "visibility_timeout",
     "leaseTtl": "lease_ttl",
@@ -53,6 +57,7 @@ PATHS = {
     "balanceStrategy": "balance_strategy",
     "externalOffsetChanges": "external_offset_changes",
     "ordering": "ordering",
+    "commitFencing": "commit_fencing",
 }
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -147,6 +152,10 @@ def config_of(doc: Mapping[str, Any]) -> types_pb2.GroupConfig:
         )
     if (ordering := spec.get("ordering")) is not None:
         config.ordering = _choice(ordering, ORDERINGS, f"{where}: spec.ordering")  # type: ignore[assignment]
+    if (fencing := spec.get("commitFencing")) is not None:
+        config.commit_fencing = _choice(  # type: ignore[assignment]
+            fencing, COMMIT_FENCINGS, f"{where}: spec.commitFencing"
+        )
     return config
 
 
@@ -174,6 +183,8 @@ def spec_of(config: types_pb2.GroupConfig) -> dict[str, Any]:
         spec["externalOffsetChanges"] = changes
     if ordering := _name_of(ORDERINGS, config.ordering):
         spec["ordering"] = ordering
+    if fencing := _name_of(COMMIT_FENCINGS, config.commit_fencing):
+        spec["commitFencing"] = fencing
     return spec
 
 

@@ -45,6 +45,11 @@ EXTERNAL_CHANGES: Mapping[int, str] = {
     types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT: "revert",
     types_pb2.EXTERNAL_OFFSET_CHANGES_IGNORE: "ignore",
 }
+COMMIT_FENCINGS: Mapping[int, str] = {
+    types_pb2.COMMIT_FENCING_UNSPECIFIED: "",  # the sidecars' commit_fencing setting
+    types_pb2.COMMIT_FENCING_LEASE: "lease",
+    types_pb2.COMMIT_FENCING_KAFKA: "kafka",
+}
 ORDERINGS: Mapping[int, str] = {
     types_pb2.ORDERING_UNSPECIFIED: "unordered",
     types_pb2.ORDERING_UNORDERED: "unordered",
@@ -232,6 +237,8 @@ def config_doc(cfg: types_pb2.GroupConfig) -> Doc:
         # "" = the sidecars' dead_letter_topic setting.
         "dead_letter_topic": cfg.dead_letter_topic,
         "ordering": ORDERINGS.get(cfg.ordering, "unknown"),
+        # "" = the sidecars' commit_fencing setting.
+        "commit_fencing": COMMIT_FENCINGS.get(cfg.commit_fencing, "unknown"),
     }
 
 
@@ -322,6 +329,7 @@ def describe_view(doc: Doc) -> RenderableType:
     header.add_row("alert template", cfg["alert_template"] or "-")
     header.add_row("external offset changes", cfg["external_offset_changes"])
     header.add_row("ordering", cfg["ordering"])
+    header.add_row("commit fencing", cfg["commit_fencing"] or "(the sidecars' setting)")
     header.add_row(
         "consumer config",
         ", ".join(f"{k}={v}" for k, v in cfg["consumer_config"].items()) or "-",

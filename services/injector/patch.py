@@ -20,7 +20,14 @@ What an injected pod gets (ARCHITECTURE §5.7):
   in the sidecar and every application container, and ``DS_UDS_DIR`` set in both: the
   sidecar serves its StreamService on a Unix domain socket in it, which the pod's clients
   prefer to TCP (the socket is mode 0660: the containers share a user or the pod's
-  ``fsGroup``, else the clients stay on TCP).
+  ``fsGroup``, else the clients stay on TCP);
+* with the template's ``workload_identity``: a projected volume (``ds-token``) of the pod's
+  service-account tokens, audience ``ds-assigner`` (``token``) and ``ds-sidecar``
+  (``sidecar-token``), plus the CA of the template's ``ca_config_map`` (``ca.crt``), mounted
+  read-only at ``/var/run/dataservice/sa`` in the sidecar and every application container;
+  the sidecar's ``DS_TLS__TOKEN_FILE`` names the first, the application's
+  ``DS_TLS__TOKEN_FILE`` and ``DS_TLS__SIDECAR_TOKEN_FILE`` both, ``DS_TLS__CA_FILE`` the
+  CA. The kubelet rotates the tokens and the clients re-read them; no Secret holds one.
 
 Who is injected: a pod (template) or its workload annotated or labelled
 ``dataservice.io/inject: "true"`` — or any pod when injection is on by default (a namespace
@@ -54,6 +61,19 @@ WORKLOAD_KINDS = {"Deployment": "apps/v1", "StatefulSet": "apps/v1", "Job": "bat
 APP_ENV_NAMES = (mesh_env.SIDECAR, mesh_env.GROUP, mesh_env.ASSIGNER)
 # The shared volume of the sidecar's socket (template.uds_dir); injection owns this name.
 SOCKET_VOLUME = "ds-socket"
+# The projected service-account tokens (template.workload_identity); injection owns it.
+TOKEN_VOLUME = "ds-token"
+TOKEN_DIR = "/var/run/dataservice/sa"
+ASSIGNER_AUDIENCE = "ds-assigner"
+SIDECAR_AUDIENCE = "ds-sidecar"
+TOKEN_FILE = f"{TOKEN_DIR}/token"
+SIDECAR_TOKEN_FILE = f"{TOKEN_DIR}/sidecar-token"
+CA_FILE = f"{TOKEN_DIR}/ca.crt"
+# The client settings (DS_TLS__*) that name those files.
+TOKEN_ENV = "DS_TLS__TOKEN_FILE"
+SIDECAR_TOKEN_ENV = "DS_TLS__SIDECAR_TOKEN_FILE"
+CA_ENV = "DS_TLS__CA_FILE"
+_OUR_VOLUMES = (SOCKET_VOLUME, TOKEN_VOLUME)
 MIB = 1024 * 1024
 # Pod fields the sidecar's settings may refer to as $(NAME), from the downward API.
 _FIELD_REFS = (
@@ -166,6 +186,7 @@ def sidecar_env(group: str, template: SidecarTemplate) -> list[dict[str, Any]]:
             "DS_SHM_SEGMENT_BYTES",
             str(template.shm_segment_mib * MIB) if template.uds_dir is not None else None,
         ),
+        *identity_env(template, sidecar=True),
     ]
     env += [_env(name, value) for name, value in settings if value is not None]
     own = {entry["name"] for entry in env}
@@ -233,7 +254,51 @@ def sidecar_container(group: str, template: SidecarTemplate) -> dict[str, Any]:
             "seccompProfile": {"type": "RuntimeDefault"},  # admitted by "restricted" namespaces
         },
     }
-    return _with_socket_mount(container, template)
+    return _with_mounts(container, template)
+
+
+def identity_env(template: SidecarTemplate, *, sidecar: bool) -> list[tuple[str, str]]:
+    """The token (and CA) files of workload identity, as (name, value): the sidecar sends
+    the ``ds-assigner`` token to the assigner; the application sends it there too and the
+    ``ds-sidecar`` token to its sidecar. None without ``workload_identity``."""
+    if not template.workload_identity:
+        return []
+    env = [(TOKEN_ENV, TOKEN_FILE)]
+    if not sidecar:
+        env.append((SIDECAR_TOKEN_ENV, SIDECAR_TOKEN_FILE))
+    if template.ca_config_map is not None:
+        env.append((CA_ENV, CA_FILE))
+    return env
+
+
+def token_volume(template: SidecarTemplate) -> dict[str, Any]:
+    """The pod's projected service-account tokens, one per audience, and the CA that signs
+    the assigner's certificate (``ca_config_map``); the kubelet writes and rotates them."""
+    lifetime = template.token_expiration_seconds
+    sources: list[dict[str, Any]] = [
+        {
+            "serviceAccountToken": {
+                "audience": audience,
+                "expirationSeconds": lifetime,
+                "path": path.rsplit("/", 1)[1],
+            }
+        }
+        for audience, path in (
+            (ASSIGNER_AUDIENCE, TOKEN_FILE),
+            (SIDECAR_AUDIENCE, SIDECAR_TOKEN_FILE),
+        )
+    ]
+    if template.ca_config_map is not None:
+        sources.append(
+            {
+                "configMap": {
+                    "name": template.ca_config_map,
+                    "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                }
+            }
+        )
+    # 0644, as Kubernetes' own kube-api-access volume: every container of the pod reads it.
+    return {"name": TOKEN_VOLUME, "projected": {"sources": sources, "defaultMode": 0o644}}
 
 
 def socket_volume(template: SidecarTemplate) -> dict[str, Any]:
@@ -244,24 +309,27 @@ def socket_volume(template: SidecarTemplate) -> dict[str, Any]:
     return {"name": SOCKET_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": f"{mib}Mi"}}
 
 
-def _with_socket_mount(container: Mapping[str, Any], template: SidecarTemplate) -> dict[str, Any]:
-    """``container`` with the socket volume mounted at ``template.uds_dir`` (none without
-    one; a mount of ours from an earlier injection replaced)."""
+def _with_mounts(container: Mapping[str, Any], template: SidecarTemplate) -> dict[str, Any]:
+    """``container`` with the socket volume mounted at ``template.uds_dir`` and the token
+    volume (read-only) at ``TOKEN_DIR``, each when the template asks for it (a mount of ours
+    from an earlier injection replaced)."""
     mounts = _without_ours(container.get("volumeMounts"))
     if template.uds_dir is not None:
         mounts.append({"name": SOCKET_VOLUME, "mountPath": template.uds_dir})
+    if template.workload_identity:
+        mounts.append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
     return _with_list(container, "volumeMounts", mounts)
 
 
 def _without_ours(entries: Sequence[Mapping[str, Any]] | None) -> list[Any]:
-    return [e for e in entries or [] if e.get("name") != SOCKET_VOLUME]
+    return [e for e in entries or [] if e.get("name") not in _OUR_VOLUMES]
 
 
 def _with_list(owner: Mapping[str, Any], key: str, entries: list[Any]) -> dict[str, Any]:
     """``owner`` with ``entries`` under ``key``; an empty list only where the owner wrote
     one itself (so taking our entry away again gives back what was there)."""
     before = owner.get(key)
-    if entries or (before is not None and not any(e.get("name") == SOCKET_VOLUME for e in before)):
+    if entries or (before is not None and not any(e.get("name") in _OUR_VOLUMES for e in before)):
         return {**owner, key: entries}
     return {k: v for k, v in owner.items() if k != key}
 
@@ -275,14 +343,26 @@ def app_env(group: str, template: SidecarTemplate) -> list[dict[str, Any]]:
     ]
     if template.uds_dir is not None:
         env.append(_env(mesh_env.UDS_DIR, template.uds_dir))
+    env += [_env(name, value) for name, value in identity_env(template, sidecar=False)]
     return env
+
+
+def _ours(entry: Mapping[str, Any]) -> bool:
+    """A variable of workload identity that an earlier injection set (it names a file of
+    our token volume): the application's own DS_TLS__* variables are left alone."""
+    value = entry.get("value")
+    return (
+        entry.get("name") in (TOKEN_ENV, SIDECAR_TOKEN_ENV, CA_ENV)
+        and isinstance(value, str)
+        and value.startswith(f"{TOKEN_DIR}/")
+    )
 
 
 def _with_env(container: Mapping[str, Any], ours: list[dict[str, Any]]) -> dict[str, Any]:
     """``container`` with our variables first (the application's own may refer to them as
     $(DS_GROUP)) and its other variables after them, in their order."""
-    owned = (*APP_ENV_NAMES, mesh_env.UDS_DIR)
-    theirs = [e for e in container.get("env") or [] if e.get("name") not in owned]
+    owned = {*APP_ENV_NAMES, mesh_env.UDS_DIR, *(e["name"] for e in ours)}
+    theirs = [e for e in container.get("env") or [] if e.get("name") not in owned and not _ours(e)]
     return {**container, "env": [*ours, *theirs]}
 
 
@@ -295,11 +375,13 @@ def inject_pod(pod: Mapping[str, Any], group: str, template: SidecarTemplate) ->
     spec["initContainers"] = [sidecar_container(group, template), *init]
     ours = app_env(group, template)
     spec["containers"] = [
-        _with_socket_mount(_with_env(c, ours), template) for c in spec.get("containers") or []
+        _with_mounts(_with_env(c, ours), template) for c in spec.get("containers") or []
     ]
     volumes = _without_ours(spec.get("volumes"))
     if template.uds_dir is not None:
         volumes.append(socket_volume(template))
+    if template.workload_identity:
+        volumes.append(token_volume(template))
     spec = _with_list(spec, "volumes", volumes)
     current = spec.get("terminationGracePeriodSeconds")
     grace = DEFAULT_GRACE_SECONDS if current is None else int(current)

@@ -117,6 +117,28 @@ class SidecarTemplate(BaseModel):
         "for (its sizeLimit); one more is refused and that client reads over TCP",
     )
 
+    workload_identity: bool = Field(
+        False,
+        description="mount the pod's projected service-account tokens (audience ds-assigner "
+        "in DS_TLS__TOKEN_FILE for the sidecar's and the application's calls to the assigner, "
+        "ds-sidecar in DS_TLS__SIDECAR_TOKEN_FILE for the application's calls to its sidecar), "
+        "read-only, rotated by the kubelet; the assigner verifies them with a TokenReview",
+    )
+    token_expiration_seconds: int = Field(
+        3600,
+        ge=600,
+        le=86400,
+        description="with workload_identity: the tokens' lifetime (the kubelet renews them "
+        "at 80%; 600 is Kubernetes' minimum)",
+    )
+    ca_config_map: str | None = Field(
+        None,
+        description="with workload_identity: a ConfigMap in the pod's namespace whose ca.crt "
+        "signs the assigner's certificate (e.g. distributed by trust-manager), projected "
+        "beside the tokens and named by DS_TLS__CA_FILE (a token is only sent over TLS); "
+        "unset = DS_TLS__CA_FILE comes from elsewhere (env)",
+    )
+
     @field_validator("bootstrap")
     @classmethod
     def _valid_bootstrap(cls, value: str) -> str:
@@ -152,6 +174,14 @@ class SidecarTemplate(BaseModel):
         if not value.startswith("/") or len(value) > 64:
             raise ValueError("uds_dir must be an absolute path of at most 64 characters")
         return value.rstrip("/") or "/"
+
+    @model_validator(mode="after")
+    def _ca_with_identity(self) -> SidecarTemplate:
+        if self.ca_config_map is not None and not self.workload_identity:
+            raise ValueError(
+                "ca_config_map is projected with the tokens: it needs workload_identity"
+            )
+        return self
 
     @model_validator(mode="after")
     def _grace_covers_handoff(self) -> SidecarTemplate:

@@ -65,9 +65,14 @@ class Holder:
         self.fetcher.on_fenced = self.fenced.append
 
     def grant(self, tp: TP, epoch: int) -> int:
-        """A confirmed grant (no deadline, as in this mode) started from the committed
+        """A confirmed grant under commit_fencing: kafka (no deadline; the lease keeper sets
+        Partition.kafka_fenced at the grant) started from the committed
         offset; the offset it starts from."""
-        self.table.add(Partition(tp=tp, epoch=epoch, deadline=NO_DEADLINE, acks=PartitionAcks(-1)))
+        self.table.add(
+            Partition(
+                tp=tp, epoch=epoch, deadline=NO_DEADLINE, acks=PartitionAcks(-1), kafka_fenced=True
+            )
+        )
         return self.fetcher.assign({tp: -1})[tp]
 
     def close(self) -> None:

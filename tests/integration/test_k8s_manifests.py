@@ -14,6 +14,8 @@ import pytest
 import yaml
 
 from services.injector.template import SidecarTemplate
+from services.runtime.auth.policy import Policy
+from services.runtime.auth.token_review import TokenReviewSettings
 from tests.support.k8s import (
     K8S,
     OVERLAYS,
@@ -46,6 +48,19 @@ OPERATOR_RULES = {
          "verbs": ["get", "create", "update"]},
     ],
 }  # fmt: skip
+# Who gets a service-account token and a binding: the operator; in prod also the assigner,
+# bound to system:auth-delegator for the TokenReviews of workload identity.
+API_CALLERS = {"dev": {"ds-operator"}, "prod": {"ds-operator", "ds-assigner"}}
+AUTH_DELEGATOR = {
+    "kind": "ClusterRoleBinding",
+    "name": "ds-assigner-auth-delegator",
+    "roleRef": {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "system:auth-delegator",
+    },
+    "subjects": [{"kind": "ServiceAccount", "name": "ds-assigner", "namespace": "dataservice"}],
+}
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +109,10 @@ def test_deployments_are_probed_bounded_and_unprivileged(
         pod = deployment["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
         operator = deployment["metadata"]["name"] == "ds-operator"
-        assert pod["automountServiceAccountToken"] is operator  # only it calls the API
+        # Only the API's callers get a token: the operator, and in prod the assigner
+        # (TokenReviews of workload identity).
+        callers = API_CALLERS[overlay]
+        assert pod["automountServiceAccountToken"] is (deployment["metadata"]["name"] in callers)
         for container in containers(deployment):
             where = f"{name_of(deployment)} {container['name']}"
             assert "readinessProbe" in container and "livenessProbe" in container, where
@@ -193,8 +211,17 @@ def test_rbac_is_the_operators_alone_and_the_webhook_reaches_the_injector(
             if d["kind"] in ("Role", "ClusterRole")
         }
         assert roles == OPERATOR_RULES
-        for binding in (d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
-            assert [s["name"] for s in binding["subjects"]] == ["ds-operator"]
+        bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+        for binding in bindings:
+            if binding["metadata"]["name"] != AUTH_DELEGATOR["name"]:
+                assert [s["name"] for s in binding["subjects"]] == ["ds-operator"]
+        delegators = [
+            {"kind": b["kind"], "name": b["metadata"]["name"], "roleRef": b["roleRef"],
+             "subjects": b["subjects"]}
+            for b in bindings
+            if b["metadata"]["name"] == AUTH_DELEGATOR["name"]
+        ]  # fmt: skip
+        assert delegators == ([AUTH_DELEGATOR] if overlay == "prod" else [])
         service = find(docs, "Service", "ds-injector")
         (webhook_config,) = of_kind(docs, "MutatingWebhookConfiguration")
         assert len(webhook_config["webhooks"]) == 2
@@ -351,3 +378,33 @@ def test_injected_sidecars_listen_on_loopback_by_default() -> None:
                 for entry in container.get("env", []):
                     if entry["name"] == "DS_HOST":
                         assert entry["value"] == "127.0.0.1", container["name"]
+
+
+def test_prod_turns_workload_identity_on(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """prod: the injected pods get their projected tokens (the sidecar template), the
+    assigner reviews them (DS_AUTH__TOKEN_REVIEW, its own token mounted, bound to
+    system:auth-delegator, egress to the API server) and the policy names a service-account
+    identity; dev and the base leave all of it off."""
+    docs = rendered["prod"]
+    template = find(docs, "ConfigMap", "ds-sidecar-template")["data"]["sidecar.yaml"]
+    loaded = SidecarTemplate(**yaml.safe_load(template))
+    assert loaded == SidecarTemplate(workload_identity=True, ca_config_map="ds-ca")
+    assigner = find(docs, "Deployment", "ds-assigner")
+    (container,) = containers(assigner)
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    review = TokenReviewSettings.model_validate_json(env["DS_AUTH__TOKEN_REVIEW"])
+    assert review.audiences == ()  # its own: ds-assigner
+    assert find(docs, "ServiceAccount", "ds-assigner")["automountServiceAccountToken"] is True
+    egress = find(docs, "NetworkPolicy", "ds-assigner")["spec"]["egress"]
+    assert {
+        "ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]
+    } in egress
+    policy = yaml.safe_load(find(docs, "ConfigMap", "ds-auth-policy")["data"]["policy.yaml"])
+    Policy.from_mapping(policy["identities"])
+    assert any(name.startswith("system:serviceaccount:") for name in policy["identities"])
+    for overlay in ("dev", "base"):
+        others = rendered[overlay]
+        template = find(others, "ConfigMap", "ds-sidecar-template")["data"]["sidecar.yaml"]
+        assert not SidecarTemplate(**yaml.safe_load(template)).workload_identity
+        (container,) = containers(find(others, "Deployment", "ds-assigner"))
+        assert "DS_AUTH__TOKEN_REVIEW" not in {e["name"] for e in container["env"]}

@@ -109,6 +109,7 @@ class Injector:
     tls_dir: Path
     log: Path
     proc: subprocess.Popen[bytes] | None = None
+    template: Path = TEMPLATE  # the sidecar template it injects (base's by default)
 
     @property
     def url(self) -> str:
@@ -120,7 +121,7 @@ class Injector:
             [
                 sys.executable, "-m", "services.injector", "--host", "127.0.0.1",
                 "--port", str(self.port), "--cert-file", str(self.tls_dir / "tls.crt"),
-                "--key-file", str(self.tls_dir / "tls.key"), "--template", str(TEMPLATE),
+                "--key-file", str(self.tls_dir / "tls.key"), "--template", str(self.template),
                 "--log-format", "console",
             ],
             self.log,

@@ -7,6 +7,7 @@ release-only messages, and the fall back to BATCHES when a sidecar refuses ARROW
 
 from __future__ import annotations
 
+import logging
 import queue
 import shutil
 import tempfile
@@ -486,3 +487,83 @@ def test_record_batches_over_tcp_become_columns_in_place_of_the_received_bytes()
         ),
     ):
         assert wire.stream_batch_fields(other.SerializeToString()) is None
+
+
+def test_a_sidecar_bound_again_while_the_application_is_busy_gets_a_new_stream(
+    servers: Servers, short_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The e2e fall back's hang (tests/e2e/test_stream_columns.py): while the application
+    does not ask for a batch (busy restarting the sidecar there), the binding drops the
+    sidecar (its channels are closed: the stream ends, and its next opening meets the
+    closed channel) and names it again, over TCP, before the reader looks at the streams.
+    The reader must see that the stream it has for that address is of the old, closed
+    sidecar and open one on the new: the records the sidecar sends there arrive."""
+    seen = Seen()
+    sidecar = Sidecar(
+        [],
+        streams=[
+            shm_script(short_dir, seen, [range(0, 4)], "s7"),
+            batches_script(seen, [range(0, 6)]),  # what was not acked, again, and more
+        ],
+    )
+    socket = serve_on_socket(servers, sidecar, short_dir)
+    assigner = Assigner(local_binding(sidecar.address, socket))
+    caplog.set_level(logging.INFO, logger="dsclient")
+    with (
+        DsClient("g", client_id="c", assigner=servers.assigner(assigner)) as client,
+        futures.ThreadPoolExecutor(1) as reader,
+    ):
+        batches = client.stream_columns(100)
+        first = next(batches)
+        assert first.table.column("offset").to_pylist() == [0, 1, 2, 3]
+        (old,) = client._streams.values()
+        # The application is busy: no next(batches) while the binding changes twice.
+        assigner.watch.put(binding(2))  # the sidecar left: its channels closed
+        wait_for(lambda: not client.endpoints)
+        assigner.watch.put(binding(3, sidecar.address))  # back, on TCP only
+        wait_for(lambda: client.endpoints == [sidecar.address])
+        wait_for(lambda: not old._thread.is_alive())  # the old stream met the closed channel
+        # Asked again: the records sent on the new sidecar's stream arrive.
+        asked = reader.submit(next, batches)
+        try:
+            got = asked.result(timeout=20)
+        except futures.TimeoutError:
+            client.close()  # ends the reader's loop
+            pytest.fail("no batch after the sidecar was bound again: its stream was not replaced")
+        assert got.table.column("offset").to_pylist() == [0, 1, 2, 3, 4, 5]
+        assert seen.opened.get(timeout=10).format == stream_pb2.DELIVERY_FORMAT_ARROW_SHM
+        assert seen.opened.get(timeout=10).format == stream_pb2.DELIVERY_FORMAT_BATCHES
+        batches.close()
+    # Both the old stream's end and its replacement are logged.
+    assert "stream ends, its channel was closed" in caplog.text
+    assert "its stream was of a replaced sidecar; opening a new one" in caplog.text
+
+
+def test_a_response_the_client_fails_on_reopens_the_stream_and_is_logged(
+    servers: Servers, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An error the stream does not expect while reading a response ends that opening, not
+    the stream's thread: it is logged, the stream re-opens, and the sidecar's records
+    (delivered again) arrive."""
+    import dsclient.stream
+
+    seen = Seen()
+    sidecar = Sidecar([], streams=[batches_script(seen, [range(0, 3)])])
+    assigner = Assigner(binding(1, servers.sidecar(sidecar)))
+    real = dsclient.stream.columns_of_fields
+    calls = []
+
+    def fails_once(fields: list[wire.BatchFields]) -> ColumnBatch:
+        calls.append(len(fields))
+        if len(calls) == 1:
+            raise RuntimeError("scripted failure")
+        return real(fields)
+
+    monkeypatch.setattr(dsclient.stream, "columns_of_fields", fails_once)
+    with DsClient("g", client_id="c", assigner=servers.assigner(assigner)) as client:
+        batches = client.stream_columns()
+        got = next(batches)
+        assert got.table.column("offset").to_pylist() == [0, 1, 2]
+        assert sidecar.opened == 2 and len(calls) == 2
+        batches.close()
+    assert "stream failed; re-opening" in caplog.text and "scripted failure" in caplog.text

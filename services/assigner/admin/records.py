@@ -11,6 +11,7 @@ from dataservice.assigner.v1 import types_pb2
 from dsclient.reasons import invalid
 from services.assigner.admin.validation import (
     BALANCE_STRATEGIES,
+    COMMIT_FENCINGS,
     EXTERNAL_OFFSET_CHANGES,
     MODES,
     ORDERINGS,
@@ -47,6 +48,7 @@ def record_fields(cfg: types_pb2.GroupConfig) -> dict[str, Any]:
         "external_offset_changes": EXTERNAL_OFFSET_CHANGES[cfg.external_offset_changes],
         "dead_letter_topic": cfg.dead_letter_topic,
         "ordering": ORDERINGS[cfg.ordering],
+        "commit_fencing": COMMIT_FENCINGS[cfg.commit_fencing],
     }
 
 

@@ -24,6 +24,7 @@ MUTABLE_PATHS = (
     "external_offset_changes",
     "dead_letter_topic",
     "ordering",
+    "commit_fencing",
 )
 IMMUTABLE_PATHS = frozenset({"name", "config_version"})
 

@@ -44,6 +44,12 @@ EXTERNAL_OFFSET_CHANGES: Mapping[int, str] = {
     types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT: "revert",
     types_pb2.EXTERNAL_OFFSET_CHANGES_IGNORE: "ignore",
 }
+# "" = unspecified: each sidecar's commit_fencing setting.
+COMMIT_FENCINGS: Mapping[int, str] = {
+    types_pb2.COMMIT_FENCING_UNSPECIFIED: "",
+    types_pb2.COMMIT_FENCING_LEASE: "lease",
+    types_pb2.COMMIT_FENCING_KAFKA: "kafka",
+}
 ORDERINGS: Mapping[int, str] = {
     types_pb2.ORDERING_UNSPECIFIED: "unordered",
     types_pb2.ORDERING_UNORDERED: "unordered",
@@ -153,6 +159,12 @@ def validate_group_config(
             f"unknown value {cfg.ordering}: expected ORDERING_UNORDERED, ORDERING_KEY or "
             "ORDERING_PARTITION",
         )
+    if cfg.commit_fencing not in COMMIT_FENCINGS:
+        raise invalid(
+            "group.commit_fencing",
+            f"unknown value {cfg.commit_fencing}: expected COMMIT_FENCING_LEASE or "
+            "COMMIT_FENCING_KAFKA",
+        )
     validate_timing(cfg, default_ttl, default_heartbeat)
     validate_redelivery(cfg)
     validate_dead_letter_topic(cfg)
@@ -183,3 +195,23 @@ def validate_redelivery(cfg: types_pb2.GroupConfig) -> None:
             "group.max_deliveries",
             f"must be within {MAX_DELIVERIES_RANGE} (0: the default, -1: never give up)",
         )
+
+
+def validate_commit_fencing_change(current: str, desired: str) -> None:
+    """A live change of ``commit_fencing`` ("" = each sidecar's setting, which may be
+    kafka) is safe only towards kafka. Each sidecar applies the group's value to the
+    partitions granted from then on; a lease keeps the fencing it was granted under.
+    lease -> kafka: the last lease-fenced holder stops at its local deadline before the
+    assigner grants the partition again, as always; the Kafka-fenced next holder needs
+    nothing of it. kafka -> lease: a lease-fenced holder does not initialise the lease's
+    transactional id, so a Kafka-fenced holder that outlived its lease (it has no
+    deadline) would not be fenced and could commit behind it. Refused."""
+    if current == desired or desired == "kafka" or current == "lease":
+        return
+    before = current or "unspecified (the sidecars' setting, maybe kafka)"
+    raise invalid(
+        "group.commit_fencing",
+        f"cannot change from {before} to {desired or 'unspecified'} live: a lease-fenced "
+        "holder would not fence a Kafka-fenced one that outlived its lease "
+        "(docs/operate/failure-model.md)",
+    )

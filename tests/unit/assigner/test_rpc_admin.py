@@ -421,6 +421,80 @@ def test_the_ordering_is_stored_described_and_pushed_live() -> None:
     run(body, topics=TOPICS)
 
 
+def test_commit_fencing_is_stored_described_and_pushed_live() -> None:
+    """commit_fencing (issue 36): unspecified by default (the sidecars' setting; not
+    written to the record), settable with UpdateGroup towards kafka, stored, sent at join
+    and pushed to joined sidecars."""
+
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        sidecar = Sidecar(a.sessions, "sc-1")
+        accepted = await sidecar.join("g")
+        assert accepted.commit_fencing == types_pb2.COMMIT_FENCING_UNSPECIFIED
+        assert "commit_fencing" not in a.store.records["g"].to_json()
+        await sidecar.grants(4)
+        patch = leased_config("g", commit_fencing=types_pb2.COMMIT_FENCING_KAFKA)
+        response = await a.admin.UpdateGroup(
+            admin_pb2.UpdateGroupRequest(group=patch, update_mask=mask("commit_fencing"))
+        )
+        assert (response.group.commit_fencing, response.group.config_version) == (
+            types_pb2.COMMIT_FENCING_KAFKA,
+            2,
+        )
+        assert a.store.records["g"].commit_fencing == "kafka"
+        assert a.store.records["g"].to_json()["commit_fencing"] == "kafka"
+        while (message := await sidecar.next()).WhichOneof("kind") != "config_update":
+            pass
+        assert message.config_update.commit_fencing == types_pb2.COMMIT_FENCING_KAFKA
+        await sidecar.close()
+        again = Sidecar(a.sessions, "sc-2")
+        assert (await again.join("g")).commit_fencing == types_pb2.COMMIT_FENCING_KAFKA
+        await again.close()
+
+    run(body, topics=TOPICS)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "allowed"),
+    [
+        (types_pb2.COMMIT_FENCING_UNSPECIFIED, types_pb2.COMMIT_FENCING_KAFKA, True),
+        (types_pb2.COMMIT_FENCING_LEASE, types_pb2.COMMIT_FENCING_KAFKA, True),
+        (types_pb2.COMMIT_FENCING_LEASE, types_pb2.COMMIT_FENCING_UNSPECIFIED, True),
+        # Away from (maybe) kafka: a lease-fenced holder would not fence a Kafka-fenced one.
+        (types_pb2.COMMIT_FENCING_KAFKA, types_pb2.COMMIT_FENCING_LEASE, False),
+        (types_pb2.COMMIT_FENCING_KAFKA, types_pb2.COMMIT_FENCING_UNSPECIFIED, False),
+        (types_pb2.COMMIT_FENCING_UNSPECIFIED, types_pb2.COMMIT_FENCING_LEASE, False),
+    ],
+)
+def test_commit_fencing_changes_live_only_towards_kafka(
+    before: types_pb2.CommitFencing.ValueType,
+    after: types_pb2.CommitFencing.ValueType,
+    allowed: bool,
+) -> None:
+    async def body(a: Assigner) -> None:
+        created = await a.admin.CreateGroup(
+            admin_pb2.CreateGroupRequest(group=leased_config("g", commit_fencing=before))
+        )
+        assert created.group.commit_fencing == before
+        request = admin_pb2.UpdateGroupRequest(
+            group=leased_config("g", commit_fencing=after), update_mask=mask("commit_fencing")
+        )
+        if allowed:
+            response = await a.admin.UpdateGroup(request)
+            assert response.group.commit_fencing == after
+            return
+        writes = list(a.store.writes)
+        err = await refused(a.admin.UpdateGroup(request))
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert field_error(err) == "group.commit_fencing"
+        assert "live" in (err.details() or "")
+        assert a.store.writes == writes
+        described = await a.admin.DescribeGroup(admin_pb2.DescribeGroupRequest(group="g"))
+        assert described.config.commit_fencing == before
+
+    run(body, topics=TOPICS)
+
+
 def test_external_offset_changes_is_stored_described_and_pushed_live() -> None:
     """external_offset_changes (issue 23): follow by default, settable with UpdateGroup,
     stored (only when not follow), sent at join and pushed to joined sidecars."""
@@ -535,6 +609,13 @@ def test_update_group_refuses_a_stale_config_version() -> None:
                 update_mask=mask("ordering"),
             ),
             "group.ordering",
+        ),
+        (
+            admin_pb2.UpdateGroupRequest(
+                group=leased_config("g", commit_fencing=5),  # type: ignore[arg-type]
+                update_mask=mask("commit_fencing"),
+            ),
+            "group.commit_fencing",
         ),
         (
             admin_pb2.UpdateGroupRequest(

@@ -116,6 +116,24 @@ def test_a_group_record_with_fields_this_version_does_not_know_is_read() -> None
     assert snapshot.bad_records == {}
 
 
+@pytest.mark.parametrize("fencing", ["", "lease", "kafka"])
+def test_a_group_records_commit_fencing_round_trips(fencing: str) -> None:
+    """commit_fencing (issue 36): written only when set, read back as written; an unknown
+    value is a bad record."""
+    record = GroupRecord(name="g", topics=["t"], commit_fencing=fencing)
+    document = record.to_json()
+    assert ("commit_fencing" in document) == bool(fencing)
+    snapshot = StateSnapshot()
+    apply_record(snapshot, key("group", "g"), json.dumps(document).encode())
+    assert snapshot.groups["g"] == record
+    assert snapshot.groups["g"].commit_fencing == fencing
+    apply_record(
+        snapshot, key("group", "h"), json.dumps({**document, "commit_fencing": "time"}).encode()
+    )
+    assert "h" not in snapshot.groups
+    assert snapshot.bad_records == {"group": 1}
+
+
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
     lambda children: st.lists(children) | st.dictionaries(st.text(), children),

@@ -42,6 +42,7 @@ def documents(draw: st.DrawFn) -> dict[str, Any]:
         "balanceStrategy": st.sampled_from(sorted(m.STRATEGIES)),
         "externalOffsetChanges": st.sampled_from(sorted(m.EXTERNAL_CHANGES)),
         "ordering": st.sampled_from(sorted(m.ORDERINGS)),
+        "commitFencing": st.sampled_from(sorted(m.COMMIT_FENCINGS)),
     }
     for key, values in optional.items():
         if draw(st.booleans()):

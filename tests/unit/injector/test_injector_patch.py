@@ -16,6 +16,7 @@ from services.injector.patch import (
     INJECT,
     SIDECAR_NAME,
     SOCKET_VOLUME,
+    TOKEN_VOLUME,
     Action,
     decide,
     inject_document,
@@ -328,3 +329,94 @@ def test_the_shared_volume_is_sized_for_the_shared_memory_streams() -> None:
     # Without a socket there is no segment: the setting is not passed.
     plain = inject_pod({"spec": {"containers": [{"name": "app"}]}}, "orders", TEMPLATE)["spec"]
     assert not [e for e in plain["initContainers"][0]["env"] if e["name"] == "DS_SHM_SEGMENT_BYTES"]
+
+
+IDENTITY = TEMPLATE.model_copy(update={"workload_identity": True, "ca_config_map": "ds-ca"})
+
+
+@given(pod_templates())
+@settings(max_examples=50, deadline=None)  # a loaded machine: no per-example time limit
+def test_workload_identity_projects_the_service_account_tokens(pod: dict[str, Any]) -> None:
+    """With ``workload_identity`` the pod gets one projected volume: its service account's
+    tokens for the assigner (audience ds-assigner) and for its sidecar (ds-sidecar), an hour
+    each, and the CA; the sidecar and every application container mount it read-only and
+    are told the files. Injecting again changes nothing; a template without it takes it
+    all away again."""
+    injected = inject_pod(pod, "orders", IDENTITY)
+    spec = injected["spec"]
+    [volume] = [v for v in spec["volumes"] if v["name"] == TOKEN_VOLUME]
+    assert volume == {
+        "name": TOKEN_VOLUME,
+        "projected": {
+            "defaultMode": 0o644,
+            "sources": [
+                {
+                    "serviceAccountToken": {
+                        "audience": "ds-assigner",
+                        "expirationSeconds": 3600,
+                        "path": "token",
+                    }
+                },
+                {
+                    "serviceAccountToken": {
+                        "audience": "ds-sidecar",
+                        "expirationSeconds": 3600,
+                        "path": "sidecar-token",
+                    }
+                },
+                {"configMap": {"name": "ds-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            ],
+        },
+    }
+    mount = {"name": TOKEN_VOLUME, "mountPath": "/var/run/dataservice/sa", "readOnly": True}
+    sidecar = spec["initContainers"][0]
+    assert mount in sidecar["volumeMounts"]
+    sidecar_env = {e["name"]: e.get("value") for e in sidecar["env"]}
+    assert sidecar_env["DS_TLS__TOKEN_FILE"] == "/var/run/dataservice/sa/token"
+    assert sidecar_env["DS_TLS__CA_FILE"] == "/var/run/dataservice/sa/ca.crt"
+    assert "DS_TLS__SIDECAR_TOKEN_FILE" not in sidecar_env  # it calls no sidecar
+    for container in spec["containers"]:
+        assert mount in container["volumeMounts"]
+        env = [(e["name"], e.get("value")) for e in container["env"]]
+        assert ("DS_TLS__TOKEN_FILE", "/var/run/dataservice/sa/token") in env
+        assert ("DS_TLS__SIDECAR_TOKEN_FILE", "/var/run/dataservice/sa/sidecar-token") in env
+        assert ("DS_TLS__CA_FILE", "/var/run/dataservice/sa/ca.crt") in env
+        assert [name for name, _ in env].count("DS_TLS__TOKEN_FILE") == 1
+    assert inject_pod(injected, "orders", IDENTITY) == injected
+    assert inject_pod(injected, "orders", TEMPLATE) == inject_pod(pod, "orders", TEMPLATE)
+
+
+def test_without_workload_identity_the_pod_gets_no_token() -> None:
+    spec = inject_pod({"spec": {"containers": [{"name": "app"}]}}, "orders", TEMPLATE)["spec"]
+    assert "volumes" not in spec
+    names = {e["name"] for c in [*spec["initContainers"], *spec["containers"]] for e in c["env"]}
+    assert not names & {"DS_TLS__TOKEN_FILE", "DS_TLS__SIDECAR_TOKEN_FILE", "DS_TLS__CA_FILE"}
+
+
+def test_the_applications_own_token_is_replaced_only_by_workload_identity() -> None:
+    """An application that names its own token file keeps it without workload identity;
+    with it, injection owns DS_TLS__TOKEN_FILE (one entry, ours); without ca_config_map the
+    CA is the application's own."""
+    own = [
+        {"name": "DS_TLS__TOKEN_FILE", "value": "/secrets/app.jwt"},
+        {"name": "DS_TLS__CA_FILE", "value": "/secrets/ca.crt"},
+    ]
+    pod = {"spec": {"containers": [{"name": "app", "env": own}]}}
+    plain = inject_pod(pod, "orders", TEMPLATE)["spec"]["containers"][0]["env"]
+    assert own[0] in plain and own[1] in plain
+    template = TEMPLATE.model_copy(
+        update={"workload_identity": True, "token_expiration_seconds": 600}
+    )
+    spec = inject_pod(pod, "orders", template)["spec"]
+    env = spec["containers"][0]["env"]
+    assert [e for e in env if e["name"] == "DS_TLS__TOKEN_FILE"] == [
+        {"name": "DS_TLS__TOKEN_FILE", "value": "/var/run/dataservice/sa/token"}
+    ]
+    assert own[1] in env
+    [volume] = spec["volumes"]
+    assert [
+        s["serviceAccountToken"]["expirationSeconds"] for s in volume["projected"]["sources"]
+    ] == [
+        600,
+        600,
+    ]

@@ -41,6 +41,8 @@ def test_file_then_overrides(tmp_path: Path) -> None:
         ("grpc_port: 70000\n", "grpc_port"),
         ("env:\n  PATH: /bin\n", "only DS_* settings"),
         ("handoff_timeout_seconds: 60\n", "must exceed handoff_timeout_seconds"),
+        ("ca_config_map: ds-ca\n", "it needs workload_identity"),
+        ("workload_identity: true\ntoken_expiration_seconds: 60\n", "token_expiration_seconds"),
         ("imagee: x\n", "imagee"),
         ("- a list\n", "must hold a mapping"),
     ],

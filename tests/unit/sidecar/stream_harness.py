@@ -167,6 +167,7 @@ class Sidecar:
             committed=start,
             position=start,
             ready=True,
+            kafka_fenced=self.keeper.kafka_fenced,  # as a grant takes the group's fencing
         )
         self.table.add(part)
         return part

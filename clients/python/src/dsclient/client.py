@@ -639,11 +639,27 @@ class DsClient:
         window: int,
         columns: bool = False,
     ) -> None:
-        """One Stream per bound sidecar: open new ones, end those no longer bound."""
+        """One Stream per bound sidecar: open new ones, end those no longer bound, and
+        replace those whose sidecar is not the bound one or whose thread ended.
+
+        A binding that drops a sidecar and names its address again before this runs (the
+        application busy meanwhile) leaves a stream of the old, closed sidecar under the
+        address; its thread ends on the closed channel. It is replaced by one on the bound
+        sidecar, which delivers again what the old stream delivered and was not acked. A
+        stream that handed the application an error (``failed``) is not: the error is
+        raised."""
         stopped = []
         with self._lock:
-            for address in list(self._streams):
-                if address not in self._binding.sidecars:
+            for address, stream in list(self._streams.items()):
+                sidecar = self._binding.sidecars.get(address)
+                if sidecar is None:
+                    stopped.append(self._streams.pop(address))
+                elif stream.sidecar is not sidecar or (stream.ended and not stream.failed):
+                    log.warning(
+                        "sidecar %s: its stream %s; opening a new one",
+                        address,
+                        "ended" if stream.sidecar is sidecar else "was of a replaced sidecar",
+                    )
                     stopped.append(self._streams.pop(address))
             for address, sidecar in self._binding.sidecars.items():
                 if address not in self._streams:

@@ -206,10 +206,18 @@ class SidecarStream:
         self._pending_nacks: deque[Future[stream_pb2.StreamNackResult]] = deque()
         self._call: grpc.Call | None = None
         self._stopped = threading.Event()
+        self.failed = False  # ended with an error handed to the application (out)
         self._thread = threading.Thread(target=self._run, name="ds-stream", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+
+    @property
+    def ended(self) -> bool:
+        """Whether the stream's thread has ended (started, and no longer reading): its
+        sidecar's channels were closed (a binding dropped it), it was stopped, or it
+        handed the application an error (:attr:`failed`)."""
+        return self._thread.ident is not None and not self._thread.is_alive()
 
     def stop(self) -> None:
         self._stopped.set()
@@ -329,7 +337,11 @@ class SidecarStream:
             requests: queue.SimpleQueue[stream_pb2.StreamRequest | None] = queue.SimpleQueue()
             try:
                 call, segments = self._open(requests)
-            except ValueError:  # the channel was closed (unbound, or the client closed)
+            except ValueError as exc:
+                # The channel was closed: a binding dropped this sidecar (a binding naming
+                # its address again makes a new one, and the client a new stream for it),
+                # or the client closed.
+                log.info("sidecar %s: stream ends, its channel was closed: %s", self.address, exc)
                 return
             with self._lock:
                 self._requests, self._call = requests, call
@@ -379,13 +391,22 @@ class SidecarStream:
             except grpc.RpcError as err:
                 error = err
             except ClientError as err:
+                self.failed = True
                 self.out.put((self, err))
                 call.cancel()  # type: ignore[no-untyped-call]
                 self._stopped.set()
                 error = None
-            except ValueError:  # the channel was closed (unbound, or the client closed)
+            except ValueError as exc:  # the channel was closed (unbound, or the client closed)
+                log.info("sidecar %s: stream ends: %s", self.address, exc)
                 error = None
                 self._stopped.set()
+            except Exception:
+                # Anything else (a response the client cannot read, say) ends this opening,
+                # not the stream: it re-opens after the backoff, and the sidecar delivers
+                # again what was not acked.
+                log.exception("sidecar %s: stream failed; re-opening", self.address)
+                call.cancel()  # type: ignore[no-untyped-call]
+                error = None
             finally:
                 with self._lock:
                     self._requests, self._call = None, None
@@ -407,6 +428,7 @@ class SidecarStream:
                 grpc.StatusCode.CANCELLED,
                 grpc.StatusCode.DEADLINE_EXCEEDED,
             ):
+                self.failed = True
                 self.out.put(
                     (
                         self,

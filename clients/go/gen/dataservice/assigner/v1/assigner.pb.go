@@ -939,7 +939,10 @@ type SessionAccepted struct {
 	// The group's dead-letter topic (GroupConfig.dead_letter_topic); empty = the sidecar's.
 	DeadLetterTopic string `protobuf:"bytes,11,opt,name=dead_letter_topic,json=deadLetterTopic,proto3" json:"dead_letter_topic,omitempty"`
 	// The group's ordering (GroupConfig.ordering; unspecified = unordered).
-	Ordering      Ordering `protobuf:"varint,12,opt,name=ordering,proto3,enum=dataservice.assigner.v1.Ordering" json:"ordering,omitempty"`
+	Ordering Ordering `protobuf:"varint,12,opt,name=ordering,proto3,enum=dataservice.assigner.v1.Ordering" json:"ordering,omitempty"`
+	// The group's commit fencing (GroupConfig.commit_fencing; unspecified = the sidecar's
+	// commit_fencing setting), for the partitions granted from now on.
+	CommitFencing CommitFencing `protobuf:"varint,13,opt,name=commit_fencing,json=commitFencing,proto3,enum=dataservice.assigner.v1.CommitFencing" json:"commit_fencing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1056,6 +1059,13 @@ func (x *SessionAccepted) GetOrdering() Ordering {
 		return x.Ordering
 	}
 	return Ordering_ORDERING_UNSPECIFIED
+}
+
+func (x *SessionAccepted) GetCommitFencing() CommitFencing {
+	if x != nil {
+		return x.CommitFencing
+	}
+	return CommitFencing_COMMIT_FENCING_UNSPECIFIED
 }
 
 // Grants a partition lease to the sidecar.
@@ -1235,7 +1245,10 @@ type ConfigUpdate struct {
 	// The group's dead-letter topic (GroupConfig.dead_letter_topic); empty = the sidecar's.
 	DeadLetterTopic string `protobuf:"bytes,6,opt,name=dead_letter_topic,json=deadLetterTopic,proto3" json:"dead_letter_topic,omitempty"`
 	// The group's ordering (GroupConfig.ordering; unspecified = unordered).
-	Ordering      Ordering `protobuf:"varint,7,opt,name=ordering,proto3,enum=dataservice.assigner.v1.Ordering" json:"ordering,omitempty"`
+	Ordering Ordering `protobuf:"varint,7,opt,name=ordering,proto3,enum=dataservice.assigner.v1.Ordering" json:"ordering,omitempty"`
+	// The group's commit fencing (GroupConfig.commit_fencing; unspecified = the sidecar's
+	// commit_fencing setting), for the partitions granted from now on.
+	CommitFencing CommitFencing `protobuf:"varint,8,opt,name=commit_fencing,json=commitFencing,proto3,enum=dataservice.assigner.v1.CommitFencing" json:"commit_fencing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1317,6 +1330,13 @@ func (x *ConfigUpdate) GetOrdering() Ordering {
 		return x.Ordering
 	}
 	return Ordering_ORDERING_UNSPECIFIED
+}
+
+func (x *ConfigUpdate) GetCommitFencing() CommitFencing {
+	if x != nil {
+		return x.CommitFencing
+	}
+	return CommitFencing_COMMIT_FENCING_UNSPECIFIED
 }
 
 // Acknowledges one heartbeat.
@@ -1558,7 +1578,7 @@ const file_dataservice_assigner_v1_assigner_proto_rawDesc = "" +
 	"\x06revoke\x18\x03 \x01(\v2$.dataservice.assigner.v1.LeaseRevokeH\x00R\x06revoke\x12L\n" +
 	"\rconfig_update\x18\x04 \x01(\v2%.dataservice.assigner.v1.ConfigUpdateH\x00R\fconfigUpdate\x12L\n" +
 	"\rheartbeat_ack\x18\x05 \x01(\v2%.dataservice.assigner.v1.HeartbeatAckH\x00R\fheartbeatAckB\x06\n" +
-	"\x04kind\"\x95\x06\n" +
+	"\x04kind\"\xe4\x06\n" +
 	"\x0fSessionAccepted\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x126\n" +
@@ -1573,7 +1593,8 @@ const file_dataservice_assigner_v1_assigner_proto_rawDesc = "" +
 	"\x17external_offset_changes\x18\n" +
 	" \x01(\x0e2..dataservice.assigner.v1.ExternalOffsetChangesR\x15externalOffsetChanges\x12*\n" +
 	"\x11dead_letter_topic\x18\v \x01(\tR\x0fdeadLetterTopic\x12=\n" +
-	"\bordering\x18\f \x01(\x0e2!.dataservice.assigner.v1.OrderingR\bordering\x1aA\n" +
+	"\bordering\x18\f \x01(\x0e2!.dataservice.assigner.v1.OrderingR\bordering\x12M\n" +
+	"\x0ecommit_fencing\x18\r \x01(\x0e2&.dataservice.assigner.v1.CommitFencingR\rcommitFencing\x1aA\n" +
 	"\x13ConsumerConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"y\n" +
@@ -1588,7 +1609,7 @@ const file_dataservice_assigner_v1_assigner_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12=\n" +
 	"\x06reason\x18\x04 \x01(\x0e2%.dataservice.assigner.v1.RevokeReasonR\x06reason\x12>\n" +
-	"\rdrain_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\fdrainTimeout\"\xa0\x04\n" +
+	"\rdrain_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\fdrainTimeout\"\xef\x04\n" +
 	"\fConfigUpdate\x12b\n" +
 	"\x0fconsumer_config\x18\x01 \x03(\v29.dataservice.assigner.v1.ConfigUpdate.ConsumerConfigEntryR\x0econsumerConfig\x12%\n" +
 	"\x0econfig_version\x18\x02 \x01(\x03R\rconfigVersion\x12H\n" +
@@ -1596,7 +1617,8 @@ const file_dataservice_assigner_v1_assigner_proto_rawDesc = "" +
 	"\x0emax_deliveries\x18\x04 \x01(\x05R\rmaxDeliveries\x12f\n" +
 	"\x17external_offset_changes\x18\x05 \x01(\x0e2..dataservice.assigner.v1.ExternalOffsetChangesR\x15externalOffsetChanges\x12*\n" +
 	"\x11dead_letter_topic\x18\x06 \x01(\tR\x0fdeadLetterTopic\x12=\n" +
-	"\bordering\x18\a \x01(\x0e2!.dataservice.assigner.v1.OrderingR\bordering\x1aA\n" +
+	"\bordering\x18\a \x01(\x0e2!.dataservice.assigner.v1.OrderingR\bordering\x12M\n" +
+	"\x0ecommit_fencing\x18\b \x01(\x0e2&.dataservice.assigner.v1.CommitFencingR\rcommitFencing\x1aA\n" +
 	"\x13ConsumerConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"j\n" +
@@ -1664,6 +1686,7 @@ var file_dataservice_assigner_v1_assigner_proto_goTypes = []any{
 	(v1.GroupMode)(0),           // 21: dataservice.common.v1.GroupMode
 	(ExternalOffsetChanges)(0),  // 22: dataservice.assigner.v1.ExternalOffsetChanges
 	(Ordering)(0),               // 23: dataservice.assigner.v1.Ordering
+	(CommitFencing)(0),          // 24: dataservice.assigner.v1.CommitFencing
 }
 var file_dataservice_assigner_v1_assigner_proto_depIdxs = []int32{
 	2,  // 0: dataservice.assigner.v1.SessionRequest.join:type_name -> dataservice.assigner.v1.SessionJoin
@@ -1686,23 +1709,25 @@ var file_dataservice_assigner_v1_assigner_proto_depIdxs = []int32{
 	20, // 17: dataservice.assigner.v1.SessionAccepted.visibility_timeout:type_name -> google.protobuf.Duration
 	22, // 18: dataservice.assigner.v1.SessionAccepted.external_offset_changes:type_name -> dataservice.assigner.v1.ExternalOffsetChanges
 	23, // 19: dataservice.assigner.v1.SessionAccepted.ordering:type_name -> dataservice.assigner.v1.Ordering
-	0,  // 20: dataservice.assigner.v1.LeaseRevoke.reason:type_name -> dataservice.assigner.v1.RevokeReason
-	20, // 21: dataservice.assigner.v1.LeaseRevoke.drain_timeout:type_name -> google.protobuf.Duration
-	17, // 22: dataservice.assigner.v1.ConfigUpdate.consumer_config:type_name -> dataservice.assigner.v1.ConfigUpdate.ConsumerConfigEntry
-	20, // 23: dataservice.assigner.v1.ConfigUpdate.visibility_timeout:type_name -> google.protobuf.Duration
-	22, // 24: dataservice.assigner.v1.ConfigUpdate.external_offset_changes:type_name -> dataservice.assigner.v1.ExternalOffsetChanges
-	23, // 25: dataservice.assigner.v1.ConfigUpdate.ordering:type_name -> dataservice.assigner.v1.Ordering
-	18, // 26: dataservice.assigner.v1.HeartbeatAck.renewed_leases:type_name -> dataservice.assigner.v1.LeaseRef
-	20, // 27: dataservice.assigner.v1.LeaveResponse.hold_window:type_name -> google.protobuf.Duration
-	1,  // 28: dataservice.assigner.v1.AssignerService.Session:input_type -> dataservice.assigner.v1.SessionRequest
-	14, // 29: dataservice.assigner.v1.AssignerService.Leave:input_type -> dataservice.assigner.v1.LeaveRequest
-	8,  // 30: dataservice.assigner.v1.AssignerService.Session:output_type -> dataservice.assigner.v1.SessionResponse
-	15, // 31: dataservice.assigner.v1.AssignerService.Leave:output_type -> dataservice.assigner.v1.LeaveResponse
-	30, // [30:32] is the sub-list for method output_type
-	28, // [28:30] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	24, // 20: dataservice.assigner.v1.SessionAccepted.commit_fencing:type_name -> dataservice.assigner.v1.CommitFencing
+	0,  // 21: dataservice.assigner.v1.LeaseRevoke.reason:type_name -> dataservice.assigner.v1.RevokeReason
+	20, // 22: dataservice.assigner.v1.LeaseRevoke.drain_timeout:type_name -> google.protobuf.Duration
+	17, // 23: dataservice.assigner.v1.ConfigUpdate.consumer_config:type_name -> dataservice.assigner.v1.ConfigUpdate.ConsumerConfigEntry
+	20, // 24: dataservice.assigner.v1.ConfigUpdate.visibility_timeout:type_name -> google.protobuf.Duration
+	22, // 25: dataservice.assigner.v1.ConfigUpdate.external_offset_changes:type_name -> dataservice.assigner.v1.ExternalOffsetChanges
+	23, // 26: dataservice.assigner.v1.ConfigUpdate.ordering:type_name -> dataservice.assigner.v1.Ordering
+	24, // 27: dataservice.assigner.v1.ConfigUpdate.commit_fencing:type_name -> dataservice.assigner.v1.CommitFencing
+	18, // 28: dataservice.assigner.v1.HeartbeatAck.renewed_leases:type_name -> dataservice.assigner.v1.LeaseRef
+	20, // 29: dataservice.assigner.v1.LeaveResponse.hold_window:type_name -> google.protobuf.Duration
+	1,  // 30: dataservice.assigner.v1.AssignerService.Session:input_type -> dataservice.assigner.v1.SessionRequest
+	14, // 31: dataservice.assigner.v1.AssignerService.Leave:input_type -> dataservice.assigner.v1.LeaveRequest
+	8,  // 32: dataservice.assigner.v1.AssignerService.Session:output_type -> dataservice.assigner.v1.SessionResponse
+	15, // 33: dataservice.assigner.v1.AssignerService.Leave:output_type -> dataservice.assigner.v1.LeaveResponse
+	32, // [32:34] is the sub-list for method output_type
+	30, // [30:32] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_dataservice_assigner_v1_assigner_proto_init() }

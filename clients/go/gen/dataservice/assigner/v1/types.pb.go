@@ -205,6 +205,62 @@ func (Ordering) EnumDescriptor() ([]byte, []int) {
 	return file_dataservice_assigner_v1_types_proto_rawDescGZIP(), []int{2}
 }
 
+// What keeps a sidecar that outlived its lease from committing behind the partition's next
+// holder (issue 36; docs/operate/failure-model.md).
+type CommitFencing int32
+
+const (
+	// Not set; each sidecar uses its commit_fencing setting (lease by default).
+	CommitFencing_COMMIT_FENCING_UNSPECIFIED CommitFencing = 0
+	// The local lease deadline: a holder stops delivering and committing a TTL after the
+	// assigner last renewed its lease (so also when no assigner is reachable).
+	CommitFencing_COMMIT_FENCING_LEASE CommitFencing = 1
+	// A transactional producer per held lease, fenced at the broker by the next holder;
+	// leases then outlive the assigner's absence.
+	CommitFencing_COMMIT_FENCING_KAFKA CommitFencing = 2
+)
+
+// Enum value maps for CommitFencing.
+var (
+	CommitFencing_name = map[int32]string{
+		0: "COMMIT_FENCING_UNSPECIFIED",
+		1: "COMMIT_FENCING_LEASE",
+		2: "COMMIT_FENCING_KAFKA",
+	}
+	CommitFencing_value = map[string]int32{
+		"COMMIT_FENCING_UNSPECIFIED": 0,
+		"COMMIT_FENCING_LEASE":       1,
+		"COMMIT_FENCING_KAFKA":       2,
+	}
+)
+
+func (x CommitFencing) Enum() *CommitFencing {
+	p := new(CommitFencing)
+	*p = x
+	return p
+}
+
+func (x CommitFencing) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CommitFencing) Descriptor() protoreflect.EnumDescriptor {
+	return file_dataservice_assigner_v1_types_proto_enumTypes[3].Descriptor()
+}
+
+func (CommitFencing) Type() protoreflect.EnumType {
+	return &file_dataservice_assigner_v1_types_proto_enumTypes[3]
+}
+
+func (x CommitFencing) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CommitFencing.Descriptor instead.
+func (CommitFencing) EnumDescriptor() ([]byte, []int) {
+	return file_dataservice_assigner_v1_types_proto_rawDescGZIP(), []int{3}
+}
+
 // Life-cycle state of a partition lease, as seen by the assigner.
 type LeaseState int32
 
@@ -258,11 +314,11 @@ func (x LeaseState) String() string {
 }
 
 func (LeaseState) Descriptor() protoreflect.EnumDescriptor {
-	return file_dataservice_assigner_v1_types_proto_enumTypes[3].Descriptor()
+	return file_dataservice_assigner_v1_types_proto_enumTypes[4].Descriptor()
 }
 
 func (LeaseState) Type() protoreflect.EnumType {
-	return &file_dataservice_assigner_v1_types_proto_enumTypes[3]
+	return &file_dataservice_assigner_v1_types_proto_enumTypes[4]
 }
 
 func (x LeaseState) Number() protoreflect.EnumNumber {
@@ -271,7 +327,7 @@ func (x LeaseState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaseState.Descriptor instead.
 func (LeaseState) EnumDescriptor() ([]byte, []int) {
-	return file_dataservice_assigner_v1_types_proto_rawDescGZIP(), []int{3}
+	return file_dataservice_assigner_v1_types_proto_rawDescGZIP(), []int{4}
 }
 
 // Configuration of one consumer group, owned by the assigner and persisted in its state topic.
@@ -314,7 +370,14 @@ type GroupConfig struct {
 	// Which records may be in flight to the group's clients at once: unordered (unspecified),
 	// per key, or per partition; enforced by the sidecars. Applies live (records in flight at a
 	// switch to an ordered mode hold every key of their partition back until acked).
-	Ordering      Ordering `protobuf:"varint,14,opt,name=ordering,proto3,enum=dataservice.assigner.v1.Ordering" json:"ordering,omitempty"`
+	Ordering Ordering `protobuf:"varint,14,opt,name=ordering,proto3,enum=dataservice.assigner.v1.Ordering" json:"ordering,omitempty"`
+	// How commits are fenced: lease (the local deadline) or kafka (a transactional producer
+	// per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
+	// partition's next grant (leases held at the switch keep the fencing they were granted
+	// under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
+	// is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+	// fence a Kafka-fenced one that outlived its lease.
+	CommitFencing CommitFencing `protobuf:"varint,15,opt,name=commit_fencing,json=commitFencing,proto3,enum=dataservice.assigner.v1.CommitFencing" json:"commit_fencing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -445,6 +508,13 @@ func (x *GroupConfig) GetOrdering() Ordering {
 		return x.Ordering
 	}
 	return Ordering_ORDERING_UNSPECIFIED
+}
+
+func (x *GroupConfig) GetCommitFencing() CommitFencing {
+	if x != nil {
+		return x.CommitFencing
+	}
+	return CommitFencing_COMMIT_FENCING_UNSPECIFIED
 }
 
 // A sidecar that is a member of a leased group.
@@ -942,7 +1012,7 @@ var File_dataservice_assigner_v1_types_proto protoreflect.FileDescriptor
 
 const file_dataservice_assigner_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"#dataservice/assigner/v1/types.proto\x12\x17dataservice.assigner.v1\x1a\"dataservice/common/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfe\x06\n" +
+	"#dataservice/assigner/v1/types.proto\x12\x17dataservice.assigner.v1\x1a\"dataservice/common/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcd\a\n" +
 	"\vGroupConfig\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06topics\x18\x02 \x03(\tR\x06topics\x124\n" +
@@ -958,7 +1028,8 @@ const file_dataservice_assigner_v1_types_proto_rawDesc = "" +
 	"\x0emax_deliveries\x18\v \x01(\x05R\rmaxDeliveries\x12f\n" +
 	"\x17external_offset_changes\x18\f \x01(\x0e2..dataservice.assigner.v1.ExternalOffsetChangesR\x15externalOffsetChanges\x12*\n" +
 	"\x11dead_letter_topic\x18\r \x01(\tR\x0fdeadLetterTopic\x12=\n" +
-	"\bordering\x18\x0e \x01(\x0e2!.dataservice.assigner.v1.OrderingR\bordering\x1aA\n" +
+	"\bordering\x18\x0e \x01(\x0e2!.dataservice.assigner.v1.OrderingR\bordering\x12M\n" +
+	"\x0ecommit_fencing\x18\x0f \x01(\x0e2&.dataservice.assigner.v1.CommitFencingR\rcommitFencing\x1aA\n" +
 	"\x13ConsumerConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x03\n" +
@@ -1015,7 +1086,11 @@ const file_dataservice_assigner_v1_types_proto_rawDesc = "" +
 	"\x14ORDERING_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12ORDERING_UNORDERED\x10\x01\x12\x10\n" +
 	"\fORDERING_KEY\x10\x02\x12\x16\n" +
-	"\x12ORDERING_PARTITION\x10\x03*\xc0\x01\n" +
+	"\x12ORDERING_PARTITION\x10\x03*c\n" +
+	"\rCommitFencing\x12\x1e\n" +
+	"\x1aCOMMIT_FENCING_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14COMMIT_FENCING_LEASE\x10\x01\x12\x18\n" +
+	"\x14COMMIT_FENCING_KAFKA\x10\x02*\xc0\x01\n" +
 	"\n" +
 	"LeaseState\x12\x1b\n" +
 	"\x17LEASE_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
@@ -1040,47 +1115,49 @@ func file_dataservice_assigner_v1_types_proto_rawDescGZIP() []byte {
 	return file_dataservice_assigner_v1_types_proto_rawDescData
 }
 
-var file_dataservice_assigner_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_dataservice_assigner_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
 var file_dataservice_assigner_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_dataservice_assigner_v1_types_proto_goTypes = []any{
 	(BalanceStrategy)(0),          // 0: dataservice.assigner.v1.BalanceStrategy
 	(ExternalOffsetChanges)(0),    // 1: dataservice.assigner.v1.ExternalOffsetChanges
 	(Ordering)(0),                 // 2: dataservice.assigner.v1.Ordering
-	(LeaseState)(0),               // 3: dataservice.assigner.v1.LeaseState
-	(*GroupConfig)(nil),           // 4: dataservice.assigner.v1.GroupConfig
-	(*Member)(nil),                // 5: dataservice.assigner.v1.Member
-	(*ConfigRejection)(nil),       // 6: dataservice.assigner.v1.ConfigRejection
-	(*Lease)(nil),                 // 7: dataservice.assigner.v1.Lease
-	(*LeaseRef)(nil),              // 8: dataservice.assigner.v1.LeaseRef
-	(*SidecarEndpoint)(nil),       // 9: dataservice.assigner.v1.SidecarEndpoint
-	(*Binding)(nil),               // 10: dataservice.assigner.v1.Binding
-	nil,                           // 11: dataservice.assigner.v1.GroupConfig.ConsumerConfigEntry
-	(v1.GroupMode)(0),             // 12: dataservice.common.v1.GroupMode
-	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
-	(*v1.TopicPartition)(nil),     // 15: dataservice.common.v1.TopicPartition
+	(CommitFencing)(0),            // 3: dataservice.assigner.v1.CommitFencing
+	(LeaseState)(0),               // 4: dataservice.assigner.v1.LeaseState
+	(*GroupConfig)(nil),           // 5: dataservice.assigner.v1.GroupConfig
+	(*Member)(nil),                // 6: dataservice.assigner.v1.Member
+	(*ConfigRejection)(nil),       // 7: dataservice.assigner.v1.ConfigRejection
+	(*Lease)(nil),                 // 8: dataservice.assigner.v1.Lease
+	(*LeaseRef)(nil),              // 9: dataservice.assigner.v1.LeaseRef
+	(*SidecarEndpoint)(nil),       // 10: dataservice.assigner.v1.SidecarEndpoint
+	(*Binding)(nil),               // 11: dataservice.assigner.v1.Binding
+	nil,                           // 12: dataservice.assigner.v1.GroupConfig.ConsumerConfigEntry
+	(v1.GroupMode)(0),             // 13: dataservice.common.v1.GroupMode
+	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*v1.TopicPartition)(nil),     // 16: dataservice.common.v1.TopicPartition
 }
 var file_dataservice_assigner_v1_types_proto_depIdxs = []int32{
-	12, // 0: dataservice.assigner.v1.GroupConfig.mode:type_name -> dataservice.common.v1.GroupMode
-	11, // 1: dataservice.assigner.v1.GroupConfig.consumer_config:type_name -> dataservice.assigner.v1.GroupConfig.ConsumerConfigEntry
-	13, // 2: dataservice.assigner.v1.GroupConfig.lease_ttl:type_name -> google.protobuf.Duration
-	13, // 3: dataservice.assigner.v1.GroupConfig.heartbeat_interval:type_name -> google.protobuf.Duration
+	13, // 0: dataservice.assigner.v1.GroupConfig.mode:type_name -> dataservice.common.v1.GroupMode
+	12, // 1: dataservice.assigner.v1.GroupConfig.consumer_config:type_name -> dataservice.assigner.v1.GroupConfig.ConsumerConfigEntry
+	14, // 2: dataservice.assigner.v1.GroupConfig.lease_ttl:type_name -> google.protobuf.Duration
+	14, // 3: dataservice.assigner.v1.GroupConfig.heartbeat_interval:type_name -> google.protobuf.Duration
 	0,  // 4: dataservice.assigner.v1.GroupConfig.balance_strategy:type_name -> dataservice.assigner.v1.BalanceStrategy
-	13, // 5: dataservice.assigner.v1.GroupConfig.visibility_timeout:type_name -> google.protobuf.Duration
+	14, // 5: dataservice.assigner.v1.GroupConfig.visibility_timeout:type_name -> google.protobuf.Duration
 	1,  // 6: dataservice.assigner.v1.GroupConfig.external_offset_changes:type_name -> dataservice.assigner.v1.ExternalOffsetChanges
 	2,  // 7: dataservice.assigner.v1.GroupConfig.ordering:type_name -> dataservice.assigner.v1.Ordering
-	14, // 8: dataservice.assigner.v1.Member.joined_at:type_name -> google.protobuf.Timestamp
-	14, // 9: dataservice.assigner.v1.Member.last_heartbeat:type_name -> google.protobuf.Timestamp
-	6,  // 10: dataservice.assigner.v1.Member.config_rejection:type_name -> dataservice.assigner.v1.ConfigRejection
-	3,  // 11: dataservice.assigner.v1.Lease.state:type_name -> dataservice.assigner.v1.LeaseState
-	14, // 12: dataservice.assigner.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	15, // 13: dataservice.assigner.v1.SidecarEndpoint.partitions:type_name -> dataservice.common.v1.TopicPartition
-	9,  // 14: dataservice.assigner.v1.Binding.endpoints:type_name -> dataservice.assigner.v1.SidecarEndpoint
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	3,  // 8: dataservice.assigner.v1.GroupConfig.commit_fencing:type_name -> dataservice.assigner.v1.CommitFencing
+	15, // 9: dataservice.assigner.v1.Member.joined_at:type_name -> google.protobuf.Timestamp
+	15, // 10: dataservice.assigner.v1.Member.last_heartbeat:type_name -> google.protobuf.Timestamp
+	7,  // 11: dataservice.assigner.v1.Member.config_rejection:type_name -> dataservice.assigner.v1.ConfigRejection
+	4,  // 12: dataservice.assigner.v1.Lease.state:type_name -> dataservice.assigner.v1.LeaseState
+	15, // 13: dataservice.assigner.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	16, // 14: dataservice.assigner.v1.SidecarEndpoint.partitions:type_name -> dataservice.common.v1.TopicPartition
+	10, // 15: dataservice.assigner.v1.Binding.endpoints:type_name -> dataservice.assigner.v1.SidecarEndpoint
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_dataservice_assigner_v1_types_proto_init() }
@@ -1093,7 +1170,7 @@ func file_dataservice_assigner_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dataservice_assigner_v1_types_proto_rawDesc), len(file_dataservice_assigner_v1_types_proto_rawDesc)),
-			NumEnums:      4,
+			NumEnums:      5,
 			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -489,6 +489,7 @@ class SessionAccepted(_message.Message):
     EXTERNAL_OFFSET_CHANGES_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
     ORDERING_FIELD_NUMBER: _builtins.int
+    COMMIT_FENCING_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Id of this session, passed back in LeaveRequest."""
     mode: _common_pb2.GroupMode.ValueType
@@ -505,6 +506,10 @@ class SessionAccepted(_message.Message):
     """The group's dead-letter topic (GroupConfig.dead_letter_topic); empty = the sidecar's."""
     ordering: _types_pb2.Ordering.ValueType
     """The group's ordering (GroupConfig.ordering; unspecified = unordered)."""
+    commit_fencing: _types_pb2.CommitFencing.ValueType
+    """The group's commit fencing (GroupConfig.commit_fencing; unspecified = the sidecar's
+    commit_fencing setting), for the partitions granted from now on.
+    """
     @_builtins.property
     def lease_ttl(self) -> _duration_pb2.Duration:
         """Lease time-to-live. The sidecar's local deadline for a lease is the send time of the
@@ -544,10 +549,11 @@ class SessionAccepted(_message.Message):
         external_offset_changes: _types_pb2.ExternalOffsetChanges.ValueType = ...,
         dead_letter_topic: _builtins.str = ...,
         ordering: _types_pb2.Ordering.ValueType = ...,
+        commit_fencing: _types_pb2.CommitFencing.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consumer_config", b"consumer_config", "dead_letter_topic", b"dead_letter_topic", "external_offset_changes", b"external_offset_changes", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "max_deliveries", b"max_deliveries", "mode", b"mode", "ordering", b"ordering", "session_id", b"session_id", "topics", b"topics", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_fencing", b"commit_fencing", "config_version", b"config_version", "consumer_config", b"consumer_config", "dead_letter_topic", b"dead_letter_topic", "external_offset_changes", b"external_offset_changes", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "max_deliveries", b"max_deliveries", "mode", b"mode", "ordering", b"ordering", "session_id", b"session_id", "topics", b"topics", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -667,6 +673,7 @@ class ConfigUpdate(_message.Message):
     EXTERNAL_OFFSET_CHANGES_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
     ORDERING_FIELD_NUMBER: _builtins.int
+    COMMIT_FENCING_FIELD_NUMBER: _builtins.int
     config_version: _builtins.int
     """Version of the group config this belongs to; ignore updates older than the current one."""
     max_deliveries: _builtins.int
@@ -679,6 +686,10 @@ class ConfigUpdate(_message.Message):
     """The group's dead-letter topic (GroupConfig.dead_letter_topic); empty = the sidecar's."""
     ordering: _types_pb2.Ordering.ValueType
     """The group's ordering (GroupConfig.ordering; unspecified = unordered)."""
+    commit_fencing: _types_pb2.CommitFencing.ValueType
+    """The group's commit fencing (GroupConfig.commit_fencing; unspecified = the sidecar's
+    commit_fencing setting), for the partitions granted from now on.
+    """
     @_builtins.property
     def consumer_config(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """The complete new set of librdkafka consumer properties of the group (not a delta)."""
@@ -699,10 +710,11 @@ class ConfigUpdate(_message.Message):
         external_offset_changes: _types_pb2.ExternalOffsetChanges.ValueType = ...,
         dead_letter_topic: _builtins.str = ...,
         ordering: _types_pb2.Ordering.ValueType = ...,
+        commit_fencing: _types_pb2.CommitFencing.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_version", b"config_version", "consumer_config", b"consumer_config", "dead_letter_topic", b"dead_letter_topic", "external_offset_changes", b"external_offset_changes", "max_deliveries", b"max_deliveries", "ordering", b"ordering", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_fencing", b"commit_fencing", "config_version", b"config_version", "consumer_config", b"consumer_config", "dead_letter_topic", b"dead_letter_topic", "external_offset_changes", b"external_offset_changes", "max_deliveries", b"max_deliveries", "ordering", b"ordering", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -27,7 +27,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#dataservice/assigner/v1/types.proto\x12\x17\x64\x61taservice.assigner.v1\x1a\"dataservice/common/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xae\x05\n\x0bGroupConfig\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06topics\x18\x02 \x03(\t\x12.\n\x04mode\x18\x03 \x01(\x0e\x32 .dataservice.common.v1.GroupMode\x12Q\n\x0f\x63onsumer_config\x18\x04 \x03(\x0b\x32\x38.dataservice.assigner.v1.GroupConfig.ConsumerConfigEntry\x12\x16\n\x0e\x61lert_template\x18\x05 \x01(\t\x12,\n\tlease_ttl\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x35\n\x12heartbeat_interval\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x42\n\x10\x62\x61lance_strategy\x18\x08 \x01(\x0e\x32(.dataservice.assigner.v1.BalanceStrategy\x12\x16\n\x0e\x63onfig_version\x18\t \x01(\x03\x12\x35\n\x12visibility_timeout\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x16\n\x0emax_deliveries\x18\x0b \x01(\x05\x12O\n\x17\x65xternal_offset_changes\x18\x0c \x01(\x0e\x32..dataservice.assigner.v1.ExternalOffsetChanges\x12\x19\n\x11\x64\x65\x61\x64_letter_topic\x18\r \x01(\t\x12\x33\n\x08ordering\x18\x0e \x01(\x0e\x32!.dataservice.assigner.v1.Ordering\x1a\x35\n\x13\x43onsumerConfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa6\x02\n\x06Member\x12\x12\n\nsidecar_id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x0c\n\x04zone\x18\x03 \x01(\t\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\x05\x12-\n\tjoined_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0elast_heartbeat\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1e\n\x16\x61pplied_config_version\x18\x08 \x01(\x03\x12\x42\n\x10\x63onfig_rejection\x18\t \x01(\x0b\x32(.dataservice.assigner.v1.ConfigRejection\x12\x0f\n\x07\x64rained\x18\x07 \x01(\x08\"9\n\x0f\x43onfigRejection\x12\x16\n\x0e\x63onfig_version\x18\x01 \x01(\x03\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xac\x01\n\x05Lease\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06holder\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\x12\x32\n\x05state\x18\x05 \x01(\x0e\x32#.dataservice.assigner.v1.LeaseState\x12.\n\nexpires_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\";\n\x08LeaseRef\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\"\x96\x01\n\x0fSidecarEndpoint\x12\x12\n\nsidecar_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0c\n\x04zone\x18\x03 \x01(\t\x12\x39\n\npartitions\x18\x04 \x03(\x0b\x32%.dataservice.common.v1.TopicPartition\x12\x15\n\rlocal_address\x18\x05 \x01(\t\"y\n\x07\x42inding\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x03\x12;\n\tendpoints\x18\x04 \x03(\x0b\x32(.dataservice.assigner.v1.SidecarEndpoint*j\n\x0f\x42\x61lanceStrategy\x12 \n\x1c\x42\x41LANCE_STRATEGY_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x42\x41LANCE_STRATEGY_COUNT\x10\x01\x12\x19\n\x15\x42\x41LANCE_STRATEGY_LOAD\x10\x02*\xac\x01\n\x15\x45xternalOffsetChanges\x12\'\n#EXTERNAL_OFFSET_CHANGES_UNSPECIFIED\x10\x00\x12\"\n\x1e\x45XTERNAL_OFFSET_CHANGES_FOLLOW\x10\x01\x12\"\n\x1e\x45XTERNAL_OFFSET_CHANGES_REVERT\x10\x02\x12\"\n\x1e\x45XTERNAL_OFFSET_CHANGES_IGNORE\x10\x03*f\n\x08Ordering\x12\x18\n\x14ORDERING_UNSPECIFIED\x10\x00\x12\x16\n\x12ORDERING_UNORDERED\x10\x01\x12\x10\n\x0cORDERING_KEY\x10\x02\x12\x16\n\x12ORDERING_PARTITION\x10\x03*\xc0\x01\n\nLeaseState\x12\x1b\n\x17LEASE_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16LEASE_STATE_UNASSIGNED\x10\x01\x12\x17\n\x13LEASE_STATE_GRANTED\x10\x02\x12\x16\n\x12LEASE_STATE_ACTIVE\x10\x03\x12\x18\n\x14LEASE_STATE_REVOKING\x10\x04\x12\x18\n\x14LEASE_STATE_EXPIRING\x10\x05\x12\x14\n\x10LEASE_STATE_HELD\x10\x06\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#dataservice/assigner/v1/types.proto\x12\x17\x64\x61taservice.assigner.v1\x1a\"dataservice/common/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xee\x05\n\x0bGroupConfig\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06topics\x18\x02 \x03(\t\x12.\n\x04mode\x18\x03 \x01(\x0e\x32 .dataservice.common.v1.GroupMode\x12Q\n\x0f\x63onsumer_config\x18\x04 \x03(\x0b\x32\x38.dataservice.assigner.v1.GroupConfig.ConsumerConfigEntry\x12\x16\n\x0e\x61lert_template\x18\x05 \x01(\t\x12,\n\tlease_ttl\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x35\n\x12heartbeat_interval\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x42\n\x10\x62\x61lance_strategy\x18\x08 \x01(\x0e\x32(.dataservice.assigner.v1.BalanceStrategy\x12\x16\n\x0e\x63onfig_version\x18\t \x01(\x03\x12\x35\n\x12visibility_timeout\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x16\n\x0emax_deliveries\x18\x0b \x01(\x05\x12O\n\x17\x65xternal_offset_changes\x18\x0c \x01(\x0e\x32..dataservice.assigner.v1.ExternalOffsetChanges\x12\x19\n\x11\x64\x65\x61\x64_letter_topic\x18\r \x01(\t\x12\x33\n\x08ordering\x18\x0e \x01(\x0e\x32!.dataservice.assigner.v1.Ordering\x12>\n\x0e\x63ommit_fencing\x18\x0f \x01(\x0e\x32&.dataservice.assigner.v1.CommitFencing\x1a\x35\n\x13\x43onsumerConfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa6\x02\n\x06Member\x12\x12\n\nsidecar_id\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x0c\n\x04zone\x18\x03 \x01(\t\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\x05\x12-\n\tjoined_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0elast_heartbeat\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1e\n\x16\x61pplied_config_version\x18\x08 \x01(\x03\x12\x42\n\x10\x63onfig_rejection\x18\t \x01(\x0b\x32(.dataservice.assigner.v1.ConfigRejection\x12\x0f\n\x07\x64rained\x18\x07 \x01(\x08\"9\n\x0f\x43onfigRejection\x12\x16\n\x0e\x63onfig_version\x18\x01 \x01(\x03\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xac\x01\n\x05Lease\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06holder\x18\x03 \x01(\t\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\x12\x32\n\x05state\x18\x05 \x01(\x0e\x32#.dataservice.assigner.v1.LeaseState\x12.\n\nexpires_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\";\n\x08LeaseRef\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\"\x96\x01\n\x0fSidecarEndpoint\x12\x12\n\nsidecar_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0c\n\x04zone\x18\x03 \x01(\t\x12\x39\n\npartitions\x18\x04 \x03(\x0b\x32%.dataservice.common.v1.TopicPartition\x12\x15\n\rlocal_address\x18\x05 \x01(\t\"y\n\x07\x42inding\x12\x11\n\tclient_id\x18\x01 \x01(\t\x12\r\n\x05group\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x03\x12;\n\tendpoints\x18\x04 \x03(\x0b\x32(.dataservice.assigner.v1.SidecarEndpoint*j\n\x0f\x42\x61lanceStrategy\x12 \n\x1c\x42\x41LANCE_STRATEGY_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x42\x41LANCE_STRATEGY_COUNT\x10\x01\x12\x19\n\x15\x42\x41LANCE_STRATEGY_LOAD\x10\x02*\xac\x01\n\x15\x45xternalOffsetChanges\x12\'\n#EXTERNAL_OFFSET_CHANGES_UNSPECIFIED\x10\x00\x12\"\n\x1e\x45XTERNAL_OFFSET_CHANGES_FOLLOW\x10\x01\x12\"\n\x1e\x45XTERNAL_OFFSET_CHANGES_REVERT\x10\x02\x12\"\n\x1e\x45XTERNAL_OFFSET_CHANGES_IGNORE\x10\x03*f\n\x08Ordering\x12\x18\n\x14ORDERING_UNSPECIFIED\x10\x00\x12\x16\n\x12ORDERING_UNORDERED\x10\x01\x12\x10\n\x0cORDERING_KEY\x10\x02\x12\x16\n\x12ORDERING_PARTITION\x10\x03*c\n\rCommitFencing\x12\x1e\n\x1a\x43OMMIT_FENCING_UNSPECIFIED\x10\x00\x12\x18\n\x14\x43OMMIT_FENCING_LEASE\x10\x01\x12\x18\n\x14\x43OMMIT_FENCING_KAFKA\x10\x02*\xc0\x01\n\nLeaseState\x12\x1b\n\x17LEASE_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16LEASE_STATE_UNASSIGNED\x10\x01\x12\x17\n\x13LEASE_STATE_GRANTED\x10\x02\x12\x16\n\x12LEASE_STATE_ACTIVE\x10\x03\x12\x18\n\x14LEASE_STATE_REVOKING\x10\x04\x12\x18\n\x14LEASE_STATE_EXPIRING\x10\x05\x12\x14\n\x10LEASE_STATE_HELD\x10\x06\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,28 +36,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GROUPCONFIG_CONSUMERCONFIGENTRY']._loaded_options = None
   _globals['_GROUPCONFIG_CONSUMERCONFIGENTRY']._serialized_options = b'8\001'
-  _globals['_BALANCESTRATEGY']._serialized_start=1722
-  _globals['_BALANCESTRATEGY']._serialized_end=1828
-  _globals['_EXTERNALOFFSETCHANGES']._serialized_start=1831
-  _globals['_EXTERNALOFFSETCHANGES']._serialized_end=2003
-  _globals['_ORDERING']._serialized_start=2005
-  _globals['_ORDERING']._serialized_end=2107
-  _globals['_LEASESTATE']._serialized_start=2110
-  _globals['_LEASESTATE']._serialized_end=2302
+  _globals['_BALANCESTRATEGY']._serialized_start=1786
+  _globals['_BALANCESTRATEGY']._serialized_end=1892
+  _globals['_EXTERNALOFFSETCHANGES']._serialized_start=1895
+  _globals['_EXTERNALOFFSETCHANGES']._serialized_end=2067
+  _globals['_ORDERING']._serialized_start=2069
+  _globals['_ORDERING']._serialized_end=2171
+  _globals['_COMMITFENCING']._serialized_start=2173
+  _globals['_COMMITFENCING']._serialized_end=2272
+  _globals['_LEASESTATE']._serialized_start=2275
+  _globals['_LEASESTATE']._serialized_end=2467
   _globals['_GROUPCONFIG']._serialized_start=166
-  _globals['_GROUPCONFIG']._serialized_end=852
-  _globals['_GROUPCONFIG_CONSUMERCONFIGENTRY']._serialized_start=799
-  _globals['_GROUPCONFIG_CONSUMERCONFIGENTRY']._serialized_end=852
-  _globals['_MEMBER']._serialized_start=855
-  _globals['_MEMBER']._serialized_end=1149
-  _globals['_CONFIGREJECTION']._serialized_start=1151
-  _globals['_CONFIGREJECTION']._serialized_end=1208
-  _globals['_LEASE']._serialized_start=1211
-  _globals['_LEASE']._serialized_end=1383
-  _globals['_LEASEREF']._serialized_start=1385
-  _globals['_LEASEREF']._serialized_end=1444
-  _globals['_SIDECARENDPOINT']._serialized_start=1447
-  _globals['_SIDECARENDPOINT']._serialized_end=1597
-  _globals['_BINDING']._serialized_start=1599
-  _globals['_BINDING']._serialized_end=1720
+  _globals['_GROUPCONFIG']._serialized_end=916
+  _globals['_GROUPCONFIG_CONSUMERCONFIGENTRY']._serialized_start=863
+  _globals['_GROUPCONFIG_CONSUMERCONFIGENTRY']._serialized_end=916
+  _globals['_MEMBER']._serialized_start=919
+  _globals['_MEMBER']._serialized_end=1213
+  _globals['_CONFIGREJECTION']._serialized_start=1215
+  _globals['_CONFIGREJECTION']._serialized_end=1272
+  _globals['_LEASE']._serialized_start=1275
+  _globals['_LEASE']._serialized_end=1447
+  _globals['_LEASEREF']._serialized_start=1449
+  _globals['_LEASEREF']._serialized_end=1508
+  _globals['_SIDECARENDPOINT']._serialized_start=1511
+  _globals['_SIDECARENDPOINT']._serialized_end=1661
+  _globals['_BINDING']._serialized_start=1663
+  _globals['_BINDING']._serialized_end=1784
 # @@protoc_insertion_point(module_scope)

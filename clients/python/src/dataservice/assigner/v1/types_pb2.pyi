@@ -129,6 +129,40 @@ ORDERING_PARTITION: Ordering.ValueType  # 3
 """A partition's records are in flight to one client at a time, in offset order."""
 Global___Ordering: _TypeAlias = Ordering  # noqa: Y015
 
+class _CommitFencing:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CommitFencingEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CommitFencing.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    COMMIT_FENCING_UNSPECIFIED: _CommitFencing.ValueType  # 0
+    """Not set; each sidecar uses its commit_fencing setting (lease by default)."""
+    COMMIT_FENCING_LEASE: _CommitFencing.ValueType  # 1
+    """The local lease deadline: a holder stops delivering and committing a TTL after the
+    assigner last renewed its lease (so also when no assigner is reachable).
+    """
+    COMMIT_FENCING_KAFKA: _CommitFencing.ValueType  # 2
+    """A transactional producer per held lease, fenced at the broker by the next holder;
+    leases then outlive the assigner's absence.
+    """
+
+class CommitFencing(_CommitFencing, metaclass=_CommitFencingEnumTypeWrapper):
+    """What keeps a sidecar that outlived its lease from committing behind the partition's next
+    holder (issue 36; docs/operate/failure-model.md).
+    """
+
+COMMIT_FENCING_UNSPECIFIED: CommitFencing.ValueType  # 0
+"""Not set; each sidecar uses its commit_fencing setting (lease by default)."""
+COMMIT_FENCING_LEASE: CommitFencing.ValueType  # 1
+"""The local lease deadline: a holder stops delivering and committing a TTL after the
+assigner last renewed its lease (so also when no assigner is reachable).
+"""
+COMMIT_FENCING_KAFKA: CommitFencing.ValueType  # 2
+"""A transactional producer per held lease, fenced at the broker by the next holder;
+leases then outlive the assigner's absence.
+"""
+Global___CommitFencing: _TypeAlias = CommitFencing  # noqa: Y015
+
 class _LeaseState:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -209,6 +243,7 @@ class GroupConfig(_message.Message):
     EXTERNAL_OFFSET_CHANGES_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
     ORDERING_FIELD_NUMBER: _builtins.int
+    COMMIT_FENCING_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Group name; also the Kafka consumer group id. Immutable after creation."""
     mode: _common_pb2.GroupMode.ValueType
@@ -236,6 +271,14 @@ class GroupConfig(_message.Message):
     """Which records may be in flight to the group's clients at once: unordered (unspecified),
     per key, or per partition; enforced by the sidecars. Applies live (records in flight at a
     switch to an ordered mode hold every key of their partition back until acked).
+    """
+    commit_fencing: Global___CommitFencing.ValueType
+    """How commits are fenced: lease (the local deadline) or kafka (a transactional producer
+    per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
+    partition's next grant (leases held at the switch keep the fencing they were granted
+    under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
+    is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+    fence a Kafka-fenced one that outlived its lease.
     """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -279,10 +322,11 @@ class GroupConfig(_message.Message):
         external_offset_changes: Global___ExternalOffsetChanges.ValueType = ...,
         dead_letter_topic: _builtins.str = ...,
         ordering: Global___Ordering.ValueType = ...,
+        commit_fencing: Global___CommitFencing.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alert_template", b"alert_template", "balance_strategy", b"balance_strategy", "config_version", b"config_version", "consumer_config", b"consumer_config", "dead_letter_topic", b"dead_letter_topic", "external_offset_changes", b"external_offset_changes", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "max_deliveries", b"max_deliveries", "mode", b"mode", "name", b"name", "ordering", b"ordering", "topics", b"topics", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alert_template", b"alert_template", "balance_strategy", b"balance_strategy", "commit_fencing", b"commit_fencing", "config_version", b"config_version", "consumer_config", b"consumer_config", "dead_letter_topic", b"dead_letter_topic", "external_offset_changes", b"external_offset_changes", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "max_deliveries", b"max_deliveries", "mode", b"mode", "name", b"name", "ordering", b"ordering", "topics", b"topics", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -535,6 +535,165 @@ public final class Types extends com.google.protobuf.GeneratedFile {
 
   /**
    * <pre>
+   * What keeps a sidecar that outlived its lease from committing behind the partition's next
+   * holder (issue 36; docs/operate/failure-model.md).
+   * </pre>
+   *
+   * Protobuf enum {@code dataservice.assigner.v1.CommitFencing}
+   */
+  public enum CommitFencing
+      implements com.google.protobuf.ProtocolMessageEnum {
+    /**
+     * <pre>
+     * Not set; each sidecar uses its commit_fencing setting (lease by default).
+     * </pre>
+     *
+     * <code>COMMIT_FENCING_UNSPECIFIED = 0;</code>
+     */
+    COMMIT_FENCING_UNSPECIFIED(0),
+    /**
+     * <pre>
+     * The local lease deadline: a holder stops delivering and committing a TTL after the
+     * assigner last renewed its lease (so also when no assigner is reachable).
+     * </pre>
+     *
+     * <code>COMMIT_FENCING_LEASE = 1;</code>
+     */
+    COMMIT_FENCING_LEASE(1),
+    /**
+     * <pre>
+     * A transactional producer per held lease, fenced at the broker by the next holder;
+     * leases then outlive the assigner's absence.
+     * </pre>
+     *
+     * <code>COMMIT_FENCING_KAFKA = 2;</code>
+     */
+    COMMIT_FENCING_KAFKA(2),
+    UNRECOGNIZED(-1),
+    ;
+
+    static {
+      com.google.protobuf.RuntimeVersion.validateProtobufGencodeVersion(
+        com.google.protobuf.RuntimeVersion.RuntimeDomain.PUBLIC,
+        /* major= */ 4,
+        /* minor= */ 33,
+        /* patch= */ 5,
+        /* suffix= */ "",
+        "CommitFencing");
+    }
+    /**
+     * <pre>
+     * Not set; each sidecar uses its commit_fencing setting (lease by default).
+     * </pre>
+     *
+     * <code>COMMIT_FENCING_UNSPECIFIED = 0;</code>
+     */
+    public static final int COMMIT_FENCING_UNSPECIFIED_VALUE = 0;
+    /**
+     * <pre>
+     * The local lease deadline: a holder stops delivering and committing a TTL after the
+     * assigner last renewed its lease (so also when no assigner is reachable).
+     * </pre>
+     *
+     * <code>COMMIT_FENCING_LEASE = 1;</code>
+     */
+    public static final int COMMIT_FENCING_LEASE_VALUE = 1;
+    /**
+     * <pre>
+     * A transactional producer per held lease, fenced at the broker by the next holder;
+     * leases then outlive the assigner's absence.
+     * </pre>
+     *
+     * <code>COMMIT_FENCING_KAFKA = 2;</code>
+     */
+    public static final int COMMIT_FENCING_KAFKA_VALUE = 2;
+
+
+    public final int getNumber() {
+      if (this == UNRECOGNIZED) {
+        throw new java.lang.IllegalArgumentException(
+            "Can't get the number of an unknown enum value.");
+      }
+      return value;
+    }
+
+    /**
+     * @param value The numeric wire value of the corresponding enum entry.
+     * @return The enum associated with the given numeric wire value.
+     * @deprecated Use {@link #forNumber(int)} instead.
+     */
+    @java.lang.Deprecated
+    public static CommitFencing valueOf(int value) {
+      return forNumber(value);
+    }
+
+    /**
+     * @param value The numeric wire value of the corresponding enum entry.
+     * @return The enum associated with the given numeric wire value.
+     */
+    public static CommitFencing forNumber(int value) {
+      switch (value) {
+        case 0: return COMMIT_FENCING_UNSPECIFIED;
+        case 1: return COMMIT_FENCING_LEASE;
+        case 2: return COMMIT_FENCING_KAFKA;
+        default: return null;
+      }
+    }
+
+    public static com.google.protobuf.Internal.EnumLiteMap<CommitFencing>
+        internalGetValueMap() {
+      return internalValueMap;
+    }
+    private static final com.google.protobuf.Internal.EnumLiteMap<
+        CommitFencing> internalValueMap =
+          new com.google.protobuf.Internal.EnumLiteMap<CommitFencing>() {
+            public CommitFencing findValueByNumber(int number) {
+              return CommitFencing.forNumber(number);
+            }
+          };
+
+    public final com.google.protobuf.Descriptors.EnumValueDescriptor
+        getValueDescriptor() {
+      if (this == UNRECOGNIZED) {
+        throw new java.lang.IllegalStateException(
+            "Can't get the descriptor of an unrecognized enum value.");
+      }
+      return getDescriptor().getValues().get(ordinal());
+    }
+    public final com.google.protobuf.Descriptors.EnumDescriptor
+        getDescriptorForType() {
+      return getDescriptor();
+    }
+    public static com.google.protobuf.Descriptors.EnumDescriptor
+        getDescriptor() {
+      return dataservice.assigner.v1.Types.getDescriptor().getEnumTypes().get(3);
+    }
+
+    private static final CommitFencing[] VALUES = values();
+
+    public static CommitFencing valueOf(
+        com.google.protobuf.Descriptors.EnumValueDescriptor desc) {
+      if (desc.getType() != getDescriptor()) {
+        throw new java.lang.IllegalArgumentException(
+          "EnumValueDescriptor is not for this type.");
+      }
+      if (desc.getIndex() == -1) {
+        return UNRECOGNIZED;
+      }
+      return VALUES[desc.getIndex()];
+    }
+
+    private final int value;
+
+    private CommitFencing(int value) {
+      this.value = value;
+    }
+
+    // @@protoc_insertion_point(enum_scope:dataservice.assigner.v1.CommitFencing)
+  }
+
+  /**
+   * <pre>
    * Life-cycle state of a partition lease, as seen by the assigner.
    * </pre>
    *
@@ -729,7 +888,7 @@ public final class Types extends com.google.protobuf.GeneratedFile {
     }
     public static com.google.protobuf.Descriptors.EnumDescriptor
         getDescriptor() {
-      return dataservice.assigner.v1.Types.getDescriptor().getEnumTypes().get(3);
+      return dataservice.assigner.v1.Types.getDescriptor().getEnumTypes().get(4);
     }
 
     private static final LeaseState[] VALUES = values();
@@ -1113,6 +1272,35 @@ java.lang.String defaultValue);
      * @return The ordering.
      */
     dataservice.assigner.v1.Types.Ordering getOrdering();
+
+    /**
+     * <pre>
+     * How commits are fenced: lease (the local deadline) or kafka (a transactional producer
+     * per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
+     * partition's next grant (leases held at the switch keep the fencing they were granted
+     * under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
+     * is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+     * fence a Kafka-fenced one that outlived its lease.
+     * </pre>
+     *
+     * <code>.dataservice.assigner.v1.CommitFencing commit_fencing = 15;</code>
+     * @return The enum numeric value on the wire for commitFencing.
+     */
+    int getCommitFencingValue();
+    /**
+     * <pre>
+     * How commits are fenced: lease (the local deadline) or kafka (a transactional producer
+     * per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
+     * partition's next grant (leases held at the switch keep the fencing they were granted
+     * under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
+     * is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+     * fence a Kafka-fenced one that outlived its lease.
+     * </pre>
+     *
+     * <code>.dataservice.assigner.v1.CommitFencing commit_fencing = 15;</code>
+     * @return The commitFencing.
+     */
+    dataservice.assigner.v1.Types.CommitFencing getCommitFencing();
   }
   /**
    * <pre>
@@ -1149,6 +1337,7 @@ java.lang.String defaultValue);
       externalOffsetChanges_ = 0;
       deadLetterTopic_ = "";
       ordering_ = 0;
+      commitFencing_ = 0;
     }
 
     public static final com.google.protobuf.Descriptors.Descriptor
@@ -1736,6 +1925,42 @@ java.lang.String defaultValue) {
       return result == null ? dataservice.assigner.v1.Types.Ordering.UNRECOGNIZED : result;
     }
 
+    public static final int COMMIT_FENCING_FIELD_NUMBER = 15;
+    private int commitFencing_ = 0;
+    /**
+     * <pre>
+     * How commits are fenced: lease (the local deadline) or kafka (a transactional producer
+     * per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
+     * partition's next grant (leases held at the switch keep the fencing they were granted
+     * under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
+     * is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+     * fence a Kafka-fenced one that outlived its lease.
+     * </pre>
+     *
+     * <code>.dataservice.assigner.v1.CommitFencing commit_fencing = 15;</code>
+     * @return The enum numeric value on the wire for commitFencing.
+     */
+    @java.lang.Override public int getCommitFencingValue() {
+      return commitFencing_;
+    }
+    /**
+     * <pre>
+     * How commits are fenced: lease (the local deadline) or kafka (a transactional producer
+     * per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
+     * partition's next grant (leases held at the switch keep the fencing they were granted
+     * under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
+     * is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+     * fence a Kafka-fenced one that outlived its lease.
+     * </pre>
+     *
+     * <code>.dataservice.assigner.v1.CommitFencing commit_fencing = 15;</code>
+     * @return The commitFencing.
+     */
+    @java.lang.Override public dataservice.assigner.v1.Types.CommitFencing getCommitFencing() {
+      dataservice.assigner.v1.Types.CommitFencing result = dataservice.assigner.v1.Types.CommitFencing.forNumber(commitFencing_);
+      return result == null ? dataservice.assigner.v1.Types.CommitFencing.UNRECOGNIZED : result;
+    }
+
     private byte memoizedIsInitialized = -1;
     @java.lang.Override
     public final boolean isInitialized() {
@@ -1794,6 +2019,9 @@ java.lang.String defaultValue) {
       }
       if (ordering_ != dataservice.assigner.v1.Types.Ordering.ORDERING_UNSPECIFIED.getNumber()) {
         output.writeEnum(14, ordering_);
+      }
+      if (commitFencing_ != dataservice.assigner.v1.Types.CommitFencing.COMMIT_FENCING_UNSPECIFIED.getNumber()) {
+        output.writeEnum(15, commitFencing_);
       }
       getUnknownFields().writeTo(output);
     }
@@ -1867,6 +2095,10 @@ java.lang.String defaultValue) {
         size += com.google.protobuf.CodedOutputStream
           .computeEnumSize(14, ordering_);
       }
+      if (commitFencing_ != dataservice.assigner.v1.Types.CommitFencing.COMMIT_FENCING_UNSPECIFIED.getNumber()) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeEnumSize(15, commitFencing_);
+      }
       size += getUnknownFields().getSerializedSize();
       memoizedSize = size;
       return size;
@@ -1915,6 +2147,7 @@ java.lang.String defaultValue) {
       if (!getDeadLetterTopic()
           .equals(other.getDeadLetterTopic())) return false;
       if (ordering_ != other.ordering_) return false;
+      if (commitFencing_ != other.commitFencing_) return false;
       if (!getUnknownFields().equals(other.getUnknownFields())) return false;
       return true;
     }
@@ -1965,6 +2198,8 @@ java.lang.String defaultValue) {
       hash = (53 * hash) + getDeadLetterTopic().hashCode();
       hash = (37 * hash) + ORDERING_FIELD_NUMBER;
       hash = (53 * hash) + ordering_;
+      hash = (37 * hash) + COMMIT_FENCING_FIELD_NUMBER;
+      hash = (53 * hash) + commitFencing_;
       hash = (29 * hash) + getUnknownFields().hashCode();
       memoizedHashCode = hash;
       return hash;
@@ -2157,6 +2392,7 @@ java.lang.String defaultValue) {
         externalOffsetChanges_ = 0;
         deadLetterTopic_ = "";
         ordering_ = 0;
+        commitFencing_ = 0;
         return this;
       }
 
@@ -2244,6 +2480,9 @@ java.lang.String defaultValue) {
         if (((from_bitField0_ & 0x00002000) != 0)) {
           result.ordering_ = ordering_;
         }
+        if (((from_bitField0_ & 0x00004000) != 0)) {
+          result.commitFencing_ = commitFencing_;
+        }
         result.bitField0_ |= to_bitField0_;
       }
 
@@ -2313,6 +2552,9 @@ java.lang.String defaultValue) {
         }
         if (other.ordering_ != 0) {
           setOrderingValue(other.getOrderingValue());
+        }
+        if (other.commitFencing_ != 0) {
+          setCommitFencingValue(other.getCommitFencingValue());
         }
         this.mergeUnknownFields(other.getUnknownFields());
         onChanged();
@@ -2421,6 +2663,11 @@ java.lang.String defaultValue) {
                 bitField0_ |= 0x00002000;
                 break;
               } // case 112
+              case 120: {
+                commitFencing_ = input.readEnum();
+                bitField0_ |= 0x00004000;
+                break;
+              } // case 120
               default: {
                 if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                   done = true; // was an endgroup tag
@@ -3911,6 +4158,102 @@ java.lang.String defaultValue) {
       public Builder clearOrdering() {
         bitField0_ = (bitField0_ & ~0x00002000);
         ordering_ = 0;
+        onChanged();
+        return this;
+      }
+
+      private int commitFencing_ = 0;
+      /**
+       * <pre>
+       * How commits are fenced: lease (the local deadline) or kafka (a transactional producer
+       * per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
+       * partition's next grant (leases held at the switch keep the fencing they were granted
+       * under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
+       * is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+       * fence a Kafka-fenced one that outlived its lease.
+       * </pre>
+       *
+       * <code>.dataservice.assigner.v1.CommitFencing commit_fencing = 15;</code>
+       * @return The enum numeric value on the wire for commitFencing.
+       */
+      @java.lang.Override public int getCommitFencingValue() {
+        return commitFencing_;
+      }
+      /**
+       * <pre>
+       * How commits are fenced: lease (the local deadline) or kafka (a transactional producer
+       * per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
+       * partition's next grant (leases held at the switch keep the fencing they were granted
+       * under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
+       * is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+       * fence a Kafka-fenced one that outlived its lease.
+       * </pre>
+       *
+       * <code>.dataservice.assigner.v1.CommitFencing commit_fencing = 15;</code>
+       * @param value The enum numeric value on the wire for commitFencing to set.
+       * @return This builder for chaining.
+       */
+      public Builder setCommitFencingValue(int value) {
+        commitFencing_ = value;
+        bitField0_ |= 0x00004000;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * How commits are fenced: lease (the local deadline) or kafka (a transactional producer
+       * per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
+       * partition's next grant (leases held at the switch keep the fencing they were granted
+       * under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
+       * is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+       * fence a Kafka-fenced one that outlived its lease.
+       * </pre>
+       *
+       * <code>.dataservice.assigner.v1.CommitFencing commit_fencing = 15;</code>
+       * @return The commitFencing.
+       */
+      @java.lang.Override
+      public dataservice.assigner.v1.Types.CommitFencing getCommitFencing() {
+        dataservice.assigner.v1.Types.CommitFencing result = dataservice.assigner.v1.Types.CommitFencing.forNumber(commitFencing_);
+        return result == null ? dataservice.assigner.v1.Types.CommitFencing.UNRECOGNIZED : result;
+      }
+      /**
+       * <pre>
+       * How commits are fenced: lease (the local deadline) or kafka (a transactional producer
+       * per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
+       * partition's next grant (leases held at the switch keep the fencing they were granted
+       * under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
+       * is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+       * fence a Kafka-fenced one that outlived its lease.
+       * </pre>
+       *
+       * <code>.dataservice.assigner.v1.CommitFencing commit_fencing = 15;</code>
+       * @param value The commitFencing to set.
+       * @return This builder for chaining.
+       */
+      public Builder setCommitFencing(dataservice.assigner.v1.Types.CommitFencing value) {
+        if (value == null) { throw new NullPointerException(); }
+        bitField0_ |= 0x00004000;
+        commitFencing_ = value.getNumber();
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * How commits are fenced: lease (the local deadline) or kafka (a transactional producer
+       * per lease); unspecified = each sidecar's commit_fencing setting. Applies live to each
+       * partition's next grant (leases held at the switch keep the fencing they were granted
+       * under). A change away from kafka (kafka or unspecified to lease, kafka to unspecified)
+       * is refused (INVALID_ARGUMENT on group.commit_fencing): a lease-fenced holder would not
+       * fence a Kafka-fenced one that outlived its lease.
+       * </pre>
+       *
+       * <code>.dataservice.assigner.v1.CommitFencing commit_fencing = 15;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearCommitFencing() {
+        bitField0_ = (bitField0_ & ~0x00004000);
+        commitFencing_ = 0;
         onChanged();
         return this;
       }
@@ -11709,7 +12052,7 @@ java.lang.String defaultValue) {
       "ataservice.assigner.v1\032\"dataservice/comm" +
       "on/v1/common.proto\032\036google/protobuf/dura" +
       "tion.proto\032\037google/protobuf/timestamp.pr" +
-      "oto\"\256\005\n\013GroupConfig\022\014\n\004name\030\001 \001(\t\022\016\n\006top" +
+      "oto\"\356\005\n\013GroupConfig\022\014\n\004name\030\001 \001(\t\022\016\n\006top" +
       "ics\030\002 \003(\t\022.\n\004mode\030\003 \001(\0162 .dataservice.co" +
       "mmon.v1.GroupMode\022Q\n\017consumer_config\030\004 \003" +
       "(\01328.dataservice.assigner.v1.GroupConfig" +
@@ -11724,45 +12067,49 @@ java.lang.String defaultValue) {
       "external_offset_changes\030\014 \001(\0162..dataserv" +
       "ice.assigner.v1.ExternalOffsetChanges\022\031\n" +
       "\021dead_letter_topic\030\r \001(\t\0223\n\010ordering\030\016 \001" +
-      "(\0162!.dataservice.assigner.v1.Ordering\0325\n" +
-      "\023ConsumerConfigEntry\022\013\n\003key\030\001 \001(\t\022\r\n\005val" +
-      "ue\030\002 \001(\t:\0028\001\"\246\002\n\006Member\022\022\n\nsidecar_id\030\001 " +
-      "\001(\t\022\020\n\010endpoint\030\002 \001(\t\022\014\n\004zone\030\003 \001(\t\022\020\n\010c" +
-      "apacity\030\004 \001(\005\022-\n\tjoined_at\030\005 \001(\0132\032.googl" +
-      "e.protobuf.Timestamp\0222\n\016last_heartbeat\030\006" +
-      " \001(\0132\032.google.protobuf.Timestamp\022\036\n\026appl" +
-      "ied_config_version\030\010 \001(\003\022B\n\020config_rejec" +
-      "tion\030\t \001(\0132(.dataservice.assigner.v1.Con" +
-      "figRejection\022\017\n\007drained\030\007 \001(\010\"9\n\017ConfigR" +
-      "ejection\022\026\n\016config_version\030\001 \001(\003\022\016\n\006reas" +
-      "on\030\002 \001(\t\"\254\001\n\005Lease\022\r\n\005topic\030\001 \001(\t\022\021\n\tpar" +
-      "tition\030\002 \001(\005\022\016\n\006holder\030\003 \001(\t\022\r\n\005epoch\030\004 " +
-      "\001(\003\0222\n\005state\030\005 \001(\0162#.dataservice.assigne" +
-      "r.v1.LeaseState\022.\n\nexpires_at\030\006 \001(\0132\032.go" +
-      "ogle.protobuf.Timestamp\";\n\010LeaseRef\022\r\n\005t" +
-      "opic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\r\n\005epoch\030\003" +
-      " \001(\003\"\226\001\n\017SidecarEndpoint\022\022\n\nsidecar_id\030\001" +
-      " \001(\t\022\017\n\007address\030\002 \001(\t\022\014\n\004zone\030\003 \001(\t\0229\n\np" +
-      "artitions\030\004 \003(\0132%.dataservice.common.v1." +
-      "TopicPartition\022\025\n\rlocal_address\030\005 \001(\t\"y\n" +
-      "\007Binding\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001" +
-      "(\t\022\017\n\007version\030\003 \001(\003\022;\n\tendpoints\030\004 \003(\0132(" +
-      ".dataservice.assigner.v1.SidecarEndpoint" +
-      "*j\n\017BalanceStrategy\022 \n\034BALANCE_STRATEGY_" +
-      "UNSPECIFIED\020\000\022\032\n\026BALANCE_STRATEGY_COUNT\020" +
-      "\001\022\031\n\025BALANCE_STRATEGY_LOAD\020\002*\254\001\n\025Externa" +
-      "lOffsetChanges\022\'\n#EXTERNAL_OFFSET_CHANGE" +
-      "S_UNSPECIFIED\020\000\022\"\n\036EXTERNAL_OFFSET_CHANG" +
-      "ES_FOLLOW\020\001\022\"\n\036EXTERNAL_OFFSET_CHANGES_R" +
-      "EVERT\020\002\022\"\n\036EXTERNAL_OFFSET_CHANGES_IGNOR" +
-      "E\020\003*f\n\010Ordering\022\030\n\024ORDERING_UNSPECIFIED\020" +
-      "\000\022\026\n\022ORDERING_UNORDERED\020\001\022\020\n\014ORDERING_KE" +
-      "Y\020\002\022\026\n\022ORDERING_PARTITION\020\003*\300\001\n\nLeaseSta" +
-      "te\022\033\n\027LEASE_STATE_UNSPECIFIED\020\000\022\032\n\026LEASE" +
-      "_STATE_UNASSIGNED\020\001\022\027\n\023LEASE_STATE_GRANT" +
-      "ED\020\002\022\026\n\022LEASE_STATE_ACTIVE\020\003\022\030\n\024LEASE_ST" +
-      "ATE_REVOKING\020\004\022\030\n\024LEASE_STATE_EXPIRING\020\005" +
-      "\022\024\n\020LEASE_STATE_HELD\020\006b\006proto3"
+      "(\0162!.dataservice.assigner.v1.Ordering\022>\n" +
+      "\016commit_fencing\030\017 \001(\0162&.dataservice.assi" +
+      "gner.v1.CommitFencing\0325\n\023ConsumerConfigE" +
+      "ntry\022\013\n\003key\030\001 \001(\t\022\r\n\005value\030\002 \001(\t:\0028\001\"\246\002\n" +
+      "\006Member\022\022\n\nsidecar_id\030\001 \001(\t\022\020\n\010endpoint\030" +
+      "\002 \001(\t\022\014\n\004zone\030\003 \001(\t\022\020\n\010capacity\030\004 \001(\005\022-\n" +
+      "\tjoined_at\030\005 \001(\0132\032.google.protobuf.Times" +
+      "tamp\0222\n\016last_heartbeat\030\006 \001(\0132\032.google.pr" +
+      "otobuf.Timestamp\022\036\n\026applied_config_versi" +
+      "on\030\010 \001(\003\022B\n\020config_rejection\030\t \001(\0132(.dat" +
+      "aservice.assigner.v1.ConfigRejection\022\017\n\007" +
+      "drained\030\007 \001(\010\"9\n\017ConfigRejection\022\026\n\016conf" +
+      "ig_version\030\001 \001(\003\022\016\n\006reason\030\002 \001(\t\"\254\001\n\005Lea" +
+      "se\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\016\n\006" +
+      "holder\030\003 \001(\t\022\r\n\005epoch\030\004 \001(\003\0222\n\005state\030\005 \001" +
+      "(\0162#.dataservice.assigner.v1.LeaseState\022" +
+      ".\n\nexpires_at\030\006 \001(\0132\032.google.protobuf.Ti" +
+      "mestamp\";\n\010LeaseRef\022\r\n\005topic\030\001 \001(\t\022\021\n\tpa" +
+      "rtition\030\002 \001(\005\022\r\n\005epoch\030\003 \001(\003\"\226\001\n\017Sidecar" +
+      "Endpoint\022\022\n\nsidecar_id\030\001 \001(\t\022\017\n\007address\030" +
+      "\002 \001(\t\022\014\n\004zone\030\003 \001(\t\0229\n\npartitions\030\004 \003(\0132" +
+      "%.dataservice.common.v1.TopicPartition\022\025" +
+      "\n\rlocal_address\030\005 \001(\t\"y\n\007Binding\022\021\n\tclie" +
+      "nt_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022\017\n\007version\030\003 " +
+      "\001(\003\022;\n\tendpoints\030\004 \003(\0132(.dataservice.ass" +
+      "igner.v1.SidecarEndpoint*j\n\017BalanceStrat" +
+      "egy\022 \n\034BALANCE_STRATEGY_UNSPECIFIED\020\000\022\032\n" +
+      "\026BALANCE_STRATEGY_COUNT\020\001\022\031\n\025BALANCE_STR" +
+      "ATEGY_LOAD\020\002*\254\001\n\025ExternalOffsetChanges\022\'" +
+      "\n#EXTERNAL_OFFSET_CHANGES_UNSPECIFIED\020\000\022" +
+      "\"\n\036EXTERNAL_OFFSET_CHANGES_FOLLOW\020\001\022\"\n\036E" +
+      "XTERNAL_OFFSET_CHANGES_REVERT\020\002\022\"\n\036EXTER" +
+      "NAL_OFFSET_CHANGES_IGNORE\020\003*f\n\010Ordering\022" +
+      "\030\n\024ORDERING_UNSPECIFIED\020\000\022\026\n\022ORDERING_UN" +
+      "ORDERED\020\001\022\020\n\014ORDERING_KEY\020\002\022\026\n\022ORDERING_" +
+      "PARTITION\020\003*c\n\rCommitFencing\022\036\n\032COMMIT_F" +
+      "ENCING_UNSPECIFIED\020\000\022\030\n\024COMMIT_FENCING_L" +
+      "EASE\020\001\022\030\n\024COMMIT_FENCING_KAFKA\020\002*\300\001\n\nLea" +
+      "seState\022\033\n\027LEASE_STATE_UNSPECIFIED\020\000\022\032\n\026" +
+      "LEASE_STATE_UNASSIGNED\020\001\022\027\n\023LEASE_STATE_" +
+      "GRANTED\020\002\022\026\n\022LEASE_STATE_ACTIVE\020\003\022\030\n\024LEA" +
+      "SE_STATE_REVOKING\020\004\022\030\n\024LEASE_STATE_EXPIR" +
+      "ING\020\005\022\024\n\020LEASE_STATE_HELD\020\006b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -11776,7 +12123,7 @@ java.lang.String defaultValue) {
     internal_static_dataservice_assigner_v1_GroupConfig_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_assigner_v1_GroupConfig_descriptor,
-        new java.lang.String[] { "Name", "Topics", "Mode", "ConsumerConfig", "AlertTemplate", "LeaseTtl", "HeartbeatInterval", "BalanceStrategy", "ConfigVersion", "VisibilityTimeout", "MaxDeliveries", "ExternalOffsetChanges", "DeadLetterTopic", "Ordering", });
+        new java.lang.String[] { "Name", "Topics", "Mode", "ConsumerConfig", "AlertTemplate", "LeaseTtl", "HeartbeatInterval", "BalanceStrategy", "ConfigVersion", "VisibilityTimeout", "MaxDeliveries", "ExternalOffsetChanges", "DeadLetterTopic", "Ordering", "CommitFencing", });
     internal_static_dataservice_assigner_v1_GroupConfig_ConsumerConfigEntry_descriptor =
       internal_static_dataservice_assigner_v1_GroupConfig_descriptor.getNestedType(0);
     internal_static_dataservice_assigner_v1_GroupConfig_ConsumerConfigEntry_fieldAccessorTable = new
