@@ -21,11 +21,18 @@ is the partition's unacked delivered records with their keys: in flight (parked 
 dead-letter topic counts as in flight) or due; a record whose key is not known (delivered
 before the group switched to an ordered mode) is :data:`UNKNOWN` and holds back every key
 until it is acked or given up.
+
+The take path asks on every take, for every partition: it summarises the partition's
+unacked records once (:func:`held_of`: the keys in flight as a set, the due records) and,
+in the common case of no due record and nothing re-read (every candidate a first delivery),
+counts with :func:`eligible_new` over the candidates' keys alone; :func:`eligible_prefix`
+is the general rule (the property tests check both agree).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence, Set
+from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import Final
 
@@ -54,33 +61,91 @@ class _Unknown:
 UNKNOWN: Final = _Unknown()  # the key of a record delivered while the group was unordered
 _PARTITION: Final = b"\x00partition"  # partition mode: every record's ordering key
 _SlotKey = bytes | _Unknown
+HeldKey = Key | _Unknown  # the key of an unacked delivered record
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A partition's unacked delivered records as the gate reads them: the ordering keys
+    (slots) of those in flight, and the due ones as (offset, slot), ascending."""
+
+    in_flight: Set[_SlotKey]
+    dues: list[tuple[int, _SlotKey]]
+
+
+def held_of(
+    mode: Ordering,
+    in_flight: Iterable[HeldKey],
+    dues: Iterable[tuple[int, HeldKey]],
+) -> Held:
+    """The gate's summary of a partition's unacked records: the keys of those in flight
+    (repeats allowed), the due ones as (offset, key), in any order."""
+    keys = set(in_flight)
+    keyless = None in keys
+    keys.discard(None)
+    return held_counted(mode, keys, int(keyless), dues)
+
+
+def held_counted(
+    mode: Ordering, keys: Set[HeldKey], keyless: int, dues: Iterable[tuple[int, HeldKey]]
+) -> Held:
+    """:func:`held_of` from the keys in flight (without None, e.g. a live view of
+    :class:`in_flight_keys.InFlightKeys`) and how many keyless records are in flight."""
+    due: list[tuple[int, _SlotKey]]
+    if mode is Ordering.PARTITION:
+        slots: Set[_SlotKey] = {_PARTITION} if keys or keyless else frozenset()
+        due = [(offset, _PARTITION) for offset, _ in dues]
+    else:
+        slots = keys  # type: ignore[assignment]
+        due = [(offset, key) for offset, key in dues if key is not None]
+    due.sort(key=lambda d: d[0])
+    return Held(slots, due)
+
+
+def eligible_new(mode: Ordering, held: Held, keys: Sequence[Key]) -> int:
+    """:func:`eligible_prefix` when no record is due (``held.dues`` empty) and every
+    candidate is a first delivery (:attr:`Kind.NEW`): from their keys alone, in order."""
+    if mode is Ordering.UNORDERED or not held.in_flight:
+        return len(keys)
+    if mode is Ordering.PARTITION:
+        return 0
+    in_flight = held.in_flight
+    if UNKNOWN in in_flight:  # only keyless records pass
+        for count, key in enumerate(keys):
+            if key is not None:
+                return count
+        return len(keys)
+    if in_flight.isdisjoint(keys):  # the common case, in C (a Stream's credit: thousands)
+        return len(keys)
+    for count, key in enumerate(keys):
+        if key in in_flight:  # None never is
+            return count
+    return len(keys)
 
 
 def eligible_prefix(
     mode: Ordering,
-    held: Iterable[tuple[int, Key | _Unknown, bool]],
+    held: Iterable[tuple[int, HeldKey, bool]] | Held,
     candidates: Iterable[tuple[int, Key, Kind]],
 ) -> int:
     """How many of ``candidates`` (the partition's buffered records, ascending offsets, as
     (offset, key, kind)) may be handed out now to one holder, from the first on.
 
-    ``held``: the partition's unacked delivered records as (offset, key, due); a candidate
-    that is due appears there too (as due)."""
+    ``held``: the partition's unacked delivered records as (offset, key, due), or their
+    :func:`held_of` summary; a candidate that is due appears there too (as due)."""
     if mode is Ordering.UNORDERED:
         return sum(1 for _ in candidates)
     by_partition = mode is Ordering.PARTITION
-    in_flight: set[_SlotKey] = set()
-    dues: list[tuple[int, _SlotKey]] = []
-    for offset, key, due in held:
-        slot = _PARTITION if by_partition else key
-        if slot is None:
-            continue
-        if due:
-            dues.append((offset, slot))
-        else:
-            in_flight.add(slot)
+    if not isinstance(held, Held):
+        records = list(held)
+        held = held_of(
+            mode,
+            (key for _, key, due in records if not due),
+            ((offset, key) for offset, key, due in records if due),
+        )
+    in_flight = held.in_flight
+    dues = held.dues
     unknown_in_flight = UNKNOWN in in_flight
-    dues.sort(key=lambda d: d[0])
     # due below the candidate and not handed out in this take, per key (hot path: no dues)
     waiting: dict[_SlotKey, int] = {}
     next_due = 0

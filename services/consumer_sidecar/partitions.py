@@ -25,11 +25,21 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import accumulate, islice, pairwise
 
 from dsclient.records.batches import RECORD_OVERHEAD_BYTES, Chunk, Slice
 from services.consumer_sidecar.acks import NO_HOLDER, NO_LIMIT, GivenUp, Holder, PartitionAcks
-from services.consumer_sidecar.ordering import UNKNOWN, Key, Kind, Ordering, eligible_prefix
+from services.consumer_sidecar.in_flight_keys import InFlightKeys
+from services.consumer_sidecar.ordering import (
+    UNKNOWN,
+    HeldKey,
+    Key,
+    Kind,
+    Ordering,
+    eligible_new,
+    eligible_prefix,
+    held_counted,
+)
 from services.consumer_sidecar.stats import PartitionStats
 from services.runtime.topic_partition import TP
 
@@ -102,6 +112,11 @@ class Reverted:
     metadata: str  # that commit's metadata
 
 
+# Ordered modes: a partition's offset → key map is pruned below the commit point once it
+# holds this many more entries than twice the records from there on.
+PRUNE_KEYS_ABOVE = 1024
+
+
 @dataclass
 class Partition:
     tp: TP
@@ -147,8 +162,13 @@ class Partition:
     lag: int = -1  # records behind the high watermark; -1 = not known yet
     _rate_mark: tuple[float, int] | None = None
     # Ordered modes (ordering.py): the key of each record handed out, by offset, while it
-    # may still be un-acked (pruned below the commit point).
+    # may still be un-acked (pruned below the commit point now and then: PRUNE_KEYS_ABOVE).
     keys: dict[int, Key] = field(default_factory=dict)
+    # Ordered modes: each buffered chunk's keys (by record index), read once per chunk,
+    # not on every take (pruned to the buffer's chunks after each take).
+    chunk_keys: dict[Chunk, list[Key]] = field(default_factory=dict)
+    # Ordered modes: the keys in flight, kept from take to take (in_flight_keys.py).
+    in_flight: InFlightKeys = field(default_factory=InFlightKeys)
     # commit_fencing: kafka when granted (issue 36): commits go through the lease's
     # transactional producer and the confirmed lease has no deadline. Fixed for the
     # lease's life: a change of the group's setting applies to the next grant.
@@ -300,26 +320,48 @@ class PartitionTable:
         if self.ordering is Ordering.UNORDERED:
             return None
         allowed = {}
+        mode = self.ordering
         for part in parts:
             keys = part.keys
-            commit_point = part.acks.commit_point
-            while keys and (first := next(iter(keys))) < commit_point:
-                del keys[first]
-            held = [
-                (offset, keys.get(offset, UNKNOWN), due)
-                for lo, hi, due in part.acks.unacked_runs()
+            acks = part.acks
+            runs = acks.unacked_runs()
+            # what is in flight, from the runs that changed (before pruning their keys)
+            part.in_flight.sync(((lo, hi) for lo, hi, due in runs if not due), keys)
+            commit_point = acks.commit_point
+            if len(keys) > 2 * (acks.next_offset - commit_point) + PRUNE_KEYS_ABOVE:
+                # the keys below the commit point are not read again: dropped in one pass
+                # now and then (deleting from a dict's front one by one costs a scan each)
+                part.keys = keys = {o: k for o, k in keys.items() if o >= commit_point}
+            dues: list[tuple[int, HeldKey]] = [
+                (offset, keys.get(offset, UNKNOWN))
+                for lo, hi, due in runs
+                if due
                 for offset in range(lo, hi)
             ]
-            candidates = islice(_candidates(part), limit)
-            allowed[part.tp] = eligible_prefix(self.ordering, held, candidates)
+            held = held_counted(mode, part.in_flight.keys, part.in_flight.keyless, dues)
+            first_chunk = part.buffer[0]
+            if not held.dues and first_chunk.offsets[first_chunk.start] >= acks.next_offset:
+                # every buffered record a first delivery (offsets only grow in the buffer)
+                allowed[part.tp] = eligible_new(mode, held, _next_keys(part, limit))
+            else:
+                candidates = islice(_candidates(part), limit)
+                allowed[part.tp] = eligible_prefix(mode, held, candidates)
         return allowed
 
     def _record_keys(self, slices: list[Slice]) -> None:
         """Lock held: the keys of the records just handed out, for the ordering gate."""
+        parts: dict[TP, Partition] = {}
         for s in slices:
             part = self.partitions.get(TP(s.topic, s.partition))
-            if part is not None:
-                part.keys.update(_keys_of(s.chunk, s.lo, s.hi, s.klo))
+            if part is None:
+                continue
+            parts[part.tp] = part
+            offsets, keys = s.chunk.offsets[s.lo : s.hi], _chunk_keys(part, s.chunk)[s.lo : s.hi]
+            part.keys.update(zip(offsets, keys, strict=True))
+        for part in parts.values():  # forget the chunks handed out in full
+            if len(part.chunk_keys) > len(part.buffer):
+                live = set(part.buffer)
+                part.chunk_keys = {c: k for c, k in part.chunk_keys.items() if c in live}
 
     def _take_from(self, taking: _Taking, count: int, out: list[Slice]) -> None:
         """Up to ``count`` records of a partition within the byte budget (lock held)."""
@@ -523,6 +565,7 @@ class PartitionTable:
     def _drop_locked(self, part: Partition) -> None:
         self.buffered_bytes -= part.buffered_bytes
         part.buffer.clear()
+        part.chunk_keys.clear()
         part.buffered_bytes = 0
         part.buffered_records = 0
 
@@ -557,18 +600,30 @@ class PartitionTable:
             return list(self.partitions.values())
 
 
-def _keys_of(chunk: Chunk, lo: int, hi: int, kpos: int) -> Iterator[tuple[int, Key]]:
-    """(offset, key) of the chunk's records [lo, hi), the key of ``lo`` starting at
-    ``kpos`` in ``chunk.keys``."""
-    offsets, lengths = chunk.offsets, chunk.key_lengths
-    if lengths is None:
-        for k in range(lo, hi):
-            yield offsets[k], None
-        return
-    for k in range(lo, hi):
-        n = lengths[k]
-        yield offsets[k], None if k in chunk.key_nulls else chunk.keys[kpos : kpos + n]
-        kpos += n
+def _chunk_keys(part: Partition, chunk: Chunk) -> list[Key]:
+    """Lock held: every key of ``chunk`` by record index, read once per chunk."""
+    found = part.chunk_keys.get(chunk)
+    if found is None:
+        lengths = chunk.key_lengths
+        if lengths is None:
+            found = [None] * len(chunk)
+        else:
+            blob = chunk.keys
+            found = [blob[a:b] for a, b in pairwise(accumulate(lengths, initial=0))]
+            for k in chunk.key_nulls:
+                found[k] = None
+        part.chunk_keys[chunk] = found
+    return found
+
+
+def _next_keys(part: Partition, limit: int) -> list[Key]:
+    """Lock held: the keys of the partition's next ``limit`` buffered records, in order."""
+    out: list[Key] = []
+    for chunk in part.buffer:
+        out += _chunk_keys(part, chunk)[chunk.start : chunk.start + limit - len(out)]
+        if len(out) >= limit:
+            break
+    return out
 
 
 def _candidates(part: Partition) -> Iterator[tuple[int, Key, Kind]]:
@@ -577,7 +632,9 @@ def _candidates(part: Partition) -> Iterator[tuple[int, Key, Kind]]:
     acks = part.acks
     first_new, cursor = acks.next_offset, acks.cursor
     for chunk in part.buffer:
-        for offset, key in _keys_of(chunk, chunk.start, len(chunk), chunk.key_pos):
+        keys = _chunk_keys(part, chunk)
+        for k in range(chunk.start, len(chunk)):
+            offset, key = chunk.offsets[k], keys[k]
             if offset >= first_new:
                 kind = Kind.NEW
             elif offset >= cursor and acks.is_due(offset):

@@ -3,10 +3,12 @@ and ack, in process, unordered (the baseline, measured in the same run) beside k
 partition.
 
     python tests/bench/bench_ordering_take.py [--records 40000 --keys 1000 --repeat 3]
+        [--batch 100 --lag 1]
 
 4 partitions of keyed records (random keys) in column chunks; 4 holders take in turn (up
-to --batch records each) and ack what they took after the next holder's take (so records
-are in flight to several holders at once, as with clients processing in parallel), until
+to --batch records each) and ack what they took after the next holder's take (``--lag``
+takes later: a Stream's credit keeps thousands in flight; so records are in flight to
+several holders at once, as with clients processing in parallel), until
 every record was acked. Printed per ordering: records/s (best and median of --repeat),
 takes that returned nothing (held back), and the ratio to unordered. Nothing is asserted.
 """
@@ -55,7 +57,7 @@ def loaded(records: int, keys: int, ordering: Ordering, seed: int) -> PartitionT
     return table
 
 
-def drain(table: PartitionTable, batch: int) -> tuple[int, int]:
+def drain(table: PartitionTable, batch: int, lag: int = 1) -> tuple[int, int]:
     """Take and ack until empty; (records acked, empty takes)."""
     pending: list[list[Slice]] = []
     acked = empty = 0
@@ -67,12 +69,12 @@ def drain(table: PartitionTable, batch: int) -> tuple[int, int]:
         if not taken:
             empty += 1
         pending.append(taken)
-        if len(pending) > 1 or not taken:
+        if len(pending) > lag or not taken:
             for s in pending.pop(0):
                 part = table.partitions[TP(s.topic, s.partition)]
                 table.ack_range(part, s.first_offset, s.last_offset + 1)
                 acked += len(s)
-        if not taken and not pending[0] and all(not p.buffer for p in table.snapshot()):
+        if not taken and not any(pending) and all(not p.buffer for p in table.snapshot()):
             return acked, empty
 
 
@@ -82,6 +84,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1_000)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--lag", type=int, default=1, help="takes between a take and its ack")
     args = parser.parse_args()
     results: dict[Ordering, list[float]] = {}
     for ordering in (Ordering.UNORDERED, Ordering.KEY, Ordering.PARTITION):
@@ -89,7 +92,7 @@ def main() -> None:
         for r in range(args.repeat):
             table = loaded(args.records, args.keys, ordering, seed=r)
             started = time.perf_counter()
-            acked, empty = drain(table, args.batch)
+            acked, empty = drain(table, args.batch, args.lag)
             elapsed = time.perf_counter() - started
             assert acked == args.records // PARTITIONS * PARTITIONS, acked
             rates.append(acked / elapsed)

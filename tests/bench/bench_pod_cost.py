@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/bench/bench_pod_cost.py [--short] [--bootstrap HOST:PORT]
         [--rates 0,10,100,1000,10000] [--sizes 100,1024] [--paths S,F,Su,Fu,Cu]
-        [--rounds N] [--window SECONDS] [--json PATH]
+        [--rounds N] [--window SECONDS] [--json PATH] [--ordering key|partition --keys N]
 
 One producer process writes ``rate`` records/s (each value ``seq:time_ns:`` padded to the
 record size) to a topic of its own per size. In the same window, each in a process of its
@@ -28,6 +28,12 @@ per path p50/p99 latency from produce to the application. Each figure is printed
 median of the rounds and the best (lowest CPU / latency), the mesh's CPU (sidecar +
 application) as a ratio to (dc)'s and (da)'s in the same round; the load average beside
 each rate. ``--json`` writes every figure (docs/benchmarks/results/pod_cost.json).
+
+``--ordering key`` (issue 39): the producer keys its records (``--keys`` keys, each in one
+partition), and every mesh path runs twice in the same window, through two sidecars and
+groups of the same topic: its group ``unordered`` (S, F, ...) and in the ordering given
+(Sk, Fk, ...; Sp, ... for ``partition``); each ordered path's CPU is also printed as a
+ratio to its unordered twin's in the same round (median and best), with both latencies.
 Not collected by pytest (file name); never asserts a time.
 """
 
@@ -74,6 +80,8 @@ MESH_PATHS = {
     "Fu": ("DsClient.fetch UDS", "fetch", True),
     "Cu": ("DsClient.stream_columns UDS (ARROW_SHM)", "columns", True),
 }
+# An ordered twin of a mesh path (--ordering): the path's key with this suffix.
+ORDERED_SUFFIX = {"key": "k", "partition": "p"}
 DIRECT_PATHS = {"dc": ("direct, commit per batch", "commit"), "da": ("direct, auto-commit", "auto")}
 JSON_DEFAULT = Path(__file__).resolve().parents[2] / "docs/benchmarks/results/pod_cost.json"
 
@@ -86,6 +94,16 @@ class Profile:
     rounds: int
     window: float  # seconds per round
     idle_window: float
+    ordering: str = ""  # --ordering: each mesh path also runs in this mode ("": none)
+    keys: int = 0  # the producer's keys (0: no key)
+
+    @property
+    def run_paths(self) -> tuple[str, ...]:
+        """The mesh paths run: ``paths``, and their ordered twins with ``ordering``."""
+        if not self.ordering:
+            return self.paths
+        suffix = ORDERED_SUFFIX[self.ordering]
+        return self.paths + tuple(p + suffix for p in self.paths)
 
 
 FULL = Profile((0, 10, 100, 1000, 10_000), (100, 1024), ("S", "F", "Su", "Fu", "Cu"), 3, 20, 30)
@@ -113,6 +131,20 @@ def median_and_best(values: list[float]) -> tuple[float, float]:
 
 def ratio(a: float, b: float) -> float:
     return a / b if b > 0 else float("nan")
+
+
+def mesh_path(key: str) -> tuple[str, str, bool]:
+    """(label, reader kind, over UDS) of a mesh path or of its ordered twin."""
+    if key in MESH_PATHS:
+        return MESH_PATHS[key]
+    mode = next(m for m, x in ORDERED_SUFFIX.items() if key.endswith(x))
+    label, kind, uds = MESH_PATHS[key[: -len(ORDERED_SUFFIX[mode])]]
+    return f"{label}, {mode}", kind, uds
+
+
+def twin_of(key: str) -> str | None:
+    """The unordered path an ordered twin is compared with (None: not a twin)."""
+    return None if key in MESH_PATHS else key[:-1]
 
 
 @dataclass(frozen=True)
@@ -222,8 +254,8 @@ def run_size(
     firsts: dict[str, Any] = {}
     pids: dict[str, dict[str, int]] = {}
     try:
-        for key in profile.paths:
-            env = {"DS_UDS_DIR": str(socket_dir)} if MESH_PATHS[key][2] else {}
+        for key in profile.run_paths:
+            env = {"DS_UDS_DIR": str(socket_dir)} if mesh_path(key)[2] else {}
             sidecar = start_sidecar(
                 mesh, groups[key], assigner, f"pod-{uuid.uuid4().hex[:10]}",
                 *sidecar_args(notifier), env=env,
@@ -250,8 +282,8 @@ def run_size(
             for k, (_, kind) in DIRECT_PATHS.items()
         ]
         readers += [
-            Reader(k, MESH_PATHS[k][1], group=groups[k], assigner=assigner.grpc_addr)
-            for k in profile.paths
+            Reader(k, mesh_path(k)[1], group=groups[k], assigner=assigner.grpc_addr)
+            for k in profile.run_paths
         ]
         for reader in readers:
             key = reader.key
@@ -266,7 +298,8 @@ def run_size(
             if not started(ready, proc, out):
                 raise RuntimeError(f"({key}) did not start: {failure(out)}")
         producer = ctx.Process(
-            target=produce, args=(bootstrap, topic, PARTITIONS, size, rate, stop_producer, sent)
+            target=produce,
+            args=(bootstrap, topic, PARTITIONS, size, rate, stop_producer, sent, profile.keys),
         )
         producer.daemon = True
         producer.start()
@@ -295,8 +328,8 @@ def run_size(
             if got.error:
                 raise RuntimeError(f"({key}) failed: {got.error}")
             seen[key] = got
-        for key in profile.paths:
-            check_transport(sidecars[key], f"bench-pod-{key}", uds=MESH_PATHS[key][2])
+        for key in profile.run_paths:
+            check_transport(sidecars[key], f"bench-pod-{key}", uds=mesh_path(key)[2])
         for r, rounds in windows.items():
             result.rates[r] = [with_latency(rnd, seqs, seen) for seqs, rnd in rounds]
         return result
@@ -365,14 +398,15 @@ def fmt(pair: tuple[float, float], scale: float = 1.0, spec: str = "6.1f") -> st
 
 
 def print_size(result: Size, paths: tuple[str, ...]) -> None:
-    labels = {k: v[0] for k, v in (*DIRECT_PATHS.items(), *MESH_PATHS.items())}
+    labels = {k: v[0] for k, v in DIRECT_PATHS.items()} | {k: mesh_path(k)[0] for k in paths}
     for r, rounds in result.rates.items():
         loads = ", ".join(f"{rnd.load[0]:.2f}" for rnd in rounds)
         made = ", ".join(f"{rnd.produced:.0f}" for rnd in rounds)
         print(f"\n== {result.size} B at {r:g} records/s ({made} produced), {len(rounds)} rounds "
               f"(load average at each: {loads}); median / best")  # fmt: skip
+        width = max(35, *(len(labels[k]) for k in paths))
         print(
-            f"   {'path':40} {'mcores app':>15} {'sidecar':>15} {'total':>15} "
+            f"   {'path':{width + 5}} {'mcores app':>15} {'sidecar':>15} {'total':>15} "
             f"{'x dc':>11} {'x da':>11} {'wakeups/s app':>15} {'sidecar':>15} "
             f"{'RSS app':>8} {'sidecar':>8} {'p50 ms':>13} {'p99 ms':>13}"
         )
@@ -381,7 +415,8 @@ def print_size(result: Size, paths: tuple[str, ...]) -> None:
             da = path_summary(rounds, key, "da")["ratio"]
             side = s.get("sidecar")
             print(
-                f"   ({key}) {labels[key]:35} {fmt(s['app']['cores'], 1000, '6.0f')} "
+                f"   {f'({key}) {labels[key]}':{width + 5}} "
+                f"{fmt(s['app']['cores'], 1000, '6.0f')} "
                 f"{fmt(side['cores'], 1000, '6.0f') if side else '':>15} "
                 f"{fmt(s['total_cores'], 1000, '6.0f')} {fmt(s['ratio'], 1, '4.1f')} "
                 f"{fmt(da, 1, '4.1f')} {fmt(s['app']['wakeups_per_s'], 1, '6.0f')} "
@@ -389,6 +424,20 @@ def print_size(result: Size, paths: tuple[str, ...]) -> None:
                 f"{s['app']['rss_mib']:8.1f} {side['rss_mib'] if side else float('nan'):8.1f} "
                 f"{fmt(s['p50_ms'], 1, '5.1f')} {fmt(s['p99_ms'], 1, '5.1f')}"
                 + (f"  missed {s['missed']}" if s["missed"] else ""),
+                flush=True,
+            )
+        for key in paths:
+            if (twin := twin_of(key)) is None:
+                continue
+            s, base = path_summary(rounds, key, twin), path_summary(rounds, twin, "dc")
+            print(
+                f"   ({key}) over ({twin}), same rounds: CPU x {fmt(s['ratio'], 1, '4.2f')} "
+                f"(total mcores {fmt(s['total_cores'], 1000, '4.0f')} against "
+                f"{fmt(base['total_cores'], 1000, '4.0f')}), sidecar mcores "
+                f"{fmt(s['sidecar']['cores'], 1000, '4.0f')} against "
+                f"{fmt(base['sidecar']['cores'], 1000, '4.0f')}, p50 ms "
+                f"{fmt(s['p50_ms'], 1, '5.1f')} against {fmt(base['p50_ms'], 1, '5.1f')}, "
+                f"p99 ms {fmt(s['p99_ms'], 1, '5.1f')} against {fmt(base['p99_ms'], 1, '5.1f')}",
                 flush=True,
             )
 
@@ -416,7 +465,12 @@ def as_json(results: list[Size], profile: Profile, started: str) -> dict[str, An
                         "produced_per_s": [rnd.produced for rnd in rounds],
                         "paths": {
                             key: path_summary(rounds, key, "dc")
-                            for key in (*DIRECT_PATHS, *profile.paths)
+                            for key in (*DIRECT_PATHS, *profile.run_paths)
+                        },
+                        "over_unordered": {
+                            key: path_summary(rounds, key, twin)["ratio"]
+                            for key in profile.run_paths
+                            if (twin := twin_of(key)) is not None
                         },
                     }
                     for r, rounds in res.rates.items()
@@ -439,8 +493,14 @@ def run(
     socket_dir = Path(tempfile.mkdtemp(prefix="ds-pod-uds-"))  # a socket path ≤ 107 bytes
     topics = {size: f"bench-pod-{size}-{run_id}" for size in profile.sizes}
     groups = {
-        size: {key: f"g-pod-{key}-{topics[size]}" for key in profile.paths}
+        size: {key: f"g-pod-{key}-{topics[size]}" for key in profile.run_paths}
         for size in profile.sizes
+    }
+    ordered = {
+        group: {"ordering": profile.ordering}
+        for by_path in groups.values()
+        for key, group in by_path.items()
+        if twin_of(key) is not None
     }
     for topic in topics.values():
         create_topic(bootstrap, topic, PARTITIONS)
@@ -453,6 +513,7 @@ def run(
         assigner = mesh.assigner(
             [(g, [topics[s]]) for s in profile.sizes for g in groups[s].values()],
             *sidecar_args(notifier),
+            group_settings=ordered,
             env={
                 "DS_STATE_TOPIC": f"__ds_assigner_state-pod-{run_id}",
                 "DS_STATE_TRANSACTIONAL_ID": f"ds-assigner-state-pod-{run_id}",
@@ -464,7 +525,7 @@ def run(
                 mesh, assigner, notifier, bootstrap, size, profile, socket_dir,
                 groups[size], topics[size],
             )  # fmt: skip
-            print_size(res, profile.paths)
+            print_size(res, profile.run_paths)
             results.append(res)
             done(results)
     return results
@@ -495,6 +556,7 @@ def flat_rows(detail: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
             produced = rate.get("produced_per_s") or []
             for key, p in rate["paths"].items():
                 side = p.get("sidecar")
+                over = rate.get("over_unordered", {}).get(key)
                 rates.append({
                     "size": size["size"], "rate": rate["rate"], "path": key,
                     "produced_per_s": _r(statistics.median(produced)) if produced else None,
@@ -510,6 +572,8 @@ def flat_rows(detail: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                     "rss_sidecar_mib": _r(side["rss_mib"]) if side else None,
                     "p50_ms": _r(p["p50_ms"][0]) if "p50_ms" in p else None,
                     "p99_ms": _r(p["p99_ms"][0]) if "p99_ms" in p else None,
+                    **({"x_unordered": _r(over[0], 2), "x_unordered_best": _r(over[1], 2)}
+                       if over else {}),
                 })  # fmt: skip
     return {"idle": idle, "rates": rates}
 
@@ -548,8 +612,20 @@ def main() -> int:
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--window", type=float, help="seconds per round")
     parser.add_argument("--json", type=Path, help=f"write the figures here (e.g. {JSON_DEFAULT})")
+    parser.add_argument(
+        "--ordering",
+        choices=sorted(ORDERED_SUFFIX),
+        help="also run every mesh path with its group in this ordering",
+    )
+    parser.add_argument("--keys", type=int, help="keyed records over N keys (--ordering: 100)")
     args = parser.parse_args()
     profile = SHORT if args.short else FULL
+    if args.ordering:
+        profile = replace(profile, ordering=args.ordering, keys=100)
+    if args.keys is not None:
+        if args.keys < 0:
+            parser.error("--keys: 0 or more")
+        profile = replace(profile, keys=args.keys)
     if args.rates:
         profile = replace(profile, rates=tuple(float(r) for r in args.rates.split(",")))
     if args.sizes:

@@ -48,6 +48,11 @@ never an asserted time):
     ``bench_shm_transport.py``'s client does: its row count and the sum of its value
     lengths (``pyarrow.compute``), no per-record Python.
 
+(b2k), (c2k) (b2) and (c2) with the group's ``ordering: key`` (issue 39; the records are
+    keyed by sequence number, so one client is never held back: what the key gate costs
+    the path), interleaved with (b2) and (c2) in each round and printed as a ratio to them
+    (best and median); not in the default rows (``--rows a,b2,b2k,c2,c2k``).
+
 ``--rows a,b2,b2u,c,cu,cc,ccu`` measures only those rows ((a) always runs with a throughput row: it
 is the baseline; ``--rows d`` runs the latency row alone);
 ``--rounds N`` sets the number of interleaved rounds, ``--sizes 1024`` runs one size.
@@ -870,7 +875,11 @@ def best_and_median(rows: dict[str, list[Rate]], key: str, base: list[Rate]) -> 
 
 
 # Rows --rows may name; (a) always runs.
-ROWS = ("a", "a1", "b", "b2", "b2u", "c", "c2", "cu", "cc", "ccu", "d")
+ROWS = ("a", "a1", "b", "b2", "b2u", "c", "c2", "cu", "cc", "ccu", "d", "b2k", "c2k")
+DEFAULT_ROWS = ROWS[:-2]  # the key-ordered rows on request
+# The groups of the key-ordered rows (their name's second part) and the rows they repeat.
+KEYED = ("fetchnwk", "streamnwk")
+ORDERING_PAIRS = (("b2", "b2k", "Fetch + ack_nowait"), ("c2", "c2k", "Stream + ack_nowait"))
 # The socket rows beside the TCP rows they repeat.
 UDS_PAIRS = (
     ("b2", "b2u", "Fetch + ack_nowait"),
@@ -904,8 +913,10 @@ def run(
             "fetch",
             "fetchnw",
             "fetchnwu",
+            "fetchnwk",
             "stream",
             "streamnw",
+            "streamnwk",
             "streamu",
             "columns",
             "columnsu",
@@ -934,7 +945,12 @@ def run(
     )
     try:
         with running_mesh(bootstrap, log_dir) as mesh:
-            assigner = mesh.assigner(groups)
+            ordered = {
+                g: {"ordering": "key"}
+                for g, _ in groups
+                if g.split("-")[1].rstrip("0123456789") in KEYED
+            }
+            assigner = mesh.assigner(groups, group_settings=ordered)
             assigner.wait_serving()
             for size, n in sizes.items():
                 topic = topics[size]
@@ -952,6 +968,7 @@ def run(
                         ("b", "fetch", False, False),
                         ("b2", "fetchnw", True, False),
                         ("b2u", "fetchnwu", True, True),
+                        ("b2k", "fetchnwk", True, False),
                     ):
                         if key in rows:
                             rates[key].append(
@@ -969,6 +986,7 @@ def run(
                         ("c", "stream", False, False),
                         ("c2", "streamnw", True, False),
                         ("cu", "streamu", False, True),
+                        ("c2k", "streamnwk", True, False),
                     ):
                         if key in rows:
                             rates[key].append(
@@ -1027,6 +1045,7 @@ def run(
                 for key in ("a", "a1", "b", "b2", "c", "c2"):
                     print(f"     ({key}) {best(rates[key]).cpu_line()}")
                 print_uds(rates)
+                print_ordering(rates)
                 env = {"DS_STATISTICS_INTERVAL_MS": "0"}
                 nostats = fetch_through(mesh, assigner, f"g-nostats-{topic}", n, env)
                 print(
@@ -1085,6 +1104,22 @@ def print_selected(rates: dict[str, list[Rate]]) -> None:
         if values and key != "a" and key not in paired:
             print(f"({key:3}) {best_and_median(rates, key, rates['a'])}")
     print_uds(rates)
+    print_ordering(rates)
+
+
+def print_ordering(rates: dict[str, list[Rate]]) -> None:
+    """The key-ordered rows over their unordered twins, measured in the same rounds."""
+    for plain, keyed, what in ORDERING_PAIRS:
+        if not rates[plain] or not rates[keyed]:
+            continue
+        mid_plain, mid_keyed = median_rate(rates[plain]), median_rate(rates[keyed])
+        print(
+            f"({keyed:3}) {what} ordering key over unordered ({plain}): best "
+            f"{ratio(best(rates[keyed]), best(rates[plain]))}, median "
+            f"{mid_keyed / mid_plain if mid_plain else float('nan'):.2f}"
+        )
+        print(f"      ({plain}) {best(rates[plain]).cpu_line()}")
+        print(f"      ({keyed}) {best(rates[keyed]).cpu_line()}")
 
 
 def main() -> int:
@@ -1093,7 +1128,7 @@ def main() -> int:
     parser.add_argument("--bootstrap", help="use this Kafka instead of starting one")
     parser.add_argument(
         "--rows",
-        default=",".join(ROWS),
+        default=",".join(DEFAULT_ROWS),
         help=f"the rows to measure, of {','.join(ROWS)} ((a) with any but d; default all)",
     )
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default: the profile's)")

@@ -183,13 +183,19 @@ class Mesh:
         env: dict[str, str] | None = None,
         name: str | None = None,
         settings: dict[str, str] | None = None,
+        group_settings: dict[str, dict[str, str]] | None = None,
     ) -> ServiceProcess:
         """An assigner serving ``groups`` (name, topics); ``settings``: further YAML keys
-        of every group (e.g. ``visibility_timeout_seconds``)."""
+        of every group (e.g. ``visibility_timeout_seconds``); ``group_settings``: of one
+        group (by name; over ``settings``)."""
         config = self.log_dir / f"assigner-{len(self.services)}.yaml"
-        more = "".join(f"\n    {key}: {value}" for key, value in (settings or {}).items())
+
+        def more(group: str) -> str:
+            keys = {**(settings or {}), **(group_settings or {}).get(group, {})}
+            return "".join(f"\n    {key}: {value}" for key, value in keys.items())
+
         lines = ["groups:"] + [
-            f"  - name: {group}\n    topics: [{', '.join(topics)}]{more}"
+            f"  - name: {group}\n    topics: [{', '.join(topics)}]{more(group)}"
             for group, topics in groups
         ]
         config.write_text("\n".join(lines) + "\n" if groups else "groups: []\n")

@@ -78,10 +78,17 @@ class Reader:
         return f"bench-pod-{self.key}"
 
 
+def record_key(seq: int, keys: int) -> bytes | None:
+    """The key of record ``seq`` among ``keys`` keys (None: no key). A multiple of the
+    partition count keeps each key in one partition, as Kafka's partitioner does."""
+    return None if keys <= 0 else b"k%d" % (seq % keys)
+
+
 def produce(bootstrap: str, topic: str, partitions: int, size: int, rate: Any, stop: Any,
-            sent: Any) -> None:  # fmt: skip
+            sent: Any, keys: int = 0) -> None:  # fmt: skip
     """The producer process: ``rate.value`` records/s (a new phase at each change),
-    round-robin over the partitions; ``sent.value`` counts the records produced."""
+    round-robin over the partitions, keyed over ``keys`` keys (0: no key);
+    ``sent.value`` counts the records produced."""
     producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER})
     seq = done = 0
     current, started = -1.0, 0.0
@@ -91,7 +98,7 @@ def produce(bootstrap: str, topic: str, partitions: int, size: int, rate: Any, s
         due = done + records_due(time.monotonic() - started, current)
         while seq < due:
             producer.produce(topic, value=stamped_value(seq, time.time_ns(), size),
-                             partition=seq % partitions)  # fmt: skip
+                             key=record_key(seq, keys), partition=seq % partitions)  # fmt: skip
             seq += 1
         sent.value = seq
         producer.poll(0)

@@ -5,7 +5,9 @@ holders going away; after every take the promise of the group's ordering is chec
 ``key`` mode no key is in flight to two holders and every record handed out has every
 record of its key below it acked (or handed out earlier in the same take, to the same
 holder); ``partition`` mode likewise with one key; the gate never deadlocks (a take with
-nothing in flight hands something out); ``unordered`` holds nothing back.
+nothing in flight hands something out); ``unordered`` holds nothing back. Where the take
+path's shortcut applies (no record due, every candidate new), :func:`eligible_new` gives
+what :func:`eligible_prefix` gives.
 """
 
 from __future__ import annotations
@@ -15,7 +17,15 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.consumer_sidecar.ordering import UNKNOWN, Key, Kind, Ordering, eligible_prefix
+from services.consumer_sidecar.ordering import (
+    UNKNOWN,
+    Key,
+    Kind,
+    Ordering,
+    eligible_new,
+    eligible_prefix,
+    held_of,
+)
 
 PROPERTY = settings(max_examples=200, deadline=None)
 HOLDERS = ["a", "b", "c", "d"]
@@ -51,10 +61,26 @@ class Model:
     def take(self, mode: Ordering, holder: str, limit: int) -> list[int]:
         candidates = self.candidates()
         n = min(limit, eligible_prefix(mode, self.unacked(), candidates))
+        check_shortcut(mode, self.unacked(), candidates)
         handed = [o for o, _k, kind in candidates[:n] if kind is not Kind.SKIP]
         for o in handed:
             self.state[o] = holder
         return handed
+
+
+def check_shortcut(
+    mode: Ordering,
+    unacked: list[tuple[int, Key, bool]],
+    candidates: list[tuple[int, Key, Kind]],
+) -> None:
+    """The take path's shortcut (and the rule given the summary) agrees with the rule
+    where it applies."""
+    if any(due for *_, due in unacked) or any(k is not Kind.NEW for *_, k in candidates):
+        return
+    held = held_of(mode, [key for _, key, _ in unacked], [])
+    assert eligible_prefix(mode, held, candidates) == eligible_prefix(mode, unacked, candidates)
+    fast = eligible_new(mode, held, [key for _, key, _ in candidates])
+    assert fast == eligible_prefix(mode, unacked, candidates)
 
 
 ops = st.lists(
