@@ -1,9 +1,13 @@
 """A reconnect storm against an assigner that rations joins (issue 36, item 3).
 
-A real assigner admitting 1 join a second (``join_rate`` 1, ``join_burst`` 1, retry-after
-at most 3 s), one real sidecar attached to a group holding every partition, and a storm of
-raw ``Session`` joins into a second group, kept up until a second real sidecar's join into
-that group has been refused with JOIN_THROTTLED. Then: the throttled sidecar backs off and
+A real assigner admitting one join every 50 s (``join_rate`` 0.02, ``join_burst`` 2: the
+attached sidecar's join and one of the storm's, retry-after at most 3 s), one real sidecar
+attached to a group holding every partition, and a storm of raw ``Session`` joins into a
+second group, kept up until a second real sidecar's join into that group has been refused
+with JOIN_THROTTLED. The second sidecar starts once the storm has had its one admitted join,
+so the bucket is empty for the next 50 s and its first join is refused whatever the load
+(CI, 2 Dec: at 1 join/s on a loaded machine the sidecar's join won the second's token and
+was never refused). Then: the throttled sidecar backs off and
 attaches (it ends up holding the second group's partitions), and the attached sidecar kept
 its leases through the storm (same holder, same epochs, no lease expired locally on it).
 Nothing about time is asserted; the storm's figures are tests/bench/bench_join_storm.py's.
@@ -89,8 +93,8 @@ def test_a_throttled_join_backs_off_and_attaches_and_an_attached_sidecar_keeps_i
         [(attached_group, [topic]), (storm_group, [topic])],
         env={
             **own_state(),
-            "DS_JOIN_RATE": "1",
-            "DS_JOIN_BURST": "1",
+            "DS_JOIN_RATE": "0.02",
+            "DS_JOIN_BURST": "2",
             "DS_JOIN_MAX_RETRY_AFTER_SECONDS": "3",
         },
     )
@@ -111,10 +115,12 @@ def test_a_throttled_join_backs_off_and_attaches_and_an_attached_sidecar_keeps_i
     storm.start()
     late = None
     try:
-        # Once the storm has emptied the bucket, a real sidecar joins the storm's group.
+        # Once the storm has emptied the bucket (its one admitted join, then refusals), a
+        # real sidecar joins the storm's group: no token comes for the next 50 s.
         deadline = time.monotonic() + 60
-        while storm.refused < 5 and time.monotonic() < deadline:
+        while (storm.refused < 5 or storm.admitted < 1) and time.monotonic() < deadline:
             time.sleep(0.1)
+        assert storm.admitted >= 1, "the storm's first join was not admitted"
         assert storm.refused >= 5, "the storm's joins were never refused"
         late = mesh.sidecar(storm_group, assigner, "sc-late")
         deadline = time.monotonic() + 60
