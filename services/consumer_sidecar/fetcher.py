@@ -776,6 +776,7 @@ class Fetcher:
                     busy_until = self.last_poll + BUSY_SECONDS
                     quiet_at = self.last_poll + QUIET_SECONDS
                 self.on_loop(self.last_poll)
+                self._table.alive(time.monotonic())  # a stall of the process shows here
                 if self._holding():
                     self._wake.wait(POLL_TIMEOUT_SECONDS)
                     self._wake.clear()

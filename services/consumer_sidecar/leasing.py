@@ -24,7 +24,10 @@
   revokes or fences it, or when Kafka refuses its commit because the next holder
   initialised the lease's transactional id (:meth:`LeaseKeeper.fenced_by_kafka`: dropped
   at once, nothing committed, reported released). Heartbeats and the TTL then only decide
-  how fast the assigner notices a lost sidecar (failure detection).
+  how fast the assigner notices a lost sidecar (failure detection). A sidecar that was
+  itself away long enough for its leases to move (SIGSTOP, a frozen VM: stall_watch.py)
+  delivers nothing of them until a commit made after it woke up has succeeded
+  (:meth:`LeaseKeeper.commit_all` verifies them) or been fenced.
 * Explicit commits (``CommitOffsets``, Spark's batch commit) are fenced the same way plus
   by the caller's lease epoch. They are authoritative when made: ``Partition.committed``
   becomes the committed offset, and the ack-driven committer only ever commits an ack
@@ -216,6 +219,8 @@ class LeaseKeeper:
         self._in_flight = Wakeup()
         table.on_in_flight = self._in_flight.set
         self._commit_lock = asyncio.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the commit loop's
+        table.on_stalled = self._stalled
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # ---- grants and revokes -----------------------------------------------------------
@@ -635,6 +640,7 @@ class LeaseKeeper:
         """Commit rounds: every ``commit_interval`` while acks come, at once when asked;
         and lapsed leases suspended at their local deadline. Idle (nothing acked, no lease
         deadline), the loop sleeps until an ack or a commit asked for."""
+        self._loop = asyncio.get_running_loop()
         retry = False
         while True:
             wait = (
@@ -662,6 +668,20 @@ class LeaseKeeper:
                 log.warning("commit failed; will retry", error=str(exc))
                 self.on_commit(exc)
                 retry = True
+
+    def _stalled(self, gap: float, leases: int) -> None:
+        """This process was away for ``gap`` seconds (stall_watch.py; either thread, the
+        table's lock held): its Kafka-fenced leases wait for a commit to verify them."""
+        if not leases:
+            return
+        log.warning(
+            "this sidecar was stalled; its Kafka-fenced leases deliver again once a commit "
+            "shows they are still its own",
+            stalled_seconds=round(gap, 2),
+            leases=leases,
+        )
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._commit_now.set)
 
     def _next_lease_deadline(self) -> float:
         """The earliest local deadline of a lease :meth:`suspend_expired` would suspend
@@ -722,29 +742,49 @@ class LeaseKeeper:
             requests = []
             parts = []
             versions = []
+            stalls = []
             for part in self.table.snapshot():
                 # A partition being handed off is committed too while its lease lasts: an
                 # ack taken during the drain is durable before it is answered.
                 if not part.ready or not part.live(now) or part.suspended_at is not None:
                     continue
                 point, acked, version = self.table.commit_view(part)
+                stall = part.unverified
                 # Commit when the point moves, or when what is acked above it changed (the
-                # metadata carries it, so a crash does not redeliver acked records).
-                if point > part.committed or (
-                    point == part.committed and version != part.committed_version
+                # metadata carries it, so a crash does not redeliver acked records), or to
+                # verify a lease after a stall (the same offset again: Kafka refuses the
+                # transaction if the lease moved meanwhile).
+                if (
+                    point > part.committed
+                    or (point == part.committed and version != part.committed_version)
+                    or stall
                 ):
                     requests.append(CommitRequest(part.tp, point, part.epoch, acked))
                     parts.append(part)
                     versions.append(version)
+                    stalls.append(stall)
             if not requests:
                 return
             sent = await self.fetcher.commit_async(requests)
             self._announce_external()
             done = {id(r) for r in sent}  # a request the fetch thread dropped stays pending
-            for part, request, version in zip(parts, requests, versions, strict=True):
+            verified = False
+            for part, request, version, stall in zip(
+                parts, requests, versions, stalls, strict=True
+            ):
                 if id(request) in done:
                     part.committed = max(part.committed, request.offset)
                     part.committed_version = version
+                    if stall and self.table.verified(part, stall):
+                        verified = True
+                        log.info(
+                            "lease verified after a stall: delivering again",
+                            topic=part.tp.topic,
+                            partition=part.tp.partition,
+                            epoch=part.epoch,
+                        )
+            if verified:
+                self.on_renewed()  # wake the Fetches and Streams waiting for its records
 
     async def external_check_loop(self, interval: float) -> None:
         """Issue 23: every ``interval``, one OffsetFetch for all held partitions, to notice

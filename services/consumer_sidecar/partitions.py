@@ -40,6 +40,7 @@ from services.consumer_sidecar.ordering import (
     eligible_prefix,
     held_counted,
 )
+from services.consumer_sidecar.stall_watch import StallWatch
 from services.consumer_sidecar.stats import PartitionStats
 from services.runtime.topic_partition import TP
 
@@ -173,6 +174,10 @@ class Partition:
     # transactional producer and the confirmed lease has no deadline. Fixed for the
     # lease's life: a change of the group's setting applies to the next grant.
     kafka_fenced: bool = False
+    # commit_fencing: kafka: the number of the stall of this process (stall_watch.py) that
+    # left the lease unverified, 0 when verified. Nothing of it is delivered until a
+    # commit made after that stall succeeds (LeaseKeeper.commit_all) or Kafka fences it.
+    unverified: int = 0
 
     def take_rate(self, now: float) -> float:
         """Bytes/s fetched since the previous call (0.0 on the first)."""
@@ -226,6 +231,12 @@ class PartitionTable:
         # An ack let a partition held back by its ordering deliver again: wakes the
         # Streams waiting for records (set to the DataSignal's notify).
         self.on_unblocked: Callable[[], None] = lambda: None
+        # This process was away (stall_watch.py): the session sets the limit from the
+        # group's TTL; the fetch thread (alive) and every delivery (take) look at the clock.
+        self.stall = StallWatch()
+        # A stall was seen (its length, the Kafka-fenced leases it left unverified): the
+        # lease keeper logs it and has them committed. Either thread, with the lock held.
+        self.on_stalled: Callable[[float, int], None] = lambda _gap, _leases: None
 
     @property
     def leased_cap(self) -> int:
@@ -262,18 +273,53 @@ class PartitionTable:
             part.position = chunk.offsets[-1] + 1
             return True
 
+    def alive(self, now: float) -> None:
+        """Any thread: the process runs at ``now`` (the fetch thread calls it on every
+        turn of its loop). After a stall, Kafka-fenced leases are unverified."""
+        with self.lock:
+            self._seen_locked(now)
+
+    def _seen_locked(self, now: float) -> None:
+        """Lock held. :meth:`alive`'s work: after a stall, mark the Kafka-fenced leases
+        unverified and tell :attr:`on_stalled`."""
+        gap = self.stall.seen(now)
+        if gap is None:
+            return
+        marked = 0
+        for part in self.partitions.values():
+            if part.kafka_fenced and not part.revoking:
+                part.unverified = self.stall.stalls
+                marked += 1
+        self.on_stalled(gap, marked)
+
+    def verified(self, part: Partition, stall: int) -> bool:
+        """A commit of ``part`` requested while it was unverified by ``stall`` succeeded:
+        deliverable again, unless a later stall came meanwhile. True if it changed."""
+        with self.lock:
+            if part.unverified and part.unverified == stall:
+                part.unverified = 0
+                return True
+            return False
+
     def take(self, max_records: int, max_bytes: int, holder: Holder = NO_HOLDER) -> list[Slice]:
         """Delivery: up to the limits from live partitions, fairly, marked delivered to
         ``holder`` (in flight until the visibility timeout). At least one record when any
-        is buffered, whatever its size."""
+        is buffered, whatever its size. None of a lease left unverified by a stall of this
+        process (stall_watch.py)."""
         now = self.clock()
         out: list[Slice] = []
         with self.lock:
+            self._seen_locked(now)
             until = now + self.delivery_margin  # live for at least the margin
             parts = [
                 p
                 for p in self.partitions.values()
-                if p.buffer and p.ready and not p.revoking and not p.rewinding and p.live(until)
+                if p.buffer
+                and p.ready
+                and not p.revoking
+                and not p.rewinding
+                and not p.unverified
+                and p.live(until)
             ]
             if not parts:
                 return out

@@ -65,6 +65,7 @@ from services.consumer_sidecar.client_access import ClientTotals
 from services.consumer_sidecar.leasing import LeaseKeeper, ReleasedLease
 from services.consumer_sidecar.partitions import UNLEASED_EPOCH
 from services.consumer_sidecar.round_timing import RoundTimer
+from services.consumer_sidecar.stall_watch import stall_limit_for
 from services.runtime.tasks import TaskSet
 from services.runtime.topic_partition import TP
 
@@ -523,6 +524,7 @@ class SessionClient:
             self.keeper.table.delivery_margin = delivery_margin_for(
                 self.delivery_margin, self.ttl, self.margin, self.heartbeat_interval
             )
+            self.keeper.table.stall.limit = stall_limit_for(self.ttl, self.heartbeat_interval)
             self.session_id = acc.session_id
             self.connected = True
             log.info("joined", assigner=self.assigner, session=acc.session_id, ttl=self.ttl)
