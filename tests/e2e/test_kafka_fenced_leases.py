@@ -269,6 +269,7 @@ def test_sigstopped_zombie_is_fenced_at_kafka_and_commits_nothing_behind_the_new
     final = committed(mesh.bootstrap, run.group, topic, ZOMBIE_PARTITIONS)
     zombie_log = run.sidecars["zombie"].log.read_text(errors="replace")
     refusals = [line for line in zombie_log.splitlines() if "lease commit refused by Kafka" in line]
+    stalls = [line for line in zombie_log.splitlines() if "this sidecar was stalled" in line]
 
     # Commits: none by the zombie under its old epoch once the survivor committed or after
     # SIGCONT; never an offset or an epoch going back.
@@ -330,7 +331,7 @@ def test_sigstopped_zombie_is_fenced_at_kafka_and_commits_nothing_behind_the_new
         f"while the zombie was stopped: accepted {late_ack.accepted}, refused "
         f"{late_ack.refused} ({late_ack.reasons}), error {late_ack.error}"
     )
-    for line in refusals[:2]:
+    for line in stalls[:1] + refusals[:2]:
         print(f"zombie: {line.strip()}")
     print(f"final commits of moved partitions: { {p: final[p].raw for p in zombie_parts} }")
     assert not result.errors, f"the application saw errors: {result.errors!r}"
@@ -344,5 +345,6 @@ def test_sigstopped_zombie_is_fenced_at_kafka_and_commits_nothing_behind_the_new
     assert not bad_commits, bad_commits
     assert not final_wrong, f"last commits not by the new owner's epoch: {final_wrong}"
     assert not late_acked, f"acks of the zombie accepted after SIGCONT: {late_acked[:5]}"
+    assert stalls, "the woken zombie did not notice it had been stopped"
     assert not asked_after, f"the woken zombie delivered moved leases: {asked_after[:5]}"
     assert not bad_dups, {s: result.duplicates[s] for s in bad_dups[:5]}
