@@ -90,7 +90,7 @@ from dsclient.records import wire
 from dsclient.records.batches import Slice, chunk_of
 from services.consumer_sidecar.__main__ import GEN0_THRESHOLD, tune_malloc
 from services.consumer_sidecar.arrow_chunks import SCHEMA
-from services.consumer_sidecar.rpc import STREAM_COLUMNS_BYTES, STREAM_COLUMNS_RECORDS
+from services.consumer_sidecar.stream_rpc import STREAM_COLUMNS_BYTES, STREAM_COLUMNS_RECORDS
 from services.runtime.grpcserver import SERVER_OPTIONS
 
 SERVICE = "/bench.shm.Transport/"
