@@ -46,10 +46,11 @@ from services.consumer_sidecar.ordering import Ordering
 from services.consumer_sidecar.partitions import PartitionTable, Redelivery
 from services.consumer_sidecar.read_budget import ReadBudget
 from services.consumer_sidecar.reader import RangeReaders
-from services.consumer_sidecar.rpc import SharedMemory, StreamServicer, add_to_server
+from services.consumer_sidecar.rpc import StreamServicer, add_to_server
 from services.consumer_sidecar.serving import DataSignal, Serving
 from services.consumer_sidecar.session import ConfigStatus, SessionClient, SessionIdentity
 from services.consumer_sidecar.settings import SidecarSettings
+from services.consumer_sidecar.shm_delivery import SharedMemory
 from services.runtime.grpcserver import GrpcServer, GrpcService
 from services.runtime.http import Route
 from services.runtime.kafka import (

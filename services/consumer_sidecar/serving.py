@@ -1,8 +1,10 @@
 """What StreamService serves from: the narrow view of the sidecar its servicer is given.
 
-The servicer (``rpc.py``) validates requests, maps them onto this object and maps its answers
-to responses and statuses; it never sees the sidecar's wiring (the session, the fetcher,
-the settings, ``SidecarApp``). :class:`Serving` covers exactly what the RPCs need:
+The servicer (``rpc.py``) and the modules it hands the RPCs to (``fetch_rpc.py``,
+``ack_rpcs.py``, ``stream_rpc.py``, ``range_rpcs.py``, ``status_rpc.py``) validate requests,
+map them onto this object and map its answers to responses and statuses; they never see the
+sidecar's wiring (the session, the fetcher, the settings, ``SidecarApp``). :class:`Serving`
+covers exactly what the RPCs need:
 
 * delivery from the :class:`PartitionTable` (take, auto-ack) and the event that records
   were buffered (:class:`DataSignal`: notified on the fetch thread, awaited by Fetch and
@@ -14,7 +16,7 @@ the settings, ``SidecarApp``). :class:`Serving` covers exactly what the RPCs nee
 * who this sidecar is (its group and id), whether it has joined the assigner, and the
   consumer configuration Status shows, with the version of the group's config that runs.
 
-So ``rpc.py`` is tested in-process against a real table and keeper, with no process around
+So the RPCs are tested in-process against a real table and keeper, with no process around
 them (``tests/unit/sidecar/test_stream_rpc.py``).
 """
 

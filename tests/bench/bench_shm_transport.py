@@ -9,7 +9,7 @@ receiver) the bytes' journey from the sidecar to the application costs, and how 
 a shared-memory hand-over would take away. Both sides start from the same ``pa.RecordBatch``
 (turning Kafka messages into columns is the same work in every mode and is left out), in
 the columns ``ReadRange``'s ``ARROW_IPC`` chunks have (``arrow_chunks.SCHEMA``), as
-many records per chunk as a live ``Stream`` response holds (``rpc.py``: up to 10,000
+many records per chunk as a live ``Stream`` response holds (``stream_rpc.py``: up to 10,000
 records and 4 MiB: 10,000 at 100 B, 4,096 at 1 KiB; ``--chunk-bytes`` sets the values'
 bytes). Five modes, measured in interleaved rounds:
 
@@ -34,7 +34,7 @@ bytes). Five modes, measured in interleaved rounds:
 ``wire_inproc``, ``wire``
     today's ``Stream`` delivery (``DELIVERY_FORMAT_BATCHES``) of the same records for
     comparison: the sidecar's ``wire.stream_response`` bytes (handed to gRPC as they are,
-    as ``rpc.py`` does) and the client's ``wire.parse_stream_batch`` (each key and value
+    as ``stream_rpc.py`` does) and the client's ``wire.parse_stream_batch`` (each key and value
     cut from the message into its own ``bytes``: per-record work of the client, not of the
     transport), in one process and over the socket.
 
@@ -90,7 +90,7 @@ from dsclient.records import wire
 from dsclient.records.batches import Slice, chunk_of
 from services.consumer_sidecar.__main__ import GEN0_THRESHOLD, tune_malloc
 from services.consumer_sidecar.arrow_chunks import SCHEMA
-from services.consumer_sidecar.rpc import STREAM_COLUMNS_BYTES, STREAM_COLUMNS_RECORDS
+from services.consumer_sidecar.stream_rpc import STREAM_COLUMNS_BYTES, STREAM_COLUMNS_RECORDS
 from services.runtime.grpcserver import SERVER_OPTIONS
 
 SERVICE = "/bench.shm.Transport/"

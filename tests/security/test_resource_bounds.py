@@ -29,7 +29,7 @@ from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, binding_pb2, bind
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from dsclient.connection import ConnectionSettings, TlsConfig, open_channel
 from dsclient.reasons import error_info
-from services.consumer_sidecar.rpc import MAX_STREAM_RESULTS
+from services.consumer_sidecar.stream_flow import MAX_STREAM_RESULTS
 from services.devstack.kafka import KafkaHandle, create_topic, delete_topic
 from services.devstack.pki import DevPki, make_dev_pki
 from services.devstack.secure import service_env

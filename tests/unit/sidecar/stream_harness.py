@@ -31,8 +31,9 @@ from services.consumer_sidecar.fetcher import CommitRequest
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.partitions import Partition, PartitionTable
 from services.consumer_sidecar.reader import Chunk, RangeSpec
-from services.consumer_sidecar.rpc import SharedMemory, StreamServicer, add_to_server
+from services.consumer_sidecar.rpc import StreamServicer, add_to_server
 from services.consumer_sidecar.serving import DataSignal, Serving
+from services.consumer_sidecar.shm_delivery import SharedMemory
 from services.runtime.auth import AuthSettings, build_guard
 from services.runtime.grpcserver import GrpcService, create_server
 from services.runtime.settings import ServiceSettings

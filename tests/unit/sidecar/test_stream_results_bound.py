@@ -11,7 +11,8 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from dataservice.sidecar.v1 import stream_pb2
-from services.consumer_sidecar.rpc import MAX_STREAM_RESULTS, Credit, StreamServicer, _StreamState
+from services.consumer_sidecar.rpc import StreamServicer
+from services.consumer_sidecar.stream_flow import MAX_STREAM_RESULTS, Credit, StreamState
 from tests.unit.sidecar.stream_harness import FakeReaders, Sidecar
 
 SENT = 3 * MAX_STREAM_RESULTS
@@ -22,7 +23,7 @@ def test_a_client_that_never_reads_cannot_grow_the_answers() -> None:
         sidecar = Sidecar()
         sidecar.data.bind_loop(asyncio.get_running_loop())
         servicer = StreamServicer(sidecar.serving, FakeReaders())  # type: ignore[arg-type]
-        state = _StreamState(credit=Credit(), auto_ack=False, columns=False, client_id="c1")
+        state = StreamState(credit=Credit(), auto_ack=False, columns=False, client_id="c1")
         taken = 0
 
         async def never_reading_client() -> AsyncIterator[stream_pb2.StreamRequest]:
@@ -31,7 +32,7 @@ def test_a_client_that_never_reads_cannot_grow_the_answers() -> None:
                 taken += 1
                 yield stream_pb2.StreamRequest(nacks=stream_pb2.StreamNacks())
 
-        reader = asyncio.create_task(servicer._read_stream(never_reading_client(), state))
+        reader = asyncio.create_task(servicer.streams.read_requests(never_reading_client(), state))
         for _ in range(200):  # let the reader take all it will take
             await asyncio.sleep(0)
         peak = len(state.results)

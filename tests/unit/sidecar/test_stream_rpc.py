@@ -20,7 +20,7 @@ from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from dsclient.records.batches import decode_batch
 from services.consumer_sidecar.reader import Chunk, RangeRead, RangeSpec
-from services.consumer_sidecar.rpc import Credit
+from services.consumer_sidecar.stream_flow import Credit
 from services.runtime.topic_partition import TP
 from tests.unit.sidecar.stream_harness import (
     GROUP,

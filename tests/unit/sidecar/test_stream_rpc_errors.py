@@ -21,7 +21,7 @@ from google.protobuf import duration_pb2
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from services.consumer_sidecar.reader import Chunk, RangeOutOfRange, ReadStalled
-from services.consumer_sidecar.rpc import MAX_ACKS, MAX_BYTES, MAX_COMMITS, MAX_RECORDS
+from services.consumer_sidecar.request_checks import MAX_ACKS, MAX_BYTES, MAX_COMMITS, MAX_RECORDS
 from services.runtime.topic_partition import TP
 from tests.unit.sidecar.stream_harness import (
     CONSUMER_CONFIG,

@@ -22,7 +22,7 @@ from dsclient import local_socket
 from dsclient.records.batches import chunk_from_records, decode_batch
 from dsclient.shared import Segments
 from services.consumer_sidecar.client_access import ClientIdLimiter, ClientMetrics
-from services.consumer_sidecar.rpc import SharedMemory
+from services.consumer_sidecar.shm_delivery import SharedMemory
 from tests.unit.sidecar.stream_harness import (
     TOPIC,
     Requests,
@@ -255,8 +255,9 @@ def test_a_full_memory_volume_refuses_the_stream_instead_of_a_sigbus(small_tmpfs
 def test_a_run_too_large_for_the_segment_ends_its_response(tmp_path: Path) -> None:
     """A client hands out a response's shared runs, then its RecordBatches: a run that goes
     as a RecordBatch is the last of its response, so a partition's records stay in order."""
-    from services.consumer_sidecar.rpc import Credit, _shared_response, _StreamState
+    from services.consumer_sidecar.shm_delivery import shared_response
     from services.consumer_sidecar.shm_segment import Segment
+    from services.consumer_sidecar.stream_flow import Credit, StreamState
 
     chunks = []
     for offsets, size in ((range(0, 5), 3), (range(5, 6), 6000), (range(6, 11), 3)):
@@ -265,14 +266,14 @@ def test_a_run_too_large_for_the_segment_ends_its_response(tmp_path: Path) -> No
             for o in offsets
         ]
         chunks.append(chunk_from_records(records))
-    state = _StreamState(credit=Credit(), auto_ack=False, columns=False)
+    state = StreamState(credit=Credit(), auto_ack=False, columns=False)
     state.segment = Segment(tmp_path, "sc-1", 6 * 1024)  # the 6000-byte run does not fit
     state.pending = [chunk.take(len(chunk), TOPIC, 0, 1) for chunk in chunks]
-    first, sent = _shared_response(state)
+    first, sent = shared_response(state)
     assert [s.first_offset for s in first.batch.shared] == [0]
     assert [decode_offsets(b) for b in first.batch.batches] == [[5]]
     assert len(sent) == 2 and len(state.pending) == 1  # the run after it waits
-    second, _ = _shared_response(state)
+    second, _ = shared_response(state)
     assert [(s.first_offset, s.last_offset) for s in second.batch.shared] == [(6, 10)]
     assert not second.batch.batches and not state.pending
     state.segment.close()

@@ -1,0 +1,225 @@
+"""Ack and Nack: a client's acks and nacks applied, counted and answered (also for a
+Stream's ``acks`` and ``nacks`` messages, ``stream_rpc.py``).
+
+Acks (the Ack RPC and a Stream's ``acks``), one per record or one per offset range, go through
+:meth:`LeaseKeeper.ack` / :meth:`LeaseKeeper.ack_range`, and are answered accepted only once
+a commit covering them is durable (an ack whose commit could not be made is refused, with
+why). A record in flight to another client is refused to the caller (NOT_HOLDER). ``Nack``
+(and a Stream's ``nacks``) gives back the caller's records, now or after a delay.
+
+Stale epochs (README "Errors"): an ``Ack`` request whose every ack is refused because its
+lease epoch is not the partition's current one fails as a whole with
+``FAILED_PRECONDITION``/``LEASE_EPOCH_STALE`` (metadata: topic, partition, epoch,
+current_epoch of the first ack or range, and how many were stale) — the client's records moved
+and will be redelivered. A request with at least one other outcome answers per record
+(``rejected_acks``, reason ``STALE_EPOCH``), and so does a Stream's ``ack_result`` (one
+stale ack must not end a stream).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dataservice.sidecar.v1 import stream_pb2
+from dsclient.reasons import DsError, Reason, invalid
+from services.consumer_sidecar.client_access import ClientMetrics, acked_records
+from services.consumer_sidecar.leasing import Problem
+from services.consumer_sidecar.partitions import Partition
+from services.consumer_sidecar.request_checks import (
+    check_caller,
+    validate_acks,
+    validate_delay,
+    validate_ranges,
+)
+from services.consumer_sidecar.serving import Serving
+from services.runtime.topic_partition import TP
+
+
+@dataclass(frozen=True)
+class NackOutcome:
+    """What one Nack request (or a Stream's ``nacks`` message) came to."""
+
+    nacked: int
+    records: int
+    rejected: list[stream_pb2.RejectedAck]
+    rejected_ranges: list[stream_pb2.RejectedRangeAck]
+
+
+@dataclass(frozen=True)
+class AckOutcome:
+    """What one Ack request (or a Stream's ``acks`` message) came to. ``touched``: each
+    partition an accepted ack applied to, with its acks' version right after."""
+
+    accepted: int
+    rejected: list[stream_pb2.RejectedAck]
+    rejected_ranges: list[stream_pb2.RejectedRangeAck]
+    accepted_acks: list[stream_pb2.RecordAck] = field(default_factory=list)
+    accepted_ranges: list[stream_pb2.RangeAck] = field(default_factory=list)
+    touched: dict[TP, tuple[Partition, int]] = field(default_factory=dict)
+
+    def refused(self, failed: dict[TP, Problem]) -> AckOutcome:
+        """The accepted acks of partitions whose commit could not be made, refused."""
+        if not failed:
+            return self
+        rejected = list(self.rejected)
+        rejected_ranges = list(self.rejected_ranges)
+        acks, ranges = [], []
+        for ack in self.accepted_acks:
+            problem = failed.get(TP(ack.topic, ack.partition))
+            if problem is None:
+                acks.append(ack)
+            else:
+                rejected.append(
+                    stream_pb2.RejectedAck(ack=ack, reason=problem[0], message=problem[1])
+                )
+        for rack in self.accepted_ranges:
+            problem = failed.get(TP(rack.topic, rack.partition))
+            if problem is None:
+                ranges.append(rack)
+            else:
+                rejected_ranges.append(
+                    stream_pb2.RejectedRangeAck(ack=rack, reason=problem[0], message=problem[1])
+                )
+        return AckOutcome(len(acks) + len(ranges), rejected, rejected_ranges, acks, ranges)
+
+    def all_stale(self) -> bool:
+        stale = stream_pb2.REJECT_REASON_STALE_EPOCH
+        return (
+            self.accepted == 0
+            and bool(self.rejected or self.rejected_ranges)
+            and all(r.reason == stale for r in self.rejected)
+            and all(r.reason == stale for r in self.rejected_ranges)
+        )
+
+
+class AckRpcs:
+    """The Ack and Nack RPCs, and the acks and nacks a Stream reads, over ``serving``;
+    ``clients``: the client-access metrics (None = not counted)."""
+
+    def __init__(self, serving: Serving, clients: ClientMetrics | None = None) -> None:
+        self.serving = serving
+        self.clients = clients
+
+    async def ack(self, request: stream_pb2.AckRequest) -> stream_pb2.AckResponse:
+        check_caller(request.client_id, request.group, self.serving.group)
+        if not request.acks and not request.ranges:
+            raise invalid("acks", "name at least one record or range")
+        validate_acks("acks", request.acks)
+        validate_ranges("ranges", request.ranges)
+        outcome = self.apply_acks(request.client_id, request.acks, request.ranges)
+        if outcome.all_stale():
+            self.count_acks(request.client_id, request.acks, request.ranges, outcome)
+            raise self._stale_epoch(outcome)
+        if outcome.accepted:
+            outcome = outcome.refused(await self.serving.commit_acked(outcome.touched))
+        self.count_acks(request.client_id, request.acks, request.ranges, outcome)
+        return stream_pb2.AckResponse(
+            acked_count=outcome.accepted,
+            rejected_acks=outcome.rejected,
+            rejected_ranges=outcome.rejected_ranges,
+        )
+
+    def apply_acks(self, client: str, acks: Any, ranges: Any) -> AckOutcome:
+        """Acks from ``client``: a record in flight to another client is refused to it
+        (REJECT_REASON_NOT_HOLDER)."""
+        rejected, accepted_acks = [], []
+        for ack in acks:
+            problem = self.serving.ack(ack, client)
+            if problem is None:
+                accepted_acks.append(ack)
+            else:
+                rejected.append(problem)
+        rejected_ranges, accepted_ranges = [], []
+        for rack in ranges:
+            range_problem = self.serving.ack_range(rack, client)
+            if range_problem is None:
+                accepted_ranges.append(rack)
+            else:
+                rejected_ranges.append(range_problem)
+        touched: dict[TP, tuple[Partition, int]] = {}
+        for acked in (*accepted_acks, *accepted_ranges):
+            tp = TP(acked.topic, acked.partition)
+            part = self.serving.partition(tp)
+            if tp not in touched and part is not None:
+                touched[tp] = (part, part.acks.version)
+        return AckOutcome(
+            len(accepted_acks) + len(accepted_ranges),
+            rejected,
+            rejected_ranges,
+            accepted_acks,
+            accepted_ranges,
+            touched,
+        )
+
+    def nack(self, request: stream_pb2.NackRequest) -> stream_pb2.NackResponse:
+        check_caller(request.client_id, request.group, self.serving.group)
+        if not request.all and not request.records and not request.ranges:
+            raise invalid("records", "name at least one record or range, or set all")
+        validate_acks("records", request.records)
+        validate_ranges("ranges", request.ranges)
+        delay = validate_delay("delay", request)
+        outcome = self.apply_nacks(request.client_id, request.records, request.ranges, delay)
+        nacked, records = outcome.nacked, outcome.records
+        if request.all:
+            nacked += 1
+            records += self.serving.nack_all(request.client_id, delay)
+        return stream_pb2.NackResponse(
+            nacked_count=nacked,
+            rejected_acks=outcome.rejected,
+            rejected_ranges=outcome.rejected_ranges,
+            records=records,
+        )
+
+    def apply_nacks(self, client_id: str, acks: Any, ranges: Any, delay: float) -> NackOutcome:
+        """Each named record and range of ``client_id``'s given back (after ``delay``)."""
+        rejected: list[stream_pb2.RejectedAck] = []
+        rejected_ranges: list[stream_pb2.RejectedRangeAck] = []
+        nacked = records = 0
+        for ack in acks:
+            problem, count = self.serving.nack_range(
+                ack.topic, ack.partition, ack.lease_epoch, ack.offset, ack.offset + 1,
+                client_id, delay,
+            )  # fmt: skip
+            if problem is None:
+                nacked, records = nacked + 1, records + count
+            else:
+                rejected.append(
+                    stream_pb2.RejectedAck(ack=ack, reason=problem[0], message=problem[1])
+                )
+        for rack in ranges:
+            problem, count = self.serving.nack_range(
+                rack.topic, rack.partition, rack.lease_epoch, rack.from_offset, rack.to_offset,
+                client_id, delay,
+            )  # fmt: skip
+            if problem is None:
+                nacked, records = nacked + 1, records + count
+            else:
+                rejected_ranges.append(
+                    stream_pb2.RejectedRangeAck(ack=rack, reason=problem[0], message=problem[1])
+                )
+        return NackOutcome(nacked, records, rejected, rejected_ranges)
+
+    def count_acks(self, client_id: str, acks: Any, ranges: Any, outcome: AckOutcome) -> None:
+        if self.clients is not None:
+            records = acked_records(acks, ranges, outcome.rejected, outcome.rejected_ranges)
+            self.clients.acked(client_id, records)
+
+    def _stale_epoch(self, outcome: AckOutcome) -> DsError:
+        first: stream_pb2.RecordAck | stream_pb2.RangeAck = (
+            outcome.rejected[0].ack if outcome.rejected else outcome.rejected_ranges[0].ack
+        )
+        part = self.serving.partition(TP(first.topic, first.partition))
+        current = part.epoch if part is not None else -1
+        return DsError(
+            Reason.LEASE_EPOCH_STALE,
+            f"{first.topic}[{first.partition}]: epoch {first.lease_epoch} is not the current "
+            f"epoch {current}; the records will be redelivered",
+            metadata={
+                "topic": first.topic,
+                "partition": str(first.partition),
+                "epoch": str(first.lease_epoch),
+                "current_epoch": str(current),
+                "stale_acks": str(len(outcome.rejected) + len(outcome.rejected_ranges)),
+            },
+        )

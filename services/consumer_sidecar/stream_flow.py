@@ -1,0 +1,110 @@
+"""A Stream's flow control: the credit its client granted, the events it waits on, and the
+bound on the answers waiting for its client (``stream_rpc.py`` serves the Stream over it)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from dataservice.sidecar.v1 import stream_pb2
+from dsclient.records.batches import Slice
+
+if TYPE_CHECKING:
+    from services.consumer_sidecar.shm_segment import Segment
+
+# A Stream's answers waiting for its client (queued, or acks being committed): past this
+# many the sidecar reads none of the client's messages until it has read some (issue 37,
+# finding 11), so a client that sends without reading grows nothing on the sidecar.
+MAX_STREAM_RESULTS = 256
+
+
+@dataclass
+class Credit:
+    """A Stream's flow-control credit (StreamCredit semantics). Byte credit is unlimited
+    until the client grants bytes for the first time; from then on it is counted. A batch
+    may overdraw the byte credit (it holds at least one record); nothing more is sent until
+    the client grants enough to bring it above zero again."""
+
+    records: int = 0
+    bytes: int | None = None  # None = no byte limit
+
+    def add(self, records: int, nbytes: int) -> None:
+        self.records += records
+        if nbytes:
+            self.bytes = nbytes if self.bytes is None else self.bytes + nbytes
+
+    def available(self) -> bool:
+        return self.records > 0 and (self.bytes is None or self.bytes > 0)
+
+    def limits(self, max_records: int, max_bytes: int) -> tuple[int, int]:
+        byte_limit = max_bytes if self.bytes is None else min(max_bytes, self.bytes)
+        return min(self.records, max_records), byte_limit
+
+    def spend(self, records: int, nbytes: int) -> None:
+        self.records -= records
+        if self.bytes is not None:
+            self.bytes -= nbytes
+
+
+class DataEvent(asyncio.Event):
+    """A stream's data event: setting it sets the stream's ``wake`` too while ``wanted``,
+    so a Stream waits for either on one event (``StreamRpc._wait``) instead of a task for
+    each and ``asyncio.wait`` around them, at every batch (issue 34: the per-batch cost)."""
+
+    def __init__(self, wake: asyncio.Event) -> None:
+        super().__init__()
+        self.wake = wake
+        self.wanted = False
+
+    def set(self) -> None:
+        super().set()
+        if self.wanted:
+            self.wake.set()
+
+
+@dataclass
+class StreamState:
+    credit: Credit
+    auto_ack: bool
+    columns: bool  # DELIVERY_FORMAT_BATCHES
+    # DELIVERY_FORMAT_ARROW_SHM: the stream's segment, and what was taken for the stream and
+    # waits for room in it (delivered to the stream's holder already).
+    segment: Segment | None = None
+    pending: list[Slice] = field(default_factory=list)
+    results: deque[stream_pb2.StreamResponse] = field(default_factory=deque)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    error: Exception | None = None  # DsError, or a bug's exception (INTERNAL)
+    ended: bool = False  # the client half-closed or went away
+    client_id: str = ""  # for the client-access metrics
+    # The answer to the latest acks (their commit): answers go out in the order of the acks.
+    answering: asyncio.Task[None] | None = None
+    # Acks read whose answer is still being committed (not in ``results`` yet).
+    unanswered: int = 0
+    # Set when the client took answers: the request reader, stopped at MAX_STREAM_RESULTS
+    # answers waiting, reads on.
+    room: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def backlog(self) -> int:
+        """The answers waiting for the client: queued, or acks being committed."""
+        return len(self.results) + self.unanswered
+
+    def drained(self) -> None:
+        """The client took answers (the generator resumed after yielding them)."""
+        self.room.set()
+
+    async def wait_for_room(self) -> None:
+        """Return once fewer than MAX_STREAM_RESULTS answers wait for the client."""
+        while True:
+            self.room.clear()
+            if self.backlog() < MAX_STREAM_RESULTS:
+                return
+            await self.room.wait()
+
+    # Set when records can be taken (DataSignal.add_waiter): this stream's own, which sets
+    # ``wake`` too while the stream waits for records (``StreamRpc._wait``).
+    data: DataEvent = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.data = DataEvent(self.wake)
