@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from services.injector.template import SidecarTemplate
-from services.runtime.auth.policy import Policy
+from services.runtime.auth.policy import Permission, Policy, Verb
 from services.runtime.auth.token_review import TokenReviewSettings
 from tests.support.k8s import (
     K8S,
@@ -400,8 +400,15 @@ def test_prod_turns_workload_identity_on(rendered: dict[str, list[dict[str, Any]
         "ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]
     } in egress
     policy = yaml.safe_load(find(docs, "ConfigMap", "ds-auth-policy")["data"]["policy.yaml"])
-    Policy.from_mapping(policy["identities"])
+    parsed = Policy.from_mapping(policy["identities"])
     assert any(name.startswith("system:serviceaccount:") for name in policy["identities"])
+    # The example's injected sidecar (id: its pod's name) holds its own Session with its
+    # pod-bound token, and only that one, in its group only.
+    account, pod = "system:serviceaccount:shop:orders-consumer", "orders-consumer-7d9f8-x2x5q"
+    assert parsed.allows(account, Permission(Verb.SESSION, pod), pod=pod)
+    assert parsed.allows(account, Permission(Verb.SERVE, "orders"), pod=pod)
+    assert not parsed.allows(account, Permission(Verb.SESSION, "orders-consumer-other"), pod=pod)
+    assert not parsed.allows(account, Permission(Verb.SESSION, pod))  # a token bound to no pod
     for overlay in ("dev", "base"):
         others = rendered[overlay]
         template = find(others, "ConfigMap", "ds-sidecar-template")["data"]["sidecar.yaml"]

@@ -67,7 +67,7 @@ class Guard:
         identity: Identity | None = None
         try:
             identity = self.authenticator.authenticate(token, certificate)
-            if not self.policy.get().allows(identity.name, permission):
+            if not self.policy.get().allows(identity.name, permission, pod=identity.pod):
                 raise permission_denied(identity, permission, what)
             return identity
         except DsError as err:

@@ -24,10 +24,12 @@ BEARER = "bearer "
 
 @dataclass(frozen=True)
 class Identity:
-    """An authenticated caller: its name (policy key) and how it proved it."""
+    """An authenticated caller: its name (policy key), how it proved it and, for a
+    service-account token bound to a pod (TokenReview), that pod's name (else "")."""
 
     name: str
     source: Source
+    pod: str = ""
 
     def __str__(self) -> str:
         return self.name
@@ -80,7 +82,8 @@ class Authenticator:
         """The caller; DsError UNAUTHENTICATED (metadata ``why``) if it cannot be told."""
         if token is not None and self._tokens is not None:
             try:
-                return Identity(self._tokens.identity(token), "token")
+                subject = self._tokens.subject(token)
+                return Identity(subject.name, "token", pod=subject.pod)
             except TokenRejected as exc:
                 raise unauthenticated(str(exc)) from None
         if self._from == "token":

@@ -39,9 +39,10 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 def permission_denied(identity: Identity, permission: Permission, method: str) -> DsError:
+    who = f"{identity.name!r} (pod {identity.pod})" if identity.pod else repr(identity.name)
     return DsError(
         Reason.PERMISSION_DENIED,
-        f"{identity.name!r} may not call {method}: it needs permission {permission}",
+        f"{who} may not call {method}: it needs permission {permission}",
         metadata={"permission": str(permission), "identity": identity.name, "rpc": method},
     )
 
@@ -115,12 +116,13 @@ class AuthInterceptor(WrappingInterceptor):
         permission = rule.permission(request, self._served_group)
         needed = (permission, *(rule.scope(request) if rule.scope is not None else ()))
         for each in needed:
-            if not policy.allows(identity.name, each):
+            if not policy.allows(identity.name, each, pod=identity.pod):
                 raise self._refuse(permission_denied(identity, each, method), identity, method)
         if rule.endpoint is not None:
             host = rule.endpoint(request)
             advertise = Permission(Verb.ADVERTISE, host)
-            if host and host != peer_host(peer) and not policy.allows(identity.name, advertise):
+            allowed = policy.allows(identity.name, advertise, pod=identity.pod)
+            if host and host != peer_host(peer) and not allowed:
                 err = permission_denied(identity, advertise, method)
                 raise self._refuse(err, identity, method)
         if rule.client is not None and self._clients is not None:

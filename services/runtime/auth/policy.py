@@ -11,8 +11,11 @@ given roles by the policy file::
 
 Roles (ARCHITECTURE §8):
 
-* ``sidecar`` holds a Session and may Leave only as the sidecar id equal to its identity;
-  ``sidecar:ID`` names another id (one role per id).
+* ``sidecar`` holds a Session and may Leave only as the sidecar id equal to its identity,
+  or, when the caller's token is a service-account token bound to a pod (TokenReview:
+  :mod:`.token_review`), as that pod's name: an injected sidecar's id is its pod's name,
+  its identity the service account its Deployment's pods share, so each pod holds its own
+  id and no other pod's. ``sidecar:ID`` names another id (one role per id).
 * ``serves:GROUP`` — the scope of a sidecar identity (issue 37, finding 1): the groups its
   Session may join (``serves:*`` every group). A sidecar identity without one joins none.
 * ``endpoint:HOST`` — the host names (or ``*.suffix``) a sidecar identity may advertise as
@@ -89,7 +92,10 @@ class Role:
             raise PolicyError(f"role {name!r} takes no argument (got {text!r})")
         return cls(name, arg)
 
-    def grants(self, identity: str, permission: Permission) -> bool:
+    def grants(self, identity: str, permission: Permission, pod: str = "") -> bool:
+        """Whether this role lets ``identity`` do ``permission``; ``pod``: the pod its
+        token is bound to ("" when it is bound to none), an id the bare ``sidecar`` role
+        may hold beside the identity's own."""
         verb, resource = permission.verb, permission.resource
         if verb is Verb.AUTHENTICATED:
             return True
@@ -102,7 +108,8 @@ class Role:
         if self.name == "reader":
             return verb in (Verb.READ, Verb.DESCRIBE) and self.arg in (ANY_GROUP, resource)
         if self.name == "sidecar":
-            return verb is Verb.SESSION and resource == (self.arg or identity) and resource != ""
+            ids = (self.arg,) if self.arg else (identity, pod)
+            return verb is Verb.SESSION and resource in ids and resource != ""
         if self.name == "serves":
             return verb is Verb.SERVE and self.arg in (ANY_GROUP, resource) and resource != ""
         if self.name == "endpoint":
@@ -127,9 +134,10 @@ class Policy:
 
     roles: Mapping[str, tuple[Role, ...]] = field(default_factory=dict)
 
-    def allows(self, identity: str, permission: Permission) -> bool:
-        """Whether ``identity`` may do what ``permission`` names."""
-        return any(role.grants(identity, permission) for role in self.roles.get(identity, ()))
+    def allows(self, identity: str, permission: Permission, *, pod: str = "") -> bool:
+        """Whether ``identity`` may do what ``permission`` names; ``pod``: the pod its
+        token is bound to, if any (only a TokenReview says so)."""
+        return any(role.grants(identity, permission, pod) for role in self.roles.get(identity, ()))
 
     def roles_of(self, identity: str) -> tuple[Role, ...]:
         return tuple(self.roles.get(identity, ()))

@@ -28,7 +28,7 @@ import yaml
 
 from dsclient.watched_file import WatchedFile
 from services.runtime.auth.settings import AuthSettings
-from services.runtime.auth.token_review import ReviewRejected, TokenReviewer
+from services.runtime.auth.token_review import ReviewRejected, Subject, TokenReviewer
 
 LEEWAY_SECONDS = 30
 
@@ -99,13 +99,18 @@ class TokenVerifier:
         )
 
     def identity(self, token: str) -> str:
-        """The identity ``token`` names; TokenRejected if it names none. The project's own
-        tokens are checked first (locally); then, with ``token_review``, the API server is
-        asked (a pod's projected service-account token)."""
+        """The identity ``token`` names; TokenRejected if it names none."""
+        return self.subject(token).name
+
+    def subject(self, token: str) -> Subject:
+        """Who ``token`` names (with its pod, for a pod-bound service-account token);
+        TokenRejected if nobody. The project's own tokens are checked first (locally; they
+        name no pod); then, with ``token_review``, the API server is asked (a pod's
+        projected service-account token)."""
         if self._review is None:
-            return self._own_identity(token)
+            return Subject(self._own_identity(token))
         try:
-            return self._own_identity(token)
+            return Subject(self._own_identity(token))
         except TokenRejected as own:
             try:
                 return self._review.identity(token)

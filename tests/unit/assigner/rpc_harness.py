@@ -380,13 +380,20 @@ class Sidecar:
         sidecar_id: str,
         *,
         identity: str | None = None,
+        metadata: Sequence[tuple[str, str]] | None = None,
+        endpoint: str | None = None,
     ) -> None:
+        """``identity``: a static test identity (:func:`as_identity`), or ``metadata`` as
+        it is (a bearer token of another kind); ``endpoint``: what its join advertises."""
         self.id = sidecar_id
-        self.call = stub.Session(metadata=as_identity(identity) if identity else None)
+        self.endpoint = endpoint
+        self.call = stub.Session(
+            metadata=as_identity(identity) if identity else (tuple(metadata or ()) or None)
+        )
         self.seq = 0
 
     async def join(self, group: str) -> assigner_pb2.SessionAccepted:
-        await self.call.write(join(self.id, group))
+        await self.call.write(join(self.id, group, endpoint=self.endpoint))
         first = await self.next()
         assert first.WhichOneof("kind") == "accepted", first
         return first.accepted

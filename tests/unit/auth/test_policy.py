@@ -47,6 +47,57 @@ def test_a_sidecar_holds_sessions_only_for_the_ids_it_names(identity: str, other
     assert not named.allows(identity, Permission(Verb.READ, other))
 
 
+@given(identity=names, pod=names, other=names)
+def test_a_pod_bound_sidecar_holds_its_pod_s_id_and_no_other(
+    identity: str, pod: str, other: str
+) -> None:
+    """Workload identity: the bare ``sidecar`` role also grants the Session (and Leave) of
+    the pod the caller's token is bound to; another pod's id, never."""
+    policy = Policy.from_mapping({identity: ["sidecar", "serves:orders"]})
+    assert policy.allows(identity, Permission(Verb.SESSION, pod), pod=pod)
+    assert policy.allows(identity, Permission(Verb.SESSION, identity), pod=pod)
+    assert policy.allows(identity, Permission(Verb.SESSION, other), pod=pod) is (
+        other in (pod, identity)
+    )
+    # No pod (a token bound to none, a project JWT, a certificate): today's rule.
+    assert policy.allows(identity, Permission(Verb.SESSION, pod)) is (pod == identity)
+    assert not policy.allows(identity, Permission(Verb.SESSION, ""), pod="")
+
+
+ANY_ROLES = st.lists(
+    st.sampled_from([*ROLE_TEXTS, "sidecar:x", "reader:demo", "serves:demo", "endpoint:h"])
+)
+
+
+@given(
+    identity=names,
+    pod=names,
+    roles=ANY_ROLES,
+    permission=st.builds(Permission, verbs, names | st.just("")),
+)
+def test_a_pod_changes_nothing_but_the_bare_sidecar_role_s_session(
+    identity: str, pod: str, roles: list[str], permission: Permission
+) -> None:
+    policy = Policy.from_mapping({identity: roles})
+    with_pod = policy.allows(identity, permission, pod=pod)
+    without = policy.allows(identity, permission)
+    if with_pod != without:
+        assert with_pod and "sidecar" in roles
+        assert (permission.verb, permission.resource) == (Verb.SESSION, pod)
+    # Not named by the policy: a pod grants nothing.
+    assert not Policy.from_mapping({}).allows(identity, permission, pod=pod) or (
+        permission.verb is Verb.AUTHENTICATED
+    )
+
+
+@given(identity=names, pod=names, other=names)
+def test_a_named_sidecar_id_is_not_widened_by_the_pod(identity: str, pod: str, other: str) -> None:
+    assume(pod != other)
+    policy = Policy.from_mapping({identity: [f"sidecar:{other}"]})
+    assert policy.allows(identity, Permission(Verb.SESSION, other), pod=pod)
+    assert not policy.allows(identity, Permission(Verb.SESSION, pod), pod=pod)
+
+
 @given(roles=st.lists(st.sampled_from([*ROLE_TEXTS, "reader:demo", "reader:*"])), perm=verbs)
 def test_more_roles_never_allow_less(roles: list[str], perm: Verb) -> None:
     """Monotonic: adding a role to an identity never takes a permission away."""
