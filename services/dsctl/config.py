@@ -28,7 +28,6 @@ from google.protobuf import field_mask_pb2
 
 from dataservice.assigner.v1 import admin_pb2, types_pb2
 from services.dsctl import config_view, group_settings
-from services.dsctl.group_settings import SettingsChange
 from services.dsctl.admin_client import (
     DEFAULT_ASSIGNER,
     DEFAULT_TIMEOUT_SECONDS,
@@ -37,6 +36,7 @@ from services.dsctl.admin_client import (
     CliError,
     ExitCode,
 )
+from services.dsctl.group_settings import SettingsChange
 from services.dsctl.read import (
     AssignerOption,
     Output,
@@ -127,6 +127,7 @@ def set_(
         sets, unsets, setting_sets, setting_unsets = group_settings.split(
             config_view.parse_assignments(assignments or []), unset or []
         )
+        group_settings.check(setting_sets, setting_unsets)
     except ValueError as exc:
         raise CliError(str(exc), ExitCode.ERROR) from None
     if not (sets or unsets or setting_sets or setting_unsets):
@@ -169,7 +170,7 @@ def _show_plan(
     before: types_pb2.GroupConfig, change: ConfigChange, settings: SettingsChange, mode: str
 ) -> None:
     err_console.print(
-        f"{before.name} ({mode}): consumer config v{before.config_version}, to change:",
+        f"{before.name} ({mode}): config v{before.config_version}, to change:",
         highlight=False,
     )
     for line in config_view.diff_lines(config_view.change_doc(change, settings)):

@@ -190,7 +190,7 @@ def members_table(states: Sequence[Doc], version: int) -> Table:
 
 def get_view(doc: Doc) -> RenderableType:
     header = Text.assemble(
-        (doc["group"], "bold"), f" ({doc['mode']}): consumer config v{doc['config_version']}"
+        (doc["group"], "bold"), f" ({doc['mode']}): config v{doc['config_version']}"
     )
     config = Table.grid(padding=(0, 2))
     config.add_column(style="bold")
@@ -206,6 +206,7 @@ def get_view(doc: Doc) -> RenderableType:
         settings.add_row(f"  {key}", group_settings.shown(key, value))
     return RichGroup(
         header,
+        Text("consumer config"),
         config,
         Text("group settings"),
         settings,
@@ -216,7 +217,7 @@ def get_view(doc: Doc) -> RenderableType:
 def set_view(doc: Doc) -> RenderableType:
     header = Text.assemble(
         (doc["group"], "bold"),
-        f" ({doc['mode']}): consumer config v{doc['previous_version']} → v{doc['config_version']}",
+        f" ({doc['mode']}): config v{doc['previous_version']} → v{doc['config_version']}",
     )
     return RichGroup(
         header, *diff_lines(doc["changes"]), members_table(doc["members"], doc["config_version"])
