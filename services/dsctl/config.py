@@ -95,8 +95,8 @@ def set_(
         list[str] | None,
         typer.Option(
             "--unset",
-            help="A property to remove (back to the sidecar's default), or a group setting "
-            "to unspecify.",
+            help="A property to remove (back to the sidecar's default), or commit_fencing "
+            "(back to each sidecar's setting).",
         ),
     ] = None,
     yes: Annotated[
@@ -120,8 +120,8 @@ def set_(
     which member refused it (it keeps its old config) or did not report in time (exit 5).
     A change that needs new consumer instances asks first, unless --yes. Properties
     outside the allow-list, and a setting's unknown value, are refused, naming the key,
-    and nothing changes (exit 1). ordering=unordered|key|partition; commit_fencing=
-    lease|kafka, live only towards kafka (the assigner refuses the way back).
+    and nothing changes (exit 1). Settings: ordering=unordered|key|partition and
+    commit_fencing=lease|kafka (live only towards kafka: the assigner refuses the way back).
     """
     try:
         sets, unsets, setting_sets, setting_unsets = group_settings.split(
