@@ -4,12 +4,12 @@
 ``set`` reads the group (``DescribeGroup``), builds the next config from ``KEY=VALUE``
 arguments and ``--unset`` keys, checks it against the allow-list here (the assigner checks it
 again, with librdkafka), shows the diff, asks before a change that replaces the sidecars'
-consumers (unless ``--yes``), writes it with ``UpdateGroup`` (field mask ``consumer_config``
-and the group settings changed, ``expected_config_version`` = the version read, a fresh
-``request_id``), then waits until
-every member reports running the new version or refusing it (``--wait``). Exit 0 when every
-member applied it, 5 when it was stored but some member refused it or did not report in
-time (each named), 1 for a refused or malformed change (nothing stored).
+consumers (unless ``--yes``), writes it with ``UpdateGroup`` (field mask: ``consumer_config``
+and the group settings that change; ``expected_config_version`` = the version read, a fresh
+``request_id``), then waits until every member reports running the new version or refusing
+it (``--wait``). Exit 0 when every member applied it, 5 when it was stored but some member
+refused it or did not report in time (each named), 1 for a refused or malformed change
+(nothing stored).
 
 Beside librdkafka properties, ``KEY=VALUE`` and ``--unset`` take the group settings of
 :mod:`.group_settings` (``ordering``, ``commit_fencing``): one ``UpdateGroup``, one version,
