@@ -4,11 +4,16 @@
 ``set`` reads the group (``DescribeGroup``), builds the next config from ``KEY=VALUE``
 arguments and ``--unset`` keys, checks it against the allow-list here (the assigner checks it
 again, with librdkafka), shows the diff, asks before a change that replaces the sidecars'
-consumers (unless ``--yes``), writes it with ``UpdateGroup`` (field mask ``consumer_config``,
-``expected_config_version`` = the version read, a fresh ``request_id``), then waits until
-every member reports running the new version or refusing it (``--wait``). Exit 0 when every
-member applied it, 5 when it was stored but some member refused it or did not report in
-time (each named), 1 for a refused or malformed change (nothing stored).
+consumers (unless ``--yes``), writes it with ``UpdateGroup`` (field mask: ``consumer_config``
+and the group settings that change; ``expected_config_version`` = the version read, a fresh
+``request_id``), then waits until every member reports running the new version or refusing
+it (``--wait``). Exit 0 when every member applied it, 5 when it was stored but some member
+refused it or did not report in time (each named), 1 for a refused or malformed change
+(nothing stored).
+
+Beside librdkafka properties, ``KEY=VALUE`` and ``--unset`` take the group settings of
+:mod:`.group_settings` (``ordering``, ``commit_fencing``): one ``UpdateGroup``, one version,
+whatever the mix.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import typer
 from google.protobuf import field_mask_pb2
 
 from dataservice.assigner.v1 import admin_pb2, types_pb2
-from services.dsctl import config_view
+from services.dsctl import config_view, group_settings
 from services.dsctl.admin_client import (
     DEFAULT_ASSIGNER,
     DEFAULT_TIMEOUT_SECONDS,
@@ -31,6 +36,7 @@ from services.dsctl.admin_client import (
     CliError,
     ExitCode,
 )
+from services.dsctl.group_settings import SettingsChange
 from services.dsctl.read import (
     AssignerOption,
     Output,
@@ -79,11 +85,19 @@ def set_(
     group: Annotated[str, typer.Argument(help="Group name.")],
     assignments: Annotated[
         list[str] | None,
-        typer.Argument(help="Properties to set, KEY=VALUE (librdkafka names).", show_default=False),
+        typer.Argument(
+            help="Properties to set, KEY=VALUE: librdkafka names, or the group settings "
+            "ordering (unordered|key|partition) and commit_fencing (lease|kafka).",
+            show_default=False,
+        ),
     ] = None,
     unset: Annotated[
         list[str] | None,
-        typer.Option("--unset", help="A property to remove (back to the sidecar's default)."),
+        typer.Option(
+            "--unset",
+            help="A property to remove (back to the sidecar's default), or commit_fencing "
+            "(back to each sidecar's setting).",
+        ),
     ] = None,
     yes: Annotated[
         bool,
@@ -99,44 +113,51 @@ def set_(
     assigner: AssignerOption = DEFAULT_ASSIGNER,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_SECONDS,
 ) -> None:
-    """Change the group's consumer config live: every sidecar applies it within seconds,
-    without a restart and without a lease moving.
+    """Change the group's consumer config, or its ordering or commit_fencing, live: every
+    sidecar applies it within seconds, without a restart and without a lease moving.
 
     Shows the diff and the new version, then waits until every member runs it, or says
     which member refused it (it keeps its old config) or did not report in time (exit 5).
     A change that needs new consumer instances asks first, unless --yes. Properties
-    outside the allow-list are refused, naming the key, and nothing changes (exit 1).
+    outside the allow-list, and a setting's unknown value, are refused, naming the key,
+    and nothing changes (exit 1). Settings: ordering=unordered|key|partition and
+    commit_fencing=lease|kafka (live only towards kafka: the assigner refuses the way back).
     """
     try:
-        sets = config_view.parse_assignments(assignments or [])
+        sets, unsets, setting_sets, setting_unsets = group_settings.split(
+            config_view.parse_assignments(assignments or []), unset or []
+        )
+        group_settings.check(setting_sets, setting_unsets)
     except ValueError as exc:
         raise CliError(str(exc), ExitCode.ERROR) from None
-    if not sets and not unset:
+    if not (sets or unsets or setting_sets or setting_unsets):
         raise CliError("name at least one KEY=VALUE or --unset KEY", ExitCode.ERROR)
     with AssignerClient(assigner, timeout) as client:
         with waiting(output, f"asking {assigner}"):
             before = client.describe(group).config
         try:
-            desired = config_view.merged(before.consumer_config, sets, unset or [])
+            desired = config_view.merged(before.consumer_config, sets, unsets)
             check_allowed(desired)
+            settings = group_settings.changes(before, setting_sets, setting_unsets)
         except ConsumerConfigError as err:
             raise CliError(f"group.consumer_config: {err.message}", ExitCode.ERROR) from None
         except ValueError as exc:
             raise CliError(str(exc), ExitCode.ERROR) from None
         mode = MODES.get(before.mode, "unknown")
         change = plan(before.consumer_config, desired, kafka_group=mode == "kafka_group")
-        if change.empty:
+        if change.empty and not settings:
             err_console.print(f"nothing to change: {group} runs config v{before.config_version}")
             if output is Output.json:
                 print_json(config_view.set_doc(before, before, change, []))
             return
         if output is Output.table or not yes:
-            _show_plan(before, change, mode)
+            _show_plan(before, change, settings, mode)
         if change.new_consumer and not yes:
             _confirm(group)
-        after = client.update_group(_update_request(before, desired)).group
+        request = update_request(before, None if change.empty else desired, settings)
+        after = client.update_group(request).group
         states = _wait_applied(client, group, after.config_version, wait, output)
-    doc = config_view.set_doc(before, after, change, states)
+    doc = config_view.set_doc(before, after, change, states, settings)
     if output is Output.json:
         print_json(doc)
     else:
@@ -145,14 +166,17 @@ def set_(
         raise CliError(_not_applied(doc, wait), ExitCode.NOT_APPLIED)
 
 
-def _show_plan(before: types_pb2.GroupConfig, change: ConfigChange, mode: str) -> None:
+def _show_plan(
+    before: types_pb2.GroupConfig, change: ConfigChange, settings: SettingsChange, mode: str
+) -> None:
     err_console.print(
-        f"{before.name} ({mode}): consumer config v{before.config_version}, to change:",
+        f"{before.name} ({mode}): config v{before.config_version}, to change:",
         highlight=False,
     )
-    for line in config_view.diff_lines(config_view.change_doc(change)):
+    for line in config_view.diff_lines(config_view.change_doc(change, settings)):
         err_console.print(line, highlight=False)
-    err_console.print(f"[dim]{config_view.what_happens(mode, change)}[/dim]", highlight=False)
+    for effect in config_view.effects(mode, change, settings):
+        err_console.print(effect, style="dim", highlight=False, markup=False)
 
 
 def _confirm(group: str) -> None:
@@ -166,12 +190,19 @@ def _confirm(group: str) -> None:
         raise CliError("not changed", ExitCode.ERROR)
 
 
-def _update_request(
-    before: types_pb2.GroupConfig, desired: dict[str, str]
+def update_request(
+    before: types_pb2.GroupConfig, desired: dict[str, str] | None, settings: SettingsChange
 ) -> admin_pb2.UpdateGroupRequest:
+    """The UpdateGroup of a change: the consumer config ``desired`` (None: unchanged) and
+    the group settings changed, each in the field mask only if it changes."""
+    group = types_pb2.GroupConfig(name=before.name)
+    paths = group_settings.patch(group, settings)
+    if desired is not None:
+        group.consumer_config.update(desired)
+        paths = ["consumer_config", *paths]
     return admin_pb2.UpdateGroupRequest(
-        group=types_pb2.GroupConfig(name=before.name, consumer_config=desired),
-        update_mask=field_mask_pb2.FieldMask(paths=["consumer_config"]),
+        group=group,
+        update_mask=field_mask_pb2.FieldMask(paths=paths),
         # Someone else's change in between is refused (CONFIG_VERSION_CONFLICT), not lost.
         expected_config_version=before.config_version,
         request_id=str(uuid.uuid4()),

@@ -17,6 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from dataservice.assigner.v1 import admin_pb2, types_pb2
+from services.dsctl import group_settings
+from services.dsctl.group_settings import SettingsChange
 from services.dsctl.render import MODES
 from services.runtime.consumer_config import ConfigChange
 
@@ -54,13 +56,22 @@ def merged(
     return dict(sorted(config.items()))
 
 
-def change_doc(change: ConfigChange) -> Doc:
+def change_doc(change: ConfigChange, settings: SettingsChange | None = None) -> Doc:
+    """The consumer config's diff, and the group settings changed (``settings``: value
+    names, null = unspecified)."""
     return {
         "added": dict(sorted(change.added.items())),
         "changed": {k: {"from": a, "to": b} for k, (a, b) in sorted(change.changed.items())},
         "removed": dict(sorted(change.removed.items())),
         "new_consumer": change.new_consumer,
+        "settings": {k: {"from": a, "to": b} for k, (a, b) in sorted((settings or {}).items())},
     }
+
+
+def settings_doc(cfg: types_pb2.GroupConfig) -> Doc:
+    """The group settings ``config set`` changes beside the consumer config (null =
+    unspecified: :data:`group_settings.SETTINGS` says what the group runs then)."""
+    return {key: group_settings.value_of(cfg, key) for key in group_settings.SETTINGS}
 
 
 def member_state(member: types_pb2.Member, version: int) -> Doc:
@@ -99,6 +110,7 @@ def get_doc(described: admin_pb2.DescribeGroupResponse) -> Doc:
         "mode": MODES.get(cfg.mode, "unknown"),
         "config_version": cfg.config_version,
         "consumer_config": dict(sorted(cfg.consumer_config.items())),
+        "settings": settings_doc(cfg),
         "members": member_states(described, cfg.config_version),
     }
 
@@ -108,6 +120,7 @@ def set_doc(
     after: types_pb2.GroupConfig,
     change: ConfigChange,
     states: Sequence[Doc],
+    settings: SettingsChange | None = None,
 ) -> Doc:
     return {
         "group": after.name,
@@ -115,7 +128,8 @@ def set_doc(
         "previous_version": before.config_version,
         "config_version": after.config_version,
         "consumer_config": dict(sorted(after.consumer_config.items())),
-        "changes": change_doc(change),
+        "settings": settings_doc(after),
+        "changes": change_doc(change, settings),
         "members": list(states),
         "applied": all_applied(states),
     }
@@ -136,6 +150,13 @@ def what_happens(mode: str, change: ConfigChange) -> str:
     )
 
 
+def effects(mode: str, change: ConfigChange, settings: SettingsChange) -> list[str]:
+    """What applying the change does, a line for the consumer config (if it changes) and
+    one for each group setting changed."""
+    lines = [] if change.empty else [what_happens(mode, change)]
+    return lines + [f"{key}: {group_settings.SETTINGS[key].effect}" for key in settings]
+
+
 def diff_lines(changes: Doc) -> list[Text]:
     lines = [Text(f"  + {k} = {v}", style="green") for k, v in changes["added"].items()]
     lines += [
@@ -143,6 +164,13 @@ def diff_lines(changes: Doc) -> list[Text]:
         for k, c in changes["changed"].items()
     ]
     lines += [Text(f"  - {k} (was {v})", style="red") for k, v in changes["removed"].items()]
+    lines += [
+        Text(
+            f"  ~ {k}: {group_settings.shown(k, c['from'])} → {group_settings.shown(k, c['to'])}",
+            style="yellow",
+        )
+        for k, c in changes.get("settings", {}).items()
+    ]
     return lines
 
 
@@ -162,7 +190,7 @@ def members_table(states: Sequence[Doc], version: int) -> Table:
 
 def get_view(doc: Doc) -> RenderableType:
     header = Text.assemble(
-        (doc["group"], "bold"), f" ({doc['mode']}): consumer config v{doc['config_version']}"
+        (doc["group"], "bold"), f" ({doc['mode']}): config v{doc['config_version']}"
     )
     config = Table.grid(padding=(0, 2))
     config.add_column(style="bold")
@@ -171,13 +199,25 @@ def get_view(doc: Doc) -> RenderableType:
         config.add_row(f"  {key}", value)
     if not doc["consumer_config"]:
         config.add_row("  (none)", "the sidecars' own defaults")
-    return RichGroup(header, config, members_table(doc["members"], doc["config_version"]))
+    settings = Table.grid(padding=(0, 2))
+    settings.add_column(style="bold")
+    settings.add_column()
+    for key, value in doc["settings"].items():
+        settings.add_row(f"  {key}", group_settings.shown(key, value))
+    return RichGroup(
+        header,
+        Text("consumer config"),
+        config,
+        Text("group settings"),
+        settings,
+        members_table(doc["members"], doc["config_version"]),
+    )
 
 
 def set_view(doc: Doc) -> RenderableType:
     header = Text.assemble(
         (doc["group"], "bold"),
-        f" ({doc['mode']}): consumer config v{doc['previous_version']} → v{doc['config_version']}",
+        f" ({doc['mode']}): config v{doc['previous_version']} → v{doc['config_version']}",
     )
     return RichGroup(
         header, *diff_lines(doc["changes"]), members_table(doc["members"], doc["config_version"])

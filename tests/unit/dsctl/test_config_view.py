@@ -85,4 +85,5 @@ def test_the_set_document_carries_the_diff_versions_and_outcome() -> None:
         "changed": {"a.b": {"from": "1", "to": "2"}},
         "removed": {"c.d": "1"},
         "new_consumer": True,
+        "settings": {},
     }
