@@ -656,24 +656,18 @@ def main() -> int:
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
     print(f"{started} load average {os.getloadavg()}; {profile}", flush=True)
-    from services.devstack.kafka import KafkaCluster, KafkaOptions
+    from tests.support.bench_kafka import bench_kafka
 
-    cluster: KafkaCluster | None = None
-    bootstrap = args.bootstrap or os.environ.get("KAFKA_BOOTSTRAP")
-    if bootstrap is None:
-        cluster = KafkaCluster(KafkaOptions(brokers=1)).start()
-        bootstrap = cluster.bootstrap
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-pod-") as tmp:
-            run(
-                bootstrap,
-                profile,
-                Path(tmp),
-                functools.partial(write_json, args.json, args.label, profile, started),
-            )
-    finally:
-        if cluster is not None:
-            cluster.stop()
+    with (
+        bench_kafka(args.bootstrap or os.environ.get("KAFKA_BOOTSTRAP")) as kafka,
+        tempfile.TemporaryDirectory(prefix="bench-pod-") as tmp,
+    ):
+        run(
+            kafka.bootstrap,
+            profile,
+            Path(tmp),
+            functools.partial(write_json, args.json, args.label, profile, started),
+        )
     print(f"\ntotal {time.monotonic() - t0:.0f}s")
     return 0
 
