@@ -31,7 +31,6 @@ import structlog
 from google.protobuf import duration_pb2
 
 from dataservice.assigner.v1 import assigner_pb2, types_pb2
-from dataservice.common.v1 import common_pb2
 from dsclient.reasons import DsError, Reason
 from services.assigner.balancer import Strategy
 from services.assigner.bindings import GroupBindings
@@ -54,6 +53,13 @@ from services.assigner.fault_emitters import GroupFaults
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.settings import AssignerSettings, GroupSeed
 from services.assigner.state import GroupRecord
+from services.runtime.group_enums import (
+    BALANCE_STRATEGY_BY_NAME,
+    COMMIT_FENCING_BY_NAME,
+    EXTERNAL_CHANGE_BY_NAME,
+    MODE_BY_NAME,
+    ORDERING_BY_NAME,
+)
 from services.runtime.reporter import FaultReporter
 from services.runtime.topic_partition import TopicPartition
 
@@ -68,29 +74,8 @@ _REVOKE_REASONS = {
     RevokeWhy.RESET: assigner_pb2.REVOKE_REASON_CONFIG,
     RevokeWhy.CONFIG: assigner_pb2.REVOKE_REASON_CONFIG,
 }
-STRATEGIES = {
-    "count": types_pb2.BALANCE_STRATEGY_COUNT,
-    "load": types_pb2.BALANCE_STRATEGY_LOAD,
-}
-MODES = {
-    "leased": common_pb2.GROUP_MODE_LEASED,
-    "kafka_group": common_pb2.GROUP_MODE_KAFKA_GROUP,
-}
-EXTERNAL_CHANGES = {
-    "follow": types_pb2.EXTERNAL_OFFSET_CHANGES_FOLLOW,
-    "revert": types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT,
-    "ignore": types_pb2.EXTERNAL_OFFSET_CHANGES_IGNORE,
-}
-COMMIT_FENCINGS = {
-    "": types_pb2.COMMIT_FENCING_UNSPECIFIED,
-    "lease": types_pb2.COMMIT_FENCING_LEASE,
-    "kafka": types_pb2.COMMIT_FENCING_KAFKA,
-}
-ORDERINGS = {
-    "unordered": types_pb2.ORDERING_UNORDERED,
-    "key": types_pb2.ORDERING_KEY,
-    "partition": types_pb2.ORDERING_PARTITION,
-}
+# A record's commit fencing "" is unspecified: each sidecar's commit_fencing setting.
+RECORD_COMMIT_FENCINGS = {"": types_pb2.COMMIT_FENCING_UNSPECIFIED, **COMMIT_FENCING_BY_NAME}
 
 
 class GroupStore(Protocol):
@@ -333,17 +318,17 @@ class GroupRuntime:
         config = types_pb2.GroupConfig(
             name=self.record.name,
             topics=list(self.record.topics),
-            mode=MODES[self.record.mode],
+            mode=MODE_BY_NAME[self.record.mode],
             consumer_config=dict(self.record.consumer_config),
             lease_ttl=duration(self.settings.lease_ttl_seconds),
             heartbeat_interval=duration(self.settings.heartbeat_interval_seconds),
-            balance_strategy=STRATEGIES[self.record.balance_strategy],
+            balance_strategy=BALANCE_STRATEGY_BY_NAME[self.record.balance_strategy],
             config_version=self.record.config_version,
             max_deliveries=self.record.max_deliveries,
-            external_offset_changes=EXTERNAL_CHANGES[self.record.external_offset_changes],
+            external_offset_changes=EXTERNAL_CHANGE_BY_NAME[self.record.external_offset_changes],
             dead_letter_topic=self.record.dead_letter_topic,
-            ordering=ORDERINGS[self.record.ordering],
-            commit_fencing=COMMIT_FENCINGS[self.record.commit_fencing],
+            ordering=ORDERING_BY_NAME[self.record.ordering],
+            commit_fencing=RECORD_COMMIT_FENCINGS[self.record.commit_fencing],
         )
         if self.record.visibility_timeout_seconds is not None:
             config.visibility_timeout.CopyFrom(duration(self.record.visibility_timeout_seconds))
@@ -371,16 +356,18 @@ class GroupRuntime:
                     session_id=conn.session_id,
                     lease_ttl=duration(self.settings.lease_ttl_seconds),
                     heartbeat_interval=duration(self.settings.heartbeat_interval_seconds),
-                    mode=MODES[self.record.mode],
+                    mode=MODE_BY_NAME[self.record.mode],
                     consumer_config=dict(self.record.consumer_config),
                     config_version=self.record.config_version,
                     topics=list(self.record.topics),
                     visibility_timeout=self._visibility(),
                     max_deliveries=self.record.max_deliveries,
-                    external_offset_changes=EXTERNAL_CHANGES[self.record.external_offset_changes],
+                    external_offset_changes=EXTERNAL_CHANGE_BY_NAME[
+                        self.record.external_offset_changes
+                    ],
                     dead_letter_topic=self.record.dead_letter_topic,
-                    ordering=ORDERINGS[self.record.ordering],
-                    commit_fencing=COMMIT_FENCINGS[self.record.commit_fencing],
+                    ordering=ORDERING_BY_NAME[self.record.ordering],
+                    commit_fencing=RECORD_COMMIT_FENCINGS[self.record.commit_fencing],
                 )
             )
         )
@@ -620,10 +607,10 @@ class GroupRuntime:
                     config_version=record.config_version,
                     visibility_timeout=self._visibility(),
                     max_deliveries=record.max_deliveries,
-                    external_offset_changes=EXTERNAL_CHANGES[record.external_offset_changes],
+                    external_offset_changes=EXTERNAL_CHANGE_BY_NAME[record.external_offset_changes],
                     dead_letter_topic=record.dead_letter_topic,
-                    ordering=ORDERINGS[record.ordering],
-                    commit_fencing=COMMIT_FENCINGS[record.commit_fencing],
+                    ordering=ORDERING_BY_NAME[record.ordering],
+                    commit_fencing=RECORD_COMMIT_FENCINGS[record.commit_fencing],
                 )
             )
             for conn in self.connections.values():

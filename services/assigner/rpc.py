@@ -43,7 +43,6 @@ from services.assigner.admin.records import make_record, record_fields
 from services.assigner.admin.reset_request import reset_spec
 from services.assigner.admin.update_mask import apply_update_mask, changed_paths, mask_paths
 from services.assigner.admin.validation import (
-    COMMIT_FENCINGS,
     validate_commit_fencing_change,
     validate_group_config,
     validate_group_name,
@@ -67,6 +66,7 @@ from services.assigner.resets import OffsetResets, ResetOrder, ResetResult
 from services.assigner.settings import AssignerSettings
 from services.assigner.state import GroupRecord
 from services.runtime.auth import current_identity
+from services.runtime.group_enums import COMMIT_FENCINGS
 from services.runtime.topic_partition import TopicPartition
 
 log = structlog.get_logger(__name__)

@@ -40,7 +40,7 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +70,7 @@ from services.consumer_sidecar.partitions import (
 from services.consumer_sidecar.round_timing import lost_latency
 from services.consumer_sidecar.wakeup import Wakeup
 from services.runtime.kafka import is_retriable
+from services.runtime.tasks import TaskSet
 from services.runtime.topic_partition import TP
 
 log = structlog.get_logger(__name__)
@@ -221,7 +222,7 @@ class LeaseKeeper:
         self._commit_lock = asyncio.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None  # the commit loop's
         table.on_stalled = self._stalled
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet("lease keeper task failed")
 
     # ---- grants and revokes -----------------------------------------------------------
 
@@ -375,7 +376,7 @@ class LeaseKeeper:
             epoch=fenced.epoch,
             error=str(fenced.error),
         )
-        self._spawn(self.fence(fenced.tp, fenced.epoch))
+        self._tasks.spawn(self.fence(fenced.tp, fenced.epoch))
 
     def _retire(self, tp: TP, epoch: int) -> None:
         now = self.clock()
@@ -430,7 +431,7 @@ class LeaseKeeper:
                 "lease renewed: delivery resumes", topic=tp.topic, partition=tp.partition,
                 epoch=epoch,
             )  # fmt: skip
-            self._spawn(self.fetcher.run(self.fetcher.resume, tp))
+            self._tasks.spawn(self.fetcher.run(self.fetcher.resume, tp))
 
     def not_renewed(
         self, renewed: set[tuple[TP, int]], sent_at: float, named: set[tuple[TP, int]]
@@ -455,7 +456,7 @@ class LeaseKeeper:
                     partition=part.tp.partition,
                     epoch=part.epoch,
                 )
-                self._spawn(self.fetcher.run(self.fetcher.unassign, part.tp))
+                self._tasks.spawn(self.fetcher.run(self.fetcher.unassign, part.tp))
 
     async def suspend_expired(self) -> None:
         """Fencing (ARCHITECTURE §3.1.4): once a lease's local deadline passes, nothing of
@@ -481,16 +482,6 @@ class LeaseKeeper:
                 )
                 await self.fetcher.run(self.fetcher.suspend, part.tp)
                 self.on_partition_lost(lost_latency(part.deadline, self.clock()))
-
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("lease keeper task failed", error=repr(task.exception()))
 
     # ---- redelivery -------------------------------------------------------------------
 
@@ -568,7 +559,7 @@ class LeaseKeeper:
             if given_up.parked:
                 self.on_dead_letter(part.tp, part.epoch, given_up, why)
         for part in due.rewind:
-            self._spawn(self.fetcher.run(self.fetcher.rewind, part.tp))
+            self._tasks.spawn(self.fetcher.run(self.fetcher.rewind, part.tp))
 
     # ---- acks and commits -------------------------------------------------------------
 

@@ -66,24 +66,9 @@ from services.consumer_sidecar.leasing import LeaseKeeper, ReleasedLease
 from services.consumer_sidecar.partitions import UNLEASED_EPOCH
 from services.consumer_sidecar.round_timing import RoundTimer
 from services.consumer_sidecar.stall_watch import stall_limit_for
+from services.runtime.group_enums import COMMIT_FENCINGS, EXTERNAL_OFFSET_CHANGES, ORDERINGS
 from services.runtime.tasks import TaskSet
 from services.runtime.topic_partition import TP
-
-# The group's ordering (issue 39) as the sidecar names it (ordering.Ordering).
-ORDERINGS = {
-    types_pb2.ORDERING_KEY: "key",
-    types_pb2.ORDERING_PARTITION: "partition",
-}
-# The group's commit fencing (issue 36); unspecified = "" (the sidecar's setting).
-COMMIT_FENCINGS = {
-    types_pb2.COMMIT_FENCING_LEASE: "lease",
-    types_pb2.COMMIT_FENCING_KAFKA: "kafka",
-}
-EXTERNAL_CHANGES = {
-    types_pb2.EXTERNAL_OFFSET_CHANGES_FOLLOW: "follow",
-    types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT: "revert",
-    types_pb2.EXTERNAL_OFFSET_CHANGES_IGNORE: "ignore",
-}
 
 log = structlog.get_logger(__name__)
 
@@ -601,7 +586,9 @@ class SessionClient:
             else None
         )
         self.on_delivery_policy(visibility, config.max_deliveries, config.dead_letter_topic)
-        self.on_external_changes(EXTERNAL_CHANGES.get(config.external_offset_changes, "follow"))
+        self.on_external_changes(
+            EXTERNAL_OFFSET_CHANGES.get(config.external_offset_changes, "follow")
+        )
         self.on_ordering(ORDERINGS.get(config.ordering, "unordered"))
         self.on_commit_fencing(COMMIT_FENCINGS.get(config.commit_fencing, ""))
 

@@ -20,27 +20,17 @@ from typing import Any
 from google.protobuf import duration_pb2
 
 from dataservice.assigner.v1 import admin_pb2, types_pb2
-from dataservice.common.v1 import common_pb2
+from services.runtime.group_enums import (
+    BALANCE_STRATEGY_BY_NAME,
+    COMMIT_FENCING_BY_NAME,
+    EXTERNAL_CHANGE_BY_NAME,
+    MODE_BY_NAME,
+    ORDERING_BY_NAME,
+)
 
 API_VERSION = "dataservice.io/v1alpha1"
 KIND = "DsGroup"
 
-MODES = {"leased": common_pb2.GROUP_MODE_LEASED, "kafka_group": common_pb2.GROUP_MODE_KAFKA_GROUP}
-STRATEGIES = {"count": types_pb2.BALANCE_STRATEGY_COUNT, "load": types_pb2.BALANCE_STRATEGY_LOAD}
-EXTERNAL_CHANGES = {
-    "follow": types_pb2.EXTERNAL_OFFSET_CHANGES_FOLLOW,
-    "revert": types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT,
-    "ignore": types_pb2.EXTERNAL_OFFSET_CHANGES_IGNORE,
-}
-ORDERINGS = {
-    "unordered": types_pb2.ORDERING_UNORDERED,
-    "key": types_pb2.ORDERING_KEY,
-    "partition": types_pb2.ORDERING_PARTITION,
-}
-COMMIT_FENCINGS = {
-    "lease": types_pb2.COMMIT_FENCING_LEASE,
-    "kafka": types_pb2.COMMIT_FENCING_KAFKA,
-}
 DURATIONS = {
     "visibilityTimeout": "visibility_timeout",
     "leaseTtl": "lease_ttl",
@@ -125,7 +115,7 @@ def config_of(doc: Mapping[str, Any]) -> types_pb2.GroupConfig:
     config = types_pb2.GroupConfig(
         name=name,
         topics=topics,
-        mode=_choice(spec.get("mode", "leased"), MODES, f"{where}: spec.mode"),  # type: ignore[arg-type]
+        mode=_choice(spec.get("mode", "leased"), MODE_BY_NAME, f"{where}: spec.mode"),  # type: ignore[arg-type]
     )
     consumer = spec.get("consumerConfig") or {}
     if not isinstance(consumer, Mapping):
@@ -144,17 +134,17 @@ def config_of(doc: Mapping[str, Any]) -> types_pb2.GroupConfig:
         config.max_deliveries = deliveries
     if (strategy := spec.get("balanceStrategy")) is not None:
         config.balance_strategy = _choice(  # type: ignore[assignment]
-            strategy, STRATEGIES, f"{where}: spec.balanceStrategy"
+            strategy, BALANCE_STRATEGY_BY_NAME, f"{where}: spec.balanceStrategy"
         )
     if (changes := spec.get("externalOffsetChanges")) is not None:
         config.external_offset_changes = _choice(  # type: ignore[assignment]
-            changes, EXTERNAL_CHANGES, f"{where}: spec.externalOffsetChanges"
+            changes, EXTERNAL_CHANGE_BY_NAME, f"{where}: spec.externalOffsetChanges"
         )
     if (ordering := spec.get("ordering")) is not None:
-        config.ordering = _choice(ordering, ORDERINGS, f"{where}: spec.ordering")  # type: ignore[assignment]
+        config.ordering = _choice(ordering, ORDERING_BY_NAME, f"{where}: spec.ordering")  # type: ignore[assignment]
     if (fencing := spec.get("commitFencing")) is not None:
         config.commit_fencing = _choice(  # type: ignore[assignment]
-            fencing, COMMIT_FENCINGS, f"{where}: spec.commitFencing"
+            fencing, COMMIT_FENCING_BY_NAME, f"{where}: spec.commitFencing"
         )
     return config
 
@@ -167,7 +157,7 @@ def spec_of(config: types_pb2.GroupConfig) -> dict[str, Any]:
     """A DsGroup spec for ``config``, unset fields left out (so it compares with a
     document's spec whatever the document spells as a default)."""
     spec: dict[str, Any] = {"topics": list(config.topics)}
-    spec["mode"] = _name_of(MODES, config.mode) or "leased"
+    spec["mode"] = _name_of(MODE_BY_NAME, config.mode) or "leased"
     if config.consumer_config:
         spec["consumerConfig"] = dict(sorted(config.consumer_config.items()))
     if config.alert_template:
@@ -177,13 +167,13 @@ def spec_of(config: types_pb2.GroupConfig) -> dict[str, Any]:
             spec[key] = format_duration(getattr(config, field))
     if config.max_deliveries:
         spec["maxDeliveries"] = config.max_deliveries
-    if strategy := _name_of(STRATEGIES, config.balance_strategy):
+    if strategy := _name_of(BALANCE_STRATEGY_BY_NAME, config.balance_strategy):
         spec["balanceStrategy"] = strategy
-    if changes := _name_of(EXTERNAL_CHANGES, config.external_offset_changes):
+    if changes := _name_of(EXTERNAL_CHANGE_BY_NAME, config.external_offset_changes):
         spec["externalOffsetChanges"] = changes
-    if ordering := _name_of(ORDERINGS, config.ordering):
+    if ordering := _name_of(ORDERING_BY_NAME, config.ordering):
         spec["ordering"] = ordering
-    if fencing := _name_of(COMMIT_FENCINGS, config.commit_fencing):
+    if fencing := _name_of(COMMIT_FENCING_BY_NAME, config.commit_fencing):
         spec["commitFencing"] = fencing
     return spec
 

@@ -24,7 +24,6 @@ from google.protobuf import field_mask_pb2
 from rich.live import Live
 
 from dataservice.assigner.v1 import admin_pb2, types_pb2
-from dataservice.common.v1 import common_pb2
 from services.dsctl import operate_render as view
 from services.dsctl import render
 from services.dsctl.admin_client import (
@@ -48,14 +47,9 @@ from services.dsctl.read import (
     waiting,
 )
 from services.dsctl.reset_flags import STRATEGY_NAMES, ResetFlags, reset_request, strategy_of
+from services.runtime.group_enums import EXTERNAL_CHANGE_BY_NAME, MODE_BY_NAME
 
 POLL_SECONDS = 0.25
-MODES = {"leased": common_pb2.GROUP_MODE_LEASED, "kafka_group": common_pb2.GROUP_MODE_KAFKA_GROUP}
-EXTERNAL_CHANGES = {
-    "follow": types_pb2.EXTERNAL_OFFSET_CHANGES_FOLLOW,
-    "revert": types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT,
-    "ignore": types_pb2.EXTERNAL_OFFSET_CHANGES_IGNORE,
-}
 # A mode switch waits for every lease to be handed off (drain + lease expiry at worst) and,
 # to leased, for Kafka's group to empty: more than a read's 15 s.
 MODE_TIMEOUT_SECONDS = 120.0
@@ -373,7 +367,7 @@ def mode(
     drained, acked offsets committed), so only records delivered and not acked then are
     delivered again. Returns once the switch is complete.
     """
-    if new_mode not in MODES:
+    if new_mode not in MODE_BY_NAME:
         raise CliError(f"MODE {new_mode!r}: expected leased or kafka_group")
     started = time.monotonic()
     with AssignerClient(assigner, timeout) as client:
@@ -387,7 +381,7 @@ def mode(
             yes,
         )
         request = admin_pb2.UpdateGroupRequest(
-            group=types_pb2.GroupConfig(name=group, mode=MODES[new_mode]),
+            group=types_pb2.GroupConfig(name=group, mode=MODE_BY_NAME[new_mode]),
             update_mask=field_mask_pb2.FieldMask(paths=["mode"]),
             expected_config_version=config.config_version,
             request_id=str(uuid.uuid4()),
@@ -416,14 +410,14 @@ def offsets_external(
     position over it at once and record OFFSETS_RESET with action reverted; ignore: do not
     look (no OffsetFetch around commits), the next commits overwrite it.
     """
-    if new_mode not in EXTERNAL_CHANGES:
+    if new_mode not in EXTERNAL_CHANGE_BY_NAME:
         raise CliError(f"MODE {new_mode!r}: expected follow, revert or ignore")
     with AssignerClient(assigner, timeout) as client:
         config = client.describe(group).config
         before = str(render.config_doc(config)["external_offset_changes"])
         request = admin_pb2.UpdateGroupRequest(
             group=types_pb2.GroupConfig(
-                name=group, external_offset_changes=EXTERNAL_CHANGES[new_mode]
+                name=group, external_offset_changes=EXTERNAL_CHANGE_BY_NAME[new_mode]
             ),
             update_mask=field_mask_pb2.FieldMask(paths=["external_offset_changes"]),
             expected_config_version=config.config_version,

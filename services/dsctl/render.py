@@ -25,6 +25,12 @@ from rich.text import Text
 from dataservice.assigner.v1 import admin_pb2, types_pb2
 from dataservice.common.v1 import common_pb2
 from services.runtime.faults import event_fields
+from services.runtime.group_enums import (
+    BALANCE_STRATEGIES,
+    COMMIT_FENCINGS,
+    EXTERNAL_OFFSET_CHANGES,
+    ORDERINGS,
+)
 
 Doc = dict[str, Any]
 PartitionKey = tuple[str, str, int]  # (group, topic, partition)
@@ -33,28 +39,6 @@ MODES: Mapping[int, str] = {
     common_pb2.GROUP_MODE_UNSPECIFIED: "unspecified",
     common_pb2.GROUP_MODE_LEASED: "leased",
     common_pb2.GROUP_MODE_KAFKA_GROUP: "kafka_group",
-}
-BALANCE: Mapping[int, str] = {
-    types_pb2.BALANCE_STRATEGY_UNSPECIFIED: "count",
-    types_pb2.BALANCE_STRATEGY_COUNT: "count",
-    types_pb2.BALANCE_STRATEGY_LOAD: "load",
-}
-EXTERNAL_CHANGES: Mapping[int, str] = {
-    types_pb2.EXTERNAL_OFFSET_CHANGES_UNSPECIFIED: "follow",
-    types_pb2.EXTERNAL_OFFSET_CHANGES_FOLLOW: "follow",
-    types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT: "revert",
-    types_pb2.EXTERNAL_OFFSET_CHANGES_IGNORE: "ignore",
-}
-COMMIT_FENCINGS: Mapping[int, str] = {
-    types_pb2.COMMIT_FENCING_UNSPECIFIED: "",  # the sidecars' commit_fencing setting
-    types_pb2.COMMIT_FENCING_LEASE: "lease",
-    types_pb2.COMMIT_FENCING_KAFKA: "kafka",
-}
-ORDERINGS: Mapping[int, str] = {
-    types_pb2.ORDERING_UNSPECIFIED: "unordered",
-    types_pb2.ORDERING_UNORDERED: "unordered",
-    types_pb2.ORDERING_KEY: "key",
-    types_pb2.ORDERING_PARTITION: "partition",
 }
 UNASSIGNED = "(unassigned)"
 BAR_WIDTH = 20
@@ -224,7 +208,7 @@ def config_doc(cfg: types_pb2.GroupConfig) -> Doc:
         "name": cfg.name,
         "topics": list(cfg.topics),
         "mode": MODES.get(cfg.mode, "unknown"),
-        "balance_strategy": BALANCE.get(cfg.balance_strategy, "unknown"),
+        "balance_strategy": BALANCE_STRATEGIES.get(cfg.balance_strategy, "unknown"),
         # null = the assigner's default.
         "lease_ttl_seconds": seconds_of(cfg.lease_ttl, cfg.HasField("lease_ttl")),
         "heartbeat_interval_seconds": seconds_of(
@@ -233,7 +217,9 @@ def config_doc(cfg: types_pb2.GroupConfig) -> Doc:
         "alert_template": cfg.alert_template,
         "consumer_config": dict(sorted(cfg.consumer_config.items())),
         "config_version": cfg.config_version,
-        "external_offset_changes": EXTERNAL_CHANGES.get(cfg.external_offset_changes, "unknown"),
+        "external_offset_changes": EXTERNAL_OFFSET_CHANGES.get(
+            cfg.external_offset_changes, "unknown"
+        ),
         # "" = the sidecars' dead_letter_topic setting.
         "dead_letter_topic": cfg.dead_letter_topic,
         "ordering": ORDERINGS.get(cfg.ordering, "unknown"),

@@ -32,7 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from services.devstack.kafka import KafkaCluster, KafkaOptions, create_topic
+from services.devstack.kafka import create_topic
+from tests.support.bench_kafka import bench_kafka
 from tests.support.mesh import Mesh, ServiceProcess, running_mesh
 from tests.support.readers import READERS, Reader
 from tests.support.sidecar_probe import produce_bulk, start_sidecar
@@ -150,18 +151,11 @@ def main() -> int:
         parser.error(f"unknown clients {sorted(unknown)}; known: {sorted(READERS)}")
     clients = [READERS[name] for name in args.clients.split(",")]
     started = time.monotonic()
-    cluster: KafkaCluster | None = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        cluster = KafkaCluster(KafkaOptions(brokers=1)).start()
-        bootstrap = cluster.bootstrap
-        print(f"kafka started in {time.monotonic() - started:.1f}s at {bootstrap}")
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-clients-") as tmp:
-            run(bootstrap, clients, args.records, args.rounds, Path(tmp))
-    finally:
-        if cluster is not None:
-            cluster.stop()
+    with (
+        bench_kafka(args.bootstrap, announce=True) as kafka,
+        tempfile.TemporaryDirectory(prefix="bench-clients-") as tmp,
+    ):
+        run(kafka.bootstrap, clients, args.records, args.rounds, Path(tmp))
     print(f"\ntotal {time.monotonic() - started:.0f}s")
     return 0
 

@@ -35,8 +35,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from services.devstack.kafka import KafkaCluster, KafkaOptions, create_topic, delete_topic
+from services.devstack.kafka import create_topic, delete_topic
 from tests.bench.bench_sidecar import PARTITIONS, Rate, best, fetch_through
+from tests.support.bench_kafka import bench_kafka
 from tests.support.mesh import running_mesh
 from tests.support.sidecar_probe import produce_bulk
 
@@ -123,18 +124,11 @@ def main() -> int:
     args = parser.parse_args()
     records, rounds = SHORT if args.short else FULL
     started = time.monotonic()
-    cluster: KafkaCluster | None = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        cluster = KafkaCluster(KafkaOptions(brokers=1)).start()
-        bootstrap = cluster.bootstrap
-        print(f"kafka started in {time.monotonic() - started:.1f}s at {bootstrap}")
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-extcheck-") as tmp:
-            run(bootstrap, records, rounds, Path(tmp))
-    finally:
-        if cluster is not None:
-            cluster.stop()
+    with (
+        bench_kafka(args.bootstrap, announce=True) as kafka,
+        tempfile.TemporaryDirectory(prefix="bench-extcheck-") as tmp,
+    ):
+        run(kafka.bootstrap, records, rounds, Path(tmp))
     print(f"\ntotal {time.monotonic() - started:.0f}s")
     return 0
 

@@ -72,8 +72,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import grpc
 
-from services.devstack.kafka import KafkaCluster, KafkaOptions, create_topic, delete_topic
+from services.devstack.kafka import KafkaOptions, create_topic, delete_topic
 from tests.support.assignment import describe, respawn
+from tests.support.bench_kafka import bench_kafka
 from tests.support.mesh import REPO, Mesh, ServiceProcess
 from tests.support.records import SeqProducer
 
@@ -642,21 +643,15 @@ def main() -> int:
         # The default-mode mesh row measures the default, not a mode inherited from here.
         parser.error("unset DS_HOLD_MODE: the mesh rows choose their hold mode themselves")
     started = time.monotonic()
-    cluster: KafkaCluster | None = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        cluster = KafkaCluster(KafkaOptions(brokers=1, properties=BROKER_PROPERTIES)).start()
-        bootstrap = cluster.bootstrap
-        print(f"kafka started in {time.monotonic() - started:.1f}s at {bootstrap}")
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-failover-") as tmp:
-            faults = list(args.faults) if args.faults else None
-            if faults and not set(faults) <= set(FAULTS):
-                parser.error(f"--faults: each of {''.join(FAULTS)}")
-            run(bootstrap, args.short, Path(tmp), args.rows, faults)
-    finally:
-        if cluster is not None:
-            cluster.stop()
+    options = KafkaOptions(brokers=1, properties=BROKER_PROPERTIES)
+    with (
+        bench_kafka(args.bootstrap, options=options, announce=True) as kafka,
+        tempfile.TemporaryDirectory(prefix="bench-failover-") as tmp,
+    ):
+        faults = list(args.faults) if args.faults else None
+        if faults and not set(faults) <= set(FAULTS):
+            parser.error(f"--faults: each of {''.join(FAULTS)}")
+        run(kafka.bootstrap, args.short, Path(tmp), args.rows, faults)
     print(f"\ntotal {time.monotonic() - started:.0f}s")
     return 0
 

@@ -36,7 +36,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dsclient import DsClient
-from services.devstack.kafka import KafkaCluster, KafkaOptions, create_topic, delete_topic
+from services.devstack.kafka import create_topic, delete_topic
 from tests.bench.bench_sidecar import (
     PARTITIONS,
     STREAM_CREDIT,
@@ -45,6 +45,7 @@ from tests.bench.bench_sidecar import (
     read_records,
     serving_sidecar,
 )
+from tests.support.bench_kafka import bench_kafka
 from tests.support.mesh import Mesh, ServiceProcess, running_mesh
 from tests.support.sidecar_probe import produce_bulk
 
@@ -151,18 +152,12 @@ def main() -> int:
     parser.add_argument("--bootstrap", help="use this Kafka instead of starting one")
     args = parser.parse_args()
     records, rounds = SHORT if args.short else FULL
-    cluster: KafkaCluster | None = None
-    bootstrap = args.bootstrap
     started = time.monotonic()
-    if bootstrap is None:
-        cluster = KafkaCluster(KafkaOptions(brokers=1)).start()
-        bootstrap = cluster.bootstrap
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-metrics-") as tmp:
-            run(bootstrap, records, rounds, Path(tmp))
-    finally:
-        if cluster is not None:
-            cluster.stop()
+    with (
+        bench_kafka(args.bootstrap) as kafka,
+        tempfile.TemporaryDirectory(prefix="bench-metrics-") as tmp,
+    ):
+        run(kafka.bootstrap, records, rounds, Path(tmp))
     print(f"total {time.monotonic() - started:.0f}s")
     return 0
 

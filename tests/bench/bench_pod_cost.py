@@ -2,7 +2,8 @@
 
     .venv/bin/python tests/bench/bench_pod_cost.py [--short] [--bootstrap HOST:PORT]
         [--rates 0,10,100,1000,10000] [--sizes 100,1024] [--paths S,F,Su,Fu,Cu]
-        [--rounds N] [--window SECONDS] [--json PATH] [--ordering key|partition --keys N]
+        [--rounds N] [--window SECONDS] [--json PATH [--label TEXT]]
+        [--ordering key|partition --keys N]
 
 One producer process writes ``rate`` records/s (each value ``seq:time_ns:`` padded to the
 record size) to a topic of its own per size. In the same window, each in a process of its
@@ -27,7 +28,8 @@ warm-up, ``rounds`` windows: per process its CPU (cores, ``/proc/PID/stat``), RS
 per path p50/p99 latency from produce to the application. Each figure is printed as the
 median of the rounds and the best (lowest CPU / latency), the mesh's CPU (sidecar +
 application) as a ratio to (dc)'s and (da)'s in the same round; the load average beside
-each rate. ``--json`` writes every figure (docs/benchmarks/results/pod_cost.json).
+each rate. ``--json`` writes every figure (docs/benchmarks/results/pod_cost.json) as the run
+``--label`` names, beside the file's other runs.
 
 ``--ordering key`` (issue 39): the producer keys its records (``--keys`` keys, each in one
 partition), and every mesh path runs twice in the same window, through two sidecars and
@@ -585,19 +587,25 @@ SUMMARY = (
 )
 
 
-def write_json(path: Path | None, profile: Profile, started: str, results: list[Size]) -> None:
-    """``path``'s folder gets ``<stem>.json`` in the convention of tests/support/bench_results."""
+def write_json(
+    path: Path | None, label: str, profile: Profile, started: str, results: list[Size]
+) -> None:
+    """``path``'s folder gets ``<stem>.json`` in the convention of tests/support/bench_results:
+    this run's tables under ``label``, beside the file's runs of other labels."""
     if path is None:
         return
     from tests.support.bench_results import write_result
 
+    rows = flat_rows(as_json(results, profile, started))
     written = write_result(
         path.stem,
         title="A pod's cost at the rates services run (bench_pod_cost)",
         summary=SUMMARY,
         load={**asdict(profile), "started": started},
-        results=flat_rows(as_json(results, profile, started)),
+        results={"idle, no client": rows["idle"], "by rate": rows["rates"]},
         out_dir=path.parent,
+        label=label,
+        when=started,
     )
     print(f"\nwrote {written}", flush=True)
 
@@ -612,6 +620,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--window", type=float, help="seconds per round")
     parser.add_argument("--json", type=Path, help=f"write the figures here (e.g. {JSON_DEFAULT})")
+    parser.add_argument(
+        "--label",
+        default="latest",
+        help="--json: the run's label; a run of the same label in the file is replaced, "
+        "the others are kept",
+    )
     parser.add_argument(
         "--ordering",
         choices=sorted(ORDERED_SUFFIX),
@@ -642,24 +656,18 @@ def main() -> int:
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
     print(f"{started} load average {os.getloadavg()}; {profile}", flush=True)
-    from services.devstack.kafka import KafkaCluster, KafkaOptions
+    from tests.support.bench_kafka import bench_kafka
 
-    cluster: KafkaCluster | None = None
-    bootstrap = args.bootstrap or os.environ.get("KAFKA_BOOTSTRAP")
-    if bootstrap is None:
-        cluster = KafkaCluster(KafkaOptions(brokers=1)).start()
-        bootstrap = cluster.bootstrap
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-pod-") as tmp:
-            run(
-                bootstrap,
-                profile,
-                Path(tmp),
-                functools.partial(write_json, args.json, profile, started),
-            )
-    finally:
-        if cluster is not None:
-            cluster.stop()
+    with (
+        bench_kafka(args.bootstrap or os.environ.get("KAFKA_BOOTSTRAP")) as kafka,
+        tempfile.TemporaryDirectory(prefix="bench-pod-") as tmp,
+    ):
+        run(
+            kafka.bootstrap,
+            profile,
+            Path(tmp),
+            functools.partial(write_json, args.json, args.label, profile, started),
+        )
     print(f"\ntotal {time.monotonic() - t0:.0f}s")
     return 0
 

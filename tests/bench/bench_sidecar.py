@@ -106,11 +106,10 @@ from dsclient import Batch, ColumnBatch, DsClient
 from dsclient.records.batches import DsRecord
 from services.consumer_sidecar.kafka_config import SIDECAR_CONSUMER_DEFAULTS
 from services.devstack.kafka import (
-    KafkaCluster,
-    KafkaOptions,
     create_topic,
     delete_topic,
 )
+from tests.support.bench_kafka import bench_kafka
 from tests.support.mesh import Mesh, ServiceProcess, running_mesh
 from tests.support.ops import metric_samples
 from tests.support.sidecar_probe import produce_bulk, start_sidecar
@@ -1159,20 +1158,13 @@ def main() -> int:
     if args.rounds:
         profile = replace(profile, rounds=args.rounds)
     started = time.monotonic()
-    cluster: KafkaCluster | None = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        cluster = KafkaCluster(KafkaOptions(brokers=1)).start()
-        bootstrap = cluster.bootstrap
-        print(f"kafka started in {time.monotonic() - started:.1f}s at {bootstrap}")
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-sidecar-") as tmp:
-            pid = cluster.pids[0] if cluster is not None else None
-            sizes = frozenset(int(size) for size in args.sizes.split(",") if size.strip())
-            run(bootstrap, profile, Path(tmp), pid, rows, sizes, lat_paths, args.lat_rate)
-    finally:
-        if cluster is not None:
-            cluster.stop()
+    with (
+        bench_kafka(args.bootstrap, announce=True) as kafka,
+        tempfile.TemporaryDirectory(prefix="bench-sidecar-") as tmp,
+    ):
+        pid = kafka.cluster.pids[0] if kafka.cluster is not None else None
+        sizes = frozenset(int(size) for size in args.sizes.split(",") if size.strip())
+        run(kafka.bootstrap, profile, Path(tmp), pid, rows, sizes, lat_paths, args.lat_rate)
     print(f"\ntotal {time.monotonic() - started:.0f}s")
     return 0
 

@@ -29,9 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from services.assigner.state import StateStore
-from services.devstack.kafka import KafkaCluster, KafkaOptions
 from services.runtime.settings import ServiceSettings
 from services.runtime.topic_partition import TP
+from tests.support.bench_kafka import bench_kafka
 
 SHORT = (200, 3)  # writes per round, rounds
 FULL = (1000, 5)
@@ -109,16 +109,8 @@ def main() -> int:
     args = parser.parse_args()
     n, rounds = SHORT if args.short else FULL
     started = time.monotonic()
-    cluster: KafkaCluster | None = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        cluster = KafkaCluster(KafkaOptions(brokers=1)).start()
-        bootstrap = cluster.bootstrap
-    try:
-        run(bootstrap, n, rounds)
-    finally:
-        if cluster is not None:
-            cluster.stop()
+    with bench_kafka(args.bootstrap) as kafka:
+        run(kafka.bootstrap, n, rounds)
     print(f"\ntotal {time.monotonic() - started:.0f}s")
     return 0
 

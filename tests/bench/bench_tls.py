@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dsclient import DsClient
 from dsclient.connection import DEFAULT_SETTINGS, ConnectionSettings, TlsConfig
-from services.devstack.kafka import KafkaCluster, KafkaOptions, create_topic, delete_topic
+from services.devstack.kafka import create_topic, delete_topic
 from services.devstack.pki import DevPki, make_dev_pki
 from services.devstack.secure import service_env
 from tests.bench.bench_sidecar import (
@@ -48,6 +48,7 @@ from tests.bench.bench_sidecar import (
     ratio,
     read_records,
 )
+from tests.support.bench_kafka import bench_kafka
 from tests.support.mesh import Mesh, ServiceProcess, running_mesh
 from tests.support.sidecar_probe import produce_bulk, start_sidecar
 
@@ -226,17 +227,11 @@ def main() -> int:
     args = parser.parse_args()
     records, rounds = SHORT if args.short else FULL
     started = time.monotonic()
-    cluster: KafkaCluster | None = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        cluster = KafkaCluster(KafkaOptions(brokers=1)).start()
-        bootstrap = cluster.bootstrap
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-tls-") as tmp:
-            run(bootstrap, records, rounds, Path(tmp))
-    finally:
-        if cluster is not None:
-            cluster.stop()
+    with (
+        bench_kafka(args.bootstrap) as kafka,
+        tempfile.TemporaryDirectory(prefix="bench-tls-") as tmp,
+    ):
+        run(kafka.bootstrap, records, rounds, Path(tmp))
     print(f"\ntotal {time.monotonic() - started:.0f}s")
     return 0
 

@@ -12,9 +12,7 @@ new leader knows it; the sidecars' re-joins report the leases they hold.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import consul
 import grpc
@@ -26,21 +24,12 @@ from dsclient.leader_watch import DEFAULT_LEADER_KEY, read_leader
 from dsclient.reasons import LEADER_METADATA_KEY, error_info, trailing_value
 from tests.support.mesh import ServiceProcess, running_mesh
 from tests.support.producing import produce
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
 PARTITIONS = 6
 FAILOVER_BUDGET_SECONDS = 3.0
-T = TypeVar("T")
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float, step: float = 0.1) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (value := probe()) is not None:
-            return value
-        time.sleep(step)
-    raise TimeoutError(f"{what}: not within {timeout}s")
 
 
 def list_groups(address: str) -> admin_pb2.ListGroupsResponse:
@@ -106,16 +95,17 @@ def test_kill_leader_standby_leads_and_everyone_follows(
             replica.wait_serving()
         by_address = {r.grpc_addr: r for r in replicas}
         leader_addr = wait_for(
-            "a leader elected",
             lambda: a if (a := read_leader(kv, DEFAULT_LEADER_KEY)) in by_address else None,
-            timeout=30,
+            30,
+            "a leader elected",
+            every=0.1,
         )
         leader = by_address[leader_addr]
         (standby,) = (r for r in replicas if r is not leader)
 
         # The follower refuses with NOT_LEADER and names the leader (once it has seen the
         # key: at start-up it may still be waiting for its own health check to pass).
-        refusal = wait_for("the follower names the leader", lambda: refused(standby), 10)
+        refusal = wait_for(lambda: refused(standby), 10, "the follower names the leader", 0.1)
         assert refusal.code() == grpc.StatusCode.FAILED_PRECONDITION
         info = error_info(refusal)
         assert info is not None and info.reason == "NOT_LEADER"
@@ -129,9 +119,7 @@ def test_kill_leader_standby_leads_and_everyone_follows(
             sidecar.wait_serving()
         pids = [s.proc.pid for s in sidecars if s.proc is not None]
         ids = {"ha-sidecar-0", "ha-sidecar-1"}
-        wait_for(
-            "sidecars joined", lambda: True if members(leader_addr, group) == ids else None, 30
-        )
+        wait_for(lambda: members(leader_addr, group) == ids, 30, "sidecars joined", every=0.1)
 
         before = range(0, 600)
         produce(bootstrap, topic, before, value=lambda seq: f"v{seq}".encode())
@@ -144,14 +132,14 @@ def test_kill_leader_standby_leads_and_everyone_follows(
 
             killed_at = time.monotonic()
             leader.kill()
-            wait_for("the standby is elected", lambda: accepts_admin(standby.grpc_addr), 10, 0.02)
+            wait_for(lambda: accepts_admin(standby.grpc_addr), 10, "the standby is elected", 0.02)
             elected = time.monotonic() - killed_at
             assert read_leader(kv, DEFAULT_LEADER_KEY) == standby.grpc_addr
             # Leading = serving the group (DescribeGroup answers), not just holding the lock.
             wait_for(
-                "the standby serves the group",
-                lambda: True if members(standby.grpc_addr, group) is not None else None,
+                lambda: members(standby.grpc_addr, group) is not None,
                 10,
+                "the standby serves the group",
                 0.02,
             )
             failover = time.monotonic() - killed_at
@@ -159,13 +147,14 @@ def test_kill_leader_standby_leads_and_everyone_follows(
             assert failover < FAILOVER_BUDGET_SECONDS, f"failover took {failover:.2f}s"
 
             rejoined = wait_for(
-                "sidecars re-attached to the new leader",
                 lambda: (
                     time.monotonic() - killed_at
                     if members(standby.grpc_addr, group) == ids
                     else None
                 ),
-                timeout=30,
+                30,
+                "sidecars re-attached to the new leader",
+                every=0.1,
             )
             print(f"both sidecars re-attached {rejoined:.2f}s after kill -9")
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from confluent_kafka import Producer
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc
 from dsclient import DsClient
+from tests.support import producing
 from tests.support.browser import CHROMIUM, Dom, dump_dom, screenshot
 from tests.support.mesh import Mesh, ServiceProcess
 from tests.support.waiting import wait_for
@@ -47,13 +47,15 @@ def metric(svc: ServiceProcess, name: str, **labels: str) -> float | None:
 
 def produce(bootstrap: str, topic: str) -> None:
     """Uneven load: partition p gets (p + 1) parts of RECORDS."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     weights = [p + 1 for p in range(PARTITIONS)]
-    for seq in range(RECORDS):
+
+    def partition_of(seq: int) -> int:
         slot = seq % sum(weights)
-        partition = next(p for p in range(PARTITIONS) if slot < sum(weights[: p + 1]))
-        producer.produce(topic, key=str(seq).encode(), value=b"x" * 100, partition=partition)
-    assert producer.flush(30) == 0
+        return next(p for p in range(PARTITIONS) if slot < sum(weights[: p + 1]))
+
+    producing.produce(
+        bootstrap, topic, range(RECORDS), partition_of=partition_of, value=lambda _: b"x" * 100
+    )
 
 
 def settled_describe(

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Message, Producer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -25,7 +25,7 @@ from confluent_kafka.admin import (
 )
 
 from dsclient import DsClient
-from tests.support import accounting, cli
+from tests.support import accounting, cli, producing
 from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh
 from tests.support.offsets import committed_offsets
@@ -47,23 +47,20 @@ CLIENT = "always-fails-x"
 
 def produce(bootstrap: str, topic: str) -> dict[tuple[int, int], int]:
     """RECORDS keyed records, round robin over the partitions; (partition, offset) -> seq."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     where: dict[tuple[int, int], int] = {}
 
-    def report(err: object, msg: object) -> None:
-        assert err is None, err
-        where[(msg.partition(), msg.offset())] = int(msg.key())  # type: ignore[attr-defined]
+    def report(seq: int, msg: Message) -> None:
+        where[(msg.partition(), msg.offset())] = seq  # type: ignore[index]
 
-    for seq in range(RECORDS):
-        producer.produce(
-            topic,
-            key=str(seq).encode(),
-            value=value_of(seq),
-            partition=seq % PARTITIONS,
-            headers=[("origin-trace", f"t{seq}".encode())],
-            on_delivery=report,
-        )
-    assert producer.flush(30) == 0
+    producing.produce(
+        bootstrap,
+        topic,
+        range(RECORDS),
+        partitions=PARTITIONS,
+        value=value_of,
+        headers=lambda seq: [("origin-trace", f"t{seq}".encode())],
+        delivered=report,
+    )
     assert len(where) == RECORDS
     return where
 

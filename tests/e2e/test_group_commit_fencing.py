@@ -35,6 +35,7 @@ from dsclient import DsClient
 from services.consumer_sidecar.kafka_fenced_commits import transactional_id
 from services.devstack.kafka import TopicFactory
 from services.runtime.topic_partition import TP
+from tests.support import producing
 from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh, ServiceProcess
 from tests.support.offsets import committed_offsets
@@ -61,16 +62,14 @@ def own_state(mesh: Mesh) -> Iterator[dict[str, str]]:
 
 
 def produce(bootstrap: str, topic: str, ends: dict[int, int]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap})
-
-    def report(err: object, msg: object) -> None:
-        assert err is None, err
-        p = msg.partition()  # type: ignore[attr-defined]
-        ends[p] = max(ends[p], msg.offset() + 1)  # type: ignore[attr-defined]
-
-    for i in range(RECORDS):
-        producer.produce(topic, key=b"%d" % i, value=b"v%d" % i, on_delivery=report)
-    assert producer.flush(30) == 0
+    producing.produce(
+        bootstrap,
+        topic,
+        range(RECORDS),
+        value=lambda i: b"v%d" % i,
+        idempotent=False,
+        delivered=producing.track_ends(ends),
+    )
 
 
 def read_to_the_end(

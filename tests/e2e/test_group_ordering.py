@@ -21,10 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from tests.support import accounting
+from tests.support import accounting, producing
 from tests.support.assignment import describe, respawn, wait_stable
 from tests.support.mesh import REPO, Mesh
 from tests.support.offsets import committed_offsets
@@ -53,18 +52,14 @@ def own_state(mesh: Mesh) -> Iterator[dict[str, str]]:
 def produce(bootstrap: str, topic: str, lo: int, hi: int, ends: dict[int, int]) -> None:
     """Records lo..hi-1 of RECORDS over KEYS keys, each key's values its own sequence 0,
     1, 2...; ``ends`` updated to each partition's end offset."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-
-    def report(err: object, msg: object) -> None:
-        assert err is None, err
-        p = msg.partition()  # type: ignore[attr-defined]
-        ends[p] = max(ends[p], msg.offset() + 1)  # type: ignore[attr-defined]
-
-    for i in range(lo, hi):
-        key = i % KEYS
-        producer.produce(topic, key=f"k{key}".encode(), value=b"%d" % (i // KEYS),
-                         on_delivery=report)  # fmt: skip
-    assert producer.flush(30) == 0
+    producing.produce(
+        bootstrap,
+        topic,
+        range(lo, hi),
+        key=lambda i: f"k{i % KEYS}".encode(),
+        value=lambda i: b"%d" % (i // KEYS),
+        delivered=producing.track_ends(ends),
+    )
 
 
 class Reader:

@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from dsclient import DsClient
 from tests.support.assignment import (
@@ -36,6 +36,7 @@ from tests.support.assignment import (
 )
 from tests.support.loadrun import LoadRun
 from tests.support.mesh import Mesh
+from tests.support.producing import produce
 from tests.support.records import SeqProducer, describe_missing, value_of
 from tests.support.sidecar_probe import (
     CommitWatcher,
@@ -407,19 +408,16 @@ class RedeliveryNotExact(AssertionError):
     """The redelivered set differs from the delivered-but-not-acked set."""
 
 
-def _produce_sequence(bootstrap: str, topic: str, count: int, partitions: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for seq in range(count):
-        producer.produce(
-            topic, key=str(seq).encode(), value=value_of(seq), partition=seq % partitions
-        )
-    assert producer.flush(30) == 0
-
-
 def test_kill9_redelivers_exactly_the_unacked_records(mesh: Mesh, topic_factory: object) -> None:
     topic = topic_factory(partitions=REDELIVERY_PARTITIONS)  # type: ignore[operator]
     group = f"g-{topic}"
-    _produce_sequence(mesh.bootstrap, topic, REDELIVERY_RECORDS, REDELIVERY_PARTITIONS)
+    produce(
+        mesh.bootstrap,
+        topic,
+        range(REDELIVERY_RECORDS),
+        partitions=REDELIVERY_PARTITIONS,
+        value=value_of,
+    )
     assigner = mesh.assigner([(group, [topic])])
     assigner.wait_serving()
     first = mesh.sidecar(group, assigner, "first")

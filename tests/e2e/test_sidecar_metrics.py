@@ -17,7 +17,6 @@ from typing import Any
 
 import grpc
 import pytest
-from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -25,6 +24,7 @@ from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from dsclient import DsClient
 from services.consumer_sidecar.client_access import OTHER_CLIENT
 from services.consumer_sidecar.metric_table import METRIC_TABLE
+from tests.support import producing
 from tests.support.mesh import Mesh, ServiceProcess
 from tests.support.sidecar_probe import start_sidecar
 from tests.support.waiting import wait_for
@@ -45,14 +45,13 @@ EVENT_ONLY = {
 
 def produce(bootstrap: str, topic: str, first: int, count: int) -> int:
     """``count`` keyed records spread over the partitions; their key + value bytes."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    size = 0
-    for seq in range(first, first + count):
-        key, value = str(seq).encode(), f"value-{seq}-{'x' * (seq % 40)}".encode()
-        producer.produce(topic, key=key, value=value, partition=seq % PARTITIONS)
-        size += len(key) + len(value)
-    assert producer.flush(30) == 0, "not every record was delivered to Kafka"
-    return size
+    seqs = range(first, first + count)
+
+    def value(seq: int) -> bytes:
+        return f"value-{seq}-{'x' * (seq % 40)}".encode()
+
+    producing.produce(bootstrap, topic, seqs, partitions=PARTITIONS, value=value)
+    return sum(len(str(seq).encode()) + len(value(seq)) for seq in seqs)
 
 
 def scrape(sidecar: ServiceProcess) -> dict[str, tuple[str, list[Sample]]]:

@@ -15,13 +15,13 @@ from confluent_kafka import (
     Consumer,
     KafkaError,
     Message,
-    Producer,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
 
 from services.devstack.consul import ConsulHandle
 from services.devstack.kafka import KafkaCluster, TopicFactory, create_topic, delete_topic
+from tests.support import producing
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -32,26 +32,20 @@ pytestmark = pytest.mark.integration
 
 def produce_all(bootstrap: str, topic: str, records: Iterable[tuple[int, bytes]]) -> int:
     """Produce (partition, value) pairs idempotently; fail unless every one is acked."""
-    errors: list[KafkaError] = []
-    delivered = 0
-
-    def on_delivery(err: KafkaError | None, _msg: Message) -> None:
-        nonlocal delivered
-        if err is not None:
-            errors.append(err)
-        else:
-            delivered += 1
-
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
+    pairs = list(records)
+    delivered: list[int] = []
+    producing.produce(
+        bootstrap,
+        topic,
+        range(len(pairs)),
+        partition_of=lambda i: pairs[i][0],
+        value=lambda i: pairs[i][1],
+        keyed=False,
+        linger_ms=5,
+        flush_timeout=90,
+        delivered=lambda i, _msg: delivered.append(i),
     )
-    for partition, value in records:
-        producer.produce(topic, value=value, partition=partition, on_delivery=on_delivery)
-        producer.poll(0)
-    remaining = producer.flush(90)
-    assert remaining == 0, f"{remaining} records still in flight after 90 s"
-    assert not errors, f"delivery errors: {errors[:5]}"
-    return delivered
+    return len(delivered)
 
 
 def consume_all(

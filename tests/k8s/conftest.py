@@ -10,7 +10,6 @@ import json
 import ssl
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from cryptography.x509.oid import NameOID
 
 from services.devstack import kube, procs
 from services.devstack.ports import free_ports
+from tests.support import waiting
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "deploy" / "k8s" / "base" / "config" / "sidecar.yaml"
@@ -171,14 +171,9 @@ def injector(tmp_path_factory: pytest.TempPathFactory, webhook_ca: WebhookCa) ->
 
 
 def wait_for(check: Any, what: str, timeout: float = 60.0, interval: float = 0.5) -> Any:
-    """Poll ``check()`` until it returns something truthy; that value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s"
-        time.sleep(interval)
+    """Poll ``check()`` until it returns something truthy; that value (the shared
+    :func:`tests.support.waiting.wait_for`, with the cluster's patience by default)."""
+    return waiting.wait_for(check, timeout, what, every=interval)
 
 
 def get_json(cluster: kube.Cluster, *args: str) -> Any:

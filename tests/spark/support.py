@@ -11,13 +11,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pyarrow.parquet as pq
 from confluent_kafka import KafkaError, Message, Producer
+
+from tests.support import waiting
 
 REPO = Path(__file__).resolve().parents[2]
 EVENT_BASE = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -186,11 +187,15 @@ def count_sink(sink: Path) -> int:
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float, job: SparkJob) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
+    """The shared :func:`tests.support.waiting.wait_for`, failing at once if the job exits,
+    and showing the job's log tail either way."""
+
+    def done() -> bool:
+        if check():
+            return True
         if not job.running():
             raise AssertionError(f"{what}: the job exited {job.proc and job.proc.returncode}:\n"
                                  f"{job.tail()}")  # fmt: skip
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:.0f} s:\n{job.tail()}")
-        time.sleep(0.5)
+        return False
+
+    waiting.wait_for(done, timeout, what, every=0.5, detail=job.tail)

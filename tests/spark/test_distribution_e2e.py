@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import Message
 
 from services.devstack.kafka import TopicFactory
 from spark.jobs.skew import gini, skew_of
 from spark.sources.mesh import ReadPolicy, ReadSpec, read_range, shared_mesh
 from spark.sources.mesh import commit_offsets as commit_group_offsets
 from tests.spark.support import SPARK_FLAGS, SparkJob
+from tests.support import producing
 from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh
 
@@ -33,23 +34,21 @@ VALUE = b"v" * 40
 def produce_skewed(bootstrap: str, topic: str) -> dict[int, collections.Counter[str]]:
     """Keys per partition as Kafka placed them (the default key-hash partitioner)."""
     placed: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-    failures: list[str] = []
 
-    def delivered(err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            failures.append(str(err))
-        else:
-            placed[int(msg.partition() or 0)][(msg.key() or b"").decode()] += 1
+    def delivered(_n: int, msg: Message) -> None:
+        placed[int(msg.partition() or 0)][(msg.key() or b"").decode()] += 1
 
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "linger.ms": 20})  # fmt: skip
     # Every other record is the hot key; the others cycle through the cold keys.
-    for n in range(2 * HOT_RECORDS):
-        key = "hot" if n % 2 == 0 else f"k{(n // 2) % COLD_KEYS:03d}"
-        producer.produce(topic, key=key.encode(), value=VALUE, on_delivery=delivered)
-        if n % 5000 == 0:
-            producer.poll(0)
-    assert producer.flush(60) == 0 and not failures, failures[:3]
+    producing.produce(
+        bootstrap,
+        topic,
+        range(2 * HOT_RECORDS),
+        key=lambda n: ("hot" if n % 2 == 0 else f"k{(n // 2) % COLD_KEYS:03d}").encode(),
+        value=lambda _n: VALUE,
+        linger_ms=20,
+        flush_timeout=60,
+        delivered=delivered,
+    )
     return placed
 
 

@@ -12,6 +12,11 @@
 
 ``results`` may also be an object of several named lists (a table each). Ratios are ours
 over the baseline measured in the same run; CPU per record, when measured, is a column.
+
+A benchmark whose file keeps several runs side by side (pod_cost.json: before and after a
+change, A/B in one window) writes with a ``label``: its tables are named
+``"<label>: <table> (<when>)"``, a run under a label already in the file replaces that run's
+tables, and the other runs' tables stay (:func:`merge_labelled`).
 """
 
 from __future__ import annotations
@@ -76,18 +81,24 @@ def write_result(
     results: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Mapping[str, Any]]],
     argv: Sequence[str] | None = None,
     out_dir: Path = RESULTS,
+    label: str | None = None,
+    when: str | None = None,
 ) -> Path:
-    """Write ``<out_dir>/<bench>.json`` (replacing the previous result) and return its path."""
+    """Write ``<out_dir>/<bench>.json`` and return its path: without ``label`` replacing the
+    previous result, with one (``results`` named tables then) replacing only the run of that
+    label and keeping the file's other runs (:func:`merge_labelled`; ``when``: the run's
+    start, by default now)."""
     args = sys.argv if argv is None else argv
     script = Path(args[0])
     shown = (
         script.relative_to(REPO) if script.is_absolute() and script.is_relative_to(REPO) else script
     )
-    data = {
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    data: dict[str, Any] = {
         "bench": bench,
         "title": title,
         "summary": summary,
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date": date,
         "command": shlex.join(["python", str(shown), *args[1:]]),
         "commit": _commit(),
         "machine": machine(),
@@ -96,5 +107,31 @@ def write_result(
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{bench}.json"
+    if label is not None:
+        if not isinstance(results, Mapping):
+            raise ValueError("a labelled run's results are named tables")
+        previous = json.loads(path.read_text()) if path.exists() else None
+        data = merge_labelled(previous, data, label, when or date)
     path.write_text(json.dumps(data, indent=2) + "\n")
     return path
+
+
+def _of_label(table: str, label: str) -> bool:
+    """Whether ``table`` (``"<label>: <name> (<when>)"``) is a table of ``label``'s run; a
+    label may itself hold ": " (``"A/B: main"``), a table name does not."""
+    return table.startswith(f"{label}: ") and ": " not in table[len(label) + 2 :]
+
+
+def merge_labelled(
+    previous: Mapping[str, Any] | None, new: Mapping[str, Any], label: str, when: str
+) -> dict[str, Any]:
+    """``new`` (one run, ``results`` its named tables) as the file's newest labelled run:
+    its tables renamed ``"<label>: <table> (<when>)"`` first, then ``previous``'s tables but
+    those of a run of the same label. The other keys are the new run's. A ``previous`` of
+    another bench, or whose results are not named tables, is not kept."""
+    tables = {f"{label}: {name} ({when})": rows for name, rows in new["results"].items()}
+    kept = previous is not None and previous.get("bench") == new["bench"]
+    earlier = previous.get("results") if previous is not None and kept else None
+    if isinstance(earlier, Mapping):
+        tables.update({k: v for k, v in earlier.items() if not _of_label(k, label)})
+    return {**new, "results": tables}

@@ -9,15 +9,15 @@ from typing import Any
 
 from dataservice.assigner.v1 import types_pb2
 from dsclient.reasons import invalid
-from services.assigner.admin.validation import (
+from services.assigner.admin.validation import seconds
+from services.assigner.state import GroupRecord
+from services.runtime.group_enums import (
     BALANCE_STRATEGIES,
     COMMIT_FENCINGS,
     EXTERNAL_OFFSET_CHANGES,
     MODES,
     ORDERINGS,
-    seconds,
 )
-from services.assigner.state import GroupRecord
 
 # GroupRecord field -> the GroupConfig field it comes from (for error messages).
 SEED_FIELD_PATHS: Mapping[str, str] = {

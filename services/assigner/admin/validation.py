@@ -13,9 +13,15 @@ from collections.abc import Mapping, Sequence
 from google.protobuf import duration_pb2
 
 from dataservice.assigner.v1 import types_pb2
-from dataservice.common.v1 import common_pb2
 from dsclient.reasons import DsError, Reason, invalid
 from services.runtime.consumer_config import ConsumerConfigError, check_allowed
+from services.runtime.group_enums import (
+    BALANCE_STRATEGIES,
+    COMMIT_FENCINGS,
+    EXTERNAL_OFFSET_CHANGES,
+    MODES,
+    ORDERINGS,
+)
 
 # Kafka's own rules for group ids we accept (a group name is its Kafka group id) and for
 # topic names (kafka.common.internals.Topic: legal chars, at most 249).
@@ -28,34 +34,6 @@ LEASE_TTL_RANGE = (0.5, 300.0)
 VISIBILITY_RANGE = (1.0, 43_200.0)  # seconds: 1 s to 12 h
 MAX_DELIVERIES_RANGE = (-1, 1_000_000)  # -1: never give up; 0: the sidecars' default
 HEARTBEAT_RANGE = (0.05, 60.0)
-
-MODES: Mapping[int, str] = {
-    common_pb2.GROUP_MODE_LEASED: "leased",
-    common_pb2.GROUP_MODE_KAFKA_GROUP: "kafka_group",
-}
-BALANCE_STRATEGIES: Mapping[int, str] = {
-    types_pb2.BALANCE_STRATEGY_UNSPECIFIED: "count",
-    types_pb2.BALANCE_STRATEGY_COUNT: "count",
-    types_pb2.BALANCE_STRATEGY_LOAD: "load",
-}
-EXTERNAL_OFFSET_CHANGES: Mapping[int, str] = {
-    types_pb2.EXTERNAL_OFFSET_CHANGES_UNSPECIFIED: "follow",
-    types_pb2.EXTERNAL_OFFSET_CHANGES_FOLLOW: "follow",
-    types_pb2.EXTERNAL_OFFSET_CHANGES_REVERT: "revert",
-    types_pb2.EXTERNAL_OFFSET_CHANGES_IGNORE: "ignore",
-}
-# "" = unspecified: each sidecar's commit_fencing setting.
-COMMIT_FENCINGS: Mapping[int, str] = {
-    types_pb2.COMMIT_FENCING_UNSPECIFIED: "",
-    types_pb2.COMMIT_FENCING_LEASE: "lease",
-    types_pb2.COMMIT_FENCING_KAFKA: "kafka",
-}
-ORDERINGS: Mapping[int, str] = {
-    types_pb2.ORDERING_UNSPECIFIED: "unordered",
-    types_pb2.ORDERING_UNORDERED: "unordered",
-    types_pb2.ORDERING_KEY: "key",
-    types_pb2.ORDERING_PARTITION: "partition",
-}
 
 
 def version_conflict(group: str, expected: int, current: int) -> DsError:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from dataservice.assigner.v1 import types_pb2
 from services.dsctl import group_manifest as m
+from services.runtime import group_enums as e
 
 names = st.from_regex(r"[a-z][a-z0-9.-]{0,20}", fullmatch=True)
 durations = st.integers(min_value=1, max_value=12 * 3600 * 1000).map(
@@ -32,17 +33,17 @@ def _seconds(n: int) -> duration_pb2.Duration:
 def documents(draw: st.DrawFn) -> dict[str, Any]:
     spec: dict[str, Any] = {"topics": draw(st.lists(names, min_size=1, max_size=3, unique=True))}
     optional: dict[str, st.SearchStrategy[Any]] = {
-        "mode": st.sampled_from(sorted(m.MODES)),
+        "mode": st.sampled_from(sorted(e.MODE_BY_NAME)),
         "consumerConfig": st.dictionaries(names, names, min_size=1, max_size=3),
         "alertTemplateRef": names.map(lambda n: {"name": n}),
         "visibilityTimeout": durations,
         "leaseTtl": durations,
         "heartbeatInterval": durations,
         "maxDeliveries": st.integers(min_value=-1, max_value=100).filter(bool),
-        "balanceStrategy": st.sampled_from(sorted(m.STRATEGIES)),
-        "externalOffsetChanges": st.sampled_from(sorted(m.EXTERNAL_CHANGES)),
-        "ordering": st.sampled_from(sorted(m.ORDERINGS)),
-        "commitFencing": st.sampled_from(sorted(m.COMMIT_FENCINGS)),
+        "balanceStrategy": st.sampled_from(sorted(e.BALANCE_STRATEGY_BY_NAME)),
+        "externalOffsetChanges": st.sampled_from(sorted(e.EXTERNAL_CHANGE_BY_NAME)),
+        "ordering": st.sampled_from(sorted(e.ORDERING_BY_NAME)),
+        "commitFencing": st.sampled_from(sorted(e.COMMIT_FENCING_BY_NAME)),
     }
     for key, values in optional.items():
         if draw(st.booleans()):

@@ -4,7 +4,6 @@ consumers, each with its own librdkafka prefetch, beside the buffer the operator
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
@@ -19,6 +18,7 @@ from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2_grpc
 from services.consumer_sidecar.read_budget import ReadBudget
 from services.consumer_sidecar.reader import Chunk, RangeSpec
+from tests.support.waiting import wait_for_async
 from tests.unit.sidecar.stream_harness import (
     TOPIC,
     FakeReaders,
@@ -83,14 +83,6 @@ class HeldReaders(FakeReaders):
         return SimpleNamespace(next_chunk=next_chunk, close=lambda: None)
 
 
-async def _wait_for(condition: Any) -> None:
-    for _ in range(200):
-        if condition():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached")
-
-
 def test_on_the_servicer_streams_are_capped_reserved_from_the_buffer_and_freed_on_cancel() -> None:
     readers = HeldReaders(prefetch_bytes=MIB)
 
@@ -134,7 +126,7 @@ def test_on_the_servicer_streams_are_capped_reserved_from_the_buffer_and_freed_o
         assert len(readers.opened) == 4  # a refused stream never opened a consumer
 
         calls.pop(0).cancel()  # a cancelled stream frees its slot and its bytes
-        await _wait_for(lambda: budget.streams == 3)
+        await wait_for_async(lambda: budget.streams == 3, 10, "3 streams open")
         assert sc.table.reserved_bytes == 6 * MIB
         calls.append(await opened())
 
@@ -142,7 +134,7 @@ def test_on_the_servicer_streams_are_capped_reserved_from_the_buffer_and_freed_o
         for call in calls:
             assert (await call.read()).next_offset == 100
             assert await call.read() is grpc.aio.EOF
-        await _wait_for(lambda: budget.streams == 0)
+        await wait_for_async(lambda: budget.streams == 0, 10, "no stream open")
         assert (budget.reserved, sc.table.reserved_bytes, sc.table.leased_cap) == (0, 0, 64 * MIB)
 
     run(body, readers)
