@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dataservice.assigner.v1 import types_pb2
-from services.dsctl.group_manifest import COMMIT_FENCINGS, ORDERINGS
+from services.runtime.group_enums import COMMIT_FENCING_BY_NAME, ORDERING_BY_NAME
 
 # key -> (before, after): the value names; None = unspecified.
 SettingsChange = dict[str, tuple[str | None, str | None]]
@@ -33,7 +33,7 @@ class Setting:
 
 SETTINGS: Mapping[str, Setting] = {
     "ordering": Setting(
-        ORDERINGS,
+        ORDERING_BY_NAME,
         "unordered",
         "unordered",
         "every sidecar applies it from its next hand-out of records; records in flight at a "
@@ -41,7 +41,7 @@ SETTINGS: Mapping[str, Setting] = {
         "acked (docs/concepts/delivery.md)",
     ),
     "commit_fencing": Setting(
-        COMMIT_FENCINGS,
+        COMMIT_FENCING_BY_NAME,
         None,
         "each sidecar's commit_fencing setting",
         "every sidecar applies it to the partitions granted to it from now on (a lease held "
