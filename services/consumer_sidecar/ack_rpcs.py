@@ -24,7 +24,7 @@ from typing import Any
 from dataservice.sidecar.v1 import stream_pb2
 from dsclient.reasons import DsError, Reason, invalid
 from services.consumer_sidecar.client_access import ClientMetrics, acked_records
-from services.consumer_sidecar.leasing import Problem
+from services.consumer_sidecar.lease_checks import Problem
 from services.consumer_sidecar.partitions import Partition
 from services.consumer_sidecar.request_checks import (
     check_caller,

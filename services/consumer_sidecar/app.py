@@ -134,12 +134,13 @@ class SidecarApp:
             commit_max_acks=settings.commit_max_acks,
             kafka_fenced=kafka_fenced,
         )
-        self.keeper.on_commit = self.faults.commit
-        self.keeper.on_given_up = self._given_up
+        self.keeper.committer.on_commit = self.faults.commit
+        self.keeper.redeliverer.on_given_up = self._given_up
         self.dead_letters: dead_letter.DeadLetters | None = None  # made on first use
         self.keeper.on_renewed = self.data.notify
+        self.keeper.committer.on_verified = self.data.notify
         # Records due again can be taken: the Streams wait for the signal, not a tick.
-        self.keeper.on_redelivery = self._redelivered
+        self.keeper.redeliverer.on_redelivery = self._redelivered
         self.session = SessionClient(
             SessionIdentity(
                 sidecar_id=settings.id,
@@ -221,11 +222,11 @@ class SidecarApp:
         if (gaps := self.metrics.gaps) is not None:
             fetcher.on_fetched = gaps.fetched
             fetcher.on_loop = gaps.tick
-        self.keeper.on_redelivery = self._redelivered_counted
+        self.keeper.redeliverer.on_redelivery = self._redelivered_counted
         self.keeper.on_lease_change = self.metrics.lease_changed
         self.keeper.on_lease_settled = self.metrics.lease_settled
         self.session.on_heartbeat_sent = self.metrics.heartbeat_sent
-        self.keeper.on_external = self.session.external_found
+        self.keeper.committer.on_external = self.session.external_found
         self.session.on_heartbeat_acked = self.metrics.heartbeat_acked
         self.session.on_join = self.metrics.joined
         self.session.on_sync = self.metrics.synced
@@ -324,7 +325,7 @@ class SidecarApp:
             )
             letters.submit(job)
 
-        self.keeper.on_dead_letter = submit
+        self.keeper.redeliverer.on_dead_letter = submit
         return letters
 
     def _ensure_dead_letter_topic(self, topic: str) -> None:
@@ -472,10 +473,10 @@ class SidecarApp:
         self.fetcher.start()
         self._tasks.spawn(self.live_config.run(), "live-config")
         self._tasks.spawn(self.session.run(), "session")
-        self._tasks.spawn(self.keeper.commit_loop(), "commits")
-        self._tasks.spawn(self.keeper.redelivery_loop(), "redelivery")
+        self._tasks.spawn(self.keeper.committer.commit_loop(), "commits")
+        self._tasks.spawn(self.keeper.redeliverer.redelivery_loop(), "redelivery")
         self._tasks.spawn(
-            self.keeper.external_check_loop(
+            self.keeper.committer.external_check_loop(
                 external_sweep_interval(self.settings.external_check_interval_seconds)
             ),
             "external-commits",

@@ -671,7 +671,7 @@ class Fetcher:
         now_due = [r for r in reverting if restore is None or r.tp not in restore]
         if now_due:
             self._recommit(now_due, consumer)
-        with self._table.lock:  # for the next heartbeat's report (LeaseKeeper.take_reverted)
+        with self._table.lock:  # for the next heartbeat's report (LeaseCommitter.take_reverted)
             for r in reverting:
                 if (part := self._table.partitions.get(r.tp)) is not None:
                     part.reverted.append(r)

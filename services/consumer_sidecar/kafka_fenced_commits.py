@@ -45,7 +45,7 @@ costs AddOffsetsToTxn + TxnOffsetCommit + EndTxn instead of one OffsetCommit; wi
 librdkafka's default ``retry.backoff.ms`` (100) a transaction begun right after the
 previous one's EndTxn waits for CONCURRENT_TRANSACTIONS retries (p50 110 ms back to back),
 hence the short backoff below (p50 about 5 ms). Commits of several partitions run in
-parallel, each its own transaction. Commit coalescing (leasing.py) is unchanged.
+parallel, each its own transaction. Commit coalescing (lease_commits.py) is unchanged.
 """
 
 from __future__ import annotations

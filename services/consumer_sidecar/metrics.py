@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from services.consumer_sidecar.partitions import PartitionTable
 
 
-# Why records come due again (LeaseKeeper.after_due), the label of ds_sidecar_redeliveries_total.
+# Why records come due again (Redeliverer.after_due), the label of ds_sidecar_redeliveries_total.
 REDELIVERY_REASONS = ("visibility_timeout", "nack", "stream_end", "not_sent")
 
 

@@ -176,7 +176,7 @@ class Partition:
     kafka_fenced: bool = False
     # commit_fencing: kafka: the number of the stall of this process (stall_watch.py) that
     # left the lease unverified, 0 when verified. Nothing of it is delivered until a
-    # commit made after that stall succeeds (LeaseKeeper.commit_all) or Kafka fences it.
+    # commit made after that stall succeeds (LeaseCommitter.commit_all) or Kafka fences it.
     unverified: int = 0
 
     def take_rate(self, now: float) -> float:
@@ -214,7 +214,7 @@ class PartitionTable:
         self.holding = False
         self.on_room: Callable[[], None] = lambda: None
         # Records were handed out (or nacked with a delay): an ack deadline now exists,
-        # which the redelivery loop sleeps towards (LeaseKeeper.redelivery_loop).
+        # which the redelivery loop sleeps towards (Redeliverer.redelivery_loop).
         self.on_in_flight: Callable[[], None] = lambda: None
         # The fetch thread started holding consumption back, or paused partitions past
         # their cap: wakes the CLIENT_BACKPRESSURE watcher (backpressure_watch.py).

@@ -23,7 +23,8 @@ from confluent_kafka import KafkaError, KafkaException
 from dataservice.sidecar.v1 import stream_pb2
 from dsclient.reasons import DsError, Reason
 from services.consumer_sidecar.client_access import ClientMetrics
-from services.consumer_sidecar.leasing import ExplicitCommit, lease_problem
+from services.consumer_sidecar.lease_checks import lease_problem
+from services.consumer_sidecar.lease_commits import ExplicitCommit
 from services.consumer_sidecar.partitions import Partition
 from services.consumer_sidecar.reader import (
     RangeOutOfRange,

@@ -28,13 +28,9 @@ from collections.abc import Callable
 from dataservice.sidecar.v1 import stream_pb2
 from dsclient.records.batches import Slice
 from services.consumer_sidecar.acks import Holder
-from services.consumer_sidecar.leasing import (
-    CommitOutcome,
-    ExplicitCommit,
-    LeaseKeeper,
-    Problem,
-    lease_problem,
-)
+from services.consumer_sidecar.lease_checks import Problem, lease_problem
+from services.consumer_sidecar.lease_commits import CommitOutcome, ExplicitCommit
+from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.partitions import Partition, PartitionTable, Redelivery
 from services.consumer_sidecar.range_reads import RangeReads
 from services.consumer_sidecar.read_budget import ReadBudget, Refusal
@@ -130,15 +126,15 @@ class Serving:
         """auto_ack: these slices were written to the client: they count as acked, and
         the commit loop commits them soon (nothing waits for it)."""
         self._table.ack_slices(slices)
-        self._keeper.request_commit()
+        self._keeper.committer.request_commit()
 
     def not_sent(self, slices: list[Slice]) -> None:
         """A response that took these slices never reached the client: deliver them again."""
-        self._keeper.not_sent(slices)
+        self._keeper.redeliverer.not_sent(slices)
 
     def release(self, holder: Holder) -> None:
         """``holder`` (a stream) ended: what it received and did not ack comes again."""
-        self._keeper.release_holder(holder)
+        self._keeper.redeliverer.release_holder(holder)
 
     @property
     def redelivery(self) -> Redelivery:
@@ -162,7 +158,7 @@ class Serving:
     async def commit_acked(self, touched: dict[TP, tuple[Partition, int]]) -> dict[TP, Problem]:
         """Make the acks applied so far durable; the partitions of ``touched`` whose acks
         could not be (refuse them), or ``DsError`` KAFKA_UNAVAILABLE when Kafka refused."""
-        return await self._keeper.commit_acked(touched)
+        return await self._keeper.committer.commit_acked(touched)
 
     def nack_range(
         self, topic: str, partition: int, epoch: int, lo: int, hi: int, client: str, delay: float
@@ -200,7 +196,7 @@ class Serving:
                     outcomes[index] = CommitOutcome(commit, *problem)
                     continue
             passed.append((index, commit))
-        results = await self._keeper.commit_offsets([c for _, c in passed])
+        results = await self._keeper.committer.commit_offsets([c for _, c in passed])
         for (index, _), outcome in zip(passed, results, strict=True):
             outcomes[index] = outcome
         return [outcomes[i] for i in range(len(commits))]

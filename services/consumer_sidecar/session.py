@@ -380,7 +380,7 @@ class SessionClient:
                 committed_offset=offset,
                 metadata=metadata,
             )
-            for p, offset, metadata in self.keeper.external_commits()
+            for p, offset, metadata in self.keeper.committer.external_commits()
         ]
         external += [
             assigner_pb2.ExternalCommit(
@@ -392,7 +392,7 @@ class SessionClient:
                 metadata=r.metadata,
                 reverted=True,
             )
-            for r in self.keeper.take_reverted()
+            for r in self.keeper.committer.take_reverted()
         ]
         return assigner_pb2.SessionRequest(
             heartbeat=self._with_reports(

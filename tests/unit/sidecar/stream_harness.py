@@ -156,8 +156,9 @@ class Sidecar:
         self.fetcher.on_data = self.data.notify
         # As the sidecar wires them (consumer_sidecar/app.py): records due again wake the
         # Streams, as a renewal does.
-        self.keeper.on_redelivery = lambda _why, _records: self.data.notify()
+        self.keeper.redeliverer.on_redelivery = lambda _why, _records: self.data.notify()
         self.keeper.on_renewed = self.data.notify
+        self.keeper.committer.on_verified = self.data.notify
 
     def hold(self, partition: int, epoch: int = 1, start: int = 0, ttl: float = 60) -> Partition:
         part = Partition(

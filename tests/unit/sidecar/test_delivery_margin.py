@@ -69,7 +69,7 @@ def test_what_is_handed_out_before_the_margin_is_acked_and_committed_under_the_l
             topic=part.tp.topic, partition=0, lease_epoch=2, from_offset=0, to_offset=5
         )
         assert sc.keeper.ack_range(ack) is None
-        await sc.keeper.commit_all()
+        await sc.keeper.committer.commit_all()
         assert [c.offset for c in sc.fetcher.commits] == [5]
 
     asyncio.run(main())

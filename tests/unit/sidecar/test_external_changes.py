@@ -67,7 +67,7 @@ def held(mode: str) -> tuple[Fetcher, Consumer, PartitionTable]:
 
 
 def take_reverted(table: PartitionTable) -> list[Reverted]:
-    """What the next heartbeat reports (LeaseKeeper.take_reverted), taken."""
+    """What the next heartbeat reports (LeaseCommitter.take_reverted), taken."""
     taken: list[Reverted] = []
     for part in table.snapshot():
         taken += part.reverted

@@ -69,7 +69,7 @@ def test_headers_count_in_the_byte_budget_and_auto_ack_acks_what_arrived() -> No
             if not part.acks.inflight:
                 break
             await asyncio.sleep(0.01)
-        await sc.keeper.commit_all()
+        await sc.keeper.committer.commit_all()
         assert sc.fetcher.commits[-1].offset == 10
 
     run(body)
@@ -86,7 +86,7 @@ def test_a_response_larger_than_any_client_accepts_is_not_auto_acked() -> None:
             print("auto_ack Fetch of a 5 MiB record, client at 4 MiB:", err.code().name)
             assert err.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
         await asyncio.sleep(0.5)  # the server's end of the call has run its callbacks
-        await sc.keeper.commit_all()
+        await sc.keeper.committer.commit_all()
         print("after it: in flight", part.acks.inflight, "commits", sc.fetcher.commits)
         assert part.acks.inflight == 1, "not acked: in flight, to be delivered again"
         assert all(c.offset == 0 for c in sc.fetcher.commits), "offset 0 not committed past"
@@ -120,7 +120,7 @@ def test_a_stream_message_larger_than_any_client_accepts_is_not_auto_acked() -> 
             assert err.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
         assert received == list(range(20))
         await asyncio.sleep(0.5)  # the server's end of the stream has run
-        await sc.keeper.commit_all()
+        await sc.keeper.committer.commit_all()
         print("received", len(received), "commit point", part.acks.commit_point,
               "commits", [c.offset for c in sc.fetcher.commits][-1:])  # fmt: skip
         assert part.acks.commit_point == 20, "the refused record is not acked"

@@ -111,13 +111,13 @@ def test_the_table_says_when_records_go_in_flight_and_their_earliest_deadline() 
 def test_an_idle_redelivery_loop_makes_no_round_until_a_delivery_then_expires_it() -> None:
     async def main() -> None:
         sidecar = Sidecar()
-        keeper, table = sidecar.keeper, sidecar.table
+        redeliverer, table = sidecar.keeper.redeliverer, sidecar.table
         table.redelivery = Redelivery(visibility=0.2, max_deliveries=NO_LIMIT)
         rounds: list[int] = []
-        keeper.expire_deliveries = counting(keeper.expire_deliveries, rounds)  # type: ignore[method-assign]
+        redeliverer.expire_deliveries = counting(redeliverer.expire_deliveries, rounds)  # type: ignore[method-assign]
         sidecar.hold(0)
         sidecar.buffer(0, range(3))
-        loop = asyncio.create_task(keeper.redelivery_loop())
+        loop = asyncio.create_task(redeliverer.redelivery_loop())
         try:
             await asyncio.sleep(IDLE_LOOK)
             assert rounds == []  # before: a round every 0.5 s
@@ -137,14 +137,14 @@ def test_an_idle_redelivery_loop_makes_no_round_until_a_delivery_then_expires_it
 def test_an_idle_commit_loop_makes_no_round_until_an_ack_or_a_renewal() -> None:
     async def main() -> None:
         sidecar = Sidecar()
-        keeper = sidecar.keeper
+        committer = sidecar.keeper.committer
         rounds: list[int] = []
-        keeper.commit_all = counting(keeper.commit_all, rounds)  # type: ignore[method-assign]
-        loop = asyncio.create_task(keeper.commit_loop())
+        committer.commit_all = counting(committer.commit_all, rounds)  # type: ignore[method-assign]
+        loop = asyncio.create_task(committer.commit_loop())
         try:
             await asyncio.sleep(IDLE_LOOK)
             assert rounds == []  # before: a round every second
-            keeper.request_commit()
+            committer.request_commit()
             for _ in range(300):
                 if rounds:
                     break
@@ -174,7 +174,7 @@ def test_a_renewal_gives_the_idle_commit_loop_the_deadline_it_suspends_the_lease
         sidecar.fetcher.suspend = suspending.suspend  # type: ignore[attr-defined]
         part = sidecar.hold(0, ttl=3600)
         part.confirmed = False  # a fresh grant: no deadline to pass yet
-        loop = asyncio.create_task(keeper.commit_loop())
+        loop = asyncio.create_task(keeper.committer.commit_loop())
         try:
             await asyncio.sleep(0.1)  # the loop sleeps: nothing to commit, no deadline
             part.deadline = 0.0
@@ -238,13 +238,13 @@ def test_an_idle_sidecars_external_check_makes_no_round_on_the_default_interval(
 
     async def main() -> None:
         sidecar = Sidecar()
-        keeper = sidecar.keeper
+        committer = sidecar.keeper.committer
         rounds: list[int] = []
-        keeper.check_external = counting(keeper.check_external, rounds)  # type: ignore[method-assign]
+        committer.check_external = counting(committer.check_external, rounds)  # type: ignore[method-assign]
         sidecar.fetcher.external_changes = "follow"  # type: ignore[attr-defined]
         sidecar.hold(0)
         interval = SidecarSettings.model_fields["external_check_interval_seconds"].default
-        loop = asyncio.create_task(keeper.external_check_loop(external_sweep_interval(interval)))
+        loop = asyncio.create_task(committer.external_check_loop(external_sweep_interval(interval)))
         try:
             await asyncio.sleep(0.9)  # short of the sweep, past the old 0.5 s
             assert rounds == []  # before: one round

@@ -30,7 +30,7 @@ def test_a_failed_final_commit_still_releases_the_partition_and_reports_the_faul
         assert sum(map(len, taken)) == 5
         sc.table.ack_range(part, 10, 15)
         faults: list[BaseException | None] = []
-        sc.keeper.on_commit = faults.append
+        sc.keeper.committer.on_commit = faults.append
         sc.fetcher.fail = KafkaException(KafkaError(KafkaError._TRANSPORT, "broker down"))
         started = time.monotonic()
         await asyncio.wait_for(sc.keeper.revoke(tp, 3, drain_timeout=0.2), 10)
@@ -53,7 +53,7 @@ def test_a_final_commit_that_succeeds_on_a_retry_releases_at_the_acked_offset() 
         sc.table.take(5, 1 << 20)
         sc.table.ack_range(part, 10, 15)
         outcomes: list[BaseException | None] = []
-        sc.keeper.on_commit = outcomes.append
+        sc.keeper.committer.on_commit = outcomes.append
         sc.fetcher.fail = KafkaException(KafkaError(KafkaError._TRANSPORT, "broker down"))
 
         async def kafka_back() -> None:

@@ -80,7 +80,7 @@ def test_after_a_stall_a_kafka_fenced_lease_delivers_once_a_commit_verified_it()
         part = sidecar.table.partitions[TP(TOPIC, P)]
         assert part.unverified == 1
         # Nothing was acked: the verifying commit is the same offset again, under the epoch.
-        await sidecar.keeper.commit_all()
+        await sidecar.keeper.committer.commit_all()
         assert [(c.offset, c.epoch) for c in sidecar.fetcher.commits] == [(100, 1)]
         assert part.unverified == 0
         assert count(await stub.Fetch(fetch_request(max_records=10))) == 10
@@ -95,7 +95,7 @@ def test_a_lease_whose_verifying_commit_was_not_made_stays_undelivered() -> None
         sidecar.buffer(P, range(100, 110))
         away(sidecar, 8.0)
         sidecar.fetcher.drop = True  # not sent (as a fenced lease's commit is not)
-        await sidecar.keeper.commit_all()
+        await sidecar.keeper.committer.commit_all()
         assert count(await stub.Fetch(fetch_request(max_records=10))) == 0
         assert sidecar.table.partitions[TP(TOPIC, P)].unverified == 1
 

@@ -92,10 +92,10 @@ def test_nacks_give_back_the_callers_records_now_or_after_a_delay() -> None:
         delayed = nack("c", range_ack(0, 0, 5, 1))
         delayed.delay.FromMilliseconds(400)
         assert (await stub.Nack(delayed)).records == 5
-        sc.keeper.expire_deliveries()
+        sc.keeper.redeliverer.expire_deliveries()
         assert await fetch_until(stub, 1, "d", timeout=0.3) == []
         await asyncio.sleep(0.45)
-        sc.keeper.expire_deliveries()  # the redelivery loop's round
+        sc.keeper.redeliverer.expire_deliveries()  # the redelivery loop's round
         assert await fetch_until(stub, 5, "d") == [(o, 3) for o in range(5)]
         # "all": everything b has in flight here.
         everything = await stub.Nack(stream_pb2.NackRequest(client_id="b", group=GROUP, all=True))
@@ -170,17 +170,17 @@ def test_records_past_their_ack_deadline_come_again_then_are_given_up() -> None:
         part = sc.hold(0, epoch=1)
         sc.table.redelivery = Redelivery(visibility=0.2, max_deliveries=2)
         given_up: list[tuple[TP, int, GivenUp]] = []
-        sc.keeper.on_given_up = lambda tp, epoch, g: given_up.append((tp, epoch, g))
+        sc.keeper.redeliverer.on_given_up = lambda tp, epoch, g: given_up.append((tp, epoch, g))
         sc.buffer(0, range(3))
         assert await fetch_until(stub, 3, "slow") == [(0, 1), (1, 1), (2, 1)]
         await asyncio.sleep(0.25)
-        sc.keeper.expire_deliveries()
+        sc.keeper.redeliverer.expire_deliveries()
         assert await fetch_until(stub, 3, "slow") == [(0, 2), (1, 2), (2, 2)]
         status = await stub.Status(stream_pb2.StatusRequest())
         assert status.max_deliveries == 2
         assert status.visibility_timeout.ToMilliseconds() == 200
         await asyncio.sleep(0.25)
-        sc.keeper.expire_deliveries()
+        sc.keeper.redeliverer.expire_deliveries()
         assert [(tp, e, g.lo, g.hi, g.deliveries) for tp, e, g in given_up] == [
             (TP(TOPIC, 0), 1, 0, 3, 2)
         ]

@@ -419,7 +419,7 @@ def test_commit_offsets_fenced_by_epoch_and_lease() -> None:
         delivered = [r for s in sc.table.take(10, 1 << 20) for r in s.to_records()]
         for record in delivered:
             p0.acks.ack(record.offset)
-        await sc.keeper.commit_all()
+        await sc.keeper.committer.commit_all()
         assert len(sc.fetcher.commits) == 2 and p0.committed == 120
 
     run(body)

@@ -168,7 +168,7 @@ def test_fetch_auto_ack_loses_nothing_when_its_commit_fails() -> None:
         deadline = time.monotonic() + 5
         while part.acks.inflight and time.monotonic() < deadline:
             await asyncio.sleep(0.01)  # acked once the sidecar saw the response go out
-        await sc.keeper.commit_all()  # the commit loop's next round
+        await sc.keeper.committer.commit_all()  # the commit loop's next round
         assert sorted(received) == [0, 1, 2, 3, 4], "every record reached the client"
         last = sc.fetcher.commits[-1]
         assert (last.offset, last.epoch, part.acks.inflight) == (5, 4, 0)
