@@ -36,7 +36,7 @@ class Redeliverer:
         fetcher: Fetcher,
         *,
         uncommitted: Callable[[], None],
-        spawn: Callable[[Coroutine[Any, Any, Any]], None],
+        spawn: Callable[[Coroutine[Any, Any, Any]], object],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.table = table
