@@ -41,6 +41,7 @@ from services.notifier.render_relay import RenderRelay
 from services.notifier.rpc import NotifierServicer
 from services.notifier.settings import NotifierSettings
 from services.notifier.template_service import TemplateService
+from services.runtime.auth import AuthSettings, build_guard
 from services.runtime.grpcserver import GrpcService, create_server
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
@@ -133,7 +134,10 @@ class Notifier:
 Body = Callable[[Notifier], Awaitable[None]]
 
 
-def run(tmp_path: Path, body: Body) -> None:
+def run(tmp_path: Path, body: Body, *, auth: AuthSettings | None = None) -> None:
+    """``body`` against the notifier; ``auth``: behind the authorization interceptor with
+    those settings, as the service runs it (audience ds-notifier)."""
+
     async def main() -> None:
         settings = NotifierSettings(
             grpc_port=0,
@@ -176,6 +180,7 @@ def run(tmp_path: Path, body: Body) -> None:
             egress=EGRESS,
             resolver=lambda _target: [PUBLIC_ADDRESS],
         )
+        guard = build_guard(auth, CollectorRegistry(), "ds-notifier") if auth else None
         server = create_server(
             settings,
             [
@@ -185,6 +190,7 @@ def run(tmp_path: Path, body: Body) -> None:
                     notifier_pb2_grpc.add_NotifierServiceServicer_to_server,
                 )
             ],
+            auth=guard.interceptor() if guard is not None else None,
         )
         await server.server.start()
         try:
