@@ -28,7 +28,8 @@ What an injected pod gets (ARCHITECTURE §5.7):
   in the sidecar and every application container; the sidecar's ``DS_TLS__TOKEN_FILE``
   names the first and its ``DS_TLS__NOTIFIER_TOKEN_FILE`` the third (its fault reports),
   the application's ``DS_TLS__TOKEN_FILE`` and ``DS_TLS__SIDECAR_TOKEN_FILE`` the first
-  two, ``DS_TLS__CA_FILE`` the CA. The kubelet rotates the tokens and the clients re-read them; no Secret holds one.
+  two, ``DS_TLS__CA_FILE`` the CA. The kubelet rotates the tokens and the clients re-read
+  them; no Secret holds one.
 
 Who is injected: a pod (template) or its workload annotated or labelled
 ``dataservice.io/inject: "true"`` — or any pod when injection is on by default (a namespace

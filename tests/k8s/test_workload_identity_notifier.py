@@ -17,7 +17,7 @@ from services.devstack import kube
 from services.runtime.auth import AuthSettings
 from services.runtime.auth.token_review import TokenReviewSettings
 from tests.support.k8s import K8S, find, render
-from tests.unit.notifier.test_rpc import Notifier, fault, report, run
+from tests.support.notifier_rpc import Notifier, fault, report, run
 
 pytestmark = [pytest.mark.timeout(180)]
 
