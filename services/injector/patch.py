@@ -22,12 +22,14 @@ What an injected pod gets (ARCHITECTURE §5.7):
   prefer to TCP (the socket is mode 0660: the containers share a user or the pod's
   ``fsGroup``, else the clients stay on TCP);
 * with the template's ``workload_identity``: a projected volume (``ds-token``) of the pod's
-  service-account tokens, audience ``ds-assigner`` (``token``) and ``ds-sidecar``
-  (``sidecar-token``), plus the CA of the template's ``ca_config_map`` (``ca.crt``), mounted
-  read-only at ``/var/run/dataservice/sa`` in the sidecar and every application container;
-  the sidecar's ``DS_TLS__TOKEN_FILE`` names the first, the application's
-  ``DS_TLS__TOKEN_FILE`` and ``DS_TLS__SIDECAR_TOKEN_FILE`` both, ``DS_TLS__CA_FILE`` the
-  CA. The kubelet rotates the tokens and the clients re-read them; no Secret holds one.
+  service-account tokens, audience ``ds-assigner`` (``token``), ``ds-sidecar``
+  (``sidecar-token``) and ``ds-notifier`` (``notifier-token``), plus the CA of the
+  template's ``ca_config_map`` (``ca.crt``), mounted read-only at ``/var/run/dataservice/sa``
+  in the sidecar and every application container; the sidecar's ``DS_TLS__TOKEN_FILE``
+  names the first and its ``DS_TLS__NOTIFIER_TOKEN_FILE`` the third (its fault reports),
+  the application's ``DS_TLS__TOKEN_FILE`` and ``DS_TLS__SIDECAR_TOKEN_FILE`` the first
+  two, ``DS_TLS__CA_FILE`` the CA. The kubelet rotates the tokens and the clients re-read
+  them; no Secret holds one.
 
 Who is injected: a pod (template) or its workload annotated or labelled
 ``dataservice.io/inject: "true"`` — or any pod when injection is on by default (a namespace
@@ -66,12 +68,15 @@ TOKEN_VOLUME = "ds-token"
 TOKEN_DIR = "/var/run/dataservice/sa"
 ASSIGNER_AUDIENCE = "ds-assigner"
 SIDECAR_AUDIENCE = "ds-sidecar"
+NOTIFIER_AUDIENCE = "ds-notifier"
 TOKEN_FILE = f"{TOKEN_DIR}/token"
 SIDECAR_TOKEN_FILE = f"{TOKEN_DIR}/sidecar-token"
+NOTIFIER_TOKEN_FILE = f"{TOKEN_DIR}/notifier-token"
 CA_FILE = f"{TOKEN_DIR}/ca.crt"
 # The client settings (DS_TLS__*) that name those files.
 TOKEN_ENV = "DS_TLS__TOKEN_FILE"
 SIDECAR_TOKEN_ENV = "DS_TLS__SIDECAR_TOKEN_FILE"
+NOTIFIER_TOKEN_ENV = "DS_TLS__NOTIFIER_TOKEN_FILE"
 CA_ENV = "DS_TLS__CA_FILE"
 _OUR_VOLUMES = (SOCKET_VOLUME, TOKEN_VOLUME)
 MIB = 1024 * 1024
@@ -259,12 +264,15 @@ def sidecar_container(group: str, template: SidecarTemplate) -> dict[str, Any]:
 
 def identity_env(template: SidecarTemplate, *, sidecar: bool) -> list[tuple[str, str]]:
     """The token (and CA) files of workload identity, as (name, value): the sidecar sends
-    the ``ds-assigner`` token to the assigner; the application sends it there too and the
-    ``ds-sidecar`` token to its sidecar. None without ``workload_identity``."""
+    the ``ds-assigner`` token to the assigner and the ``ds-notifier`` one with its fault
+    reports; the application sends the first to the assigner too and the ``ds-sidecar``
+    token to its sidecar. None without ``workload_identity``."""
     if not template.workload_identity:
         return []
     env = [(TOKEN_ENV, TOKEN_FILE)]
-    if not sidecar:
+    if sidecar:
+        env.append((NOTIFIER_TOKEN_ENV, NOTIFIER_TOKEN_FILE))
+    else:
         env.append((SIDECAR_TOKEN_ENV, SIDECAR_TOKEN_FILE))
     if template.ca_config_map is not None:
         env.append((CA_ENV, CA_FILE))
@@ -286,6 +294,7 @@ def token_volume(template: SidecarTemplate) -> dict[str, Any]:
         for audience, path in (
             (ASSIGNER_AUDIENCE, TOKEN_FILE),
             (SIDECAR_AUDIENCE, SIDECAR_TOKEN_FILE),
+            (NOTIFIER_AUDIENCE, NOTIFIER_TOKEN_FILE),
         )
     ]
     if template.ca_config_map is not None:
@@ -352,7 +361,7 @@ def _ours(entry: Mapping[str, Any]) -> bool:
     our token volume): the application's own DS_TLS__* variables are left alone."""
     value = entry.get("value")
     return (
-        entry.get("name") in (TOKEN_ENV, SIDECAR_TOKEN_ENV, CA_ENV)
+        entry.get("name") in (TOKEN_ENV, SIDECAR_TOKEN_ENV, NOTIFIER_TOKEN_ENV, CA_ENV)
         and isinstance(value, str)
         and value.startswith(f"{TOKEN_DIR}/")
     )

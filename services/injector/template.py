@@ -121,8 +121,10 @@ class SidecarTemplate(BaseModel):
         False,
         description="mount the pod's projected service-account tokens (audience ds-assigner "
         "in DS_TLS__TOKEN_FILE for the sidecar's and the application's calls to the assigner, "
-        "ds-sidecar in DS_TLS__SIDECAR_TOKEN_FILE for the application's calls to its sidecar), "
-        "read-only, rotated by the kubelet; the assigner verifies them with a TokenReview",
+        "ds-sidecar in DS_TLS__SIDECAR_TOKEN_FILE for the application's calls to its sidecar, "
+        "ds-notifier in DS_TLS__NOTIFIER_TOKEN_FILE for the sidecar's fault reports), "
+        "read-only, rotated by the kubelet; the assigner and the notifier verify them with a "
+        "TokenReview",
     )
     token_expiration_seconds: int = Field(
         3600,

@@ -385,13 +385,16 @@ def reporter_for(
     """The reporter of a service, configured from its settings (``notifier``, ``consul``)."""
     notifier = getattr(settings, "notifier", None)
     consul_address = getattr(settings, "consul", None)
+    connection: ConnectionSettings = getattr(settings, "connection", DEFAULT_SETTINGS)
     return FaultReporter(
         ReporterConfig(
             source_service=source_service,
             source_instance=source_instance,
             notifier=notifier,
             consul=consul_address,
-            connection=getattr(settings, "connection", DEFAULT_SETTINGS),
+            # The notifier's own token (DS_TLS__NOTIFIER_TOKEN_FILE, audience ds-notifier)
+            # when set: a pod's ds-assigner token is refused there.
+            connection=connection.with_tls(connection.tls.for_notifier()),
         ),
         registry,
     )

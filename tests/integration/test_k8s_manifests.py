@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from services.injector.patch import TOKEN_VOLUME, inject_pod
 from services.injector.template import SidecarTemplate
 from services.runtime.auth.policy import Permission, Policy, Verb
 from services.runtime.auth.token_review import TokenReviewSettings
@@ -50,17 +51,21 @@ OPERATOR_RULES = {
 }  # fmt: skip
 # Who gets a service-account token and a binding: the operator; in prod also the assigner,
 # bound to system:auth-delegator for the TokenReviews of workload identity.
-API_CALLERS = {"dev": {"ds-operator"}, "prod": {"ds-operator", "ds-assigner"}}
-AUTH_DELEGATOR = {
-    "kind": "ClusterRoleBinding",
-    "name": "ds-assigner-auth-delegator",
-    "roleRef": {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "ClusterRole",
-        "name": "system:auth-delegator",
-    },
-    "subjects": [{"kind": "ServiceAccount", "name": "ds-assigner", "namespace": "dataservice"}],
-}
+API_CALLERS = {"dev": {"ds-operator"}, "prod": {"ds-operator", "ds-assigner", "ds-notifier"}}
+# prod: the services that review workload-identity tokens (TokenReview), each its own binding.
+AUTH_DELEGATORS = [
+    {
+        "kind": "ClusterRoleBinding",
+        "name": f"{service}-auth-delegator",
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "system:auth-delegator",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": service, "namespace": "dataservice"}],
+    }
+    for service in ("ds-assigner", "ds-notifier")
+]
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +114,8 @@ def test_deployments_are_probed_bounded_and_unprivileged(
         pod = deployment["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True
         operator = deployment["metadata"]["name"] == "ds-operator"
-        # Only the API's callers get a token: the operator, and in prod the assigner
-        # (TokenReviews of workload identity).
+        # Only the API's callers get a token: the operator, and in prod the assigner and
+        # the notifier (TokenReviews of workload identity).
         callers = API_CALLERS[overlay]
         assert pod["automountServiceAccountToken"] is (deployment["metadata"]["name"] in callers)
         for container in containers(deployment):
@@ -212,16 +217,17 @@ def test_rbac_is_the_operators_alone_and_the_webhook_reaches_the_injector(
         }
         assert roles == OPERATOR_RULES
         bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+        delegator_names = {d["name"] for d in AUTH_DELEGATORS}
         for binding in bindings:
-            if binding["metadata"]["name"] != AUTH_DELEGATOR["name"]:
+            if binding["metadata"]["name"] not in delegator_names:
                 assert [s["name"] for s in binding["subjects"]] == ["ds-operator"]
         delegators = [
             {"kind": b["kind"], "name": b["metadata"]["name"], "roleRef": b["roleRef"],
              "subjects": b["subjects"]}
             for b in bindings
-            if b["metadata"]["name"] == AUTH_DELEGATOR["name"]
+            if b["metadata"]["name"] in delegator_names
         ]  # fmt: skip
-        assert delegators == ([AUTH_DELEGATOR] if overlay == "prod" else [])
+        assert delegators == (AUTH_DELEGATORS if overlay == "prod" else [])
         service = find(docs, "Service", "ds-injector")
         (webhook_config,) = of_kind(docs, "MutatingWebhookConfiguration")
         assert len(webhook_config["webhooks"]) == 2
@@ -414,4 +420,44 @@ def test_prod_turns_workload_identity_on(rendered: dict[str, list[dict[str, Any]
         template = find(others, "ConfigMap", "ds-sidecar-template")["data"]["sidecar.yaml"]
         assert not SidecarTemplate(**yaml.safe_load(template)).workload_identity
         (container,) = containers(find(others, "Deployment", "ds-assigner"))
+        assert "DS_AUTH__TOKEN_REVIEW" not in {e["name"] for e in container["env"]}
+
+
+def test_prod_s_notifier_reviews_the_sidecars_ds_notifier_tokens(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """prod: an injected sidecar's fault reports carry its pod's ds-notifier token
+    (DS_TLS__NOTIFIER_TOKEN_FILE, a third projected token), and the notifier reviews it as
+    the assigner does (DS_AUTH__TOKEN_REVIEW with its own audience, its own token mounted,
+    bound to system:auth-delegator, egress to the API server); the policy lets the example's
+    service account report. dev and the base leave it off."""
+    docs = rendered["prod"]
+    template = find(docs, "ConfigMap", "ds-sidecar-template")["data"]["sidecar.yaml"]
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "app"}]}}
+    spec = inject_pod(pod, "orders", SidecarTemplate(**yaml.safe_load(template)))["spec"]
+    [volume] = [v for v in spec["volumes"] if v["name"] == TOKEN_VOLUME]
+    assert {"audience": "ds-notifier", "expirationSeconds": 3600, "path": "notifier-token"} in [
+        s.get("serviceAccountToken") for s in volume["projected"]["sources"]
+    ]
+    sidecar_env = {e["name"]: e.get("value") for e in spec["initContainers"][0]["env"]}
+    assert sidecar_env["DS_TLS__NOTIFIER_TOKEN_FILE"] == "/var/run/dataservice/sa/notifier-token"
+    notifier = find(docs, "Deployment", "ds-notifier")
+    assert notifier["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
+    (container,) = containers(notifier)
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    review = TokenReviewSettings.model_validate_json(env["DS_AUTH__TOKEN_REVIEW"])
+    assert review.audiences == ()  # its own: ds-notifier
+    assert find(docs, "ServiceAccount", "ds-notifier")["automountServiceAccountToken"] is True
+    binding = find(docs, "ClusterRoleBinding", "ds-notifier-auth-delegator")
+    assert binding["roleRef"]["name"] == "system:auth-delegator"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "ds-notifier", "namespace": "dataservice"}
+    ]
+    egress = find(docs, "NetworkPolicy", "ds-notifier")["spec"]["egress"]
+    assert {"protocol": "TCP", "port": 6443} in [p for rule in egress for p in rule["ports"]]
+    policy = yaml.safe_load(find(docs, "ConfigMap", "ds-auth-policy")["data"]["policy.yaml"])
+    parsed = Policy.from_mapping(policy["identities"])
+    assert parsed.allows("system:serviceaccount:shop:orders-consumer", Permission(Verb.REPORT))
+    for overlay in ("dev", "base"):
+        (container,) = containers(find(rendered[overlay], "Deployment", "ds-notifier"))
         assert "DS_AUTH__TOKEN_REVIEW" not in {e["name"] for e in container["env"]}

@@ -29,7 +29,7 @@ SENSITIVE = [
     ("create", "leases.coordination.k8s.io"),
     ("patch", "mutatingwebhookconfigurations.admissionregistration.k8s.io"),
     ("create", "dsgroups.dataservice.io"),
-    # system:auth-delegator's (prod binds the assigner to it for workload identity).
+    # system:auth-delegator's (prod binds the assigner and the notifier to it: workload identity).
     ("create", "tokenreviews.authentication.k8s.io"),
 ]
 

@@ -118,6 +118,7 @@ def test_an_injected_pod_is_stored_with_its_projected_tokens(
     assert tokens == [
         {"audience": "ds-assigner", "expirationSeconds": 3600, "path": "token"},
         {"audience": "ds-sidecar", "expirationSeconds": 3600, "path": "sidecar-token"},
+        {"audience": "ds-notifier", "expirationSeconds": 3600, "path": "notifier-token"},
     ]
     assert {"configMap": {"name": "ds-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}} in (
         sources
@@ -131,7 +132,13 @@ def test_an_injected_pod_is_stored_with_its_projected_tokens(
     rows = [f"stored pod {NAMESPACE}/{name} (serviceAccountName {spec['serviceAccountName']}):",
             f"  volume {TOKEN_VOLUME}: " + json.dumps(volume["projected"])]  # fmt: skip
     for container, expected in (
-        (sidecar, {"DS_TLS__TOKEN_FILE": f"{TOKEN_DIR}/token"}),
+        (
+            sidecar,
+            {
+                "DS_TLS__TOKEN_FILE": f"{TOKEN_DIR}/token",
+                "DS_TLS__NOTIFIER_TOKEN_FILE": f"{TOKEN_DIR}/notifier-token",
+            },
+        ),
         (
             app,
             {
@@ -146,4 +153,5 @@ def test_an_injected_pod_is_stored_with_its_projected_tokens(
         ours = {k: v for k, v in env.items() if k.startswith("DS_TLS__")}
         rows.append(f"  {container['name']}: mount {mount} env {ours}")
     assert "DS_TLS__SIDECAR_TOKEN_FILE" not in {e["name"] for e in sidecar["env"]}
+    assert "DS_TLS__NOTIFIER_TOKEN_FILE" not in {e["name"] for e in app["env"]}
     print("\n" + "\n".join(rows))

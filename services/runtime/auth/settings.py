@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from services.runtime.auth.service_account_keys import ServiceAccountKeysSettings
 from services.runtime.auth.token_review import TokenReviewSettings
 
 IdentityFrom = Literal["token", "certificate", "token_or_certificate"]
@@ -57,18 +58,26 @@ class AuthSettings(BaseModel):
         "verified by the API server (TokenReview); the identity is "
         "system:serviceaccount:NAMESPACE:NAME",
     )
+    service_account_keys: ServiceAccountKeysSettings | None = Field(
+        None,
+        description="on Kubernetes, instead of token_review: pods' projected service-account "
+        "tokens verified locally against the API server's OIDC key set (no RBAC needed, no "
+        "revocation before exp)",
+    )
 
     @model_validator(mode="after")
     def _complete(self) -> AuthSettings:
+        if self.token_review and self.service_account_keys:
+            raise ValueError("auth.token_review and auth.service_account_keys: set one")
         if not self.enabled:
             return self
         if self.policy_file is None:
             raise ValueError("auth.enabled needs auth.policy_file")
         if self.identity_from != "certificate" and not (
-            self.jwt_key_file or self.tokens_file or self.token_review
+            self.jwt_key_file or self.tokens_file or self.token_review or self.service_account_keys
         ):
             raise ValueError(
                 f"auth.identity_from={self.identity_from} needs auth.jwt_key_file, "
-                "auth.tokens_file or auth.token_review"
+                "auth.tokens_file, auth.token_review or auth.service_account_keys"
             )
         return self

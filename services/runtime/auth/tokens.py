@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from dsclient.watched_file import WatchedFile
+from services.runtime.auth.service_account_keys import ServiceAccountKeys
 from services.runtime.auth.settings import AuthSettings
 from services.runtime.auth.token_review import ReviewRejected, Subject, TokenReviewer
 
@@ -92,11 +93,13 @@ class TokenVerifier:
         self._static = (
             WatchedFile(settings.tokens_file, parse_static_tokens) if settings.tokens_file else None
         )
-        self._review = (
-            TokenReviewer(settings.token_review, audience=self.audience)
-            if settings.token_review
-            else None
-        )
+        self._review: TokenReviewer | ServiceAccountKeys | None = None
+        self._review_name = "TokenReview"
+        if settings.token_review:
+            self._review = TokenReviewer(settings.token_review, audience=self.audience)
+        elif settings.service_account_keys:
+            self._review = ServiceAccountKeys(settings.service_account_keys, self.audience)
+            self._review_name = "service-account keys"
 
     def identity(self, token: str) -> str:
         """The identity ``token`` names; TokenRejected if it names none."""
@@ -106,7 +109,7 @@ class TokenVerifier:
         """Who ``token`` names (with its pod, for a pod-bound service-account token);
         TokenRejected if nobody. The project's own tokens are checked first (locally; they
         name no pod); then, with ``token_review``, the API server is asked (a pod's
-        projected service-account token)."""
+        projected service-account token), or, with ``service_account_keys``, its key set."""
         if self._review is None:
             return Subject(self._own_identity(token))
         try:
@@ -115,7 +118,7 @@ class TokenVerifier:
             try:
                 return self._review.identity(token)
             except ReviewRejected as exc:
-                raise TokenRejected(f"{own}; TokenReview: {exc}") from None
+                raise TokenRejected(f"{own}; {self._review_name}: {exc}") from None
 
     def _own_identity(self, token: str) -> str:
         if self._static is not None:

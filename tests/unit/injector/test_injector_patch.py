@@ -364,6 +364,13 @@ def test_workload_identity_projects_the_service_account_tokens(pod: dict[str, An
                         "path": "sidecar-token",
                     }
                 },
+                {
+                    "serviceAccountToken": {
+                        "audience": "ds-notifier",
+                        "expirationSeconds": 3600,
+                        "path": "notifier-token",
+                    }
+                },
                 {"configMap": {"name": "ds-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
             ],
         },
@@ -375,12 +382,15 @@ def test_workload_identity_projects_the_service_account_tokens(pod: dict[str, An
     assert sidecar_env["DS_TLS__TOKEN_FILE"] == "/var/run/dataservice/sa/token"
     assert sidecar_env["DS_TLS__CA_FILE"] == "/var/run/dataservice/sa/ca.crt"
     assert "DS_TLS__SIDECAR_TOKEN_FILE" not in sidecar_env  # it calls no sidecar
+    # Its fault reports carry the ds-notifier token: the notifier refuses a ds-assigner one.
+    assert sidecar_env["DS_TLS__NOTIFIER_TOKEN_FILE"] == "/var/run/dataservice/sa/notifier-token"
     for container in spec["containers"]:
         assert mount in container["volumeMounts"]
         env = [(e["name"], e.get("value")) for e in container["env"]]
         assert ("DS_TLS__TOKEN_FILE", "/var/run/dataservice/sa/token") in env
         assert ("DS_TLS__SIDECAR_TOKEN_FILE", "/var/run/dataservice/sa/sidecar-token") in env
         assert ("DS_TLS__CA_FILE", "/var/run/dataservice/sa/ca.crt") in env
+        assert "DS_TLS__NOTIFIER_TOKEN_FILE" not in dict(env)  # it reports no faults
         assert [name for name, _ in env].count("DS_TLS__TOKEN_FILE") == 1
     assert inject_pod(injected, "orders", IDENTITY) == injected
     assert inject_pod(injected, "orders", TEMPLATE) == inject_pod(pod, "orders", TEMPLATE)
@@ -390,7 +400,12 @@ def test_without_workload_identity_the_pod_gets_no_token() -> None:
     spec = inject_pod({"spec": {"containers": [{"name": "app"}]}}, "orders", TEMPLATE)["spec"]
     assert "volumes" not in spec
     names = {e["name"] for c in [*spec["initContainers"], *spec["containers"]] for e in c["env"]}
-    assert not names & {"DS_TLS__TOKEN_FILE", "DS_TLS__SIDECAR_TOKEN_FILE", "DS_TLS__CA_FILE"}
+    assert not names & {
+        "DS_TLS__TOKEN_FILE",
+        "DS_TLS__SIDECAR_TOKEN_FILE",
+        "DS_TLS__NOTIFIER_TOKEN_FILE",
+        "DS_TLS__CA_FILE",
+    }
 
 
 def test_the_applications_own_token_is_replaced_only_by_workload_identity() -> None:
@@ -416,7 +431,4 @@ def test_the_applications_own_token_is_replaced_only_by_workload_identity() -> N
     [volume] = spec["volumes"]
     assert [
         s["serviceAccountToken"]["expirationSeconds"] for s in volume["projected"]["sources"]
-    ] == [
-        600,
-        600,
-    ]
+    ] == [600, 600, 600]

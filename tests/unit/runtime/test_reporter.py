@@ -3,8 +3,13 @@ keeps what it would send)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from dataservice.common.v1 import common_pb2
-from services.runtime.reporter import FaultReporter
+from services.consumer_sidecar.settings import SidecarSettings
+from services.runtime.reporter import FaultReporter, reporter_for
 from tests.support.fault_reports import kinds, reporter
 
 T = common_pb2
@@ -43,3 +48,22 @@ def test_track_reports_transitions_only() -> None:
         ("CLIENT_BACKPRESSURE", "OPEN"),
     ]
     assert {e.dedupe_key for e in r.buffered()} == {"dk"}
+
+
+def test_fault_reports_carry_the_notifier_token_when_one_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 37 (tokens scoped by audience): an injected sidecar's DS_TLS__TOKEN_FILE is its
+    ``ds-assigner`` token, refused by the notifier; DS_TLS__NOTIFIER_TOKEN_FILE (its
+    ``ds-notifier`` token) is what its fault reports carry. Without it, the one token."""
+    monkeypatch.setenv("DS_TLS__CA_FILE", "/sa/ca.crt")
+    monkeypatch.setenv("DS_TLS__TOKEN_FILE", "/sa/token")
+    settings = SidecarSettings(group="g", id="pod-a")
+    assert reporter_for(settings, "sidecar", "pod-a", None).config.connection.tls.token_file == (
+        Path("/sa/token")
+    )
+    monkeypatch.setenv("DS_TLS__NOTIFIER_TOKEN_FILE", "/sa/notifier-token")
+    settings = SidecarSettings(group="g", id="pod-a")
+    tls = reporter_for(settings, "sidecar", "pod-a", None).config.connection.tls
+    assert (tls.token_file, tls.ca_file) == (Path("/sa/notifier-token"), Path("/sa/ca.crt"))
+    assert settings.connection.tls.token_file == Path("/sa/token")  # the assigner's: unchanged

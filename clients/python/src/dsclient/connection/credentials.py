@@ -115,6 +115,6 @@ def check_readable(tls: TlsConfig) -> None:
     for path in (tls.ca_file, tls.cert_file, tls.key_file):
         if path is not None:
             watched_bytes(path).get()
-    for token in (tls.token_file, tls.sidecar_token_file):
+    for token in (tls.token_file, tls.sidecar_token_file, tls.notifier_token_file):
         if token is not None:
             read_token(token)

@@ -45,6 +45,9 @@ class TlsConfig:
     # Clients: the token sent to sidecars instead (its audience ds-sidecar, so a sidecar
     # cannot replay it at the assigner or the notifier); None: token_file.
     sidecar_token_file: Path | None = None
+    # Clients: the token sent to the notifier instead (fault reports; its audience
+    # ds-notifier, as a pod's projected token for it); None: token_file.
+    notifier_token_file: Path | None = None
     # Clients: the name to check the server's certificate against, when it is not the
     # host of the address dialled (an IP address the certificate does not list).
     server_name: str | None = None
@@ -63,6 +66,13 @@ class TlsConfig:
         if self.sidecar_token_file is None:
             return self
         return dataclasses.replace(self, token_file=self.sidecar_token_file)
+
+    def for_notifier(self) -> TlsConfig:
+        """The settings of a channel to the notifier: its token is ``notifier_token_file``
+        when one is set."""
+        if self.notifier_token_file is None:
+            return self
+        return dataclasses.replace(self, token_file=self.notifier_token_file)
 
     @property
     def server_enabled(self) -> bool:
