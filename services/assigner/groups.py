@@ -33,6 +33,7 @@ from google.protobuf import duration_pb2
 from dataservice.assigner.v1 import assigner_pb2, types_pb2
 from dataservice.common.v1 import common_pb2
 from dsclient.reasons import DsError, Reason
+from services.assigner.admin.timing import GroupTiming, effective_timing
 from services.assigner.balancer import Strategy
 from services.assigner.bindings import GroupBindings
 from services.assigner.client_activity import ClientActivity, ClientRow, Totals, client_rows
@@ -251,7 +252,7 @@ class GroupRuntime:
             record.name,
             partitions,
             Timing(
-                ttl=settings.lease_ttl_seconds,
+                ttl=self.timing.ttl,
                 grace=settings.lease_grace_seconds,
                 hold_window=settings.hold_window_seconds,
                 hold_mode=HoldMode(settings.hold_mode),
@@ -315,6 +316,17 @@ class GroupRuntime:
         )
 
     @property
+    def timing(self) -> GroupTiming:
+        """The group's lease TTL and heartbeat interval: its own (a kafka-fenced group's
+        choice, carried by its record) or the assigner's settings. Fixed for the group's
+        life: UpdateGroup refuses a live change (admin/timing.check_live_change)."""
+        return effective_timing(
+            self.record.lease_ttl_seconds,
+            self.record.heartbeat_interval_seconds,
+            GroupTiming(self.settings.lease_ttl_seconds, self.settings.heartbeat_interval_seconds),
+        )
+
+    @property
     def commit_fencing(self) -> Literal["", "lease", "kafka"]:
         value = self.record.commit_fencing
         return "lease" if value == "lease" else "kafka" if value == "kafka" else ""
@@ -335,8 +347,8 @@ class GroupRuntime:
             topics=list(self.record.topics),
             mode=MODES[self.record.mode],
             consumer_config=dict(self.record.consumer_config),
-            lease_ttl=duration(self.settings.lease_ttl_seconds),
-            heartbeat_interval=duration(self.settings.heartbeat_interval_seconds),
+            lease_ttl=duration(self.timing.ttl),
+            heartbeat_interval=duration(self.timing.heartbeat),
             balance_strategy=STRATEGIES[self.record.balance_strategy],
             config_version=self.record.config_version,
             max_deliveries=self.record.max_deliveries,
@@ -369,8 +381,8 @@ class GroupRuntime:
             assigner_pb2.SessionResponse(
                 accepted=assigner_pb2.SessionAccepted(
                     session_id=conn.session_id,
-                    lease_ttl=duration(self.settings.lease_ttl_seconds),
-                    heartbeat_interval=duration(self.settings.heartbeat_interval_seconds),
+                    lease_ttl=duration(self.timing.ttl),
+                    heartbeat_interval=duration(self.timing.heartbeat),
                     mode=MODES[self.record.mode],
                     consumer_config=dict(self.record.consumer_config),
                     config_version=self.record.config_version,
