@@ -33,7 +33,6 @@ from google.protobuf import duration_pb2
 from dataservice.assigner.v1 import assigner_pb2, types_pb2
 from dataservice.common.v1 import common_pb2
 from dsclient.reasons import DsError, Reason
-from services.assigner.admin.timing import GroupTiming, effective_timing
 from services.assigner.balancer import Strategy
 from services.assigner.bindings import GroupBindings
 from services.assigner.client_activity import ClientActivity, ClientRow, Totals, client_rows
@@ -52,6 +51,7 @@ from services.assigner.coordinator import (
     Timing,
 )
 from services.assigner.fault_emitters import GroupFaults
+from services.assigner.group_timing import GroupTiming, effective_timing
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.settings import AssignerSettings, GroupSeed
 from services.assigner.state import GroupRecord
@@ -319,7 +319,7 @@ class GroupRuntime:
     def timing(self) -> GroupTiming:
         """The group's lease TTL and heartbeat interval: its own (a kafka-fenced group's
         choice, carried by its record) or the assigner's settings. Fixed for the group's
-        life: UpdateGroup refuses a live change (admin/timing.check_live_change)."""
+        life: UpdateGroup refuses a live change (group_timing.check_live_change)."""
         return effective_timing(
             self.record.lease_ttl_seconds,
             self.record.heartbeat_interval_seconds,

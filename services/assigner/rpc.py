@@ -41,7 +41,6 @@ from services.assigner.admin.messages import client_message, lease_message, memb
 from services.assigner.admin.paging import PageTokens, page, page_size
 from services.assigner.admin.records import make_record, record_fields
 from services.assigner.admin.reset_request import reset_spec
-from services.assigner.admin.timing import GroupTiming, check_live_change, effective_timing
 from services.assigner.admin.update_mask import apply_update_mask, changed_paths, mask_paths
 from services.assigner.admin.validation import (
     COMMIT_FENCINGS,
@@ -56,6 +55,7 @@ from services.assigner.bindings import DROPPED
 from services.assigner.coordinator import LeaseState
 from services.assigner.external_resets import ExternalResets
 from services.assigner.fault_emitters import DeleteAudit
+from services.assigner.group_timing import GroupTiming, check_live_change, effective_timing
 from services.assigner.groups import GroupRuntime, duration
 from services.assigner.kafka_cluster import GroupMembers
 from services.assigner.kafka_offsets import KAFKA_TIMEOUT_SECONDS
@@ -670,7 +670,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     def _timing(self) -> GroupTiming:
         """The assigner's lease TTL and heartbeat interval: a group's unless it chose its
-        own (kafka-fenced groups only, services/assigner/admin/timing.py)."""
+        own (kafka-fenced groups only, services/assigner/group_timing.py)."""
         return GroupTiming(*self._timing_defaults())
 
     def _record_defaults(self) -> dict[str, Any]:

@@ -71,7 +71,7 @@ class GroupRecord:
     # Issue 36: lease | kafka ("" = each sidecar's commit_fencing setting).
     commit_fencing: str = ""
     # Issue 36: the group's failure detection (None = the assigner's settings); only a
-    # ``kafka``-fenced group carries its own (services/assigner/admin/timing.py).
+    # ``kafka``-fenced group carries its own (services/assigner/group_timing.py).
     lease_ttl_seconds: float | None = None
     heartbeat_interval_seconds: float | None = None
 

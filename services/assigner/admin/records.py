@@ -9,7 +9,6 @@ from typing import Any
 
 from dataservice.assigner.v1 import types_pb2
 from dsclient.reasons import invalid
-from services.assigner.admin.timing import GroupTiming, effective_timing, record_timing
 from services.assigner.admin.validation import (
     BALANCE_STRATEGIES,
     COMMIT_FENCINGS,
@@ -18,6 +17,7 @@ from services.assigner.admin.validation import (
     ORDERINGS,
     seconds,
 )
+from services.assigner.group_timing import GroupTiming, effective_timing, record_timing
 from services.assigner.state import GroupRecord
 
 # GroupRecord field -> the GroupConfig field it comes from (for error messages).

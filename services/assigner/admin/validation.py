@@ -15,7 +15,7 @@ from google.protobuf import duration_pb2
 from dataservice.assigner.v1 import types_pb2
 from dataservice.common.v1 import common_pb2
 from dsclient.reasons import DsError, Reason, invalid
-from services.assigner.admin.timing import GroupTiming, check_group_timing
+from services.assigner.group_timing import GroupTiming, check_group_timing
 from services.runtime.consumer_config import ConsumerConfigError, check_allowed
 
 # Kafka's own rules for group ids we accept (a group name is its Kafka group id) and for

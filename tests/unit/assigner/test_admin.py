@@ -26,7 +26,6 @@ from services.assigner.admin.paging import (
     page_size,
 )
 from services.assigner.admin.records import make_record, record_fields
-from services.assigner.admin.timing import GroupTiming
 from services.assigner.admin.update_mask import (
     MUTABLE_PATHS,
     apply_update_mask,
@@ -39,6 +38,7 @@ from services.assigner.admin.validation import (
     validate_timing,
     version_conflict,
 )
+from services.assigner.group_timing import GroupTiming
 from services.assigner.offsets import Offsets, PartitionOffsets, lag_records, lag_seconds, total_lag
 from services.assigner.offsets_view import OffsetsView, budget
 from services.assigner.settings import GroupSeed

@@ -11,14 +11,14 @@ from dataservice.assigner.v1 import types_pb2
 from dataservice.common.v1 import common_pb2
 from dsclient.reasons import DsError, Reason
 from services.assigner.admin.records import make_record, record_fields
-from services.assigner.admin.timing import (
+from services.assigner.admin.validation import validate_group_config
+from services.assigner.group_timing import (
     GroupTiming,
     check_group_timing,
     check_live_change,
     effective_timing,
     record_timing,
 )
-from services.assigner.admin.validation import validate_group_config
 from services.assigner.state import GroupRecord
 
 DEFAULT = GroupTiming(ttl=3.0, heartbeat=1.0)

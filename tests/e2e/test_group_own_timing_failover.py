@@ -45,6 +45,10 @@ def dur(seconds: float) -> duration_pb2.Duration:
     return d
 
 
+def seconds(d: duration_pb2.Duration) -> float:
+    return d.ToTimedelta().total_seconds()
+
+
 def group_config(
     name: str, topic: str, fencing: int, ttl: float | None = None, beat: float | None = None
 ) -> types_pb2.GroupConfig:
@@ -65,26 +69,24 @@ def test_a_short_ttl_kafka_group_fails_over_sooner_than_a_default_one(
     short, default = f"gs-{topic_s}", f"gd-{topic_d}"
     assigner = mesh.assigner(env=own_state)
     assigner.wait_serving()
-    kafka = types_pb2.COMMIT_FENCING_KAFKA
+    kafka, lease = types_pb2.COMMIT_FENCING_KAFKA, types_pb2.COMMIT_FENCING_LEASE
     with grpc.insecure_channel(assigner.grpc_addr) as channel:
         admin = admin_pb2_grpc.AdminServiceStub(channel)
         created = admin.CreateGroup(
             admin_pb2.CreateGroupRequest(group=group_config(short, topic_s, kafka, 1.5, 0.5)),
             timeout=30,
         ).group
-        assert (created.lease_ttl.ToTimedelta().total_seconds(), created.heartbeat_interval.ToTimedelta().total_seconds()) == (1.5, 0.5)  # fmt: skip
+        assert (seconds(created.lease_ttl), seconds(created.heartbeat_interval)) == (1.5, 0.5)
         created = admin.CreateGroup(
             admin_pb2.CreateGroupRequest(group=group_config(default, topic_d, kafka)), timeout=30
         ).group
-        assert created.lease_ttl.ToTimedelta().total_seconds() == 3.0
+        assert seconds(created.lease_ttl) == 3.0
 
         # Not for a lease-fenced group; not live.
         for request in (
             lambda: admin.CreateGroup(
                 admin_pb2.CreateGroupRequest(
-                    group=group_config(
-                        f"gl-{topic_s}", topic_s, types_pb2.COMMIT_FENCING_LEASE, 1.5, 0.5
-                    )  # fmt: skip
+                    group=group_config(f"gl-{topic_s}", topic_s, lease, 1.5, 0.5)
                 ),
                 timeout=30,
             ),
