@@ -247,8 +247,9 @@ def test_create_group_refuses_a_request_id_reused_for_another_request() -> None:
         (leased_config("g", balance_strategy=99), "", "group.balance_strategy"),
         (leased_config("g", lease_ttl=seconds(0.1)), "", "group.lease_ttl"),
         (leased_config("g", heartbeat_interval=seconds(2.0)), "", "group.heartbeat_interval"),
-        # Valid, but a per-group value this assigner cannot apply yet: refused, not dropped.
+        # Valid for a kafka-fenced group only (an unset commit_fencing may be lease).
         (leased_config("g", lease_ttl=seconds(10.0)), "", "group.lease_ttl"),
+        # Not a per-group value this assigner can apply yet: refused, not dropped.
         (leased_config("g", alert_template="oncall"), "", "group.alert_template"),
         (leased_config("g"), "has space", "request_id"),
     ],
@@ -288,6 +289,42 @@ def test_create_group_maps_unknown_topics_and_kafka_outages() -> None:
         a.store.failing = False
         created = await a.admin.CreateGroup(admin_pb2.CreateGroupRequest(group=leased_config("g")))
         assert created.group.name == "g"
+
+    run(body)
+
+
+def test_a_kafka_fenced_group_has_its_own_timing_fixed_at_creation() -> None:
+    """Issue 36 item 2: the group's TTL / heartbeat go into the record, the coordinator,
+    GetGroup and SessionAccepted; a live change is refused and changes nothing."""
+
+    async def body(a: Assigner) -> None:
+        config = leased_config(
+            "g",
+            lease_ttl=seconds(1.5),
+            heartbeat_interval=seconds(0.5),
+            commit_fencing=types_pb2.COMMIT_FENCING_KAFKA,
+        )
+        created = await a.admin.CreateGroup(admin_pb2.CreateGroupRequest(group=config))
+        assert created.group.lease_ttl == seconds(1.5)
+        group = a.groups.group("g")
+        assert (group.record.lease_ttl_seconds, group.record.heartbeat_interval_seconds) == (
+            1.5,
+            0.5,
+        )
+        assert group.coordinator.timing.ttl == 1.5
+        sidecar = Sidecar(a.sessions, "sc-1")
+        accepted = await sidecar.join("g")
+        assert (accepted.lease_ttl, accepted.heartbeat_interval) == (seconds(1.5), seconds(0.5))
+        err = await refused(
+            a.admin.UpdateGroup(
+                admin_pb2.UpdateGroupRequest(
+                    group=leased_config("g", lease_ttl=seconds(3.0)), update_mask=mask("lease_ttl")
+                )
+            )
+        )
+        assert field_error(err) == "group.lease_ttl"
+        assert a.groups.group("g").record.config_version == 1
+        await sidecar.close()
 
     run(body)
 
