@@ -13,6 +13,7 @@ from dataservice.assigner.v1 import admin_pb2, assigner_pb2, types_pb2
 from dataservice.common.v1 import common_pb2
 from services.assigner.admin.paging import MAX_PAGE_SIZE
 from services.assigner.coordinator import LeaseState
+from services.assigner.state import GroupRecord, StateSnapshot
 from services.runtime.topic_partition import TopicPartition
 from tests.unit.assigner.rpc_harness import (
     TOPIC,
@@ -949,3 +950,30 @@ def test_every_new_version_is_pushed_and_describe_shows_what_each_member_runs() 
         await sidecar.close()
 
     run(body)
+
+
+def test_after_a_takeover_each_group_settles_for_its_own_ttl_plus_grace() -> None:
+    """registry.restore: a kafka-fenced group with TTL 1.5 s settles 1.5 s + grace after
+    the takeover, a default group 3 s + grace; the report waits for the last."""
+
+    async def body(a: Assigner) -> None:
+        snapshot = StateSnapshot(
+            groups={
+                "short": GroupRecord(
+                    name="short",
+                    topics=[TOPIC],
+                    commit_fencing="kafka",
+                    lease_ttl_seconds=1.5,
+                    heartbeat_interval_seconds=0.5,
+                ),
+                "plain": GroupRecord(name="plain", topics=[TOPIC]),
+            }
+        )
+        grace = a.settings.lease_grace_seconds
+        last = await a.groups.restore(snapshot, 100.0)
+        a.groups.start_serving()
+        assert last == 100.0 + a.settings.lease_ttl_seconds + grace
+        assert a.groups.group("short").coordinator.settle_until == 100.0 + 1.5 + grace
+        assert a.groups.group("plain").coordinator.settle_until == last
+
+    run(body, serving=False)
