@@ -216,10 +216,9 @@ class AssignerApp:
         snapshot = await asyncio.to_thread(self.state.load)
         for kind, count in snapshot.bad_records.items():
             self.metrics.state_bad_records.labels(kind).inc(count)
-        settle_until = (
-            self.now() + self.settings.lease_ttl_seconds + self.settings.lease_grace_seconds
-        )
-        await self.groups.restore(snapshot, settle_until)
+        # Each group settles for its own TTL + grace (registry.restore); the report waits
+        # for the last.
+        settle_until = await self.groups.restore(snapshot, self.now())
         await self.groups.seed(self.settings.groups)
         self.groups.start_serving()
         self.metrics.leader.set(1)

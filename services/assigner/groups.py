@@ -50,6 +50,7 @@ from services.assigner.coordinator import (
     Timing,
 )
 from services.assigner.fault_emitters import GroupFaults
+from services.assigner.group_timing import GroupTiming, effective_timing
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.settings import AssignerSettings, GroupSeed
 from services.assigner.state import GroupRecord
@@ -236,7 +237,7 @@ class GroupRuntime:
             record.name,
             partitions,
             Timing(
-                ttl=settings.lease_ttl_seconds,
+                ttl=self.timing.ttl,
                 grace=settings.lease_grace_seconds,
                 hold_window=settings.hold_window_seconds,
                 hold_mode=HoldMode(settings.hold_mode),
@@ -300,6 +301,17 @@ class GroupRuntime:
         )
 
     @property
+    def timing(self) -> GroupTiming:
+        """The group's lease TTL and heartbeat interval: its own (a kafka-fenced group's
+        choice, carried by its record) or the assigner's settings. Fixed for the group's
+        life: UpdateGroup refuses a live change (group_timing.check_live_change)."""
+        return effective_timing(
+            self.record.lease_ttl_seconds,
+            self.record.heartbeat_interval_seconds,
+            GroupTiming(self.settings.lease_ttl_seconds, self.settings.heartbeat_interval_seconds),
+        )
+
+    @property
     def commit_fencing(self) -> Literal["", "lease", "kafka"]:
         value = self.record.commit_fencing
         return "lease" if value == "lease" else "kafka" if value == "kafka" else ""
@@ -320,8 +332,8 @@ class GroupRuntime:
             topics=list(self.record.topics),
             mode=MODE_BY_NAME[self.record.mode],
             consumer_config=dict(self.record.consumer_config),
-            lease_ttl=duration(self.settings.lease_ttl_seconds),
-            heartbeat_interval=duration(self.settings.heartbeat_interval_seconds),
+            lease_ttl=duration(self.timing.ttl),
+            heartbeat_interval=duration(self.timing.heartbeat),
             balance_strategy=BALANCE_STRATEGY_BY_NAME[self.record.balance_strategy],
             config_version=self.record.config_version,
             max_deliveries=self.record.max_deliveries,
@@ -354,8 +366,8 @@ class GroupRuntime:
             assigner_pb2.SessionResponse(
                 accepted=assigner_pb2.SessionAccepted(
                     session_id=conn.session_id,
-                    lease_ttl=duration(self.settings.lease_ttl_seconds),
-                    heartbeat_interval=duration(self.settings.heartbeat_interval_seconds),
+                    lease_ttl=duration(self.timing.ttl),
+                    heartbeat_interval=duration(self.timing.heartbeat),
                     mode=MODE_BY_NAME[self.record.mode],
                     consumer_config=dict(self.record.consumer_config),
                     config_version=self.record.config_version,

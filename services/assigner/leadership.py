@@ -133,7 +133,10 @@ def term_check_budget(
     """The longest one term check may retry a timed-out write: a leader cut off from Kafka
     (and Consul) must resign by the time a successor grants its first lease, TTL + grace
     after taking office; the check that notices starts up to ``term_check_seconds`` late.
-    3.5 s at the defaults (TTL 3 s, grace 1 s, a check every 0.5 s)."""
+    3.5 s at the defaults (TTL 3 s, grace 1 s, a check every 0.5 s). The assigner's TTL,
+    not the shortest group's: a group with its own (shorter) TTL is kafka-fenced, where a
+    cut-off leader's renewals extend no local deadline and its grants cannot be stored,
+    so only lease-fenced groups, which keep the assigner's TTL, rest on this budget."""
     return max(lease_ttl_seconds + lease_grace_seconds - term_check_seconds, 0.0)
 
 

@@ -224,10 +224,15 @@ class GroupRegistry:
 
     # ---- taking over ------------------------------------------------------------------
 
-    async def restore(self, snapshot: StateSnapshot, settle_until: float) -> None:
+    async def restore(self, snapshot: StateSnapshot, started: float) -> float:
         """The groups of the state topic, with their epochs and bindings. Leases are
-        re-learnt from the sidecars re-attaching; until ``settle_until`` nothing is
-        granted, so taking over moves no partition."""
+        re-learnt from the sidecars re-attaching; until ``started`` + the group's TTL +
+        grace nothing is granted, so taking over moves no partition. A kafka-fenced group
+        with its own (shorter) TTL settles by it: its sidecars heartbeat and re-attach at
+        its pace, and a grant before a stale holder lapsed is fenced by Kafka, not by time.
+        Returns when the last group settles."""
+        grace = self.settings.lease_grace_seconds
+        settled = started + self.settings.lease_ttl_seconds + grace
         for name, epochs in snapshot.epochs.items():
             if name not in snapshot.groups:  # a deleted group's: kept for its next creation
                 self._deleted_epochs[name] = dict(epochs)
@@ -237,6 +242,8 @@ class GroupRegistry:
             except DsError as err:
                 log.error("group from state not restored", group=record.name, error=err.message)
                 continue
+            ttl = record.lease_ttl_seconds or self.settings.lease_ttl_seconds
+            settled = max(settled, started + ttl + grace)
             self._groups[record.name] = GroupRuntime(
                 record,
                 partitions,
@@ -245,7 +252,7 @@ class GroupRegistry:
                 self.store,
                 epochs=snapshot.epochs.get(record.name, {}),
                 holders=snapshot.holders.get(record.name, {}),
-                settle_until=settle_until,
+                settle_until=started + ttl + grace,
                 clients=snapshot.bindings.get(record.name, set()),
                 drained=snapshot.drained.get(record.name, set()),
                 faults=self.faults,
@@ -257,6 +264,7 @@ class GroupRegistry:
                 partitions=len(partitions),
                 epochs=len(snapshot.epochs.get(record.name, {})),
             )
+        return settled
 
     async def seed(self, seeds: Iterable[GroupSeed]) -> None:
         """Create the configured groups the state topic does not know; a configured group

@@ -54,6 +54,7 @@ from services.assigner.bindings import DROPPED
 from services.assigner.coordinator import LeaseState
 from services.assigner.external_resets import ExternalResets
 from services.assigner.fault_emitters import DeleteAudit
+from services.assigner.group_timing import GroupTiming, check_live_change, effective_timing
 from services.assigner.groups import GroupRuntime, duration
 from services.assigner.kafka_cluster import GroupMembers
 from services.assigner.kafka_offsets import KAFKA_TIMEOUT_SECONDS
@@ -405,7 +406,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         validate_group_config(cfg, *self._timing_defaults())
         validate_request_id(request.request_id)
         # Refuses settings the durable record cannot carry yet rather than dropping them.
-        record = make_record(record_fields(cfg), self._record_defaults())
+        record = make_record(record_fields(cfg, self._timing()), self._record_defaults())
         await asyncio.to_thread(
             check_librdkafka_properties, "group.consumer_config", record.consumer_config
         )
@@ -451,7 +452,13 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             if not changed:
                 return admin_pb2.UpdateGroupResponse(group=current)  # nothing to apply
             group.check_idle()  # OPERATION_IN_PROGRESS while a reset or switch runs
-            record = make_record(record_fields(desired), self._record_defaults())
+            record = make_record(record_fields(desired, self._timing()), self._record_defaults())
+            check_live_change(
+                group.timing,
+                effective_timing(
+                    record.lease_ttl_seconds, record.heartbeat_interval_seconds, self._timing()
+                ),
+            )
             record.config_version = current.config_version + 1
             if "consumer_config" in changed:
                 await asyncio.to_thread(
@@ -661,15 +668,14 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def _timing_defaults(self) -> tuple[float, float]:
         return self.settings.lease_ttl_seconds, self.settings.heartbeat_interval_seconds
 
+    def _timing(self) -> GroupTiming:
+        """The assigner's lease TTL and heartbeat interval: a group's unless it chose its
+        own (kafka-fenced groups only, services/assigner/group_timing.py)."""
+        return GroupTiming(*self._timing_defaults())
+
     def _record_defaults(self) -> dict[str, Any]:
-        """What a GroupConfig field means when the record cannot carry it: the assigner-wide
-        settings (groups.config_proto reports them for every group)."""
-        ttl, heartbeat = self._timing_defaults()
-        return {
-            "lease_ttl_seconds": ttl,
-            "heartbeat_interval_seconds": heartbeat,
-            "balance_strategy": "count",
-        }
+        """What a GroupConfig field means when the record cannot carry it."""
+        return {"balance_strategy": "count"}
 
 
 def _sidecar_not_found(group: str, sidecar: str) -> DsError:

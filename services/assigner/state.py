@@ -70,6 +70,10 @@ class GroupRecord:
     ordering: str = "unordered"
     # Issue 36: lease | kafka ("" = each sidecar's commit_fencing setting).
     commit_fencing: str = ""
+    # Issue 36: the group's failure detection (None = the assigner's settings); only a
+    # ``kafka``-fenced group carries its own (services/assigner/group_timing.py).
+    lease_ttl_seconds: float | None = None
+    heartbeat_interval_seconds: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -93,6 +97,10 @@ class GroupRecord:
             document["ordering"] = self.ordering
         if self.commit_fencing:
             document["commit_fencing"] = self.commit_fencing
+        if self.lease_ttl_seconds is not None:
+            document["lease_ttl_seconds"] = self.lease_ttl_seconds
+        if self.heartbeat_interval_seconds is not None:
+            document["heartbeat_interval_seconds"] = self.heartbeat_interval_seconds
         return document
 
 

@@ -72,6 +72,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import grpc
 
+from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
+from dataservice.common.v1 import common_pb2
 from services.devstack.kafka import KafkaOptions, create_topic, delete_topic
 from tests.support.assignment import describe, respawn
 from tests.support.bench_kafka import bench_kafka
@@ -291,13 +293,17 @@ class MeshRow(Row):
         bootstrap: str,
         hold_mode: str | None,
         sidecar_env: Mapping[str, str] | None = None,
+        kafka_group_timing: tuple[float, float] | None = None,
     ) -> None:
         """``hold_mode`` None: the assigner's default (``DS_HOLD_MODE`` unset);
-        ``sidecar_env``: the sidecars' own settings (e.g. ``DS_COMMIT_FENCING``)."""
+        ``sidecar_env``: the sidecars' own settings (e.g. ``DS_COMMIT_FENCING``);
+        ``kafka_group_timing``: (lease TTL, heartbeat interval) s of groups created with
+        CreateGroup as ``commit_fencing: kafka`` with that timing of their own."""
         self.name = name
         self.bootstrap = bootstrap
         self.hold_mode = hold_mode
         self.sidecar_env = dict(sidecar_env or {})
+        self.kafka_group_timing = kafka_group_timing
 
     def prepare(self, topics: Mapping[str, str], log_dir: Path) -> None:
         self.groups = {fault: f"bench-fo-{topic}" for fault, topic in topics.items()}
@@ -310,10 +316,25 @@ class MeshRow(Row):
         }
         if self.hold_mode is not None:
             env["DS_HOLD_MODE"] = self.hold_mode
-        self.assigner = self.mesh.assigner(
-            [(self.groups[f], [t]) for f, t in topics.items()], env=env, name=f"assigner-{suffix}"
+        seeded = (
+            [] if self.kafka_group_timing else [(self.groups[f], [t]) for f, t in topics.items()]
         )
+        self.assigner = self.mesh.assigner(seeded, env=env, name=f"assigner-{suffix}")
         self.assigner.wait_serving()
+        if self.kafka_group_timing:
+            ttl, beat = self.kafka_group_timing
+            with grpc.insecure_channel(self.assigner.grpc_addr) as channel:
+                admin = admin_pb2_grpc.AdminServiceStub(channel)
+                for fault, topic in topics.items():
+                    config = types_pb2.GroupConfig(
+                        name=self.groups[fault],
+                        topics=[topic],
+                        mode=common_pb2.GROUP_MODE_LEASED,
+                        commit_fencing=types_pb2.COMMIT_FENCING_KAFKA,
+                    )
+                    config.lease_ttl.FromNanoseconds(int(ttl * 1e9))
+                    config.heartbeat_interval.FromNanoseconds(int(beat * 1e9))
+                    admin.CreateGroup(admin_pb2.CreateGroupRequest(group=config), timeout=30)
 
     def finish(self) -> None:
         self.mesh.stop_all()
@@ -383,6 +404,13 @@ def rows(bootstrap: str, short: bool) -> list[Row]:
             bootstrap,
             None,
             sidecar_env={"DS_COMMIT_FENCING": "kafka"},
+        ),
+        # Issue 36 item 2: a kafka-fenced group's own failure detection (TTL + grace 2.5 s).
+        MeshRow(
+            "mesh leased, kafka group TTL 1.5s/0.5s",
+            bootstrap,
+            None,
+            kafka_group_timing=(1.5, 0.5),
         ),
     ]
     kafka: list[Row] = []

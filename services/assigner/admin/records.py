@@ -10,6 +10,7 @@ from typing import Any
 from dataservice.assigner.v1 import types_pb2
 from dsclient.reasons import invalid
 from services.assigner.admin.validation import seconds
+from services.assigner.group_timing import GroupTiming, effective_timing, record_timing
 from services.assigner.state import GroupRecord
 from services.runtime.group_enums import (
     BALANCE_STRATEGIES,
@@ -22,24 +23,29 @@ from services.runtime.group_enums import (
 # GroupRecord field -> the GroupConfig field it comes from (for error messages).
 SEED_FIELD_PATHS: Mapping[str, str] = {
     "alert_template": "alert_template",
-    "lease_ttl_seconds": "lease_ttl",
-    "heartbeat_interval_seconds": "heartbeat_interval",
     "balance_strategy": "balance_strategy",
 }
 
 
-def record_fields(cfg: types_pb2.GroupConfig) -> dict[str, Any]:
-    """A validated GroupConfig as GroupRecord fields (None = server default)."""
+def record_fields(cfg: types_pb2.GroupConfig, default: GroupTiming) -> dict[str, Any]:
+    """A validated GroupConfig as GroupRecord fields (None = server default; a lease TTL or
+    heartbeat interval equal to the assigner's ``default`` is stored as None)."""
+    ttl, heartbeat = record_timing(
+        effective_timing(
+            seconds(cfg.lease_ttl) if cfg.HasField("lease_ttl") else None,
+            seconds(cfg.heartbeat_interval) if cfg.HasField("heartbeat_interval") else None,
+            default,
+        ),
+        default,
+    )
     return {
         "name": cfg.name,
         "topics": list(cfg.topics),
         "mode": MODES[cfg.mode],
         "consumer_config": dict(cfg.consumer_config),
         "alert_template": cfg.alert_template,
-        "lease_ttl_seconds": seconds(cfg.lease_ttl) if cfg.HasField("lease_ttl") else None,
-        "heartbeat_interval_seconds": (
-            seconds(cfg.heartbeat_interval) if cfg.HasField("heartbeat_interval") else None
-        ),
+        "lease_ttl_seconds": ttl,
+        "heartbeat_interval_seconds": heartbeat,
         "balance_strategy": BALANCE_STRATEGIES[cfg.balance_strategy],
         "visibility_timeout_seconds": (
             seconds(cfg.visibility_timeout) if cfg.HasField("visibility_timeout") else None

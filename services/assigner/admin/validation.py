@@ -14,6 +14,7 @@ from google.protobuf import duration_pb2
 
 from dataservice.assigner.v1 import types_pb2
 from dsclient.reasons import DsError, Reason, invalid
+from services.assigner.group_timing import GroupTiming, check_group_timing
 from services.runtime.consumer_config import ConsumerConfigError, check_allowed
 from services.runtime.group_enums import (
     BALANCE_STRATEGIES,
@@ -109,6 +110,11 @@ def validate_timing(
             "group.heartbeat_interval",
             "must be at most half of lease_ttl, or a single late heartbeat expires every lease",
         )
+    check_group_timing(
+        GroupTiming(ttl, heartbeat),
+        GroupTiming(default_ttl, default_heartbeat),
+        COMMIT_FENCINGS.get(cfg.commit_fencing, ""),
+    )
     return ttl, heartbeat
 
 

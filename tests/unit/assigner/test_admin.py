@@ -38,6 +38,7 @@ from services.assigner.admin.validation import (
     validate_timing,
     version_conflict,
 )
+from services.assigner.group_timing import GroupTiming
 from services.assigner.offsets import Offsets, PartitionOffsets, lag_records, lag_seconds, total_lag
 from services.assigner.offsets_view import OffsetsView, budget
 from services.assigner.settings import GroupSeed
@@ -74,7 +75,14 @@ def field_of(excinfo: pytest.ExceptionInfo[DsError]) -> str:
 
 def test_a_valid_config_passes() -> None:
     check(config(consumer_config={"fetch.max.bytes": "52428800"}, alert_template="oncall"))
-    check(config(name="a" * 249, lease_ttl=dur(10), heartbeat_interval=dur(2)))
+    check(
+        config(
+            name="a" * 249,
+            lease_ttl=dur(10),
+            heartbeat_interval=dur(2),
+            commit_fencing=types_pb2.COMMIT_FENCING_KAFKA,
+        )
+    )
 
 
 @pytest.mark.parametrize("name", ["", "a" * 250, "has space", "slash/no", "ümlaut", "a:b"])
@@ -199,21 +207,16 @@ def test_mask_application_properties(
 
 
 def test_record_refuses_settings_it_cannot_carry() -> None:
-    defaults = {
-        "lease_ttl_seconds": 3.0,
-        "heartbeat_interval_seconds": 1.0,
-        "balance_strategy": "count",
-    }
+    defaults = {"balance_strategy": "count"}
+    timing = GroupTiming(3.0, 1.0)
     record = make_record(
-        record_fields(config(lease_ttl=dur(3), consumer_config={"a": "1"})), defaults
+        record_fields(config(lease_ttl=dur(3), consumer_config={"a": "1"}), timing), defaults
     )
     assert (record.name, record.topics, record.mode) == ("orders", ["orders.v1"], "leased")
     assert record.consumer_config == {"a": "1"}
+    assert (record.lease_ttl_seconds, record.heartbeat_interval_seconds) == (None, None)
     with pytest.raises(DsError) as excinfo:
-        make_record(record_fields(config(lease_ttl=dur(8))), defaults)
-    assert field_of(excinfo) == "group.lease_ttl"
-    with pytest.raises(DsError) as excinfo:
-        make_record(record_fields(config(alert_template="x")), defaults)
+        make_record(record_fields(config(alert_template="x"), timing), defaults)
     assert field_of(excinfo) == "group.alert_template"
 
 

@@ -13,6 +13,7 @@ from dataservice.assigner.v1 import admin_pb2, assigner_pb2, types_pb2
 from dataservice.common.v1 import common_pb2
 from services.assigner.admin.paging import MAX_PAGE_SIZE
 from services.assigner.coordinator import LeaseState
+from services.assigner.state import GroupRecord, StateSnapshot
 from services.runtime.topic_partition import TopicPartition
 from tests.unit.assigner.rpc_harness import (
     TOPIC,
@@ -247,8 +248,9 @@ def test_create_group_refuses_a_request_id_reused_for_another_request() -> None:
         (leased_config("g", balance_strategy=99), "", "group.balance_strategy"),
         (leased_config("g", lease_ttl=seconds(0.1)), "", "group.lease_ttl"),
         (leased_config("g", heartbeat_interval=seconds(2.0)), "", "group.heartbeat_interval"),
-        # Valid, but a per-group value this assigner cannot apply yet: refused, not dropped.
+        # Valid for a kafka-fenced group only (an unset commit_fencing may be lease).
         (leased_config("g", lease_ttl=seconds(10.0)), "", "group.lease_ttl"),
+        # Not a per-group value this assigner can apply yet: refused, not dropped.
         (leased_config("g", alert_template="oncall"), "", "group.alert_template"),
         (leased_config("g"), "has space", "request_id"),
     ],
@@ -288,6 +290,42 @@ def test_create_group_maps_unknown_topics_and_kafka_outages() -> None:
         a.store.failing = False
         created = await a.admin.CreateGroup(admin_pb2.CreateGroupRequest(group=leased_config("g")))
         assert created.group.name == "g"
+
+    run(body)
+
+
+def test_a_kafka_fenced_group_has_its_own_timing_fixed_at_creation() -> None:
+    """Issue 36 item 2: the group's TTL / heartbeat go into the record, the coordinator,
+    GetGroup and SessionAccepted; a live change is refused and changes nothing."""
+
+    async def body(a: Assigner) -> None:
+        config = leased_config(
+            "g",
+            lease_ttl=seconds(1.5),
+            heartbeat_interval=seconds(0.5),
+            commit_fencing=types_pb2.COMMIT_FENCING_KAFKA,
+        )
+        created = await a.admin.CreateGroup(admin_pb2.CreateGroupRequest(group=config))
+        assert created.group.lease_ttl == seconds(1.5)
+        group = a.groups.group("g")
+        assert (group.record.lease_ttl_seconds, group.record.heartbeat_interval_seconds) == (
+            1.5,
+            0.5,
+        )
+        assert group.coordinator.timing.ttl == 1.5
+        sidecar = Sidecar(a.sessions, "sc-1")
+        accepted = await sidecar.join("g")
+        assert (accepted.lease_ttl, accepted.heartbeat_interval) == (seconds(1.5), seconds(0.5))
+        err = await refused(
+            a.admin.UpdateGroup(
+                admin_pb2.UpdateGroupRequest(
+                    group=leased_config("g", lease_ttl=seconds(3.0)), update_mask=mask("lease_ttl")
+                )
+            )
+        )
+        assert field_error(err) == "group.lease_ttl"
+        assert a.groups.group("g").record.config_version == 1
+        await sidecar.close()
 
     run(body)
 
@@ -912,3 +950,30 @@ def test_every_new_version_is_pushed_and_describe_shows_what_each_member_runs() 
         await sidecar.close()
 
     run(body)
+
+
+def test_after_a_takeover_each_group_settles_for_its_own_ttl_plus_grace() -> None:
+    """registry.restore: a kafka-fenced group with TTL 1.5 s settles 1.5 s + grace after
+    the takeover, a default group 3 s + grace; the report waits for the last."""
+
+    async def body(a: Assigner) -> None:
+        snapshot = StateSnapshot(
+            groups={
+                "short": GroupRecord(
+                    name="short",
+                    topics=[TOPIC],
+                    commit_fencing="kafka",
+                    lease_ttl_seconds=1.5,
+                    heartbeat_interval_seconds=0.5,
+                ),
+                "plain": GroupRecord(name="plain", topics=[TOPIC]),
+            }
+        )
+        grace = a.settings.lease_grace_seconds
+        last = await a.groups.restore(snapshot, 100.0)
+        a.groups.start_serving()
+        assert last == 100.0 + a.settings.lease_ttl_seconds + grace
+        assert a.groups.group("short").coordinator.settle_until == 100.0 + 1.5 + grace
+        assert a.groups.group("plain").coordinator.settle_until == last
+
+    run(body, serving=False)

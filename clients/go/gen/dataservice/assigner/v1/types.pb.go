@@ -344,9 +344,13 @@ type GroupConfig struct {
 	ConsumerConfig map[string]string `protobuf:"bytes,4,rep,name=consumer_config,json=consumerConfig,proto3" json:"consumer_config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Name of the notifier alert template applied to this group's faults; empty = none.
 	AlertTemplate string `protobuf:"bytes,5,opt,name=alert_template,json=alertTemplate,proto3" json:"alert_template,omitempty"`
-	// Lease time-to-live; unset = server default (3 s).
+	// Lease time-to-live; unset = server default (3 s). Another value only with
+	// commit_fencing KAFKA (failure detection only there), fixed at creation: UpdateGroup
+	// refuses a change (INVALID_ARGUMENT).
 	LeaseTtl *durationpb.Duration `protobuf:"bytes,6,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
-	// Interval between session heartbeats; unset = server default (1 s). Must be < lease_ttl.
+	// Interval between session heartbeats; unset = server default (1 s). At most half of
+	// lease_ttl; another value only with commit_fencing KAFKA (at least 0.5 s and at most a
+	// third of lease_ttl), fixed at creation.
 	HeartbeatInterval *durationpb.Duration `protobuf:"bytes,7,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
 	// How partitions are balanced over sidecars.
 	BalanceStrategy BalanceStrategy `protobuf:"varint,8,opt,name=balance_strategy,json=balanceStrategy,proto3,enum=dataservice.assigner.v1.BalanceStrategy" json:"balance_strategy,omitempty"`

@@ -111,7 +111,8 @@ class AdminServiceServicer:
 
     def CreateGroup(self, request, context):
         """Creates a group. Errors: INVALID_ARGUMENT (empty or malformed name, no topics,
-        unspecified mode, unknown librdkafka property, heartbeat_interval >= lease_ttl),
+        unspecified mode, unknown librdkafka property, heartbeat_interval above half of
+        lease_ttl, a lease_ttl or heartbeat_interval of its own without commit_fencing KAFKA),
         NOT_FOUND (a topic does not exist in Kafka), ALREADY_EXISTS (group exists; not returned
         for a retry with the same request_id), PERMISSION_DENIED, FAILED_PRECONDITION +
         `ds-leader`, UNAVAILABLE.

@@ -57,7 +57,8 @@ class AdminServiceStub:
     """
     CreateGroup: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateGroupRequest, _admin_pb2.CreateGroupResponse]
     """Creates a group. Errors: INVALID_ARGUMENT (empty or malformed name, no topics,
-    unspecified mode, unknown librdkafka property, heartbeat_interval >= lease_ttl),
+    unspecified mode, unknown librdkafka property, heartbeat_interval above half of
+    lease_ttl, a lease_ttl or heartbeat_interval of its own without commit_fencing KAFKA),
     NOT_FOUND (a topic does not exist in Kafka), ALREADY_EXISTS (group exists; not returned
     for a retry with the same request_id), PERMISSION_DENIED, FAILED_PRECONDITION +
     `ds-leader`, UNAVAILABLE.
@@ -156,7 +157,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """
     CreateGroup: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateGroupRequest, _admin_pb2.CreateGroupResponse]  # type: ignore[assignment]
     """Creates a group. Errors: INVALID_ARGUMENT (empty or malformed name, no topics,
-    unspecified mode, unknown librdkafka property, heartbeat_interval >= lease_ttl),
+    unspecified mode, unknown librdkafka property, heartbeat_interval above half of
+    lease_ttl, a lease_ttl or heartbeat_interval of its own without commit_fencing KAFKA),
     NOT_FOUND (a topic does not exist in Kafka), ALREADY_EXISTS (group exists; not returned
     for a retry with the same request_id), PERMISSION_DENIED, FAILED_PRECONDITION +
     `ds-leader`, UNAVAILABLE.
@@ -270,7 +272,8 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.CreateGroupResponse, _abc.Awaitable[_admin_pb2.CreateGroupResponse]]:
         """Creates a group. Errors: INVALID_ARGUMENT (empty or malformed name, no topics,
-        unspecified mode, unknown librdkafka property, heartbeat_interval >= lease_ttl),
+        unspecified mode, unknown librdkafka property, heartbeat_interval above half of
+        lease_ttl, a lease_ttl or heartbeat_interval of its own without commit_fencing KAFKA),
         NOT_FOUND (a topic does not exist in Kafka), ALREADY_EXISTS (group exists; not returned
         for a retry with the same request_id), PERMISSION_DENIED, FAILED_PRECONDITION +
         `ds-leader`, UNAVAILABLE.

@@ -292,11 +292,17 @@ class GroupConfig(_message.Message):
 
     @_builtins.property
     def lease_ttl(self) -> _duration_pb2.Duration:
-        """Lease time-to-live; unset = server default (3 s)."""
+        """Lease time-to-live; unset = server default (3 s). Another value only with
+        commit_fencing KAFKA (failure detection only there), fixed at creation: UpdateGroup
+        refuses a change (INVALID_ARGUMENT).
+        """
 
     @_builtins.property
     def heartbeat_interval(self) -> _duration_pb2.Duration:
-        """Interval between session heartbeats; unset = server default (1 s). Must be < lease_ttl."""
+        """Interval between session heartbeats; unset = server default (1 s). At most half of
+        lease_ttl; another value only with commit_fencing KAFKA (at least 0.5 s and at most a
+        third of lease_ttl), fixed at creation.
+        """
 
     @_builtins.property
     def visibility_timeout(self) -> _duration_pb2.Duration:

@@ -1079,7 +1079,9 @@ java.lang.String defaultValue);
 
     /**
      * <pre>
-     * Lease time-to-live; unset = server default (3 s).
+     * Lease time-to-live; unset = server default (3 s). Another value only with
+     * commit_fencing KAFKA (failure detection only there), fixed at creation: UpdateGroup
+     * refuses a change (INVALID_ARGUMENT).
      * </pre>
      *
      * <code>.google.protobuf.Duration lease_ttl = 6;</code>
@@ -1088,7 +1090,9 @@ java.lang.String defaultValue);
     boolean hasLeaseTtl();
     /**
      * <pre>
-     * Lease time-to-live; unset = server default (3 s).
+     * Lease time-to-live; unset = server default (3 s). Another value only with
+     * commit_fencing KAFKA (failure detection only there), fixed at creation: UpdateGroup
+     * refuses a change (INVALID_ARGUMENT).
      * </pre>
      *
      * <code>.google.protobuf.Duration lease_ttl = 6;</code>
@@ -1097,7 +1101,9 @@ java.lang.String defaultValue);
     com.google.protobuf.Duration getLeaseTtl();
     /**
      * <pre>
-     * Lease time-to-live; unset = server default (3 s).
+     * Lease time-to-live; unset = server default (3 s). Another value only with
+     * commit_fencing KAFKA (failure detection only there), fixed at creation: UpdateGroup
+     * refuses a change (INVALID_ARGUMENT).
      * </pre>
      *
      * <code>.google.protobuf.Duration lease_ttl = 6;</code>
@@ -1106,7 +1112,9 @@ java.lang.String defaultValue);
 
     /**
      * <pre>
-     * Interval between session heartbeats; unset = server default (1 s). Must be &lt; lease_ttl.
+     * Interval between session heartbeats; unset = server default (1 s). At most half of
+     * lease_ttl; another value only with commit_fencing KAFKA (at least 0.5 s and at most a
+     * third of lease_ttl), fixed at creation.
      * </pre>
      *
      * <code>.google.protobuf.Duration heartbeat_interval = 7;</code>
@@ -1115,7 +1123,9 @@ java.lang.String defaultValue);
     boolean hasHeartbeatInterval();
     /**
      * <pre>
-     * Interval between session heartbeats; unset = server default (1 s). Must be &lt; lease_ttl.
+     * Interval between session heartbeats; unset = server default (1 s). At most half of
+     * lease_ttl; another value only with commit_fencing KAFKA (at least 0.5 s and at most a
+     * third of lease_ttl), fixed at creation.
      * </pre>
      *
      * <code>.google.protobuf.Duration heartbeat_interval = 7;</code>
@@ -1124,7 +1134,9 @@ java.lang.String defaultValue);
     com.google.protobuf.Duration getHeartbeatInterval();
     /**
      * <pre>
-     * Interval between session heartbeats; unset = server default (1 s). Must be &lt; lease_ttl.
+     * Interval between session heartbeats; unset = server default (1 s). At most half of
+     * lease_ttl; another value only with commit_fencing KAFKA (at least 0.5 s and at most a
+     * third of lease_ttl), fixed at creation.
      * </pre>
      *
      * <code>.google.protobuf.Duration heartbeat_interval = 7;</code>
@@ -1642,7 +1654,9 @@ java.lang.String defaultValue) {
     private com.google.protobuf.Duration leaseTtl_;
     /**
      * <pre>
-     * Lease time-to-live; unset = server default (3 s).
+     * Lease time-to-live; unset = server default (3 s). Another value only with
+     * commit_fencing KAFKA (failure detection only there), fixed at creation: UpdateGroup
+     * refuses a change (INVALID_ARGUMENT).
      * </pre>
      *
      * <code>.google.protobuf.Duration lease_ttl = 6;</code>
@@ -1654,7 +1668,9 @@ java.lang.String defaultValue) {
     }
     /**
      * <pre>
-     * Lease time-to-live; unset = server default (3 s).
+     * Lease time-to-live; unset = server default (3 s). Another value only with
+     * commit_fencing KAFKA (failure detection only there), fixed at creation: UpdateGroup
+     * refuses a change (INVALID_ARGUMENT).
      * </pre>
      *
      * <code>.google.protobuf.Duration lease_ttl = 6;</code>
@@ -1666,7 +1682,9 @@ java.lang.String defaultValue) {
     }
     /**
      * <pre>
-     * Lease time-to-live; unset = server default (3 s).
+     * Lease time-to-live; unset = server default (3 s). Another value only with
+     * commit_fencing KAFKA (failure detection only there), fixed at creation: UpdateGroup
+     * refuses a change (INVALID_ARGUMENT).
      * </pre>
      *
      * <code>.google.protobuf.Duration lease_ttl = 6;</code>
@@ -1680,7 +1698,9 @@ java.lang.String defaultValue) {
     private com.google.protobuf.Duration heartbeatInterval_;
     /**
      * <pre>
-     * Interval between session heartbeats; unset = server default (1 s). Must be &lt; lease_ttl.
+     * Interval between session heartbeats; unset = server default (1 s). At most half of
+     * lease_ttl; another value only with commit_fencing KAFKA (at least 0.5 s and at most a
+     * third of lease_ttl), fixed at creation.
      * </pre>
      *
      * <code>.google.protobuf.Duration heartbeat_interval = 7;</code>
@@ -1692,7 +1712,9 @@ java.lang.String defaultValue) {
     }
     /**
      * <pre>
-     * Interval between session heartbeats; unset = server default (1 s). Must be &lt; lease_ttl.
+     * Interval between session heartbeats; unset = server default (1 s). At most half of
+     * lease_ttl; another value only with commit_fencing KAFKA (at least 0.5 s and at most a
+     * third of lease_ttl), fixed at creation.
      * </pre>
      *
      * <code>.google.protobuf.Duration heartbeat_interval = 7;</code>
@@ -1704,7 +1726,9 @@ java.lang.String defaultValue) {
     }
     /**
      * <pre>
-     * Interval between session heartbeats; unset = server default (1 s). Must be &lt; lease_ttl.
+     * Interval between session heartbeats; unset = server default (1 s). At most half of
+     * lease_ttl; another value only with commit_fencing KAFKA (at least 0.5 s and at most a
+     * third of lease_ttl), fixed at creation.
      * </pre>
      *
      * <code>.google.protobuf.Duration heartbeat_interval = 7;</code>
@@ -3254,7 +3278,9 @@ java.lang.String defaultValue) {
           com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder> leaseTtlBuilder_;
       /**
        * <pre>
-       * Lease time-to-live; unset = server default (3 s).
+       * Lease time-to-live; unset = server default (3 s). Another value only with
+       * commit_fencing KAFKA (failure detection only there), fixed at creation: UpdateGroup
+       * refuses a change (INVALID_ARGUMENT).
        * </pre>
        *
        * <code>.google.protobuf.Duration lease_ttl = 6;</code>
@@ -3265,7 +3291,9 @@ java.lang.String defaultValue) {
       }
       /**
        * <pre>
-       * Lease time-to-live; unset = server default (3 s).
+       * Lease time-to-live; unset = server default (3 s). Another value only with
+       * commit_fencing KAFKA (failure detection only there), fixed at creation: UpdateGroup
+       * refuses a change (INVALID_ARGUMENT).
        * </pre>
        *
        * <code>.google.protobuf.Duration lease_ttl = 6;</code>
@@ -3280,7 +3308,9 @@ java.lang.String defaultValue) {
       }
       /**
        * <pre>
-       * Lease time-to-live; unset = server default (3 s).
+       * Lease time-to-live; unset = server default (3 s). Another value only with
+       * commit_fencing KAFKA (failure detection only there), fixed at creation: UpdateGroup
+       * refuses a change (INVALID_ARGUMENT).
        * </pre>
        *
        * <code>.google.protobuf.Duration lease_ttl = 6;</code>
@@ -3300,7 +3330,9 @@ java.lang.String defaultValue) {
       }
       /**
        * <pre>
-       * Lease time-to-live; unset = server default (3 s).
+       * Lease time-to-live; unset = server default (3 s). Another value only with
+       * commit_fencing KAFKA (failure detection only there), fixed at creation: UpdateGroup
+       * refuses a change (INVALID_ARGUMENT).
        * </pre>
        *
        * <code>.google.protobuf.Duration lease_ttl = 6;</code>
@@ -3318,7 +3350,9 @@ java.lang.String defaultValue) {
       }
       /**
        * <pre>
-       * Lease time-to-live; unset = server default (3 s).
+       * Lease time-to-live; unset = server default (3 s). Another value only with
+       * commit_fencing KAFKA (failure detection only there), fixed at creation: UpdateGroup
+       * refuses a change (INVALID_ARGUMENT).
        * </pre>
        *
        * <code>.google.protobuf.Duration lease_ttl = 6;</code>
@@ -3343,7 +3377,9 @@ java.lang.String defaultValue) {
       }
       /**
        * <pre>
-       * Lease time-to-live; unset = server default (3 s).
+       * Lease time-to-live; unset = server default (3 s). Another value only with
+       * commit_fencing KAFKA (failure detection only there), fixed at creation: UpdateGroup
+       * refuses a change (INVALID_ARGUMENT).
        * </pre>
        *
        * <code>.google.protobuf.Duration lease_ttl = 6;</code>
@@ -3360,7 +3396,9 @@ java.lang.String defaultValue) {
       }
       /**
        * <pre>
-       * Lease time-to-live; unset = server default (3 s).
+       * Lease time-to-live; unset = server default (3 s). Another value only with
+       * commit_fencing KAFKA (failure detection only there), fixed at creation: UpdateGroup
+       * refuses a change (INVALID_ARGUMENT).
        * </pre>
        *
        * <code>.google.protobuf.Duration lease_ttl = 6;</code>
@@ -3372,7 +3410,9 @@ java.lang.String defaultValue) {
       }
       /**
        * <pre>
-       * Lease time-to-live; unset = server default (3 s).
+       * Lease time-to-live; unset = server default (3 s). Another value only with
+       * commit_fencing KAFKA (failure detection only there), fixed at creation: UpdateGroup
+       * refuses a change (INVALID_ARGUMENT).
        * </pre>
        *
        * <code>.google.protobuf.Duration lease_ttl = 6;</code>
@@ -3387,7 +3427,9 @@ java.lang.String defaultValue) {
       }
       /**
        * <pre>
-       * Lease time-to-live; unset = server default (3 s).
+       * Lease time-to-live; unset = server default (3 s). Another value only with
+       * commit_fencing KAFKA (failure detection only there), fixed at creation: UpdateGroup
+       * refuses a change (INVALID_ARGUMENT).
        * </pre>
        *
        * <code>.google.protobuf.Duration lease_ttl = 6;</code>
@@ -3411,7 +3453,9 @@ java.lang.String defaultValue) {
           com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder> heartbeatIntervalBuilder_;
       /**
        * <pre>
-       * Interval between session heartbeats; unset = server default (1 s). Must be &lt; lease_ttl.
+       * Interval between session heartbeats; unset = server default (1 s). At most half of
+       * lease_ttl; another value only with commit_fencing KAFKA (at least 0.5 s and at most a
+       * third of lease_ttl), fixed at creation.
        * </pre>
        *
        * <code>.google.protobuf.Duration heartbeat_interval = 7;</code>
@@ -3422,7 +3466,9 @@ java.lang.String defaultValue) {
       }
       /**
        * <pre>
-       * Interval between session heartbeats; unset = server default (1 s). Must be &lt; lease_ttl.
+       * Interval between session heartbeats; unset = server default (1 s). At most half of
+       * lease_ttl; another value only with commit_fencing KAFKA (at least 0.5 s and at most a
+       * third of lease_ttl), fixed at creation.
        * </pre>
        *
        * <code>.google.protobuf.Duration heartbeat_interval = 7;</code>
@@ -3437,7 +3483,9 @@ java.lang.String defaultValue) {
       }
       /**
        * <pre>
-       * Interval between session heartbeats; unset = server default (1 s). Must be &lt; lease_ttl.
+       * Interval between session heartbeats; unset = server default (1 s). At most half of
+       * lease_ttl; another value only with commit_fencing KAFKA (at least 0.5 s and at most a
+       * third of lease_ttl), fixed at creation.
        * </pre>
        *
        * <code>.google.protobuf.Duration heartbeat_interval = 7;</code>
@@ -3457,7 +3505,9 @@ java.lang.String defaultValue) {
       }
       /**
        * <pre>
-       * Interval between session heartbeats; unset = server default (1 s). Must be &lt; lease_ttl.
+       * Interval between session heartbeats; unset = server default (1 s). At most half of
+       * lease_ttl; another value only with commit_fencing KAFKA (at least 0.5 s and at most a
+       * third of lease_ttl), fixed at creation.
        * </pre>
        *
        * <code>.google.protobuf.Duration heartbeat_interval = 7;</code>
@@ -3475,7 +3525,9 @@ java.lang.String defaultValue) {
       }
       /**
        * <pre>
-       * Interval between session heartbeats; unset = server default (1 s). Must be &lt; lease_ttl.
+       * Interval between session heartbeats; unset = server default (1 s). At most half of
+       * lease_ttl; another value only with commit_fencing KAFKA (at least 0.5 s and at most a
+       * third of lease_ttl), fixed at creation.
        * </pre>
        *
        * <code>.google.protobuf.Duration heartbeat_interval = 7;</code>
@@ -3500,7 +3552,9 @@ java.lang.String defaultValue) {
       }
       /**
        * <pre>
-       * Interval between session heartbeats; unset = server default (1 s). Must be &lt; lease_ttl.
+       * Interval between session heartbeats; unset = server default (1 s). At most half of
+       * lease_ttl; another value only with commit_fencing KAFKA (at least 0.5 s and at most a
+       * third of lease_ttl), fixed at creation.
        * </pre>
        *
        * <code>.google.protobuf.Duration heartbeat_interval = 7;</code>
@@ -3517,7 +3571,9 @@ java.lang.String defaultValue) {
       }
       /**
        * <pre>
-       * Interval between session heartbeats; unset = server default (1 s). Must be &lt; lease_ttl.
+       * Interval between session heartbeats; unset = server default (1 s). At most half of
+       * lease_ttl; another value only with commit_fencing KAFKA (at least 0.5 s and at most a
+       * third of lease_ttl), fixed at creation.
        * </pre>
        *
        * <code>.google.protobuf.Duration heartbeat_interval = 7;</code>
@@ -3529,7 +3585,9 @@ java.lang.String defaultValue) {
       }
       /**
        * <pre>
-       * Interval between session heartbeats; unset = server default (1 s). Must be &lt; lease_ttl.
+       * Interval between session heartbeats; unset = server default (1 s). At most half of
+       * lease_ttl; another value only with commit_fencing KAFKA (at least 0.5 s and at most a
+       * third of lease_ttl), fixed at creation.
        * </pre>
        *
        * <code>.google.protobuf.Duration heartbeat_interval = 7;</code>
@@ -3544,7 +3602,9 @@ java.lang.String defaultValue) {
       }
       /**
        * <pre>
-       * Interval between session heartbeats; unset = server default (1 s). Must be &lt; lease_ttl.
+       * Interval between session heartbeats; unset = server default (1 s). At most half of
+       * lease_ttl; another value only with commit_fencing KAFKA (at least 0.5 s and at most a
+       * third of lease_ttl), fixed at creation.
        * </pre>
        *
        * <code>.google.protobuf.Duration heartbeat_interval = 7;</code>
