@@ -101,7 +101,9 @@ class TimingStep:
     ttl: float
 
 
-def start_rollout(steps: tuple[TimingStep, ...], version: int, ttl: float) -> tuple[TimingStep, ...]:
+def start_rollout(
+    steps: tuple[TimingStep, ...], version: int, ttl: float
+) -> tuple[TimingStep, ...]:
     """The steps of a rollout after config ``version`` tells the members ``ttl`` (appended
     to a rollout still under way: a member may still run any of its earlier steps)."""
     return (*steps, TimingStep(version, ttl))

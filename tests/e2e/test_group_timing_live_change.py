@@ -2,8 +2,8 @@
 on the real stack: a group created with the assigner's timing (TTL 3 s, heartbeat 1 s) is
 changed with UpdateGroup to TTL 1.5 s / heartbeat 0.5 s; the ConfigUpdate reaches both
 sidecars, which report running the new config version; then (past the leases renewed by
-the old TTL) a kill -9 of one sidecar is taken over by the other with new epochs. The gap is printed, not asserted (a loaded
-machine)."""
+the old TTL) a kill -9 of one sidecar is taken over by the other with new epochs. The
+gap is printed, not asserted (a loaded machine)."""
 
 from __future__ import annotations
 

@@ -5,9 +5,9 @@ assigner's; a live change is refused; the GroupRecord carries them through JSON.
 from __future__ import annotations
 
 import pytest
+from google.protobuf import duration_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from google.protobuf import duration_pb2
 
 from dataservice.assigner.v1 import types_pb2
 from dataservice.common.v1 import common_pb2
@@ -16,8 +16,8 @@ from services.assigner.admin.records import make_record, record_fields
 from services.assigner.admin.validation import validate_group_config
 from services.assigner.group_timing import (
     GroupTiming,
-    check_group_timing,
     TimingStep,
+    check_group_timing,
     check_live_change,
     effective_timing,
     member_ttl,
@@ -142,9 +142,7 @@ def test_a_change_during_a_rollout_keeps_the_earlier_steps() -> None:
 @settings(max_examples=300, deadline=None)
 @given(
     ttls=st.lists(st.floats(0.5, 300.0), min_size=1, max_size=5),
-    reports=st.dictionaries(
-        st.sampled_from("abcdef"), st.none() | st.integers(0, 8), max_size=6
-    ),
+    reports=st.dictionaries(st.sampled_from("abcdef"), st.none() | st.integers(0, 8), max_size=6),
     members=st.sets(st.sampled_from("abcdef")),
 )
 def test_never_shorter_than_what_a_member_not_yet_updated_was_told(

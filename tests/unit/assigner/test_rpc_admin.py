@@ -323,7 +323,9 @@ def test_a_kafka_fenced_group_has_its_own_timing_changed_live() -> None:
         err = await refused(
             a.admin.UpdateGroup(
                 admin_pb2.UpdateGroupRequest(
-                    group=leased_config("g", lease_ttl=seconds(1.0), heartbeat_interval=seconds(0.5)),
+                    group=leased_config(
+                        "g", lease_ttl=seconds(1.0), heartbeat_interval=seconds(0.5)
+                    ),
                     update_mask=mask("lease_ttl", "heartbeat_interval"),
                 )
             )
