@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from services.assigner.balancer import BalanceInput, Member, Strategy, rebalance
 from services.runtime.topic_partition import TopicPartition
@@ -555,6 +555,13 @@ class GroupCoordinator:
                 lease.committed = lease.start = COMMITTED
         self._rebalance_pending = True
         return Outcome(commands=self._rebalance(now, coalesce=False), membership_changed=True)
+
+    def set_ttl(self, ttl: float) -> None:
+        """The TTL members expire by from now on (a live timing change rolling out);
+        renewals use it, leases already renewed keep their expiry."""
+        if ttl != self.timing.ttl:
+            self.timing = replace(self.timing, ttl=ttl)
+            self._scan_at = float("-inf")  # a shorter TTL may bring a deadline nearer
 
     def disconnect_expired(self, now: float) -> Outcome:
         """Tick: expire silent members, lapsed leases and hold windows; rebalance."""

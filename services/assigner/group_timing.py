@@ -9,6 +9,7 @@ term-check budget are derived from the assigner's TTL to keep that safe
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from dsclient.reasons import invalid
@@ -77,16 +78,62 @@ def record_timing(chosen: GroupTiming, default: GroupTiming) -> tuple[float | No
     )
 
 
-def check_live_change(current: GroupTiming, desired: GroupTiming) -> None:
-    """A live change of a group's timing is not supported (yet): ConfigUpdate does not
-    carry it, so the sidecars would go on heartbeating at the old interval while the
-    assigner expired them by the new TTL. INVALID_ARGUMENT naming the way round."""
-    if current == desired:
+def check_live_change(current: GroupTiming, desired: GroupTiming, commit_fencing: str) -> None:
+    """A live change of a group's timing is a ``kafka``-fenced group's only (its bounds are
+    check_group_timing's, as at creation): a lease-fenced group's sidecars stop at a local
+    deadline derived from the TTL they were told. INVALID_ARGUMENT otherwise."""
+    if current == desired or commit_fencing == "kafka":
         return
     field = "group.lease_ttl" if current.ttl != desired.ttl else "group.heartbeat_interval"
     raise invalid(
         field,
-        f"cannot change a group's lease TTL or heartbeat interval live (now TTL "
-        f"{current.ttl:g} s, heartbeat {current.heartbeat:g} s): its sidecars learn them "
-        "only when they join; create a new group with the timing wanted",
+        f"cannot change the lease TTL or heartbeat interval of a "
+        f"{commit_fencing or 'unspecified'}-fenced group live (now TTL {current.ttl:g} s, "
+        f"heartbeat {current.heartbeat:g} s): only a kafka-fenced group's may change",
     )
+
+
+@dataclass(frozen=True)
+class TimingStep:
+    """The TTL a group's members were told from config ``version`` on."""
+
+    version: int
+    ttl: float
+
+
+def start_rollout(
+    steps: tuple[TimingStep, ...], version: int, ttl: float
+) -> tuple[TimingStep, ...]:
+    """The steps of a rollout after config ``version`` tells the members ``ttl`` (appended
+    to a rollout still under way: a member may still run any of its earlier steps)."""
+    return (*steps, TimingStep(version, ttl))
+
+
+def member_ttl(steps: tuple[TimingStep, ...], reported: int | None) -> float:
+    """The TTL a member running config version ``reported`` was told: that of the last
+    step at or below it; below every step, the first step's (the oldest any member may
+    still run). None (not reported yet: it may run any step) is the longest of them."""
+    if reported is None:
+        return max(step.ttl for step in steps)
+    told = steps[0].ttl
+    for step in steps:
+        if step.version <= reported:
+            told = step.ttl
+    return told
+
+
+def rollout_ttl(
+    steps: tuple[TimingStep, ...], reported: Mapping[str, int | None], members: Iterable[str]
+) -> tuple[float, tuple[TimingStep, ...]]:
+    """The TTL to expire the group's ``members`` by while a timing change rolls out, and
+    the steps still to track. ``steps[0]`` is the TTL before the change (its version the
+    one before it), the last the current one; ``reported`` is each member's reported
+    running config version. Never shorter than what any member not yet on the last step
+    was told (the longest of them and the current TTL); once every member reports the
+    last step's version (or later), the current TTL and a rollout of just that step
+    (done)."""
+    current = steps[-1]
+    members = list(members)
+    if all((reported.get(m) or 0) >= current.version for m in members):
+        return current.ttl, (current,)
+    return max([current.ttl, *(member_ttl(steps, reported.get(m)) for m in members)]), steps

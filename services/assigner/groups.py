@@ -50,7 +50,13 @@ from services.assigner.coordinator import (
     Timing,
 )
 from services.assigner.fault_emitters import GroupFaults
-from services.assigner.group_timing import GroupTiming, effective_timing
+from services.assigner.group_timing import (
+    GroupTiming,
+    TimingStep,
+    effective_timing,
+    rollout_ttl,
+    start_rollout,
+)
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.settings import AssignerSettings, GroupSeed
 from services.assigner.state import GroupRecord
@@ -279,6 +285,11 @@ class GroupRuntime:
         self.client_activity = ClientActivity()
         # The group's consumer config as each member reports running it (DescribeGroup).
         self.member_configs: dict[str, MemberConfig] = {}
+        # A live timing change rolling out: the TTL each config version told the members
+        # (group_timing.rollout_ttl); one step when none is under way.
+        self.timing_steps: tuple[TimingStep, ...] = (
+            TimingStep(record.config_version, self.timing.ttl),
+        )
 
     @property
     def name(self) -> str:
@@ -303,8 +314,9 @@ class GroupRuntime:
     @property
     def timing(self) -> GroupTiming:
         """The group's lease TTL and heartbeat interval: its own (a kafka-fenced group's
-        choice, carried by its record) or the assigner's settings. Fixed for the group's
-        life: UpdateGroup refuses a live change (group_timing.check_live_change)."""
+        choice, carried by its record) or the assigner's settings. A kafka-fenced
+        group's may change live (:meth:`update`): members expire by the longer of the old
+        and the new TTL until each reports the new config version (:meth:`_roll_timing`)."""
         return effective_timing(
             self.record.lease_ttl_seconds,
             self.record.heartbeat_interval_seconds,
@@ -535,10 +547,27 @@ class GroupRuntime:
         if self.member_configs.get(member_id) != reported:
             self.member_configs[member_id] = reported
             self.faults.config_status(member_id, reported.applied_version, rejection)
+            self._roll_timing()
 
     def _forget_member(self, member_id: str) -> None:
         self.member_configs.pop(member_id, None)
         self.faults.gone(member_id)
+        self._roll_timing()
+
+    def _roll_timing(self) -> None:
+        """The TTL the coordinator expires members by while a timing change rolls out:
+        never shorter than what a member not yet running the new version was told."""
+        if len(self.timing_steps) == 1:
+            return  # no change under way
+        ttl, self.timing_steps = rollout_ttl(
+            self.timing_steps,
+            {m: c.applied_version or None for m, c in self.member_configs.items()},
+            # A member held for its return expires by its hold window, not the TTL.
+            [m.id for m in self.coordinator.members.values() if m.held_until is None],
+        )
+        if len(self.timing_steps) == 1:
+            self.log.info("group timing rolled out", ttl=ttl, heartbeat=self.timing.heartbeat)
+        self.coordinator.set_ttl(ttl)
 
     @staticmethod
     def _ack(seq: int, outcome: Outcome) -> assigner_pb2.SessionResponse:
@@ -609,12 +638,26 @@ class GroupRuntime:
         new_version = (
             record.config_version != self.record.config_version and record.mode == self.record.mode
         )
+        before = self.timing
         self.record = record
         self.coordinator.strategy = Strategy(record.balance_strategy)
         self._persist_group()
+        if self.timing != before:
+            self.timing_steps = start_rollout(
+                self.timing_steps, record.config_version, self.timing.ttl
+            )
+            self.log.info(
+                "group timing changing",
+                ttl=self.timing.ttl,
+                heartbeat=self.timing.heartbeat,
+                version=record.config_version,
+            )
+            self._roll_timing()
         if new_version:
             update = assigner_pb2.SessionResponse(
                 config_update=assigner_pb2.ConfigUpdate(
+                    lease_ttl=duration(self.timing.ttl),
+                    heartbeat_interval=duration(self.timing.heartbeat),
                     consumer_config=dict(record.consumer_config),
                     config_version=record.config_version,
                     visibility_timeout=self._visibility(),

@@ -458,6 +458,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 effective_timing(
                     record.lease_ttl_seconds, record.heartbeat_interval_seconds, self._timing()
                 ),
+                group.commit_fencing,
             )
             record.config_version = current.config_version + 1
             if "consumer_config" in changed:

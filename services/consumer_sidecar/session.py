@@ -502,14 +502,7 @@ class SessionClient:
             return
         if kind == "accepted":
             acc = response.accepted
-            self.ttl = acc.lease_ttl.ToTimedelta().total_seconds() or self.ttl
-            self.heartbeat_interval = (
-                acc.heartbeat_interval.ToTimedelta().total_seconds() or self.heartbeat_interval
-            )
-            self.keeper.table.delivery_margin = delivery_margin_for(
-                self.delivery_margin, self.ttl, self.margin, self.heartbeat_interval
-            )
-            self.keeper.table.stall.limit = stall_limit_for(self.ttl, self.heartbeat_interval)
+            self._apply_timing(acc)
             self.session_id = acc.session_id
             self.connected = True
             log.info("joined", assigner=self.assigner, session=acc.session_id, ttl=self.ttl)
@@ -527,6 +520,8 @@ class SessionClient:
             self._heartbeat_now.set()
         elif kind == "config_update":
             update = response.config_update
+            if update.config_version >= self._config_version:  # not an older update's
+                self._apply_timing(update)
             self.on_config(update.config_version, dict(update.consumer_config))
             self._delivery_policy(update, update.config_version)
         elif kind == "grant":
@@ -567,6 +562,28 @@ class SessionClient:
                 for tp, epoch in renewed:
                     self.keeper.renew(tp, epoch, deadline)
                 self.keeper.not_renewed(renewed, sent, named)
+
+    def _apply_timing(
+        self, config: assigner_pb2.SessionAccepted | assigner_pb2.ConfigUpdate
+    ) -> None:
+        """The group's lease TTL and heartbeat interval (unset or zero: unchanged), and
+        what derives from them: the delivery margin and the stall limit. From a
+        SessionAccepted, or a ConfigUpdate changing a kafka-fenced group's timing live."""
+        before = (self.ttl, self.heartbeat_interval)
+        self.ttl = config.lease_ttl.ToTimedelta().total_seconds() or self.ttl
+        self.heartbeat_interval = (
+            config.heartbeat_interval.ToTimedelta().total_seconds() or self.heartbeat_interval
+        )
+        self.keeper.table.delivery_margin = delivery_margin_for(
+            self.delivery_margin, self.ttl, self.margin, self.heartbeat_interval
+        )
+        self.keeper.table.stall.limit = stall_limit_for(self.ttl, self.heartbeat_interval)
+        if isinstance(config, assigner_pb2.ConfigUpdate) and before != (
+            self.ttl,
+            self.heartbeat_interval,
+        ):
+            log.info("group timing changed", ttl=self.ttl, heartbeat=self.heartbeat_interval)
+            self._heartbeat_now.set()  # wake the heartbeat loop: its interval changed
 
     def config_changed(self) -> None:
         """What runs of the group's config changed: report it in a heartbeat now."""

@@ -413,13 +413,14 @@ class Sidecar:
         return out
 
     async def heartbeat(
-        self, grants: Iterable[assigner_pb2.LeaseGrant]
+        self, grants: Iterable[assigner_pb2.LeaseGrant], *, applied_config_version: int = 0
     ) -> assigner_pb2.HeartbeatAck:
         self.seq += 1
         await self.call.write(
             assigner_pb2.SessionRequest(
                 heartbeat=assigner_pb2.SessionHeartbeat(
                     seq=self.seq,
+                    applied_config_version=applied_config_version,
                     leases=[
                         assigner_pb2.LeaseProgress(
                             topic=g.topic, partition=g.partition, epoch=g.epoch

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 from google.protobuf import duration_pb2
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataservice.assigner.v1 import types_pb2
 from dataservice.common.v1 import common_pb2
@@ -14,10 +16,14 @@ from services.assigner.admin.records import make_record, record_fields
 from services.assigner.admin.validation import validate_group_config
 from services.assigner.group_timing import (
     GroupTiming,
+    TimingStep,
     check_group_timing,
     check_live_change,
     effective_timing,
+    member_ttl,
     record_timing,
+    rollout_ttl,
+    start_rollout,
 )
 from services.assigner.state import GroupRecord
 
@@ -99,15 +105,66 @@ def test_the_record_stores_only_what_differs_from_the_assigner() -> None:
     assert effective_timing(None, None, DEFAULT) == DEFAULT
 
 
-def test_a_live_change_is_refused_naming_the_current_timing() -> None:
-    check_live_change(DEFAULT, GroupTiming(3.0, 1.0))
+def test_a_live_change_is_a_kafka_fenced_groups_only() -> None:
+    check_live_change(DEFAULT, GroupTiming(1.5, 0.5), "kafka")
+    check_live_change(DEFAULT, DEFAULT, "lease")
     with pytest.raises(DsError) as excinfo:
-        check_live_change(GroupTiming(1.5, 0.5), DEFAULT)
+        check_live_change(GroupTiming(1.5, 0.5), DEFAULT, "lease")
     assert excinfo.value.metadata["field"] == "group.lease_ttl"
     assert "TTL 1.5 s" in excinfo.value.message
     with pytest.raises(DsError) as excinfo:
-        check_live_change(DEFAULT, GroupTiming(3.0, 0.5))
+        check_live_change(DEFAULT, GroupTiming(3.0, 0.5), "")
     assert excinfo.value.metadata["field"] == "group.heartbeat_interval"
+
+
+def test_a_rollout_expires_by_the_longer_ttl_until_every_member_reported() -> None:
+    steps = start_rollout((TimingStep(4, 3.0),), 5, 1.5)
+    members = ["a", "b"]
+    assert rollout_ttl(steps, {"a": 5, "b": 4}, members) == (3.0, steps)
+    assert rollout_ttl(steps, {"a": 5}, members) == (3.0, steps)  # b not reported yet
+    assert rollout_ttl(steps, {"a": 5, "b": 6}, members) == (1.5, (TimingStep(5, 1.5),))
+    # A member gone (expired, left) no longer holds the rollout back.
+    assert rollout_ttl(steps, {"a": 5, "b": 4}, ["a"]) == (1.5, (TimingStep(5, 1.5),))
+    # A longer new TTL applies at once: nobody is expired sooner than told.
+    longer = start_rollout((TimingStep(4, 1.5),), 5, 6.0)
+    assert rollout_ttl(longer, {"a": 4}, ["a"]) == (6.0, longer)
+
+
+def test_a_change_during_a_rollout_keeps_the_earlier_steps() -> None:
+    steps = start_rollout(start_rollout((TimingStep(1, 10.0),), 2, 3.0), 3, 1.5)
+    assert member_ttl(steps, None) == 10.0  # not reported: the longest of any step
+    assert member_ttl(steps, 0) == 10.0
+    assert member_ttl(steps, 2) == 3.0
+    assert rollout_ttl(steps, {"a": 2, "b": 3}, ["a", "b"]) == (3.0, steps)
+    assert rollout_ttl(steps, {"a": 1, "b": 3}, ["a", "b"]) == (10.0, steps)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ttls=st.lists(st.floats(0.5, 300.0), min_size=1, max_size=5),
+    reports=st.dictionaries(st.sampled_from("abcdef"), st.none() | st.integers(0, 8), max_size=6),
+    members=st.sets(st.sampled_from("abcdef")),
+)
+def test_never_shorter_than_what_a_member_not_yet_updated_was_told(
+    ttls: list[float], reports: dict[str, int | None], members: set[str]
+) -> None:
+    # Config versions 1, 2, ... each told the members ttls[0], ttls[1], ...
+    steps = (TimingStep(1, ttls[0]),)
+    for version, ttl in enumerate(ttls[1:], start=2):
+        steps = start_rollout(steps, version, ttl)
+    current = len(ttls)
+    ttl, left = rollout_ttl(steps, reports, members)
+    assert ttl >= ttls[-1]
+    for m in members:
+        version = reports.get(m)
+        if version is None or version < current:
+            # The TTL told with the version it runs (unreported: it may run any).
+            told = max(ttls) if version is None else ttls[max(version, 1) - 1]
+            assert ttl >= told
+    if all((reports.get(m) or 0) >= current for m in members):
+        assert (ttl, left) == (ttls[-1], (steps[-1],))
+    else:
+        assert left == steps
 
 
 def test_the_group_record_carries_its_timing_through_json() -> None:

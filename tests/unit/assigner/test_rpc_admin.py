@@ -294,38 +294,84 @@ def test_create_group_maps_unknown_topics_and_kafka_outages() -> None:
     run(body)
 
 
-def test_a_kafka_fenced_group_has_its_own_timing_fixed_at_creation() -> None:
+def test_a_kafka_fenced_group_has_its_own_timing_changed_live() -> None:
     """Issue 36 item 2: the group's TTL / heartbeat go into the record, the coordinator,
-    GetGroup and SessionAccepted; a live change is refused and changes nothing."""
+    GetGroup and SessionAccepted; a live change goes out in a ConfigUpdate, and members
+    expire by the longer of the old and new TTL until every member reports the new
+    config version."""
 
     async def body(a: Assigner) -> None:
         config = leased_config(
             "g",
-            lease_ttl=seconds(1.5),
-            heartbeat_interval=seconds(0.5),
+            lease_ttl=seconds(6.0),
+            heartbeat_interval=seconds(1.0),
             commit_fencing=types_pb2.COMMIT_FENCING_KAFKA,
         )
         created = await a.admin.CreateGroup(admin_pb2.CreateGroupRequest(group=config))
-        assert created.group.lease_ttl == seconds(1.5)
+        assert created.group.lease_ttl == seconds(6.0)
         group = a.groups.group("g")
         assert (group.record.lease_ttl_seconds, group.record.heartbeat_interval_seconds) == (
-            1.5,
-            0.5,
+            6.0,
+            None,
         )
-        assert group.coordinator.timing.ttl == 1.5
-        sidecar = Sidecar(a.sessions, "sc-1")
-        accepted = await sidecar.join("g")
-        assert (accepted.lease_ttl, accepted.heartbeat_interval) == (seconds(1.5), seconds(0.5))
+        assert group.coordinator.timing.ttl == 6.0
+        first, second = Sidecar(a.sessions, "sc-1"), Sidecar(a.sessions, "sc-2")
+        accepted = await first.join("g")
+        assert (accepted.lease_ttl, accepted.heartbeat_interval) == (seconds(6.0), seconds(1.0))
+        await second.join("g")
+        # Out of bounds: refused as at creation.
         err = await refused(
             a.admin.UpdateGroup(
                 admin_pb2.UpdateGroupRequest(
-                    group=leased_config("g", lease_ttl=seconds(3.0)), update_mask=mask("lease_ttl")
+                    group=leased_config(
+                        "g", lease_ttl=seconds(1.0), heartbeat_interval=seconds(0.5)
+                    ),
+                    update_mask=mask("lease_ttl", "heartbeat_interval"),
                 )
             )
         )
         assert field_error(err) == "group.lease_ttl"
         assert a.groups.group("g").record.config_version == 1
-        await sidecar.close()
+        response = await a.admin.UpdateGroup(
+            admin_pb2.UpdateGroupRequest(
+                group=leased_config("g", lease_ttl=seconds(1.5), heartbeat_interval=seconds(0.5)),
+                update_mask=mask("lease_ttl", "heartbeat_interval"),
+            )
+        )
+        assert (response.group.lease_ttl, response.group.config_version) == (seconds(1.5), 2)
+        while (message := await first.next()).WhichOneof("kind") != "config_update":
+            pass
+        update = message.config_update
+        assert (update.lease_ttl, update.heartbeat_interval) == (seconds(1.5), seconds(0.5))
+        # Nobody reported version 2 yet: members expire by the old, longer TTL.
+        assert group.coordinator.timing.ttl == 6.0
+        await first.heartbeat([], applied_config_version=2)
+        await second.heartbeat([], applied_config_version=1)
+        assert group.coordinator.timing.ttl == 6.0  # sc-2 still runs the old timing
+        await second.heartbeat([], applied_config_version=2)
+        assert group.coordinator.timing.ttl == 1.5
+        # A new member learns the new timing when it joins.
+        third = Sidecar(a.sessions, "sc-3")
+        accepted = await third.join("g")
+        assert (accepted.lease_ttl, accepted.heartbeat_interval) == (seconds(1.5), seconds(0.5))
+        for sidecar in (first, second, third):
+            await sidecar.close()
+
+    run(body)
+
+
+def test_a_lease_fenced_groups_timing_cannot_change_live() -> None:
+    async def body(a: Assigner) -> None:
+        await a.create("g")
+        err = await refused(
+            a.admin.UpdateGroup(
+                admin_pb2.UpdateGroupRequest(
+                    group=leased_config("g", lease_ttl=seconds(6.0)), update_mask=mask("lease_ttl")
+                )
+            )
+        )
+        assert field_error(err) == "group.lease_ttl"
+        assert a.groups.group("g").record.config_version == 1
 
     run(body)
 

@@ -1249,8 +1249,14 @@ type ConfigUpdate struct {
 	// The group's commit fencing (GroupConfig.commit_fencing; unspecified = the sidecar's
 	// commit_fencing setting), for the partitions granted from now on.
 	CommitFencing CommitFencing `protobuf:"varint,8,opt,name=commit_fencing,json=commitFencing,proto3,enum=dataservice.assigner.v1.CommitFencing" json:"commit_fencing,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The group's lease TTL and heartbeat interval (as in SessionAccepted): a kafka-fenced
+	// group's may change live. The sidecar applies them from this config version on and
+	// reports it (SessionHeartbeat.applied_config_version); until every member has, the
+	// assigner expires members by the longer of the old and the new TTL. Unset = unchanged.
+	LeaseTtl          *durationpb.Duration `protobuf:"bytes,9,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
+	HeartbeatInterval *durationpb.Duration `protobuf:"bytes,10,opt,name=heartbeat_interval,json=heartbeatInterval,proto3" json:"heartbeat_interval,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ConfigUpdate) Reset() {
@@ -1337,6 +1343,20 @@ func (x *ConfigUpdate) GetCommitFencing() CommitFencing {
 		return x.CommitFencing
 	}
 	return CommitFencing_COMMIT_FENCING_UNSPECIFIED
+}
+
+func (x *ConfigUpdate) GetLeaseTtl() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseTtl
+	}
+	return nil
+}
+
+func (x *ConfigUpdate) GetHeartbeatInterval() *durationpb.Duration {
+	if x != nil {
+		return x.HeartbeatInterval
+	}
+	return nil
 }
 
 // Acknowledges one heartbeat.
@@ -1609,7 +1629,7 @@ const file_dataservice_assigner_v1_assigner_proto_rawDesc = "" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12=\n" +
 	"\x06reason\x18\x04 \x01(\x0e2%.dataservice.assigner.v1.RevokeReasonR\x06reason\x12>\n" +
-	"\rdrain_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\fdrainTimeout\"\xef\x04\n" +
+	"\rdrain_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\fdrainTimeout\"\xf1\x05\n" +
 	"\fConfigUpdate\x12b\n" +
 	"\x0fconsumer_config\x18\x01 \x03(\v29.dataservice.assigner.v1.ConfigUpdate.ConsumerConfigEntryR\x0econsumerConfig\x12%\n" +
 	"\x0econfig_version\x18\x02 \x01(\x03R\rconfigVersion\x12H\n" +
@@ -1618,7 +1638,10 @@ const file_dataservice_assigner_v1_assigner_proto_rawDesc = "" +
 	"\x17external_offset_changes\x18\x05 \x01(\x0e2..dataservice.assigner.v1.ExternalOffsetChangesR\x15externalOffsetChanges\x12*\n" +
 	"\x11dead_letter_topic\x18\x06 \x01(\tR\x0fdeadLetterTopic\x12=\n" +
 	"\bordering\x18\a \x01(\x0e2!.dataservice.assigner.v1.OrderingR\bordering\x12M\n" +
-	"\x0ecommit_fencing\x18\b \x01(\x0e2&.dataservice.assigner.v1.CommitFencingR\rcommitFencing\x1aA\n" +
+	"\x0ecommit_fencing\x18\b \x01(\x0e2&.dataservice.assigner.v1.CommitFencingR\rcommitFencing\x126\n" +
+	"\tlease_ttl\x18\t \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x12H\n" +
+	"\x12heartbeat_interval\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x11heartbeatInterval\x1aA\n" +
 	"\x13ConsumerConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"j\n" +
@@ -1717,17 +1740,19 @@ var file_dataservice_assigner_v1_assigner_proto_depIdxs = []int32{
 	22, // 25: dataservice.assigner.v1.ConfigUpdate.external_offset_changes:type_name -> dataservice.assigner.v1.ExternalOffsetChanges
 	23, // 26: dataservice.assigner.v1.ConfigUpdate.ordering:type_name -> dataservice.assigner.v1.Ordering
 	24, // 27: dataservice.assigner.v1.ConfigUpdate.commit_fencing:type_name -> dataservice.assigner.v1.CommitFencing
-	18, // 28: dataservice.assigner.v1.HeartbeatAck.renewed_leases:type_name -> dataservice.assigner.v1.LeaseRef
-	20, // 29: dataservice.assigner.v1.LeaveResponse.hold_window:type_name -> google.protobuf.Duration
-	1,  // 30: dataservice.assigner.v1.AssignerService.Session:input_type -> dataservice.assigner.v1.SessionRequest
-	14, // 31: dataservice.assigner.v1.AssignerService.Leave:input_type -> dataservice.assigner.v1.LeaveRequest
-	8,  // 32: dataservice.assigner.v1.AssignerService.Session:output_type -> dataservice.assigner.v1.SessionResponse
-	15, // 33: dataservice.assigner.v1.AssignerService.Leave:output_type -> dataservice.assigner.v1.LeaveResponse
-	32, // [32:34] is the sub-list for method output_type
-	30, // [30:32] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	20, // 28: dataservice.assigner.v1.ConfigUpdate.lease_ttl:type_name -> google.protobuf.Duration
+	20, // 29: dataservice.assigner.v1.ConfigUpdate.heartbeat_interval:type_name -> google.protobuf.Duration
+	18, // 30: dataservice.assigner.v1.HeartbeatAck.renewed_leases:type_name -> dataservice.assigner.v1.LeaseRef
+	20, // 31: dataservice.assigner.v1.LeaveResponse.hold_window:type_name -> google.protobuf.Duration
+	1,  // 32: dataservice.assigner.v1.AssignerService.Session:input_type -> dataservice.assigner.v1.SessionRequest
+	14, // 33: dataservice.assigner.v1.AssignerService.Leave:input_type -> dataservice.assigner.v1.LeaveRequest
+	8,  // 34: dataservice.assigner.v1.AssignerService.Session:output_type -> dataservice.assigner.v1.SessionResponse
+	15, // 35: dataservice.assigner.v1.AssignerService.Leave:output_type -> dataservice.assigner.v1.LeaveResponse
+	34, // [34:36] is the sub-list for method output_type
+	32, // [32:34] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_dataservice_assigner_v1_assigner_proto_init() }

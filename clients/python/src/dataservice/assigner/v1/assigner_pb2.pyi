@@ -674,6 +674,8 @@ class ConfigUpdate(_message.Message):
     DEAD_LETTER_TOPIC_FIELD_NUMBER: _builtins.int
     ORDERING_FIELD_NUMBER: _builtins.int
     COMMIT_FENCING_FIELD_NUMBER: _builtins.int
+    LEASE_TTL_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_INTERVAL_FIELD_NUMBER: _builtins.int
     config_version: _builtins.int
     """Version of the group config this belongs to; ignore updates older than the current one."""
     max_deliveries: _builtins.int
@@ -700,6 +702,16 @@ class ConfigUpdate(_message.Message):
         default.
         """
 
+    @_builtins.property
+    def lease_ttl(self) -> _duration_pb2.Duration:
+        """The group's lease TTL and heartbeat interval (as in SessionAccepted): a kafka-fenced
+        group's may change live. The sidecar applies them from this config version on and
+        reports it (SessionHeartbeat.applied_config_version); until every member has, the
+        assigner expires members by the longer of the old and the new TTL. Unset = unchanged.
+        """
+
+    @_builtins.property
+    def heartbeat_interval(self) -> _duration_pb2.Duration: ...
     def __init__(
         self,
         *,
@@ -711,10 +723,12 @@ class ConfigUpdate(_message.Message):
         dead_letter_topic: _builtins.str = ...,
         ordering: _types_pb2.Ordering.ValueType = ...,
         commit_fencing: _types_pb2.CommitFencing.ValueType = ...,
+        lease_ttl: _duration_pb2.Duration | None = ...,
+        heartbeat_interval: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["visibility_timeout", b"visibility_timeout"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_fencing", b"commit_fencing", "config_version", b"config_version", "consumer_config", b"consumer_config", "dead_letter_topic", b"dead_letter_topic", "external_offset_changes", b"external_offset_changes", "max_deliveries", b"max_deliveries", "ordering", b"ordering", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_fencing", b"commit_fencing", "config_version", b"config_version", "consumer_config", b"consumer_config", "dead_letter_topic", b"dead_letter_topic", "external_offset_changes", b"external_offset_changes", "heartbeat_interval", b"heartbeat_interval", "lease_ttl", b"lease_ttl", "max_deliveries", b"max_deliveries", "ordering", b"ordering", "visibility_timeout", b"visibility_timeout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
