@@ -10,6 +10,7 @@ never ``subscribe()``, so Kafka never rebalances a leased group. In ``kafka_grou
 ``subscribe()`` one whose rebalance callbacks run here, inside ``consume()``, and back
 again when the group switches to leased mode. Every
 consumer call happens on this thread (other threads hand it commands and wait on a future).
+How long each poll() waits (busy, active, quiet): :mod:`~services.consumer_sidecar.poll_timing`.
 Leased mode's commits go through a second consumer of the group, on a commit thread of its
 own (:meth:`Fetcher.commit_async`); with ``commit_fencing: kafka`` through each lease's
 transactional producer instead (:mod:`~services.consumer_sidecar.kafka_fenced_commits`),
@@ -46,9 +47,8 @@ from confluent_kafka import (
     Message,
     TopicPartition,
 )
-from google.protobuf import timestamp_pb2
 
-from dataservice.common.v1 import common_pb2
+from services.consumer_sidecar import fetch_backpressure, poll_timing
 from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.kafka_fenced_commits import FencedCommitter, LeaseFenced
 from services.consumer_sidecar.partitions import UNLEASED_EPOCH, PartitionTable, Reverted
@@ -62,25 +62,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 R = TypeVar("R")
 
-# How long one poll() waits for records, which is also how long a command (a commit, an
-# assign) may wait for the poll() in progress: confluent-kafka serializes the calls on one
-# handle, and nothing wakes a poll() but a record or its timeout. A record ends the wait as
-# it arrives, so a short timeout only serves commands: the loop is busy (short waits) for a
-# while after a command, and after records only where an application's ack waits for a
-# commit on this thread (kafka_group mode, or no commit consumer). In leased mode commits
-# go through the commit consumer, and polling every 2 ms for a second after each record
-# kept a sidecar at 100 records/s busy-polling for good (issue 34).
-POLL_TIMEOUT_SECONDS = 0.05
-BUSY_POLL_TIMEOUT_SECONDS = 0.002
-BUSY_SECONDS = 1.0  # busy: a command (or a record, see above) within this long
-# Quiet: no record, no command and nothing to retry for this long. A quiet loop polls on
-# IDLE_POLL_TIMEOUT_SECONDS: 5 wake-ups a second instead of 20, which were the largest
-# share of an idle sidecar's CPU (issue 34; confluent-kafka has no call that ends a poll()
-# early, so this is also how long the first command after a quiet spell may wait: a grant
-# or a revoke reaching a sidecar that had nothing to do for QUIET_SECONDS). Any record or
-# command makes the loop active again at once.
-QUIET_SECONDS = 5.0
-IDLE_POLL_TIMEOUT_SECONDS = 0.2
 DEFERRED_COMMIT_RETRY_SECONDS = 0.2
 # Leaving kafka_group mode: how long Kafka may take to revoke the partitions after
 # unsubscribe(), beyond the time the revoke callback drains in-flight acks.
@@ -96,13 +77,6 @@ _OUT_OF_RANGE_ERRORS = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError._LOG
 _REBALANCE_COMMIT_ERRORS = frozenset(
     {KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID}
 )
-# A paused partition resumes once its buffer falls below this share of its cap.
-RESUME_FRACTION = 0.5
-# Leased mode: a partition is paused past this many times its fair share of the buffer
-# (one partition's backlog must not crowd the others out); the whole buffer full holds
-# consume() back (Fetcher._holding) for up to HOLD_SECONDS, then pauses partitions.
-LEASED_PARTITION_SHARE = 2
-HOLD_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -502,7 +476,7 @@ class Fetcher:
         consumer.unsubscribe()
         deadline = time.monotonic() + membership.drain_timeout + UNSUBSCRIBE_SECONDS
         while time.monotonic() < deadline:
-            messages = consumer.consume(self._batch, POLL_TIMEOUT_SECONDS)
+            messages = consumer.consume(self._batch, poll_timing.POLL_TIMEOUT_SECONDS)
             self.last_poll = time.monotonic()
             if messages:
                 self._buffer(messages)  # partitions not yet revoked still deliver
@@ -769,30 +743,30 @@ class Fetcher:
 
     def _run(self) -> None:
         busy_until = 0.0
-        quiet_at = self.last_poll + QUIET_SECONDS
+        quiet_at = self.last_poll + poll_timing.QUIET_SECONDS
         try:
             while not self._stop.is_set():
                 if self._run_commands():
-                    busy_until = self.last_poll + BUSY_SECONDS
-                    quiet_at = self.last_poll + QUIET_SECONDS
+                    busy_until = self.last_poll + poll_timing.BUSY_SECONDS
+                    quiet_at = self.last_poll + poll_timing.QUIET_SECONDS
                 self.on_loop(self.last_poll)
                 self._table.alive(time.monotonic())  # a stall of the process shows here
                 if self._holding():
-                    self._wake.wait(POLL_TIMEOUT_SECONDS)
+                    self._wake.wait(poll_timing.POLL_TIMEOUT_SECONDS)
                     self._wake.clear()
                     self.last_poll = time.monotonic()  # alive, holding back on purpose
-                    quiet_at = self.last_poll + QUIET_SECONDS
+                    quiet_at = self.last_poll + poll_timing.QUIET_SECONDS
                     continue
                 if self._deferred or self._resets:
-                    quiet_at = self.last_poll + QUIET_SECONDS  # retries are due soon
+                    quiet_at = self.last_poll + poll_timing.QUIET_SECONDS  # retries are due soon
                 poll_started = time.monotonic()
-                messages = self._take(poll_timeout(poll_started, busy_until, quiet_at))
+                messages = self._take(poll_timing.poll_timeout(poll_started, busy_until, quiet_at))
                 self.last_poll = time.monotonic()
                 self.on_poll(poll_started, self.last_poll)
                 if messages:
-                    quiet_at = self.last_poll + QUIET_SECONDS
+                    quiet_at = self.last_poll + poll_timing.QUIET_SECONDS
                     if self._commits_here():
-                        busy_until = self.last_poll + BUSY_SECONDS
+                        busy_until = self.last_poll + poll_timing.BUSY_SECONDS
                     self._buffer(messages)
                 self._apply_backpressure()
                 if self._commit_consumer is not None and self.last_poll >= self._serve_at:
@@ -940,71 +914,40 @@ class Fetcher:
         if self._full_since is None:
             self._full_since = now
         was = table.holding
-        table.holding = now - self._full_since < HOLD_SECONDS
+        table.holding = fetch_backpressure.still_holding(self._full_since, now)
         if table.holding and not was:
             table.on_backpressure()
         return table.holding
 
     def _apply_backpressure(self) -> None:
+        """Pause and resume partitions as :mod:`~services.consumer_sidecar.fetch_backpressure`
+        decides."""
         table = self._table
-        cap = table.per_partition_cap(1 if self.classic else LEASED_PARTITION_SHARE)
-        if self.classic:
-            over_total = table.buffered_bytes >= table.leased_cap
-        else:  # leased: full, and no longer held back (HOLD_SECONDS passed, see _holding)
-            over_total = (
-                table.buffered_bytes >= table.hold_at
-                and self._full_since is not None
-                and not table.holding
-            )
+        cap = table.per_partition_cap(fetch_backpressure.partition_share(self.classic))
+        over_total = fetch_backpressure.over_total(
+            classic=self.classic,
+            buffered=table.buffered_bytes,
+            leased_cap=table.leased_cap,
+            hold_at=table.hold_at,
+            full_since=self._full_since,
+            holding=table.holding,
+        )
         to_pause: list[TopicPartition] = []
         to_resume: list[TopicPartition] = []
         for part in table.snapshot():
             if part.suspended_at is not None or not part.ready:
                 continue  # paused by the lease keeper, not by backpressure
-            over = over_total or part.buffered_bytes >= cap
-            if over and not part.paused:
-                part.paused = True
-                to_pause.append(TopicPartition(part.tp.topic, part.tp.partition))
-            elif part.paused and not over_total and part.buffered_bytes < cap * RESUME_FRACTION:
-                part.paused = False
-                to_resume.append(TopicPartition(part.tp.topic, part.tp.partition))
+            change = fetch_backpressure.pause_change(
+                paused=part.paused, buffered=part.buffered_bytes, cap=cap, over_total=over_total
+            )
+            if change is None:
+                continue
+            part.paused = change
+            (to_pause if change else to_resume).append(
+                TopicPartition(part.tp.topic, part.tp.partition)
+            )
         if to_pause:
             self._consumer.pause(to_pause)
             table.on_backpressure()
         if to_resume:
             self._consumer.resume(to_resume)
-
-
-def poll_timeout(now: float, busy_until: float, quiet_at: float) -> float:
-    """How long the fetch loop's next poll() may wait: short while busy (a command, or
-    records whose acks wait for commits on this thread, within BUSY_SECONDS), long once
-    quiet (nothing for QUIET_SECONDS), POLL_TIMEOUT_SECONDS in between."""
-    if now < busy_until:
-        return BUSY_POLL_TIMEOUT_SECONDS
-    if now < quiet_at:
-        return POLL_TIMEOUT_SECONDS
-    return IDLE_POLL_TIMEOUT_SECONDS
-
-
-def _to_record(msg: Message) -> common_pb2.Record:
-    """One Message as a Record (ReadRange's RECORDS format)."""
-    record = common_pb2.Record(
-        topic=str(msg.topic()), partition=int(msg.partition() or 0), offset=int(msg.offset() or 0)
-    )
-    key = msg.key()
-    if key is not None:
-        record.key = key if isinstance(key, bytes) else str(key).encode()
-    value = msg.value()
-    if value is not None:
-        record.value = value if isinstance(value, bytes) else str(value).encode()
-    ts_type, ts = msg.timestamp()
-    if ts_type != 0 and ts >= 0:
-        record.timestamp.CopyFrom(
-            timestamp_pb2.Timestamp(seconds=ts // 1000, nanos=(ts % 1000) * 1_000_000)
-        )
-    headers = msg.headers()
-    if headers:
-        for hkey, hvalue in headers:  # type: ignore[str-unpack]  # list of (key, value)
-            raw = hvalue if isinstance(hvalue, bytes) else str(hvalue or "").encode()
-            record.headers.add(key=str(hkey), value=raw)
-    return record

@@ -33,9 +33,9 @@ from typing import Any
 
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from google.protobuf import timestamp_pb2
 
 from dataservice.common.v1 import common_pb2
-from services.consumer_sidecar.fetcher import _to_record
 from services.runtime.topic_partition import TP
 
 log = structlog.get_logger(__name__)
@@ -126,7 +126,7 @@ class RangeRead:
         next_offset = self._spec.to_offset
         while self._more():
             msg = self._backlog[0]
-            record = _to_record(msg)
+            record = to_record(msg)
             record.lease_epoch = self._spec.epoch
             msg_bytes = record.ByteSize() + RESPONSE_FIELD_OVERHEAD
             if records and size + msg_bytes > self._spec.max_bytes:
@@ -380,3 +380,27 @@ class RangeReaders:
             with contextlib.suppress(Exception):
                 consumer.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def to_record(msg: Message) -> common_pb2.Record:
+    """One Message as a Record (ReadRange's RECORDS format)."""
+    record = common_pb2.Record(
+        topic=str(msg.topic()), partition=int(msg.partition() or 0), offset=int(msg.offset() or 0)
+    )
+    key = msg.key()
+    if key is not None:
+        record.key = key if isinstance(key, bytes) else str(key).encode()
+    value = msg.value()
+    if value is not None:
+        record.value = value if isinstance(value, bytes) else str(value).encode()
+    ts_type, ts = msg.timestamp()
+    if ts_type != 0 and ts >= 0:
+        record.timestamp.CopyFrom(
+            timestamp_pb2.Timestamp(seconds=ts // 1000, nanos=(ts % 1000) * 1_000_000)
+        )
+    headers = msg.headers()
+    if headers:
+        for hkey, hvalue in headers:  # type: ignore[str-unpack]  # list of (key, value)
+            raw = hvalue if isinstance(hvalue, bytes) else str(hvalue or "").encode()
+            record.headers.add(key=str(hkey), value=raw)
+    return record

@@ -11,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.consumer_sidecar import arrow_chunks
-from services.consumer_sidecar.fetcher import _to_record
-from services.consumer_sidecar.reader import RangeRead, RangeSpec
+from services.consumer_sidecar.reader import RangeRead, RangeSpec, to_record
 from services.runtime.topic_partition import TP
 from spark.sources.arrow import BatchBuilder
 from tests.support.kafka_messages import Eof, Msg
@@ -42,7 +41,7 @@ def test_arrow_chunks_give_spark_the_rows_records_give_and_stay_in_budget(msgs: 
     data = arrow_chunks.encode(msgs)
     builder = BatchBuilder(arrow_chunks.SCHEMA, "raw", "raw")
     from_arrow = builder.build_ipc(data, start=100)
-    from_records = builder.build([_to_record(m) for m in msgs])  # type: ignore[arg-type]
+    from_records = builder.build([to_record(m) for m in msgs])  # type: ignore[arg-type]
     assert from_arrow.to_pylist() == from_records.to_pylist()
     assert pa_ipc.open_stream(data).schema.equals(arrow_chunks.SCHEMA)
     # What the chunker budgets for the rows bounds the stream it gets.

@@ -16,7 +16,8 @@ from dataservice.common.v1 import common_pb2
 from dsclient.records.batches import chunk_from_records
 from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.backpressure_watch import backpressured
-from services.consumer_sidecar.fetcher import HOLD_SECONDS, Fetcher
+from services.consumer_sidecar.fetch_backpressure import HOLD_SECONDS
+from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.partitions import Partition, PartitionTable
 from services.runtime.topic_partition import TP
 

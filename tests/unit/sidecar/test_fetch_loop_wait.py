@@ -18,15 +18,15 @@ from itertools import pairwise
 import pytest
 from confluent_kafka import Message
 
-from services.consumer_sidecar import fetcher as fetcher_module
-from services.consumer_sidecar.fetcher import (
+from services.consumer_sidecar import poll_timing
+from services.consumer_sidecar.fetcher import Fetcher
+from services.consumer_sidecar.partitions import PartitionTable
+from services.consumer_sidecar.poll_timing import (
     BUSY_POLL_TIMEOUT_SECONDS,
     IDLE_POLL_TIMEOUT_SECONDS,
     POLL_TIMEOUT_SECONDS,
-    Fetcher,
     poll_timeout,
 )
-from services.consumer_sidecar.partitions import PartitionTable
 
 BATCH = 5000
 
@@ -154,7 +154,7 @@ def test_a_quiet_loop_polls_on_the_long_timeout_until_a_record_or_a_command(
     """Issue 34: an idle sidecar's fetch loop woke 20 times a second (50 ms polls); once
     nothing happened for QUIET_SECONDS it polls on IDLE_POLL_TIMEOUT_SECONDS, and a
     command or a record makes it active again."""
-    monkeypatch.setattr(fetcher_module, "QUIET_SECONDS", 0.05)
+    monkeypatch.setattr(poll_timing, "QUIET_SECONDS", 0.05)
     consumer = RecordingConsumer()
     fetcher = leased_fetcher(consumer)
     fetcher.start()
