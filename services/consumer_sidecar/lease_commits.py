@@ -128,7 +128,7 @@ class LeaseCommitter:
         and lapsed leases suspended at their local deadline. Idle (nothing acked, no lease
         deadline), the loop sleeps until an ack or a commit asked for."""
         self._loop = asyncio.get_running_loop()
-        retry = False
+        retry = self._unverified_waiting()  # a stall seen before the loop ran
         while True:
             wait = (
                 self.commit_interval  # a failed round (Kafka, or a suspension) again
@@ -151,10 +151,21 @@ class LeaseCommitter:
                 await self.commit_all()
                 self.on_commit(None)
                 await self.suspend_expired()
+                retry = self._unverified_waiting()
             except Exception as exc:
                 log.warning("commit failed; will retry", error=str(exc))
                 self.on_commit(exc)
                 retry = True
+
+    def _unverified_waiting(self) -> bool:
+        """A lease a stall left unverified that this round could not commit (its fetching
+        not set up yet, or its grant not confirmed yet): the loop looks again after an
+        interval rather than sleeping until an ack that cannot come (nothing of it is
+        delivered meanwhile). Not one following an external commit (it commits nothing
+        until its lease ends)."""
+        return any(
+            p.unverified and not p.revoking and p.external is None for p in self.table.snapshot()
+        )
 
     def _stalled(self, gap: float, leases: int) -> None:
         """This process was away for ``gap`` seconds (stall_watch.py; either thread, the

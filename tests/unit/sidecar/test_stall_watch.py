@@ -141,3 +141,31 @@ def test_leases_with_a_local_deadline_are_not_held_back_by_a_stall() -> None:
         await asyncio.sleep(0)
 
     run(body)
+
+
+def test_a_lease_not_set_up_at_the_stall_is_verified_once_it_is() -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sidecar: Sidecar) -> None:
+        sidecar.keeper.kafka_fenced = True
+        part = sidecar.hold(P, epoch=1, start=100)
+        part.ready = False  # its fetching is still being set up when the stall is seen
+        committer = sidecar.keeper.committer
+        committer.commit_interval = 0.05
+        loop = asyncio.get_running_loop().create_task(committer.commit_loop())
+        try:
+            await asyncio.sleep(0.1)  # the loop runs, idle: nothing acked, no deadline
+            away(sidecar, 8.0)
+            sidecar.table.alive(time.monotonic())  # the fetch thread's turn sees the stall
+            assert part.unverified == 1
+            await asyncio.sleep(0.2)  # rounds ran: nothing to commit while not set up
+            assert sidecar.fetcher.commits == []
+            part.ready = True
+            for _ in range(100):  # no ack will come: the loop must look again by itself
+                if not part.unverified:
+                    break
+                await asyncio.sleep(0.05)
+            assert part.unverified == 0
+            assert [(c.offset, c.epoch) for c in sidecar.fetcher.commits] == [(100, 1)]
+        finally:
+            loop.cancel()
+
+    run(body)
