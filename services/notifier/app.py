@@ -166,7 +166,11 @@ class NotifierApp:
             ready=self._started,
         )
         self.webhook_relay = WebhookRelay(
-            self.outbox, hooks=hooks, egress=self.egress, timeout=settings.webhook_timeout_seconds
+            self.outbox,
+            hooks=hooks,
+            egress=self.egress,
+            timeout=settings.webhook_timeout_seconds,
+            max_attempts=settings.webhook_max_attempts,
         )
         self.render_relay = RenderRelay(
             self.outbox,

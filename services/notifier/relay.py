@@ -333,7 +333,8 @@ class KafkaRelay:
 
 
 # A webhook item failing this many times (transient failures: 5xx, timeouts, refused
-# connections) is dead-lettered; with the backoff (0.5 s doubling to 60 s) about 8 min.
+# connections) is dead-lettered; with the backoff (0.5 s doubling to 60 s) the first item
+# of a URL down from the start after about 5 min (setting webhook_max_attempts).
 MAX_WEBHOOK_ATTEMPTS = 12
 # Destinations looked at per round (each its oldest item).
 MAX_DESTINATIONS_PER_ROUND = 1000

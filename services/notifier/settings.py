@@ -201,6 +201,13 @@ class NotifierSettings(ServiceSettings):
     alerts: AlertSettings = Field(default_factory=AlertSettings)
     # How long one webhook delivery may take before it is retried.
     webhook_timeout_seconds: float = Field(5.0, gt=0, le=120)
+    webhook_max_attempts: int = Field(
+        12,
+        ge=1,
+        le=1000,
+        description="a webhook item failing this many times (5xx, timeout, refused) is "
+        "dead-lettered; backoff 0.5 s doubling to 60 s per URL: 12 is about 5 min",
+    )
     report_limits: ReportLimits = Field(default_factory=ReportLimits)
     dead_letters_max: int = Field(
         10_000, ge=1, le=1_000_000, description="dead letters kept in the outbox's table"

@@ -1,0 +1,310 @@
+"""Issue 37 acceptance on the real stack: one webhook destination down for a long time.
+
+A real notifier on the shared Kafka with two alert templates, each to its own local HTTP
+server: ``healthy`` answers 204 and records when each alert arrived; ``down`` answers 200
+during a short baseline window, then 503 to everything for the outage. Fault events are
+reported steadily (2/s) through the real ReportFault RPC, each for a group of its own (no
+storm suppression, no send-interval hold-back), so every event is one alert per template.
+
+At the end it prints, and asserts what is robust on a loaded machine:
+
+* every event reached the healthy destination exactly once (count), with its delivery
+  latency (report -> receipt) p50/p99/max in the baseline window and during the outage,
+  printed side by side; asserted only that no outage alert waited as long as the relay's
+  longest per-URL backoff (``max_backoff``, 60 s), i.e. the healthy URL never queued behind
+  the failing one's backoff;
+* the failing destination's items, from the notifier's own outbox database and its
+  ``ds_notifier_outbox_dead_letters_total`` metric: dead-lettered with "retry budget spent"
+  once the outage outlasted the budget (setting ``webhook_max_attempts``, default 12;
+  4 in the CI variant; backoff 0.5 s doubling to 60 s: with 12 the
+  first item after about 5 min), the rest still pending in order;
+* the outbox depth (``ds_notifier_outbox_pending{lane="webhook"}`` sampled every second),
+  whose max is printed and asserted under the per-destination bound (10 000 pending).
+
+The default (5 s baseline, 20 s outage) runs in CI; the 10-minute variant is ``long``
+(run it by hand: ``pytest -q -s -p no:cacheprovider -m long`` and this file);
+its output is in docs/operate/faults.md.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from dataservice.common.v1 import common_pb2
+from dataservice.notifier.v1 import notifier_pb2
+from services.devstack.kafka import delete_topic
+from services.notifier.outbox import MAX_PENDING_PER_DESTINATION, WEBHOOK_LANE
+from services.notifier.pipeline import OUTBOX_GAUGE_SECONDS
+from services.notifier.relay import MAX_WEBHOOK_ATTEMPTS
+from tests.support.mesh import Mesh, ServiceProcess
+from tests.support.notifier import (
+    fault,
+    metric_value,
+    notifier_config,
+    notifier_stub,
+    start_notifier,
+)
+from tests.support.ops import metrics
+from tests.support.waiting import wait_for
+
+RATE = 2.0  # events reported per second
+MAX_BACKOFF = 60.0  # WebhookRelay's default max_backoff
+
+
+def budget_seconds(attempts: int) -> float:
+    """When the first item of a URL failing from the start is dead-lettered: the waits
+    between its attempts (0.5 s doubling, capped at MAX_BACKOFF)."""
+    return sum(min(0.5 * 2**i, MAX_BACKOFF) for i in range(attempts - 1))
+
+
+class Receiver:
+    """A local webhook endpoint: records (group, receive time, X-DS-Id) per POST; answers
+    ``status`` (changeable while running)."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self.received: list[tuple[str, float, str]] = []
+        self.refused = 0
+        lock = threading.Lock()
+        me = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                at = time.monotonic()
+                status = me.status
+                with lock:
+                    if 200 <= status < 300:
+                        me.received.append((body.decode(), at, self.headers.get("X-DS-Id", "")))
+                    else:
+                        me.refused += 1
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:
+                """Quiet."""
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/hook"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@pytest.fixture
+def receivers() -> Iterator[tuple[Receiver, Receiver]]:
+    healthy, down = Receiver(204), Receiver(200)
+    try:
+        yield healthy, down
+    finally:
+        healthy.close()
+        down.close()
+
+
+def quantiles(latencies: list[float]) -> str:
+    if not latencies:
+        return "n=0"
+    ordered = sorted(latencies)
+    p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    return (
+        f"n={len(ordered)} p50={statistics.median(ordered):.3f}s p99={p99:.3f}s "
+        f"max={ordered[-1]:.3f}s"
+    )
+
+
+def outbox_view(path: Path, url: str) -> tuple[int, list[tuple[int, str]]]:
+    """The notifier's own outbox (read-only, WAL): items of ``url`` pending, and its dead
+    letters as (attempts, error)."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    try:
+        (pending,) = db.execute(
+            "SELECT COUNT(*) FROM outbox WHERE lane = ? AND destination = ?", (WEBHOOK_LANE, url)
+        ).fetchone()
+        dead = db.execute(
+            "SELECT attempts, error FROM dead_letter WHERE destination = ? ORDER BY seq", (url,)
+        ).fetchall()
+    finally:
+        db.close()
+    return int(pending), [(int(a), str(e)) for a, e in dead]
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("baseline", "outage", "attempts"),
+    [
+        # A budget of 4 attempts (3.5 s) so that CI sees it spent.
+        pytest.param(5.0, 20.0, 4, id="20s", marks=pytest.mark.timeout(240)),
+        pytest.param(
+            8.0,
+            600.0,
+            MAX_WEBHOOK_ATTEMPTS,
+            id="10min",
+            marks=[pytest.mark.long, pytest.mark.timeout(1200)],
+        ),
+    ],
+)
+def test_a_webhook_down_delays_no_other_and_is_dead_lettered_past_its_budget(
+    mesh: Mesh,
+    tmp_path: Path,
+    receivers: tuple[Receiver, Receiver],
+    baseline: float,
+    outage: float,
+    attempts: int,
+) -> None:
+    healthy, down = receivers
+    outbox = tmp_path / "outbox.sqlite"
+    run = uuid.uuid4().hex[:8]
+    # Templates of its own: on the shared broker another run's notifier would otherwise
+    # load this run's templates (and this one theirs) from the default topic.
+    templates_topic = f"ds.alert_templates.hookdown-{run}"
+    config = notifier_config(
+        tmp_path / "notifier.yaml",
+        alerts={"webhook_egress": ["127.0.0.1"]},
+        suppression_window_seconds={"*": 0},
+        templates_topic=templates_topic,
+        webhook_max_attempts=attempts,
+    )
+    notifier = start_notifier(mesh, outbox, config)
+    notifier.wait_serving(90)
+    try:
+        scenario(notifier, outbox, run, healthy, down, baseline, outage, attempts)
+    finally:
+        delete_topic(mesh.bootstrap, templates_topic)
+
+
+def scenario(
+    notifier: ServiceProcess,
+    outbox: Path,
+    run: str,
+    healthy: Receiver,
+    down: Receiver,
+    baseline: float,
+    outage: float,
+    attempts: int,
+) -> None:
+    budget = budget_seconds(attempts)
+    with notifier_stub(notifier.grpc_addr) as stub:
+        for name, receiver in (("healthy", healthy), ("down", down)):
+            template = notifier_pb2.AlertTemplate(
+                caller=f"hookdown-{run}",
+                name=name,
+                fault_types=[common_pb2.FAULT_TYPE_COMMIT_FAILED],
+                open_template="{{ group }}",
+            )
+            template.webhook.url = receiver.url
+            stub.PutAlertTemplate(
+                notifier_pb2.PutAlertTemplateRequest(
+                    template=template, request_id=str(uuid.uuid4())
+                ),
+                timeout=30,
+            )
+
+        depth: list[float] = []
+        sampling = threading.Event()
+
+        def sample() -> None:
+            while not sampling.wait(1.0):
+                try:
+                    text = metrics(notifier)
+                except OSError:
+                    continue
+                value = metric_value(text, "ds_notifier_outbox_pending", lane=WEBHOOK_LANE)
+                if value is not None:
+                    depth.append(value)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        sent: dict[str, tuple[float, bool]] = {}  # group -> (reported at, during the outage)
+        start = time.monotonic()
+        outage_from = start + baseline
+        end = outage_from + outage
+        i = 0
+        while (now := time.monotonic()) < end:
+            if now >= outage_from and down.status != 503:
+                down.status = 503
+            group = f"hookdown-{run}-{i:06d}"
+            at = time.monotonic()
+            stub.ReportFault(
+                notifier_pb2.ReportFaultRequest(
+                    event=fault(common_pb2.FAULT_TYPE_COMMIT_FAILED, group, message=str(i))
+                ),
+                timeout=30,
+            )
+            sent[group] = (at, at >= outage_from)
+            i += 1
+            time.sleep(max(0.0, start + i / RATE - time.monotonic()))
+
+    def all_arrived() -> bool:
+        return {g for g, _at, _id in healthy.received} >= set(sent)
+
+    wait_for(all_arrived, 120, "every alert at the healthy webhook")
+    time.sleep(OUTBOX_GAUGE_SECONDS + 1)  # a refresh of the outbox gauge after the last report
+    sampling.set()
+    sampler.join(10)
+    text = metrics(notifier)
+    dead_metric = metric_value(text, "ds_notifier_outbox_dead_letters_total", kind="alert")
+    pending_down, dead_down = outbox_view(outbox, down.url)
+    pending_healthy, dead_healthy = outbox_view(outbox, healthy.url)
+
+    latency = {False: [], True: []}  # type: dict[bool, list[float]]
+    for group, received_at, _id in healthy.received:
+        if group in sent:
+            reported_at, in_outage = sent[group]
+            latency[in_outage].append(received_at - reported_at)
+    ids = [i for _g, _at, i in healthy.received]
+    baseline_down = sum(1 for g, _at, _i in down.received if g in sent and not sent[g][1])
+    outage_events = sum(1 for _at, o in sent.values() if o)
+    budget_spent = [e for _a, e in dead_down if "retry budget spent" in e]
+    print(
+        f"\nwebhook down for {outage:.0f}s after a {baseline:.0f}s baseline, "
+        f"{RATE:.0f} events/s: {len(sent)} events ({outage_events} during the outage)\n"
+        f"healthy: {len(healthy.received)} alerts received, {len(set(ids))} distinct ids, "
+        f"{pending_healthy} pending, {len(dead_healthy)} dead-lettered\n"
+        f"  latency baseline: {quantiles(latency[False])}\n"
+        f"  latency outage:   {quantiles(latency[True])}\n"
+        f"down: {baseline_down} alerts received in the baseline, {down.refused} POSTs "
+        f"answered 503 in the outage; {len(dead_down)} dead-lettered "
+        f"({len(budget_spent)} retry budget spent, budget {attempts} attempts "
+        f"~{budget:.0f}s), {pending_down} pending\n"
+        f"  dead letters: {[(a, e[:90]) for a, e in dead_down[:3]]}\n"
+        f"ds_notifier_outbox_dead_letters_total{{kind=alert}}={dead_metric}\n"
+        f"outbox webhook lane depth: {len(depth)} samples, max {max(depth, default=0):.0f}, "
+        f"last {depth[-1] if depth else None}"
+    )
+
+    # The healthy destination: every event, once, none held behind the failing URL.
+    assert len(healthy.received) == len(sent) == len(set(ids))
+    assert pending_healthy == 0 and not dead_healthy
+    assert max(latency[True]) < MAX_BACKOFF, quantiles(latency[True])
+    # The failing destination: everything is accounted for, in the outbox or dead-lettered;
+    # past the budget its items are dead-lettered for that reason, not before.
+    assert baseline_down == len(sent) - outage_events
+    assert pending_down + len(dead_down) == outage_events
+    assert down.refused >= 2
+    assert all(a == attempts for a, _e in dead_down), dead_down
+    assert len(budget_spent) == len(dead_down)
+    assert (dead_metric or 0) == len(dead_down)
+    if outage > budget + 10:
+        assert budget_spent, "nothing dead-lettered past the retry budget"
+    elif outage < budget:
+        assert not dead_down
+    # Bounded: the lane never held more than the failing URL's bound (+ the healthy URL's
+    # in-flight items).
+    assert depth, "no ds_notifier_outbox_pending sample"
+    assert max(depth) <= MAX_PENDING_PER_DESTINATION + RATE * 10
