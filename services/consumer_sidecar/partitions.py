@@ -275,7 +275,10 @@ class PartitionTable:
 
     def alive(self, now: float) -> None:
         """Any thread: the process runs at ``now`` (the fetch thread calls it on every
-        turn of its loop). After a stall, Kafka-fenced leases are unverified."""
+        turn of its loop). After a stall, Kafka-fenced leases are unverified. Without one
+        (nearly always) the table's lock is not taken (StallWatch.running)."""
+        if self.stall.running(now):
+            return
         with self.lock:
             self._seen_locked(now)
 

@@ -17,8 +17,11 @@ fenced (it moved: dropped, as any fenced lease). Leases with a local deadline ne
 this: a stall past their deadline suspends them.
 
 A false alarm (a fetch thread blocked in a slow Kafka call while no client reads) costs one
-commit round trip of delay, nothing else. Pure logic; :class:`PartitionTable` holds it
-under its lock.
+commit round trip of delay, nothing else. Pure logic; :class:`PartitionTable` holds it.
+The fetch thread tells it the process runs on every turn of its loop: :meth:`StallWatch.
+running` answers that common case without the table's lock (a plain float store; the
+deliveries and acks of the event loop contend for that lock), and only a gap past the
+limit goes to :meth:`StallWatch.seen` under it.
 """
 
 from __future__ import annotations
@@ -42,6 +45,19 @@ class StallWatch:
     limit: float = math.inf  # seconds; inf until the session learns the group's TTL
     alive_at: float = -math.inf
     stalls: int = 0  # each stall's number marks the leases it left unverified
+
+    def running(self, now: float) -> bool:
+        """The process runs at ``now`` and nothing says it was away: recorded, True. False
+        (nothing recorded) when the gap may be a stall: then :meth:`seen` decides, under
+        the table's lock. Safe without a lock: two threads racing here can at worst store
+        the earlier of two clock readings, which only makes a later gap look longer (a
+        false alarm, cheap), never shorter."""
+        alive_at = self.alive_at
+        if now - alive_at > self.limit or not math.isfinite(alive_at):
+            return False
+        if now > alive_at:
+            self.alive_at = now
+        return True
 
     def seen(self, now: float) -> float | None:
         """The process runs at ``now``: the length of the absence that ended, if it was a
