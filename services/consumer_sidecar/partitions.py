@@ -250,6 +250,14 @@ class PartitionTable:
         cap = self.leased_cap
         return max(cap // 2, cap - self.prefetch_bytes)
 
+    def holds_at_least(self, records: int, max_bytes: int) -> bool:
+        """At least ``records`` records or ``max_bytes`` bytes are buffered (whether they
+        can all be taken now or not): a Stream lingering for more need not wait."""
+        if self.buffered_bytes >= max_bytes:
+            return True
+        with self.lock:
+            return sum(p.buffered_records for p in self.partitions.values()) >= records
+
     def per_partition_cap(self, share: int = 1) -> int:
         """A partition's buffer cap: ``share`` times its fair share of the total."""
         fair = self.leased_cap // max(len(self.partitions), 1)

@@ -26,6 +26,7 @@ MAX_ACKS = 100_000
 DEFAULT_RANGE_CHUNK_BYTES = 4 * 1024 * 1024
 MAX_COMMITS = 100_000
 MAX_NACK_DELAY = 12 * 3600.0  # seconds, as a visibility timeout at most
+MAX_LINGER = 1.0  # seconds: a Stream's linger (StreamOpen.linger) at most
 _FORMATS = (
     stream_pb2.DELIVERY_FORMAT_UNSPECIFIED,
     stream_pb2.DELIVERY_FORMAT_RECORDS,
@@ -114,6 +115,16 @@ def validate_delay(field_name: str, message: Any) -> float:
     if not 0 <= delay <= MAX_NACK_DELAY:
         raise invalid(field_name, f"must be between 0 and {MAX_NACK_DELAY:.0f} s")
     return delay
+
+
+def validate_linger(field_name: str, opened: stream_pb2.StreamOpen) -> float:
+    """A Stream's linger in seconds (unset = 0); INVALID_ARGUMENT out of [0, 1 s]."""
+    if not opened.HasField("linger"):
+        return 0.0
+    linger = float(opened.linger.seconds + opened.linger.nanos / 1e9)
+    if not 0 <= linger <= MAX_LINGER:
+        raise invalid(field_name, f"must be between 0 and {MAX_LINGER:.0f} s")
+    return linger
 
 
 def validate_format(field_name: str, value: int) -> int:

@@ -122,6 +122,10 @@ class Serving:
         (in flight until acked, nacked, released or past the visibility timeout)."""
         return self._table.take(max_records, max_bytes, holder)
 
+    def holds_at_least(self, records: int, max_bytes: int) -> bool:
+        """Whether a whole batch of these limits is buffered (a Stream's linger ends)."""
+        return self._table.holds_at_least(records, max_bytes)
+
     def written(self, slices: list[Slice]) -> None:
         """auto_ack: these slices were written to the client: they count as acked, and
         the commit loop commits them soon (nothing waits for it)."""

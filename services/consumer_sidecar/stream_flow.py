@@ -69,6 +69,10 @@ class StreamState:
     credit: Credit
     auto_ack: bool
     columns: bool  # DELIVERY_FORMAT_BATCHES
+    # StreamOpen.linger (seconds): the next batch goes out no sooner than this after the
+    # last one, unless a whole batch is buffered (batching in time at low rates; issue 34).
+    linger: float = 0.0
+    next_send_at: float = 0.0  # the event loop's clock: when the linger since the last ends
     # DELIVERY_FORMAT_ARROW_SHM: the stream's segment, and what was taken for the stream and
     # waits for room in it (delivered to the stream's holder already).
     segment: Segment | None = None

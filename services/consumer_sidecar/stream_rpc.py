@@ -43,6 +43,7 @@ from services.consumer_sidecar.request_checks import (
     validate_credit,
     validate_delay,
     validate_format,
+    validate_linger,
     validate_ranges,
 )
 from services.consumer_sidecar.serving import Serving
@@ -102,6 +103,7 @@ class StreamRpc:
         check_caller(opened.client_id, opened.group, self.serving.group)
         validate_credit("open.initial_credit", opened.initial_credit)
         delivery = validate_format("open.format", opened.format)
+        linger = validate_linger("open.linger", opened)
         shared = delivery == stream_pb2.DELIVERY_FORMAT_ARROW_SHM
         if shared and (self.shared_memory is None or not context.peer().startswith("unix:")):
             raise invalid("open.format", SHM_LOCAL_ONLY)
@@ -111,7 +113,11 @@ class StreamRpc:
         credit.add(opened.initial_credit.records, opened.initial_credit.bytes)
         columns = delivery == stream_pb2.DELIVERY_FORMAT_BATCHES
         state = StreamState(
-            credit=credit, auto_ack=opened.auto_ack, columns=columns, client_id=opened.client_id
+            credit=credit,
+            auto_ack=opened.auto_ack,
+            columns=columns,
+            client_id=opened.client_id,
+            linger=linger,
         )
         if shared:
             assert self.shared_memory is not None
@@ -159,11 +165,15 @@ class StreamRpc:
                     # would wait out the visibility timeout instead of going to another.
                     await self._wait(state, data=False)  # for a release
                     continue
+                if state.linger and await self._lingered(state, limits):
+                    continue
                 state.data.clear()
                 taken = self.serving.take(*state.credit.limits(*limits), holder)
                 if not taken:
                     await self._wait(state, data=True)
                     continue
+                if state.linger:
+                    state.next_send_at = asyncio.get_running_loop().time() + state.linger
                 state.credit.spend(sum(map(len, taken)), sum(s.data_bytes() for s in taken))
                 if state.segment is not None:
                     if clients is not None:
@@ -301,6 +311,25 @@ class StreamRpc:
         finally:
             state.unanswered -= 1
             state.room.set()  # an error ends the stream: the reader must not wait for room
+
+    async def _lingered(self, state: StreamState, limits: tuple[int, int]) -> bool:
+        """With a linger: the last batch went out less than the linger ago and less than a
+        whole batch is buffered; wait for the rest of it, or until more records are
+        buffered (looked at again) or the client sends something (its acks are answered
+        meanwhile). True if it waited."""
+        left = state.next_send_at - asyncio.get_running_loop().time()
+        if left <= 0 or self.serving.holds_at_least(*state.credit.limits(*limits)):
+            return False
+        state.data.clear()  # what is buffered now was looked at; wake for what comes next
+        state.data.wanted = True
+        try:
+            async with asyncio.timeout(left):
+                await state.wake.wait()
+        except TimeoutError:
+            pass
+        finally:
+            state.data.wanted = False
+        return True
 
     async def _wait(self, state: StreamState, *, data: bool) -> None:
         """Until the client sent something, or (with ``data``) records were buffered: one

@@ -1,7 +1,7 @@
 """Benchmark: what a pod pays for the mesh at the rates services really run (issue 34).
 
     .venv/bin/python tests/bench/bench_pod_cost.py [--short] [--bootstrap HOST:PORT]
-        [--rates 0,10,100,1000,10000] [--sizes 100,1024] [--paths S,F,Su,Fu,Cu]
+        [--rates 0,10,100,1000,10000] [--sizes 100,1024] [--paths S,F,Sl,Su,Fu,Cu]
         [--rounds N] [--window SECONDS] [--json PATH [--label TEXT]]
         [--ordering key|partition --keys N]
 
@@ -15,7 +15,9 @@ own, reading the same records from the end:
 (da) the same with ``enable.auto.commit`` (librdkafka's default, every 5 s), ``poll(1.0)``
      per record;
 (S), (F) ``DsClient.stream(use_stream_rpc=True)`` / ``DsClient.fetch`` over TCP, through a
-     sidecar of its own; (Su), (Fu) the same over the sidecar's Unix domain socket; (Cu)
+     sidecar of its own; (Sl) ``stream`` with a 50 ms linger (``StreamOpen.linger``:
+     records arriving one by one share a message); (Su), (Fu) the same over the
+     sidecar's Unix domain socket; (Cu)
      ``stream_columns`` over the socket (``ARROW_SHM``): each batch acked with
      ``ack_nowait`` and every answer checked at the end (the loops of ``bench_sidecar``'s
      latency row, whose code they run).
@@ -78,6 +80,7 @@ START_SECONDS = 300.0
 MESH_PATHS = {
     "S": ("DsClient.stream (Stream RPC) TCP", "stream", False),
     "F": ("DsClient.fetch TCP", "fetch", False),
+    "Sl": ("DsClient.stream (Stream RPC) TCP, linger 50 ms", "stream-linger", False),
     "Su": ("DsClient.stream (Stream RPC) UDS", "stream", True),
     "Fu": ("DsClient.fetch UDS", "fetch", True),
     "Cu": ("DsClient.stream_columns UDS (ARROW_SHM)", "columns", True),

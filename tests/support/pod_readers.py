@@ -28,6 +28,7 @@ PRODUCER_IDLE_TICK = 0.05  # and while its rate is 0
 # batch (bench_sidecar's latency row).
 CLIENT_RECORDS = 1_000
 FETCH_WAIT = 0.2
+STREAM_LINGER = 0.05  # "stream-linger": the Stream's linger (StreamOpen.linger), seconds
 
 
 def records_due(elapsed: float, rate: float) -> int:
@@ -62,8 +63,8 @@ class Arrivals:
 
 @dataclass(frozen=True)
 class Reader:
-    """One reader process: ``kind`` "commit" | "auto" (direct) or "stream" | "fetch" |
-    "columns" (DsClient, ``group`` at ``assigner``)."""
+    """One reader process: ``kind`` "commit" | "auto" (direct) or "stream" |
+    "stream-linger" | "fetch" | "columns" (DsClient, ``group`` at ``assigner``)."""
 
     key: str
     kind: str
@@ -188,7 +189,11 @@ def _client(reader: Reader, result: Arrivals, ready: Any, first: Any, stop: Any)
             batches: Iterator[Batch] | Iterator[ColumnBatch] = (
                 client.stream_columns(CLIENT_RECORDS)
                 if reader.kind == "columns"
-                else client.stream(CLIENT_RECORDS, use_stream_rpc=True)
+                else client.stream(
+                    CLIENT_RECORDS,
+                    use_stream_rpc=True,
+                    linger=STREAM_LINGER if reader.kind == "stream-linger" else 0.0,
+                )
             )
             for streamed in batches:
                 handle(streamed)

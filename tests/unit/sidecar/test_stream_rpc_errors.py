@@ -351,6 +351,10 @@ def test_stream_open_validation() -> None:
         invalid_field(
             await failure(stub.Stream(Requests(opening(nbytes=-1)))), "open.initial_credit.bytes"
         )
+        for seconds, nanos in ((2, 0), (0, -1)):  # over 1 s; negative
+            lingering = opening(records=1)
+            lingering.open.linger.CopyFrom(duration_pb2.Duration(seconds=seconds, nanos=nanos))
+            invalid_field(await failure(stub.Stream(Requests(lingering))), "open.linger")
 
     run(body)
 

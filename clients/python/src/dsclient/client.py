@@ -502,7 +502,11 @@ class DsClient:
         return [False] * len(spans)
 
     def stream(
-        self, max_records: int = 500, *, use_stream_rpc: bool | None = None
+        self,
+        max_records: int = 500,
+        *,
+        use_stream_rpc: bool | None = None,
+        linger: float = 0.0,
     ) -> Iterator[Batch]:
         """Batches as they arrive, until the client is closed; never an empty one.
 
@@ -519,6 +523,11 @@ class DsClient:
                 RPC.
             use_stream_rpc: Read over the ``Stream`` RPC instead of long-polling
                 ``Fetch``; default the constructor's choice.
+            linger: Over the ``Stream`` RPC, seconds (at most 1): each sidecar sends its
+                next batch no sooner than this after the last, unless a whole batch is
+                buffered, so at low rates records share messages and acks (less CPU in
+                the sidecar and the application per record, up to this much more
+                latency while records keep coming). 0: each batch at once.
 
         Yields:
             Batches of records, in offset order per partition.
@@ -530,7 +539,7 @@ class DsClient:
                 handed out).
         """
         if self.use_stream_rpc if use_stream_rpc is None else use_stream_rpc:
-            for batch in self._stream_rpc(max_records, columns=False):
+            for batch in self._stream_rpc(max_records, columns=False, linger=linger):
                 yield cast(Batch, batch)
             return
         while not self._binding.closed.is_set():
@@ -538,7 +547,9 @@ class DsClient:
             if batch:
                 yield batch
 
-    def stream_columns(self, max_records: int = 10_000) -> Iterator[ColumnBatch]:
+    def stream_columns(
+        self, max_records: int = 10_000, *, linger: float = 0.0
+    ) -> Iterator[ColumnBatch]:
         """Batches as Arrow columns as they arrive over the ``Stream`` RPC, until the client
         is closed; never an empty one.
 
@@ -566,6 +577,7 @@ class DsClient:
 
         Args:
             max_records: Each sidecar's credit: records on their way to the application.
+            linger: As :meth:`stream`'s.
 
         Yields:
             Column batches, rows in offset order per partition run.
@@ -576,10 +588,12 @@ class DsClient:
                 ``pip install 'dataservice-client[arrow]'``).
         """
         _require_arrow()
-        for batch in self._stream_rpc(max_records, columns=True):
+        for batch in self._stream_rpc(max_records, columns=True, linger=linger):
             yield cast(ColumnBatch, batch)
 
-    def _stream_rpc(self, window: int, *, columns: bool) -> Iterator[Batch | ColumnBatch]:
+    def _stream_rpc(
+        self, window: int, *, columns: bool, linger: float = 0.0
+    ) -> Iterator[Batch | ColumnBatch]:
         out: queue.SimpleQueue[tuple[SidecarStream, Batch | ColumnBatch | ClientError]] = (
             queue.SimpleQueue()
         )
@@ -589,7 +603,7 @@ class DsClient:
                 if failed is not None:
                     raise failed
                 self._binding.check()
-                self._sync_streams(out, window, columns)
+                self._sync_streams(out, window, columns, linger)
                 try:
                     arrived = [out.get(timeout=0.2)]
                 except queue.Empty:
@@ -638,6 +652,7 @@ class DsClient:
         out: queue.SimpleQueue[tuple[SidecarStream, Batch | ColumnBatch | ClientError]],
         window: int,
         columns: bool = False,
+        linger: float = 0.0,
     ) -> None:
         """One Stream per bound sidecar: open new ones, end those no longer bound, and
         replace those whose sidecar is not the bound one or whose thread ended.
@@ -663,20 +678,27 @@ class DsClient:
                     stopped.append(self._streams.pop(address))
             for address, sidecar in self._binding.sidecars.items():
                 if address not in self._streams:
-                    stream = SidecarStream(sidecar, self._stream_open(window), out, columns=columns)
+                    stream = SidecarStream(
+                        sidecar, self._stream_open(window, linger), out, columns=columns
+                    )
                     self._streams[address] = stream
                     stream.start()
         for stream in stopped:
             stream.stop()
 
-    def _stream_open(self, window: int) -> stream_pb2.StreamOpen:
-        return stream_pb2.StreamOpen(
+    def _stream_open(self, window: int, linger: float = 0.0) -> stream_pb2.StreamOpen:
+        opening = stream_pb2.StreamOpen(
             client_id=self.client_id,
             group=self.group,
             auto_ack=self.auto_ack,
             initial_credit=stream_pb2.StreamCredit(records=window),
             format=stream_pb2.DELIVERY_FORMAT_BATCHES,
         )
+        if linger:
+            if not 0 <= linger <= 1:
+                raise ValueError(f"linger must be between 0 and 1 s, not {linger}")
+            opening.linger.FromNanoseconds(round(linger * 1e9))
+        return opening
 
     def close(self) -> None:
         """Wait for the acks :meth:`ack_nowait` has on their way, give back what was

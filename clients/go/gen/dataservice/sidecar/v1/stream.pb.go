@@ -873,7 +873,14 @@ type StreamOpen struct {
 	// Credit granted up front; unset = nothing is sent until the first `credit`.
 	InitialCredit *StreamCredit `protobuf:"bytes,4,opt,name=initial_credit,json=initialCredit,proto3" json:"initial_credit,omitempty"`
 	// How the records are encoded in StreamBatch; unset = DELIVERY_FORMAT_RECORDS.
-	Format        DeliveryFormat `protobuf:"varint,5,opt,name=format,proto3,enum=dataservice.sidecar.v1.DeliveryFormat" json:"format,omitempty"`
+	Format DeliveryFormat `protobuf:"varint,5,opt,name=format,proto3,enum=dataservice.sidecar.v1.DeliveryFormat" json:"format,omitempty"`
+	// Batching in time for low rates: after sending a batch the sidecar sends the next one no
+	// sooner than this, unless a whole batch (the credit, or the per-message limit) is
+	// buffered already, so records arriving one by one share a message, its credit and its
+	// ack. Adds at most this much latency, only while records keep coming (the first record
+	// after a pause goes out at once). Unset or zero = each batch as soon as it can be taken;
+	// at most 1 s (INVALID_ARGUMENT beyond).
+	Linger        *durationpb.Duration `protobuf:"bytes,6,opt,name=linger,proto3" json:"linger,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -941,6 +948,13 @@ func (x *StreamOpen) GetFormat() DeliveryFormat {
 		return x.Format
 	}
 	return DeliveryFormat_DELIVERY_FORMAT_UNSPECIFIED
+}
+
+func (x *StreamOpen) GetLinger() *durationpb.Duration {
+	if x != nil {
+		return x.Linger
+	}
+	return nil
 }
 
 // Flow-control credit; adds to the client's outstanding credit. A batch is sent only while
@@ -2843,14 +2857,15 @@ const file_dataservice_sidecar_v1_stream_proto_rawDesc = "" +
 	"\x06credit\x18\x02 \x01(\v2$.dataservice.sidecar.v1.StreamCreditH\x00R\x06credit\x128\n" +
 	"\x04acks\x18\x03 \x01(\v2\".dataservice.sidecar.v1.StreamAcksH\x00R\x04acks\x12;\n" +
 	"\x05nacks\x18\x04 \x01(\v2#.dataservice.sidecar.v1.StreamNacksH\x00R\x05nacksB\x06\n" +
-	"\x04kind\"\xe7\x01\n" +
+	"\x04kind\"\x9a\x02\n" +
 	"\n" +
 	"StreamOpen\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x19\n" +
 	"\bauto_ack\x18\x03 \x01(\bR\aautoAck\x12K\n" +
 	"\x0einitial_credit\x18\x04 \x01(\v2$.dataservice.sidecar.v1.StreamCreditR\rinitialCredit\x12>\n" +
-	"\x06format\x18\x05 \x01(\x0e2&.dataservice.sidecar.v1.DeliveryFormatR\x06format\">\n" +
+	"\x06format\x18\x05 \x01(\x0e2&.dataservice.sidecar.v1.DeliveryFormatR\x06format\x121\n" +
+	"\x06linger\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06linger\">\n" +
 	"\fStreamCredit\x12\x18\n" +
 	"\arecords\x18\x01 \x01(\x05R\arecords\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\"\x99\x01\n" +
@@ -3095,64 +3110,65 @@ var file_dataservice_sidecar_v1_stream_proto_depIdxs = []int32{
 	12, // 9: dataservice.sidecar.v1.StreamRequest.nacks:type_name -> dataservice.sidecar.v1.StreamNacks
 	10, // 10: dataservice.sidecar.v1.StreamOpen.initial_credit:type_name -> dataservice.sidecar.v1.StreamCredit
 	0,  // 11: dataservice.sidecar.v1.StreamOpen.format:type_name -> dataservice.sidecar.v1.DeliveryFormat
-	17, // 12: dataservice.sidecar.v1.StreamAcks.acks:type_name -> dataservice.sidecar.v1.RecordAck
-	18, // 13: dataservice.sidecar.v1.StreamAcks.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	17, // 14: dataservice.sidecar.v1.StreamNacks.records:type_name -> dataservice.sidecar.v1.RecordAck
-	18, // 15: dataservice.sidecar.v1.StreamNacks.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	35, // 16: dataservice.sidecar.v1.StreamNacks.delay:type_name -> google.protobuf.Duration
-	14, // 17: dataservice.sidecar.v1.StreamResponse.batch:type_name -> dataservice.sidecar.v1.StreamBatch
-	15, // 18: dataservice.sidecar.v1.StreamResponse.ack_result:type_name -> dataservice.sidecar.v1.StreamAckResult
-	16, // 19: dataservice.sidecar.v1.StreamResponse.nack_result:type_name -> dataservice.sidecar.v1.StreamNackResult
-	36, // 20: dataservice.sidecar.v1.StreamBatch.records:type_name -> dataservice.common.v1.Record
-	6,  // 21: dataservice.sidecar.v1.StreamBatch.batches:type_name -> dataservice.sidecar.v1.RecordBatch
-	5,  // 22: dataservice.sidecar.v1.StreamBatch.shared:type_name -> dataservice.sidecar.v1.SharedBatch
-	20, // 23: dataservice.sidecar.v1.StreamAckResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	19, // 24: dataservice.sidecar.v1.StreamAckResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	20, // 25: dataservice.sidecar.v1.StreamNackResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	19, // 26: dataservice.sidecar.v1.StreamNackResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	18, // 27: dataservice.sidecar.v1.RejectedRangeAck.ack:type_name -> dataservice.sidecar.v1.RangeAck
-	1,  // 28: dataservice.sidecar.v1.RejectedRangeAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
-	17, // 29: dataservice.sidecar.v1.RejectedAck.ack:type_name -> dataservice.sidecar.v1.RecordAck
-	1,  // 30: dataservice.sidecar.v1.RejectedAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
-	17, // 31: dataservice.sidecar.v1.AckRequest.acks:type_name -> dataservice.sidecar.v1.RecordAck
-	18, // 32: dataservice.sidecar.v1.AckRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	20, // 33: dataservice.sidecar.v1.AckResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	19, // 34: dataservice.sidecar.v1.AckResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	17, // 35: dataservice.sidecar.v1.NackRequest.records:type_name -> dataservice.sidecar.v1.RecordAck
-	18, // 36: dataservice.sidecar.v1.NackRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	35, // 37: dataservice.sidecar.v1.NackRequest.delay:type_name -> google.protobuf.Duration
-	20, // 38: dataservice.sidecar.v1.NackResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	19, // 39: dataservice.sidecar.v1.NackResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	2,  // 40: dataservice.sidecar.v1.ReadRangeRequest.format:type_name -> dataservice.sidecar.v1.ReadFormat
-	36, // 41: dataservice.sidecar.v1.ReadRangeResponse.records:type_name -> dataservice.common.v1.Record
-	27, // 42: dataservice.sidecar.v1.CommitOffsetsRequest.offsets:type_name -> dataservice.sidecar.v1.OffsetCommit
-	27, // 43: dataservice.sidecar.v1.OffsetCommitResult.commit:type_name -> dataservice.sidecar.v1.OffsetCommit
-	1,  // 44: dataservice.sidecar.v1.OffsetCommitResult.reason:type_name -> dataservice.sidecar.v1.RejectReason
-	29, // 45: dataservice.sidecar.v1.CommitOffsetsResponse.results:type_name -> dataservice.sidecar.v1.OffsetCommitResult
-	35, // 46: dataservice.sidecar.v1.PartitionStatus.lease_deadline_remaining:type_name -> google.protobuf.Duration
-	38, // 47: dataservice.sidecar.v1.StatusResponse.mode:type_name -> dataservice.common.v1.GroupMode
-	32, // 48: dataservice.sidecar.v1.StatusResponse.partitions:type_name -> dataservice.sidecar.v1.PartitionStatus
-	34, // 49: dataservice.sidecar.v1.StatusResponse.consumer_config:type_name -> dataservice.sidecar.v1.StatusResponse.ConsumerConfigEntry
-	35, // 50: dataservice.sidecar.v1.StatusResponse.visibility_timeout:type_name -> google.protobuf.Duration
-	3,  // 51: dataservice.sidecar.v1.StreamService.Fetch:input_type -> dataservice.sidecar.v1.FetchRequest
-	8,  // 52: dataservice.sidecar.v1.StreamService.Stream:input_type -> dataservice.sidecar.v1.StreamRequest
-	21, // 53: dataservice.sidecar.v1.StreamService.Ack:input_type -> dataservice.sidecar.v1.AckRequest
-	23, // 54: dataservice.sidecar.v1.StreamService.Nack:input_type -> dataservice.sidecar.v1.NackRequest
-	25, // 55: dataservice.sidecar.v1.StreamService.ReadRange:input_type -> dataservice.sidecar.v1.ReadRangeRequest
-	28, // 56: dataservice.sidecar.v1.StreamService.CommitOffsets:input_type -> dataservice.sidecar.v1.CommitOffsetsRequest
-	31, // 57: dataservice.sidecar.v1.StreamService.Status:input_type -> dataservice.sidecar.v1.StatusRequest
-	4,  // 58: dataservice.sidecar.v1.StreamService.Fetch:output_type -> dataservice.sidecar.v1.FetchResponse
-	13, // 59: dataservice.sidecar.v1.StreamService.Stream:output_type -> dataservice.sidecar.v1.StreamResponse
-	22, // 60: dataservice.sidecar.v1.StreamService.Ack:output_type -> dataservice.sidecar.v1.AckResponse
-	24, // 61: dataservice.sidecar.v1.StreamService.Nack:output_type -> dataservice.sidecar.v1.NackResponse
-	26, // 62: dataservice.sidecar.v1.StreamService.ReadRange:output_type -> dataservice.sidecar.v1.ReadRangeResponse
-	30, // 63: dataservice.sidecar.v1.StreamService.CommitOffsets:output_type -> dataservice.sidecar.v1.CommitOffsetsResponse
-	33, // 64: dataservice.sidecar.v1.StreamService.Status:output_type -> dataservice.sidecar.v1.StatusResponse
-	58, // [58:65] is the sub-list for method output_type
-	51, // [51:58] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	35, // 12: dataservice.sidecar.v1.StreamOpen.linger:type_name -> google.protobuf.Duration
+	17, // 13: dataservice.sidecar.v1.StreamAcks.acks:type_name -> dataservice.sidecar.v1.RecordAck
+	18, // 14: dataservice.sidecar.v1.StreamAcks.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	17, // 15: dataservice.sidecar.v1.StreamNacks.records:type_name -> dataservice.sidecar.v1.RecordAck
+	18, // 16: dataservice.sidecar.v1.StreamNacks.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	35, // 17: dataservice.sidecar.v1.StreamNacks.delay:type_name -> google.protobuf.Duration
+	14, // 18: dataservice.sidecar.v1.StreamResponse.batch:type_name -> dataservice.sidecar.v1.StreamBatch
+	15, // 19: dataservice.sidecar.v1.StreamResponse.ack_result:type_name -> dataservice.sidecar.v1.StreamAckResult
+	16, // 20: dataservice.sidecar.v1.StreamResponse.nack_result:type_name -> dataservice.sidecar.v1.StreamNackResult
+	36, // 21: dataservice.sidecar.v1.StreamBatch.records:type_name -> dataservice.common.v1.Record
+	6,  // 22: dataservice.sidecar.v1.StreamBatch.batches:type_name -> dataservice.sidecar.v1.RecordBatch
+	5,  // 23: dataservice.sidecar.v1.StreamBatch.shared:type_name -> dataservice.sidecar.v1.SharedBatch
+	20, // 24: dataservice.sidecar.v1.StreamAckResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	19, // 25: dataservice.sidecar.v1.StreamAckResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	20, // 26: dataservice.sidecar.v1.StreamNackResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	19, // 27: dataservice.sidecar.v1.StreamNackResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	18, // 28: dataservice.sidecar.v1.RejectedRangeAck.ack:type_name -> dataservice.sidecar.v1.RangeAck
+	1,  // 29: dataservice.sidecar.v1.RejectedRangeAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
+	17, // 30: dataservice.sidecar.v1.RejectedAck.ack:type_name -> dataservice.sidecar.v1.RecordAck
+	1,  // 31: dataservice.sidecar.v1.RejectedAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
+	17, // 32: dataservice.sidecar.v1.AckRequest.acks:type_name -> dataservice.sidecar.v1.RecordAck
+	18, // 33: dataservice.sidecar.v1.AckRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	20, // 34: dataservice.sidecar.v1.AckResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	19, // 35: dataservice.sidecar.v1.AckResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	17, // 36: dataservice.sidecar.v1.NackRequest.records:type_name -> dataservice.sidecar.v1.RecordAck
+	18, // 37: dataservice.sidecar.v1.NackRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	35, // 38: dataservice.sidecar.v1.NackRequest.delay:type_name -> google.protobuf.Duration
+	20, // 39: dataservice.sidecar.v1.NackResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	19, // 40: dataservice.sidecar.v1.NackResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	2,  // 41: dataservice.sidecar.v1.ReadRangeRequest.format:type_name -> dataservice.sidecar.v1.ReadFormat
+	36, // 42: dataservice.sidecar.v1.ReadRangeResponse.records:type_name -> dataservice.common.v1.Record
+	27, // 43: dataservice.sidecar.v1.CommitOffsetsRequest.offsets:type_name -> dataservice.sidecar.v1.OffsetCommit
+	27, // 44: dataservice.sidecar.v1.OffsetCommitResult.commit:type_name -> dataservice.sidecar.v1.OffsetCommit
+	1,  // 45: dataservice.sidecar.v1.OffsetCommitResult.reason:type_name -> dataservice.sidecar.v1.RejectReason
+	29, // 46: dataservice.sidecar.v1.CommitOffsetsResponse.results:type_name -> dataservice.sidecar.v1.OffsetCommitResult
+	35, // 47: dataservice.sidecar.v1.PartitionStatus.lease_deadline_remaining:type_name -> google.protobuf.Duration
+	38, // 48: dataservice.sidecar.v1.StatusResponse.mode:type_name -> dataservice.common.v1.GroupMode
+	32, // 49: dataservice.sidecar.v1.StatusResponse.partitions:type_name -> dataservice.sidecar.v1.PartitionStatus
+	34, // 50: dataservice.sidecar.v1.StatusResponse.consumer_config:type_name -> dataservice.sidecar.v1.StatusResponse.ConsumerConfigEntry
+	35, // 51: dataservice.sidecar.v1.StatusResponse.visibility_timeout:type_name -> google.protobuf.Duration
+	3,  // 52: dataservice.sidecar.v1.StreamService.Fetch:input_type -> dataservice.sidecar.v1.FetchRequest
+	8,  // 53: dataservice.sidecar.v1.StreamService.Stream:input_type -> dataservice.sidecar.v1.StreamRequest
+	21, // 54: dataservice.sidecar.v1.StreamService.Ack:input_type -> dataservice.sidecar.v1.AckRequest
+	23, // 55: dataservice.sidecar.v1.StreamService.Nack:input_type -> dataservice.sidecar.v1.NackRequest
+	25, // 56: dataservice.sidecar.v1.StreamService.ReadRange:input_type -> dataservice.sidecar.v1.ReadRangeRequest
+	28, // 57: dataservice.sidecar.v1.StreamService.CommitOffsets:input_type -> dataservice.sidecar.v1.CommitOffsetsRequest
+	31, // 58: dataservice.sidecar.v1.StreamService.Status:input_type -> dataservice.sidecar.v1.StatusRequest
+	4,  // 59: dataservice.sidecar.v1.StreamService.Fetch:output_type -> dataservice.sidecar.v1.FetchResponse
+	13, // 60: dataservice.sidecar.v1.StreamService.Stream:output_type -> dataservice.sidecar.v1.StreamResponse
+	22, // 61: dataservice.sidecar.v1.StreamService.Ack:output_type -> dataservice.sidecar.v1.AckResponse
+	24, // 62: dataservice.sidecar.v1.StreamService.Nack:output_type -> dataservice.sidecar.v1.NackResponse
+	26, // 63: dataservice.sidecar.v1.StreamService.ReadRange:output_type -> dataservice.sidecar.v1.ReadRangeResponse
+	30, // 64: dataservice.sidecar.v1.StreamService.CommitOffsets:output_type -> dataservice.sidecar.v1.CommitOffsetsResponse
+	33, // 65: dataservice.sidecar.v1.StreamService.Status:output_type -> dataservice.sidecar.v1.StatusResponse
+	59, // [59:66] is the sub-list for method output_type
+	52, // [52:59] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_dataservice_sidecar_v1_stream_proto_init() }

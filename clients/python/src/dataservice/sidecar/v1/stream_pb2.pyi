@@ -498,6 +498,7 @@ class StreamOpen(_message.Message):
     AUTO_ACK_FIELD_NUMBER: _builtins.int
     INITIAL_CREDIT_FIELD_NUMBER: _builtins.int
     FORMAT_FIELD_NUMBER: _builtins.int
+    LINGER_FIELD_NUMBER: _builtins.int
     client_id: _builtins.str
     """Application client id."""
     group: _builtins.str
@@ -510,6 +511,16 @@ class StreamOpen(_message.Message):
     def initial_credit(self) -> Global___StreamCredit:
         """Credit granted up front; unset = nothing is sent until the first `credit`."""
 
+    @_builtins.property
+    def linger(self) -> _duration_pb2.Duration:
+        """Batching in time for low rates: after sending a batch the sidecar sends the next one no
+        sooner than this, unless a whole batch (the credit, or the per-message limit) is
+        buffered already, so records arriving one by one share a message, its credit and its
+        ack. Adds at most this much latency, only while records keep coming (the first record
+        after a pause goes out at once). Unset or zero = each batch as soon as it can be taken;
+        at most 1 s (INVALID_ARGUMENT beyond).
+        """
+
     def __init__(
         self,
         *,
@@ -518,10 +529,11 @@ class StreamOpen(_message.Message):
         auto_ack: _builtins.bool = ...,
         initial_credit: Global___StreamCredit | None = ...,
         format: Global___DeliveryFormat.ValueType = ...,
+        linger: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["initial_credit", b"initial_credit"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["initial_credit", b"initial_credit", "linger", b"linger"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["auto_ack", b"auto_ack", "client_id", b"client_id", "format", b"format", "group", b"group", "initial_credit", b"initial_credit"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auto_ack", b"auto_ack", "client_id", b"client_id", "format", b"format", "group", b"group", "initial_credit", b"initial_credit", "linger", b"linger"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
