@@ -16,7 +16,8 @@ own, reading the same records from the end:
      per record;
 (S), (F) ``DsClient.stream(use_stream_rpc=True)`` / ``DsClient.fetch`` over TCP, through a
      sidecar of its own; (Sl) ``stream`` with a 50 ms linger (``StreamOpen.linger``:
-     records arriving one by one share a message); (Su), (Fu) the same over the
+     records arriving one by one share a message); (Slf) the same, its group's consumer
+     config holding the sidecar's fetches up to 50 ms; (Su), (Fu) the same over the
      sidecar's Unix domain socket; (Cu)
      ``stream_columns`` over the socket (``ARROW_SHM``): each batch acked with
      ``ack_nowait`` and every answer checked at the end (the loops of ``bench_sidecar``'s
@@ -81,9 +82,16 @@ MESH_PATHS = {
     "S": ("DsClient.stream (Stream RPC) TCP", "stream", False),
     "F": ("DsClient.fetch TCP", "fetch", False),
     "Sl": ("DsClient.stream (Stream RPC) TCP, linger 50 ms", "stream-linger", False),
+    "Slf": ("Sl, group fetch.wait.max.ms 50, fetch.min.bytes 1 MiB", "stream-linger", False),
     "Su": ("DsClient.stream (Stream RPC) UDS", "stream", True),
     "Fu": ("DsClient.fetch UDS", "fetch", True),
     "Cu": ("DsClient.stream_columns UDS (ARROW_SHM)", "columns", True),
+}
+# A path's group settings (the assigner's YAML keys): Slf's group has the broker hold its
+# sidecar's fetches up to 50 ms (a live-configurable consumer property, `dsctl config set`),
+# so the fetch loop wakes per 50 ms of records, not per record.
+PATH_GROUP_SETTINGS = {
+    "Slf": {"consumer_config": "{fetch.wait.max.ms: '50', fetch.min.bytes: '1048576'}"}
 }
 # An ordered twin of a mesh path (--ordering): the path's key with this suffix.
 ORDERED_SUFFIX = {"key": "k", "partition": "p"}
@@ -501,12 +509,19 @@ def run(
         size: {key: f"g-pod-{key}-{topics[size]}" for key in profile.run_paths}
         for size in profile.sizes
     }
-    ordered = {
+    group_settings: dict[str, dict[str, str]] = {
         group: {"ordering": profile.ordering}
         for by_path in groups.values()
         for key, group in by_path.items()
         if twin_of(key) is not None
     }
+    for by_path in groups.values():
+        for key, group in by_path.items():
+            if key in PATH_GROUP_SETTINGS:
+                group_settings[group] = {
+                    **group_settings.get(group, {}),
+                    **PATH_GROUP_SETTINGS[key],
+                }
     for topic in topics.values():
         create_topic(bootstrap, topic, PARTITIONS)
     results = []
@@ -518,7 +533,7 @@ def run(
         assigner = mesh.assigner(
             [(g, [topics[s]]) for s in profile.sizes for g in groups[s].values()],
             *sidecar_args(notifier),
-            group_settings=ordered,
+            group_settings=group_settings,
             env={
                 "DS_STATE_TOPIC": f"__ds_assigner_state-pod-{run_id}",
                 "DS_STATE_TRANSACTIONAL_ID": f"ds-assigner-state-pod-{run_id}",
