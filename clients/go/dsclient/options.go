@@ -19,6 +19,7 @@ type config struct {
 	maxBytes   int64
 	maxWait    time.Duration
 	window     int32
+	linger     time.Duration
 	autoAck    bool
 	tls        tlsConfig
 	logger     *slog.Logger
@@ -50,6 +51,12 @@ func WithClientID(id string) Option { return func(c *config) { c.clientID = id }
 func WithMaxRecords(n int32) Option {
 	return func(c *config) { c.maxRecords, c.window = n, n }
 }
+
+// WithStreamLinger lets each sidecar hold a Stream's next batch up to d (at most 1 s)
+// after the last one unless a whole batch is buffered, so at low rates records share
+// messages and acks (less CPU for up to d more latency while records keep coming). 0 (the
+// default): each batch at once. The protocol's StreamOpen.linger.
+func WithStreamLinger(d time.Duration) Option { return func(c *config) { c.linger = d } }
 
 // WithMaxBytes bounds the keys and values of one Fetch (0: the sidecar's default, 1 MiB).
 func WithMaxBytes(n int64) Option { return func(c *config) { c.maxBytes = n } }

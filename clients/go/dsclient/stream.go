@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // streamItem is one batch (or the terminal error) of one sidecar's stream, with the
@@ -256,6 +257,9 @@ func (c *Client) streamOnce(ctx context.Context, s *sidecar, stub sidecarv1.Stre
 		ClientId: c.clientID, Group: c.group, AutoAck: c.cfg.autoAck,
 		InitialCredit: &sidecarv1.StreamCredit{Records: c.cfg.window},
 		Format:        sidecarv1.DeliveryFormat_DELIVERY_FORMAT_BATCHES,
+	}
+	if c.cfg.linger > 0 {
+		open.Linger = durationpb.New(c.cfg.linger)
 	}
 	if err := o.send(&sidecarv1.StreamRequest{Kind: &sidecarv1.StreamRequest_Open{Open: open}}); err != nil {
 		_, rerr := stream.Recv() // the status the send failed on

@@ -121,10 +121,11 @@ func (f *streamSidecar) Stream(s grpc.BidiStreamingServer[sidecarv1.StreamReques
 	}
 }
 
-func streamClient(t *testing.T, f *streamSidecar, window int32) *Client {
+func streamClient(t *testing.T, f *streamSidecar, window int32, opts ...Option) *Client {
 	f.addr = serve(t, func(s *grpc.Server) { sidecarv1.RegisterStreamServiceServer(s, f) })
 	asg := newFakeAssigner(t, bound(&assignerv1.Binding{Version: 1, Endpoints: []*assignerv1.SidecarEndpoint{{Address: f.addr}}}))
-	c, err := New(testContext(t), "g", WithAssigners(asg.addr), WithClientID("me"), WithMaxRecords(window))
+	opts = append([]Option{WithAssigners(asg.addr), WithClientID("me"), WithMaxRecords(window)}, opts...)
+	c, err := New(testContext(t), "g", opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,5 +216,31 @@ func TestAStreamThatEndsCleanlyIsOpenedAgain(t *testing.T) {
 	defer f.mu.Unlock()
 	if got != 6 || len(f.opens) != 2 {
 		t.Errorf("%d records, %d opens; want 6 and 2", got, len(f.opens))
+	}
+}
+
+// StreamOpen.linger: WithStreamLinger asks the sidecar to batch in time; without it the
+// opening carries none (each batch at once).
+func TestStreamOpensWithTheLingerAskedFor(t *testing.T) {
+	for _, linger := range []time.Duration{0, 50 * time.Millisecond} {
+		f := &streamSidecar{total: 2, per: 2}
+		c := streamClient(t, f, 4, WithStreamLinger(linger))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		for records, err := range c.Stream(ctx) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Ack(ctx, records); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		cancel()
+		f.mu.Lock()
+		open := f.opens[0]
+		f.mu.Unlock()
+		if got := open.GetLinger().AsDuration(); got != linger || (linger == 0) != (open.GetLinger() == nil) {
+			t.Errorf("linger %v: the opening carries %v", linger, open.GetLinger())
+		}
 	}
 }

@@ -9619,6 +9619,48 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      * @return The format.
      */
     dataservice.sidecar.v1.Stream.DeliveryFormat getFormat();
+
+    /**
+     * <pre>
+     * Batching in time for low rates: after sending a batch the sidecar sends the next one no
+     * sooner than this, unless a whole batch (the credit, or the per-message limit) is
+     * buffered already, so records arriving one by one share a message, its credit and its
+     * ack. Adds at most this much latency, only while records keep coming (the first record
+     * after a pause goes out at once). Unset or zero = each batch as soon as it can be taken;
+     * at most 1 s (INVALID_ARGUMENT beyond).
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration linger = 6;</code>
+     * @return Whether the linger field is set.
+     */
+    boolean hasLinger();
+    /**
+     * <pre>
+     * Batching in time for low rates: after sending a batch the sidecar sends the next one no
+     * sooner than this, unless a whole batch (the credit, or the per-message limit) is
+     * buffered already, so records arriving one by one share a message, its credit and its
+     * ack. Adds at most this much latency, only while records keep coming (the first record
+     * after a pause goes out at once). Unset or zero = each batch as soon as it can be taken;
+     * at most 1 s (INVALID_ARGUMENT beyond).
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration linger = 6;</code>
+     * @return The linger.
+     */
+    com.google.protobuf.Duration getLinger();
+    /**
+     * <pre>
+     * Batching in time for low rates: after sending a batch the sidecar sends the next one no
+     * sooner than this, unless a whole batch (the credit, or the per-message limit) is
+     * buffered already, so records arriving one by one share a message, its credit and its
+     * ack. Adds at most this much latency, only while records keep coming (the first record
+     * after a pause goes out at once). Unset or zero = each batch as soon as it can be taken;
+     * at most 1 s (INVALID_ARGUMENT beyond).
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration linger = 6;</code>
+     */
+    com.google.protobuf.DurationOrBuilder getLingerOrBuilder();
   }
   /**
    * <pre>
@@ -9838,6 +9880,59 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       return result == null ? dataservice.sidecar.v1.Stream.DeliveryFormat.UNRECOGNIZED : result;
     }
 
+    public static final int LINGER_FIELD_NUMBER = 6;
+    private com.google.protobuf.Duration linger_;
+    /**
+     * <pre>
+     * Batching in time for low rates: after sending a batch the sidecar sends the next one no
+     * sooner than this, unless a whole batch (the credit, or the per-message limit) is
+     * buffered already, so records arriving one by one share a message, its credit and its
+     * ack. Adds at most this much latency, only while records keep coming (the first record
+     * after a pause goes out at once). Unset or zero = each batch as soon as it can be taken;
+     * at most 1 s (INVALID_ARGUMENT beyond).
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration linger = 6;</code>
+     * @return Whether the linger field is set.
+     */
+    @java.lang.Override
+    public boolean hasLinger() {
+      return ((bitField0_ & 0x00000002) != 0);
+    }
+    /**
+     * <pre>
+     * Batching in time for low rates: after sending a batch the sidecar sends the next one no
+     * sooner than this, unless a whole batch (the credit, or the per-message limit) is
+     * buffered already, so records arriving one by one share a message, its credit and its
+     * ack. Adds at most this much latency, only while records keep coming (the first record
+     * after a pause goes out at once). Unset or zero = each batch as soon as it can be taken;
+     * at most 1 s (INVALID_ARGUMENT beyond).
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration linger = 6;</code>
+     * @return The linger.
+     */
+    @java.lang.Override
+    public com.google.protobuf.Duration getLinger() {
+      return linger_ == null ? com.google.protobuf.Duration.getDefaultInstance() : linger_;
+    }
+    /**
+     * <pre>
+     * Batching in time for low rates: after sending a batch the sidecar sends the next one no
+     * sooner than this, unless a whole batch (the credit, or the per-message limit) is
+     * buffered already, so records arriving one by one share a message, its credit and its
+     * ack. Adds at most this much latency, only while records keep coming (the first record
+     * after a pause goes out at once). Unset or zero = each batch as soon as it can be taken;
+     * at most 1 s (INVALID_ARGUMENT beyond).
+     * </pre>
+     *
+     * <code>.google.protobuf.Duration linger = 6;</code>
+     */
+    @java.lang.Override
+    public com.google.protobuf.DurationOrBuilder getLingerOrBuilder() {
+      return linger_ == null ? com.google.protobuf.Duration.getDefaultInstance() : linger_;
+    }
+
     private byte memoizedIsInitialized = -1;
     @java.lang.Override
     public final boolean isInitialized() {
@@ -9867,6 +9962,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       if (format_ != dataservice.sidecar.v1.Stream.DeliveryFormat.DELIVERY_FORMAT_UNSPECIFIED.getNumber()) {
         output.writeEnum(5, format_);
       }
+      if (((bitField0_ & 0x00000002) != 0)) {
+        output.writeMessage(6, getLinger());
+      }
       getUnknownFields().writeTo(output);
     }
 
@@ -9893,6 +9991,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       if (format_ != dataservice.sidecar.v1.Stream.DeliveryFormat.DELIVERY_FORMAT_UNSPECIFIED.getNumber()) {
         size += com.google.protobuf.CodedOutputStream
           .computeEnumSize(5, format_);
+      }
+      if (((bitField0_ & 0x00000002) != 0)) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeMessageSize(6, getLinger());
       }
       size += getUnknownFields().getSerializedSize();
       memoizedSize = size;
@@ -9921,6 +10023,11 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
             .equals(other.getInitialCredit())) return false;
       }
       if (format_ != other.format_) return false;
+      if (hasLinger() != other.hasLinger()) return false;
+      if (hasLinger()) {
+        if (!getLinger()
+            .equals(other.getLinger())) return false;
+      }
       if (!getUnknownFields().equals(other.getUnknownFields())) return false;
       return true;
     }
@@ -9945,6 +10052,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       }
       hash = (37 * hash) + FORMAT_FIELD_NUMBER;
       hash = (53 * hash) + format_;
+      if (hasLinger()) {
+        hash = (37 * hash) + LINGER_FIELD_NUMBER;
+        hash = (53 * hash) + getLinger().hashCode();
+      }
       hash = (29 * hash) + getUnknownFields().hashCode();
       memoizedHashCode = hash;
       return hash;
@@ -10080,6 +10191,7 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         if (com.google.protobuf.GeneratedMessage
                 .alwaysUseFieldBuilders) {
           internalGetInitialCreditFieldBuilder();
+          internalGetLingerFieldBuilder();
         }
       }
       @java.lang.Override
@@ -10095,6 +10207,11 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           initialCreditBuilder_ = null;
         }
         format_ = 0;
+        linger_ = null;
+        if (lingerBuilder_ != null) {
+          lingerBuilder_.dispose();
+          lingerBuilder_ = null;
+        }
         return this;
       }
 
@@ -10147,6 +10264,12 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         if (((from_bitField0_ & 0x00000010) != 0)) {
           result.format_ = format_;
         }
+        if (((from_bitField0_ & 0x00000020) != 0)) {
+          result.linger_ = lingerBuilder_ == null
+              ? linger_
+              : lingerBuilder_.build();
+          to_bitField0_ |= 0x00000002;
+        }
         result.bitField0_ |= to_bitField0_;
       }
 
@@ -10180,6 +10303,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         }
         if (other.format_ != 0) {
           setFormatValue(other.getFormatValue());
+        }
+        if (other.hasLinger()) {
+          mergeLinger(other.getLinger());
         }
         this.mergeUnknownFields(other.getUnknownFields());
         onChanged();
@@ -10234,6 +10360,13 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
                 bitField0_ |= 0x00000010;
                 break;
               } // case 40
+              case 50: {
+                input.readMessage(
+                    internalGetLingerFieldBuilder().getBuilder(),
+                    extensionRegistry);
+                bitField0_ |= 0x00000020;
+                break;
+              } // case 50
               default: {
                 if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                   done = true; // was an endgroup tag
@@ -10705,6 +10838,208 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         format_ = 0;
         onChanged();
         return this;
+      }
+
+      private com.google.protobuf.Duration linger_;
+      private com.google.protobuf.SingleFieldBuilder<
+          com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder> lingerBuilder_;
+      /**
+       * <pre>
+       * Batching in time for low rates: after sending a batch the sidecar sends the next one no
+       * sooner than this, unless a whole batch (the credit, or the per-message limit) is
+       * buffered already, so records arriving one by one share a message, its credit and its
+       * ack. Adds at most this much latency, only while records keep coming (the first record
+       * after a pause goes out at once). Unset or zero = each batch as soon as it can be taken;
+       * at most 1 s (INVALID_ARGUMENT beyond).
+       * </pre>
+       *
+       * <code>.google.protobuf.Duration linger = 6;</code>
+       * @return Whether the linger field is set.
+       */
+      public boolean hasLinger() {
+        return ((bitField0_ & 0x00000020) != 0);
+      }
+      /**
+       * <pre>
+       * Batching in time for low rates: after sending a batch the sidecar sends the next one no
+       * sooner than this, unless a whole batch (the credit, or the per-message limit) is
+       * buffered already, so records arriving one by one share a message, its credit and its
+       * ack. Adds at most this much latency, only while records keep coming (the first record
+       * after a pause goes out at once). Unset or zero = each batch as soon as it can be taken;
+       * at most 1 s (INVALID_ARGUMENT beyond).
+       * </pre>
+       *
+       * <code>.google.protobuf.Duration linger = 6;</code>
+       * @return The linger.
+       */
+      public com.google.protobuf.Duration getLinger() {
+        if (lingerBuilder_ == null) {
+          return linger_ == null ? com.google.protobuf.Duration.getDefaultInstance() : linger_;
+        } else {
+          return lingerBuilder_.getMessage();
+        }
+      }
+      /**
+       * <pre>
+       * Batching in time for low rates: after sending a batch the sidecar sends the next one no
+       * sooner than this, unless a whole batch (the credit, or the per-message limit) is
+       * buffered already, so records arriving one by one share a message, its credit and its
+       * ack. Adds at most this much latency, only while records keep coming (the first record
+       * after a pause goes out at once). Unset or zero = each batch as soon as it can be taken;
+       * at most 1 s (INVALID_ARGUMENT beyond).
+       * </pre>
+       *
+       * <code>.google.protobuf.Duration linger = 6;</code>
+       */
+      public Builder setLinger(com.google.protobuf.Duration value) {
+        if (lingerBuilder_ == null) {
+          if (value == null) {
+            throw new NullPointerException();
+          }
+          linger_ = value;
+        } else {
+          lingerBuilder_.setMessage(value);
+        }
+        bitField0_ |= 0x00000020;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * Batching in time for low rates: after sending a batch the sidecar sends the next one no
+       * sooner than this, unless a whole batch (the credit, or the per-message limit) is
+       * buffered already, so records arriving one by one share a message, its credit and its
+       * ack. Adds at most this much latency, only while records keep coming (the first record
+       * after a pause goes out at once). Unset or zero = each batch as soon as it can be taken;
+       * at most 1 s (INVALID_ARGUMENT beyond).
+       * </pre>
+       *
+       * <code>.google.protobuf.Duration linger = 6;</code>
+       */
+      public Builder setLinger(
+          com.google.protobuf.Duration.Builder builderForValue) {
+        if (lingerBuilder_ == null) {
+          linger_ = builderForValue.build();
+        } else {
+          lingerBuilder_.setMessage(builderForValue.build());
+        }
+        bitField0_ |= 0x00000020;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * Batching in time for low rates: after sending a batch the sidecar sends the next one no
+       * sooner than this, unless a whole batch (the credit, or the per-message limit) is
+       * buffered already, so records arriving one by one share a message, its credit and its
+       * ack. Adds at most this much latency, only while records keep coming (the first record
+       * after a pause goes out at once). Unset or zero = each batch as soon as it can be taken;
+       * at most 1 s (INVALID_ARGUMENT beyond).
+       * </pre>
+       *
+       * <code>.google.protobuf.Duration linger = 6;</code>
+       */
+      public Builder mergeLinger(com.google.protobuf.Duration value) {
+        if (lingerBuilder_ == null) {
+          if (((bitField0_ & 0x00000020) != 0) &&
+            linger_ != null &&
+            linger_ != com.google.protobuf.Duration.getDefaultInstance()) {
+            getLingerBuilder().mergeFrom(value);
+          } else {
+            linger_ = value;
+          }
+        } else {
+          lingerBuilder_.mergeFrom(value);
+        }
+        if (linger_ != null) {
+          bitField0_ |= 0x00000020;
+          onChanged();
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Batching in time for low rates: after sending a batch the sidecar sends the next one no
+       * sooner than this, unless a whole batch (the credit, or the per-message limit) is
+       * buffered already, so records arriving one by one share a message, its credit and its
+       * ack. Adds at most this much latency, only while records keep coming (the first record
+       * after a pause goes out at once). Unset or zero = each batch as soon as it can be taken;
+       * at most 1 s (INVALID_ARGUMENT beyond).
+       * </pre>
+       *
+       * <code>.google.protobuf.Duration linger = 6;</code>
+       */
+      public Builder clearLinger() {
+        bitField0_ = (bitField0_ & ~0x00000020);
+        linger_ = null;
+        if (lingerBuilder_ != null) {
+          lingerBuilder_.dispose();
+          lingerBuilder_ = null;
+        }
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * Batching in time for low rates: after sending a batch the sidecar sends the next one no
+       * sooner than this, unless a whole batch (the credit, or the per-message limit) is
+       * buffered already, so records arriving one by one share a message, its credit and its
+       * ack. Adds at most this much latency, only while records keep coming (the first record
+       * after a pause goes out at once). Unset or zero = each batch as soon as it can be taken;
+       * at most 1 s (INVALID_ARGUMENT beyond).
+       * </pre>
+       *
+       * <code>.google.protobuf.Duration linger = 6;</code>
+       */
+      public com.google.protobuf.Duration.Builder getLingerBuilder() {
+        bitField0_ |= 0x00000020;
+        onChanged();
+        return internalGetLingerFieldBuilder().getBuilder();
+      }
+      /**
+       * <pre>
+       * Batching in time for low rates: after sending a batch the sidecar sends the next one no
+       * sooner than this, unless a whole batch (the credit, or the per-message limit) is
+       * buffered already, so records arriving one by one share a message, its credit and its
+       * ack. Adds at most this much latency, only while records keep coming (the first record
+       * after a pause goes out at once). Unset or zero = each batch as soon as it can be taken;
+       * at most 1 s (INVALID_ARGUMENT beyond).
+       * </pre>
+       *
+       * <code>.google.protobuf.Duration linger = 6;</code>
+       */
+      public com.google.protobuf.DurationOrBuilder getLingerOrBuilder() {
+        if (lingerBuilder_ != null) {
+          return lingerBuilder_.getMessageOrBuilder();
+        } else {
+          return linger_ == null ?
+              com.google.protobuf.Duration.getDefaultInstance() : linger_;
+        }
+      }
+      /**
+       * <pre>
+       * Batching in time for low rates: after sending a batch the sidecar sends the next one no
+       * sooner than this, unless a whole batch (the credit, or the per-message limit) is
+       * buffered already, so records arriving one by one share a message, its credit and its
+       * ack. Adds at most this much latency, only while records keep coming (the first record
+       * after a pause goes out at once). Unset or zero = each batch as soon as it can be taken;
+       * at most 1 s (INVALID_ARGUMENT beyond).
+       * </pre>
+       *
+       * <code>.google.protobuf.Duration linger = 6;</code>
+       */
+      private com.google.protobuf.SingleFieldBuilder<
+          com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder> 
+          internalGetLingerFieldBuilder() {
+        if (lingerBuilder_ == null) {
+          lingerBuilder_ = new com.google.protobuf.SingleFieldBuilder<
+              com.google.protobuf.Duration, com.google.protobuf.Duration.Builder, com.google.protobuf.DurationOrBuilder>(
+                  getLinger(),
+                  getParentForChildren(),
+                  isClean());
+          linger_ = null;
+        }
+        return lingerBuilder_;
       }
 
       // @@protoc_insertion_point(builder_scope:dataservice.sidecar.v1.StreamOpen)
@@ -42520,137 +42855,138 @@ java.lang.String defaultValue) {
       "\001(\0132$.dataservice.sidecar.v1.StreamCredi" +
       "tH\000\0222\n\004acks\030\003 \001(\0132\".dataservice.sidecar." +
       "v1.StreamAcksH\000\0224\n\005nacks\030\004 \001(\0132#.dataser" +
-      "vice.sidecar.v1.StreamNacksH\000B\006\n\004kind\"\266\001" +
+      "vice.sidecar.v1.StreamNacksH\000B\006\n\004kind\"\341\001" +
       "\n\nStreamOpen\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group" +
       "\030\002 \001(\t\022\020\n\010auto_ack\030\003 \001(\010\022<\n\016initial_cred" +
       "it\030\004 \001(\0132$.dataservice.sidecar.v1.Stream" +
       "Credit\0226\n\006format\030\005 \001(\0162&.dataservice.sid" +
-      "ecar.v1.DeliveryFormat\".\n\014StreamCredit\022\017" +
-      "\n\007records\030\001 \001(\005\022\r\n\005bytes\030\002 \001(\003\"\201\001\n\nStrea" +
-      "mAcks\022/\n\004acks\030\001 \003(\0132!.dataservice.sideca" +
-      "r.v1.RecordAck\0220\n\006ranges\030\002 \003(\0132 .dataser" +
-      "vice.sidecar.v1.RangeAck\022\020\n\010released\030\003 \003" +
-      "(\003\"\235\001\n\013StreamNacks\0222\n\007records\030\001 \003(\0132!.da" +
-      "taservice.sidecar.v1.RecordAck\0220\n\006ranges" +
-      "\030\002 \003(\0132 .dataservice.sidecar.v1.RangeAck" +
-      "\022(\n\005delay\030\003 \001(\0132\031.google.protobuf.Durati" +
-      "on\"\316\001\n\016StreamResponse\0224\n\005batch\030\001 \001(\0132#.d" +
-      "ataservice.sidecar.v1.StreamBatchH\000\022=\n\na" +
-      "ck_result\030\002 \001(\0132\'.dataservice.sidecar.v1" +
-      ".StreamAckResultH\000\022?\n\013nack_result\030\003 \001(\0132" +
-      "(.dataservice.sidecar.v1.StreamNackResul" +
-      "tH\000B\006\n\004kind\"\250\001\n\013StreamBatch\022.\n\007records\030\001" +
-      " \003(\0132\035.dataservice.common.v1.Record\0224\n\007b" +
-      "atches\030\002 \003(\0132#.dataservice.sidecar.v1.Re" +
-      "cordBatch\0223\n\006shared\030\003 \003(\0132#.dataservice." +
-      "sidecar.v1.SharedBatch\"\245\001\n\017StreamAckResu" +
-      "lt\022\023\n\013acked_count\030\001 \001(\003\022:\n\rrejected_acks" +
-      "\030\002 \003(\0132#.dataservice.sidecar.v1.Rejected" +
-      "Ack\022A\n\017rejected_ranges\030\003 \003(\0132(.dataservi" +
-      "ce.sidecar.v1.RejectedRangeAck\"\270\001\n\020Strea" +
-      "mNackResult\022\024\n\014nacked_count\030\001 \001(\003\022:\n\rrej" +
-      "ected_acks\030\002 \003(\0132#.dataservice.sidecar.v" +
-      "1.RejectedAck\022A\n\017rejected_ranges\030\003 \003(\0132(" +
-      ".dataservice.sidecar.v1.RejectedRangeAck" +
-      "\022\017\n\007records\030\004 \001(\003\"R\n\tRecordAck\022\r\n\005topic\030" +
-      "\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\016\n\006offset\030\003 \001(\003" +
-      "\022\023\n\013lease_epoch\030\004 \001(\003\"i\n\010RangeAck\022\r\n\005top" +
-      "ic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\023\n\013from_offs" +
-      "et\030\003 \001(\003\022\021\n\tto_offset\030\004 \001(\003\022\023\n\013lease_epo" +
-      "ch\030\005 \001(\003\"\210\001\n\020RejectedRangeAck\022-\n\003ack\030\001 \001" +
-      "(\0132 .dataservice.sidecar.v1.RangeAck\0224\n\006" +
-      "reason\030\002 \001(\0162$.dataservice.sidecar.v1.Re" +
-      "jectReason\022\017\n\007message\030\003 \001(\t\"\204\001\n\013Rejected" +
-      "Ack\022.\n\003ack\030\001 \001(\0132!.dataservice.sidecar.v" +
-      "1.RecordAck\0224\n\006reason\030\002 \001(\0162$.dataservic" +
-      "e.sidecar.v1.RejectReason\022\017\n\007message\030\003 \001" +
-      "(\t\"\221\001\n\nAckRequest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005" +
-      "group\030\002 \001(\t\022/\n\004acks\030\003 \003(\0132!.dataservice." +
-      "sidecar.v1.RecordAck\0220\n\006ranges\030\004 \003(\0132 .d" +
-      "ataservice.sidecar.v1.RangeAck\"\241\001\n\013AckRe" +
-      "sponse\022\023\n\013acked_count\030\001 \001(\003\022:\n\rrejected_" +
-      "acks\030\002 \003(\0132#.dataservice.sidecar.v1.Reje" +
-      "ctedAck\022A\n\017rejected_ranges\030\003 \003(\0132(.datas" +
-      "ervice.sidecar.v1.RejectedRangeAck\"\314\001\n\013N" +
-      "ackRequest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002" +
-      " \001(\t\0222\n\007records\030\003 \003(\0132!.dataservice.side" +
-      "car.v1.RecordAck\0220\n\006ranges\030\004 \003(\0132 .datas" +
-      "ervice.sidecar.v1.RangeAck\022(\n\005delay\030\005 \001(" +
-      "\0132\031.google.protobuf.Duration\022\013\n\003all\030\006 \001(" +
-      "\010\"\264\001\n\014NackResponse\022\024\n\014nacked_count\030\001 \001(\003" +
-      "\022:\n\rrejected_acks\030\002 \003(\0132#.dataservice.si" +
-      "decar.v1.RejectedAck\022A\n\017rejected_ranges\030" +
-      "\003 \003(\0132(.dataservice.sidecar.v1.RejectedR" +
-      "angeAck\022\017\n\007records\030\004 \001(\003\"\305\001\n\020ReadRangeRe" +
-      "quest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022" +
-      "\r\n\005topic\030\003 \001(\t\022\021\n\tpartition\030\004 \001(\005\022\023\n\013fro" +
-      "m_offset\030\005 \001(\003\022\021\n\tto_offset\030\006 \001(\003\022\021\n\tmax" +
-      "_bytes\030\007 \001(\003\0222\n\006format\030\010 \001(\0162\".dataservi" +
-      "ce.sidecar.v1.ReadFormat\"\200\001\n\021ReadRangeRe" +
-      "sponse\022.\n\007records\030\001 \003(\0132\035.dataservice.co" +
-      "mmon.v1.Record\022\021\n\tarrow_ipc\030\002 \001(\014\022\023\n\013lea" +
-      "se_epoch\030\003 \001(\003\022\023\n\013next_offset\030\004 \001(\003\"U\n\014O" +
-      "ffsetCommit\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartition\030" +
-      "\002 \001(\005\022\016\n\006offset\030\003 \001(\003\022\023\n\013lease_epoch\030\004 \001" +
-      "(\003\"o\n\024CommitOffsetsRequest\022\021\n\tclient_id\030" +
-      "\001 \001(\t\022\r\n\005group\030\002 \001(\t\0225\n\007offsets\030\003 \003(\0132$." +
-      "dataservice.sidecar.v1.OffsetCommit\"\244\001\n\022" +
-      "OffsetCommitResult\0224\n\006commit\030\001 \001(\0132$.dat" +
-      "aservice.sidecar.v1.OffsetCommit\022\021\n\tcomm" +
-      "itted\030\002 \001(\010\0224\n\006reason\030\003 \001(\0162$.dataservic" +
-      "e.sidecar.v1.RejectReason\022\017\n\007message\030\004 \001" +
-      "(\t\"T\n\025CommitOffsetsResponse\022;\n\007results\030\001" +
-      " \003(\0132*.dataservice.sidecar.v1.OffsetComm" +
-      "itResult\"\017\n\rStatusRequest\"\252\002\n\017PartitionS" +
-      "tatus\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022" +
-      "\023\n\013lease_epoch\030\003 \001(\003\022;\n\030lease_deadline_r" +
-      "emaining\030\004 \001(\0132\031.google.protobuf.Duratio" +
-      "n\022\020\n\010position\030\005 \001(\003\022\030\n\020committed_offset\030" +
-      "\006 \001(\003\022\026\n\016high_watermark\030\007 \001(\003\022\030\n\020buffere" +
-      "d_records\030\010 \001(\003\022\026\n\016buffered_bytes\030\t \001(\003\022" +
-      "\016\n\006paused\030\n \001(\010\022\020\n\010inflight\030\013 \001(\003\022\013\n\003due" +
-      "\030\014 \001(\003\"\337\003\n\016StatusResponse\022\022\n\nsidecar_id\030" +
-      "\001 \001(\t\022\r\n\005group\030\002 \001(\t\022.\n\004mode\030\003 \001(\0162 .dat" +
-      "aservice.common.v1.GroupMode\022;\n\npartitio" +
-      "ns\030\004 \003(\0132\'.dataservice.sidecar.v1.Partit" +
-      "ionStatus\022\024\n\014buffer_bytes\030\005 \001(\003\022\030\n\020buffe" +
-      "r_cap_bytes\030\006 \001(\003\022S\n\017consumer_config\030\007 \003" +
-      "(\0132:.dataservice.sidecar.v1.StatusRespon" +
-      "se.ConsumerConfigEntry\022\026\n\016config_version" +
-      "\030\010 \001(\003\022\032\n\022assigner_connected\030\t \001(\010\0225\n\022vi" +
-      "sibility_timeout\030\n \001(\0132\031.google.protobuf" +
-      ".Duration\022\026\n\016max_deliveries\030\013 \001(\005\0325\n\023Con" +
-      "sumerConfigEntry\022\013\n\003key\030\001 \001(\t\022\r\n\005value\030\002" +
-      " \001(\t:\0028\001*\212\001\n\016DeliveryFormat\022\037\n\033DELIVERY_" +
-      "FORMAT_UNSPECIFIED\020\000\022\033\n\027DELIVERY_FORMAT_" +
-      "RECORDS\020\001\022\033\n\027DELIVERY_FORMAT_BATCHES\020\002\022\035" +
-      "\n\031DELIVERY_FORMAT_ARROW_SHM\020\003*\220\002\n\014Reject" +
-      "Reason\022\035\n\031REJECT_REASON_UNSPECIFIED\020\000\022\035\n" +
-      "\031REJECT_REASON_STALE_EPOCH\020\001\022\032\n\026REJECT_R" +
-      "EASON_NOT_HELD\020\002\022\037\n\033REJECT_REASON_LEASE_" +
-      "EXPIRED\020\003\022\037\n\033REJECT_REASON_NOT_DELIVERED" +
-      "\020\004\022%\n!REJECT_REASON_OFFSET_OUT_OF_RANGE\020" +
-      "\005\022\037\n\033REJECT_REASON_COMMIT_FAILED\020\006\022\034\n\030RE" +
-      "JECT_REASON_NOT_HOLDER\020\007*]\n\nReadFormat\022\033" +
-      "\n\027READ_FORMAT_UNSPECIFIED\020\000\022\027\n\023READ_FORM" +
-      "AT_RECORDS\020\001\022\031\n\025READ_FORMAT_ARROW_IPC\020\0022" +
-      "\220\005\n\rStreamService\022T\n\005Fetch\022$.dataservice" +
-      ".sidecar.v1.FetchRequest\032%.dataservice.s" +
-      "idecar.v1.FetchResponse\022[\n\006Stream\022%.data" +
-      "service.sidecar.v1.StreamRequest\032&.datas" +
-      "ervice.sidecar.v1.StreamResponse(\0010\001\022N\n\003" +
-      "Ack\022\".dataservice.sidecar.v1.AckRequest\032" +
-      "#.dataservice.sidecar.v1.AckResponse\022Q\n\004" +
-      "Nack\022#.dataservice.sidecar.v1.NackReques" +
-      "t\032$.dataservice.sidecar.v1.NackResponse\022" +
-      "b\n\tReadRange\022(.dataservice.sidecar.v1.Re" +
-      "adRangeRequest\032).dataservice.sidecar.v1." +
-      "ReadRangeResponse0\001\022l\n\rCommitOffsets\022,.d" +
-      "ataservice.sidecar.v1.CommitOffsetsReque" +
-      "st\032-.dataservice.sidecar.v1.CommitOffset" +
-      "sResponse\022W\n\006Status\022%.dataservice.sideca" +
-      "r.v1.StatusRequest\032&.dataservice.sidecar" +
-      ".v1.StatusResponseb\006proto3"
+      "ecar.v1.DeliveryFormat\022)\n\006linger\030\006 \001(\0132\031" +
+      ".google.protobuf.Duration\".\n\014StreamCredi" +
+      "t\022\017\n\007records\030\001 \001(\005\022\r\n\005bytes\030\002 \001(\003\"\201\001\n\nSt" +
+      "reamAcks\022/\n\004acks\030\001 \003(\0132!.dataservice.sid" +
+      "ecar.v1.RecordAck\0220\n\006ranges\030\002 \003(\0132 .data" +
+      "service.sidecar.v1.RangeAck\022\020\n\010released\030" +
+      "\003 \003(\003\"\235\001\n\013StreamNacks\0222\n\007records\030\001 \003(\0132!" +
+      ".dataservice.sidecar.v1.RecordAck\0220\n\006ran" +
+      "ges\030\002 \003(\0132 .dataservice.sidecar.v1.Range" +
+      "Ack\022(\n\005delay\030\003 \001(\0132\031.google.protobuf.Dur" +
+      "ation\"\316\001\n\016StreamResponse\0224\n\005batch\030\001 \001(\0132" +
+      "#.dataservice.sidecar.v1.StreamBatchH\000\022=" +
+      "\n\nack_result\030\002 \001(\0132\'.dataservice.sidecar" +
+      ".v1.StreamAckResultH\000\022?\n\013nack_result\030\003 \001" +
+      "(\0132(.dataservice.sidecar.v1.StreamNackRe" +
+      "sultH\000B\006\n\004kind\"\250\001\n\013StreamBatch\022.\n\007record" +
+      "s\030\001 \003(\0132\035.dataservice.common.v1.Record\0224" +
+      "\n\007batches\030\002 \003(\0132#.dataservice.sidecar.v1" +
+      ".RecordBatch\0223\n\006shared\030\003 \003(\0132#.dataservi" +
+      "ce.sidecar.v1.SharedBatch\"\245\001\n\017StreamAckR" +
+      "esult\022\023\n\013acked_count\030\001 \001(\003\022:\n\rrejected_a" +
+      "cks\030\002 \003(\0132#.dataservice.sidecar.v1.Rejec" +
+      "tedAck\022A\n\017rejected_ranges\030\003 \003(\0132(.datase" +
+      "rvice.sidecar.v1.RejectedRangeAck\"\270\001\n\020St" +
+      "reamNackResult\022\024\n\014nacked_count\030\001 \001(\003\022:\n\r" +
+      "rejected_acks\030\002 \003(\0132#.dataservice.sideca" +
+      "r.v1.RejectedAck\022A\n\017rejected_ranges\030\003 \003(" +
+      "\0132(.dataservice.sidecar.v1.RejectedRange" +
+      "Ack\022\017\n\007records\030\004 \001(\003\"R\n\tRecordAck\022\r\n\005top" +
+      "ic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\016\n\006offset\030\003 " +
+      "\001(\003\022\023\n\013lease_epoch\030\004 \001(\003\"i\n\010RangeAck\022\r\n\005" +
+      "topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\023\n\013from_o" +
+      "ffset\030\003 \001(\003\022\021\n\tto_offset\030\004 \001(\003\022\023\n\013lease_" +
+      "epoch\030\005 \001(\003\"\210\001\n\020RejectedRangeAck\022-\n\003ack\030" +
+      "\001 \001(\0132 .dataservice.sidecar.v1.RangeAck\022" +
+      "4\n\006reason\030\002 \001(\0162$.dataservice.sidecar.v1" +
+      ".RejectReason\022\017\n\007message\030\003 \001(\t\"\204\001\n\013Rejec" +
+      "tedAck\022.\n\003ack\030\001 \001(\0132!.dataservice.sideca" +
+      "r.v1.RecordAck\0224\n\006reason\030\002 \001(\0162$.dataser" +
+      "vice.sidecar.v1.RejectReason\022\017\n\007message\030" +
+      "\003 \001(\t\"\221\001\n\nAckRequest\022\021\n\tclient_id\030\001 \001(\t\022" +
+      "\r\n\005group\030\002 \001(\t\022/\n\004acks\030\003 \003(\0132!.dataservi" +
+      "ce.sidecar.v1.RecordAck\0220\n\006ranges\030\004 \003(\0132" +
+      " .dataservice.sidecar.v1.RangeAck\"\241\001\n\013Ac" +
+      "kResponse\022\023\n\013acked_count\030\001 \001(\003\022:\n\rreject" +
+      "ed_acks\030\002 \003(\0132#.dataservice.sidecar.v1.R" +
+      "ejectedAck\022A\n\017rejected_ranges\030\003 \003(\0132(.da" +
+      "taservice.sidecar.v1.RejectedRangeAck\"\314\001" +
+      "\n\013NackRequest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005grou" +
+      "p\030\002 \001(\t\0222\n\007records\030\003 \003(\0132!.dataservice.s" +
+      "idecar.v1.RecordAck\0220\n\006ranges\030\004 \003(\0132 .da" +
+      "taservice.sidecar.v1.RangeAck\022(\n\005delay\030\005" +
+      " \001(\0132\031.google.protobuf.Duration\022\013\n\003all\030\006" +
+      " \001(\010\"\264\001\n\014NackResponse\022\024\n\014nacked_count\030\001 " +
+      "\001(\003\022:\n\rrejected_acks\030\002 \003(\0132#.dataservice" +
+      ".sidecar.v1.RejectedAck\022A\n\017rejected_rang" +
+      "es\030\003 \003(\0132(.dataservice.sidecar.v1.Reject" +
+      "edRangeAck\022\017\n\007records\030\004 \001(\003\"\305\001\n\020ReadRang" +
+      "eRequest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001" +
+      "(\t\022\r\n\005topic\030\003 \001(\t\022\021\n\tpartition\030\004 \001(\005\022\023\n\013" +
+      "from_offset\030\005 \001(\003\022\021\n\tto_offset\030\006 \001(\003\022\021\n\t" +
+      "max_bytes\030\007 \001(\003\0222\n\006format\030\010 \001(\0162\".datase" +
+      "rvice.sidecar.v1.ReadFormat\"\200\001\n\021ReadRang" +
+      "eResponse\022.\n\007records\030\001 \003(\0132\035.dataservice" +
+      ".common.v1.Record\022\021\n\tarrow_ipc\030\002 \001(\014\022\023\n\013" +
+      "lease_epoch\030\003 \001(\003\022\023\n\013next_offset\030\004 \001(\003\"U" +
+      "\n\014OffsetCommit\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartiti" +
+      "on\030\002 \001(\005\022\016\n\006offset\030\003 \001(\003\022\023\n\013lease_epoch\030" +
+      "\004 \001(\003\"o\n\024CommitOffsetsRequest\022\021\n\tclient_" +
+      "id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\0225\n\007offsets\030\003 \003(\013" +
+      "2$.dataservice.sidecar.v1.OffsetCommit\"\244" +
+      "\001\n\022OffsetCommitResult\0224\n\006commit\030\001 \001(\0132$." +
+      "dataservice.sidecar.v1.OffsetCommit\022\021\n\tc" +
+      "ommitted\030\002 \001(\010\0224\n\006reason\030\003 \001(\0162$.dataser" +
+      "vice.sidecar.v1.RejectReason\022\017\n\007message\030" +
+      "\004 \001(\t\"T\n\025CommitOffsetsResponse\022;\n\007result" +
+      "s\030\001 \003(\0132*.dataservice.sidecar.v1.OffsetC" +
+      "ommitResult\"\017\n\rStatusRequest\"\252\002\n\017Partiti" +
+      "onStatus\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001" +
+      "(\005\022\023\n\013lease_epoch\030\003 \001(\003\022;\n\030lease_deadlin" +
+      "e_remaining\030\004 \001(\0132\031.google.protobuf.Dura" +
+      "tion\022\020\n\010position\030\005 \001(\003\022\030\n\020committed_offs" +
+      "et\030\006 \001(\003\022\026\n\016high_watermark\030\007 \001(\003\022\030\n\020buff" +
+      "ered_records\030\010 \001(\003\022\026\n\016buffered_bytes\030\t \001" +
+      "(\003\022\016\n\006paused\030\n \001(\010\022\020\n\010inflight\030\013 \001(\003\022\013\n\003" +
+      "due\030\014 \001(\003\"\337\003\n\016StatusResponse\022\022\n\nsidecar_" +
+      "id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022.\n\004mode\030\003 \001(\0162 ." +
+      "dataservice.common.v1.GroupMode\022;\n\nparti" +
+      "tions\030\004 \003(\0132\'.dataservice.sidecar.v1.Par" +
+      "titionStatus\022\024\n\014buffer_bytes\030\005 \001(\003\022\030\n\020bu" +
+      "ffer_cap_bytes\030\006 \001(\003\022S\n\017consumer_config\030" +
+      "\007 \003(\0132:.dataservice.sidecar.v1.StatusRes" +
+      "ponse.ConsumerConfigEntry\022\026\n\016config_vers" +
+      "ion\030\010 \001(\003\022\032\n\022assigner_connected\030\t \001(\010\0225\n" +
+      "\022visibility_timeout\030\n \001(\0132\031.google.proto" +
+      "buf.Duration\022\026\n\016max_deliveries\030\013 \001(\005\0325\n\023" +
+      "ConsumerConfigEntry\022\013\n\003key\030\001 \001(\t\022\r\n\005valu" +
+      "e\030\002 \001(\t:\0028\001*\212\001\n\016DeliveryFormat\022\037\n\033DELIVE" +
+      "RY_FORMAT_UNSPECIFIED\020\000\022\033\n\027DELIVERY_FORM" +
+      "AT_RECORDS\020\001\022\033\n\027DELIVERY_FORMAT_BATCHES\020" +
+      "\002\022\035\n\031DELIVERY_FORMAT_ARROW_SHM\020\003*\220\002\n\014Rej" +
+      "ectReason\022\035\n\031REJECT_REASON_UNSPECIFIED\020\000" +
+      "\022\035\n\031REJECT_REASON_STALE_EPOCH\020\001\022\032\n\026REJEC" +
+      "T_REASON_NOT_HELD\020\002\022\037\n\033REJECT_REASON_LEA" +
+      "SE_EXPIRED\020\003\022\037\n\033REJECT_REASON_NOT_DELIVE" +
+      "RED\020\004\022%\n!REJECT_REASON_OFFSET_OUT_OF_RAN" +
+      "GE\020\005\022\037\n\033REJECT_REASON_COMMIT_FAILED\020\006\022\034\n" +
+      "\030REJECT_REASON_NOT_HOLDER\020\007*]\n\nReadForma" +
+      "t\022\033\n\027READ_FORMAT_UNSPECIFIED\020\000\022\027\n\023READ_F" +
+      "ORMAT_RECORDS\020\001\022\031\n\025READ_FORMAT_ARROW_IPC" +
+      "\020\0022\220\005\n\rStreamService\022T\n\005Fetch\022$.dataserv" +
+      "ice.sidecar.v1.FetchRequest\032%.dataservic" +
+      "e.sidecar.v1.FetchResponse\022[\n\006Stream\022%.d" +
+      "ataservice.sidecar.v1.StreamRequest\032&.da" +
+      "taservice.sidecar.v1.StreamResponse(\0010\001\022" +
+      "N\n\003Ack\022\".dataservice.sidecar.v1.AckReque" +
+      "st\032#.dataservice.sidecar.v1.AckResponse\022" +
+      "Q\n\004Nack\022#.dataservice.sidecar.v1.NackReq" +
+      "uest\032$.dataservice.sidecar.v1.NackRespon" +
+      "se\022b\n\tReadRange\022(.dataservice.sidecar.v1" +
+      ".ReadRangeRequest\032).dataservice.sidecar." +
+      "v1.ReadRangeResponse0\001\022l\n\rCommitOffsets\022" +
+      ",.dataservice.sidecar.v1.CommitOffsetsRe" +
+      "quest\032-.dataservice.sidecar.v1.CommitOff" +
+      "setsResponse\022W\n\006Status\022%.dataservice.sid" +
+      "ecar.v1.StatusRequest\032&.dataservice.side" +
+      "car.v1.StatusResponseb\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -42699,7 +43035,7 @@ java.lang.String defaultValue) {
     internal_static_dataservice_sidecar_v1_StreamOpen_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamOpen_descriptor,
-        new java.lang.String[] { "ClientId", "Group", "AutoAck", "InitialCredit", "Format", });
+        new java.lang.String[] { "ClientId", "Group", "AutoAck", "InitialCredit", "Format", "Linger", });
     internal_static_dataservice_sidecar_v1_StreamCredit_descriptor =
       getDescriptor().getMessageType(7);
     internal_static_dataservice_sidecar_v1_StreamCredit_fieldAccessorTable = new

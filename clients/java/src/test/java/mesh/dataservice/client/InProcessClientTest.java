@@ -408,6 +408,7 @@ class InProcessClientTest {
       assertTrue(open.hasOpen());
       assertEquals(500, open.getOpen().getInitialCredit().getRecords());
       assertEquals(false, open.getOpen().getAutoAck());
+      assertEquals(false, open.getOpen().hasLinger(), "no linger unless asked for");
       List<DsRecord> second = client.poll(Duration.ofSeconds(2));
       assertEquals(1, second.size());
       assertEquals(2, s1.streamed.get(1).getCredit().getRecords(), "credit back for the batch");
@@ -418,6 +419,26 @@ class InProcessClientTest {
       assertEquals(10, acks.getAcks().getRanges(0).getFromOffset());
       assertEquals(12, acks.getAcks().getRanges(0).getToOffset());
     }
+  }
+
+  @Test
+  void aStreamOpensWithTheLingerAskedFor() throws Exception {
+    FakeAssigner assigner = new FakeAssigner();
+    assigner.binding = BindingStateTest.binding(1, "s1");
+    FakeSidecar s1 = new FakeSidecar("s1");
+    s1.batches.add(batch(2, 5, 10));
+    serve("assigner", assigner);
+    serve("s1", s1);
+    try (DsClient client = DsClient.builder("g").assigner("assigner").clientId("c1")
+        .channels(new InProcessChannels()).streamLinger(Duration.ofMillis(50)).build()) {
+      client.stream();
+      assertEquals(1, client.poll(Duration.ofSeconds(2)).size());
+      StreamRequest open = s1.streamed.get(0);
+      assertTrue(open.getOpen().hasLinger());
+      assertEquals(50_000_000, open.getOpen().getLinger().getNanos());
+    }
+    assertThrows(IllegalArgumentException.class,
+        () -> DsClient.builder("g").streamLinger(Duration.ofSeconds(2)));
   }
 
   @Test
