@@ -4,14 +4,20 @@
 from __future__ import annotations
 
 import importlib.util
+import ssl
 import stat
+import urllib.request
 from pathlib import Path
 from types import ModuleType
 
 import jwt
+import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 
+from dsclient.connection import TlsConfig
 from services.devstack import compose_security, podman
+from services.runtime.http import HttpEndpoint
 
 REPO = podman.REPO
 
@@ -112,3 +118,37 @@ def test_the_health_check_probes_https_with_the_services_certificate() -> None:
     assert check.tls_context(env) is None
     secure = {**env, "DS_TLS__CERT_FILE": "/pki/assigner.pem"}
     assert check.healthz_url(argv, secure) == "https://127.0.0.1:7171/healthz"
+
+
+def test_the_health_check_passes_an_mtls_port_with_the_services_own_certificate(
+    tmp_path: Path,
+) -> None:
+    """A real HTTP endpoint requiring client certificates: the check's context (the
+    service's CA and certificate) gets /healthz; without a certificate it is refused."""
+    pki = compose_security.make_compose_pki(tmp_path / "pki")
+    tls = TlsConfig(
+        ca_file=pki.ca,
+        cert_file=pki.cert("assigner"),
+        key_file=pki.key("assigner"),
+        client_auth="require",
+    )
+    http = HttpEndpoint(
+        "127.0.0.1", 0, CollectorRegistry(), lambda: (True, {"service": "x"}), tls=tls
+    )
+    http.start()
+    try:
+        check = _healthcheck()
+        env = {
+            "DS_HTTP_PORT": str(http.port),
+            "DS_TLS__CA_FILE": str(pki.ca),
+            "DS_TLS__CERT_FILE": str(pki.cert("assigner")),
+            "DS_TLS__KEY_FILE": str(pki.key("assigner")),
+        }
+        url = check.healthz_url(["ds-assigner"], env)
+        with urllib.request.urlopen(url, timeout=5, context=check.tls_context(env)) as response:
+            assert response.status == 200
+        no_cert = ssl.create_default_context(cafile=str(pki.ca))
+        with pytest.raises(OSError):
+            urllib.request.urlopen(url, timeout=5, context=no_cert)
+    finally:
+        http.stop()
