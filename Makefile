@@ -61,8 +61,10 @@ test-unit:
 images:
 	$(VENV)/python -m services.devstack.images
 
+# Secure by default (mTLS and tokens; the PKI in deploy/.compose/pki); PLAINTEXT=1 is a
+# developer's opt-in to no TLS, no tokens.
 compose-up: images
-	$(VENV)/python -m services.devstack.compose up
+	$(VENV)/python -m services.devstack.compose up $(if $(PLAINTEXT),--plaintext)
 
 compose-down:
 	$(VENV)/python -m services.devstack.compose down

@@ -20,6 +20,15 @@ Each takes --help.
 USAGE
 }
 
+# DS_PLAINTEXT=1: a developer's opt-in to plaintext (`python -m services.devstack.compose up
+# --plaintext`): every DS_TLS__* and DS_AUTH__* variable is dropped before the service
+# starts, so it serves without TLS, tokens or authorization whatever else set them.
+if [ "${DS_PLAINTEXT:-0}" = 1 ]; then
+  for var in $(env | sed -n 's/^\(DS_TLS__[A-Z0-9_]*\|DS_AUTH__[A-Z0-9_]*\)=.*/\1/p'); do
+    unset "$var"
+  done
+fi
+
 service="${1:-help}"
 [ "$#" -gt 0 ] && shift
 case "$service" in

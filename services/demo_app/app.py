@@ -67,8 +67,14 @@ class DemoApp:
 
     def run(self) -> None:
         """Serve HTTP, then read and ack until :meth:`request_stop`."""
+        tls = self.settings.tls
         http = HttpEndpoint(
-            self.settings.host, self.settings.http_port, self.registry, self.health, self.routes()
+            self.settings.host,
+            self.settings.http_port,
+            self.registry,
+            self.health,
+            self.routes(),
+            tls=tls if tls.server_enabled else None,  # HTTPS (mTLS) beside a secure mesh
         )
         http.start()
         log.info("listening", http=f"{self.settings.host}:{http.port}")
@@ -95,6 +101,7 @@ class DemoApp:
                 assigner=self.settings.assigner,
                 consul=self.settings.consul,
                 max_wait=self.settings.fetch_wait_seconds,
+                connection=self.settings.connection,  # DS_TLS__*: mTLS and its tokens
             )
         except (grpc.RpcError, ClientError) as exc:
             self._errors.inc()

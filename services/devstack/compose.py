@@ -10,7 +10,14 @@ it passes, or, for a dependency with ``condition: service_completed_successfully
 until it exited with 0. Starting everything at once is not enough: an assigner that starts
 while one broker is up creates its state topic with replication 1.
 
-    python -m services.devstack.compose up      # up -d, then wait until healthy
+Secure by default: ``up`` first makes the stack's PKI, tokens and policy on the host
+(:mod:`services.devstack.compose_security`), which the compose file mounts read-only; every
+mesh service then serves TLS with mTLS and wants a token. ``up --plaintext`` is the
+developer's opt-in to plaintext (no TLS, no tokens, no authorization).
+
+    python -m services.devstack.compose up      # PKI, up -d, then wait until healthy
+    python -m services.devstack.compose up --plaintext
+    python -m services.devstack.compose pki     # only the PKI (before `docker compose up`)
     python -m services.devstack.compose status  # each container, its state and health
     python -m services.devstack.compose down    # down -v, then check nothing is left
 """
@@ -29,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from services.devstack import podman
+from services.devstack import compose_security, podman
 
 COMPOSE_FILE = podman.REPO / "deploy" / "docker-compose.yml"
 PROJECT = "dataservice"  # the file's top-level `name`
@@ -197,8 +204,28 @@ def wait_completed(service: str, timeout: float) -> None:
     )
 
 
-def up(env: Mapping[str, str] | None = None, timeout: float = UP_TIMEOUT) -> list[Container]:
-    """Start the stack wave by wave, each wave healthy (or completed) before the next."""
+def security_env(plaintext: bool, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A fresh PKI for the stack, and the variables the compose file reads for it: where it
+    is (``DS_COMPOSE_PKI``) and, with ``plaintext``, ``DS_PLAINTEXT=1`` and a Prometheus
+    configuration scraping over plain HTTP (unless ``env`` names one)."""
+    pki = compose_security.make_compose_pki()
+    out = {**(env or {}), "DS_COMPOSE_PKI": str(pki.directory)}
+    if plaintext:
+        out["DS_PLAINTEXT"] = "1"
+        if "DS_PROMETHEUS_CONFIG" not in out:
+            secure_config = COMPOSE_FILE.parent / "prometheus" / "prometheus-compose.yml"
+            plain = compose_security.write_plaintext_prometheus(secure_config, pki.directory.parent)
+            out["DS_PROMETHEUS_CONFIG"] = str(plain)
+    return out
+
+
+def up(
+    env: Mapping[str, str] | None = None, timeout: float = UP_TIMEOUT, *, plaintext: bool = False
+) -> list[Container]:
+    """Make the stack's PKI, then start the stack wave by wave, each wave healthy (or
+    completed) before the next; ``plaintext``: the developer's opt-in to no TLS, no
+    tokens."""
+    env = security_env(plaintext, env)
     services: Mapping[str, Any] = yaml.safe_load(COMPOSE_FILE.read_text())["services"]
     one_shots = completed_conditions(services)
     deadline = time.monotonic() + timeout
@@ -247,20 +274,44 @@ def status() -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m services.devstack.compose")
-    parser.add_argument("command", choices=["up", "wait", "status", "down"])
+    parser.add_argument("command", choices=["up", "pki", "wait", "status", "down"])
+    parser.add_argument(
+        "--plaintext",
+        action="store_true",
+        help="up: no TLS, no tokens, no authorization (a developer's opt-in; the default is "
+        "mTLS and tokens everywhere)",
+    )
     args = parser.parse_args(argv)
     try:
+        if args.command == "pki":
+            print(compose_security.make_compose_pki().directory)
+            return
         if args.command == "up":
-            up()
+            up(plaintext=args.plaintext)
         elif args.command == "wait":
             wait_healthy(report=print)
         elif args.command == "down":
             down()
         if args.command != "down":
             print(status())
+        if args.command == "up":
+            _print_usage(args.plaintext)
     except (ComposeError, podman.PodmanError) as exc:
         print(f"compose: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
+
+
+def _print_usage(plaintext: bool) -> None:
+    if plaintext:
+        print("compose: PLAINTEXT (--plaintext): no TLS, no tokens, no authorization")
+        return
+    pki = compose_security.pki_dir()
+    print(f"compose: secure (mTLS and tokens); the CA, certificates and tokens are in {pki}/")
+    print("Use dsctl (or an application) from the host with:")
+    print(f"  export DS_TLS__CA_FILE={pki}/ca.pem DS_TLS__CERT_FILE={pki}/client.pem")
+    print(f"  export DS_TLS__KEY_FILE={pki}/client.key DS_TLS__TOKEN_FILE={pki}/admin.jwt")
+    print(f"  export DS_TLS__SIDECAR_TOKEN_FILE={pki}/admin.sidecar.jwt")
+    print("  dsctl describe orders-demo")
 
 
 if __name__ == "__main__":

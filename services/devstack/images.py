@@ -152,7 +152,10 @@ def ensure_image(spec: ImageSpec, base: Outcome) -> Outcome:
             context = Path(tmp)
             spec.prepare(context)
             shutil.copy(containerfile, context / "Containerfile")
-            _build(context, ref, {"BASE": base.ref})
+            # INPUTS: the content hash, which a Containerfile declares (ARG) before a RUN
+            # whose input is a bind mount: podman's layer cache does not look into the
+            # mount, and reused the old layer (the old wheels) after a source change.
+            _build(context, ref, {"BASE": base.ref, "INPUTS": key})
         partial = tar.with_name(f".{tar.stem}.partial.tar")
         partial.unlink(missing_ok=True)
         podman.podman("save", "--format", "docker-archive", "--output", str(partial), ref)

@@ -1,9 +1,13 @@
 """Service discovery: Consul when configured, a static table otherwise (ARCHITECTURE §2).
 
 Services register with a gRPC health check so Consul itself asks ``grpc.health.v1.Health``;
-callers find healthy instances with *blocking queries* (they return as soon as the set
-changes), never with a TTL cache. The py-consul client is synchronous, so calls run in a
-worker thread.
+over TLS when the port serves TLS (``ServiceInstance.tls``): Consul then dials with TLS, does
+not verify the server's certificate (a health probe, like the kubelet's HTTPS probes; the
+answer only says SERVING or not), and, when the port requires a client certificate (mTLS),
+presents its agent's own (``enable_agent_tls_for_checks`` and the agent's ``tls.defaults``:
+deploy/docker-compose.yml's Consul). Callers find healthy instances with *blocking
+queries* (they return as soon as the set changes), never with a TTL cache. The py-consul
+client is synchronous, so calls run in a worker thread.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class ServiceInstance:
     port: int
     tags: tuple[str, ...] = ()
     meta: Mapping[str, str] = field(default_factory=dict)
+    tls: bool = False  # the gRPC port serves TLS: Consul's health check must dial with TLS
 
     @property
     def endpoint(self) -> str:
@@ -110,14 +115,7 @@ class ConsulDiscovery:
             raise ConnectionError(f"Consul at {self._address} unreachable: {exc}") from exc
 
     async def register(self, instance: ServiceInstance) -> None:
-        import consul
-
-        check = consul.Check.grpc(
-            instance.endpoint,
-            interval=self._check_interval,
-            timeout="2s",
-            deregister="1m",
-        )
+        check = grpc_check(instance, self._check_interval)
         await asyncio.to_thread(
             self._client.agent.service.register,
             instance.name,
@@ -142,6 +140,19 @@ class ConsulDiscovery:
             kwargs.update(index=index, wait=f"{int(wait_seconds)}s")
         new_index, nodes = await long_poll(self._watch_client.health.service, service, **kwargs)
         return int(new_index), [_instance(service, node) for node in nodes]
+
+
+def grpc_check(instance: ServiceInstance, interval: str) -> dict[str, Any]:
+    """Consul's gRPC health check of ``instance``: with TLS when its port serves TLS (a
+    plaintext check of a TLS port always fails, so a replica could never hold the leader
+    lock, whose session is bound to this check)."""
+    import consul
+
+    tls = {"use_tls": True, "tls_skip_verify": True} if instance.tls else {}
+    check: dict[str, Any] = consul.Check.grpc(
+        instance.endpoint, interval=interval, timeout="2s", deregister="1m", **tls
+    )
+    return check
 
 
 def _instance(service: str, node: Mapping[str, Any]) -> ServiceInstance:

@@ -108,6 +108,7 @@ class ServiceRunner:
             address=host,
             port=self.grpc.port,
             meta={"http_port": str(self.http.port), **self.service.instance_meta()},
+            tls=self.settings.tls.server_enabled,
         )
 
     async def start(self) -> None:

@@ -3,8 +3,9 @@
 * :class:`Stack`: the containers of deploy/docker-compose.yml by service (kill, stop,
   start, restart, pause), the assigner leader from Consul's KV, the group's leases from
   ``dsctl describe``, and waits on health checks (podman 4.3 runs them only when asked).
-* :class:`Received`: every delivery the two demo applications logged (``GET /received``),
-  read incrementally.
+* :class:`Received`: every delivery the two demo applications logged (``GET /received``
+  over HTTPS with the stack's client certificate: the stack is secure by default), read
+  incrementally.
 * :func:`account`: produced (Kafka-confirmed placements of a :class:`SeqProducer`) against
   received — lost, duplicates, and why each duplicate came: its first delivery's ack was
   refused or failed (its sidecar died, its lease moved, or it expired unacked), the one way
@@ -17,6 +18,8 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import os
+import ssl
 import subprocess
 import sys
 import time
@@ -27,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsclient.leader_watch import DEFAULT_LEADER_KEY, leader_of
-from services.devstack import compose, podman
+from services.devstack import compose, compose_security, podman
+from services.devstack.pki import DevPki
 from tests.support.records import SeqProducer
 
 BOOTSTRAP = "127.0.0.1:9092,127.0.0.1:9192,127.0.0.1:9292"
@@ -35,13 +39,26 @@ CONSUL = "127.0.0.1:8500"
 GROUP = "orders-demo"
 TOPIC = "orders.events"
 PARTITIONS = 6
-DEMO_APPS = ("http://127.0.0.1:7082", "http://127.0.0.1:7182")
+DEMO_APPS = ("https://127.0.0.1:7082", "https://127.0.0.1:7182")
 ASSIGNERS = {"127.0.0.1:7070": "assigner-1", "127.0.0.1:7170": "assigner-2"}
 
 
-def http_json(url: str, timeout: float = 5.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
+def http_json(url: str, timeout: float = 5.0, context: ssl.SSLContext | None = None) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
         return json.loads(response.read())
+
+
+def pki() -> DevPki:
+    """The running stack's PKI (``compose up`` made it)."""
+    return DevPki(compose_security.pki_dir())
+
+
+def client_tls(certificate: str = compose_security.CLIENT) -> ssl.SSLContext:
+    """HTTPS to the mesh's ports: the stack's CA, and ``certificate`` (mTLS)."""
+    files = pki()
+    context = ssl.create_default_context(cafile=str(files.ca))
+    context.load_cert_chain(files.cert(certificate), files.key(certificate))
+    return context
 
 
 def wait_until(check: Callable[[], Any], timeout: float, what: str, every: float = 0.5) -> Any:
@@ -91,10 +108,11 @@ class Stack:
     def describe(self) -> dict[str, Any]:
         """``dsctl describe GROUP --output json`` against the leader."""
         leader = self.leader() or "127.0.0.1:7070"
+        env = {**os.environ, **compose_security.client_env(pki(), "admin")}
         out = subprocess.run(
             [sys.executable, "-m", "services.dsctl", "describe", GROUP, "--output", "json",
              "--assigner", leader],
-            capture_output=True, text=True, timeout=30, check=True,
+            capture_output=True, text=True, timeout=30, check=True, env=env,
         ).stdout  # fmt: skip
         result: dict[str, Any] = json.loads(out)
         return result
@@ -135,9 +153,11 @@ class Received:
     _next: dict[str, int] = field(default_factory=dict)
 
     def poll(self) -> list[Delivery]:
+        tls = client_tls()
         for app in DEMO_APPS:
             while True:
-                page = http_json(f"{app}/received?since={self._next.get(app, 0)}")
+                url = f"{app}/received?since={self._next.get(app, 0)}"
+                page = http_json(url, context=tls)
                 if page["first"] > self._next.get(app, 0):
                     raise AssertionError(f"{app} dropped log entries before {page['first']}")
                 self.deliveries += [

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import time
 
 import pytest
 
+from dsclient.connection import TlsConfig
+from services.devstack.pki import make_dev_pki
 from services.runtime.discovery import ConsulDiscovery, ServiceInstance, StaticDiscovery
+from services.runtime.grpcserver import create_server
+from services.runtime.settings import ServiceSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -68,3 +73,39 @@ def test_static_discovery_serves_its_table() -> None:
     static = StaticDiscovery({"ds-assigner": ["10.0.0.1:7070", "10.0.0.2:7070"]})
     _, instances = asyncio.run(static.healthy("ds-assigner"))
     assert [i.endpoint for i in instances] == ["10.0.0.1:7070", "10.0.0.2:7070"]
+
+
+def test_a_tls_port_is_health_checked_over_tls(
+    consul_agent: object, tmp_path: pathlib.Path
+) -> None:
+    """A service serving TLS (the prod overlay's default, the compose stack's) registers a
+    check Consul can pass: over TLS, so the instance turns healthy. A plaintext check of a
+    TLS port stays critical, and an assigner replica could never take the leader lock,
+    whose session is bound to that check."""
+    pki = make_dev_pki(tmp_path / "pki", {}, certificates=["server"])
+    tls = TlsConfig(ca_file=pki.ca, cert_file=pki.cert("server"), key_file=pki.key("server"))
+    settings = ServiceSettings(tls=tls)
+    discovery = ConsulDiscovery(consul_agent.http_addr)  # type: ignore[attr-defined]
+    name = f"ds-test-tls-{time.monotonic_ns()}"
+
+    async def scenario() -> list[ServiceInstance]:
+        server = create_server(settings, [])
+        await server.server.start()
+        await server.set_serving(True)
+        instance = ServiceInstance(
+            name, f"{name}-1", "127.0.0.1", server.port, tls=settings.tls.server_enabled
+        )
+        await discovery.register(instance)
+        try:
+            deadline = time.monotonic() + 30
+            healthy: list[ServiceInstance] = []
+            while not healthy and time.monotonic() < deadline:
+                _, healthy = await discovery.healthy(name)
+                await asyncio.sleep(0.5)
+            return healthy
+        finally:
+            await discovery.deregister(instance)
+            await server.server.stop(None)
+
+    healthy = asyncio.run(scenario())
+    assert [i.id for i in healthy] == [f"{name}-1"]

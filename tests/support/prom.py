@@ -10,7 +10,9 @@ amtool checks of ``deploy/``.
 * :func:`check_config` runs ``promtool check config``; Debian's Prometheus is built
   without Consul service discovery, so a configuration using ``consul_sd_configs`` is then
   checked as a copy where each Consul SD block is a static placeholder (everything else,
-  relabelling included, is still checked) and the result says so.
+  relabelling included, is still checked) and the result says so. A configuration whose
+  ``tls_config`` names files of a container's mount (the compose stack's PKI) is checked
+  as a copy naming the files of a fresh development PKI instead (promtool opens them).
 * :class:`WebhookSink` is an HTTP server that records what Alertmanager's webhooks post.
 
 ``python -m tests.support.prom check-config FILE...`` is what ``make rules`` runs.
@@ -152,23 +154,65 @@ def promtool_has_consul_sd() -> bool:
         return run_tool(PROMTOOL_BIN, "check", "config", str(probe)).ok
 
 
+TLS_FILES = ("ca_file", "cert_file", "key_file")
+
+
+def missing_tls_files(config: Mapping[str, Any]) -> bool:
+    """Whether a job's ``tls_config`` names a file not on this machine (a mount's)."""
+    return any(
+        not Path(tls[key]).exists()
+        for scrape in config.get("scrape_configs", [])
+        if (tls := scrape.get("tls_config"))
+        for key in TLS_FILES
+        if key in tls
+    )
+
+
+def with_tls_files(config: Mapping[str, Any], directory: Path) -> dict[str, Any]:
+    """``config`` with every ``tls_config`` naming a fresh development PKI's files made in
+    ``directory`` (a CA, a client certificate and its key)."""
+    from services.devstack.pki import make_dev_pki
+
+    pki = make_dev_pki(directory, {}, certificates=["prometheus"])
+    files = {
+        "ca_file": pki.ca,
+        "cert_file": pki.cert("prometheus"),
+        "key_file": pki.key("prometheus"),
+    }
+    scrapes = []
+    for scrape in config.get("scrape_configs", []):
+        scrape = dict(scrape)
+        if tls := scrape.get("tls_config"):
+            scrape["tls_config"] = {**tls, **{k: str(files[k]) for k in TLS_FILES if k in tls}}
+        scrapes.append(scrape)
+    return {**config, "scrape_configs": scrapes}
+
+
 def check_config(path: Path) -> CheckResult:
-    """``promtool check config path`` (see the module docstring for Consul SD)."""
+    """``promtool check config path`` (see the module docstring for Consul SD and TLS)."""
     config = yaml.safe_load(path.read_text())
     uses_consul = any("consul_sd_configs" in s for s in config.get("scrape_configs", []))
-    if not uses_consul or promtool_has_consul_sd():
+    consul_copy = uses_consul and not promtool_has_consul_sd()
+    tls_copy = missing_tls_files(config)
+    if not consul_copy and not tls_copy:
         return run_tool(PROMTOOL_BIN, "check", "config", str(path))
+    notes = []
     with tempfile.TemporaryDirectory() as tmp:
+        base = path.parent.resolve()
+        copied = dict(config, rule_files=[str(base / p) for p in config.get("rule_files", [])])
+        if consul_copy:
+            copied = without_consul_sd(copied, Path("/"))
+            notes.append(
+                f"{PROMTOOL_BIN} is built without Consul SD (Debian); {path} was checked with "
+                "its consul_sd_configs replaced by static targets"
+            )
+        if tls_copy:
+            copied = with_tls_files(copied, Path(tmp) / "pki")
+            notes.append(f"{path}'s tls_config files were a development PKI's")
         copy = Path(tmp) / path.name
-        copy.write_text(
-            yaml.safe_dump(without_consul_sd(config, path.parent.resolve()), sort_keys=False)
-        )
+        copy.write_text(yaml.safe_dump(copied, sort_keys=False))
         result = run_tool(PROMTOOL_BIN, "check", "config", str(copy))
-    note = (
-        f"{PROMTOOL_BIN} is built without Consul SD (Debian); {path} was checked with its "
-        "consul_sd_configs replaced by static targets"
-    )
-    return CheckResult(result.command, result.returncode, result.output, note)
+    return CheckResult(result.command, result.returncode, result.output, "; ".join(notes))
 
 
 # ---- processes --------------------------------------------------------------------------
