@@ -171,6 +171,7 @@ class NotifierApp:
             egress=self.egress,
             timeout=settings.webhook_timeout_seconds,
             max_attempts=settings.webhook_max_attempts,
+            max_age=settings.webhook_max_age_seconds,
         )
         self.render_relay = RenderRelay(
             self.outbox,

@@ -5,6 +5,8 @@ to the dead-letter table. Pure builders; the pipeline reports them like any othe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dataservice.common.v1 import common_pb2
 from services.notifier.egress import redact
 from services.notifier.outbox import WEBHOOK_LANE, OutboxItem
@@ -40,19 +42,28 @@ def template_failed(
     return event
 
 
-def dead_letter(item: OutboxItem, why: str, instance: str) -> list[common_pb2.FaultEvent]:
-    """DEAD_LETTER for an item moved to the dead-letter table, OPEN and at once RESOLVED
-    (the relay went on). A webhook's URL is named redacted."""
+def dead_letter(
+    items: Sequence[OutboxItem], why: str, instance: str
+) -> list[common_pb2.FaultEvent]:
+    """DEAD_LETTER for items moved to the dead-letter table together (one, or a webhook
+    destination's waiting items in bulk, all to one destination), OPEN and at once RESOLVED
+    (the relay went on). A webhook's URL is named redacted; a bulk move says how many
+    (attribute ``count``) and the first and last ids."""
     spec = faults.CATALOGUE[common_pb2.FAULT_TYPE_DEAD_LETTER]
-    destination = redact(item.destination) if item.lane == WEBHOOK_LANE else item.destination
+    first = items[0]
+    destination = redact(first.destination) if first.lane == WEBHOOK_LANE else first.destination
     attributes = {
-        "kind": item.kind,
-        "id": item.id,
+        "kind": first.kind,
+        "id": first.id,
         "destination": destination[:_MAX_ATTRIBUTE],
         "error": why[:_MAX_ATTRIBUTE],
-        "bytes": str(len(item.value)),
+        "bytes": str(sum(len(item.value) for item in items)),
     }
-    key = faults.dedupe_key(spec.type, item.id)
+    what = f"{first.kind} {first.id}"
+    if len(items) > 1:
+        attributes.update({"count": str(len(items)), "last_id": items[-1].id})
+        what = f"{len(items)} {first.kind}s ({first.id} .. {items[-1].id})"
+    key = faults.dedupe_key(spec.type, first.id)
     return [
         common_pb2.FaultEvent(
             type=spec.type,
@@ -60,7 +71,7 @@ def dead_letter(item: OutboxItem, why: str, instance: str) -> list[common_pb2.Fa
             severity=spec.severity,
             source_service="notifier",
             source_instance=instance,
-            message=f"{item.kind} {item.id} to {destination} dead-lettered: {why}"[:4096],
+            message=f"{what} to {destination} dead-lettered: {why}"[:4096],
             attributes=attributes,
             dedupe_key=key,
         )

@@ -238,6 +238,52 @@ class Outbox:
                 self._db.execute("ROLLBACK")
                 raise
 
+    def dead_letter_waiting(
+        self,
+        lane: str,
+        destination: str,
+        error: str,
+        *,
+        up_to_seq: int | None = None,
+        created_before_ms: int | None = None,
+        limit: int = 1000,
+    ) -> list[OutboxItem]:
+        """Move the items of ``destination`` queued up to ``up_to_seq`` or created before
+        ``created_before_ms`` (at most ``limit``, oldest first) to the dead-letter table,
+        in one transaction; returns them (with their recorded attempts)."""
+        if up_to_seq is None and created_before_ms is None:
+            return []
+        now_ms = int(time.time() * 1000)
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                rows = self._db.execute(
+                    "SELECT seq, id, destination, key, value, headers, kind, created_ms, "
+                    "attempts FROM outbox WHERE lane = ? AND destination = ? "
+                    "AND (seq <= ? OR created_ms < ?) ORDER BY seq LIMIT ?",
+                    (lane, destination, -1 if up_to_seq is None else up_to_seq,
+                     -1 if created_before_ms is None else created_before_ms, limit),
+                ).fetchall()  # fmt: skip
+                items = _items(rows, lane)
+                self._db.executemany(
+                    "DELETE FROM outbox WHERE seq = ?", [(item.seq,) for item in items]
+                )
+                self._db.executemany(
+                    "INSERT INTO dead_letter (lane, id, destination, key, value, headers, "
+                    "kind, created_ms, attempts, failed_ms, error) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(*_columns(item, now_ms), item.attempts, now_ms, error) for item in items],
+                )
+                self._db.execute(
+                    "DELETE FROM dead_letter WHERE seq <= (SELECT MAX(seq) FROM dead_letter) - ?",
+                    (self._dead_letters_max,),
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return items
+
     def _full(self, destination: str) -> bool:
         row = self._db.execute(
             "SELECT COUNT(*) FROM (SELECT 1 FROM outbox WHERE lane = ? AND destination = ? "
@@ -295,6 +341,14 @@ class Outbox:
                 (lane, limit),
             ).fetchall()
         return _items(rows, lane)
+
+    def last_seq(self) -> int:
+        """The seq of the last item queued (0 if none yet): what was queued before now."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT seq FROM sqlite_sequence WHERE name = 'outbox'"
+            ).fetchone()
+        return 0 if row is None else int(row[0])
 
     def dead_letters(self, limit: int) -> list[DeadLetter]:
         """The newest ``limit`` dead letters, oldest first."""

@@ -226,27 +226,38 @@ class FaultPipeline:
             self._wake.render()
         return follow_ups
 
-    def _dead_letter(self, item: OutboxItem, why: str) -> None:
-        """An item went to the dead-letter table: count it, log it, raise DEAD_LETTER —
-        but not for a DEAD_LETTER event, nor for an alert of one: a faults topic, or a
-        webhook, that refuses everything must not feed itself (a DEAD_LETTER fault alerts
-        the templates matching it, whose alerts may be refused in turn)."""
-        self._metrics.dead_letters.labels(item.kind).inc()
-        destination = redact(item.destination) if item.lane == WEBHOOK_LANE else item.destination
+    def _dead_letter(self, items: Sequence[OutboxItem], why: str) -> None:
+        """Items went to the dead-letter table together (one, or a webhook destination's
+        waiting items in bulk): count each, log, raise one DEAD_LETTER for them — but not
+        for a DEAD_LETTER event, nor for an alert of one: a faults topic, or a webhook,
+        that refuses everything must not feed itself (a DEAD_LETTER fault alerts the
+        templates matching it, whose alerts may be refused in turn)."""
+        if not items:
+            return
+        for item in items:
+            self._metrics.dead_letters.labels(item.kind).inc()
+        first = items[0]
+        destination = redact(first.destination) if first.lane == WEBHOOK_LANE else first.destination
         log.error(
-            "outbox item moved to the dead-letter table",
-            id=item.id,
-            kind=item.kind,
+            "outbox items moved to the dead-letter table",
+            id=first.id,
+            count=len(items),
+            kind=first.kind,
             destination=destination,
             error=why,
         )
-        if item.kind == "fault" and self._is_dead_letter_fault(item):
-            return
         dead_letter_name = faults.short_type(common_pb2.FAULT_TYPE_DEAD_LETTER)
-        if item.kind == "alert" and dict(item.headers).get("ds-fault-type") == dead_letter_name:
-            return
-        for event in notifier_faults.dead_letter(item, why, self._instance):
-            self.report_threadsafe(event)
+        to_report = [
+            item
+            for item in items
+            if not (item.kind == "fault" and self._is_dead_letter_fault(item))
+            and not (
+                item.kind == "alert" and dict(item.headers).get("ds-fault-type") == dead_letter_name
+            )
+        ]
+        if to_report:
+            for event in notifier_faults.dead_letter(to_report, why, self._instance):
+                self.report_threadsafe(event)
 
     @staticmethod
     def _is_dead_letter_fault(item: OutboxItem) -> bool:

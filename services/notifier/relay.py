@@ -2,8 +2,9 @@
 
 The webhook relay keeps each destination's order and nothing more: every round it tries
 the oldest item of each destination not backing off, so one failing destination delays
-no other; an item still failing after ``max_attempts`` is dead-lettered (issue 37,
-finding 7), and the outbox bounds each destination's pending items.
+no other; a destination that has spent its retry budget has what waits for it
+dead-lettered in bulk (``webhook_budget.py``, issue 37), and the outbox bounds each
+destination's pending items.
 
 ``KafkaRelay`` (one thread) publishes the ``kafka`` lane with an idempotent producer
 (``acks=all``, ``message.timeout.ms=0``: librdkafka retries forever while Kafka is down,
@@ -28,7 +29,6 @@ never holds back what follows it.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import threading
 import time
@@ -38,9 +38,15 @@ from dataclasses import dataclass
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from services.notifier import webhook
+from services.notifier import webhook, webhook_budget
 from services.notifier.egress import EgressPolicy, EgressRefused, Target, redact, resolve
 from services.notifier.outbox import KAFKA_LANE, WEBHOOK_LANE, Outbox, OutboxItem
+from services.notifier.webhook_budget import (
+    MAX_WEBHOOK_AGE_SECONDS,
+    MAX_WEBHOOK_ATTEMPTS,
+    Budget,
+    Destination,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -68,10 +74,11 @@ class RelayHooks:
     """What the relay reports back (called on the relay thread). ``delivered`` returns the
     items that delivery causes (the alerts of a published fault); they are queued in the
     same outbox transaction that forgets the delivered items. ``dead_letter`` is told of
-    an item the relay moved to the dead-letter table, and why."""
+    items the relay moved to the dead-letter table together (one, or a destination's
+    waiting items in bulk), and why."""
 
     delivered: Callable[[Sequence[OutboxItem]], Sequence[OutboxItem]]
-    dead_letter: Callable[[OutboxItem, str], None]
+    dead_letter: Callable[[Sequence[OutboxItem], str], None]
     reconciled: Callable[[int], None]
 
 
@@ -215,7 +222,7 @@ class KafkaRelay:
 
     def _dead_letter(self, item: OutboxItem, why: str) -> None:
         self._outbox.dead_letter(item, why)
-        self._hooks.dead_letter(item, why)
+        self._hooks.dead_letter([item], why)
 
     def _settle(
         self,
@@ -332,16 +339,15 @@ class KafkaRelay:
         return found
 
 
-# A webhook item failing this many times (transient failures: 5xx, timeouts, refused
-# connections) is dead-lettered; with the backoff (0.5 s doubling to 60 s) the first item
-# of a URL down from the start after about 5 min (setting webhook_max_attempts).
-MAX_WEBHOOK_ATTEMPTS = 12
 # Destinations looked at per round (each its oldest item).
 MAX_DESTINATIONS_PER_ROUND = 1000
+# Items moved to the dead-letter table per transaction when a destination's are, in bulk.
+DEAD_LETTER_BATCH = 1000
 
 
 class WebhookRelay:
-    """POSTs the webhook lane; per-URL order, exponential backoff per failing URL."""
+    """POSTs the webhook lane; per-URL order, a backoff and a retry budget per failing URL
+    (``webhook_budget.py``)."""
 
     def __init__(
         self,
@@ -352,6 +358,7 @@ class WebhookRelay:
         timeout: float = 5.0,
         max_backoff: float = 60.0,
         max_attempts: int = MAX_WEBHOOK_ATTEMPTS,
+        max_age: float = MAX_WEBHOOK_AGE_SECONDS,
         resolver: Callable[[Target], list[str]] = resolve,
     ) -> None:
         """``egress``: where webhooks may go; every POST is checked against it again
@@ -360,12 +367,16 @@ class WebhookRelay:
         self._hooks = hooks
         self._egress = egress
         self._timeout = timeout
-        self._max_backoff = max_backoff
-        self._max_attempts = max_attempts
+        self._budget = Budget(
+            max_attempts=max_attempts,
+            max_age_seconds=max_age,
+            first_backoff=min(0.5, max_backoff),
+            max_backoff=max_backoff,
+        )
         self._resolve = resolver
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._backoff: dict[str, tuple[float, float]] = {}  # url -> (retry_at, delay)
+        self._runs: dict[str, Destination] = {}  # url -> its current run of failures
         self._thread = threading.Thread(target=self._run, name="outbox-webhook", daemon=True)
 
     def start(self) -> None:
@@ -394,12 +405,16 @@ class WebhookRelay:
     def _idle_wait(self, now: float) -> float:
         """Until the earliest backed-off destination may be tried again, at most
         IDLE_WAIT_SECONDS (notify() wakes the relay for new items)."""
-        waits = [max(0.0, at - now) for at, _delay in self._backoff.values()]
+        waits = [max(0.0, run.retry_at - now) for run in self._runs.values()]
         return min([IDLE_WAIT_SECONDS, *waits])
 
     def _round(self) -> int:
         now = time.monotonic()
-        blocked: set[str] = {u for u, (at, _d) in self._backoff.items() if at > now}
+        webhook_budget.forget_stale(self._runs, self._budget, now)
+        # An attempt that fails dead-letters, once the budget is spent, only what was
+        # queued before this round began (never an item no attempt was made after).
+        queued_up_to = self._outbox.last_seq()
+        blocked: set[str] = set()
         sent = 0
         # The oldest item of every destination (issue 37, finding 7): one destination with
         # many items pending, failing, does not hide the others' items.
@@ -407,28 +422,74 @@ class WebhookRelay:
             if self._stop.is_set():
                 break
             url = item.destination
-            if url in blocked:
+            run = self._runs.get(url)
+            if run is None and (run := webhook_budget.resumed(item.attempts, now)) is not None:
+                self._runs[url] = run  # after a restart: its recorded failures in a row
+            if url in blocked or (run is not None and not run.may_try(now)):
                 continue  # keep this URL's order: nothing after a failed item goes first
             outcome = self._post(item)
-            if outcome is not None and not outcome.startswith("permanent:"):
-                tried = item.attempts + 1
-                if tried >= self._max_attempts:
-                    outcome = f"permanent: retry budget spent ({tried} attempts): {outcome}"
-                    item = dataclasses.replace(item, attempts=tried)
             if outcome is None:
                 self._outbox.complete([item.seq], self._hooks.delivered([item]))
-                self._backoff.pop(url, None)
+                self._runs.pop(url, None)
                 sent += 1
             elif outcome.startswith("permanent:"):
                 self._outbox.dead_letter(item, outcome)
-                self._hooks.dead_letter(item, outcome)
+                self._hooks.dead_letter([item], outcome)
             else:
                 self._outbox.record_attempt(item.seq)
-                _at, delay = self._backoff.get(url, (0.0, min(0.5, self._max_backoff)))
-                self._backoff[url] = (time.monotonic() + delay, min(delay * 2, self._max_backoff))
+                self._failed(url, outcome, queued_up_to)
                 blocked.add(url)
-                log.warning("webhook delivery failed; backing off", url=redact(url), error=outcome)
         return sent
+
+    def _failed(self, url: str, error: str, queued_up_to: int) -> None:
+        """Back ``url`` off; dead-letter what waits for it past its budget or max age."""
+        decision = webhook_budget.failed(
+            self._runs.get(url),
+            self._budget,
+            now=time.monotonic(),
+            now_ms=int(time.time() * 1000),
+            queued_up_to_seq=queued_up_to,
+            error=error,
+        )
+        self._runs[url] = decision.destination
+        spent = self._dead_letter_waiting(
+            url, decision.spent_reason, up_to_seq=decision.spent_up_to_seq
+        )
+        expired = self._dead_letter_waiting(
+            url, decision.expired_reason, created_before_ms=decision.expired_before_ms
+        )
+        log.warning(
+            "webhook delivery failed; backing off",
+            url=redact(url),
+            error=error,
+            failures_in_a_row=decision.destination.failures,
+            retry_in=round(decision.destination.retry_at - time.monotonic(), 1),
+            dead_lettered=spent + expired,
+        )
+
+    def _dead_letter_waiting(
+        self,
+        url: str,
+        why: str,
+        *,
+        up_to_seq: int | None = None,
+        created_before_ms: int | None = None,
+    ) -> int:
+        """Move ``url``'s waiting items that match to the dead-letter table, in batches;
+        how many."""
+        if up_to_seq is None and created_before_ms is None:
+            return 0
+        moved = 0
+        while True:
+            items = self._outbox.dead_letter_waiting(
+                WEBHOOK_LANE, url, why, up_to_seq=up_to_seq,
+                created_before_ms=created_before_ms, limit=DEAD_LETTER_BATCH,
+            )  # fmt: skip
+            if items:
+                self._hooks.dead_letter(items, why)
+                moved += len(items)
+            if len(items) < DEAD_LETTER_BATCH:
+                return moved
 
     def _post(self, item: OutboxItem) -> str | None:
         """None when delivered; else why (prefixed ``permanent:`` for what retrying cannot

@@ -205,8 +205,18 @@ class NotifierSettings(ServiceSettings):
         12,
         ge=1,
         le=1000,
-        description="a webhook item failing this many times (5xx, timeout, refused) is "
-        "dead-lettered; backoff 0.5 s doubling to 60 s per URL: 12 is about 5 min",
+        description="a webhook destination failing this many attempts in a row (5xx, 408, "
+        "429, timeout, refused) has spent its retry budget: what waits for it is "
+        "dead-lettered, and after each later failed attempt what was queued since; backoff "
+        "0.5 s doubling to 60 s per URL: 12 is about 5 min of failing",
+    )
+    webhook_max_age_seconds: float = Field(
+        3600.0,
+        gt=0,
+        le=7 * 86400,
+        description="a failed attempt to a webhook destination also dead-letters its items "
+        "waiting longer than this (a destination failing often, but not "
+        "webhook_max_attempts times in a row)",
     )
     report_limits: ReportLimits = Field(default_factory=ReportLimits)
     dead_letters_max: int = Field(

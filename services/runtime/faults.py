@@ -241,9 +241,13 @@ CATALOGUE: Mapping[FaultTypeValue, FaultSpec] = {
             T.FAULT_TYPE_DEAD_LETTER,
             "An outbox item (a fault event or an alert) was refused for good by its "
             "destination and moved to the outbox's dead-letter table (attributes kind, "
-            "destination, error).",
+            "destination, error); one event for the items of a webhook destination moved "
+            "in bulk (attributes count, id and last_id: the first and the last).",
             "Kafka's producer refused the item outright (over message.max.bytes, a bad topic), "
-            "the broker answered a permanent error, or a webhook answered 4xx.",
+            "the broker answered a permanent error, a webhook answered 4xx, or a webhook "
+            "destination failed webhook_max_attempts attempts in a row (its waiting items, "
+            "and after each later failed attempt those queued since) or an item waited "
+            "longer than webhook_max_age_seconds for a failing destination.",
             "notifier",
             T.SEVERITY_ERROR,
             "Sent at once: the item is out of the way (kept in the dead-letter table) and the "

@@ -82,7 +82,7 @@ def test_a_produce_error_on_one_item_does_not_block_the_next(
         ),
         hooks=RelayHooks(
             delivered=on_delivered,
-            dead_letter=lambda i, why: dead.append((i.id, why)),
+            dead_letter=lambda items, why: dead.extend((i.id, why) for i in items),
             reconciled=lambda _n: None,
         ),
         ready=ready,

@@ -165,7 +165,7 @@ def test_relay_does_not_publish_again_what_kafka_already_has(
         ),
         hooks=RelayHooks(
             delivered=on_delivered,
-            dead_letter=lambda item, why: pytest.fail(f"dead letter {item.id}: {why}"),
+            dead_letter=lambda items, why: pytest.fail(f"dead letter {items[0].id}: {why}"),
             reconciled=reconciled.append,
         ),
         ready=ready,

@@ -14,10 +14,14 @@ At the end it prints, and asserts what is robust on a loaded machine:
   longest per-URL backoff (``max_backoff``, 60 s), i.e. the healthy URL never queued behind
   the failing one's backoff;
 * the failing destination's items, from the notifier's own outbox database and its
-  ``ds_notifier_outbox_dead_letters_total`` metric: dead-lettered with "retry budget spent"
-  once the outage outlasted the budget (setting ``webhook_max_attempts``, default 12;
-  4 in the CI variant; backoff 0.5 s doubling to 60 s: with 12 the
-  first item after about 5 min), the rest still pending in order;
+  ``ds_notifier_outbox_dead_letters_total`` metric: the retry budget is the destination's
+  (``services/notifier/webhook_budget.py``): once it failed ``webhook_max_attempts``
+  attempts in a row (default 12, about 5 min with the backoff of 0.5 s doubling to 60 s;
+  4 in the CI variant, 3.5 s), everything waiting for it is dead-lettered with "retry
+  budget spent", and again after each later failed attempt. Asserted: nothing lost
+  (pending + dead-lettered = the outage's items), the dead-lettered are the oldest, and
+  what is still pending is at most what was queued since the last failed attempt: under
+  half the outage's items (the backoff doubles) and under ``max_backoff``'s worth;
 * the outbox depth (``ds_notifier_outbox_pending{lane="webhook"}`` sampled every second),
   whose max is printed and asserted under the per-destination bound (10 000 pending).
 
@@ -44,7 +48,7 @@ from dataservice.notifier.v1 import notifier_pb2
 from services.devstack.kafka import delete_topic
 from services.notifier.outbox import MAX_PENDING_PER_DESTINATION, WEBHOOK_LANE
 from services.notifier.pipeline import OUTBOX_GAUGE_SECONDS
-from services.notifier.relay import MAX_WEBHOOK_ATTEMPTS
+from services.notifier.webhook_budget import MAX_WEBHOOK_ATTEMPTS, Budget
 from tests.support.mesh import Mesh, ServiceProcess
 from tests.support.notifier import (
     fault,
@@ -61,9 +65,9 @@ MAX_BACKOFF = 60.0  # WebhookRelay's default max_backoff
 
 
 def budget_seconds(attempts: int) -> float:
-    """When the first item of a URL failing from the start is dead-lettered: the waits
-    between its attempts (0.5 s doubling, capped at MAX_BACKOFF)."""
-    return sum(min(0.5 * 2**i, MAX_BACKOFF) for i in range(attempts - 1))
+    """When a URL failing from the start has spent its budget: the waits between its
+    attempts (0.5 s doubling, capped at MAX_BACKOFF)."""
+    return Budget(max_attempts=attempts, max_backoff=MAX_BACKOFF).span_seconds()
 
 
 class Receiver:
@@ -127,20 +131,23 @@ def quantiles(latencies: list[float]) -> str:
     )
 
 
-def outbox_view(path: Path, url: str) -> tuple[int, list[tuple[int, str]]]:
-    """The notifier's own outbox (read-only, WAL): items of ``url`` pending, and its dead
-    letters as (attempts, error)."""
+def outbox_view(path: Path, url: str) -> tuple[list[int], list[tuple[int, str, int]]]:
+    """The notifier's own outbox (read-only, WAL): the creation times (ms) of ``url``'s
+    pending items, and its dead letters as (attempts, error, creation time)."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
     try:
-        (pending,) = db.execute(
-            "SELECT COUNT(*) FROM outbox WHERE lane = ? AND destination = ?", (WEBHOOK_LANE, url)
-        ).fetchone()
+        pending = db.execute(
+            "SELECT created_ms FROM outbox WHERE lane = ? AND destination = ? ORDER BY seq",
+            (WEBHOOK_LANE, url),
+        ).fetchall()
         dead = db.execute(
-            "SELECT attempts, error FROM dead_letter WHERE destination = ? ORDER BY seq", (url,)
+            "SELECT attempts, error, created_ms FROM dead_letter WHERE destination = ? "
+            "ORDER BY seq",
+            (url,),
         ).fetchall()
     finally:
         db.close()
-    return int(pending), [(int(a), str(e)) for a, e in dead]
+    return [int(c) for (c,) in pending], [(int(a), str(e), int(c)) for a, e, c in dead]
 
 
 @pytest.mark.e2e
@@ -259,8 +266,12 @@ def scenario(
     sampler.join(10)
     text = metrics(notifier)
     dead_metric = metric_value(text, "ds_notifier_outbox_dead_letters_total", kind="alert")
-    pending_down, dead_down = outbox_view(outbox, down.url)
-    pending_healthy, dead_healthy = outbox_view(outbox, healthy.url)
+    dead_faults = metric_value(
+        text, "ds_notifier_faults_published_total", type="DEAD_LETTER", state="OPEN"
+    )
+    pending_down_at, dead_down = outbox_view(outbox, down.url)
+    pending_healthy_at, dead_healthy = outbox_view(outbox, healthy.url)
+    pending_down, pending_healthy = len(pending_down_at), len(pending_healthy_at)
 
     latency = {False: [], True: []}  # type: dict[bool, list[float]]
     for group, received_at, _id in healthy.received:
@@ -270,7 +281,8 @@ def scenario(
     ids = [i for _g, _at, i in healthy.received]
     baseline_down = sum(1 for g, _at, _i in down.received if g in sent and not sent[g][1])
     outage_events = sum(1 for _at, o in sent.values() if o)
-    budget_spent = [e for _a, e in dead_down if "retry budget spent" in e]
+    budget_spent = [e for _a, e, _c in dead_down if "retry budget spent" in e]
+    bulks = sorted({e for e in budget_spent}, key=budget_spent.index)
     print(
         f"\nwebhook down for {outage:.0f}s after a {baseline:.0f}s baseline, "
         f"{RATE:.0f} events/s: {len(sent)} events ({outage_events} during the outage)\n"
@@ -282,8 +294,11 @@ def scenario(
         f"answered 503 in the outage; {len(dead_down)} dead-lettered "
         f"({len(budget_spent)} retry budget spent, budget {attempts} attempts "
         f"~{budget:.0f}s), {pending_down} pending\n"
-        f"  dead letters: {[(a, e[:90]) for a, e in dead_down[:3]]}\n"
-        f"ds_notifier_outbox_dead_letters_total{{kind=alert}}={dead_metric}\n"
+        f"  dead-lettered in {len(bulks)} bulk moves: "
+        f"{[(budget_spent.count(e), e[:110]) for e in bulks[:3]]}"
+        f"{' ...' if len(bulks) > 3 else ''}\n"
+        f"ds_notifier_outbox_dead_letters_total{{kind=alert}}={dead_metric}, "
+        f"DEAD_LETTER faults published: {dead_faults}\n"
         f"outbox webhook lane depth: {len(depth)} samples, max {max(depth, default=0):.0f}, "
         f"last {depth[-1] if depth else None}"
     )
@@ -293,15 +308,23 @@ def scenario(
     assert pending_healthy == 0 and not dead_healthy
     assert max(latency[True]) < MAX_BACKOFF, quantiles(latency[True])
     # The failing destination: everything is accounted for, in the outbox or dead-lettered;
-    # past the budget its items are dead-lettered for that reason, not before.
+    # past the destination's budget its items are dead-lettered for that reason, not
+    # before, the oldest first.
     assert baseline_down == len(sent) - outage_events
     assert pending_down + len(dead_down) == outage_events
     assert down.refused >= 2
-    assert all(a == attempts for a, _e in dead_down), dead_down
     assert len(budget_spent) == len(dead_down)
     assert (dead_metric or 0) == len(dead_down)
+    if dead_down and pending_down_at:
+        assert max(c for _a, _e, c in dead_down) <= min(pending_down_at)
     if outage > budget + 10:
         assert budget_spent, "nothing dead-lettered past the retry budget"
+        assert down.refused >= attempts
+        # Pending: at most what was queued since the last failed attempt; the backoff
+        # doubles (so that is under half the outage), capped at MAX_BACKOFF.
+        assert pending_down <= min(outage_events / 2, RATE * (MAX_BACKOFF + 10)), pending_down
+        # One DEAD_LETTER fault per bulk move, not one per item.
+        assert (dead_faults or 0) <= len(bulks) * (1 + len(dead_down) // 1000)
     elif outage < budget:
         assert not dead_down
     # Bounded: the lane never held more than the failing URL's bound (+ the healthy URL's

@@ -1,9 +1,10 @@
 """One failing webhook destination blocks no other (issue 37, finding 7). The relay used to
 look only at the oldest 200 pending items, retry for ever and let the outbox grow: a
 destination down with 200 items queued stopped every webhook. Now each destination's
-oldest item is tried (its order kept), an item past its retry budget is dead-lettered,
-and each destination holds a bounded number of pending items (past it, dead-lettered at
-once). A real relay thread, a real outbox (SQLite) and real HTTP receivers on loopback.
+oldest item is tried (its order kept), a destination past its retry budget has its
+waiting items dead-lettered in bulk (``webhook_budget.py``), and each destination holds
+a bounded number of pending items (past it, dead-lettered at once). A real relay thread,
+a real outbox (SQLite) and real HTTP receivers on loopback.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def test_a_failing_destination_blocks_no_other_and_dead_letters_past_its_budget(
     outbox.append(items(up.url, 3, "up"))
     dead: list[str] = []
     hooks = RelayHooks(
-        delivered=lambda _items: (), dead_letter=lambda item, _why: dead.append(item.id),
+        delivered=lambda _items: (),
+        dead_letter=lambda items, _why: dead.extend(i.id for i in items),
         reconciled=lambda _n: None,
     )  # fmt: skip
     relay = WebhookRelay(
@@ -86,9 +88,15 @@ def test_a_failing_destination_blocks_no_other_and_dead_letters_past_its_budget(
         print("the healthy destination got", up.bodies, "while the other answers 503")
         assert delivered and up.bodies == [b"up 0", b"up 1", b"up 2"], "in order, all"
         assert until(lambda: "down-0" in dead), "past its retry budget: dead-lettered"
-        letters = {d.item.id: d for d in outbox.dead_letters(10)}
-        print("dead-lettered:", {k: (v.item.attempts, v.error) for k, v in letters.items()})
-        assert letters["down-0"].item.attempts >= 2 and "retry budget" in letters["down-0"].error
+        letters = {d.item.id: d for d in outbox.dead_letters(1000)}
+        print(
+            "dead-lettered:", len(letters), letters["down-0"].item.attempts, letters["down-0"].error
+        )
+        # The budget is the destination's: its 3rd failure in a row dead-letters all 250.
+        assert letters["down-0"].item.attempts == 3 and "retry budget" in letters["down-0"].error
+        assert sorted(letters) == sorted(f"down-{i}" for i in range(250))
+        assert all("retry budget" in d.error for d in letters.values())
+        assert outbox.count(WEBHOOK_LANE) == 0
     finally:
         relay.stop()
         down.close()
