@@ -20,13 +20,10 @@ config.
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterator
 
 import grpc
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
 from google.protobuf import field_mask_pb2
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
@@ -47,18 +44,6 @@ RECORDS = 100  # per topic and round
 INITIALISED = "lease commit producer initialised"
 REFUSED = "lease commit refused by Kafka"
 SWITCHED = "commit fencing: applies to the next grant"
-
-
-@pytest.fixture
-def own_state(mesh: Mesh) -> Iterator[dict[str, str]]:
-    """The assigner's own state topic and transactional id (the shared broker's other
-    assigners would fence the default one)."""
-    unique = uuid.uuid4().hex[:8]
-    state_topic = f"__ds_assigner_state.test-{unique}"
-    yield {"DS_STATE_TOPIC": state_topic, "DS_STATE_TRANSACTIONAL_ID": f"ds-state-{unique}"}
-    admin = AdminClient({"bootstrap.servers": mesh.bootstrap})
-    for future in admin.delete_topics([state_topic]).values():
-        future.exception(timeout=30)
 
 
 def produce(bootstrap: str, topic: str, ends: dict[int, int]) -> None:
