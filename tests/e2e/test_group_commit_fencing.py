@@ -27,13 +27,13 @@ from confluent_kafka import Producer
 from google.protobuf import field_mask_pb2
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
-from dataservice.common.v1 import common_pb2
 from dsclient import DsClient
 from services.consumer_sidecar.kafka_fenced_commits import transactional_id
 from services.devstack.kafka import TopicFactory
 from services.runtime.topic_partition import TP
 from tests.support import producing
 from tests.support.assignment import wait_stable
+from tests.support.leased_groups import group_config
 from tests.support.mesh import Mesh, ServiceProcess
 from tests.support.offsets import committed_offsets
 
@@ -84,12 +84,6 @@ def fence_from_outside(bootstrap: str, group: str, tp: TP) -> None:
     )
     producer.init_transactions(30)
     producer.flush(5)
-
-
-def group_config(name: str, topic: str, fencing: int) -> types_pb2.GroupConfig:
-    return types_pb2.GroupConfig(
-        name=name, topics=[topic], mode=common_pb2.GROUP_MODE_LEASED, commit_fencing=fencing
-    )  # type: ignore[arg-type]
 
 
 def test_a_kafka_fenced_group_and_a_lease_fenced_group_side_by_side_and_a_live_switch(
