@@ -126,26 +126,28 @@ def validate_ranges(field_name: str, ranges: Any) -> None:
     _validate_each(field_name, ranges, _RANGE_ACK_BOUNDS)
 
 
-def validate_delay(field_name: str, message: Any) -> float:
-    """A nack's delay in seconds (unset = 0); INVALID_ARGUMENT out of [0, 12 h]."""
-    if not message.HasField("delay"):
+def _duration_within(field_name: str, message: Any, field: str, most: float) -> float:
+    """``message``'s Duration ``field`` in seconds (unset = 0); INVALID_ARGUMENT naming
+    ``field_name`` out of [0, ``most``]."""
+    if not message.HasField(field):
         return 0.0
     # From the fields, not ToTimedelta(): a Duration outside timedelta's range (any int64
     # seconds may come over the wire) raised OverflowError, which the caller saw as UNKNOWN.
-    delay = float(message.delay.seconds + message.delay.nanos / 1e9)
-    if not 0 <= delay <= MAX_NACK_DELAY:
-        raise invalid(field_name, f"must be between 0 and {MAX_NACK_DELAY:.0f} s")
-    return delay
+    duration = getattr(message, field)
+    seconds = float(duration.seconds + duration.nanos / 1e9)
+    if not 0 <= seconds <= most:
+        raise invalid(field_name, f"must be between 0 and {most:.0f} s")
+    return seconds
+
+
+def validate_delay(field_name: str, message: Any) -> float:
+    """A nack's delay in seconds (unset = 0); INVALID_ARGUMENT out of [0, 12 h]."""
+    return _duration_within(field_name, message, "delay", MAX_NACK_DELAY)
 
 
 def validate_linger(field_name: str, opened: stream_pb2.StreamOpen) -> float:
     """A Stream's linger in seconds (unset = 0); INVALID_ARGUMENT out of [0, 1 s]."""
-    if not opened.HasField("linger"):
-        return 0.0
-    linger = float(opened.linger.seconds + opened.linger.nanos / 1e9)
-    if not 0 <= linger <= MAX_LINGER:
-        raise invalid(field_name, f"must be between 0 and {MAX_LINGER:.0f} s")
-    return linger
+    return _duration_within(field_name, opened, "linger", MAX_LINGER)
 
 
 def validate_format(field_name: str, value: int) -> int:
