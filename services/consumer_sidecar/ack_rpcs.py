@@ -18,8 +18,9 @@ stale ack must not end a stream).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from dataservice.sidecar.v1 import stream_pb2
 from dsclient.reasons import DsError, Reason, invalid
@@ -34,6 +35,41 @@ from services.consumer_sidecar.request_checks import (
 )
 from services.consumer_sidecar.serving import Serving
 from services.runtime.topic_partition import TP
+
+Ack = TypeVar("Ack", stream_pb2.RecordAck, stream_pb2.RangeAck)
+Rejected = TypeVar("Rejected", stream_pb2.RejectedAck, stream_pb2.RejectedRangeAck)
+
+
+def sort_out(
+    acks: Iterable[Ack], rejection_of: Callable[[Ack], Rejected | None]
+) -> tuple[list[Ack], list[Rejected]]:
+    """``acks`` (records or ranges, acked or nacked) split, in order, into those
+    ``rejection_of`` lets through (None) and the rejections of the others: one rule for
+    both kinds and every step (apply, refuse after a failed commit, nack)."""
+    accepted: list[Ack] = []
+    rejected: list[Rejected] = []
+    for ack in acks:
+        rejection = rejection_of(ack)
+        if rejection is None:
+            accepted.append(ack)
+        else:
+            rejected.append(rejection)
+    return accepted, rejected
+
+
+def rejecting(
+    problem_of: Callable[[Ack], Problem | None], rejection: Callable[..., Rejected]
+) -> Callable[[Ack], Rejected | None]:
+    """The rejection (RejectedAck or RejectedRangeAck) of an ack ``problem_of`` finds a
+    problem with; None when it finds none."""
+
+    def rejection_of(ack: Ack) -> Rejected | None:
+        problem = problem_of(ack)
+        if problem is None:
+            return None
+        return rejection(ack=ack, reason=problem[0], message=problem[1])
+
+    return rejection_of
 
 
 @dataclass(frozen=True)
@@ -62,26 +98,21 @@ class AckOutcome:
         """The accepted acks of partitions whose commit could not be made, refused."""
         if not failed:
             return self
-        rejected = list(self.rejected)
-        rejected_ranges = list(self.rejected_ranges)
-        acks, ranges = [], []
-        for ack in self.accepted_acks:
-            problem = failed.get(TP(ack.topic, ack.partition))
-            if problem is None:
-                acks.append(ack)
-            else:
-                rejected.append(
-                    stream_pb2.RejectedAck(ack=ack, reason=problem[0], message=problem[1])
-                )
-        for rack in self.accepted_ranges:
-            problem = failed.get(TP(rack.topic, rack.partition))
-            if problem is None:
-                ranges.append(rack)
-            else:
-                rejected_ranges.append(
-                    stream_pb2.RejectedRangeAck(ack=rack, reason=problem[0], message=problem[1])
-                )
-        return AckOutcome(len(acks) + len(ranges), rejected, rejected_ranges, acks, ranges)
+
+        def problem(ack: stream_pb2.RecordAck | stream_pb2.RangeAck) -> Problem | None:
+            return failed.get(TP(ack.topic, ack.partition))
+
+        acks, rejected = sort_out(self.accepted_acks, rejecting(problem, stream_pb2.RejectedAck))
+        ranges, rejected_ranges = sort_out(
+            self.accepted_ranges, rejecting(problem, stream_pb2.RejectedRangeAck)
+        )
+        return AckOutcome(
+            len(acks) + len(ranges),
+            [*self.rejected, *rejected],
+            [*self.rejected_ranges, *rejected_ranges],
+            acks,
+            ranges,
+        )
 
     def all_stale(self) -> bool:
         stale = stream_pb2.REJECT_REASON_STALE_EPOCH
@@ -123,20 +154,10 @@ class AckRpcs:
     def apply_acks(self, client: str, acks: Any, ranges: Any) -> AckOutcome:
         """Acks from ``client``: a record in flight to another client is refused to it
         (REJECT_REASON_NOT_HOLDER)."""
-        rejected, accepted_acks = [], []
-        for ack in acks:
-            problem = self.serving.ack(ack, client)
-            if problem is None:
-                accepted_acks.append(ack)
-            else:
-                rejected.append(problem)
-        rejected_ranges, accepted_ranges = [], []
-        for rack in ranges:
-            range_problem = self.serving.ack_range(rack, client)
-            if range_problem is None:
-                accepted_ranges.append(rack)
-            else:
-                rejected_ranges.append(range_problem)
+        accepted_acks, rejected = sort_out(acks, lambda ack: self.serving.ack(ack, client))
+        accepted_ranges, rejected_ranges = sort_out(
+            ranges, lambda rack: self.serving.ack_range(rack, client)
+        )
         touched: dict[TP, tuple[Partition, int]] = {}
         for acked in (*accepted_acks, *accepted_ranges):
             tp = TP(acked.topic, acked.partition)
@@ -173,32 +194,33 @@ class AckRpcs:
 
     def apply_nacks(self, client_id: str, acks: Any, ranges: Any, delay: float) -> NackOutcome:
         """Each named record and range of ``client_id``'s given back (after ``delay``)."""
-        rejected: list[stream_pb2.RejectedAck] = []
-        rejected_ranges: list[stream_pb2.RejectedRangeAck] = []
-        nacked = records = 0
-        for ack in acks:
+        records = 0
+
+        def nack(
+            ack: stream_pb2.RecordAck | stream_pb2.RangeAck, lo: int, hi: int
+        ) -> Problem | None:
+            nonlocal records
             problem, count = self.serving.nack_range(
-                ack.topic, ack.partition, ack.lease_epoch, ack.offset, ack.offset + 1,
-                client_id, delay,
-            )  # fmt: skip
+                ack.topic, ack.partition, ack.lease_epoch, lo, hi, client_id, delay
+            )
             if problem is None:
-                nacked, records = nacked + 1, records + count
-            else:
-                rejected.append(
-                    stream_pb2.RejectedAck(ack=ack, reason=problem[0], message=problem[1])
-                )
-        for rack in ranges:
-            problem, count = self.serving.nack_range(
-                rack.topic, rack.partition, rack.lease_epoch, rack.from_offset, rack.to_offset,
-                client_id, delay,
-            )  # fmt: skip
-            if problem is None:
-                nacked, records = nacked + 1, records + count
-            else:
-                rejected_ranges.append(
-                    stream_pb2.RejectedRangeAck(ack=rack, reason=problem[0], message=problem[1])
-                )
-        return NackOutcome(nacked, records, rejected, rejected_ranges)
+                records += count
+            return problem
+
+        nacked_acks, rejected = sort_out(
+            acks,
+            rejecting(lambda ack: nack(ack, ack.offset, ack.offset + 1), stream_pb2.RejectedAck),
+        )
+        nacked_ranges, rejected_ranges = sort_out(
+            ranges,
+            rejecting(
+                lambda rack: nack(rack, rack.from_offset, rack.to_offset),
+                stream_pb2.RejectedRangeAck,
+            ),
+        )
+        return NackOutcome(
+            len(nacked_acks) + len(nacked_ranges), records, rejected, rejected_ranges
+        )
 
     def count_acks(self, client_id: str, acks: Any, ranges: Any, outcome: AckOutcome) -> None:
         if self.clients is not None:

@@ -9,6 +9,7 @@ before they touch the sidecar's state.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from dataservice.sidecar.v1 import stream_pb2
@@ -79,52 +80,74 @@ def validate_credit(prefix: str, credit: stream_pb2.StreamCredit) -> None:
         raise invalid(f"{prefix}.bytes", "must be >= 0")
 
 
-def validate_acks(field_name: str, acks: Any) -> None:
-    if len(acks) > MAX_ACKS:
+# Each field an ack (RecordAck), a range (RangeAck) or a commit (CommitOffsets' offsets)
+# must hold: its name, the bound, and what INVALID_ARGUMENT says when it does not.
+_Bound = tuple[str, Callable[[Any], bool], str]
+_PARTITION_BOUNDS: tuple[_Bound, ...] = (
+    ("topic", lambda item: bool(item.topic), "must not be empty"),
+    ("partition", lambda item: item.partition >= 0, "must be >= 0"),
+)
+_RECORD_ACK_BOUNDS: tuple[_Bound, ...] = (
+    *_PARTITION_BOUNDS,
+    ("offset", lambda item: item.offset >= 0, "must be >= 0"),
+)
+_RANGE_ACK_BOUNDS: tuple[_Bound, ...] = (
+    *_PARTITION_BOUNDS,
+    ("from_offset", lambda item: item.from_offset >= 0, "must be >= 0"),
+    ("to_offset", lambda item: item.to_offset > item.from_offset, "must be > from_offset"),
+)
+_COMMIT_BOUNDS: tuple[_Bound, ...] = (
+    *_RECORD_ACK_BOUNDS,
+    ("lease_epoch", lambda item: item.lease_epoch >= 0, "must be >= 0"),
+)
+
+
+def _check_bounds(field_name: str, item: Any, bounds: tuple[_Bound, ...]) -> None:
+    """INVALID_ARGUMENT naming ``field_name.FIELD`` for the first of ``bounds`` that
+    ``item`` does not hold."""
+    for name, holds, why in bounds:
+        if not holds(item):
+            raise invalid(f"{field_name}.{name}", why)
+
+
+def _validate_each(field_name: str, items: Any, bounds: tuple[_Bound, ...]) -> None:
+    """At most MAX_ACKS ``items`` in one message, each within ``bounds``."""
+    if len(items) > MAX_ACKS:
         raise invalid(field_name, f"at most {MAX_ACKS} per message")
-    for ack in acks:
-        if not ack.topic:
-            raise invalid(f"{field_name}.topic", "must not be empty")
-        if ack.partition < 0:
-            raise invalid(f"{field_name}.partition", "must be >= 0")
-        if ack.offset < 0:
-            raise invalid(f"{field_name}.offset", "must be >= 0")
+    for item in items:
+        _check_bounds(field_name, item, bounds)
+
+
+def validate_acks(field_name: str, acks: Any) -> None:
+    _validate_each(field_name, acks, _RECORD_ACK_BOUNDS)
 
 
 def validate_ranges(field_name: str, ranges: Any) -> None:
-    if len(ranges) > MAX_ACKS:
-        raise invalid(field_name, f"at most {MAX_ACKS} per message")
-    for ack in ranges:
-        if not ack.topic:
-            raise invalid(f"{field_name}.topic", "must not be empty")
-        if ack.partition < 0:
-            raise invalid(f"{field_name}.partition", "must be >= 0")
-        if ack.from_offset < 0:
-            raise invalid(f"{field_name}.from_offset", "must be >= 0")
-        if ack.to_offset <= ack.from_offset:
-            raise invalid(f"{field_name}.to_offset", "must be > from_offset")
+    _validate_each(field_name, ranges, _RANGE_ACK_BOUNDS)
+
+
+def _duration_within(field_name: str, message: Any, field: str, most: float) -> float:
+    """``message``'s Duration ``field`` in seconds (unset = 0); INVALID_ARGUMENT naming
+    ``field_name`` out of [0, ``most``]."""
+    if not message.HasField(field):
+        return 0.0
+    # From the fields, not ToTimedelta(): a Duration outside timedelta's range (any int64
+    # seconds may come over the wire) raised OverflowError, which the caller saw as UNKNOWN.
+    duration = getattr(message, field)
+    seconds = float(duration.seconds + duration.nanos / 1e9)
+    if not 0 <= seconds <= most:
+        raise invalid(field_name, f"must be between 0 and {most:.0f} s")
+    return seconds
 
 
 def validate_delay(field_name: str, message: Any) -> float:
     """A nack's delay in seconds (unset = 0); INVALID_ARGUMENT out of [0, 12 h]."""
-    if not message.HasField("delay"):
-        return 0.0
-    # From the fields, not ToTimedelta(): a Duration outside timedelta's range (any int64
-    # seconds may come over the wire) raised OverflowError, which the caller saw as UNKNOWN.
-    delay = float(message.delay.seconds + message.delay.nanos / 1e9)
-    if not 0 <= delay <= MAX_NACK_DELAY:
-        raise invalid(field_name, f"must be between 0 and {MAX_NACK_DELAY:.0f} s")
-    return delay
+    return _duration_within(field_name, message, "delay", MAX_NACK_DELAY)
 
 
 def validate_linger(field_name: str, opened: stream_pb2.StreamOpen) -> float:
     """A Stream's linger in seconds (unset = 0); INVALID_ARGUMENT out of [0, 1 s]."""
-    if not opened.HasField("linger"):
-        return 0.0
-    linger = float(opened.linger.seconds + opened.linger.nanos / 1e9)
-    if not 0 <= linger <= MAX_LINGER:
-        raise invalid(field_name, f"must be between 0 and {MAX_LINGER:.0f} s")
-    return linger
+    return _duration_within(field_name, opened, "linger", MAX_LINGER)
 
 
 def validate_format(field_name: str, value: int) -> int:
@@ -163,14 +186,7 @@ def validate_commits(request: stream_pb2.CommitOffsetsRequest) -> None:
         raise invalid("offsets", f"at most {MAX_COMMITS} per call")
     seen: set[TP] = set()
     for commit in request.offsets:
-        if not commit.topic:
-            raise invalid("offsets.topic", "must not be empty")
-        if commit.partition < 0:
-            raise invalid("offsets.partition", "must be >= 0")
-        if commit.offset < 0:
-            raise invalid("offsets.offset", "must be >= 0")
-        if commit.lease_epoch < 0:
-            raise invalid("offsets.lease_epoch", "must be >= 0")
+        _check_bounds("offsets", commit, _COMMIT_BOUNDS)
         tp = TP(commit.topic, commit.partition)
         if tp in seen:
             raise invalid("offsets", f"{tp.topic}[{tp.partition}] named twice")

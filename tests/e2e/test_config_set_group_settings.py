@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
@@ -40,18 +38,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 RECORDS = 8
 SWITCHED = "commit fencing: applies to the next grant"
-
-
-@pytest.fixture
-def own_state(mesh: Mesh) -> Iterator[dict[str, str]]:
-    """The assigner's own state topic and transactional id (the shared broker's other
-    assigners would fence the default one)."""
-    unique = uuid.uuid4().hex[:8]
-    state_topic = f"__ds_assigner_state.test-{unique}"
-    yield {"DS_STATE_TOPIC": state_topic, "DS_STATE_TRANSACTIONAL_ID": f"ds-state-{unique}"}
-    admin = AdminClient({"bootstrap.servers": mesh.bootstrap})
-    for future in admin.delete_topics([state_topic]).values():
-        future.exception(timeout=30)
 
 
 def describe(assigner: str, group: str) -> admin_pb2.DescribeGroupResponse:

@@ -20,23 +20,20 @@ config.
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterator
 
 import grpc
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
 from google.protobuf import field_mask_pb2
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
-from dataservice.common.v1 import common_pb2
 from dsclient import DsClient
 from services.consumer_sidecar.kafka_fenced_commits import transactional_id
 from services.devstack.kafka import TopicFactory
 from services.runtime.topic_partition import TP
 from tests.support import producing
 from tests.support.assignment import wait_stable
+from tests.support.leased_groups import group_config
 from tests.support.mesh import Mesh, ServiceProcess
 from tests.support.offsets import committed_offsets
 
@@ -47,18 +44,6 @@ RECORDS = 100  # per topic and round
 INITIALISED = "lease commit producer initialised"
 REFUSED = "lease commit refused by Kafka"
 SWITCHED = "commit fencing: applies to the next grant"
-
-
-@pytest.fixture
-def own_state(mesh: Mesh) -> Iterator[dict[str, str]]:
-    """The assigner's own state topic and transactional id (the shared broker's other
-    assigners would fence the default one)."""
-    unique = uuid.uuid4().hex[:8]
-    state_topic = f"__ds_assigner_state.test-{unique}"
-    yield {"DS_STATE_TOPIC": state_topic, "DS_STATE_TRANSACTIONAL_ID": f"ds-state-{unique}"}
-    admin = AdminClient({"bootstrap.servers": mesh.bootstrap})
-    for future in admin.delete_topics([state_topic]).values():
-        future.exception(timeout=30)
 
 
 def produce(bootstrap: str, topic: str, ends: dict[int, int]) -> None:
@@ -99,12 +84,6 @@ def fence_from_outside(bootstrap: str, group: str, tp: TP) -> None:
     )
     producer.init_transactions(30)
     producer.flush(5)
-
-
-def group_config(name: str, topic: str, fencing: int) -> types_pb2.GroupConfig:
-    return types_pb2.GroupConfig(
-        name=name, topics=[topic], mode=common_pb2.GROUP_MODE_LEASED, commit_fencing=fencing
-    )  # type: ignore[arg-type]
 
 
 def test_a_kafka_fenced_group_and_a_lease_fenced_group_side_by_side_and_a_live_switch(

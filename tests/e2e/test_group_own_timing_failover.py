@@ -10,18 +10,20 @@ change of a kafka-fenced group's: tests/e2e/test_group_timing_live_change.py).""
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterator
 
 import grpc
 import pytest
-from confluent_kafka.admin import AdminClient
 from google.protobuf import duration_pb2
 
-from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
-from dataservice.common.v1 import common_pb2
+from dataservice.assigner.v1 import admin_pb2_grpc, types_pb2
 from services.devstack.kafka import TopicFactory
-from tests.support.assignment import describe, wait_stable
+from tests.support.assignment import wait_stable
+from tests.support.leased_groups import (
+    create_group,
+    group_config,
+    takeover_seconds,
+    victims,
+)
 from tests.support.mesh import Mesh
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -29,37 +31,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 PARTITIONS = 2
 
 
-@pytest.fixture
-def own_state(mesh: Mesh) -> Iterator[dict[str, str]]:
-    unique = uuid.uuid4().hex[:8]
-    state_topic = f"__ds_assigner_state.test-{unique}"
-    yield {"DS_STATE_TOPIC": state_topic, "DS_STATE_TRANSACTIONAL_ID": f"ds-state-{unique}"}
-    admin = AdminClient({"bootstrap.servers": mesh.bootstrap})
-    for future in admin.delete_topics([state_topic]).values():
-        future.exception(timeout=30)
-
-
-def dur(seconds: float) -> duration_pb2.Duration:
-    d = duration_pb2.Duration()
-    d.FromNanoseconds(int(seconds * 1e9))
-    return d
-
-
 def seconds(d: duration_pb2.Duration) -> float:
     return d.ToTimedelta().total_seconds()
-
-
-def group_config(
-    name: str, topic: str, fencing: int, ttl: float | None = None, beat: float | None = None
-) -> types_pb2.GroupConfig:
-    cfg = types_pb2.GroupConfig(
-        name=name, topics=[topic], mode=common_pb2.GROUP_MODE_LEASED, commit_fencing=fencing
-    )  # type: ignore[arg-type]
-    if ttl is not None:
-        cfg.lease_ttl.CopyFrom(dur(ttl))
-    if beat is not None:
-        cfg.heartbeat_interval.CopyFrom(dur(beat))
-    return cfg
 
 
 def test_a_short_ttl_kafka_group_fails_over_sooner_than_a_default_one(
@@ -72,24 +45,14 @@ def test_a_short_ttl_kafka_group_fails_over_sooner_than_a_default_one(
     kafka, lease = types_pb2.COMMIT_FENCING_KAFKA, types_pb2.COMMIT_FENCING_LEASE
     with grpc.insecure_channel(assigner.grpc_addr) as channel:
         admin = admin_pb2_grpc.AdminServiceStub(channel)
-        created = admin.CreateGroup(
-            admin_pb2.CreateGroupRequest(group=group_config(short, topic_s, kafka, 1.5, 0.5)),
-            timeout=30,
-        ).group
+        created = create_group(admin, group_config(short, topic_s, kafka, 1.5, 0.5))
         assert (seconds(created.lease_ttl), seconds(created.heartbeat_interval)) == (1.5, 0.5)
-        created = admin.CreateGroup(
-            admin_pb2.CreateGroupRequest(group=group_config(default, topic_d, kafka)), timeout=30
-        ).group
+        created = create_group(admin, group_config(default, topic_d, kafka))
         assert seconds(created.lease_ttl) == 3.0
 
         # Not for a lease-fenced group.
         with pytest.raises(grpc.RpcError) as refused:
-            admin.CreateGroup(
-                admin_pb2.CreateGroupRequest(
-                    group=group_config(f"gl-{topic_s}", topic_s, lease, 1.5, 0.5)
-                ),
-                timeout=30,
-            )
+            create_group(admin, group_config(f"gl-{topic_s}", topic_s, lease, 1.5, 0.5))
         assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         print(f"\nrefused: {refused.value.details()}")
 
@@ -105,30 +68,13 @@ def test_a_short_ttl_kafka_group_fails_over_sooner_than_a_default_one(
         default: wait_stable(assigner.grpc_addr, default, ["sd-1", "sd-2"], PARTITIONS),
     }
     survivor = {short: "ss-1", default: "sd-1"}
-    victim_parts = {g: {p for p, v in before[g].items() if v.holder != survivor[g]} for g in before}
+    victim_parts = {g: victims(before[g], survivor[g]) for g in before}
     assert all(victim_parts.values())
 
     sidecars[short][1].kill()
     sidecars[default][1].kill()
     killed_at = time.monotonic()
-    taken: dict[str, float] = {}
-    deadline = killed_at + 60
-    while len(taken) < 2 and time.monotonic() < deadline:
-        for group in before:
-            if group in taken:
-                continue
-            try:
-                view = describe(assigner.grpc_addr, group, timeout=1.0)
-            except grpc.RpcError:
-                continue
-            if all(
-                lease.granted
-                and lease.holder == survivor[group]
-                and (p not in victim_parts[group] or lease.epoch > before[group][p].epoch)
-                for p, lease in view.leases.items()
-            ):
-                taken[group] = time.monotonic() - killed_at
-        time.sleep(0.05)
+    taken = takeover_seconds(assigner.grpc_addr, before, survivor, killed_at)
     print(
         f"kill -9: short group (TTL 1.5 s, heartbeat 0.5 s) taken over after "
         f"{taken.get(short, float('nan')):.2f}s; default group (TTL 3 s, heartbeat 1 s) "

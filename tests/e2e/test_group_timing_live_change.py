@@ -8,39 +8,26 @@ gap is printed, not asserted (a loaded machine)."""
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterator
 
 import grpc
 import pytest
-from confluent_kafka.admin import AdminClient
-from google.protobuf import duration_pb2, field_mask_pb2
+from google.protobuf import field_mask_pb2
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
-from dataservice.common.v1 import common_pb2
 from services.devstack.kafka import TopicFactory
-from tests.support.assignment import describe, wait_stable
+from tests.support.assignment import wait_stable
+from tests.support.leased_groups import (
+    create_group,
+    dur,
+    group_config,
+    takeover_seconds,
+    victims,
+)
 from tests.support.mesh import Mesh
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 PARTITIONS = 2
-
-
-@pytest.fixture
-def own_state(mesh: Mesh) -> Iterator[dict[str, str]]:
-    unique = uuid.uuid4().hex[:8]
-    state_topic = f"__ds_assigner_state.test-{unique}"
-    yield {"DS_STATE_TOPIC": state_topic, "DS_STATE_TRANSACTIONAL_ID": f"ds-state-{unique}"}
-    admin = AdminClient({"bootstrap.servers": mesh.bootstrap})
-    for future in admin.delete_topics([state_topic]).values():
-        future.exception(timeout=30)
-
-
-def dur(seconds: float) -> duration_pb2.Duration:
-    d = duration_pb2.Duration()
-    d.FromNanoseconds(int(seconds * 1e9))
-    return d
 
 
 def reported_versions(admin: admin_pb2_grpc.AdminServiceStub, group: str) -> dict[str, int]:
@@ -55,16 +42,11 @@ def test_a_kafka_groups_timing_changed_live_then_a_kill_is_taken_over(
     group = f"glive-{topic}"
     assigner = mesh.assigner(env=own_state)
     assigner.wait_serving()
-    config = types_pb2.GroupConfig(
-        name=group,
-        topics=[topic],
-        mode=common_pb2.GROUP_MODE_LEASED,
-        commit_fencing=types_pb2.COMMIT_FENCING_KAFKA,
-    )
+    config = group_config(group, topic, types_pb2.COMMIT_FENCING_KAFKA)
     sidecars = [mesh.sidecar(group, assigner, f"sl-{i}") for i in (1, 2)]
     with grpc.insecure_channel(assigner.grpc_addr) as channel:
         admin = admin_pb2_grpc.AdminServiceStub(channel)
-        created = admin.CreateGroup(admin_pb2.CreateGroupRequest(group=config), timeout=30).group
+        created = create_group(admin, config)
         assert created.lease_ttl.ToTimedelta().total_seconds() == 3.0
         for svc in sidecars:
             svc.wait_serving()
@@ -91,23 +73,11 @@ def test_a_kafka_groups_timing_changed_live_then_a_kill_is_taken_over(
     # the new TTL's takeover, not the old one's.
     time.sleep(4.0)
 
-    victim_parts = {p for p, v in before.items() if v.holder != "sl-1"}
+    victim_parts = victims(before, "sl-1")
     assert victim_parts
     sidecars[1].kill()
     killed_at = time.monotonic()
-    taken = None
-    while taken is None and time.monotonic() < killed_at + 60:
-        try:
-            view = describe(assigner.grpc_addr, group, timeout=1.0)
-        except grpc.RpcError:
-            continue
-        if all(
-            lease.granted
-            and lease.holder == "sl-1"
-            and (p not in victim_parts or lease.epoch > before[p].epoch)
-            for p, lease in view.leases.items()
-        ):
-            taken = time.monotonic() - killed_at
-        time.sleep(0.05)
+    takeovers = takeover_seconds(assigner.grpc_addr, {group: before}, {group: "sl-1"}, killed_at)
+    taken = takeovers.get(group)
     print(f"kill -9 after the live change (TTL 1.5 s + grace): taken over after {taken}s")
     assert taken is not None, "not taken over within 60 s"

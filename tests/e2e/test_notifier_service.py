@@ -21,7 +21,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import grpc
 import pytest
@@ -46,6 +45,7 @@ from tests.support.notifier import (
 )
 from tests.support.ops import metrics
 from tests.support.waiting import wait_for
+from tests.support.webhook_receiver import Receiver
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -236,36 +236,6 @@ def test_lag_scenarios_reach_burrow_statuses_and_raise_faults(
 # ---- alert templates --------------------------------------------------------------------
 
 
-class Webhook:
-    """A local HTTP endpoint that records what is POSTed to it."""
-
-    def __init__(self) -> None:
-        self.received: list[tuple[dict[str, str], str]] = []
-        received = self.received
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                received.append((headers, body.decode()))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, format: str, *args: object) -> None:
-                """Quiet."""
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/alerts"
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
 def put_template(notifier: ServiceProcess, template: notifier_pb2.AlertTemplate) -> None:
     with notifier_stub(notifier.grpc_addr) as stub:
         stub.PutAlertTemplate(
@@ -293,7 +263,7 @@ def test_alert_template_renders_routes_and_respects_the_send_interval(
     template.send_interval.FromNanoseconds(int(interval * 1e9))
     template.kafka.SetInParent()  # the default topic: ds.alerts.<caller>
     put_template(notifier, template)
-    webhook = Webhook()
+    webhook = Receiver(204, record=lambda post: (post.headers, post.body))
     # The same for the flapping group only, to a webhook, through dsctl.
     subprocess.run(
         [sys.executable, "-m", "services.dsctl", "alerts", "put", caller, "lag-error-hook",

@@ -38,7 +38,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -59,6 +58,7 @@ from tests.support.notifier import (
 )
 from tests.support.ops import metrics
 from tests.support.waiting import wait_for
+from tests.support.webhook_receiver import Receiver
 
 RATE = 2.0  # events reported per second
 MAX_BACKOFF = 60.0  # WebhookRelay's default max_backoff
@@ -68,46 +68,6 @@ def budget_seconds(attempts: int) -> float:
     """When a URL failing from the start has spent its budget: the waits between its
     attempts (0.5 s doubling, capped at MAX_BACKOFF)."""
     return Budget(max_attempts=attempts, max_backoff=MAX_BACKOFF).span_seconds()
-
-
-class Receiver:
-    """A local webhook endpoint: records (group, receive time, X-DS-Id) per POST; answers
-    ``status`` (changeable while running)."""
-
-    def __init__(self, status: int) -> None:
-        self.status = status
-        self.received: list[tuple[str, float, str]] = []
-        self.refused = 0
-        lock = threading.Lock()
-        me = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                at = time.monotonic()
-                status = me.status
-                with lock:
-                    if 200 <= status < 300:
-                        me.received.append((body.decode(), at, self.headers.get("X-DS-Id", "")))
-                    else:
-                        me.refused += 1
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: object) -> None:
-                """Quiet."""
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/hook"
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
 
 @pytest.fixture

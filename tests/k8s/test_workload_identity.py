@@ -21,7 +21,7 @@ from dataservice.assigner.v1 import assigner_pb2, binding_pb2
 from services.devstack import kube
 from services.runtime.auth import AuthSettings
 from services.runtime.auth.token_review import TokenReviewSettings
-from tests.support.k8s import K8S, find, render
+from tests.support.prod_overlay_auth import prod_overlay_auth
 from tests.unit.assigner.rpc_harness import (
     Assigner,
     Sidecar,
@@ -187,26 +187,7 @@ def test_the_prod_overlay_reviews_with_its_own_binding_and_policy(
     DS_AUTH__TOKEN_REVIEW (only the server's address and CA are this cluster's: no
     kubernetes.default.svc here) and the overlay's policy, which scopes the example's
     service account to orders."""
-    cluster.kubectl("apply", "-k", str(K8S / "overlays" / "prod"), "--server-side",
-                    "--force-conflicts")  # fmt: skip
-    docs = render("prod")
-    (container,) = find(docs, "Deployment", "ds-assigner")["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    review = TokenReviewSettings.model_validate_json(env["DS_AUTH__TOKEN_REVIEW"])
-    credential = tmp_path / "ds-assigner-token"  # what its kube-api-access volume holds
-    credential.write_text(
-        cluster.kubectl("create", "token", "ds-assigner", "-n", "dataservice", "--duration=10m")
-    )
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(find(docs, "ConfigMap", "ds-auth-policy")["data"]["policy.yaml"])
-    auth = AuthSettings(
-        enabled=True,
-        policy_file=policy,
-        identity_from="token",
-        token_review=review.model_copy(
-            update={"server": cluster.server, "ca_file": Path(cluster.ca), "token_file": credential}
-        ),
-    )
+    auth = prod_overlay_auth(cluster, "ds-assigner", tmp_path)
     # Created if missing, never applied: tests/k8s/test_injection_webhook.py labels it.
     cluster.kubectl("create", "namespace", "shop", check=False)
     cluster.kubectl("create", "serviceaccount", "orders-consumer", "-n", "shop", check=False)

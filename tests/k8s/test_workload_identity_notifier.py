@@ -14,10 +14,8 @@ import grpc
 import pytest
 
 from services.devstack import kube
-from services.runtime.auth import AuthSettings
-from services.runtime.auth.token_review import TokenReviewSettings
-from tests.support.k8s import K8S, find, render
 from tests.support.notifier_rpc import Notifier, fault, report, run
+from tests.support.prod_overlay_auth import prod_overlay_auth
 
 pytestmark = [pytest.mark.timeout(180)]
 
@@ -27,26 +25,7 @@ ACCOUNT = "system:serviceaccount:shop:orders-consumer"
 def test_the_notifier_accepts_a_sidecar_s_ds_notifier_token_and_refuses_its_ds_assigner_one(
     cluster: kube.Cluster, tmp_path: Path
 ) -> None:
-    cluster.kubectl("apply", "-k", str(K8S / "overlays" / "prod"), "--server-side",
-                    "--force-conflicts")  # fmt: skip
-    docs = render("prod")
-    (container,) = find(docs, "Deployment", "ds-notifier")["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    review = TokenReviewSettings.model_validate_json(env["DS_AUTH__TOKEN_REVIEW"])
-    credential = tmp_path / "ds-notifier-token"  # what its kube-api-access volume holds
-    credential.write_text(
-        cluster.kubectl("create", "token", "ds-notifier", "-n", "dataservice", "--duration=10m")
-    )
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(find(docs, "ConfigMap", "ds-auth-policy")["data"]["policy.yaml"])
-    auth = AuthSettings(
-        enabled=True,
-        policy_file=policy,
-        identity_from="token",
-        token_review=review.model_copy(
-            update={"server": cluster.server, "ca_file": Path(cluster.ca), "token_file": credential}
-        ),
-    )
+    auth = prod_overlay_auth(cluster, "ds-notifier", tmp_path)
     cluster.kubectl("create", "namespace", "shop", check=False)
     for account in ("orders-consumer", "stranger"):
         cluster.kubectl("create", "serviceaccount", account, "-n", "shop", check=False)

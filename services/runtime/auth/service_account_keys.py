@@ -17,41 +17,24 @@ hour), where a TokenReview refuses it within seconds.
 
 from __future__ import annotations
 
-import json
-import ssl
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from services.runtime.auth.api_server import ApiServerClient, ApiServerConnection, ApiServerError
 from services.runtime.auth.token_review import SERVICE_ACCOUNT_PREFIX, ReviewRejected, Subject
 
 JWKS_PATH = "/openid/v1/jwks"
 LEEWAY_SECONDS = 30
 
 
-class ServiceAccountKeysSettings(BaseModel):
-    """``auth.service_account_keys``: where the API server's key set is, what to accept."""
+class ServiceAccountKeysSettings(ApiServerConnection):
+    """``auth.service_account_keys``: where the API server's key set is (readable with any
+    service account's token), what to accept."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    server: str = Field(
-        "https://kubernetes.default.svc", description="the Kubernetes API server's URL"
-    )
-    ca_file: Path | None = Field(
-        Path("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"),
-        description="the API server's CA (PEM); None = the system's trust store",
-    )
-    token_file: Path = Field(
-        Path("/var/run/secrets/kubernetes.io/serviceaccount/token"),
-        description="the token the key set is fetched with (the pod's own; every service "
-        "account may read it)",
-    )
     issuer: str = Field(
         "https://kubernetes.default.svc",
         description="the `iss` a token must name (the API server's --service-account-issuer)",
@@ -68,7 +51,6 @@ class ServiceAccountKeysSettings(BaseModel):
     refresh_seconds: float = Field(
         60, gt=0, le=3600, description="the least time between two fetches of the key set"
     )
-    timeout_seconds: float = Field(5.0, gt=0, le=60, description="per key-set fetch")
 
 
 def claims_subject(claims: Mapping[str, Any]) -> Subject:
@@ -106,7 +88,7 @@ class ServiceAccountKeys:
         self._keys: dict[str, Any] = {}
         self._fetched_at: float | None = None
         self._lock = threading.Lock()
-        self._context: ssl.SSLContext | None = None
+        self._api_server = ApiServerClient(settings)
 
     def identity(self, token: str) -> Subject:
         """Who ``token`` is, its signature checked against the key set; ReviewRejected."""
@@ -174,25 +156,7 @@ class ServiceAccountKeys:
         return key
 
     def _https_get(self) -> Mapping[str, Any]:
-        settings = self.settings
-        if self._context is None:
-            ca = str(settings.ca_file) if settings.ca_file else None
-            self._context = ssl.create_default_context(cafile=ca)
         try:
-            credential = settings.token_file.read_text().strip()
-        except OSError as exc:
-            raise ReviewRejected(f"cannot fetch the key set: {exc.strerror}") from None
-        request = urllib.request.Request(
-            settings.server.rstrip("/") + JWKS_PATH,
-            headers={"Authorization": f"Bearer {credential}"},
-        )
-        try:
-            with urllib.request.urlopen(
-                request, context=self._context, timeout=settings.timeout_seconds
-            ) as response:
-                data = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            raise ReviewRejected(f"the API server answered {JWKS_PATH} with {exc.code}") from None
-        except (OSError, ValueError) as exc:
-            raise ReviewRejected(f"the API server could not be asked: {exc}") from None
-        return data if isinstance(data, dict) else {}
+            return self._api_server.call(JWKS_PATH, what=JWKS_PATH, doing="fetch the key set")
+        except ApiServerError as exc:
+            raise ReviewRejected(str(exc)) from None

@@ -56,7 +56,8 @@ class AuthSettings(BaseModel):
         None,
         description="on Kubernetes: also accept pods' projected service-account tokens, "
         "verified by the API server (TokenReview); the identity is "
-        "system:serviceaccount:NAMESPACE:NAME",
+        "system:serviceaccount:NAMESPACE:NAME; its token_file's service account needs the "
+        "system:auth-delegator binding",
     )
     service_account_keys: ServiceAccountKeysSettings | None = Field(
         None,

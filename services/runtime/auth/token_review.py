@@ -20,17 +20,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import ssl
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from services.runtime.auth.api_server import ApiServerClient, ApiServerConnection, ApiServerError
 
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 REVIEW_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
@@ -42,23 +40,10 @@ REFUSAL_CACHE_SECONDS = 5.0
 MAX_CACHED = 10_000
 
 
-class TokenReviewSettings(BaseModel):
-    """``auth.token_review``: where the API server is and how this service calls it."""
+class TokenReviewSettings(ApiServerConnection):
+    """``auth.token_review``: where the API server is (its token_file's service account
+    bound to system:auth-delegator) and how this service calls it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    server: str = Field(
-        "https://kubernetes.default.svc", description="the Kubernetes API server's URL"
-    )
-    ca_file: Path | None = Field(
-        Path("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"),
-        description="the API server's CA (PEM); None = the system's trust store",
-    )
-    token_file: Path = Field(
-        Path("/var/run/secrets/kubernetes.io/serviceaccount/token"),
-        description="the token this service reviews with (its service account's, bound to "
-        "system:auth-delegator); re-read at each review",
-    )
     audiences: tuple[str, ...] = Field(
         (),
         description="a token must be issued for one of these; empty: the service's own "
@@ -69,7 +54,6 @@ class TokenReviewSettings(BaseModel):
     cache_seconds: float = Field(
         60.0, gt=0, le=600, description="how long an accepted token's identity is kept"
     )
-    timeout_seconds: float = Field(5.0, gt=0, le=60, description="per TokenReview call")
 
 
 @dataclass(frozen=True)
@@ -132,7 +116,7 @@ class TokenReviewer:
         self._post = post or self._https_post
         self._cache: dict[bytes, tuple[float, Subject | None, str]] = {}
         self._lock = threading.Lock()
-        self._context: ssl.SSLContext | None = None
+        self._api_server = ApiServerClient(settings)
 
     def identity(self, token: str) -> Subject:
         """Who the API server says ``token`` is (cached); ReviewRejected if nobody."""
@@ -174,30 +158,9 @@ class TokenReviewer:
             self._cache[digest] = (until, identity, why)
 
     def _https_post(self, body: bytes) -> Mapping[str, Any]:
-        settings = self.settings
-        if self._context is None:
-            ca = str(settings.ca_file) if settings.ca_file else None
-            self._context = ssl.create_default_context(cafile=ca)
         try:
-            credential = settings.token_file.read_text().strip()
-        except OSError as exc:
-            raise ReviewRejected(f"cannot review tokens: {exc.strerror}") from None
-        request = urllib.request.Request(
-            settings.server.rstrip("/") + REVIEW_PATH,
-            data=body,
-            method="POST",
-            headers={
-                "Content-Type": "application/json",
-                "Authorization": f"Bearer {credential}",
-            },
-        )
-        try:
-            with urllib.request.urlopen(
-                request, context=self._context, timeout=settings.timeout_seconds
-            ) as response:
-                data = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            raise ReviewRejected(f"the API server answered TokenReview with {exc.code}") from None
-        except (OSError, ValueError) as exc:
-            raise ReviewRejected(f"the API server could not be asked: {exc}") from None
-        return data if isinstance(data, dict) else {}
+            return self._api_server.call(
+                REVIEW_PATH, body, what="TokenReview", doing="review tokens"
+            )
+        except ApiServerError as exc:
+            raise ReviewRejected(str(exc)) from None

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
+from services.consumer_sidecar.partitions import Partition
 from services.consumer_sidecar.stall_watch import StallWatch, stall_limit_for
 from services.runtime.topic_partition import TP
 from tests.unit.sidecar.stream_harness import GROUP, TOPIC, Sidecar, fetch_request, range_ack, run
@@ -71,11 +72,19 @@ def away(sidecar: Sidecar, seconds: float, limit: float = 1.0) -> None:
     sidecar.table.stall.alive_at = time.monotonic() - seconds
 
 
+def holding_records(sidecar: Sidecar, *, kafka_fenced: bool = True) -> Partition:
+    """Partition P held (epoch 1, from offset 100) with records 100..109 fetched, its lease
+    kafka-fenced (no deadline: a stall must hold it back) unless ``kafka_fenced`` is False
+    (commit_fencing: lease, its deadline still ahead)."""
+    sidecar.keeper.kafka_fenced = kafka_fenced
+    part = sidecar.hold(P, epoch=1, start=100)
+    sidecar.buffer(P, range(100, 110))
+    return part
+
+
 def test_after_a_stall_a_kafka_fenced_lease_delivers_once_a_commit_verified_it() -> None:
     async def body(stub: stream_pb2_grpc.StreamServiceStub, sidecar: Sidecar) -> None:
-        sidecar.keeper.kafka_fenced = True
-        sidecar.hold(P, epoch=1, start=100)
-        sidecar.buffer(P, range(100, 110))
+        holding_records(sidecar)
         away(sidecar, 8.0)
         assert count(await stub.Fetch(fetch_request(max_records=10))) == 0
         part = sidecar.table.partitions[TP(TOPIC, P)]
@@ -91,9 +100,7 @@ def test_after_a_stall_a_kafka_fenced_lease_delivers_once_a_commit_verified_it()
 
 def test_a_lease_whose_verifying_commit_was_not_made_stays_undelivered() -> None:
     async def body(stub: stream_pb2_grpc.StreamServiceStub, sidecar: Sidecar) -> None:
-        sidecar.keeper.kafka_fenced = True
-        sidecar.hold(P, epoch=1, start=100)
-        sidecar.buffer(P, range(100, 110))
+        holding_records(sidecar)
         away(sidecar, 8.0)
         sidecar.fetcher.drop = True  # not sent (as a fenced lease's commit is not)
         await sidecar.keeper.committer.commit_all()
@@ -105,9 +112,7 @@ def test_a_lease_whose_verifying_commit_was_not_made_stays_undelivered() -> None
 
 def test_acks_of_records_delivered_before_the_stall_verify_the_lease_too() -> None:
     async def body(stub: stream_pb2_grpc.StreamServiceStub, sidecar: Sidecar) -> None:
-        sidecar.keeper.kafka_fenced = True
-        sidecar.hold(P, epoch=1, start=100)
-        sidecar.buffer(P, range(100, 110))
+        holding_records(sidecar)
         assert count(await stub.Fetch(fetch_request(max_records=5))) == 5
         away(sidecar, 8.0)
         assert count(await stub.Fetch(fetch_request(max_records=5))) == 0
@@ -122,9 +127,7 @@ def test_acks_of_records_delivered_before_the_stall_verify_the_lease_too() -> No
 
 def test_a_stall_shorter_than_the_limit_changes_nothing() -> None:
     async def body(stub: stream_pb2_grpc.StreamServiceStub, sidecar: Sidecar) -> None:
-        sidecar.keeper.kafka_fenced = True
-        sidecar.hold(P, epoch=1, start=100)
-        sidecar.buffer(P, range(100, 110))
+        holding_records(sidecar)
         away(sidecar, 0.5, limit=60.0)  # far from the limit: a loaded machine's delays too
         assert count(await stub.Fetch(fetch_request(max_records=10))) == 10
         assert sidecar.fetcher.commits == []
@@ -134,8 +137,7 @@ def test_a_stall_shorter_than_the_limit_changes_nothing() -> None:
 
 def test_leases_with_a_local_deadline_are_not_held_back_by_a_stall() -> None:
     async def body(stub: stream_pb2_grpc.StreamServiceStub, sidecar: Sidecar) -> None:
-        sidecar.hold(P, epoch=1, start=100)  # commit_fencing: lease (its deadline still ahead)
-        sidecar.buffer(P, range(100, 110))
+        holding_records(sidecar, kafka_fenced=False)  # its deadline still ahead
         away(sidecar, 8.0)
         assert count(await stub.Fetch(fetch_request(max_records=10))) == 10
         await asyncio.sleep(0)
