@@ -1,5 +1,6 @@
-"""Sidecar wiring and lifecycle: builds the partition table, the Kafka fetch thread, the
-lease keeper, the assigner session and the StreamService servicer, and runs and stops them.
+"""Sidecar wiring and lifecycle: builds the partition table, the offset committer, the
+Kafka fetch thread, the lease keeper, the assigner session and the StreamService servicer,
+and runs and stops them.
 
 What each part does lives in its own module: the delivery view the servicer is given
 (``serving.py``), the consumer configurations (``kafka_config.py``), librdkafka's callbacks
@@ -42,6 +43,7 @@ from services.consumer_sidecar.kafka_group_mode import KafkaGroupMode
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.live_config import LiveConfig
 from services.consumer_sidecar.metrics import SidecarMetrics
+from services.consumer_sidecar.offset_commits import OffsetCommitter
 from services.consumer_sidecar.ordering import Ordering
 from services.consumer_sidecar.partitions import PartitionTable, Redelivery
 from services.consumer_sidecar.read_budget import ReadBudget
@@ -103,33 +105,38 @@ class SidecarApp:
         fetch_config = kafka_config.fetch_config(
             settings, on_stats=self.kafka_callbacks.on_stats, on_error=self.kafka_callbacks.on_error
         )
-        committer = new_consumer(
+        commit_consumer = new_consumer(
             settings,
             group=settings.group,
             client_id=f"ds-sidecar-{settings.id}-commit",
             error_cb=self.kafka_callbacks.on_error,
         )
-        self.fetcher = Fetcher(
-            Consumer(fetch_config),
-            self.table,
-            sidecar_id=settings.id,
-            batch=settings.consume_batch,
-            on_data=self.data.notify,
-            on_error=self.kafka_callbacks.on_error,
-            committer=committer,
-            prefetch_bytes=int(fetch_config["queued.max.messages.kbytes"]) * 1024,
-        )
-        self.fetcher.external_check_seconds = settings.external_check_interval_seconds
         # The lease producers exist whatever the fencing: the group's commit_fencing (or,
         # when it says nothing, this setting) picks each lease's at its grant, live.
         kafka_fenced = settings.commit_fencing == "kafka"
-        self.fetcher.fenced = self._fenced_committer(committer)
-        self.fetcher.on_fenced = self._fenced_at_kafka
+        self.commits = OffsetCommitter(
+            self.table,
+            sidecar_id=settings.id,
+            consumer=commit_consumer,
+            fenced=self._fenced_committer(commit_consumer),
+            external_check_seconds=settings.external_check_interval_seconds,
+        )
+        self.commits.on_fenced = self._fenced_at_kafka
+        self.fetcher = Fetcher(
+            Consumer(fetch_config),
+            self.table,
+            self.commits,
+            batch=settings.consume_batch,
+            on_data=self.data.notify,
+            on_error=self.kafka_callbacks.on_error,
+            prefetch_bytes=int(fetch_config["queued.max.messages.kbytes"]) * 1024,
+        )
         self.fetcher.reset_to_end = kafka_config.resets_to_end(settings)
         self.fetcher.on_gap = self._offset_gap
         self.keeper = LeaseKeeper(
             self.table,
             self.fetcher,
+            self.commits,
             commit_interval=settings.commit_interval_seconds,
             commit_max_acks=settings.commit_max_acks,
             kafka_fenced=kafka_fenced,
@@ -159,6 +166,7 @@ class SidecarApp:
         self.kafka_group = KafkaGroupMode(
             self.table,
             self.fetcher,
+            self.commits,
             settings,
             on_stats=self.kafka_callbacks.on_stats,
             on_error=self.kafka_callbacks.on_error,
@@ -218,7 +226,7 @@ class SidecarApp:
             return
         fetcher.on_poll = self.metrics.polls.polled
         fetcher.on_consumed = self.metrics.consumed
-        fetcher.on_commit_request = self.metrics.committed
+        self.commits.on_commit_request = self.metrics.committed
         if (gaps := self.metrics.gaps) is not None:
             fetcher.on_fetched = gaps.fetched
             fetcher.on_loop = gaps.tick
@@ -261,7 +269,7 @@ class SidecarApp:
         if self.metrics.enabled:
             self.metrics.gave_up(given_up.hi - given_up.lo)
 
-    def _fenced_committer(self, committer: Consumer) -> FencedCommitter:
+    def _fenced_committer(self, commit_consumer: Consumer) -> FencedCommitter:
         """commit_fencing: kafka: a transactional producer per held lease; the group
         metadata is the commit consumer's (generation -1: an assign()-only consumer)."""
         settings = self.settings
@@ -274,7 +282,9 @@ class SidecarApp:
                 error_cb=self.kafka_callbacks.on_error,
             )
 
-        return FencedCommitter(settings.group, make_producer, committer.consumer_group_metadata)
+        return FencedCommitter(
+            settings.group, make_producer, commit_consumer.consumer_group_metadata
+        )
 
     def _fenced_at_kafka(self, fenced: LeaseFenced) -> None:
         """Commit thread: Kafka fenced a lease (a newer holder): drop it on the loop."""
@@ -393,9 +403,9 @@ class SidecarApp:
 
     def _external_changes(self, mode: str) -> None:
         """The group's external_offset_changes (SessionAccepted, ConfigUpdate), live."""
-        if mode != self.fetcher.external_changes:
+        if mode != self.commits.external_changes:
             log.info("external offset changes", mode=mode)
-        self.fetcher.external_changes = mode
+        self.commits.external_changes = mode
 
     def grpc_interceptors(self) -> Sequence[grpc.aio.ServerInterceptor]:  # type: ignore[type-arg]
         """Client-access metrics: every StreamService call by client, method and code."""
@@ -492,10 +502,16 @@ class SidecarApp:
         await self.kafka_group.release_all()
         await self.session.leave(timeout=self.settings.shutdown_grace_seconds)
 
+    def _stop_kafka(self) -> None:
+        """Blocking: the committer (the commit in progress; its consumer and producers),
+        then the fetch loop."""
+        self.commits.stop()
+        self.fetcher.stop()
+
     async def close(self) -> None:
         await self._tasks.cancel_all()
         if self.dead_letters is not None:
             await self.dead_letters.close()
         if self._loop is not None:
-            await asyncio.to_thread(self.fetcher.stop)
+            await asyncio.to_thread(self._stop_kafka)
         await asyncio.to_thread(self.reporter.close)

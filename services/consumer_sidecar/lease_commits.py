@@ -21,7 +21,8 @@ commits, a revoke's final commit, and the check for commits this sidecar did not
 * External commits (issue 23): each commit checks the partitions it commits; a sweep
   every interval checks the others, and each newly found one is reported once.
 
-The commits themselves go out on the fetch thread (:meth:`Fetcher.commit_async`).
+The commits themselves go out through the sidecar's one committer
+(:meth:`OffsetCommitter.commit_async`, :mod:`~services.consumer_sidecar.offset_commits`).
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ from confluent_kafka import KafkaException
 
 from dataservice.sidecar.v1 import stream_pb2
 from dsclient.reasons import DsError, Reason
-from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
 from services.consumer_sidecar.idle_waits import commit_wait
 from services.consumer_sidecar.lease_checks import Problem, lease_problem
+from services.consumer_sidecar.offset_commits import CommitRequest, OffsetCommitter
 from services.consumer_sidecar.partitions import (
     UNLEASED_EPOCH,
     Partition,
@@ -75,7 +76,7 @@ class LeaseCommitter:
     def __init__(
         self,
         table: PartitionTable,
-        fetcher: Fetcher,
+        commits: OffsetCommitter,
         *,
         commit_interval: float,
         commit_max_acks: int,
@@ -85,7 +86,7 @@ class LeaseCommitter:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.table = table
-        self.fetcher = fetcher
+        self.commits = commits
         self.commit_interval = commit_interval
         self.commit_max_acks = commit_max_acks
         self.commit_on_ack = commit_on_ack
@@ -247,9 +248,9 @@ class LeaseCommitter:
                     stalls.append(stall)
             if not requests:
                 return
-            sent = await self.fetcher.commit_async(requests)
+            sent = await self.commits.commit_async(requests)
             self._announce_external()
-            done = {id(r) for r in sent}  # a request the fetch thread dropped stays pending
+            done = {id(r) for r in sent}  # a request the committer dropped stays pending
             verified = False
             for part, request, version, stall in zip(
                 parts, requests, versions, stalls, strict=True
@@ -274,7 +275,7 @@ class LeaseCommitter:
         the partitions they commit themselves, right before committing)."""
         while True:
             await asyncio.sleep(interval)
-            if self.fetcher.external_changes == "ignore":
+            if self.commits.external_changes == "ignore":
                 continue  # the group's choice: no OffsetFetch, its commits overwrite them
             try:
                 await self.check_external()
@@ -294,7 +295,7 @@ class LeaseCommitter:
                 and p.epoch != UNLEASED_EPOCH
             ]
             if tps:
-                await self.fetcher.check_external_async(tps)
+                await self.commits.check_external_async(tps)
         self._announce_external()
 
     def _announce_external(self) -> None:
@@ -350,7 +351,7 @@ class LeaseCommitter:
 
     async def commit_offsets(self, commits: list[ExplicitCommit]) -> list[CommitOutcome]:
         """Commit explicit offsets, each fenced by its lease epoch and the local deadline,
-        in one Kafka commit on the fetch thread. Outcomes in the order of ``commits``."""
+        in one Kafka commit. Outcomes in the order of ``commits``."""
         async with self._commit_lock:
             now = self.clock()
             outcomes: dict[int, CommitOutcome] = {}
@@ -365,7 +366,7 @@ class LeaseCommitter:
             if accepted:
                 requests = [CommitRequest(c.tp, c.offset, c.epoch) for _, _, c in accepted]
                 try:
-                    sent = await self.fetcher.commit_async(requests)
+                    sent = await self.commits.commit_async(requests)
                     self._announce_external()
                 except KafkaException as exc:
                     log.warning("explicit commit failed", error=str(exc))
@@ -429,7 +430,7 @@ class LeaseCommitter:
             )
             if part.ready and moved and part.live(self.clock()):
                 request = CommitRequest(part.tp, point, part.epoch, acked)
-                if await self.fetcher.commit_async([request]):
+                if await self.commits.commit_async([request]):
                     part.committed = point
                     part.committed_version = version
             return part.committed

@@ -44,6 +44,7 @@ from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.kafka_fenced_commits import LeaseFenced
 from services.consumer_sidecar.lease_checks import Problem, ack_error_reason, ack_problem
 from services.consumer_sidecar.lease_commits import LeaseCommitter
+from services.consumer_sidecar.offset_commits import OffsetCommitter
 from services.consumer_sidecar.partitions import (
     NO_DEADLINE,
     Partition,
@@ -73,6 +74,7 @@ class LeaseKeeper:
         self,
         table: PartitionTable,
         fetcher: Fetcher,
+        commits: OffsetCommitter,
         *,
         commit_interval: float,
         commit_max_acks: int,
@@ -104,7 +106,7 @@ class LeaseKeeper:
         # The commit path (lease_commits.py) and redelivery (redelivery.py) of these leases.
         self.committer = LeaseCommitter(
             table,
-            fetcher,
+            commits,
             commit_interval=commit_interval,
             commit_max_acks=commit_max_acks,
             commit_on_ack=commit_on_ack,

@@ -30,7 +30,8 @@ def chunk(*records: common_pb2.Record) -> Chunk:
 
 
 class FakeFetcher:
-    """The fetch-thread side the rebalance handlers use."""
+    """The fetch-thread side the rebalance handlers use: the fetcher's assign() and the
+    committer's commit_offsets()."""
 
     def __init__(self, starts: dict[TP, int] | None = None, fail: str = "") -> None:
         self.starts = starts or {}
@@ -86,7 +87,9 @@ def membership(fetcher: FakeFetcher, drain: float = 1.0) -> tuple[ClassicMembers
     clock = Clock()
     table = PartitionTable(64 * 1024 * 1024, clock)
     return (
-        ClassicMembership(table, fetcher, drain_timeout=drain, clock=clock, sleep=clock.sleep),
+        ClassicMembership(
+            table, fetcher, fetcher, drain_timeout=drain, clock=clock, sleep=clock.sleep
+        ),
         clock,
     )
 
@@ -104,7 +107,7 @@ def deliver(m: ClassicMembership, tp: TP, offsets: list[int]) -> None:
 def session() -> tuple[SessionClient, list[assigner_pb2.SessionAccepted]]:
     clock = Clock()
     table = PartitionTable(1 << 26, clock)
-    keeper = LeaseKeeper(table, object(), commit_interval=1, commit_max_acks=10)  # type: ignore[arg-type]
+    keeper = LeaseKeeper(table, object(), object(), commit_interval=1, commit_max_acks=10)  # type: ignore[arg-type]
     client = SessionClient(
         SessionIdentity("s1", "g", "127.0.0.1:1"), "127.0.0.1:2", keeper, safety_margin=0.5
     )

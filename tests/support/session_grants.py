@@ -81,6 +81,7 @@ class Harness:
         self.keeper = LeaseKeeper(
             self.table,
             self.fetcher,  # type: ignore[arg-type]
+            object(),  # type: ignore[arg-type]  # no commit is made
             commit_interval=1.0,
             commit_max_acks=100,
         )

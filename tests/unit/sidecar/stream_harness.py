@@ -2,7 +2,7 @@
 
 The real :class:`StreamServicer` runs on a grpc.aio server on port 0, given what the sidecar
 gives it: a real :class:`Serving` over a real :class:`PartitionTable` and
-:class:`LeaseKeeper`. Only Kafka is faked, at its edge: the fetch thread's commits
+:class:`LeaseKeeper`. Only Kafka is faked, at its edge: the fetch thread and the committer
 (:class:`FakeFetcher`) and the range readers (:class:`FakeReaders`).
 """
 
@@ -27,8 +27,8 @@ from dsclient.reasons import error_info
 from dsclient.records.batches import chunk_from_records
 from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.client_access import ClientMetrics
-from services.consumer_sidecar.fetcher import CommitRequest
 from services.consumer_sidecar.leasing import LeaseKeeper
+from services.consumer_sidecar.offset_commits import CommitRequest
 from services.consumer_sidecar.partitions import Partition, PartitionTable
 from services.consumer_sidecar.reader import Chunk, RangeSpec
 from services.consumer_sidecar.rpc import StreamServicer, add_to_server
@@ -44,8 +44,9 @@ TOPIC = "t"
 
 
 class FakeFetcher:
-    """The fetch thread's Kafka side: commits are recorded (or fail with ``fail``, or are
-    dropped as the fetch thread drops a commit whose lease lapsed, with ``drop``);
+    """The fetch thread's and the committer's Kafka side: commits are recorded (or fail
+    with ``fail``, or are dropped as the committer drops a commit whose lease lapsed, with
+    ``drop``);
     partitions handed back are recorded; a rewind re-reads the partition's records from
     ``log`` (what the test buffered), as Kafka would after a seek."""
 
@@ -139,6 +140,7 @@ class Sidecar:
         self.keeper = LeaseKeeper(
             self.table,
             self.fetcher,  # type: ignore[arg-type]
+            self.fetcher,  # type: ignore[arg-type]  # the committer's Kafka side too
             commit_interval=1.0,
             commit_max_acks=1000,
         )
