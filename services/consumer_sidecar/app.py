@@ -2,10 +2,12 @@
 Kafka fetch thread, the lease keeper, the assigner session and the StreamService servicer,
 and runs and stops them.
 
-What each part does lives in its own module: the delivery view the servicer is given
-(``serving.py``), the consumer configurations (``kafka_config.py``), librdkafka's callbacks
-(``kafka_callbacks.py``), compatibility mode ``kafka_group`` (``kafka_group_mode.py``,
-``kafka_group_membership.py``), the CLIENT_BACKPRESSURE watcher (``backpressure_watch.py``).
+Each part reports through an events interface (``events.py``) handed to its constructor;
+they are built here, once. What each part does lives in its own module: the delivery view
+the servicer is given (``serving.py``), the consumer configurations (``kafka_config.py``),
+librdkafka's callbacks (``kafka_callbacks.py``), compatibility mode ``kafka_group``
+(``kafka_group_mode.py``, ``kafka_group_membership.py``), the CLIENT_BACKPRESSURE watcher
+(``backpressure_watch.py``).
 """
 
 from __future__ import annotations
@@ -24,11 +26,21 @@ import structlog
 from confluent_kafka import Consumer
 from prometheus_client import CollectorRegistry, ProcessCollector
 
+from dataservice.assigner.v1 import assigner_pb2
 from dsclient import local_socket
 from services.consumer_sidecar import dead_letter, kafka_config
 from services.consumer_sidecar.acks import GivenUp
 from services.consumer_sidecar.backpressure_watch import watch_backpressure
 from services.consumer_sidecar.client_access import AccessInterceptor
+from services.consumer_sidecar.events import (
+    CommitEvents,
+    FetcherEvents,
+    LeaseCommitEvents,
+    LeaseEvents,
+    RedeliveryEvents,
+    SessionEvents,
+    nothing,
+)
 from services.consumer_sidecar.fault_emitters import SidecarFaults
 from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.idle_waits import external_sweep_interval
@@ -87,7 +99,14 @@ class SidecarApp:
             max_client_ids=settings.metrics_max_client_ids,
             client_idle_seconds=settings.metrics_client_idle_seconds,
         )
-        self.table = PartitionTable(settings.buffer_max_bytes, time.monotonic)
+        self.data = DataSignal()
+        # Every part reports through the events interfaces (events.py) built here, once:
+        # the faults, the data signal, the group's live settings, and the metrics when
+        # enabled. The metrics' scrape-time views are always on (_watch_metrics).
+        metrics = self.metrics if self.metrics.enabled else None
+        self.table = PartitionTable(
+            settings.buffer_max_bytes, time.monotonic, on_unblocked=self.data.notify
+        )
         # The sidecars' dead-letter topic; a group's config may name its own (live).
         self.dead_letter_default = dead_letter.topic_for(settings.dead_letter_topic, settings.group)
         self.default_redelivery = Redelivery(
@@ -96,7 +115,6 @@ class SidecarApp:
             dead_letter=bool(self.dead_letter_default),
         )
         self.table.redelivery = self.default_redelivery
-        self.data = DataSignal()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._probe = KafkaProbe(settings, client_id=kafka_config.fetch_client_id(settings))
         self.reporter = reporter_for(settings, "sidecar", settings.id, self.registry)
@@ -120,8 +138,11 @@ class SidecarApp:
             consumer=commit_consumer,
             fenced=self._fenced_committer(commit_consumer),
             external_check_seconds=settings.external_check_interval_seconds,
+            events=CommitEvents(
+                on_commit_request=metrics.committed if metrics else nothing,
+                on_fenced=self._fenced_at_kafka,
+            ),
         )
-        self.commits.on_fenced = self._fenced_at_kafka
         self.fetcher = Fetcher(
             Consumer(fetch_config),
             self.table,
@@ -130,9 +151,10 @@ class SidecarApp:
             on_data=self.data.notify,
             on_error=self.kafka_callbacks.on_error,
             prefetch_bytes=int(fetch_config["queued.max.messages.kbytes"]) * 1024,
+            events=self._fetcher_events(metrics),
         )
         self.fetcher.reset_to_end = kafka_config.resets_to_end(settings)
-        self.fetcher.on_gap = self._offset_gap
+        self.dead_letters: dead_letter.DeadLetters | None = None  # made on first use
         self.keeper = LeaseKeeper(
             self.table,
             self.fetcher,
@@ -140,14 +162,8 @@ class SidecarApp:
             commit_interval=settings.commit_interval_seconds,
             commit_max_acks=settings.commit_max_acks,
             kafka_fenced=kafka_fenced,
+            events=self._lease_events(metrics),
         )
-        self.keeper.committer.on_commit = self.faults.commit
-        self.keeper.redeliverer.on_given_up = self._given_up
-        self.dead_letters: dead_letter.DeadLetters | None = None  # made on first use
-        self.keeper.on_renewed = self.data.notify
-        self.keeper.committer.on_verified = self.data.notify
-        # Records due again can be taken: the Streams wait for the signal, not a tick.
-        self.keeper.redeliverer.on_redelivery = self._redelivered
         self.session = SessionClient(
             SessionIdentity(
                 sidecar_id=settings.id,
@@ -162,6 +178,9 @@ class SidecarApp:
             delivery_margin=settings.delivery_margin_seconds,
             consul=settings.consul,
             settings=settings.connection,
+            events=self._session_events(metrics),
+            config_status=self._config_status,
+            client_activity=self.metrics.clients.activity,
         )
         self.kafka_group = KafkaGroupMode(
             self.table,
@@ -173,9 +192,7 @@ class SidecarApp:
             group_topics=lambda: group_topics(self.session.follower, settings.group),
             spawn=self._tasks.spawn,
             drop_leases=self.keeper.drop_all,
-        )
-        self.session.on_accepted = lambda accepted: self.kafka_group.on_accepted(
-            accepted, kafka_group=self.session.kafka_group
+            events=metrics,
         )
         self.live_config = LiveConfig(
             replace=self._replace_consumer,
@@ -187,14 +204,6 @@ class SidecarApp:
             kafka_group=lambda: self.session.kafka_group,
             on_change=self.session.config_changed,
         )
-        self.session.on_config = self.live_config.offer
-        self.session.config_status = self._config_status
-        self.session.client_activity = self.metrics.clients.activity
-        self.session.on_delivery_policy = self._delivery_policy
-        self.session.on_external_changes = self._external_changes
-        self.session.on_ordering = self._ordering
-        self.session.on_commit_fencing = self._commit_fencing
-        self.table.on_unblocked = self.data.notify
         self.serving = Serving(
             self.table,
             self.keeper,
@@ -209,7 +218,58 @@ class SidecarApp:
                 int(settings.buffer_max_bytes * settings.read_range_buffer_share),
             ),
         )
-        self._wire_metrics()
+        self._watch_metrics()
+
+    # ---- the events interfaces (events.py) ---------------------------------------------
+
+    def _fetcher_events(self, metrics: SidecarMetrics | None) -> FetcherEvents:
+        gaps = metrics.gaps if metrics else None
+        return FetcherEvents(
+            on_poll=metrics.polls.polled if metrics else nothing,
+            on_consumed=metrics.consumed if metrics else nothing,
+            on_fetched=gaps.fetched if gaps else nothing,
+            on_loop=gaps.tick if gaps else nothing,
+            on_gap=self._offset_gap,
+        )
+
+    def _lease_events(self, metrics: SidecarMetrics | None) -> LeaseEvents:
+        return LeaseEvents(
+            on_lease_change=metrics.lease_changed if metrics else nothing,
+            on_lease_settled=metrics.lease_settled if metrics else nothing,
+            on_partition_lost=metrics.partitions_lost if metrics else nothing,
+            on_renewed=self.data.notify,
+            commits=LeaseCommitEvents(
+                on_commit=self.faults.commit,
+                # A lease verified after a stall: its records can be taken again.
+                on_verified=self.data.notify,
+                on_external=self._external_found if metrics else nothing,
+            ),
+            redelivery=RedeliveryEvents(
+                # Records due again can be taken: the Streams wait for the signal, not a tick.
+                on_redelivery=self._redelivered_counted if metrics else self._redelivered,
+                on_given_up=self._given_up,
+                on_dead_letter=self._dead_letter,
+            ),
+        )
+
+    def _session_events(self, metrics: SidecarMetrics | None) -> SessionEvents:
+        return SessionEvents(
+            on_accepted=self._accepted,
+            on_config=self._offer_config,
+            on_delivery_policy=self._delivery_policy,
+            on_external_changes=self._external_changes,
+            on_ordering=self._ordering,
+            on_commit_fencing=self._commit_fencing,
+            on_heartbeat_sent=metrics.heartbeat_sent if metrics else nothing,
+            on_heartbeat_acked=metrics.heartbeat_acked if metrics else nothing,
+            on_join=metrics.joined if metrics else nothing,
+            on_sync=metrics.synced if metrics else nothing,
+        )
+
+    def _watch_metrics(self) -> None:
+        """The metrics' scrape-time views (always; the counting hooks are the events')."""
+        fetcher = self.fetcher
+        self.metrics.watch(self.table, lambda: fetcher.last_poll, lambda: self.session.connected)
 
     def _redelivered(self, _why: str, _records: int) -> None:
         self.data.notify()
@@ -218,28 +278,16 @@ class SidecarApp:
         self.data.notify()
         self.metrics.redelivered(why, records)
 
-    def _wire_metrics(self) -> None:
-        """Scrape-time views always; the counting hooks unless metrics are disabled."""
-        fetcher = self.fetcher
-        self.metrics.watch(self.table, lambda: fetcher.last_poll, lambda: self.session.connected)
-        if not self.metrics.enabled:
-            return
-        fetcher.on_poll = self.metrics.polls.polled
-        fetcher.on_consumed = self.metrics.consumed
-        self.commits.on_commit_request = self.metrics.committed
-        if (gaps := self.metrics.gaps) is not None:
-            fetcher.on_fetched = gaps.fetched
-            fetcher.on_loop = gaps.tick
-        self.keeper.redeliverer.on_redelivery = self._redelivered_counted
-        self.keeper.on_lease_change = self.metrics.lease_changed
-        self.keeper.on_lease_settled = self.metrics.lease_settled
-        self.session.on_heartbeat_sent = self.metrics.heartbeat_sent
-        self.keeper.committer.on_external = self.session.external_found
-        self.session.on_heartbeat_acked = self.metrics.heartbeat_acked
-        self.session.on_join = self.metrics.joined
-        self.session.on_sync = self.metrics.synced
-        self.keeper.on_partition_lost = self.metrics.partitions_lost
-        self.kafka_group.events = self.metrics
+    def _external_found(self) -> None:
+        self.session.external_found()
+
+    def _accepted(self, accepted: assigner_pb2.SessionAccepted) -> None:
+        """Every SessionAccepted: kafka_group mode starts or stops with the group's mode."""
+        self.kafka_group.on_accepted(accepted, kafka_group=self.session.kafka_group)
+
+    def _offer_config(self, version: int, config: dict[str, str]) -> None:
+        """The group's consumer config, from a join or a ConfigUpdate (live_config.py)."""
+        self.live_config.offer(version, config)
 
     async def _replace_consumer(self, group_config: dict[str, str]) -> None:
         """A new fetch consumer for the group's changed consumer_config (live_config.py):
@@ -329,14 +377,17 @@ class SidecarApp:
             on_written=self.metrics.dead_lettered if self.metrics.enabled else lambda _n: None,
         )
 
-        def submit(tp: TP, epoch: int, given_up: GivenUp, why: str) -> None:
-            job = dead_letter.DeadLetterJob(
-                tp, epoch, given_up.lo, given_up.hi, given_up.deliveries, given_up.holder[0], why
-            )
-            letters.submit(job)
-
-        self.keeper.redeliverer.on_dead_letter = submit
         return letters
+
+    def _dead_letter(self, tp: TP, epoch: int, given_up: GivenUp, why: str) -> None:
+        """A given-up range parked for the dead-letter topic: to its writer (none before the
+        first topic is known: nothing is parked then)."""
+        if self.dead_letters is None:
+            return
+        job = dead_letter.DeadLetterJob(
+            tp, epoch, given_up.lo, given_up.hi, given_up.deliveries, given_up.holder[0], why
+        )
+        self.dead_letters.submit(job)
 
     def _ensure_dead_letter_topic(self, topic: str) -> None:
         """Blocking (the dead-letter thread): ``topic``, created unless it exists."""

@@ -22,7 +22,7 @@ table says where) and forward only where Kafka forces it: in leased mode the con
 with ``auto.offset.reset=error``, so a position that fell outside the log (records deleted
 by retention before they were read, a truncated log) is an error here instead of a silent
 jump; the loop moves to the log start (or end) itself and reports the offsets it skipped
-(:attr:`Fetcher.on_gap`: ``ds_sidecar_offset_gaps_total`` and an ``OFFSET_GAP`` fault).
+(:attr:`FetcherEvents.on_gap`: ``ds_sidecar_offset_gaps_total`` and an ``OFFSET_GAP`` fault).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from confluent_kafka import (
 
 from services.consumer_sidecar import fetch_backpressure, poll_timing
 from services.consumer_sidecar.acks import PartitionAcks
+from services.consumer_sidecar.events import FetcherEvents
 from services.consumer_sidecar.offset_commits import OffsetCommitter
 from services.consumer_sidecar.partitions import UNLEASED_EPOCH, PartitionTable
 from services.consumer_sidecar.runs import runs_from_messages
@@ -82,16 +83,18 @@ class Fetcher:
         on_data: Callable[[], None],
         on_error: Callable[[KafkaError], None] | None = None,
         prefetch_bytes: int = 0,
+        events: FetcherEvents | None = None,
     ) -> None:
         """``commits``: the committer of this sidecar's offsets; this loop hands it what it
         needs of the fetch thread (kafka_group mode's commits run here) and serves it
-        between polls."""
+        between polls. ``events``: what the loop reports (all on this thread)."""
         self._consumer = consumer
         self._commits = commits
         self._table = table
         self._batch = batch
         self._on_data = on_data
         self._on_error = on_error
+        self._events = events or FetcherEvents()
         self._commands: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = (
             queue.SimpleQueue()
         )
@@ -107,17 +110,6 @@ class Fetcher:
         # Every topic this consumer was ever given: with one, records need no topic lookup.
         self._topics: set[str] = set()
         self._full_since: float | None = None  # leased mode: since when the buffer is full
-        # Instrumentation hooks (metrics.py), all called on this thread.
-        self.on_poll: Callable[[float, float], None] = lambda _started, _returned: None
-        self.on_consumed: Callable[[str, int, int], None] = lambda _topic, _n, _bytes: None
-        # The not-fetching gaps: records of a partition came out of consume() (partition,
-        # when, the first record's timestamp in ms or -1); and every loop, the time of the
-        # last poll (the gaps look at the table).
-        self.on_fetched: Callable[[TP, float, int], None] = lambda _tp, _at, _ts: None
-        self.on_loop: Callable[[float], None] = lambda _now: None
-        # A position outside the log: (partition, first offset skipped, where fetching
-        # went on, reason). Records [first, next) were never read.
-        self.on_gap: Callable[[TP, int, int, str], None] = lambda _tp, _lo, _hi, _why: None
         # Leased mode: where a position outside the log goes (the configured
         # auto.offset.reset: the log start, or with latest/largest/end its end).
         self.reset_to_end = False
@@ -432,7 +424,7 @@ class Fetcher:
                 if self._run_commands():
                     busy_until = self.last_poll + poll_timing.BUSY_SECONDS
                     quiet_at = self.last_poll + poll_timing.QUIET_SECONDS
-                self.on_loop(self.last_poll)
+                self._events.on_loop(self.last_poll)
                 self._table.alive(time.monotonic())  # a stall of the process shows here
                 if self._holding():
                     self._wake.wait(poll_timing.POLL_TIMEOUT_SECONDS)
@@ -445,7 +437,7 @@ class Fetcher:
                 poll_started = time.monotonic()
                 messages = self._take(poll_timing.poll_timeout(poll_started, busy_until, quiet_at))
                 self.last_poll = time.monotonic()
-                self.on_poll(poll_started, self.last_poll)
+                self._events.on_poll(poll_started, self.last_poll)
                 if messages:
                     quiet_at = self.last_poll + poll_timing.QUIET_SECONDS
                     if self._commits.on_fetch_thread:
@@ -509,9 +501,9 @@ class Fetcher:
         for run in runs:
             chunk = run.chunk
             tp = TP(run.topic, run.partition)
-            self.on_consumed(run.topic, len(chunk), len(chunk.values) + len(chunk.keys))
+            self._events.on_consumed(run.topic, len(chunk), len(chunk.values) + len(chunk.keys))
             stamps = chunk.timestamps
-            self.on_fetched(tp, self.last_poll, stamps[0] if stamps else -1)
+            self._events.on_fetched(tp, self.last_poll, stamps[0] if stamps else -1)
             if self._table.append(tp, run.chunk):
                 added = True
         if added:
@@ -553,9 +545,9 @@ class Fetcher:
             else:
                 target = low
             if target > offset:
-                self.on_gap(tp, offset, target, "retention" if offset < low else "reset")
+                self._events.on_gap(tp, offset, target, "retention" if offset < low else "reset")
             elif target < offset:
-                self.on_gap(tp, target, offset, "truncated")
+                self._events.on_gap(tp, target, offset, "truncated")
             if target < part.acks.next_offset:
                 self._table.restart(part, target)  # offsets reused below what was delivered
             else:

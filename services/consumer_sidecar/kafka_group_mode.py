@@ -51,13 +51,15 @@ class KafkaGroupMode:
         group_topics: Callable[[], Awaitable[list[str]]],
         spawn: Spawn,
         drop_leases: Callable[[], Awaitable[None]] | None = None,
+        events: RebalanceEvents | None = None,
     ) -> None:
         """``commits``: the sidecar's committer (the rebalance handlers' commits go through
         it, on the fetch thread); ``on_stats``, ``on_error``: librdkafka's callbacks for the
         new consumer, as for the one it replaces; ``group_topics``: the group's topics from
         the assigner (an older assigner does not send them with SessionAccepted); ``spawn``:
         runs the start as a task the sidecar cancels when it closes; ``drop_leases``: drops
-        what is left of leased mode before subscribing (the lease keeper's)."""
+        what is left of leased mode before subscribing (the lease keeper's); ``events``: what
+        the rebalance callbacks report (the metrics, when enabled)."""
         self._table = table
         self._fetcher = fetcher
         self._commits = commits
@@ -70,9 +72,9 @@ class KafkaGroupMode:
         # Switches in the order the session asked for them (each awaits the fetch thread).
         self._switching = asyncio.Lock()
         # Kafka's rebalance callbacks onto the partition table, while in kafka_group mode;
-        # what they report (the metrics, when enabled: the app sets it).
+        # what they report.
         self.membership: ClassicMembership | None = None
-        self.events: RebalanceEvents | None = None
+        self._events = events
         # The group's consumer_config the subscribed consumer runs (None: not subscribed yet),
         # the topics it subscribed to, and when the first subscribe() is done.
         self.running: dict[str, str] | None = None
@@ -93,7 +95,7 @@ class KafkaGroupMode:
                 self._fetcher,
                 self._commits,
                 drain_timeout=self._settings.drain_timeout_seconds,
-                events=self.events,
+                events=self._events,
             )
             self._started = asyncio.get_running_loop().create_future()
             self._spawn(

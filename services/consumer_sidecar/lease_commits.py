@@ -38,6 +38,7 @@ from confluent_kafka import KafkaException
 
 from dataservice.sidecar.v1 import stream_pb2
 from dsclient.reasons import DsError, Reason
+from services.consumer_sidecar.events import LeaseCommitEvents
 from services.consumer_sidecar.idle_waits import commit_wait
 from services.consumer_sidecar.lease_checks import Problem, lease_problem
 from services.consumer_sidecar.offset_commits import CommitRequest, OffsetCommitter
@@ -84,8 +85,10 @@ class LeaseCommitter:
         suspend_expired: Callable[[], Awaitable[None]],
         next_lease_deadline: Callable[[], float],
         clock: Callable[[], float] = time.monotonic,
+        events: LeaseCommitEvents | None = None,
     ) -> None:
         self.table = table
+        self._events = events or LeaseCommitEvents()
         self.commits = commits
         self.commit_interval = commit_interval
         self.commit_max_acks = commit_max_acks
@@ -95,13 +98,6 @@ class LeaseCommitter:
         # local deadline passed; the earliest such deadline ends an idle loop's sleep.
         self.suspend_expired = suspend_expired
         self._next_lease_deadline = next_lease_deadline
-        # The outcome of each commit round (None = success): the sidecar's fault hook.
-        self.on_commit: Callable[[BaseException | None], None] = lambda _error: None
-        # A lease verified after a stall delivers again: wakes a long-polling Fetch or
-        # Stream (the data signal).
-        self.on_verified: Callable[[], None] = lambda: None
-        # A commit this sidecar did not make was found on a held partition: report it now.
-        self.on_external: Callable[[], None] = lambda: None
         self._acks_since_commit = 0
         self._commit_now = asyncio.Event()
         # Issue 34: the commit loop sleeps until a deadline it knows of, or with none
@@ -150,12 +146,12 @@ class LeaseCommitter:
             retry = False
             try:
                 await self.commit_all()
-                self.on_commit(None)
+                self._events.on_commit(None)
                 await self.suspend_expired()
                 retry = self._unverified_waiting()
             except Exception as exc:
                 log.warning("commit failed; will retry", error=str(exc))
-                self.on_commit(exc)
+                self._events.on_commit(exc)
                 retry = True
 
     def _unverified_waiting(self) -> bool:
@@ -267,7 +263,7 @@ class LeaseCommitter:
                             epoch=part.epoch,
                         )
             if verified:
-                self.on_verified()  # wake the Fetches and Streams waiting for its records
+                self._events.on_verified()  # wake the Fetches and Streams waiting for its records
 
     async def external_check_loop(self, interval: float) -> None:
         """Issue 23: every ``interval``, one OffsetFetch for all held partitions, to notice
@@ -305,7 +301,7 @@ class LeaseCommitter:
             p for p in self.table.snapshot() if p.external is not None and not p.external_announced
         ]
         if any(p.reverted for p in self.table.snapshot()):
-            self.on_external()
+            self._events.on_external()
         if not fresh:
             return
         for part in fresh:
@@ -320,7 +316,7 @@ class LeaseCommitter:
                 committed=part.external[0],
                 metadata=part.external[1],
             )
-        self.on_external()
+        self._events.on_external()
 
     def take_reverted(self) -> list[Reverted]:
         """Revert mode: the external commits committed over since the last heartbeat."""
@@ -406,7 +402,7 @@ class LeaseCommitter:
                 committed = await self._commit_partition(part)
             except KafkaException as exc:
                 failed = True
-                self.on_commit(exc)
+                self._events.on_commit(exc)
                 remaining = part.deadline - self.clock()
                 log.warning(
                     "final commit of a revoked partition failed; retrying while the lease lasts",
@@ -419,7 +415,7 @@ class LeaseCommitter:
                 backoff = min(backoff * 2, longest)
                 continue
             if failed:
-                self.on_commit(None)
+                self._events.on_commit(None)
             return committed
 
     async def _commit_partition(self, part: Partition) -> int:

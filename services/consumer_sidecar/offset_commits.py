@@ -13,7 +13,7 @@ moment, picks the way out, and says which were committed.
   through its lease producer (:mod:`~services.consumer_sidecar.kafka_fenced_commits`),
   whose id is initialised on the fetch thread at the grant, before the start offset is
   read (:meth:`OffsetCommitter.open_leases`); a lease Kafka fenced is handed on
-  (:attr:`OffsetCommitter.on_fenced`).
+  (:attr:`CommitEvents.on_fenced`).
 * kafka_group mode (or without a commit consumer): on the fetch thread, through the fetch
   consumer, where commits interleave with the rebalance callbacks consume() runs. A commit
   refused because the group is rebalancing is deferred and retried between polls
@@ -41,7 +41,8 @@ from typing import Any, Protocol, TypeVar
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from services.consumer_sidecar.kafka_fenced_commits import FencedCommitter, LeaseFenced
+from services.consumer_sidecar.events import CommitEvents
+from services.consumer_sidecar.kafka_fenced_commits import FencedCommitter
 from services.consumer_sidecar.partitions import UNLEASED_EPOCH, PartitionTable, Reverted
 from services.runtime import commitmeta
 from services.runtime.topic_partition import TP
@@ -87,10 +88,11 @@ class OffsetCommitter:
         consumer: Consumer | None = None,
         fenced: FencedCommitter | None = None,
         external_check_seconds: float = 0.5,
+        events: CommitEvents | None = None,
     ) -> None:
         """``consumer``: leased mode's commit consumer (None: commits go through the fetch
         consumer, on the fetch thread); ``fenced``: the lease producers of
-        ``commit_fencing: kafka``."""
+        ``commit_fencing: kafka``; ``events``: what it reports."""
         self._table = table
         self._sidecar_id = sidecar_id
         self._commit_consumer = consumer
@@ -115,11 +117,7 @@ class OffsetCommitter:
         self._deferred: dict[TP, CommitRequest] = {}  # kafka_group: refused mid-rebalance
         self._deferred_retry_at = 0.0
         self._serve_at = 0.0
-        # Instrumentation hook (metrics.py): each commit request's outcome and duration.
-        self.on_commit_request: Callable[[bool, float], None] = lambda _ok, _seconds: None
-        # A lease whose commit Kafka refused for good (a newer holder fenced it), from the
-        # commit thread: the lease keeper drops it.
-        self.on_fenced: Callable[[LeaseFenced], None] = lambda _fenced: None
+        self._events = events or CommitEvents()
 
     def attach(self, fetch: FetchThread) -> None:
         """The fetch loop this committer commits on in kafka_group mode (its own)."""
@@ -272,14 +270,14 @@ class OffsetCommitter:
                 offsets=offsets, asynchronous=False
             )
         except KafkaException as exc:
-            self.on_commit_request(False, time.monotonic() - started)
+            self._events.on_commit_request(False, time.monotonic() - started)
             if self._defer_if_rebalancing(exc, kept):
                 return []
             raise
         failed = [
             (r, tp.error) for r, tp in zip(kept, result or [], strict=False) if tp.error is not None
         ]
-        self.on_commit_request(not failed, time.monotonic() - started)
+        self._events.on_commit_request(not failed, time.monotonic() - started)
         self._warn_if_outlived(kept)
         for request, error in failed:
             if not self._defer_if_rebalancing(KafkaException(error), [request]):
@@ -295,17 +293,18 @@ class OffsetCommitter:
         self, kept: list[CommitRequest], offsets: list[TopicPartition], started: float
     ) -> list[CommitRequest]:
         """commit_fencing: kafka: each request in its lease's transaction. A lease Kafka
-        fenced is handed to :attr:`on_fenced` (it is over here) and left out of what is
-        returned; a retriable failure raises once the others are done."""
+        fenced is handed to :attr:`CommitEvents.on_fenced` (it is over here) and left out of
+        what is returned; a retriable failure raises once the others are done."""
         assert self.fenced is not None
         result = self.fenced.commit((r.tp, r.epoch, o) for r, o in zip(kept, offsets, strict=True))
-        self.on_commit_request(not (result.fenced or result.failed), time.monotonic() - started)
+        ok = not (result.fenced or result.failed)
+        self._events.on_commit_request(ok, time.monotonic() - started)
         for fenced in result.fenced:
             with self._table.lock:
                 part = self._table.partitions.get(fenced.tp)
                 if part is not None and part.epoch == fenced.epoch:
                     part.revoking = True  # nothing more of it is delivered or committed
-            self.on_fenced(fenced)
+            self._events.on_fenced(fenced)
         if result.failed:
             raise next(iter(result.failed.values()))
         done = set(result.committed)

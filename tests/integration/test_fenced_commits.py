@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from services.assigner.kafka_offsets import KafkaOffsets
 from services.assigner.kafka_reset import KafkaResets
 from services.consumer_sidecar.acks import PartitionAcks
+from services.consumer_sidecar.events import CommitEvents
 from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.kafka_fenced_commits import (
     COMMIT_PRODUCER_CONFIG,
@@ -44,9 +45,11 @@ class Holder:
         self.table = PartitionTable(1 << 20, lambda: 0.0)
         self.fetch = new_consumer(settings, group=group, client_id=f"{name}-fetch")
         self.commit_consumer = new_consumer(settings, group=group, client_id=f"{name}-commit")
+        self.fenced: list[LeaseFenced] = []
         self.commits = OffsetCommitter(
             self.table,
             sidecar_id=name,
+            events=CommitEvents(on_fenced=self.fenced.append),
             consumer=self.commit_consumer,
             fenced=FencedCommitter(
                 group,
@@ -59,8 +62,6 @@ class Holder:
             ),
         )
         self.commits.external_changes = "ignore"
-        self.fenced: list[LeaseFenced] = []
-        self.commits.on_fenced = self.fenced.append
         self.fetcher = Fetcher(
             self.fetch, self.table, self.commits, batch=100, on_data=lambda: None
         )
