@@ -1,10 +1,13 @@
-"""Sidecar wiring and lifecycle: builds the partition table, the Kafka fetch thread, the
-lease keeper, the assigner session and the StreamService servicer, and runs and stops them.
+"""Sidecar wiring and lifecycle: builds the partition table, the offset committer, the
+Kafka fetch thread, the lease keeper, the assigner session and the StreamService servicer,
+and runs and stops them.
 
-What each part does lives in its own module: the delivery view the servicer is given
-(``serving.py``), the consumer configurations (``kafka_config.py``), librdkafka's callbacks
-(``kafka_callbacks.py``), compatibility mode ``kafka_group`` (``kafka_group_mode.py``,
-``kafka_group_membership.py``), the CLIENT_BACKPRESSURE watcher (``backpressure_watch.py``).
+Each part reports through an events interface (``events.py``) handed to its constructor;
+they are built here, once. What each part does lives in its own module: the delivery view
+the servicer is given (``serving.py``), the consumer configurations (``kafka_config.py``),
+librdkafka's callbacks (``kafka_callbacks.py``), compatibility mode ``kafka_group``
+(``kafka_group_mode.py``, ``kafka_group_membership.py``), the CLIENT_BACKPRESSURE watcher
+(``backpressure_watch.py``).
 """
 
 from __future__ import annotations
@@ -23,11 +26,21 @@ import structlog
 from confluent_kafka import Consumer
 from prometheus_client import CollectorRegistry, ProcessCollector
 
+from dataservice.assigner.v1 import assigner_pb2
 from dsclient import local_socket
 from services.consumer_sidecar import dead_letter, kafka_config
 from services.consumer_sidecar.acks import GivenUp
 from services.consumer_sidecar.backpressure_watch import watch_backpressure
 from services.consumer_sidecar.client_access import AccessInterceptor
+from services.consumer_sidecar.events import (
+    CommitEvents,
+    FetcherEvents,
+    LeaseCommitEvents,
+    LeaseEvents,
+    RedeliveryEvents,
+    SessionEvents,
+    nothing,
+)
 from services.consumer_sidecar.fault_emitters import SidecarFaults
 from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.idle_waits import external_sweep_interval
@@ -42,6 +55,7 @@ from services.consumer_sidecar.kafka_group_mode import KafkaGroupMode
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.live_config import LiveConfig
 from services.consumer_sidecar.metrics import SidecarMetrics
+from services.consumer_sidecar.offset_commits import OffsetCommitter
 from services.consumer_sidecar.ordering import Ordering
 from services.consumer_sidecar.partitions import PartitionTable, Redelivery
 from services.consumer_sidecar.read_budget import ReadBudget
@@ -85,7 +99,14 @@ class SidecarApp:
             max_client_ids=settings.metrics_max_client_ids,
             client_idle_seconds=settings.metrics_client_idle_seconds,
         )
-        self.table = PartitionTable(settings.buffer_max_bytes, time.monotonic)
+        self.data = DataSignal()
+        # Every part reports through the events interfaces (events.py) built here, once:
+        # the faults, the data signal, the group's live settings, and the metrics when
+        # enabled. The metrics' scrape-time views are always on (_watch_metrics).
+        metrics = self.metrics if self.metrics.enabled else None
+        self.table = PartitionTable(
+            settings.buffer_max_bytes, time.monotonic, on_unblocked=self.data.notify
+        )
         # The sidecars' dead-letter topic; a group's config may name its own (live).
         self.dead_letter_default = dead_letter.topic_for(settings.dead_letter_topic, settings.group)
         self.default_redelivery = Redelivery(
@@ -94,7 +115,6 @@ class SidecarApp:
             dead_letter=bool(self.dead_letter_default),
         )
         self.table.redelivery = self.default_redelivery
-        self.data = DataSignal()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._probe = KafkaProbe(settings, client_id=kafka_config.fetch_client_id(settings))
         self.reporter = reporter_for(settings, "sidecar", settings.id, self.registry)
@@ -103,44 +123,47 @@ class SidecarApp:
         fetch_config = kafka_config.fetch_config(
             settings, on_stats=self.kafka_callbacks.on_stats, on_error=self.kafka_callbacks.on_error
         )
-        committer = new_consumer(
+        commit_consumer = new_consumer(
             settings,
             group=settings.group,
             client_id=f"ds-sidecar-{settings.id}-commit",
             error_cb=self.kafka_callbacks.on_error,
         )
-        self.fetcher = Fetcher(
-            Consumer(fetch_config),
-            self.table,
-            sidecar_id=settings.id,
-            batch=settings.consume_batch,
-            on_data=self.data.notify,
-            on_error=self.kafka_callbacks.on_error,
-            committer=committer,
-            prefetch_bytes=int(fetch_config["queued.max.messages.kbytes"]) * 1024,
-        )
-        self.fetcher.external_check_seconds = settings.external_check_interval_seconds
         # The lease producers exist whatever the fencing: the group's commit_fencing (or,
         # when it says nothing, this setting) picks each lease's at its grant, live.
         kafka_fenced = settings.commit_fencing == "kafka"
-        self.fetcher.fenced = self._fenced_committer(committer)
-        self.fetcher.on_fenced = self._fenced_at_kafka
+        self.commits = OffsetCommitter(
+            self.table,
+            sidecar_id=settings.id,
+            consumer=commit_consumer,
+            fenced=self._fenced_committer(commit_consumer),
+            external_check_seconds=settings.external_check_interval_seconds,
+            events=CommitEvents(
+                on_commit_request=metrics.committed if metrics else nothing,
+                on_fenced=self._fenced_at_kafka,
+            ),
+        )
+        self.fetcher = Fetcher(
+            Consumer(fetch_config),
+            self.table,
+            self.commits,
+            batch=settings.consume_batch,
+            on_data=self.data.notify,
+            on_error=self.kafka_callbacks.on_error,
+            prefetch_bytes=int(fetch_config["queued.max.messages.kbytes"]) * 1024,
+            events=self._fetcher_events(metrics),
+        )
         self.fetcher.reset_to_end = kafka_config.resets_to_end(settings)
-        self.fetcher.on_gap = self._offset_gap
+        self.dead_letters: dead_letter.DeadLetters | None = None  # made on first use
         self.keeper = LeaseKeeper(
             self.table,
             self.fetcher,
+            self.commits,
             commit_interval=settings.commit_interval_seconds,
             commit_max_acks=settings.commit_max_acks,
             kafka_fenced=kafka_fenced,
+            events=self._lease_events(metrics),
         )
-        self.keeper.committer.on_commit = self.faults.commit
-        self.keeper.redeliverer.on_given_up = self._given_up
-        self.dead_letters: dead_letter.DeadLetters | None = None  # made on first use
-        self.keeper.on_renewed = self.data.notify
-        self.keeper.committer.on_verified = self.data.notify
-        # Records due again can be taken: the Streams wait for the signal, not a tick.
-        self.keeper.redeliverer.on_redelivery = self._redelivered
         self.session = SessionClient(
             SessionIdentity(
                 sidecar_id=settings.id,
@@ -155,19 +178,21 @@ class SidecarApp:
             delivery_margin=settings.delivery_margin_seconds,
             consul=settings.consul,
             settings=settings.connection,
+            events=self._session_events(metrics),
+            config_status=self._config_status,
+            client_activity=self.metrics.clients.activity,
         )
         self.kafka_group = KafkaGroupMode(
             self.table,
             self.fetcher,
+            self.commits,
             settings,
             on_stats=self.kafka_callbacks.on_stats,
             on_error=self.kafka_callbacks.on_error,
             group_topics=lambda: group_topics(self.session.follower, settings.group),
             spawn=self._tasks.spawn,
             drop_leases=self.keeper.drop_all,
-        )
-        self.session.on_accepted = lambda accepted: self.kafka_group.on_accepted(
-            accepted, kafka_group=self.session.kafka_group
+            events=metrics,
         )
         self.live_config = LiveConfig(
             replace=self._replace_consumer,
@@ -179,14 +204,6 @@ class SidecarApp:
             kafka_group=lambda: self.session.kafka_group,
             on_change=self.session.config_changed,
         )
-        self.session.on_config = self.live_config.offer
-        self.session.config_status = self._config_status
-        self.session.client_activity = self.metrics.clients.activity
-        self.session.on_delivery_policy = self._delivery_policy
-        self.session.on_external_changes = self._external_changes
-        self.session.on_ordering = self._ordering
-        self.session.on_commit_fencing = self._commit_fencing
-        self.table.on_unblocked = self.data.notify
         self.serving = Serving(
             self.table,
             self.keeper,
@@ -201,7 +218,58 @@ class SidecarApp:
                 int(settings.buffer_max_bytes * settings.read_range_buffer_share),
             ),
         )
-        self._wire_metrics()
+        self._watch_metrics()
+
+    # ---- the events interfaces (events.py) ---------------------------------------------
+
+    def _fetcher_events(self, metrics: SidecarMetrics | None) -> FetcherEvents:
+        gaps = metrics.gaps if metrics else None
+        return FetcherEvents(
+            on_poll=metrics.polls.polled if metrics else nothing,
+            on_consumed=metrics.consumed if metrics else nothing,
+            on_fetched=gaps.fetched if gaps else nothing,
+            on_loop=gaps.tick if gaps else nothing,
+            on_gap=self._offset_gap,
+        )
+
+    def _lease_events(self, metrics: SidecarMetrics | None) -> LeaseEvents:
+        return LeaseEvents(
+            on_lease_change=metrics.lease_changed if metrics else nothing,
+            on_lease_settled=metrics.lease_settled if metrics else nothing,
+            on_partition_lost=metrics.partitions_lost if metrics else nothing,
+            on_renewed=self.data.notify,
+            commits=LeaseCommitEvents(
+                on_commit=self.faults.commit,
+                # A lease verified after a stall: its records can be taken again.
+                on_verified=self.data.notify,
+                on_external=self._external_found if metrics else nothing,
+            ),
+            redelivery=RedeliveryEvents(
+                # Records due again can be taken: the Streams wait for the signal, not a tick.
+                on_redelivery=self._redelivered_counted if metrics else self._redelivered,
+                on_given_up=self._given_up,
+                on_dead_letter=self._dead_letter,
+            ),
+        )
+
+    def _session_events(self, metrics: SidecarMetrics | None) -> SessionEvents:
+        return SessionEvents(
+            on_accepted=self._accepted,
+            on_config=self._offer_config,
+            on_delivery_policy=self._delivery_policy,
+            on_external_changes=self._external_changes,
+            on_ordering=self._ordering,
+            on_commit_fencing=self._commit_fencing,
+            on_heartbeat_sent=metrics.heartbeat_sent if metrics else nothing,
+            on_heartbeat_acked=metrics.heartbeat_acked if metrics else nothing,
+            on_join=metrics.joined if metrics else nothing,
+            on_sync=metrics.synced if metrics else nothing,
+        )
+
+    def _watch_metrics(self) -> None:
+        """The metrics' scrape-time views (always; the counting hooks are the events')."""
+        fetcher = self.fetcher
+        self.metrics.watch(self.table, lambda: fetcher.last_poll, lambda: self.session.connected)
 
     def _redelivered(self, _why: str, _records: int) -> None:
         self.data.notify()
@@ -210,28 +278,16 @@ class SidecarApp:
         self.data.notify()
         self.metrics.redelivered(why, records)
 
-    def _wire_metrics(self) -> None:
-        """Scrape-time views always; the counting hooks unless metrics are disabled."""
-        fetcher = self.fetcher
-        self.metrics.watch(self.table, lambda: fetcher.last_poll, lambda: self.session.connected)
-        if not self.metrics.enabled:
-            return
-        fetcher.on_poll = self.metrics.polls.polled
-        fetcher.on_consumed = self.metrics.consumed
-        fetcher.on_commit_request = self.metrics.committed
-        if (gaps := self.metrics.gaps) is not None:
-            fetcher.on_fetched = gaps.fetched
-            fetcher.on_loop = gaps.tick
-        self.keeper.redeliverer.on_redelivery = self._redelivered_counted
-        self.keeper.on_lease_change = self.metrics.lease_changed
-        self.keeper.on_lease_settled = self.metrics.lease_settled
-        self.session.on_heartbeat_sent = self.metrics.heartbeat_sent
-        self.keeper.committer.on_external = self.session.external_found
-        self.session.on_heartbeat_acked = self.metrics.heartbeat_acked
-        self.session.on_join = self.metrics.joined
-        self.session.on_sync = self.metrics.synced
-        self.keeper.on_partition_lost = self.metrics.partitions_lost
-        self.kafka_group.events = self.metrics
+    def _external_found(self) -> None:
+        self.session.external_found()
+
+    def _accepted(self, accepted: assigner_pb2.SessionAccepted) -> None:
+        """Every SessionAccepted: kafka_group mode starts or stops with the group's mode."""
+        self.kafka_group.on_accepted(accepted, kafka_group=self.session.kafka_group)
+
+    def _offer_config(self, version: int, config: dict[str, str]) -> None:
+        """The group's consumer config, from a join or a ConfigUpdate (live_config.py)."""
+        self.live_config.offer(version, config)
 
     async def _replace_consumer(self, group_config: dict[str, str]) -> None:
         """A new fetch consumer for the group's changed consumer_config (live_config.py):
@@ -261,7 +317,7 @@ class SidecarApp:
         if self.metrics.enabled:
             self.metrics.gave_up(given_up.hi - given_up.lo)
 
-    def _fenced_committer(self, committer: Consumer) -> FencedCommitter:
+    def _fenced_committer(self, commit_consumer: Consumer) -> FencedCommitter:
         """commit_fencing: kafka: a transactional producer per held lease; the group
         metadata is the commit consumer's (generation -1: an assign()-only consumer)."""
         settings = self.settings
@@ -274,7 +330,9 @@ class SidecarApp:
                 error_cb=self.kafka_callbacks.on_error,
             )
 
-        return FencedCommitter(settings.group, make_producer, committer.consumer_group_metadata)
+        return FencedCommitter(
+            settings.group, make_producer, commit_consumer.consumer_group_metadata
+        )
 
     def _fenced_at_kafka(self, fenced: LeaseFenced) -> None:
         """Commit thread: Kafka fenced a lease (a newer holder): drop it on the loop."""
@@ -319,14 +377,17 @@ class SidecarApp:
             on_written=self.metrics.dead_lettered if self.metrics.enabled else lambda _n: None,
         )
 
-        def submit(tp: TP, epoch: int, given_up: GivenUp, why: str) -> None:
-            job = dead_letter.DeadLetterJob(
-                tp, epoch, given_up.lo, given_up.hi, given_up.deliveries, given_up.holder[0], why
-            )
-            letters.submit(job)
-
-        self.keeper.redeliverer.on_dead_letter = submit
         return letters
+
+    def _dead_letter(self, tp: TP, epoch: int, given_up: GivenUp, why: str) -> None:
+        """A given-up range parked for the dead-letter topic: to its writer (none before the
+        first topic is known: nothing is parked then)."""
+        if self.dead_letters is None:
+            return
+        job = dead_letter.DeadLetterJob(
+            tp, epoch, given_up.lo, given_up.hi, given_up.deliveries, given_up.holder[0], why
+        )
+        self.dead_letters.submit(job)
 
     def _ensure_dead_letter_topic(self, topic: str) -> None:
         """Blocking (the dead-letter thread): ``topic``, created unless it exists."""
@@ -393,9 +454,9 @@ class SidecarApp:
 
     def _external_changes(self, mode: str) -> None:
         """The group's external_offset_changes (SessionAccepted, ConfigUpdate), live."""
-        if mode != self.fetcher.external_changes:
+        if mode != self.commits.external_changes:
             log.info("external offset changes", mode=mode)
-        self.fetcher.external_changes = mode
+        self.commits.external_changes = mode
 
     def grpc_interceptors(self) -> Sequence[grpc.aio.ServerInterceptor]:  # type: ignore[type-arg]
         """Client-access metrics: every StreamService call by client, method and code."""
@@ -492,10 +553,16 @@ class SidecarApp:
         await self.kafka_group.release_all()
         await self.session.leave(timeout=self.settings.shutdown_grace_seconds)
 
+    def _stop_kafka(self) -> None:
+        """Blocking: the committer (the commit in progress; its consumer and producers),
+        then the fetch loop."""
+        self.commits.stop()
+        self.fetcher.stop()
+
     async def close(self) -> None:
         await self._tasks.cancel_all()
         if self.dead_letters is not None:
             await self.dead_letters.close()
         if self._loop is not None:
-            await asyncio.to_thread(self.fetcher.stop)
+            await asyncio.to_thread(self._stop_kafka)
         await asyncio.to_thread(self.reporter.close)

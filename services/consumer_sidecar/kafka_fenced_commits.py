@@ -4,7 +4,8 @@ ARCHITECTURE §6.1; the group setting ``commit_fencing: kafka``).
 The argument. Every lease (group, topic, partition) has one ``transactional.id``,
 :func:`transactional_id`. A sidecar that is granted the lease creates a producer under
 that id and calls ``init_transactions()`` *before* it reads the offset it starts from
-(:meth:`FencedCommitter.open`, called by ``Fetcher.assign`` before its ``committed()``).
+(:meth:`FencedCommitter.open`, called through ``OffsetCommitter.open_leases`` by
+``Fetcher.assign`` before its ``committed()``).
 The broker's transaction coordinator then bumps the id's producer epoch, aborts whatever
 transaction the previous holder had open (its offsets are never applied), and refuses
 every later request of the previous holder's producer (``PRODUCER_FENCED`` /

@@ -15,7 +15,8 @@ Kafka's rebalance callbacks run on the fetch thread, inside ``consume()``:
   earliest, as librdkafka would), ``incremental_assign`` at it, add a table entry;
 * ``on_revoke`` (incremental with cooperative-sticky) → stop delivering, wait for in-flight
   acks up to the drain timeout, commit the ack tracker's commit point synchronously (still a
-  member of the current generation), remove the entry;
+  member of the current generation; through the sidecar's committer, ``offset_commits.py``,
+  with the fetch consumer), remove the entry;
 * ``on_lost`` → the partitions may already be someone else's: drop without committing.
 
 Each callback is also reported to :class:`RebalanceEvents` (the metrics): a rebalance
@@ -110,6 +111,11 @@ class RebalanceTarget(Protocol):
 
     def assign(self, starts: dict[TP, int]) -> dict[TP, int]: ...
 
+
+class RebalanceCommits(Protocol):
+    """What the rebalance handlers need of the committer (offset_commits.py): a commit on
+    the fetch thread, through the fetch consumer."""
+
     def commit_offsets(self, commits: list[tuple[TP, int]]) -> None: ...
 
 
@@ -153,6 +159,7 @@ class ClassicMembership:
         self,
         table: PartitionTable,
         fetcher: RebalanceTarget,
+        commits: RebalanceCommits,
         *,
         drain_timeout: float,
         clock: Callable[[], float] = time.monotonic,
@@ -161,6 +168,7 @@ class ClassicMembership:
     ) -> None:
         self.table = table
         self.fetcher = fetcher
+        self.commits = commits
         self.drain_timeout = drain_timeout
         self.clock = clock
         self.sleep = sleep
@@ -278,7 +286,7 @@ class ClassicMembership:
         if not commits:
             return
         try:
-            self.fetcher.commit_offsets(commits)
+            self.commits.commit_offsets(commits)
         except KafkaException as exc:
             # Fenced by Kafka (a newer generation) or Kafka unreachable: the next owner
             # resumes from the last successful commit; unacked-since records are redelivered.

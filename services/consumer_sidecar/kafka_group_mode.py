@@ -28,6 +28,7 @@ from dataservice.assigner.v1 import assigner_pb2
 from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.kafka_config import fetch_config
 from services.consumer_sidecar.kafka_group_membership import ClassicMembership, RebalanceEvents
+from services.consumer_sidecar.offset_commits import OffsetCommitter
 from services.consumer_sidecar.partitions import PartitionTable
 from services.consumer_sidecar.settings import SidecarSettings
 from services.runtime.consumer_config import ALLOWED
@@ -42,6 +43,7 @@ class KafkaGroupMode:
         self,
         table: PartitionTable,
         fetcher: Fetcher,
+        commits: OffsetCommitter,
         settings: SidecarSettings,
         *,
         on_stats: Callable[[str], None],
@@ -49,14 +51,18 @@ class KafkaGroupMode:
         group_topics: Callable[[], Awaitable[list[str]]],
         spawn: Spawn,
         drop_leases: Callable[[], Awaitable[None]] | None = None,
+        events: RebalanceEvents | None = None,
     ) -> None:
-        """``on_stats``, ``on_error``: librdkafka's callbacks for the new consumer, as
-        for the one it replaces; ``group_topics``: the group's topics from the assigner (an
-        older assigner does not send them with SessionAccepted); ``spawn``: runs the start
-        as a task the sidecar cancels when it closes; ``drop_leases``: drops what is left of
-        leased mode before subscribing (the lease keeper's)."""
+        """``commits``: the sidecar's committer (the rebalance handlers' commits go through
+        it, on the fetch thread); ``on_stats``, ``on_error``: librdkafka's callbacks for the
+        new consumer, as for the one it replaces; ``group_topics``: the group's topics from
+        the assigner (an older assigner does not send them with SessionAccepted); ``spawn``:
+        runs the start as a task the sidecar cancels when it closes; ``drop_leases``: drops
+        what is left of leased mode before subscribing (the lease keeper's); ``events``: what
+        the rebalance callbacks report (the metrics, when enabled)."""
         self._table = table
         self._fetcher = fetcher
+        self._commits = commits
         self._settings = settings
         self._on_stats = on_stats
         self._on_error = on_error
@@ -66,9 +72,9 @@ class KafkaGroupMode:
         # Switches in the order the session asked for them (each awaits the fetch thread).
         self._switching = asyncio.Lock()
         # Kafka's rebalance callbacks onto the partition table, while in kafka_group mode;
-        # what they report (the metrics, when enabled: the app sets it).
+        # what they report.
         self.membership: ClassicMembership | None = None
-        self.events: RebalanceEvents | None = None
+        self._events = events
         # The group's consumer_config the subscribed consumer runs (None: not subscribed yet),
         # the topics it subscribed to, and when the first subscribe() is done.
         self.running: dict[str, str] | None = None
@@ -87,8 +93,9 @@ class KafkaGroupMode:
             self.membership = ClassicMembership(
                 self._table,
                 self._fetcher,
+                self._commits,
                 drain_timeout=self._settings.drain_timeout_seconds,
-                events=self.events,
+                events=self._events,
             )
             self._started = asyncio.get_running_loop().create_future()
             self._spawn(

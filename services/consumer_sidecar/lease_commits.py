@@ -21,7 +21,8 @@ commits, a revoke's final commit, and the check for commits this sidecar did not
 * External commits (issue 23): each commit checks the partitions it commits; a sweep
   every interval checks the others, and each newly found one is reported once.
 
-The commits themselves go out on the fetch thread (:meth:`Fetcher.commit_async`).
+The commits themselves go out through the sidecar's one committer
+(:meth:`OffsetCommitter.commit_async`, :mod:`~services.consumer_sidecar.offset_commits`).
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ from confluent_kafka import KafkaException
 
 from dataservice.sidecar.v1 import stream_pb2
 from dsclient.reasons import DsError, Reason
-from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
+from services.consumer_sidecar.events import LeaseCommitEvents
 from services.consumer_sidecar.idle_waits import commit_wait
 from services.consumer_sidecar.lease_checks import Problem, lease_problem
+from services.consumer_sidecar.offset_commits import CommitRequest, OffsetCommitter
 from services.consumer_sidecar.partitions import (
     UNLEASED_EPOCH,
     Partition,
@@ -75,7 +77,7 @@ class LeaseCommitter:
     def __init__(
         self,
         table: PartitionTable,
-        fetcher: Fetcher,
+        commits: OffsetCommitter,
         *,
         commit_interval: float,
         commit_max_acks: int,
@@ -83,9 +85,11 @@ class LeaseCommitter:
         suspend_expired: Callable[[], Awaitable[None]],
         next_lease_deadline: Callable[[], float],
         clock: Callable[[], float] = time.monotonic,
+        events: LeaseCommitEvents | None = None,
     ) -> None:
         self.table = table
-        self.fetcher = fetcher
+        self._events = events or LeaseCommitEvents()
+        self.commits = commits
         self.commit_interval = commit_interval
         self.commit_max_acks = commit_max_acks
         self.commit_on_ack = commit_on_ack
@@ -94,13 +98,6 @@ class LeaseCommitter:
         # local deadline passed; the earliest such deadline ends an idle loop's sleep.
         self.suspend_expired = suspend_expired
         self._next_lease_deadline = next_lease_deadline
-        # The outcome of each commit round (None = success): the sidecar's fault hook.
-        self.on_commit: Callable[[BaseException | None], None] = lambda _error: None
-        # A lease verified after a stall delivers again: wakes a long-polling Fetch or
-        # Stream (the data signal).
-        self.on_verified: Callable[[], None] = lambda: None
-        # A commit this sidecar did not make was found on a held partition: report it now.
-        self.on_external: Callable[[], None] = lambda: None
         self._acks_since_commit = 0
         self._commit_now = asyncio.Event()
         # Issue 34: the commit loop sleeps until a deadline it knows of, or with none
@@ -149,12 +146,12 @@ class LeaseCommitter:
             retry = False
             try:
                 await self.commit_all()
-                self.on_commit(None)
+                self._events.on_commit(None)
                 await self.suspend_expired()
                 retry = self._unverified_waiting()
             except Exception as exc:
                 log.warning("commit failed; will retry", error=str(exc))
-                self.on_commit(exc)
+                self._events.on_commit(exc)
                 retry = True
 
     def _unverified_waiting(self) -> bool:
@@ -247,9 +244,9 @@ class LeaseCommitter:
                     stalls.append(stall)
             if not requests:
                 return
-            sent = await self.fetcher.commit_async(requests)
+            sent = await self.commits.commit_async(requests)
             self._announce_external()
-            done = {id(r) for r in sent}  # a request the fetch thread dropped stays pending
+            done = {id(r) for r in sent}  # a request the committer dropped stays pending
             verified = False
             for part, request, version, stall in zip(
                 parts, requests, versions, stalls, strict=True
@@ -266,7 +263,7 @@ class LeaseCommitter:
                             epoch=part.epoch,
                         )
             if verified:
-                self.on_verified()  # wake the Fetches and Streams waiting for its records
+                self._events.on_verified()  # wake the Fetches and Streams waiting for its records
 
     async def external_check_loop(self, interval: float) -> None:
         """Issue 23: every ``interval``, one OffsetFetch for all held partitions, to notice
@@ -274,7 +271,7 @@ class LeaseCommitter:
         the partitions they commit themselves, right before committing)."""
         while True:
             await asyncio.sleep(interval)
-            if self.fetcher.external_changes == "ignore":
+            if self.commits.external_changes == "ignore":
                 continue  # the group's choice: no OffsetFetch, its commits overwrite them
             try:
                 await self.check_external()
@@ -294,7 +291,7 @@ class LeaseCommitter:
                 and p.epoch != UNLEASED_EPOCH
             ]
             if tps:
-                await self.fetcher.check_external_async(tps)
+                await self.commits.check_external_async(tps)
         self._announce_external()
 
     def _announce_external(self) -> None:
@@ -304,7 +301,7 @@ class LeaseCommitter:
             p for p in self.table.snapshot() if p.external is not None and not p.external_announced
         ]
         if any(p.reverted for p in self.table.snapshot()):
-            self.on_external()
+            self._events.on_external()
         if not fresh:
             return
         for part in fresh:
@@ -319,7 +316,7 @@ class LeaseCommitter:
                 committed=part.external[0],
                 metadata=part.external[1],
             )
-        self.on_external()
+        self._events.on_external()
 
     def take_reverted(self) -> list[Reverted]:
         """Revert mode: the external commits committed over since the last heartbeat."""
@@ -350,7 +347,7 @@ class LeaseCommitter:
 
     async def commit_offsets(self, commits: list[ExplicitCommit]) -> list[CommitOutcome]:
         """Commit explicit offsets, each fenced by its lease epoch and the local deadline,
-        in one Kafka commit on the fetch thread. Outcomes in the order of ``commits``."""
+        in one Kafka commit. Outcomes in the order of ``commits``."""
         async with self._commit_lock:
             now = self.clock()
             outcomes: dict[int, CommitOutcome] = {}
@@ -365,7 +362,7 @@ class LeaseCommitter:
             if accepted:
                 requests = [CommitRequest(c.tp, c.offset, c.epoch) for _, _, c in accepted]
                 try:
-                    sent = await self.fetcher.commit_async(requests)
+                    sent = await self.commits.commit_async(requests)
                     self._announce_external()
                 except KafkaException as exc:
                     log.warning("explicit commit failed", error=str(exc))
@@ -405,7 +402,7 @@ class LeaseCommitter:
                 committed = await self._commit_partition(part)
             except KafkaException as exc:
                 failed = True
-                self.on_commit(exc)
+                self._events.on_commit(exc)
                 remaining = part.deadline - self.clock()
                 log.warning(
                     "final commit of a revoked partition failed; retrying while the lease lasts",
@@ -418,7 +415,7 @@ class LeaseCommitter:
                 backoff = min(backoff * 2, longest)
                 continue
             if failed:
-                self.on_commit(None)
+                self._events.on_commit(None)
             return committed
 
     async def _commit_partition(self, part: Partition) -> int:
@@ -429,7 +426,7 @@ class LeaseCommitter:
             )
             if part.ready and moved and part.live(self.clock()):
                 request = CommitRequest(part.tp, point, part.epoch, acked)
-                if await self.fetcher.commit_async([request]):
+                if await self.commits.commit_async([request]):
                     part.committed = point
                     part.committed_version = version
             return part.committed

@@ -40,10 +40,12 @@ from confluent_kafka import KafkaError, KafkaException
 
 from dataservice.sidecar.v1 import stream_pb2
 from services.consumer_sidecar.acks import AckError, PartitionAcks
+from services.consumer_sidecar.events import LeaseEvents
 from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.kafka_fenced_commits import LeaseFenced
 from services.consumer_sidecar.lease_checks import Problem, ack_error_reason, ack_problem
 from services.consumer_sidecar.lease_commits import LeaseCommitter
+from services.consumer_sidecar.offset_commits import OffsetCommitter
 from services.consumer_sidecar.partitions import (
     NO_DEADLINE,
     Partition,
@@ -73,14 +75,19 @@ class LeaseKeeper:
         self,
         table: PartitionTable,
         fetcher: Fetcher,
+        commits: OffsetCommitter,
         *,
         commit_interval: float,
         commit_max_acks: int,
         commit_on_ack: bool = True,
         kafka_fenced: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        events: LeaseEvents | None = None,
     ) -> None:
+        """``events``: what the keeper reports, and its commit path and redelivery."""
         self.table = table
+        events = events or LeaseEvents()
+        self._events = events
         # commit_fencing: kafka (module docstring): confirmed leases have no deadline. The
         # group's setting as of now: each lease takes it at its grant (Partition.kafka_fenced).
         self.kafka_fenced = kafka_fenced
@@ -88,15 +95,6 @@ class LeaseKeeper:
         self.clock = clock
         self.released: list[ReleasedLease] = []
         self.on_release: Callable[[], None] = lambda: None
-        # Instrumentation hooks (metrics.py): a lease change by kind (grant, revoke,
-        # expire), and how long a grant or revoke took to settle.
-        self.on_lease_change: Callable[[str], None] = lambda _kind: None
-        self.on_lease_settled: Callable[[str, float], None] = lambda _kind, _seconds: None
-        # A lease expiry's latency: its local deadline until delivery was suspended.
-        self.on_partition_lost: Callable[[float], None] = lambda _seconds: None
-        # A renewal may make buffered records deliverable again (they were held back within
-        # the delivery margin): wakes a long-polling Fetch or Stream (the data signal).
-        self.on_renewed: Callable[[], None] = lambda: None
         self._granted_at: dict[TP, float] = {}
         # Epochs given up for a configuration change: partition -> (epoch, when).
         self._retired: dict[TP, tuple[int, float]] = {}
@@ -104,13 +102,14 @@ class LeaseKeeper:
         # The commit path (lease_commits.py) and redelivery (redelivery.py) of these leases.
         self.committer = LeaseCommitter(
             table,
-            fetcher,
+            commits,
             commit_interval=commit_interval,
             commit_max_acks=commit_max_acks,
             commit_on_ack=commit_on_ack,
             suspend_expired=self.suspend_expired,
             next_lease_deadline=self._next_lease_deadline,
             clock=clock,
+            events=events.commits,
         )
         self.redeliverer = Redeliverer(
             table,
@@ -118,6 +117,7 @@ class LeaseKeeper:
             uncommitted=self.committer.uncommitted,
             spawn=self._tasks.spawn,
             clock=clock,
+            events=events.redelivery,
         )
 
     # ---- grants and revokes -----------------------------------------------------------
@@ -147,7 +147,7 @@ class LeaseKeeper:
             )
         )
         self._granted_at[tp] = self.clock()
-        self.on_lease_change("grant")
+        self._events.on_lease_change("grant")
         return True
 
     async def start_fetching(self, grants: dict[TP, int]) -> None:
@@ -176,7 +176,7 @@ class LeaseKeeper:
                 continue
             granted_at = self._granted_at.pop(tp, None)
             if granted_at is not None:
-                self.on_lease_settled("grant", self.clock() - granted_at)
+                self._events.on_lease_settled("grant", self.clock() - granted_at)
             log.info(
                 "lease granted",
                 topic=tp.topic,
@@ -208,7 +208,7 @@ class LeaseKeeper:
             self._release(ReleasedLease(tp, epoch, -1))
             return
         part.revoking = True
-        self.on_lease_change("revoke")
+        self._events.on_lease_change("revoke")
         revoked_at = self.clock()
         self._granted_at.pop(tp, None)
         self.table.drop_buffer(part)
@@ -239,7 +239,7 @@ class LeaseKeeper:
             committed=committed,
         )
         self._release(ReleasedLease(tp, epoch, committed))
-        self.on_lease_settled("revoke", self.clock() - revoked_at)
+        self._events.on_lease_settled("revoke", self.clock() - revoked_at)
 
     async def fence(self, tp: TP, epoch: int) -> None:
         """The assigner says this epoch is stale (the partition was granted elsewhere):
@@ -247,7 +247,7 @@ class LeaseKeeper:
         part = self.table.get(tp)
         if part is not None and part.epoch <= epoch:
             part.revoking = True
-            self.on_lease_change("revoke")
+            self._events.on_lease_change("revoke")
             self._granted_at.pop(tp, None)
             self.table.remove(tp)
             if part.ready:
@@ -318,7 +318,7 @@ class LeaseKeeper:
         if not part.kafka_fenced:
             self.committer.wake_if_idle()  # a deadline to suspend the lease at
         if part.buffer:
-            self.on_renewed()
+            self._events.on_renewed()
         if not part.confirmed:
             part.confirmed = True
             log.debug("lease confirmed: live", topic=tp.topic, partition=tp.partition, epoch=epoch)
@@ -368,7 +368,7 @@ class LeaseKeeper:
                 and not part.live(now)
             ):
                 part.suspended_at = now
-                self.on_lease_change("expire")
+                self._events.on_lease_change("expire")
                 self.table.drop_buffer(part)
                 log.warning(
                     "lease expired locally: delivery and commits suspended",
@@ -377,7 +377,7 @@ class LeaseKeeper:
                     epoch=part.epoch,
                 )
                 await self.fetcher.run(self.fetcher.suspend, part.tp)
-                self.on_partition_lost(lost_latency(part.deadline, self.clock()))
+                self._events.on_partition_lost(lost_latency(part.deadline, self.clock()))
 
     def _next_lease_deadline(self) -> float:
         """The earliest local deadline of a lease :meth:`suspend_expired` would suspend

@@ -197,7 +197,17 @@ class Partition:
 
 
 class PartitionTable:
-    def __init__(self, buffer_max_bytes: int, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        buffer_max_bytes: int,
+        clock: Callable[[], float],
+        *,
+        on_unblocked: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_unblocked``: an ack let a partition held back by its ordering deliver again
+        (the wiring wakes the Streams waiting for records: the DataSignal's notify). The
+        other hooks below are set by the parts that own the other end (the fetch loop,
+        redelivery, the backpressure watch, the lease commit path)."""
         self.lock = threading.Lock()
         self.partitions: dict[TP, Partition] = {}
         # The operator's cap on the sidecar's record memory: this buffer, what librdkafka
@@ -228,9 +238,7 @@ class PartitionTable:
         # The group's ordering (issue 39; the session updates it, live): which buffered
         # records may be handed out while others of their key or partition are un-acked.
         self.ordering = Ordering.UNORDERED
-        # An ack let a partition held back by its ordering deliver again: wakes the
-        # Streams waiting for records (set to the DataSignal's notify).
-        self.on_unblocked: Callable[[], None] = lambda: None
+        self.on_unblocked: Callable[[], None] = on_unblocked or (lambda: None)
         # This process was away (stall_watch.py): the session sets the limit from the
         # group's TTL; the fetch thread (alive) and every delivery (take) look at the clock.
         self.stall = StallWatch()

@@ -19,12 +19,12 @@ from typing import Any
 
 import structlog
 
-from services.consumer_sidecar.acks import GivenUp, Holder
+from services.consumer_sidecar.acks import Holder
+from services.consumer_sidecar.events import RedeliveryEvents
 from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.idle_waits import redelivery_wait
 from services.consumer_sidecar.partitions import Due, PartitionTable
 from services.consumer_sidecar.wakeup import Wakeup
-from services.runtime.topic_partition import TP
 
 log = structlog.get_logger(__name__)
 
@@ -38,23 +38,16 @@ class Redeliverer:
         uncommitted: Callable[[], None],
         spawn: Callable[[Coroutine[Any, Any, Any]], object],
         clock: Callable[[], float] = time.monotonic,
+        events: RedeliveryEvents | None = None,
     ) -> None:
         self.table = table
         self.fetcher = fetcher
         self.clock = clock
+        self._events = events or RedeliveryEvents()
         # Given-up records count as acked: the next commit round must carry them.
         self._uncommitted = uncommitted
         # The lease keeper's background tasks (the fetch thread's rewinds).
         self._spawn = spawn
-        # Redelivery: records that came due, by why (visibility_timeout, nack, stream_end,
-        # not_sent); records given up past the delivery limit (the POISON_RECORD hook).
-        self.on_redelivery: Callable[[str, int], None] = lambda _why, _records: None
-        self.on_given_up: Callable[[TP, int, GivenUp], None] = lambda _tp, _epoch, _g: None
-        # A given-up range parked for the dead-letter topic (dead_letter.py), with why it
-        # last came due: the sidecar writes it there, then calls dead_lettered().
-        self.on_dead_letter: Callable[[TP, int, GivenUp, str], None] = (
-            lambda _tp, _epoch, _g, _why: None
-        )
         # Issue 34: with no record in flight the loop sleeps until a delivery
         # (``table.on_in_flight``) gives it a deadline.
         self._in_flight = Wakeup()
@@ -93,7 +86,7 @@ class Redeliverer:
         thread re-read the partitions whose due records lie below their cursor."""
         if due.records:
             log.debug("records due again", why=why, records=due.records, rewind=len(due.rewind))
-            self.on_redelivery(why, due.records)
+            self._events.on_redelivery(why, due.records)
         if due.given_up:
             self._uncommitted()  # the commit point passes what was given up
         for part, given_up in due.given_up:
@@ -105,8 +98,8 @@ class Redeliverer:
                 to_offset=given_up.hi,
                 deliveries=given_up.deliveries,
             )
-            self.on_given_up(part.tp, part.epoch, given_up)
+            self._events.on_given_up(part.tp, part.epoch, given_up)
             if given_up.parked:
-                self.on_dead_letter(part.tp, part.epoch, given_up, why)
+                self._events.on_dead_letter(part.tp, part.epoch, given_up, why)
         for part in due.rewind:
             self._spawn(self.fetcher.run(self.fetcher.rewind, part.tp))

@@ -15,9 +15,9 @@ new leader at once, reporting the leases it holds — no backoff, no waiting for
 timeout.
 
 The group's consumer config comes with ``SessionAccepted`` and every ``ConfigUpdate``: each
-is handed to :attr:`SessionClient.on_config` (the sidecar's ``live_config.py`` applies it),
+is handed to :attr:`SessionEvents.on_config` (the sidecar's ``live_config.py`` applies it),
 and every heartbeat reports the version that runs and the last refusal
-(:attr:`SessionClient.config_status`), in either mode.
+(the ``config_status`` it is given), in either mode.
 
 The group's mode comes with ``SessionAccepted.mode``. In ``kafka_group`` mode (ARCHITECTURE
 §5.6) Kafka assigns the partitions (:mod:`services.consumer_sidecar.kafka_group_membership`) and the
@@ -62,6 +62,7 @@ from dsclient.connection import (
 from dsclient.leader_watch import DEFAULT_LEADER_KEY
 from dsclient.reasons import Reason, error_info, retry_after
 from services.consumer_sidecar.client_access import ClientTotals
+from services.consumer_sidecar.events import SessionEvents
 from services.consumer_sidecar.leasing import LeaseKeeper, ReleasedLease
 from services.consumer_sidecar.partitions import UNLEASED_EPOCH
 from services.consumer_sidecar.round_timing import RoundTimer
@@ -118,8 +119,16 @@ class SessionClient:
         consul: str | None = None,
         leader_key: str = DEFAULT_LEADER_KEY,
         settings: ConnectionSettings = DEFAULT_SETTINGS,
+        events: SessionEvents | None = None,
+        config_status: Callable[[], ConfigStatus] = lambda: (0, None),
+        client_activity: Callable[[], Sequence[ClientTotals]] = list,
     ) -> None:
+        """``events``: what the session reports (the group's settings, its joins and
+        heartbeats); ``config_status``: what runs of the group's consumer config (applied
+        version, the last refusal as (version, reason) or None); ``client_activity``: the
+        application clients' totals (client-access metrics), sent in every heartbeat."""
         self.identity = identity
+        self._events = events or SessionEvents()
         # The assigner leader's address and channel; also the app's for its own calls.
         self.follower = AioLeaderFollower(AssignerTarget((assigner,), consul, leader_key), settings)
         self.follower.on_leader_change(self._on_leader)
@@ -145,32 +154,10 @@ class SessionClient:
         keeper.on_release = self._heartbeat_now.set
         # The group's mode, from the latest SessionAccepted (a mode switch re-joins).
         self.mode: common_pb2.GroupMode.ValueType = common_pb2.GROUP_MODE_UNSPECIFIED
-        self.on_accepted: Callable[[assigner_pb2.SessionAccepted], None] = lambda _acc: None
-        # The group's consumer config (version, properties) from a join or a ConfigUpdate;
-        # and what runs: (applied version, the last refusal as (version, reason) or None).
-        self.on_config: Callable[[int, dict[str, str]], None] = lambda _version, _config: None
-        self.config_status: Callable[[], ConfigStatus] = lambda: (0, None)
-        # The application clients' totals (client-access metrics), sent in every heartbeat.
-        self.client_activity: Callable[[], Sequence[ClientTotals]] = list
-        # The group's redelivery settings (visibility timeout or None, max_deliveries, its
-        # dead-letter topic or ""), from SessionAccepted and every ConfigUpdate.
-        self.on_delivery_policy: Callable[[float | None, int, str], None] = lambda _v, _m, _d: None
-        # The group's external_offset_changes (follow | revert | ignore), from the same.
-        self.on_external_changes: Callable[[str], None] = lambda _mode: None
-        # The group's ordering (unordered | key | partition), from the same.
-        self.on_ordering: Callable[[str], None] = lambda _mode: None
-        # The group's commit fencing (lease | kafka | "" = the sidecar's), from the same.
-        self.on_commit_fencing: Callable[[str], None] = lambda _mode: None
+        self.config_status = config_status
+        self.client_activity = client_activity
         self._config_version = -1
         self._nominal: dict[TP, int] = {}  # kafka_group mode: leases held only on paper
-        # Instrumentation hooks (metrics.py): a heartbeat sent; its ack's round trip.
-        self.on_heartbeat_sent: Callable[[], None] = lambda: None
-        self.on_heartbeat_acked: Callable[[float], None] = lambda _seconds: None
-        # Leased mode's joins (kafka_group mode's are Kafka's: kafka_group_membership.py): a
-        # Join's result and its seconds (sent until SessionAccepted; None for a failed one),
-        # and joined until the session's first grant (the sync).
-        self.on_join: Callable[[bool, float | None], None] = lambda _ok, _seconds: None
-        self.on_sync: Callable[[float], None] = lambda _seconds: None
         self._round = RoundTimer(time.monotonic)
         self._nominal_released: list[ReleasedLease] = []
 
@@ -256,7 +243,7 @@ class SessionClient:
         """A session ended; one that had not joined yet is a failed join, unless it only
         moved to a new leader (``failed`` False)."""
         if self._round.failed() and failed and not self.kafka_group:
-            self.on_join(False, None)
+            self._events.on_join(False, None)
 
     async def _one_session(self) -> None:
         stub = self.follower.stub(assigner_pb2_grpc.AssignerServiceStub)
@@ -319,7 +306,7 @@ class SessionClient:
             if request.WhichOneof("kind") == "heartbeat":
                 named = {(TP(p.topic, p.partition), p.epoch) for p in request.heartbeat.leases}
                 self._sent_at[request.heartbeat.seq] = (time.monotonic(), named)
-                self.on_heartbeat_sent()
+                self._events.on_heartbeat_sent()
             yield request
 
     async def _heartbeat_loop(self, call: grpc.aio.StreamStreamCall[Any, Any]) -> None:
@@ -476,7 +463,7 @@ class SessionClient:
             )
             self._nominal.clear()
         self.mode = mode
-        self.on_accepted(acc)
+        self._events.on_accepted(acc)
 
     def _handle_nominal(self, response: assigner_pb2.SessionResponse) -> None:
         """kafka_group mode: a lease grant or revoke from an assigner that still runs the
@@ -514,19 +501,19 @@ class SessionClient:
                 self._tasks.spawn(self.keeper.warm_up(list(acc.topics)))
             joined = self._round.joined()
             if not self.kafka_group:
-                self.on_join(True, joined)
-            self.on_config(acc.config_version, dict(acc.consumer_config))
+                self._events.on_join(True, joined)
+            self._events.on_config(acc.config_version, dict(acc.consumer_config))
             self._delivery_policy(acc, acc.config_version)
             self._heartbeat_now.set()
         elif kind == "config_update":
             update = response.config_update
             if update.config_version >= self._config_version:  # not an older update's
                 self._apply_timing(update)
-            self.on_config(update.config_version, dict(update.consumer_config))
+            self._events.on_config(update.config_version, dict(update.consumer_config))
             self._delivery_policy(update, update.config_version)
         elif kind == "grant":
             if (synced := self._round.assigned()) is not None:
-                self.on_sync(synced)  # the session's first grant: its assignment arrived
+                self._events.on_sync(synced)  # the session's first grant: its assignment arrived
             g = response.grant
             tp = TP(g.topic, g.partition)
             # Held, fetched, but live only once a heartbeat that names it is acked with a
@@ -556,7 +543,7 @@ class SessionClient:
                 del self._sent_at[old]
             if entry is not None:
                 sent, named = entry
-                self.on_heartbeat_acked(time.monotonic() - sent)
+                self._events.on_heartbeat_acked(time.monotonic() - sent)
                 deadline = sent + self.ttl - self.margin
                 renewed = {(TP(x.topic, x.partition), x.epoch) for x in ack.renewed_leases}
                 for tp, epoch in renewed:
@@ -602,12 +589,12 @@ class SessionClient:
             if config.HasField("visibility_timeout")
             else None
         )
-        self.on_delivery_policy(visibility, config.max_deliveries, config.dead_letter_topic)
-        self.on_external_changes(
+        self._events.on_delivery_policy(visibility, config.max_deliveries, config.dead_letter_topic)
+        self._events.on_external_changes(
             EXTERNAL_OFFSET_CHANGES.get(config.external_offset_changes, "follow")
         )
-        self.on_ordering(ORDERINGS.get(config.ordering, "unordered"))
-        self.on_commit_fencing(COMMIT_FENCINGS.get(config.commit_fencing, ""))
+        self._events.on_ordering(ORDERINGS.get(config.ordering, "unordered"))
+        self._events.on_commit_fencing(COMMIT_FENCINGS.get(config.commit_fencing, ""))
 
     def external_found(self) -> None:
         """A commit this sidecar did not make was found: report it in a heartbeat now."""

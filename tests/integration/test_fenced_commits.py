@@ -20,12 +20,14 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from services.assigner.kafka_offsets import KafkaOffsets
 from services.assigner.kafka_reset import KafkaResets
 from services.consumer_sidecar.acks import PartitionAcks
-from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
+from services.consumer_sidecar.events import CommitEvents
+from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.kafka_fenced_commits import (
     COMMIT_PRODUCER_CONFIG,
     FencedCommitter,
     LeaseFenced,
 )
+from services.consumer_sidecar.offset_commits import CommitRequest, OffsetCommitter
 from services.consumer_sidecar.partitions import NO_DEADLINE, Partition, PartitionTable
 from services.devstack.kafka import TopicFactory
 from services.runtime import commitmeta
@@ -43,26 +45,26 @@ class Holder:
         self.table = PartitionTable(1 << 20, lambda: 0.0)
         self.fetch = new_consumer(settings, group=group, client_id=f"{name}-fetch")
         self.commit_consumer = new_consumer(settings, group=group, client_id=f"{name}-commit")
-        self.fetcher = Fetcher(
-            self.fetch,
+        self.fenced: list[LeaseFenced] = []
+        self.commits = OffsetCommitter(
             self.table,
             sidecar_id=name,
-            batch=100,
-            on_data=lambda: None,
-            committer=self.commit_consumer,
-        )
-        self.fetcher.external_changes = "ignore"
-        self.fetcher.fenced = FencedCommitter(
-            group,
-            lambda txn_id: new_producer(
-                settings,
-                client_id=f"{name}-lease",
-                overrides={**COMMIT_PRODUCER_CONFIG, "transactional.id": txn_id},
+            events=CommitEvents(on_fenced=self.fenced.append),
+            consumer=self.commit_consumer,
+            fenced=FencedCommitter(
+                group,
+                lambda txn_id: new_producer(
+                    settings,
+                    client_id=f"{name}-lease",
+                    overrides={**COMMIT_PRODUCER_CONFIG, "transactional.id": txn_id},
+                ),
+                self.commit_consumer.consumer_group_metadata,
             ),
-            self.commit_consumer.consumer_group_metadata,
         )
-        self.fenced: list[LeaseFenced] = []
-        self.fetcher.on_fenced = self.fenced.append
+        self.commits.external_changes = "ignore"
+        self.fetcher = Fetcher(
+            self.fetch, self.table, self.commits, batch=100, on_data=lambda: None
+        )
 
     def grant(self, tp: TP, epoch: int) -> int:
         """A confirmed grant under commit_fencing: kafka (no deadline; the lease keeper sets
@@ -77,8 +79,8 @@ class Holder:
 
     def close(self) -> None:
         # The fetch thread never ran (the test calls the fetch-thread methods itself).
-        assert self.fetcher.fenced is not None
-        self.fetcher.fenced.close_all()
+        assert self.commits.fenced is not None
+        self.commits.fenced.close_all()
         self.commit_consumer.close()
         self.fetch.close()
 
@@ -111,7 +113,7 @@ def test_a_zombie_holders_commit_is_refused_by_kafka_after_the_next_holder_took_
 
     # The old holder commits: a transaction of its lease producer, visible to the group
     # with the lease's metadata (the group has no members: generation -1 is accepted).
-    assert old.fetcher.commit([CommitRequest(tp, 10, 1)]) == [CommitRequest(tp, 10, 1)]
+    assert old.commits.commit([CommitRequest(tp, 10, 1)]) == [CommitRequest(tp, 10, 1)]
     offset, metadata = committed(reader, tp)
     assert offset == 10
     meta = commitmeta.decode(metadata, offset)
@@ -122,17 +124,17 @@ def test_a_zombie_holders_commit_is_refused_by_kafka_after_the_next_holder_took_
     assert new.grant(tp, 2) == 10
 
     # The old holder wakes up and commits ahead of what it had: refused at the broker.
-    assert old.fetcher.commit([CommitRequest(tp, 25, 1)]) == []
+    assert old.commits.commit([CommitRequest(tp, 25, 1)]) == []
     assert [f.tp for f in old.fenced] == [tp]
     error = old.fenced[0].error
     assert error is not None and error.code() == KafkaError._FENCED
     assert old.table.get(tp) is not None and old.table.partitions[tp].revoking
     assert committed(reader, tp)[0] == 10  # nothing of the zombie's commit landed
     # Its lease producer is gone: a later commit is refused here, never re-initialised.
-    assert old.fetcher.commit([CommitRequest(tp, 26, 1)]) == []
+    assert old.commits.commit([CommitRequest(tp, 26, 1)]) == []
 
     # The next holder commits on from where it started.
-    assert new.fetcher.commit([CommitRequest(tp, 12, 2)]) == [CommitRequest(tp, 12, 2)]
+    assert new.commits.commit([CommitRequest(tp, 12, 2)]) == [CommitRequest(tp, 12, 2)]
     assert committed(reader, tp)[0] == 12
     assert new.fenced == []
 
@@ -150,7 +152,7 @@ def test_commits_of_several_leases_are_one_transaction_each_and_all_land(
         for tp in tps:
             holder.grant(tp, 3)
         requests = [CommitRequest(tp, 5 + tp.partition, 3) for tp in tps]
-        assert holder.fetcher.commit(requests) == requests
+        assert holder.commits.commit(requests) == requests
         assert [committed(reader, tp)[0] for tp in tps] == [5, 6, 7, 8]
         assert holder.fenced == []
     finally:
@@ -191,7 +193,7 @@ def test_an_offset_reset_fences_the_holder_it_reset_behind(topic_factory: TopicF
     reader = new_consumer(settings, group=group, client_id="reader")
     try:
         assert holder.grant(tp, 1) == 0
-        assert holder.fetcher.commit([CommitRequest(tp, 40, 1)]) == [CommitRequest(tp, 40, 1)]
+        assert holder.commits.commit([CommitRequest(tp, 40, 1)]) == [CommitRequest(tp, 40, 1)]
 
         KafkaResets(settings, KafkaOffsets(settings)).commit(group, {tp: (5, 2)}, fence_leases=True)
         offset, metadata = committed(reader, tp)
@@ -200,7 +202,7 @@ def test_an_offset_reset_fences_the_holder_it_reset_behind(topic_factory: TopicF
         assert meta is not None and meta.epoch == 2 and meta.sidecar == commitmeta.ASSIGNER
 
         # The cut-off holder commits what it had acked since: Kafka refuses it.
-        assert holder.fetcher.commit([CommitRequest(tp, 45, 1)]) == []
+        assert holder.commits.commit([CommitRequest(tp, 45, 1)]) == []
         assert [f.tp for f in holder.fenced] == [tp]
         error = holder.fenced[0].error
         assert error is not None and error.code() == KafkaError._FENCED

@@ -19,6 +19,7 @@ from confluent_kafka import Consumer
 
 from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.leasing import LeaseKeeper
+from services.consumer_sidecar.offset_commits import OffsetCommitter
 from services.consumer_sidecar.partitions import PartitionTable
 from services.devstack.kafka import KafkaHandle, TopicFactory
 from services.runtime.topic_partition import TP
@@ -71,8 +72,11 @@ def test_a_suspended_lease_granted_back_under_a_new_epoch_delivers_again(
             "enable.auto.offset.store": False,
         }
     )
-    fetcher = Fetcher(consumer, table, sidecar_id="s", batch=100, on_data=lambda: None)
-    keeper = LeaseKeeper(table, fetcher, commit_interval=1.0, commit_max_acks=100, clock=clock)
+    commits = OffsetCommitter(table, sidecar_id="s")
+    fetcher = Fetcher(consumer, table, commits, batch=100, on_data=lambda: None)
+    keeper = LeaseKeeper(
+        table, fetcher, commits, commit_interval=1.0, commit_max_acks=100, clock=clock
+    )
     tp = TP(topic, 0)
 
     async def scenario() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
@@ -94,6 +98,7 @@ def test_a_suspended_lease_granted_back_under_a_new_epoch_delivers_again(
             again = await take(table, RECORDS)
             return first, again
         finally:
+            commits.stop()
             fetcher.stop()
             consumer.close()
 

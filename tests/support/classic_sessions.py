@@ -3,6 +3,7 @@ consumer."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -10,6 +11,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from dataservice.assigner.v1 import assigner_pb2
 from dataservice.common.v1 import common_pb2
 from dsclient.records.batches import Chunk, chunk_from_records
+from services.consumer_sidecar.events import SessionEvents
 from services.consumer_sidecar.kafka_group_membership import (
     ClassicMembership,
 )
@@ -30,7 +32,8 @@ def chunk(*records: common_pb2.Record) -> Chunk:
 
 
 class FakeFetcher:
-    """The fetch-thread side the rebalance handlers use."""
+    """The fetch-thread side the rebalance handlers use: the fetcher's assign() and the
+    committer's commit_offsets()."""
 
     def __init__(self, starts: dict[TP, int] | None = None, fail: str = "") -> None:
         self.starts = starts or {}
@@ -86,7 +89,9 @@ def membership(fetcher: FakeFetcher, drain: float = 1.0) -> tuple[ClassicMembers
     clock = Clock()
     table = PartitionTable(64 * 1024 * 1024, clock)
     return (
-        ClassicMembership(table, fetcher, drain_timeout=drain, clock=clock, sleep=clock.sleep),
+        ClassicMembership(
+            table, fetcher, fetcher, drain_timeout=drain, clock=clock, sleep=clock.sleep
+        ),
         clock,
     )
 
@@ -101,13 +106,20 @@ def deliver(m: ClassicMembership, tp: TP, offsets: list[int]) -> None:
     assert [o for s in taken if TP(s.topic, s.partition) == tp for o in s.offsets] == offsets
 
 
-def session() -> tuple[SessionClient, list[assigner_pb2.SessionAccepted]]:
+def session(
+    events: SessionEvents | None = None,
+) -> tuple[SessionClient, list[assigner_pb2.SessionAccepted]]:
+    """A session over a keeper that never fetches nor commits; every SessionAccepted it
+    handles is kept (``events``: the others, as a test listens to them)."""
     clock = Clock()
     table = PartitionTable(1 << 26, clock)
-    keeper = LeaseKeeper(table, object(), commit_interval=1, commit_max_acks=10)  # type: ignore[arg-type]
-    client = SessionClient(
-        SessionIdentity("s1", "g", "127.0.0.1:1"), "127.0.0.1:2", keeper, safety_margin=0.5
-    )
+    keeper = LeaseKeeper(table, object(), object(), commit_interval=1, commit_max_acks=10)  # type: ignore[arg-type]
     seen: list[assigner_pb2.SessionAccepted] = []
-    client.on_accepted = seen.append
+    client = SessionClient(
+        SessionIdentity("s1", "g", "127.0.0.1:1"),
+        "127.0.0.1:2",
+        keeper,
+        safety_margin=0.5,
+        events=dataclasses.replace(events or SessionEvents(), on_accepted=seen.append),
+    )
     return client, seen

@@ -3,6 +3,8 @@ given records, and the records a consumer reads back."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from confluent_kafka import KafkaError, Message
 from hypothesis import strategies as st
 
@@ -57,8 +59,10 @@ def consumed(draw: st.DrawFn) -> tuple[list[Message], list[DsRecord]]:
     return messages, expected
 
 
-def table_holding(messages: list[Message]) -> PartitionTable:
-    table = PartitionTable(1 << 40, lambda: 0.0)
+def table_holding(
+    messages: list[Message], on_unblocked: Callable[[], None] | None = None
+) -> PartitionTable:
+    table = PartitionTable(1 << 40, lambda: 0.0, on_unblocked=on_unblocked)
     for (topic, partition), epoch in EPOCHS.items():
         start = min((m.offset() for m in messages if m.error() is None
                      and (m.topic(), m.partition()) == (topic, partition)), default=0)  # fmt: skip

@@ -10,6 +10,7 @@ from typing import Any
 
 from dataservice.assigner.v1 import assigner_pb2, types_pb2
 from services.consumer_sidecar.acks import PartitionAcks
+from services.consumer_sidecar.events import LeaseEvents, SessionEvents
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.partitions import PartitionTable
 from services.consumer_sidecar.session import SessionClient, SessionIdentity
@@ -75,20 +76,25 @@ def ack(seq: int, *renewed: tuple[int, int]) -> assigner_pb2.SessionResponse:
 
 
 class Harness:
-    def __init__(self) -> None:
+    def __init__(
+        self, session_events: SessionEvents | None = None, lease_events: LeaseEvents | None = None
+    ) -> None:
         self.table = PartitionTable(1 << 20, time.monotonic)
         self.fetcher = AssigningFetcher(self.table)
         self.keeper = LeaseKeeper(
             self.table,
             self.fetcher,  # type: ignore[arg-type]
+            object(),  # type: ignore[arg-type]  # no commit is made
             commit_interval=1.0,
             commit_max_acks=100,
+            events=lease_events,
         )
         self.session = SessionClient(
             SessionIdentity("sc-1", "g", "127.0.0.1:1"),
             "127.0.0.1:1",
             self.keeper,
             safety_margin=MARGIN,
+            events=session_events,
         )
         self.session.ttl = TTL
         self.session.connected = True
@@ -105,9 +111,13 @@ class Harness:
         return part is not None and part.live(time.monotonic())
 
 
-def run(body: Callable[[Harness], Any]) -> None:
+def run(
+    body: Callable[[Harness], Any],
+    session_events: SessionEvents | None = None,
+    lease_events: LeaseEvents | None = None,
+) -> None:
     async def main() -> None:
-        harness = Harness()
+        harness = Harness(session_events, lease_events)
         await body(harness)
         await harness.requests.aclose()
 

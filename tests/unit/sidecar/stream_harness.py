@@ -2,13 +2,14 @@
 
 The real :class:`StreamServicer` runs on a grpc.aio server on port 0, given what the sidecar
 gives it: a real :class:`Serving` over a real :class:`PartitionTable` and
-:class:`LeaseKeeper`. Only Kafka is faked, at its edge: the fetch thread's commits
+:class:`LeaseKeeper`. Only Kafka is faked, at its edge: the fetch thread and the committer
 (:class:`FakeFetcher`) and the range readers (:class:`FakeReaders`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,8 +28,9 @@ from dsclient.reasons import error_info
 from dsclient.records.batches import chunk_from_records
 from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.client_access import ClientMetrics
-from services.consumer_sidecar.fetcher import CommitRequest
+from services.consumer_sidecar.events import LeaseEvents
 from services.consumer_sidecar.leasing import LeaseKeeper
+from services.consumer_sidecar.offset_commits import CommitRequest
 from services.consumer_sidecar.partitions import Partition, PartitionTable
 from services.consumer_sidecar.reader import Chunk, RangeSpec
 from services.consumer_sidecar.rpc import StreamServicer, add_to_server
@@ -44,12 +46,13 @@ TOPIC = "t"
 
 
 class FakeFetcher:
-    """The fetch thread's Kafka side: commits are recorded (or fail with ``fail``, or are
-    dropped as the fetch thread drops a commit whose lease lapsed, with ``drop``);
+    """The fetch thread's and the committer's Kafka side: commits are recorded (or fail
+    with ``fail``, or are dropped as the committer drops a commit whose lease lapsed, with
+    ``drop``);
     partitions handed back are recorded; a rewind re-reads the partition's records from
     ``log`` (what the test buffered), as Kafka would after a seek."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_data: Callable[[], None] = lambda: None) -> None:
         self.commits: list[CommitRequest] = []
         self.fail: KafkaException | None = None
         self.drop = False
@@ -57,7 +60,7 @@ class FakeFetcher:
         self.rewinds: list[tuple[TP, int]] = []
         self.table: PartitionTable | None = None
         self.log: dict[TP, list[common_pb2.Record]] = {}
-        self.on_data: Callable[[], None] = lambda: None
+        self.on_data = on_data
 
     def rewind(self, tp: TP) -> None:
         assert self.table is not None
@@ -132,17 +135,31 @@ class Sidecar:
     """What the servicer is given in the sidecar: a real Serving over a real PartitionTable
     and LeaseKeeper. Only Kafka is faked, at its edge (FakeFetcher, FakeReaders)."""
 
-    def __init__(self) -> None:
+    def __init__(self, events: LeaseEvents | None = None) -> None:
+        """``events``: the lease keeper's, as a test listens to them; the data signal's
+        wake-ups are added as the sidecar wires them (consumer_sidecar/app.py): records due
+        again wake the Streams, as a renewal and a lease verified after a stall do."""
         self.table = PartitionTable(64 * 1024 * 1024, time.monotonic)
-        self.fetcher = FakeFetcher()
+        self.data = DataSignal()
+        self.fetcher = FakeFetcher(on_data=self.data.notify)
         self.fetcher.table = self.table
+        events = events or LeaseEvents()
         self.keeper = LeaseKeeper(
             self.table,
             self.fetcher,  # type: ignore[arg-type]
+            self.fetcher,  # type: ignore[arg-type]  # the committer's Kafka side too
             commit_interval=1.0,
             commit_max_acks=1000,
+            events=dataclasses.replace(
+                events,
+                on_renewed=self.data.notify,
+                commits=dataclasses.replace(events.commits, on_verified=self.data.notify),
+                redelivery=dataclasses.replace(
+                    events.redelivery,
+                    on_redelivery=lambda _why, _records: self.data.notify(),
+                ),
+            ),
         )
-        self.data = DataSignal()
         self.connected = True  # the assigner session
         self.serving = Serving(
             self.table,
@@ -153,12 +170,6 @@ class Sidecar:
             connected=lambda: self.connected,
             consumer_config=lambda: dict(CONSUMER_CONFIG),
         )
-        self.fetcher.on_data = self.data.notify
-        # As the sidecar wires them (consumer_sidecar/app.py): records due again wake the
-        # Streams, as a renewal does.
-        self.keeper.redeliverer.on_redelivery = lambda _why, _records: self.data.notify()
-        self.keeper.on_renewed = self.data.notify
-        self.keeper.committer.on_verified = self.data.notify
 
     def hold(self, partition: int, epoch: int = 1, start: int = 0, ttl: float = 60) -> Partition:
         part = Partition(
@@ -195,13 +206,14 @@ def run(
     shared_memory: SharedMemory | None = None,
     clients: ClientMetrics | None = None,
     auth: AuthSettings | None = None,
+    events: LeaseEvents | None = None,
 ) -> None:
     """``body`` against the servicer over TCP; with ``shared_memory``, over a Unix socket
     in its directory (``DELIVERY_FORMAT_ARROW_SHM`` served); with ``auth``, behind the
-    authorization interceptor of a sidecar serving GROUP."""
+    authorization interceptor of a sidecar serving GROUP; ``events``: the lease keeper's."""
 
     async def main() -> None:
-        sidecar = Sidecar()
+        sidecar = Sidecar(events)
         sidecar.data.bind_loop(asyncio.get_running_loop())
         servicer = servicer_class(
             sidecar.serving,

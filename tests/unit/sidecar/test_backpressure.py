@@ -18,6 +18,7 @@ from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.backpressure_watch import backpressured
 from services.consumer_sidecar.fetch_backpressure import HOLD_SECONDS
 from services.consumer_sidecar.fetcher import Fetcher
+from services.consumer_sidecar.offset_commits import OffsetCommitter
 from services.consumer_sidecar.partitions import Partition, PartitionTable
 from services.runtime.topic_partition import TP
 
@@ -44,7 +45,7 @@ def setup(
     fetcher = Fetcher(
         consumer,  # type: ignore[arg-type]
         table,
-        sidecar_id="s",
+        OffsetCommitter(table, sidecar_id="s"),
         batch=100,
         on_data=lambda: None,
         prefetch_bytes=prefetch,

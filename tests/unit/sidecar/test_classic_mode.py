@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from dataservice.assigner.v1 import assigner_pb2
 from dataservice.common.v1 import common_pb2
 from services.consumer_sidecar.acks import PartitionAcks
-from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
+from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.kafka_group_membership import (
     ClassicMembership,
     classic_overrides,
@@ -25,6 +25,7 @@ from services.consumer_sidecar.kafka_group_membership import (
     unleased_partition,
 )
 from services.consumer_sidecar.kafka_group_mode import KafkaGroupMode
+from services.consumer_sidecar.offset_commits import CommitRequest, OffsetCommitter
 from services.consumer_sidecar.partitions import (
     NO_DEADLINE,
     UNLEASED_EPOCH,
@@ -216,6 +217,7 @@ def test_kafka_group_mode_subscribes_once_with_the_groups_config_and_releases() 
         mode = KafkaGroupMode(
             table,
             fetcher,  # type: ignore[arg-type]
+            fetcher,  # type: ignore[arg-type]  # its commits too
             SidecarSettings(group="g", id="sc-1", statistics_interval_ms=1000),
             on_stats=on_stats,
             on_error=on_error,
@@ -286,6 +288,7 @@ def test_kafka_group_mode_switches_both_ways_at_runtime() -> None:
         mode = KafkaGroupMode(
             table,
             fetcher,  # type: ignore[arg-type]
+            fetcher,  # type: ignore[arg-type]  # its commits too
             SidecarSettings(group="g", id="sc-1"),
             on_stats=lambda _doc: None,
             on_error=lambda _err: None,
@@ -332,20 +335,26 @@ def test_revoke_commits_exactly_the_lowest_unacked(count: int, acked: set[int], 
     assert fetcher.commits == ([[(T, expected)]] if expected > start else [])
 
 
-# ---- the commit guard in the fetcher -----------------------------------------------------
+# ---- the commit guard in the committer ---------------------------------------------------
 
 
-def fetcher_with(table: PartitionTable, consumer: FakeConsumer) -> Fetcher:
-    return Fetcher(consumer, table, sidecar_id="s", batch=10, on_data=lambda: None)  # type: ignore[arg-type]
+def committer_with(
+    table: PartitionTable, consumer: FakeConsumer, *, classic: bool = False
+) -> OffsetCommitter:
+    """The committer of a fetch loop over ``consumer`` (kafka_group mode with ``classic``)."""
+    commits = OffsetCommitter(table, sidecar_id="s")
+    fetcher = Fetcher(consumer, table, commits, batch=10, on_data=lambda: None)  # type: ignore[arg-type]
+    fetcher.classic = classic
+    return commits
 
 
 def test_commits_for_partitions_no_longer_held_are_dropped() -> None:
     clock = Clock()
     table = PartitionTable(1 << 26, clock)
     consumer = FakeConsumer()
-    fetcher = fetcher_with(table, consumer)
+    commits = committer_with(table, consumer)
     table.add(unleased_partition(T, 0))
-    fetcher.commit([CommitRequest(T, 5, 0), CommitRequest(U, 5, 0), CommitRequest(T, 6, 3)])
+    commits.commit([CommitRequest(T, 5, 0), CommitRequest(U, 5, 0), CommitRequest(T, 6, 3)])
     assert [(tp.partition, tp.offset) for tp in consumer.commits[0]] == [(0, 5)]
     assert '"epoch":0' in str(consumer.commits[0][0].metadata)
 
@@ -357,14 +366,14 @@ def test_a_commit_whose_lease_lapsed_while_queued_is_not_sent() -> None:
     clock = Clock()
     table = PartitionTable(1 << 26, clock)
     consumer = FakeConsumer()
-    fetcher = fetcher_with(table, consumer)
+    commits = committer_with(table, consumer)
     table.add(Partition(tp=T, epoch=2, deadline=clock.now + 3, acks=PartitionAcks(0)))
     table.add(Partition(tp=U, epoch=2, deadline=clock.now + 30, acks=PartitionAcks(0)))
     first = CommitRequest(T, 5, 2)
-    assert fetcher.commit([first]) == [first]
+    assert commits.commit([first]) == [first]
     clock.now += 4  # paused past T's deadline, not U's
     late, other = CommitRequest(T, 9, 2), CommitRequest(U, 7, 2)
-    assert fetcher.commit([late, other]) == [other]
+    assert commits.commit([late, other]) == [other]
     assert [[(tp.partition, tp.offset) for tp in c] for c in consumer.commits] == [
         [(0, 5)],
         [(1, 7)],
@@ -375,12 +384,11 @@ def test_kafka_group_mode_never_commits_below_a_reassigned_partitions_start() ->
     clock = Clock()
     table = PartitionTable(1 << 26, clock)
     consumer = FakeConsumer()
-    fetcher = fetcher_with(table, consumer)
-    fetcher.classic = True
+    commits = committer_with(table, consumer, classic=True)
     table.add(unleased_partition(T, 50))  # handed back to us at committed offset 50
-    fetcher.commit_offsets([(T, 40)])  # queued before the revoke: stale
+    commits.commit_offsets([(T, 40)])  # queued before the revoke: stale
     assert consumer.commits == []
-    fetcher.commit_offsets([(T, 55)])
+    commits.commit_offsets([(T, 55)])
     assert [tp.offset for tp in consumer.commits[0]] == [55]
 
 
@@ -472,20 +480,19 @@ class RebalancingConsumer(FakeConsumer):
 def test_kafka_group_commits_refused_mid_rebalance_are_retried_after_it() -> None:
     table = PartitionTable(1 << 26, Clock())
     consumer = RebalancingConsumer()
-    fetcher = fetcher_with(table, consumer)
-    fetcher.classic = True
+    commits = committer_with(table, consumer, classic=True)
     table.add(unleased_partition(T, 0))
     table.add(unleased_partition(U, 0))
-    fetcher.commit_offsets([(T, 5), (U, 3)])  # not an error: the ack stays accepted
+    commits.commit_offsets([(T, 5), (U, 3)])  # not an error: the ack stays accepted
     table.remove(U)  # revoked meanwhile: its revoke callback committed it
     consumer.rebalancing = False
-    fetcher._retry_deferred()
+    commits.retry_deferred()
     assert [(tp.partition, tp.offset) for tp in consumer.commits[0]] == [(0, 5)]
 
 
 def test_leased_mode_commit_errors_are_raised() -> None:
     table = PartitionTable(1 << 26, Clock())
-    fetcher = fetcher_with(table, RebalancingConsumer())
+    commits = committer_with(table, RebalancingConsumer())
     table.add(unleased_partition(T, 0))
     with pytest.raises(KafkaException):
-        fetcher.commit([CommitRequest(T, 5, 0)])
+        commits.commit([CommitRequest(T, 5, 0)])

@@ -11,9 +11,10 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from services.consumer_sidecar.fetcher import CommitRequest, Fetcher
+from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.kafka_fenced_commits import FencedCommitter, transactional_id
 from services.consumer_sidecar.leasing import LeaseKeeper
+from services.consumer_sidecar.offset_commits import CommitRequest, OffsetCommitter
 from services.consumer_sidecar.partitions import NO_DEADLINE, PartitionTable
 from services.runtime.topic_partition import TP
 
@@ -67,21 +68,27 @@ class Producer:
         pass
 
 
-def sidecar() -> tuple[LeaseKeeper, Fetcher, Consumer, list[tuple[str, str, Any]]]:
+def sidecar() -> tuple[LeaseKeeper, OffsetCommitter, Consumer, list[tuple[str, str, Any]]]:
     clock = Clock()
     table = PartitionTable(1 << 26, clock)
     consumer = Consumer()
-    fetcher = Fetcher(consumer, table, sidecar_id="s", batch=10, on_data=lambda: None)  # type: ignore[arg-type]
-    fetcher.external_changes = "ignore"
     log: list[tuple[str, str, Any]] = []
-    fetcher.fenced = FencedCommitter(GROUP, lambda i: Producer(i, log), lambda: object())  # type: ignore[arg-type,return-value]
-    keeper = LeaseKeeper(table, fetcher, commit_interval=1, commit_max_acks=10, clock=clock)
-    return keeper, fetcher, consumer, log
+    commits = OffsetCommitter(
+        table,
+        sidecar_id="s",
+        fenced=FencedCommitter(GROUP, lambda i: Producer(i, log), lambda: object()),  # type: ignore[arg-type,return-value]
+    )
+    commits.external_changes = "ignore"
+    fetcher = Fetcher(consumer, table, commits, batch=10, on_data=lambda: None)  # type: ignore[arg-type]
+    keeper = LeaseKeeper(
+        table, fetcher, commits, commit_interval=1, commit_max_acks=10, clock=clock
+    )
+    return keeper, commits, consumer, log
 
 
 def test_a_switch_applies_to_the_next_grant_and_a_held_lease_keeps_its_fencing() -> None:
-    keeper, fetcher, consumer, log = sidecar()
-    table = fetcher._table
+    keeper, commits, consumer, log = sidecar()
+    table = keeper.table
     assert keeper.grant(T, EPOCH, table.clock())  # the group is lease-fenced
     keeper.kafka_fenced = True  # ConfigUpdate: commit_fencing kafka (SidecarApp._commit_fencing)
     assert keeper.grant(U, EPOCH, table.clock())
@@ -91,7 +98,7 @@ def test_a_switch_applies_to_the_next_grant_and_a_held_lease_keeps_its_fencing()
 
     # Fetching is set up: only the Kafka-fenced lease's transactional id is initialised
     # (fencing its previous holder) before the start offsets are read.
-    fetcher._open_leases({T: 0, U: 0})
+    commits.open_leases({T: 0, U: 0})
     assert log == [("init", transactional_id(GROUP, U), None)]
 
     # The first renewal: the lease-fenced lease gets its deadline, the other none.
@@ -104,7 +111,7 @@ def test_a_switch_applies_to_the_next_grant_and_a_held_lease_keeps_its_fencing()
 
     # One commit round of both: T by OffsetCommit, U in its lease's transaction.
     log.clear()
-    done = fetcher.commit([CommitRequest(T, 10, EPOCH), CommitRequest(U, 20, EPOCH)])
+    done = commits.commit([CommitRequest(T, 10, EPOCH), CommitRequest(U, 20, EPOCH)])
     assert sorted(r.tp for r in done) == [T, U]
     assert [[(o.partition, o.offset) for o in batch] for batch in consumer.commits] == [[(0, 10)]]
     assert log == [
@@ -115,7 +122,7 @@ def test_a_switch_applies_to_the_next_grant_and_a_held_lease_keeps_its_fencing()
     # Past T's deadline (no renewal): T commits no more; U, fenced at Kafka, still does.
     table.clock.now += 5  # type: ignore[attr-defined]
     log.clear()
-    done = fetcher.commit([CommitRequest(T, 11, EPOCH), CommitRequest(U, 21, EPOCH)])
+    done = commits.commit([CommitRequest(T, 11, EPOCH), CommitRequest(U, 21, EPOCH)])
     assert [r.tp for r in done] == [U]
     assert len(consumer.commits) == 1
     assert log[0] == ("offsets", transactional_id(GROUP, U), [(1, 21)])
@@ -126,11 +133,11 @@ def test_a_switch_back_to_lease_fencing_leaves_held_kafka_leases_kafka_fenced() 
     re-join to an assigner whose record says otherwise, or an unset group setting meeting
     another sidecar default, reaches here): a lease granted under kafka never commits
     outside its transaction, so it cannot commit past a holder that fenced it."""
-    keeper, fetcher, consumer, log = sidecar()
-    table = fetcher._table
+    keeper, commits, consumer, log = sidecar()
+    table = keeper.table
     keeper.kafka_fenced = True
     assert keeper.grant(U, EPOCH, table.clock())
-    fetcher._open_leases({U: 0})
+    commits.open_leases({U: 0})
     keeper.renew(U, EPOCH, table.clock() + 3)
     part = table.get(U)
     assert part is not None
@@ -139,22 +146,22 @@ def test_a_switch_back_to_lease_fencing_leaves_held_kafka_leases_kafka_fenced() 
     assert keeper.grant(T, EPOCH, table.clock())
     assert [p.kafka_fenced for p in (table.get(T), table.get(U)) if p] == [False, True]
     log.clear()
-    fetcher.commit([CommitRequest(U, 5, EPOCH)])
+    commits.commit([CommitRequest(U, 5, EPOCH)])
     assert consumer.commits == []
     assert log[0] == ("offsets", transactional_id(GROUP, U), [(1, 5)])
 
 
 def test_a_kafka_fenced_lease_never_commits_outside_a_transaction() -> None:
-    """Without lease producers (a fetcher built without them) a Kafka-fenced lease, which
+    """Without lease producers (a committer built without them) a Kafka-fenced lease, which
     has no deadline, is not committed at all rather than by a plain OffsetCommit."""
-    keeper, fetcher, consumer, _log = sidecar()
-    fetcher.fenced = None
-    table = fetcher._table
+    keeper, commits, consumer, _log = sidecar()
+    commits.fenced = None
+    table = keeper.table
     keeper.kafka_fenced = True
     assert keeper.grant(U, EPOCH, table.clock())
     keeper.renew(U, EPOCH, table.clock() + 3)
     part = table.get(U)
     assert part is not None
     part.ready = True
-    assert fetcher.commit([CommitRequest(U, 5, EPOCH)]) == []
+    assert commits.commit([CommitRequest(U, 5, EPOCH)]) == []
     assert consumer.commits == []

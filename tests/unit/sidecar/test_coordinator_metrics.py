@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from dataservice.assigner.v1 import assigner_pb2
+from services.consumer_sidecar.events import LeaseEvents, SessionEvents
 from services.consumer_sidecar.metrics import SidecarMetrics
 from services.consumer_sidecar.round_timing import RoundTimer, lost_latency
 from services.runtime.topic_partition import TP
@@ -212,8 +213,6 @@ def test_the_session_reports_its_join_and_its_first_grant() -> None:
     syncs: list[float] = []
 
     async def body(h: Harness) -> None:
-        h.session.on_join = lambda ok, seconds: joins.append((ok, seconds))
-        h.session.on_sync = syncs.append
         h.session._round.start()  # the Join sent (_one_session)
         await asyncio.sleep(0.02)
         await h.session._handle(accepted())
@@ -232,14 +231,18 @@ def test_the_session_reports_its_join_and_its_first_grant() -> None:
         h.session._session_ended(failed=False)
         assert len(joins) == 2
 
-    run(body)
+    run(
+        body,
+        session_events=SessionEvents(
+            on_join=lambda ok, seconds: joins.append((ok, seconds)), on_sync=syncs.append
+        ),
+    )
 
 
 def test_a_lease_expiry_reports_its_latency_past_the_deadline() -> None:
     lost: list[float] = []
 
     async def body(h: Harness) -> None:
-        h.keeper.on_partition_lost = lost.append
         await h.session._handle(grant(0, 1))
         await asyncio.sleep(0.05)
         seq, _sent = await h.send_heartbeat()
@@ -251,7 +254,7 @@ def test_a_lease_expiry_reports_its_latency_past_the_deadline() -> None:
         assert part.suspended_at is not None
         assert len(lost) == 1 and lost[0] >= 0.3
 
-    run(body)
+    run(body, lease_events=LeaseEvents(on_partition_lost=lost.append))
 
 
 # ---- the metrics ---------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from confluent_kafka import Message
 
 from services.consumer_sidecar import poll_timing
 from services.consumer_sidecar.fetcher import Fetcher
+from services.consumer_sidecar.offset_commits import OffsetCommitter
 from services.consumer_sidecar.partitions import PartitionTable
 from services.consumer_sidecar.poll_timing import (
     BUSY_POLL_TIMEOUT_SECONDS,
@@ -71,7 +72,7 @@ def test_the_loop_waits_for_the_first_record_only_and_then_takes_what_is_queued(
     fetcher = Fetcher(
         consumer,  # type: ignore[arg-type]
         table,
-        sidecar_id="s",
+        OffsetCommitter(table, sidecar_id="s"),
         batch=BATCH,
         on_data=lambda: None,
     )
@@ -100,10 +101,9 @@ def leased_fetcher(consumer: RecordingConsumer) -> Fetcher:
     return Fetcher(
         consumer,  # type: ignore[arg-type]
         table,
-        sidecar_id="s",
+        OffsetCommitter(table, sidecar_id="s", consumer=RecordingConsumer()),  # type: ignore[arg-type]
         batch=BATCH,
         on_data=lambda: None,
-        committer=RecordingConsumer(),  # type: ignore[arg-type]
     )
 
 

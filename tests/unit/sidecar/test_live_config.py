@@ -20,6 +20,7 @@ from services.consumer_sidecar import fetcher as fetcher_module
 from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.fetcher import Fetcher
 from services.consumer_sidecar.live_config import LiveConfig, Rejection
+from services.consumer_sidecar.offset_commits import OffsetCommitter
 from services.consumer_sidecar.partitions import Partition, PartitionTable
 from services.runtime.topic_partition import TP
 
@@ -203,7 +204,9 @@ def test_the_new_consumer_takes_over_at_the_buffer_positions(
     monkeypatch.setattr(fetcher_module, "Consumer", RecordingConsumer)
     table = PartitionTable(64 * 1024 * 1024, time.monotonic)
     old = RecordingConsumer({}, [TP("t", p) for p in range(5)])
-    fetcher = Fetcher(old, table, sidecar_id="s", batch=10, on_data=lambda: None)  # type: ignore[arg-type]
+    fetcher = Fetcher(
+        old, table, OffsetCommitter(table, sidecar_id="s"), batch=10, on_data=lambda: None
+    )  # type: ignore[arg-type]
     part(table, 0, 120)
     part(table, 1, 7, paused=True)  # backpressure
     part(table, 2, 55, suspended_at=time.monotonic())  # lease deadline passed
@@ -227,7 +230,9 @@ def test_a_consumer_librdkafka_refuses_changes_nothing(monkeypatch: pytest.Monke
 
     table = PartitionTable(64 * 1024 * 1024, time.monotonic)
     old = RecordingConsumer({}, [TP("t", 0)])
-    fetcher = Fetcher(old, table, sidecar_id="s", batch=10, on_data=lambda: None)  # type: ignore[arg-type]
+    fetcher = Fetcher(
+        old, table, OffsetCommitter(table, sidecar_id="s"), batch=10, on_data=lambda: None
+    )  # type: ignore[arg-type]
     part(table, 0, 10)
     monkeypatch.setattr(fetcher_module, "Consumer", refuse)
     with pytest.raises(KafkaException):

@@ -10,6 +10,7 @@ from google.protobuf import duration_pb2
 
 from dataservice.assigner.v1 import assigner_pb2
 from services.consumer_sidecar.acks import NO_LIMIT
+from services.consumer_sidecar.events import SessionEvents
 from services.consumer_sidecar.partitions import Redelivery
 from tests.support.classic_sessions import session
 
@@ -31,10 +32,13 @@ def test_a_group_policy_falls_back_to_the_sidecars_defaults() -> None:
 
 def test_the_session_applies_the_groups_policy_at_join_and_on_every_update() -> None:
     async def scenario() -> None:
-        client, _ = session()
         seen: list[tuple[float | None, int, str]] = []
-        client.on_delivery_policy = lambda visibility, limit, dlq: seen.append(
-            (visibility, limit, dlq)
+        client, _ = session(
+            SessionEvents(
+                on_delivery_policy=lambda visibility, limit, dlq: seen.append(
+                    (visibility, limit, dlq)
+                )
+            )
         )
         joined = assigner_pb2.SessionAccepted(session_id="x", config_version=3)
         await client._handle(assigner_pb2.SessionResponse(accepted=joined))

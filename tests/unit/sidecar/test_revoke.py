@@ -11,6 +11,7 @@ import time
 
 from confluent_kafka import KafkaError, KafkaException
 
+from services.consumer_sidecar.events import LeaseCommitEvents, LeaseEvents
 from services.runtime.topic_partition import TP
 from tests.unit.sidecar.stream_harness import TOPIC, Sidecar
 
@@ -22,15 +23,14 @@ def test_a_failed_final_commit_still_releases_the_partition_and_reports_the_faul
     hands it back to Kafka, instead of leaving it revoking forever."""
 
     async def main() -> None:
-        sc = Sidecar()
+        faults: list[BaseException | None] = []
+        sc = Sidecar(LeaseEvents(commits=LeaseCommitEvents(on_commit=faults.append)))
         tp = TP(TOPIC, 0)
         part = sc.hold(0, epoch=3, start=10, ttl=1.0)
         sc.buffer(0, range(10, 15))
         taken = sc.table.take(5, 1 << 20)
         assert sum(map(len, taken)) == 5
         sc.table.ack_range(part, 10, 15)
-        faults: list[BaseException | None] = []
-        sc.keeper.committer.on_commit = faults.append
         sc.fetcher.fail = KafkaException(KafkaError(KafkaError._TRANSPORT, "broker down"))
         started = time.monotonic()
         await asyncio.wait_for(sc.keeper.revoke(tp, 3, drain_timeout=0.2), 10)
@@ -46,14 +46,13 @@ def test_a_failed_final_commit_still_releases_the_partition_and_reports_the_faul
 
 def test_a_final_commit_that_succeeds_on_a_retry_releases_at_the_acked_offset() -> None:
     async def main() -> None:
-        sc = Sidecar()
+        outcomes: list[BaseException | None] = []
+        sc = Sidecar(LeaseEvents(commits=LeaseCommitEvents(on_commit=outcomes.append)))
         tp = TP(TOPIC, 0)
         part = sc.hold(0, epoch=3, start=10, ttl=5.0)
         sc.buffer(0, range(10, 15))
         sc.table.take(5, 1 << 20)
         sc.table.ack_range(part, 10, 15)
-        outcomes: list[BaseException | None] = []
-        sc.keeper.committer.on_commit = outcomes.append
         sc.fetcher.fail = KafkaException(KafkaError(KafkaError._TRANSPORT, "broker down"))
 
         async def kafka_back() -> None:

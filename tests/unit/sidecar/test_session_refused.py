@@ -57,6 +57,7 @@ def test_refused_sessions_leave_no_pending_task_or_running_generator() -> None:
         keeper = LeaseKeeper(
             PartitionTable(1 << 20, loop.time),
             object(),  # type: ignore[arg-type]  # no grant ever comes
+            object(),  # type: ignore[arg-type]  # nor a commit
             commit_interval=1,
             commit_max_acks=10,
         )

@@ -66,6 +66,7 @@ def test_a_silent_session_is_given_up_and_the_sidecar_rejoins() -> None:
         keeper = LeaseKeeper(
             PartitionTable(1 << 20, loop.time),
             object(),  # type: ignore[arg-type]  # no grant ever comes
+            object(),  # type: ignore[arg-type]  # nor a commit
             commit_interval=1,
             commit_max_acks=10,
         )

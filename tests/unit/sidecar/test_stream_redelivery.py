@@ -20,6 +20,7 @@ import grpc.aio
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from dsclient.records.batches import decode_batch
 from services.consumer_sidecar.acks import GivenUp
+from services.consumer_sidecar.events import LeaseEvents, RedeliveryEvents
 from services.consumer_sidecar.partitions import Redelivery
 from services.consumer_sidecar.rpc import StreamServicer
 from services.runtime.topic_partition import TP
@@ -166,11 +167,11 @@ def test_records_of_a_fetch_response_that_never_reached_the_client_come_again() 
 
 
 def test_records_past_their_ack_deadline_come_again_then_are_given_up() -> None:
+    given_up: list[tuple[TP, int, GivenUp]] = []
+
     async def body(stub: Stub, sc: Sidecar) -> None:
         part = sc.hold(0, epoch=1)
         sc.table.redelivery = Redelivery(visibility=0.2, max_deliveries=2)
-        given_up: list[tuple[TP, int, GivenUp]] = []
-        sc.keeper.redeliverer.on_given_up = lambda tp, epoch, g: given_up.append((tp, epoch, g))
         sc.buffer(0, range(3))
         assert await fetch_until(stub, 3, "slow") == [(0, 1), (1, 1), (2, 1)]
         await asyncio.sleep(0.25)
@@ -187,7 +188,14 @@ def test_records_past_their_ack_deadline_come_again_then_are_given_up() -> None:
         assert part.acks.commit_point == 3, "the commit point passes what was given up"
         assert await fetch_until(stub, 1, "slow", timeout=0.3) == []
 
-    run(body)
+    run(
+        body,
+        events=LeaseEvents(
+            redelivery=RedeliveryEvents(
+                on_given_up=lambda tp, epoch, g: given_up.append((tp, epoch, g))
+            )
+        ),
+    )
 
 
 def test_status_counts_records_in_flight_and_due() -> None:
