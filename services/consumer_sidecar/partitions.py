@@ -478,19 +478,16 @@ class PartitionTable:
         mask = eligible_ahead(mode, held, keys)
         found = sum(mask)
         window = max(LOOK_AHEAD, len(keys))
-        chunks = iter(part.buffer)
+        reader = _KeyReader(part)
         # the buffer's records, a segment at a time, until enough are found
         while found < limit and len(mask) < window:
             step = min(window - len(mask), max(limit - found, 64))
-            more = _keys_from(part, chunks, step)
+            more = reader.read(step)
             if not more:
                 break
             segment = eligible_ahead(mode, held, more)
             mask += segment
             found += sum(segment)
-        if len(mask) > window:  # whole chunks were read: no further than the window
-            del mask[window:]
-            found = sum(mask)
         if not found:
             return 0
         last = len(mask) - 1 - mask[::-1].index(True)
@@ -505,7 +502,7 @@ class PartitionTable:
         staged = len(keys)
         self._stage(part, last + 1 - staged)
         # the plan holds the staged records until the take ends (_Plan.left)
-        plans[part.tp] = _Plan.of(part.staged, mask)
+        plans[part.tp] = _Plan(list(part.staged), mask)
         return found
 
     def _stage(self, part: Partition, count: int) -> None:
@@ -524,36 +521,34 @@ class PartitionTable:
         """Up to ``count`` eligible records of a planned partition within the byte budget
         (lock held): the ineligible ones before them are passed over."""
         part, budget, acks = taking.part, taking.budget, taking.part.acks
-        pieces = plan.pieces
-        while count > 0 and plan.pos < len(pieces):
-            piece, ok = pieces[plan.pos]
-            if piece is None:  # handed out in an earlier round of this take
-                plan.pos += 1
-                continue
+        slices, mask = plan.slices, plan.mask
+        while count > 0 and plan.pos < len(slices):
+            s = slices[plan.pos]
+            n, at = len(s), plan.at
+            ok = mask[at]
+            try:  # the records from here on of the same eligibility (in C)
+                run = mask.index(not ok, at, at + n) - at
+            except ValueError:
+                run = n
             if not ok:
-                if piece.first_offset >= acks.next_offset:
-                    acks.pass_over(piece.offsets)
-                plan.pos += 1
+                held = plan.step(s, run)
+                if held.first_offset >= acks.next_offset:
+                    acks.pass_over(held.offsets)
+                plan.kept.append(held)
                 continue
-            n = _fitting(piece, count, budget.bytes)
-            if n == 0:
+            m = _fitting(s, min(run, count), budget.bytes)
+            if m == 0:
                 if not budget.first:
                     budget.bytes = 0  # the next record does not fit: this take is full
                     return
-                n = 1  # one record always goes, whatever its size
-            if n < len(piece):
-                taken, rest = piece.pieces([(0, n, 1), (n, len(piece), 1)])
-                pieces[plan.pos] = (rest, True)
-            else:
-                taken = piece
-                pieces[plan.pos] = (None, True)
-                plan.pos += 1
+                m = 1  # one record always goes, whatever its size
+            taken = plan.step(s, m)
             size = _slice_bytes(taken)
             part.buffered_bytes -= size
-            part.buffered_records -= n
+            part.buffered_records -= m
             self.buffered_bytes -= size
-            count -= n
-            budget.spend(n, size)
+            count -= m
+            budget.spend(m, size)
             if taken.first_offset < acks.next_offset:  # passed over before: its first delivery
                 acks.deliver_passed(
                     taken.first_offset, taken.last_offset + 1, taking.due_at, taking.holder
@@ -845,16 +840,27 @@ def _next_keys(part: Partition, limit: int) -> list[Key]:
     return out
 
 
-def _keys_from(part: Partition, chunks: Iterator[Chunk], count: int) -> list[Key]:
-    """Lock held: the keys of up to ``count`` more buffered records, from ``chunks`` (an
-    iterator over the buffer, which keeps its place between calls: a chunk started is
-    read to its end before the next, so a call may return more than ``count``)."""
-    out: list[Key] = []
-    for chunk in chunks:
-        out += _chunk_keys(part, chunk)[chunk.start :]
-        if len(out) >= count:
-            break
-    return out
+class _KeyReader:
+    """Lock held: the keys of a partition's buffered records, read ``count`` at a time."""
+
+    def __init__(self, part: Partition) -> None:
+        self.part = part
+        self.index = 0  # the chunk
+        self.k = part.buffer[0].start if part.buffer else 0  # the record in it
+
+    def read(self, count: int) -> list[Key]:
+        out: list[Key] = []
+        buffer = self.part.buffer
+        while len(out) < count and self.index < len(buffer):
+            chunk = buffer[self.index]
+            hi = min(len(chunk), self.k + count - len(out))
+            out += _chunk_keys(self.part, chunk)[self.k : hi]
+            if hi == len(chunk):
+                self.index += 1
+                self.k = buffer[self.index].start if self.index < len(buffer) else 0
+            else:
+                self.k = hi
+        return out
 
 
 def _slice_bytes(s: Slice) -> int:
@@ -900,42 +906,31 @@ def _candidates(part: Partition) -> Iterator[tuple[int, Key, Kind]]:
 
 @dataclass
 class _Plan:
-    """One take's look-ahead in one partition: its staged records as pieces, each eligible
-    (handed out in order) or not (passed over), and how far the take got."""
+    """One take's look-ahead in one partition: its staged records, which of them are
+    eligible (``mask``, by record, from the first staged), and how far the take walked:
+    ``slices[pos]`` (perhaps what is left of one) starts at ``mask[at]``; ``kept`` holds
+    what the walk passed over. Slices are split only where the walk goes."""
 
-    pieces: list[tuple[Slice | None, bool]]  # None: handed out
+    slices: list[Slice]
+    mask: list[bool]
     pos: int = 0
-
-    @classmethod
-    def of(cls, staged: list[Slice], mask: list[bool]) -> _Plan:
-        pieces: list[tuple[Slice | None, bool]] = []
-        i = 0
-        for s in staged:
-            seg = mask[i : i + len(s)]
-            i += len(s)
-            if len(seg) < len(s):  # beyond the mask: not eligible in this take
-                seg += [False] * (len(s) - len(seg))
-            if all(seg) or not any(seg):
-                pieces.append((s, seg[0]))
-                continue
-            parts = [(a, b, 1) for a, b, _ in _same_runs(seg)]
-            pieces += zip(s.pieces(parts), (ok for _, _, ok in _same_runs(seg)), strict=True)
-        return cls(pieces)
+    at: int = 0
+    kept: list[Slice] = field(default_factory=list)
 
     def left(self) -> list[Slice]:
         """The staged records not handed out, in order."""
-        return [s for s, _ in self.pieces if s is not None]
+        return self.kept + self.slices[self.pos :]
 
-
-def _same_runs(values: list[bool]) -> list[tuple[int, int, bool]]:
-    """``values`` as runs (first, end, value) of equal values."""
-    out = []
-    start = 0
-    for i in range(1, len(values) + 1):
-        if i == len(values) or values[i] != values[start]:
-            out.append((start, i, values[start]))
-            start = i
-    return out
+    def step(self, s: Slice, n: int) -> Slice:
+        """The walk moves past the first ``n`` records of ``s`` (``slices[pos]``): they are
+        returned as a slice, what is left of ``s`` stays at ``pos``."""
+        self.at += n
+        if n == len(s):
+            self.pos += 1
+            return s
+        head, rest = s.pieces([(0, n, 1), (n, len(s), 1)])
+        self.slices[self.pos] = rest
+        return head
 
 
 @dataclass
