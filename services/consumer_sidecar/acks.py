@@ -112,7 +112,7 @@ class _Run:
 
     @property
     def passed(self) -> bool:
-        return self.holder == PASSED
+        return self.holder is PASSED  # the one object: runs are made with it or replaced
 
 
 _Which: TypeAlias = Callable[[_Run], bool]  # which runs an operation applies to
@@ -183,8 +183,8 @@ class PartitionAcks:
         """Delivered records not acked as runs (lo, hi, due), ascending; parked records
         count as in flight (not due); passed-over records are not delivered: not there."""
         if not self._passed:
-            return [(run.lo, run.hi, run.due) for run in self._runs]
-        return [(run.lo, run.hi, run.due) for run in self._runs if not run.passed]
+            return [(run.lo, run.hi, run.due_at == DUE) for run in self._runs]
+        return [(r.lo, r.hi, r.due_at == DUE) for r in self._runs if r.holder is not PASSED]
 
     def passed_runs(self) -> list[tuple[int, int]]:
         """The passed-over records as runs (lo, hi), ascending."""

@@ -7,6 +7,7 @@ import pytest
 from confluent_kafka import Message
 
 from services.consumer_sidecar import partitions
+from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.ordering import Ordering
 from services.consumer_sidecar.partitions import PartitionTable, Redelivery
 from services.consumer_sidecar.runs import runs_from_messages
@@ -177,3 +178,24 @@ def test_a_parked_record_holds_its_key_and_the_passed_over_record_goes_after_it(
     table.ack(part, 0)  # on the dead-letter topic
     assert part.acks.commit_point == 1  # not past k1@1
     assert offsets(table, C, 10) == [1]
+
+
+def test_a_lease_move_commits_below_the_passed_over_record_and_the_next_holder_gets_it() -> None:
+    """The buffer dropped (revoke, suspension): the passed-over record is due, never
+    delivered, the commit stops at it, and the acks above it go into the commit metadata
+    so the next holder delivers it and skips what was acked."""
+    table = keyed_table([b"k1", b"k1", b"k2", b"k3"])
+    assert offsets(table, A, 1) == [0]
+    assert offsets(table, B, 10) == [2, 3]
+    part = table.get(TP0)
+    assert part is not None
+    table.ack(part, 0, "a")
+    table.ack_range(part, 2, 4, "b")
+    table.drop_buffer(part)  # the lease is revoked
+    assert (part.acks.passed, part.acks.due, part.acks.inflight) == (0, 1, 0)
+    assert part.buffered_bytes == 0 and table.buffered_bytes == 0
+    point, acked_above, _version = table.commit_view(part)
+    assert (point, acked_above) == (1, ((2, 3),))
+    nxt = PartitionAcks(point, preacked=acked_above)  # the next holder, from the metadata
+    assert nxt.deliver([1, 2, 3], 30.0, C) == [(0, 1, 1)]
+    assert nxt.commit_point == 1 and nxt.next_offset == 4
