@@ -36,6 +36,17 @@ acking a whole batch and the commit point cost O(log runs) whatever the batch si
 Offsets need not be contiguous (compaction, transaction markers): a gap is never part of a
 run, so it never holds the commit point back, and acking a range that spans a gap simply
 skips it. The clock is a parameter of every call that needs one.
+
+*Passed over* (``key`` ordering's look-ahead, :mod:`ordering`): records below
+:attr:`PartitionAcks.next_offset` never delivered, because their key was held while later
+records of other keys went out (:meth:`PartitionAcks.pass_over`). They are still in the
+caller's buffer: not due, no holder, no deadline, no delivery counted. They hold the commit
+point back like records in flight (so a commit never passes a record never delivered), an
+ack range over them skips them (they were not delivered), and no timeout, nack or release
+applies to them. Handing one out later (:meth:`PartitionAcks.deliver_passed`) is its first
+delivery. When the caller drops its buffer (a rewind, a suspension, a revoke) they become
+due (:meth:`PartitionAcks.unpass`), with no delivery counted, and are re-read like due ones;
+until delivered, an ack range over them still skips them (nobody received them).
 """
 
 from __future__ import annotations
@@ -55,6 +66,9 @@ NO_HOLDER: Holder = ("", 0)
 # The holder of parked records (given up, on their way to the dead-letter topic): no
 # client id can be empty, so no client's nack or ack binding ever names it.
 DEAD_LETTER: Holder = ("", -1)
+# The holder of passed-over records (ordering key, issue 39): never delivered, still in the
+# caller's buffer, held back by their key while later records of other keys went out.
+PASSED: Holder = ("", -2)
 NO_LIMIT = 0  # deliveries limit: never give a record up
 DUE = -math.inf  # a run's ack deadline once it is due
 
@@ -96,6 +110,10 @@ class _Run:
     def due(self) -> bool:
         return self.due_at == DUE
 
+    @property
+    def passed(self) -> bool:
+        return self.holder is PASSED  # the one object: runs are made with it or replaced
+
 
 _Which: TypeAlias = Callable[[_Run], bool]  # which runs an operation applies to
 _Change: TypeAlias = Callable[[_Run], "_Run | None"]  # a run's new state (None: gone)
@@ -118,6 +136,7 @@ class PartitionAcks:
         self._runs: list[_Run] = []  # in flight or due: disjoint, ascending
         self._inflight = 0  # records in flight
         self._due = 0  # records due
+        self._passed = 0  # records passed over (never delivered, below _next)
         self._next = start  # one past the highest delivered (or skipped) offset
         self._cursor = start  # where delivery continues (< _next while re-reading)
         self.version = 0  # bumped by every ack that changes what a commit would record
@@ -151,14 +170,25 @@ class PartitionAcks:
         """Records waiting to be delivered again."""
         return self._due
 
+    @property
+    def passed(self) -> int:
+        """Records passed over: never delivered, below :attr:`next_offset`."""
+        return self._passed
+
     def unacked(self) -> list[int]:
         """Every delivered record not acked (in flight or due), ascending."""
-        return [o for run in self._runs for o in range(run.lo, run.hi)]
+        return [o for run in self._runs if not run.passed for o in range(run.lo, run.hi)]
 
     def unacked_runs(self) -> list[tuple[int, int, bool]]:
         """Delivered records not acked as runs (lo, hi, due), ascending; parked records
-        count as in flight (not due)."""
-        return [(run.lo, run.hi, run.due) for run in self._runs]
+        count as in flight (not due); passed-over records are not delivered: not there."""
+        if not self._passed:
+            return [(run.lo, run.hi, run.due_at == DUE) for run in self._runs]
+        return [(r.lo, r.hi, r.due_at == DUE) for r in self._runs if r.holder is not PASSED]
+
+    def passed_runs(self) -> list[tuple[int, int]]:
+        """The passed-over records as runs (lo, hi), ascending."""
+        return [(run.lo, run.hi) for run in self._runs if run.passed] if self._passed else []
 
     def deliveries_of(self, offset: int) -> int:
         """How often the un-acked record at ``offset`` was delivered (0: not un-acked)."""
@@ -172,11 +202,11 @@ class PartitionAcks:
     def holder_of(self, offset: int) -> Holder | None:
         """Who holds the record in flight at ``offset`` (None: not in flight)."""
         run = self._run_at(offset)
-        return run.holder if run is not None and not run.due else None
+        return run.holder if run is not None and not run.due and not run.passed else None
 
     def next_deadline(self) -> float:
         """The earliest ack deadline of a record in flight (inf: none)."""
-        return min((r.due_at for r in self._runs if not r.due), default=math.inf)
+        return min((r.due_at for r in self._runs if not r.due and not r.passed), default=math.inf)
 
     def acked_above(self) -> list[tuple[int, int]]:
         """Inclusive ranges above the commit point that hold no un-acked delivered record
@@ -321,6 +351,60 @@ class PartitionAcks:
         self.version += 1
         return True
 
+    def pass_over(self, offsets: Sequence[int]) -> None:
+        """Fetched records at these ascending offsets (all at or above :attr:`next_offset`,
+        no re-read in progress) are passed over: later records go out before them. Those a
+        previous owner acked count as delivered and acked (nothing to pass)."""
+        if not offsets:
+            return
+        if offsets[0] < self._next or self._cursor != self._next:
+            raise AckError(f"offset {offsets[0]} passed over out of order (next is {self._next})")
+        for lo, hi in _runs_of(offsets):
+            if self._pre_lo and self.preacked_within(lo, hi):
+                for offset in range(lo, hi):
+                    if not self.skip_preacked(offset):
+                        self._runs.append(_Run(offset, offset + 1, 0, math.inf, PASSED))
+                        self._passed += 1
+                        self._next = self._cursor = offset + 1
+                continue
+            self._runs.append(_Run(lo, hi, 0, math.inf, PASSED))
+            self._passed += hi - lo
+            self._next = self._cursor = hi
+
+    def deliver_passed(
+        self, lo: int, hi: int, due_at: float = math.inf, holder: Holder = NO_HOLDER
+    ) -> int:
+        """The passed-over records of [lo, hi) are delivered (their first delivery), in
+        flight until ``due_at``; how many there were."""
+        moved = 0
+
+        def delivered(run: _Run) -> _Run:
+            nonlocal moved
+            if not run.passed:
+                return run
+            moved += run.hi - run.lo
+            return replace(run, deliveries=1, due_at=due_at, holder=holder)
+
+        self._update(lo, hi, delivered, count=False)
+        self._passed -= moved
+        self._inflight += moved
+        return moved
+
+    def unpass(self) -> int:
+        """The caller dropped its buffer: the passed-over records are due (no delivery
+        counted), to be re-read from Kafka (:meth:`refetch_from`); how many there were."""
+        if not self._passed:
+            return 0
+        count = self._passed
+
+        def due(run: _Run) -> _Run:
+            return replace(run, due_at=DUE, holder=NO_HOLDER) if run.passed else run
+
+        self._update(self._runs[0].lo, self._next, due, count=False)
+        self._due += count
+        self._passed = 0
+        return count
+
     # ---- acks -------------------------------------------------------------------------
 
     def ack(self, offset: int, client: str | None = None) -> bool:
@@ -350,7 +434,12 @@ class PartitionAcks:
             raise AckError(f"offsets up to {hi - 1} were not delivered (next is {self._next})")
         if client is not None:
             for run in self._overlapping(lo, hi):
-                if not run.due and run.holder not in _ANYONE and run.holder[0] != client:
+                if (
+                    not run.due
+                    and not run.passed
+                    and run.holder not in _ANYONE
+                    and run.holder[0] != client
+                ):
                     first = max(lo, run.lo)
                     raise NotHolderError(
                         f"offset {first} is in flight to another client of the group; "
@@ -358,7 +447,7 @@ class PartitionAcks:
                         "deadline"
                     )
         before = self.commit_point
-        removed = self._update(lo, hi, lambda run: None)
+        removed = self._update(lo, hi, _acked)
         if removed:
             self.version += 1
         return self.commit_point != before
@@ -367,8 +456,10 @@ class PartitionAcks:
         """kafka_group drain: everything delivered counts as acked (due records included)."""
         if self._runs:
             self.version += 1
-        self._runs.clear()
-        self._inflight = self._due = 0
+        # never delivered (passed over, or due since): kept, they hold the commit point
+        self._runs = [run for run in self._runs if run.deliveries == 0]
+        self._inflight = 0
+        self._due = sum(run.hi - run.lo for run in self._runs if run.due)
         self._cursor = self._next
 
     # ---- redelivery -------------------------------------------------------------------
@@ -443,7 +534,7 @@ class PartitionAcks:
         given_up: list[GivenUp] = []
 
         def due(run: _Run) -> _Run | None:
-            if run.due or not which(run):
+            if run.due or run.passed or not which(run):
                 return run
             self._inflight -= run.hi - run.lo
             if limit != NO_LIMIT and run.deliveries >= limit:
@@ -517,6 +608,12 @@ class PartitionAcks:
         head = [replace(runs[first], hi=lo)] if first < last and runs[first].lo < lo else []
         tail = [replace(runs[last - 1], lo=hi)] if first < last and runs[last - 1].hi > hi else []
         runs[first:last] = head + new + tail
+
+
+def _acked(run: _Run) -> _Run | None:
+    """An ack's change: a delivered record goes; one never delivered (passed over, or due
+    since it was: no delivery counted) stays."""
+    return run if run.deliveries == 0 else None
 
 
 def _runs_of(offsets: Iterable[int]) -> Iterable[tuple[int, int]]:

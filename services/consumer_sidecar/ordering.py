@@ -12,11 +12,16 @@ gone). A record without a key (a Kafka null) has no order to keep and is never h
 ``partition``: the same with one key per partition: a partition's records are in flight to
 one client at a time, in order.
 
-A partition's records are handed out in offset order (:mod:`acks`), so what may go out
-next is a *prefix* of the records waiting in the buffer: :func:`eligible_prefix` counts it.
-A record held back holds back the records after it in the same partition (head of line);
-other partitions flow. Records handed out in one take go to one holder, in order, so a take
-may carry several records of one key: they are in flight to one client. The caller's state
+While records are re-read (a record came due: :mod:`acks`), what may go out next is a
+*prefix* of the records waiting in the buffer: :func:`eligible_prefix` counts it, and a
+record held back holds back the records after it in the same partition. Otherwise (every
+candidate a first delivery, nothing due) ``key`` mode looks ahead (:func:`eligible_ahead`):
+of the partition's next :data:`LOOK_AHEAD` buffered records, those whose key is not in
+flight go out, and those held are *passed over* (they stay buffered, hold the commit point
+back, and go out, in offset order, once their key is free): no head of line within the
+look-ahead. ``partition`` mode has one key, so the prefix rule is already exact. Records
+handed out in one take go to one holder, in order, so a take may carry several records of
+one key: they are in flight to one client. The caller's state
 is the partition's unacked delivered records with their keys: in flight (parked for the
 dead-letter topic counts as in flight) or due; a record whose key is not known (delivered
 before the group switched to an ordered mode) is :data:`UNKNOWN` and holds back every key
@@ -57,6 +62,12 @@ class _Unknown:
     def __repr__(self) -> str:
         return "UNKNOWN"
 
+
+# ``key`` mode: how many of a partition's next buffered records a take looks at when the
+# first one is held (records, the held-back ones included). A bound on the scan's cost per
+# take and on the records passed over per partition (each stays buffered, counted against
+# the partition's byte cap, until its key is free); a Stream's credit is in the thousands.
+LOOK_AHEAD: Final = 4096
 
 UNKNOWN: Final = _Unknown()  # the key of a record delivered while the group was unordered
 _PARTITION: Final = b"\x00partition"  # partition mode: every record's ordering key
@@ -170,3 +181,22 @@ def eligible_prefix(
                 taken_due.add(offset)
         count += 1
     return count
+
+
+def eligible_ahead(mode: Ordering, held: Held, keys: Sequence[Key]) -> list[bool]:
+    """Which of ``keys`` (a partition's next buffered records, ascending offsets, every one
+    a first delivery: never delivered, or passed over; no record due) may go out now to one
+    holder, in offset order; the others are passed over.
+
+    A key in flight stays in flight for the whole take, so its records in the window are
+    all held (it keeps its offset order) and every other key's records all go (in offset
+    order, to one holder). Keyless records are never held; a record of unknown key in
+    flight holds every key; ``partition`` mode: all or nothing."""
+    in_flight = held.in_flight
+    if mode is Ordering.UNORDERED or not in_flight:
+        return [True] * len(keys)
+    if mode is Ordering.PARTITION:
+        return [False] * len(keys)
+    if UNKNOWN in in_flight:
+        return [key is None for key in keys]
+    return [key is None or key not in in_flight for key in keys]

@@ -16,26 +16,38 @@ gone, a response never sent) are re-read from Kafka. When a due record lies belo
 partition's delivery cursor the partition is marked ``rewinding``: nothing more of it is
 delivered until the fetch thread has dropped its buffer and moved its fetch position back
 (:meth:`PartitionTable.rewind`), so a due record always goes out before the records after it.
+
+``key`` ordering looks ahead past records whose key is in flight (ordering.py): a take
+moves the partition's next records off its chunks into :attr:`Partition.staged` and hands
+out the eligible ones; the others stay staged, *passed over* in the ack tracker (they hold
+the commit point back) and still counted in the buffer's bytes and records, and the next
+takes look at them first. Dropping the buffer makes them due (:meth:`acks.PartitionAcks.
+unpass`): they are re-read from Kafka like due records.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import accumulate, islice, pairwise
+from itertools import accumulate, islice, pairwise, repeat
+from operator import add
 
 from dsclient.records.batches import RECORD_OVERHEAD_BYTES, Chunk, Slice
 from services.consumer_sidecar.acks import NO_HOLDER, NO_LIMIT, GivenUp, Holder, PartitionAcks
 from services.consumer_sidecar.in_flight_keys import InFlightKeys
 from services.consumer_sidecar.ordering import (
+    LOOK_AHEAD,
     UNKNOWN,
+    Held,
     HeldKey,
     Key,
     Kind,
     Ordering,
+    eligible_ahead,
     eligible_new,
     eligible_prefix,
     held_counted,
@@ -168,6 +180,10 @@ class Partition:
     # Ordered modes: each buffered chunk's keys (by record index), read once per chunk,
     # not on every take (pruned to the buffer's chunks after each take).
     chunk_keys: dict[Chunk, list[Key]] = field(default_factory=dict)
+    # ``key`` ordering's look-ahead: records taken off the buffer's chunks, not handed out,
+    # ascending, all below the buffer's (each slice wholly passed over, below
+    # acks.next_offset, or wholly not reached yet); counted in buffered_bytes/_records.
+    staged: list[Slice] = field(default_factory=list)
     # Ordered modes: the keys in flight, kept from take to take (in_flight_keys.py).
     in_flight: InFlightKeys = field(default_factory=InFlightKeys)
     # commit_fencing: kafka when granted (issue 36): commits go through the lease's
@@ -237,7 +253,12 @@ class PartitionTable:
         self.delivery_margin = 0.0
         # The group's ordering (issue 39; the session updates it, live): which buffered
         # records may be handed out while others of their key or partition are un-acked.
-        self.ordering = Ordering.UNORDERED
+        self._ordering = Ordering.UNORDERED
+        # Records staged by ``key`` ordering may be left after a switch to unordered: takes
+        # go through the ordered path (all eligible) until none is.
+        self._staged_left = False
+        # An ack let a partition held back by its ordering deliver again: wakes the
+        # Streams waiting for records (the DataSignal's notify).
         self.on_unblocked: Callable[[], None] = on_unblocked or (lambda: None)
         # This process was away (stall_watch.py): the session sets the limit from the
         # group's TTL; the fetch thread (alive) and every delivery (take) look at the clock.
@@ -245,6 +266,17 @@ class PartitionTable:
         # A stall was seen (its length, the Kafka-fenced leases it left unverified): the
         # lease keeper logs it and has them committed. Either thread, with the lock held.
         self.on_stalled: Callable[[float, int], None] = lambda _gap, _leases: None
+
+    @property
+    def ordering(self) -> Ordering:
+        return self._ordering
+
+    @ordering.setter
+    def ordering(self, mode: Ordering) -> None:
+        with self.lock:
+            self._ordering = mode
+            if mode is Ordering.UNORDERED:
+                self._staged_left = any(p.staged for p in self.partitions.values())
 
     @property
     def leased_cap(self) -> int:
@@ -333,7 +365,7 @@ class PartitionTable:
             parts = [
                 p
                 for p in self.partitions.values()
-                if p.buffer
+                if (p.buffer or p.staged)
                 and p.ready
                 and not p.revoking
                 and not p.rewinding
@@ -347,8 +379,10 @@ class PartitionTable:
             ordered = parts[start:] + parts[:start]
             budget = _Budget(max_records, max_bytes)
             due_at = now + self.redelivery.visibility
-            # Ordered modes: how many of each partition's next records may go out now.
-            allowed = self._allowed(ordered, max_records)
+            # Ordered modes: how many of each partition's next records may go out now, and
+            # for those that look ahead, which (plans).
+            plans: dict[TP, _Plan] = {}
+            allowed = self._allowed(ordered, max_records, plans)
             if allowed is not None:
                 ordered = [p for p in ordered if allowed[p.tp]]
             # Take a fair share per partition per pass, repeating until limits are hit.
@@ -361,17 +395,25 @@ class PartitionTable:
                     if allowed is not None:
                         count = min(count, allowed[part.tp])
                         before = budget.records
-                        self._take_from(taking, count, out)
+                        plan = plans.get(part.tp)
+                        if plan is None:
+                            self._take_from(taking, count, out)
+                        else:
+                            self._take_planned(taking, plan, count, out)
                         allowed[part.tp] -= before - budget.records
                     else:
                         self._take_from(taking, count, out)
-                    if part.buffer and (allowed is None or allowed[part.tp]):
+                    if (part.buffer or part.staged) and (allowed is None or allowed[part.tp]):
                         next_round.append(part)
                     if not budget.open():
                         break
                 ordered = next_round
             if allowed is not None:
+                for tp, plan in plans.items():
+                    self.partitions[tp].staged = plan.left()
                 self._record_keys(out)
+                if self._staged_left and self._ordering is Ordering.UNORDERED:
+                    self._staged_left = any(p.staged for p in self.partitions.values())
             room = out and self.buffered_bytes < self.hold_at
         if room:
             self.on_room()
@@ -379,13 +421,18 @@ class PartitionTable:
             self.on_in_flight()
         return out
 
-    def _allowed(self, parts: list[Partition], limit: int) -> dict[TP, int] | None:
+    def _allowed(
+        self, parts: list[Partition], limit: int, plans: dict[TP, _Plan]
+    ) -> dict[TP, int] | None:
         """Lock held. Ordered modes: for each partition, how many of its next buffered
-        records may be handed out now (ordering.py); None when the group is unordered."""
-        if self.ordering is Ordering.UNORDERED:
-            return None
+        records may be handed out now (ordering.py), and in ``plans`` which ones for the
+        partitions that look ahead; None when the group is unordered."""
+        mode = self._ordering
+        if mode is Ordering.UNORDERED:
+            if not self._staged_left:
+                return None
+            return self._allowed_left(parts, limit, plans)
         allowed = {}
-        mode = self.ordering
         for part in parts:
             keys = part.keys
             acks = part.acks
@@ -404,14 +451,132 @@ class PartitionTable:
                 for offset in range(lo, hi)
             ]
             held = held_counted(mode, part.in_flight.keys, part.in_flight.keyless, dues)
+            # no record due, no re-read: every candidate a first delivery (staged, or
+            # buffered: offsets only grow in the buffer)
+            fresh = not held.dues and acks.cursor == acks.next_offset
+            if part.staged:
+                # passed-over records go first; while records are re-read there are none
+                # (dropping the buffer made them due), so this waits for the rewind
+                allowed[part.tp] = self._plan(part, mode, held, limit, plans) if fresh else 0
+                continue
             first_chunk = part.buffer[0]
-            if not held.dues and first_chunk.offsets[first_chunk.start] >= acks.next_offset:
-                # every buffered record a first delivery (offsets only grow in the buffer)
-                allowed[part.tp] = eligible_new(mode, held, _next_keys(part, limit))
+            if fresh and first_chunk.offsets[first_chunk.start] >= acks.next_offset:
+                n = eligible_new(mode, held, _next_keys(part, limit))
+                if n < limit and n < part.buffered_records and mode is Ordering.KEY:
+                    n = self._plan(part, mode, held, limit, plans)  # held: look ahead
+                allowed[part.tp] = n
             else:
                 candidates = islice(_candidates(part), limit)
                 allowed[part.tp] = eligible_prefix(mode, held, candidates)
         return allowed
+
+    def _allowed_left(
+        self, parts: list[Partition], limit: int, plans: dict[TP, _Plan]
+    ) -> dict[TP, int]:
+        """Lock held. Unordered with records staged by ``key`` ordering left: those go
+        first (all eligible), then the buffer as usual."""
+        allowed = {}
+        nothing = Held(frozenset(), [])
+        for part in parts:
+            if not part.staged:
+                allowed[part.tp] = limit
+            elif part.acks.cursor == part.acks.next_offset:
+                allowed[part.tp] = self._plan(part, Ordering.UNORDERED, nothing, limit, plans)
+            else:
+                allowed[part.tp] = 0  # waits for the rewind (the staged records are due)
+        return allowed
+
+    def _plan(
+        self, part: Partition, mode: Ordering, held: Held, limit: int, plans: dict[TP, _Plan]
+    ) -> int:
+        """Lock held, nothing due, no re-read. Look ahead: which of the partition's next
+        records (the staged ones first, then the buffer's, up to :data:`LOOK_AHEAD`) may go
+        out now (ordering.eligible_ahead); stage the buffer's up to the last eligible one
+        within ``limit`` eligible, and plan the take (``plans``). How many may go out."""
+        keys: list[Key] = []
+        for s in part.staged:
+            keys += _chunk_keys(part, s.chunk)[s.lo : s.hi]
+        mask = eligible_ahead(mode, held, keys)
+        found = sum(mask)
+        window = max(LOOK_AHEAD, len(keys))
+        reader = _KeyReader(part)
+        # the buffer's records, a segment at a time, until enough are found
+        while found < limit and len(mask) < window:
+            step = min(window - len(mask), max(limit - found, 64))
+            more = reader.read(step)
+            if not more:
+                break
+            segment = eligible_ahead(mode, held, more)
+            mask += segment
+            found += sum(segment)
+        if not found:
+            return 0
+        last = len(mask) - 1 - mask[::-1].index(True)
+        if found > limit:  # stage no further than the limit-th eligible record
+            seen = 0
+            for i, ok in enumerate(mask):
+                seen += ok
+                if seen == limit:
+                    last = i
+                    break
+            found = limit
+        staged = len(keys)
+        self._stage(part, last + 1 - staged)
+        # the plan holds the staged records until the take ends (_Plan.left)
+        plans[part.tp] = _Plan(list(part.staged), mask)
+        return found
+
+    def _stage(self, part: Partition, count: int) -> None:
+        """Lock held: move the buffer's next ``count`` records to ``part.staged`` (still
+        buffered: the byte and record counts do not change)."""
+        tp = part.tp
+        while count > 0 and part.buffer:
+            chunk = part.buffer[0]
+            n = min(count, len(chunk) - chunk.start)
+            part.staged.append(chunk.take(n, tp.topic, tp.partition, part.epoch))
+            if chunk.start == len(chunk):
+                part.buffer.popleft()
+            count -= n
+
+    def _take_planned(self, taking: _Taking, plan: _Plan, count: int, out: list[Slice]) -> None:
+        """Up to ``count`` eligible records of a planned partition within the byte budget
+        (lock held): the ineligible ones before them are passed over."""
+        part, budget, acks = taking.part, taking.budget, taking.part.acks
+        slices, mask = plan.slices, plan.mask
+        while count > 0 and plan.pos < len(slices):
+            s = slices[plan.pos]
+            n, at = len(s), plan.at
+            ok = mask[at]
+            try:  # the records from here on of the same eligibility (in C)
+                run = mask.index(not ok, at, at + n) - at
+            except ValueError:
+                run = n
+            if not ok:
+                held = plan.step(s, run)
+                if held.first_offset >= acks.next_offset:
+                    acks.pass_over(held.offsets)
+                plan.kept.append(held)
+                continue
+            m = _fitting(s, min(run, count), budget.bytes)
+            if m == 0:
+                if not budget.first:
+                    budget.bytes = 0  # the next record does not fit: this take is full
+                    return
+                m = 1  # one record always goes, whatever its size
+            taken = plan.step(s, m)
+            size = _slice_bytes(taken)
+            part.buffered_bytes -= size
+            part.buffered_records -= m
+            self.buffered_bytes -= size
+            count -= m
+            budget.spend(m, size)
+            if taken.first_offset < acks.next_offset:  # passed over before: its first delivery
+                acks.deliver_passed(
+                    taken.first_offset, taken.last_offset + 1, taking.due_at, taking.holder
+                )
+                out.append(taken)
+            else:
+                out.extend(self._deliver(taking, taken))
 
     def _record_keys(self, slices: list[Slice]) -> None:
         """Lock held: the keys of the records just handed out, for the ordering gate."""
@@ -424,8 +589,8 @@ class PartitionTable:
             offsets, keys = s.chunk.offsets[s.lo : s.hi], _chunk_keys(part, s.chunk)[s.lo : s.hi]
             part.keys.update(zip(offsets, keys, strict=True))
         for part in parts.values():  # forget the chunks handed out in full
-            if len(part.chunk_keys) > len(part.buffer):
-                live = set(part.buffer)
+            if len(part.chunk_keys) > len(part.buffer) + len(part.staged):
+                live = set(part.buffer).union(s.chunk for s in part.staged)
                 part.chunk_keys = {c: k for c, k in part.chunk_keys.items() if c in live}
 
     def _take_from(self, taking: _Taking, count: int, out: list[Slice]) -> None:
@@ -484,7 +649,7 @@ class PartitionTable:
     def _acked(self, part: Partition) -> None:
         """Ordered modes: an ack may let buffered records of the partition go out; the
         Streams waiting for records look again."""
-        if self.ordering is not Ordering.UNORDERED and part.buffer:
+        if self.ordering is not Ordering.UNORDERED and (part.buffer or part.staged):
             self.on_unblocked()
 
     def ack_slices(self, slices: list[Slice]) -> None:
@@ -602,6 +767,7 @@ class PartitionTable:
             if part is None or not part.rewinding:
                 return None
             part.rewinding = False
+            part.acks.unpass()  # passed-over records are re-read with the due ones
             offset = part.acks.rewind()
             self._drop_locked(part)
             part.position = offset
@@ -628,8 +794,12 @@ class PartitionTable:
             self._drop_locked(part)
 
     def _drop_locked(self, part: Partition) -> None:
+        """Lock held: forget the buffer; records passed over in it become due (re-read
+        from Kafka after the rewind the caller makes)."""
+        part.acks.unpass()
         self.buffered_bytes -= part.buffered_bytes
         part.buffer.clear()
+        part.staged.clear()
         part.chunk_keys.clear()
         part.buffered_bytes = 0
         part.buffered_records = 0
@@ -691,6 +861,52 @@ def _next_keys(part: Partition, limit: int) -> list[Key]:
     return out
 
 
+class _KeyReader:
+    """Lock held: the keys of a partition's buffered records, read ``count`` at a time."""
+
+    def __init__(self, part: Partition) -> None:
+        self.part = part
+        self.index = 0  # the chunk
+        self.k = part.buffer[0].start if part.buffer else 0  # the record in it
+
+    def read(self, count: int) -> list[Key]:
+        out: list[Key] = []
+        buffer = self.part.buffer
+        while len(out) < count and self.index < len(buffer):
+            chunk = buffer[self.index]
+            hi = min(len(chunk), self.k + count - len(out))
+            out += _chunk_keys(self.part, chunk)[self.k : hi]
+            if hi == len(chunk):
+                self.index += 1
+                self.k = buffer[self.index].start if self.index < len(buffer) else 0
+            else:
+                self.k = hi
+        return out
+
+
+def _slice_bytes(s: Slice) -> int:
+    """Key, value, header and bookkeeping bytes of a slice (as Chunk.remaining_bytes)."""
+    size = s.data_bytes() + RECORD_OVERHEAD_BYTES * len(s)
+    ends = s.chunk.header_ends
+    if ends is not None:
+        size += ends[s.hi] - ends[s.lo]
+    return size
+
+
+def _fitting(s: Slice, count: int, budget: int) -> int:
+    """How many of a slice's first ``count`` records fit in ``budget`` bytes."""
+    chunk, lo = s.chunk, s.lo
+    hi = min(s.hi, lo + count)
+    sizes: Iterable[int] = chunk.value_lengths[lo:hi]
+    if chunk.key_lengths is not None:
+        sizes = map(add, sizes, chunk.key_lengths[lo:hi])
+    cumulative = list(accumulate(map(add, sizes, repeat(RECORD_OVERHEAD_BYTES))))
+    if chunk.header_ends is not None:
+        ends, base = chunk.header_ends, chunk.header_ends[lo]
+        cumulative = [c + ends[lo + i + 1] - base for i, c in enumerate(cumulative)]
+    return bisect_right(cumulative, budget)
+
+
 def _candidates(part: Partition) -> Iterator[tuple[int, Key, Kind]]:
     """Lock held: the partition's buffered records in order, with what delivery would do
     with each (acks.PartitionAcks.deliver): first delivery, delivery again, or skip."""
@@ -707,6 +923,35 @@ def _candidates(part: Partition) -> Iterator[tuple[int, Key, Kind]]:
             else:
                 kind = Kind.SKIP
             yield offset, key, kind
+
+
+@dataclass
+class _Plan:
+    """One take's look-ahead in one partition: its staged records, which of them are
+    eligible (``mask``, by record, from the first staged), and how far the take walked:
+    ``slices[pos]`` (perhaps what is left of one) starts at ``mask[at]``; ``kept`` holds
+    what the walk passed over. Slices are split only where the walk goes."""
+
+    slices: list[Slice]
+    mask: list[bool]
+    pos: int = 0
+    at: int = 0
+    kept: list[Slice] = field(default_factory=list)
+
+    def left(self) -> list[Slice]:
+        """The staged records not handed out, in order."""
+        return self.kept + self.slices[self.pos :]
+
+    def step(self, s: Slice, n: int) -> Slice:
+        """The walk moves past the first ``n`` records of ``s`` (``slices[pos]``): they are
+        returned as a slice, what is left of ``s`` stays at ``pos``."""
+        self.at += n
+        if n == len(s):
+            self.pos += 1
+            return s
+        head, rest = s.pieces([(0, n, 1), (n, len(s), 1)])
+        self.slices[self.pos] = rest
+        return head
 
 
 @dataclass

@@ -74,7 +74,11 @@ def drain(table: PartitionTable, batch: int, lag: int = 1) -> tuple[int, int]:
                 part = table.partitions[TP(s.topic, s.partition)]
                 table.ack_range(part, s.first_offset, s.last_offset + 1)
                 acked += len(s)
-        if not taken and not any(pending) and all(not p.buffer for p in table.snapshot()):
+        if (
+            not taken
+            and not any(pending)
+            and all(not (p.buffer or p.staged) for p in table.snapshot())
+        ):
             return acked, empty
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.consumer_sidecar.acks import AckError, PartitionAcks
+from services.consumer_sidecar.acks import NO_HOLDER, AckError, PartitionAcks
 
 
 @st.composite
@@ -166,3 +166,53 @@ def test_preacked_ranges_are_skipped_and_count_as_acked() -> None:
     tracker.ack_range(15, 20)
     assert tracker.commit_point == 21
     assert tracker.preacked_within(0, 1000) is False  # all behind delivery now
+
+
+def test_passed_over_records_hold_the_commit_point_until_delivered_and_acked() -> None:
+    """``key`` ordering's look-ahead (issue 39): 1 and 3 passed over, 2 and 4 delivered."""
+    acks = PartitionAcks(0)
+    acks.delivered_run(0, 1, 10.0, ("a", 1))
+    acks.pass_over([1])
+    acks.delivered_run(2, 3, 10.0, ("b", 1))
+    acks.pass_over([3])
+    acks.delivered_run(4, 5, 10.0, ("b", 1))
+    assert (acks.passed, acks.inflight, acks.due) == (2, 3, 0)
+    assert acks.unacked_runs() == [(0, 1, False), (2, 3, False), (4, 5, False)]
+    assert acks.passed_runs() == [(1, 2), (3, 4)]
+    acks.ack_range(0, 5)  # an ack range over passed-over records skips them
+    assert acks.commit_point == 1 and acks.acked_above() == [(2, 2), (4, 4)]
+    assert acks.expire(100.0, 1) == [] and acks.release(NO_HOLDER) == []
+    assert acks.redeliver(0, 5) == [] and acks.holder_of(1) is None
+    assert acks.deliver_passed(1, 2, 20.0, ("c", 1)) == 1
+    assert acks.holder_of(1) == ("c", 1) and acks.deliveries_of(1) == 1
+    acks.ack(1, "c")
+    assert acks.commit_point == 3 and acks.passed == 1
+
+
+def test_unpassed_records_are_due_with_no_delivery_counted_and_not_acked_by_a_range() -> None:
+    acks = PartitionAcks(0)
+    acks.delivered_run(0, 1, 10.0, ("a", 1))
+    acks.pass_over([1, 2])
+    acks.delivered_run(3, 4, 10.0, ("b", 1))
+    assert acks.unpass() == 2
+    assert (acks.passed, acks.due) == (0, 2) and acks.refetch_from() == 1
+    acks.ack_range(0, 4)  # nobody received 1 and 2
+    assert acks.commit_point == 1 and acks.due == 2
+    assert acks.rewind() == 1
+    assert acks.deliver([1, 2, 3], 20.0, ("c", 1)) == [(0, 2, 1)]  # a first delivery
+    acks.ack_range(1, 3, "c")
+    assert acks.commit_point == 4
+
+
+def test_passing_over_reaches_past_records_a_previous_owner_acked() -> None:
+    acks = PartitionAcks(0, preacked=[(2, 2)])
+    acks.delivered_run(0, 1)
+    acks.pass_over([1, 2, 3])
+    assert acks.passed_runs() == [(1, 2), (3, 4)] and acks.next_offset == 4
+
+
+def test_passing_over_out_of_order_is_refused() -> None:
+    acks = PartitionAcks(0)
+    acks.delivered_run(0, 2)
+    with pytest.raises(AckError):
+        acks.pass_over([1])

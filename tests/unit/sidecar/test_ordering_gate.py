@@ -22,6 +22,7 @@ from services.consumer_sidecar.ordering import (
     Key,
     Kind,
     Ordering,
+    eligible_ahead,
     eligible_new,
     eligible_prefix,
     held_of,
@@ -205,3 +206,38 @@ def test_a_record_delivered_before_the_switch_holds_every_key_back_until_acked()
     candidates = [(1, None, Kind.NEW), (2, b"y", Kind.NEW)]
     assert eligible_prefix(Ordering.KEY, held, candidates) == 1
     assert eligible_prefix(Ordering.KEY, [], candidates) == 2
+
+
+@PROPERTY
+@given(keys, ops, st.sampled_from([Ordering.KEY, Ordering.PARTITION, Ordering.UNORDERED]))
+def test_the_look_ahead_holds_only_the_keys_in_flight(
+    record_keys: list[Key], steps: list[tuple[str, str, int, int]], mode: Ordering
+) -> None:
+    """:func:`eligible_ahead` (nothing due, every candidate a first delivery): in ``key``
+    mode a record is held exactly when a record of its key is in flight (no other key's
+    record is held by it, whatever its place); ``partition``: all or nothing; ``unordered``:
+    nothing held. What it lets go keeps the promise (:func:`check_take`)."""
+    model = Model(record_keys)
+    for op, holder, _limit, pick in steps:
+        waiting = [o for o in range(len(record_keys)) if o not in model.state]
+        if op == "take" and waiting:
+            in_flight = [record_keys[o] for o, s in model.state.items() if s != "acked"]
+            held = held_of(mode, in_flight, [])
+            mask = eligible_ahead(mode, held, [record_keys[o] for o in waiting])
+            for o, ok in zip(waiting, mask, strict=True):
+                key = record_keys[o]
+                if mode is Ordering.UNORDERED or not in_flight:
+                    assert ok
+                elif mode is Ordering.PARTITION:
+                    assert not ok
+                else:
+                    assert ok == (key is None or key not in in_flight), (o, key)
+            handed = [o for o, ok in zip(waiting, mask, strict=True) if ok]
+            for o in handed:
+                model.state[o] = holder
+            if mode is not Ordering.UNORDERED:
+                check_take(model, mode, holder, handed)
+        elif op in ("ack", "nack", "release"):  # no dues here: every give-back is an ack
+            mine = sorted(o for o, s in model.state.items() if s == holder)
+            if mine:
+                model.state[mine[pick % len(mine)]] = "acked"
