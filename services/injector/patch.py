@@ -254,21 +254,7 @@ def sidecar_container(group: str, template: SidecarTemplate) -> dict[str, Any]:
             "periodSeconds": 10,
             "failureThreshold": 6,
         },
-        "lifecycle": {
-            "preStop": {
-                "exec": {
-                    "command": [
-                        "python",
-                        "-m",
-                        "services.dsctl.handoff",
-                        "--sidecar",
-                        f"127.0.0.1:{template.grpc_port}",
-                        "--timeout",
-                        str(template.handoff_timeout_seconds),
-                    ]
-                }
-            }
-        },
+        "lifecycle": {"preStop": {"exec": {"command": handoff_command(template)}}},
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
@@ -278,6 +264,21 @@ def sidecar_container(group: str, template: SidecarTemplate) -> dict[str, Any]:
         },
     }
     return _with_mounts(container, template, sidecar=True)
+
+
+def handoff_command(template: SidecarTemplate) -> list[str]:
+    """The preStop hook: with ``uds_dir`` it finds the sidecar's socket from the sidecar's
+    env (``DS_UDS_DIR``, ``DS_ID``; the kubelet does not expand $(VAR) in a hook), where a
+    sidecar taking tokens on its socket only answers it; else the TCP port."""
+    where = [] if template.uds_dir is not None else ["--sidecar", f"127.0.0.1:{template.grpc_port}"]
+    return [
+        "python",
+        "-m",
+        "services.dsctl.handoff",
+        *where,
+        "--timeout",
+        str(template.handoff_timeout_seconds),
+    ]
 
 
 def sidecar_auth_env(template: SidecarTemplate) -> list[tuple[str, str]]:
@@ -325,12 +326,15 @@ def identity_env(template: SidecarTemplate, *, sidecar: bool) -> list[tuple[str,
     """The token (and CA) files of workload identity, as (name, value): the sidecar sends
     the ``ds-assigner`` token to the assigner and the ``ds-notifier`` one with its fault
     reports; the application sends the first to the assigner too and the ``ds-sidecar``
-    token to its sidecar. None without ``workload_identity``."""
+    token to its sidecar, and so does the sidecar's preStop hand-off (its ``Status``).
+    None without ``workload_identity``."""
     if not template.workload_identity:
         return []
     env = [(TOKEN_ENV, TOKEN_FILE)]
     if sidecar:
         env.append((NOTIFIER_TOKEN_ENV, NOTIFIER_TOKEN_FILE))
+        # Its preStop hand-off asks the sidecar itself for its Status, as its application.
+        env.append((SIDECAR_TOKEN_ENV, SIDECAR_TOKEN_FILE))
     else:
         env.append((SIDECAR_TOKEN_ENV, SIDECAR_TOKEN_FILE))
     if template.ca_config_map is not None:

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.consumer_sidecar.settings import SidecarSettings
+from services.dsctl.handoff import default_sidecar
 from services.injector.patch import (
     APP_ENV_NAMES,
     GROUP,
@@ -386,7 +387,8 @@ def test_workload_identity_projects_the_service_account_tokens(pod: dict[str, An
     sidecar_env = {e["name"]: e.get("value") for e in sidecar["env"]}
     assert sidecar_env["DS_TLS__TOKEN_FILE"] == "/var/run/dataservice/sa/token"
     assert sidecar_env["DS_TLS__CA_FILE"] == "/var/run/dataservice/sa/ca.crt"
-    assert "DS_TLS__SIDECAR_TOKEN_FILE" not in sidecar_env  # it calls no sidecar
+    # Its preStop hand-off asks the sidecar itself (Status) as its application does.
+    assert sidecar_env["DS_TLS__SIDECAR_TOKEN_FILE"] == "/var/run/dataservice/sa/sidecar-token"
     # Its fault reports carry the ds-notifier token: the notifier refuses a ds-assigner one.
     assert sidecar_env["DS_TLS__NOTIFIER_TOKEN_FILE"] == "/var/run/dataservice/sa/notifier-token"
     for container in spec["containers"]:
@@ -462,6 +464,15 @@ def test_the_sidecar_verifies_its_application_s_token(monkeypatch: pytest.Monkey
     assert loaded.auth.enabled and loaded.tokens_only_on_socket()
     assert loaded.auth.service_account_keys is not None
     assert str(loaded.auth.service_account_keys.token_file).endswith("/api-token")
+    # The preStop hand-off finds the socket from the sidecar's env (no --sidecar), where a
+    # sidecar taking tokens on its socket only answers it.
+    command = spec["initContainers"][0]["lifecycle"]["preStop"]["exec"]["command"]
+    assert command == ["python", "-m", "services.dsctl.handoff", "--timeout", "15"]
+    assert default_sidecar(given_env) == (
+        "unix:/var/run/dataservice/socket/sidecar-orders-consumer-7d9f-abcde.d/"
+        "sidecar-orders-consumer-7d9f-abcde.sock"
+    )
+    assert default_sidecar({"DS_GRPC_PORT": "9080"}) == "127.0.0.1:9080"
     # Without workload identity: nothing of it.
     plain = inject_pod({"spec": {"containers": [{"name": "app"}]}}, "orders", TEMPLATE)["spec"]
     assert not [e for e in plain["initContainers"][0]["env"] if e["name"].startswith("DS_AUTH")]
