@@ -177,7 +177,12 @@ class ServiceAccountKeys:
         settings = self.settings
         if self._context is None:
             ca = str(settings.ca_file) if settings.ca_file else None
-            self._context = ssl.create_default_context(cafile=ca)
+            try:
+                self._context = ssl.create_default_context(cafile=ca)
+            except (OSError, ssl.SSLError) as exc:  # missing, unreadable, not a certificate
+                raise ReviewRejected(
+                    f"cannot fetch the key set: the API server's CA {ca}: {exc}"
+                ) from None
         try:
             credential = settings.token_file.read_text().strip()
         except OSError as exc:
