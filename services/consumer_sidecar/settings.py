@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from dsclient import local_socket
 from dsclient.addresses import parse_host_port
-from services.runtime.settings import ServiceSettings
+from services.runtime.settings import ServiceSettings, is_loopback
 
 
 class SidecarSettings(ServiceSettings):
@@ -169,6 +169,14 @@ class SidecarSettings(ServiceSettings):
             return None
         directory = self.uds_dir / local_socket.sidecar_directory_name(self.id)
         return directory / local_socket.sidecar_file_name(self.id)
+
+    def tokens_only_on_socket(self) -> bool:
+        """Auth without TLS is sound for a sidecar serving its pod's socket (``uds_dir``) whose
+        TCP listener is on loopback: callers are authenticated on the socket only (a file in a
+        directory only the sidecar writes, in a volume only the pod mounts; the bytes stay in
+        the kernel), and its plaintext TCP port, which nothing outside the pod reaches,
+        refuses every call but health checks (docs/operate/threat-model.md)."""
+        return self.uds_dir is not None and is_loopback(self.host)
 
     @model_validator(mode="after")
     def _id_names_a_file(self) -> SidecarSettings:

@@ -21,13 +21,15 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 import grpc
 
 from dataservice.assigner.v1 import assigner_pb2, assigner_pb2_grpc
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
+from dsclient import local_socket, mesh_env
 from dsclient.connection import FOLLOW_ONCE, AssignerTarget, LeaderFollower, open_channel
 from dsclient.reasons import LEADER_METADATA_KEY, Reason, error_info, trailing_value
 from services.dsctl.admin_client import (
@@ -43,6 +45,18 @@ from services.runtime.settings import OneLineArgumentParser
 
 POLL_SECONDS = 0.2
 CALL_TIMEOUT_SECONDS = 5.0
+
+
+def default_sidecar(environ: Mapping[str, str]) -> str:
+    """Where the hook finds its sidecar: the socket of the pod when the sidecar's env names
+    one (``DS_UDS_DIR`` and ``DS_ID``: the hook runs in the sidecar's container, with its
+    env; a sidecar taking tokens on its socket only refuses them on TCP), else its TCP port
+    on loopback (``DS_GRPC_PORT``, 7080)."""
+    uds_dir, sidecar_id = environ.get(mesh_env.UDS_DIR), environ.get("DS_ID")
+    if uds_dir and sidecar_id:
+        directory = Path(uds_dir) / local_socket.sidecar_directory_name(sidecar_id)
+        return local_socket.target(directory / local_socket.sidecar_file_name(sidecar_id))
+    return f"127.0.0.1:{environ.get('DS_GRPC_PORT') or 7080}"
 
 
 def sidecar_endpoint(address: str) -> Endpoint:
@@ -120,7 +134,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         prog="python -m services.dsctl.handoff",
         description="Hand a running sidecar's leases off and wait until it holds none.",
     )
-    parser.add_argument("--sidecar", default="127.0.0.1:7080", help="its gRPC HOST:PORT")
+    parser.add_argument(
+        "--sidecar",
+        default=default_sidecar(os.environ),
+        help="its gRPC HOST:PORT or unix:PATH (default: its socket, from DS_UDS_DIR and DS_ID, "
+        "else 127.0.0.1:DS_GRPC_PORT)",
+    )
     parser.add_argument(
         "--assigner",
         default=os.environ.get("DS_ASSIGNER", DEFAULT_ASSIGNER),

@@ -29,7 +29,14 @@ What an injected pod gets (ARCHITECTURE §5.7):
   names the first and its ``DS_TLS__NOTIFIER_TOKEN_FILE`` the third (its fault reports),
   the application's ``DS_TLS__TOKEN_FILE`` and ``DS_TLS__SIDECAR_TOKEN_FILE`` the first
   two, ``DS_TLS__CA_FILE`` the CA. The kubelet rotates the tokens and the clients re-read
-  them; no Secret holds one.
+  them; no Secret holds one;
+* with ``workload_identity`` too, the sidecar verifies its application's ``ds-sidecar``
+  token (``DS_AUTH__ENABLED``, ``__IDENTITY_FROM=token``, ``__SERVICE_ACCOUNT_KEYS``,
+  ``__POLICY_FILE``) against the API server's OIDC key set, fetched with a token of the API
+  server's own audience; that token, the API server's CA (ConfigMap ``kube-root-ca.crt``)
+  and the policy (ConfigMap ``sidecar_policy_config_map``, ``policy.yaml``) are a second
+  projected volume (``ds-sidecar-auth``) mounted in the sidecar only, at
+  ``/var/run/dataservice/sidecar-auth``: the application gets no API-server credential.
 
 Who is injected: a pod (template) or its workload annotated or labelled
 ``dataservice.io/inject: "true"`` — or any pod when injection is on by default (a namespace
@@ -42,6 +49,7 @@ injection gives (a changed template updates it), and injecting that again change
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -78,7 +86,16 @@ TOKEN_ENV = "DS_TLS__TOKEN_FILE"
 SIDECAR_TOKEN_ENV = "DS_TLS__SIDECAR_TOKEN_FILE"
 NOTIFIER_TOKEN_ENV = "DS_TLS__NOTIFIER_TOKEN_FILE"
 CA_ENV = "DS_TLS__CA_FILE"
-_OUR_VOLUMES = (SOCKET_VOLUME, TOKEN_VOLUME)
+# The sidecar's own auth files (workload_identity): mounted in the sidecar only.
+SIDECAR_AUTH_VOLUME = "ds-sidecar-auth"
+SIDECAR_AUTH_DIR = "/var/run/dataservice/sidecar-auth"
+API_TOKEN_FILE = f"{SIDECAR_AUTH_DIR}/api-token"
+API_CA_FILE = f"{SIDECAR_AUTH_DIR}/api-ca.crt"
+SIDECAR_POLICY_FILE = f"{SIDECAR_AUTH_DIR}/policy.yaml"
+API_SERVER = "https://kubernetes.default.svc"
+# Kubernetes publishes the API server's CA in every namespace under this name.
+KUBE_ROOT_CA = "kube-root-ca.crt"
+_OUR_VOLUMES = (SOCKET_VOLUME, TOKEN_VOLUME, SIDECAR_AUTH_VOLUME)
 MIB = 1024 * 1024
 # Pod fields the sidecar's settings may refer to as $(NAME), from the downward API.
 _FIELD_REFS = (
@@ -192,6 +209,7 @@ def sidecar_env(group: str, template: SidecarTemplate) -> list[dict[str, Any]]:
             str(template.shm_segment_mib * MIB) if template.uds_dir is not None else None,
         ),
         *identity_env(template, sidecar=True),
+        *sidecar_auth_env(template),
     ]
     env += [_env(name, value) for name, value in settings if value is not None]
     own = {entry["name"] for entry in env}
@@ -236,21 +254,7 @@ def sidecar_container(group: str, template: SidecarTemplate) -> dict[str, Any]:
             "periodSeconds": 10,
             "failureThreshold": 6,
         },
-        "lifecycle": {
-            "preStop": {
-                "exec": {
-                    "command": [
-                        "python",
-                        "-m",
-                        "services.dsctl.handoff",
-                        "--sidecar",
-                        f"127.0.0.1:{template.grpc_port}",
-                        "--timeout",
-                        str(template.handoff_timeout_seconds),
-                    ]
-                }
-            }
-        },
+        "lifecycle": {"preStop": {"exec": {"command": handoff_command(template)}}},
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
@@ -259,19 +263,78 @@ def sidecar_container(group: str, template: SidecarTemplate) -> dict[str, Any]:
             "seccompProfile": {"type": "RuntimeDefault"},  # admitted by "restricted" namespaces
         },
     }
-    return _with_mounts(container, template)
+    return _with_mounts(container, template, sidecar=True)
+
+
+def handoff_command(template: SidecarTemplate) -> list[str]:
+    """The preStop hook: with ``uds_dir`` it finds the sidecar's socket from the sidecar's
+    env (``DS_UDS_DIR``, ``DS_ID``; the kubelet does not expand $(VAR) in a hook), where a
+    sidecar taking tokens on its socket only answers it; else the TCP port."""
+    where = [] if template.uds_dir is not None else ["--sidecar", f"127.0.0.1:{template.grpc_port}"]
+    return [
+        "python",
+        "-m",
+        "services.dsctl.handoff",
+        *where,
+        "--timeout",
+        str(template.handoff_timeout_seconds),
+    ]
+
+
+def sidecar_auth_env(template: SidecarTemplate) -> list[tuple[str, str]]:
+    """How the sidecar verifies its application's ``ds-sidecar`` token (workload identity):
+    locally, against the API server's key set (no RBAC: every service account may read it),
+    its policy from the namespace's ConfigMap. None without ``workload_identity``."""
+    if not template.workload_identity:
+        return []
+    keys = {
+        "server": API_SERVER,
+        "ca_file": API_CA_FILE,
+        "token_file": API_TOKEN_FILE,
+        "issuer": template.service_account_issuer,
+    }
+    return [
+        ("DS_AUTH__ENABLED", "true"),
+        ("DS_AUTH__IDENTITY_FROM", "token"),
+        ("DS_AUTH__POLICY_FILE", SIDECAR_POLICY_FILE),
+        ("DS_AUTH__SERVICE_ACCOUNT_KEYS", json.dumps(keys, separators=(",", ":"))),
+    ]
+
+
+def sidecar_auth_volume(template: SidecarTemplate) -> dict[str, Any]:
+    """The sidecar's own auth files: a token of the API server's audience (no ``audience``:
+    the API server's) to fetch its key set with, the API server's CA, the policy."""
+    sources: list[dict[str, Any]] = [
+        {
+            "serviceAccountToken": {
+                "expirationSeconds": template.token_expiration_seconds,
+                "path": API_TOKEN_FILE.rsplit("/", 1)[1],
+            }
+        },
+        {"configMap": {"name": KUBE_ROOT_CA, "items": [{"key": "ca.crt", "path": "api-ca.crt"}]}},
+        {
+            "configMap": {
+                "name": template.sidecar_policy_config_map,
+                "items": [{"key": "policy.yaml", "path": "policy.yaml"}],
+            }
+        },
+    ]
+    return {"name": SIDECAR_AUTH_VOLUME, "projected": {"sources": sources, "defaultMode": 0o644}}
 
 
 def identity_env(template: SidecarTemplate, *, sidecar: bool) -> list[tuple[str, str]]:
     """The token (and CA) files of workload identity, as (name, value): the sidecar sends
     the ``ds-assigner`` token to the assigner and the ``ds-notifier`` one with its fault
     reports; the application sends the first to the assigner too and the ``ds-sidecar``
-    token to its sidecar. None without ``workload_identity``."""
+    token to its sidecar, and so does the sidecar's preStop hand-off (its ``Status``).
+    None without ``workload_identity``."""
     if not template.workload_identity:
         return []
     env = [(TOKEN_ENV, TOKEN_FILE)]
     if sidecar:
         env.append((NOTIFIER_TOKEN_ENV, NOTIFIER_TOKEN_FILE))
+        # Its preStop hand-off asks the sidecar itself for its Status, as its application.
+        env.append((SIDECAR_TOKEN_ENV, SIDECAR_TOKEN_FILE))
     else:
         env.append((SIDECAR_TOKEN_ENV, SIDECAR_TOKEN_FILE))
     if template.ca_config_map is not None:
@@ -318,15 +381,21 @@ def socket_volume(template: SidecarTemplate) -> dict[str, Any]:
     return {"name": SOCKET_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": f"{mib}Mi"}}
 
 
-def _with_mounts(container: Mapping[str, Any], template: SidecarTemplate) -> dict[str, Any]:
+def _with_mounts(
+    container: Mapping[str, Any], template: SidecarTemplate, *, sidecar: bool = False
+) -> dict[str, Any]:
     """``container`` with the socket volume mounted at ``template.uds_dir`` and the token
-    volume (read-only) at ``TOKEN_DIR``, each when the template asks for it (a mount of ours
-    from an earlier injection replaced)."""
+    volume (read-only) at ``TOKEN_DIR``, each when the template asks for it, and in the
+    ``sidecar`` its auth volume (a mount of ours from an earlier injection replaced)."""
     mounts = _without_ours(container.get("volumeMounts"))
     if template.uds_dir is not None:
         mounts.append({"name": SOCKET_VOLUME, "mountPath": template.uds_dir})
     if template.workload_identity:
         mounts.append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
+    if template.workload_identity and sidecar:
+        mounts.append(
+            {"name": SIDECAR_AUTH_VOLUME, "mountPath": SIDECAR_AUTH_DIR, "readOnly": True}
+        )
     return _with_list(container, "volumeMounts", mounts)
 
 
@@ -390,7 +459,7 @@ def inject_pod(pod: Mapping[str, Any], group: str, template: SidecarTemplate) ->
     if template.uds_dir is not None:
         volumes.append(socket_volume(template))
     if template.workload_identity:
-        volumes.append(token_volume(template))
+        volumes += [token_volume(template), sidecar_auth_volume(template)]
     spec = _with_list(spec, "volumes", volumes)
     current = spec.get("terminationGracePeriodSeconds")
     grace = DEFAULT_GRACE_SECONDS if current is None else int(current)

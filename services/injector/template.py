@@ -19,7 +19,7 @@ from pydantic import (
 )
 
 from dsclient.addresses import parse_host_port
-from services.runtime.settings import ConfigError, read_yaml
+from services.runtime.settings import ConfigError, is_loopback, read_yaml
 
 DIST = "dataservice-mesh"
 IMAGE_NAME = "dataservice-mesh"
@@ -124,7 +124,10 @@ class SidecarTemplate(BaseModel):
         "ds-sidecar in DS_TLS__SIDECAR_TOKEN_FILE for the application's calls to its sidecar, "
         "ds-notifier in DS_TLS__NOTIFIER_TOKEN_FILE for the sidecar's fault reports), "
         "read-only, rotated by the kubelet; the assigner and the notifier verify them with a "
-        "TokenReview",
+        "TokenReview, the sidecar its application's against the API server's key set "
+        "(DS_AUTH__SERVICE_ACCOUNT_KEYS, policy from sidecar_policy_config_map); needs uds_dir "
+        "(the token reaches the sidecar over the pod's socket) or a serving certificate "
+        "(DS_TLS__CERT_FILE and DS_TLS__KEY_FILE in env)",
     )
     token_expiration_seconds: int = Field(
         3600,
@@ -139,6 +142,22 @@ class SidecarTemplate(BaseModel):
         "signs the assigner's certificate (e.g. distributed by trust-manager), projected "
         "beside the tokens and named by DS_TLS__CA_FILE (a token is only sent over TLS); "
         "unset = DS_TLS__CA_FILE comes from elsewhere (env)",
+    )
+
+    sidecar_policy_config_map: str = Field(
+        "ds-sidecar-policy",
+        min_length=1,
+        max_length=253,
+        description="with workload_identity: a ConfigMap in the pod's namespace whose "
+        "policy.yaml maps the namespace's service accounts to the groups they may read "
+        "(system:serviceaccount:NAMESPACE:NAME: [reader:GROUP]); the sidecar's policy, "
+        "projected into the sidecar only",
+    )
+    service_account_issuer: str = Field(
+        "https://kubernetes.default.svc",
+        min_length=1,
+        description="with workload_identity: the API server's --service-account-issuer, the "
+        "`iss` the sidecar requires of its application's token",
     )
 
     @field_validator("bootstrap")
@@ -184,6 +203,31 @@ class SidecarTemplate(BaseModel):
                 "ca_config_map is projected with the tokens: it needs workload_identity"
             )
         return self
+
+    @model_validator(mode="after")
+    def _sidecar_can_take_tokens(self) -> SidecarTemplate:
+        """With workload_identity the sidecar authenticates its application: the token must
+        reach it over the pod's socket, or over TCP with TLS (a serving certificate in env).
+        Without TLS its TCP listener must stay on loopback (the sidecar's settings rule)."""
+        if not self.workload_identity or self.serves_tls:
+            return self
+        if self.uds_dir is None:
+            raise ValueError(
+                "workload_identity: the sidecar verifies its application's token, sent over "
+                "the pod's socket: set uds_dir (or a serving certificate: DS_TLS__CERT_FILE "
+                "and DS_TLS__KEY_FILE in env)"
+            )
+        if not is_loopback(self.listen_host):
+            raise ValueError(
+                "workload_identity without a serving certificate: listen_host must be "
+                "loopback (tokens are taken on the pod's socket only)"
+            )
+        return self
+
+    @property
+    def serves_tls(self) -> bool:
+        """Whether the sidecar's TCP listener speaks TLS (a certificate in env)."""
+        return "DS_TLS__CERT_FILE" in self.env and "DS_TLS__KEY_FILE" in self.env
 
     @model_validator(mode="after")
     def _grace_covers_handoff(self) -> SidecarTemplate:

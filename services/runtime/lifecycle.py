@@ -117,7 +117,14 @@ class ServiceRunner:
             self.service, "grpc_interceptors", tuple
         )()
         # Authorization (when on): the policy is read now, so a bad file stops the start.
-        guard = build_guard(self.settings.auth, self.service.registry, self.service.name)
+        # Without TLS (a sidecar serving its pod's socket: settings allow no other case),
+        # callers are authenticated on that socket only.
+        guard = build_guard(
+            self.settings.auth,
+            self.service.registry,
+            self.service.name,
+            socket_only=not self.settings.tls.server_enabled,
+        )
         auth = guard.interceptor(getattr(self.service, "served_group", "")) if guard else None
         # A service may also serve on a Unix domain socket (the sidecar, for its pod).
         local_socket_path: Path | None = getattr(self.service, "local_socket_path", None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextvars
+import ipaddress
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -117,12 +118,19 @@ class ServiceSettings(DsSettings):
         description="authentication and the policy (DS_AUTH__ENABLED, __POLICY_FILE, ...)",
     )
 
+    def tokens_only_on_socket(self) -> bool:
+        """Whether, with auth on and no TLS, callers may still be authenticated: on a Unix
+        domain socket only (tokens never cross a network; its TCP port then refuses every
+        call but health checks). No for a service in general; the sidecar says yes when it
+        serves its pod's socket and listens on loopback only (its settings)."""
+        return False
+
     @model_validator(mode="after")
     def _auth_needs_tls(self) -> ServiceSettings:
-        if self.auth.enabled and not self.tls.server_enabled:
+        if self.auth.enabled and not self.tls.server_enabled and not self.tokens_only_on_socket():
             raise ValueError(
                 "auth.enabled needs tls.cert_file and tls.key_file: tokens are never sent "
-                "in the clear"
+                "in the clear (a sidecar may instead serve uds_dir with host on loopback)"
             )
         if (
             self.auth.enabled
@@ -172,6 +180,16 @@ class ServiceSettings(DsSettings):
 
 
 S = TypeVar("S", bound=DsSettings)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address to bind) is loopback only: 127.0.0.0/8, ::1, localhost."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def read_yaml(path: Path) -> dict[str, Any]:

@@ -6,6 +6,7 @@ the injector, rules and template equal to their sources."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -394,7 +395,12 @@ def test_prod_turns_workload_identity_on(rendered: dict[str, list[dict[str, Any]
     docs = rendered["prod"]
     template = find(docs, "ConfigMap", "ds-sidecar-template")["data"]["sidecar.yaml"]
     loaded = SidecarTemplate(**yaml.safe_load(template))
-    assert loaded == SidecarTemplate(workload_identity=True, ca_config_map="ds-ca")
+    assert loaded == SidecarTemplate(
+        workload_identity=True,
+        ca_config_map="ds-ca",
+        uds_dir="/var/run/dataservice/socket",
+        memory_limit="320Mi",
+    )
     assigner = find(docs, "Deployment", "ds-assigner")
     (container,) = containers(assigner)
     env = {e["name"]: e.get("value") for e in container["env"]}
@@ -458,6 +464,43 @@ def test_prod_s_notifier_reviews_the_sidecars_ds_notifier_tokens(
     policy = yaml.safe_load(find(docs, "ConfigMap", "ds-auth-policy")["data"]["policy.yaml"])
     parsed = Policy.from_mapping(policy["identities"])
     assert parsed.allows("system:serviceaccount:shop:orders-consumer", Permission(Verb.REPORT))
+
+
+def test_prod_s_sidecar_verifies_its_application_s_token(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """prod: the injected sidecar turns auth on (identity from the application's ds-sidecar
+    token, verified against the API server's key set) on the pod's socket (uds_dir), its
+    auth volume (API-audience token, kube-root-ca.crt, the namespace's ds-sidecar-policy)
+    mounted in it only; the example policy lets orders-consumer read orders there."""
+    docs = rendered["prod"]
+    template = SidecarTemplate(
+        **yaml.safe_load(find(docs, "ConfigMap", "ds-sidecar-template")["data"]["sidecar.yaml"])
+    )
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "app"}]}}
+    spec = inject_pod(pod, "orders", template)["spec"]
+    sidecar, app = spec["initContainers"][0], spec["containers"][0]
+    env = {e["name"]: e.get("value") for e in sidecar["env"]}
+    assert env["DS_AUTH__ENABLED"] == "true" and env["DS_AUTH__IDENTITY_FROM"] == "token"
+    assert env["DS_UDS_DIR"] == "/var/run/dataservice/socket"
+    assert env["DS_HOST"] == "127.0.0.1" and "DS_TLS__CERT_FILE" not in env
+    keys = json.loads(env["DS_AUTH__SERVICE_ACCOUNT_KEYS"])
+    assert keys["server"] == "https://kubernetes.default.svc"
+    [volume] = [v for v in spec["volumes"] if v["name"] == "ds-sidecar-auth"]
+    names = [s.get("configMap", {}).get("name") for s in volume["projected"]["sources"]]
+    assert names == [None, "kube-root-ca.crt", "ds-sidecar-policy"]
+    assert "ds-sidecar-auth" in {m["name"] for m in sidecar["volumeMounts"]}
+    assert "ds-sidecar-auth" not in {m["name"] for m in app["volumeMounts"]}
+    example = yaml.safe_load((K8S / "examples" / "sidecar-policy.yaml").read_text())
+    policy = Policy.from_mapping(yaml.safe_load(example["data"]["policy.yaml"])["identities"])
+    account = "system:serviceaccount:shop:orders-consumer"
+    assert policy.allows(account, Permission(Verb.READ, "orders"))
+    assert not policy.allows(account, Permission(Verb.READ, "payments"))
+    for overlay in ("dev", "base"):
+        others = find(rendered[overlay], "ConfigMap", "ds-sidecar-template")["data"]
+        plain = inject_pod(pod, "orders", SidecarTemplate(**yaml.safe_load(others["sidecar.yaml"])))
+        sidecar_env = {e["name"] for e in plain["spec"]["initContainers"][0]["env"]}
+        assert "DS_AUTH__ENABLED" not in sidecar_env
     for overlay in ("dev", "base"):
         (container,) = containers(find(rendered[overlay], "Deployment", "ds-notifier"))
         assert "DS_AUTH__TOKEN_REVIEW" not in {e["name"] for e in container["env"]}

@@ -4,6 +4,8 @@ the API server calls through the manifests' own MutatingWebhookConfiguration."""
 
 from __future__ import annotations
 
+import base64
+import copy
 import datetime
 import ipaddress
 import json
@@ -25,6 +27,7 @@ from cryptography.x509.oid import NameOID
 from services.devstack import kube, procs
 from services.devstack.ports import free_ports
 from tests.support import waiting
+from tests.support.k8s import find, render
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "deploy" / "k8s" / "base" / "config" / "sidecar.yaml"
@@ -178,3 +181,30 @@ def wait_for(check: Any, what: str, timeout: float = 60.0, interval: float = 0.5
 
 def get_json(cluster: kube.Cluster, *args: str) -> Any:
     return json.loads(cluster.kubectl("get", *args, "-o", "json"))
+
+
+@pytest.fixture(scope="module")
+def prod_injector(
+    cluster: kube.Cluster, tmp_path_factory: pytest.TempPathFactory, webhook_ca: WebhookCa
+) -> Iterator[Injector]:
+    """The injector with the prod overlay's template, registered by the prod overlay's
+    MutatingWebhookConfiguration (clientConfig pointed at it, the test CA as caBundle)."""
+    directory = tmp_path_factory.mktemp("wid-injector")
+    docs = render("prod")
+    template = directory / "sidecar.yaml"
+    template.write_text(find(docs, "ConfigMap", "ds-sidecar-template")["data"]["sidecar.yaml"])
+    webhook_ca.issue(directory / "tls")
+    (port,) = free_ports(1)
+    running = Injector(port, directory / "tls", directory / "injector.log", template=template)
+    running.start(webhook_ca.pem)
+    webhooks = copy.deepcopy(find(docs, "MutatingWebhookConfiguration", "ds-injector"))
+    webhooks["metadata"].pop("annotations", None)  # cert-manager's: the test is the CA here
+    for hook in webhooks["webhooks"]:
+        bundle = base64.b64encode(webhook_ca.pem).decode()
+        hook["clientConfig"] = {"url": running.url, "caBundle": bundle}
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+                    input=json.dumps(webhooks))  # fmt: skip
+    try:
+        yield running
+    finally:
+        running.stop()

@@ -8,21 +8,16 @@ DS_TLS__CA_FILE; no Secret holds a token for them."""
 
 from __future__ import annotations
 
-import base64
-import copy
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from services.devstack import kube
-from services.devstack.ports import free_ports
 from services.injector.patch import SIDECAR_NAME, TOKEN_DIR, TOKEN_VOLUME
-from tests.k8s.conftest import Injector, WebhookCa, get_json, wait_for
-from tests.support.k8s import find, render
+from tests.k8s.conftest import Injector, get_json, wait_for
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -58,33 +53,6 @@ def create(cluster: kube.Cluster, *, dry_run: bool = False) -> dict[str, Any]:
 
 def injected(created: dict[str, Any]) -> bool:
     return any(c["name"] == SIDECAR_NAME for c in created["spec"].get("initContainers") or [])
-
-
-@pytest.fixture(scope="module")
-def prod_injector(
-    cluster: kube.Cluster, tmp_path_factory: pytest.TempPathFactory, webhook_ca: WebhookCa
-) -> Iterator[Injector]:
-    """The injector with the prod overlay's template, registered by the prod overlay's
-    MutatingWebhookConfiguration (clientConfig pointed at it, the test CA as caBundle)."""
-    directory = tmp_path_factory.mktemp("wid-injector")
-    docs = render("prod")
-    template = directory / "sidecar.yaml"
-    template.write_text(find(docs, "ConfigMap", "ds-sidecar-template")["data"]["sidecar.yaml"])
-    webhook_ca.issue(directory / "tls")
-    (port,) = free_ports(1)
-    running = Injector(port, directory / "tls", directory / "injector.log", template=template)
-    running.start(webhook_ca.pem)
-    webhooks = copy.deepcopy(find(docs, "MutatingWebhookConfiguration", "ds-injector"))
-    webhooks["metadata"].pop("annotations", None)  # cert-manager's: the test is the CA here
-    for hook in webhooks["webhooks"]:
-        bundle = base64.b64encode(webhook_ca.pem).decode()
-        hook["clientConfig"] = {"url": running.url, "caBundle": bundle}
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
-                    input=json.dumps(webhooks))  # fmt: skip
-    try:
-        yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +105,8 @@ def test_an_injected_pod_is_stored_with_its_projected_tokens(
             {
                 "DS_TLS__TOKEN_FILE": f"{TOKEN_DIR}/token",
                 "DS_TLS__NOTIFIER_TOKEN_FILE": f"{TOKEN_DIR}/notifier-token",
+                # Its preStop hand-off asks the sidecar itself (Status).
+                "DS_TLS__SIDECAR_TOKEN_FILE": f"{TOKEN_DIR}/sidecar-token",
             },
         ),
         (
@@ -152,6 +122,5 @@ def test_an_injected_pod_is_stored_with_its_projected_tokens(
         assert env.items() >= {**expected, "DS_TLS__CA_FILE": f"{TOKEN_DIR}/ca.crt"}.items()
         ours = {k: v for k, v in env.items() if k.startswith("DS_TLS__")}
         rows.append(f"  {container['name']}: mount {mount} env {ours}")
-    assert "DS_TLS__SIDECAR_TOKEN_FILE" not in {e["name"] for e in sidecar["env"]}
     assert "DS_TLS__NOTIFIER_TOKEN_FILE" not in {e["name"] for e in app["env"]}
     print("\n" + "\n".join(rows))

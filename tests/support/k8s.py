@@ -130,15 +130,23 @@ def check() -> int:
         problems += [f"overlays/{overlay}: {p}" for p in found]
         counts.append(f"overlays/{overlay}: {len(docs)} documents")
     problems += list(consistency_problems(render(K8S / "base", binary)))
+    prod = SidecarTemplate(
+        **yaml.safe_load(
+            find(render("prod", binary), "ConfigMap", "ds-sidecar-template")["data"]["sidecar.yaml"]
+        )
+    )
     for example in sorted(EXAMPLES.glob("*.yaml")):
         docs = load_file(example)
         injected, _ = inject_documents(docs, SidecarTemplate())
         # ... and with the sidecar's socket volume (template uds_dir).
         with_socket, _ = inject_documents(docs, SidecarTemplate(uds_dir=SOCKET_DIR))
-        found = [p for p in map(validate, docs + injected + with_socket) if p]
+        # ... and with prod's template (workload identity: tokens, the sidecar's auth).
+        with_prod, _ = inject_documents(docs, prod)
+        found = [p for p in map(validate, docs + injected + with_socket + with_prod) if p]
         problems += [f"examples/{example.name}: {p}" for p in found]
         counts.append(
-            f"examples/{example.name}: {len(docs)} documents (+ injected, + with uds_dir)"
+            f"examples/{example.name}: {len(docs)} documents (+ injected, + with uds_dir, "
+            "+ with prod's template)"
         )
     for line in counts:
         print(f"k8s-check: {line}, validated against Kubernetes {K8S_VERSION} (strict)")

@@ -21,8 +21,13 @@ from prometheus_client import CollectorRegistry
 from dsclient.reasons import DsError
 from dsclient.watched_file import WatchedFile
 from services.runtime.auth.client_ids import ClientOwners
-from services.runtime.auth.identity import Authenticator, Identity, current_identity
-from services.runtime.auth.interceptor import AuthInterceptor, permission_denied
+from services.runtime.auth.identity import (
+    Authenticator,
+    Identity,
+    current_identity,
+    unauthenticated,
+)
+from services.runtime.auth.interceptor import SOCKET_ONLY, AuthInterceptor, permission_denied
 from services.runtime.auth.policy import Permission, Policy, Verb, parse_policy
 from services.runtime.auth.refusals import Refusals
 from services.runtime.auth.settings import AuthSettings
@@ -49,6 +54,9 @@ class Guard:
     refusals: Refusals
     # Which identity holds each client id of a group, shared by the process's interceptors.
     clients: ClientOwners = field(default_factory=ClientOwners)
+    # The server has no TLS: callers are authenticated on its Unix domain socket only
+    # (AuthInterceptor's socket_only); the HTTP pages, never on a socket, refuse every token.
+    socket_only: bool = False
 
     def interceptor(self, served_group: str = "") -> AuthInterceptor:
         return AuthInterceptor(
@@ -57,6 +65,7 @@ class Guard:
             self.refusals,
             served_group=served_group,
             clients=self.clients,
+            socket_only=self.socket_only,
         )
 
     def check(
@@ -66,6 +75,8 @@ class Guard:
         PERMISSION_DENIED (counted and logged like a refused call) if not."""
         identity: Identity | None = None
         try:
+            if self.socket_only:
+                raise unauthenticated(SOCKET_ONLY)
             identity = self.authenticator.authenticate(token, certificate)
             if not self.policy.get().allows(identity.name, permission, pod=identity.pod):
                 raise permission_denied(identity, permission, what)
@@ -77,13 +88,18 @@ class Guard:
             raise
 
 
-def build_guard(settings: AuthSettings, registry: CollectorRegistry, audience: str) -> Guard | None:
+def build_guard(
+    settings: AuthSettings, registry: CollectorRegistry, audience: str, *, socket_only: bool = False
+) -> Guard | None:
     """The process's guard; None when authorization is off. ``audience``: the service's own
-    (its discovery name), the ``aud`` its tokens must name. Reads the policy (and so fails
-    at start, with the file named, when it is missing or malformed)."""
+    (its discovery name), the ``aud`` its tokens must name. ``socket_only``: the server has
+    no TLS, callers are authenticated on its Unix socket only. Reads the policy (and so
+    fails at start, with the file named, when it is missing or malformed)."""
     if not settings.enabled:
         return None
     assert settings.policy_file is not None
     policy = WatchedFile(settings.policy_file, parse_policy)
     policy.get()
-    return Guard(Authenticator(settings, audience), policy, Refusals(registry))
+    return Guard(
+        Authenticator(settings, audience), policy, Refusals(registry), socket_only=socket_only
+    )

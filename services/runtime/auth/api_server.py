@@ -64,7 +64,10 @@ class ApiServerClient:
         connection = self.connection
         if self._context is None:
             ca = str(connection.ca_file) if connection.ca_file else None
-            self._context = ssl.create_default_context(cafile=ca)
+            try:
+                self._context = ssl.create_default_context(cafile=ca)
+            except (OSError, ssl.SSLError) as exc:  # missing, unreadable, not a certificate
+                raise ApiServerError(f"cannot {doing}: the API server's CA {ca}: {exc}") from None
         try:
             credential = connection.token_file.read_text().strip()
         except OSError as exc:

@@ -29,6 +29,7 @@ from services.runtime.auth.identity import (
     Identity,
     bearer_token,
     certificate_name,
+    unauthenticated,
 )
 from services.runtime.auth.policy import Permission, Policy, Verb
 from services.runtime.auth.refusals import Refusals
@@ -36,6 +37,16 @@ from services.runtime.auth.rules import Rule, is_public, peer_host, rule_for
 from services.runtime.handlers import Behavior, WrappingInterceptor
 
 Context = grpc.aio.ServicerContext[Any, Any]
+
+SOCKET_ONLY = (
+    "callers are authenticated on this sidecar's pod socket (uds_dir) only: its TCP port "
+    "has no TLS, so a token is never taken there"
+)
+
+
+def is_unix_peer(peer: str) -> bool:
+    """Whether a gRPC peer (``unix:PATH``, ``ipv4:A:PORT``, ...) came over a Unix socket."""
+    return peer.startswith("unix")
 
 
 def permission_denied(identity: Identity, permission: Permission, method: str) -> DsError:
@@ -80,8 +91,14 @@ class AuthInterceptor(WrappingInterceptor):
         *,
         served_group: str = "",
         clients: ClientOwners | None = None,
+        socket_only: bool = False,
     ) -> None:
+        """``socket_only``: the server has no TLS (a sidecar serving its pod's socket,
+        ``ServiceSettings.tokens_only_on_socket``): a call is authenticated on a Unix
+        domain socket only; over TCP every covered call is UNAUTHENTICATED, a token sent
+        there in the clear is never taken."""
         self._authenticator = authenticator
+        self._socket_only = socket_only
         self._policy = policy
         self._refusals = refusals
         self._served_group = served_group
@@ -100,6 +117,8 @@ class AuthInterceptor(WrappingInterceptor):
 
     def authenticate(self, method: str, context: Context) -> Identity:
         try:
+            if self._socket_only and not is_unix_peer(context.peer()):
+                raise unauthenticated(SOCKET_ONLY)
             return self._authenticator.authenticate(
                 bearer_token(context.invocation_metadata() or ()),
                 certificate_name(context.auth_context()),

@@ -12,14 +12,17 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
+from pydantic import ValidationError
 
 from dataservice.assigner.v1 import admin_pb2, admin_pb2_grpc, types_pb2
 from dsclient import local_socket
 from dsclient.connection import PLAINTEXT, ConnectionSettings, TlsConfig, open_aio_channel
-from dsclient.reasons import error_info
+from dsclient.reasons import DsError, error_info
+from services.consumer_sidecar.settings import SidecarSettings
 from services.devstack.pki import DevPki, make_dev_pki
-from services.runtime.auth import AuthSettings, build_guard, current_identity
+from services.runtime.auth import AuthSettings, Permission, Verb, build_guard, current_identity
 from services.runtime.grpcserver import GrpcService, create_server
 from services.runtime.settings import ServiceSettings
 
@@ -102,5 +105,84 @@ async def _scenario(pki: DevPki, tmp_path: Path) -> None:
         cert = TlsConfig(ca_file=pki.ca, cert_file=pki.cert("ops"), key_file=pki.key("ops"))
         assert await _update(tcp, cert) == ("OK", "ops")
         assert await _update(unix, cert) == ("UNAUTHENTICATED", "UNAUTHENTICATED")
+    finally:
+        await server.server.stop(0)
+
+
+def test_auth_without_tls_only_for_a_sidecar_s_socket(pki: DevPki, tmp_path: Path) -> None:
+    """The settings rule: auth with no TLS is accepted only for a sidecar that serves its
+    pod's socket (uds_dir) and listens on loopback; any other service or address needs TLS."""
+    auth = AuthSettings(
+        enabled=True, policy_file=pki.policy, identity_from="token", jwt_key_file=pki.jwt_public_key
+    )
+    for host in ("127.0.0.1", "::1", "localhost"):
+        settings = SidecarSettings(group="demo", uds_dir=tmp_path, host=host, auth=auth)
+        assert settings.tokens_only_on_socket()
+    for kind, values in (
+        (SidecarSettings, {"group": "demo", "uds_dir": tmp_path, "host": "0.0.0.0"}),
+        (SidecarSettings, {"group": "demo", "host": "127.0.0.1"}),
+        (ServiceSettings, {"host": "127.0.0.1"}),
+    ):
+        with pytest.raises(ValidationError, match=r"auth\.enabled needs tls\.cert_file"):
+            kind(**values, auth=auth)
+
+
+def test_without_tls_a_sidecar_authenticates_on_its_socket_only(
+    pki: DevPki, tmp_path: Path
+) -> None:
+    asyncio.run(_socket_only(pki, tmp_path))
+
+
+async def _socket_only(pki: DevPki, tmp_path: Path) -> None:
+    settings = SidecarSettings(
+        group="demo",
+        uds_dir=tmp_path,
+        auth=AuthSettings(
+            enabled=True,
+            policy_file=pki.policy,
+            identity_from="token",
+            jwt_key_file=pki.jwt_public_key,
+        ),
+    )
+    guard = build_guard(settings.auth, CollectorRegistry(), "ds-sidecar", socket_only=True)
+    assert guard is not None
+    services = [
+        GrpcService(
+            "dataservice.assigner.v1.AdminService",
+            Admin(),
+            admin_pb2_grpc.add_AdminServiceServicer_to_server,
+        )
+    ]
+    path = tmp_path / "sidecar-a.sock"
+    server = create_server(settings, services, auth=guard.interceptor(), local_socket_path=path)
+    await server.server.start()
+    unix, tcp = local_socket.target(path), f"127.0.0.1:{server.port}"
+    ops = pki.sidecar_token("ops")
+    try:
+        # On the socket: the token decides, as with TLS.
+        assert await _update(unix, TlsConfig(token_file=ops)) == ("OK", "ops")
+        reader = TlsConfig(token_file=pki.sidecar_token("reader"))
+        assert await _update(unix, reader) == ("PERMISSION_DENIED", "PERMISSION_DENIED")
+        assert await _update(unix, PLAINTEXT) == ("UNAUTHENTICATED", "UNAUTHENTICATED")
+        # The client library never sends a token over plaintext TCP ...
+        with pytest.raises(ValueError, match="need TLS"):
+            open_aio_channel(tcp, NO_RETRY.with_tls(TlsConfig(token_file=ops)))
+        # ... and a client that does is refused all the same; health stays public (probes).
+        async with grpc.aio.insecure_channel(tcp) as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await admin_pb2_grpc.AdminServiceStub(channel).UpdateGroup(
+                    admin_pb2.UpdateGroupRequest(),
+                    metadata=(("authorization", f"Bearer {ops.read_text().strip()}"),),
+                    timeout=5,
+                )
+            assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
+            assert "pod socket (uds_dir) only" in str(refused.value.details())
+            health = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=5
+            )
+            assert health.status == health_pb2.HealthCheckResponse.SERVING
+        # The HTTP pages (never on the socket) take no token either.
+        with pytest.raises(DsError, match="pod socket"):
+            guard.check("GET /ui", ops.read_text().strip(), None, Permission(Verb.VIEW))
     finally:
         await server.server.stop(0)

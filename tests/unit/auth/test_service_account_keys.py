@@ -101,3 +101,18 @@ def test_an_unknown_key_id_fetches_the_key_set_again_at_most_once_per_refresh() 
 def test_auth_takes_one_of_token_review_and_service_account_keys() -> None:
     with pytest.raises(ValueError, match="set one"):
         AuthSettings(token_review={}, service_account_keys={})
+
+
+def test_an_api_server_ca_that_cannot_be_read_refuses_the_token(tmp_path: Any) -> None:
+    """The key set cannot be fetched when the API server's CA file is missing or not a
+    certificate (a ConfigMap not projected yet): the token is refused with a reason
+    (UNAUTHENTICATED), never an error out of the verifier (INTERNAL)."""
+    token = Issuer("k1").token()
+    (tmp_path / "token").write_text("api-token")
+    (tmp_path / "ca.crt").write_text("not a certificate")
+    for ca in (tmp_path / "missing.crt", tmp_path / "ca.crt"):
+        settings = ServiceAccountKeysSettings(
+            server="https://127.0.0.1:1", ca_file=ca, token_file=tmp_path / "token"
+        )
+        with pytest.raises(ReviewRejected, match="cannot fetch the key set"):
+            ServiceAccountKeys(settings, "ds-sidecar").identity(token)

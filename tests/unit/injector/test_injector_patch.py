@@ -10,10 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.consumer_sidecar.settings import SidecarSettings
+from services.dsctl.handoff import default_sidecar
 from services.injector.patch import (
     APP_ENV_NAMES,
     GROUP,
     INJECT,
+    SIDECAR_AUTH_VOLUME,
     SIDECAR_NAME,
     SOCKET_VOLUME,
     TOKEN_VOLUME,
@@ -22,6 +25,7 @@ from services.injector.patch import (
     inject_document,
     inject_documents,
     inject_pod,
+    sidecar_auth_volume,
 )
 from services.injector.template import SidecarTemplate
 from tests.support.pods import groups, metadata, names, pod_templates
@@ -331,7 +335,9 @@ def test_the_shared_volume_is_sized_for_the_shared_memory_streams() -> None:
     assert not [e for e in plain["initContainers"][0]["env"] if e["name"] == "DS_SHM_SEGMENT_BYTES"]
 
 
-IDENTITY = TEMPLATE.model_copy(update={"workload_identity": True, "ca_config_map": "ds-ca"})
+IDENTITY = SidecarTemplate(
+    workload_identity=True, ca_config_map="ds-ca", uds_dir="/var/run/dataservice/socket"
+)
 
 
 @given(pod_templates())
@@ -381,7 +387,8 @@ def test_workload_identity_projects_the_service_account_tokens(pod: dict[str, An
     sidecar_env = {e["name"]: e.get("value") for e in sidecar["env"]}
     assert sidecar_env["DS_TLS__TOKEN_FILE"] == "/var/run/dataservice/sa/token"
     assert sidecar_env["DS_TLS__CA_FILE"] == "/var/run/dataservice/sa/ca.crt"
-    assert "DS_TLS__SIDECAR_TOKEN_FILE" not in sidecar_env  # it calls no sidecar
+    # Its preStop hand-off asks the sidecar itself (Status) as its application does.
+    assert sidecar_env["DS_TLS__SIDECAR_TOKEN_FILE"] == "/var/run/dataservice/sa/sidecar-token"
     # Its fault reports carry the ds-notifier token: the notifier refuses a ds-assigner one.
     assert sidecar_env["DS_TLS__NOTIFIER_TOKEN_FILE"] == "/var/run/dataservice/sa/notifier-token"
     for container in spec["containers"]:
@@ -392,8 +399,83 @@ def test_workload_identity_projects_the_service_account_tokens(pod: dict[str, An
         assert ("DS_TLS__CA_FILE", "/var/run/dataservice/sa/ca.crt") in env
         assert "DS_TLS__NOTIFIER_TOKEN_FILE" not in dict(env)  # it reports no faults
         assert [name for name, _ in env].count("DS_TLS__TOKEN_FILE") == 1
+    # The sidecar verifies its application's token: its own auth volume, in it only.
+    auth_mount = {
+        "name": SIDECAR_AUTH_VOLUME,
+        "mountPath": "/var/run/dataservice/sidecar-auth",
+        "readOnly": True,
+    }
+    assert auth_mount in sidecar["volumeMounts"]
+    assert all(auth_mount not in c.get("volumeMounts", []) for c in spec["containers"])
+    assert [v for v in spec["volumes"] if v["name"] == SIDECAR_AUTH_VOLUME] == [
+        sidecar_auth_volume(IDENTITY)
+    ]
+    assert sidecar_env["DS_AUTH__ENABLED"] == "true"
     assert inject_pod(injected, "orders", IDENTITY) == injected
     assert inject_pod(injected, "orders", TEMPLATE) == inject_pod(pod, "orders", TEMPLATE)
+
+
+def test_the_sidecar_verifies_its_application_s_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With workload identity the sidecar's env turns auth on (identity from the token,
+    checked against the API server's key set fetched with the auth volume's API token and
+    CA, the namespace's policy ConfigMap), and the volume holds exactly those files; the
+    sidecar's own settings accept that env: auth without TLS, on the pod's socket only."""
+    volume = sidecar_auth_volume(IDENTITY)
+    assert volume == {
+        "name": "ds-sidecar-auth",
+        "projected": {
+            "defaultMode": 0o644,
+            "sources": [
+                # No audience: the API server's own (what /openid/v1/jwks is fetched with).
+                {"serviceAccountToken": {"expirationSeconds": 3600, "path": "api-token"}},
+                {
+                    "configMap": {
+                        "name": "kube-root-ca.crt",
+                        "items": [{"key": "ca.crt", "path": "api-ca.crt"}],
+                    }
+                },
+                {
+                    "configMap": {
+                        "name": "ds-sidecar-policy",
+                        "items": [{"key": "policy.yaml", "path": "policy.yaml"}],
+                    }
+                },
+            ],
+        },
+    }
+    spec = inject_pod({"spec": {"containers": [{"name": "app"}]}}, "orders", IDENTITY)["spec"]
+    env = {e["name"]: e.get("value") for e in spec["initContainers"][0]["env"]}
+    assert {k: v for k, v in env.items() if k.startswith("DS_AUTH__")} == {
+        "DS_AUTH__ENABLED": "true",
+        "DS_AUTH__IDENTITY_FROM": "token",
+        "DS_AUTH__POLICY_FILE": "/var/run/dataservice/sidecar-auth/policy.yaml",
+        "DS_AUTH__SERVICE_ACCOUNT_KEYS": '{"server":"https://kubernetes.default.svc",'
+        '"ca_file":"/var/run/dataservice/sidecar-auth/api-ca.crt",'
+        '"token_file":"/var/run/dataservice/sidecar-auth/api-token",'
+        '"issuer":"https://kubernetes.default.svc"}',
+    }
+    assert "DS_TLS__CERT_FILE" not in env
+    given_env = {k: v for k, v in env.items() if v is not None and k.startswith("DS_")}
+    given_env["DS_ID"] = "orders-consumer-7d9f-abcde"  # the kubelet's $(POD_NAME)
+    given_env["DS_ADVERTISE_HOST"] = "10.0.0.7"
+    for name, value in given_env.items():
+        monkeypatch.setenv(name, value)
+    loaded = SidecarSettings()  # type: ignore[call-arg]
+    assert loaded.auth.enabled and loaded.tokens_only_on_socket()
+    assert loaded.auth.service_account_keys is not None
+    assert str(loaded.auth.service_account_keys.token_file).endswith("/api-token")
+    # The preStop hand-off finds the socket from the sidecar's env (no --sidecar), where a
+    # sidecar taking tokens on its socket only answers it.
+    command = spec["initContainers"][0]["lifecycle"]["preStop"]["exec"]["command"]
+    assert command == ["python", "-m", "services.dsctl.handoff", "--timeout", "15"]
+    assert default_sidecar(given_env) == (
+        "unix:/var/run/dataservice/socket/sidecar-orders-consumer-7d9f-abcde.d/"
+        "sidecar-orders-consumer-7d9f-abcde.sock"
+    )
+    assert default_sidecar({"DS_GRPC_PORT": "9080"}) == "127.0.0.1:9080"
+    # Without workload identity: nothing of it.
+    plain = inject_pod({"spec": {"containers": [{"name": "app"}]}}, "orders", TEMPLATE)["spec"]
+    assert not [e for e in plain["initContainers"][0]["env"] if e["name"].startswith("DS_AUTH")]
 
 
 def test_without_workload_identity_the_pod_gets_no_token() -> None:
@@ -428,7 +510,7 @@ def test_the_applications_own_token_is_replaced_only_by_workload_identity() -> N
         {"name": "DS_TLS__TOKEN_FILE", "value": "/var/run/dataservice/sa/token"}
     ]
     assert own[1] in env
-    [volume] = spec["volumes"]
+    [volume] = [v for v in spec["volumes"] if v["name"] == TOKEN_VOLUME]
     assert [
         s["serviceAccountToken"]["expirationSeconds"] for s in volume["projected"]["sources"]
     ] == [600, 600, 600]

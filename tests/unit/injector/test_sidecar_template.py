@@ -33,6 +33,13 @@ def test_file_then_overrides(tmp_path: Path) -> None:
     assert template.env == {"DS_BUFFER_MAX_BYTES": "134217728"}
 
 
+def test_workload_identity_over_tcp_needs_a_serving_certificate() -> None:
+    """A sidecar with TLS on its TCP port may take tokens there: no socket needed."""
+    env = {"DS_TLS__CERT_FILE": "/tls/tls.crt", "DS_TLS__KEY_FILE": "/tls/tls.key"}
+    template = SidecarTemplate(workload_identity=True, listen_host="0.0.0.0", env=env)
+    assert template.serves_tls and template.uds_dir is None
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -43,6 +50,11 @@ def test_file_then_overrides(tmp_path: Path) -> None:
         ("handoff_timeout_seconds: 60\n", "must exceed handoff_timeout_seconds"),
         ("ca_config_map: ds-ca\n", "it needs workload_identity"),
         ("workload_identity: true\ntoken_expiration_seconds: 60\n", "token_expiration_seconds"),
+        ("workload_identity: true\n", "set uds_dir"),
+        (
+            "workload_identity: true\nuds_dir: /run/ds\nlisten_host: 0.0.0.0\n",
+            "listen_host must be loopback",
+        ),
         ("imagee: x\n", "imagee"),
         ("- a list\n", "must hold a mapping"),
     ],
