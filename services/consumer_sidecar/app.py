@@ -242,7 +242,7 @@ class SidecarApp:
                 on_commit=self.faults.commit,
                 # A lease verified after a stall: its records can be taken again.
                 on_verified=self.data.notify,
-                on_external=self._external_found if metrics else nothing,
+                on_external=self._external_found,  # a heartbeat now, metrics or not
             ),
             redelivery=RedeliveryEvents(
                 # Records due again can be taken: the Streams wait for the signal, not a tick.
