@@ -5,6 +5,11 @@ offset range. The commit point is the lowest delivered-but-unacked offset, or on
 last delivered record when all are acked — so a restart redelivers exactly what was
 delivered and not acknowledged (ARCHITECTURE §3, "Delivery").
 
+One job, why whole (about 630 lines): one partition's delivery state, offset by offset, as
+runs (acked, in flight, due, passed over) that every operation (deliver, ack, nack, expire,
+release, the commit point) reads and rewrites together; split, each part would need the
+others' invariants. Pure: property-tested against a model (tests/unit/sidecar/test_acks.py).
+
 Nothing stays in flight forever. A delivered record is *in flight* until it is acked, or
 until its ack deadline passes (the group's visibility timeout), its holder (the stream or
 the client that received it) goes away, or the client nacks it: then it is *due*, and it

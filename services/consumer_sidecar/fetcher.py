@@ -23,6 +23,12 @@ with ``auto.offset.reset=error``, so a position that fell outside the log (recor
 by retention before they were read, a truncated log) is an error here instead of a silent
 jump; the loop moves to the log start (or end) itself and reports the offsets it skipped
 (:attr:`FetcherEvents.on_gap`: ``ds_sidecar_offset_gaps_total`` and an ``OFFSET_GAP`` fault).
+
+One job, why whole (about 610 lines): the consume loop and every call on its consumer. What
+could leave has left (commits: offset_commits.py; poll waits: poll_timing.py; the
+backpressure rule: fetch_backpressure.py; record conversion: reader.py); what stays is the
+thread's own state (positions, pauses, the kafka_group consumer's swap), which every part
+of the loop reads and writes on this one thread.
 """
 
 from __future__ import annotations

@@ -23,6 +23,12 @@ out the eligible ones; the others stay staged, *passed over* in the ack tracker 
 the commit point back) and still counted in the buffer's bytes and records, and the next
 takes look at them first. Dropping the buffer makes them due (:meth:`acks.PartitionAcks.
 unpass`): they are re-read from Kafka like due records.
+
+One job, why whole (about 980 lines): the buffer and lease state the fetch thread and the
+event loop share under one lock; every method holds it and keeps the buffer's byte and
+record counts, the ack tracker and the ordering's keys in step. The pure rules are outside
+(acks.py, ordering.py, in_flight_keys.py, stall_watch.py). The next seam, if it grows: the
+``key`` look-ahead's staging (its own class over a partition, called under the lock).
 """
 
 from __future__ import annotations
