@@ -223,14 +223,25 @@ class SidecarApp:
     # ---- the events interfaces (events.py) ---------------------------------------------
 
     def _fetcher_events(self, metrics: SidecarMetrics | None) -> FetcherEvents:
-        gaps = metrics.gaps if metrics else None
+        # The not-fetching gaps (metrics.gaps) are made by _watch_metrics, after the fetcher
+        # (their view reads its last poll): the hooks look them up when called.
         return FetcherEvents(
             on_poll=metrics.polls.polled if metrics else nothing,
             on_consumed=metrics.consumed if metrics else nothing,
-            on_fetched=gaps.fetched if gaps else nothing,
-            on_loop=gaps.tick if gaps else nothing,
+            on_fetched=self._gap_fetched if metrics else nothing,
+            on_loop=self._gap_tick if metrics else nothing,
             on_gap=self._offset_gap,
         )
+
+    def _gap_fetched(self, tp: TP, at: float, first_timestamp: int) -> None:
+        """Fetch thread: records of ``tp`` fetched (the not-fetching and handoff gaps)."""
+        if (gaps := self.metrics.gaps) is not None:
+            gaps.fetched(tp, at, first_timestamp)
+
+    def _gap_tick(self, at: float) -> None:
+        """Fetch thread: a turn of the loop (the gaps of partitions without records)."""
+        if (gaps := self.metrics.gaps) is not None:
+            gaps.tick(at)
 
     def _lease_events(self, metrics: SidecarMetrics | None) -> LeaseEvents:
         return LeaseEvents(
