@@ -68,6 +68,7 @@ def connection() -> ConnectionSettings:
 # A probe that is always out of range (to_offset beyond any log): the sidecar answers
 # OUT_OF_RANGE with the partition's log start offset and high watermark, reading nothing.
 PROBE_TO_OFFSET = 2**62
+PROVE_CHUNK_BYTES = 4 << 20  # ReadRange chunks when reading a span again to commit it
 # Failures after which the owner of a partition is looked up again and the call retried.
 RETRY_CODES = frozenset(
     {
@@ -483,6 +484,7 @@ def log_start_offset(mesh: Mesh, tp: TP, endpoint: str | None, timeout: float) -
 class Holder:
     endpoint: str
     epoch: int
+    committed: int | None = None  # the partition's committed offset there (its Status)
 
 
 def live_holders(mesh: Mesh, view: GroupView) -> dict[TP, Holder]:
@@ -506,12 +508,42 @@ def live_holders(mesh: Mesh, view: GroupView) -> dict[TP, Holder]:
             tp = TP(part.topic, part.partition)
             known = holders.get(tp)
             if known is None or part.lease_epoch > known.epoch:
-                holders[tp] = Holder(endpoint, part.lease_epoch)
+                holders[tp] = Holder(endpoint, part.lease_epoch, part.committed_offset)
     for tp, lease in view.leases.items():
         assigned = view.endpoint_of(tp)
         if tp not in holders and assigned is not None:
             holders[tp] = Holder(assigned, lease.epoch)
     return holders
+
+
+def prove_read(mesh: Mesh, tp: TP, holder: Holder, offset: int, timeout: float) -> int:
+    """Read ``[committed, offset)`` of ``tp`` again through ``holder``, discarding it, so
+    that it accepts a commit of ``offset``: a sidecar takes a commit only from the client
+    its ReadRange gave every record up to it, under its own lease epoch (range_reads.py).
+    Spark read these records through an earlier holder (they are in its checkpoint) and
+    commits later; when that holder died in between, the new one gave the reader nothing.
+    Returns how many records were read; raises ``grpc.RpcError`` as ReadRange does."""
+    if holder.committed is None or holder.committed < 0 or offset <= holder.committed:
+        return 0
+    request = stream_pb2.ReadRangeRequest(
+        client_id=mesh.client_id,
+        group=mesh.group,
+        topic=tp[0],
+        partition=tp[1],
+        from_offset=holder.committed,
+        to_offset=offset,
+        max_bytes=PROVE_CHUNK_BYTES,
+        format=stream_pb2.READ_FORMAT_RECORDS,
+    )
+    read = 0
+    for response in mesh.sidecars.stub(holder.endpoint).ReadRange(request, timeout=timeout):
+        read += len(response.records)
+    log.info(
+        "%s[%d]: read [%d, %d) again through %s (epoch %d) before committing it: "
+        "%d records (the lease moved since Spark read them)",
+        tp[0], tp[1], holder.committed, offset, holder.endpoint, holder.epoch, read,
+    )  # fmt: skip
+    return read
 
 
 def commit_offsets(
@@ -524,9 +556,11 @@ def commit_offsets(
     each under the holder's current lease epoch; retried while leases move, for up to
     ``timeout``. Returns what could not be committed, with why (empty = all committed)."""
     pending: dict[TP, str] = {tp: "not tried" for tp in offsets}
+    proven: set[tuple[TP, str, int]] = set()  # (partition, holder, epoch) read again
     deadline = time.monotonic() + timeout
     backoff = 0.1
     while True:
+        unproven: list[tuple[TP, Holder]] = []
         view = describe() if describe is not None else mesh.assigner.describe(mesh.group)
         holders = live_holders(mesh, view)
         by_endpoint: dict[str, list[stream_pb2.OffsetCommit]] = {}
@@ -558,10 +592,24 @@ def commit_offsets(
                 tp = TP(result.commit.topic, result.commit.partition)
                 if result.committed:
                     pending.pop(tp, None)
-                else:
-                    reason = stream_pb2.RejectReason.Name(result.reason)
-                    pending[tp] = f"{reason}: {result.message}"
+                    continue
+                reason = stream_pb2.RejectReason.Name(result.reason)
+                pending[tp] = f"{reason}: {result.message}"
+                holder = holders[tp]
+                if (
+                    result.reason == stream_pb2.REJECT_REASON_NOT_DELIVERED
+                    and (tp, holder.endpoint, holder.epoch) not in proven
+                ):
+                    unproven.append((tp, holder))
+        for tp, holder in unproven:
+            proven.add((tp, holder.endpoint, holder.epoch))
+            try:
+                left = max(CALL_TIMEOUT_SECONDS, deadline - time.monotonic())
+                prove_read(mesh, tp, holder, offsets[tp], left)
+            except grpc.RpcError as err:
+                pending[tp] += f"; reading it again on {holder.endpoint}: {_describe_error(err)}"
         if not pending or time.monotonic() + backoff > deadline:
             return pending
-        time.sleep(backoff)
-        backoff = min(backoff * 2, 1.0)
+        if not unproven:  # read again: commit at once; else wait for the leases to settle
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
