@@ -218,21 +218,10 @@ class Outbox:
     def dead_letter(self, item: OutboxItem, error: str) -> None:
         """Move ``item`` to the dead-letter table (the oldest beyond the bound are
         forgotten), in one transaction."""
-        now_ms = int(time.time() * 1000)
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.execute("DELETE FROM outbox WHERE seq = ?", (item.seq,))
-                self._db.execute(
-                    "INSERT INTO dead_letter (lane, id, destination, key, value, headers, "
-                    "kind, created_ms, attempts, failed_ms, error) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (*_columns(item, now_ms), item.attempts, now_ms, error),
-                )
-                self._db.execute(
-                    "DELETE FROM dead_letter WHERE seq <= (SELECT MAX(seq) FROM dead_letter) - ?",
-                    (self._dead_letters_max,),
-                )
+                self._move_to_dead_letters([item], error)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
@@ -253,7 +242,6 @@ class Outbox:
         in one transaction; returns them (with their recorded attempts)."""
         if up_to_seq is None and created_before_ms is None:
             return []
-        now_ms = int(time.time() * 1000)
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -265,24 +253,28 @@ class Outbox:
                      -1 if created_before_ms is None else created_before_ms, limit),
                 ).fetchall()  # fmt: skip
                 items = _items(rows, lane)
-                self._db.executemany(
-                    "DELETE FROM outbox WHERE seq = ?", [(item.seq,) for item in items]
-                )
-                self._db.executemany(
-                    "INSERT INTO dead_letter (lane, id, destination, key, value, headers, "
-                    "kind, created_ms, attempts, failed_ms, error) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(*_columns(item, now_ms), item.attempts, now_ms, error) for item in items],
-                )
-                self._db.execute(
-                    "DELETE FROM dead_letter WHERE seq <= (SELECT MAX(seq) FROM dead_letter) - ?",
-                    (self._dead_letters_max,),
-                )
+                self._move_to_dead_letters(items, error)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
         return items
+
+    def _move_to_dead_letters(self, items: list[OutboxItem], error: str) -> None:
+        """Inside a transaction: ``items`` out of the outbox and into the dead-letter table
+        (with their attempts), then the oldest dead letters beyond the bound forgotten."""
+        now_ms = int(time.time() * 1000)
+        self._db.executemany("DELETE FROM outbox WHERE seq = ?", [(item.seq,) for item in items])
+        self._db.executemany(
+            "INSERT INTO dead_letter (lane, id, destination, key, value, headers, "
+            "kind, created_ms, attempts, failed_ms, error) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(*_columns(item, now_ms), item.attempts, now_ms, error) for item in items],
+        )
+        self._db.execute(
+            "DELETE FROM dead_letter WHERE seq <= (SELECT MAX(seq) FROM dead_letter) - ?",
+            (self._dead_letters_max,),
+        )
 
     def _full(self, destination: str) -> bool:
         row = self._db.execute(
