@@ -320,26 +320,29 @@ class StreamRpc:
         left = state.next_send_at - asyncio.get_running_loop().time()
         if left <= 0 or self.serving.holds_at_least(*state.credit.limits(*limits)):
             return False
-        state.data.clear()  # what is buffered now was looked at; wake for what comes next
-        state.data.wanted = True
-        try:
-            async with asyncio.timeout(left):
-                await state.wake.wait()
-        except TimeoutError:
-            pass
-        finally:
-            state.data.wanted = False
+        await self._wait(state, data=True, timeout=left, fresh=True)
         return True
 
-    async def _wait(self, state: StreamState, *, data: bool) -> None:
-        """Until the client sent something, or (with ``data``) records were buffered: one
-        wait on ``state.wake``, which the data event sets too while it is wanted."""
+    async def _wait(
+        self,
+        state: StreamState,
+        *,
+        data: bool,
+        timeout: float = STREAM_IDLE_SECONDS,
+        fresh: bool = False,
+    ) -> None:
+        """Until the client sent something, or (with ``data``) records were buffered, or
+        ``timeout``: one wait on ``state.wake``, which the data event sets too while it is
+        wanted. ``fresh``: what is buffered now was looked at; wake only for what comes
+        next."""
         if data:
-            if state.data.is_set():
+            if fresh:
+                state.data.clear()
+            elif state.data.is_set():
                 return
             state.data.wanted = True
         try:
-            async with asyncio.timeout(STREAM_IDLE_SECONDS):
+            async with asyncio.timeout(timeout):
                 await state.wake.wait()
         except TimeoutError:
             pass
