@@ -6,6 +6,8 @@ from the connection module's ``open_aio_channel`` on the ``unix:`` target."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,14 @@ from dsclient.connection import PLAINTEXT, ConnectionSettings, TlsConfig, open_a
 from dsclient.reasons import DsError, error_info
 from services.consumer_sidecar.settings import SidecarSettings
 from services.devstack.pki import DevPki, make_dev_pki
-from services.runtime.auth import AuthSettings, Permission, Verb, build_guard, current_identity
+from services.runtime.auth import (
+    AuthSettings,
+    Guard,
+    Permission,
+    Verb,
+    build_guard,
+    current_identity,
+)
 from services.runtime.grpcserver import GrpcService, create_server
 from services.runtime.settings import ServiceSettings
 
@@ -41,6 +50,29 @@ class Admin(admin_pb2_grpc.AdminServiceServicer):
         return admin_pb2.UpdateGroupResponse(
             group=types_pb2.GroupConfig(name=who.name if who else "")
         )
+
+
+@contextlib.asynccontextmanager
+async def serving_admin(
+    settings: ServiceSettings, guard: Guard, tmp_path: Path
+) -> AsyncIterator[tuple[str, int]]:
+    """An AdminService answering who called (:class:`Admin`) from the runtime's
+    ``create_server`` with ``guard``'s interceptor, on TCP and a Unix socket: yields the
+    socket's target and the TCP port; stopped on exit."""
+    services = [
+        GrpcService(
+            "dataservice.assigner.v1.AdminService",
+            Admin(),
+            admin_pb2_grpc.add_AdminServiceServicer_to_server,
+        )
+    ]
+    path = tmp_path / "sidecar-a.sock"
+    server = create_server(settings, services, auth=guard.interceptor(), local_socket_path=path)
+    await server.server.start()
+    try:
+        yield local_socket.target(path), server.port
+    finally:
+        await server.server.stop(0)
 
 
 async def _update(target: str, tls: TlsConfig) -> tuple[str, str]:
@@ -79,18 +111,8 @@ async def _scenario(pki: DevPki, tmp_path: Path) -> None:
     )
     guard = build_guard(settings.auth, CollectorRegistry(), "ds-sidecar")
     assert guard is not None
-    services = [
-        GrpcService(
-            "dataservice.assigner.v1.AdminService",
-            Admin(),
-            admin_pb2_grpc.add_AdminServiceServicer_to_server,
-        )
-    ]
-    path = tmp_path / "sidecar-a.sock"
-    server = create_server(settings, services, auth=guard.interceptor(), local_socket_path=path)
-    await server.server.start()
-    unix, tcp = local_socket.target(path), f"localhost:{server.port}"
-    try:
+    async with serving_admin(settings, guard, tmp_path) as (unix, port):
+        tcp = f"localhost:{port}"
         # No token: refused (on TCP, without a certificate, the handshake fails).
         assert await _update(unix, PLAINTEXT) == ("UNAUTHENTICATED", "UNAUTHENTICATED")
         assert (await _update(tcp, TlsConfig(ca_file=pki.ca)))[0] == "UNAVAILABLE"
@@ -105,8 +127,6 @@ async def _scenario(pki: DevPki, tmp_path: Path) -> None:
         cert = TlsConfig(ca_file=pki.ca, cert_file=pki.cert("ops"), key_file=pki.key("ops"))
         assert await _update(tcp, cert) == ("OK", "ops")
         assert await _update(unix, cert) == ("UNAUTHENTICATED", "UNAUTHENTICATED")
-    finally:
-        await server.server.stop(0)
 
 
 def test_auth_without_tls_only_for_a_sidecar_s_socket(pki: DevPki, tmp_path: Path) -> None:
@@ -146,19 +166,9 @@ async def _socket_only(pki: DevPki, tmp_path: Path) -> None:
     )
     guard = build_guard(settings.auth, CollectorRegistry(), "ds-sidecar", socket_only=True)
     assert guard is not None
-    services = [
-        GrpcService(
-            "dataservice.assigner.v1.AdminService",
-            Admin(),
-            admin_pb2_grpc.add_AdminServiceServicer_to_server,
-        )
-    ]
-    path = tmp_path / "sidecar-a.sock"
-    server = create_server(settings, services, auth=guard.interceptor(), local_socket_path=path)
-    await server.server.start()
-    unix, tcp = local_socket.target(path), f"127.0.0.1:{server.port}"
     ops = pki.sidecar_token("ops")
-    try:
+    async with serving_admin(settings, guard, tmp_path) as (unix, port):
+        tcp = f"127.0.0.1:{port}"
         # On the socket: the token decides, as with TLS.
         assert await _update(unix, TlsConfig(token_file=ops)) == ("OK", "ops")
         reader = TlsConfig(token_file=pki.sidecar_token("reader"))
@@ -184,5 +194,3 @@ async def _socket_only(pki: DevPki, tmp_path: Path) -> None:
         # The HTTP pages (never on the socket) take no token either.
         with pytest.raises(DsError, match="pod socket"):
             guard.check("GET /ui", ops.read_text().strip(), None, Permission(Verb.VIEW))
-    finally:
-        await server.server.stop(0)
