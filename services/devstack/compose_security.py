@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from services.devstack import podman, secure
+from services.devstack.consul import CHECK_CERTIFICATE
 from services.devstack.pki import DevPki, make_dev_pki
 
 GROUP = "orders-demo"  # the group deploy/docker-compose.yml declares
@@ -43,7 +44,8 @@ PKI_MOUNT = "/var/run/dataservice/pki"
 # What the operator's tools (dsctl, grpcurl, the tests) present: a certificate with no role
 # of its own, beside a token (admin.jwt, viewer.jwt).
 CLIENT = secure.CLIENT_CERTIFICATE
-CERTIFICATES = ("assigner", "notifier", *SIDECARS, *APPS, CLIENT, "prometheus", "consul")
+# Consul's: for its gRPC health checks of the TLS ports (consul.check_tls_args).
+CERTIFICATES = ("assigner", "notifier", *SIDECARS, *APPS, CLIENT, "prometheus", CHECK_CERTIFICATE)
 SIGNING_KEYS = ("ca.key", "jwt.key")
 
 

@@ -5,6 +5,12 @@ built once by ``deploy/consul/build.sh`` (which prints the binary's path on its 
 Every port the agent would open is given explicitly on 127.0.0.1, so several agents (and
 a developer's own Consul on 8500) can run side by side.
 
+Services register gRPC health checks (services/runtime/discovery.py), over TLS when their
+port serves TLS; a port that requires a client certificate (mTLS) wants one from Consul
+too. :func:`check_tls_args` gives the agent a development PKI's ``consul`` certificate for
+those checks: ``dsctl dev up --secure --with-consul`` (``ConsulOptions.check_tls``) and
+deploy/docker-compose.yml's Consul run with the same arguments.
+
 CLI, for debugging: ``python -m services.devstack.consul --port 8500``.
 """
 
@@ -25,13 +31,34 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from services.devstack import procs
 from services.devstack.cache import cache_dir
 from services.devstack.ports import LOOPBACK, free_ports, port_is_open
 
+if TYPE_CHECKING:
+    from services.devstack.pki import DevPki
+
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "consul" / "build.sh"
+# The identity whose certificate the agent presents in its checks of mTLS ports.
+CHECK_CERTIFICATE = "consul"
+
+
+def check_tls_args(pki: DevPki) -> list[str]:
+    """The agent's arguments to present ``pki``'s ``consul`` certificate in its gRPC
+    health checks of TLS ports (``enable_agent_tls_for_checks``; the checks themselves ask
+    for TLS and skip verifying the server). Its HTTP API stays plaintext; a TLS
+    configuration would open the gRPC TLS port (8503) in dev mode, so that is closed."""
+    files = (
+        f'ca_file = "{pki.ca}", cert_file = "{pki.cert(CHECK_CERTIFICATE)}", '
+        f'key_file = "{pki.key(CHECK_CERTIFICATE)}"'
+    )
+    return [
+        "-hcl=enable_agent_tls_for_checks = true",
+        "-hcl=ports { grpc_tls = -1 }",
+        f"-hcl=tls {{ defaults {{ {files} }} }}",
+    ]
 
 
 def consul_binary() -> Path:
@@ -78,6 +105,9 @@ class ConsulOptions:
     die_with_parent: bool = True
     # None means consul_binary().
     binary: Path | None = None
+    # A development PKI with a `consul` certificate: the agent presents it in its gRPC
+    # checks of TLS ports (check_tls_args), so mTLS ports pass. None: no client certificate.
+    check_tls: DevPki | None = None
 
 
 @dataclass(frozen=True)
@@ -205,6 +235,7 @@ class ConsulAgent:
             "-serf-wan-port", str(ports.serf_wan),
             "-server-port", str(ports.server),
             "-log-level", "info",
+            *(check_tls_args(self.options.check_tls) if self.options.check_tls else []),
         ]  # fmt: skip
 
     def _has_leader(self) -> bool:

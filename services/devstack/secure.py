@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from services.devstack.consul import CHECK_CERTIFICATE
 from services.devstack.pki import TOKEN_ISSUER, DevPki, make_dev_pki
 
 CLIENT_CERTIFICATE = "client"
@@ -44,7 +45,8 @@ def make_stack_pki(directory: Path, sidecars: Mapping[str, str], probe_group: st
     return make_dev_pki(
         directory,
         stack_roles(sidecars, probe_group),
-        certificates=[*services, CLIENT_CERTIFICATE],
+        # Consul's, for its health checks of the mTLS ports (with --with-consul).
+        certificates=[*services, CLIENT_CERTIFICATE, CHECK_CERTIFICATE],
     )
 
 

@@ -222,16 +222,6 @@ def _start_all(
     # Served when this returns: the sample producer writes at once.
     create_topic(stack.bootstrap, DEMO_TOPIC, DEMO_PARTITIONS)
 
-    if options.with_consul:
-        say("starting Consul (dev agent)...")
-        agent = ConsulAgent(
-            ConsulOptions(base_dir=root / "consul", http_port=8500, die_with_parent=False)
-        ).start()
-        assert agent.pid is not None
-        stack.consul = agent.http_addr
-        stack.components.append(_record("consul", agent.pid, agent.log_file, None, None))
-        stack.save()
-
     sidecar_names = [f"sidecar-{i}" for i in range(options.sidecars)]
     pki: DevPki | None = None
     if options.secure:
@@ -239,6 +229,21 @@ def _start_all(
         served = {**dict.fromkeys(sidecar_names, DEMO_GROUP), PROBE_SIDECAR: PROBE_GROUP}
         pki = secure.make_stack_pki(root / "pki", served, PROBE_GROUP)
         stack.pki = str(pki.directory)
+        stack.save()
+
+    if options.with_consul:
+        say("starting Consul (dev agent)...")
+        # With --secure it presents the dev CA's `consul` certificate in its gRPC checks
+        # of the mTLS ports: without one they stay critical, Consul discovery finds no
+        # service and the assigner never gets the leader session bound to its check.
+        agent = ConsulAgent(
+            ConsulOptions(
+                base_dir=root / "consul", http_port=8500, die_with_parent=False, check_tls=pki
+            )
+        ).start()
+        assert agent.pid is not None
+        stack.consul = agent.http_addr
+        stack.components.append(_record("consul", agent.pid, agent.log_file, None, None))
         stack.save()
 
     config = root / "assigner.yaml"

@@ -5,9 +5,10 @@ over TLS when the port serves TLS (``ServiceInstance.tls``): Consul then dials w
 not verify the server's certificate (a health probe, like the kubelet's HTTPS probes; the
 answer only says SERVING or not), and, when the port requires a client certificate (mTLS),
 presents its agent's own (``enable_agent_tls_for_checks`` and the agent's ``tls.defaults``:
-deploy/docker-compose.yml's Consul). Callers find healthy instances with *blocking
-queries* (they return as soon as the set changes), never with a TTL cache. The py-consul
-client is synchronous, so calls run in a worker thread.
+deploy/docker-compose.yml's Consul, ``dsctl dev up --secure --with-consul``'s), naming the
+address it dials as the server (SNI), not the Consul node. Callers find healthy instances
+with *blocking queries* (they return as soon as the set changes), never with a TTL cache.
+The py-consul client is synchronous, so calls run in a worker thread.
 """
 
 from __future__ import annotations
@@ -152,6 +153,12 @@ def grpc_check(instance: ServiceInstance, interval: str) -> dict[str, Any]:
     check: dict[str, Any] = consul.Check.grpc(
         instance.endpoint, interval=interval, timeout="2s", deregister="1m", **tls
     )
+    if instance.tls:
+        # The name the check's handshake asks for (SNI): the address it dials, which the
+        # service's certificate names (an IP address sends none). Left empty, an agent with
+        # TLS for checks sends its node name, and gRPC servers log "No match found for
+        # server name" at every check.
+        check["TLSServerName"] = instance.address
     return check
 
 

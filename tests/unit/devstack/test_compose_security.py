@@ -17,6 +17,8 @@ from prometheus_client import CollectorRegistry
 
 from dsclient.connection import TlsConfig
 from services.devstack import compose_security, podman
+from services.devstack.consul import check_tls_args
+from services.devstack.pki import DevPki
 from services.runtime.http import HttpEndpoint
 
 REPO = podman.REPO
@@ -108,6 +110,17 @@ def test_the_compose_file_is_secure_unless_the_developer_opts_out() -> None:
         assert env["DS_TLS__TOKEN_FILE"].endswith(f"/{identity}.jwt"), name
         assert identity in compose_security.CERTIFICATES, name
         assert any(v.endswith(":/var/run/dataservice/pki:ro") for v in service["volumes"]), name
+
+
+def test_the_compose_consul_checks_with_the_certificate_dev_up_gives_its_agent() -> None:
+    """Compose's Consul presents the mounted PKI's consul certificate in its gRPC checks of
+    the mTLS ports with the arguments ``dsctl dev up --secure --with-consul`` gives its
+    agent (one definition: consul.check_tls_args)."""
+    compose = yaml.safe_load((REPO / "deploy/docker-compose.yml").read_text())
+    command = compose["services"]["consul"]["command"]
+    args = check_tls_args(DevPki(Path(compose_security.PKI_MOUNT)))
+    assert [a for a in command if a.startswith("-hcl=")] == args
+    assert "consul" in compose_security.CERTIFICATES
 
 
 def test_the_health_check_probes_https_with_the_services_certificate() -> None:
