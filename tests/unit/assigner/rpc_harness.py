@@ -213,7 +213,7 @@ class Assigner:
     offsets: MemoryOffsets
     metrics: AssignerMetrics
     prometheus: CollectorRegistry
-    sessions: assigner_pb2_grpc.AssignerServiceStub
+    sessions: assigner_pb2_grpc.AssignerServiceAsyncStub  # on the grpc.aio channel
     bindings: binding_pb2_grpc.BindingServiceStub
     admin: admin_pb2_grpc.AdminServiceStub
     leader: list[bool]
@@ -376,7 +376,7 @@ class Sidecar:
 
     def __init__(
         self,
-        stub: assigner_pb2_grpc.AssignerServiceStub,
+        stub: assigner_pb2_grpc.AssignerServiceAsyncStub,
         sidecar_id: str,
         *,
         identity: str | None = None,
