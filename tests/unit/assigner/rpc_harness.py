@@ -329,7 +329,8 @@ async def refused(call: Awaitable[Any]) -> grpc.aio.AioRpcError:
 async def stream_refused(call: Any) -> grpc.aio.AioRpcError:
     """The error a streaming call ends with (read through ``call.read()``), within 10 s."""
     try:
-        while await asyncio.wait_for(call.read(), 10) is not grpc.aio.EOF:
+        # grpc-stubs lack grpc.aio.EOF (the stream's end marker), hence the ignore
+        while await asyncio.wait_for(call.read(), 10) is not grpc.aio.EOF:  # type: ignore[attr-defined]
             pass
     except grpc.aio.AioRpcError as err:
         return err
@@ -388,7 +389,8 @@ class Sidecar:
         self.id = sidecar_id
         self.endpoint = endpoint
         self.call = stub.Session(
-            metadata=as_identity(identity) if identity else (tuple(metadata or ()) or None)
+            None,  # requests written with call.write (grpc's default; the stubs have none)
+            metadata=as_identity(identity) if identity else (tuple(metadata or ()) or None),
         )
         self.seq = 0
 
@@ -400,12 +402,14 @@ class Sidecar:
 
     async def next(self, timeout: float = 5.0) -> assigner_pb2.SessionResponse:
         message = await asyncio.wait_for(self.call.read(), timeout)
-        assert message is not grpc.aio.EOF, "the assigner ended the session"
+        # grpc-stubs lack grpc.aio.EOF (the stream's end marker), hence the ignore
+        ended = message is grpc.aio.EOF  # type: ignore[attr-defined]
+        assert not ended, "the assigner ended the session"
         assert isinstance(message, assigner_pb2.SessionResponse)
         return message
 
     async def grants(self, count: int) -> list[assigner_pb2.LeaseGrant]:
-        out = []
+        out: list[assigner_pb2.LeaseGrant] = []
         while len(out) < count:
             message = await self.next()
             if message.WhichOneof("kind") == "grant":
