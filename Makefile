@@ -88,7 +88,8 @@ imports:
 	$(VENV)/lint-imports --no-cache
 
 typecheck:
-	$(VENV)/mypy services spark clients/python/src clients/python/dsread.py scripts
+	$(VENV)/mypy services spark clients/python/src clients/python/dsread.py scripts \
+		tests/support tests/bench
 
 protos:
 	bash protos/check.sh

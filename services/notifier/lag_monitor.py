@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import structlog
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from dataservice.common.v1 import common_pb2
 from services.notifier.settings import LagSettings

@@ -37,7 +37,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from confluent_kafka.cimpl import NewTopic  # admin re-exports it without __all__ (mypy)
 
 from services.runtime.kafka import new_admin, new_consumer, new_producer

@@ -44,6 +44,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,7 +82,7 @@ class Joiner:
     latencies: list[tuple[float, float]] = field(default_factory=list)  # (sent, latency)
     task: asyncio.Task[None] | None = None
 
-    async def run(self, stub: assigner_pb2_grpc.AssignerServiceStub) -> None:
+    async def run(self, stub: assigner_pb2_grpc.AssignerServiceAsyncStub) -> None:
         retries = 0
         self.first_try = time.monotonic()
         while not self.sim.killed:
@@ -103,11 +104,11 @@ class Joiner:
             retries += 1
             await asyncio.sleep(pause)
 
-    async def _session(self, stub: assigner_pb2_grpc.AssignerServiceStub) -> None:
+    async def _session(self, stub: assigner_pb2_grpc.AssignerServiceAsyncStub) -> None:
         sim = self.sim
-        outbox: asyncio.Queue[object] = asyncio.Queue()
+        outbox: asyncio.Queue[assigner_pb2.SessionRequest | None] = asyncio.Queue()
 
-        async def requests():  # type: ignore[no-untyped-def]
+        async def requests() -> AsyncIterator[assigner_pb2.SessionRequest]:
             while (request := await outbox.get()) is not None:
                 yield request
 
@@ -192,7 +193,7 @@ class Bench:
         self.joiners: dict[str, list[Joiner]] = {}
         self.started = 0
 
-    def _stub(self) -> assigner_pb2_grpc.AssignerServiceStub:
+    def _stub(self) -> assigner_pb2_grpc.AssignerServiceAsyncStub:
         if self.started % SESSIONS_PER_CHANNEL == 0:
             self.channels.append(grpc.aio.insecure_channel(self.addr))
         self.started += 1
@@ -237,7 +238,7 @@ class Bench:
         for group in list(self.joiners):
             await self.stop(group)
         for channel in self.channels:
-            await channel.close()
+            await channel.close(None)  # grace None: the stubs omit grpc's default
 
 
 async def attached_main(

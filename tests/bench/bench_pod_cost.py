@@ -210,6 +210,12 @@ class Size:
     rates: dict[float, list[Round]] = field(default_factory=dict)
 
 
+def started_pid(process: ServiceProcess) -> int:
+    """The pid of a started service (``ServiceProcess.pid`` is None only before start)."""
+    assert process.pid is not None, f"the {process.kind} was not started"
+    return process.pid
+
+
 def measure(
     pids: dict[str, dict[str, int]], seconds: float, threads: dict[str, int] | None = None
 ) -> dict[str, dict[str, UsageRate]]:
@@ -282,10 +288,13 @@ def run_size(
         time.sleep(WARM_SECONDS)
         load = os.getloadavg()
         first = next(iter(sidecars))
+        per_thread = {
+            f"sidecar-{first}": started_pid(sidecars[first]),
+            "assigner": started_pid(assigner),
+            "notifier": started_pid(notifier),
+        }
         idle = measure({k: {n: p for n, p in v.items() if p} for k, v in idle_pids.items()},
-                       profile.idle_window,
-                       {f"sidecar-{first}": sidecars[first].pid, "assigner": assigner.pid,
-                        "notifier": notifier.pid})  # fmt: skip
+                       profile.idle_window, per_thread)  # fmt: skip
         result.idle = {
             k: {"load": load, **{n: asdict(u) for n, u in v.items()}} for k, v in idle.items()
         }

@@ -232,7 +232,7 @@ class Worker:
 
 
 async def drive(
-    sim: SimSidecar, stub: assigner_pb2_grpc.AssignerServiceStub, w: Worker, delay: float = 0.0
+    sim: SimSidecar, stub: assigner_pb2_grpc.AssignerServiceAsyncStub, w: Worker, delay: float = 0.0
 ) -> None:
     """Session after Session (the first after ``delay``: the ramp): a broken stream (the
     assigner dropped a member it found lost) is re-attached with the leases still held, and
@@ -257,7 +257,9 @@ async def drive(
         retries += 1
 
 
-async def session(sim: SimSidecar, stub: assigner_pb2_grpc.AssignerServiceStub, w: Worker) -> None:
+async def session(
+    sim: SimSidecar, stub: assigner_pb2_grpc.AssignerServiceAsyncStub, w: Worker
+) -> None:
     outbox: asyncio.Queue[assigner_pb2.SessionRequest | None] = asyncio.Queue()
 
     async def requests() -> AsyncIterator[assigner_pb2.SessionRequest]:
@@ -372,6 +374,13 @@ class EchoServicer(assigner_pb2_grpc.AssignerServiceServicer):
                     ],
                 )
             )
+
+    async def Leave(
+        self, request: assigner_pb2.LeaveRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> assigner_pb2.LeaveResponse:
+        """Not part of the floor (the simulated sidecars never leave): UNIMPLEMENTED, as the
+        generated servicer answers."""
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "the echo keeps no membership")
 
 
 async def echo_main(
@@ -492,10 +501,10 @@ async def worker_main(
             conn.send((w.window.acks, w.window.latencies, w.errors))
         elif cmd[0] == "kill":
             sim = max(sims.values(), key=lambda s: len(s.held(now)))
-            held = sim.held(now)
+            killed_held = sim.held(now)
             sim.killed = True
             sim.call.cancel()  # the stream breaks; no Leave: the assigner finds it lost
-            conn.send(held)
+            conn.send(killed_held)
         elif cmd[0] == "watch":
             w.watching, w.live_at = set(cmd[1]), {}
             conn.send(None)
@@ -508,7 +517,7 @@ async def worker_main(
     with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
         await asyncio.gather(*tasks, return_exceptions=True)
     for c in chans:
-        await c.close()
+        await c.close(None)  # grace None: the stubs omit grpc's default
     conn.send(None)
 
 

@@ -87,9 +87,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "protos" / "gen" / 
 
 from dataservice.sidecar.v1 import stream_pb2
 from dsclient.records import wire
+from dsclient.records.arrow_batches import SCHEMA
 from dsclient.records.batches import Slice, chunk_of
 from services.consumer_sidecar.__main__ import GEN0_THRESHOLD, tune_malloc
-from services.consumer_sidecar.arrow_chunks import SCHEMA
 from services.consumer_sidecar.stream_rpc import STREAM_COLUMNS_BYTES, STREAM_COLUMNS_RECORDS
 from services.runtime.grpcserver import SERVER_OPTIONS
 

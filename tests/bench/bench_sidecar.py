@@ -82,7 +82,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -215,7 +215,7 @@ def read_messages(messages: list[Message]) -> int:
     return count
 
 
-def read_records(records: list[DsRecord]) -> int:
+def read_records(records: Sequence[DsRecord]) -> int:
     """(b), (c): the same reads on what DsClient hands the application."""
     for r in records:
         r.key  # noqa: B018 - the read is the point
@@ -600,6 +600,7 @@ def _lat_client(path: LatPath, group: str, assigner: str, ready: Any, first: Any
                         result.see(value, now)
                 else:
                     for r in batch:
+                        assert r.value is not None, "_lat_produce writes a value in every record"
                         result.see(r.value, now)
                 if path.ack == "ack_nowait":
                     pending.append((client.ack_nowait(batch), len(batch)))
@@ -614,15 +615,20 @@ def _lat_client(path: LatPath, group: str, assigner: str, ready: Any, first: Any
                     if batch:
                         handle(batch)
             else:
-                closer = threading.Thread(target=lambda: (stop.wait(), client.close()))
+
+                def close_on_stop() -> None:
+                    stop.wait()
+                    client.close()
+
+                closer = threading.Thread(target=close_on_stop)
                 closer.start()
                 batches: Iterator[Batch] | Iterator[ColumnBatch] = (
                     client.stream_columns(LAT_FETCH_RECORDS)
                     if path.kind == "columns"
                     else client.stream(LAT_FETCH_RECORDS, use_stream_rpc=True)
                 )
-                for batch in batches:
-                    handle(batch)
+                for streamed in batches:
+                    handle(streamed)
                     if stop.is_set():
                         break
                 closer.join()
@@ -731,9 +737,12 @@ def latency_run(
             )
             proc.start()
             procs.append(proc)
+            assert proc.pid is not None  # set by start()
             pids[path.key] = {"app": proc.pid}
             if path.key in sidecars:
-                pids[path.key]["sidecar"] = sidecars[path.key].pid
+                sidecar_pid = sidecars[path.key].pid
+                assert sidecar_pid is not None  # started by serving_sidecar
+                pids[path.key]["sidecar"] = sidecar_pid
             if not ready.wait(120):
                 raise RuntimeError(f"({path.key}) did not start")
         sent, failed = ctx.Value("q", 0), ctx.Value("q", 0)
@@ -1021,7 +1030,7 @@ def run(
                     print_selected(rates)
                     continue
                 base, committing = best(rates["a"]), best(rates["a1"])
-                fetch, nowait = best(rates["b"]), best(rates["b2"])
+                fetch, fetch_nowait = best(rates["b"]), best(rates["b2"])
                 stream, stream_nowait = best(rates["c"]), best(rates["c2"])
                 default = direct_consume(bootstrap, topic, n, sidecar_settings=False)
                 print(f"(a)  direct consume() baseline     {base}")
@@ -1031,7 +1040,10 @@ def run(
                     f"(b)  sidecar Fetch + ack           {fetch}  ratio {ratio(fetch, base)}"
                     f" (to a1: {ratio(fetch, committing)})"
                 )
-                print(f"(b2) sidecar Fetch + ack_nowait    {nowait}  ratio {ratio(nowait, base)}")
+                print(
+                    f"(b2) sidecar Fetch + ack_nowait    {fetch_nowait}"
+                    f"  ratio {ratio(fetch_nowait, base)}"
+                )
                 print(
                     f"(c)  sidecar Stream + ack          {stream}  ratio {ratio(stream, base)}"
                     f" (to a1: {ratio(stream, committing)})"

@@ -98,7 +98,7 @@ def _kind(name: str) -> str:
 
 
 def cpu_by_kind(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    kinds: dict[str, float] = collections.Counter()
+    kinds: collections.defaultdict[str, float] = collections.defaultdict(float)
     for key, used in after.items():
         kinds[key.split("/")[0]] += used - before.get(key, 0.0)
     return dict(kinds)

@@ -31,7 +31,7 @@ import contextlib
 import itertools
 import time
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -399,7 +399,7 @@ class LoadedMesh:
 
     def _scrape_redeliveries(self) -> dict[str, float]:
         """ds_sidecar_redeliveries_total by reason, summed over the sidecars still up."""
-        by_reason: Counter[str] = Counter()
+        by_reason: defaultdict[str, float] = defaultdict(float)
         for sidecar in self.sidecars:
             for sample in metric_samples(sidecar, "ds_sidecar_redeliveries_total"):
                 by_reason[sample.labels.get("reason", "?")] += sample.value

@@ -21,13 +21,17 @@ def dur(seconds: float) -> duration_pb2.Duration:
 
 
 def group_config(
-    name: str, topic: str, fencing: int, ttl: float | None = None, beat: float | None = None
+    name: str,
+    topic: str,
+    fencing: types_pb2.CommitFencing.ValueType,
+    ttl: float | None = None,
+    beat: float | None = None,
 ) -> types_pb2.GroupConfig:
     """A leased group of ``topic``, commit-fenced by ``fencing``, with its own lease TTL and
     heartbeat interval when given (else the assigner's)."""
     cfg = types_pb2.GroupConfig(
         name=name, topics=[topic], mode=common_pb2.GROUP_MODE_LEASED, commit_fencing=fencing
-    )  # type: ignore[arg-type]
+    )
     if ttl is not None:
         cfg.lease_ttl.CopyFrom(dur(ttl))
     if beat is not None:

@@ -140,7 +140,7 @@ class TopicReader:
 def events(messages: list[Message]) -> list[common_pb2.FaultEvent]:
     out = []
     for msg in messages:
-        headers = dict(msg.headers() or [])  # type: ignore[arg-type]
+        headers = dict(msg.headers() or [])
         raw_type = headers.get("content-type", b"")
         content_type = raw_type.decode() if isinstance(raw_type, bytes) else str(raw_type)
         value = msg.value()

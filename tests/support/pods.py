@@ -28,7 +28,7 @@ def metadata(draw: st.DrawFn) -> dict[str, Any]:
             values[GROUP] = group
         if draw(st.booleans()):
             values["app.kubernetes.io/name"] = draw(names)
-        if values or draw(st.booleans()):
+        if bool(values) or draw(st.booleans()):
             meta[section] = values
     return meta
 

@@ -16,6 +16,7 @@ counted client uses.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from collections.abc import Callable, Iterator, Mapping
@@ -25,6 +26,7 @@ from typing import Any
 from google.protobuf import message_factory
 from google.protobuf.descriptor import (
     Descriptor,
+    EnumDescriptor,
     FieldDescriptor,
     MethodDescriptor,
     ServiceDescriptor,
@@ -146,9 +148,9 @@ class _Builder:
             if key in self.overrides:
                 return self.overrides[key]
         if field.type == FieldDescriptor.TYPE_MESSAGE:
-            return self.fields_of(field.message_type, depth + 1)
+            return self.fields_of(_message_type(field), depth + 1)
         if field.type == FieldDescriptor.TYPE_ENUM:
-            known = [value.number for value in field.enum_type.values]
+            known = [value.number for value in _enum_type(field).values]
             return st.one_of(st.sampled_from(known), _ints(INT32))  # unknown numbers too
         if field.type == FieldDescriptor.TYPE_STRING:
             return text_values(huge=self.huge)
@@ -160,8 +162,11 @@ class _Builder:
 
     def value(self, field: FieldDescriptor, depth: int) -> st.SearchStrategy[Any]:
         """The whole value of ``field``: a list for repeated fields, a dict for maps."""
-        if field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type.GetOptions().map_entry:
-            entry = field.message_type
+        if (
+            field.type == FieldDescriptor.TYPE_MESSAGE
+            and _message_type(field).GetOptions().map_entry
+        ):
+            entry = _message_type(field)
             return st.dictionaries(
                 self.small().element(entry.fields_by_name["key"], depth),
                 self.small().element(entry.fields_by_name["value"], depth),
@@ -193,11 +198,31 @@ class _Builder:
         oneofs = [
             st.one_of(
                 st.just({}),
-                *[self.value(f, depth).map(lambda v, name=f.name: {name: v}) for f in oneof.fields],
+                *[
+                    self.value(f, depth).map(functools.partial(_named, f.name))
+                    for f in oneof.fields
+                ],
             )
             for oneof in descriptor.oneofs
         ]
         return st.tuples(st.fixed_dictionaries(optional), *oneofs).map(_merge)
+
+
+def _message_type(field: FieldDescriptor) -> Descriptor:
+    """The message type of a message field (never None for one)."""
+    assert field.message_type is not None, f"{field.full_name} is not a message field"
+    return field.message_type
+
+
+def _enum_type(field: FieldDescriptor) -> EnumDescriptor:
+    """The enum type of an enum field (never None for one)."""
+    assert field.enum_type is not None, f"{field.full_name} is not an enum field"
+    return field.enum_type
+
+
+def _named(name: str, value: Any) -> dict[str, Any]:
+    """One oneof member's value as the dict :func:`_merge` takes."""
+    return {name: value}
 
 
 _ABSENT = object()
@@ -216,8 +241,9 @@ def _fill(message: Message, values: Mapping[str, Any]) -> None:
     for name, value in values.items():
         field = descriptor.fields_by_name[name]
         target = getattr(message, name)
-        if field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type.GetOptions().map_entry:
-            value_field = field.message_type.fields_by_name["value"]
+        entry = field.message_type  # set for every message field, None for the others
+        if field.type == FieldDescriptor.TYPE_MESSAGE and entry and entry.GetOptions().map_entry:
+            value_field = entry.fields_by_name["value"]
             for key, item in value.items():
                 if value_field.type == FieldDescriptor.TYPE_MESSAGE:
                     _fill(target[key], item)

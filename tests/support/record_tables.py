@@ -50,7 +50,8 @@ def consumed(draw: st.DrawFn) -> tuple[list[Message], list[DsRecord]]:
                     offset=offset,
                     key=key,
                     value=value,
-                    headers=hs,
+                    # a copy as the list type the stubs take (List is invariant there)
+                    headers=None if hs is None else list(hs),
                     timestamp=(1 if ts >= 0 else 0, ts),
                 )
             )
@@ -59,12 +60,19 @@ def consumed(draw: st.DrawFn) -> tuple[list[Message], list[DsRecord]]:
     return messages, expected
 
 
+def offset_of(message: Message) -> int:
+    """The offset of a record (not an error) message."""
+    offset = message.offset()
+    assert offset is not None, "a record message has an offset"
+    return offset
+
+
 def table_holding(
     messages: list[Message], on_unblocked: Callable[[], None] | None = None
 ) -> PartitionTable:
     table = PartitionTable(1 << 40, lambda: 0.0, on_unblocked=on_unblocked)
     for (topic, partition), epoch in EPOCHS.items():
-        start = min((m.offset() for m in messages if m.error() is None
+        start = min((offset_of(m) for m in messages if m.error() is None
                      and (m.topic(), m.partition()) == (topic, partition)), default=0)  # fmt: skip
         table.add(
             Partition(

@@ -11,6 +11,7 @@ Failure tests (CONVENTIONS "Tests") check these counts, never a sample.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import time
@@ -19,11 +20,17 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from dsclient import DsClient
+from dsclient import DsClient, DsRecord
 
 
 def value_of(seq: int) -> bytes:
     return f"seq-{seq}".encode()
+
+
+def seq_of(record: DsRecord) -> int:
+    """The sequence number a :class:`SeqProducer` record carries in its key."""
+    assert record.key is not None, f"record without a key at {record.partition}:{record.offset}"
+    return int(record.key.decode())
 
 
 class SeqProducer:
@@ -71,7 +78,7 @@ class SeqProducer:
                     key=str(seq).encode(),
                     value=value_of(seq),
                     partition=seq % self.partitions,
-                    on_delivery=lambda err, msg, s=seq: self._delivered(s, err, msg),
+                    on_delivery=functools.partial(self._delivered, seq),
                 )
                 self.sent += 1
             self._producer.poll(0)
@@ -216,7 +223,7 @@ class ConsumerLoop:
                 self.tally.add(
                     [
                         Delivery(
-                            seq=int(r.key.decode()),
+                            seq=seq_of(r),
                             partition=r.partition,
                             offset=r.offset,
                             epoch=r.lease_epoch,
@@ -231,7 +238,7 @@ class ConsumerLoop:
                     ]
                 )
                 for r in batch:
-                    assert r.value == value_of(int(r.key.decode())), "value does not match key"
+                    assert r.value == value_of(seq_of(r)), "value does not match key"
         except BaseException as exc:
             self.errors.append(exc)
 

@@ -42,7 +42,7 @@ async def release(
 
 
 async def commands(sidecar: Sidecar, kind: str, count: int) -> list[assigner_pb2.SessionResponse]:
-    out = []
+    out: list[assigner_pb2.SessionResponse] = []
     while len(out) < count:
         message = await sidecar.next()
         if message.WhichOneof("kind") == kind:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from dataservice.assigner.v1 import assigner_pb2, types_pb2
@@ -119,6 +119,9 @@ def run(
     async def main() -> None:
         harness = Harness(session_events, lease_events)
         await body(harness)
-        await harness.requests.aclose()
+        # _requests is an async generator (typed as the AsyncIterator the stream takes).
+        requests = harness.requests
+        assert isinstance(requests, AsyncGenerator)
+        await requests.aclose()
 
     asyncio.run(main())

@@ -213,7 +213,7 @@ class Assigner:
     offsets: MemoryOffsets
     metrics: AssignerMetrics
     prometheus: CollectorRegistry
-    sessions: assigner_pb2_grpc.AssignerServiceStub
+    sessions: assigner_pb2_grpc.AssignerServiceAsyncStub  # on the grpc.aio channel
     bindings: binding_pb2_grpc.BindingServiceStub
     admin: admin_pb2_grpc.AdminServiceStub
     leader: list[bool]
@@ -329,7 +329,8 @@ async def refused(call: Awaitable[Any]) -> grpc.aio.AioRpcError:
 async def stream_refused(call: Any) -> grpc.aio.AioRpcError:
     """The error a streaming call ends with (read through ``call.read()``), within 10 s."""
     try:
-        while await asyncio.wait_for(call.read(), 10) is not grpc.aio.EOF:
+        # grpc-stubs lack grpc.aio.EOF (the stream's end marker), hence the ignore
+        while await asyncio.wait_for(call.read(), 10) is not grpc.aio.EOF:  # type: ignore[attr-defined]
             pass
     except grpc.aio.AioRpcError as err:
         return err
@@ -376,7 +377,7 @@ class Sidecar:
 
     def __init__(
         self,
-        stub: assigner_pb2_grpc.AssignerServiceStub,
+        stub: assigner_pb2_grpc.AssignerServiceAsyncStub,
         sidecar_id: str,
         *,
         identity: str | None = None,
@@ -388,7 +389,8 @@ class Sidecar:
         self.id = sidecar_id
         self.endpoint = endpoint
         self.call = stub.Session(
-            metadata=as_identity(identity) if identity else (tuple(metadata or ()) or None)
+            None,  # requests written with call.write (grpc's default; the stubs have none)
+            metadata=as_identity(identity) if identity else (tuple(metadata or ()) or None),
         )
         self.seq = 0
 
@@ -400,12 +402,14 @@ class Sidecar:
 
     async def next(self, timeout: float = 5.0) -> assigner_pb2.SessionResponse:
         message = await asyncio.wait_for(self.call.read(), timeout)
-        assert message is not grpc.aio.EOF, "the assigner ended the session"
+        # grpc-stubs lack grpc.aio.EOF (the stream's end marker), hence the ignore
+        ended = message is grpc.aio.EOF  # type: ignore[attr-defined]
+        assert not ended, "the assigner ended the session"
         assert isinstance(message, assigner_pb2.SessionResponse)
         return message
 
     async def grants(self, count: int) -> list[assigner_pb2.LeaseGrant]:
-        out = []
+        out: list[assigner_pb2.LeaseGrant] = []
         while len(out) < count:
             message = await self.next()
             if message.WhichOneof("kind") == "grant":
