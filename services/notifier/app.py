@@ -176,6 +176,7 @@ class NotifierApp:
         self.render_relay = RenderRelay(
             self.outbox,
             self.router,
+            hooks=hooks,
             wake_kafka=self.kafka_relay.notify,
             wake_webhook=self.webhook_relay.notify,
         )
