@@ -101,6 +101,7 @@ class NotifierApp:
             settings.resolved_outbox_path(),
             history_max=settings.recent_faults,
             dead_letters_max=settings.dead_letters_max,
+            max_pending_per_destination=settings.webhook_max_pending,
         )
         published = self.outbox.history(settings.recent_faults)
         history = FaultHistory(

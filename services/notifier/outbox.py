@@ -38,7 +38,8 @@ from typing import Any
 
 KAFKA_LANE = "kafka"
 WEBHOOK_LANE = "webhook"
-# Pending webhook items per destination; past it a new item is dead-lettered at once.
+# Pending webhook items per destination; past it a new item is dead-lettered at once (the
+# default of the setting webhook_max_pending).
 MAX_PENDING_PER_DESTINATION = 10_000
 # Alerts to render: (template, fault) jobs the render relay turns into kafka or webhook
 # items, so no template is ever rendered on the Kafka relay's thread.
