@@ -88,7 +88,7 @@ def test_alerts_for_a_full_destination_are_counted_and_raise_dead_letter(
                 and e.state == common_pb2.FAULT_STATE_OPEN
             ]  # fmt: skip
 
-        for _ in range(100):  # the pipeline reports its own faults as tasks on the loop
+        for _ in range(300):  # the pipeline reports its own faults as tasks on the loop
             if len(dead_letter_events()) >= 2:
                 break
             await asyncio.sleep(0.05)
