@@ -101,6 +101,7 @@ class NotifierApp:
             settings.resolved_outbox_path(),
             history_max=settings.recent_faults,
             dead_letters_max=settings.dead_letters_max,
+            max_pending_per_destination=settings.webhook_max_pending,
         )
         published = self.outbox.history(settings.recent_faults)
         history = FaultHistory(
@@ -176,6 +177,7 @@ class NotifierApp:
         self.render_relay = RenderRelay(
             self.outbox,
             self.router,
+            hooks=hooks,
             wake_kafka=self.kafka_relay.notify,
             wake_webhook=self.webhook_relay.notify,
         )

@@ -17,7 +17,10 @@ An item its destination refuses for good (Kafka's producer refuses it outright, 
 answers a permanent error, a webhook answers 4xx) is moved to the ``dead_letter`` table in
 one transaction, with the error, so the items behind it go on; the table keeps the newest
 ``dead_letters_max`` for an operator to look at (``sqlite3 OUTBOX 'select * from
-dead_letter'``).
+dead_letter'``). A webhook item queued for a destination that already holds
+``max_pending_per_destination`` pending items goes there at once, in the transaction that
+queued it; :meth:`Outbox.append` and :meth:`Outbox.complete` return those, for the caller
+to report like every other dead letter (``RelayHooks.report_dead_letters``).
 
 Thread-safe: one connection guarded by a lock; every method is a short transaction.
 """
@@ -35,7 +38,8 @@ from typing import Any
 
 KAFKA_LANE = "kafka"
 WEBHOOK_LANE = "webhook"
-# Pending webhook items per destination; past it a new item is dead-lettered at once.
+# Pending webhook items per destination; past it a new item is dead-lettered at once (the
+# default of the setting webhook_max_pending).
 MAX_PENDING_PER_DESTINATION = 10_000
 # Alerts to render: (template, fault) jobs the render relay turns into kafka or webhook
 # items, so no template is ever rendered on the Kafka relay's thread.
@@ -154,9 +158,10 @@ class Outbox:
 
     def append(
         self, items: Sequence[OutboxItem], *, received: tuple[str, Received] | None = None
-    ) -> None:
+    ) -> list[DeadLetter]:
         """Durably queue ``items`` (in this order) and remember the report they came from,
-        in one transaction. Items whose id is already queued are skipped."""
+        in one transaction. Items whose id is already queued are skipped. Returns the items
+        dead-lettered instead of queued (their webhook destination was full)."""
         now_ms = int(time.time() * 1000)
         with self._lock:
             # Something to send: fsync before answering (FULL). Only the record of a
@@ -166,8 +171,7 @@ class Outbox:
             self._db.execute(f"PRAGMA synchronous={'FULL' if items else 'NORMAL'}")
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                for item in items:
-                    self._insert(item, now_ms)
+                dead = self._insert_all(items, now_ms)
                 if received is not None:
                     report_id, answer = received
                     self._db.execute(
@@ -179,41 +183,44 @@ class Outbox:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+        return dead
 
     def remove(self, seqs: Iterable[int]) -> None:
         self.complete(seqs, ())
 
-    def complete(self, seqs: Iterable[int], follow_ups: Sequence[OutboxItem]) -> None:
+    def complete(self, seqs: Iterable[int], follow_ups: Sequence[OutboxItem]) -> list[DeadLetter]:
         """Forget delivered items and queue what their delivery caused (the alerts of a
-        published fault) in one transaction: a crash leaves either both or neither."""
+        published fault) in one transaction: a crash leaves either both or neither.
+        Returns the follow-ups dead-lettered instead of queued (as :meth:`append`)."""
         now_ms = int(time.time() * 1000)
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in seqs])
-                for item in follow_ups:
-                    self._insert(item, now_ms)
+                dead = self._insert_all(follow_ups, now_ms)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+        return dead
 
-    def _insert(self, item: OutboxItem, now_ms: int) -> None:
+    def _insert_all(self, items: Sequence[OutboxItem], now_ms: int) -> list[DeadLetter]:
+        """Inside a transaction: queue ``items``; returns those dead-lettered instead."""
+        return [dead for item in items if (dead := self._insert(item, now_ms)) is not None]
+
+    def _insert(self, item: OutboxItem, now_ms: int) -> DeadLetter | None:
         if item.lane == WEBHOOK_LANE and self._full(item.destination):
             # Bounded (issue 37, finding 7): a destination that does not take its items
             # cannot grow the outbox; what it cannot hold is dead-lettered at once.
-            self._db.execute(
-                "INSERT INTO dead_letter (lane, id, destination, key, value, headers, kind, "
-                "created_ms, attempts, failed_ms, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (*_columns(item, now_ms), 0, now_ms,
-                 f"outbox full for this destination ({self._max_per_destination} pending)"),
-            )  # fmt: skip
-            return
+            why = f"outbox full for this destination ({self._max_per_destination} pending)"
+            self._add_dead_letters([item], why, now_ms)
+            return DeadLetter(item, why, now_ms)
         self._db.execute(
             "INSERT OR IGNORE INTO outbox (lane, id, destination, key, value, "
             "headers, kind, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             _columns(item, now_ms),
         )
+        return None
 
     def dead_letter(self, item: OutboxItem, error: str) -> None:
         """Move ``item`` to the dead-letter table (the oldest beyond the bound are
@@ -262,9 +269,13 @@ class Outbox:
 
     def _move_to_dead_letters(self, items: list[OutboxItem], error: str) -> None:
         """Inside a transaction: ``items`` out of the outbox and into the dead-letter table
-        (with their attempts), then the oldest dead letters beyond the bound forgotten."""
-        now_ms = int(time.time() * 1000)
+        (:meth:`_add_dead_letters`)."""
         self._db.executemany("DELETE FROM outbox WHERE seq = ?", [(item.seq,) for item in items])
+        self._add_dead_letters(items, error, int(time.time() * 1000))
+
+    def _add_dead_letters(self, items: Sequence[OutboxItem], error: str, now_ms: int) -> None:
+        """Inside a transaction: ``items`` into the dead-letter table (with their attempts),
+        then the oldest dead letters beyond the bound forgotten."""
         self._db.executemany(
             "INSERT INTO dead_letter (lane, id, destination, key, value, headers, "
             "kind, created_ms, attempts, failed_ms, error) "
@@ -391,6 +402,19 @@ class Outbox:
                 "SELECT event FROM history ORDER BY seq DESC LIMIT ?", (limit,)
             ).fetchall()
         return [row[0] for row in reversed(rows)]
+
+
+def moved_together(letters: Sequence[DeadLetter]) -> list[tuple[list[OutboxItem], str]]:
+    """``letters`` (in order) as the runs of one destination and one error: what a
+    ``RelayHooks.dead_letter`` call is told of (one DEAD_LETTER, with a count, per run)."""
+    runs: list[tuple[list[OutboxItem], str]] = []
+    for letter in letters:
+        run = runs[-1] if runs else None
+        if run and run[1] == letter.error and run[0][-1].destination == letter.item.destination:
+            run[0].append(letter.item)
+        else:
+            runs.append(([letter.item], letter.error))
+    return runs
 
 
 def _items(rows: Sequence[Any], lane: str) -> list[OutboxItem]:

@@ -94,6 +94,11 @@ class FaultPipeline:
         self._report_lock = asyncio.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gauge_at = 0.0  # monotonic: when tick() next counts the outbox's lanes
+        self._hooks = RelayHooks(
+            delivered=self._delivered,
+            dead_letter=self._dead_letter,
+            reconciled=lambda n: self._metrics.reconciled.inc(n),
+        )
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop that owns the history: deliveries confirmed on the relay threads are
@@ -129,11 +134,14 @@ class FaultPipeline:
             else:
                 self._metrics.suppressed.labels(type_name).inc()
             try:
-                await asyncio.to_thread(self._outbox.append, items, received=(event.id, answer))
+                dead = await asyncio.to_thread(
+                    self._outbox.append, items, received=(event.id, answer)
+                )
             except Exception as exc:
                 raise DsError(
                     Reason.SERVICE_NOT_READY, f"fault not stored: outbox not writable ({exc})"
                 ) from exc
+            self._hooks.report_dead_letters(dead)
         if items:
             self._wake.kafka()
         return answer.event_id, answer.suppressed
@@ -175,11 +183,11 @@ class FaultPipeline:
         summaries = self._suppressor.due(self._clock())
         if summaries:
             items = [self._fault_item(e) for e in summaries]
-            await asyncio.to_thread(self._outbox.append, items)
+            self._hooks.report_dead_letters(await asyncio.to_thread(self._outbox.append, items))
             self._wake.kafka()
         held = self._router.due()
         if held:
-            await asyncio.to_thread(self._outbox.append, held)
+            self._hooks.report_dead_letters(await asyncio.to_thread(self._outbox.append, held))
             self._wake.render()
         now = time.monotonic()
         if now >= self._gauge_at:
@@ -197,11 +205,7 @@ class FaultPipeline:
     # ---- delivery (relay threads) -------------------------------------------------------
 
     def relay_hooks(self) -> RelayHooks:
-        return RelayHooks(
-            delivered=self._delivered,
-            dead_letter=self._dead_letter,
-            reconciled=lambda n: self._metrics.reconciled.inc(n),
-        )
+        return self._hooks
 
     def _delivered(self, items: Sequence[OutboxItem]) -> list[OutboxItem]:
         follow_ups: list[OutboxItem] = []

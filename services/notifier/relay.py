@@ -40,7 +40,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from services.notifier import webhook, webhook_budget
 from services.notifier.egress import EgressPolicy, EgressRefused, Target, redact, resolve
-from services.notifier.outbox import KAFKA_LANE, WEBHOOK_LANE, Outbox, OutboxItem
+from services.notifier.outbox import (
+    KAFKA_LANE,
+    WEBHOOK_LANE,
+    DeadLetter,
+    Outbox,
+    OutboxItem,
+    moved_together,
+)
 from services.notifier.webhook_budget import (
     MAX_WEBHOOK_AGE_SECONDS,
     MAX_WEBHOOK_ATTEMPTS,
@@ -80,6 +87,13 @@ class RelayHooks:
     delivered: Callable[[Sequence[OutboxItem]], Sequence[OutboxItem]]
     dead_letter: Callable[[Sequence[OutboxItem], str], None]
     reconciled: Callable[[int], None]
+
+    def report_dead_letters(self, letters: Sequence[DeadLetter]) -> None:
+        """Tell ``dead_letter`` of what the outbox dead-lettered instead of queuing
+        (``Outbox.append``/``complete``: a webhook destination full), each run of one
+        destination and one reason together."""
+        for items, why in moved_together(letters):
+            self.dead_letter(items, why)
 
 
 class _Produced(enum.Enum):
@@ -235,7 +249,9 @@ class KafkaRelay:
         delivered = [item for item, err in batch if err is None]
         if delivered:
             follow_ups = self._hooks.delivered(delivered)
-            self._outbox.complete([item.seq for item in delivered], follow_ups)
+            self._hooks.report_dead_letters(
+                self._outbox.complete([item.seq for item in delivered], follow_ups)
+            )
         uncertain: list[str] = []
         for item, err in batch:
             in_flight.pop(item.seq, None)
@@ -287,7 +303,9 @@ class KafkaRelay:
             published = [item for item in pending if item.id in found]
             # Their delivery was confirmed by reading them back: do what delivery does.
             follow_ups = self._hooks.delivered(published)
-            self._outbox.complete([item.seq for item in published], follow_ups)
+            self._hooks.report_dead_letters(
+                self._outbox.complete([item.seq for item in published], follow_ups)
+            )
         self._hooks.reconciled(len(found))
         log.info("outbox reconciled", pending=len(pending), already_published=len(found))
 
@@ -429,7 +447,9 @@ class WebhookRelay:
                 continue  # keep this URL's order: nothing after a failed item goes first
             outcome = self._post(item)
             if outcome is None:
-                self._outbox.complete([item.seq], self._hooks.delivered([item]))
+                self._hooks.report_dead_letters(
+                    self._outbox.complete([item.seq], self._hooks.delivered([item]))
+                )
                 self._runs.pop(url, None)
                 sent += 1
             elif outcome.startswith("permanent:"):

@@ -218,6 +218,13 @@ class NotifierSettings(ServiceSettings):
         "waiting longer than this (a destination failing often, but not "
         "webhook_max_attempts times in a row)",
     )
+    webhook_max_pending: int = Field(
+        10_000,
+        ge=1,
+        le=1_000_000,
+        description="pending webhook items per destination (URL); past it a new item for "
+        "that URL is dead-lettered at once (outbox full for this destination)",
+    )
     report_limits: ReportLimits = Field(default_factory=ReportLimits)
     dead_letters_max: int = Field(
         10_000, ge=1, le=1_000_000, description="dead letters kept in the outbox's table"

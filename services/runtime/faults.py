@@ -246,8 +246,10 @@ CATALOGUE: Mapping[FaultTypeValue, FaultSpec] = {
             "Kafka's producer refused the item outright (over message.max.bytes, a bad topic), "
             "the broker answered a permanent error, a webhook answered 4xx, or a webhook "
             "destination failed webhook_max_attempts attempts in a row (its waiting items, "
-            "and after each later failed attempt those queued since) or an item waited "
-            "longer than webhook_max_age_seconds for a failing destination.",
+            "and after each later failed attempt those queued since), an item waited "
+            "longer than webhook_max_age_seconds for a failing destination, or an alert "
+            "came for a webhook destination already holding webhook_max_pending items "
+            "(error: outbox full for this destination).",
             "notifier",
             T.SEVERITY_ERROR,
             "Sent at once: the item is out of the way (kept in the dead-letter table) and the "

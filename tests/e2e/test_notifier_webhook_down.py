@@ -25,6 +25,10 @@ At the end it prints, and asserts what is robust on a loaded machine:
 * the outbox depth (``ds_notifier_outbox_pending{lane="webhook"}`` sampled every second),
   whose max is printed and asserted under the per-destination bound (10 000 pending).
 
+A second, short test fills a failing URL's bound of pending items (``webhook_max_pending``)
+and checks that what is dead-lettered past it is counted, raised as DEAD_LETTER and kept
+within ``dead_letters_max`` like every other dead letter.
+
 The default (5 s baseline, 20 s outage) runs in CI; the 10-minute variant is ``long``
 (run it by hand: ``pytest -q -s -p no:cacheprovider -m long`` and this file);
 its output is in docs/operate/faults.md.
@@ -291,3 +295,81 @@ def scenario(
     # in-flight items).
     assert depth, "no ds_notifier_outbox_pending sample"
     assert max(depth) <= MAX_PENDING_PER_DESTINATION + RATE * 10
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(240)
+def test_alerts_past_a_full_destination_are_dead_lettered_counted_and_bounded(
+    mesh: Mesh, tmp_path: Path
+) -> None:
+    """A URL answering 503 with a budget it does not spend here and room for 5 pending
+    items: of 12 alerts, 7 are dead-lettered at once ("outbox full for this destination"),
+    counted in the metric and raised as DEAD_LETTER like any other dead letter, and the
+    dead-letter table keeps only its newest ``dead_letters_max`` (4). Before the fix the
+    7 were written to the table silently (metric absent, no DEAD_LETTER), past its bound."""
+    down: Receiver[tuple[str, float, str]] = Receiver(503)
+    outbox = tmp_path / "outbox.sqlite"
+    run = uuid.uuid4().hex[:8]
+    templates_topic = f"ds.alert_templates.hookfull-{run}"
+    config = notifier_config(
+        tmp_path / "notifier.yaml",
+        alerts={"webhook_egress": ["127.0.0.1"]},
+        suppression_window_seconds={"*": 0},
+        templates_topic=templates_topic,
+        webhook_max_attempts=1000,
+        webhook_max_pending=5,
+        dead_letters_max=4,
+    )
+    notifier = start_notifier(mesh, outbox, config)
+    try:
+        notifier.wait_serving(90)
+        with notifier_stub(notifier.grpc_addr) as stub:
+            template = notifier_pb2.AlertTemplate(
+                caller=f"hookfull-{run}",
+                name="down",
+                fault_types=[common_pb2.FAULT_TYPE_COMMIT_FAILED],
+                open_template="{{ group }}",
+            )
+            template.webhook.url = down.url
+            stub.PutAlertTemplate(
+                notifier_pb2.PutAlertTemplateRequest(
+                    template=template, request_id=str(uuid.uuid4())
+                ),
+                timeout=30,
+            )
+            for i in range(12):
+                event = fault(common_pb2.FAULT_TYPE_COMMIT_FAILED, f"hookfull-{run}-{i:02d}")
+                stub.ReportFault(notifier_pb2.ReportFaultRequest(event=event), timeout=30)
+
+        def counted(name: str, **labels: str) -> float:
+            return metric_value(metrics(notifier), name, **labels) or 0
+
+        dead_letters = "ds_notifier_outbox_dead_letters_total"
+        published = "ds_notifier_faults_published_total"
+        faults_open = {"type": "DEAD_LETTER", "state": "OPEN"}
+        wait_for(
+            lambda: counted(dead_letters, kind="alert") >= 7,
+            120,
+            "7 alerts dead-lettered for a full outbox, counted",
+        )
+        wait_for(
+            lambda: counted(published, **faults_open) >= 1,
+            60,
+            "a DEAD_LETTER fault published",
+        )
+        dead_faults = counted(published, **faults_open)
+        dead_metric = counted(dead_letters, kind="alert")
+        pending, dead = outbox_view(outbox, down.url)
+        print(
+            f"\nfull destination: {down.refused} POSTs answered 503, {len(pending)} pending, "
+            f"ds_notifier_outbox_dead_letters_total{{kind=alert}}={dead_metric}, "
+            f"DEAD_LETTER faults published: {dead_faults}, dead-letter table: "
+            f"{[(e, a) for a, e, _c in dead]}"
+        )
+        assert len(pending) == 5
+        assert dead_metric == 7
+        assert 1 <= dead_faults <= 7  # one per render round's bulk, not necessarily one
+        assert [e for _a, e, _c in dead] == ["outbox full for this destination (5 pending)"] * 4
+    finally:
+        down.close()
+        delete_topic(mesh.bootstrap, templates_topic)

@@ -32,7 +32,7 @@ from services.notifier.alerts import AlertRouter
 from services.notifier.egress import EgressPolicy
 from services.notifier.history import FaultHistory
 from services.notifier.metrics import NotifierMetrics
-from services.notifier.outbox import KAFKA_LANE, Outbox, OutboxItem
+from services.notifier.outbox import KAFKA_LANE, MAX_PENDING_PER_DESTINATION, Outbox, OutboxItem
 from services.notifier.pipeline import FaultPipeline, Wake
 from services.notifier.relay import RelayHooks
 from services.notifier.render_relay import RenderRelay
@@ -71,7 +71,9 @@ class KafkaEdge:
             items = self.outbox.pending(KAFKA_LANE, 1000)
             if items:
                 follow_ups = self.hooks.delivered(items)
-                self.outbox.complete([item.seq for item in items], follow_ups)
+                self.hooks.report_dead_letters(
+                    self.outbox.complete([item.seq for item in items], follow_ups)
+                )
                 self.published.extend(items)
             rendered = self.render.round() if self.render is not None else 0
             if not items and not rendered:
@@ -127,14 +129,22 @@ class Notifier:
     store: MemoryTemplateStore
     topics: AlertTopics
     ready: threading.Event  # the template store has loaded its topic
+    registry: CollectorRegistry  # the notifier's metrics
 
 
 Body = Callable[[Notifier], Awaitable[None]]
 
 
-def run(tmp_path: Path, body: Body, *, auth: AuthSettings | None = None) -> None:
+def run(
+    tmp_path: Path,
+    body: Body,
+    *,
+    auth: AuthSettings | None = None,
+    max_pending_per_destination: int = MAX_PENDING_PER_DESTINATION,
+    dead_letters_max: int = 10_000,
+) -> None:
     """``body`` against the notifier; ``auth``: behind the authorization interceptor with
-    those settings, as the service runs it (audience ds-notifier)."""
+    those settings, as the service runs it (audience ds-notifier); the outbox's bounds."""
 
     async def main() -> None:
         settings = NotifierSettings(
@@ -144,8 +154,13 @@ def run(tmp_path: Path, body: Body, *, auth: AuthSettings | None = None) -> None
             outbox_path=tmp_path / "outbox.sqlite",
             suppression_window_seconds={"*": 60.0},
         )
-        metrics = NotifierMetrics(CollectorRegistry())
-        outbox = Outbox(settings.resolved_outbox_path())
+        registry = CollectorRegistry()
+        metrics = NotifierMetrics(registry)
+        outbox = Outbox(
+            settings.resolved_outbox_path(),
+            dead_letters_max=dead_letters_max,
+            max_pending_per_destination=max_pending_per_destination,
+        )
         kafka = KafkaEdge(outbox)
         store = MemoryTemplateStore()
         topics = AlertTopics()
@@ -167,7 +182,7 @@ def run(tmp_path: Path, body: Body, *, auth: AuthSettings | None = None) -> None
         )
         kafka.hooks = pipeline.relay_hooks()
         kafka.render = RenderRelay(
-            outbox, router, wake_kafka=lambda: None, wake_webhook=lambda: None
+            outbox, router, hooks=kafka.hooks, wake_kafka=lambda: None, wake_webhook=lambda: None
         )
         pipeline.attach(asyncio.get_running_loop())
         service = TemplateService(
@@ -194,7 +209,7 @@ def run(tmp_path: Path, body: Body, *, auth: AuthSettings | None = None) -> None
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
                 stub = notifier_pb2_grpc.NotifierServiceStub(channel)
-                notifier = Notifier(stub, outbox, kafka, store, topics, ready)
+                notifier = Notifier(stub, outbox, kafka, store, topics, ready, registry)
                 await asyncio.wait_for(body(notifier), 20)
         finally:
             await server.server.stop(0)
