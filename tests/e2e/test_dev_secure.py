@@ -18,7 +18,6 @@ Uses the fixed service ports of ARCHITECTURE §9, like tests/e2e/test_dsctl_dev.
 from __future__ import annotations
 
 import json
-import os
 import ssl
 import subprocess
 import time
@@ -28,7 +27,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
-import psutil
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
@@ -45,8 +43,8 @@ from dsclient.connection import ConnectionSettings, TlsConfig, open_channel
 from dsclient.reasons import error_info
 from services.devstack.cache import cache_dir
 from services.devstack.pki import DevPki, sign_token
-from services.devstack.ports import free_port, port_is_open
-from tests.support import cli
+from services.devstack.ports import free_port
+from tests.support.dev_stacks import dev_env, down_and_gone, dsctl, require_free
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -55,19 +53,11 @@ ASSIGNER = "127.0.0.1:7070"
 NO_RETRY = ConnectionSettings(retry=None)
 
 
-def dsctl(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return cli.dsctl(*args, env=env, timeout=300)
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DevPki, dict[str, str]]]:
-    busy = [p for p in FIXED_PORTS if port_is_open(p)]
-    if busy:
-        pytest.fail(f"ports {busy} are in use; stop what runs there (a dev stack?) first")
+    require_free(FIXED_PORTS)
     root = tmp_path_factory.mktemp("secure")
-    env = {**os.environ, "DS_DEV_DIR": str(root / "dev"), "COLUMNS": "250"}
-    for key in [k for k in env if k.startswith(("DS_TLS__", "DS_AUTH__"))]:
-        del env[key]
+    env = dev_env(root / "dev", plain=True)
     kafka_port = free_port()
     up = dsctl("dev", "up", "--detach", "--secure", "--kafka-port", str(kafka_port), env=env)
     pids: list[int] = []
@@ -82,10 +72,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DevPki, di
         assert f"DS_TLS__CA_FILE={pki.ca}" in up.stdout
         yield pki, env
     finally:
-        down = dsctl("dev", "down", env=env)
-        assert down.returncode == 0, down.stderr
-        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"]
-        assert alive == [], f"processes left behind: {alive}"
+        down_and_gone(env, pids)
 
 
 def tls(pki: DevPki, token: str | None) -> TlsConfig:

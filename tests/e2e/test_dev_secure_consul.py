@@ -14,21 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from services.devstack import secure
 from services.devstack.pki import DevPki
-from services.devstack.ports import free_port, port_is_open
+from services.devstack.ports import free_port
 from services.runtime.discovery import ConsulDiscovery
-from tests.support import cli
+from tests.support.dev_stacks import dev_env, down_and_gone, dsctl, require_free
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -41,10 +38,6 @@ REGISTERED = {
 }
 
 
-def dsctl(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return cli.dsctl(*args, env=env, timeout=300)
-
-
 def service_checks(consul: str) -> list[dict[str, Any]]:
     """Every service check the agent runs, with its last output (the catalog's copy of an
     output lags)."""
@@ -54,12 +47,8 @@ def service_checks(consul: str) -> list[dict[str, Any]]:
 
 
 def test_consul_checks_pass_and_discovery_finds_every_service(tmp_path: Path) -> None:
-    busy = [p for p in FIXED_PORTS if port_is_open(p)]
-    if busy:
-        pytest.fail(f"ports {busy} are in use; stop what runs there (a dev stack?) first")
-    env = {**os.environ, "DS_DEV_DIR": str(tmp_path / "dev"), "COLUMNS": "250"}
-    for key in [k for k in env if k.startswith(("DS_TLS__", "DS_AUTH__"))]:
-        del env[key]
+    require_free(FIXED_PORTS)
+    env = dev_env(tmp_path / "dev", plain=True)
     kafka_port = free_port()
     up = dsctl(
         "dev", "up", "--detach", "--secure", "--with-consul", "--kafka-port", str(kafka_port),
@@ -119,10 +108,4 @@ def test_consul_checks_pass_and_discovery_finds_every_service(tmp_path: Path) ->
         }
         assert noisy == {}, noisy
     finally:
-        down = dsctl("dev", "down", env=env)
-    assert down.returncode == 0, down.stderr
-    alive = [
-        pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
-    ]
-    assert alive == [], f"processes left behind: {alive}"
-    assert not any(port_is_open(p) for p in (*FIXED_PORTS, kafka_port))
+        down_and_gone(env, pids, (*FIXED_PORTS, kafka_port))

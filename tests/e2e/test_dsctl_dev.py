@@ -7,33 +7,24 @@ port, in a private state directory; nothing may be left running afterwards.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
-import psutil
 import pytest
 
 from dsclient import DsClient
-from services.devstack.ports import free_port, port_is_open
-from tests.support import cli
+from services.devstack.ports import free_port
+from tests.support.dev_stacks import dev_env, down_and_gone, dsctl, require_free
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
 
 FIXED_PORTS = (7061, 7070, 7071, 7080, 7081, 7082, 7083, 7090, 7091, 7102, 7103)
 
 
-def dsctl(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return cli.dsctl(*args, env=env, timeout=300)
-
-
 def test_dev_up_status_down(tmp_path: Path) -> None:
-    busy = [p for p in FIXED_PORTS if port_is_open(p)]
-    if busy:
-        pytest.fail(f"ports {busy} are in use; stop what runs there (a dev stack?) first")
-    env = {**os.environ, "DS_DEV_DIR": str(tmp_path / "dev"), "COLUMNS": "200"}
+    require_free(FIXED_PORTS)
+    env = dev_env(tmp_path / "dev", columns=200)
     kafka_port = free_port()
     up = dsctl("dev", "up", "--detach", "--sidecars", "2", "--kafka-port", str(kafka_port), env=env)
     pids: list[int] = []
@@ -95,12 +86,6 @@ def test_dev_up_status_down(tmp_path: Path) -> None:
             time.sleep(1)
         assert probe_received() > 0
     finally:
-        down = dsctl("dev", "down", env=env)
-    assert down.returncode == 0, down.stderr
-    alive = [
-        pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
-    ]
-    assert alive == [], f"processes left behind: {alive}"
-    assert not any(port_is_open(p) for p in (*FIXED_PORTS, kafka_port))
+        down_and_gone(env, pids, (*FIXED_PORTS, kafka_port))
     after = dsctl("dev", "status", env=env)
     assert after.returncode == 1 and "no dev stack is running" in after.stderr
