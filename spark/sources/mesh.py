@@ -601,15 +601,18 @@ def commit_offsets(
                     and (tp, holder.endpoint, holder.epoch) not in proven
                 ):
                     unproven.append((tp, holder))
+        read_again = False
         for tp, holder in unproven:
-            proven.add((tp, holder.endpoint, holder.epoch))
             try:
                 left = max(CALL_TIMEOUT_SECONDS, deadline - time.monotonic())
                 prove_read(mesh, tp, holder, offsets[tp], left)
-            except grpc.RpcError as err:
+            except grpc.RpcError as err:  # e.g. the new holder not serving yet: next round
                 pending[tp] += f"; reading it again on {holder.endpoint}: {_describe_error(err)}"
+                continue
+            proven.add((tp, holder.endpoint, holder.epoch))
+            read_again = True
         if not pending or time.monotonic() + backoff > deadline:
             return pending
-        if not unproven:  # read again: commit at once; else wait for the leases to settle
+        if not read_again:  # read again: commit at once; else wait for the leases to settle
             time.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
