@@ -27,7 +27,12 @@ import pytest
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from services.devstack.kafka import TopicFactory
-from tests.support.assignment import GroupView, describe, holders, wait_until
+from tests.support.assignment import (
+    GroupView,
+    describe_retrying,
+    holders,
+    wait_until,
+)
 from tests.support.loadrun import LoadRun
 from tests.support.mesh import Mesh
 from tests.support.ops import unexplained_duplicates
@@ -105,7 +110,7 @@ def test_kafka_fenced_leases_keep_delivering_and_committing_while_the_assigner_i
 
         _, after = wait_until(run.addr, run.group, reattached, timeout=90)
         time.sleep(3)
-        final_view = describe(run.addr, run.group)
+        final_view = describe_retrying(run.addr, run.group)
     except BaseException:
         run.abort()
         raise
@@ -258,7 +263,7 @@ def test_sigstopped_zombie_is_fenced_at_kafka_and_commits_nothing_behind_the_new
         run.assigner.signal(signal.SIGCONT)
         late_ack.join(30)
         time.sleep(8)  # the zombie's commits, acks and session run again
-        after = describe(run.addr, run.group)
+        after = describe_retrying(run.addr, run.group)
     except BaseException:
         run.abort()
         commits.stop()

@@ -56,6 +56,22 @@ def describe(assigner: str, group: str, timeout: float = 2.0) -> GroupView:
     )
 
 
+def describe_retrying(assigner: str, group: str, seconds: float = 10.0) -> GroupView:
+    """:func:`describe`, retrying UNAVAILABLE for up to ``seconds``: the assigner's answer
+    when Kafka is slow to give the group's committed offsets ("Kafka did not answer for the
+    offsets of group ... in time"), retriable by contract. For a test's one look at a group
+    after a scenario (a loaded CI machine failed the zombie test on it, 2 Dec); a test
+    that waits for the assigner itself to be unreachable uses :func:`describe`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return describe(assigner, group)
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
+
 def holders(assignment: Assignment) -> dict[int, str]:
     return {p: v.holder for p, v in assignment.items()}
 
