@@ -43,6 +43,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,6 +67,21 @@ from tests.support.webhook_receiver import Receiver
 
 RATE = 2.0  # events reported per second
 MAX_BACKOFF = 60.0  # WebhookRelay's default max_backoff
+
+
+def put_webhook_template(stub: Any, caller: str, name: str, url: str) -> None:
+    """An alert template of ``caller`` posting COMMIT_FAILED faults to ``url``."""
+    template = notifier_pb2.AlertTemplate(
+        caller=caller,
+        name=name,
+        fault_types=[common_pb2.FAULT_TYPE_COMMIT_FAILED],
+        open_template="{{ group }}",
+    )
+    template.webhook.url = url
+    stub.PutAlertTemplate(
+        notifier_pb2.PutAlertTemplateRequest(template=template, request_id=str(uuid.uuid4())),
+        timeout=30,
+    )
 
 
 def budget_seconds(attempts: int) -> float:
@@ -172,19 +188,7 @@ def scenario(
     budget = budget_seconds(attempts)
     with notifier_stub(notifier.grpc_addr) as stub:
         for name, receiver in (("healthy", healthy), ("down", down)):
-            template = notifier_pb2.AlertTemplate(
-                caller=f"hookdown-{run}",
-                name=name,
-                fault_types=[common_pb2.FAULT_TYPE_COMMIT_FAILED],
-                open_template="{{ group }}",
-            )
-            template.webhook.url = receiver.url
-            stub.PutAlertTemplate(
-                notifier_pb2.PutAlertTemplateRequest(
-                    template=template, request_id=str(uuid.uuid4())
-                ),
-                timeout=30,
-            )
+            put_webhook_template(stub, f"hookdown-{run}", name, receiver.url)
 
         depth: list[float] = []
         sampling = threading.Event()
@@ -324,19 +328,7 @@ def test_alerts_past_a_full_destination_are_dead_lettered_counted_and_bounded(
     try:
         notifier.wait_serving(90)
         with notifier_stub(notifier.grpc_addr) as stub:
-            template = notifier_pb2.AlertTemplate(
-                caller=f"hookfull-{run}",
-                name="down",
-                fault_types=[common_pb2.FAULT_TYPE_COMMIT_FAILED],
-                open_template="{{ group }}",
-            )
-            template.webhook.url = down.url
-            stub.PutAlertTemplate(
-                notifier_pb2.PutAlertTemplateRequest(
-                    template=template, request_id=str(uuid.uuid4())
-                ),
-                timeout=30,
-            )
+            put_webhook_template(stub, f"hookfull-{run}", "down", down.url)
             for i in range(12):
                 event = fault(common_pb2.FAULT_TYPE_COMMIT_FAILED, f"hookfull-{run}-{i:02d}")
                 stub.ReportFault(notifier_pb2.ReportFaultRequest(event=event), timeout=30)
