@@ -17,7 +17,6 @@ Uses the fixed service ports of ARCHITECTURE §9, like tests/e2e/test_dsctl_dev.
 
 from __future__ import annotations
 
-import json
 import ssl
 import subprocess
 import time
@@ -44,7 +43,7 @@ from dsclient.reasons import error_info
 from services.devstack.cache import cache_dir
 from services.devstack.pki import DevPki, sign_token
 from services.devstack.ports import free_port
-from tests.support.dev_stacks import dev_env, down_and_gone, dsctl, require_free
+from tests.support.dev_stacks import dev_env, dev_state, down_and_gone, dsctl, require_free
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -63,9 +62,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DevPki, di
     pids: list[int] = []
     try:
         assert up.returncode == 0, up.stdout + up.stderr
-        status = dsctl("dev", "status", "--output", "json", env=env)
-        assert status.returncode == 0, status.stderr
-        state = json.loads(status.stdout)
+        state = dev_state(env)
         pids = [c["pid"] for c in state["components"]]
         assert all(c["healthy"] in (True, None) for c in state["components"]), state
         pki = DevPki(Path(state["pki"]))

@@ -25,7 +25,7 @@ from services.devstack import secure
 from services.devstack.pki import DevPki
 from services.devstack.ports import free_port
 from services.runtime.discovery import ConsulDiscovery
-from tests.support.dev_stacks import dev_env, down_and_gone, dsctl, require_free
+from tests.support.dev_stacks import dev_env, dev_state, down_and_gone, dsctl, require_free
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -57,9 +57,7 @@ def test_consul_checks_pass_and_discovery_finds_every_service(tmp_path: Path) ->
     pids: list[int] = []
     try:
         assert up.returncode == 0, up.stdout + up.stderr
-        status = dsctl("dev", "status", "--output", "json", env=env)
-        assert status.returncode == 0, status.stderr
-        state = json.loads(status.stdout)
+        state = dev_state(env)
         pids = [c["pid"] for c in state["components"]]
         consul = state["consul"]
         assert consul == "127.0.0.1:8500"

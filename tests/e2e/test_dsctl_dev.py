@@ -15,7 +15,7 @@ import pytest
 
 from dsclient import DsClient
 from services.devstack.ports import free_port
-from tests.support.dev_stacks import dev_env, down_and_gone, dsctl, require_free
+from tests.support.dev_stacks import dev_env, dev_state, down_and_gone, dsctl, require_free
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -31,9 +31,7 @@ def test_dev_up_status_down(tmp_path: Path) -> None:
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         assert "grpcurl -plaintext 127.0.0.1:7070 list" in up.stdout
-        status = dsctl("dev", "status", "--output", "json", env=env)
-        assert status.returncode == 0, status.stderr
-        state = json.loads(status.stdout)
+        state = dev_state(env)
         pids = [c["pid"] for c in state["components"]]
         names = {c["name"] for c in state["components"]}
         assert names == {

@@ -6,10 +6,12 @@ port)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -22,6 +24,14 @@ DEV_TIMEOUT_SECONDS = 300  # `dev up` builds what is missing and waits for healt
 
 def dsctl(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return cli.dsctl(*args, env=env, timeout=DEV_TIMEOUT_SECONDS)
+
+
+def dev_state(env: dict[str, str]) -> dict[str, Any]:
+    """What ``dsctl dev status --output json`` says of the running stack."""
+    status = dsctl("dev", "status", "--output", "json", env=env)
+    assert status.returncode == 0, status.stderr
+    state: dict[str, Any] = json.loads(status.stdout)
+    return state
 
 
 def require_free(ports: Iterable[int]) -> None:
