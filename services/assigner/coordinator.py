@@ -7,7 +7,9 @@ Session messages, after persisting new epochs. The rules (ARCHITECTURE §3, §3.
 
 * a lease is renewed only by a heartbeat of its holder naming its current epoch, and only
   while it is ``GRANTED``; the assigner's view of its expiry is receive time + TTL + grace,
-  and a lease lapses at that expiry, never earlier (whatever happened to its member);
+  and a lease lapses at that expiry, never earlier (whatever happened to its member),
+  except a lease whose commits are fenced at Kafka when its member's session closed and
+  it did not attach again within the reconnect window (:meth:`GroupCoordinator.disconnected`);
 * a partition moves cooperatively: revoke -> holder commits and releases -> grant to the
   chosen next holder with epoch + 1, which starts at what Kafka holds (the offsets a
   holder reports are its word: shown, never a start offset); a holder that does not
@@ -42,7 +44,7 @@ Session messages, after persisting new epochs. The rules (ARCHITECTURE §3, §3.
   rule: a grant is live there only from the first heartbeat sent after it that the
   assigner acknowledges (ARCHITECTURE §3.1.6).
 
-One job, why whole (about 820 lines): the lease rules of one group as one pure state
+One job, why whole (about 900 lines): the lease rules of one group as one pure state
 machine. Every event handler reads and writes the same leases, holds, pauses and epochs, and
 the fencing invariants (one holder per epoch, no grant before the old holder's lease ran
 out) hold across all of them; split by event, each part would need the whole state and the
@@ -117,6 +119,12 @@ class Lease:
     # it may adopt the lease by naming the epoch (an epoch is no proof: viewers read them).
     # None: not known (a record from before holders were kept, or a reset's epoch).
     granted_to: str | None = None
+    # The holder's heartbeats report this epoch's commits fenced at Kafka (commit_fencing:
+    # kafka: a transactional producer per lease, fenced when the next holder initialises
+    # the same transactional id). Only such a lease may move before its expiry when its
+    # holder's session closes (:meth:`GroupCoordinator.disconnected`): its safety does
+    # not rest on time. False until the holder's first heartbeat under the epoch says so.
+    kafka_fenced: bool = False
 
 
 @dataclass
@@ -133,6 +141,9 @@ class MemberInfo:
     # HANDOFF: what it held when it left, handed back if it returns within its window.
     previous: tuple[TopicPartition, ...] = ()
     local_endpoint: str = ""  # unix:PATH for an application in the sidecar's pod
+    # Its Session stream ended without a Leave (the process died, or the connection
+    # broke): given ``Timing.reconnect_window`` to attach again before it is gone.
+    disconnected_at: float | None = None
 
     @property
     def present(self) -> bool:
@@ -160,6 +171,7 @@ class Progress:
     committed: int = COMMITTED
     bytes_per_second: float = 0.0
     lag: int = -1
+    kafka_fenced: bool = False  # the holder commits this lease through Kafka's fencing
 
 
 # LOAD strategy: a partition's weight is its observed bytes/s, raised for a backlog: a
@@ -196,6 +208,12 @@ class Timing:
     # rebalances up to 100 times within an interval). 0: every event rebalances at once.
     rebalance_interval: float = 0.0
     rebalance_work: int = 10_000
+    # A member whose Session stream ended without a Leave is gone once this long has
+    # passed without it attaching again (a killed sidecar's socket is closed by its
+    # kernel at once; a broken connection is re-attached within it). Its Kafka-fenced
+    # leases then lapse at once instead of at TTL + grace; its other leases keep their
+    # expiry (their safety is the holder's deadline).
+    reconnect_window: float = 1.0
 
     @property
     def reserves(self) -> bool:
@@ -218,6 +236,9 @@ class Outcome:
     held_expired: list[str] = field(default_factory=list)
     # Leases that lapsed at their expiry in this event (metrics only).
     expired: list[TopicPartition] = field(default_factory=list)
+    # Members whose session closed without a Leave and who did not attach again within
+    # the reconnect window: gone (their Kafka-fenced leases lapsed at once).
+    disconnected: list[str] = field(default_factory=list)
 
 
 class GroupCoordinator:
@@ -366,6 +387,7 @@ class GroupCoordinator:
                 and lease.state is LeaseState.GRANTED
             ):
                 lease.expires_at = now + self.timing.expiry
+                lease.kafka_fenced = p.kafka_fenced
                 if p.committed >= 0:
                     lease.committed = p.committed
                 self.weights[p.tp] = partition_weight(p.bytes_per_second, p.lag)
@@ -403,6 +425,22 @@ class GroupCoordinator:
         if self.members.pop(member_id, None) is not None:
             out.membership_changed = True
             out.commands.extend(self._rebalance(now))
+        return out
+
+    def disconnected(self, member_id: str, now: float) -> Outcome:
+        """The member's Session stream ended without a Leave (issue 36: kill -9 within
+        4 s). It is given the reconnect window to attach again (a join replaces it and
+        keeps its leases, as after any broken stream); past it, the tick declares it gone
+        and its Kafka-fenced leases lapse at once: their next holder's transactional
+        producer fences whatever the old one might still commit, so no clock is needed.
+        Its other leases lapse at their expiry as before (the holder may serve them until
+        its own deadline). Meanwhile it is given no new partition."""
+        member = self.members.get(member_id)
+        out = Outcome()
+        if member is None or not member.present or member.disconnected_at is not None:
+            return out  # leaving (its leave finishes by releases or expiry), away, or gone
+        member.disconnected_at = now
+        self._scan_at = float("-inf")
         return out
 
     def move(self, tp: TopicPartition, target: str, now: float) -> Outcome:
@@ -575,6 +613,7 @@ class GroupCoordinator:
         changed = False
         expiry = self.timing.expiry
         earliest = float("inf")
+        early: set[TopicPartition] = set()  # Kafka-fenced leases of members gone now
         for member in list(self.members.values()):
             if member.held_until is not None:
                 if now >= member.held_until:
@@ -587,8 +626,18 @@ class GroupCoordinator:
                 del self.members[member.id]
                 out.lost.append(member.id)
                 out.membership_changed = True
+            elif (
+                member.disconnected_at is not None
+                and now >= member.disconnected_at + self.timing.reconnect_window
+            ):
+                del self.members[member.id]
+                out.disconnected.append(member.id)
+                out.membership_changed = True
+                early.update(lease.tp for lease in self.held_by(member.id) if lease.kafka_fenced)
             else:
                 earliest = min(earliest, member.last_seen + expiry)
+                if member.disconnected_at is not None:
+                    earliest = min(earliest, member.disconnected_at + self.timing.reconnect_window)
                 if member.leaving:
                     earliest = float("-inf")  # its leave ends when its last lease does
         for lease in self.leases.values():
@@ -596,8 +645,10 @@ class GroupCoordinator:
             # declared lost, a lease granted or renewed recently may still be valid on the
             # sidecar's side. Nobody renewing it (member gone, grant lost with a broken
             # stream, a holder ignoring a revoke) means it lapses, and the holder stopped
-            # by itself before this moment.
-            if lease.holder is not None and now > lease.expires_at:
+            # by itself before this moment. The one exception: a Kafka-fenced lease of a
+            # member whose session closed and did not come back (``early``): the next
+            # holder's producer fences the old one's commits, whatever it still does.
+            if lease.holder is not None and (now > lease.expires_at or lease.tp in early):
                 # The holder may have committed past its last report: the next owner
                 # resumes from what Kafka has, not from our copy.
                 lease.committed = COMMITTED
@@ -684,7 +735,12 @@ class GroupCoordinator:
 
     def _can_take(self, member_id: str) -> bool:
         member = self.members.get(member_id)
-        return member is not None and member.present and member_id not in self.drained
+        return (
+            member is not None
+            and member.present
+            and member.disconnected_at is None
+            and member_id not in self.drained
+        )
 
     def _revoke_reason(self, tp: TopicPartition) -> RevokeWhy:
         """Why a lease in REVOKING was revoked, for sending the revoke again."""
@@ -833,5 +889,6 @@ class GroupCoordinator:
         lease.state = LeaseState.GRANTED
         lease.next_holder = None
         lease.expires_at = now + self.timing.expiry
+        lease.kafka_fenced = False  # until the new holder's heartbeats say so
         start, lease.start = lease.start, COMMITTED
         return GrantCmd(member_id, lease.tp, lease.epoch, start)

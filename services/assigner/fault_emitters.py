@@ -51,6 +51,18 @@ class GroupFaults:
         )
 
     @never_raises
+    def disconnected(self, member_id: str) -> None:
+        """Its Session stream ended without a Leave and it did not attach again within the
+        reconnect window (a killed sidecar): lost, found by its socket, not its TTL."""
+        self._member(
+            common_pb2.FAULT_TYPE_CONSUMER_LOST,
+            member_id,
+            True,
+            f"sidecar {member_id} lost: its session ended without a leave and it did not "
+            "attach again within the reconnect window",
+        )
+
+    @never_raises
     def left(self, member_id: str, graceful: bool = True) -> None:
         how = "handed its partitions off" if graceful else "left without handing off"
         self._member(

@@ -249,6 +249,7 @@ class GroupRuntime:
                 hold_mode=HoldMode(settings.hold_mode),
                 # Events within a tick share one rebalance (a join storm: one per tick).
                 rebalance_interval=settings.tick_seconds,
+                reconnect_window=settings.lease_reconnect_window_seconds,
             ),
             epochs=epochs,
             holders=holders,
@@ -431,9 +432,20 @@ class GroupRuntime:
             )
 
     def detach(self, conn: Connection) -> None:
-        """The stream ended. Not a lost lease: the member lives until its TTL runs out."""
+        """The stream ended. Not a lost lease: the member lives until its TTL runs out, or
+        is gone after the reconnect window if the sidecar ended it (:meth:`disconnected`)."""
         if self.connections.get(conn.member_id) is conn:
             del self.connections[conn.member_id]
+
+    def disconnected(self, conn: Connection, now: float) -> None:
+        """The sidecar's side of ``conn`` ended (not the assigner's: a replaced, rejoined
+        or overflowing stream is closed here first and is not this). If it does not
+        attach again within the reconnect window, it is gone and its Kafka-fenced leases
+        move at once (coordinator.disconnected)."""
+        if self.connections.get(conn.member_id) is not conn:
+            return
+        self.log.info("sidecar's session ended without a leave", sidecar=conn.member_id)
+        self.apply(self.coordinator.disconnected(conn.member_id, now))
 
     def heartbeat(self, conn: Connection, hb: assigner_pb2.SessionHeartbeat, now: float) -> None:
         progress = [
@@ -443,6 +455,7 @@ class GroupRuntime:
                 p.committed_offset,
                 bytes_per_second=p.bytes_per_second,
                 lag=p.lag,
+                kafka_fenced=p.fenced_by_kafka,
             )
             for p in hb.leases
         ]
@@ -609,6 +622,14 @@ class GroupRuntime:
             conn = self.connections.pop(member_id, None)
             if conn is not None:
                 conn.close()
+        for member_id in outcome.disconnected:
+            self.log.warning(
+                "sidecar gone: its session ended without a leave and it did not attach "
+                "again within the reconnect window",
+                sidecar=member_id,
+            )
+            self.faults.disconnected(member_id)
+            self._forget_member(member_id)
         for member_id in outcome.held_expired:
             # Under reserve its partitions move now; under handoff they moved at its leave.
             self.log.info(

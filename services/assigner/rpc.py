@@ -190,7 +190,11 @@ class AssignerServicer(assigner_pb2_grpc.AssignerServiceServicer):
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
             pass
         finally:
-            # Stream ended (sidecar stopped or network broke): end our side too.
+            # Stream ended (sidecar stopped or network broke): end our side too. Not closed
+            # here yet means the sidecar's side ended it (a killed sidecar's kernel closes
+            # its socket at once): the member is gone unless it attaches again soon.
+            if not conn.closed:
+                group.disconnected(conn, self.clock())
             conn.close()
 
     async def Leave(

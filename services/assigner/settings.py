@@ -75,6 +75,11 @@ class AssignerSettings(ServiceSettings):
     join_max_loop_lag_seconds: float = Field(1.0, ge=0, le=60)
     # What the assigner waits past a lease's TTL before it may grant the partition elsewhere.
     lease_grace_seconds: float = Field(1.0, ge=0.1, le=60)
+    # A sidecar whose Session stream ended without a Leave (its kernel closes a killed
+    # process's socket at once) is gone if it does not attach again within this long; its
+    # leases whose commits Kafka fences (commit_fencing: kafka) then move at once instead
+    # of at TTL + grace. Other leases keep their expiry.
+    lease_reconnect_window_seconds: float = Field(1.0, ge=0, le=60)
     # How long a revoked holder waits for in-flight acks before it commits and releases (and a mode
     # switch waits for the sidecars to hand over).
     drain_timeout_seconds: float = Field(5.0, ge=0, le=300)

@@ -345,6 +345,7 @@ class SessionClient:
                 committed_offset=p.committed,
                 lag=p.reported_lag(),
                 bytes_per_second=p.take_rate(now),
+                fenced_by_kafka=p.kafka_fenced,
             )
             for p in self.keeper.table.snapshot()
             if not p.revoking and p.epoch != UNLEASED_EPOCH

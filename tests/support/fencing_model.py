@@ -136,6 +136,8 @@ class Sidecar:
     up: Stream | None = None
     paused: bool = False
     inbox: list[object] = field(default_factory=list)  # reached it while paused
+    # Its heartbeats report its leases' commits fenced at Kafka (LeaseProgress.fenced_by_kafka).
+    reports_kafka_fenced: bool = False
 
     def _end(self, tp: TopicPartition, at: float) -> None:
         lease = self.held.pop(tp)
@@ -196,7 +198,10 @@ class Sidecar:
         if self.up is None or self.paused:
             return
         self.seq += 1
-        progress = [Progress(tp, lease.epoch) for tp, lease in sorted(self.held.items())]
+        progress = [
+            Progress(tp, lease.epoch, kafka_fenced=self.reports_kafka_fenced)
+            for tp, lease in sorted(self.held.items())
+        ]
         self.sent[self.seq] = (self.world.now, frozenset((p.tp, p.epoch) for p in progress))
         released, self.releases = self.releases, []
         self.up.send(Heartbeat(self.id, self.seq, progress, released))
@@ -295,6 +300,19 @@ class Assigner:
         self.apply(self.coordinator.join(member, held, self.world.now))
         side.heartbeat()
 
+    def cut(self, side: Sidecar) -> None:
+        """The sidecar's side ends its Session (a broken connection, a killed process's
+        socket): both streams close, the process lives on with what it holds (the worst
+        case: a zombie), and the assigner is told the stream ended."""
+        pipeline = self.pipelines.pop(side.id, None)
+        if pipeline is None:
+            return
+        pipeline.down.open = False
+        if side.up is not None:
+            side.up.open = False
+        side.up = None
+        self.apply(self.coordinator.disconnected(side.id, self.world.now))
+
     def receive(self, message: object) -> None:
         assert isinstance(message, Heartbeat)
         out = self.coordinator.heartbeat(
@@ -308,7 +326,7 @@ class Assigner:
 
     def tick(self) -> None:
         out = self.coordinator.disconnect_expired(self.world.now)
-        for lost in out.lost:
+        for lost in out.lost + out.disconnected:
             pipeline = self.pipelines.pop(lost, None)
             if pipeline is not None:
                 pipeline.down.open = False
@@ -317,7 +335,7 @@ class Assigner:
 
 
 operation = st.tuples(
-    st.sampled_from(["join", "join", "pause", "resume", "wait"]),
+    st.sampled_from(["join", "join", "pause", "resume", "cut", "wait"]),
     st.sampled_from(MEMBERS),
     st.sampled_from([0.0, 0.3, 1.0, 2.5, 5.0]),
 )

@@ -77,6 +77,7 @@ class Kafka:
 class KafkaFencedSidecar(Sidecar):
     kafka: Kafka = field(default_factory=Kafka)
     lazy_init: bool = False
+    reports_kafka_fenced: bool = True  # its leases move at once when its session ends
     # tp -> (lease epoch, producer epoch or None before a lazy init, next offset to commit)
     producers: dict[TopicPartition, tuple[int, int | None, int]] = field(default_factory=dict)
 
@@ -154,6 +155,8 @@ def run_kafka_history(lazy_init: bool, data: st.DataObject) -> Kafka:
             side.paused = True
         elif op == "resume" and side.paused:
             side.resume()
+        elif op == "cut":
+            assigner.cut(side)
     for side in sides.values():
         if side.paused:
             side.resume()  # every zombie wakes up and tries

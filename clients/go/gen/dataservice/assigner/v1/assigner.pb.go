@@ -616,8 +616,14 @@ type LeaseProgress struct {
 	Lag int64 `protobuf:"varint,6,opt,name=lag,proto3" json:"lag,omitempty"`
 	// Consumption rate over the last heartbeat interval, in bytes per second.
 	BytesPerSecond float64 `protobuf:"fixed64,7,opt,name=bytes_per_second,json=bytesPerSecond,proto3" json:"bytes_per_second,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The sidecar commits this lease through Kafka's fencing (commit_fencing: kafka: a
+	// transactional producer per lease, fenced when the next holder initialises the same
+	// transactional id). If the sidecar's Session stream ends and it does not attach again
+	// within the assigner's reconnect window, such a lease moves at once rather than at
+	// TTL + grace. False from a sidecar that predates the field.
+	FencedByKafka bool `protobuf:"varint,8,opt,name=fenced_by_kafka,json=fencedByKafka,proto3" json:"fenced_by_kafka,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeaseProgress) Reset() {
@@ -697,6 +703,13 @@ func (x *LeaseProgress) GetBytesPerSecond() float64 {
 		return x.BytesPerSecond
 	}
 	return 0
+}
+
+func (x *LeaseProgress) GetFencedByKafka() bool {
+	if x != nil {
+		return x.FencedByKafka
+	}
+	return false
 }
 
 // A lease the sidecar gave up, with the offset the next owner must start from.
@@ -1578,7 +1591,7 @@ const file_dataservice_assigner_v1_assigner_proto_rawDesc = "" +
 	"\x0fprevious_offset\x18\x04 \x01(\x03R\x0epreviousOffset\x12)\n" +
 	"\x10committed_offset\x18\x05 \x01(\x03R\x0fcommittedOffset\x12\x1a\n" +
 	"\bmetadata\x18\x06 \x01(\tR\bmetadata\x12\x1a\n" +
-	"\breverted\x18\a \x01(\bR\breverted\"\xdc\x01\n" +
+	"\breverted\x18\a \x01(\bR\breverted\"\x84\x02\n" +
 	"\rLeaseProgress\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x14\n" +
@@ -1586,7 +1599,8 @@ const file_dataservice_assigner_v1_assigner_proto_rawDesc = "" +
 	"\bposition\x18\x04 \x01(\x03R\bposition\x12)\n" +
 	"\x10committed_offset\x18\x05 \x01(\x03R\x0fcommittedOffset\x12\x10\n" +
 	"\x03lag\x18\x06 \x01(\x03R\x03lag\x12(\n" +
-	"\x10bytes_per_second\x18\a \x01(\x01R\x0ebytesPerSecond\"\x84\x01\n" +
+	"\x10bytes_per_second\x18\a \x01(\x01R\x0ebytesPerSecond\x12&\n" +
+	"\x0ffenced_by_kafka\x18\b \x01(\bR\rfencedByKafka\"\x84\x01\n" +
 	"\rReleasedLease\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x14\n" +

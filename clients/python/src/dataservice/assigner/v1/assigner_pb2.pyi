@@ -334,6 +334,7 @@ class LeaseProgress(_message.Message):
     COMMITTED_OFFSET_FIELD_NUMBER: _builtins.int
     LAG_FIELD_NUMBER: _builtins.int
     BYTES_PER_SECOND_FIELD_NUMBER: _builtins.int
+    FENCED_BY_KAFKA_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     """Topic of the leased partition."""
     partition: _builtins.int
@@ -348,6 +349,13 @@ class LeaseProgress(_message.Message):
     """High watermark minus committed offset, in records; -1 = unknown."""
     bytes_per_second: _builtins.float
     """Consumption rate over the last heartbeat interval, in bytes per second."""
+    fenced_by_kafka: _builtins.bool
+    """The sidecar commits this lease through Kafka's fencing (commit_fencing: kafka: a
+    transactional producer per lease, fenced when the next holder initialises the same
+    transactional id). If the sidecar's Session stream ends and it does not attach again
+    within the assigner's reconnect window, such a lease moves at once rather than at
+    TTL + grace. False from a sidecar that predates the field.
+    """
     def __init__(
         self,
         *,
@@ -358,10 +366,11 @@ class LeaseProgress(_message.Message):
         committed_offset: _builtins.int = ...,
         lag: _builtins.int = ...,
         bytes_per_second: _builtins.float = ...,
+        fenced_by_kafka: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_per_second", b"bytes_per_second", "committed_offset", b"committed_offset", "epoch", b"epoch", "lag", b"lag", "partition", b"partition", "position", b"position", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_per_second", b"bytes_per_second", "committed_offset", b"committed_offset", "epoch", b"epoch", "fenced_by_kafka", b"fenced_by_kafka", "lag", b"lag", "partition", b"partition", "position", b"position", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
