@@ -47,8 +47,10 @@ CATALOGUE: Mapping[FaultTypeValue, FaultSpec] = {
     for spec in (
         FaultSpec(
             T.FAULT_TYPE_CONSUMER_LOST,
-            "A sidecar of the group died or was cut off: its leases expired without a Leave.",
-            "No heartbeat from the sidecar for lease TTL + grace (kill -9, SIGSTOP, partition).",
+            "A sidecar of the group died or was cut off without a Leave.",
+            "No heartbeat from the sidecar for lease TTL + grace (SIGSTOP, partition), or its "
+            "Session stream ended without a Leave and it did not attach again within the "
+            "assigner's reconnect window, 1 s (kill -9: its kernel closes the socket).",
             "assigner",
             T.SEVERITY_ERROR,
             "The same sidecar id joins the group again.",
