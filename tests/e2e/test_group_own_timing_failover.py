@@ -23,14 +23,14 @@ from google.protobuf import duration_pb2
 
 from dataservice.assigner.v1 import admin_pb2_grpc, types_pb2
 from services.devstack.kafka import TopicFactory
-from tests.support.assignment import wait_stable
+from tests.support.assignment import Assignment, wait_stable
 from tests.support.leased_groups import (
     create_group,
     group_config,
     takeover_seconds,
     victims,
 )
-from tests.support.mesh import Mesh
+from tests.support.mesh import Mesh, ServiceProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -41,13 +41,57 @@ def seconds(d: duration_pb2.Duration) -> float:
     return d.ToTimedelta().total_seconds()
 
 
+def two_topics_and_an_assigner(
+    mesh: Mesh, topic_factory: TopicFactory, own_state: dict[str, str]
+) -> tuple[str, str, ServiceProcess]:
+    """Two fresh topics and a serving assigner (default timing) with its own state topic."""
+    first, second = topic_factory(partitions=PARTITIONS), topic_factory(partitions=PARTITIONS)
+    assigner = mesh.assigner(env=own_state)
+    assigner.wait_serving()
+    return first, second, assigner
+
+
+def two_sidecars_each(
+    mesh: Mesh, assigner: ServiceProcess, prefixes: dict[str, str]
+) -> tuple[dict[str, ServiceProcess], dict[str, Assignment]]:
+    """Sidecars PREFIX-1 and PREFIX-2 for each group of ``prefixes``; once every group has
+    settled over its two, each group's victim (PREFIX-2, holding some partitions) and its
+    assignment before the fault."""
+    sidecars = {
+        g: [mesh.sidecar(g, assigner, f"{p}-{i}") for i in (1, 2)] for g, p in prefixes.items()
+    }
+    for svcs in sidecars.values():
+        for svc in svcs:
+            svc.wait_serving()
+    before = {
+        g: wait_stable(assigner.grpc_addr, g, [f"{p}-1", f"{p}-2"], PARTITIONS)
+        for g, p in prefixes.items()
+    }
+    assert all(victims(before[g], f"{p}-1") for g, p in prefixes.items())
+    return {g: svcs[1] for g, svcs in sidecars.items()}, before
+
+
+def takeovers(
+    assigner: ServiceProcess,
+    before: dict[str, Assignment],
+    victim: dict[str, ServiceProcess],
+    survivor: dict[str, str],
+    sig: signal.Signals,
+) -> dict[str, float]:
+    """``sig`` to every group's victim at once; the seconds until each group's survivor
+    had taken it over (every group must be, within 60 s)."""
+    for svc in victim.values():
+        svc.signal(sig)
+    taken = takeover_seconds(assigner.grpc_addr, before, survivor, time.monotonic())
+    assert set(taken) == set(before), f"not taken over within 60 s: {taken}"
+    return taken
+
+
 def test_a_short_ttl_kafka_group_notices_a_hung_sidecar_sooner_than_a_default_one(
     mesh: Mesh, topic_factory: TopicFactory, own_state: dict[str, str]
 ) -> None:
-    topic_s, topic_d = topic_factory(partitions=PARTITIONS), topic_factory(partitions=PARTITIONS)
+    topic_s, topic_d, assigner = two_topics_and_an_assigner(mesh, topic_factory, own_state)
     short, default = f"gs-{topic_s}", f"gd-{topic_d}"
-    assigner = mesh.assigner(env=own_state)
-    assigner.wait_serving()
     kafka, lease = types_pb2.COMMIT_FENCING_KAFKA, types_pb2.COMMIT_FENCING_LEASE
     with grpc.insecure_channel(assigner.grpc_addr) as channel:
         admin = admin_pb2_grpc.AdminServiceStub(channel)
@@ -62,34 +106,18 @@ def test_a_short_ttl_kafka_group_notices_a_hung_sidecar_sooner_than_a_default_on
         assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         print(f"\nrefused: {refused.value.details()}")
 
-    sidecars = {
-        short: [mesh.sidecar(short, assigner, f"ss-{i}") for i in (1, 2)],
-        default: [mesh.sidecar(default, assigner, f"sd-{i}") for i in (1, 2)],
-    }
-    for svcs in sidecars.values():
-        for svc in svcs:
-            svc.wait_serving()
-    before = {
-        short: wait_stable(assigner.grpc_addr, short, ["ss-1", "ss-2"], PARTITIONS),
-        default: wait_stable(assigner.grpc_addr, default, ["sd-1", "sd-2"], PARTITIONS),
-    }
+    victim, before = two_sidecars_each(mesh, assigner, {short: "ss", default: "sd"})
     survivor = {short: "ss-1", default: "sd-1"}
-    victim_parts = {g: victims(before[g], survivor[g]) for g in before}
-    assert all(victim_parts.values())
 
-    sidecars[short][1].signal(signal.SIGSTOP)
-    sidecars[default][1].signal(signal.SIGSTOP)
-    killed_at = time.monotonic()
-    taken = takeover_seconds(assigner.grpc_addr, before, survivor, killed_at)
-    sidecars[short][1].kill()  # a stopped process takes SIGKILL at once
-    sidecars[default][1].kill()
+    taken = takeovers(assigner, before, victim, survivor, signal.SIGSTOP)
+    victim[short].kill()  # a stopped process takes SIGKILL at once
+    victim[default].kill()
     print(
         f"SIGSTOP: short group (TTL 1.5 s, heartbeat 0.5 s) taken over after "
-        f"{taken.get(short, float('nan')):.2f}s; default group (TTL 3 s, heartbeat 1 s) "
-        f"after {taken.get(default, float('nan')):.2f}s"
+        f"{taken[short]:.2f}s; default group (TTL 3 s, heartbeat 1 s) "
+        f"after {taken[default]:.2f}s"
     )
-    assert set(taken) == {short, default}, f"not taken over within 60 s: {taken}"
-    # TTL + grace: 2.5 s against 4 s; the victims were killed within milliseconds of each
+    # TTL + grace: 2.5 s against 4 s; the victims were stopped within milliseconds of each
     # other and both groups are expired by the same tick loop, so the order is robust.
     assert taken[short] < taken[default]
 
@@ -101,41 +129,24 @@ def test_a_killed_sidecars_kafka_fenced_leases_move_when_its_session_closes(
     at the assigner's default timing (TTL 3 s + grace 1 s, heartbeat 1 s): the kafka
     group's partitions move once the reconnect window has passed (the assigner says why),
     the lease group's at their expiry. Asserted as an order (a 1 s window against 3-4 s)."""
-    topic_k, topic_l = topic_factory(partitions=PARTITIONS), topic_factory(partitions=PARTITIONS)
+    topic_k, topic_l, assigner = two_topics_and_an_assigner(mesh, topic_factory, own_state)
     kgroup, lgroup = f"gk-{topic_k}", f"gl-{topic_l}"
-    assigner = mesh.assigner(env=own_state)
-    assigner.wait_serving()
     kafka, lease = types_pb2.COMMIT_FENCING_KAFKA, types_pb2.COMMIT_FENCING_LEASE
     with grpc.insecure_channel(assigner.grpc_addr) as channel:
         admin = admin_pb2_grpc.AdminServiceStub(channel)
         create_group(admin, group_config(kgroup, topic_k, kafka))
         create_group(admin, group_config(lgroup, topic_l, lease))
-    sidecars = {
-        kgroup: [mesh.sidecar(kgroup, assigner, f"sk-{i}") for i in (1, 2)],
-        lgroup: [mesh.sidecar(lgroup, assigner, f"sl-{i}") for i in (1, 2)],
-    }
-    for svcs in sidecars.values():
-        for svc in svcs:
-            svc.wait_serving()
-    before = {
-        kgroup: wait_stable(assigner.grpc_addr, kgroup, ["sk-1", "sk-2"], PARTITIONS),
-        lgroup: wait_stable(assigner.grpc_addr, lgroup, ["sl-1", "sl-2"], PARTITIONS),
-    }
+    victim, before = two_sidecars_each(mesh, assigner, {kgroup: "sk", lgroup: "sl"})
     survivor = {kgroup: "sk-1", lgroup: "sl-1"}
-    assert all(victims(before[g], survivor[g]) for g in before)
     # The heartbeats that report the kafka group's leases fenced at Kafka have come.
     time.sleep(2.0)
 
-    sidecars[kgroup][1].kill()
-    sidecars[lgroup][1].kill()
-    killed_at = time.monotonic()
-    taken = takeover_seconds(assigner.grpc_addr, before, survivor, killed_at)
+    taken = takeovers(assigner, before, victim, survivor, signal.SIGKILL)
     print(
         f"kill -9, default timing: kafka-fenced group taken over after "
-        f"{taken.get(kgroup, float('nan')):.2f}s; lease-fenced group after "
-        f"{taken.get(lgroup, float('nan')):.2f}s"
+        f"{taken[kgroup]:.2f}s; lease-fenced group after "
+        f"{taken[lgroup]:.2f}s"
     )
-    assert set(taken) == {kgroup, lgroup}, f"not taken over within 60 s: {taken}"
     assert taken[kgroup] < taken[lgroup]
     log = assigner.log.read_text(errors="replace")
     gone = [line for line in log.splitlines() if "sidecar gone: its session ended" in line]
