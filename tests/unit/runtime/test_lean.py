@@ -64,3 +64,47 @@ def test_a_production_sidecar_process_never_imports_rich_and_logs_json() -> None
         check=True,
     ).stdout.split()
     assert out[-2:] == ["False", "module"]
+
+
+# The client's own modules: what only an application runs (binding, reading, acking).
+CLIENT_ONLY = (
+    "dsclient.client",
+    "dsclient.binding",
+    "dsclient.stream",
+    "dsclient.acker",
+    "dsclient.columns",
+    "dsclient.shared",
+    "dsclient.sidecar",
+    "dsclient.batch",
+)
+
+
+@pytest.mark.parametrize("service", ["services.consumer_sidecar.app", "services.assigner.app"])
+def test_a_server_loads_only_the_client_modules_it_shares(service: str) -> None:
+    """The servers import what they share with the client (reasons, records, the local
+    socket, connection); importing any of those must not load the client itself."""
+    code = f"import sys, {service}\nprint(sorted(m for m in sys.modules if m in {CLIENT_ONLY!r}))\n"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    assert out.strip() == "[]"
+    assert (
+        "dsclient.reasons"
+        in subprocess.run(
+            [sys.executable, "-c", f"import sys, {service}; print(sorted(sys.modules))"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
+    )
+
+
+def test_the_client_public_names_resolve_on_first_use() -> None:
+    import dsclient
+
+    for name in dsclient.__all__:
+        assert getattr(dsclient, name) is not None
+        assert name in dir(dsclient)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        dsclient.nope  # noqa: B018

@@ -70,13 +70,52 @@ TLS, tokens, leader following), ``reasons`` (the errors catalogue), ``leader_wat
 with the mesh, without notice.
 """
 
-from dsclient.batch import Batch
-from dsclient.client import DsClient
-from dsclient.columns import ColumnBatch
-from dsclient.connection import DEFAULT_SETTINGS, ConnectionSettings, TlsConfig
-from dsclient.errors import ClientError
-from dsclient.reasons import Reason, error_info
-from dsclient.records.batches import DsRecord
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dsclient.batch import Batch
+    from dsclient.client import DsClient
+    from dsclient.columns import ColumnBatch
+    from dsclient.connection import DEFAULT_SETTINGS, ConnectionSettings, TlsConfig
+    from dsclient.errors import ClientError
+    from dsclient.reasons import Reason, error_info
+    from dsclient.records.batches import DsRecord
+
+# Each public name is imported on first use (PEP 562), not with the package: the mesh's
+# servers import the modules they share with the client (``reasons``, ``records``,
+# ``local_socket``, ``connection``), and importing one of those loads this package first;
+# with the client's own modules (client, binding, stream, acker, columns, shared, ...)
+# imported here eagerly, every sidecar paid for a client it never runs (issue 34, "a lean
+# process").
+_PUBLIC = {
+    "Batch": "dsclient.batch",
+    "DsClient": "dsclient.client",
+    "ColumnBatch": "dsclient.columns",
+    "DEFAULT_SETTINGS": "dsclient.connection",
+    "ConnectionSettings": "dsclient.connection",
+    "TlsConfig": "dsclient.connection",
+    "ClientError": "dsclient.errors",
+    "Reason": "dsclient.reasons",
+    "error_info": "dsclient.reasons",
+    "DsRecord": "dsclient.records.batches",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dsclient' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup finds it without coming here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])
+
 
 # The distribution's version (clients/python/pyproject.toml reads it from here).
 __version__ = "0.1.0"
