@@ -3,7 +3,7 @@
     .venv/bin/python tests/bench/bench_pod_cost.py [--short] [--bootstrap HOST:PORT]
         [--rates 0,10,100,1000,10000] [--sizes 100,1024] [--paths S,F,Sl,Su,Fu,Cu]
         [--rounds N] [--window SECONDS] [--json PATH [--label TEXT]]
-        [--ordering key|partition --keys N]
+        [--ordering key|partition --keys N] [--share | --no-share]
 
 One producer process writes ``rate`` records/s (each value ``seq:time_ns:`` padded to the
 record size) to a topic of its own per size. In the same window, each in a process of its
@@ -14,6 +14,9 @@ own, reading the same records from the end:
      sidecar's guarantee (a batch is committed once acked), the baseline of the ratios;
 (da) the same with ``enable.auto.commit`` (librdkafka's default, every 5 s), ``poll(1.0)``
      per record;
+(ds) a Kafka share group (KIP-932) read by the Java client's ``KafkaShareConsumer``
+     (``dsread --share``: ``commitSync()`` per batch acknowledges its records), Kafka's own
+     per-record delivery, with ``--share`` (the full profile; it needs ``make client-java``);
 (S), (F) ``DsClient.stream(use_stream_rpc=True)`` / ``DsClient.fetch`` over TCP, through a
      sidecar of its own; (Sl) ``stream`` with a 50 ms linger (``StreamOpen.linger``:
      records arriving one by one share a message); (Slf) the same, its group's consumer
@@ -51,6 +54,7 @@ import os
 import platform
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -96,6 +100,8 @@ PATH_GROUP_SETTINGS = {
 # An ordered twin of a mesh path (--ordering): the path's key with this suffix.
 ORDERED_SUFFIX = {"key": "k", "partition": "p"}
 DIRECT_PATHS = {"dc": ("direct, commit per batch", "commit"), "da": ("direct, auto-commit", "auto")}
+SHARE_PATH = "ds"
+SHARE_LABEL = "share group (KIP-932), Java, commitSync per batch"
 JSON_DEFAULT = Path(__file__).resolve().parents[2] / "docs/benchmarks/results/pod_cost.json"
 
 
@@ -109,6 +115,7 @@ class Profile:
     idle_window: float
     ordering: str = ""  # --ordering: each mesh path also runs in this mode ("": none)
     keys: int = 0  # the producer's keys (0: no key)
+    share: bool = False  # also (ds): a share-group consumer (the Java dsread --share)
 
     @property
     def run_paths(self) -> tuple[str, ...]:
@@ -118,8 +125,15 @@ class Profile:
         suffix = ORDERED_SUFFIX[self.ordering]
         return self.paths + tuple(p + suffix for p in self.paths)
 
+    @property
+    def direct_paths(self) -> tuple[str, ...]:
+        """The baselines run: the direct consumers, and the share consumer with ``share``."""
+        return (*DIRECT_PATHS, *((SHARE_PATH,) if self.share else ()))
 
-FULL = Profile((0, 10, 100, 1000, 10_000), (100, 1024), ("S", "F", "Su", "Fu", "Cu"), 3, 20, 30)
+
+FULL = Profile(
+    (0, 10, 100, 1000, 10_000), (100, 1024), ("S", "F", "Su", "Fu", "Cu"), 3, 20, 30, share=True
+)
 # CI: a minute or two on a shared 2-core machine.
 SHORT = Profile((100, 1000), (100, 1024), ("S", "F"), 2, 5, 10)
 
@@ -259,8 +273,10 @@ def run_size(
     socket_dir: Path,
     groups: dict[str, str],
     topic: str,
+    log_dir: Path,
 ) -> Size:
     from tests.bench.bench_sidecar import check_transport
+    from tests.support import share_reader
     from tests.support.sidecar_probe import start_sidecar
 
     ctx = multiprocessing.get_context("spawn")
@@ -272,6 +288,8 @@ def run_size(
     procs: list[Any] = []
     firsts: dict[str, Any] = {}
     pids: dict[str, dict[str, int]] = {}
+    share: subprocess.Popen[bytes] | None = None
+    share_out = log_dir / f"share-{size}.out"
     try:
         for key in profile.run_paths:
             env = {"DS_UDS_DIR": str(socket_dir)} if mesh_path(key)[2] else {}
@@ -319,6 +337,15 @@ def run_size(
                 pids[key]["sidecar"] = sidecars[key].pid or 0
             if not started(ready, proc, out):
                 raise RuntimeError(f"({key}) did not start: {failure(out)}")
+        if profile.share:
+            with (
+                share_out.open("wb") as out_file,
+                (log_dir / f"share-{size}.log").open("wb") as log,
+            ):
+                share = share_reader.start(
+                    bootstrap, topic, f"bench-pod-ds-{uuid.uuid4().hex[:8]}", out_file, log
+                )
+            pids[SHARE_PATH] = {"app": share.pid}
         producer = ctx.Process(
             target=produce,
             args=(bootstrap, topic, PARTITIONS, size, rate, stop_producer, sent, profile.keys),
@@ -329,6 +356,8 @@ def run_size(
         for key, event in firsts.items():
             if not event.wait(START_SECONDS):
                 raise RuntimeError(f"({key}) received no record in {START_SECONDS:.0f} s")
+        if share is not None:
+            wait_for_share(share, share_out, log_dir / f"share-{size}.log")
         windows: dict[float, list[tuple[range, Round]]] = {}
         for r in profile.rates:
             rate.value = float(r)
@@ -350,6 +379,12 @@ def run_size(
             if got.error:
                 raise RuntimeError(f"({key}) failed: {got.error}")
             seen[key] = got
+        if share is not None:
+            share_reader.stop(share)
+            got = share_reader.arrivals(share_out.read_text().splitlines())
+            if got.error:
+                raise RuntimeError(f"({SHARE_PATH}) failed: {got.error}")
+            seen[SHARE_PATH] = got
         for key in profile.run_paths:
             check_transport(sidecars[key], f"bench-pod-{key}", uds=mesh_path(key)[2])
         for r, rounds in windows.items():
@@ -364,6 +399,21 @@ def run_size(
                 proc.kill()
         for sidecar in sidecars.values():
             sidecar.stop()
+        if share is not None:
+            share_reader.stop(share)
+
+
+def wait_for_share(share: subprocess.Popen[bytes], out: Path, log: Path) -> None:
+    """Until the share reader has read a record (it joins its share group after start)."""
+    from tests.support import share_reader
+
+    deadline = time.monotonic() + START_SECONDS
+    while not share_reader.has_received(out):
+        if share.poll() is not None:
+            raise RuntimeError(f"({SHARE_PATH}) ended: {log.read_text()[-2000:]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"({SHARE_PATH}) received no record in {START_SECONDS:.0f} s")
+        time.sleep(0.5)
 
 
 def started(ready: Any, proc: Any, out: Any) -> bool:
@@ -419,8 +469,9 @@ def fmt(pair: tuple[float, float], scale: float = 1.0, spec: str = "6.1f") -> st
     return f"{pair[0] * scale:{spec}} / {pair[1] * scale:{spec}}"
 
 
-def print_size(result: Size, paths: tuple[str, ...]) -> None:
+def print_size(result: Size, paths: tuple[str, ...], direct: tuple[str, ...]) -> None:
     labels = {k: v[0] for k, v in DIRECT_PATHS.items()} | {k: mesh_path(k)[0] for k in paths}
+    labels[SHARE_PATH] = SHARE_LABEL
     for r, rounds in result.rates.items():
         loads = ", ".join(f"{rnd.load[0]:.2f}" for rnd in rounds)
         made = ", ".join(f"{rnd.produced:.0f}" for rnd in rounds)
@@ -432,7 +483,7 @@ def print_size(result: Size, paths: tuple[str, ...]) -> None:
             f"{'x dc':>11} {'x da':>11} {'wakeups/s app':>15} {'sidecar':>15} "
             f"{'RSS app':>8} {'sidecar':>8} {'p50 ms':>13} {'p99 ms':>13}"
         )
-        for key in (*DIRECT_PATHS, *paths):
+        for key in (*direct, *paths):
             s = path_summary(rounds, key, "dc")
             da = path_summary(rounds, key, "da")["ratio"]
             side = s.get("sidecar")
@@ -487,7 +538,7 @@ def as_json(results: list[Size], profile: Profile, started: str) -> dict[str, An
                         "produced_per_s": [rnd.produced for rnd in rounds],
                         "paths": {
                             key: path_summary(rounds, key, "dc")
-                            for key in (*DIRECT_PATHS, *profile.run_paths)
+                            for key in (*profile.direct_paths, *profile.run_paths)
                         },
                         "over_unordered": {
                             key: path_summary(rounds, key, twin)["ratio"]
@@ -552,9 +603,9 @@ def run(
         for size in profile.sizes:
             res = run_size(
                 mesh, assigner, notifier, bootstrap, size, profile, socket_dir,
-                groups[size], topics[size],
+                groups[size], topics[size], log_dir,
             )  # fmt: skip
-            print_size(res, profile.run_paths)
+            print_size(res, profile.run_paths, profile.direct_paths)
             results.append(res)
             done(results)
     return results
@@ -659,6 +710,12 @@ def main() -> int:
         help="also run every mesh path with its group in this ordering",
     )
     parser.add_argument("--keys", type=int, help="keyed records over N keys (--ordering: 100)")
+    parser.add_argument(
+        "--share",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also a share-group consumer, (ds) (default: in the full profile, not --short)",
+    )
     args = parser.parse_args()
     profile = SHORT if args.short else FULL
     if args.ordering:
@@ -678,6 +735,8 @@ def main() -> int:
         profile = replace(profile, paths=paths)
     if args.rounds:
         profile = replace(profile, rounds=args.rounds)
+    if args.share is not None:
+        profile = replace(profile, share=args.share)
     if args.window:
         profile = replace(profile, window=args.window)
     started = datetime.now(UTC).isoformat(timespec="seconds")

@@ -185,3 +185,21 @@ def test_flat_rows_give_one_row_per_idle_process_and_per_rate_and_path() -> None
     assert by_path["S"]["sidecar_mcores"] == 30.0
     assert by_path["dc"]["sidecar_mcores"] is None
     assert by_path["S"]["p99_ms"] == 8.0
+
+
+def test_share_reader_output_gives_first_arrivals_and_duplicates() -> None:
+    from tests.support.share_reader import arrivals
+
+    got = arrivals(["[main] WARN preview", "lat 0 3.5", "lat 1 4.0", "lat 0 900.0",
+                    "done distinct=2 received=3 acked=3 seconds=1.000"])  # fmt: skip
+    assert got.first_ms == {0: 3.5, 1: 4.0}
+    assert got.duplicates == 1
+    assert got.error == ""
+    assert "without its done line" in arrivals(["lat 0 3.5"]).error
+
+
+def test_the_full_profile_runs_the_share_consumer_beside_the_direct_ones() -> None:
+    from tests.bench.bench_pod_cost import DIRECT_PATHS, FULL, SHARE_PATH, SHORT
+
+    assert FULL.direct_paths == (*DIRECT_PATHS, SHARE_PATH)
+    assert SHORT.direct_paths == tuple(DIRECT_PATHS)

@@ -18,7 +18,12 @@ import mesh.dataservice.client.Security;
  *        [--ca FILE] [--cert FILE --key FILE] [--server-name NAME] [--token-file FILE]
  *        [--sidecar-token-file FILE]
  * dsread --direct --bootstrap HOST:PORT --topic T --group GROUP --expect N [--quiet]
+ * dsread --share --bootstrap HOST:PORT --topic T --group GROUP --expect N [--quiet] [--stamped]
  * </pre>
+ *
+ * {@code --share} reads through a Kafka share group (KIP-932, {@link ShareRead}): the baseline
+ * beside the mesh for per-record delivery; {@code --stamped} prints each record's latency from
+ * its {@code seq:time_ns:} value (bench_pod_cost's producer) instead of its {@code rec} line.
  *
  * The TLS flags (mesh mode only, docs/client-protocol.md §16): {@code --ca} speaks TLS to the
  * assigner and every sidecar, verified with that CA; {@code --cert}/{@code --key} a client
@@ -35,9 +40,11 @@ public final class DsRead {
       "              [--mode fetch|stream] [--idle-exit-s S] [--quiet]",
       "              [--ca FILE] [--cert FILE --key FILE] [--server-name NAME]"
           + " [--token-file FILE] [--sidecar-token-file FILE]",
-      "       dsread --direct --bootstrap HOST:PORT --topic T --group GROUP --expect N [--quiet]");
+      "       dsread --direct --bootstrap HOST:PORT --topic T --group GROUP --expect N [--quiet]",
+      "       dsread --share --bootstrap HOST:PORT --topic T --group GROUP --expect N [--quiet]"
+          + " [--stamped]");
 
-  private static final Set<String> FLAGS = Set.of("--quiet", "--direct");
+  private static final Set<String> FLAGS = Set.of("--quiet", "--direct", "--share", "--stamped");
   private static final Set<String> VALUES = Set.of("--assigner", "--group", "--client-id",
       "--expect", "--mode", "--idle-exit-s", "--bootstrap", "--topic", "--ca", "--cert", "--key",
       "--server-name", "--token-file", "--sidecar-token-file");
@@ -45,7 +52,7 @@ public final class DsRead {
       "--server-name", "--token-file", "--sidecar-token-file");
 
   /** Parsed arguments; {@code security} is the mesh's transport security (plaintext if none). */
-  record Args(boolean direct, String assigner, String bootstrap, String topic, String group,
+  record Args(boolean direct, boolean share, boolean stamped, String assigner, String bootstrap, String topic, String group,
       String clientId, long expect, String mode, double idleExitSeconds, boolean quiet,
       Security security) {}
 
@@ -75,7 +82,14 @@ public final class DsRead {
         throw new IllegalArgumentException("unknown argument " + argv[i]);
       }
     }
-    boolean direct = flags.contains("--direct");
+    boolean share = flags.contains("--share");
+    if (share && flags.contains("--direct")) {
+      throw new IllegalArgumentException("--direct and --share: one or the other");
+    }
+    if (flags.contains("--stamped") && !share) {
+      throw new IllegalArgumentException("--stamped is for --share");
+    }
+    boolean direct = share || flags.contains("--direct");
     List<String> required = direct
         ? List.of("--bootstrap", "--topic", "--group", "--expect")
         : List.of("--assigner", "--group", "--client-id", "--expect");
@@ -103,7 +117,7 @@ public final class DsRead {
         throw new IllegalArgumentException("--idle-exit-s must be positive");
       }
     }
-    return new Args(direct, values.get("--assigner"), values.get("--bootstrap"),
+    return new Args(direct, share, flags.contains("--stamped"), values.get("--assigner"), values.get("--bootstrap"),
         values.get("--topic"), values.get("--group"), values.get("--client-id"), expect, mode,
         idle, flags.contains("--quiet"), security(values, direct));
   }
@@ -173,7 +187,8 @@ public final class DsRead {
     }
     PrintStream out = new PrintStream(new java.io.FileOutputStream(java.io.FileDescriptor.out),
         false, java.nio.charset.StandardCharsets.UTF_8);
-    int code = args.direct() ? DirectRead.run(args, out) : MeshRead.run(args, out);
+    int code = args.share() ? ShareRead.run(args, out)
+        : args.direct() ? DirectRead.run(args, out) : MeshRead.run(args, out);
     out.flush();
     System.exit(code);
   }

@@ -117,4 +117,22 @@ class DsReadArgsTest {
       assertTrue(message.contains("TLS flags are for the mesh"), message);
     }
   }
+
+  @Test
+  void shareReadsAShareGroupDirectlyAndOnlyItIsStamped() {
+    DsRead.Args share = DsRead.parse(new String[] {"--share", "--bootstrap", "localhost:9092",
+        "--topic", "t", "--group", "g", "--expect", "5", "--stamped"});
+    assertTrue(share.share());
+    assertTrue(share.direct());
+    assertTrue(share.stamped());
+    assertEquals("localhost:9092", share.bootstrap());
+    assertTrue(refused("--share", "--topic", "t", "--group", "g", "--expect", "1")
+        .contains("--bootstrap is required"));
+    assertTrue(refused("--share", "--direct", "--bootstrap", "b:1", "--topic", "t", "--group",
+        "g", "--expect", "1").contains("one or the other"));
+    assertTrue(refused("--direct", "--stamped", "--bootstrap", "b:1", "--topic", "t", "--group",
+        "g", "--expect", "1").contains("--stamped is for --share"));
+    assertTrue(refused("--share", "--ca", ca, "--bootstrap", "b:1", "--topic", "t", "--group",
+        "g", "--expect", "1").contains("TLS flags are for the mesh"));
+  }
 }
