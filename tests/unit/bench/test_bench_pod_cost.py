@@ -203,3 +203,26 @@ def test_the_full_profile_runs_the_share_consumer_beside_the_direct_ones() -> No
 
     assert FULL.direct_paths == (*DIRECT_PATHS, SHARE_PATH)
     assert SHORT.direct_paths == tuple(DIRECT_PATHS)
+
+
+def test_ack_checks_hold_only_the_answers_in_flight() -> None:
+    from concurrent.futures import Future
+
+    from tests.support.pod_readers import AckChecks
+
+    acks = AckChecks()
+    first, second, third = Future[int](), Future[int](), Future[int]()
+    first.set_result(3)
+    acks.add(first, 3)
+    assert len(acks) == 0  # answered: checked and let go at once
+    acks.add(second, 2)
+    third.set_result(1)
+    acks.add(third, 1)
+    assert len(acks) == 2  # the third waits behind the second, in order
+    second.set_result(2)
+    acks.settle()
+    assert len(acks) == 0
+    short = Future[int]()
+    short.set_result(1)
+    with pytest.raises(RuntimeError, match="not acked whole"):
+        acks.add(short, 2)
