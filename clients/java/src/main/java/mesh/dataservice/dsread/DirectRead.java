@@ -41,8 +41,7 @@ final class DirectRead {
         for (ConsumerRecord<byte[], byte[]> r : records) {
           tally.receive(r.topic(), r.partition(), r.offset());
           if (!args.quiet()) {
-            out.append("rec ").append(r.topic()).append(' ').append(String.valueOf(r.partition()))
-                .append(' ').append(String.valueOf(r.offset())).append(" 0 1\n");
+            Tally.printRec(out, r.topic(), r.partition(), r.offset(), 0, 1);
           }
         }
         out.flush();
@@ -52,9 +51,7 @@ final class DirectRead {
       tally.printDone(out);
       return 0;
     } catch (org.apache.kafka.common.KafkaException e) {
-      System.err.println("error UNAVAILABLE -");
-      System.err.println(e);
-      return 3;
+      return Tally.kafkaFailed(e);
     }
   }
 }

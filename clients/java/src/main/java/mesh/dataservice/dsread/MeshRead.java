@@ -41,10 +41,8 @@ final class MeshRead {
         for (DsRecord r : batch) {
           tally.receive(r.topic(), r.partition(), r.offset());
           if (!args.quiet()) {
-            out.append("rec ").append(r.topic()).append(' ').append(String.valueOf(r.partition()))
-                .append(' ').append(String.valueOf(r.offset())).append(' ')
-                .append(String.valueOf(r.leaseEpoch())).append(' ')
-                .append(String.valueOf(r.deliveryCount())).append('\n');
+            Tally.printRec(out, r.topic(), r.partition(), r.offset(), r.leaseEpoch(),
+                r.deliveryCount());
           }
         }
         out.flush();

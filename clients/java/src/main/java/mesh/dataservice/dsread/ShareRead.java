@@ -73,9 +73,8 @@ final class ShareRead {
           if (args.stamped()) {
             stamp(r.value(), nowNs, out);
           } else if (!args.quiet()) {
-            out.append("rec ").append(r.topic()).append(' ').append(String.valueOf(r.partition()))
-                .append(' ').append(String.valueOf(r.offset())).append(" 0 ")
-                .append(String.valueOf(r.deliveryCount().orElse((short) 1))).append('\n');
+            Tally.printRec(out, r.topic(), r.partition(), r.offset(), 0,
+                r.deliveryCount().orElse((short) 1));
           }
         }
         out.flush();
@@ -90,9 +89,7 @@ final class ShareRead {
       tally.printDone(out);
       return 0;
     } catch (org.apache.kafka.common.KafkaException e) {
-      System.err.println("error UNAVAILABLE -");
-      System.err.println(e);
-      return 3;
+      return Tally.kafkaFailed(e);
     }
   }
 

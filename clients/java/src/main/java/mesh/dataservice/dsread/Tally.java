@@ -29,6 +29,21 @@ final class Tally {
     return fresh;
   }
 
+  /** One {@code rec <topic> <partition> <offset> <epoch> <delivery_count>} line. */
+  static void printRec(PrintStream out, String topic, int partition, long offset, long epoch,
+      long deliveryCount) {
+    out.append("rec ").append(topic).append(' ').append(String.valueOf(partition)).append(' ')
+        .append(String.valueOf(offset)).append(' ').append(String.valueOf(epoch)).append(' ')
+        .append(String.valueOf(deliveryCount)).append('\n');
+  }
+
+  /** A Kafka client's terminal error, as dsread reports it (exit 3). */
+  static int kafkaFailed(RuntimeException e) {
+    System.err.println("error UNAVAILABLE -");
+    System.err.println(e);
+    return 3;
+  }
+
   void acked(long n) {
     acked += n;
   }
