@@ -119,6 +119,7 @@ class Profile:
     ordering: str = ""  # --ordering: each mesh path also runs in this mode ("": none)
     keys: int = 0  # the producer's keys (0: no key)
     share: bool = False  # also (ds): a share-group consumer (the Java dsread --share)
+    threads: bool = False  # print each mesh process's threads in each rate's first round
 
     @property
     def run_paths(self) -> tuple[str, ...]:
@@ -251,6 +252,17 @@ def measure(
     }
 
 
+def mesh_threads(pids: dict[str, dict[str, int]]) -> dict[str, int]:
+    """The mesh paths' processes, by ``PATH app`` / ``PATH sidecar`` (``--threads``)."""
+    return {
+        f"{path} {name}": pid
+        for path, names in pids.items()
+        if path not in DIRECT_PATHS and path != SHARE_PATH
+        for name, pid in names.items()
+        if pid
+    }
+
+
 def print_threads(
     name: str, before: dict[str, Usage], after: dict[str, Usage], seconds: float
 ) -> None:
@@ -367,13 +379,17 @@ def run_size(
             rate.value = JIT_WARM_RATE
             time.sleep(JIT_WARM_SECONDS)
         windows: dict[float, list[tuple[range, Round]]] = {}
+
+        def threads(round_index: int) -> bool:
+            return profile.threads and round_index == 0
+
         for r in profile.rates:
             rate.value = float(r)
             time.sleep(WARM_SECONDS)
             windows[r] = []
-            for _ in range(profile.rounds):
+            for i in range(profile.rounds):
                 start, load = sent.value, os.getloadavg()
-                usage = measure(pids, profile.window)
+                usage = measure(pids, profile.window, mesh_threads(pids) if threads(i) else None)
                 windows[r].append((range(start, sent.value), Round(profile.window, load, usage)))
             print(f"   {size} B at {r:g} rec/s measured (load {os.getloadavg()[0]:.2f})",
                   flush=True)  # fmt: skip
@@ -725,8 +741,16 @@ def main() -> int:
         default=None,
         help="also a share-group consumer, (ds) (default: in the full profile, not --short)",
     )
+    parser.add_argument(
+        "--threads",
+        action="store_true",
+        help="print each mesh path's sidecar and application per thread (wake-ups/s, "
+        "%% of a core) in the first round of each rate",
+    )
     args = parser.parse_args()
     profile = SHORT if args.short else FULL
+    if args.threads:
+        profile = replace(profile, threads=True)
     if args.ordering:
         profile = replace(profile, ordering=args.ordering, keys=100)
     if args.keys is not None:

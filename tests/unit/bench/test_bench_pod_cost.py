@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.bench.bench_pod_cost import Round, median_and_best, path_summary, percentile
+from tests.bench.bench_pod_cost import (
+    Round,
+    median_and_best,
+    mesh_threads,
+    path_summary,
+    percentile,
+)
 from tests.support.pod_readers import Arrivals, records_due, stamped_value
 from tests.support.proc_usage import (
     TICKS_PER_SECOND,
@@ -226,3 +232,15 @@ def test_ack_checks_hold_only_the_answers_in_flight() -> None:
     short.set_result(1)
     with pytest.raises(RuntimeError, match="not acked whole"):
         acks.add(short, 2)
+
+
+def test_mesh_threads_names_the_mesh_processes_only() -> None:
+    """--threads: each mesh path's application and sidecar; not the direct or share readers,
+    and not a process without a pid."""
+    pids = {
+        "dc": {"app": 11},
+        "ds": {"app": 12},
+        "S": {"app": 21, "sidecar": 22},
+        "F": {"app": 31, "sidecar": 0},
+    }
+    assert mesh_threads(pids) == {"S app": 21, "S sidecar": 22, "F app": 31}
