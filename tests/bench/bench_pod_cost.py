@@ -252,15 +252,9 @@ def measure(
     }
 
 
-def mesh_threads(pids: dict[str, dict[str, int]]) -> dict[str, int]:
-    """The mesh paths' processes, by ``PATH app`` / ``PATH sidecar`` (``--threads``)."""
-    return {
-        f"{path} {name}": pid
-        for path, names in pids.items()
-        if path not in DIRECT_PATHS and path != SHARE_PATH
-        for name, pid in names.items()
-        if pid
-    }
+def mesh_threads(pids: dict[str, dict[str, int]], paths: tuple[str, ...]) -> dict[str, int]:
+    """The processes of the mesh ``paths``, by ``PATH app`` / ``PATH sidecar`` (``--threads``)."""
+    return {f"{p} {name}": pid for p in paths for name, pid in pids[p].items() if pid}
 
 
 def print_threads(
@@ -379,17 +373,14 @@ def run_size(
             rate.value = JIT_WARM_RATE
             time.sleep(JIT_WARM_SECONDS)
         windows: dict[float, list[tuple[range, Round]]] = {}
-
-        def threads(round_index: int) -> bool:
-            return profile.threads and round_index == 0
-
+        watched = mesh_threads(pids, profile.run_paths) if profile.threads else None
         for r in profile.rates:
             rate.value = float(r)
             time.sleep(WARM_SECONDS)
             windows[r] = []
             for i in range(profile.rounds):
                 start, load = sent.value, os.getloadavg()
-                usage = measure(pids, profile.window, mesh_threads(pids) if threads(i) else None)
+                usage = measure(pids, profile.window, watched if i == 0 else None)
                 windows[r].append((range(start, sent.value), Round(profile.window, load, usage)))
             print(f"   {size} B at {r:g} rec/s measured (load {os.getloadavg()[0]:.2f})",
                   flush=True)  # fmt: skip

@@ -243,4 +243,4 @@ def test_mesh_threads_names_the_mesh_processes_only() -> None:
         "S": {"app": 21, "sidecar": 22},
         "F": {"app": 31, "sidecar": 0},
     }
-    assert mesh_threads(pids) == {"S app": 21, "S sidecar": 22, "F app": 31}
+    assert mesh_threads(pids, ("S", "F")) == {"S app": 21, "S sidecar": 22, "F app": 31}
