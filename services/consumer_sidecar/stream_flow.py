@@ -18,6 +18,11 @@ if TYPE_CHECKING:
 # many the sidecar reads none of the client's messages until it has read some (issue 37,
 # finding 11), so a client that sends without reading grows nothing on the sidecar.
 MAX_STREAM_RESULTS = 256
+# StreamOpen.answers_with_batches: an ack's answer that was not asked for now waits at most
+# this long for the stream's next batch to carry it, then goes alone. At 100 records/s a
+# batch leaves every 10 ms or so, so nearly every answer rides on one (issue 34: the
+# third gRPC message per batch); a reader blocked on its answer asks for it now.
+ANSWER_HOLD_SECONDS = 0.1
 
 
 @dataclass
@@ -89,10 +94,50 @@ class StreamState:
     # Set when the client took answers: the request reader, stopped at MAX_STREAM_RESULTS
     # answers waiting, reads on.
     room: asyncio.Event = field(default_factory=asyncio.Event)
+    # StreamOpen.answers_with_batches: ack answers held for the next batch to carry
+    # (StreamBatch.ack_results), in order, until ``held_until`` (the event loop's clock).
+    hold_answers: bool = False
+    held: list[stream_pb2.StreamAckResult] = field(default_factory=list)
+    held_until: float = 0.0
 
     def backlog(self) -> int:
-        """The answers waiting for the client: queued, or acks being committed."""
-        return len(self.results) + self.unanswered
+        """The answers waiting for the client: queued, held, or acks being committed."""
+        return len(self.results) + len(self.held) + self.unanswered
+
+    def answer(self, result: stream_pb2.StreamAckResult, now_ok: bool, now: float) -> bool:
+        """Queue the answer to an ``acks`` message, after those before it: held for the
+        next batch when the stream allows it and the client did not ask for it now
+        (``now_ok`` False), else sent on its own (the held ones first, keeping the order).
+        True when the stream's loop must look again (something to send, or a hold's
+        deadline it does not know yet)."""
+        if self.hold_answers and not now_ok:
+            first = not self.held
+            if first:
+                self.held_until = now + ANSWER_HOLD_SECONDS
+            self.held.append(result)
+            return first
+        self.flush_held()
+        self.results.append(stream_pb2.StreamResponse(ack_result=result))
+        return True
+
+    def flush_held(self) -> None:
+        """The held answers go on their own, as ``ack_result`` messages, in order."""
+        for result in self.held:
+            self.results.append(stream_pb2.StreamResponse(ack_result=result))
+        self.held.clear()
+
+    def take_held(self) -> list[stream_pb2.StreamAckResult]:
+        """The held answers, for the batch about to go out."""
+        held, self.held = self.held, []
+        return held
+
+    def hold_due(self, now: float) -> bool:
+        """Whether held answers must go now: their deadline passed, or the stream ends."""
+        return bool(self.held) and (now >= self.held_until or self.ended or self.error is not None)
+
+    def wait_limit(self, timeout: float, now: float) -> float:
+        """``timeout`` cut to the held answers' deadline."""
+        return min(timeout, max(0.0, self.held_until - now)) if self.held else timeout
 
     def drained(self) -> None:
         """The client took answers (the generator resumed after yielding them)."""

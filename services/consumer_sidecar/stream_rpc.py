@@ -118,6 +118,7 @@ class StreamRpc:
             columns=columns,
             client_id=opened.client_id,
             linger=linger,
+            hold_answers=opened.answers_with_batches,
         )
         if shared:
             assert self.shared_memory is not None
@@ -138,9 +139,12 @@ class StreamRpc:
         client_label = clients.stream_opened(opened.client_id) if clients is not None else ""
         if clients is not None and state.segment is not None:
             clients.shared_memory(client_label, state.segment.ring.capacity)
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 state.wake.clear()
+                if state.hold_due(loop.time()):
+                    state.flush_held()
                 while state.results:
                     yield state.results.popleft()
                     state.drained()
@@ -153,7 +157,11 @@ class StreamRpc:
                     if not sent:
                         await self._wait(state, data=False)  # for a release
                         continue
+                    answers = state.take_held()
+                    response.batch.ack_results.extend(answers)
                     yield response
+                    if answers:
+                        state.drained()
                     if state.auto_ack:
                         self.serving.written(sent)
                     continue
@@ -173,18 +181,19 @@ class StreamRpc:
                     await self._wait(state, data=True)
                     continue
                 if state.linger:
-                    state.next_send_at = asyncio.get_running_loop().time() + state.linger
+                    state.next_send_at = loop.time() + state.linger
                 state.credit.spend(sum(map(len, taken)), sum(s.data_bytes() for s in taken))
                 if state.segment is not None:
                     if clients is not None:
                         clients.delivered(opened.client_id, taken, acked=state.auto_ack)
                     state.pending = taken  # written into the segment as it has room
                     continue
+                answers = state.take_held()  # answers to earlier acks ride on the batch
                 message: stream_pb2.StreamResponse | bytes = (
-                    wire.stream_response(taken)
+                    wire.stream_response(taken, [a.SerializeToString() for a in answers])
                     if state.columns
                     else stream_pb2.StreamResponse(
-                        batch=stream_pb2.StreamBatch(records=records(taken))
+                        batch=stream_pb2.StreamBatch(records=records(taken), ack_results=answers)
                     )
                 )
                 # A message some client refuses unseen (one record larger than 4 MiB) is
@@ -196,6 +205,8 @@ class StreamRpc:
                 if clients is not None:
                     clients.delivered(opened.client_id, taken, acked=acked)
                 yield message
+                if answers:
+                    state.drained()
                 if acked:  # written (the generator resumes once it was sent)
                     self.serving.written(taken)
         finally:
@@ -306,8 +317,9 @@ class StreamRpc:
                 rejected_acks=outcome.rejected,
                 rejected_ranges=outcome.rejected_ranges,
             )
-            state.results.append(stream_pb2.StreamResponse(ack_result=result))
-            state.wake.set()
+            now = asyncio.get_running_loop().time()
+            if state.answer(result, acks.answer_now, now):
+                state.wake.set()
         finally:
             state.unanswered -= 1
             state.room.set()  # an error ends the stream: the reader must not wait for room
@@ -341,6 +353,7 @@ class StreamRpc:
             elif state.data.is_set():
                 return
             state.data.wanted = True
+        timeout = state.wait_limit(timeout, asyncio.get_running_loop().time())
         try:
             async with asyncio.timeout(timeout):
                 await state.wake.wait()

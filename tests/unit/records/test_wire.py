@@ -64,6 +64,24 @@ def test_encoded_bytes_are_protobufs_and_read_back_alike(
             assert parsed is not None and streamed is not None
             assert records(parsed) == records(streamed) == records(by_protobuf)
 
+        # Answers to earlier acks carried by the batch (answers_with_batches): the same
+        # bytes as protobuf's, read back in place with the answers, or left to protobuf
+        # by a reader that does not ask for them.
+        results = [stream_pb2.StreamAckResult(acked_count=n) for n in (again % 7, 3)]
+        stream.batch.ack_results.extend(results)
+        answered = wire.stream_response(taken, [r.SerializeToString() for r in results])
+        assert answered == stream.SerializeToString()
+        answers: list[bytes] = []
+        answers_of_fields: list[bytes] = []
+        streamed = wire.parse_stream_batch(answered, answers)
+        fields = wire.stream_batch_fields(answered, answers_of_fields)
+        if not any(b.headers for b in expected.batches):
+            assert streamed is not None and records(streamed) == records(by_protobuf)
+            assert fields is not None and len(fields) == len(taken)
+            assert [stream_pb2.StreamAckResult.FromString(a) for a in answers] == results
+            assert answers_of_fields == answers
+        assert wire.parse_stream_batch(answered) is None
+
 
 def test_varints_match_protobuf_for_the_edges() -> None:
     for value in (1, 127, 128, 300, 2**31 - 1, 2**62, -1, -(2**31)):

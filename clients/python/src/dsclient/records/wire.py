@@ -33,9 +33,11 @@ _U64 = (1 << 64) - 1
 _TOPIC, _PARTITION, _EPOCH, _OFFSETS, _TIMESTAMPS = 1, 2, 3, 4, 5
 _VALUE_LENGTHS, _VALUES, _KEY_LENGTHS, _KEYS = 6, 7, 8, 9
 _DELIVERIES = 11
-# FetchResponse.batches and StreamBatch.batches; StreamResponse.batch
+# FetchResponse.batches and StreamBatch.batches; StreamResponse.batch;
+# StreamBatch.ack_results (answers to earlier acks, StreamOpen.answers_with_batches)
 _BATCHES = 2
 _STREAM_BATCH = 1
+_ACK_RESULTS = 4
 
 Piece = bytes | memoryview
 T = TypeVar("T")
@@ -103,9 +105,12 @@ def fetch_response(slices: Sequence[Slice]) -> bytes:
     return b"".join(_batches(slices))
 
 
-def stream_response(slices: Sequence[Slice]) -> bytes:
-    """A StreamResponse whose ``batch`` holds one RecordBatch per slice, encoded."""
+def stream_response(slices: Sequence[Slice], answers: Sequence[bytes] = ()) -> bytes:
+    """A StreamResponse whose ``batch`` holds one RecordBatch per slice, encoded, and
+    ``answers`` (encoded StreamAckResults) as its ``ack_results``."""
     pieces = _batches(slices)
+    for answer in answers:
+        pieces += (_tag(_ACK_RESULTS, _LEN), varint(len(answer)), answer)
     return b"".join([_tag(_STREAM_BATCH, _LEN), varint(sum(map(len, pieces))), *pieces])
 
 
@@ -138,14 +143,26 @@ def parse_batches(data: bytes, start: int = 0, end: int | None = None) -> list[C
 
 
 def _batches_of(
-    data: bytes, start: int, end: int, build: Callable[[bytes, int, int], T | None]
+    data: bytes,
+    start: int,
+    end: int,
+    build: Callable[[bytes, int, int], T | None],
+    answers: list[bytes] | None = None,
 ) -> list[T] | None:
     """Each RecordBatch field of ``data[start:end]`` as ``build`` reads it; ``None`` when
-    the message holds anything else or ``build`` gives up on one."""
+    the message holds anything else or ``build`` gives up on one. With ``answers``, a
+    StreamBatch's ``ack_results`` are read too: each encoded answer is appended to it."""
     out = []
     pos = start
     while pos < end:
         key, pos = _read_varint(data, pos, end)
+        if key == _ACK_RESULTS << 3 | _LEN and answers is not None:
+            size, pos = _read_varint(data, pos, end)
+            if pos + size > end:
+                raise ValueError("truncated StreamAckResult")
+            answers.append(data[pos : pos + size])
+            pos += size
+            continue
         if key != _BATCHES << 3 | _LEN:
             return None
         size, pos = _read_varint(data, pos, end)
@@ -159,11 +176,13 @@ def _batches_of(
     return out
 
 
-def parse_stream_batch(data: bytes) -> list[Columns] | None:
+def parse_stream_batch(data: bytes, answers: list[bytes] | None = None) -> list[Columns] | None:
     """The RecordBatches of an encoded StreamResponse that holds a ``batch``, read as by
-    :func:`parse_batches`; ``None`` for anything else (an ``ack_result``)."""
+    :func:`parse_batches`; ``None`` for anything else (an ``ack_result``). With
+    ``answers``, the batch's ``ack_results`` (encoded) are appended to it; without, a batch
+    that carries any is left to protobuf."""
     bounds = _lone_batch(data)
-    return None if bounds is None else parse_batches(data, *bounds)
+    return None if bounds is None else _batches_of(data, *bounds, _record_batch, answers)
 
 
 def _lone_batch(data: bytes) -> tuple[int, int] | None:
@@ -193,12 +212,15 @@ class BatchFields:
     keys: memoryview
 
 
-def stream_batch_fields(data: bytes) -> list[BatchFields] | None:
+def stream_batch_fields(
+    data: bytes, answers: list[bytes] | None = None
+) -> list[BatchFields] | None:
     """The RecordBatches of an encoded StreamResponse that holds a ``batch`` of
     RecordBatches only, as views of ``data``; ``None`` for anything else (an ack result,
-    shared batches, headers, a field this reader does not know): parse it with protobuf."""
+    shared batches, headers, a field this reader does not know): parse it with protobuf.
+    ``answers`` as in :func:`parse_stream_batch`."""
     bounds = _lone_batch(data)
-    return None if bounds is None else _batches_of(data, *bounds, _batch_fields)
+    return None if bounds is None else _batches_of(data, *bounds, _batch_fields, answers)
 
 
 def _batch_fields(data: bytes, pos: int, end: int) -> BatchFields | None:

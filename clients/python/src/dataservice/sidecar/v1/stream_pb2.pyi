@@ -499,6 +499,7 @@ class StreamOpen(_message.Message):
     INITIAL_CREDIT_FIELD_NUMBER: _builtins.int
     FORMAT_FIELD_NUMBER: _builtins.int
     LINGER_FIELD_NUMBER: _builtins.int
+    ANSWERS_WITH_BATCHES_FIELD_NUMBER: _builtins.int
     client_id: _builtins.str
     """Application client id."""
     group: _builtins.str
@@ -507,6 +508,13 @@ class StreamOpen(_message.Message):
     """Treat every sent record as acked at delivery."""
     format: Global___DeliveryFormat.ValueType
     """How the records are encoded in StreamBatch; unset = DELIVERY_FORMAT_RECORDS."""
+    answers_with_batches: _builtins.bool
+    """The client reads answers to its acks carried in StreamBatch.ack_results: the sidecar
+    may then hold the answer to an `acks` message that did not ask for it now
+    (StreamAcks.answer_now unset) until its next batch, and at most 100 ms, so an ack and
+    its answer cost one message less per batch at low rates (issue 34). The answers keep
+    the order of the acks. Unset = every answer is its own `ack_result`, as before.
+    """
     @_builtins.property
     def initial_credit(self) -> Global___StreamCredit:
         """Credit granted up front; unset = nothing is sent until the first `credit`."""
@@ -530,10 +538,11 @@ class StreamOpen(_message.Message):
         initial_credit: Global___StreamCredit | None = ...,
         format: Global___DeliveryFormat.ValueType = ...,
         linger: _duration_pb2.Duration | None = ...,
+        answers_with_batches: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["initial_credit", b"initial_credit", "linger", b"linger"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["auto_ack", b"auto_ack", "client_id", b"client_id", "format", b"format", "group", b"group", "initial_credit", b"initial_credit", "linger", b"linger"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answers_with_batches", b"answers_with_batches", "auto_ack", b"auto_ack", "client_id", b"client_id", "format", b"format", "group", b"group", "initial_credit", b"initial_credit", "linger", b"linger"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -576,6 +585,11 @@ class StreamAcks(_message.Message):
     ACKS_FIELD_NUMBER: _builtins.int
     RANGES_FIELD_NUMBER: _builtins.int
     RELEASED_FIELD_NUMBER: _builtins.int
+    ANSWER_NOW_FIELD_NUMBER: _builtins.int
+    answer_now: _builtins.bool
+    """The caller waits for this answer: send it at once, never held for a batch (only
+    meaningful on a stream opened with `answers_with_batches`).
+    """
     @_builtins.property
     def acks(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordAck]:
         """Records acknowledged."""
@@ -598,10 +612,11 @@ class StreamAcks(_message.Message):
         acks: _abc.Iterable[Global___RecordAck] | None = ...,
         ranges: _abc.Iterable[Global___RangeAck] | None = ...,
         released: _abc.Iterable[_builtins.int] | None = ...,
+        answer_now: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "ranges", b"ranges", "released", b"released"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "answer_now", b"answer_now", "ranges", b"ranges", "released", b"released"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -690,6 +705,7 @@ class StreamBatch(_message.Message):
     RECORDS_FIELD_NUMBER: _builtins.int
     BATCHES_FIELD_NUMBER: _builtins.int
     SHARED_FIELD_NUMBER: _builtins.int
+    ACK_RESULTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Record]:
         """Records delivered, in offset order within each partition (DELIVERY_FORMAT_RECORDS)."""
@@ -704,16 +720,24 @@ class StreamBatch(_message.Message):
         shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
         """
 
+    @_builtins.property
+    def ack_results(self) -> _containers.RepeatedCompositeFieldContainer[Global___StreamAckResult]:
+        """Answers to earlier `acks` messages, in the order those were received, before any
+        `ack_result` sent after this batch (only on a stream opened with
+        `answers_with_batches`). A batch may carry answers and no records.
+        """
+
     def __init__(
         self,
         *,
         records: _abc.Iterable[_common_pb2.Record] | None = ...,
         batches: _abc.Iterable[Global___RecordBatch] | None = ...,
         shared: _abc.Iterable[Global___SharedBatch] | None = ...,
+        ack_results: _abc.Iterable[Global___StreamAckResult] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batches", b"batches", "records", b"records", "shared", b"shared"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_results", b"ack_results", "batches", b"batches", "records", b"records", "shared", b"shared"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,152 @@
+"""Ack answers carried by batches (StreamOpen.answers_with_batches, issue 34): the answer to
+an ``acks`` message that did not ask for it now rides on the stream's next batch
+(StreamBatch.ack_results), or goes alone once it has waited ANSWER_HOLD_SECONDS; one that
+asked for it now (``answer_now``) goes at once, after the held ones; answers keep the order
+of the acks; a stream opened without the flag answers each ``acks`` on its own, as before.
+Through the in-process server of stream_harness.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
+from services.consumer_sidecar.stream_flow import ANSWER_HOLD_SECONDS
+from tests.unit.sidecar.stream_harness import Requests, Sidecar, acks_of, opening, run
+
+
+def answering(records: int, fmt: int = stream_pb2.DELIVERY_FORMAT_UNSPECIFIED) -> Requests:
+    request = opening(records=records, format=fmt)
+    request.open.answers_with_batches = True
+    return Requests(request)
+
+
+def acks(records: list, *, now: bool = False) -> stream_pb2.StreamRequest:  # type: ignore[type-arg]
+    return stream_pb2.StreamRequest(
+        acks=stream_pb2.StreamAcks(acks=acks_of(records), answer_now=now)
+    )
+
+
+def test_an_answer_not_asked_for_now_rides_on_the_next_batch() -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        part = sc.hold(0, epoch=1)
+        sc.buffer(0, range(0, 3))
+        requests = answering(records=100)
+        call = stub.Stream(requests)
+        first = await call.read()
+        assert [r.offset for r in first.batch.records] == [0, 1, 2]
+        requests.send(acks(list(first.batch.records)))
+        await asyncio.sleep(ANSWER_HOLD_SECONDS / 4)  # committed, held for a batch
+        sc.buffer(0, range(3, 5))
+        second = await call.read()
+        assert second.WhichOneof("kind") == "batch"
+        assert [r.offset for r in second.batch.records] == [3, 4]
+        assert [a.acked_count for a in second.batch.ack_results] == [3]
+        assert part.acks.commit_point == 3
+        call.cancel()
+
+    run(body)
+
+
+def test_a_held_answer_goes_alone_when_no_batch_comes() -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        sc.hold(0, epoch=1)
+        sc.buffer(0, range(0, 2))
+        requests = answering(records=100)
+        call = stub.Stream(requests)
+        first = await call.read()
+        requests.send(acks(list(first.batch.records)))
+        loop = asyncio.get_running_loop()
+        sent = loop.time()
+        answer = await asyncio.wait_for(call.read(), timeout=5)
+        waited = loop.time() - sent
+        assert answer.WhichOneof("kind") == "ack_result"
+        assert answer.ack_result.acked_count == 2
+        # Held for a batch that never came, then sent (not before the hold: bounded below
+        # only, never a wall-clock ceiling).
+        assert waited >= ANSWER_HOLD_SECONDS * 0.9
+        call.cancel()
+
+    run(body)
+
+
+def test_an_answer_asked_for_now_goes_at_once_after_the_held_ones_in_order() -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        part = sc.hold(0, epoch=1)
+        sc.buffer(0, range(0, 4))
+        requests = answering(records=100)
+        call = stub.Stream(requests)
+        got = list((await call.read()).batch.records)
+        requests.send(acks(got[:1]))  # held
+        requests.send(acks(got[1:2]))  # held
+        requests.send(acks(got[2:], now=True))  # flushes the held two first
+        answers = [await call.read() for _ in range(3)]
+        assert [a.WhichOneof("kind") for a in answers] == ["ack_result"] * 3
+        assert [a.ack_result.acked_count for a in answers] == [1, 1, 2]
+        assert part.acks.commit_point == 4
+        call.cancel()
+
+    run(body)
+
+
+def test_without_the_flag_every_answer_is_its_own_message() -> None:
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        sc.hold(0, epoch=1)
+        sc.buffer(0, range(0, 2))
+        requests = Requests(opening(records=100))
+        call = stub.Stream(requests)
+        first = await call.read()
+        requests.send(acks(list(first.batch.records)))  # answer_now unset
+        answer = await call.read()
+        assert answer.WhichOneof("kind") == "ack_result" and answer.ack_result.acked_count == 2
+        sc.buffer(0, range(2, 3))
+        second = await call.read()
+        assert second.WhichOneof("kind") == "batch" and not second.batch.ack_results
+        call.cancel()
+
+    run(body)
+
+
+def test_held_answers_go_before_the_stream_ends() -> None:
+    """The client half-closes with an answer held: it is sent, then the stream ends OK."""
+
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        sc.hold(0, epoch=1)
+        sc.buffer(0, range(0, 2))
+        requests = answering(records=100)
+        call = stub.Stream(requests)
+        first = await call.read()
+        requests.send(acks(list(first.batch.records)))
+        requests.send(None)
+        answer = await call.read()
+        assert answer.WhichOneof("kind") == "ack_result" and answer.ack_result.acked_count == 2
+        assert await call.read() == grpc.aio.EOF
+        assert await call.code() == grpc.StatusCode.OK
+
+    run(body)
+
+
+def test_columns_batches_carry_the_answers_in_their_wire_bytes() -> None:
+    """DELIVERY_FORMAT_BATCHES: the sidecar writes the batch's bytes itself
+    (``wire.stream_response``); the answers are part of them, as protobuf reads them."""
+
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        sc.hold(0, epoch=1)
+        sc.buffer(0, range(0, 2))
+        requests = answering(records=100, fmt=stream_pb2.DELIVERY_FORMAT_BATCHES)
+        call = stub.Stream(requests)
+        first = await call.read()
+        (run_,) = first.batch.batches
+        span = stream_pb2.RangeAck(
+            topic=run_.topic, partition=0, lease_epoch=1, from_offset=0, to_offset=2
+        )
+        requests.send(stream_pb2.StreamRequest(acks=stream_pb2.StreamAcks(ranges=[span])))
+        await asyncio.sleep(ANSWER_HOLD_SECONDS / 4)
+        sc.buffer(0, range(2, 3))
+        second = await call.read()
+        assert len(second.batch.batches) == 1
+        assert [a.acked_count for a in second.batch.ack_results] == [1]
+        call.cancel()
+
+    run(body)
