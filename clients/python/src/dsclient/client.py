@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from functools import partial
 from types import TracebackType
 from typing import Any, cast
 
@@ -315,10 +316,13 @@ class DsClient:
         spans, releases = _spans_and_releases(records)
         return counted(spans, self._ack_spans(spans, releases))
 
-    def _ack_spans(self, spans: list[Span], releases: Sequence[Release] = ()) -> list[bool]:
+    def _ack_spans(
+        self, spans: list[Span], releases: Sequence[Release] = (), *, answer_now: bool = True
+    ) -> list[bool]:
         """Send range acks, each to the sidecar that delivered its records (on its stream
         if one is open, else with the Ack RPC): whether each was accepted. ``releases``
-        go on the streams that delivered them, with those acks or alone."""
+        go on the streams that delivered them, with those acks or alone. ``answer_now``
+        False (``ack_nowait``): a stream's sidecar may answer with its next batch."""
         accepted = [False] * len(spans)
         unreleased = by_stream(releases)
         for address, indices in self._by_sidecar(spans).items():
@@ -327,7 +331,12 @@ class DsClient:
                 sidecar = self._binding.sidecars.get(address)
                 stream = self._streams.get(address)
             answers = (
-                stream.ack(sent, STREAM_ACK_TIMEOUT_SECONDS, unreleased.pop(stream, None))
+                stream.ack(
+                    sent,
+                    STREAM_ACK_TIMEOUT_SECONDS,
+                    unreleased.pop(stream, None),
+                    answer_now=answer_now,
+                )
                 if stream is not None
                 else None
             )
@@ -475,7 +484,7 @@ class DsClient:
             if self._acks_closed:
                 raise ClientError("the client is closed")
             if self._acker is None:
-                self._acker = Acker(self._ack_spans)
+                self._acker = Acker(partial(self._ack_spans, answer_now=False))
             return self._acker.submit(spans, releases)
 
     def _ack_rpc(self, sidecar: Sidecar, spans: list[Span]) -> list[bool]:
@@ -693,6 +702,8 @@ class DsClient:
             auto_ack=self.auto_ack,
             initial_credit=stream_pb2.StreamCredit(records=window),
             format=stream_pb2.DELIVERY_FORMAT_BATCHES,
+            # ack_nowait's answers may ride on the next batch (one message less per batch)
+            answers_with_batches=True,
         )
         if linger:
             if not 0 <= linger <= 1:

@@ -7,6 +7,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import grpc
 
@@ -28,23 +29,46 @@ def fetched(data: bytes) -> Batch:
     return batch_of(columns)
 
 
-def streamed_columns(data: bytes) -> list[wire.BatchFields] | stream_pb2.StreamResponse:
+@dataclass(frozen=True)
+class Answered:
+    """A batch read in place and the answers to earlier acks it carried
+    (``StreamBatch.ack_results``, on a stream opened with ``answers_with_batches``)."""
+
+    item: Batch | list[wire.BatchFields]
+    answers: list[stream_pb2.StreamAckResult]
+
+
+Read = TypeVar("Read", Batch, list[wire.BatchFields])
+
+
+def _answered(item: Read, answers: list[bytes]) -> Read | Answered:
+    if not answers:
+        return item
+    return Answered(item, [stream_pb2.StreamAckResult.FromString(a) for a in answers])
+
+
+def streamed_columns(
+    data: bytes,
+) -> list[wire.BatchFields] | Answered | stream_pb2.StreamResponse:
     """A Stream response for columns: a batch of RecordBatches only as their fields, views
-    of ``data`` (``wire.stream_batch_fields``: turned into Arrow without a copy); anything
-    else (shared batches, an ack result, headers) as its message."""
-    fields = wire.stream_batch_fields(data)
+    of ``data`` (``wire.stream_batch_fields``: turned into Arrow without a copy), with the
+    ack answers it carries; anything else (shared batches, an ack result, headers) as its
+    message."""
+    answers: list[bytes] = []
+    fields = wire.stream_batch_fields(data, answers)
     if fields is None:
         return stream_pb2.StreamResponse.FromString(data)
-    return fields
+    return _answered(fields, answers)
 
 
-def streamed(data: bytes) -> Batch | stream_pb2.StreamResponse:
-    """A Stream response: a batch as a Batch (read like :func:`fetched`), an ack result
-    as its message."""
-    columns = wire.parse_stream_batch(data)
+def streamed(data: bytes) -> Batch | Answered | stream_pb2.StreamResponse:
+    """A Stream response: a batch as a Batch (read like :func:`fetched`) with the ack
+    answers it carries, an ack result as its message."""
+    answers: list[bytes] = []
+    columns = wire.parse_stream_batch(data, answers)
     if columns is None:
         return stream_pb2.StreamResponse.FromString(data)
-    return batch_of(columns)
+    return _answered(batch_of(columns), answers)
 
 
 @dataclass

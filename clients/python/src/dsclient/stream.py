@@ -36,7 +36,7 @@ from dsclient.local_socket import path_of
 from dsclient.reasons import error_info
 from dsclient.records import wire
 from dsclient.shared import Segments, SharedBatchError
-from dsclient.sidecar import Sidecar
+from dsclient.sidecar import Answered, Sidecar
 
 if TYPE_CHECKING:
     # pyarrow is the ``arrow`` extra's: imported when a columns stream builds its first
@@ -48,7 +48,8 @@ log = logging.getLogger(__name__)
 Item = Batch | ColumnBatch | ClientError
 # What a Stream call yields: a records stream's batches (Batch) or a columns stream's
 # RecordBatches (their fields), and every other response as its message.
-Response = Batch | list[wire.BatchFields] | stream_pb2.StreamResponse
+# A batch read in place may come with the answers to earlier acks (Answered).
+Response = Batch | list[wire.BatchFields] | Answered | stream_pb2.StreamResponse
 
 
 def columns_of_batches(message: stream_pb2.StreamBatch) -> ColumnBatch:
@@ -147,6 +148,10 @@ def columns_of(
     )
 
 
+def _holds_records(batch: stream_pb2.StreamBatch) -> bool:
+    return bool(batch.records or batch.batches or batch.shared)
+
+
 class OwedCredit:
     """The credit a stream owes its sidecar: records that arrived since the last grant,
     granted back once they reach half the window. The sidecar still holds at least the
@@ -242,17 +247,22 @@ class SidecarStream:
         spans: list[Span],
         timeout: float,
         released: Mapping[int, Sequence[int]] | None = None,
+        *,
+        answer_now: bool = True,
     ) -> list[bool] | None:
         """Range acks sent on the stream: whether each was accepted, or None if the stream
         could not answer (not open, broken, slow) and the caller should use the Ack RPC.
         ``released`` (generation → region ids) go with them, those of the running
-        generation only."""
+        generation only. ``answer_now`` False: the caller does not hold up a reader
+        (``ack_nowait``'s thread), so the sidecar may answer with its next batch."""
         future: Future[stream_pb2.StreamAckResult] = Future()
         with self._lock:
             if self._requests is None:
                 return None
             regions = regions_of(released or {}, self._generation)
-            acks = stream_pb2.StreamAcks(ranges=[s.range_ack() for s in spans], released=regions)
+            acks = stream_pb2.StreamAcks(
+                ranges=[s.range_ack() for s in spans], released=regions, answer_now=answer_now
+            )
             self._pending.append(future)
             self._requests.put(stream_pb2.StreamRequest(acks=acks))
         try:
@@ -270,7 +280,7 @@ class SidecarStream:
             if self._requests is None or not regions:
                 return 0
             self._pending.append(Future())  # its answer comes in order with the others
-            acks = stream_pb2.StreamAcks(released=regions)
+            acks = stream_pb2.StreamAcks(released=regions)  # nobody waits: may ride a batch
             self._requests.put(stream_pb2.StreamRequest(acks=acks))
         return len(regions)
 
@@ -331,6 +341,14 @@ class SidecarStream:
         info = error_info(error)
         return info is not None and info.metadata.get("field") in ("open.format", "format")
 
+    def _answered(self, answers: Iterable[stream_pb2.StreamAckResult]) -> None:
+        """Answers to this stream's acks, in the order they were sent."""
+        for answer in answers:
+            with self._lock:
+                future = self._pending.popleft() if self._pending else None
+            if future is not None:
+                future.set_result(answer)
+
     def _run(self) -> None:
         backoff = 0.1
         while not self._stopped.is_set():
@@ -350,6 +368,11 @@ class SidecarStream:
                 generation = self._generation
             try:
                 for response in call:
+                    if isinstance(response, Answered):
+                        self._answered(response.answers)
+                        response = response.item
+                        if not response:  # answers only
+                            continue
                     if isinstance(response, Batch):
                         self.out.put((self, response))
                         backoff = 0.1
@@ -357,6 +380,10 @@ class SidecarStream:
                         self.out.put((self, columns_of_fields(response)))
                         backoff = 0.1
                     elif response.WhichOneof("kind") == "batch":
+                        if response.batch.ack_results:
+                            self._answered(response.batch.ack_results)
+                            if not _holds_records(response.batch):
+                                continue
                         if self.columns:
                             try:
                                 item: Item = columns_of(response.batch, segments, self, generation)
@@ -378,10 +405,7 @@ class SidecarStream:
                         self.out.put((self, item))
                         backoff = 0.1
                     elif response.WhichOneof("kind") == "ack_result":
-                        with self._lock:
-                            future = self._pending.popleft() if self._pending else None
-                        if future is not None:
-                            future.set_result(response.ack_result)
+                        self._answered([response.ack_result])
                     elif response.WhichOneof("kind") == "nack_result":
                         with self._lock:
                             nacked = self._pending_nacks.popleft() if self._pending_nacks else None
