@@ -880,9 +880,15 @@ type StreamOpen struct {
 	// ack. Adds at most this much latency, only while records keep coming (the first record
 	// after a pause goes out at once). Unset or zero = each batch as soon as it can be taken;
 	// at most 1 s (INVALID_ARGUMENT beyond).
-	Linger        *durationpb.Duration `protobuf:"bytes,6,opt,name=linger,proto3" json:"linger,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Linger *durationpb.Duration `protobuf:"bytes,6,opt,name=linger,proto3" json:"linger,omitempty"`
+	// The client reads answers to its acks carried in StreamBatch.ack_results: the sidecar
+	// may then hold the answer to an `acks` message that did not ask for it now
+	// (StreamAcks.answer_now unset) until its next batch, and at most 100 ms, so an ack and
+	// its answer cost one message less per batch at low rates (issue 34). The answers keep
+	// the order of the acks. Unset = every answer is its own `ack_result`, as before.
+	AnswersWithBatches bool `protobuf:"varint,7,opt,name=answers_with_batches,json=answersWithBatches,proto3" json:"answers_with_batches,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *StreamOpen) Reset() {
@@ -957,6 +963,13 @@ func (x *StreamOpen) GetLinger() *durationpb.Duration {
 	return nil
 }
 
+func (x *StreamOpen) GetAnswersWithBatches() bool {
+	if x != nil {
+		return x.AnswersWithBatches
+	}
+	return false
+}
+
 // Flow-control credit; adds to the client's outstanding credit. A batch is sent only while
 // both record and byte credit remain, and consumes credit for what it contains.
 type StreamCredit struct {
@@ -1024,7 +1037,10 @@ type StreamAcks struct {
 	// sidecar may write over them. Sent with the acks of their records, or alone (auto_ack,
 	// records nacked); an id this stream never gave, or already released, is ignored. An
 	// `acks` message with only `released` is answered like any other (acked_count 0).
-	Released      []int64 `protobuf:"varint,3,rep,packed,name=released,proto3" json:"released,omitempty"`
+	Released []int64 `protobuf:"varint,3,rep,packed,name=released,proto3" json:"released,omitempty"`
+	// The caller waits for this answer: send it at once, never held for a batch (only
+	// meaningful on a stream opened with `answers_with_batches`).
+	AnswerNow     bool `protobuf:"varint,4,opt,name=answer_now,json=answerNow,proto3" json:"answer_now,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1078,6 +1094,13 @@ func (x *StreamAcks) GetReleased() []int64 {
 		return x.Released
 	}
 	return nil
+}
+
+func (x *StreamAcks) GetAnswerNow() bool {
+	if x != nil {
+		return x.AnswerNow
+	}
+	return false
 }
 
 // Records given back on a Stream, to be delivered again (NackRequest's semantics).
@@ -1257,7 +1280,11 @@ type StreamBatch struct {
 	Batches []*RecordBatch `protobuf:"bytes,2,rep,name=batches,proto3" json:"batches,omitempty"`
 	// Records delivered, one Arrow IPC stream per partition run in the stream's
 	// shared-memory segment (DELIVERY_FORMAT_ARROW_SHM).
-	Shared        []*SharedBatch `protobuf:"bytes,3,rep,name=shared,proto3" json:"shared,omitempty"`
+	Shared []*SharedBatch `protobuf:"bytes,3,rep,name=shared,proto3" json:"shared,omitempty"`
+	// Answers to earlier `acks` messages, in the order those were received, before any
+	// `ack_result` sent after this batch (only on a stream opened with
+	// `answers_with_batches`). A batch may carry answers and no records.
+	AckResults    []*StreamAckResult `protobuf:"bytes,4,rep,name=ack_results,json=ackResults,proto3" json:"ack_results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1309,6 +1336,13 @@ func (x *StreamBatch) GetBatches() []*RecordBatch {
 func (x *StreamBatch) GetShared() []*SharedBatch {
 	if x != nil {
 		return x.Shared
+	}
+	return nil
+}
+
+func (x *StreamBatch) GetAckResults() []*StreamAckResult {
+	if x != nil {
+		return x.AckResults
 	}
 	return nil
 }
@@ -2857,7 +2891,7 @@ const file_dataservice_sidecar_v1_stream_proto_rawDesc = "" +
 	"\x06credit\x18\x02 \x01(\v2$.dataservice.sidecar.v1.StreamCreditH\x00R\x06credit\x128\n" +
 	"\x04acks\x18\x03 \x01(\v2\".dataservice.sidecar.v1.StreamAcksH\x00R\x04acks\x12;\n" +
 	"\x05nacks\x18\x04 \x01(\v2#.dataservice.sidecar.v1.StreamNacksH\x00R\x05nacksB\x06\n" +
-	"\x04kind\"\x9a\x02\n" +
+	"\x04kind\"\xcc\x02\n" +
 	"\n" +
 	"StreamOpen\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
@@ -2865,15 +2899,18 @@ const file_dataservice_sidecar_v1_stream_proto_rawDesc = "" +
 	"\bauto_ack\x18\x03 \x01(\bR\aautoAck\x12K\n" +
 	"\x0einitial_credit\x18\x04 \x01(\v2$.dataservice.sidecar.v1.StreamCreditR\rinitialCredit\x12>\n" +
 	"\x06format\x18\x05 \x01(\x0e2&.dataservice.sidecar.v1.DeliveryFormatR\x06format\x121\n" +
-	"\x06linger\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06linger\">\n" +
+	"\x06linger\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06linger\x120\n" +
+	"\x14answers_with_batches\x18\a \x01(\bR\x12answersWithBatches\">\n" +
 	"\fStreamCredit\x12\x18\n" +
 	"\arecords\x18\x01 \x01(\x05R\arecords\x12\x14\n" +
-	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\"\x99\x01\n" +
+	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\"\xb8\x01\n" +
 	"\n" +
 	"StreamAcks\x125\n" +
 	"\x04acks\x18\x01 \x03(\v2!.dataservice.sidecar.v1.RecordAckR\x04acks\x128\n" +
 	"\x06ranges\x18\x02 \x03(\v2 .dataservice.sidecar.v1.RangeAckR\x06ranges\x12\x1a\n" +
-	"\breleased\x18\x03 \x03(\x03R\breleased\"\xb5\x01\n" +
+	"\breleased\x18\x03 \x03(\x03R\breleased\x12\x1d\n" +
+	"\n" +
+	"answer_now\x18\x04 \x01(\bR\tanswerNow\"\xb5\x01\n" +
 	"\vStreamNacks\x12;\n" +
 	"\arecords\x18\x01 \x03(\v2!.dataservice.sidecar.v1.RecordAckR\arecords\x128\n" +
 	"\x06ranges\x18\x02 \x03(\v2 .dataservice.sidecar.v1.RangeAckR\x06ranges\x12/\n" +
@@ -2884,11 +2921,13 @@ const file_dataservice_sidecar_v1_stream_proto_rawDesc = "" +
 	"ack_result\x18\x02 \x01(\v2'.dataservice.sidecar.v1.StreamAckResultH\x00R\tackResult\x12K\n" +
 	"\vnack_result\x18\x03 \x01(\v2(.dataservice.sidecar.v1.StreamNackResultH\x00R\n" +
 	"nackResultB\x06\n" +
-	"\x04kind\"\xc2\x01\n" +
+	"\x04kind\"\x8c\x02\n" +
 	"\vStreamBatch\x127\n" +
 	"\arecords\x18\x01 \x03(\v2\x1d.dataservice.common.v1.RecordR\arecords\x12=\n" +
 	"\abatches\x18\x02 \x03(\v2#.dataservice.sidecar.v1.RecordBatchR\abatches\x12;\n" +
-	"\x06shared\x18\x03 \x03(\v2#.dataservice.sidecar.v1.SharedBatchR\x06shared\"\xcf\x01\n" +
+	"\x06shared\x18\x03 \x03(\v2#.dataservice.sidecar.v1.SharedBatchR\x06shared\x12H\n" +
+	"\vack_results\x18\x04 \x03(\v2'.dataservice.sidecar.v1.StreamAckResultR\n" +
+	"ackResults\"\xcf\x01\n" +
 	"\x0fStreamAckResult\x12\x1f\n" +
 	"\vacked_count\x18\x01 \x01(\x03R\n" +
 	"ackedCount\x12H\n" +
@@ -3122,53 +3161,54 @@ var file_dataservice_sidecar_v1_stream_proto_depIdxs = []int32{
 	36, // 21: dataservice.sidecar.v1.StreamBatch.records:type_name -> dataservice.common.v1.Record
 	6,  // 22: dataservice.sidecar.v1.StreamBatch.batches:type_name -> dataservice.sidecar.v1.RecordBatch
 	5,  // 23: dataservice.sidecar.v1.StreamBatch.shared:type_name -> dataservice.sidecar.v1.SharedBatch
-	20, // 24: dataservice.sidecar.v1.StreamAckResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	19, // 25: dataservice.sidecar.v1.StreamAckResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	20, // 26: dataservice.sidecar.v1.StreamNackResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	19, // 27: dataservice.sidecar.v1.StreamNackResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	18, // 28: dataservice.sidecar.v1.RejectedRangeAck.ack:type_name -> dataservice.sidecar.v1.RangeAck
-	1,  // 29: dataservice.sidecar.v1.RejectedRangeAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
-	17, // 30: dataservice.sidecar.v1.RejectedAck.ack:type_name -> dataservice.sidecar.v1.RecordAck
-	1,  // 31: dataservice.sidecar.v1.RejectedAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
-	17, // 32: dataservice.sidecar.v1.AckRequest.acks:type_name -> dataservice.sidecar.v1.RecordAck
-	18, // 33: dataservice.sidecar.v1.AckRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	20, // 34: dataservice.sidecar.v1.AckResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	19, // 35: dataservice.sidecar.v1.AckResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	17, // 36: dataservice.sidecar.v1.NackRequest.records:type_name -> dataservice.sidecar.v1.RecordAck
-	18, // 37: dataservice.sidecar.v1.NackRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	35, // 38: dataservice.sidecar.v1.NackRequest.delay:type_name -> google.protobuf.Duration
-	20, // 39: dataservice.sidecar.v1.NackResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	19, // 40: dataservice.sidecar.v1.NackResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	2,  // 41: dataservice.sidecar.v1.ReadRangeRequest.format:type_name -> dataservice.sidecar.v1.ReadFormat
-	36, // 42: dataservice.sidecar.v1.ReadRangeResponse.records:type_name -> dataservice.common.v1.Record
-	27, // 43: dataservice.sidecar.v1.CommitOffsetsRequest.offsets:type_name -> dataservice.sidecar.v1.OffsetCommit
-	27, // 44: dataservice.sidecar.v1.OffsetCommitResult.commit:type_name -> dataservice.sidecar.v1.OffsetCommit
-	1,  // 45: dataservice.sidecar.v1.OffsetCommitResult.reason:type_name -> dataservice.sidecar.v1.RejectReason
-	29, // 46: dataservice.sidecar.v1.CommitOffsetsResponse.results:type_name -> dataservice.sidecar.v1.OffsetCommitResult
-	35, // 47: dataservice.sidecar.v1.PartitionStatus.lease_deadline_remaining:type_name -> google.protobuf.Duration
-	38, // 48: dataservice.sidecar.v1.StatusResponse.mode:type_name -> dataservice.common.v1.GroupMode
-	32, // 49: dataservice.sidecar.v1.StatusResponse.partitions:type_name -> dataservice.sidecar.v1.PartitionStatus
-	34, // 50: dataservice.sidecar.v1.StatusResponse.consumer_config:type_name -> dataservice.sidecar.v1.StatusResponse.ConsumerConfigEntry
-	35, // 51: dataservice.sidecar.v1.StatusResponse.visibility_timeout:type_name -> google.protobuf.Duration
-	3,  // 52: dataservice.sidecar.v1.StreamService.Fetch:input_type -> dataservice.sidecar.v1.FetchRequest
-	8,  // 53: dataservice.sidecar.v1.StreamService.Stream:input_type -> dataservice.sidecar.v1.StreamRequest
-	21, // 54: dataservice.sidecar.v1.StreamService.Ack:input_type -> dataservice.sidecar.v1.AckRequest
-	23, // 55: dataservice.sidecar.v1.StreamService.Nack:input_type -> dataservice.sidecar.v1.NackRequest
-	25, // 56: dataservice.sidecar.v1.StreamService.ReadRange:input_type -> dataservice.sidecar.v1.ReadRangeRequest
-	28, // 57: dataservice.sidecar.v1.StreamService.CommitOffsets:input_type -> dataservice.sidecar.v1.CommitOffsetsRequest
-	31, // 58: dataservice.sidecar.v1.StreamService.Status:input_type -> dataservice.sidecar.v1.StatusRequest
-	4,  // 59: dataservice.sidecar.v1.StreamService.Fetch:output_type -> dataservice.sidecar.v1.FetchResponse
-	13, // 60: dataservice.sidecar.v1.StreamService.Stream:output_type -> dataservice.sidecar.v1.StreamResponse
-	22, // 61: dataservice.sidecar.v1.StreamService.Ack:output_type -> dataservice.sidecar.v1.AckResponse
-	24, // 62: dataservice.sidecar.v1.StreamService.Nack:output_type -> dataservice.sidecar.v1.NackResponse
-	26, // 63: dataservice.sidecar.v1.StreamService.ReadRange:output_type -> dataservice.sidecar.v1.ReadRangeResponse
-	30, // 64: dataservice.sidecar.v1.StreamService.CommitOffsets:output_type -> dataservice.sidecar.v1.CommitOffsetsResponse
-	33, // 65: dataservice.sidecar.v1.StreamService.Status:output_type -> dataservice.sidecar.v1.StatusResponse
-	59, // [59:66] is the sub-list for method output_type
-	52, // [52:59] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	15, // 24: dataservice.sidecar.v1.StreamBatch.ack_results:type_name -> dataservice.sidecar.v1.StreamAckResult
+	20, // 25: dataservice.sidecar.v1.StreamAckResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	19, // 26: dataservice.sidecar.v1.StreamAckResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	20, // 27: dataservice.sidecar.v1.StreamNackResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	19, // 28: dataservice.sidecar.v1.StreamNackResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	18, // 29: dataservice.sidecar.v1.RejectedRangeAck.ack:type_name -> dataservice.sidecar.v1.RangeAck
+	1,  // 30: dataservice.sidecar.v1.RejectedRangeAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
+	17, // 31: dataservice.sidecar.v1.RejectedAck.ack:type_name -> dataservice.sidecar.v1.RecordAck
+	1,  // 32: dataservice.sidecar.v1.RejectedAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
+	17, // 33: dataservice.sidecar.v1.AckRequest.acks:type_name -> dataservice.sidecar.v1.RecordAck
+	18, // 34: dataservice.sidecar.v1.AckRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	20, // 35: dataservice.sidecar.v1.AckResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	19, // 36: dataservice.sidecar.v1.AckResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	17, // 37: dataservice.sidecar.v1.NackRequest.records:type_name -> dataservice.sidecar.v1.RecordAck
+	18, // 38: dataservice.sidecar.v1.NackRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	35, // 39: dataservice.sidecar.v1.NackRequest.delay:type_name -> google.protobuf.Duration
+	20, // 40: dataservice.sidecar.v1.NackResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	19, // 41: dataservice.sidecar.v1.NackResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	2,  // 42: dataservice.sidecar.v1.ReadRangeRequest.format:type_name -> dataservice.sidecar.v1.ReadFormat
+	36, // 43: dataservice.sidecar.v1.ReadRangeResponse.records:type_name -> dataservice.common.v1.Record
+	27, // 44: dataservice.sidecar.v1.CommitOffsetsRequest.offsets:type_name -> dataservice.sidecar.v1.OffsetCommit
+	27, // 45: dataservice.sidecar.v1.OffsetCommitResult.commit:type_name -> dataservice.sidecar.v1.OffsetCommit
+	1,  // 46: dataservice.sidecar.v1.OffsetCommitResult.reason:type_name -> dataservice.sidecar.v1.RejectReason
+	29, // 47: dataservice.sidecar.v1.CommitOffsetsResponse.results:type_name -> dataservice.sidecar.v1.OffsetCommitResult
+	35, // 48: dataservice.sidecar.v1.PartitionStatus.lease_deadline_remaining:type_name -> google.protobuf.Duration
+	38, // 49: dataservice.sidecar.v1.StatusResponse.mode:type_name -> dataservice.common.v1.GroupMode
+	32, // 50: dataservice.sidecar.v1.StatusResponse.partitions:type_name -> dataservice.sidecar.v1.PartitionStatus
+	34, // 51: dataservice.sidecar.v1.StatusResponse.consumer_config:type_name -> dataservice.sidecar.v1.StatusResponse.ConsumerConfigEntry
+	35, // 52: dataservice.sidecar.v1.StatusResponse.visibility_timeout:type_name -> google.protobuf.Duration
+	3,  // 53: dataservice.sidecar.v1.StreamService.Fetch:input_type -> dataservice.sidecar.v1.FetchRequest
+	8,  // 54: dataservice.sidecar.v1.StreamService.Stream:input_type -> dataservice.sidecar.v1.StreamRequest
+	21, // 55: dataservice.sidecar.v1.StreamService.Ack:input_type -> dataservice.sidecar.v1.AckRequest
+	23, // 56: dataservice.sidecar.v1.StreamService.Nack:input_type -> dataservice.sidecar.v1.NackRequest
+	25, // 57: dataservice.sidecar.v1.StreamService.ReadRange:input_type -> dataservice.sidecar.v1.ReadRangeRequest
+	28, // 58: dataservice.sidecar.v1.StreamService.CommitOffsets:input_type -> dataservice.sidecar.v1.CommitOffsetsRequest
+	31, // 59: dataservice.sidecar.v1.StreamService.Status:input_type -> dataservice.sidecar.v1.StatusRequest
+	4,  // 60: dataservice.sidecar.v1.StreamService.Fetch:output_type -> dataservice.sidecar.v1.FetchResponse
+	13, // 61: dataservice.sidecar.v1.StreamService.Stream:output_type -> dataservice.sidecar.v1.StreamResponse
+	22, // 62: dataservice.sidecar.v1.StreamService.Ack:output_type -> dataservice.sidecar.v1.AckResponse
+	24, // 63: dataservice.sidecar.v1.StreamService.Nack:output_type -> dataservice.sidecar.v1.NackResponse
+	26, // 64: dataservice.sidecar.v1.StreamService.ReadRange:output_type -> dataservice.sidecar.v1.ReadRangeResponse
+	30, // 65: dataservice.sidecar.v1.StreamService.CommitOffsets:output_type -> dataservice.sidecar.v1.CommitOffsetsResponse
+	33, // 66: dataservice.sidecar.v1.StreamService.Status:output_type -> dataservice.sidecar.v1.StatusResponse
+	60, // [60:67] is the sub-list for method output_type
+	53, // [53:60] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_dataservice_sidecar_v1_stream_proto_init() }
