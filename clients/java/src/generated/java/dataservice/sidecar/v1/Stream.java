@@ -9661,6 +9661,20 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      * <code>.google.protobuf.Duration linger = 6;</code>
      */
     com.google.protobuf.DurationOrBuilder getLingerOrBuilder();
+
+    /**
+     * <pre>
+     * The client reads answers to its acks carried in StreamBatch.ack_results: the sidecar
+     * may then hold the answer to an `acks` message that did not ask for it now
+     * (StreamAcks.answer_now unset) until its next batch, and at most 100 ms, so an ack and
+     * its answer cost one message less per batch at low rates (issue 34). The answers keep
+     * the order of the acks. Unset = every answer is its own `ack_result`, as before.
+     * </pre>
+     *
+     * <code>bool answers_with_batches = 7;</code>
+     * @return The answersWithBatches.
+     */
+    boolean getAnswersWithBatches();
   }
   /**
    * <pre>
@@ -9933,6 +9947,25 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       return linger_ == null ? com.google.protobuf.Duration.getDefaultInstance() : linger_;
     }
 
+    public static final int ANSWERS_WITH_BATCHES_FIELD_NUMBER = 7;
+    private boolean answersWithBatches_ = false;
+    /**
+     * <pre>
+     * The client reads answers to its acks carried in StreamBatch.ack_results: the sidecar
+     * may then hold the answer to an `acks` message that did not ask for it now
+     * (StreamAcks.answer_now unset) until its next batch, and at most 100 ms, so an ack and
+     * its answer cost one message less per batch at low rates (issue 34). The answers keep
+     * the order of the acks. Unset = every answer is its own `ack_result`, as before.
+     * </pre>
+     *
+     * <code>bool answers_with_batches = 7;</code>
+     * @return The answersWithBatches.
+     */
+    @java.lang.Override
+    public boolean getAnswersWithBatches() {
+      return answersWithBatches_;
+    }
+
     private byte memoizedIsInitialized = -1;
     @java.lang.Override
     public final boolean isInitialized() {
@@ -9965,6 +9998,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       if (((bitField0_ & 0x00000002) != 0)) {
         output.writeMessage(6, getLinger());
       }
+      if (answersWithBatches_ != false) {
+        output.writeBool(7, answersWithBatches_);
+      }
       getUnknownFields().writeTo(output);
     }
 
@@ -9995,6 +10031,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       if (((bitField0_ & 0x00000002) != 0)) {
         size += com.google.protobuf.CodedOutputStream
           .computeMessageSize(6, getLinger());
+      }
+      if (answersWithBatches_ != false) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeBoolSize(7, answersWithBatches_);
       }
       size += getUnknownFields().getSerializedSize();
       memoizedSize = size;
@@ -10028,6 +10068,8 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         if (!getLinger()
             .equals(other.getLinger())) return false;
       }
+      if (getAnswersWithBatches()
+          != other.getAnswersWithBatches()) return false;
       if (!getUnknownFields().equals(other.getUnknownFields())) return false;
       return true;
     }
@@ -10056,6 +10098,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         hash = (37 * hash) + LINGER_FIELD_NUMBER;
         hash = (53 * hash) + getLinger().hashCode();
       }
+      hash = (37 * hash) + ANSWERS_WITH_BATCHES_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+          getAnswersWithBatches());
       hash = (29 * hash) + getUnknownFields().hashCode();
       memoizedHashCode = hash;
       return hash;
@@ -10212,6 +10257,7 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           lingerBuilder_.dispose();
           lingerBuilder_ = null;
         }
+        answersWithBatches_ = false;
         return this;
       }
 
@@ -10270,6 +10316,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
               : lingerBuilder_.build();
           to_bitField0_ |= 0x00000002;
         }
+        if (((from_bitField0_ & 0x00000040) != 0)) {
+          result.answersWithBatches_ = answersWithBatches_;
+        }
         result.bitField0_ |= to_bitField0_;
       }
 
@@ -10306,6 +10355,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         }
         if (other.hasLinger()) {
           mergeLinger(other.getLinger());
+        }
+        if (other.getAnswersWithBatches() != false) {
+          setAnswersWithBatches(other.getAnswersWithBatches());
         }
         this.mergeUnknownFields(other.getUnknownFields());
         onChanged();
@@ -10367,6 +10419,11 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
                 bitField0_ |= 0x00000020;
                 break;
               } // case 50
+              case 56: {
+                answersWithBatches_ = input.readBool();
+                bitField0_ |= 0x00000040;
+                break;
+              } // case 56
               default: {
                 if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                   done = true; // was an endgroup tag
@@ -11040,6 +11097,62 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           linger_ = null;
         }
         return lingerBuilder_;
+      }
+
+      private boolean answersWithBatches_ ;
+      /**
+       * <pre>
+       * The client reads answers to its acks carried in StreamBatch.ack_results: the sidecar
+       * may then hold the answer to an `acks` message that did not ask for it now
+       * (StreamAcks.answer_now unset) until its next batch, and at most 100 ms, so an ack and
+       * its answer cost one message less per batch at low rates (issue 34). The answers keep
+       * the order of the acks. Unset = every answer is its own `ack_result`, as before.
+       * </pre>
+       *
+       * <code>bool answers_with_batches = 7;</code>
+       * @return The answersWithBatches.
+       */
+      @java.lang.Override
+      public boolean getAnswersWithBatches() {
+        return answersWithBatches_;
+      }
+      /**
+       * <pre>
+       * The client reads answers to its acks carried in StreamBatch.ack_results: the sidecar
+       * may then hold the answer to an `acks` message that did not ask for it now
+       * (StreamAcks.answer_now unset) until its next batch, and at most 100 ms, so an ack and
+       * its answer cost one message less per batch at low rates (issue 34). The answers keep
+       * the order of the acks. Unset = every answer is its own `ack_result`, as before.
+       * </pre>
+       *
+       * <code>bool answers_with_batches = 7;</code>
+       * @param value The answersWithBatches to set.
+       * @return This builder for chaining.
+       */
+      public Builder setAnswersWithBatches(boolean value) {
+
+        answersWithBatches_ = value;
+        bitField0_ |= 0x00000040;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * The client reads answers to its acks carried in StreamBatch.ack_results: the sidecar
+       * may then hold the answer to an `acks` message that did not ask for it now
+       * (StreamAcks.answer_now unset) until its next batch, and at most 100 ms, so an ack and
+       * its answer cost one message less per batch at low rates (issue 34). The answers keep
+       * the order of the acks. Unset = every answer is its own `ack_result`, as before.
+       * </pre>
+       *
+       * <code>bool answers_with_batches = 7;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearAnswersWithBatches() {
+        bitField0_ = (bitField0_ & ~0x00000040);
+        answersWithBatches_ = false;
+        onChanged();
+        return this;
       }
 
       // @@protoc_insertion_point(builder_scope:dataservice.sidecar.v1.StreamOpen)
@@ -11779,6 +11892,17 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      * @return The released at the given index.
      */
     long getReleased(int index);
+
+    /**
+     * <pre>
+     * The caller waits for this answer: send it at once, never held for a batch (only
+     * meaningful on a stream opened with `answers_with_batches`).
+     * </pre>
+     *
+     * <code>bool answer_now = 4;</code>
+     * @return The answerNow.
+     */
+    boolean getAnswerNow();
   }
   /**
    * <pre>
@@ -11997,6 +12121,22 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
     }
     private int releasedMemoizedSerializedSize = -1;
 
+    public static final int ANSWER_NOW_FIELD_NUMBER = 4;
+    private boolean answerNow_ = false;
+    /**
+     * <pre>
+     * The caller waits for this answer: send it at once, never held for a batch (only
+     * meaningful on a stream opened with `answers_with_batches`).
+     * </pre>
+     *
+     * <code>bool answer_now = 4;</code>
+     * @return The answerNow.
+     */
+    @java.lang.Override
+    public boolean getAnswerNow() {
+      return answerNow_;
+    }
+
     private byte memoizedIsInitialized = -1;
     @java.lang.Override
     public final boolean isInitialized() {
@@ -12024,6 +12164,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       }
       for (int i = 0; i < released_.size(); i++) {
         output.writeInt64NoTag(released_.getLong(i));
+      }
+      if (answerNow_ != false) {
+        output.writeBool(4, answerNow_);
       }
       getUnknownFields().writeTo(output);
     }
@@ -12056,6 +12199,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         }
         releasedMemoizedSerializedSize = dataSize;
       }
+      if (answerNow_ != false) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeBoolSize(4, answerNow_);
+      }
       size += getUnknownFields().getSerializedSize();
       memoizedSize = size;
       return size;
@@ -12077,6 +12224,8 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           .equals(other.getRangesList())) return false;
       if (!getReleasedList()
           .equals(other.getReleasedList())) return false;
+      if (getAnswerNow()
+          != other.getAnswerNow()) return false;
       if (!getUnknownFields().equals(other.getUnknownFields())) return false;
       return true;
     }
@@ -12100,6 +12249,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         hash = (37 * hash) + RELEASED_FIELD_NUMBER;
         hash = (53 * hash) + getReleasedList().hashCode();
       }
+      hash = (37 * hash) + ANSWER_NOW_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+          getAnswerNow());
       hash = (29 * hash) + getUnknownFields().hashCode();
       memoizedHashCode = hash;
       return hash;
@@ -12250,6 +12402,7 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         }
         bitField0_ = (bitField0_ & ~0x00000002);
         released_ = emptyLongList();
+        answerNow_ = false;
         return this;
       }
 
@@ -12308,6 +12461,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         if (((from_bitField0_ & 0x00000004) != 0)) {
           released_.makeImmutable();
           result.released_ = released_;
+        }
+        if (((from_bitField0_ & 0x00000008) != 0)) {
+          result.answerNow_ = answerNow_;
         }
       }
 
@@ -12386,6 +12542,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           }
           onChanged();
         }
+        if (other.getAnswerNow() != false) {
+          setAnswerNow(other.getAnswerNow());
+        }
         this.mergeUnknownFields(other.getUnknownFields());
         onChanged();
         return this;
@@ -12454,6 +12613,11 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
                 input.popLimit(limit);
                 break;
               } // case 26
+              case 32: {
+                answerNow_ = input.readBool();
+                bitField0_ |= 0x00000008;
+                break;
+              } // case 32
               default: {
                 if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                   done = true; // was an endgroup tag
@@ -13224,6 +13388,53 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       public Builder clearReleased() {
         released_ = emptyLongList();
         bitField0_ = (bitField0_ & ~0x00000004);
+        onChanged();
+        return this;
+      }
+
+      private boolean answerNow_ ;
+      /**
+       * <pre>
+       * The caller waits for this answer: send it at once, never held for a batch (only
+       * meaningful on a stream opened with `answers_with_batches`).
+       * </pre>
+       *
+       * <code>bool answer_now = 4;</code>
+       * @return The answerNow.
+       */
+      @java.lang.Override
+      public boolean getAnswerNow() {
+        return answerNow_;
+      }
+      /**
+       * <pre>
+       * The caller waits for this answer: send it at once, never held for a batch (only
+       * meaningful on a stream opened with `answers_with_batches`).
+       * </pre>
+       *
+       * <code>bool answer_now = 4;</code>
+       * @param value The answerNow to set.
+       * @return This builder for chaining.
+       */
+      public Builder setAnswerNow(boolean value) {
+
+        answerNow_ = value;
+        bitField0_ |= 0x00000008;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * The caller waits for this answer: send it at once, never held for a batch (only
+       * meaningful on a stream opened with `answers_with_batches`).
+       * </pre>
+       *
+       * <code>bool answer_now = 4;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearAnswerNow() {
+        bitField0_ = (bitField0_ & ~0x00000008);
+        answerNow_ = false;
         onChanged();
         return this;
       }
@@ -16331,6 +16542,60 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      */
     dataservice.sidecar.v1.Stream.SharedBatchOrBuilder getSharedOrBuilder(
         int index);
+
+    /**
+     * <pre>
+     * Answers to earlier `acks` messages, in the order those were received, before any
+     * `ack_result` sent after this batch (only on a stream opened with
+     * `answers_with_batches`). A batch may carry answers and no records.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+     */
+    java.util.List<dataservice.sidecar.v1.Stream.StreamAckResult> 
+        getAckResultsList();
+    /**
+     * <pre>
+     * Answers to earlier `acks` messages, in the order those were received, before any
+     * `ack_result` sent after this batch (only on a stream opened with
+     * `answers_with_batches`). A batch may carry answers and no records.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+     */
+    dataservice.sidecar.v1.Stream.StreamAckResult getAckResults(int index);
+    /**
+     * <pre>
+     * Answers to earlier `acks` messages, in the order those were received, before any
+     * `ack_result` sent after this batch (only on a stream opened with
+     * `answers_with_batches`). A batch may carry answers and no records.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+     */
+    int getAckResultsCount();
+    /**
+     * <pre>
+     * Answers to earlier `acks` messages, in the order those were received, before any
+     * `ack_result` sent after this batch (only on a stream opened with
+     * `answers_with_batches`). A batch may carry answers and no records.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+     */
+    java.util.List<? extends dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder> 
+        getAckResultsOrBuilderList();
+    /**
+     * <pre>
+     * Answers to earlier `acks` messages, in the order those were received, before any
+     * `ack_result` sent after this batch (only on a stream opened with
+     * `answers_with_batches`). A batch may carry answers and no records.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+     */
+    dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder getAckResultsOrBuilder(
+        int index);
   }
   /**
    * <pre>
@@ -16361,6 +16626,7 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       records_ = java.util.Collections.emptyList();
       batches_ = java.util.Collections.emptyList();
       shared_ = java.util.Collections.emptyList();
+      ackResults_ = java.util.Collections.emptyList();
     }
 
     public static final com.google.protobuf.Descriptors.Descriptor
@@ -16564,6 +16830,77 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       return shared_.get(index);
     }
 
+    public static final int ACK_RESULTS_FIELD_NUMBER = 4;
+    @SuppressWarnings("serial")
+    private java.util.List<dataservice.sidecar.v1.Stream.StreamAckResult> ackResults_;
+    /**
+     * <pre>
+     * Answers to earlier `acks` messages, in the order those were received, before any
+     * `ack_result` sent after this batch (only on a stream opened with
+     * `answers_with_batches`). A batch may carry answers and no records.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+     */
+    @java.lang.Override
+    public java.util.List<dataservice.sidecar.v1.Stream.StreamAckResult> getAckResultsList() {
+      return ackResults_;
+    }
+    /**
+     * <pre>
+     * Answers to earlier `acks` messages, in the order those were received, before any
+     * `ack_result` sent after this batch (only on a stream opened with
+     * `answers_with_batches`). A batch may carry answers and no records.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+     */
+    @java.lang.Override
+    public java.util.List<? extends dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder> 
+        getAckResultsOrBuilderList() {
+      return ackResults_;
+    }
+    /**
+     * <pre>
+     * Answers to earlier `acks` messages, in the order those were received, before any
+     * `ack_result` sent after this batch (only on a stream opened with
+     * `answers_with_batches`). A batch may carry answers and no records.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+     */
+    @java.lang.Override
+    public int getAckResultsCount() {
+      return ackResults_.size();
+    }
+    /**
+     * <pre>
+     * Answers to earlier `acks` messages, in the order those were received, before any
+     * `ack_result` sent after this batch (only on a stream opened with
+     * `answers_with_batches`). A batch may carry answers and no records.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+     */
+    @java.lang.Override
+    public dataservice.sidecar.v1.Stream.StreamAckResult getAckResults(int index) {
+      return ackResults_.get(index);
+    }
+    /**
+     * <pre>
+     * Answers to earlier `acks` messages, in the order those were received, before any
+     * `ack_result` sent after this batch (only on a stream opened with
+     * `answers_with_batches`). A batch may carry answers and no records.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+     */
+    @java.lang.Override
+    public dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder getAckResultsOrBuilder(
+        int index) {
+      return ackResults_.get(index);
+    }
+
     private byte memoizedIsInitialized = -1;
     @java.lang.Override
     public final boolean isInitialized() {
@@ -16587,6 +16924,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       for (int i = 0; i < shared_.size(); i++) {
         output.writeMessage(3, shared_.get(i));
       }
+      for (int i = 0; i < ackResults_.size(); i++) {
+        output.writeMessage(4, ackResults_.get(i));
+      }
       getUnknownFields().writeTo(output);
     }
 
@@ -16607,6 +16947,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       for (int i = 0; i < shared_.size(); i++) {
         size += com.google.protobuf.CodedOutputStream
           .computeMessageSize(3, shared_.get(i));
+      }
+      for (int i = 0; i < ackResults_.size(); i++) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeMessageSize(4, ackResults_.get(i));
       }
       size += getUnknownFields().getSerializedSize();
       memoizedSize = size;
@@ -16629,6 +16973,8 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           .equals(other.getBatchesList())) return false;
       if (!getSharedList()
           .equals(other.getSharedList())) return false;
+      if (!getAckResultsList()
+          .equals(other.getAckResultsList())) return false;
       if (!getUnknownFields().equals(other.getUnknownFields())) return false;
       return true;
     }
@@ -16651,6 +16997,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       if (getSharedCount() > 0) {
         hash = (37 * hash) + SHARED_FIELD_NUMBER;
         hash = (53 * hash) + getSharedList().hashCode();
+      }
+      if (getAckResultsCount() > 0) {
+        hash = (37 * hash) + ACK_RESULTS_FIELD_NUMBER;
+        hash = (53 * hash) + getAckResultsList().hashCode();
       }
       hash = (29 * hash) + getUnknownFields().hashCode();
       memoizedHashCode = hash;
@@ -16808,6 +17158,13 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           sharedBuilder_.clear();
         }
         bitField0_ = (bitField0_ & ~0x00000004);
+        if (ackResultsBuilder_ == null) {
+          ackResults_ = java.util.Collections.emptyList();
+        } else {
+          ackResults_ = null;
+          ackResultsBuilder_.clear();
+        }
+        bitField0_ = (bitField0_ & ~0x00000008);
         return this;
       }
 
@@ -16867,6 +17224,15 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           result.shared_ = shared_;
         } else {
           result.shared_ = sharedBuilder_.build();
+        }
+        if (ackResultsBuilder_ == null) {
+          if (((bitField0_ & 0x00000008) != 0)) {
+            ackResults_ = java.util.Collections.unmodifiableList(ackResults_);
+            bitField0_ = (bitField0_ & ~0x00000008);
+          }
+          result.ackResults_ = ackResults_;
+        } else {
+          result.ackResults_ = ackResultsBuilder_.build();
         }
       }
 
@@ -16964,6 +17330,32 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
             }
           }
         }
+        if (ackResultsBuilder_ == null) {
+          if (!other.ackResults_.isEmpty()) {
+            if (ackResults_.isEmpty()) {
+              ackResults_ = other.ackResults_;
+              bitField0_ = (bitField0_ & ~0x00000008);
+            } else {
+              ensureAckResultsIsMutable();
+              ackResults_.addAll(other.ackResults_);
+            }
+            onChanged();
+          }
+        } else {
+          if (!other.ackResults_.isEmpty()) {
+            if (ackResultsBuilder_.isEmpty()) {
+              ackResultsBuilder_.dispose();
+              ackResultsBuilder_ = null;
+              ackResults_ = other.ackResults_;
+              bitField0_ = (bitField0_ & ~0x00000008);
+              ackResultsBuilder_ = 
+                com.google.protobuf.GeneratedMessage.alwaysUseFieldBuilders ?
+                   internalGetAckResultsFieldBuilder() : null;
+            } else {
+              ackResultsBuilder_.addAllMessages(other.ackResults_);
+            }
+          }
+        }
         this.mergeUnknownFields(other.getUnknownFields());
         onChanged();
         return this;
@@ -17029,6 +17421,19 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
                 }
                 break;
               } // case 26
+              case 34: {
+                dataservice.sidecar.v1.Stream.StreamAckResult m =
+                    input.readMessage(
+                        dataservice.sidecar.v1.Stream.StreamAckResult.parser(),
+                        extensionRegistry);
+                if (ackResultsBuilder_ == null) {
+                  ensureAckResultsIsMutable();
+                  ackResults_.add(m);
+                } else {
+                  ackResultsBuilder_.addMessage(m);
+                }
+                break;
+              } // case 34
               default: {
                 if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                   done = true; // was an endgroup tag
@@ -17998,6 +18403,354 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           shared_ = null;
         }
         return sharedBuilder_;
+      }
+
+      private java.util.List<dataservice.sidecar.v1.Stream.StreamAckResult> ackResults_ =
+        java.util.Collections.emptyList();
+      private void ensureAckResultsIsMutable() {
+        if (!((bitField0_ & 0x00000008) != 0)) {
+          ackResults_ = new java.util.ArrayList<dataservice.sidecar.v1.Stream.StreamAckResult>(ackResults_);
+          bitField0_ |= 0x00000008;
+         }
+      }
+
+      private com.google.protobuf.RepeatedFieldBuilder<
+          dataservice.sidecar.v1.Stream.StreamAckResult, dataservice.sidecar.v1.Stream.StreamAckResult.Builder, dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder> ackResultsBuilder_;
+
+      /**
+       * <pre>
+       * Answers to earlier `acks` messages, in the order those were received, before any
+       * `ack_result` sent after this batch (only on a stream opened with
+       * `answers_with_batches`). A batch may carry answers and no records.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+       */
+      public java.util.List<dataservice.sidecar.v1.Stream.StreamAckResult> getAckResultsList() {
+        if (ackResultsBuilder_ == null) {
+          return java.util.Collections.unmodifiableList(ackResults_);
+        } else {
+          return ackResultsBuilder_.getMessageList();
+        }
+      }
+      /**
+       * <pre>
+       * Answers to earlier `acks` messages, in the order those were received, before any
+       * `ack_result` sent after this batch (only on a stream opened with
+       * `answers_with_batches`). A batch may carry answers and no records.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+       */
+      public int getAckResultsCount() {
+        if (ackResultsBuilder_ == null) {
+          return ackResults_.size();
+        } else {
+          return ackResultsBuilder_.getCount();
+        }
+      }
+      /**
+       * <pre>
+       * Answers to earlier `acks` messages, in the order those were received, before any
+       * `ack_result` sent after this batch (only on a stream opened with
+       * `answers_with_batches`). A batch may carry answers and no records.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+       */
+      public dataservice.sidecar.v1.Stream.StreamAckResult getAckResults(int index) {
+        if (ackResultsBuilder_ == null) {
+          return ackResults_.get(index);
+        } else {
+          return ackResultsBuilder_.getMessage(index);
+        }
+      }
+      /**
+       * <pre>
+       * Answers to earlier `acks` messages, in the order those were received, before any
+       * `ack_result` sent after this batch (only on a stream opened with
+       * `answers_with_batches`). A batch may carry answers and no records.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+       */
+      public Builder setAckResults(
+          int index, dataservice.sidecar.v1.Stream.StreamAckResult value) {
+        if (ackResultsBuilder_ == null) {
+          if (value == null) {
+            throw new NullPointerException();
+          }
+          ensureAckResultsIsMutable();
+          ackResults_.set(index, value);
+          onChanged();
+        } else {
+          ackResultsBuilder_.setMessage(index, value);
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Answers to earlier `acks` messages, in the order those were received, before any
+       * `ack_result` sent after this batch (only on a stream opened with
+       * `answers_with_batches`). A batch may carry answers and no records.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+       */
+      public Builder setAckResults(
+          int index, dataservice.sidecar.v1.Stream.StreamAckResult.Builder builderForValue) {
+        if (ackResultsBuilder_ == null) {
+          ensureAckResultsIsMutable();
+          ackResults_.set(index, builderForValue.build());
+          onChanged();
+        } else {
+          ackResultsBuilder_.setMessage(index, builderForValue.build());
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Answers to earlier `acks` messages, in the order those were received, before any
+       * `ack_result` sent after this batch (only on a stream opened with
+       * `answers_with_batches`). A batch may carry answers and no records.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+       */
+      public Builder addAckResults(dataservice.sidecar.v1.Stream.StreamAckResult value) {
+        if (ackResultsBuilder_ == null) {
+          if (value == null) {
+            throw new NullPointerException();
+          }
+          ensureAckResultsIsMutable();
+          ackResults_.add(value);
+          onChanged();
+        } else {
+          ackResultsBuilder_.addMessage(value);
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Answers to earlier `acks` messages, in the order those were received, before any
+       * `ack_result` sent after this batch (only on a stream opened with
+       * `answers_with_batches`). A batch may carry answers and no records.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+       */
+      public Builder addAckResults(
+          int index, dataservice.sidecar.v1.Stream.StreamAckResult value) {
+        if (ackResultsBuilder_ == null) {
+          if (value == null) {
+            throw new NullPointerException();
+          }
+          ensureAckResultsIsMutable();
+          ackResults_.add(index, value);
+          onChanged();
+        } else {
+          ackResultsBuilder_.addMessage(index, value);
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Answers to earlier `acks` messages, in the order those were received, before any
+       * `ack_result` sent after this batch (only on a stream opened with
+       * `answers_with_batches`). A batch may carry answers and no records.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+       */
+      public Builder addAckResults(
+          dataservice.sidecar.v1.Stream.StreamAckResult.Builder builderForValue) {
+        if (ackResultsBuilder_ == null) {
+          ensureAckResultsIsMutable();
+          ackResults_.add(builderForValue.build());
+          onChanged();
+        } else {
+          ackResultsBuilder_.addMessage(builderForValue.build());
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Answers to earlier `acks` messages, in the order those were received, before any
+       * `ack_result` sent after this batch (only on a stream opened with
+       * `answers_with_batches`). A batch may carry answers and no records.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+       */
+      public Builder addAckResults(
+          int index, dataservice.sidecar.v1.Stream.StreamAckResult.Builder builderForValue) {
+        if (ackResultsBuilder_ == null) {
+          ensureAckResultsIsMutable();
+          ackResults_.add(index, builderForValue.build());
+          onChanged();
+        } else {
+          ackResultsBuilder_.addMessage(index, builderForValue.build());
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Answers to earlier `acks` messages, in the order those were received, before any
+       * `ack_result` sent after this batch (only on a stream opened with
+       * `answers_with_batches`). A batch may carry answers and no records.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+       */
+      public Builder addAllAckResults(
+          java.lang.Iterable<? extends dataservice.sidecar.v1.Stream.StreamAckResult> values) {
+        if (ackResultsBuilder_ == null) {
+          ensureAckResultsIsMutable();
+          com.google.protobuf.AbstractMessageLite.Builder.addAll(
+              values, ackResults_);
+          onChanged();
+        } else {
+          ackResultsBuilder_.addAllMessages(values);
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Answers to earlier `acks` messages, in the order those were received, before any
+       * `ack_result` sent after this batch (only on a stream opened with
+       * `answers_with_batches`). A batch may carry answers and no records.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+       */
+      public Builder clearAckResults() {
+        if (ackResultsBuilder_ == null) {
+          ackResults_ = java.util.Collections.emptyList();
+          bitField0_ = (bitField0_ & ~0x00000008);
+          onChanged();
+        } else {
+          ackResultsBuilder_.clear();
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Answers to earlier `acks` messages, in the order those were received, before any
+       * `ack_result` sent after this batch (only on a stream opened with
+       * `answers_with_batches`). A batch may carry answers and no records.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+       */
+      public Builder removeAckResults(int index) {
+        if (ackResultsBuilder_ == null) {
+          ensureAckResultsIsMutable();
+          ackResults_.remove(index);
+          onChanged();
+        } else {
+          ackResultsBuilder_.remove(index);
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Answers to earlier `acks` messages, in the order those were received, before any
+       * `ack_result` sent after this batch (only on a stream opened with
+       * `answers_with_batches`). A batch may carry answers and no records.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+       */
+      public dataservice.sidecar.v1.Stream.StreamAckResult.Builder getAckResultsBuilder(
+          int index) {
+        return internalGetAckResultsFieldBuilder().getBuilder(index);
+      }
+      /**
+       * <pre>
+       * Answers to earlier `acks` messages, in the order those were received, before any
+       * `ack_result` sent after this batch (only on a stream opened with
+       * `answers_with_batches`). A batch may carry answers and no records.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+       */
+      public dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder getAckResultsOrBuilder(
+          int index) {
+        if (ackResultsBuilder_ == null) {
+          return ackResults_.get(index);  } else {
+          return ackResultsBuilder_.getMessageOrBuilder(index);
+        }
+      }
+      /**
+       * <pre>
+       * Answers to earlier `acks` messages, in the order those were received, before any
+       * `ack_result` sent after this batch (only on a stream opened with
+       * `answers_with_batches`). A batch may carry answers and no records.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+       */
+      public java.util.List<? extends dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder> 
+           getAckResultsOrBuilderList() {
+        if (ackResultsBuilder_ != null) {
+          return ackResultsBuilder_.getMessageOrBuilderList();
+        } else {
+          return java.util.Collections.unmodifiableList(ackResults_);
+        }
+      }
+      /**
+       * <pre>
+       * Answers to earlier `acks` messages, in the order those were received, before any
+       * `ack_result` sent after this batch (only on a stream opened with
+       * `answers_with_batches`). A batch may carry answers and no records.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+       */
+      public dataservice.sidecar.v1.Stream.StreamAckResult.Builder addAckResultsBuilder() {
+        return internalGetAckResultsFieldBuilder().addBuilder(
+            dataservice.sidecar.v1.Stream.StreamAckResult.getDefaultInstance());
+      }
+      /**
+       * <pre>
+       * Answers to earlier `acks` messages, in the order those were received, before any
+       * `ack_result` sent after this batch (only on a stream opened with
+       * `answers_with_batches`). A batch may carry answers and no records.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+       */
+      public dataservice.sidecar.v1.Stream.StreamAckResult.Builder addAckResultsBuilder(
+          int index) {
+        return internalGetAckResultsFieldBuilder().addBuilder(
+            index, dataservice.sidecar.v1.Stream.StreamAckResult.getDefaultInstance());
+      }
+      /**
+       * <pre>
+       * Answers to earlier `acks` messages, in the order those were received, before any
+       * `ack_result` sent after this batch (only on a stream opened with
+       * `answers_with_batches`). A batch may carry answers and no records.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.StreamAckResult ack_results = 4;</code>
+       */
+      public java.util.List<dataservice.sidecar.v1.Stream.StreamAckResult.Builder> 
+           getAckResultsBuilderList() {
+        return internalGetAckResultsFieldBuilder().getBuilderList();
+      }
+      private com.google.protobuf.RepeatedFieldBuilder<
+          dataservice.sidecar.v1.Stream.StreamAckResult, dataservice.sidecar.v1.Stream.StreamAckResult.Builder, dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder> 
+          internalGetAckResultsFieldBuilder() {
+        if (ackResultsBuilder_ == null) {
+          ackResultsBuilder_ = new com.google.protobuf.RepeatedFieldBuilder<
+              dataservice.sidecar.v1.Stream.StreamAckResult, dataservice.sidecar.v1.Stream.StreamAckResult.Builder, dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder>(
+                  ackResults_,
+                  ((bitField0_ & 0x00000008) != 0),
+                  getParentForChildren(),
+                  isClean());
+          ackResults_ = null;
+        }
+        return ackResultsBuilder_;
       }
 
       // @@protoc_insertion_point(builder_scope:dataservice.sidecar.v1.StreamBatch)
@@ -42855,138 +43608,141 @@ java.lang.String defaultValue) {
       "\001(\0132$.dataservice.sidecar.v1.StreamCredi" +
       "tH\000\0222\n\004acks\030\003 \001(\0132\".dataservice.sidecar." +
       "v1.StreamAcksH\000\0224\n\005nacks\030\004 \001(\0132#.dataser" +
-      "vice.sidecar.v1.StreamNacksH\000B\006\n\004kind\"\341\001" +
+      "vice.sidecar.v1.StreamNacksH\000B\006\n\004kind\"\377\001" +
       "\n\nStreamOpen\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group" +
       "\030\002 \001(\t\022\020\n\010auto_ack\030\003 \001(\010\022<\n\016initial_cred" +
       "it\030\004 \001(\0132$.dataservice.sidecar.v1.Stream" +
       "Credit\0226\n\006format\030\005 \001(\0162&.dataservice.sid" +
       "ecar.v1.DeliveryFormat\022)\n\006linger\030\006 \001(\0132\031" +
-      ".google.protobuf.Duration\".\n\014StreamCredi" +
-      "t\022\017\n\007records\030\001 \001(\005\022\r\n\005bytes\030\002 \001(\003\"\201\001\n\nSt" +
-      "reamAcks\022/\n\004acks\030\001 \003(\0132!.dataservice.sid" +
-      "ecar.v1.RecordAck\0220\n\006ranges\030\002 \003(\0132 .data" +
-      "service.sidecar.v1.RangeAck\022\020\n\010released\030" +
-      "\003 \003(\003\"\235\001\n\013StreamNacks\0222\n\007records\030\001 \003(\0132!" +
-      ".dataservice.sidecar.v1.RecordAck\0220\n\006ran" +
-      "ges\030\002 \003(\0132 .dataservice.sidecar.v1.Range" +
-      "Ack\022(\n\005delay\030\003 \001(\0132\031.google.protobuf.Dur" +
-      "ation\"\316\001\n\016StreamResponse\0224\n\005batch\030\001 \001(\0132" +
-      "#.dataservice.sidecar.v1.StreamBatchH\000\022=" +
-      "\n\nack_result\030\002 \001(\0132\'.dataservice.sidecar" +
-      ".v1.StreamAckResultH\000\022?\n\013nack_result\030\003 \001" +
-      "(\0132(.dataservice.sidecar.v1.StreamNackRe" +
-      "sultH\000B\006\n\004kind\"\250\001\n\013StreamBatch\022.\n\007record" +
-      "s\030\001 \003(\0132\035.dataservice.common.v1.Record\0224" +
-      "\n\007batches\030\002 \003(\0132#.dataservice.sidecar.v1" +
-      ".RecordBatch\0223\n\006shared\030\003 \003(\0132#.dataservi" +
-      "ce.sidecar.v1.SharedBatch\"\245\001\n\017StreamAckR" +
-      "esult\022\023\n\013acked_count\030\001 \001(\003\022:\n\rrejected_a" +
-      "cks\030\002 \003(\0132#.dataservice.sidecar.v1.Rejec" +
-      "tedAck\022A\n\017rejected_ranges\030\003 \003(\0132(.datase" +
-      "rvice.sidecar.v1.RejectedRangeAck\"\270\001\n\020St" +
-      "reamNackResult\022\024\n\014nacked_count\030\001 \001(\003\022:\n\r" +
-      "rejected_acks\030\002 \003(\0132#.dataservice.sideca" +
-      "r.v1.RejectedAck\022A\n\017rejected_ranges\030\003 \003(" +
-      "\0132(.dataservice.sidecar.v1.RejectedRange" +
-      "Ack\022\017\n\007records\030\004 \001(\003\"R\n\tRecordAck\022\r\n\005top" +
-      "ic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\016\n\006offset\030\003 " +
-      "\001(\003\022\023\n\013lease_epoch\030\004 \001(\003\"i\n\010RangeAck\022\r\n\005" +
-      "topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\023\n\013from_o" +
-      "ffset\030\003 \001(\003\022\021\n\tto_offset\030\004 \001(\003\022\023\n\013lease_" +
-      "epoch\030\005 \001(\003\"\210\001\n\020RejectedRangeAck\022-\n\003ack\030" +
-      "\001 \001(\0132 .dataservice.sidecar.v1.RangeAck\022" +
-      "4\n\006reason\030\002 \001(\0162$.dataservice.sidecar.v1" +
-      ".RejectReason\022\017\n\007message\030\003 \001(\t\"\204\001\n\013Rejec" +
-      "tedAck\022.\n\003ack\030\001 \001(\0132!.dataservice.sideca" +
-      "r.v1.RecordAck\0224\n\006reason\030\002 \001(\0162$.dataser" +
-      "vice.sidecar.v1.RejectReason\022\017\n\007message\030" +
-      "\003 \001(\t\"\221\001\n\nAckRequest\022\021\n\tclient_id\030\001 \001(\t\022" +
-      "\r\n\005group\030\002 \001(\t\022/\n\004acks\030\003 \003(\0132!.dataservi" +
-      "ce.sidecar.v1.RecordAck\0220\n\006ranges\030\004 \003(\0132" +
-      " .dataservice.sidecar.v1.RangeAck\"\241\001\n\013Ac" +
-      "kResponse\022\023\n\013acked_count\030\001 \001(\003\022:\n\rreject" +
-      "ed_acks\030\002 \003(\0132#.dataservice.sidecar.v1.R" +
-      "ejectedAck\022A\n\017rejected_ranges\030\003 \003(\0132(.da" +
-      "taservice.sidecar.v1.RejectedRangeAck\"\314\001" +
-      "\n\013NackRequest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005grou" +
-      "p\030\002 \001(\t\0222\n\007records\030\003 \003(\0132!.dataservice.s" +
-      "idecar.v1.RecordAck\0220\n\006ranges\030\004 \003(\0132 .da" +
-      "taservice.sidecar.v1.RangeAck\022(\n\005delay\030\005" +
-      " \001(\0132\031.google.protobuf.Duration\022\013\n\003all\030\006" +
-      " \001(\010\"\264\001\n\014NackResponse\022\024\n\014nacked_count\030\001 " +
-      "\001(\003\022:\n\rrejected_acks\030\002 \003(\0132#.dataservice" +
-      ".sidecar.v1.RejectedAck\022A\n\017rejected_rang" +
-      "es\030\003 \003(\0132(.dataservice.sidecar.v1.Reject" +
-      "edRangeAck\022\017\n\007records\030\004 \001(\003\"\305\001\n\020ReadRang" +
-      "eRequest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001" +
-      "(\t\022\r\n\005topic\030\003 \001(\t\022\021\n\tpartition\030\004 \001(\005\022\023\n\013" +
-      "from_offset\030\005 \001(\003\022\021\n\tto_offset\030\006 \001(\003\022\021\n\t" +
-      "max_bytes\030\007 \001(\003\0222\n\006format\030\010 \001(\0162\".datase" +
-      "rvice.sidecar.v1.ReadFormat\"\200\001\n\021ReadRang" +
-      "eResponse\022.\n\007records\030\001 \003(\0132\035.dataservice" +
-      ".common.v1.Record\022\021\n\tarrow_ipc\030\002 \001(\014\022\023\n\013" +
-      "lease_epoch\030\003 \001(\003\022\023\n\013next_offset\030\004 \001(\003\"U" +
-      "\n\014OffsetCommit\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartiti" +
-      "on\030\002 \001(\005\022\016\n\006offset\030\003 \001(\003\022\023\n\013lease_epoch\030" +
-      "\004 \001(\003\"o\n\024CommitOffsetsRequest\022\021\n\tclient_" +
-      "id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\0225\n\007offsets\030\003 \003(\013" +
-      "2$.dataservice.sidecar.v1.OffsetCommit\"\244" +
-      "\001\n\022OffsetCommitResult\0224\n\006commit\030\001 \001(\0132$." +
-      "dataservice.sidecar.v1.OffsetCommit\022\021\n\tc" +
-      "ommitted\030\002 \001(\010\0224\n\006reason\030\003 \001(\0162$.dataser" +
-      "vice.sidecar.v1.RejectReason\022\017\n\007message\030" +
-      "\004 \001(\t\"T\n\025CommitOffsetsResponse\022;\n\007result" +
-      "s\030\001 \003(\0132*.dataservice.sidecar.v1.OffsetC" +
-      "ommitResult\"\017\n\rStatusRequest\"\252\002\n\017Partiti" +
-      "onStatus\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001" +
-      "(\005\022\023\n\013lease_epoch\030\003 \001(\003\022;\n\030lease_deadlin" +
-      "e_remaining\030\004 \001(\0132\031.google.protobuf.Dura" +
-      "tion\022\020\n\010position\030\005 \001(\003\022\030\n\020committed_offs" +
-      "et\030\006 \001(\003\022\026\n\016high_watermark\030\007 \001(\003\022\030\n\020buff" +
-      "ered_records\030\010 \001(\003\022\026\n\016buffered_bytes\030\t \001" +
-      "(\003\022\016\n\006paused\030\n \001(\010\022\020\n\010inflight\030\013 \001(\003\022\013\n\003" +
-      "due\030\014 \001(\003\"\337\003\n\016StatusResponse\022\022\n\nsidecar_" +
-      "id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022.\n\004mode\030\003 \001(\0162 ." +
-      "dataservice.common.v1.GroupMode\022;\n\nparti" +
-      "tions\030\004 \003(\0132\'.dataservice.sidecar.v1.Par" +
-      "titionStatus\022\024\n\014buffer_bytes\030\005 \001(\003\022\030\n\020bu" +
-      "ffer_cap_bytes\030\006 \001(\003\022S\n\017consumer_config\030" +
-      "\007 \003(\0132:.dataservice.sidecar.v1.StatusRes" +
-      "ponse.ConsumerConfigEntry\022\026\n\016config_vers" +
-      "ion\030\010 \001(\003\022\032\n\022assigner_connected\030\t \001(\010\0225\n" +
-      "\022visibility_timeout\030\n \001(\0132\031.google.proto" +
-      "buf.Duration\022\026\n\016max_deliveries\030\013 \001(\005\0325\n\023" +
-      "ConsumerConfigEntry\022\013\n\003key\030\001 \001(\t\022\r\n\005valu" +
-      "e\030\002 \001(\t:\0028\001*\212\001\n\016DeliveryFormat\022\037\n\033DELIVE" +
-      "RY_FORMAT_UNSPECIFIED\020\000\022\033\n\027DELIVERY_FORM" +
-      "AT_RECORDS\020\001\022\033\n\027DELIVERY_FORMAT_BATCHES\020" +
-      "\002\022\035\n\031DELIVERY_FORMAT_ARROW_SHM\020\003*\220\002\n\014Rej" +
-      "ectReason\022\035\n\031REJECT_REASON_UNSPECIFIED\020\000" +
-      "\022\035\n\031REJECT_REASON_STALE_EPOCH\020\001\022\032\n\026REJEC" +
-      "T_REASON_NOT_HELD\020\002\022\037\n\033REJECT_REASON_LEA" +
-      "SE_EXPIRED\020\003\022\037\n\033REJECT_REASON_NOT_DELIVE" +
-      "RED\020\004\022%\n!REJECT_REASON_OFFSET_OUT_OF_RAN" +
-      "GE\020\005\022\037\n\033REJECT_REASON_COMMIT_FAILED\020\006\022\034\n" +
-      "\030REJECT_REASON_NOT_HOLDER\020\007*]\n\nReadForma" +
-      "t\022\033\n\027READ_FORMAT_UNSPECIFIED\020\000\022\027\n\023READ_F" +
-      "ORMAT_RECORDS\020\001\022\031\n\025READ_FORMAT_ARROW_IPC" +
-      "\020\0022\220\005\n\rStreamService\022T\n\005Fetch\022$.dataserv" +
-      "ice.sidecar.v1.FetchRequest\032%.dataservic" +
-      "e.sidecar.v1.FetchResponse\022[\n\006Stream\022%.d" +
-      "ataservice.sidecar.v1.StreamRequest\032&.da" +
-      "taservice.sidecar.v1.StreamResponse(\0010\001\022" +
-      "N\n\003Ack\022\".dataservice.sidecar.v1.AckReque" +
-      "st\032#.dataservice.sidecar.v1.AckResponse\022" +
-      "Q\n\004Nack\022#.dataservice.sidecar.v1.NackReq" +
-      "uest\032$.dataservice.sidecar.v1.NackRespon" +
-      "se\022b\n\tReadRange\022(.dataservice.sidecar.v1" +
-      ".ReadRangeRequest\032).dataservice.sidecar." +
-      "v1.ReadRangeResponse0\001\022l\n\rCommitOffsets\022" +
-      ",.dataservice.sidecar.v1.CommitOffsetsRe" +
-      "quest\032-.dataservice.sidecar.v1.CommitOff" +
-      "setsResponse\022W\n\006Status\022%.dataservice.sid" +
-      "ecar.v1.StatusRequest\032&.dataservice.side" +
-      "car.v1.StatusResponseb\006proto3"
+      ".google.protobuf.Duration\022\034\n\024answers_wit" +
+      "h_batches\030\007 \001(\010\".\n\014StreamCredit\022\017\n\007recor" +
+      "ds\030\001 \001(\005\022\r\n\005bytes\030\002 \001(\003\"\225\001\n\nStreamAcks\022/" +
+      "\n\004acks\030\001 \003(\0132!.dataservice.sidecar.v1.Re" +
+      "cordAck\0220\n\006ranges\030\002 \003(\0132 .dataservice.si" +
+      "decar.v1.RangeAck\022\020\n\010released\030\003 \003(\003\022\022\n\na" +
+      "nswer_now\030\004 \001(\010\"\235\001\n\013StreamNacks\0222\n\007recor" +
+      "ds\030\001 \003(\0132!.dataservice.sidecar.v1.Record" +
+      "Ack\0220\n\006ranges\030\002 \003(\0132 .dataservice.sideca" +
+      "r.v1.RangeAck\022(\n\005delay\030\003 \001(\0132\031.google.pr" +
+      "otobuf.Duration\"\316\001\n\016StreamResponse\0224\n\005ba" +
+      "tch\030\001 \001(\0132#.dataservice.sidecar.v1.Strea" +
+      "mBatchH\000\022=\n\nack_result\030\002 \001(\0132\'.dataservi" +
+      "ce.sidecar.v1.StreamAckResultH\000\022?\n\013nack_" +
+      "result\030\003 \001(\0132(.dataservice.sidecar.v1.St" +
+      "reamNackResultH\000B\006\n\004kind\"\346\001\n\013StreamBatch" +
+      "\022.\n\007records\030\001 \003(\0132\035.dataservice.common.v" +
+      "1.Record\0224\n\007batches\030\002 \003(\0132#.dataservice." +
+      "sidecar.v1.RecordBatch\0223\n\006shared\030\003 \003(\0132#" +
+      ".dataservice.sidecar.v1.SharedBatch\022<\n\013a" +
+      "ck_results\030\004 \003(\0132\'.dataservice.sidecar.v" +
+      "1.StreamAckResult\"\245\001\n\017StreamAckResult\022\023\n" +
+      "\013acked_count\030\001 \001(\003\022:\n\rrejected_acks\030\002 \003(" +
+      "\0132#.dataservice.sidecar.v1.RejectedAck\022A" +
+      "\n\017rejected_ranges\030\003 \003(\0132(.dataservice.si" +
+      "decar.v1.RejectedRangeAck\"\270\001\n\020StreamNack" +
+      "Result\022\024\n\014nacked_count\030\001 \001(\003\022:\n\rrejected" +
+      "_acks\030\002 \003(\0132#.dataservice.sidecar.v1.Rej" +
+      "ectedAck\022A\n\017rejected_ranges\030\003 \003(\0132(.data" +
+      "service.sidecar.v1.RejectedRangeAck\022\017\n\007r" +
+      "ecords\030\004 \001(\003\"R\n\tRecordAck\022\r\n\005topic\030\001 \001(\t" +
+      "\022\021\n\tpartition\030\002 \001(\005\022\016\n\006offset\030\003 \001(\003\022\023\n\013l" +
+      "ease_epoch\030\004 \001(\003\"i\n\010RangeAck\022\r\n\005topic\030\001 " +
+      "\001(\t\022\021\n\tpartition\030\002 \001(\005\022\023\n\013from_offset\030\003 " +
+      "\001(\003\022\021\n\tto_offset\030\004 \001(\003\022\023\n\013lease_epoch\030\005 " +
+      "\001(\003\"\210\001\n\020RejectedRangeAck\022-\n\003ack\030\001 \001(\0132 ." +
+      "dataservice.sidecar.v1.RangeAck\0224\n\006reaso" +
+      "n\030\002 \001(\0162$.dataservice.sidecar.v1.RejectR" +
+      "eason\022\017\n\007message\030\003 \001(\t\"\204\001\n\013RejectedAck\022." +
+      "\n\003ack\030\001 \001(\0132!.dataservice.sidecar.v1.Rec" +
+      "ordAck\0224\n\006reason\030\002 \001(\0162$.dataservice.sid" +
+      "ecar.v1.RejectReason\022\017\n\007message\030\003 \001(\t\"\221\001" +
+      "\n\nAckRequest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group" +
+      "\030\002 \001(\t\022/\n\004acks\030\003 \003(\0132!.dataservice.sidec" +
+      "ar.v1.RecordAck\0220\n\006ranges\030\004 \003(\0132 .datase" +
+      "rvice.sidecar.v1.RangeAck\"\241\001\n\013AckRespons" +
+      "e\022\023\n\013acked_count\030\001 \001(\003\022:\n\rrejected_acks\030" +
+      "\002 \003(\0132#.dataservice.sidecar.v1.RejectedA" +
+      "ck\022A\n\017rejected_ranges\030\003 \003(\0132(.dataservic" +
+      "e.sidecar.v1.RejectedRangeAck\"\314\001\n\013NackRe" +
+      "quest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022" +
+      "2\n\007records\030\003 \003(\0132!.dataservice.sidecar.v" +
+      "1.RecordAck\0220\n\006ranges\030\004 \003(\0132 .dataservic" +
+      "e.sidecar.v1.RangeAck\022(\n\005delay\030\005 \001(\0132\031.g" +
+      "oogle.protobuf.Duration\022\013\n\003all\030\006 \001(\010\"\264\001\n" +
+      "\014NackResponse\022\024\n\014nacked_count\030\001 \001(\003\022:\n\rr" +
+      "ejected_acks\030\002 \003(\0132#.dataservice.sidecar" +
+      ".v1.RejectedAck\022A\n\017rejected_ranges\030\003 \003(\013" +
+      "2(.dataservice.sidecar.v1.RejectedRangeA" +
+      "ck\022\017\n\007records\030\004 \001(\003\"\305\001\n\020ReadRangeRequest" +
+      "\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022\r\n\005to" +
+      "pic\030\003 \001(\t\022\021\n\tpartition\030\004 \001(\005\022\023\n\013from_off" +
+      "set\030\005 \001(\003\022\021\n\tto_offset\030\006 \001(\003\022\021\n\tmax_byte" +
+      "s\030\007 \001(\003\0222\n\006format\030\010 \001(\0162\".dataservice.si" +
+      "decar.v1.ReadFormat\"\200\001\n\021ReadRangeRespons" +
+      "e\022.\n\007records\030\001 \003(\0132\035.dataservice.common." +
+      "v1.Record\022\021\n\tarrow_ipc\030\002 \001(\014\022\023\n\013lease_ep" +
+      "och\030\003 \001(\003\022\023\n\013next_offset\030\004 \001(\003\"U\n\014Offset" +
+      "Commit\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005" +
+      "\022\016\n\006offset\030\003 \001(\003\022\023\n\013lease_epoch\030\004 \001(\003\"o\n" +
+      "\024CommitOffsetsRequest\022\021\n\tclient_id\030\001 \001(\t" +
+      "\022\r\n\005group\030\002 \001(\t\0225\n\007offsets\030\003 \003(\0132$.datas" +
+      "ervice.sidecar.v1.OffsetCommit\"\244\001\n\022Offse" +
+      "tCommitResult\0224\n\006commit\030\001 \001(\0132$.dataserv" +
+      "ice.sidecar.v1.OffsetCommit\022\021\n\tcommitted" +
+      "\030\002 \001(\010\0224\n\006reason\030\003 \001(\0162$.dataservice.sid" +
+      "ecar.v1.RejectReason\022\017\n\007message\030\004 \001(\t\"T\n" +
+      "\025CommitOffsetsResponse\022;\n\007results\030\001 \003(\0132" +
+      "*.dataservice.sidecar.v1.OffsetCommitRes" +
+      "ult\"\017\n\rStatusRequest\"\252\002\n\017PartitionStatus" +
+      "\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\023\n\013le" +
+      "ase_epoch\030\003 \001(\003\022;\n\030lease_deadline_remain" +
+      "ing\030\004 \001(\0132\031.google.protobuf.Duration\022\020\n\010" +
+      "position\030\005 \001(\003\022\030\n\020committed_offset\030\006 \001(\003" +
+      "\022\026\n\016high_watermark\030\007 \001(\003\022\030\n\020buffered_rec" +
+      "ords\030\010 \001(\003\022\026\n\016buffered_bytes\030\t \001(\003\022\016\n\006pa" +
+      "used\030\n \001(\010\022\020\n\010inflight\030\013 \001(\003\022\013\n\003due\030\014 \001(" +
+      "\003\"\337\003\n\016StatusResponse\022\022\n\nsidecar_id\030\001 \001(\t" +
+      "\022\r\n\005group\030\002 \001(\t\022.\n\004mode\030\003 \001(\0162 .dataserv" +
+      "ice.common.v1.GroupMode\022;\n\npartitions\030\004 " +
+      "\003(\0132\'.dataservice.sidecar.v1.PartitionSt" +
+      "atus\022\024\n\014buffer_bytes\030\005 \001(\003\022\030\n\020buffer_cap" +
+      "_bytes\030\006 \001(\003\022S\n\017consumer_config\030\007 \003(\0132:." +
+      "dataservice.sidecar.v1.StatusResponse.Co" +
+      "nsumerConfigEntry\022\026\n\016config_version\030\010 \001(" +
+      "\003\022\032\n\022assigner_connected\030\t \001(\010\0225\n\022visibil" +
+      "ity_timeout\030\n \001(\0132\031.google.protobuf.Dura" +
+      "tion\022\026\n\016max_deliveries\030\013 \001(\005\0325\n\023Consumer" +
+      "ConfigEntry\022\013\n\003key\030\001 \001(\t\022\r\n\005value\030\002 \001(\t:" +
+      "\0028\001*\212\001\n\016DeliveryFormat\022\037\n\033DELIVERY_FORMA" +
+      "T_UNSPECIFIED\020\000\022\033\n\027DELIVERY_FORMAT_RECOR" +
+      "DS\020\001\022\033\n\027DELIVERY_FORMAT_BATCHES\020\002\022\035\n\031DEL" +
+      "IVERY_FORMAT_ARROW_SHM\020\003*\220\002\n\014RejectReaso" +
+      "n\022\035\n\031REJECT_REASON_UNSPECIFIED\020\000\022\035\n\031REJE" +
+      "CT_REASON_STALE_EPOCH\020\001\022\032\n\026REJECT_REASON" +
+      "_NOT_HELD\020\002\022\037\n\033REJECT_REASON_LEASE_EXPIR" +
+      "ED\020\003\022\037\n\033REJECT_REASON_NOT_DELIVERED\020\004\022%\n" +
+      "!REJECT_REASON_OFFSET_OUT_OF_RANGE\020\005\022\037\n\033" +
+      "REJECT_REASON_COMMIT_FAILED\020\006\022\034\n\030REJECT_" +
+      "REASON_NOT_HOLDER\020\007*]\n\nReadFormat\022\033\n\027REA" +
+      "D_FORMAT_UNSPECIFIED\020\000\022\027\n\023READ_FORMAT_RE" +
+      "CORDS\020\001\022\031\n\025READ_FORMAT_ARROW_IPC\020\0022\220\005\n\rS" +
+      "treamService\022T\n\005Fetch\022$.dataservice.side" +
+      "car.v1.FetchRequest\032%.dataservice.sideca" +
+      "r.v1.FetchResponse\022[\n\006Stream\022%.dataservi" +
+      "ce.sidecar.v1.StreamRequest\032&.dataservic" +
+      "e.sidecar.v1.StreamResponse(\0010\001\022N\n\003Ack\022\"" +
+      ".dataservice.sidecar.v1.AckRequest\032#.dat" +
+      "aservice.sidecar.v1.AckResponse\022Q\n\004Nack\022" +
+      "#.dataservice.sidecar.v1.NackRequest\032$.d" +
+      "ataservice.sidecar.v1.NackResponse\022b\n\tRe" +
+      "adRange\022(.dataservice.sidecar.v1.ReadRan" +
+      "geRequest\032).dataservice.sidecar.v1.ReadR" +
+      "angeResponse0\001\022l\n\rCommitOffsets\022,.datase" +
+      "rvice.sidecar.v1.CommitOffsetsRequest\032-." +
+      "dataservice.sidecar.v1.CommitOffsetsResp" +
+      "onse\022W\n\006Status\022%.dataservice.sidecar.v1." +
+      "StatusRequest\032&.dataservice.sidecar.v1.S" +
+      "tatusResponseb\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -43035,7 +43791,7 @@ java.lang.String defaultValue) {
     internal_static_dataservice_sidecar_v1_StreamOpen_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamOpen_descriptor,
-        new java.lang.String[] { "ClientId", "Group", "AutoAck", "InitialCredit", "Format", "Linger", });
+        new java.lang.String[] { "ClientId", "Group", "AutoAck", "InitialCredit", "Format", "Linger", "AnswersWithBatches", });
     internal_static_dataservice_sidecar_v1_StreamCredit_descriptor =
       getDescriptor().getMessageType(7);
     internal_static_dataservice_sidecar_v1_StreamCredit_fieldAccessorTable = new
@@ -43047,7 +43803,7 @@ java.lang.String defaultValue) {
     internal_static_dataservice_sidecar_v1_StreamAcks_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamAcks_descriptor,
-        new java.lang.String[] { "Acks", "Ranges", "Released", });
+        new java.lang.String[] { "Acks", "Ranges", "Released", "AnswerNow", });
     internal_static_dataservice_sidecar_v1_StreamNacks_descriptor =
       getDescriptor().getMessageType(9);
     internal_static_dataservice_sidecar_v1_StreamNacks_fieldAccessorTable = new
@@ -43065,7 +43821,7 @@ java.lang.String defaultValue) {
     internal_static_dataservice_sidecar_v1_StreamBatch_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamBatch_descriptor,
-        new java.lang.String[] { "Records", "Batches", "Shared", });
+        new java.lang.String[] { "Records", "Batches", "Shared", "AckResults", });
     internal_static_dataservice_sidecar_v1_StreamAckResult_descriptor =
       getDescriptor().getMessageType(12);
     internal_static_dataservice_sidecar_v1_StreamAckResult_fieldAccessorTable = new
