@@ -346,7 +346,13 @@ class StreamRpc:
         """Until the client sent something, or (with ``data``) records were buffered, or
         ``timeout``: one wait on ``state.wake``, which the data event sets too while it is
         wanted. ``fresh``: what is buffered now was looked at; wake only for what comes
-        next."""
+        next. Held answers wait only for records: waiting for the client, they go now."""
+        if state.held and not data:
+            # No batch can go until the client acts (credit, a release), and it may be
+            # waiting for these answers first (ack_nowait's thread sends its next acks
+            # after them): they go now, on their own.
+            state.flush_held()
+            return
         if data:
             if fresh:
                 state.data.clear()

@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 
 import grpc
+import pytest
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
+from services.consumer_sidecar import stream_flow
 from services.consumer_sidecar.stream_flow import ANSWER_HOLD_SECONDS
 from tests.unit.sidecar.stream_harness import Requests, Sidecar, acks_of, opening, run
 
@@ -147,6 +149,29 @@ def test_columns_batches_carry_the_answers_in_their_wire_bytes() -> None:
         second = await call.read()
         assert len(second.batch.batches) == 1
         assert [a.acked_count for a in second.batch.ack_results] == [1]
+        call.cancel()
+
+    run(body)
+
+
+def test_a_stream_waiting_for_credit_does_not_hold_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No batch can go until the client grants credit, and that client may be waiting for
+    these answers first (``ack_nowait``'s thread sends the next acks after them): the
+    answer goes at once, not after the hold (made 30 s here, so only this can answer it)."""
+    monkeypatch.setattr(stream_flow, "ANSWER_HOLD_SECONDS", 30.0)
+
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        sc.hold(0, epoch=1)
+        sc.buffer(0, range(0, 4))
+        requests = answering(records=2)  # the whole credit goes in the first batch
+        call = stub.Stream(requests)
+        first = await call.read()
+        assert [r.offset for r in first.batch.records] == [0, 1]
+        requests.send(acks(list(first.batch.records)))
+        answer = await asyncio.wait_for(call.read(), timeout=10)
+        assert answer.WhichOneof("kind") == "ack_result" and answer.ack_result.acked_count == 2
         call.cancel()
 
     run(body)
