@@ -512,8 +512,10 @@ class StreamOpen(_message.Message):
     """The client reads answers to its acks carried in StreamBatch.ack_results: the sidecar
     may then hold the answer to an `acks` message that did not ask for it now
     (StreamAcks.answer_now unset) until its next batch, and at most 100 ms, so an ack and
-    its answer cost one message less per batch at low rates (issue 34). The answers keep
-    the order of the acks. Unset = every answer is its own `ack_result`, as before.
+    its answer cost one message less per batch at low rates (issue 34); held answers go
+    at once when the stream waits for the client (no credit, no room in its segment) or
+    ends. The answers keep the order of the acks. Unset = every answer is its own
+    `ack_result`, as before.
     """
     @_builtins.property
     def initial_credit(self) -> Global___StreamCredit:

@@ -9667,8 +9667,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      * The client reads answers to its acks carried in StreamBatch.ack_results: the sidecar
      * may then hold the answer to an `acks` message that did not ask for it now
      * (StreamAcks.answer_now unset) until its next batch, and at most 100 ms, so an ack and
-     * its answer cost one message less per batch at low rates (issue 34). The answers keep
-     * the order of the acks. Unset = every answer is its own `ack_result`, as before.
+     * its answer cost one message less per batch at low rates (issue 34); held answers go
+     * at once when the stream waits for the client (no credit, no room in its segment) or
+     * ends. The answers keep the order of the acks. Unset = every answer is its own
+     * `ack_result`, as before.
      * </pre>
      *
      * <code>bool answers_with_batches = 7;</code>
@@ -9954,8 +9956,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      * The client reads answers to its acks carried in StreamBatch.ack_results: the sidecar
      * may then hold the answer to an `acks` message that did not ask for it now
      * (StreamAcks.answer_now unset) until its next batch, and at most 100 ms, so an ack and
-     * its answer cost one message less per batch at low rates (issue 34). The answers keep
-     * the order of the acks. Unset = every answer is its own `ack_result`, as before.
+     * its answer cost one message less per batch at low rates (issue 34); held answers go
+     * at once when the stream waits for the client (no credit, no room in its segment) or
+     * ends. The answers keep the order of the acks. Unset = every answer is its own
+     * `ack_result`, as before.
      * </pre>
      *
      * <code>bool answers_with_batches = 7;</code>
@@ -11105,8 +11109,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * The client reads answers to its acks carried in StreamBatch.ack_results: the sidecar
        * may then hold the answer to an `acks` message that did not ask for it now
        * (StreamAcks.answer_now unset) until its next batch, and at most 100 ms, so an ack and
-       * its answer cost one message less per batch at low rates (issue 34). The answers keep
-       * the order of the acks. Unset = every answer is its own `ack_result`, as before.
+       * its answer cost one message less per batch at low rates (issue 34); held answers go
+       * at once when the stream waits for the client (no credit, no room in its segment) or
+       * ends. The answers keep the order of the acks. Unset = every answer is its own
+       * `ack_result`, as before.
        * </pre>
        *
        * <code>bool answers_with_batches = 7;</code>
@@ -11121,8 +11127,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * The client reads answers to its acks carried in StreamBatch.ack_results: the sidecar
        * may then hold the answer to an `acks` message that did not ask for it now
        * (StreamAcks.answer_now unset) until its next batch, and at most 100 ms, so an ack and
-       * its answer cost one message less per batch at low rates (issue 34). The answers keep
-       * the order of the acks. Unset = every answer is its own `ack_result`, as before.
+       * its answer cost one message less per batch at low rates (issue 34); held answers go
+       * at once when the stream waits for the client (no credit, no room in its segment) or
+       * ends. The answers keep the order of the acks. Unset = every answer is its own
+       * `ack_result`, as before.
        * </pre>
        *
        * <code>bool answers_with_batches = 7;</code>
@@ -11141,8 +11149,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * The client reads answers to its acks carried in StreamBatch.ack_results: the sidecar
        * may then hold the answer to an `acks` message that did not ask for it now
        * (StreamAcks.answer_now unset) until its next batch, and at most 100 ms, so an ack and
-       * its answer cost one message less per batch at low rates (issue 34). The answers keep
-       * the order of the acks. Unset = every answer is its own `ack_result`, as before.
+       * its answer cost one message less per batch at low rates (issue 34); held answers go
+       * at once when the stream waits for the client (no credit, no room in its segment) or
+       * ends. The answers keep the order of the acks. Unset = every answer is its own
+       * `ack_result`, as before.
        * </pre>
        *
        * <code>bool answers_with_batches = 7;</code>
