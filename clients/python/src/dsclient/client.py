@@ -464,7 +464,10 @@ class DsClient:
         broker round trip); the acks that queue up while one is committed go together in
         the next (one commit). Nothing is weaker than with :meth:`ack`: a record counts as
         processed once the future says it was accepted, and an ack that fails only means
-        redelivery. :meth:`close` waits for the acks still on their way.
+        redelivery. :meth:`close` waits for the acks still on their way. On a ``Stream``
+        (``use_stream_rpc``, :meth:`stream_columns`) the sidecar may send the answer with
+        its next batch, up to 100 ms after the commit, instead of a message of its own
+        (``StreamOpen.answers_with_batches``); the commit is not delayed.
 
         A :class:`ColumnBatch`'s shared-memory regions are released with its acks: its
         columns are not valid after this call.
