@@ -120,10 +120,22 @@ class GroupRegistry:
     async def serving_group(self, name: str, wait: float = 5.0) -> GroupRuntime:
         """Like :meth:`group`, but a call that reaches a just-elected leader while it is
         still loading its state waits for it (bounded) instead of bouncing to backoff."""
+        await self._until_serving(wait)
+        return self.group(name)
+
+    async def serving_groups(self, wait: float = 5.0) -> list[GroupRuntime]:
+        """Every group, by name, for a listing: like :meth:`serving_group`, a just-elected
+        leader still loading its state is waited for, and a replica that does not serve is
+        SERVICE_NOT_READY, never an empty list (which would read as "no groups")."""
+        await self._until_serving(wait)
+        if not self.serving:
+            raise DsError(Reason.SERVICE_NOT_READY, "the assigner is not serving groups yet")
+        return list(self)
+
+    async def _until_serving(self, wait: float) -> None:
         if not self.serving and self.is_leader():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._serving.wait(), wait)
-        return self.group(name)
 
     # ---- changes ----------------------------------------------------------------------
 

@@ -318,8 +318,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.ListGroupsResponse:
         size = page_size(request.page_size)
         after = self.page_tokens.parse(request.page_token)
-        names, last = page(self.groups.names(), after, size)
-        groups = [g for n in names if (g := self.groups.get(n)) is not None]
+        every = {g.name: g for g in await self.groups.serving_groups()}
+        names, last = page(sorted(every), after, size)
+        groups = [every[n] for n in names]
         # Live, for this page only; Kafka not answering in time gives total_lag -1.
         offsets = await self.offsets.many(
             {g.name: sorted(g.coordinator.leases) for g in groups},
@@ -396,9 +397,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             validate_group_name("group", request.group)
             groups = [self.groups.group(request.group)]
         else:
-            if not self.groups.serving:
-                raise DsError(Reason.SERVICE_NOT_READY, "the assigner is not serving groups yet")
-            groups = list(self.groups)
+            groups = await self.groups.serving_groups()
         return admin_pb2.ListClientsResponse(
             clients=[client_message(row) for g in groups for row in g.client_rows()]
         )

@@ -75,6 +75,37 @@ def test_list_groups_reports_unknown_lag_when_kafka_does_not_answer() -> None:
     run(body)
 
 
+def test_list_groups_while_not_serving_is_not_ready_not_an_empty_list() -> None:
+    """A replica that is not serving its groups has none to list: an empty answer would
+    read as "no groups" (dsctl groups printed "groups (0)" from a just-elected leader)."""
+
+    async def body(a: Assigner) -> None:
+        err = await refused(a.admin.ListGroups(admin_pb2.ListGroupsRequest()))
+        code, reason, _ = reason_of(err)
+        assert (code, reason) == (grpc.StatusCode.UNAVAILABLE, "SERVICE_NOT_READY")
+
+    run(body, serving=False)
+
+
+def test_list_groups_on_a_leader_still_loading_its_state_waits_for_its_groups() -> None:
+    async def body(a: Assigner) -> None:
+        a.leader[0] = True  # elected; become_leader has not restored the groups yet
+
+        async def list_groups() -> admin_pb2.ListGroupsResponse:
+            return await a.admin.ListGroups(admin_pb2.ListGroupsRequest())
+
+        listing = asyncio.create_task(list_groups())
+        await asyncio.sleep(0.05)
+        assert not listing.done()
+        snapshot = StateSnapshot(groups={"demo": GroupRecord(name="demo", topics=[TOPIC])})
+        await a.groups.restore(snapshot, 100.0)
+        a.groups.start_serving()
+        response = await listing
+        assert [g.config.name for g in response.groups] == ["demo"]
+
+    run(body, serving=False)
+
+
 def test_list_groups_caps_an_absurd_page_size_and_refuses_a_negative_one() -> None:
     async def body(a: Assigner) -> None:
         for i in range(MAX_PAGE_SIZE + 1):
