@@ -254,7 +254,15 @@ type FetchRequest struct {
 	// records lost by the client).
 	AutoAck bool `protobuf:"varint,6,opt,name=auto_ack,json=autoAck,proto3" json:"auto_ack,omitempty"`
 	// How the records are encoded in the response; unset = DELIVERY_FORMAT_RECORDS.
-	Format        DeliveryFormat `protobuf:"varint,7,opt,name=format,proto3,enum=dataservice.sidecar.v1.DeliveryFormat" json:"format,omitempty"`
+	Format DeliveryFormat `protobuf:"varint,7,opt,name=format,proto3,enum=dataservice.sidecar.v1.DeliveryFormat" json:"format,omitempty"`
+	// Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+	// previous batch), carried instead of an Ack call of their own. They are checked, applied
+	// and committed as Ack's ranges are, before the fetch takes records; the answer is
+	// FetchResponse.ack_result, and a refused range is reported there, never as the call's
+	// status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+	// predates the field ignores it and leaves ack_result unset: the client then sends the
+	// same acks with Ack.
+	AckRanges     []*RangeAck `protobuf:"bytes,8,rep,name=ack_ranges,json=ackRanges,proto3" json:"ack_ranges,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -338,6 +346,13 @@ func (x *FetchRequest) GetFormat() DeliveryFormat {
 	return DeliveryFormat_DELIVERY_FORMAT_UNSPECIFIED
 }
 
+func (x *FetchRequest) GetAckRanges() []*RangeAck {
+	if x != nil {
+		return x.AckRanges
+	}
+	return nil
+}
+
 // Response of StreamService.Fetch.
 type FetchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -346,7 +361,11 @@ type FetchResponse struct {
 	Records []*v1.Record `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
 	// Records delivered, one batch per partition run (DELIVERY_FORMAT_BATCHES; empty with
 	// DELIVERY_FORMAT_RECORDS).
-	Batches       []*RecordBatch `protobuf:"bytes,2,rep,name=batches,proto3" json:"batches,omitempty"`
+	Batches []*RecordBatch `protobuf:"bytes,2,rep,name=batches,proto3" json:"batches,omitempty"`
+	// The answer to the request's ack_ranges, set whenever it carried any (acked_count and
+	// the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
+	// ack_results, so that one reader reads both in place.
+	AckResult     *StreamAckResult `protobuf:"bytes,4,opt,name=ack_result,json=ackResult,proto3" json:"ack_result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -391,6 +410,13 @@ func (x *FetchResponse) GetRecords() []*v1.Record {
 func (x *FetchResponse) GetBatches() []*RecordBatch {
 	if x != nil {
 		return x.Batches
+	}
+	return nil
+}
+
+func (x *FetchResponse) GetAckResult() *StreamAckResult {
+	if x != nil {
+		return x.AckResult
 	}
 	return nil
 }
@@ -2840,7 +2866,7 @@ var File_dataservice_sidecar_v1_stream_proto protoreflect.FileDescriptor
 
 const file_dataservice_sidecar_v1_stream_proto_rawDesc = "" +
 	"\n" +
-	"#dataservice/sidecar/v1/stream.proto\x12\x16dataservice.sidecar.v1\x1a\"dataservice/common/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\"\x90\x02\n" +
+	"#dataservice/sidecar/v1/stream.proto\x12\x16dataservice.sidecar.v1\x1a\"dataservice/common/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\"\xd1\x02\n" +
 	"\fFetchRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x1f\n" +
@@ -2849,10 +2875,14 @@ const file_dataservice_sidecar_v1_stream_proto_rawDesc = "" +
 	"\tmax_bytes\x18\x04 \x01(\x03R\bmaxBytes\x124\n" +
 	"\bmax_wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\amaxWait\x12\x19\n" +
 	"\bauto_ack\x18\x06 \x01(\bR\aautoAck\x12>\n" +
-	"\x06format\x18\a \x01(\x0e2&.dataservice.sidecar.v1.DeliveryFormatR\x06format\"\x87\x01\n" +
+	"\x06format\x18\a \x01(\x0e2&.dataservice.sidecar.v1.DeliveryFormatR\x06format\x12?\n" +
+	"\n" +
+	"ack_ranges\x18\b \x03(\v2 .dataservice.sidecar.v1.RangeAckR\tackRanges\"\xcf\x01\n" +
 	"\rFetchResponse\x127\n" +
 	"\arecords\x18\x01 \x03(\v2\x1d.dataservice.common.v1.RecordR\arecords\x12=\n" +
-	"\abatches\x18\x02 \x03(\v2#.dataservice.sidecar.v1.RecordBatchR\abatches\"\xd6\x02\n" +
+	"\abatches\x18\x02 \x03(\v2#.dataservice.sidecar.v1.RecordBatchR\abatches\x12F\n" +
+	"\n" +
+	"ack_result\x18\x04 \x01(\v2'.dataservice.sidecar.v1.StreamAckResultR\tackResult\"\xd6\x02\n" +
 	"\vSharedBatch\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1f\n" +
@@ -3141,76 +3171,78 @@ var file_dataservice_sidecar_v1_stream_proto_goTypes = []any{
 var file_dataservice_sidecar_v1_stream_proto_depIdxs = []int32{
 	35, // 0: dataservice.sidecar.v1.FetchRequest.max_wait:type_name -> google.protobuf.Duration
 	0,  // 1: dataservice.sidecar.v1.FetchRequest.format:type_name -> dataservice.sidecar.v1.DeliveryFormat
-	36, // 2: dataservice.sidecar.v1.FetchResponse.records:type_name -> dataservice.common.v1.Record
-	6,  // 3: dataservice.sidecar.v1.FetchResponse.batches:type_name -> dataservice.sidecar.v1.RecordBatch
-	7,  // 4: dataservice.sidecar.v1.RecordBatch.headers:type_name -> dataservice.sidecar.v1.RecordBatchHeaders
-	37, // 5: dataservice.sidecar.v1.RecordBatchHeaders.headers:type_name -> dataservice.common.v1.Header
-	9,  // 6: dataservice.sidecar.v1.StreamRequest.open:type_name -> dataservice.sidecar.v1.StreamOpen
-	10, // 7: dataservice.sidecar.v1.StreamRequest.credit:type_name -> dataservice.sidecar.v1.StreamCredit
-	11, // 8: dataservice.sidecar.v1.StreamRequest.acks:type_name -> dataservice.sidecar.v1.StreamAcks
-	12, // 9: dataservice.sidecar.v1.StreamRequest.nacks:type_name -> dataservice.sidecar.v1.StreamNacks
-	10, // 10: dataservice.sidecar.v1.StreamOpen.initial_credit:type_name -> dataservice.sidecar.v1.StreamCredit
-	0,  // 11: dataservice.sidecar.v1.StreamOpen.format:type_name -> dataservice.sidecar.v1.DeliveryFormat
-	35, // 12: dataservice.sidecar.v1.StreamOpen.linger:type_name -> google.protobuf.Duration
-	17, // 13: dataservice.sidecar.v1.StreamAcks.acks:type_name -> dataservice.sidecar.v1.RecordAck
-	18, // 14: dataservice.sidecar.v1.StreamAcks.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	17, // 15: dataservice.sidecar.v1.StreamNacks.records:type_name -> dataservice.sidecar.v1.RecordAck
-	18, // 16: dataservice.sidecar.v1.StreamNacks.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	35, // 17: dataservice.sidecar.v1.StreamNacks.delay:type_name -> google.protobuf.Duration
-	14, // 18: dataservice.sidecar.v1.StreamResponse.batch:type_name -> dataservice.sidecar.v1.StreamBatch
-	15, // 19: dataservice.sidecar.v1.StreamResponse.ack_result:type_name -> dataservice.sidecar.v1.StreamAckResult
-	16, // 20: dataservice.sidecar.v1.StreamResponse.nack_result:type_name -> dataservice.sidecar.v1.StreamNackResult
-	36, // 21: dataservice.sidecar.v1.StreamBatch.records:type_name -> dataservice.common.v1.Record
-	6,  // 22: dataservice.sidecar.v1.StreamBatch.batches:type_name -> dataservice.sidecar.v1.RecordBatch
-	5,  // 23: dataservice.sidecar.v1.StreamBatch.shared:type_name -> dataservice.sidecar.v1.SharedBatch
-	15, // 24: dataservice.sidecar.v1.StreamBatch.ack_results:type_name -> dataservice.sidecar.v1.StreamAckResult
-	20, // 25: dataservice.sidecar.v1.StreamAckResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	19, // 26: dataservice.sidecar.v1.StreamAckResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	20, // 27: dataservice.sidecar.v1.StreamNackResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	19, // 28: dataservice.sidecar.v1.StreamNackResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	18, // 29: dataservice.sidecar.v1.RejectedRangeAck.ack:type_name -> dataservice.sidecar.v1.RangeAck
-	1,  // 30: dataservice.sidecar.v1.RejectedRangeAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
-	17, // 31: dataservice.sidecar.v1.RejectedAck.ack:type_name -> dataservice.sidecar.v1.RecordAck
-	1,  // 32: dataservice.sidecar.v1.RejectedAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
-	17, // 33: dataservice.sidecar.v1.AckRequest.acks:type_name -> dataservice.sidecar.v1.RecordAck
-	18, // 34: dataservice.sidecar.v1.AckRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	20, // 35: dataservice.sidecar.v1.AckResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	19, // 36: dataservice.sidecar.v1.AckResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	17, // 37: dataservice.sidecar.v1.NackRequest.records:type_name -> dataservice.sidecar.v1.RecordAck
-	18, // 38: dataservice.sidecar.v1.NackRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	35, // 39: dataservice.sidecar.v1.NackRequest.delay:type_name -> google.protobuf.Duration
-	20, // 40: dataservice.sidecar.v1.NackResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	19, // 41: dataservice.sidecar.v1.NackResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	2,  // 42: dataservice.sidecar.v1.ReadRangeRequest.format:type_name -> dataservice.sidecar.v1.ReadFormat
-	36, // 43: dataservice.sidecar.v1.ReadRangeResponse.records:type_name -> dataservice.common.v1.Record
-	27, // 44: dataservice.sidecar.v1.CommitOffsetsRequest.offsets:type_name -> dataservice.sidecar.v1.OffsetCommit
-	27, // 45: dataservice.sidecar.v1.OffsetCommitResult.commit:type_name -> dataservice.sidecar.v1.OffsetCommit
-	1,  // 46: dataservice.sidecar.v1.OffsetCommitResult.reason:type_name -> dataservice.sidecar.v1.RejectReason
-	29, // 47: dataservice.sidecar.v1.CommitOffsetsResponse.results:type_name -> dataservice.sidecar.v1.OffsetCommitResult
-	35, // 48: dataservice.sidecar.v1.PartitionStatus.lease_deadline_remaining:type_name -> google.protobuf.Duration
-	38, // 49: dataservice.sidecar.v1.StatusResponse.mode:type_name -> dataservice.common.v1.GroupMode
-	32, // 50: dataservice.sidecar.v1.StatusResponse.partitions:type_name -> dataservice.sidecar.v1.PartitionStatus
-	34, // 51: dataservice.sidecar.v1.StatusResponse.consumer_config:type_name -> dataservice.sidecar.v1.StatusResponse.ConsumerConfigEntry
-	35, // 52: dataservice.sidecar.v1.StatusResponse.visibility_timeout:type_name -> google.protobuf.Duration
-	3,  // 53: dataservice.sidecar.v1.StreamService.Fetch:input_type -> dataservice.sidecar.v1.FetchRequest
-	8,  // 54: dataservice.sidecar.v1.StreamService.Stream:input_type -> dataservice.sidecar.v1.StreamRequest
-	21, // 55: dataservice.sidecar.v1.StreamService.Ack:input_type -> dataservice.sidecar.v1.AckRequest
-	23, // 56: dataservice.sidecar.v1.StreamService.Nack:input_type -> dataservice.sidecar.v1.NackRequest
-	25, // 57: dataservice.sidecar.v1.StreamService.ReadRange:input_type -> dataservice.sidecar.v1.ReadRangeRequest
-	28, // 58: dataservice.sidecar.v1.StreamService.CommitOffsets:input_type -> dataservice.sidecar.v1.CommitOffsetsRequest
-	31, // 59: dataservice.sidecar.v1.StreamService.Status:input_type -> dataservice.sidecar.v1.StatusRequest
-	4,  // 60: dataservice.sidecar.v1.StreamService.Fetch:output_type -> dataservice.sidecar.v1.FetchResponse
-	13, // 61: dataservice.sidecar.v1.StreamService.Stream:output_type -> dataservice.sidecar.v1.StreamResponse
-	22, // 62: dataservice.sidecar.v1.StreamService.Ack:output_type -> dataservice.sidecar.v1.AckResponse
-	24, // 63: dataservice.sidecar.v1.StreamService.Nack:output_type -> dataservice.sidecar.v1.NackResponse
-	26, // 64: dataservice.sidecar.v1.StreamService.ReadRange:output_type -> dataservice.sidecar.v1.ReadRangeResponse
-	30, // 65: dataservice.sidecar.v1.StreamService.CommitOffsets:output_type -> dataservice.sidecar.v1.CommitOffsetsResponse
-	33, // 66: dataservice.sidecar.v1.StreamService.Status:output_type -> dataservice.sidecar.v1.StatusResponse
-	60, // [60:67] is the sub-list for method output_type
-	53, // [53:60] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	18, // 2: dataservice.sidecar.v1.FetchRequest.ack_ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	36, // 3: dataservice.sidecar.v1.FetchResponse.records:type_name -> dataservice.common.v1.Record
+	6,  // 4: dataservice.sidecar.v1.FetchResponse.batches:type_name -> dataservice.sidecar.v1.RecordBatch
+	15, // 5: dataservice.sidecar.v1.FetchResponse.ack_result:type_name -> dataservice.sidecar.v1.StreamAckResult
+	7,  // 6: dataservice.sidecar.v1.RecordBatch.headers:type_name -> dataservice.sidecar.v1.RecordBatchHeaders
+	37, // 7: dataservice.sidecar.v1.RecordBatchHeaders.headers:type_name -> dataservice.common.v1.Header
+	9,  // 8: dataservice.sidecar.v1.StreamRequest.open:type_name -> dataservice.sidecar.v1.StreamOpen
+	10, // 9: dataservice.sidecar.v1.StreamRequest.credit:type_name -> dataservice.sidecar.v1.StreamCredit
+	11, // 10: dataservice.sidecar.v1.StreamRequest.acks:type_name -> dataservice.sidecar.v1.StreamAcks
+	12, // 11: dataservice.sidecar.v1.StreamRequest.nacks:type_name -> dataservice.sidecar.v1.StreamNacks
+	10, // 12: dataservice.sidecar.v1.StreamOpen.initial_credit:type_name -> dataservice.sidecar.v1.StreamCredit
+	0,  // 13: dataservice.sidecar.v1.StreamOpen.format:type_name -> dataservice.sidecar.v1.DeliveryFormat
+	35, // 14: dataservice.sidecar.v1.StreamOpen.linger:type_name -> google.protobuf.Duration
+	17, // 15: dataservice.sidecar.v1.StreamAcks.acks:type_name -> dataservice.sidecar.v1.RecordAck
+	18, // 16: dataservice.sidecar.v1.StreamAcks.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	17, // 17: dataservice.sidecar.v1.StreamNacks.records:type_name -> dataservice.sidecar.v1.RecordAck
+	18, // 18: dataservice.sidecar.v1.StreamNacks.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	35, // 19: dataservice.sidecar.v1.StreamNacks.delay:type_name -> google.protobuf.Duration
+	14, // 20: dataservice.sidecar.v1.StreamResponse.batch:type_name -> dataservice.sidecar.v1.StreamBatch
+	15, // 21: dataservice.sidecar.v1.StreamResponse.ack_result:type_name -> dataservice.sidecar.v1.StreamAckResult
+	16, // 22: dataservice.sidecar.v1.StreamResponse.nack_result:type_name -> dataservice.sidecar.v1.StreamNackResult
+	36, // 23: dataservice.sidecar.v1.StreamBatch.records:type_name -> dataservice.common.v1.Record
+	6,  // 24: dataservice.sidecar.v1.StreamBatch.batches:type_name -> dataservice.sidecar.v1.RecordBatch
+	5,  // 25: dataservice.sidecar.v1.StreamBatch.shared:type_name -> dataservice.sidecar.v1.SharedBatch
+	15, // 26: dataservice.sidecar.v1.StreamBatch.ack_results:type_name -> dataservice.sidecar.v1.StreamAckResult
+	20, // 27: dataservice.sidecar.v1.StreamAckResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	19, // 28: dataservice.sidecar.v1.StreamAckResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	20, // 29: dataservice.sidecar.v1.StreamNackResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	19, // 30: dataservice.sidecar.v1.StreamNackResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	18, // 31: dataservice.sidecar.v1.RejectedRangeAck.ack:type_name -> dataservice.sidecar.v1.RangeAck
+	1,  // 32: dataservice.sidecar.v1.RejectedRangeAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
+	17, // 33: dataservice.sidecar.v1.RejectedAck.ack:type_name -> dataservice.sidecar.v1.RecordAck
+	1,  // 34: dataservice.sidecar.v1.RejectedAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
+	17, // 35: dataservice.sidecar.v1.AckRequest.acks:type_name -> dataservice.sidecar.v1.RecordAck
+	18, // 36: dataservice.sidecar.v1.AckRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	20, // 37: dataservice.sidecar.v1.AckResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	19, // 38: dataservice.sidecar.v1.AckResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	17, // 39: dataservice.sidecar.v1.NackRequest.records:type_name -> dataservice.sidecar.v1.RecordAck
+	18, // 40: dataservice.sidecar.v1.NackRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	35, // 41: dataservice.sidecar.v1.NackRequest.delay:type_name -> google.protobuf.Duration
+	20, // 42: dataservice.sidecar.v1.NackResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	19, // 43: dataservice.sidecar.v1.NackResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	2,  // 44: dataservice.sidecar.v1.ReadRangeRequest.format:type_name -> dataservice.sidecar.v1.ReadFormat
+	36, // 45: dataservice.sidecar.v1.ReadRangeResponse.records:type_name -> dataservice.common.v1.Record
+	27, // 46: dataservice.sidecar.v1.CommitOffsetsRequest.offsets:type_name -> dataservice.sidecar.v1.OffsetCommit
+	27, // 47: dataservice.sidecar.v1.OffsetCommitResult.commit:type_name -> dataservice.sidecar.v1.OffsetCommit
+	1,  // 48: dataservice.sidecar.v1.OffsetCommitResult.reason:type_name -> dataservice.sidecar.v1.RejectReason
+	29, // 49: dataservice.sidecar.v1.CommitOffsetsResponse.results:type_name -> dataservice.sidecar.v1.OffsetCommitResult
+	35, // 50: dataservice.sidecar.v1.PartitionStatus.lease_deadline_remaining:type_name -> google.protobuf.Duration
+	38, // 51: dataservice.sidecar.v1.StatusResponse.mode:type_name -> dataservice.common.v1.GroupMode
+	32, // 52: dataservice.sidecar.v1.StatusResponse.partitions:type_name -> dataservice.sidecar.v1.PartitionStatus
+	34, // 53: dataservice.sidecar.v1.StatusResponse.consumer_config:type_name -> dataservice.sidecar.v1.StatusResponse.ConsumerConfigEntry
+	35, // 54: dataservice.sidecar.v1.StatusResponse.visibility_timeout:type_name -> google.protobuf.Duration
+	3,  // 55: dataservice.sidecar.v1.StreamService.Fetch:input_type -> dataservice.sidecar.v1.FetchRequest
+	8,  // 56: dataservice.sidecar.v1.StreamService.Stream:input_type -> dataservice.sidecar.v1.StreamRequest
+	21, // 57: dataservice.sidecar.v1.StreamService.Ack:input_type -> dataservice.sidecar.v1.AckRequest
+	23, // 58: dataservice.sidecar.v1.StreamService.Nack:input_type -> dataservice.sidecar.v1.NackRequest
+	25, // 59: dataservice.sidecar.v1.StreamService.ReadRange:input_type -> dataservice.sidecar.v1.ReadRangeRequest
+	28, // 60: dataservice.sidecar.v1.StreamService.CommitOffsets:input_type -> dataservice.sidecar.v1.CommitOffsetsRequest
+	31, // 61: dataservice.sidecar.v1.StreamService.Status:input_type -> dataservice.sidecar.v1.StatusRequest
+	4,  // 62: dataservice.sidecar.v1.StreamService.Fetch:output_type -> dataservice.sidecar.v1.FetchResponse
+	13, // 63: dataservice.sidecar.v1.StreamService.Stream:output_type -> dataservice.sidecar.v1.StreamResponse
+	22, // 64: dataservice.sidecar.v1.StreamService.Ack:output_type -> dataservice.sidecar.v1.AckResponse
+	24, // 65: dataservice.sidecar.v1.StreamService.Nack:output_type -> dataservice.sidecar.v1.NackResponse
+	26, // 66: dataservice.sidecar.v1.StreamService.ReadRange:output_type -> dataservice.sidecar.v1.ReadRangeResponse
+	30, // 67: dataservice.sidecar.v1.StreamService.CommitOffsets:output_type -> dataservice.sidecar.v1.CommitOffsetsResponse
+	33, // 68: dataservice.sidecar.v1.StreamService.Status:output_type -> dataservice.sidecar.v1.StatusResponse
+	62, // [62:69] is the sub-list for method output_type
+	55, // [55:62] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_dataservice_sidecar_v1_stream_proto_init() }

@@ -187,6 +187,7 @@ class FetchRequest(_message.Message):
     MAX_WAIT_FIELD_NUMBER: _builtins.int
     AUTO_ACK_FIELD_NUMBER: _builtins.int
     FORMAT_FIELD_NUMBER: _builtins.int
+    ACK_RANGES_FIELD_NUMBER: _builtins.int
     client_id: _builtins.str
     """Application client id (as bound with BindingService.Bind)."""
     group: _builtins.str
@@ -209,6 +210,17 @@ class FetchRequest(_message.Message):
         zero = return at once.
         """
 
+    @_builtins.property
+    def ack_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___RangeAck]:
+        """Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+        previous batch), carried instead of an Ack call of their own. They are checked, applied
+        and committed as Ack's ranges are, before the fetch takes records; the answer is
+        FetchResponse.ack_result, and a refused range is reported there, never as the call's
+        status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+        predates the field ignores it and leaves ack_result unset: the client then sends the
+        same acks with Ack.
+        """
+
     def __init__(
         self,
         *,
@@ -219,10 +231,11 @@ class FetchRequest(_message.Message):
         max_wait: _duration_pb2.Duration | None = ...,
         auto_ack: _builtins.bool = ...,
         format: Global___DeliveryFormat.ValueType = ...,
+        ack_ranges: _abc.Iterable[Global___RangeAck] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["max_wait", b"max_wait"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["auto_ack", b"auto_ack", "client_id", b"client_id", "format", b"format", "group", b"group", "max_bytes", b"max_bytes", "max_records", b"max_records", "max_wait", b"max_wait"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_ranges", b"ack_ranges", "auto_ack", b"auto_ack", "client_id", b"client_id", "format", b"format", "group", b"group", "max_bytes", b"max_bytes", "max_records", b"max_records", "max_wait", b"max_wait"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -236,6 +249,7 @@ class FetchResponse(_message.Message):
 
     RECORDS_FIELD_NUMBER: _builtins.int
     BATCHES_FIELD_NUMBER: _builtins.int
+    ACK_RESULT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Record]:
         """Records delivered, in offset order within each partition; may be empty
@@ -248,15 +262,23 @@ class FetchResponse(_message.Message):
         DELIVERY_FORMAT_RECORDS).
         """
 
+    @_builtins.property
+    def ack_result(self) -> Global___StreamAckResult:
+        """The answer to the request's ack_ranges, set whenever it carried any (acked_count and
+        the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
+        ack_results, so that one reader reads both in place.
+        """
+
     def __init__(
         self,
         *,
         records: _abc.Iterable[_common_pb2.Record] | None = ...,
         batches: _abc.Iterable[Global___RecordBatch] | None = ...,
+        ack_result: Global___StreamAckResult | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack_result", b"ack_result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batches", b"batches", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_result", b"ack_result", "batches", b"batches", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -748,6 +748,80 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      * @return The format.
      */
     dataservice.sidecar.v1.Stream.DeliveryFormat getFormat();
+
+    /**
+     * <pre>
+     * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+     * previous batch), carried instead of an Ack call of their own. They are checked, applied
+     * and committed as Ack's ranges are, before the fetch takes records; the answer is
+     * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+     * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+     * predates the field ignores it and leaves ack_result unset: the client then sends the
+     * same acks with Ack.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+     */
+    java.util.List<dataservice.sidecar.v1.Stream.RangeAck> 
+        getAckRangesList();
+    /**
+     * <pre>
+     * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+     * previous batch), carried instead of an Ack call of their own. They are checked, applied
+     * and committed as Ack's ranges are, before the fetch takes records; the answer is
+     * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+     * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+     * predates the field ignores it and leaves ack_result unset: the client then sends the
+     * same acks with Ack.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+     */
+    dataservice.sidecar.v1.Stream.RangeAck getAckRanges(int index);
+    /**
+     * <pre>
+     * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+     * previous batch), carried instead of an Ack call of their own. They are checked, applied
+     * and committed as Ack's ranges are, before the fetch takes records; the answer is
+     * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+     * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+     * predates the field ignores it and leaves ack_result unset: the client then sends the
+     * same acks with Ack.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+     */
+    int getAckRangesCount();
+    /**
+     * <pre>
+     * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+     * previous batch), carried instead of an Ack call of their own. They are checked, applied
+     * and committed as Ack's ranges are, before the fetch takes records; the answer is
+     * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+     * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+     * predates the field ignores it and leaves ack_result unset: the client then sends the
+     * same acks with Ack.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+     */
+    java.util.List<? extends dataservice.sidecar.v1.Stream.RangeAckOrBuilder> 
+        getAckRangesOrBuilderList();
+    /**
+     * <pre>
+     * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+     * previous batch), carried instead of an Ack call of their own. They are checked, applied
+     * and committed as Ack's ranges are, before the fetch takes records; the answer is
+     * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+     * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+     * predates the field ignores it and leaves ack_result unset: the client then sends the
+     * same acks with Ack.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+     */
+    dataservice.sidecar.v1.Stream.RangeAckOrBuilder getAckRangesOrBuilder(
+        int index);
   }
   /**
    * <pre>
@@ -778,6 +852,7 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       clientId_ = "";
       group_ = "";
       format_ = 0;
+      ackRanges_ = java.util.Collections.emptyList();
     }
 
     public static final com.google.protobuf.Descriptors.Descriptor
@@ -1002,6 +1077,97 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       return result == null ? dataservice.sidecar.v1.Stream.DeliveryFormat.UNRECOGNIZED : result;
     }
 
+    public static final int ACK_RANGES_FIELD_NUMBER = 8;
+    @SuppressWarnings("serial")
+    private java.util.List<dataservice.sidecar.v1.Stream.RangeAck> ackRanges_;
+    /**
+     * <pre>
+     * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+     * previous batch), carried instead of an Ack call of their own. They are checked, applied
+     * and committed as Ack's ranges are, before the fetch takes records; the answer is
+     * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+     * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+     * predates the field ignores it and leaves ack_result unset: the client then sends the
+     * same acks with Ack.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+     */
+    @java.lang.Override
+    public java.util.List<dataservice.sidecar.v1.Stream.RangeAck> getAckRangesList() {
+      return ackRanges_;
+    }
+    /**
+     * <pre>
+     * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+     * previous batch), carried instead of an Ack call of their own. They are checked, applied
+     * and committed as Ack's ranges are, before the fetch takes records; the answer is
+     * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+     * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+     * predates the field ignores it and leaves ack_result unset: the client then sends the
+     * same acks with Ack.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+     */
+    @java.lang.Override
+    public java.util.List<? extends dataservice.sidecar.v1.Stream.RangeAckOrBuilder> 
+        getAckRangesOrBuilderList() {
+      return ackRanges_;
+    }
+    /**
+     * <pre>
+     * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+     * previous batch), carried instead of an Ack call of their own. They are checked, applied
+     * and committed as Ack's ranges are, before the fetch takes records; the answer is
+     * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+     * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+     * predates the field ignores it and leaves ack_result unset: the client then sends the
+     * same acks with Ack.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+     */
+    @java.lang.Override
+    public int getAckRangesCount() {
+      return ackRanges_.size();
+    }
+    /**
+     * <pre>
+     * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+     * previous batch), carried instead of an Ack call of their own. They are checked, applied
+     * and committed as Ack's ranges are, before the fetch takes records; the answer is
+     * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+     * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+     * predates the field ignores it and leaves ack_result unset: the client then sends the
+     * same acks with Ack.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+     */
+    @java.lang.Override
+    public dataservice.sidecar.v1.Stream.RangeAck getAckRanges(int index) {
+      return ackRanges_.get(index);
+    }
+    /**
+     * <pre>
+     * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+     * previous batch), carried instead of an Ack call of their own. They are checked, applied
+     * and committed as Ack's ranges are, before the fetch takes records; the answer is
+     * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+     * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+     * predates the field ignores it and leaves ack_result unset: the client then sends the
+     * same acks with Ack.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+     */
+    @java.lang.Override
+    public dataservice.sidecar.v1.Stream.RangeAckOrBuilder getAckRangesOrBuilder(
+        int index) {
+      return ackRanges_.get(index);
+    }
+
     private byte memoizedIsInitialized = -1;
     @java.lang.Override
     public final boolean isInitialized() {
@@ -1036,6 +1202,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       }
       if (format_ != dataservice.sidecar.v1.Stream.DeliveryFormat.DELIVERY_FORMAT_UNSPECIFIED.getNumber()) {
         output.writeEnum(7, format_);
+      }
+      for (int i = 0; i < ackRanges_.size(); i++) {
+        output.writeMessage(8, ackRanges_.get(i));
       }
       getUnknownFields().writeTo(output);
     }
@@ -1072,6 +1241,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         size += com.google.protobuf.CodedOutputStream
           .computeEnumSize(7, format_);
       }
+      for (int i = 0; i < ackRanges_.size(); i++) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeMessageSize(8, ackRanges_.get(i));
+      }
       size += getUnknownFields().getSerializedSize();
       memoizedSize = size;
       return size;
@@ -1103,6 +1276,8 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       if (getAutoAck()
           != other.getAutoAck()) return false;
       if (format_ != other.format_) return false;
+      if (!getAckRangesList()
+          .equals(other.getAckRangesList())) return false;
       if (!getUnknownFields().equals(other.getUnknownFields())) return false;
       return true;
     }
@@ -1132,6 +1307,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           getAutoAck());
       hash = (37 * hash) + FORMAT_FIELD_NUMBER;
       hash = (53 * hash) + format_;
+      if (getAckRangesCount() > 0) {
+        hash = (37 * hash) + ACK_RANGES_FIELD_NUMBER;
+        hash = (53 * hash) + getAckRangesList().hashCode();
+      }
       hash = (29 * hash) + getUnknownFields().hashCode();
       memoizedHashCode = hash;
       return hash;
@@ -1267,6 +1446,7 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         if (com.google.protobuf.GeneratedMessage
                 .alwaysUseFieldBuilders) {
           internalGetMaxWaitFieldBuilder();
+          internalGetAckRangesFieldBuilder();
         }
       }
       @java.lang.Override
@@ -1284,6 +1464,13 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         }
         autoAck_ = false;
         format_ = 0;
+        if (ackRangesBuilder_ == null) {
+          ackRanges_ = java.util.Collections.emptyList();
+        } else {
+          ackRanges_ = null;
+          ackRangesBuilder_.clear();
+        }
+        bitField0_ = (bitField0_ & ~0x00000080);
         return this;
       }
 
@@ -1310,9 +1497,22 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       @java.lang.Override
       public dataservice.sidecar.v1.Stream.FetchRequest buildPartial() {
         dataservice.sidecar.v1.Stream.FetchRequest result = new dataservice.sidecar.v1.Stream.FetchRequest(this);
+        buildPartialRepeatedFields(result);
         if (bitField0_ != 0) { buildPartial0(result); }
         onBuilt();
         return result;
+      }
+
+      private void buildPartialRepeatedFields(dataservice.sidecar.v1.Stream.FetchRequest result) {
+        if (ackRangesBuilder_ == null) {
+          if (((bitField0_ & 0x00000080) != 0)) {
+            ackRanges_ = java.util.Collections.unmodifiableList(ackRanges_);
+            bitField0_ = (bitField0_ & ~0x00000080);
+          }
+          result.ackRanges_ = ackRanges_;
+        } else {
+          result.ackRanges_ = ackRangesBuilder_.build();
+        }
       }
 
       private void buildPartial0(dataservice.sidecar.v1.Stream.FetchRequest result) {
@@ -1382,6 +1582,32 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         if (other.format_ != 0) {
           setFormatValue(other.getFormatValue());
         }
+        if (ackRangesBuilder_ == null) {
+          if (!other.ackRanges_.isEmpty()) {
+            if (ackRanges_.isEmpty()) {
+              ackRanges_ = other.ackRanges_;
+              bitField0_ = (bitField0_ & ~0x00000080);
+            } else {
+              ensureAckRangesIsMutable();
+              ackRanges_.addAll(other.ackRanges_);
+            }
+            onChanged();
+          }
+        } else {
+          if (!other.ackRanges_.isEmpty()) {
+            if (ackRangesBuilder_.isEmpty()) {
+              ackRangesBuilder_.dispose();
+              ackRangesBuilder_ = null;
+              ackRanges_ = other.ackRanges_;
+              bitField0_ = (bitField0_ & ~0x00000080);
+              ackRangesBuilder_ = 
+                com.google.protobuf.GeneratedMessage.alwaysUseFieldBuilders ?
+                   internalGetAckRangesFieldBuilder() : null;
+            } else {
+              ackRangesBuilder_.addAllMessages(other.ackRanges_);
+            }
+          }
+        }
         this.mergeUnknownFields(other.getUnknownFields());
         onChanged();
         return this;
@@ -1445,6 +1671,19 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
                 bitField0_ |= 0x00000040;
                 break;
               } // case 56
+              case 66: {
+                dataservice.sidecar.v1.Stream.RangeAck m =
+                    input.readMessage(
+                        dataservice.sidecar.v1.Stream.RangeAck.parser(),
+                        extensionRegistry);
+                if (ackRangesBuilder_ == null) {
+                  ensureAckRangesIsMutable();
+                  ackRanges_.add(m);
+                } else {
+                  ackRangesBuilder_.addMessage(m);
+                }
+                break;
+              } // case 66
               default: {
                 if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                   done = true; // was an endgroup tag
@@ -2021,6 +2260,426 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         return this;
       }
 
+      private java.util.List<dataservice.sidecar.v1.Stream.RangeAck> ackRanges_ =
+        java.util.Collections.emptyList();
+      private void ensureAckRangesIsMutable() {
+        if (!((bitField0_ & 0x00000080) != 0)) {
+          ackRanges_ = new java.util.ArrayList<dataservice.sidecar.v1.Stream.RangeAck>(ackRanges_);
+          bitField0_ |= 0x00000080;
+         }
+      }
+
+      private com.google.protobuf.RepeatedFieldBuilder<
+          dataservice.sidecar.v1.Stream.RangeAck, dataservice.sidecar.v1.Stream.RangeAck.Builder, dataservice.sidecar.v1.Stream.RangeAckOrBuilder> ackRangesBuilder_;
+
+      /**
+       * <pre>
+       * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+       * previous batch), carried instead of an Ack call of their own. They are checked, applied
+       * and committed as Ack's ranges are, before the fetch takes records; the answer is
+       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+       * predates the field ignores it and leaves ack_result unset: the client then sends the
+       * same acks with Ack.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+       */
+      public java.util.List<dataservice.sidecar.v1.Stream.RangeAck> getAckRangesList() {
+        if (ackRangesBuilder_ == null) {
+          return java.util.Collections.unmodifiableList(ackRanges_);
+        } else {
+          return ackRangesBuilder_.getMessageList();
+        }
+      }
+      /**
+       * <pre>
+       * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+       * previous batch), carried instead of an Ack call of their own. They are checked, applied
+       * and committed as Ack's ranges are, before the fetch takes records; the answer is
+       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+       * predates the field ignores it and leaves ack_result unset: the client then sends the
+       * same acks with Ack.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+       */
+      public int getAckRangesCount() {
+        if (ackRangesBuilder_ == null) {
+          return ackRanges_.size();
+        } else {
+          return ackRangesBuilder_.getCount();
+        }
+      }
+      /**
+       * <pre>
+       * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+       * previous batch), carried instead of an Ack call of their own. They are checked, applied
+       * and committed as Ack's ranges are, before the fetch takes records; the answer is
+       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+       * predates the field ignores it and leaves ack_result unset: the client then sends the
+       * same acks with Ack.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+       */
+      public dataservice.sidecar.v1.Stream.RangeAck getAckRanges(int index) {
+        if (ackRangesBuilder_ == null) {
+          return ackRanges_.get(index);
+        } else {
+          return ackRangesBuilder_.getMessage(index);
+        }
+      }
+      /**
+       * <pre>
+       * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+       * previous batch), carried instead of an Ack call of their own. They are checked, applied
+       * and committed as Ack's ranges are, before the fetch takes records; the answer is
+       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+       * predates the field ignores it and leaves ack_result unset: the client then sends the
+       * same acks with Ack.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+       */
+      public Builder setAckRanges(
+          int index, dataservice.sidecar.v1.Stream.RangeAck value) {
+        if (ackRangesBuilder_ == null) {
+          if (value == null) {
+            throw new NullPointerException();
+          }
+          ensureAckRangesIsMutable();
+          ackRanges_.set(index, value);
+          onChanged();
+        } else {
+          ackRangesBuilder_.setMessage(index, value);
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+       * previous batch), carried instead of an Ack call of their own. They are checked, applied
+       * and committed as Ack's ranges are, before the fetch takes records; the answer is
+       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+       * predates the field ignores it and leaves ack_result unset: the client then sends the
+       * same acks with Ack.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+       */
+      public Builder setAckRanges(
+          int index, dataservice.sidecar.v1.Stream.RangeAck.Builder builderForValue) {
+        if (ackRangesBuilder_ == null) {
+          ensureAckRangesIsMutable();
+          ackRanges_.set(index, builderForValue.build());
+          onChanged();
+        } else {
+          ackRangesBuilder_.setMessage(index, builderForValue.build());
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+       * previous batch), carried instead of an Ack call of their own. They are checked, applied
+       * and committed as Ack's ranges are, before the fetch takes records; the answer is
+       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+       * predates the field ignores it and leaves ack_result unset: the client then sends the
+       * same acks with Ack.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+       */
+      public Builder addAckRanges(dataservice.sidecar.v1.Stream.RangeAck value) {
+        if (ackRangesBuilder_ == null) {
+          if (value == null) {
+            throw new NullPointerException();
+          }
+          ensureAckRangesIsMutable();
+          ackRanges_.add(value);
+          onChanged();
+        } else {
+          ackRangesBuilder_.addMessage(value);
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+       * previous batch), carried instead of an Ack call of their own. They are checked, applied
+       * and committed as Ack's ranges are, before the fetch takes records; the answer is
+       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+       * predates the field ignores it and leaves ack_result unset: the client then sends the
+       * same acks with Ack.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+       */
+      public Builder addAckRanges(
+          int index, dataservice.sidecar.v1.Stream.RangeAck value) {
+        if (ackRangesBuilder_ == null) {
+          if (value == null) {
+            throw new NullPointerException();
+          }
+          ensureAckRangesIsMutable();
+          ackRanges_.add(index, value);
+          onChanged();
+        } else {
+          ackRangesBuilder_.addMessage(index, value);
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+       * previous batch), carried instead of an Ack call of their own. They are checked, applied
+       * and committed as Ack's ranges are, before the fetch takes records; the answer is
+       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+       * predates the field ignores it and leaves ack_result unset: the client then sends the
+       * same acks with Ack.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+       */
+      public Builder addAckRanges(
+          dataservice.sidecar.v1.Stream.RangeAck.Builder builderForValue) {
+        if (ackRangesBuilder_ == null) {
+          ensureAckRangesIsMutable();
+          ackRanges_.add(builderForValue.build());
+          onChanged();
+        } else {
+          ackRangesBuilder_.addMessage(builderForValue.build());
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+       * previous batch), carried instead of an Ack call of their own. They are checked, applied
+       * and committed as Ack's ranges are, before the fetch takes records; the answer is
+       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+       * predates the field ignores it and leaves ack_result unset: the client then sends the
+       * same acks with Ack.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+       */
+      public Builder addAckRanges(
+          int index, dataservice.sidecar.v1.Stream.RangeAck.Builder builderForValue) {
+        if (ackRangesBuilder_ == null) {
+          ensureAckRangesIsMutable();
+          ackRanges_.add(index, builderForValue.build());
+          onChanged();
+        } else {
+          ackRangesBuilder_.addMessage(index, builderForValue.build());
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+       * previous batch), carried instead of an Ack call of their own. They are checked, applied
+       * and committed as Ack's ranges are, before the fetch takes records; the answer is
+       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+       * predates the field ignores it and leaves ack_result unset: the client then sends the
+       * same acks with Ack.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+       */
+      public Builder addAllAckRanges(
+          java.lang.Iterable<? extends dataservice.sidecar.v1.Stream.RangeAck> values) {
+        if (ackRangesBuilder_ == null) {
+          ensureAckRangesIsMutable();
+          com.google.protobuf.AbstractMessageLite.Builder.addAll(
+              values, ackRanges_);
+          onChanged();
+        } else {
+          ackRangesBuilder_.addAllMessages(values);
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+       * previous batch), carried instead of an Ack call of their own. They are checked, applied
+       * and committed as Ack's ranges are, before the fetch takes records; the answer is
+       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+       * predates the field ignores it and leaves ack_result unset: the client then sends the
+       * same acks with Ack.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+       */
+      public Builder clearAckRanges() {
+        if (ackRangesBuilder_ == null) {
+          ackRanges_ = java.util.Collections.emptyList();
+          bitField0_ = (bitField0_ & ~0x00000080);
+          onChanged();
+        } else {
+          ackRangesBuilder_.clear();
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+       * previous batch), carried instead of an Ack call of their own. They are checked, applied
+       * and committed as Ack's ranges are, before the fetch takes records; the answer is
+       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+       * predates the field ignores it and leaves ack_result unset: the client then sends the
+       * same acks with Ack.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+       */
+      public Builder removeAckRanges(int index) {
+        if (ackRangesBuilder_ == null) {
+          ensureAckRangesIsMutable();
+          ackRanges_.remove(index);
+          onChanged();
+        } else {
+          ackRangesBuilder_.remove(index);
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+       * previous batch), carried instead of an Ack call of their own. They are checked, applied
+       * and committed as Ack's ranges are, before the fetch takes records; the answer is
+       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+       * predates the field ignores it and leaves ack_result unset: the client then sends the
+       * same acks with Ack.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+       */
+      public dataservice.sidecar.v1.Stream.RangeAck.Builder getAckRangesBuilder(
+          int index) {
+        return internalGetAckRangesFieldBuilder().getBuilder(index);
+      }
+      /**
+       * <pre>
+       * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+       * previous batch), carried instead of an Ack call of their own. They are checked, applied
+       * and committed as Ack's ranges are, before the fetch takes records; the answer is
+       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+       * predates the field ignores it and leaves ack_result unset: the client then sends the
+       * same acks with Ack.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+       */
+      public dataservice.sidecar.v1.Stream.RangeAckOrBuilder getAckRangesOrBuilder(
+          int index) {
+        if (ackRangesBuilder_ == null) {
+          return ackRanges_.get(index);  } else {
+          return ackRangesBuilder_.getMessageOrBuilder(index);
+        }
+      }
+      /**
+       * <pre>
+       * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+       * previous batch), carried instead of an Ack call of their own. They are checked, applied
+       * and committed as Ack's ranges are, before the fetch takes records; the answer is
+       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+       * predates the field ignores it and leaves ack_result unset: the client then sends the
+       * same acks with Ack.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+       */
+      public java.util.List<? extends dataservice.sidecar.v1.Stream.RangeAckOrBuilder> 
+           getAckRangesOrBuilderList() {
+        if (ackRangesBuilder_ != null) {
+          return ackRangesBuilder_.getMessageOrBuilderList();
+        } else {
+          return java.util.Collections.unmodifiableList(ackRanges_);
+        }
+      }
+      /**
+       * <pre>
+       * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+       * previous batch), carried instead of an Ack call of their own. They are checked, applied
+       * and committed as Ack's ranges are, before the fetch takes records; the answer is
+       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+       * predates the field ignores it and leaves ack_result unset: the client then sends the
+       * same acks with Ack.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+       */
+      public dataservice.sidecar.v1.Stream.RangeAck.Builder addAckRangesBuilder() {
+        return internalGetAckRangesFieldBuilder().addBuilder(
+            dataservice.sidecar.v1.Stream.RangeAck.getDefaultInstance());
+      }
+      /**
+       * <pre>
+       * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+       * previous batch), carried instead of an Ack call of their own. They are checked, applied
+       * and committed as Ack's ranges are, before the fetch takes records; the answer is
+       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+       * predates the field ignores it and leaves ack_result unset: the client then sends the
+       * same acks with Ack.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+       */
+      public dataservice.sidecar.v1.Stream.RangeAck.Builder addAckRangesBuilder(
+          int index) {
+        return internalGetAckRangesFieldBuilder().addBuilder(
+            index, dataservice.sidecar.v1.Stream.RangeAck.getDefaultInstance());
+      }
+      /**
+       * <pre>
+       * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
+       * previous batch), carried instead of an Ack call of their own. They are checked, applied
+       * and committed as Ack's ranges are, before the fetch takes records; the answer is
+       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
+       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
+       * predates the field ignores it and leaves ack_result unset: the client then sends the
+       * same acks with Ack.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
+       */
+      public java.util.List<dataservice.sidecar.v1.Stream.RangeAck.Builder> 
+           getAckRangesBuilderList() {
+        return internalGetAckRangesFieldBuilder().getBuilderList();
+      }
+      private com.google.protobuf.RepeatedFieldBuilder<
+          dataservice.sidecar.v1.Stream.RangeAck, dataservice.sidecar.v1.Stream.RangeAck.Builder, dataservice.sidecar.v1.Stream.RangeAckOrBuilder> 
+          internalGetAckRangesFieldBuilder() {
+        if (ackRangesBuilder_ == null) {
+          ackRangesBuilder_ = new com.google.protobuf.RepeatedFieldBuilder<
+              dataservice.sidecar.v1.Stream.RangeAck, dataservice.sidecar.v1.Stream.RangeAck.Builder, dataservice.sidecar.v1.Stream.RangeAckOrBuilder>(
+                  ackRanges_,
+                  ((bitField0_ & 0x00000080) != 0),
+                  getParentForChildren(),
+                  isClean());
+          ackRanges_ = null;
+        }
+        return ackRangesBuilder_;
+      }
+
       // @@protoc_insertion_point(builder_scope:dataservice.sidecar.v1.FetchRequest)
     }
 
@@ -2173,6 +2832,39 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      */
     dataservice.sidecar.v1.Stream.RecordBatchOrBuilder getBatchesOrBuilder(
         int index);
+
+    /**
+     * <pre>
+     * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
+     * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
+     * ack_results, so that one reader reads both in place.
+     * </pre>
+     *
+     * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+     * @return Whether the ackResult field is set.
+     */
+    boolean hasAckResult();
+    /**
+     * <pre>
+     * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
+     * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
+     * ack_results, so that one reader reads both in place.
+     * </pre>
+     *
+     * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+     * @return The ackResult.
+     */
+    dataservice.sidecar.v1.Stream.StreamAckResult getAckResult();
+    /**
+     * <pre>
+     * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
+     * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
+     * ack_results, so that one reader reads both in place.
+     * </pre>
+     *
+     * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+     */
+    dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder getAckResultOrBuilder();
   }
   /**
    * <pre>
@@ -2217,6 +2909,7 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
               dataservice.sidecar.v1.Stream.FetchResponse.class, dataservice.sidecar.v1.Stream.FetchResponse.Builder.class);
     }
 
+    private int bitField0_;
     public static final int RECORDS_FIELD_NUMBER = 1;
     @SuppressWarnings("serial")
     private java.util.List<dataservice.common.v1.Common.Record> records_;
@@ -2349,6 +3042,50 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       return batches_.get(index);
     }
 
+    public static final int ACK_RESULT_FIELD_NUMBER = 4;
+    private dataservice.sidecar.v1.Stream.StreamAckResult ackResult_;
+    /**
+     * <pre>
+     * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
+     * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
+     * ack_results, so that one reader reads both in place.
+     * </pre>
+     *
+     * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+     * @return Whether the ackResult field is set.
+     */
+    @java.lang.Override
+    public boolean hasAckResult() {
+      return ((bitField0_ & 0x00000001) != 0);
+    }
+    /**
+     * <pre>
+     * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
+     * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
+     * ack_results, so that one reader reads both in place.
+     * </pre>
+     *
+     * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+     * @return The ackResult.
+     */
+    @java.lang.Override
+    public dataservice.sidecar.v1.Stream.StreamAckResult getAckResult() {
+      return ackResult_ == null ? dataservice.sidecar.v1.Stream.StreamAckResult.getDefaultInstance() : ackResult_;
+    }
+    /**
+     * <pre>
+     * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
+     * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
+     * ack_results, so that one reader reads both in place.
+     * </pre>
+     *
+     * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+     */
+    @java.lang.Override
+    public dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder getAckResultOrBuilder() {
+      return ackResult_ == null ? dataservice.sidecar.v1.Stream.StreamAckResult.getDefaultInstance() : ackResult_;
+    }
+
     private byte memoizedIsInitialized = -1;
     @java.lang.Override
     public final boolean isInitialized() {
@@ -2369,6 +3106,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       for (int i = 0; i < batches_.size(); i++) {
         output.writeMessage(2, batches_.get(i));
       }
+      if (((bitField0_ & 0x00000001) != 0)) {
+        output.writeMessage(4, getAckResult());
+      }
       getUnknownFields().writeTo(output);
     }
 
@@ -2385,6 +3125,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       for (int i = 0; i < batches_.size(); i++) {
         size += com.google.protobuf.CodedOutputStream
           .computeMessageSize(2, batches_.get(i));
+      }
+      if (((bitField0_ & 0x00000001) != 0)) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeMessageSize(4, getAckResult());
       }
       size += getUnknownFields().getSerializedSize();
       memoizedSize = size;
@@ -2405,6 +3149,11 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           .equals(other.getRecordsList())) return false;
       if (!getBatchesList()
           .equals(other.getBatchesList())) return false;
+      if (hasAckResult() != other.hasAckResult()) return false;
+      if (hasAckResult()) {
+        if (!getAckResult()
+            .equals(other.getAckResult())) return false;
+      }
       if (!getUnknownFields().equals(other.getUnknownFields())) return false;
       return true;
     }
@@ -2423,6 +3172,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       if (getBatchesCount() > 0) {
         hash = (37 * hash) + BATCHES_FIELD_NUMBER;
         hash = (53 * hash) + getBatchesList().hashCode();
+      }
+      if (hasAckResult()) {
+        hash = (37 * hash) + ACK_RESULT_FIELD_NUMBER;
+        hash = (53 * hash) + getAckResult().hashCode();
       }
       hash = (29 * hash) + getUnknownFields().hashCode();
       memoizedHashCode = hash;
@@ -2547,13 +3300,21 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
 
       // Construct using dataservice.sidecar.v1.Stream.FetchResponse.newBuilder()
       private Builder() {
-
+        maybeForceBuilderInitialization();
       }
 
       private Builder(
           com.google.protobuf.GeneratedMessage.BuilderParent parent) {
         super(parent);
-
+        maybeForceBuilderInitialization();
+      }
+      private void maybeForceBuilderInitialization() {
+        if (com.google.protobuf.GeneratedMessage
+                .alwaysUseFieldBuilders) {
+          internalGetRecordsFieldBuilder();
+          internalGetBatchesFieldBuilder();
+          internalGetAckResultFieldBuilder();
+        }
       }
       @java.lang.Override
       public Builder clear() {
@@ -2573,6 +3334,11 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           batchesBuilder_.clear();
         }
         bitField0_ = (bitField0_ & ~0x00000002);
+        ackResult_ = null;
+        if (ackResultBuilder_ != null) {
+          ackResultBuilder_.dispose();
+          ackResultBuilder_ = null;
+        }
         return this;
       }
 
@@ -2628,6 +3394,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
 
       private void buildPartial0(dataservice.sidecar.v1.Stream.FetchResponse result) {
         int from_bitField0_ = bitField0_;
+        int to_bitField0_ = 0;
+        if (((from_bitField0_ & 0x00000004) != 0)) {
+          result.ackResult_ = ackResultBuilder_ == null
+              ? ackResult_
+              : ackResultBuilder_.build();
+          to_bitField0_ |= 0x00000001;
+        }
+        result.bitField0_ |= to_bitField0_;
       }
 
       @java.lang.Override
@@ -2694,6 +3468,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
             }
           }
         }
+        if (other.hasAckResult()) {
+          mergeAckResult(other.getAckResult());
+        }
         this.mergeUnknownFields(other.getUnknownFields());
         onChanged();
         return this;
@@ -2746,6 +3523,13 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
                 }
                 break;
               } // case 18
+              case 34: {
+                input.readMessage(
+                    internalGetAckResultFieldBuilder().getBuilder(),
+                    extensionRegistry);
+                bitField0_ |= 0x00000004;
+                break;
+              } // case 34
               default: {
                 if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                   done = true; // was an endgroup tag
@@ -3421,6 +4205,181 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           batches_ = null;
         }
         return batchesBuilder_;
+      }
+
+      private dataservice.sidecar.v1.Stream.StreamAckResult ackResult_;
+      private com.google.protobuf.SingleFieldBuilder<
+          dataservice.sidecar.v1.Stream.StreamAckResult, dataservice.sidecar.v1.Stream.StreamAckResult.Builder, dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder> ackResultBuilder_;
+      /**
+       * <pre>
+       * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
+       * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
+       * ack_results, so that one reader reads both in place.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+       * @return Whether the ackResult field is set.
+       */
+      public boolean hasAckResult() {
+        return ((bitField0_ & 0x00000004) != 0);
+      }
+      /**
+       * <pre>
+       * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
+       * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
+       * ack_results, so that one reader reads both in place.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+       * @return The ackResult.
+       */
+      public dataservice.sidecar.v1.Stream.StreamAckResult getAckResult() {
+        if (ackResultBuilder_ == null) {
+          return ackResult_ == null ? dataservice.sidecar.v1.Stream.StreamAckResult.getDefaultInstance() : ackResult_;
+        } else {
+          return ackResultBuilder_.getMessage();
+        }
+      }
+      /**
+       * <pre>
+       * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
+       * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
+       * ack_results, so that one reader reads both in place.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+       */
+      public Builder setAckResult(dataservice.sidecar.v1.Stream.StreamAckResult value) {
+        if (ackResultBuilder_ == null) {
+          if (value == null) {
+            throw new NullPointerException();
+          }
+          ackResult_ = value;
+        } else {
+          ackResultBuilder_.setMessage(value);
+        }
+        bitField0_ |= 0x00000004;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
+       * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
+       * ack_results, so that one reader reads both in place.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+       */
+      public Builder setAckResult(
+          dataservice.sidecar.v1.Stream.StreamAckResult.Builder builderForValue) {
+        if (ackResultBuilder_ == null) {
+          ackResult_ = builderForValue.build();
+        } else {
+          ackResultBuilder_.setMessage(builderForValue.build());
+        }
+        bitField0_ |= 0x00000004;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
+       * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
+       * ack_results, so that one reader reads both in place.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+       */
+      public Builder mergeAckResult(dataservice.sidecar.v1.Stream.StreamAckResult value) {
+        if (ackResultBuilder_ == null) {
+          if (((bitField0_ & 0x00000004) != 0) &&
+            ackResult_ != null &&
+            ackResult_ != dataservice.sidecar.v1.Stream.StreamAckResult.getDefaultInstance()) {
+            getAckResultBuilder().mergeFrom(value);
+          } else {
+            ackResult_ = value;
+          }
+        } else {
+          ackResultBuilder_.mergeFrom(value);
+        }
+        if (ackResult_ != null) {
+          bitField0_ |= 0x00000004;
+          onChanged();
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
+       * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
+       * ack_results, so that one reader reads both in place.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+       */
+      public Builder clearAckResult() {
+        bitField0_ = (bitField0_ & ~0x00000004);
+        ackResult_ = null;
+        if (ackResultBuilder_ != null) {
+          ackResultBuilder_.dispose();
+          ackResultBuilder_ = null;
+        }
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
+       * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
+       * ack_results, so that one reader reads both in place.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+       */
+      public dataservice.sidecar.v1.Stream.StreamAckResult.Builder getAckResultBuilder() {
+        bitField0_ |= 0x00000004;
+        onChanged();
+        return internalGetAckResultFieldBuilder().getBuilder();
+      }
+      /**
+       * <pre>
+       * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
+       * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
+       * ack_results, so that one reader reads both in place.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+       */
+      public dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder getAckResultOrBuilder() {
+        if (ackResultBuilder_ != null) {
+          return ackResultBuilder_.getMessageOrBuilder();
+        } else {
+          return ackResult_ == null ?
+              dataservice.sidecar.v1.Stream.StreamAckResult.getDefaultInstance() : ackResult_;
+        }
+      }
+      /**
+       * <pre>
+       * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
+       * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
+       * ack_results, so that one reader reads both in place.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+       */
+      private com.google.protobuf.SingleFieldBuilder<
+          dataservice.sidecar.v1.Stream.StreamAckResult, dataservice.sidecar.v1.Stream.StreamAckResult.Builder, dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder> 
+          internalGetAckResultFieldBuilder() {
+        if (ackResultBuilder_ == null) {
+          ackResultBuilder_ = new com.google.protobuf.SingleFieldBuilder<
+              dataservice.sidecar.v1.Stream.StreamAckResult, dataservice.sidecar.v1.Stream.StreamAckResult.Builder, dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder>(
+                  getAckResult(),
+                  getParentForChildren(),
+                  isClean());
+          ackResult_ = null;
+        }
+        return ackResultBuilder_;
       }
 
       // @@protoc_insertion_point(builder_scope:dataservice.sidecar.v1.FetchResponse)
@@ -43590,169 +44549,172 @@ java.lang.String defaultValue) {
       "\n#dataservice/sidecar/v1/stream.proto\022\026d" +
       "ataservice.sidecar.v1\032\"dataservice/commo" +
       "n/v1/common.proto\032\036google/protobuf/durat" +
-      "ion.proto\"\317\001\n\014FetchRequest\022\021\n\tclient_id\030" +
+      "ion.proto\"\205\002\n\014FetchRequest\022\021\n\tclient_id\030" +
       "\001 \001(\t\022\r\n\005group\030\002 \001(\t\022\023\n\013max_records\030\003 \001(" +
       "\005\022\021\n\tmax_bytes\030\004 \001(\003\022+\n\010max_wait\030\005 \001(\0132\031" +
       ".google.protobuf.Duration\022\020\n\010auto_ack\030\006 " +
       "\001(\010\0226\n\006format\030\007 \001(\0162&.dataservice.sideca" +
-      "r.v1.DeliveryFormat\"u\n\rFetchResponse\022.\n\007" +
+      "r.v1.DeliveryFormat\0224\n\nack_ranges\030\010 \003(\0132" +
+      " .dataservice.sidecar.v1.RangeAck\"\262\001\n\rFe" +
+      "tchResponse\022.\n\007records\030\001 \003(\0132\035.dataservi" +
+      "ce.common.v1.Record\0224\n\007batches\030\002 \003(\0132#.d" +
+      "ataservice.sidecar.v1.RecordBatch\022;\n\nack" +
+      "_result\030\004 \001(\0132\'.dataservice.sidecar.v1.S" +
+      "treamAckResult\"\340\001\n\013SharedBatch\022\r\n\005topic\030" +
+      "\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\023\n\013lease_epoch\030" +
+      "\003 \001(\003\022\026\n\016delivery_count\030\004 \001(\005\022\024\n\014first_o" +
+      "ffset\030\005 \001(\003\022\023\n\013last_offset\030\006 \001(\003\022\024\n\014reco" +
+      "rd_count\030\007 \001(\005\022\017\n\007segment\030\010 \001(\t\022\020\n\010posit" +
+      "ion\030\t \001(\003\022\016\n\006length\030\n \001(\003\022\016\n\006region\030\013 \001(" +
+      "\003\"\210\002\n\013RecordBatch\022\r\n\005topic\030\001 \001(\t\022\021\n\tpart" +
+      "ition\030\002 \001(\005\022\023\n\013lease_epoch\030\003 \001(\003\022\017\n\007offs" +
+      "ets\030\004 \001(\014\022\022\n\ntimestamps\030\005 \001(\014\022\025\n\rvalue_l" +
+      "engths\030\006 \001(\014\022\016\n\006values\030\007 \001(\014\022\023\n\013key_leng" +
+      "ths\030\010 \001(\014\022\014\n\004keys\030\t \001(\014\022;\n\007headers\030\n \003(\013" +
+      "2*.dataservice.sidecar.v1.RecordBatchHea" +
+      "ders\022\026\n\016delivery_count\030\013 \001(\005\"S\n\022RecordBa" +
+      "tchHeaders\022\r\n\005index\030\001 \001(\005\022.\n\007headers\030\002 \003" +
+      "(\0132\035.dataservice.common.v1.Header\"\355\001\n\rSt" +
+      "reamRequest\0222\n\004open\030\001 \001(\0132\".dataservice." +
+      "sidecar.v1.StreamOpenH\000\0226\n\006credit\030\002 \001(\0132" +
+      "$.dataservice.sidecar.v1.StreamCreditH\000\022" +
+      "2\n\004acks\030\003 \001(\0132\".dataservice.sidecar.v1.S" +
+      "treamAcksH\000\0224\n\005nacks\030\004 \001(\0132#.dataservice" +
+      ".sidecar.v1.StreamNacksH\000B\006\n\004kind\"\377\001\n\nSt" +
+      "reamOpen\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001" +
+      "(\t\022\020\n\010auto_ack\030\003 \001(\010\022<\n\016initial_credit\030\004" +
+      " \001(\0132$.dataservice.sidecar.v1.StreamCred" +
+      "it\0226\n\006format\030\005 \001(\0162&.dataservice.sidecar" +
+      ".v1.DeliveryFormat\022)\n\006linger\030\006 \001(\0132\031.goo" +
+      "gle.protobuf.Duration\022\034\n\024answers_with_ba" +
+      "tches\030\007 \001(\010\".\n\014StreamCredit\022\017\n\007records\030\001" +
+      " \001(\005\022\r\n\005bytes\030\002 \001(\003\"\225\001\n\nStreamAcks\022/\n\004ac" +
+      "ks\030\001 \003(\0132!.dataservice.sidecar.v1.Record" +
+      "Ack\0220\n\006ranges\030\002 \003(\0132 .dataservice.sideca" +
+      "r.v1.RangeAck\022\020\n\010released\030\003 \003(\003\022\022\n\nanswe" +
+      "r_now\030\004 \001(\010\"\235\001\n\013StreamNacks\0222\n\007records\030\001" +
+      " \003(\0132!.dataservice.sidecar.v1.RecordAck\022" +
+      "0\n\006ranges\030\002 \003(\0132 .dataservice.sidecar.v1" +
+      ".RangeAck\022(\n\005delay\030\003 \001(\0132\031.google.protob" +
+      "uf.Duration\"\316\001\n\016StreamResponse\0224\n\005batch\030" +
+      "\001 \001(\0132#.dataservice.sidecar.v1.StreamBat" +
+      "chH\000\022=\n\nack_result\030\002 \001(\0132\'.dataservice.s" +
+      "idecar.v1.StreamAckResultH\000\022?\n\013nack_resu" +
+      "lt\030\003 \001(\0132(.dataservice.sidecar.v1.Stream" +
+      "NackResultH\000B\006\n\004kind\"\346\001\n\013StreamBatch\022.\n\007" +
       "records\030\001 \003(\0132\035.dataservice.common.v1.Re" +
       "cord\0224\n\007batches\030\002 \003(\0132#.dataservice.side" +
-      "car.v1.RecordBatch\"\340\001\n\013SharedBatch\022\r\n\005to" +
-      "pic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\023\n\013lease_ep" +
-      "och\030\003 \001(\003\022\026\n\016delivery_count\030\004 \001(\005\022\024\n\014fir" +
-      "st_offset\030\005 \001(\003\022\023\n\013last_offset\030\006 \001(\003\022\024\n\014" +
-      "record_count\030\007 \001(\005\022\017\n\007segment\030\010 \001(\t\022\020\n\010p" +
-      "osition\030\t \001(\003\022\016\n\006length\030\n \001(\003\022\016\n\006region\030" +
-      "\013 \001(\003\"\210\002\n\013RecordBatch\022\r\n\005topic\030\001 \001(\t\022\021\n\t" +
-      "partition\030\002 \001(\005\022\023\n\013lease_epoch\030\003 \001(\003\022\017\n\007" +
-      "offsets\030\004 \001(\014\022\022\n\ntimestamps\030\005 \001(\014\022\025\n\rval" +
-      "ue_lengths\030\006 \001(\014\022\016\n\006values\030\007 \001(\014\022\023\n\013key_" +
-      "lengths\030\010 \001(\014\022\014\n\004keys\030\t \001(\014\022;\n\007headers\030\n" +
-      " \003(\0132*.dataservice.sidecar.v1.RecordBatc" +
-      "hHeaders\022\026\n\016delivery_count\030\013 \001(\005\"S\n\022Reco" +
-      "rdBatchHeaders\022\r\n\005index\030\001 \001(\005\022.\n\007headers" +
-      "\030\002 \003(\0132\035.dataservice.common.v1.Header\"\355\001" +
-      "\n\rStreamRequest\0222\n\004open\030\001 \001(\0132\".dataserv" +
-      "ice.sidecar.v1.StreamOpenH\000\0226\n\006credit\030\002 " +
-      "\001(\0132$.dataservice.sidecar.v1.StreamCredi" +
-      "tH\000\0222\n\004acks\030\003 \001(\0132\".dataservice.sidecar." +
-      "v1.StreamAcksH\000\0224\n\005nacks\030\004 \001(\0132#.dataser" +
-      "vice.sidecar.v1.StreamNacksH\000B\006\n\004kind\"\377\001" +
-      "\n\nStreamOpen\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group" +
-      "\030\002 \001(\t\022\020\n\010auto_ack\030\003 \001(\010\022<\n\016initial_cred" +
-      "it\030\004 \001(\0132$.dataservice.sidecar.v1.Stream" +
-      "Credit\0226\n\006format\030\005 \001(\0162&.dataservice.sid" +
-      "ecar.v1.DeliveryFormat\022)\n\006linger\030\006 \001(\0132\031" +
-      ".google.protobuf.Duration\022\034\n\024answers_wit" +
-      "h_batches\030\007 \001(\010\".\n\014StreamCredit\022\017\n\007recor" +
-      "ds\030\001 \001(\005\022\r\n\005bytes\030\002 \001(\003\"\225\001\n\nStreamAcks\022/" +
-      "\n\004acks\030\001 \003(\0132!.dataservice.sidecar.v1.Re" +
-      "cordAck\0220\n\006ranges\030\002 \003(\0132 .dataservice.si" +
-      "decar.v1.RangeAck\022\020\n\010released\030\003 \003(\003\022\022\n\na" +
-      "nswer_now\030\004 \001(\010\"\235\001\n\013StreamNacks\0222\n\007recor" +
-      "ds\030\001 \003(\0132!.dataservice.sidecar.v1.Record" +
-      "Ack\0220\n\006ranges\030\002 \003(\0132 .dataservice.sideca" +
-      "r.v1.RangeAck\022(\n\005delay\030\003 \001(\0132\031.google.pr" +
-      "otobuf.Duration\"\316\001\n\016StreamResponse\0224\n\005ba" +
-      "tch\030\001 \001(\0132#.dataservice.sidecar.v1.Strea" +
-      "mBatchH\000\022=\n\nack_result\030\002 \001(\0132\'.dataservi" +
-      "ce.sidecar.v1.StreamAckResultH\000\022?\n\013nack_" +
-      "result\030\003 \001(\0132(.dataservice.sidecar.v1.St" +
-      "reamNackResultH\000B\006\n\004kind\"\346\001\n\013StreamBatch" +
-      "\022.\n\007records\030\001 \003(\0132\035.dataservice.common.v" +
-      "1.Record\0224\n\007batches\030\002 \003(\0132#.dataservice." +
-      "sidecar.v1.RecordBatch\0223\n\006shared\030\003 \003(\0132#" +
-      ".dataservice.sidecar.v1.SharedBatch\022<\n\013a" +
-      "ck_results\030\004 \003(\0132\'.dataservice.sidecar.v" +
-      "1.StreamAckResult\"\245\001\n\017StreamAckResult\022\023\n" +
+      "car.v1.RecordBatch\0223\n\006shared\030\003 \003(\0132#.dat" +
+      "aservice.sidecar.v1.SharedBatch\022<\n\013ack_r" +
+      "esults\030\004 \003(\0132\'.dataservice.sidecar.v1.St" +
+      "reamAckResult\"\245\001\n\017StreamAckResult\022\023\n\013ack" +
+      "ed_count\030\001 \001(\003\022:\n\rrejected_acks\030\002 \003(\0132#." +
+      "dataservice.sidecar.v1.RejectedAck\022A\n\017re" +
+      "jected_ranges\030\003 \003(\0132(.dataservice.sideca" +
+      "r.v1.RejectedRangeAck\"\270\001\n\020StreamNackResu" +
+      "lt\022\024\n\014nacked_count\030\001 \001(\003\022:\n\rrejected_ack" +
+      "s\030\002 \003(\0132#.dataservice.sidecar.v1.Rejecte" +
+      "dAck\022A\n\017rejected_ranges\030\003 \003(\0132(.dataserv" +
+      "ice.sidecar.v1.RejectedRangeAck\022\017\n\007recor" +
+      "ds\030\004 \001(\003\"R\n\tRecordAck\022\r\n\005topic\030\001 \001(\t\022\021\n\t" +
+      "partition\030\002 \001(\005\022\016\n\006offset\030\003 \001(\003\022\023\n\013lease" +
+      "_epoch\030\004 \001(\003\"i\n\010RangeAck\022\r\n\005topic\030\001 \001(\t\022" +
+      "\021\n\tpartition\030\002 \001(\005\022\023\n\013from_offset\030\003 \001(\003\022" +
+      "\021\n\tto_offset\030\004 \001(\003\022\023\n\013lease_epoch\030\005 \001(\003\"" +
+      "\210\001\n\020RejectedRangeAck\022-\n\003ack\030\001 \001(\0132 .data" +
+      "service.sidecar.v1.RangeAck\0224\n\006reason\030\002 " +
+      "\001(\0162$.dataservice.sidecar.v1.RejectReaso" +
+      "n\022\017\n\007message\030\003 \001(\t\"\204\001\n\013RejectedAck\022.\n\003ac" +
+      "k\030\001 \001(\0132!.dataservice.sidecar.v1.RecordA" +
+      "ck\0224\n\006reason\030\002 \001(\0162$.dataservice.sidecar" +
+      ".v1.RejectReason\022\017\n\007message\030\003 \001(\t\"\221\001\n\nAc" +
+      "kRequest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001" +
+      "(\t\022/\n\004acks\030\003 \003(\0132!.dataservice.sidecar.v" +
+      "1.RecordAck\0220\n\006ranges\030\004 \003(\0132 .dataservic" +
+      "e.sidecar.v1.RangeAck\"\241\001\n\013AckResponse\022\023\n" +
       "\013acked_count\030\001 \001(\003\022:\n\rrejected_acks\030\002 \003(" +
       "\0132#.dataservice.sidecar.v1.RejectedAck\022A" +
       "\n\017rejected_ranges\030\003 \003(\0132(.dataservice.si" +
-      "decar.v1.RejectedRangeAck\"\270\001\n\020StreamNack" +
-      "Result\022\024\n\014nacked_count\030\001 \001(\003\022:\n\rrejected" +
-      "_acks\030\002 \003(\0132#.dataservice.sidecar.v1.Rej" +
-      "ectedAck\022A\n\017rejected_ranges\030\003 \003(\0132(.data" +
-      "service.sidecar.v1.RejectedRangeAck\022\017\n\007r" +
-      "ecords\030\004 \001(\003\"R\n\tRecordAck\022\r\n\005topic\030\001 \001(\t" +
-      "\022\021\n\tpartition\030\002 \001(\005\022\016\n\006offset\030\003 \001(\003\022\023\n\013l" +
-      "ease_epoch\030\004 \001(\003\"i\n\010RangeAck\022\r\n\005topic\030\001 " +
-      "\001(\t\022\021\n\tpartition\030\002 \001(\005\022\023\n\013from_offset\030\003 " +
-      "\001(\003\022\021\n\tto_offset\030\004 \001(\003\022\023\n\013lease_epoch\030\005 " +
-      "\001(\003\"\210\001\n\020RejectedRangeAck\022-\n\003ack\030\001 \001(\0132 ." +
-      "dataservice.sidecar.v1.RangeAck\0224\n\006reaso" +
-      "n\030\002 \001(\0162$.dataservice.sidecar.v1.RejectR" +
-      "eason\022\017\n\007message\030\003 \001(\t\"\204\001\n\013RejectedAck\022." +
-      "\n\003ack\030\001 \001(\0132!.dataservice.sidecar.v1.Rec" +
-      "ordAck\0224\n\006reason\030\002 \001(\0162$.dataservice.sid" +
-      "ecar.v1.RejectReason\022\017\n\007message\030\003 \001(\t\"\221\001" +
-      "\n\nAckRequest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group" +
-      "\030\002 \001(\t\022/\n\004acks\030\003 \003(\0132!.dataservice.sidec" +
-      "ar.v1.RecordAck\0220\n\006ranges\030\004 \003(\0132 .datase" +
-      "rvice.sidecar.v1.RangeAck\"\241\001\n\013AckRespons" +
-      "e\022\023\n\013acked_count\030\001 \001(\003\022:\n\rrejected_acks\030" +
-      "\002 \003(\0132#.dataservice.sidecar.v1.RejectedA" +
-      "ck\022A\n\017rejected_ranges\030\003 \003(\0132(.dataservic" +
-      "e.sidecar.v1.RejectedRangeAck\"\314\001\n\013NackRe" +
-      "quest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022" +
-      "2\n\007records\030\003 \003(\0132!.dataservice.sidecar.v" +
-      "1.RecordAck\0220\n\006ranges\030\004 \003(\0132 .dataservic" +
-      "e.sidecar.v1.RangeAck\022(\n\005delay\030\005 \001(\0132\031.g" +
-      "oogle.protobuf.Duration\022\013\n\003all\030\006 \001(\010\"\264\001\n" +
-      "\014NackResponse\022\024\n\014nacked_count\030\001 \001(\003\022:\n\rr" +
-      "ejected_acks\030\002 \003(\0132#.dataservice.sidecar" +
-      ".v1.RejectedAck\022A\n\017rejected_ranges\030\003 \003(\013" +
-      "2(.dataservice.sidecar.v1.RejectedRangeA" +
-      "ck\022\017\n\007records\030\004 \001(\003\"\305\001\n\020ReadRangeRequest" +
-      "\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022\r\n\005to" +
-      "pic\030\003 \001(\t\022\021\n\tpartition\030\004 \001(\005\022\023\n\013from_off" +
-      "set\030\005 \001(\003\022\021\n\tto_offset\030\006 \001(\003\022\021\n\tmax_byte" +
-      "s\030\007 \001(\003\0222\n\006format\030\010 \001(\0162\".dataservice.si" +
-      "decar.v1.ReadFormat\"\200\001\n\021ReadRangeRespons" +
-      "e\022.\n\007records\030\001 \003(\0132\035.dataservice.common." +
-      "v1.Record\022\021\n\tarrow_ipc\030\002 \001(\014\022\023\n\013lease_ep" +
-      "och\030\003 \001(\003\022\023\n\013next_offset\030\004 \001(\003\"U\n\014Offset" +
-      "Commit\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005" +
-      "\022\016\n\006offset\030\003 \001(\003\022\023\n\013lease_epoch\030\004 \001(\003\"o\n" +
-      "\024CommitOffsetsRequest\022\021\n\tclient_id\030\001 \001(\t" +
-      "\022\r\n\005group\030\002 \001(\t\0225\n\007offsets\030\003 \003(\0132$.datas" +
-      "ervice.sidecar.v1.OffsetCommit\"\244\001\n\022Offse" +
-      "tCommitResult\0224\n\006commit\030\001 \001(\0132$.dataserv" +
-      "ice.sidecar.v1.OffsetCommit\022\021\n\tcommitted" +
-      "\030\002 \001(\010\0224\n\006reason\030\003 \001(\0162$.dataservice.sid" +
-      "ecar.v1.RejectReason\022\017\n\007message\030\004 \001(\t\"T\n" +
-      "\025CommitOffsetsResponse\022;\n\007results\030\001 \003(\0132" +
-      "*.dataservice.sidecar.v1.OffsetCommitRes" +
-      "ult\"\017\n\rStatusRequest\"\252\002\n\017PartitionStatus" +
-      "\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\023\n\013le" +
-      "ase_epoch\030\003 \001(\003\022;\n\030lease_deadline_remain" +
-      "ing\030\004 \001(\0132\031.google.protobuf.Duration\022\020\n\010" +
-      "position\030\005 \001(\003\022\030\n\020committed_offset\030\006 \001(\003" +
-      "\022\026\n\016high_watermark\030\007 \001(\003\022\030\n\020buffered_rec" +
-      "ords\030\010 \001(\003\022\026\n\016buffered_bytes\030\t \001(\003\022\016\n\006pa" +
-      "used\030\n \001(\010\022\020\n\010inflight\030\013 \001(\003\022\013\n\003due\030\014 \001(" +
-      "\003\"\337\003\n\016StatusResponse\022\022\n\nsidecar_id\030\001 \001(\t" +
-      "\022\r\n\005group\030\002 \001(\t\022.\n\004mode\030\003 \001(\0162 .dataserv" +
-      "ice.common.v1.GroupMode\022;\n\npartitions\030\004 " +
-      "\003(\0132\'.dataservice.sidecar.v1.PartitionSt" +
-      "atus\022\024\n\014buffer_bytes\030\005 \001(\003\022\030\n\020buffer_cap" +
-      "_bytes\030\006 \001(\003\022S\n\017consumer_config\030\007 \003(\0132:." +
-      "dataservice.sidecar.v1.StatusResponse.Co" +
-      "nsumerConfigEntry\022\026\n\016config_version\030\010 \001(" +
-      "\003\022\032\n\022assigner_connected\030\t \001(\010\0225\n\022visibil" +
-      "ity_timeout\030\n \001(\0132\031.google.protobuf.Dura" +
-      "tion\022\026\n\016max_deliveries\030\013 \001(\005\0325\n\023Consumer" +
-      "ConfigEntry\022\013\n\003key\030\001 \001(\t\022\r\n\005value\030\002 \001(\t:" +
-      "\0028\001*\212\001\n\016DeliveryFormat\022\037\n\033DELIVERY_FORMA" +
-      "T_UNSPECIFIED\020\000\022\033\n\027DELIVERY_FORMAT_RECOR" +
-      "DS\020\001\022\033\n\027DELIVERY_FORMAT_BATCHES\020\002\022\035\n\031DEL" +
-      "IVERY_FORMAT_ARROW_SHM\020\003*\220\002\n\014RejectReaso" +
-      "n\022\035\n\031REJECT_REASON_UNSPECIFIED\020\000\022\035\n\031REJE" +
-      "CT_REASON_STALE_EPOCH\020\001\022\032\n\026REJECT_REASON" +
-      "_NOT_HELD\020\002\022\037\n\033REJECT_REASON_LEASE_EXPIR" +
-      "ED\020\003\022\037\n\033REJECT_REASON_NOT_DELIVERED\020\004\022%\n" +
-      "!REJECT_REASON_OFFSET_OUT_OF_RANGE\020\005\022\037\n\033" +
-      "REJECT_REASON_COMMIT_FAILED\020\006\022\034\n\030REJECT_" +
-      "REASON_NOT_HOLDER\020\007*]\n\nReadFormat\022\033\n\027REA" +
-      "D_FORMAT_UNSPECIFIED\020\000\022\027\n\023READ_FORMAT_RE" +
-      "CORDS\020\001\022\031\n\025READ_FORMAT_ARROW_IPC\020\0022\220\005\n\rS" +
-      "treamService\022T\n\005Fetch\022$.dataservice.side" +
-      "car.v1.FetchRequest\032%.dataservice.sideca" +
-      "r.v1.FetchResponse\022[\n\006Stream\022%.dataservi" +
-      "ce.sidecar.v1.StreamRequest\032&.dataservic" +
-      "e.sidecar.v1.StreamResponse(\0010\001\022N\n\003Ack\022\"" +
-      ".dataservice.sidecar.v1.AckRequest\032#.dat" +
-      "aservice.sidecar.v1.AckResponse\022Q\n\004Nack\022" +
-      "#.dataservice.sidecar.v1.NackRequest\032$.d" +
-      "ataservice.sidecar.v1.NackResponse\022b\n\tRe" +
-      "adRange\022(.dataservice.sidecar.v1.ReadRan" +
-      "geRequest\032).dataservice.sidecar.v1.ReadR" +
-      "angeResponse0\001\022l\n\rCommitOffsets\022,.datase" +
-      "rvice.sidecar.v1.CommitOffsetsRequest\032-." +
-      "dataservice.sidecar.v1.CommitOffsetsResp" +
-      "onse\022W\n\006Status\022%.dataservice.sidecar.v1." +
-      "StatusRequest\032&.dataservice.sidecar.v1.S" +
-      "tatusResponseb\006proto3"
+      "decar.v1.RejectedRangeAck\"\314\001\n\013NackReques" +
+      "t\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\0222\n\007r" +
+      "ecords\030\003 \003(\0132!.dataservice.sidecar.v1.Re" +
+      "cordAck\0220\n\006ranges\030\004 \003(\0132 .dataservice.si" +
+      "decar.v1.RangeAck\022(\n\005delay\030\005 \001(\0132\031.googl" +
+      "e.protobuf.Duration\022\013\n\003all\030\006 \001(\010\"\264\001\n\014Nac" +
+      "kResponse\022\024\n\014nacked_count\030\001 \001(\003\022:\n\rrejec" +
+      "ted_acks\030\002 \003(\0132#.dataservice.sidecar.v1." +
+      "RejectedAck\022A\n\017rejected_ranges\030\003 \003(\0132(.d" +
+      "ataservice.sidecar.v1.RejectedRangeAck\022\017" +
+      "\n\007records\030\004 \001(\003\"\305\001\n\020ReadRangeRequest\022\021\n\t" +
+      "client_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022\r\n\005topic\030" +
+      "\003 \001(\t\022\021\n\tpartition\030\004 \001(\005\022\023\n\013from_offset\030" +
+      "\005 \001(\003\022\021\n\tto_offset\030\006 \001(\003\022\021\n\tmax_bytes\030\007 " +
+      "\001(\003\0222\n\006format\030\010 \001(\0162\".dataservice.sideca" +
+      "r.v1.ReadFormat\"\200\001\n\021ReadRangeResponse\022.\n" +
+      "\007records\030\001 \003(\0132\035.dataservice.common.v1.R" +
+      "ecord\022\021\n\tarrow_ipc\030\002 \001(\014\022\023\n\013lease_epoch\030" +
+      "\003 \001(\003\022\023\n\013next_offset\030\004 \001(\003\"U\n\014OffsetComm" +
+      "it\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\016\n\006" +
+      "offset\030\003 \001(\003\022\023\n\013lease_epoch\030\004 \001(\003\"o\n\024Com" +
+      "mitOffsetsRequest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005" +
+      "group\030\002 \001(\t\0225\n\007offsets\030\003 \003(\0132$.dataservi" +
+      "ce.sidecar.v1.OffsetCommit\"\244\001\n\022OffsetCom" +
+      "mitResult\0224\n\006commit\030\001 \001(\0132$.dataservice." +
+      "sidecar.v1.OffsetCommit\022\021\n\tcommitted\030\002 \001" +
+      "(\010\0224\n\006reason\030\003 \001(\0162$.dataservice.sidecar" +
+      ".v1.RejectReason\022\017\n\007message\030\004 \001(\t\"T\n\025Com" +
+      "mitOffsetsResponse\022;\n\007results\030\001 \003(\0132*.da" +
+      "taservice.sidecar.v1.OffsetCommitResult\"" +
+      "\017\n\rStatusRequest\"\252\002\n\017PartitionStatus\022\r\n\005" +
+      "topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\023\n\013lease_" +
+      "epoch\030\003 \001(\003\022;\n\030lease_deadline_remaining\030" +
+      "\004 \001(\0132\031.google.protobuf.Duration\022\020\n\010posi" +
+      "tion\030\005 \001(\003\022\030\n\020committed_offset\030\006 \001(\003\022\026\n\016" +
+      "high_watermark\030\007 \001(\003\022\030\n\020buffered_records" +
+      "\030\010 \001(\003\022\026\n\016buffered_bytes\030\t \001(\003\022\016\n\006paused" +
+      "\030\n \001(\010\022\020\n\010inflight\030\013 \001(\003\022\013\n\003due\030\014 \001(\003\"\337\003" +
+      "\n\016StatusResponse\022\022\n\nsidecar_id\030\001 \001(\t\022\r\n\005" +
+      "group\030\002 \001(\t\022.\n\004mode\030\003 \001(\0162 .dataservice." +
+      "common.v1.GroupMode\022;\n\npartitions\030\004 \003(\0132" +
+      "\'.dataservice.sidecar.v1.PartitionStatus" +
+      "\022\024\n\014buffer_bytes\030\005 \001(\003\022\030\n\020buffer_cap_byt" +
+      "es\030\006 \001(\003\022S\n\017consumer_config\030\007 \003(\0132:.data" +
+      "service.sidecar.v1.StatusResponse.Consum" +
+      "erConfigEntry\022\026\n\016config_version\030\010 \001(\003\022\032\n" +
+      "\022assigner_connected\030\t \001(\010\0225\n\022visibility_" +
+      "timeout\030\n \001(\0132\031.google.protobuf.Duration" +
+      "\022\026\n\016max_deliveries\030\013 \001(\005\0325\n\023ConsumerConf" +
+      "igEntry\022\013\n\003key\030\001 \001(\t\022\r\n\005value\030\002 \001(\t:\0028\001*" +
+      "\212\001\n\016DeliveryFormat\022\037\n\033DELIVERY_FORMAT_UN" +
+      "SPECIFIED\020\000\022\033\n\027DELIVERY_FORMAT_RECORDS\020\001" +
+      "\022\033\n\027DELIVERY_FORMAT_BATCHES\020\002\022\035\n\031DELIVER" +
+      "Y_FORMAT_ARROW_SHM\020\003*\220\002\n\014RejectReason\022\035\n" +
+      "\031REJECT_REASON_UNSPECIFIED\020\000\022\035\n\031REJECT_R" +
+      "EASON_STALE_EPOCH\020\001\022\032\n\026REJECT_REASON_NOT" +
+      "_HELD\020\002\022\037\n\033REJECT_REASON_LEASE_EXPIRED\020\003" +
+      "\022\037\n\033REJECT_REASON_NOT_DELIVERED\020\004\022%\n!REJ" +
+      "ECT_REASON_OFFSET_OUT_OF_RANGE\020\005\022\037\n\033REJE" +
+      "CT_REASON_COMMIT_FAILED\020\006\022\034\n\030REJECT_REAS" +
+      "ON_NOT_HOLDER\020\007*]\n\nReadFormat\022\033\n\027READ_FO" +
+      "RMAT_UNSPECIFIED\020\000\022\027\n\023READ_FORMAT_RECORD" +
+      "S\020\001\022\031\n\025READ_FORMAT_ARROW_IPC\020\0022\220\005\n\rStrea" +
+      "mService\022T\n\005Fetch\022$.dataservice.sidecar." +
+      "v1.FetchRequest\032%.dataservice.sidecar.v1" +
+      ".FetchResponse\022[\n\006Stream\022%.dataservice.s" +
+      "idecar.v1.StreamRequest\032&.dataservice.si" +
+      "decar.v1.StreamResponse(\0010\001\022N\n\003Ack\022\".dat" +
+      "aservice.sidecar.v1.AckRequest\032#.dataser" +
+      "vice.sidecar.v1.AckResponse\022Q\n\004Nack\022#.da" +
+      "taservice.sidecar.v1.NackRequest\032$.datas" +
+      "ervice.sidecar.v1.NackResponse\022b\n\tReadRa" +
+      "nge\022(.dataservice.sidecar.v1.ReadRangeRe" +
+      "quest\032).dataservice.sidecar.v1.ReadRange" +
+      "Response0\001\022l\n\rCommitOffsets\022,.dataservic" +
+      "e.sidecar.v1.CommitOffsetsRequest\032-.data" +
+      "service.sidecar.v1.CommitOffsetsResponse" +
+      "\022W\n\006Status\022%.dataservice.sidecar.v1.Stat" +
+      "usRequest\032&.dataservice.sidecar.v1.Statu" +
+      "sResponseb\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -43765,13 +44727,13 @@ java.lang.String defaultValue) {
     internal_static_dataservice_sidecar_v1_FetchRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_FetchRequest_descriptor,
-        new java.lang.String[] { "ClientId", "Group", "MaxRecords", "MaxBytes", "MaxWait", "AutoAck", "Format", });
+        new java.lang.String[] { "ClientId", "Group", "MaxRecords", "MaxBytes", "MaxWait", "AutoAck", "Format", "AckRanges", });
     internal_static_dataservice_sidecar_v1_FetchResponse_descriptor =
       getDescriptor().getMessageType(1);
     internal_static_dataservice_sidecar_v1_FetchResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_FetchResponse_descriptor,
-        new java.lang.String[] { "Records", "Batches", });
+        new java.lang.String[] { "Records", "Batches", "AckResult", });
     internal_static_dataservice_sidecar_v1_SharedBatch_descriptor =
       getDescriptor().getMessageType(2);
     internal_static_dataservice_sidecar_v1_SharedBatch_fieldAccessorTable = new
