@@ -151,6 +151,22 @@ class AckRpcs:
             rejected_ranges=outcome.rejected_ranges,
         )
 
+    async def carried(self, client_id: str, ranges: Any) -> stream_pb2.StreamAckResult:
+        """A Fetch's ``ack_ranges``: checked, applied and committed as Ack's ranges are,
+        before the fetch takes records; every refusal (a stale epoch too) is in the answer,
+        not the call's status. A commit that cannot be made fails the call, as it fails
+        Ack."""
+        validate_ranges("ack_ranges", ranges)
+        outcome = self.apply_acks(client_id, (), ranges)
+        if outcome.accepted:
+            outcome = outcome.refused(await self.serving.commit_acked(outcome.touched))
+        self.count_acks(client_id, (), ranges, outcome)
+        return stream_pb2.StreamAckResult(
+            acked_count=outcome.accepted,
+            rejected_acks=outcome.rejected,
+            rejected_ranges=outcome.rejected_ranges,
+        )
+
     def apply_acks(self, client: str, acks: Any, ranges: Any) -> AckOutcome:
         """Acks from ``client``: a record in flight to another client is refused to it
         (REJECT_REASON_NOT_HOLDER)."""

@@ -1,6 +1,8 @@
 """Fetch: records taken from the partition table for one client, in one response.
 
-A Fetch waits up to its ``max_wait`` for records, takes what its limits allow (the
+A Fetch first applies the acks it carries (``ack_ranges``: the client's previous batch,
+instead of an Ack call of its own), committed before anything is taken, and answers them in
+``ack_result``. It then waits up to its ``max_wait`` for records, takes what its limits allow (the
 :class:`PartitionTable` marks them delivered to the client, holder stream 0) and answers them
 as one ``RecordBatch`` per slice (``DELIVERY_FORMAT_BATCHES``, written to wire bytes straight
 from the chunks by ``dsclient/records/wire.py``) or one ``Record`` message per record.
@@ -25,6 +27,7 @@ from dataservice.sidecar.v1 import stream_pb2
 from dsclient.reasons import DsError, Reason
 from dsclient.records import wire
 from dsclient.records.batches import Slice
+from services.consumer_sidecar.ack_rpcs import AckRpcs
 from services.consumer_sidecar.acks import Holder
 from services.consumer_sidecar.client_access import ClientMetrics
 from services.consumer_sidecar.delivery_messages import (
@@ -40,11 +43,14 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 class FetchRpc:
     """The Fetch RPC over ``serving``; ``clients``: the client-access metrics (None = not
-    counted)."""
+    counted); ``acks``: what applies the acks a Fetch carries."""
 
-    def __init__(self, serving: Serving, clients: ClientMetrics | None = None) -> None:
+    def __init__(
+        self, serving: Serving, clients: ClientMetrics | None = None, acks: AckRpcs | None = None
+    ) -> None:
         self.serving = serving
         self.clients = clients
+        self.acks = acks or AckRpcs(serving, clients)
 
     async def fetch(
         self, request: stream_pb2.FetchRequest, context: Context
@@ -54,6 +60,11 @@ class FetchRpc:
         columns = delivery == stream_pb2.DELIVERY_FORMAT_BATCHES
         if not self.serving.has_joined():
             raise DsError(Reason.SERVICE_NOT_READY, "sidecar has not joined the assigner yet")
+        answer = (
+            await self.acks.carried(request.client_id, request.ack_ranges)
+            if request.ack_ranges
+            else None
+        )
         holder: Holder = (request.client_id, 0)
         if request.auto_ack:
             max_bytes = min(max_bytes, AUTO_ACK_MAX_BYTES)
@@ -67,9 +78,9 @@ class FetchRpc:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.serving.data_ready.wait(), remaining)
         response: stream_pb2.FetchResponse | bytes = (
-            wire.fetch_response(taken)
+            wire.fetch_response(taken, None if answer is None else answer.SerializeToString())
             if columns
-            else stream_pb2.FetchResponse(records=records(taken))
+            else stream_pb2.FetchResponse(records=records(taken), ack_result=answer)
         )
         auto_ack = request.auto_ack and fits_any_client(response)
         if taken:

@@ -52,8 +52,8 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
     ) -> None:
         self.serving = serving
         self.readers = readers  # ReadRange's consumers and watermark queries
-        self.fetches = FetchRpc(serving, clients)
         self.acks = AckRpcs(serving, clients)
+        self.fetches = FetchRpc(serving, clients, self.acks)
         # shared_memory None: DELIVERY_FORMAT_ARROW_SHM is refused
         self.streams = StreamRpc(serving, self.acks, clients, shared_memory)
         self.ranges = RangeRpcs(serving, readers, clients)

@@ -82,6 +82,20 @@ def test_encoded_bytes_are_protobufs_and_read_back_alike(
             assert answers_of_fields == answers
         assert wire.parse_stream_batch(answered) is None
 
+        # The answer to a Fetch's carried acks (FetchResponse.ack_result), even an empty
+        # one (its presence is what says the sidecar read them): protobuf's bytes, read
+        # back in place beside the records.
+        for result in (results[0], stream_pb2.StreamAckResult()):
+            with_answer = stream_pb2.FetchResponse(batches=expected.batches, ack_result=result)
+            fetched = wire.fetch_response(taken, result.SerializeToString())
+            assert fetched == with_answer.SerializeToString()
+            answers = []
+            parsed = wire.parse_batches(fetched, answers=answers)
+            if not any(b.headers for b in expected.batches):
+                assert parsed is not None and records(parsed) == records(by_protobuf)
+                assert [stream_pb2.StreamAckResult.FromString(a) for a in answers] == [result]
+            assert wire.parse_batches(fetched) is None  # a reader not asking: protobuf's
+
 
 def test_varints_match_protobuf_for_the_edges() -> None:
     for value in (1, 127, 128, 300, 2**31 - 1, 2**62, -1, -(2**31)):

@@ -34,7 +34,8 @@ _TOPIC, _PARTITION, _EPOCH, _OFFSETS, _TIMESTAMPS = 1, 2, 3, 4, 5
 _VALUE_LENGTHS, _VALUES, _KEY_LENGTHS, _KEYS = 6, 7, 8, 9
 _DELIVERIES = 11
 # FetchResponse.batches and StreamBatch.batches; StreamResponse.batch;
-# StreamBatch.ack_results (answers to earlier acks, StreamOpen.answers_with_batches)
+# StreamBatch.ack_results (answers to earlier acks, StreamOpen.answers_with_batches) and
+# FetchResponse.ack_result (the answer to FetchRequest.ack_ranges) share field number 4
 _BATCHES = 2
 _STREAM_BATCH = 1
 _ACK_RESULTS = 4
@@ -100,9 +101,14 @@ def _batches(slices: Sequence[Slice]) -> list[Piece]:
     return out
 
 
-def fetch_response(slices: Sequence[Slice]) -> bytes:
-    """A FetchResponse with one RecordBatch per slice, encoded."""
-    return b"".join(_batches(slices))
+def fetch_response(slices: Sequence[Slice], answer: bytes | None = None) -> bytes:
+    """A FetchResponse with one RecordBatch per slice, encoded, and ``answer`` (an encoded
+    StreamAckResult, the answer to the request's ``ack_ranges``; None = no answer) as its
+    ``ack_result``."""
+    pieces = _batches(slices)
+    if answer is not None:
+        pieces += (_tag(_ACK_RESULTS, _LEN), varint(len(answer)), answer)
+    return b"".join(pieces)
 
 
 def stream_response(slices: Sequence[Slice], answers: Sequence[bytes] = ()) -> bytes:
@@ -135,11 +141,14 @@ def _signed(value: int, bits: int) -> int:
     return value - (1 << bits) if value >> (bits - 1) else value
 
 
-def parse_batches(data: bytes, start: int = 0, end: int | None = None) -> list[Columns] | None:
+def parse_batches(
+    data: bytes, start: int = 0, end: int | None = None, answers: list[bytes] | None = None
+) -> list[Columns] | None:
     """The RecordBatches of an encoded FetchResponse or StreamBatch (``data[start:end]``),
     as Columns whose keys and values are cut from ``data``; ``None`` when the message holds
-    anything else (Record messages, headers, an unknown field): parse it with protobuf."""
-    return _batches_of(data, start, len(data) if end is None else end, _record_batch)
+    anything else (Record messages, headers, an unknown field): parse it with protobuf.
+    With ``answers``, a FetchResponse's ``ack_result`` (encoded) is appended to it."""
+    return _batches_of(data, start, len(data) if end is None else end, _record_batch, answers)
 
 
 def _batches_of(
