@@ -160,7 +160,10 @@ class Sidecar(stream_pb2_grpc.StreamServiceServicer):
     ``Fetch`` answers the next of ``fetch_batches`` (or nothing, after waiting
     ``max_wait``); ``Stream`` runs ``streams`` (one function per opening, the last one
     repeating; none: :func:`idle`) with the request iterator; ``Ack`` accepts everything
-    and logs it."""
+    and logs it. With ``reads_carried_acks``, a Fetch's ``ack_ranges`` are logged in
+    ``carried`` and answered in ``ack_result``, those of partition ``refuse_partition``
+    refused (stale epoch); without, they are ignored, as a sidecar older than the field
+    does."""
 
     fetches: list[FetchSeen]  # shared by the sidecars of a test: the order they were asked
     address: str = ""
@@ -170,15 +173,30 @@ class Sidecar(stream_pb2_grpc.StreamServiceServicer):
     )
     opened: int = 0
     acks: list[stream_pb2.AckRequest] = field(default_factory=list)
+    reads_carried_acks: bool = False
+    refuse_partition: int = -1
+    carried: list[list[stream_pb2.RangeAck]] = field(default_factory=list)
 
     def Fetch(self, request: Any, context: grpc.ServicerContext) -> stream_pb2.FetchResponse:
         wait = request.max_wait.ToNanoseconds() / 1e9
         self.fetches.append(FetchSeen(self.address, request.HasField("max_wait"), wait))
+        answer = None
+        if self.reads_carried_acks and request.ack_ranges:
+            self.carried.append(list(request.ack_ranges))
+            refused = [
+                stream_pb2.RejectedRangeAck(ack=r, reason=stream_pb2.REJECT_REASON_STALE_EPOCH)
+                for r in request.ack_ranges
+                if r.partition == self.refuse_partition
+            ]
+            answer = stream_pb2.StreamAckResult(
+                acked_count=len(request.ack_ranges) - len(refused), rejected_ranges=refused
+            )
         try:
-            return stream_pb2.FetchResponse(batches=[self.fetch_batches.get_nowait()])
+            batches = [self.fetch_batches.get_nowait()]
         except queue.Empty:
             time.sleep(wait)
-            return stream_pb2.FetchResponse()
+            batches = []
+        return stream_pb2.FetchResponse(batches=batches, ack_result=answer)
 
     def Stream(
         self, request_iterator: Iterator[Any], context: grpc.ServicerContext

@@ -168,3 +168,38 @@ def test_a_failed_send_fails_every_ack_it_carried() -> None:
     acker.close()
     for future in futures:
         assert isinstance(future.exception(), RuntimeError)
+
+
+def test_a_fetch_claims_the_acks_at_the_head_that_it_can_carry_and_the_rest_are_sent() -> None:
+    sent: list[list[Span]] = []
+
+    def send(spans: list[Span], releases: Sequence[Release] = ()) -> list[bool]:
+        sent.append(spans)
+        return [True] * len(spans)
+
+    acker = Acker(send)
+    acker.carry_wait = 30.0  # nothing is sent by the thread unless given back or closing
+    futures = [acker.submit(spans_of([record(p, 1)])) for p in (0, 0, 1, 0)]
+    claimed = acker.claim(lambda spans: all(s.partition == 0 for s in spans))
+    assert [c.spans[0].partition for c in claimed] == [0, 0]  # stops at partition 1's
+    Acker.resolve(claimed, [True, False])
+    assert [f.result(1) for f in futures[:2]] == [1, 0]
+    assert sent == []
+    # A claimed ack given back (its fetch failed) is sent at once, ahead of the rest.
+    again = acker.claim(lambda spans: True)
+    acker.give_back(again[:1])
+    assert futures[2].result(10) == 1
+    assert [[s.partition for s in spans] for spans in sent] == [[1]]
+    acker.give_back(again[1:])
+    acker.close()
+    assert futures[3].result(1) == 1
+
+
+def test_acks_given_back_after_close_are_not_accepted() -> None:
+    acker = Acker(lambda spans, releases=(): [True] * len(spans))
+    acker.carry_wait = 30.0
+    future = acker.submit(spans_of([record(0, 1)]))
+    claimed = acker.claim(lambda spans: True)
+    acker.close()
+    acker.give_back(claimed)  # the thread is gone: the ack is not known to have landed
+    assert future.result(1) == 0

@@ -1,11 +1,14 @@
-"""``ack_nowait``'s thread: acks sent in the order given, those that queue up coalesced."""
+"""``ack_nowait``'s thread: acks sent in the order given, those that queue up coalesced, and
+those a fetch can carry left to it."""
 
 from __future__ import annotations
 
-import queue
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 
 from dsclient.batch import Span, counted
 from dsclient.columns import Release
@@ -13,8 +16,21 @@ from dsclient.columns import Release
 # Range acks in one coalesced ack_nowait send at most (the sidecar takes 100,000 a message).
 MAX_COALESCED_SPANS = 10_000
 
-# One ack_nowait call: its spans, the regions it releases, its future.
-_Item = tuple[list[Span], Sequence[Release], Future[int]]
+# How long a queued ack waits for a fetch() to carry it (FetchRequest.ack_ranges) before the
+# thread sends it with Ack itself, while the client reads with fetch(): a fetch loop's next
+# fetch leaves well within it, and an application that stopped fetching pays this much.
+CARRY_WAIT_SECONDS = 0.02
+
+
+@dataclass
+class Pending:
+    """One ack_nowait call: its spans, the shared-memory regions it releases, its future,
+    and when it was queued (``-inf``: send at once)."""
+
+    spans: list[Span]
+    releases: Sequence[Release]
+    future: Future[int]
+    queued_at: float
 
 
 class Acker:
@@ -23,57 +39,121 @@ class Acker:
     the calls, and resolves each call's future with its own records' count.
 
     Without coalescing, a client that acks faster than a commit takes queued one commit
-    per batch, and its acks fell further behind its reads the longer it ran."""
+    per batch, and its acks fell further behind its reads the longer it ran.
 
-    def __init__(self, send: Callable[[list[Span], Sequence[Release]], list[bool]]) -> None:
+    While ``carry_wait`` is above zero (the client reads with ``fetch()``), a queued ack
+    waits that long for a fetch to :meth:`claim` it and carry it to its sidecar in the
+    Fetch request; the fetch then answers it (:meth:`resolve`) or hands it back
+    (:meth:`give_back`), and the thread sends what nobody claimed in time."""
+
+    def __init__(
+        self,
+        send: Callable[[list[Span], Sequence[Release]], list[bool]],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         """``send(spans, releases)``: the range acks and the shared-memory regions to give
         back with them (``stream_columns``); whether each span was accepted."""
         self._send = send
-        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self._clock = clock
+        self._queue: deque[Pending] = deque()
+        self._changed = threading.Condition()
+        self._closing = False
+        self._done = False  # the thread ended: nothing queued is sent any more
+        self.carry_wait = 0.0
         self._thread = threading.Thread(target=self._run, name="ds-ack", daemon=True)
         self._thread.start()
 
     def submit(self, spans: list[Span], releases: Sequence[Release] = ()) -> Future[int]:
         future: Future[int] = Future()
-        self._queue.put((spans, releases, future))
+        with self._changed:
+            self._queue.append(Pending(spans, releases, future, self._clock()))
+            self._changed.notify()
         return future
 
     def close(self) -> None:
         """Returns once every ack submitted before it has its answer."""
-        self._queue.put(None)
+        with self._changed:
+            self._closing = True
+            self._changed.notify()
         self._thread.join()
 
+    # ---- carried by a fetch -------------------------------------------------------------
+
+    def claim(self, carries: Callable[[list[Span]], bool]) -> list[Pending]:
+        """The acks at the head of the queue that ``carries`` takes (a fetch: each of the
+        call's spans goes to the sidecar it calls), in order, off the queue: the caller
+        answers them (:meth:`resolve`) or gives them back (:meth:`give_back`). Acks that
+        release shared-memory regions are a stream's and are never claimed."""
+        claimed: list[Pending] = []
+        count = 0
+        with self._changed:
+            while self._queue:
+                head = self._queue[0]
+                if head.releases or count + len(head.spans) > MAX_COALESCED_SPANS:
+                    break
+                if not carries(head.spans):
+                    break
+                claimed.append(self._queue.popleft())
+                count += len(head.spans)
+        return claimed
+
+    @staticmethod
+    def resolve(claimed: Sequence[Pending], accepted: Sequence[bool]) -> None:
+        """Each claimed call's future gets its own records' count (``accepted``: whether
+        each of their spans, in order, was accepted)."""
+        start = 0
+        for item in claimed:
+            end = start + len(item.spans)
+            item.future.set_result(counted(item.spans, accepted[start:end]))
+            start = end
+
+    def give_back(self, claimed: Sequence[Pending]) -> None:
+        """Claimed acks no answer came for (the fetch failed, or its sidecar does not read
+        carried acks): the thread sends them at once, ahead of the rest."""
+        if not claimed:
+            return
+        with self._changed:
+            done = self._done
+            if not done:
+                for item in reversed(claimed):
+                    item.queued_at = float("-inf")
+                    self._queue.appendleft(item)
+                self._changed.notify()
+        if done:  # closed while a fetch carried them: not known to be accepted
+            self.resolve(claimed, [False] * sum(len(item.spans) for item in claimed))
+
+    # ---- the thread ---------------------------------------------------------------------
+
     def _run(self) -> None:
-        closing = False
-        while not closing:
-            first = self._queue.get()
-            if first is None:
-                return
-            items = [first]
-            queued = len(first[0])
-            while queued < MAX_COALESCED_SPANS:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    closing = True  # send what was queued before close(), then stop
-                    break
-                items.append(item)
-                queued += len(item[0])
+        while True:
+            with self._changed:
+                while True:
+                    if self._queue:
+                        if self._closing:
+                            break  # send what was queued before close(), then stop
+                        wait = self._queue[0].queued_at + self.carry_wait - self._clock()
+                        if wait <= 0:
+                            break
+                        self._changed.wait(wait)
+                    elif self._closing:
+                        self._done = True
+                        return
+                    else:
+                        self._changed.wait()
+                items = [self._queue.popleft()]
+                queued = len(items[0].spans)
+                while self._queue and queued + len(self._queue[0].spans) <= MAX_COALESCED_SPANS:
+                    items.append(self._queue.popleft())
+                    queued += len(items[-1].spans)
             self._answer(items)
 
-    def _answer(self, items: list[_Item]) -> None:
-        spans = [span for item_spans, _, _ in items for span in item_spans]
-        releases = [release for _, item_releases, _ in items for release in item_releases]
+    def _answer(self, items: list[Pending]) -> None:
+        spans = [span for item in items for span in item.spans]
+        releases = [release for item in items for release in item.releases]
         try:
             accepted = self._send(spans, releases)
         except BaseException as exc:  # every caller waiting gets the failure
-            for _, _, future in items:
-                future.set_exception(exc)
+            for item in items:
+                item.future.set_exception(exc)
             return
-        start = 0
-        for item_spans, _, future in items:
-            end = start + len(item_spans)
-            future.set_result(counted(item_spans, accepted[start:end]))
-            start = end
+        self.resolve(items, accepted)

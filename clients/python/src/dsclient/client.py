@@ -28,7 +28,7 @@ import grpc
 from google.protobuf import duration_pb2
 
 from dataservice.sidecar.v1 import stream_pb2
-from dsclient.acker import Acker
+from dsclient.acker import CARRY_WAIT_SECONDS, Acker, Pending
 from dsclient.batch import Batch, Span, accepted_spans, counted, joined, spans_of
 from dsclient.binding import BindingKeeper
 from dsclient.columns import ColumnBatch, Release, by_stream, joined_columns
@@ -44,7 +44,7 @@ from dsclient.leader_watch import DEFAULT_LEADER_KEY
 from dsclient.mesh_env import MeshEnv
 from dsclient.reasons import Reason, error_info
 from dsclient.records.batches import DsRecord
-from dsclient.sidecar import Sidecar
+from dsclient.sidecar import Answered, Sidecar
 from dsclient.stream import SidecarStream
 
 log = logging.getLogger(__name__)
@@ -177,6 +177,7 @@ class DsClient:
         # started on first use, drained by close().
         self._acker: Acker | None = None
         self._acker_lock = threading.Lock()
+        self._fetching = False  # fetch() was called: queued acks wait for one to carry them
         self._acks_closed = False
         self.connection = (
             connection
@@ -488,6 +489,8 @@ class DsClient:
                 raise ClientError("the client is closed")
             if self._acker is None:
                 self._acker = Acker(partial(self._ack_spans, answer_now=False))
+                if self._fetching:
+                    self._acker.carry_wait = CARRY_WAIT_SECONDS
             return self._acker.submit(spans, releases)
 
     def _ack_rpc(self, sidecar: Sidecar, spans: list[Span]) -> list[bool]:
@@ -770,6 +773,7 @@ class DsClient:
     ) -> Batch:
         max_wait = duration_pb2.Duration()
         max_wait.FromNanoseconds(int(wait * 1e9))
+        acker, carried = self._carried_to(sidecar)
         request = stream_pb2.FetchRequest(
             client_id=self.client_id,
             group=self.group,
@@ -778,14 +782,19 @@ class DsClient:
             max_wait=max_wait,
             auto_ack=self.auto_ack,
             format=stream_pb2.DELIVERY_FORMAT_BATCHES,
+            ack_ranges=[span.range_ack() for item in carried for span in item.spans],
         )
         try:
-            batch: Batch = sidecar.fetch(request, timeout=wait + self.call_timeout)
+            answered = sidecar.fetch(request, timeout=wait + self.call_timeout)
         except ValueError:
             # A binding change closed this sidecar's channel while we were about to call it
-            # (another thread): it is gone; fetch from the others.
+            # (another thread): it is gone; fetch from the others. Its acks go by Ack.
+            _send_by_ack(acker, carried)
             return Batch()
         except grpc.RpcError as err:
+            # Whether the carried acks were applied is unknown: Ack sends them again (an
+            # ack of records already committed is refused, and they are not redelivered).
+            _send_by_ack(acker, carried)
             if err.code() in (
                 grpc.StatusCode.UNAVAILABLE,
                 grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -800,10 +809,48 @@ class DsClient:
             raise ClientError(
                 f"Fetch from {sidecar.address} failed: {err.code().name}: {err.details()}"
             ) from err
+        batch = answered.item if isinstance(answered, Answered) else answered
+        assert isinstance(batch, Batch)
+        if carried:
+            if isinstance(answered, Answered):
+                spans = [span for item in carried for span in item.spans]
+                Acker.resolve(carried, accepted_spans(spans, answered.answers[0].rejected_ranges))
+            else:
+                # A sidecar that predates FetchRequest.ack_ranges served the fetch and
+                # ignored them: they go by Ack, and so do this sidecar's from now on.
+                sidecar.reads_carried_acks = False
+                _send_by_ack(acker, carried)
         if batch:
             self._delivered_at[sidecar.address] = time.monotonic()
         self._delivered(batch.spans, sidecar.address)
         return batch
+
+    def _carried_to(self, sidecar: Sidecar) -> tuple[Acker | None, list[Pending]]:
+        """The queued ``ack_nowait`` calls a Fetch to ``sidecar`` carries (each of their
+        records delivered by it; none while a stream to it is open, whose acks go on it),
+        taken off the ack thread's queue; from the first fetch on, that thread leaves
+        queued acks a moment (``CARRY_WAIT_SECONDS``) for a fetch to carry."""
+        with self._acker_lock:
+            acker = self._acker
+            self._fetching = True
+        if acker is None:
+            return None, []
+        acker.carry_wait = CARRY_WAIT_SECONDS
+        with self._lock:
+            if not sidecar.reads_carried_acks or sidecar.address in self._streams:
+                return acker, []
+        address = sidecar.address
+        return acker, acker.claim(
+            lambda spans: all(
+                self._sidecar_of(s.topic, s.partition, s.lease_epoch) == address for s in spans
+            )
+        )
+
+
+def _send_by_ack(acker: Acker | None, carried: list[Pending]) -> None:
+    """Carried acks no answer came for: the ack thread sends them with Ack."""
+    if acker is not None:
+        acker.give_back(carried)
 
 
 def _spans_and_releases(

@@ -20,13 +20,17 @@ log = logging.getLogger(__name__)
 _SERVICE = f"/{stream_pb2.DESCRIPTOR.services_by_name['StreamService'].full_name}/"
 
 
-def fetched(data: bytes) -> Batch:
+def fetched(data: bytes) -> Batch | Answered:
     """A Fetch response as a Batch: its RecordBatches read in place (``wire.py``), anything
-    else (an older sidecar's Record messages, headers) parsed by protobuf."""
-    columns = wire.parse_batches(data)
+    else (an older sidecar's Record messages, headers) parsed by protobuf; with the answer
+    to the acks the request carried (``ack_result``), as an :class:`Answered`."""
+    answers: list[bytes] = []
+    columns = wire.parse_batches(data, answers=answers)
     if columns is None:
-        return received(stream_pb2.FetchResponse.FromString(data))
-    return batch_of(columns)
+        response = stream_pb2.FetchResponse.FromString(data)
+        batch = received(response)
+        return Answered(batch, [response.ack_result]) if response.HasField("ack_result") else batch
+    return _answered(batch_of(columns), answers)
 
 
 @dataclass(frozen=True)
@@ -88,8 +92,13 @@ class Sidecar:
     # Opens a channel to a target (dsclient.connection.open_channel, the one place
     # channels are made, with the client's settings): how fall_back reaches TCP.
     reopen: Callable[[str], grpc.Channel] | None = None
+    # Whether its Fetch reads the acks a request carries (FetchRequest.ack_ranges): False
+    # once a response left ack_result unset (a sidecar older than the field).
+    reads_carried_acks: bool = True
     # Fetch and Stream with responses read by fetched and streamed.
-    fetch: grpc.UnaryUnaryMultiCallable[stream_pb2.FetchRequest, Batch] = field(init=False)
+    fetch: grpc.UnaryUnaryMultiCallable[stream_pb2.FetchRequest, Batch | Answered] = field(
+        init=False
+    )
     stream: grpc.StreamStreamMultiCallable[
         stream_pb2.StreamRequest, Batch | stream_pb2.StreamResponse
     ] = field(init=False)
