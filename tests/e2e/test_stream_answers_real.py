@@ -13,56 +13,20 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections import defaultdict
 from concurrent.futures import Future
 from typing import Any
 
 import grpc
 import pytest
-from confluent_kafka import Producer
 
 from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from dsclient import DsClient
 from tests.support.mesh import Mesh
 from tests.support.sidecar_rpcs import PARTITIONS, assigner_of, held_epochs, start
-from tests.support.walking_skeleton import committed_offsets, end_offsets
+from tests.support.trickle import RECORDS, settled, trickle
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
-
-RECORDS = 400
-RATE = 100.0  # records per second
-
-
-def trickle(bootstrap: str, topic: str) -> threading.Thread:
-    """Produce RECORDS keyed by sequence, round robin over the partitions, one by one at
-    about RATE (each sent alone: linger.ms 0), on a thread."""
-
-    def run() -> None:
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
-        for seq in range(RECORDS):
-            producer.produce(
-                topic, key=str(seq).encode(), value=b"v" * 100, partition=seq % PARTITIONS
-            )
-            producer.poll(0)
-            time.sleep(1 / RATE)
-        assert producer.flush(30) == 0
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
-
-
-def settled(bootstrap: str, group: str, topic: str) -> tuple[dict[int, int], dict[int, int]]:
-    ends = end_offsets(bootstrap, topic)
-    deadline = time.monotonic() + 15
-    committed: dict[int, int] = {}
-    while time.monotonic() < deadline:
-        committed = committed_offsets(bootstrap, group, topic)
-        if committed == ends:
-            break
-        time.sleep(0.5)
-    return committed, ends
 
 
 def test_answers_ride_on_later_batches_and_every_ack_is_answered_once(
