@@ -18,6 +18,7 @@ stale ack must not end a stream).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -151,15 +152,30 @@ class AckRpcs:
             rejected_ranges=outcome.rejected_ranges,
         )
 
-    async def carried(self, client_id: str, ranges: Any) -> stream_pb2.StreamAckResult:
-        """A Fetch's ``ack_ranges``: checked, applied and committed as Ack's ranges are,
-        before the fetch takes records; every refusal (a stale epoch too) is in the answer,
-        not the call's status. A commit that cannot be made fails the call, as it fails
-        Ack."""
+    def carried(self, client_id: str, ranges: Any) -> asyncio.Future[stream_pb2.StreamAckResult]:
+        """A Fetch's ``ack_ranges``: checked and applied now, as Ack's ranges are (a
+        malformed range raises INVALID_ARGUMENT and applies nothing), so the fetch takes
+        records after them; their commit runs beside the fetch's wait, and the answer is
+        ready once it is made. Every refusal (a stale epoch too) is in the answer, not the
+        call's status; a commit Kafka refused refuses the ranges it would have made durable
+        (COMMIT_FAILED: the acks stay recorded, the next commit takes them)."""
         validate_ranges("ack_ranges", ranges)
         outcome = self.apply_acks(client_id, (), ranges)
+        # Shielded by the caller's await: a fetch cancelled meanwhile still commits.
+        return asyncio.ensure_future(self._commit_carried(client_id, ranges, outcome))
+
+    async def _commit_carried(
+        self, client_id: str, ranges: Any, outcome: AckOutcome
+    ) -> stream_pb2.StreamAckResult:
         if outcome.accepted:
-            outcome = outcome.refused(await self.serving.commit_acked(outcome.touched))
+            try:
+                failed = await self.serving.commit_acked(outcome.touched)
+            except DsError as err:
+                failed = {
+                    tp: (stream_pb2.REJECT_REASON_COMMIT_FAILED, err.message)
+                    for tp in outcome.touched
+                }
+            outcome = outcome.refused(failed)
         self.count_acks(client_id, (), ranges, outcome)
         return stream_pb2.StreamAckResult(
             acked_count=outcome.accepted,

@@ -1,11 +1,12 @@
 """Fetch: records taken from the partition table for one client, in one response.
 
 A Fetch first applies the acks it carries (``ack_ranges``: the client's previous batch,
-instead of an Ack call of its own), committed before anything is taken, and answers them in
-``ack_result``. It then waits up to its ``max_wait`` for records, takes what its limits allow (the
-:class:`PartitionTable` marks them delivered to the client, holder stream 0) and answers them
-as one ``RecordBatch`` per slice (``DELIVERY_FORMAT_BATCHES``, written to wire bytes straight
-from the chunks by ``dsclient/records/wire.py``) or one ``Record`` message per record.
+instead of an Ack call of its own) and commits them while it waits for records: up to its
+``max_wait``, it takes what its limits allow (the :class:`PartitionTable` marks them
+delivered to the client, holder stream 0) and answers them, with the acks' answer
+(``ack_result``, once committed), as one ``RecordBatch`` per slice
+(``DELIVERY_FORMAT_BATCHES``, written to wire bytes straight from the chunks by
+``dsclient/records/wire.py``) or one ``Record`` message per record.
 
 Redelivery (ARCHITECTURE §3 "Delivery"): a Fetch whose response was never sent (the call
 cancelled: a client deadline, a closed channel) gives its records back at once. With
@@ -60,10 +61,10 @@ class FetchRpc:
         columns = delivery == stream_pb2.DELIVERY_FORMAT_BATCHES
         if not self.serving.has_joined():
             raise DsError(Reason.SERVICE_NOT_READY, "sidecar has not joined the assigner yet")
-        answer = (
-            await self.acks.carried(request.client_id, request.ack_ranges)
-            if request.ack_ranges
-            else None
+        # Carried acks are applied before anything is taken; their commit runs beside the
+        # wait, and the response waits for it (its answer says what was committed).
+        committing = (
+            self.acks.carried(request.client_id, request.ack_ranges) if request.ack_ranges else None
         )
         holder: Holder = (request.client_id, 0)
         if request.auto_ack:
@@ -77,6 +78,7 @@ class FetchRpc:
             self.serving.data_ready.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.serving.data_ready.wait(), remaining)
+        answer = None if committing is None else await asyncio.shield(committing)
         response: stream_pb2.FetchResponse | bytes = (
             wire.fetch_response(taken, None if answer is None else answer.SerializeToString())
             if columns

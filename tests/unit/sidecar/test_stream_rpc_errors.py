@@ -145,6 +145,62 @@ def test_fetch_long_polls_until_records_arrive() -> None:
     run(body)
 
 
+def test_a_fetch_commits_the_acks_it_carries_and_answers_them_with_its_records() -> None:
+    async def body(stub: Stub, sc: Sidecar) -> None:
+        part = sc.hold(0, epoch=2)
+        delivered(sc, 0, range(3))
+        sc.buffer(0, range(3, 5))
+        carried = [range_ack(0, 0, 3, 2), range_ack(0, 0, 3, 1)]  # the second: stale
+        response = await stub.Fetch(fetch_request(ack_ranges=carried))
+        assert [r.offset for r in response.records] == [3, 4]
+        assert response.ack_result.acked_count == 1
+        assert [r.reason for r in response.ack_result.rejected_ranges] == [
+            stream_pb2.REJECT_REASON_STALE_EPOCH
+        ]
+        assert part.committed == 3  # committed before the answer
+        # No acks carried: no answer either.
+        assert not (await stub.Fetch(fetch_request())).HasField("ack_result")
+
+    run(body)
+
+
+def test_a_fetch_whose_carried_acks_cannot_be_committed_still_delivers() -> None:
+    """Kafka refusing the commit refuses the carried ranges in the answer (COMMIT_FAILED),
+    not the fetch: its records come; the acks stay recorded and the next commit makes them
+    durable."""
+
+    async def body(stub: Stub, sc: Sidecar) -> None:
+        part = sc.hold(0, epoch=2)
+        delivered(sc, 0, range(3))
+        sc.buffer(0, range(3, 5))
+        sc.fetcher.fail = transport_error()
+        response = await stub.Fetch(fetch_request(ack_ranges=[range_ack(0, 0, 3, 2)]))
+        assert [r.offset for r in response.records] == [3, 4]
+        assert response.ack_result.acked_count == 0
+        assert [r.reason for r in response.ack_result.rejected_ranges] == [
+            stream_pb2.REJECT_REASON_COMMIT_FAILED
+        ]
+        assert part.acks.commit_point == 3 and part.committed == 0
+        sc.fetcher.fail = None
+        retry = await stub.Ack(
+            stream_pb2.AckRequest(client_id="c", group=GROUP, ranges=[range_ack(0, 0, 5, 2)])
+        )
+        assert retry.acked_count == 1 and part.committed == 5
+
+    run(body)
+
+
+def test_a_fetch_carrying_a_malformed_ack_takes_nothing() -> None:
+    async def body(stub: Stub, sc: Sidecar) -> None:
+        sc.hold(0, epoch=2)
+        sc.buffer(0, range(3))
+        bad = fetch_request(ack_ranges=[range_ack(0, 2, 1, 2)])
+        invalid_field(await failure(stub.Fetch(bad)), "ack_ranges.to_offset")
+        assert [r.offset for r in (await stub.Fetch(fetch_request())).records] == [0, 1, 2]
+
+    run(body)
+
+
 def test_fetch_auto_ack_loses_nothing_when_its_commit_fails() -> None:
     """auto_ack commits only what was written to the client: a commit that fails (Kafka
     down) neither fails the Fetch nor loses its records; the next commit covers them."""

@@ -256,12 +256,14 @@ type FetchRequest struct {
 	// How the records are encoded in the response; unset = DELIVERY_FORMAT_RECORDS.
 	Format DeliveryFormat `protobuf:"varint,7,opt,name=format,proto3,enum=dataservice.sidecar.v1.DeliveryFormat" json:"format,omitempty"`
 	// Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-	// previous batch), carried instead of an Ack call of their own. They are checked, applied
-	// and committed as Ack's ranges are, before the fetch takes records; the answer is
-	// FetchResponse.ack_result, and a refused range is reported there, never as the call's
-	// status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-	// predates the field ignores it and leaves ack_result unset: the client then sends the
-	// same acks with Ack.
+	// previous batch), carried instead of an Ack call of their own. They are checked and
+	// applied as Ack's ranges are before the fetch takes records, and committed while it
+	// waits; the response comes once they are committed, with their answer in
+	// FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+	// a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+	// Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+	// nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+	// unset: the client then sends the same acks with Ack.
 	AckRanges     []*RangeAck `protobuf:"bytes,8,rep,name=ack_ranges,json=ackRanges,proto3" json:"ack_ranges,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -213,12 +213,14 @@ class FetchRequest(_message.Message):
     @_builtins.property
     def ack_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___RangeAck]:
         """Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-        previous batch), carried instead of an Ack call of their own. They are checked, applied
-        and committed as Ack's ranges are, before the fetch takes records; the answer is
-        FetchResponse.ack_result, and a refused range is reported there, never as the call's
-        status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-        predates the field ignores it and leaves ack_result unset: the client then sends the
-        same acks with Ack.
+        previous batch), carried instead of an Ack call of their own. They are checked and
+        applied as Ack's ranges are before the fetch takes records, and committed while it
+        waits; the response comes once they are committed, with their answer in
+        FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+        a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+        Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+        nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+        unset: the client then sends the same acks with Ack.
         """
 
     def __init__(

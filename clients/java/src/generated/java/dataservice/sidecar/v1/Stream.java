@@ -752,12 +752,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
     /**
      * <pre>
      * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-     * previous batch), carried instead of an Ack call of their own. They are checked, applied
-     * and committed as Ack's ranges are, before the fetch takes records; the answer is
-     * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-     * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-     * predates the field ignores it and leaves ack_result unset: the client then sends the
-     * same acks with Ack.
+     * previous batch), carried instead of an Ack call of their own. They are checked and
+     * applied as Ack's ranges are before the fetch takes records, and committed while it
+     * waits; the response comes once they are committed, with their answer in
+     * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+     * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+     * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+     * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+     * unset: the client then sends the same acks with Ack.
      * </pre>
      *
      * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -767,12 +769,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
     /**
      * <pre>
      * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-     * previous batch), carried instead of an Ack call of their own. They are checked, applied
-     * and committed as Ack's ranges are, before the fetch takes records; the answer is
-     * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-     * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-     * predates the field ignores it and leaves ack_result unset: the client then sends the
-     * same acks with Ack.
+     * previous batch), carried instead of an Ack call of their own. They are checked and
+     * applied as Ack's ranges are before the fetch takes records, and committed while it
+     * waits; the response comes once they are committed, with their answer in
+     * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+     * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+     * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+     * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+     * unset: the client then sends the same acks with Ack.
      * </pre>
      *
      * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -781,12 +785,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
     /**
      * <pre>
      * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-     * previous batch), carried instead of an Ack call of their own. They are checked, applied
-     * and committed as Ack's ranges are, before the fetch takes records; the answer is
-     * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-     * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-     * predates the field ignores it and leaves ack_result unset: the client then sends the
-     * same acks with Ack.
+     * previous batch), carried instead of an Ack call of their own. They are checked and
+     * applied as Ack's ranges are before the fetch takes records, and committed while it
+     * waits; the response comes once they are committed, with their answer in
+     * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+     * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+     * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+     * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+     * unset: the client then sends the same acks with Ack.
      * </pre>
      *
      * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -795,12 +801,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
     /**
      * <pre>
      * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-     * previous batch), carried instead of an Ack call of their own. They are checked, applied
-     * and committed as Ack's ranges are, before the fetch takes records; the answer is
-     * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-     * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-     * predates the field ignores it and leaves ack_result unset: the client then sends the
-     * same acks with Ack.
+     * previous batch), carried instead of an Ack call of their own. They are checked and
+     * applied as Ack's ranges are before the fetch takes records, and committed while it
+     * waits; the response comes once they are committed, with their answer in
+     * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+     * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+     * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+     * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+     * unset: the client then sends the same acks with Ack.
      * </pre>
      *
      * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -810,12 +818,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
     /**
      * <pre>
      * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-     * previous batch), carried instead of an Ack call of their own. They are checked, applied
-     * and committed as Ack's ranges are, before the fetch takes records; the answer is
-     * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-     * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-     * predates the field ignores it and leaves ack_result unset: the client then sends the
-     * same acks with Ack.
+     * previous batch), carried instead of an Ack call of their own. They are checked and
+     * applied as Ack's ranges are before the fetch takes records, and committed while it
+     * waits; the response comes once they are committed, with their answer in
+     * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+     * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+     * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+     * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+     * unset: the client then sends the same acks with Ack.
      * </pre>
      *
      * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -1083,12 +1093,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
     /**
      * <pre>
      * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-     * previous batch), carried instead of an Ack call of their own. They are checked, applied
-     * and committed as Ack's ranges are, before the fetch takes records; the answer is
-     * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-     * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-     * predates the field ignores it and leaves ack_result unset: the client then sends the
-     * same acks with Ack.
+     * previous batch), carried instead of an Ack call of their own. They are checked and
+     * applied as Ack's ranges are before the fetch takes records, and committed while it
+     * waits; the response comes once they are committed, with their answer in
+     * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+     * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+     * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+     * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+     * unset: the client then sends the same acks with Ack.
      * </pre>
      *
      * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -1100,12 +1112,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
     /**
      * <pre>
      * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-     * previous batch), carried instead of an Ack call of their own. They are checked, applied
-     * and committed as Ack's ranges are, before the fetch takes records; the answer is
-     * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-     * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-     * predates the field ignores it and leaves ack_result unset: the client then sends the
-     * same acks with Ack.
+     * previous batch), carried instead of an Ack call of their own. They are checked and
+     * applied as Ack's ranges are before the fetch takes records, and committed while it
+     * waits; the response comes once they are committed, with their answer in
+     * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+     * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+     * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+     * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+     * unset: the client then sends the same acks with Ack.
      * </pre>
      *
      * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -1118,12 +1132,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
     /**
      * <pre>
      * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-     * previous batch), carried instead of an Ack call of their own. They are checked, applied
-     * and committed as Ack's ranges are, before the fetch takes records; the answer is
-     * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-     * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-     * predates the field ignores it and leaves ack_result unset: the client then sends the
-     * same acks with Ack.
+     * previous batch), carried instead of an Ack call of their own. They are checked and
+     * applied as Ack's ranges are before the fetch takes records, and committed while it
+     * waits; the response comes once they are committed, with their answer in
+     * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+     * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+     * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+     * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+     * unset: the client then sends the same acks with Ack.
      * </pre>
      *
      * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -1135,12 +1151,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
     /**
      * <pre>
      * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-     * previous batch), carried instead of an Ack call of their own. They are checked, applied
-     * and committed as Ack's ranges are, before the fetch takes records; the answer is
-     * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-     * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-     * predates the field ignores it and leaves ack_result unset: the client then sends the
-     * same acks with Ack.
+     * previous batch), carried instead of an Ack call of their own. They are checked and
+     * applied as Ack's ranges are before the fetch takes records, and committed while it
+     * waits; the response comes once they are committed, with their answer in
+     * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+     * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+     * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+     * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+     * unset: the client then sends the same acks with Ack.
      * </pre>
      *
      * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -1152,12 +1170,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
     /**
      * <pre>
      * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-     * previous batch), carried instead of an Ack call of their own. They are checked, applied
-     * and committed as Ack's ranges are, before the fetch takes records; the answer is
-     * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-     * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-     * predates the field ignores it and leaves ack_result unset: the client then sends the
-     * same acks with Ack.
+     * previous batch), carried instead of an Ack call of their own. They are checked and
+     * applied as Ack's ranges are before the fetch takes records, and committed while it
+     * waits; the response comes once they are committed, with their answer in
+     * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+     * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+     * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+     * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+     * unset: the client then sends the same acks with Ack.
      * </pre>
      *
      * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2275,12 +2295,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       /**
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-       * previous batch), carried instead of an Ack call of their own. They are checked, applied
-       * and committed as Ack's ranges are, before the fetch takes records; the answer is
-       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-       * predates the field ignores it and leaves ack_result unset: the client then sends the
-       * same acks with Ack.
+       * previous batch), carried instead of an Ack call of their own. They are checked and
+       * applied as Ack's ranges are before the fetch takes records, and committed while it
+       * waits; the response comes once they are committed, with their answer in
+       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+       * unset: the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2295,12 +2317,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       /**
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-       * previous batch), carried instead of an Ack call of their own. They are checked, applied
-       * and committed as Ack's ranges are, before the fetch takes records; the answer is
-       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-       * predates the field ignores it and leaves ack_result unset: the client then sends the
-       * same acks with Ack.
+       * previous batch), carried instead of an Ack call of their own. They are checked and
+       * applied as Ack's ranges are before the fetch takes records, and committed while it
+       * waits; the response comes once they are committed, with their answer in
+       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+       * unset: the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2315,12 +2339,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       /**
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-       * previous batch), carried instead of an Ack call of their own. They are checked, applied
-       * and committed as Ack's ranges are, before the fetch takes records; the answer is
-       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-       * predates the field ignores it and leaves ack_result unset: the client then sends the
-       * same acks with Ack.
+       * previous batch), carried instead of an Ack call of their own. They are checked and
+       * applied as Ack's ranges are before the fetch takes records, and committed while it
+       * waits; the response comes once they are committed, with their answer in
+       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+       * unset: the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2335,12 +2361,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       /**
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-       * previous batch), carried instead of an Ack call of their own. They are checked, applied
-       * and committed as Ack's ranges are, before the fetch takes records; the answer is
-       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-       * predates the field ignores it and leaves ack_result unset: the client then sends the
-       * same acks with Ack.
+       * previous batch), carried instead of an Ack call of their own. They are checked and
+       * applied as Ack's ranges are before the fetch takes records, and committed while it
+       * waits; the response comes once they are committed, with their answer in
+       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+       * unset: the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2362,12 +2390,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       /**
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-       * previous batch), carried instead of an Ack call of their own. They are checked, applied
-       * and committed as Ack's ranges are, before the fetch takes records; the answer is
-       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-       * predates the field ignores it and leaves ack_result unset: the client then sends the
-       * same acks with Ack.
+       * previous batch), carried instead of an Ack call of their own. They are checked and
+       * applied as Ack's ranges are before the fetch takes records, and committed while it
+       * waits; the response comes once they are committed, with their answer in
+       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+       * unset: the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2386,12 +2416,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       /**
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-       * previous batch), carried instead of an Ack call of their own. They are checked, applied
-       * and committed as Ack's ranges are, before the fetch takes records; the answer is
-       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-       * predates the field ignores it and leaves ack_result unset: the client then sends the
-       * same acks with Ack.
+       * previous batch), carried instead of an Ack call of their own. They are checked and
+       * applied as Ack's ranges are before the fetch takes records, and committed while it
+       * waits; the response comes once they are committed, with their answer in
+       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+       * unset: the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2412,12 +2444,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       /**
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-       * previous batch), carried instead of an Ack call of their own. They are checked, applied
-       * and committed as Ack's ranges are, before the fetch takes records; the answer is
-       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-       * predates the field ignores it and leaves ack_result unset: the client then sends the
-       * same acks with Ack.
+       * previous batch), carried instead of an Ack call of their own. They are checked and
+       * applied as Ack's ranges are before the fetch takes records, and committed while it
+       * waits; the response comes once they are committed, with their answer in
+       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+       * unset: the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2439,12 +2473,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       /**
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-       * previous batch), carried instead of an Ack call of their own. They are checked, applied
-       * and committed as Ack's ranges are, before the fetch takes records; the answer is
-       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-       * predates the field ignores it and leaves ack_result unset: the client then sends the
-       * same acks with Ack.
+       * previous batch), carried instead of an Ack call of their own. They are checked and
+       * applied as Ack's ranges are before the fetch takes records, and committed while it
+       * waits; the response comes once they are committed, with their answer in
+       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+       * unset: the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2463,12 +2499,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       /**
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-       * previous batch), carried instead of an Ack call of their own. They are checked, applied
-       * and committed as Ack's ranges are, before the fetch takes records; the answer is
-       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-       * predates the field ignores it and leaves ack_result unset: the client then sends the
-       * same acks with Ack.
+       * previous batch), carried instead of an Ack call of their own. They are checked and
+       * applied as Ack's ranges are before the fetch takes records, and committed while it
+       * waits; the response comes once they are committed, with their answer in
+       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+       * unset: the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2487,12 +2525,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       /**
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-       * previous batch), carried instead of an Ack call of their own. They are checked, applied
-       * and committed as Ack's ranges are, before the fetch takes records; the answer is
-       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-       * predates the field ignores it and leaves ack_result unset: the client then sends the
-       * same acks with Ack.
+       * previous batch), carried instead of an Ack call of their own. They are checked and
+       * applied as Ack's ranges are before the fetch takes records, and committed while it
+       * waits; the response comes once they are committed, with their answer in
+       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+       * unset: the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2512,12 +2552,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       /**
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-       * previous batch), carried instead of an Ack call of their own. They are checked, applied
-       * and committed as Ack's ranges are, before the fetch takes records; the answer is
-       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-       * predates the field ignores it and leaves ack_result unset: the client then sends the
-       * same acks with Ack.
+       * previous batch), carried instead of an Ack call of their own. They are checked and
+       * applied as Ack's ranges are before the fetch takes records, and committed while it
+       * waits; the response comes once they are committed, with their answer in
+       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+       * unset: the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2535,12 +2577,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       /**
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-       * previous batch), carried instead of an Ack call of their own. They are checked, applied
-       * and committed as Ack's ranges are, before the fetch takes records; the answer is
-       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-       * predates the field ignores it and leaves ack_result unset: the client then sends the
-       * same acks with Ack.
+       * previous batch), carried instead of an Ack call of their own. They are checked and
+       * applied as Ack's ranges are before the fetch takes records, and committed while it
+       * waits; the response comes once they are committed, with their answer in
+       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+       * unset: the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2558,12 +2602,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       /**
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-       * previous batch), carried instead of an Ack call of their own. They are checked, applied
-       * and committed as Ack's ranges are, before the fetch takes records; the answer is
-       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-       * predates the field ignores it and leaves ack_result unset: the client then sends the
-       * same acks with Ack.
+       * previous batch), carried instead of an Ack call of their own. They are checked and
+       * applied as Ack's ranges are before the fetch takes records, and committed while it
+       * waits; the response comes once they are committed, with their answer in
+       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+       * unset: the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2575,12 +2621,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       /**
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-       * previous batch), carried instead of an Ack call of their own. They are checked, applied
-       * and committed as Ack's ranges are, before the fetch takes records; the answer is
-       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-       * predates the field ignores it and leaves ack_result unset: the client then sends the
-       * same acks with Ack.
+       * previous batch), carried instead of an Ack call of their own. They are checked and
+       * applied as Ack's ranges are before the fetch takes records, and committed while it
+       * waits; the response comes once they are committed, with their answer in
+       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+       * unset: the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2595,12 +2643,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       /**
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-       * previous batch), carried instead of an Ack call of their own. They are checked, applied
-       * and committed as Ack's ranges are, before the fetch takes records; the answer is
-       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-       * predates the field ignores it and leaves ack_result unset: the client then sends the
-       * same acks with Ack.
+       * previous batch), carried instead of an Ack call of their own. They are checked and
+       * applied as Ack's ranges are before the fetch takes records, and committed while it
+       * waits; the response comes once they are committed, with their answer in
+       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+       * unset: the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2616,12 +2666,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       /**
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-       * previous batch), carried instead of an Ack call of their own. They are checked, applied
-       * and committed as Ack's ranges are, before the fetch takes records; the answer is
-       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-       * predates the field ignores it and leaves ack_result unset: the client then sends the
-       * same acks with Ack.
+       * previous batch), carried instead of an Ack call of their own. They are checked and
+       * applied as Ack's ranges are before the fetch takes records, and committed while it
+       * waits; the response comes once they are committed, with their answer in
+       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+       * unset: the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2633,12 +2685,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       /**
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-       * previous batch), carried instead of an Ack call of their own. They are checked, applied
-       * and committed as Ack's ranges are, before the fetch takes records; the answer is
-       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-       * predates the field ignores it and leaves ack_result unset: the client then sends the
-       * same acks with Ack.
+       * previous batch), carried instead of an Ack call of their own. They are checked and
+       * applied as Ack's ranges are before the fetch takes records, and committed while it
+       * waits; the response comes once they are committed, with their answer in
+       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+       * unset: the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2651,12 +2705,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       /**
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
-       * previous batch), carried instead of an Ack call of their own. They are checked, applied
-       * and committed as Ack's ranges are, before the fetch takes records; the answer is
-       * FetchResponse.ack_result, and a refused range is reported there, never as the call's
-       * status (a malformed range is INVALID_ARGUMENT, and nothing is taken). A sidecar that
-       * predates the field ignores it and leaves ack_result unset: the client then sends the
-       * same acks with Ack.
+       * previous batch), carried instead of an Ack call of their own. They are checked and
+       * applied as Ack's ranges are before the fetch takes records, and committed while it
+       * waits; the response comes once they are committed, with their answer in
+       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
+       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
+       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
+       * unset: the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
