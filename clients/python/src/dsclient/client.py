@@ -468,7 +468,11 @@ class DsClient:
         redelivery. :meth:`close` waits for the acks still on their way. On a ``Stream``
         (``use_stream_rpc``, :meth:`stream_columns`) the sidecar may send the answer with
         its next batch, up to 100 ms after the commit, instead of a message of its own
-        (``StreamOpen.answers_with_batches``); the commit is not delayed.
+        (``StreamOpen.answers_with_batches``); the commit is not delayed. In a
+        :meth:`fetch` loop the acks ride in the next fetch to the sidecar that delivered
+        them (``FetchRequest.ack_ranges``: one call less per batch), committed before it
+        takes records; the future resolves when that fetch returns, and acks no fetch
+        carries within 20 ms go on their own.
 
         A :class:`ColumnBatch`'s shared-memory regions are released with its acks: its
         columns are not valid after this call.
