@@ -257,14 +257,18 @@ type FetchRequest struct {
 	Format DeliveryFormat `protobuf:"varint,7,opt,name=format,proto3,enum=dataservice.sidecar.v1.DeliveryFormat" json:"format,omitempty"`
 	// Range acks of records this sidecar delivered to this client earlier (a fetch loop's
 	// previous batch), carried instead of an Ack call of their own. They are checked and
-	// applied as Ack's ranges are before the fetch takes records, and committed while it
-	// waits; the response comes once they are committed, with their answer in
-	// FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-	// a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+	// applied as Ack's ranges are before the fetch takes records; their commit runs beside
+	// the fetch, which does not wait for it. Their answer comes in this response's acks if
+	// the commit was made by then, else in the next response to this client
+	// (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+	// commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
 	// Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-	// nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-	// unset: the client then sends the same acks with Ack.
-	AckRanges     []*RangeAck `protobuf:"bytes,8,rep,name=ack_ranges,json=ackRanges,proto3" json:"ack_ranges,omitempty"`
+	// nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+	// 0): the client then sends the same acks with Ack.
+	AckRanges []*RangeAck `protobuf:"bytes,8,rep,name=ack_ranges,json=ackRanges,proto3" json:"ack_ranges,omitempty"`
+	// The client's number for the acks this request carries: > 0 with ack_ranges, unique
+	// among this client's carried acks to this sidecar (a counter); names their answer.
+	AckSeq        uint64 `protobuf:"varint,9,opt,name=ack_seq,json=ackSeq,proto3" json:"ack_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -355,6 +359,13 @@ func (x *FetchRequest) GetAckRanges() []*RangeAck {
 	return nil
 }
 
+func (x *FetchRequest) GetAckSeq() uint64 {
+	if x != nil {
+		return x.AckSeq
+	}
+	return 0
+}
+
 // Response of StreamService.Fetch.
 type FetchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -364,10 +375,11 @@ type FetchResponse struct {
 	// Records delivered, one batch per partition run (DELIVERY_FORMAT_BATCHES; empty with
 	// DELIVERY_FORMAT_RECORDS).
 	Batches []*RecordBatch `protobuf:"bytes,2,rep,name=batches,proto3" json:"batches,omitempty"`
-	// The answer to the request's ack_ranges, set whenever it carried any (acked_count and
-	// the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
-	// ack_results, so that one reader reads both in place.
-	AckResult     *StreamAckResult `protobuf:"bytes,4,opt,name=ack_result,json=ackResult,proto3" json:"ack_result,omitempty"`
+	// Answers to acks this client carried in Fetch requests (its ack_ranges), those whose
+	// commit has been made since the last response to it; set when the request carried acks
+	// or answers are ready. Field 4, as StreamBatch's ack_results, so that one reader reads
+	// both in place.
+	Acks          *FetchAckAnswers `protobuf:"bytes,4,opt,name=acks,proto3" json:"acks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -416,9 +428,119 @@ func (x *FetchResponse) GetBatches() []*RecordBatch {
 	return nil
 }
 
-func (x *FetchResponse) GetAckResult() *StreamAckResult {
+func (x *FetchResponse) GetAcks() *FetchAckAnswers {
 	if x != nil {
-		return x.AckResult
+		return x.Acks
+	}
+	return nil
+}
+
+// What a Fetch response says of the acks its client carried in Fetch requests.
+type FetchAckAnswers struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request's ack_seq when it carried acks and they were applied; 0 otherwise.
+	AppliedSeq uint64 `protobuf:"varint,1,opt,name=applied_seq,json=appliedSeq,proto3" json:"applied_seq,omitempty"`
+	// Carried acks whose commit has been made (or refused), each once, by ack_seq.
+	Answers       []*FetchAckAnswer `protobuf:"bytes,2,rep,name=answers,proto3" json:"answers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchAckAnswers) Reset() {
+	*x = FetchAckAnswers{}
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchAckAnswers) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchAckAnswers) ProtoMessage() {}
+
+func (x *FetchAckAnswers) ProtoReflect() protoreflect.Message {
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchAckAnswers.ProtoReflect.Descriptor instead.
+func (*FetchAckAnswers) Descriptor() ([]byte, []int) {
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *FetchAckAnswers) GetAppliedSeq() uint64 {
+	if x != nil {
+		return x.AppliedSeq
+	}
+	return 0
+}
+
+func (x *FetchAckAnswers) GetAnswers() []*FetchAckAnswer {
+	if x != nil {
+		return x.Answers
+	}
+	return nil
+}
+
+// The answer to the acks one Fetch request carried.
+type FetchAckAnswer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ack_seq of the request that carried them.
+	Seq uint64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Accepted count and refusals, as AckResponse has them.
+	Result        *StreamAckResult `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchAckAnswer) Reset() {
+	*x = FetchAckAnswer{}
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchAckAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchAckAnswer) ProtoMessage() {}
+
+func (x *FetchAckAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchAckAnswer.ProtoReflect.Descriptor instead.
+func (*FetchAckAnswer) Descriptor() ([]byte, []int) {
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *FetchAckAnswer) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *FetchAckAnswer) GetResult() *StreamAckResult {
+	if x != nil {
+		return x.Result
 	}
 	return nil
 }
@@ -460,7 +582,7 @@ type SharedBatch struct {
 
 func (x *SharedBatch) Reset() {
 	*x = SharedBatch{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[2]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +594,7 @@ func (x *SharedBatch) String() string {
 func (*SharedBatch) ProtoMessage() {}
 
 func (x *SharedBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[2]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +607,7 @@ func (x *SharedBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SharedBatch.ProtoReflect.Descriptor instead.
 func (*SharedBatch) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{2}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SharedBatch) GetTopic() string {
@@ -608,7 +730,7 @@ type RecordBatch struct {
 
 func (x *RecordBatch) Reset() {
 	*x = RecordBatch{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[3]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -620,7 +742,7 @@ func (x *RecordBatch) String() string {
 func (*RecordBatch) ProtoMessage() {}
 
 func (x *RecordBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[3]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -633,7 +755,7 @@ func (x *RecordBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordBatch.ProtoReflect.Descriptor instead.
 func (*RecordBatch) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{3}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RecordBatch) GetTopic() string {
@@ -726,7 +848,7 @@ type RecordBatchHeaders struct {
 
 func (x *RecordBatchHeaders) Reset() {
 	*x = RecordBatchHeaders{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[4]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +860,7 @@ func (x *RecordBatchHeaders) String() string {
 func (*RecordBatchHeaders) ProtoMessage() {}
 
 func (x *RecordBatchHeaders) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[4]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +873,7 @@ func (x *RecordBatchHeaders) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordBatchHeaders.ProtoReflect.Descriptor instead.
 func (*RecordBatchHeaders) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{4}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RecordBatchHeaders) GetIndex() int32 {
@@ -786,7 +908,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[5]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +920,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[5]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +933,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{5}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StreamRequest) GetKind() isStreamRequest_Kind {
@@ -923,7 +1045,7 @@ type StreamOpen struct {
 
 func (x *StreamOpen) Reset() {
 	*x = StreamOpen{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[6]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1057,7 @@ func (x *StreamOpen) String() string {
 func (*StreamOpen) ProtoMessage() {}
 
 func (x *StreamOpen) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[6]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1070,7 @@ func (x *StreamOpen) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamOpen.ProtoReflect.Descriptor instead.
 func (*StreamOpen) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{6}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StreamOpen) GetClientId() string {
@@ -1014,7 +1136,7 @@ type StreamCredit struct {
 
 func (x *StreamCredit) Reset() {
 	*x = StreamCredit{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[7]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1148,7 @@ func (x *StreamCredit) String() string {
 func (*StreamCredit) ProtoMessage() {}
 
 func (x *StreamCredit) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[7]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1161,7 @@ func (x *StreamCredit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamCredit.ProtoReflect.Descriptor instead.
 func (*StreamCredit) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{7}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StreamCredit) GetRecords() int32 {
@@ -1077,7 +1199,7 @@ type StreamAcks struct {
 
 func (x *StreamAcks) Reset() {
 	*x = StreamAcks{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[8]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1211,7 @@ func (x *StreamAcks) String() string {
 func (*StreamAcks) ProtoMessage() {}
 
 func (x *StreamAcks) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[8]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1224,7 @@ func (x *StreamAcks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAcks.ProtoReflect.Descriptor instead.
 func (*StreamAcks) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{8}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StreamAcks) GetAcks() []*RecordAck {
@@ -1148,7 +1270,7 @@ type StreamNacks struct {
 
 func (x *StreamNacks) Reset() {
 	*x = StreamNacks{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[9]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1282,7 @@ func (x *StreamNacks) String() string {
 func (*StreamNacks) ProtoMessage() {}
 
 func (x *StreamNacks) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[9]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1295,7 @@ func (x *StreamNacks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamNacks.ProtoReflect.Descriptor instead.
 func (*StreamNacks) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{9}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StreamNacks) GetRecords() []*RecordAck {
@@ -1214,7 +1336,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[10]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1348,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[10]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1361,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{10}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StreamResponse) GetKind() isStreamResponse_Kind {
@@ -1321,7 +1443,7 @@ type StreamBatch struct {
 
 func (x *StreamBatch) Reset() {
 	*x = StreamBatch{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[11]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1333,7 +1455,7 @@ func (x *StreamBatch) String() string {
 func (*StreamBatch) ProtoMessage() {}
 
 func (x *StreamBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[11]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1346,7 +1468,7 @@ func (x *StreamBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamBatch.ProtoReflect.Descriptor instead.
 func (*StreamBatch) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{11}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StreamBatch) GetRecords() []*v1.Record {
@@ -1392,7 +1514,7 @@ type StreamAckResult struct {
 
 func (x *StreamAckResult) Reset() {
 	*x = StreamAckResult{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[12]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1526,7 @@ func (x *StreamAckResult) String() string {
 func (*StreamAckResult) ProtoMessage() {}
 
 func (x *StreamAckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[12]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,7 +1539,7 @@ func (x *StreamAckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAckResult.ProtoReflect.Descriptor instead.
 func (*StreamAckResult) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{12}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StreamAckResult) GetAckedCount() int64 {
@@ -1458,7 +1580,7 @@ type StreamNackResult struct {
 
 func (x *StreamNackResult) Reset() {
 	*x = StreamNackResult{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[13]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1592,7 @@ func (x *StreamNackResult) String() string {
 func (*StreamNackResult) ProtoMessage() {}
 
 func (x *StreamNackResult) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[13]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1605,7 @@ func (x *StreamNackResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamNackResult.ProtoReflect.Descriptor instead.
 func (*StreamNackResult) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{13}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StreamNackResult) GetNackedCount() int64 {
@@ -1531,7 +1653,7 @@ type RecordAck struct {
 
 func (x *RecordAck) Reset() {
 	*x = RecordAck{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[14]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1665,7 @@ func (x *RecordAck) String() string {
 func (*RecordAck) ProtoMessage() {}
 
 func (x *RecordAck) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[14]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1678,7 @@ func (x *RecordAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordAck.ProtoReflect.Descriptor instead.
 func (*RecordAck) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{14}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RecordAck) GetTopic() string {
@@ -1611,7 +1733,7 @@ type RangeAck struct {
 
 func (x *RangeAck) Reset() {
 	*x = RangeAck{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[15]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +1745,7 @@ func (x *RangeAck) String() string {
 func (*RangeAck) ProtoMessage() {}
 
 func (x *RangeAck) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[15]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +1758,7 @@ func (x *RangeAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeAck.ProtoReflect.Descriptor instead.
 func (*RangeAck) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{15}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RangeAck) GetTopic() string {
@@ -1689,7 +1811,7 @@ type RejectedRangeAck struct {
 
 func (x *RejectedRangeAck) Reset() {
 	*x = RejectedRangeAck{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[16]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1701,7 +1823,7 @@ func (x *RejectedRangeAck) String() string {
 func (*RejectedRangeAck) ProtoMessage() {}
 
 func (x *RejectedRangeAck) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[16]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1714,7 +1836,7 @@ func (x *RejectedRangeAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectedRangeAck.ProtoReflect.Descriptor instead.
 func (*RejectedRangeAck) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{16}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RejectedRangeAck) GetAck() *RangeAck {
@@ -1753,7 +1875,7 @@ type RejectedAck struct {
 
 func (x *RejectedAck) Reset() {
 	*x = RejectedAck{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[17]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1765,7 +1887,7 @@ func (x *RejectedAck) String() string {
 func (*RejectedAck) ProtoMessage() {}
 
 func (x *RejectedAck) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[17]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1778,7 +1900,7 @@ func (x *RejectedAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectedAck.ProtoReflect.Descriptor instead.
 func (*RejectedAck) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{17}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RejectedAck) GetAck() *RecordAck {
@@ -1819,7 +1941,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[18]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1831,7 +1953,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[18]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1844,7 +1966,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{18}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AckRequest) GetClientId() string {
@@ -1890,7 +2012,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[19]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1902,7 +2024,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[19]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1915,7 +2037,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{19}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AckResponse) GetAckedCount() int64 {
@@ -1961,7 +2083,7 @@ type NackRequest struct {
 
 func (x *NackRequest) Reset() {
 	*x = NackRequest{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[20]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2095,7 @@ func (x *NackRequest) String() string {
 func (*NackRequest) ProtoMessage() {}
 
 func (x *NackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[20]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2108,7 @@ func (x *NackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackRequest.ProtoReflect.Descriptor instead.
 func (*NackRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{20}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *NackRequest) GetClientId() string {
@@ -2048,7 +2170,7 @@ type NackResponse struct {
 
 func (x *NackResponse) Reset() {
 	*x = NackResponse{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[21]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2182,7 @@ func (x *NackResponse) String() string {
 func (*NackResponse) ProtoMessage() {}
 
 func (x *NackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[21]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2195,7 @@ func (x *NackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackResponse.ProtoReflect.Descriptor instead.
 func (*NackResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{21}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NackResponse) GetNackedCount() int64 {
@@ -2129,7 +2251,7 @@ type ReadRangeRequest struct {
 
 func (x *ReadRangeRequest) Reset() {
 	*x = ReadRangeRequest{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[22]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2263,7 @@ func (x *ReadRangeRequest) String() string {
 func (*ReadRangeRequest) ProtoMessage() {}
 
 func (x *ReadRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[22]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2276,7 @@ func (x *ReadRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRangeRequest.ProtoReflect.Descriptor instead.
 func (*ReadRangeRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{22}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReadRangeRequest) GetClientId() string {
@@ -2231,7 +2353,7 @@ type ReadRangeResponse struct {
 
 func (x *ReadRangeResponse) Reset() {
 	*x = ReadRangeResponse{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[23]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2365,7 @@ func (x *ReadRangeResponse) String() string {
 func (*ReadRangeResponse) ProtoMessage() {}
 
 func (x *ReadRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[23]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2378,7 @@ func (x *ReadRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRangeResponse.ProtoReflect.Descriptor instead.
 func (*ReadRangeResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{23}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReadRangeResponse) GetRecords() []*v1.Record {
@@ -2304,7 +2426,7 @@ type OffsetCommit struct {
 
 func (x *OffsetCommit) Reset() {
 	*x = OffsetCommit{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[24]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2316,7 +2438,7 @@ func (x *OffsetCommit) String() string {
 func (*OffsetCommit) ProtoMessage() {}
 
 func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[24]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2329,7 +2451,7 @@ func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetCommit.ProtoReflect.Descriptor instead.
 func (*OffsetCommit) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{24}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *OffsetCommit) GetTopic() string {
@@ -2375,7 +2497,7 @@ type CommitOffsetsRequest struct {
 
 func (x *CommitOffsetsRequest) Reset() {
 	*x = CommitOffsetsRequest{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[25]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2509,7 @@ func (x *CommitOffsetsRequest) String() string {
 func (*CommitOffsetsRequest) ProtoMessage() {}
 
 func (x *CommitOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[25]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2522,7 @@ func (x *CommitOffsetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsetsRequest.ProtoReflect.Descriptor instead.
 func (*CommitOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{25}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CommitOffsetsRequest) GetClientId() string {
@@ -2441,7 +2563,7 @@ type OffsetCommitResult struct {
 
 func (x *OffsetCommitResult) Reset() {
 	*x = OffsetCommitResult{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[26]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2453,7 +2575,7 @@ func (x *OffsetCommitResult) String() string {
 func (*OffsetCommitResult) ProtoMessage() {}
 
 func (x *OffsetCommitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[26]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2466,7 +2588,7 @@ func (x *OffsetCommitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetCommitResult.ProtoReflect.Descriptor instead.
 func (*OffsetCommitResult) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{26}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *OffsetCommitResult) GetCommit() *OffsetCommit {
@@ -2508,7 +2630,7 @@ type CommitOffsetsResponse struct {
 
 func (x *CommitOffsetsResponse) Reset() {
 	*x = CommitOffsetsResponse{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[27]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2520,7 +2642,7 @@ func (x *CommitOffsetsResponse) String() string {
 func (*CommitOffsetsResponse) ProtoMessage() {}
 
 func (x *CommitOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[27]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2533,7 +2655,7 @@ func (x *CommitOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*CommitOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{27}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CommitOffsetsResponse) GetResults() []*OffsetCommitResult {
@@ -2552,7 +2674,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[28]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2564,7 +2686,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[28]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2577,7 +2699,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{28}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{30}
 }
 
 // State of one partition held by the sidecar.
@@ -2613,7 +2735,7 @@ type PartitionStatus struct {
 
 func (x *PartitionStatus) Reset() {
 	*x = PartitionStatus{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[29]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2625,7 +2747,7 @@ func (x *PartitionStatus) String() string {
 func (*PartitionStatus) ProtoMessage() {}
 
 func (x *PartitionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[29]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2638,7 +2760,7 @@ func (x *PartitionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStatus.ProtoReflect.Descriptor instead.
 func (*PartitionStatus) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{29}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PartitionStatus) GetTopic() string {
@@ -2759,7 +2881,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[30]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2771,7 +2893,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[30]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2784,7 +2906,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{30}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StatusResponse) GetSidecarId() string {
@@ -2868,7 +2990,7 @@ var File_dataservice_sidecar_v1_stream_proto protoreflect.FileDescriptor
 
 const file_dataservice_sidecar_v1_stream_proto_rawDesc = "" +
 	"\n" +
-	"#dataservice/sidecar/v1/stream.proto\x12\x16dataservice.sidecar.v1\x1a\"dataservice/common/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\"\xd1\x02\n" +
+	"#dataservice/sidecar/v1/stream.proto\x12\x16dataservice.sidecar.v1\x1a\"dataservice/common/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\"\xea\x02\n" +
 	"\fFetchRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
 	"\x05group\x18\x02 \x01(\tR\x05group\x12\x1f\n" +
@@ -2879,12 +3001,19 @@ const file_dataservice_sidecar_v1_stream_proto_rawDesc = "" +
 	"\bauto_ack\x18\x06 \x01(\bR\aautoAck\x12>\n" +
 	"\x06format\x18\a \x01(\x0e2&.dataservice.sidecar.v1.DeliveryFormatR\x06format\x12?\n" +
 	"\n" +
-	"ack_ranges\x18\b \x03(\v2 .dataservice.sidecar.v1.RangeAckR\tackRanges\"\xcf\x01\n" +
+	"ack_ranges\x18\b \x03(\v2 .dataservice.sidecar.v1.RangeAckR\tackRanges\x12\x17\n" +
+	"\aack_seq\x18\t \x01(\x04R\x06ackSeq\"\xc4\x01\n" +
 	"\rFetchResponse\x127\n" +
 	"\arecords\x18\x01 \x03(\v2\x1d.dataservice.common.v1.RecordR\arecords\x12=\n" +
-	"\abatches\x18\x02 \x03(\v2#.dataservice.sidecar.v1.RecordBatchR\abatches\x12F\n" +
-	"\n" +
-	"ack_result\x18\x04 \x01(\v2'.dataservice.sidecar.v1.StreamAckResultR\tackResult\"\xd6\x02\n" +
+	"\abatches\x18\x02 \x03(\v2#.dataservice.sidecar.v1.RecordBatchR\abatches\x12;\n" +
+	"\x04acks\x18\x04 \x01(\v2'.dataservice.sidecar.v1.FetchAckAnswersR\x04acks\"t\n" +
+	"\x0fFetchAckAnswers\x12\x1f\n" +
+	"\vapplied_seq\x18\x01 \x01(\x04R\n" +
+	"appliedSeq\x12@\n" +
+	"\aanswers\x18\x02 \x03(\v2&.dataservice.sidecar.v1.FetchAckAnswerR\aanswers\"c\n" +
+	"\x0eFetchAckAnswer\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12?\n" +
+	"\x06result\x18\x02 \x01(\v2'.dataservice.sidecar.v1.StreamAckResultR\x06result\"\xd6\x02\n" +
 	"\vSharedBatch\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1f\n" +
@@ -3128,123 +3257,127 @@ func file_dataservice_sidecar_v1_stream_proto_rawDescGZIP() []byte {
 }
 
 var file_dataservice_sidecar_v1_stream_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_dataservice_sidecar_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_dataservice_sidecar_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_dataservice_sidecar_v1_stream_proto_goTypes = []any{
 	(DeliveryFormat)(0),           // 0: dataservice.sidecar.v1.DeliveryFormat
 	(RejectReason)(0),             // 1: dataservice.sidecar.v1.RejectReason
 	(ReadFormat)(0),               // 2: dataservice.sidecar.v1.ReadFormat
 	(*FetchRequest)(nil),          // 3: dataservice.sidecar.v1.FetchRequest
 	(*FetchResponse)(nil),         // 4: dataservice.sidecar.v1.FetchResponse
-	(*SharedBatch)(nil),           // 5: dataservice.sidecar.v1.SharedBatch
-	(*RecordBatch)(nil),           // 6: dataservice.sidecar.v1.RecordBatch
-	(*RecordBatchHeaders)(nil),    // 7: dataservice.sidecar.v1.RecordBatchHeaders
-	(*StreamRequest)(nil),         // 8: dataservice.sidecar.v1.StreamRequest
-	(*StreamOpen)(nil),            // 9: dataservice.sidecar.v1.StreamOpen
-	(*StreamCredit)(nil),          // 10: dataservice.sidecar.v1.StreamCredit
-	(*StreamAcks)(nil),            // 11: dataservice.sidecar.v1.StreamAcks
-	(*StreamNacks)(nil),           // 12: dataservice.sidecar.v1.StreamNacks
-	(*StreamResponse)(nil),        // 13: dataservice.sidecar.v1.StreamResponse
-	(*StreamBatch)(nil),           // 14: dataservice.sidecar.v1.StreamBatch
-	(*StreamAckResult)(nil),       // 15: dataservice.sidecar.v1.StreamAckResult
-	(*StreamNackResult)(nil),      // 16: dataservice.sidecar.v1.StreamNackResult
-	(*RecordAck)(nil),             // 17: dataservice.sidecar.v1.RecordAck
-	(*RangeAck)(nil),              // 18: dataservice.sidecar.v1.RangeAck
-	(*RejectedRangeAck)(nil),      // 19: dataservice.sidecar.v1.RejectedRangeAck
-	(*RejectedAck)(nil),           // 20: dataservice.sidecar.v1.RejectedAck
-	(*AckRequest)(nil),            // 21: dataservice.sidecar.v1.AckRequest
-	(*AckResponse)(nil),           // 22: dataservice.sidecar.v1.AckResponse
-	(*NackRequest)(nil),           // 23: dataservice.sidecar.v1.NackRequest
-	(*NackResponse)(nil),          // 24: dataservice.sidecar.v1.NackResponse
-	(*ReadRangeRequest)(nil),      // 25: dataservice.sidecar.v1.ReadRangeRequest
-	(*ReadRangeResponse)(nil),     // 26: dataservice.sidecar.v1.ReadRangeResponse
-	(*OffsetCommit)(nil),          // 27: dataservice.sidecar.v1.OffsetCommit
-	(*CommitOffsetsRequest)(nil),  // 28: dataservice.sidecar.v1.CommitOffsetsRequest
-	(*OffsetCommitResult)(nil),    // 29: dataservice.sidecar.v1.OffsetCommitResult
-	(*CommitOffsetsResponse)(nil), // 30: dataservice.sidecar.v1.CommitOffsetsResponse
-	(*StatusRequest)(nil),         // 31: dataservice.sidecar.v1.StatusRequest
-	(*PartitionStatus)(nil),       // 32: dataservice.sidecar.v1.PartitionStatus
-	(*StatusResponse)(nil),        // 33: dataservice.sidecar.v1.StatusResponse
-	nil,                           // 34: dataservice.sidecar.v1.StatusResponse.ConsumerConfigEntry
-	(*durationpb.Duration)(nil),   // 35: google.protobuf.Duration
-	(*v1.Record)(nil),             // 36: dataservice.common.v1.Record
-	(*v1.Header)(nil),             // 37: dataservice.common.v1.Header
-	(v1.GroupMode)(0),             // 38: dataservice.common.v1.GroupMode
+	(*FetchAckAnswers)(nil),       // 5: dataservice.sidecar.v1.FetchAckAnswers
+	(*FetchAckAnswer)(nil),        // 6: dataservice.sidecar.v1.FetchAckAnswer
+	(*SharedBatch)(nil),           // 7: dataservice.sidecar.v1.SharedBatch
+	(*RecordBatch)(nil),           // 8: dataservice.sidecar.v1.RecordBatch
+	(*RecordBatchHeaders)(nil),    // 9: dataservice.sidecar.v1.RecordBatchHeaders
+	(*StreamRequest)(nil),         // 10: dataservice.sidecar.v1.StreamRequest
+	(*StreamOpen)(nil),            // 11: dataservice.sidecar.v1.StreamOpen
+	(*StreamCredit)(nil),          // 12: dataservice.sidecar.v1.StreamCredit
+	(*StreamAcks)(nil),            // 13: dataservice.sidecar.v1.StreamAcks
+	(*StreamNacks)(nil),           // 14: dataservice.sidecar.v1.StreamNacks
+	(*StreamResponse)(nil),        // 15: dataservice.sidecar.v1.StreamResponse
+	(*StreamBatch)(nil),           // 16: dataservice.sidecar.v1.StreamBatch
+	(*StreamAckResult)(nil),       // 17: dataservice.sidecar.v1.StreamAckResult
+	(*StreamNackResult)(nil),      // 18: dataservice.sidecar.v1.StreamNackResult
+	(*RecordAck)(nil),             // 19: dataservice.sidecar.v1.RecordAck
+	(*RangeAck)(nil),              // 20: dataservice.sidecar.v1.RangeAck
+	(*RejectedRangeAck)(nil),      // 21: dataservice.sidecar.v1.RejectedRangeAck
+	(*RejectedAck)(nil),           // 22: dataservice.sidecar.v1.RejectedAck
+	(*AckRequest)(nil),            // 23: dataservice.sidecar.v1.AckRequest
+	(*AckResponse)(nil),           // 24: dataservice.sidecar.v1.AckResponse
+	(*NackRequest)(nil),           // 25: dataservice.sidecar.v1.NackRequest
+	(*NackResponse)(nil),          // 26: dataservice.sidecar.v1.NackResponse
+	(*ReadRangeRequest)(nil),      // 27: dataservice.sidecar.v1.ReadRangeRequest
+	(*ReadRangeResponse)(nil),     // 28: dataservice.sidecar.v1.ReadRangeResponse
+	(*OffsetCommit)(nil),          // 29: dataservice.sidecar.v1.OffsetCommit
+	(*CommitOffsetsRequest)(nil),  // 30: dataservice.sidecar.v1.CommitOffsetsRequest
+	(*OffsetCommitResult)(nil),    // 31: dataservice.sidecar.v1.OffsetCommitResult
+	(*CommitOffsetsResponse)(nil), // 32: dataservice.sidecar.v1.CommitOffsetsResponse
+	(*StatusRequest)(nil),         // 33: dataservice.sidecar.v1.StatusRequest
+	(*PartitionStatus)(nil),       // 34: dataservice.sidecar.v1.PartitionStatus
+	(*StatusResponse)(nil),        // 35: dataservice.sidecar.v1.StatusResponse
+	nil,                           // 36: dataservice.sidecar.v1.StatusResponse.ConsumerConfigEntry
+	(*durationpb.Duration)(nil),   // 37: google.protobuf.Duration
+	(*v1.Record)(nil),             // 38: dataservice.common.v1.Record
+	(*v1.Header)(nil),             // 39: dataservice.common.v1.Header
+	(v1.GroupMode)(0),             // 40: dataservice.common.v1.GroupMode
 }
 var file_dataservice_sidecar_v1_stream_proto_depIdxs = []int32{
-	35, // 0: dataservice.sidecar.v1.FetchRequest.max_wait:type_name -> google.protobuf.Duration
+	37, // 0: dataservice.sidecar.v1.FetchRequest.max_wait:type_name -> google.protobuf.Duration
 	0,  // 1: dataservice.sidecar.v1.FetchRequest.format:type_name -> dataservice.sidecar.v1.DeliveryFormat
-	18, // 2: dataservice.sidecar.v1.FetchRequest.ack_ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	36, // 3: dataservice.sidecar.v1.FetchResponse.records:type_name -> dataservice.common.v1.Record
-	6,  // 4: dataservice.sidecar.v1.FetchResponse.batches:type_name -> dataservice.sidecar.v1.RecordBatch
-	15, // 5: dataservice.sidecar.v1.FetchResponse.ack_result:type_name -> dataservice.sidecar.v1.StreamAckResult
-	7,  // 6: dataservice.sidecar.v1.RecordBatch.headers:type_name -> dataservice.sidecar.v1.RecordBatchHeaders
-	37, // 7: dataservice.sidecar.v1.RecordBatchHeaders.headers:type_name -> dataservice.common.v1.Header
-	9,  // 8: dataservice.sidecar.v1.StreamRequest.open:type_name -> dataservice.sidecar.v1.StreamOpen
-	10, // 9: dataservice.sidecar.v1.StreamRequest.credit:type_name -> dataservice.sidecar.v1.StreamCredit
-	11, // 10: dataservice.sidecar.v1.StreamRequest.acks:type_name -> dataservice.sidecar.v1.StreamAcks
-	12, // 11: dataservice.sidecar.v1.StreamRequest.nacks:type_name -> dataservice.sidecar.v1.StreamNacks
-	10, // 12: dataservice.sidecar.v1.StreamOpen.initial_credit:type_name -> dataservice.sidecar.v1.StreamCredit
-	0,  // 13: dataservice.sidecar.v1.StreamOpen.format:type_name -> dataservice.sidecar.v1.DeliveryFormat
-	35, // 14: dataservice.sidecar.v1.StreamOpen.linger:type_name -> google.protobuf.Duration
-	17, // 15: dataservice.sidecar.v1.StreamAcks.acks:type_name -> dataservice.sidecar.v1.RecordAck
-	18, // 16: dataservice.sidecar.v1.StreamAcks.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	17, // 17: dataservice.sidecar.v1.StreamNacks.records:type_name -> dataservice.sidecar.v1.RecordAck
-	18, // 18: dataservice.sidecar.v1.StreamNacks.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	35, // 19: dataservice.sidecar.v1.StreamNacks.delay:type_name -> google.protobuf.Duration
-	14, // 20: dataservice.sidecar.v1.StreamResponse.batch:type_name -> dataservice.sidecar.v1.StreamBatch
-	15, // 21: dataservice.sidecar.v1.StreamResponse.ack_result:type_name -> dataservice.sidecar.v1.StreamAckResult
-	16, // 22: dataservice.sidecar.v1.StreamResponse.nack_result:type_name -> dataservice.sidecar.v1.StreamNackResult
-	36, // 23: dataservice.sidecar.v1.StreamBatch.records:type_name -> dataservice.common.v1.Record
-	6,  // 24: dataservice.sidecar.v1.StreamBatch.batches:type_name -> dataservice.sidecar.v1.RecordBatch
-	5,  // 25: dataservice.sidecar.v1.StreamBatch.shared:type_name -> dataservice.sidecar.v1.SharedBatch
-	15, // 26: dataservice.sidecar.v1.StreamBatch.ack_results:type_name -> dataservice.sidecar.v1.StreamAckResult
-	20, // 27: dataservice.sidecar.v1.StreamAckResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	19, // 28: dataservice.sidecar.v1.StreamAckResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	20, // 29: dataservice.sidecar.v1.StreamNackResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	19, // 30: dataservice.sidecar.v1.StreamNackResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	18, // 31: dataservice.sidecar.v1.RejectedRangeAck.ack:type_name -> dataservice.sidecar.v1.RangeAck
-	1,  // 32: dataservice.sidecar.v1.RejectedRangeAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
-	17, // 33: dataservice.sidecar.v1.RejectedAck.ack:type_name -> dataservice.sidecar.v1.RecordAck
-	1,  // 34: dataservice.sidecar.v1.RejectedAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
-	17, // 35: dataservice.sidecar.v1.AckRequest.acks:type_name -> dataservice.sidecar.v1.RecordAck
-	18, // 36: dataservice.sidecar.v1.AckRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	20, // 37: dataservice.sidecar.v1.AckResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	19, // 38: dataservice.sidecar.v1.AckResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	17, // 39: dataservice.sidecar.v1.NackRequest.records:type_name -> dataservice.sidecar.v1.RecordAck
-	18, // 40: dataservice.sidecar.v1.NackRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	35, // 41: dataservice.sidecar.v1.NackRequest.delay:type_name -> google.protobuf.Duration
-	20, // 42: dataservice.sidecar.v1.NackResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	19, // 43: dataservice.sidecar.v1.NackResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	2,  // 44: dataservice.sidecar.v1.ReadRangeRequest.format:type_name -> dataservice.sidecar.v1.ReadFormat
-	36, // 45: dataservice.sidecar.v1.ReadRangeResponse.records:type_name -> dataservice.common.v1.Record
-	27, // 46: dataservice.sidecar.v1.CommitOffsetsRequest.offsets:type_name -> dataservice.sidecar.v1.OffsetCommit
-	27, // 47: dataservice.sidecar.v1.OffsetCommitResult.commit:type_name -> dataservice.sidecar.v1.OffsetCommit
-	1,  // 48: dataservice.sidecar.v1.OffsetCommitResult.reason:type_name -> dataservice.sidecar.v1.RejectReason
-	29, // 49: dataservice.sidecar.v1.CommitOffsetsResponse.results:type_name -> dataservice.sidecar.v1.OffsetCommitResult
-	35, // 50: dataservice.sidecar.v1.PartitionStatus.lease_deadline_remaining:type_name -> google.protobuf.Duration
-	38, // 51: dataservice.sidecar.v1.StatusResponse.mode:type_name -> dataservice.common.v1.GroupMode
-	32, // 52: dataservice.sidecar.v1.StatusResponse.partitions:type_name -> dataservice.sidecar.v1.PartitionStatus
-	34, // 53: dataservice.sidecar.v1.StatusResponse.consumer_config:type_name -> dataservice.sidecar.v1.StatusResponse.ConsumerConfigEntry
-	35, // 54: dataservice.sidecar.v1.StatusResponse.visibility_timeout:type_name -> google.protobuf.Duration
-	3,  // 55: dataservice.sidecar.v1.StreamService.Fetch:input_type -> dataservice.sidecar.v1.FetchRequest
-	8,  // 56: dataservice.sidecar.v1.StreamService.Stream:input_type -> dataservice.sidecar.v1.StreamRequest
-	21, // 57: dataservice.sidecar.v1.StreamService.Ack:input_type -> dataservice.sidecar.v1.AckRequest
-	23, // 58: dataservice.sidecar.v1.StreamService.Nack:input_type -> dataservice.sidecar.v1.NackRequest
-	25, // 59: dataservice.sidecar.v1.StreamService.ReadRange:input_type -> dataservice.sidecar.v1.ReadRangeRequest
-	28, // 60: dataservice.sidecar.v1.StreamService.CommitOffsets:input_type -> dataservice.sidecar.v1.CommitOffsetsRequest
-	31, // 61: dataservice.sidecar.v1.StreamService.Status:input_type -> dataservice.sidecar.v1.StatusRequest
-	4,  // 62: dataservice.sidecar.v1.StreamService.Fetch:output_type -> dataservice.sidecar.v1.FetchResponse
-	13, // 63: dataservice.sidecar.v1.StreamService.Stream:output_type -> dataservice.sidecar.v1.StreamResponse
-	22, // 64: dataservice.sidecar.v1.StreamService.Ack:output_type -> dataservice.sidecar.v1.AckResponse
-	24, // 65: dataservice.sidecar.v1.StreamService.Nack:output_type -> dataservice.sidecar.v1.NackResponse
-	26, // 66: dataservice.sidecar.v1.StreamService.ReadRange:output_type -> dataservice.sidecar.v1.ReadRangeResponse
-	30, // 67: dataservice.sidecar.v1.StreamService.CommitOffsets:output_type -> dataservice.sidecar.v1.CommitOffsetsResponse
-	33, // 68: dataservice.sidecar.v1.StreamService.Status:output_type -> dataservice.sidecar.v1.StatusResponse
-	62, // [62:69] is the sub-list for method output_type
-	55, // [55:62] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	20, // 2: dataservice.sidecar.v1.FetchRequest.ack_ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	38, // 3: dataservice.sidecar.v1.FetchResponse.records:type_name -> dataservice.common.v1.Record
+	8,  // 4: dataservice.sidecar.v1.FetchResponse.batches:type_name -> dataservice.sidecar.v1.RecordBatch
+	5,  // 5: dataservice.sidecar.v1.FetchResponse.acks:type_name -> dataservice.sidecar.v1.FetchAckAnswers
+	6,  // 6: dataservice.sidecar.v1.FetchAckAnswers.answers:type_name -> dataservice.sidecar.v1.FetchAckAnswer
+	17, // 7: dataservice.sidecar.v1.FetchAckAnswer.result:type_name -> dataservice.sidecar.v1.StreamAckResult
+	9,  // 8: dataservice.sidecar.v1.RecordBatch.headers:type_name -> dataservice.sidecar.v1.RecordBatchHeaders
+	39, // 9: dataservice.sidecar.v1.RecordBatchHeaders.headers:type_name -> dataservice.common.v1.Header
+	11, // 10: dataservice.sidecar.v1.StreamRequest.open:type_name -> dataservice.sidecar.v1.StreamOpen
+	12, // 11: dataservice.sidecar.v1.StreamRequest.credit:type_name -> dataservice.sidecar.v1.StreamCredit
+	13, // 12: dataservice.sidecar.v1.StreamRequest.acks:type_name -> dataservice.sidecar.v1.StreamAcks
+	14, // 13: dataservice.sidecar.v1.StreamRequest.nacks:type_name -> dataservice.sidecar.v1.StreamNacks
+	12, // 14: dataservice.sidecar.v1.StreamOpen.initial_credit:type_name -> dataservice.sidecar.v1.StreamCredit
+	0,  // 15: dataservice.sidecar.v1.StreamOpen.format:type_name -> dataservice.sidecar.v1.DeliveryFormat
+	37, // 16: dataservice.sidecar.v1.StreamOpen.linger:type_name -> google.protobuf.Duration
+	19, // 17: dataservice.sidecar.v1.StreamAcks.acks:type_name -> dataservice.sidecar.v1.RecordAck
+	20, // 18: dataservice.sidecar.v1.StreamAcks.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	19, // 19: dataservice.sidecar.v1.StreamNacks.records:type_name -> dataservice.sidecar.v1.RecordAck
+	20, // 20: dataservice.sidecar.v1.StreamNacks.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	37, // 21: dataservice.sidecar.v1.StreamNacks.delay:type_name -> google.protobuf.Duration
+	16, // 22: dataservice.sidecar.v1.StreamResponse.batch:type_name -> dataservice.sidecar.v1.StreamBatch
+	17, // 23: dataservice.sidecar.v1.StreamResponse.ack_result:type_name -> dataservice.sidecar.v1.StreamAckResult
+	18, // 24: dataservice.sidecar.v1.StreamResponse.nack_result:type_name -> dataservice.sidecar.v1.StreamNackResult
+	38, // 25: dataservice.sidecar.v1.StreamBatch.records:type_name -> dataservice.common.v1.Record
+	8,  // 26: dataservice.sidecar.v1.StreamBatch.batches:type_name -> dataservice.sidecar.v1.RecordBatch
+	7,  // 27: dataservice.sidecar.v1.StreamBatch.shared:type_name -> dataservice.sidecar.v1.SharedBatch
+	17, // 28: dataservice.sidecar.v1.StreamBatch.ack_results:type_name -> dataservice.sidecar.v1.StreamAckResult
+	22, // 29: dataservice.sidecar.v1.StreamAckResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	21, // 30: dataservice.sidecar.v1.StreamAckResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	22, // 31: dataservice.sidecar.v1.StreamNackResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	21, // 32: dataservice.sidecar.v1.StreamNackResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	20, // 33: dataservice.sidecar.v1.RejectedRangeAck.ack:type_name -> dataservice.sidecar.v1.RangeAck
+	1,  // 34: dataservice.sidecar.v1.RejectedRangeAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
+	19, // 35: dataservice.sidecar.v1.RejectedAck.ack:type_name -> dataservice.sidecar.v1.RecordAck
+	1,  // 36: dataservice.sidecar.v1.RejectedAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
+	19, // 37: dataservice.sidecar.v1.AckRequest.acks:type_name -> dataservice.sidecar.v1.RecordAck
+	20, // 38: dataservice.sidecar.v1.AckRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	22, // 39: dataservice.sidecar.v1.AckResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	21, // 40: dataservice.sidecar.v1.AckResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	19, // 41: dataservice.sidecar.v1.NackRequest.records:type_name -> dataservice.sidecar.v1.RecordAck
+	20, // 42: dataservice.sidecar.v1.NackRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	37, // 43: dataservice.sidecar.v1.NackRequest.delay:type_name -> google.protobuf.Duration
+	22, // 44: dataservice.sidecar.v1.NackResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	21, // 45: dataservice.sidecar.v1.NackResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	2,  // 46: dataservice.sidecar.v1.ReadRangeRequest.format:type_name -> dataservice.sidecar.v1.ReadFormat
+	38, // 47: dataservice.sidecar.v1.ReadRangeResponse.records:type_name -> dataservice.common.v1.Record
+	29, // 48: dataservice.sidecar.v1.CommitOffsetsRequest.offsets:type_name -> dataservice.sidecar.v1.OffsetCommit
+	29, // 49: dataservice.sidecar.v1.OffsetCommitResult.commit:type_name -> dataservice.sidecar.v1.OffsetCommit
+	1,  // 50: dataservice.sidecar.v1.OffsetCommitResult.reason:type_name -> dataservice.sidecar.v1.RejectReason
+	31, // 51: dataservice.sidecar.v1.CommitOffsetsResponse.results:type_name -> dataservice.sidecar.v1.OffsetCommitResult
+	37, // 52: dataservice.sidecar.v1.PartitionStatus.lease_deadline_remaining:type_name -> google.protobuf.Duration
+	40, // 53: dataservice.sidecar.v1.StatusResponse.mode:type_name -> dataservice.common.v1.GroupMode
+	34, // 54: dataservice.sidecar.v1.StatusResponse.partitions:type_name -> dataservice.sidecar.v1.PartitionStatus
+	36, // 55: dataservice.sidecar.v1.StatusResponse.consumer_config:type_name -> dataservice.sidecar.v1.StatusResponse.ConsumerConfigEntry
+	37, // 56: dataservice.sidecar.v1.StatusResponse.visibility_timeout:type_name -> google.protobuf.Duration
+	3,  // 57: dataservice.sidecar.v1.StreamService.Fetch:input_type -> dataservice.sidecar.v1.FetchRequest
+	10, // 58: dataservice.sidecar.v1.StreamService.Stream:input_type -> dataservice.sidecar.v1.StreamRequest
+	23, // 59: dataservice.sidecar.v1.StreamService.Ack:input_type -> dataservice.sidecar.v1.AckRequest
+	25, // 60: dataservice.sidecar.v1.StreamService.Nack:input_type -> dataservice.sidecar.v1.NackRequest
+	27, // 61: dataservice.sidecar.v1.StreamService.ReadRange:input_type -> dataservice.sidecar.v1.ReadRangeRequest
+	30, // 62: dataservice.sidecar.v1.StreamService.CommitOffsets:input_type -> dataservice.sidecar.v1.CommitOffsetsRequest
+	33, // 63: dataservice.sidecar.v1.StreamService.Status:input_type -> dataservice.sidecar.v1.StatusRequest
+	4,  // 64: dataservice.sidecar.v1.StreamService.Fetch:output_type -> dataservice.sidecar.v1.FetchResponse
+	15, // 65: dataservice.sidecar.v1.StreamService.Stream:output_type -> dataservice.sidecar.v1.StreamResponse
+	24, // 66: dataservice.sidecar.v1.StreamService.Ack:output_type -> dataservice.sidecar.v1.AckResponse
+	26, // 67: dataservice.sidecar.v1.StreamService.Nack:output_type -> dataservice.sidecar.v1.NackResponse
+	28, // 68: dataservice.sidecar.v1.StreamService.ReadRange:output_type -> dataservice.sidecar.v1.ReadRangeResponse
+	32, // 69: dataservice.sidecar.v1.StreamService.CommitOffsets:output_type -> dataservice.sidecar.v1.CommitOffsetsResponse
+	35, // 70: dataservice.sidecar.v1.StreamService.Status:output_type -> dataservice.sidecar.v1.StatusResponse
+	64, // [64:71] is the sub-list for method output_type
+	57, // [57:64] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_dataservice_sidecar_v1_stream_proto_init() }
@@ -3252,13 +3385,13 @@ func file_dataservice_sidecar_v1_stream_proto_init() {
 	if File_dataservice_sidecar_v1_stream_proto != nil {
 		return
 	}
-	file_dataservice_sidecar_v1_stream_proto_msgTypes[5].OneofWrappers = []any{
+	file_dataservice_sidecar_v1_stream_proto_msgTypes[7].OneofWrappers = []any{
 		(*StreamRequest_Open)(nil),
 		(*StreamRequest_Credit)(nil),
 		(*StreamRequest_Acks)(nil),
 		(*StreamRequest_Nacks)(nil),
 	}
-	file_dataservice_sidecar_v1_stream_proto_msgTypes[10].OneofWrappers = []any{
+	file_dataservice_sidecar_v1_stream_proto_msgTypes[12].OneofWrappers = []any{
 		(*StreamResponse_Batch)(nil),
 		(*StreamResponse_AckResult)(nil),
 		(*StreamResponse_NackResult)(nil),
@@ -3269,7 +3402,7 @@ func file_dataservice_sidecar_v1_stream_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dataservice_sidecar_v1_stream_proto_rawDesc), len(file_dataservice_sidecar_v1_stream_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   32,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -188,6 +188,7 @@ class FetchRequest(_message.Message):
     AUTO_ACK_FIELD_NUMBER: _builtins.int
     FORMAT_FIELD_NUMBER: _builtins.int
     ACK_RANGES_FIELD_NUMBER: _builtins.int
+    ACK_SEQ_FIELD_NUMBER: _builtins.int
     client_id: _builtins.str
     """Application client id (as bound with BindingService.Bind)."""
     group: _builtins.str
@@ -204,6 +205,10 @@ class FetchRequest(_message.Message):
     """
     format: Global___DeliveryFormat.ValueType
     """How the records are encoded in the response; unset = DELIVERY_FORMAT_RECORDS."""
+    ack_seq: _builtins.int
+    """The client's number for the acks this request carries: > 0 with ack_ranges, unique
+    among this client's carried acks to this sidecar (a counter); names their answer.
+    """
     @_builtins.property
     def max_wait(self) -> _duration_pb2.Duration:
         """How long to wait for records when none are buffered; unset = server default (500 ms),
@@ -214,13 +219,14 @@ class FetchRequest(_message.Message):
     def ack_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___RangeAck]:
         """Range acks of records this sidecar delivered to this client earlier (a fetch loop's
         previous batch), carried instead of an Ack call of their own. They are checked and
-        applied as Ack's ranges are before the fetch takes records, and committed while it
-        waits; the response comes once they are committed, with their answer in
-        FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-        a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+        applied as Ack's ranges are before the fetch takes records; their commit runs beside
+        the fetch, which does not wait for it. Their answer comes in this response's acks if
+        the commit was made by then, else in the next response to this client
+        (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+        commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
         Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-        nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-        unset: the client then sends the same acks with Ack.
+        nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+        0): the client then sends the same acks with Ack.
         """
 
     def __init__(
@@ -234,10 +240,11 @@ class FetchRequest(_message.Message):
         auto_ack: _builtins.bool = ...,
         format: Global___DeliveryFormat.ValueType = ...,
         ack_ranges: _abc.Iterable[Global___RangeAck] | None = ...,
+        ack_seq: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["max_wait", b"max_wait"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_ranges", b"ack_ranges", "auto_ack", b"auto_ack", "client_id", b"client_id", "format", b"format", "group", b"group", "max_bytes", b"max_bytes", "max_records", b"max_records", "max_wait", b"max_wait"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_ranges", b"ack_ranges", "ack_seq", b"ack_seq", "auto_ack", b"auto_ack", "client_id", b"client_id", "format", b"format", "group", b"group", "max_bytes", b"max_bytes", "max_records", b"max_records", "max_wait", b"max_wait"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -251,7 +258,7 @@ class FetchResponse(_message.Message):
 
     RECORDS_FIELD_NUMBER: _builtins.int
     BATCHES_FIELD_NUMBER: _builtins.int
-    ACK_RESULT_FIELD_NUMBER: _builtins.int
+    ACKS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Record]:
         """Records delivered, in offset order within each partition; may be empty
@@ -265,10 +272,11 @@ class FetchResponse(_message.Message):
         """
 
     @_builtins.property
-    def ack_result(self) -> Global___StreamAckResult:
-        """The answer to the request's ack_ranges, set whenever it carried any (acked_count and
-        the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
-        ack_results, so that one reader reads both in place.
+    def acks(self) -> Global___FetchAckAnswers:
+        """Answers to acks this client carried in Fetch requests (its ack_ranges), those whose
+        commit has been made since the last response to it; set when the request carried acks
+        or answers are ready. Field 4, as StreamBatch's ack_results, so that one reader reads
+        both in place.
         """
 
     def __init__(
@@ -276,15 +284,71 @@ class FetchResponse(_message.Message):
         *,
         records: _abc.Iterable[_common_pb2.Record] | None = ...,
         batches: _abc.Iterable[Global___RecordBatch] | None = ...,
-        ack_result: Global___StreamAckResult | None = ...,
+        acks: Global___FetchAckAnswers | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack_result", b"ack_result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_result", b"ack_result", "batches", b"batches", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "batches", b"batches", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FetchResponse: _TypeAlias = FetchResponse  # noqa: Y015
+
+@_typing.final
+class FetchAckAnswers(_message.Message):
+    """What a Fetch response says of the acks its client carried in Fetch requests."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    APPLIED_SEQ_FIELD_NUMBER: _builtins.int
+    ANSWERS_FIELD_NUMBER: _builtins.int
+    applied_seq: _builtins.int
+    """The request's ack_seq when it carried acks and they were applied; 0 otherwise."""
+    @_builtins.property
+    def answers(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchAckAnswer]:
+        """Carried acks whose commit has been made (or refused), each once, by ack_seq."""
+
+    def __init__(
+        self,
+        *,
+        applied_seq: _builtins.int = ...,
+        answers: _abc.Iterable[Global___FetchAckAnswer] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answers", b"answers", "applied_seq", b"applied_seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchAckAnswers: _TypeAlias = FetchAckAnswers  # noqa: Y015
+
+@_typing.final
+class FetchAckAnswer(_message.Message):
+    """The answer to the acks one Fetch request carried."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SEQ_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    seq: _builtins.int
+    """The ack_seq of the request that carried them."""
+    @_builtins.property
+    def result(self) -> Global___StreamAckResult:
+        """Accepted count and refusals, as AckResponse has them."""
+
+    def __init__(
+        self,
+        *,
+        seq: _builtins.int = ...,
+        result: Global___StreamAckResult | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["result", b"result", "seq", b"seq"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchAckAnswer: _TypeAlias = FetchAckAnswer  # noqa: Y015
 
 @_typing.final
 class SharedBatch(_message.Message):

@@ -753,13 +753,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      * <pre>
      * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
      * previous batch), carried instead of an Ack call of their own. They are checked and
-     * applied as Ack's ranges are before the fetch takes records, and committed while it
-     * waits; the response comes once they are committed, with their answer in
-     * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-     * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+     * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+     * the fetch, which does not wait for it. Their answer comes in this response's acks if
+     * the commit was made by then, else in the next response to this client
+     * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+     * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
      * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-     * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-     * unset: the client then sends the same acks with Ack.
+     * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+     * 0): the client then sends the same acks with Ack.
      * </pre>
      *
      * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -770,13 +771,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      * <pre>
      * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
      * previous batch), carried instead of an Ack call of their own. They are checked and
-     * applied as Ack's ranges are before the fetch takes records, and committed while it
-     * waits; the response comes once they are committed, with their answer in
-     * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-     * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+     * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+     * the fetch, which does not wait for it. Their answer comes in this response's acks if
+     * the commit was made by then, else in the next response to this client
+     * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+     * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
      * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-     * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-     * unset: the client then sends the same acks with Ack.
+     * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+     * 0): the client then sends the same acks with Ack.
      * </pre>
      *
      * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -786,13 +788,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      * <pre>
      * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
      * previous batch), carried instead of an Ack call of their own. They are checked and
-     * applied as Ack's ranges are before the fetch takes records, and committed while it
-     * waits; the response comes once they are committed, with their answer in
-     * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-     * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+     * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+     * the fetch, which does not wait for it. Their answer comes in this response's acks if
+     * the commit was made by then, else in the next response to this client
+     * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+     * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
      * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-     * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-     * unset: the client then sends the same acks with Ack.
+     * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+     * 0): the client then sends the same acks with Ack.
      * </pre>
      *
      * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -802,13 +805,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      * <pre>
      * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
      * previous batch), carried instead of an Ack call of their own. They are checked and
-     * applied as Ack's ranges are before the fetch takes records, and committed while it
-     * waits; the response comes once they are committed, with their answer in
-     * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-     * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+     * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+     * the fetch, which does not wait for it. Their answer comes in this response's acks if
+     * the commit was made by then, else in the next response to this client
+     * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+     * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
      * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-     * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-     * unset: the client then sends the same acks with Ack.
+     * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+     * 0): the client then sends the same acks with Ack.
      * </pre>
      *
      * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -819,19 +823,31 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      * <pre>
      * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
      * previous batch), carried instead of an Ack call of their own. They are checked and
-     * applied as Ack's ranges are before the fetch takes records, and committed while it
-     * waits; the response comes once they are committed, with their answer in
-     * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-     * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+     * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+     * the fetch, which does not wait for it. Their answer comes in this response's acks if
+     * the commit was made by then, else in the next response to this client
+     * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+     * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
      * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-     * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-     * unset: the client then sends the same acks with Ack.
+     * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+     * 0): the client then sends the same acks with Ack.
      * </pre>
      *
      * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
      */
     dataservice.sidecar.v1.Stream.RangeAckOrBuilder getAckRangesOrBuilder(
         int index);
+
+    /**
+     * <pre>
+     * The client's number for the acks this request carries: &gt; 0 with ack_ranges, unique
+     * among this client's carried acks to this sidecar (a counter); names their answer.
+     * </pre>
+     *
+     * <code>uint64 ack_seq = 9;</code>
+     * @return The ackSeq.
+     */
+    long getAckSeq();
   }
   /**
    * <pre>
@@ -1094,13 +1110,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      * <pre>
      * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
      * previous batch), carried instead of an Ack call of their own. They are checked and
-     * applied as Ack's ranges are before the fetch takes records, and committed while it
-     * waits; the response comes once they are committed, with their answer in
-     * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-     * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+     * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+     * the fetch, which does not wait for it. Their answer comes in this response's acks if
+     * the commit was made by then, else in the next response to this client
+     * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+     * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
      * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-     * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-     * unset: the client then sends the same acks with Ack.
+     * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+     * 0): the client then sends the same acks with Ack.
      * </pre>
      *
      * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -1113,13 +1130,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      * <pre>
      * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
      * previous batch), carried instead of an Ack call of their own. They are checked and
-     * applied as Ack's ranges are before the fetch takes records, and committed while it
-     * waits; the response comes once they are committed, with their answer in
-     * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-     * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+     * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+     * the fetch, which does not wait for it. Their answer comes in this response's acks if
+     * the commit was made by then, else in the next response to this client
+     * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+     * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
      * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-     * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-     * unset: the client then sends the same acks with Ack.
+     * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+     * 0): the client then sends the same acks with Ack.
      * </pre>
      *
      * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -1133,13 +1151,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      * <pre>
      * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
      * previous batch), carried instead of an Ack call of their own. They are checked and
-     * applied as Ack's ranges are before the fetch takes records, and committed while it
-     * waits; the response comes once they are committed, with their answer in
-     * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-     * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+     * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+     * the fetch, which does not wait for it. Their answer comes in this response's acks if
+     * the commit was made by then, else in the next response to this client
+     * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+     * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
      * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-     * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-     * unset: the client then sends the same acks with Ack.
+     * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+     * 0): the client then sends the same acks with Ack.
      * </pre>
      *
      * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -1152,13 +1171,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      * <pre>
      * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
      * previous batch), carried instead of an Ack call of their own. They are checked and
-     * applied as Ack's ranges are before the fetch takes records, and committed while it
-     * waits; the response comes once they are committed, with their answer in
-     * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-     * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+     * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+     * the fetch, which does not wait for it. Their answer comes in this response's acks if
+     * the commit was made by then, else in the next response to this client
+     * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+     * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
      * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-     * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-     * unset: the client then sends the same acks with Ack.
+     * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+     * 0): the client then sends the same acks with Ack.
      * </pre>
      *
      * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -1171,13 +1191,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      * <pre>
      * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
      * previous batch), carried instead of an Ack call of their own. They are checked and
-     * applied as Ack's ranges are before the fetch takes records, and committed while it
-     * waits; the response comes once they are committed, with their answer in
-     * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-     * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+     * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+     * the fetch, which does not wait for it. Their answer comes in this response's acks if
+     * the commit was made by then, else in the next response to this client
+     * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+     * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
      * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-     * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-     * unset: the client then sends the same acks with Ack.
+     * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+     * 0): the client then sends the same acks with Ack.
      * </pre>
      *
      * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -1186,6 +1207,22 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
     public dataservice.sidecar.v1.Stream.RangeAckOrBuilder getAckRangesOrBuilder(
         int index) {
       return ackRanges_.get(index);
+    }
+
+    public static final int ACK_SEQ_FIELD_NUMBER = 9;
+    private long ackSeq_ = 0L;
+    /**
+     * <pre>
+     * The client's number for the acks this request carries: &gt; 0 with ack_ranges, unique
+     * among this client's carried acks to this sidecar (a counter); names their answer.
+     * </pre>
+     *
+     * <code>uint64 ack_seq = 9;</code>
+     * @return The ackSeq.
+     */
+    @java.lang.Override
+    public long getAckSeq() {
+      return ackSeq_;
     }
 
     private byte memoizedIsInitialized = -1;
@@ -1226,6 +1263,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       for (int i = 0; i < ackRanges_.size(); i++) {
         output.writeMessage(8, ackRanges_.get(i));
       }
+      if (ackSeq_ != 0L) {
+        output.writeUInt64(9, ackSeq_);
+      }
       getUnknownFields().writeTo(output);
     }
 
@@ -1265,6 +1305,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         size += com.google.protobuf.CodedOutputStream
           .computeMessageSize(8, ackRanges_.get(i));
       }
+      if (ackSeq_ != 0L) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeUInt64Size(9, ackSeq_);
+      }
       size += getUnknownFields().getSerializedSize();
       memoizedSize = size;
       return size;
@@ -1298,6 +1342,8 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       if (format_ != other.format_) return false;
       if (!getAckRangesList()
           .equals(other.getAckRangesList())) return false;
+      if (getAckSeq()
+          != other.getAckSeq()) return false;
       if (!getUnknownFields().equals(other.getUnknownFields())) return false;
       return true;
     }
@@ -1331,6 +1377,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         hash = (37 * hash) + ACK_RANGES_FIELD_NUMBER;
         hash = (53 * hash) + getAckRangesList().hashCode();
       }
+      hash = (37 * hash) + ACK_SEQ_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+          getAckSeq());
       hash = (29 * hash) + getUnknownFields().hashCode();
       memoizedHashCode = hash;
       return hash;
@@ -1491,6 +1540,7 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           ackRangesBuilder_.clear();
         }
         bitField0_ = (bitField0_ & ~0x00000080);
+        ackSeq_ = 0L;
         return this;
       }
 
@@ -1562,6 +1612,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         if (((from_bitField0_ & 0x00000040) != 0)) {
           result.format_ = format_;
         }
+        if (((from_bitField0_ & 0x00000100) != 0)) {
+          result.ackSeq_ = ackSeq_;
+        }
         result.bitField0_ |= to_bitField0_;
       }
 
@@ -1627,6 +1680,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
               ackRangesBuilder_.addAllMessages(other.ackRanges_);
             }
           }
+        }
+        if (other.getAckSeq() != 0L) {
+          setAckSeq(other.getAckSeq());
         }
         this.mergeUnknownFields(other.getUnknownFields());
         onChanged();
@@ -1704,6 +1760,11 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
                 }
                 break;
               } // case 66
+              case 72: {
+                ackSeq_ = input.readUInt64();
+                bitField0_ |= 0x00000100;
+                break;
+              } // case 72
               default: {
                 if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                   done = true; // was an endgroup tag
@@ -2296,13 +2357,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
        * previous batch), carried instead of an Ack call of their own. They are checked and
-       * applied as Ack's ranges are before the fetch takes records, and committed while it
-       * waits; the response comes once they are committed, with their answer in
-       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+       * the fetch, which does not wait for it. Their answer comes in this response's acks if
+       * the commit was made by then, else in the next response to this client
+       * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+       * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
        * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-       * unset: the client then sends the same acks with Ack.
+       * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+       * 0): the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2318,13 +2380,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
        * previous batch), carried instead of an Ack call of their own. They are checked and
-       * applied as Ack's ranges are before the fetch takes records, and committed while it
-       * waits; the response comes once they are committed, with their answer in
-       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+       * the fetch, which does not wait for it. Their answer comes in this response's acks if
+       * the commit was made by then, else in the next response to this client
+       * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+       * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
        * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-       * unset: the client then sends the same acks with Ack.
+       * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+       * 0): the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2340,13 +2403,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
        * previous batch), carried instead of an Ack call of their own. They are checked and
-       * applied as Ack's ranges are before the fetch takes records, and committed while it
-       * waits; the response comes once they are committed, with their answer in
-       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+       * the fetch, which does not wait for it. Their answer comes in this response's acks if
+       * the commit was made by then, else in the next response to this client
+       * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+       * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
        * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-       * unset: the client then sends the same acks with Ack.
+       * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+       * 0): the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2362,13 +2426,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
        * previous batch), carried instead of an Ack call of their own. They are checked and
-       * applied as Ack's ranges are before the fetch takes records, and committed while it
-       * waits; the response comes once they are committed, with their answer in
-       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+       * the fetch, which does not wait for it. Their answer comes in this response's acks if
+       * the commit was made by then, else in the next response to this client
+       * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+       * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
        * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-       * unset: the client then sends the same acks with Ack.
+       * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+       * 0): the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2391,13 +2456,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
        * previous batch), carried instead of an Ack call of their own. They are checked and
-       * applied as Ack's ranges are before the fetch takes records, and committed while it
-       * waits; the response comes once they are committed, with their answer in
-       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+       * the fetch, which does not wait for it. Their answer comes in this response's acks if
+       * the commit was made by then, else in the next response to this client
+       * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+       * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
        * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-       * unset: the client then sends the same acks with Ack.
+       * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+       * 0): the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2417,13 +2483,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
        * previous batch), carried instead of an Ack call of their own. They are checked and
-       * applied as Ack's ranges are before the fetch takes records, and committed while it
-       * waits; the response comes once they are committed, with their answer in
-       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+       * the fetch, which does not wait for it. Their answer comes in this response's acks if
+       * the commit was made by then, else in the next response to this client
+       * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+       * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
        * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-       * unset: the client then sends the same acks with Ack.
+       * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+       * 0): the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2445,13 +2512,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
        * previous batch), carried instead of an Ack call of their own. They are checked and
-       * applied as Ack's ranges are before the fetch takes records, and committed while it
-       * waits; the response comes once they are committed, with their answer in
-       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+       * the fetch, which does not wait for it. Their answer comes in this response's acks if
+       * the commit was made by then, else in the next response to this client
+       * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+       * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
        * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-       * unset: the client then sends the same acks with Ack.
+       * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+       * 0): the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2474,13 +2542,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
        * previous batch), carried instead of an Ack call of their own. They are checked and
-       * applied as Ack's ranges are before the fetch takes records, and committed while it
-       * waits; the response comes once they are committed, with their answer in
-       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+       * the fetch, which does not wait for it. Their answer comes in this response's acks if
+       * the commit was made by then, else in the next response to this client
+       * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+       * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
        * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-       * unset: the client then sends the same acks with Ack.
+       * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+       * 0): the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2500,13 +2569,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
        * previous batch), carried instead of an Ack call of their own. They are checked and
-       * applied as Ack's ranges are before the fetch takes records, and committed while it
-       * waits; the response comes once they are committed, with their answer in
-       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+       * the fetch, which does not wait for it. Their answer comes in this response's acks if
+       * the commit was made by then, else in the next response to this client
+       * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+       * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
        * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-       * unset: the client then sends the same acks with Ack.
+       * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+       * 0): the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2526,13 +2596,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
        * previous batch), carried instead of an Ack call of their own. They are checked and
-       * applied as Ack's ranges are before the fetch takes records, and committed while it
-       * waits; the response comes once they are committed, with their answer in
-       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+       * the fetch, which does not wait for it. Their answer comes in this response's acks if
+       * the commit was made by then, else in the next response to this client
+       * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+       * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
        * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-       * unset: the client then sends the same acks with Ack.
+       * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+       * 0): the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2553,13 +2624,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
        * previous batch), carried instead of an Ack call of their own. They are checked and
-       * applied as Ack's ranges are before the fetch takes records, and committed while it
-       * waits; the response comes once they are committed, with their answer in
-       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+       * the fetch, which does not wait for it. Their answer comes in this response's acks if
+       * the commit was made by then, else in the next response to this client
+       * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+       * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
        * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-       * unset: the client then sends the same acks with Ack.
+       * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+       * 0): the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2578,13 +2650,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
        * previous batch), carried instead of an Ack call of their own. They are checked and
-       * applied as Ack's ranges are before the fetch takes records, and committed while it
-       * waits; the response comes once they are committed, with their answer in
-       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+       * the fetch, which does not wait for it. Their answer comes in this response's acks if
+       * the commit was made by then, else in the next response to this client
+       * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+       * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
        * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-       * unset: the client then sends the same acks with Ack.
+       * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+       * 0): the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2603,13 +2676,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
        * previous batch), carried instead of an Ack call of their own. They are checked and
-       * applied as Ack's ranges are before the fetch takes records, and committed while it
-       * waits; the response comes once they are committed, with their answer in
-       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+       * the fetch, which does not wait for it. Their answer comes in this response's acks if
+       * the commit was made by then, else in the next response to this client
+       * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+       * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
        * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-       * unset: the client then sends the same acks with Ack.
+       * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+       * 0): the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2622,13 +2696,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
        * previous batch), carried instead of an Ack call of their own. They are checked and
-       * applied as Ack's ranges are before the fetch takes records, and committed while it
-       * waits; the response comes once they are committed, with their answer in
-       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+       * the fetch, which does not wait for it. Their answer comes in this response's acks if
+       * the commit was made by then, else in the next response to this client
+       * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+       * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
        * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-       * unset: the client then sends the same acks with Ack.
+       * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+       * 0): the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2644,13 +2719,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
        * previous batch), carried instead of an Ack call of their own. They are checked and
-       * applied as Ack's ranges are before the fetch takes records, and committed while it
-       * waits; the response comes once they are committed, with their answer in
-       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+       * the fetch, which does not wait for it. Their answer comes in this response's acks if
+       * the commit was made by then, else in the next response to this client
+       * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+       * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
        * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-       * unset: the client then sends the same acks with Ack.
+       * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+       * 0): the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2667,13 +2743,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
        * previous batch), carried instead of an Ack call of their own. They are checked and
-       * applied as Ack's ranges are before the fetch takes records, and committed while it
-       * waits; the response comes once they are committed, with their answer in
-       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+       * the fetch, which does not wait for it. Their answer comes in this response's acks if
+       * the commit was made by then, else in the next response to this client
+       * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+       * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
        * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-       * unset: the client then sends the same acks with Ack.
+       * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+       * 0): the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2686,13 +2763,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
        * previous batch), carried instead of an Ack call of their own. They are checked and
-       * applied as Ack's ranges are before the fetch takes records, and committed while it
-       * waits; the response comes once they are committed, with their answer in
-       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+       * the fetch, which does not wait for it. Their answer comes in this response's acks if
+       * the commit was made by then, else in the next response to this client
+       * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+       * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
        * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-       * unset: the client then sends the same acks with Ack.
+       * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+       * 0): the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2706,13 +2784,14 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
        * <pre>
        * Range acks of records this sidecar delivered to this client earlier (a fetch loop's
        * previous batch), carried instead of an Ack call of their own. They are checked and
-       * applied as Ack's ranges are before the fetch takes records, and committed while it
-       * waits; the response comes once they are committed, with their answer in
-       * FetchResponse.ack_result. A refused range is reported there, never as the call's status:
-       * a commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
+       * applied as Ack's ranges are before the fetch takes records; their commit runs beside
+       * the fetch, which does not wait for it. Their answer comes in this response's acks if
+       * the commit was made by then, else in the next response to this client
+       * (FetchAckAnswers). A refused range is reported there, never as the call's status: a
+       * commit Kafka refused too (REJECT_REASON_COMMIT_FAILED: the acks stay recorded, and an
        * Ack of the same ranges retries the commit). A malformed range is INVALID_ARGUMENT, and
-       * nothing is taken. A sidecar that predates the field ignores it and leaves ack_result
-       * unset: the client then sends the same acks with Ack.
+       * nothing is taken. A sidecar that predates the field ignores it (acks.applied_seq stays
+       * 0): the client then sends the same acks with Ack.
        * </pre>
        *
        * <code>repeated .dataservice.sidecar.v1.RangeAck ack_ranges = 8;</code>
@@ -2734,6 +2813,53 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           ackRanges_ = null;
         }
         return ackRangesBuilder_;
+      }
+
+      private long ackSeq_ ;
+      /**
+       * <pre>
+       * The client's number for the acks this request carries: &gt; 0 with ack_ranges, unique
+       * among this client's carried acks to this sidecar (a counter); names their answer.
+       * </pre>
+       *
+       * <code>uint64 ack_seq = 9;</code>
+       * @return The ackSeq.
+       */
+      @java.lang.Override
+      public long getAckSeq() {
+        return ackSeq_;
+      }
+      /**
+       * <pre>
+       * The client's number for the acks this request carries: &gt; 0 with ack_ranges, unique
+       * among this client's carried acks to this sidecar (a counter); names their answer.
+       * </pre>
+       *
+       * <code>uint64 ack_seq = 9;</code>
+       * @param value The ackSeq to set.
+       * @return This builder for chaining.
+       */
+      public Builder setAckSeq(long value) {
+
+        ackSeq_ = value;
+        bitField0_ |= 0x00000100;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * The client's number for the acks this request carries: &gt; 0 with ack_ranges, unique
+       * among this client's carried acks to this sidecar (a counter); names their answer.
+       * </pre>
+       *
+       * <code>uint64 ack_seq = 9;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearAckSeq() {
+        bitField0_ = (bitField0_ & ~0x00000100);
+        ackSeq_ = 0L;
+        onChanged();
+        return this;
       }
 
       // @@protoc_insertion_point(builder_scope:dataservice.sidecar.v1.FetchRequest)
@@ -2891,36 +3017,39 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
 
     /**
      * <pre>
-     * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
-     * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
-     * ack_results, so that one reader reads both in place.
+     * Answers to acks this client carried in Fetch requests (its ack_ranges), those whose
+     * commit has been made since the last response to it; set when the request carried acks
+     * or answers are ready. Field 4, as StreamBatch's ack_results, so that one reader reads
+     * both in place.
      * </pre>
      *
-     * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
-     * @return Whether the ackResult field is set.
+     * <code>.dataservice.sidecar.v1.FetchAckAnswers acks = 4;</code>
+     * @return Whether the acks field is set.
      */
-    boolean hasAckResult();
+    boolean hasAcks();
     /**
      * <pre>
-     * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
-     * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
-     * ack_results, so that one reader reads both in place.
+     * Answers to acks this client carried in Fetch requests (its ack_ranges), those whose
+     * commit has been made since the last response to it; set when the request carried acks
+     * or answers are ready. Field 4, as StreamBatch's ack_results, so that one reader reads
+     * both in place.
      * </pre>
      *
-     * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
-     * @return The ackResult.
+     * <code>.dataservice.sidecar.v1.FetchAckAnswers acks = 4;</code>
+     * @return The acks.
      */
-    dataservice.sidecar.v1.Stream.StreamAckResult getAckResult();
+    dataservice.sidecar.v1.Stream.FetchAckAnswers getAcks();
     /**
      * <pre>
-     * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
-     * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
-     * ack_results, so that one reader reads both in place.
+     * Answers to acks this client carried in Fetch requests (its ack_ranges), those whose
+     * commit has been made since the last response to it; set when the request carried acks
+     * or answers are ready. Field 4, as StreamBatch's ack_results, so that one reader reads
+     * both in place.
      * </pre>
      *
-     * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+     * <code>.dataservice.sidecar.v1.FetchAckAnswers acks = 4;</code>
      */
-    dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder getAckResultOrBuilder();
+    dataservice.sidecar.v1.Stream.FetchAckAnswersOrBuilder getAcksOrBuilder();
   }
   /**
    * <pre>
@@ -3098,48 +3227,51 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       return batches_.get(index);
     }
 
-    public static final int ACK_RESULT_FIELD_NUMBER = 4;
-    private dataservice.sidecar.v1.Stream.StreamAckResult ackResult_;
+    public static final int ACKS_FIELD_NUMBER = 4;
+    private dataservice.sidecar.v1.Stream.FetchAckAnswers acks_;
     /**
      * <pre>
-     * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
-     * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
-     * ack_results, so that one reader reads both in place.
+     * Answers to acks this client carried in Fetch requests (its ack_ranges), those whose
+     * commit has been made since the last response to it; set when the request carried acks
+     * or answers are ready. Field 4, as StreamBatch's ack_results, so that one reader reads
+     * both in place.
      * </pre>
      *
-     * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
-     * @return Whether the ackResult field is set.
+     * <code>.dataservice.sidecar.v1.FetchAckAnswers acks = 4;</code>
+     * @return Whether the acks field is set.
      */
     @java.lang.Override
-    public boolean hasAckResult() {
+    public boolean hasAcks() {
       return ((bitField0_ & 0x00000001) != 0);
     }
     /**
      * <pre>
-     * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
-     * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
-     * ack_results, so that one reader reads both in place.
+     * Answers to acks this client carried in Fetch requests (its ack_ranges), those whose
+     * commit has been made since the last response to it; set when the request carried acks
+     * or answers are ready. Field 4, as StreamBatch's ack_results, so that one reader reads
+     * both in place.
      * </pre>
      *
-     * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
-     * @return The ackResult.
+     * <code>.dataservice.sidecar.v1.FetchAckAnswers acks = 4;</code>
+     * @return The acks.
      */
     @java.lang.Override
-    public dataservice.sidecar.v1.Stream.StreamAckResult getAckResult() {
-      return ackResult_ == null ? dataservice.sidecar.v1.Stream.StreamAckResult.getDefaultInstance() : ackResult_;
+    public dataservice.sidecar.v1.Stream.FetchAckAnswers getAcks() {
+      return acks_ == null ? dataservice.sidecar.v1.Stream.FetchAckAnswers.getDefaultInstance() : acks_;
     }
     /**
      * <pre>
-     * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
-     * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
-     * ack_results, so that one reader reads both in place.
+     * Answers to acks this client carried in Fetch requests (its ack_ranges), those whose
+     * commit has been made since the last response to it; set when the request carried acks
+     * or answers are ready. Field 4, as StreamBatch's ack_results, so that one reader reads
+     * both in place.
      * </pre>
      *
-     * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+     * <code>.dataservice.sidecar.v1.FetchAckAnswers acks = 4;</code>
      */
     @java.lang.Override
-    public dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder getAckResultOrBuilder() {
-      return ackResult_ == null ? dataservice.sidecar.v1.Stream.StreamAckResult.getDefaultInstance() : ackResult_;
+    public dataservice.sidecar.v1.Stream.FetchAckAnswersOrBuilder getAcksOrBuilder() {
+      return acks_ == null ? dataservice.sidecar.v1.Stream.FetchAckAnswers.getDefaultInstance() : acks_;
     }
 
     private byte memoizedIsInitialized = -1;
@@ -3163,7 +3295,7 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         output.writeMessage(2, batches_.get(i));
       }
       if (((bitField0_ & 0x00000001) != 0)) {
-        output.writeMessage(4, getAckResult());
+        output.writeMessage(4, getAcks());
       }
       getUnknownFields().writeTo(output);
     }
@@ -3184,7 +3316,7 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       }
       if (((bitField0_ & 0x00000001) != 0)) {
         size += com.google.protobuf.CodedOutputStream
-          .computeMessageSize(4, getAckResult());
+          .computeMessageSize(4, getAcks());
       }
       size += getUnknownFields().getSerializedSize();
       memoizedSize = size;
@@ -3205,10 +3337,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           .equals(other.getRecordsList())) return false;
       if (!getBatchesList()
           .equals(other.getBatchesList())) return false;
-      if (hasAckResult() != other.hasAckResult()) return false;
-      if (hasAckResult()) {
-        if (!getAckResult()
-            .equals(other.getAckResult())) return false;
+      if (hasAcks() != other.hasAcks()) return false;
+      if (hasAcks()) {
+        if (!getAcks()
+            .equals(other.getAcks())) return false;
       }
       if (!getUnknownFields().equals(other.getUnknownFields())) return false;
       return true;
@@ -3229,9 +3361,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         hash = (37 * hash) + BATCHES_FIELD_NUMBER;
         hash = (53 * hash) + getBatchesList().hashCode();
       }
-      if (hasAckResult()) {
-        hash = (37 * hash) + ACK_RESULT_FIELD_NUMBER;
-        hash = (53 * hash) + getAckResult().hashCode();
+      if (hasAcks()) {
+        hash = (37 * hash) + ACKS_FIELD_NUMBER;
+        hash = (53 * hash) + getAcks().hashCode();
       }
       hash = (29 * hash) + getUnknownFields().hashCode();
       memoizedHashCode = hash;
@@ -3369,7 +3501,7 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
                 .alwaysUseFieldBuilders) {
           internalGetRecordsFieldBuilder();
           internalGetBatchesFieldBuilder();
-          internalGetAckResultFieldBuilder();
+          internalGetAcksFieldBuilder();
         }
       }
       @java.lang.Override
@@ -3390,10 +3522,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           batchesBuilder_.clear();
         }
         bitField0_ = (bitField0_ & ~0x00000002);
-        ackResult_ = null;
-        if (ackResultBuilder_ != null) {
-          ackResultBuilder_.dispose();
-          ackResultBuilder_ = null;
+        acks_ = null;
+        if (acksBuilder_ != null) {
+          acksBuilder_.dispose();
+          acksBuilder_ = null;
         }
         return this;
       }
@@ -3452,9 +3584,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         int from_bitField0_ = bitField0_;
         int to_bitField0_ = 0;
         if (((from_bitField0_ & 0x00000004) != 0)) {
-          result.ackResult_ = ackResultBuilder_ == null
-              ? ackResult_
-              : ackResultBuilder_.build();
+          result.acks_ = acksBuilder_ == null
+              ? acks_
+              : acksBuilder_.build();
           to_bitField0_ |= 0x00000001;
         }
         result.bitField0_ |= to_bitField0_;
@@ -3524,8 +3656,8 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
             }
           }
         }
-        if (other.hasAckResult()) {
-          mergeAckResult(other.getAckResult());
+        if (other.hasAcks()) {
+          mergeAcks(other.getAcks());
         }
         this.mergeUnknownFields(other.getUnknownFields());
         onChanged();
@@ -3581,7 +3713,7 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
               } // case 18
               case 34: {
                 input.readMessage(
-                    internalGetAckResultFieldBuilder().getBuilder(),
+                    internalGetAcksFieldBuilder().getBuilder(),
                     extensionRegistry);
                 bitField0_ |= 0x00000004;
                 break;
@@ -4263,56 +4395,59 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         return batchesBuilder_;
       }
 
-      private dataservice.sidecar.v1.Stream.StreamAckResult ackResult_;
+      private dataservice.sidecar.v1.Stream.FetchAckAnswers acks_;
       private com.google.protobuf.SingleFieldBuilder<
-          dataservice.sidecar.v1.Stream.StreamAckResult, dataservice.sidecar.v1.Stream.StreamAckResult.Builder, dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder> ackResultBuilder_;
+          dataservice.sidecar.v1.Stream.FetchAckAnswers, dataservice.sidecar.v1.Stream.FetchAckAnswers.Builder, dataservice.sidecar.v1.Stream.FetchAckAnswersOrBuilder> acksBuilder_;
       /**
        * <pre>
-       * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
-       * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
-       * ack_results, so that one reader reads both in place.
+       * Answers to acks this client carried in Fetch requests (its ack_ranges), those whose
+       * commit has been made since the last response to it; set when the request carried acks
+       * or answers are ready. Field 4, as StreamBatch's ack_results, so that one reader reads
+       * both in place.
        * </pre>
        *
-       * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
-       * @return Whether the ackResult field is set.
+       * <code>.dataservice.sidecar.v1.FetchAckAnswers acks = 4;</code>
+       * @return Whether the acks field is set.
        */
-      public boolean hasAckResult() {
+      public boolean hasAcks() {
         return ((bitField0_ & 0x00000004) != 0);
       }
       /**
        * <pre>
-       * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
-       * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
-       * ack_results, so that one reader reads both in place.
+       * Answers to acks this client carried in Fetch requests (its ack_ranges), those whose
+       * commit has been made since the last response to it; set when the request carried acks
+       * or answers are ready. Field 4, as StreamBatch's ack_results, so that one reader reads
+       * both in place.
        * </pre>
        *
-       * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
-       * @return The ackResult.
+       * <code>.dataservice.sidecar.v1.FetchAckAnswers acks = 4;</code>
+       * @return The acks.
        */
-      public dataservice.sidecar.v1.Stream.StreamAckResult getAckResult() {
-        if (ackResultBuilder_ == null) {
-          return ackResult_ == null ? dataservice.sidecar.v1.Stream.StreamAckResult.getDefaultInstance() : ackResult_;
+      public dataservice.sidecar.v1.Stream.FetchAckAnswers getAcks() {
+        if (acksBuilder_ == null) {
+          return acks_ == null ? dataservice.sidecar.v1.Stream.FetchAckAnswers.getDefaultInstance() : acks_;
         } else {
-          return ackResultBuilder_.getMessage();
+          return acksBuilder_.getMessage();
         }
       }
       /**
        * <pre>
-       * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
-       * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
-       * ack_results, so that one reader reads both in place.
+       * Answers to acks this client carried in Fetch requests (its ack_ranges), those whose
+       * commit has been made since the last response to it; set when the request carried acks
+       * or answers are ready. Field 4, as StreamBatch's ack_results, so that one reader reads
+       * both in place.
        * </pre>
        *
-       * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+       * <code>.dataservice.sidecar.v1.FetchAckAnswers acks = 4;</code>
        */
-      public Builder setAckResult(dataservice.sidecar.v1.Stream.StreamAckResult value) {
-        if (ackResultBuilder_ == null) {
+      public Builder setAcks(dataservice.sidecar.v1.Stream.FetchAckAnswers value) {
+        if (acksBuilder_ == null) {
           if (value == null) {
             throw new NullPointerException();
           }
-          ackResult_ = value;
+          acks_ = value;
         } else {
-          ackResultBuilder_.setMessage(value);
+          acksBuilder_.setMessage(value);
         }
         bitField0_ |= 0x00000004;
         onChanged();
@@ -4320,19 +4455,20 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       }
       /**
        * <pre>
-       * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
-       * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
-       * ack_results, so that one reader reads both in place.
+       * Answers to acks this client carried in Fetch requests (its ack_ranges), those whose
+       * commit has been made since the last response to it; set when the request carried acks
+       * or answers are ready. Field 4, as StreamBatch's ack_results, so that one reader reads
+       * both in place.
        * </pre>
        *
-       * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+       * <code>.dataservice.sidecar.v1.FetchAckAnswers acks = 4;</code>
        */
-      public Builder setAckResult(
-          dataservice.sidecar.v1.Stream.StreamAckResult.Builder builderForValue) {
-        if (ackResultBuilder_ == null) {
-          ackResult_ = builderForValue.build();
+      public Builder setAcks(
+          dataservice.sidecar.v1.Stream.FetchAckAnswers.Builder builderForValue) {
+        if (acksBuilder_ == null) {
+          acks_ = builderForValue.build();
         } else {
-          ackResultBuilder_.setMessage(builderForValue.build());
+          acksBuilder_.setMessage(builderForValue.build());
         }
         bitField0_ |= 0x00000004;
         onChanged();
@@ -4340,26 +4476,27 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       }
       /**
        * <pre>
-       * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
-       * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
-       * ack_results, so that one reader reads both in place.
+       * Answers to acks this client carried in Fetch requests (its ack_ranges), those whose
+       * commit has been made since the last response to it; set when the request carried acks
+       * or answers are ready. Field 4, as StreamBatch's ack_results, so that one reader reads
+       * both in place.
        * </pre>
        *
-       * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+       * <code>.dataservice.sidecar.v1.FetchAckAnswers acks = 4;</code>
        */
-      public Builder mergeAckResult(dataservice.sidecar.v1.Stream.StreamAckResult value) {
-        if (ackResultBuilder_ == null) {
+      public Builder mergeAcks(dataservice.sidecar.v1.Stream.FetchAckAnswers value) {
+        if (acksBuilder_ == null) {
           if (((bitField0_ & 0x00000004) != 0) &&
-            ackResult_ != null &&
-            ackResult_ != dataservice.sidecar.v1.Stream.StreamAckResult.getDefaultInstance()) {
-            getAckResultBuilder().mergeFrom(value);
+            acks_ != null &&
+            acks_ != dataservice.sidecar.v1.Stream.FetchAckAnswers.getDefaultInstance()) {
+            getAcksBuilder().mergeFrom(value);
           } else {
-            ackResult_ = value;
+            acks_ = value;
           }
         } else {
-          ackResultBuilder_.mergeFrom(value);
+          acksBuilder_.mergeFrom(value);
         }
-        if (ackResult_ != null) {
+        if (acks_ != null) {
           bitField0_ |= 0x00000004;
           onChanged();
         }
@@ -4367,75 +4504,79 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       }
       /**
        * <pre>
-       * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
-       * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
-       * ack_results, so that one reader reads both in place.
+       * Answers to acks this client carried in Fetch requests (its ack_ranges), those whose
+       * commit has been made since the last response to it; set when the request carried acks
+       * or answers are ready. Field 4, as StreamBatch's ack_results, so that one reader reads
+       * both in place.
        * </pre>
        *
-       * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+       * <code>.dataservice.sidecar.v1.FetchAckAnswers acks = 4;</code>
        */
-      public Builder clearAckResult() {
+      public Builder clearAcks() {
         bitField0_ = (bitField0_ & ~0x00000004);
-        ackResult_ = null;
-        if (ackResultBuilder_ != null) {
-          ackResultBuilder_.dispose();
-          ackResultBuilder_ = null;
+        acks_ = null;
+        if (acksBuilder_ != null) {
+          acksBuilder_.dispose();
+          acksBuilder_ = null;
         }
         onChanged();
         return this;
       }
       /**
        * <pre>
-       * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
-       * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
-       * ack_results, so that one reader reads both in place.
+       * Answers to acks this client carried in Fetch requests (its ack_ranges), those whose
+       * commit has been made since the last response to it; set when the request carried acks
+       * or answers are ready. Field 4, as StreamBatch's ack_results, so that one reader reads
+       * both in place.
        * </pre>
        *
-       * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+       * <code>.dataservice.sidecar.v1.FetchAckAnswers acks = 4;</code>
        */
-      public dataservice.sidecar.v1.Stream.StreamAckResult.Builder getAckResultBuilder() {
+      public dataservice.sidecar.v1.Stream.FetchAckAnswers.Builder getAcksBuilder() {
         bitField0_ |= 0x00000004;
         onChanged();
-        return internalGetAckResultFieldBuilder().getBuilder();
+        return internalGetAcksFieldBuilder().getBuilder();
       }
       /**
        * <pre>
-       * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
-       * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
-       * ack_results, so that one reader reads both in place.
+       * Answers to acks this client carried in Fetch requests (its ack_ranges), those whose
+       * commit has been made since the last response to it; set when the request carried acks
+       * or answers are ready. Field 4, as StreamBatch's ack_results, so that one reader reads
+       * both in place.
        * </pre>
        *
-       * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+       * <code>.dataservice.sidecar.v1.FetchAckAnswers acks = 4;</code>
        */
-      public dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder getAckResultOrBuilder() {
-        if (ackResultBuilder_ != null) {
-          return ackResultBuilder_.getMessageOrBuilder();
+      public dataservice.sidecar.v1.Stream.FetchAckAnswersOrBuilder getAcksOrBuilder() {
+        if (acksBuilder_ != null) {
+          return acksBuilder_.getMessageOrBuilder();
         } else {
-          return ackResult_ == null ?
-              dataservice.sidecar.v1.Stream.StreamAckResult.getDefaultInstance() : ackResult_;
+          return acks_ == null ?
+              dataservice.sidecar.v1.Stream.FetchAckAnswers.getDefaultInstance() : acks_;
         }
       }
       /**
        * <pre>
-       * The answer to the request's ack_ranges, set whenever it carried any (acked_count and
-       * the refused ranges with why, as AckResponse has them). Field 4, as StreamBatch's
-       * ack_results, so that one reader reads both in place.
+       * Answers to acks this client carried in Fetch requests (its ack_ranges), those whose
+       * commit has been made since the last response to it; set when the request carried acks
+       * or answers are ready. Field 4, as StreamBatch's ack_results, so that one reader reads
+       * both in place.
        * </pre>
        *
-       * <code>.dataservice.sidecar.v1.StreamAckResult ack_result = 4;</code>
+       * <code>.dataservice.sidecar.v1.FetchAckAnswers acks = 4;</code>
        */
       private com.google.protobuf.SingleFieldBuilder<
-          dataservice.sidecar.v1.Stream.StreamAckResult, dataservice.sidecar.v1.Stream.StreamAckResult.Builder, dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder> 
-          internalGetAckResultFieldBuilder() {
-        if (ackResultBuilder_ == null) {
-          ackResultBuilder_ = new com.google.protobuf.SingleFieldBuilder<
-              dataservice.sidecar.v1.Stream.StreamAckResult, dataservice.sidecar.v1.Stream.StreamAckResult.Builder, dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder>(
-                  getAckResult(),
+          dataservice.sidecar.v1.Stream.FetchAckAnswers, dataservice.sidecar.v1.Stream.FetchAckAnswers.Builder, dataservice.sidecar.v1.Stream.FetchAckAnswersOrBuilder> 
+          internalGetAcksFieldBuilder() {
+        if (acksBuilder_ == null) {
+          acksBuilder_ = new com.google.protobuf.SingleFieldBuilder<
+              dataservice.sidecar.v1.Stream.FetchAckAnswers, dataservice.sidecar.v1.Stream.FetchAckAnswers.Builder, dataservice.sidecar.v1.Stream.FetchAckAnswersOrBuilder>(
+                  getAcks(),
                   getParentForChildren(),
                   isClean());
-          ackResult_ = null;
+          acks_ = null;
         }
-        return ackResultBuilder_;
+        return acksBuilder_;
       }
 
       // @@protoc_insertion_point(builder_scope:dataservice.sidecar.v1.FetchResponse)
@@ -4484,6 +4625,1690 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
 
     @java.lang.Override
     public dataservice.sidecar.v1.Stream.FetchResponse getDefaultInstanceForType() {
+      return DEFAULT_INSTANCE;
+    }
+
+  }
+
+  public interface FetchAckAnswersOrBuilder extends
+      // @@protoc_insertion_point(interface_extends:dataservice.sidecar.v1.FetchAckAnswers)
+      com.google.protobuf.MessageOrBuilder {
+
+    /**
+     * <pre>
+     * The request's ack_seq when it carried acks and they were applied; 0 otherwise.
+     * </pre>
+     *
+     * <code>uint64 applied_seq = 1;</code>
+     * @return The appliedSeq.
+     */
+    long getAppliedSeq();
+
+    /**
+     * <pre>
+     * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+     */
+    java.util.List<dataservice.sidecar.v1.Stream.FetchAckAnswer> 
+        getAnswersList();
+    /**
+     * <pre>
+     * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+     */
+    dataservice.sidecar.v1.Stream.FetchAckAnswer getAnswers(int index);
+    /**
+     * <pre>
+     * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+     */
+    int getAnswersCount();
+    /**
+     * <pre>
+     * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+     */
+    java.util.List<? extends dataservice.sidecar.v1.Stream.FetchAckAnswerOrBuilder> 
+        getAnswersOrBuilderList();
+    /**
+     * <pre>
+     * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+     */
+    dataservice.sidecar.v1.Stream.FetchAckAnswerOrBuilder getAnswersOrBuilder(
+        int index);
+  }
+  /**
+   * <pre>
+   * What a Fetch response says of the acks its client carried in Fetch requests.
+   * </pre>
+   *
+   * Protobuf type {@code dataservice.sidecar.v1.FetchAckAnswers}
+   */
+  public static final class FetchAckAnswers extends
+      com.google.protobuf.GeneratedMessage implements
+      // @@protoc_insertion_point(message_implements:dataservice.sidecar.v1.FetchAckAnswers)
+      FetchAckAnswersOrBuilder {
+  private static final long serialVersionUID = 0L;
+    static {
+      com.google.protobuf.RuntimeVersion.validateProtobufGencodeVersion(
+        com.google.protobuf.RuntimeVersion.RuntimeDomain.PUBLIC,
+        /* major= */ 4,
+        /* minor= */ 33,
+        /* patch= */ 5,
+        /* suffix= */ "",
+        "FetchAckAnswers");
+    }
+    // Use FetchAckAnswers.newBuilder() to construct.
+    private FetchAckAnswers(com.google.protobuf.GeneratedMessage.Builder<?> builder) {
+      super(builder);
+    }
+    private FetchAckAnswers() {
+      answers_ = java.util.Collections.emptyList();
+    }
+
+    public static final com.google.protobuf.Descriptors.Descriptor
+        getDescriptor() {
+      return dataservice.sidecar.v1.Stream.internal_static_dataservice_sidecar_v1_FetchAckAnswers_descriptor;
+    }
+
+    @java.lang.Override
+    protected com.google.protobuf.GeneratedMessage.FieldAccessorTable
+        internalGetFieldAccessorTable() {
+      return dataservice.sidecar.v1.Stream.internal_static_dataservice_sidecar_v1_FetchAckAnswers_fieldAccessorTable
+          .ensureFieldAccessorsInitialized(
+              dataservice.sidecar.v1.Stream.FetchAckAnswers.class, dataservice.sidecar.v1.Stream.FetchAckAnswers.Builder.class);
+    }
+
+    public static final int APPLIED_SEQ_FIELD_NUMBER = 1;
+    private long appliedSeq_ = 0L;
+    /**
+     * <pre>
+     * The request's ack_seq when it carried acks and they were applied; 0 otherwise.
+     * </pre>
+     *
+     * <code>uint64 applied_seq = 1;</code>
+     * @return The appliedSeq.
+     */
+    @java.lang.Override
+    public long getAppliedSeq() {
+      return appliedSeq_;
+    }
+
+    public static final int ANSWERS_FIELD_NUMBER = 2;
+    @SuppressWarnings("serial")
+    private java.util.List<dataservice.sidecar.v1.Stream.FetchAckAnswer> answers_;
+    /**
+     * <pre>
+     * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+     */
+    @java.lang.Override
+    public java.util.List<dataservice.sidecar.v1.Stream.FetchAckAnswer> getAnswersList() {
+      return answers_;
+    }
+    /**
+     * <pre>
+     * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+     */
+    @java.lang.Override
+    public java.util.List<? extends dataservice.sidecar.v1.Stream.FetchAckAnswerOrBuilder> 
+        getAnswersOrBuilderList() {
+      return answers_;
+    }
+    /**
+     * <pre>
+     * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+     */
+    @java.lang.Override
+    public int getAnswersCount() {
+      return answers_.size();
+    }
+    /**
+     * <pre>
+     * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+     */
+    @java.lang.Override
+    public dataservice.sidecar.v1.Stream.FetchAckAnswer getAnswers(int index) {
+      return answers_.get(index);
+    }
+    /**
+     * <pre>
+     * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+     * </pre>
+     *
+     * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+     */
+    @java.lang.Override
+    public dataservice.sidecar.v1.Stream.FetchAckAnswerOrBuilder getAnswersOrBuilder(
+        int index) {
+      return answers_.get(index);
+    }
+
+    private byte memoizedIsInitialized = -1;
+    @java.lang.Override
+    public final boolean isInitialized() {
+      byte isInitialized = memoizedIsInitialized;
+      if (isInitialized == 1) return true;
+      if (isInitialized == 0) return false;
+
+      memoizedIsInitialized = 1;
+      return true;
+    }
+
+    @java.lang.Override
+    public void writeTo(com.google.protobuf.CodedOutputStream output)
+                        throws java.io.IOException {
+      if (appliedSeq_ != 0L) {
+        output.writeUInt64(1, appliedSeq_);
+      }
+      for (int i = 0; i < answers_.size(); i++) {
+        output.writeMessage(2, answers_.get(i));
+      }
+      getUnknownFields().writeTo(output);
+    }
+
+    @java.lang.Override
+    public int getSerializedSize() {
+      int size = memoizedSize;
+      if (size != -1) return size;
+
+      size = 0;
+      if (appliedSeq_ != 0L) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeUInt64Size(1, appliedSeq_);
+      }
+      for (int i = 0; i < answers_.size(); i++) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeMessageSize(2, answers_.get(i));
+      }
+      size += getUnknownFields().getSerializedSize();
+      memoizedSize = size;
+      return size;
+    }
+
+    @java.lang.Override
+    public boolean equals(final java.lang.Object obj) {
+      if (obj == this) {
+       return true;
+      }
+      if (!(obj instanceof dataservice.sidecar.v1.Stream.FetchAckAnswers)) {
+        return super.equals(obj);
+      }
+      dataservice.sidecar.v1.Stream.FetchAckAnswers other = (dataservice.sidecar.v1.Stream.FetchAckAnswers) obj;
+
+      if (getAppliedSeq()
+          != other.getAppliedSeq()) return false;
+      if (!getAnswersList()
+          .equals(other.getAnswersList())) return false;
+      if (!getUnknownFields().equals(other.getUnknownFields())) return false;
+      return true;
+    }
+
+    @java.lang.Override
+    public int hashCode() {
+      if (memoizedHashCode != 0) {
+        return memoizedHashCode;
+      }
+      int hash = 41;
+      hash = (19 * hash) + getDescriptor().hashCode();
+      hash = (37 * hash) + APPLIED_SEQ_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+          getAppliedSeq());
+      if (getAnswersCount() > 0) {
+        hash = (37 * hash) + ANSWERS_FIELD_NUMBER;
+        hash = (53 * hash) + getAnswersList().hashCode();
+      }
+      hash = (29 * hash) + getUnknownFields().hashCode();
+      memoizedHashCode = hash;
+      return hash;
+    }
+
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswers parseFrom(
+        java.nio.ByteBuffer data)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data);
+    }
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswers parseFrom(
+        java.nio.ByteBuffer data,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data, extensionRegistry);
+    }
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswers parseFrom(
+        com.google.protobuf.ByteString data)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data);
+    }
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswers parseFrom(
+        com.google.protobuf.ByteString data,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data, extensionRegistry);
+    }
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswers parseFrom(byte[] data)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data);
+    }
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswers parseFrom(
+        byte[] data,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data, extensionRegistry);
+    }
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswers parseFrom(java.io.InputStream input)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseWithIOException(PARSER, input);
+    }
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswers parseFrom(
+        java.io.InputStream input,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseWithIOException(PARSER, input, extensionRegistry);
+    }
+
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswers parseDelimitedFrom(java.io.InputStream input)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseDelimitedWithIOException(PARSER, input);
+    }
+
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswers parseDelimitedFrom(
+        java.io.InputStream input,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseDelimitedWithIOException(PARSER, input, extensionRegistry);
+    }
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswers parseFrom(
+        com.google.protobuf.CodedInputStream input)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseWithIOException(PARSER, input);
+    }
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswers parseFrom(
+        com.google.protobuf.CodedInputStream input,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseWithIOException(PARSER, input, extensionRegistry);
+    }
+
+    @java.lang.Override
+    public Builder newBuilderForType() { return newBuilder(); }
+    public static Builder newBuilder() {
+      return DEFAULT_INSTANCE.toBuilder();
+    }
+    public static Builder newBuilder(dataservice.sidecar.v1.Stream.FetchAckAnswers prototype) {
+      return DEFAULT_INSTANCE.toBuilder().mergeFrom(prototype);
+    }
+    @java.lang.Override
+    public Builder toBuilder() {
+      return this == DEFAULT_INSTANCE
+          ? new Builder() : new Builder().mergeFrom(this);
+    }
+
+    @java.lang.Override
+    protected Builder newBuilderForType(
+        com.google.protobuf.GeneratedMessage.BuilderParent parent) {
+      Builder builder = new Builder(parent);
+      return builder;
+    }
+    /**
+     * <pre>
+     * What a Fetch response says of the acks its client carried in Fetch requests.
+     * </pre>
+     *
+     * Protobuf type {@code dataservice.sidecar.v1.FetchAckAnswers}
+     */
+    public static final class Builder extends
+        com.google.protobuf.GeneratedMessage.Builder<Builder> implements
+        // @@protoc_insertion_point(builder_implements:dataservice.sidecar.v1.FetchAckAnswers)
+        dataservice.sidecar.v1.Stream.FetchAckAnswersOrBuilder {
+      public static final com.google.protobuf.Descriptors.Descriptor
+          getDescriptor() {
+        return dataservice.sidecar.v1.Stream.internal_static_dataservice_sidecar_v1_FetchAckAnswers_descriptor;
+      }
+
+      @java.lang.Override
+      protected com.google.protobuf.GeneratedMessage.FieldAccessorTable
+          internalGetFieldAccessorTable() {
+        return dataservice.sidecar.v1.Stream.internal_static_dataservice_sidecar_v1_FetchAckAnswers_fieldAccessorTable
+            .ensureFieldAccessorsInitialized(
+                dataservice.sidecar.v1.Stream.FetchAckAnswers.class, dataservice.sidecar.v1.Stream.FetchAckAnswers.Builder.class);
+      }
+
+      // Construct using dataservice.sidecar.v1.Stream.FetchAckAnswers.newBuilder()
+      private Builder() {
+
+      }
+
+      private Builder(
+          com.google.protobuf.GeneratedMessage.BuilderParent parent) {
+        super(parent);
+
+      }
+      @java.lang.Override
+      public Builder clear() {
+        super.clear();
+        bitField0_ = 0;
+        appliedSeq_ = 0L;
+        if (answersBuilder_ == null) {
+          answers_ = java.util.Collections.emptyList();
+        } else {
+          answers_ = null;
+          answersBuilder_.clear();
+        }
+        bitField0_ = (bitField0_ & ~0x00000002);
+        return this;
+      }
+
+      @java.lang.Override
+      public com.google.protobuf.Descriptors.Descriptor
+          getDescriptorForType() {
+        return dataservice.sidecar.v1.Stream.internal_static_dataservice_sidecar_v1_FetchAckAnswers_descriptor;
+      }
+
+      @java.lang.Override
+      public dataservice.sidecar.v1.Stream.FetchAckAnswers getDefaultInstanceForType() {
+        return dataservice.sidecar.v1.Stream.FetchAckAnswers.getDefaultInstance();
+      }
+
+      @java.lang.Override
+      public dataservice.sidecar.v1.Stream.FetchAckAnswers build() {
+        dataservice.sidecar.v1.Stream.FetchAckAnswers result = buildPartial();
+        if (!result.isInitialized()) {
+          throw newUninitializedMessageException(result);
+        }
+        return result;
+      }
+
+      @java.lang.Override
+      public dataservice.sidecar.v1.Stream.FetchAckAnswers buildPartial() {
+        dataservice.sidecar.v1.Stream.FetchAckAnswers result = new dataservice.sidecar.v1.Stream.FetchAckAnswers(this);
+        buildPartialRepeatedFields(result);
+        if (bitField0_ != 0) { buildPartial0(result); }
+        onBuilt();
+        return result;
+      }
+
+      private void buildPartialRepeatedFields(dataservice.sidecar.v1.Stream.FetchAckAnswers result) {
+        if (answersBuilder_ == null) {
+          if (((bitField0_ & 0x00000002) != 0)) {
+            answers_ = java.util.Collections.unmodifiableList(answers_);
+            bitField0_ = (bitField0_ & ~0x00000002);
+          }
+          result.answers_ = answers_;
+        } else {
+          result.answers_ = answersBuilder_.build();
+        }
+      }
+
+      private void buildPartial0(dataservice.sidecar.v1.Stream.FetchAckAnswers result) {
+        int from_bitField0_ = bitField0_;
+        if (((from_bitField0_ & 0x00000001) != 0)) {
+          result.appliedSeq_ = appliedSeq_;
+        }
+      }
+
+      @java.lang.Override
+      public Builder mergeFrom(com.google.protobuf.Message other) {
+        if (other instanceof dataservice.sidecar.v1.Stream.FetchAckAnswers) {
+          return mergeFrom((dataservice.sidecar.v1.Stream.FetchAckAnswers)other);
+        } else {
+          super.mergeFrom(other);
+          return this;
+        }
+      }
+
+      public Builder mergeFrom(dataservice.sidecar.v1.Stream.FetchAckAnswers other) {
+        if (other == dataservice.sidecar.v1.Stream.FetchAckAnswers.getDefaultInstance()) return this;
+        if (other.getAppliedSeq() != 0L) {
+          setAppliedSeq(other.getAppliedSeq());
+        }
+        if (answersBuilder_ == null) {
+          if (!other.answers_.isEmpty()) {
+            if (answers_.isEmpty()) {
+              answers_ = other.answers_;
+              bitField0_ = (bitField0_ & ~0x00000002);
+            } else {
+              ensureAnswersIsMutable();
+              answers_.addAll(other.answers_);
+            }
+            onChanged();
+          }
+        } else {
+          if (!other.answers_.isEmpty()) {
+            if (answersBuilder_.isEmpty()) {
+              answersBuilder_.dispose();
+              answersBuilder_ = null;
+              answers_ = other.answers_;
+              bitField0_ = (bitField0_ & ~0x00000002);
+              answersBuilder_ = 
+                com.google.protobuf.GeneratedMessage.alwaysUseFieldBuilders ?
+                   internalGetAnswersFieldBuilder() : null;
+            } else {
+              answersBuilder_.addAllMessages(other.answers_);
+            }
+          }
+        }
+        this.mergeUnknownFields(other.getUnknownFields());
+        onChanged();
+        return this;
+      }
+
+      @java.lang.Override
+      public final boolean isInitialized() {
+        return true;
+      }
+
+      @java.lang.Override
+      public Builder mergeFrom(
+          com.google.protobuf.CodedInputStream input,
+          com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+          throws java.io.IOException {
+        if (extensionRegistry == null) {
+          throw new java.lang.NullPointerException();
+        }
+        try {
+          boolean done = false;
+          while (!done) {
+            int tag = input.readTag();
+            switch (tag) {
+              case 0:
+                done = true;
+                break;
+              case 8: {
+                appliedSeq_ = input.readUInt64();
+                bitField0_ |= 0x00000001;
+                break;
+              } // case 8
+              case 18: {
+                dataservice.sidecar.v1.Stream.FetchAckAnswer m =
+                    input.readMessage(
+                        dataservice.sidecar.v1.Stream.FetchAckAnswer.parser(),
+                        extensionRegistry);
+                if (answersBuilder_ == null) {
+                  ensureAnswersIsMutable();
+                  answers_.add(m);
+                } else {
+                  answersBuilder_.addMessage(m);
+                }
+                break;
+              } // case 18
+              default: {
+                if (!super.parseUnknownField(input, extensionRegistry, tag)) {
+                  done = true; // was an endgroup tag
+                }
+                break;
+              } // default:
+            } // switch (tag)
+          } // while (!done)
+        } catch (com.google.protobuf.InvalidProtocolBufferException e) {
+          throw e.unwrapIOException();
+        } finally {
+          onChanged();
+        } // finally
+        return this;
+      }
+      private int bitField0_;
+
+      private long appliedSeq_ ;
+      /**
+       * <pre>
+       * The request's ack_seq when it carried acks and they were applied; 0 otherwise.
+       * </pre>
+       *
+       * <code>uint64 applied_seq = 1;</code>
+       * @return The appliedSeq.
+       */
+      @java.lang.Override
+      public long getAppliedSeq() {
+        return appliedSeq_;
+      }
+      /**
+       * <pre>
+       * The request's ack_seq when it carried acks and they were applied; 0 otherwise.
+       * </pre>
+       *
+       * <code>uint64 applied_seq = 1;</code>
+       * @param value The appliedSeq to set.
+       * @return This builder for chaining.
+       */
+      public Builder setAppliedSeq(long value) {
+
+        appliedSeq_ = value;
+        bitField0_ |= 0x00000001;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * The request's ack_seq when it carried acks and they were applied; 0 otherwise.
+       * </pre>
+       *
+       * <code>uint64 applied_seq = 1;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearAppliedSeq() {
+        bitField0_ = (bitField0_ & ~0x00000001);
+        appliedSeq_ = 0L;
+        onChanged();
+        return this;
+      }
+
+      private java.util.List<dataservice.sidecar.v1.Stream.FetchAckAnswer> answers_ =
+        java.util.Collections.emptyList();
+      private void ensureAnswersIsMutable() {
+        if (!((bitField0_ & 0x00000002) != 0)) {
+          answers_ = new java.util.ArrayList<dataservice.sidecar.v1.Stream.FetchAckAnswer>(answers_);
+          bitField0_ |= 0x00000002;
+         }
+      }
+
+      private com.google.protobuf.RepeatedFieldBuilder<
+          dataservice.sidecar.v1.Stream.FetchAckAnswer, dataservice.sidecar.v1.Stream.FetchAckAnswer.Builder, dataservice.sidecar.v1.Stream.FetchAckAnswerOrBuilder> answersBuilder_;
+
+      /**
+       * <pre>
+       * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+       */
+      public java.util.List<dataservice.sidecar.v1.Stream.FetchAckAnswer> getAnswersList() {
+        if (answersBuilder_ == null) {
+          return java.util.Collections.unmodifiableList(answers_);
+        } else {
+          return answersBuilder_.getMessageList();
+        }
+      }
+      /**
+       * <pre>
+       * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+       */
+      public int getAnswersCount() {
+        if (answersBuilder_ == null) {
+          return answers_.size();
+        } else {
+          return answersBuilder_.getCount();
+        }
+      }
+      /**
+       * <pre>
+       * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+       */
+      public dataservice.sidecar.v1.Stream.FetchAckAnswer getAnswers(int index) {
+        if (answersBuilder_ == null) {
+          return answers_.get(index);
+        } else {
+          return answersBuilder_.getMessage(index);
+        }
+      }
+      /**
+       * <pre>
+       * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+       */
+      public Builder setAnswers(
+          int index, dataservice.sidecar.v1.Stream.FetchAckAnswer value) {
+        if (answersBuilder_ == null) {
+          if (value == null) {
+            throw new NullPointerException();
+          }
+          ensureAnswersIsMutable();
+          answers_.set(index, value);
+          onChanged();
+        } else {
+          answersBuilder_.setMessage(index, value);
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+       */
+      public Builder setAnswers(
+          int index, dataservice.sidecar.v1.Stream.FetchAckAnswer.Builder builderForValue) {
+        if (answersBuilder_ == null) {
+          ensureAnswersIsMutable();
+          answers_.set(index, builderForValue.build());
+          onChanged();
+        } else {
+          answersBuilder_.setMessage(index, builderForValue.build());
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+       */
+      public Builder addAnswers(dataservice.sidecar.v1.Stream.FetchAckAnswer value) {
+        if (answersBuilder_ == null) {
+          if (value == null) {
+            throw new NullPointerException();
+          }
+          ensureAnswersIsMutable();
+          answers_.add(value);
+          onChanged();
+        } else {
+          answersBuilder_.addMessage(value);
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+       */
+      public Builder addAnswers(
+          int index, dataservice.sidecar.v1.Stream.FetchAckAnswer value) {
+        if (answersBuilder_ == null) {
+          if (value == null) {
+            throw new NullPointerException();
+          }
+          ensureAnswersIsMutable();
+          answers_.add(index, value);
+          onChanged();
+        } else {
+          answersBuilder_.addMessage(index, value);
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+       */
+      public Builder addAnswers(
+          dataservice.sidecar.v1.Stream.FetchAckAnswer.Builder builderForValue) {
+        if (answersBuilder_ == null) {
+          ensureAnswersIsMutable();
+          answers_.add(builderForValue.build());
+          onChanged();
+        } else {
+          answersBuilder_.addMessage(builderForValue.build());
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+       */
+      public Builder addAnswers(
+          int index, dataservice.sidecar.v1.Stream.FetchAckAnswer.Builder builderForValue) {
+        if (answersBuilder_ == null) {
+          ensureAnswersIsMutable();
+          answers_.add(index, builderForValue.build());
+          onChanged();
+        } else {
+          answersBuilder_.addMessage(index, builderForValue.build());
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+       */
+      public Builder addAllAnswers(
+          java.lang.Iterable<? extends dataservice.sidecar.v1.Stream.FetchAckAnswer> values) {
+        if (answersBuilder_ == null) {
+          ensureAnswersIsMutable();
+          com.google.protobuf.AbstractMessageLite.Builder.addAll(
+              values, answers_);
+          onChanged();
+        } else {
+          answersBuilder_.addAllMessages(values);
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+       */
+      public Builder clearAnswers() {
+        if (answersBuilder_ == null) {
+          answers_ = java.util.Collections.emptyList();
+          bitField0_ = (bitField0_ & ~0x00000002);
+          onChanged();
+        } else {
+          answersBuilder_.clear();
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+       */
+      public Builder removeAnswers(int index) {
+        if (answersBuilder_ == null) {
+          ensureAnswersIsMutable();
+          answers_.remove(index);
+          onChanged();
+        } else {
+          answersBuilder_.remove(index);
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+       */
+      public dataservice.sidecar.v1.Stream.FetchAckAnswer.Builder getAnswersBuilder(
+          int index) {
+        return internalGetAnswersFieldBuilder().getBuilder(index);
+      }
+      /**
+       * <pre>
+       * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+       */
+      public dataservice.sidecar.v1.Stream.FetchAckAnswerOrBuilder getAnswersOrBuilder(
+          int index) {
+        if (answersBuilder_ == null) {
+          return answers_.get(index);  } else {
+          return answersBuilder_.getMessageOrBuilder(index);
+        }
+      }
+      /**
+       * <pre>
+       * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+       */
+      public java.util.List<? extends dataservice.sidecar.v1.Stream.FetchAckAnswerOrBuilder> 
+           getAnswersOrBuilderList() {
+        if (answersBuilder_ != null) {
+          return answersBuilder_.getMessageOrBuilderList();
+        } else {
+          return java.util.Collections.unmodifiableList(answers_);
+        }
+      }
+      /**
+       * <pre>
+       * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+       */
+      public dataservice.sidecar.v1.Stream.FetchAckAnswer.Builder addAnswersBuilder() {
+        return internalGetAnswersFieldBuilder().addBuilder(
+            dataservice.sidecar.v1.Stream.FetchAckAnswer.getDefaultInstance());
+      }
+      /**
+       * <pre>
+       * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+       */
+      public dataservice.sidecar.v1.Stream.FetchAckAnswer.Builder addAnswersBuilder(
+          int index) {
+        return internalGetAnswersFieldBuilder().addBuilder(
+            index, dataservice.sidecar.v1.Stream.FetchAckAnswer.getDefaultInstance());
+      }
+      /**
+       * <pre>
+       * Carried acks whose commit has been made (or refused), each once, by ack_seq.
+       * </pre>
+       *
+       * <code>repeated .dataservice.sidecar.v1.FetchAckAnswer answers = 2;</code>
+       */
+      public java.util.List<dataservice.sidecar.v1.Stream.FetchAckAnswer.Builder> 
+           getAnswersBuilderList() {
+        return internalGetAnswersFieldBuilder().getBuilderList();
+      }
+      private com.google.protobuf.RepeatedFieldBuilder<
+          dataservice.sidecar.v1.Stream.FetchAckAnswer, dataservice.sidecar.v1.Stream.FetchAckAnswer.Builder, dataservice.sidecar.v1.Stream.FetchAckAnswerOrBuilder> 
+          internalGetAnswersFieldBuilder() {
+        if (answersBuilder_ == null) {
+          answersBuilder_ = new com.google.protobuf.RepeatedFieldBuilder<
+              dataservice.sidecar.v1.Stream.FetchAckAnswer, dataservice.sidecar.v1.Stream.FetchAckAnswer.Builder, dataservice.sidecar.v1.Stream.FetchAckAnswerOrBuilder>(
+                  answers_,
+                  ((bitField0_ & 0x00000002) != 0),
+                  getParentForChildren(),
+                  isClean());
+          answers_ = null;
+        }
+        return answersBuilder_;
+      }
+
+      // @@protoc_insertion_point(builder_scope:dataservice.sidecar.v1.FetchAckAnswers)
+    }
+
+    // @@protoc_insertion_point(class_scope:dataservice.sidecar.v1.FetchAckAnswers)
+    private static final dataservice.sidecar.v1.Stream.FetchAckAnswers DEFAULT_INSTANCE;
+    static {
+      DEFAULT_INSTANCE = new dataservice.sidecar.v1.Stream.FetchAckAnswers();
+    }
+
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswers getDefaultInstance() {
+      return DEFAULT_INSTANCE;
+    }
+
+    private static final com.google.protobuf.Parser<FetchAckAnswers>
+        PARSER = new com.google.protobuf.AbstractParser<FetchAckAnswers>() {
+      @java.lang.Override
+      public FetchAckAnswers parsePartialFrom(
+          com.google.protobuf.CodedInputStream input,
+          com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+          throws com.google.protobuf.InvalidProtocolBufferException {
+        Builder builder = newBuilder();
+        try {
+          builder.mergeFrom(input, extensionRegistry);
+        } catch (com.google.protobuf.InvalidProtocolBufferException e) {
+          throw e.setUnfinishedMessage(builder.buildPartial());
+        } catch (com.google.protobuf.UninitializedMessageException e) {
+          throw e.asInvalidProtocolBufferException().setUnfinishedMessage(builder.buildPartial());
+        } catch (java.io.IOException e) {
+          throw new com.google.protobuf.InvalidProtocolBufferException(e)
+              .setUnfinishedMessage(builder.buildPartial());
+        }
+        return builder.buildPartial();
+      }
+    };
+
+    public static com.google.protobuf.Parser<FetchAckAnswers> parser() {
+      return PARSER;
+    }
+
+    @java.lang.Override
+    public com.google.protobuf.Parser<FetchAckAnswers> getParserForType() {
+      return PARSER;
+    }
+
+    @java.lang.Override
+    public dataservice.sidecar.v1.Stream.FetchAckAnswers getDefaultInstanceForType() {
+      return DEFAULT_INSTANCE;
+    }
+
+  }
+
+  public interface FetchAckAnswerOrBuilder extends
+      // @@protoc_insertion_point(interface_extends:dataservice.sidecar.v1.FetchAckAnswer)
+      com.google.protobuf.MessageOrBuilder {
+
+    /**
+     * <pre>
+     * The ack_seq of the request that carried them.
+     * </pre>
+     *
+     * <code>uint64 seq = 1;</code>
+     * @return The seq.
+     */
+    long getSeq();
+
+    /**
+     * <pre>
+     * Accepted count and refusals, as AckResponse has them.
+     * </pre>
+     *
+     * <code>.dataservice.sidecar.v1.StreamAckResult result = 2;</code>
+     * @return Whether the result field is set.
+     */
+    boolean hasResult();
+    /**
+     * <pre>
+     * Accepted count and refusals, as AckResponse has them.
+     * </pre>
+     *
+     * <code>.dataservice.sidecar.v1.StreamAckResult result = 2;</code>
+     * @return The result.
+     */
+    dataservice.sidecar.v1.Stream.StreamAckResult getResult();
+    /**
+     * <pre>
+     * Accepted count and refusals, as AckResponse has them.
+     * </pre>
+     *
+     * <code>.dataservice.sidecar.v1.StreamAckResult result = 2;</code>
+     */
+    dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder getResultOrBuilder();
+  }
+  /**
+   * <pre>
+   * The answer to the acks one Fetch request carried.
+   * </pre>
+   *
+   * Protobuf type {@code dataservice.sidecar.v1.FetchAckAnswer}
+   */
+  public static final class FetchAckAnswer extends
+      com.google.protobuf.GeneratedMessage implements
+      // @@protoc_insertion_point(message_implements:dataservice.sidecar.v1.FetchAckAnswer)
+      FetchAckAnswerOrBuilder {
+  private static final long serialVersionUID = 0L;
+    static {
+      com.google.protobuf.RuntimeVersion.validateProtobufGencodeVersion(
+        com.google.protobuf.RuntimeVersion.RuntimeDomain.PUBLIC,
+        /* major= */ 4,
+        /* minor= */ 33,
+        /* patch= */ 5,
+        /* suffix= */ "",
+        "FetchAckAnswer");
+    }
+    // Use FetchAckAnswer.newBuilder() to construct.
+    private FetchAckAnswer(com.google.protobuf.GeneratedMessage.Builder<?> builder) {
+      super(builder);
+    }
+    private FetchAckAnswer() {
+    }
+
+    public static final com.google.protobuf.Descriptors.Descriptor
+        getDescriptor() {
+      return dataservice.sidecar.v1.Stream.internal_static_dataservice_sidecar_v1_FetchAckAnswer_descriptor;
+    }
+
+    @java.lang.Override
+    protected com.google.protobuf.GeneratedMessage.FieldAccessorTable
+        internalGetFieldAccessorTable() {
+      return dataservice.sidecar.v1.Stream.internal_static_dataservice_sidecar_v1_FetchAckAnswer_fieldAccessorTable
+          .ensureFieldAccessorsInitialized(
+              dataservice.sidecar.v1.Stream.FetchAckAnswer.class, dataservice.sidecar.v1.Stream.FetchAckAnswer.Builder.class);
+    }
+
+    private int bitField0_;
+    public static final int SEQ_FIELD_NUMBER = 1;
+    private long seq_ = 0L;
+    /**
+     * <pre>
+     * The ack_seq of the request that carried them.
+     * </pre>
+     *
+     * <code>uint64 seq = 1;</code>
+     * @return The seq.
+     */
+    @java.lang.Override
+    public long getSeq() {
+      return seq_;
+    }
+
+    public static final int RESULT_FIELD_NUMBER = 2;
+    private dataservice.sidecar.v1.Stream.StreamAckResult result_;
+    /**
+     * <pre>
+     * Accepted count and refusals, as AckResponse has them.
+     * </pre>
+     *
+     * <code>.dataservice.sidecar.v1.StreamAckResult result = 2;</code>
+     * @return Whether the result field is set.
+     */
+    @java.lang.Override
+    public boolean hasResult() {
+      return ((bitField0_ & 0x00000001) != 0);
+    }
+    /**
+     * <pre>
+     * Accepted count and refusals, as AckResponse has them.
+     * </pre>
+     *
+     * <code>.dataservice.sidecar.v1.StreamAckResult result = 2;</code>
+     * @return The result.
+     */
+    @java.lang.Override
+    public dataservice.sidecar.v1.Stream.StreamAckResult getResult() {
+      return result_ == null ? dataservice.sidecar.v1.Stream.StreamAckResult.getDefaultInstance() : result_;
+    }
+    /**
+     * <pre>
+     * Accepted count and refusals, as AckResponse has them.
+     * </pre>
+     *
+     * <code>.dataservice.sidecar.v1.StreamAckResult result = 2;</code>
+     */
+    @java.lang.Override
+    public dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder getResultOrBuilder() {
+      return result_ == null ? dataservice.sidecar.v1.Stream.StreamAckResult.getDefaultInstance() : result_;
+    }
+
+    private byte memoizedIsInitialized = -1;
+    @java.lang.Override
+    public final boolean isInitialized() {
+      byte isInitialized = memoizedIsInitialized;
+      if (isInitialized == 1) return true;
+      if (isInitialized == 0) return false;
+
+      memoizedIsInitialized = 1;
+      return true;
+    }
+
+    @java.lang.Override
+    public void writeTo(com.google.protobuf.CodedOutputStream output)
+                        throws java.io.IOException {
+      if (seq_ != 0L) {
+        output.writeUInt64(1, seq_);
+      }
+      if (((bitField0_ & 0x00000001) != 0)) {
+        output.writeMessage(2, getResult());
+      }
+      getUnknownFields().writeTo(output);
+    }
+
+    @java.lang.Override
+    public int getSerializedSize() {
+      int size = memoizedSize;
+      if (size != -1) return size;
+
+      size = 0;
+      if (seq_ != 0L) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeUInt64Size(1, seq_);
+      }
+      if (((bitField0_ & 0x00000001) != 0)) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeMessageSize(2, getResult());
+      }
+      size += getUnknownFields().getSerializedSize();
+      memoizedSize = size;
+      return size;
+    }
+
+    @java.lang.Override
+    public boolean equals(final java.lang.Object obj) {
+      if (obj == this) {
+       return true;
+      }
+      if (!(obj instanceof dataservice.sidecar.v1.Stream.FetchAckAnswer)) {
+        return super.equals(obj);
+      }
+      dataservice.sidecar.v1.Stream.FetchAckAnswer other = (dataservice.sidecar.v1.Stream.FetchAckAnswer) obj;
+
+      if (getSeq()
+          != other.getSeq()) return false;
+      if (hasResult() != other.hasResult()) return false;
+      if (hasResult()) {
+        if (!getResult()
+            .equals(other.getResult())) return false;
+      }
+      if (!getUnknownFields().equals(other.getUnknownFields())) return false;
+      return true;
+    }
+
+    @java.lang.Override
+    public int hashCode() {
+      if (memoizedHashCode != 0) {
+        return memoizedHashCode;
+      }
+      int hash = 41;
+      hash = (19 * hash) + getDescriptor().hashCode();
+      hash = (37 * hash) + SEQ_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashLong(
+          getSeq());
+      if (hasResult()) {
+        hash = (37 * hash) + RESULT_FIELD_NUMBER;
+        hash = (53 * hash) + getResult().hashCode();
+      }
+      hash = (29 * hash) + getUnknownFields().hashCode();
+      memoizedHashCode = hash;
+      return hash;
+    }
+
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswer parseFrom(
+        java.nio.ByteBuffer data)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data);
+    }
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswer parseFrom(
+        java.nio.ByteBuffer data,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data, extensionRegistry);
+    }
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswer parseFrom(
+        com.google.protobuf.ByteString data)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data);
+    }
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswer parseFrom(
+        com.google.protobuf.ByteString data,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data, extensionRegistry);
+    }
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswer parseFrom(byte[] data)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data);
+    }
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswer parseFrom(
+        byte[] data,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data, extensionRegistry);
+    }
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswer parseFrom(java.io.InputStream input)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseWithIOException(PARSER, input);
+    }
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswer parseFrom(
+        java.io.InputStream input,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseWithIOException(PARSER, input, extensionRegistry);
+    }
+
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswer parseDelimitedFrom(java.io.InputStream input)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseDelimitedWithIOException(PARSER, input);
+    }
+
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswer parseDelimitedFrom(
+        java.io.InputStream input,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseDelimitedWithIOException(PARSER, input, extensionRegistry);
+    }
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswer parseFrom(
+        com.google.protobuf.CodedInputStream input)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseWithIOException(PARSER, input);
+    }
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswer parseFrom(
+        com.google.protobuf.CodedInputStream input,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseWithIOException(PARSER, input, extensionRegistry);
+    }
+
+    @java.lang.Override
+    public Builder newBuilderForType() { return newBuilder(); }
+    public static Builder newBuilder() {
+      return DEFAULT_INSTANCE.toBuilder();
+    }
+    public static Builder newBuilder(dataservice.sidecar.v1.Stream.FetchAckAnswer prototype) {
+      return DEFAULT_INSTANCE.toBuilder().mergeFrom(prototype);
+    }
+    @java.lang.Override
+    public Builder toBuilder() {
+      return this == DEFAULT_INSTANCE
+          ? new Builder() : new Builder().mergeFrom(this);
+    }
+
+    @java.lang.Override
+    protected Builder newBuilderForType(
+        com.google.protobuf.GeneratedMessage.BuilderParent parent) {
+      Builder builder = new Builder(parent);
+      return builder;
+    }
+    /**
+     * <pre>
+     * The answer to the acks one Fetch request carried.
+     * </pre>
+     *
+     * Protobuf type {@code dataservice.sidecar.v1.FetchAckAnswer}
+     */
+    public static final class Builder extends
+        com.google.protobuf.GeneratedMessage.Builder<Builder> implements
+        // @@protoc_insertion_point(builder_implements:dataservice.sidecar.v1.FetchAckAnswer)
+        dataservice.sidecar.v1.Stream.FetchAckAnswerOrBuilder {
+      public static final com.google.protobuf.Descriptors.Descriptor
+          getDescriptor() {
+        return dataservice.sidecar.v1.Stream.internal_static_dataservice_sidecar_v1_FetchAckAnswer_descriptor;
+      }
+
+      @java.lang.Override
+      protected com.google.protobuf.GeneratedMessage.FieldAccessorTable
+          internalGetFieldAccessorTable() {
+        return dataservice.sidecar.v1.Stream.internal_static_dataservice_sidecar_v1_FetchAckAnswer_fieldAccessorTable
+            .ensureFieldAccessorsInitialized(
+                dataservice.sidecar.v1.Stream.FetchAckAnswer.class, dataservice.sidecar.v1.Stream.FetchAckAnswer.Builder.class);
+      }
+
+      // Construct using dataservice.sidecar.v1.Stream.FetchAckAnswer.newBuilder()
+      private Builder() {
+        maybeForceBuilderInitialization();
+      }
+
+      private Builder(
+          com.google.protobuf.GeneratedMessage.BuilderParent parent) {
+        super(parent);
+        maybeForceBuilderInitialization();
+      }
+      private void maybeForceBuilderInitialization() {
+        if (com.google.protobuf.GeneratedMessage
+                .alwaysUseFieldBuilders) {
+          internalGetResultFieldBuilder();
+        }
+      }
+      @java.lang.Override
+      public Builder clear() {
+        super.clear();
+        bitField0_ = 0;
+        seq_ = 0L;
+        result_ = null;
+        if (resultBuilder_ != null) {
+          resultBuilder_.dispose();
+          resultBuilder_ = null;
+        }
+        return this;
+      }
+
+      @java.lang.Override
+      public com.google.protobuf.Descriptors.Descriptor
+          getDescriptorForType() {
+        return dataservice.sidecar.v1.Stream.internal_static_dataservice_sidecar_v1_FetchAckAnswer_descriptor;
+      }
+
+      @java.lang.Override
+      public dataservice.sidecar.v1.Stream.FetchAckAnswer getDefaultInstanceForType() {
+        return dataservice.sidecar.v1.Stream.FetchAckAnswer.getDefaultInstance();
+      }
+
+      @java.lang.Override
+      public dataservice.sidecar.v1.Stream.FetchAckAnswer build() {
+        dataservice.sidecar.v1.Stream.FetchAckAnswer result = buildPartial();
+        if (!result.isInitialized()) {
+          throw newUninitializedMessageException(result);
+        }
+        return result;
+      }
+
+      @java.lang.Override
+      public dataservice.sidecar.v1.Stream.FetchAckAnswer buildPartial() {
+        dataservice.sidecar.v1.Stream.FetchAckAnswer result = new dataservice.sidecar.v1.Stream.FetchAckAnswer(this);
+        if (bitField0_ != 0) { buildPartial0(result); }
+        onBuilt();
+        return result;
+      }
+
+      private void buildPartial0(dataservice.sidecar.v1.Stream.FetchAckAnswer result) {
+        int from_bitField0_ = bitField0_;
+        if (((from_bitField0_ & 0x00000001) != 0)) {
+          result.seq_ = seq_;
+        }
+        int to_bitField0_ = 0;
+        if (((from_bitField0_ & 0x00000002) != 0)) {
+          result.result_ = resultBuilder_ == null
+              ? result_
+              : resultBuilder_.build();
+          to_bitField0_ |= 0x00000001;
+        }
+        result.bitField0_ |= to_bitField0_;
+      }
+
+      @java.lang.Override
+      public Builder mergeFrom(com.google.protobuf.Message other) {
+        if (other instanceof dataservice.sidecar.v1.Stream.FetchAckAnswer) {
+          return mergeFrom((dataservice.sidecar.v1.Stream.FetchAckAnswer)other);
+        } else {
+          super.mergeFrom(other);
+          return this;
+        }
+      }
+
+      public Builder mergeFrom(dataservice.sidecar.v1.Stream.FetchAckAnswer other) {
+        if (other == dataservice.sidecar.v1.Stream.FetchAckAnswer.getDefaultInstance()) return this;
+        if (other.getSeq() != 0L) {
+          setSeq(other.getSeq());
+        }
+        if (other.hasResult()) {
+          mergeResult(other.getResult());
+        }
+        this.mergeUnknownFields(other.getUnknownFields());
+        onChanged();
+        return this;
+      }
+
+      @java.lang.Override
+      public final boolean isInitialized() {
+        return true;
+      }
+
+      @java.lang.Override
+      public Builder mergeFrom(
+          com.google.protobuf.CodedInputStream input,
+          com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+          throws java.io.IOException {
+        if (extensionRegistry == null) {
+          throw new java.lang.NullPointerException();
+        }
+        try {
+          boolean done = false;
+          while (!done) {
+            int tag = input.readTag();
+            switch (tag) {
+              case 0:
+                done = true;
+                break;
+              case 8: {
+                seq_ = input.readUInt64();
+                bitField0_ |= 0x00000001;
+                break;
+              } // case 8
+              case 18: {
+                input.readMessage(
+                    internalGetResultFieldBuilder().getBuilder(),
+                    extensionRegistry);
+                bitField0_ |= 0x00000002;
+                break;
+              } // case 18
+              default: {
+                if (!super.parseUnknownField(input, extensionRegistry, tag)) {
+                  done = true; // was an endgroup tag
+                }
+                break;
+              } // default:
+            } // switch (tag)
+          } // while (!done)
+        } catch (com.google.protobuf.InvalidProtocolBufferException e) {
+          throw e.unwrapIOException();
+        } finally {
+          onChanged();
+        } // finally
+        return this;
+      }
+      private int bitField0_;
+
+      private long seq_ ;
+      /**
+       * <pre>
+       * The ack_seq of the request that carried them.
+       * </pre>
+       *
+       * <code>uint64 seq = 1;</code>
+       * @return The seq.
+       */
+      @java.lang.Override
+      public long getSeq() {
+        return seq_;
+      }
+      /**
+       * <pre>
+       * The ack_seq of the request that carried them.
+       * </pre>
+       *
+       * <code>uint64 seq = 1;</code>
+       * @param value The seq to set.
+       * @return This builder for chaining.
+       */
+      public Builder setSeq(long value) {
+
+        seq_ = value;
+        bitField0_ |= 0x00000001;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * The ack_seq of the request that carried them.
+       * </pre>
+       *
+       * <code>uint64 seq = 1;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearSeq() {
+        bitField0_ = (bitField0_ & ~0x00000001);
+        seq_ = 0L;
+        onChanged();
+        return this;
+      }
+
+      private dataservice.sidecar.v1.Stream.StreamAckResult result_;
+      private com.google.protobuf.SingleFieldBuilder<
+          dataservice.sidecar.v1.Stream.StreamAckResult, dataservice.sidecar.v1.Stream.StreamAckResult.Builder, dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder> resultBuilder_;
+      /**
+       * <pre>
+       * Accepted count and refusals, as AckResponse has them.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.StreamAckResult result = 2;</code>
+       * @return Whether the result field is set.
+       */
+      public boolean hasResult() {
+        return ((bitField0_ & 0x00000002) != 0);
+      }
+      /**
+       * <pre>
+       * Accepted count and refusals, as AckResponse has them.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.StreamAckResult result = 2;</code>
+       * @return The result.
+       */
+      public dataservice.sidecar.v1.Stream.StreamAckResult getResult() {
+        if (resultBuilder_ == null) {
+          return result_ == null ? dataservice.sidecar.v1.Stream.StreamAckResult.getDefaultInstance() : result_;
+        } else {
+          return resultBuilder_.getMessage();
+        }
+      }
+      /**
+       * <pre>
+       * Accepted count and refusals, as AckResponse has them.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.StreamAckResult result = 2;</code>
+       */
+      public Builder setResult(dataservice.sidecar.v1.Stream.StreamAckResult value) {
+        if (resultBuilder_ == null) {
+          if (value == null) {
+            throw new NullPointerException();
+          }
+          result_ = value;
+        } else {
+          resultBuilder_.setMessage(value);
+        }
+        bitField0_ |= 0x00000002;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * Accepted count and refusals, as AckResponse has them.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.StreamAckResult result = 2;</code>
+       */
+      public Builder setResult(
+          dataservice.sidecar.v1.Stream.StreamAckResult.Builder builderForValue) {
+        if (resultBuilder_ == null) {
+          result_ = builderForValue.build();
+        } else {
+          resultBuilder_.setMessage(builderForValue.build());
+        }
+        bitField0_ |= 0x00000002;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * Accepted count and refusals, as AckResponse has them.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.StreamAckResult result = 2;</code>
+       */
+      public Builder mergeResult(dataservice.sidecar.v1.Stream.StreamAckResult value) {
+        if (resultBuilder_ == null) {
+          if (((bitField0_ & 0x00000002) != 0) &&
+            result_ != null &&
+            result_ != dataservice.sidecar.v1.Stream.StreamAckResult.getDefaultInstance()) {
+            getResultBuilder().mergeFrom(value);
+          } else {
+            result_ = value;
+          }
+        } else {
+          resultBuilder_.mergeFrom(value);
+        }
+        if (result_ != null) {
+          bitField0_ |= 0x00000002;
+          onChanged();
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * Accepted count and refusals, as AckResponse has them.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.StreamAckResult result = 2;</code>
+       */
+      public Builder clearResult() {
+        bitField0_ = (bitField0_ & ~0x00000002);
+        result_ = null;
+        if (resultBuilder_ != null) {
+          resultBuilder_.dispose();
+          resultBuilder_ = null;
+        }
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * Accepted count and refusals, as AckResponse has them.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.StreamAckResult result = 2;</code>
+       */
+      public dataservice.sidecar.v1.Stream.StreamAckResult.Builder getResultBuilder() {
+        bitField0_ |= 0x00000002;
+        onChanged();
+        return internalGetResultFieldBuilder().getBuilder();
+      }
+      /**
+       * <pre>
+       * Accepted count and refusals, as AckResponse has them.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.StreamAckResult result = 2;</code>
+       */
+      public dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder getResultOrBuilder() {
+        if (resultBuilder_ != null) {
+          return resultBuilder_.getMessageOrBuilder();
+        } else {
+          return result_ == null ?
+              dataservice.sidecar.v1.Stream.StreamAckResult.getDefaultInstance() : result_;
+        }
+      }
+      /**
+       * <pre>
+       * Accepted count and refusals, as AckResponse has them.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.StreamAckResult result = 2;</code>
+       */
+      private com.google.protobuf.SingleFieldBuilder<
+          dataservice.sidecar.v1.Stream.StreamAckResult, dataservice.sidecar.v1.Stream.StreamAckResult.Builder, dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder> 
+          internalGetResultFieldBuilder() {
+        if (resultBuilder_ == null) {
+          resultBuilder_ = new com.google.protobuf.SingleFieldBuilder<
+              dataservice.sidecar.v1.Stream.StreamAckResult, dataservice.sidecar.v1.Stream.StreamAckResult.Builder, dataservice.sidecar.v1.Stream.StreamAckResultOrBuilder>(
+                  getResult(),
+                  getParentForChildren(),
+                  isClean());
+          result_ = null;
+        }
+        return resultBuilder_;
+      }
+
+      // @@protoc_insertion_point(builder_scope:dataservice.sidecar.v1.FetchAckAnswer)
+    }
+
+    // @@protoc_insertion_point(class_scope:dataservice.sidecar.v1.FetchAckAnswer)
+    private static final dataservice.sidecar.v1.Stream.FetchAckAnswer DEFAULT_INSTANCE;
+    static {
+      DEFAULT_INSTANCE = new dataservice.sidecar.v1.Stream.FetchAckAnswer();
+    }
+
+    public static dataservice.sidecar.v1.Stream.FetchAckAnswer getDefaultInstance() {
+      return DEFAULT_INSTANCE;
+    }
+
+    private static final com.google.protobuf.Parser<FetchAckAnswer>
+        PARSER = new com.google.protobuf.AbstractParser<FetchAckAnswer>() {
+      @java.lang.Override
+      public FetchAckAnswer parsePartialFrom(
+          com.google.protobuf.CodedInputStream input,
+          com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+          throws com.google.protobuf.InvalidProtocolBufferException {
+        Builder builder = newBuilder();
+        try {
+          builder.mergeFrom(input, extensionRegistry);
+        } catch (com.google.protobuf.InvalidProtocolBufferException e) {
+          throw e.setUnfinishedMessage(builder.buildPartial());
+        } catch (com.google.protobuf.UninitializedMessageException e) {
+          throw e.asInvalidProtocolBufferException().setUnfinishedMessage(builder.buildPartial());
+        } catch (java.io.IOException e) {
+          throw new com.google.protobuf.InvalidProtocolBufferException(e)
+              .setUnfinishedMessage(builder.buildPartial());
+        }
+        return builder.buildPartial();
+      }
+    };
+
+    public static com.google.protobuf.Parser<FetchAckAnswer> parser() {
+      return PARSER;
+    }
+
+    @java.lang.Override
+    public com.google.protobuf.Parser<FetchAckAnswer> getParserForType() {
+      return PARSER;
+    }
+
+    @java.lang.Override
+    public dataservice.sidecar.v1.Stream.FetchAckAnswer getDefaultInstanceForType() {
       return DEFAULT_INSTANCE;
     }
 
@@ -44444,6 +46269,16 @@ java.lang.String defaultValue) {
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
       internal_static_dataservice_sidecar_v1_FetchResponse_fieldAccessorTable;
   private static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_dataservice_sidecar_v1_FetchAckAnswers_descriptor;
+  private static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_dataservice_sidecar_v1_FetchAckAnswers_fieldAccessorTable;
+  private static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_dataservice_sidecar_v1_FetchAckAnswer_descriptor;
+  private static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_dataservice_sidecar_v1_FetchAckAnswer_fieldAccessorTable;
+  private static final com.google.protobuf.Descriptors.Descriptor
     internal_static_dataservice_sidecar_v1_SharedBatch_descriptor;
   private static final 
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
@@ -44605,172 +46440,177 @@ java.lang.String defaultValue) {
       "\n#dataservice/sidecar/v1/stream.proto\022\026d" +
       "ataservice.sidecar.v1\032\"dataservice/commo" +
       "n/v1/common.proto\032\036google/protobuf/durat" +
-      "ion.proto\"\205\002\n\014FetchRequest\022\021\n\tclient_id\030" +
+      "ion.proto\"\226\002\n\014FetchRequest\022\021\n\tclient_id\030" +
       "\001 \001(\t\022\r\n\005group\030\002 \001(\t\022\023\n\013max_records\030\003 \001(" +
       "\005\022\021\n\tmax_bytes\030\004 \001(\003\022+\n\010max_wait\030\005 \001(\0132\031" +
       ".google.protobuf.Duration\022\020\n\010auto_ack\030\006 " +
       "\001(\010\0226\n\006format\030\007 \001(\0162&.dataservice.sideca" +
       "r.v1.DeliveryFormat\0224\n\nack_ranges\030\010 \003(\0132" +
-      " .dataservice.sidecar.v1.RangeAck\"\262\001\n\rFe" +
-      "tchResponse\022.\n\007records\030\001 \003(\0132\035.dataservi" +
-      "ce.common.v1.Record\0224\n\007batches\030\002 \003(\0132#.d" +
-      "ataservice.sidecar.v1.RecordBatch\022;\n\nack" +
-      "_result\030\004 \001(\0132\'.dataservice.sidecar.v1.S" +
-      "treamAckResult\"\340\001\n\013SharedBatch\022\r\n\005topic\030" +
-      "\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\023\n\013lease_epoch\030" +
-      "\003 \001(\003\022\026\n\016delivery_count\030\004 \001(\005\022\024\n\014first_o" +
-      "ffset\030\005 \001(\003\022\023\n\013last_offset\030\006 \001(\003\022\024\n\014reco" +
-      "rd_count\030\007 \001(\005\022\017\n\007segment\030\010 \001(\t\022\020\n\010posit" +
-      "ion\030\t \001(\003\022\016\n\006length\030\n \001(\003\022\016\n\006region\030\013 \001(" +
-      "\003\"\210\002\n\013RecordBatch\022\r\n\005topic\030\001 \001(\t\022\021\n\tpart" +
-      "ition\030\002 \001(\005\022\023\n\013lease_epoch\030\003 \001(\003\022\017\n\007offs" +
-      "ets\030\004 \001(\014\022\022\n\ntimestamps\030\005 \001(\014\022\025\n\rvalue_l" +
-      "engths\030\006 \001(\014\022\016\n\006values\030\007 \001(\014\022\023\n\013key_leng" +
-      "ths\030\010 \001(\014\022\014\n\004keys\030\t \001(\014\022;\n\007headers\030\n \003(\013" +
-      "2*.dataservice.sidecar.v1.RecordBatchHea" +
-      "ders\022\026\n\016delivery_count\030\013 \001(\005\"S\n\022RecordBa" +
-      "tchHeaders\022\r\n\005index\030\001 \001(\005\022.\n\007headers\030\002 \003" +
-      "(\0132\035.dataservice.common.v1.Header\"\355\001\n\rSt" +
-      "reamRequest\0222\n\004open\030\001 \001(\0132\".dataservice." +
-      "sidecar.v1.StreamOpenH\000\0226\n\006credit\030\002 \001(\0132" +
-      "$.dataservice.sidecar.v1.StreamCreditH\000\022" +
-      "2\n\004acks\030\003 \001(\0132\".dataservice.sidecar.v1.S" +
-      "treamAcksH\000\0224\n\005nacks\030\004 \001(\0132#.dataservice" +
-      ".sidecar.v1.StreamNacksH\000B\006\n\004kind\"\377\001\n\nSt" +
-      "reamOpen\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001" +
-      "(\t\022\020\n\010auto_ack\030\003 \001(\010\022<\n\016initial_credit\030\004" +
-      " \001(\0132$.dataservice.sidecar.v1.StreamCred" +
-      "it\0226\n\006format\030\005 \001(\0162&.dataservice.sidecar" +
-      ".v1.DeliveryFormat\022)\n\006linger\030\006 \001(\0132\031.goo" +
-      "gle.protobuf.Duration\022\034\n\024answers_with_ba" +
-      "tches\030\007 \001(\010\".\n\014StreamCredit\022\017\n\007records\030\001" +
-      " \001(\005\022\r\n\005bytes\030\002 \001(\003\"\225\001\n\nStreamAcks\022/\n\004ac" +
-      "ks\030\001 \003(\0132!.dataservice.sidecar.v1.Record" +
-      "Ack\0220\n\006ranges\030\002 \003(\0132 .dataservice.sideca" +
-      "r.v1.RangeAck\022\020\n\010released\030\003 \003(\003\022\022\n\nanswe" +
-      "r_now\030\004 \001(\010\"\235\001\n\013StreamNacks\0222\n\007records\030\001" +
+      " .dataservice.sidecar.v1.RangeAck\022\017\n\007ack" +
+      "_seq\030\t \001(\004\"\254\001\n\rFetchResponse\022.\n\007records\030" +
+      "\001 \003(\0132\035.dataservice.common.v1.Record\0224\n\007" +
+      "batches\030\002 \003(\0132#.dataservice.sidecar.v1.R" +
+      "ecordBatch\0225\n\004acks\030\004 \001(\0132\'.dataservice.s" +
+      "idecar.v1.FetchAckAnswers\"_\n\017FetchAckAns" +
+      "wers\022\023\n\013applied_seq\030\001 \001(\004\0227\n\007answers\030\002 \003" +
+      "(\0132&.dataservice.sidecar.v1.FetchAckAnsw" +
+      "er\"V\n\016FetchAckAnswer\022\013\n\003seq\030\001 \001(\004\0227\n\006res" +
+      "ult\030\002 \001(\0132\'.dataservice.sidecar.v1.Strea" +
+      "mAckResult\"\340\001\n\013SharedBatch\022\r\n\005topic\030\001 \001(" +
+      "\t\022\021\n\tpartition\030\002 \001(\005\022\023\n\013lease_epoch\030\003 \001(" +
+      "\003\022\026\n\016delivery_count\030\004 \001(\005\022\024\n\014first_offse" +
+      "t\030\005 \001(\003\022\023\n\013last_offset\030\006 \001(\003\022\024\n\014record_c" +
+      "ount\030\007 \001(\005\022\017\n\007segment\030\010 \001(\t\022\020\n\010position\030" +
+      "\t \001(\003\022\016\n\006length\030\n \001(\003\022\016\n\006region\030\013 \001(\003\"\210\002" +
+      "\n\013RecordBatch\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartitio" +
+      "n\030\002 \001(\005\022\023\n\013lease_epoch\030\003 \001(\003\022\017\n\007offsets\030" +
+      "\004 \001(\014\022\022\n\ntimestamps\030\005 \001(\014\022\025\n\rvalue_lengt" +
+      "hs\030\006 \001(\014\022\016\n\006values\030\007 \001(\014\022\023\n\013key_lengths\030" +
+      "\010 \001(\014\022\014\n\004keys\030\t \001(\014\022;\n\007headers\030\n \003(\0132*.d" +
+      "ataservice.sidecar.v1.RecordBatchHeaders" +
+      "\022\026\n\016delivery_count\030\013 \001(\005\"S\n\022RecordBatchH" +
+      "eaders\022\r\n\005index\030\001 \001(\005\022.\n\007headers\030\002 \003(\0132\035" +
+      ".dataservice.common.v1.Header\"\355\001\n\rStream" +
+      "Request\0222\n\004open\030\001 \001(\0132\".dataservice.side" +
+      "car.v1.StreamOpenH\000\0226\n\006credit\030\002 \001(\0132$.da" +
+      "taservice.sidecar.v1.StreamCreditH\000\0222\n\004a" +
+      "cks\030\003 \001(\0132\".dataservice.sidecar.v1.Strea" +
+      "mAcksH\000\0224\n\005nacks\030\004 \001(\0132#.dataservice.sid" +
+      "ecar.v1.StreamNacksH\000B\006\n\004kind\"\377\001\n\nStream" +
+      "Open\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022\020" +
+      "\n\010auto_ack\030\003 \001(\010\022<\n\016initial_credit\030\004 \001(\013" +
+      "2$.dataservice.sidecar.v1.StreamCredit\0226" +
+      "\n\006format\030\005 \001(\0162&.dataservice.sidecar.v1." +
+      "DeliveryFormat\022)\n\006linger\030\006 \001(\0132\031.google." +
+      "protobuf.Duration\022\034\n\024answers_with_batche" +
+      "s\030\007 \001(\010\".\n\014StreamCredit\022\017\n\007records\030\001 \001(\005" +
+      "\022\r\n\005bytes\030\002 \001(\003\"\225\001\n\nStreamAcks\022/\n\004acks\030\001" +
       " \003(\0132!.dataservice.sidecar.v1.RecordAck\022" +
       "0\n\006ranges\030\002 \003(\0132 .dataservice.sidecar.v1" +
-      ".RangeAck\022(\n\005delay\030\003 \001(\0132\031.google.protob" +
-      "uf.Duration\"\316\001\n\016StreamResponse\0224\n\005batch\030" +
-      "\001 \001(\0132#.dataservice.sidecar.v1.StreamBat" +
-      "chH\000\022=\n\nack_result\030\002 \001(\0132\'.dataservice.s" +
-      "idecar.v1.StreamAckResultH\000\022?\n\013nack_resu" +
-      "lt\030\003 \001(\0132(.dataservice.sidecar.v1.Stream" +
-      "NackResultH\000B\006\n\004kind\"\346\001\n\013StreamBatch\022.\n\007" +
-      "records\030\001 \003(\0132\035.dataservice.common.v1.Re" +
-      "cord\0224\n\007batches\030\002 \003(\0132#.dataservice.side" +
-      "car.v1.RecordBatch\0223\n\006shared\030\003 \003(\0132#.dat" +
-      "aservice.sidecar.v1.SharedBatch\022<\n\013ack_r" +
-      "esults\030\004 \003(\0132\'.dataservice.sidecar.v1.St" +
-      "reamAckResult\"\245\001\n\017StreamAckResult\022\023\n\013ack" +
+      ".RangeAck\022\020\n\010released\030\003 \003(\003\022\022\n\nanswer_no" +
+      "w\030\004 \001(\010\"\235\001\n\013StreamNacks\0222\n\007records\030\001 \003(\013" +
+      "2!.dataservice.sidecar.v1.RecordAck\0220\n\006r" +
+      "anges\030\002 \003(\0132 .dataservice.sidecar.v1.Ran" +
+      "geAck\022(\n\005delay\030\003 \001(\0132\031.google.protobuf.D" +
+      "uration\"\316\001\n\016StreamResponse\0224\n\005batch\030\001 \001(" +
+      "\0132#.dataservice.sidecar.v1.StreamBatchH\000" +
+      "\022=\n\nack_result\030\002 \001(\0132\'.dataservice.sidec" +
+      "ar.v1.StreamAckResultH\000\022?\n\013nack_result\030\003" +
+      " \001(\0132(.dataservice.sidecar.v1.StreamNack" +
+      "ResultH\000B\006\n\004kind\"\346\001\n\013StreamBatch\022.\n\007reco" +
+      "rds\030\001 \003(\0132\035.dataservice.common.v1.Record" +
+      "\0224\n\007batches\030\002 \003(\0132#.dataservice.sidecar." +
+      "v1.RecordBatch\0223\n\006shared\030\003 \003(\0132#.dataser" +
+      "vice.sidecar.v1.SharedBatch\022<\n\013ack_resul" +
+      "ts\030\004 \003(\0132\'.dataservice.sidecar.v1.Stream" +
+      "AckResult\"\245\001\n\017StreamAckResult\022\023\n\013acked_c" +
+      "ount\030\001 \001(\003\022:\n\rrejected_acks\030\002 \003(\0132#.data" +
+      "service.sidecar.v1.RejectedAck\022A\n\017reject" +
+      "ed_ranges\030\003 \003(\0132(.dataservice.sidecar.v1" +
+      ".RejectedRangeAck\"\270\001\n\020StreamNackResult\022\024" +
+      "\n\014nacked_count\030\001 \001(\003\022:\n\rrejected_acks\030\002 " +
+      "\003(\0132#.dataservice.sidecar.v1.RejectedAck" +
+      "\022A\n\017rejected_ranges\030\003 \003(\0132(.dataservice." +
+      "sidecar.v1.RejectedRangeAck\022\017\n\007records\030\004" +
+      " \001(\003\"R\n\tRecordAck\022\r\n\005topic\030\001 \001(\t\022\021\n\tpart" +
+      "ition\030\002 \001(\005\022\016\n\006offset\030\003 \001(\003\022\023\n\013lease_epo" +
+      "ch\030\004 \001(\003\"i\n\010RangeAck\022\r\n\005topic\030\001 \001(\t\022\021\n\tp" +
+      "artition\030\002 \001(\005\022\023\n\013from_offset\030\003 \001(\003\022\021\n\tt" +
+      "o_offset\030\004 \001(\003\022\023\n\013lease_epoch\030\005 \001(\003\"\210\001\n\020" +
+      "RejectedRangeAck\022-\n\003ack\030\001 \001(\0132 .dataserv" +
+      "ice.sidecar.v1.RangeAck\0224\n\006reason\030\002 \001(\0162" +
+      "$.dataservice.sidecar.v1.RejectReason\022\017\n" +
+      "\007message\030\003 \001(\t\"\204\001\n\013RejectedAck\022.\n\003ack\030\001 " +
+      "\001(\0132!.dataservice.sidecar.v1.RecordAck\0224" +
+      "\n\006reason\030\002 \001(\0162$.dataservice.sidecar.v1." +
+      "RejectReason\022\017\n\007message\030\003 \001(\t\"\221\001\n\nAckReq" +
+      "uest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022/" +
+      "\n\004acks\030\003 \003(\0132!.dataservice.sidecar.v1.Re" +
+      "cordAck\0220\n\006ranges\030\004 \003(\0132 .dataservice.si" +
+      "decar.v1.RangeAck\"\241\001\n\013AckResponse\022\023\n\013ack" +
       "ed_count\030\001 \001(\003\022:\n\rrejected_acks\030\002 \003(\0132#." +
       "dataservice.sidecar.v1.RejectedAck\022A\n\017re" +
       "jected_ranges\030\003 \003(\0132(.dataservice.sideca" +
-      "r.v1.RejectedRangeAck\"\270\001\n\020StreamNackResu" +
-      "lt\022\024\n\014nacked_count\030\001 \001(\003\022:\n\rrejected_ack" +
-      "s\030\002 \003(\0132#.dataservice.sidecar.v1.Rejecte" +
-      "dAck\022A\n\017rejected_ranges\030\003 \003(\0132(.dataserv" +
-      "ice.sidecar.v1.RejectedRangeAck\022\017\n\007recor" +
-      "ds\030\004 \001(\003\"R\n\tRecordAck\022\r\n\005topic\030\001 \001(\t\022\021\n\t" +
-      "partition\030\002 \001(\005\022\016\n\006offset\030\003 \001(\003\022\023\n\013lease" +
-      "_epoch\030\004 \001(\003\"i\n\010RangeAck\022\r\n\005topic\030\001 \001(\t\022" +
-      "\021\n\tpartition\030\002 \001(\005\022\023\n\013from_offset\030\003 \001(\003\022" +
-      "\021\n\tto_offset\030\004 \001(\003\022\023\n\013lease_epoch\030\005 \001(\003\"" +
-      "\210\001\n\020RejectedRangeAck\022-\n\003ack\030\001 \001(\0132 .data" +
-      "service.sidecar.v1.RangeAck\0224\n\006reason\030\002 " +
-      "\001(\0162$.dataservice.sidecar.v1.RejectReaso" +
-      "n\022\017\n\007message\030\003 \001(\t\"\204\001\n\013RejectedAck\022.\n\003ac" +
-      "k\030\001 \001(\0132!.dataservice.sidecar.v1.RecordA" +
-      "ck\0224\n\006reason\030\002 \001(\0162$.dataservice.sidecar" +
-      ".v1.RejectReason\022\017\n\007message\030\003 \001(\t\"\221\001\n\nAc" +
-      "kRequest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001" +
-      "(\t\022/\n\004acks\030\003 \003(\0132!.dataservice.sidecar.v" +
-      "1.RecordAck\0220\n\006ranges\030\004 \003(\0132 .dataservic" +
-      "e.sidecar.v1.RangeAck\"\241\001\n\013AckResponse\022\023\n" +
-      "\013acked_count\030\001 \001(\003\022:\n\rrejected_acks\030\002 \003(" +
-      "\0132#.dataservice.sidecar.v1.RejectedAck\022A" +
-      "\n\017rejected_ranges\030\003 \003(\0132(.dataservice.si" +
-      "decar.v1.RejectedRangeAck\"\314\001\n\013NackReques" +
-      "t\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\0222\n\007r" +
-      "ecords\030\003 \003(\0132!.dataservice.sidecar.v1.Re" +
-      "cordAck\0220\n\006ranges\030\004 \003(\0132 .dataservice.si" +
-      "decar.v1.RangeAck\022(\n\005delay\030\005 \001(\0132\031.googl" +
-      "e.protobuf.Duration\022\013\n\003all\030\006 \001(\010\"\264\001\n\014Nac" +
-      "kResponse\022\024\n\014nacked_count\030\001 \001(\003\022:\n\rrejec" +
-      "ted_acks\030\002 \003(\0132#.dataservice.sidecar.v1." +
-      "RejectedAck\022A\n\017rejected_ranges\030\003 \003(\0132(.d" +
-      "ataservice.sidecar.v1.RejectedRangeAck\022\017" +
-      "\n\007records\030\004 \001(\003\"\305\001\n\020ReadRangeRequest\022\021\n\t" +
-      "client_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022\r\n\005topic\030" +
-      "\003 \001(\t\022\021\n\tpartition\030\004 \001(\005\022\023\n\013from_offset\030" +
-      "\005 \001(\003\022\021\n\tto_offset\030\006 \001(\003\022\021\n\tmax_bytes\030\007 " +
-      "\001(\003\0222\n\006format\030\010 \001(\0162\".dataservice.sideca" +
-      "r.v1.ReadFormat\"\200\001\n\021ReadRangeResponse\022.\n" +
-      "\007records\030\001 \003(\0132\035.dataservice.common.v1.R" +
-      "ecord\022\021\n\tarrow_ipc\030\002 \001(\014\022\023\n\013lease_epoch\030" +
-      "\003 \001(\003\022\023\n\013next_offset\030\004 \001(\003\"U\n\014OffsetComm" +
-      "it\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\016\n\006" +
-      "offset\030\003 \001(\003\022\023\n\013lease_epoch\030\004 \001(\003\"o\n\024Com" +
-      "mitOffsetsRequest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005" +
-      "group\030\002 \001(\t\0225\n\007offsets\030\003 \003(\0132$.dataservi" +
-      "ce.sidecar.v1.OffsetCommit\"\244\001\n\022OffsetCom" +
-      "mitResult\0224\n\006commit\030\001 \001(\0132$.dataservice." +
-      "sidecar.v1.OffsetCommit\022\021\n\tcommitted\030\002 \001" +
-      "(\010\0224\n\006reason\030\003 \001(\0162$.dataservice.sidecar" +
-      ".v1.RejectReason\022\017\n\007message\030\004 \001(\t\"T\n\025Com" +
-      "mitOffsetsResponse\022;\n\007results\030\001 \003(\0132*.da" +
-      "taservice.sidecar.v1.OffsetCommitResult\"" +
-      "\017\n\rStatusRequest\"\252\002\n\017PartitionStatus\022\r\n\005" +
-      "topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\023\n\013lease_" +
-      "epoch\030\003 \001(\003\022;\n\030lease_deadline_remaining\030" +
-      "\004 \001(\0132\031.google.protobuf.Duration\022\020\n\010posi" +
-      "tion\030\005 \001(\003\022\030\n\020committed_offset\030\006 \001(\003\022\026\n\016" +
-      "high_watermark\030\007 \001(\003\022\030\n\020buffered_records" +
-      "\030\010 \001(\003\022\026\n\016buffered_bytes\030\t \001(\003\022\016\n\006paused" +
-      "\030\n \001(\010\022\020\n\010inflight\030\013 \001(\003\022\013\n\003due\030\014 \001(\003\"\337\003" +
-      "\n\016StatusResponse\022\022\n\nsidecar_id\030\001 \001(\t\022\r\n\005" +
-      "group\030\002 \001(\t\022.\n\004mode\030\003 \001(\0162 .dataservice." +
-      "common.v1.GroupMode\022;\n\npartitions\030\004 \003(\0132" +
-      "\'.dataservice.sidecar.v1.PartitionStatus" +
-      "\022\024\n\014buffer_bytes\030\005 \001(\003\022\030\n\020buffer_cap_byt" +
-      "es\030\006 \001(\003\022S\n\017consumer_config\030\007 \003(\0132:.data" +
-      "service.sidecar.v1.StatusResponse.Consum" +
-      "erConfigEntry\022\026\n\016config_version\030\010 \001(\003\022\032\n" +
-      "\022assigner_connected\030\t \001(\010\0225\n\022visibility_" +
-      "timeout\030\n \001(\0132\031.google.protobuf.Duration" +
-      "\022\026\n\016max_deliveries\030\013 \001(\005\0325\n\023ConsumerConf" +
-      "igEntry\022\013\n\003key\030\001 \001(\t\022\r\n\005value\030\002 \001(\t:\0028\001*" +
-      "\212\001\n\016DeliveryFormat\022\037\n\033DELIVERY_FORMAT_UN" +
-      "SPECIFIED\020\000\022\033\n\027DELIVERY_FORMAT_RECORDS\020\001" +
-      "\022\033\n\027DELIVERY_FORMAT_BATCHES\020\002\022\035\n\031DELIVER" +
-      "Y_FORMAT_ARROW_SHM\020\003*\220\002\n\014RejectReason\022\035\n" +
-      "\031REJECT_REASON_UNSPECIFIED\020\000\022\035\n\031REJECT_R" +
-      "EASON_STALE_EPOCH\020\001\022\032\n\026REJECT_REASON_NOT" +
-      "_HELD\020\002\022\037\n\033REJECT_REASON_LEASE_EXPIRED\020\003" +
-      "\022\037\n\033REJECT_REASON_NOT_DELIVERED\020\004\022%\n!REJ" +
-      "ECT_REASON_OFFSET_OUT_OF_RANGE\020\005\022\037\n\033REJE" +
-      "CT_REASON_COMMIT_FAILED\020\006\022\034\n\030REJECT_REAS" +
-      "ON_NOT_HOLDER\020\007*]\n\nReadFormat\022\033\n\027READ_FO" +
-      "RMAT_UNSPECIFIED\020\000\022\027\n\023READ_FORMAT_RECORD" +
-      "S\020\001\022\031\n\025READ_FORMAT_ARROW_IPC\020\0022\220\005\n\rStrea" +
-      "mService\022T\n\005Fetch\022$.dataservice.sidecar." +
-      "v1.FetchRequest\032%.dataservice.sidecar.v1" +
-      ".FetchResponse\022[\n\006Stream\022%.dataservice.s" +
-      "idecar.v1.StreamRequest\032&.dataservice.si" +
-      "decar.v1.StreamResponse(\0010\001\022N\n\003Ack\022\".dat" +
-      "aservice.sidecar.v1.AckRequest\032#.dataser" +
-      "vice.sidecar.v1.AckResponse\022Q\n\004Nack\022#.da" +
-      "taservice.sidecar.v1.NackRequest\032$.datas" +
-      "ervice.sidecar.v1.NackResponse\022b\n\tReadRa" +
-      "nge\022(.dataservice.sidecar.v1.ReadRangeRe" +
-      "quest\032).dataservice.sidecar.v1.ReadRange" +
-      "Response0\001\022l\n\rCommitOffsets\022,.dataservic" +
-      "e.sidecar.v1.CommitOffsetsRequest\032-.data" +
-      "service.sidecar.v1.CommitOffsetsResponse" +
-      "\022W\n\006Status\022%.dataservice.sidecar.v1.Stat" +
-      "usRequest\032&.dataservice.sidecar.v1.Statu" +
-      "sResponseb\006proto3"
+      "r.v1.RejectedRangeAck\"\314\001\n\013NackRequest\022\021\n" +
+      "\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\0222\n\007recor" +
+      "ds\030\003 \003(\0132!.dataservice.sidecar.v1.Record" +
+      "Ack\0220\n\006ranges\030\004 \003(\0132 .dataservice.sideca" +
+      "r.v1.RangeAck\022(\n\005delay\030\005 \001(\0132\031.google.pr" +
+      "otobuf.Duration\022\013\n\003all\030\006 \001(\010\"\264\001\n\014NackRes" +
+      "ponse\022\024\n\014nacked_count\030\001 \001(\003\022:\n\rrejected_" +
+      "acks\030\002 \003(\0132#.dataservice.sidecar.v1.Reje" +
+      "ctedAck\022A\n\017rejected_ranges\030\003 \003(\0132(.datas" +
+      "ervice.sidecar.v1.RejectedRangeAck\022\017\n\007re" +
+      "cords\030\004 \001(\003\"\305\001\n\020ReadRangeRequest\022\021\n\tclie" +
+      "nt_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022\r\n\005topic\030\003 \001(" +
+      "\t\022\021\n\tpartition\030\004 \001(\005\022\023\n\013from_offset\030\005 \001(" +
+      "\003\022\021\n\tto_offset\030\006 \001(\003\022\021\n\tmax_bytes\030\007 \001(\003\022" +
+      "2\n\006format\030\010 \001(\0162\".dataservice.sidecar.v1" +
+      ".ReadFormat\"\200\001\n\021ReadRangeResponse\022.\n\007rec" +
+      "ords\030\001 \003(\0132\035.dataservice.common.v1.Recor" +
+      "d\022\021\n\tarrow_ipc\030\002 \001(\014\022\023\n\013lease_epoch\030\003 \001(" +
+      "\003\022\023\n\013next_offset\030\004 \001(\003\"U\n\014OffsetCommit\022\r" +
+      "\n\005topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\016\n\006offs" +
+      "et\030\003 \001(\003\022\023\n\013lease_epoch\030\004 \001(\003\"o\n\024CommitO" +
+      "ffsetsRequest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005grou" +
+      "p\030\002 \001(\t\0225\n\007offsets\030\003 \003(\0132$.dataservice.s" +
+      "idecar.v1.OffsetCommit\"\244\001\n\022OffsetCommitR" +
+      "esult\0224\n\006commit\030\001 \001(\0132$.dataservice.side" +
+      "car.v1.OffsetCommit\022\021\n\tcommitted\030\002 \001(\010\0224" +
+      "\n\006reason\030\003 \001(\0162$.dataservice.sidecar.v1." +
+      "RejectReason\022\017\n\007message\030\004 \001(\t\"T\n\025CommitO" +
+      "ffsetsResponse\022;\n\007results\030\001 \003(\0132*.datase" +
+      "rvice.sidecar.v1.OffsetCommitResult\"\017\n\rS" +
+      "tatusRequest\"\252\002\n\017PartitionStatus\022\r\n\005topi" +
+      "c\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\023\n\013lease_epoc" +
+      "h\030\003 \001(\003\022;\n\030lease_deadline_remaining\030\004 \001(" +
+      "\0132\031.google.protobuf.Duration\022\020\n\010position" +
+      "\030\005 \001(\003\022\030\n\020committed_offset\030\006 \001(\003\022\026\n\016high" +
+      "_watermark\030\007 \001(\003\022\030\n\020buffered_records\030\010 \001" +
+      "(\003\022\026\n\016buffered_bytes\030\t \001(\003\022\016\n\006paused\030\n \001" +
+      "(\010\022\020\n\010inflight\030\013 \001(\003\022\013\n\003due\030\014 \001(\003\"\337\003\n\016St" +
+      "atusResponse\022\022\n\nsidecar_id\030\001 \001(\t\022\r\n\005grou" +
+      "p\030\002 \001(\t\022.\n\004mode\030\003 \001(\0162 .dataservice.comm" +
+      "on.v1.GroupMode\022;\n\npartitions\030\004 \003(\0132\'.da" +
+      "taservice.sidecar.v1.PartitionStatus\022\024\n\014" +
+      "buffer_bytes\030\005 \001(\003\022\030\n\020buffer_cap_bytes\030\006" +
+      " \001(\003\022S\n\017consumer_config\030\007 \003(\0132:.dataserv" +
+      "ice.sidecar.v1.StatusResponse.ConsumerCo" +
+      "nfigEntry\022\026\n\016config_version\030\010 \001(\003\022\032\n\022ass" +
+      "igner_connected\030\t \001(\010\0225\n\022visibility_time" +
+      "out\030\n \001(\0132\031.google.protobuf.Duration\022\026\n\016" +
+      "max_deliveries\030\013 \001(\005\0325\n\023ConsumerConfigEn" +
+      "try\022\013\n\003key\030\001 \001(\t\022\r\n\005value\030\002 \001(\t:\0028\001*\212\001\n\016" +
+      "DeliveryFormat\022\037\n\033DELIVERY_FORMAT_UNSPEC" +
+      "IFIED\020\000\022\033\n\027DELIVERY_FORMAT_RECORDS\020\001\022\033\n\027" +
+      "DELIVERY_FORMAT_BATCHES\020\002\022\035\n\031DELIVERY_FO" +
+      "RMAT_ARROW_SHM\020\003*\220\002\n\014RejectReason\022\035\n\031REJ" +
+      "ECT_REASON_UNSPECIFIED\020\000\022\035\n\031REJECT_REASO" +
+      "N_STALE_EPOCH\020\001\022\032\n\026REJECT_REASON_NOT_HEL" +
+      "D\020\002\022\037\n\033REJECT_REASON_LEASE_EXPIRED\020\003\022\037\n\033" +
+      "REJECT_REASON_NOT_DELIVERED\020\004\022%\n!REJECT_" +
+      "REASON_OFFSET_OUT_OF_RANGE\020\005\022\037\n\033REJECT_R" +
+      "EASON_COMMIT_FAILED\020\006\022\034\n\030REJECT_REASON_N" +
+      "OT_HOLDER\020\007*]\n\nReadFormat\022\033\n\027READ_FORMAT" +
+      "_UNSPECIFIED\020\000\022\027\n\023READ_FORMAT_RECORDS\020\001\022" +
+      "\031\n\025READ_FORMAT_ARROW_IPC\020\0022\220\005\n\rStreamSer" +
+      "vice\022T\n\005Fetch\022$.dataservice.sidecar.v1.F" +
+      "etchRequest\032%.dataservice.sidecar.v1.Fet" +
+      "chResponse\022[\n\006Stream\022%.dataservice.sidec" +
+      "ar.v1.StreamRequest\032&.dataservice.sideca" +
+      "r.v1.StreamResponse(\0010\001\022N\n\003Ack\022\".dataser" +
+      "vice.sidecar.v1.AckRequest\032#.dataservice" +
+      ".sidecar.v1.AckResponse\022Q\n\004Nack\022#.datase" +
+      "rvice.sidecar.v1.NackRequest\032$.dataservi" +
+      "ce.sidecar.v1.NackResponse\022b\n\tReadRange\022" +
+      "(.dataservice.sidecar.v1.ReadRangeReques" +
+      "t\032).dataservice.sidecar.v1.ReadRangeResp" +
+      "onse0\001\022l\n\rCommitOffsets\022,.dataservice.si" +
+      "decar.v1.CommitOffsetsRequest\032-.dataserv" +
+      "ice.sidecar.v1.CommitOffsetsResponse\022W\n\006" +
+      "Status\022%.dataservice.sidecar.v1.StatusRe" +
+      "quest\032&.dataservice.sidecar.v1.StatusRes" +
+      "ponseb\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -44783,183 +46623,195 @@ java.lang.String defaultValue) {
     internal_static_dataservice_sidecar_v1_FetchRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_FetchRequest_descriptor,
-        new java.lang.String[] { "ClientId", "Group", "MaxRecords", "MaxBytes", "MaxWait", "AutoAck", "Format", "AckRanges", });
+        new java.lang.String[] { "ClientId", "Group", "MaxRecords", "MaxBytes", "MaxWait", "AutoAck", "Format", "AckRanges", "AckSeq", });
     internal_static_dataservice_sidecar_v1_FetchResponse_descriptor =
       getDescriptor().getMessageType(1);
     internal_static_dataservice_sidecar_v1_FetchResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_FetchResponse_descriptor,
-        new java.lang.String[] { "Records", "Batches", "AckResult", });
-    internal_static_dataservice_sidecar_v1_SharedBatch_descriptor =
+        new java.lang.String[] { "Records", "Batches", "Acks", });
+    internal_static_dataservice_sidecar_v1_FetchAckAnswers_descriptor =
       getDescriptor().getMessageType(2);
+    internal_static_dataservice_sidecar_v1_FetchAckAnswers_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_dataservice_sidecar_v1_FetchAckAnswers_descriptor,
+        new java.lang.String[] { "AppliedSeq", "Answers", });
+    internal_static_dataservice_sidecar_v1_FetchAckAnswer_descriptor =
+      getDescriptor().getMessageType(3);
+    internal_static_dataservice_sidecar_v1_FetchAckAnswer_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_dataservice_sidecar_v1_FetchAckAnswer_descriptor,
+        new java.lang.String[] { "Seq", "Result", });
+    internal_static_dataservice_sidecar_v1_SharedBatch_descriptor =
+      getDescriptor().getMessageType(4);
     internal_static_dataservice_sidecar_v1_SharedBatch_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_SharedBatch_descriptor,
         new java.lang.String[] { "Topic", "Partition", "LeaseEpoch", "DeliveryCount", "FirstOffset", "LastOffset", "RecordCount", "Segment", "Position", "Length", "Region", });
     internal_static_dataservice_sidecar_v1_RecordBatch_descriptor =
-      getDescriptor().getMessageType(3);
+      getDescriptor().getMessageType(5);
     internal_static_dataservice_sidecar_v1_RecordBatch_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_RecordBatch_descriptor,
         new java.lang.String[] { "Topic", "Partition", "LeaseEpoch", "Offsets", "Timestamps", "ValueLengths", "Values", "KeyLengths", "Keys", "Headers", "DeliveryCount", });
     internal_static_dataservice_sidecar_v1_RecordBatchHeaders_descriptor =
-      getDescriptor().getMessageType(4);
+      getDescriptor().getMessageType(6);
     internal_static_dataservice_sidecar_v1_RecordBatchHeaders_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_RecordBatchHeaders_descriptor,
         new java.lang.String[] { "Index", "Headers", });
     internal_static_dataservice_sidecar_v1_StreamRequest_descriptor =
-      getDescriptor().getMessageType(5);
+      getDescriptor().getMessageType(7);
     internal_static_dataservice_sidecar_v1_StreamRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamRequest_descriptor,
         new java.lang.String[] { "Open", "Credit", "Acks", "Nacks", "Kind", });
     internal_static_dataservice_sidecar_v1_StreamOpen_descriptor =
-      getDescriptor().getMessageType(6);
+      getDescriptor().getMessageType(8);
     internal_static_dataservice_sidecar_v1_StreamOpen_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamOpen_descriptor,
         new java.lang.String[] { "ClientId", "Group", "AutoAck", "InitialCredit", "Format", "Linger", "AnswersWithBatches", });
     internal_static_dataservice_sidecar_v1_StreamCredit_descriptor =
-      getDescriptor().getMessageType(7);
+      getDescriptor().getMessageType(9);
     internal_static_dataservice_sidecar_v1_StreamCredit_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamCredit_descriptor,
         new java.lang.String[] { "Records", "Bytes", });
     internal_static_dataservice_sidecar_v1_StreamAcks_descriptor =
-      getDescriptor().getMessageType(8);
+      getDescriptor().getMessageType(10);
     internal_static_dataservice_sidecar_v1_StreamAcks_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamAcks_descriptor,
         new java.lang.String[] { "Acks", "Ranges", "Released", "AnswerNow", });
     internal_static_dataservice_sidecar_v1_StreamNacks_descriptor =
-      getDescriptor().getMessageType(9);
+      getDescriptor().getMessageType(11);
     internal_static_dataservice_sidecar_v1_StreamNacks_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamNacks_descriptor,
         new java.lang.String[] { "Records", "Ranges", "Delay", });
     internal_static_dataservice_sidecar_v1_StreamResponse_descriptor =
-      getDescriptor().getMessageType(10);
+      getDescriptor().getMessageType(12);
     internal_static_dataservice_sidecar_v1_StreamResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamResponse_descriptor,
         new java.lang.String[] { "Batch", "AckResult", "NackResult", "Kind", });
     internal_static_dataservice_sidecar_v1_StreamBatch_descriptor =
-      getDescriptor().getMessageType(11);
+      getDescriptor().getMessageType(13);
     internal_static_dataservice_sidecar_v1_StreamBatch_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamBatch_descriptor,
         new java.lang.String[] { "Records", "Batches", "Shared", "AckResults", });
     internal_static_dataservice_sidecar_v1_StreamAckResult_descriptor =
-      getDescriptor().getMessageType(12);
+      getDescriptor().getMessageType(14);
     internal_static_dataservice_sidecar_v1_StreamAckResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamAckResult_descriptor,
         new java.lang.String[] { "AckedCount", "RejectedAcks", "RejectedRanges", });
     internal_static_dataservice_sidecar_v1_StreamNackResult_descriptor =
-      getDescriptor().getMessageType(13);
+      getDescriptor().getMessageType(15);
     internal_static_dataservice_sidecar_v1_StreamNackResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamNackResult_descriptor,
         new java.lang.String[] { "NackedCount", "RejectedAcks", "RejectedRanges", "Records", });
     internal_static_dataservice_sidecar_v1_RecordAck_descriptor =
-      getDescriptor().getMessageType(14);
+      getDescriptor().getMessageType(16);
     internal_static_dataservice_sidecar_v1_RecordAck_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_RecordAck_descriptor,
         new java.lang.String[] { "Topic", "Partition", "Offset", "LeaseEpoch", });
     internal_static_dataservice_sidecar_v1_RangeAck_descriptor =
-      getDescriptor().getMessageType(15);
+      getDescriptor().getMessageType(17);
     internal_static_dataservice_sidecar_v1_RangeAck_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_RangeAck_descriptor,
         new java.lang.String[] { "Topic", "Partition", "FromOffset", "ToOffset", "LeaseEpoch", });
     internal_static_dataservice_sidecar_v1_RejectedRangeAck_descriptor =
-      getDescriptor().getMessageType(16);
+      getDescriptor().getMessageType(18);
     internal_static_dataservice_sidecar_v1_RejectedRangeAck_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_RejectedRangeAck_descriptor,
         new java.lang.String[] { "Ack", "Reason", "Message", });
     internal_static_dataservice_sidecar_v1_RejectedAck_descriptor =
-      getDescriptor().getMessageType(17);
+      getDescriptor().getMessageType(19);
     internal_static_dataservice_sidecar_v1_RejectedAck_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_RejectedAck_descriptor,
         new java.lang.String[] { "Ack", "Reason", "Message", });
     internal_static_dataservice_sidecar_v1_AckRequest_descriptor =
-      getDescriptor().getMessageType(18);
+      getDescriptor().getMessageType(20);
     internal_static_dataservice_sidecar_v1_AckRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_AckRequest_descriptor,
         new java.lang.String[] { "ClientId", "Group", "Acks", "Ranges", });
     internal_static_dataservice_sidecar_v1_AckResponse_descriptor =
-      getDescriptor().getMessageType(19);
+      getDescriptor().getMessageType(21);
     internal_static_dataservice_sidecar_v1_AckResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_AckResponse_descriptor,
         new java.lang.String[] { "AckedCount", "RejectedAcks", "RejectedRanges", });
     internal_static_dataservice_sidecar_v1_NackRequest_descriptor =
-      getDescriptor().getMessageType(20);
+      getDescriptor().getMessageType(22);
     internal_static_dataservice_sidecar_v1_NackRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_NackRequest_descriptor,
         new java.lang.String[] { "ClientId", "Group", "Records", "Ranges", "Delay", "All", });
     internal_static_dataservice_sidecar_v1_NackResponse_descriptor =
-      getDescriptor().getMessageType(21);
+      getDescriptor().getMessageType(23);
     internal_static_dataservice_sidecar_v1_NackResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_NackResponse_descriptor,
         new java.lang.String[] { "NackedCount", "RejectedAcks", "RejectedRanges", "Records", });
     internal_static_dataservice_sidecar_v1_ReadRangeRequest_descriptor =
-      getDescriptor().getMessageType(22);
+      getDescriptor().getMessageType(24);
     internal_static_dataservice_sidecar_v1_ReadRangeRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_ReadRangeRequest_descriptor,
         new java.lang.String[] { "ClientId", "Group", "Topic", "Partition", "FromOffset", "ToOffset", "MaxBytes", "Format", });
     internal_static_dataservice_sidecar_v1_ReadRangeResponse_descriptor =
-      getDescriptor().getMessageType(23);
+      getDescriptor().getMessageType(25);
     internal_static_dataservice_sidecar_v1_ReadRangeResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_ReadRangeResponse_descriptor,
         new java.lang.String[] { "Records", "ArrowIpc", "LeaseEpoch", "NextOffset", });
     internal_static_dataservice_sidecar_v1_OffsetCommit_descriptor =
-      getDescriptor().getMessageType(24);
+      getDescriptor().getMessageType(26);
     internal_static_dataservice_sidecar_v1_OffsetCommit_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_OffsetCommit_descriptor,
         new java.lang.String[] { "Topic", "Partition", "Offset", "LeaseEpoch", });
     internal_static_dataservice_sidecar_v1_CommitOffsetsRequest_descriptor =
-      getDescriptor().getMessageType(25);
+      getDescriptor().getMessageType(27);
     internal_static_dataservice_sidecar_v1_CommitOffsetsRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_CommitOffsetsRequest_descriptor,
         new java.lang.String[] { "ClientId", "Group", "Offsets", });
     internal_static_dataservice_sidecar_v1_OffsetCommitResult_descriptor =
-      getDescriptor().getMessageType(26);
+      getDescriptor().getMessageType(28);
     internal_static_dataservice_sidecar_v1_OffsetCommitResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_OffsetCommitResult_descriptor,
         new java.lang.String[] { "Commit", "Committed", "Reason", "Message", });
     internal_static_dataservice_sidecar_v1_CommitOffsetsResponse_descriptor =
-      getDescriptor().getMessageType(27);
+      getDescriptor().getMessageType(29);
     internal_static_dataservice_sidecar_v1_CommitOffsetsResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_CommitOffsetsResponse_descriptor,
         new java.lang.String[] { "Results", });
     internal_static_dataservice_sidecar_v1_StatusRequest_descriptor =
-      getDescriptor().getMessageType(28);
+      getDescriptor().getMessageType(30);
     internal_static_dataservice_sidecar_v1_StatusRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StatusRequest_descriptor,
         new java.lang.String[] { });
     internal_static_dataservice_sidecar_v1_PartitionStatus_descriptor =
-      getDescriptor().getMessageType(29);
+      getDescriptor().getMessageType(31);
     internal_static_dataservice_sidecar_v1_PartitionStatus_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_PartitionStatus_descriptor,
         new java.lang.String[] { "Topic", "Partition", "LeaseEpoch", "LeaseDeadlineRemaining", "Position", "CommittedOffset", "HighWatermark", "BufferedRecords", "BufferedBytes", "Paused", "Inflight", "Due", });
     internal_static_dataservice_sidecar_v1_StatusResponse_descriptor =
-      getDescriptor().getMessageType(30);
+      getDescriptor().getMessageType(32);
     internal_static_dataservice_sidecar_v1_StatusResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StatusResponse_descriptor,
