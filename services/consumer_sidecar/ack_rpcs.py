@@ -132,6 +132,7 @@ class AckRpcs:
     def __init__(self, serving: Serving, clients: ClientMetrics | None = None) -> None:
         self.serving = serving
         self.clients = clients
+        self._carried: set[asyncio.Future[stream_pb2.StreamAckResult]] = set()
 
     async def ack(self, request: stream_pb2.AckRequest) -> stream_pb2.AckResponse:
         check_caller(request.client_id, request.group, self.serving.group)
@@ -155,14 +156,17 @@ class AckRpcs:
     def carried(self, client_id: str, ranges: Any) -> asyncio.Future[stream_pb2.StreamAckResult]:
         """A Fetch's ``ack_ranges``: checked and applied now, as Ack's ranges are (a
         malformed range raises INVALID_ARGUMENT and applies nothing), so the fetch takes
-        records after them; their commit runs beside the fetch's wait, and the answer is
-        ready once it is made. Every refusal (a stale epoch too) is in the answer, not the
-        call's status; a commit Kafka refused refuses the ranges it would have made durable
-        (COMMIT_FAILED: the acks stay recorded, the next commit takes them)."""
+        records after them; their commit runs on its own (a fetch cancelled meanwhile does
+        not stop it), and the answer is ready once it is made. Every refusal (a stale epoch
+        too) is in the answer, not the call's status; a commit Kafka refused refuses the
+        ranges it would have made durable (COMMIT_FAILED: the acks stay recorded, the next
+        commit takes them)."""
         validate_ranges("ack_ranges", ranges)
         outcome = self.apply_acks(client_id, (), ranges)
-        # Shielded by the caller's await: a fetch cancelled meanwhile still commits.
-        return asyncio.ensure_future(self._commit_carried(client_id, ranges, outcome))
+        task = asyncio.ensure_future(self._commit_carried(client_id, ranges, outcome))
+        self._carried.add(task)  # held until done: the loop keeps only weak references
+        task.add_done_callback(self._carried.discard)
+        return task
 
     async def _commit_carried(
         self, client_id: str, ranges: Any, outcome: AckOutcome

@@ -1,12 +1,13 @@
 """Fetch: records taken from the partition table for one client, in one response.
 
 A Fetch first applies the acks it carries (``ack_ranges``: the client's previous batch,
-instead of an Ack call of its own) and commits them while it waits for records: up to its
-``max_wait``, it takes what its limits allow (the :class:`PartitionTable` marks them
-delivered to the client, holder stream 0) and answers them, with the acks' answer
-(``ack_result``, once committed), as one ``RecordBatch`` per slice
-(``DELIVERY_FORMAT_BATCHES``, written to wire bytes straight from the chunks by
-``dsclient/records/wire.py``) or one ``Record`` message per record.
+instead of an Ack call of its own) and starts their commit, which it does not wait for
+(:mod:`carried_acks`: their answer goes with this response if the commit was made by then,
+else with the next one to the client). Then, up to its ``max_wait``, it takes what its
+limits allow (the :class:`PartitionTable` marks them delivered to the client, holder
+stream 0) and answers them as one ``RecordBatch`` per slice (``DELIVERY_FORMAT_BATCHES``,
+written to wire bytes straight from the chunks by ``dsclient/records/wire.py``) or one
+``Record`` message per record.
 
 Redelivery (ARCHITECTURE §3 "Delivery"): a Fetch whose response was never sent (the call
 cancelled: a client deadline, a closed channel) gives its records back at once. With
@@ -25,11 +26,12 @@ from typing import Any, cast
 import grpc.aio
 
 from dataservice.sidecar.v1 import stream_pb2
-from dsclient.reasons import DsError, Reason
+from dsclient.reasons import DsError, Reason, invalid
 from dsclient.records import wire
 from dsclient.records.batches import Slice
 from services.consumer_sidecar.ack_rpcs import AckRpcs
 from services.consumer_sidecar.acks import Holder
+from services.consumer_sidecar.carried_acks import AckOutbox
 from services.consumer_sidecar.client_access import ClientMetrics
 from services.consumer_sidecar.delivery_messages import (
     AUTO_ACK_MAX_BYTES,
@@ -52,6 +54,7 @@ class FetchRpc:
         self.serving = serving
         self.clients = clients
         self.acks = acks or AckRpcs(serving, clients)
+        self.outbox = AckOutbox()
 
     async def fetch(
         self, request: stream_pb2.FetchRequest, context: Context
@@ -62,10 +65,12 @@ class FetchRpc:
         if not self.serving.has_joined():
             raise DsError(Reason.SERVICE_NOT_READY, "sidecar has not joined the assigner yet")
         # Carried acks are applied before anything is taken; their commit runs beside the
-        # wait, and the response waits for it (its answer says what was committed).
-        committing = (
-            self.acks.carried(request.client_id, request.ack_ranges) if request.ack_ranges else None
-        )
+        # fetch, and its answer goes with the first response to this client after it.
+        if request.ack_ranges:
+            if request.ack_seq <= 0:
+                raise invalid("ack_seq", "must be above 0 when the request carries ack_ranges")
+            answer = self.acks.carried(request.client_id, request.ack_ranges)
+            self.outbox.add(request.client_id, request.ack_seq, answer)
         holder: Holder = (request.client_id, 0)
         if request.auto_ack:
             max_bytes = min(max_bytes, AUTO_ACK_MAX_BYTES)
@@ -78,11 +83,18 @@ class FetchRpc:
             self.serving.data_ready.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.serving.data_ready.wait(), remaining)
-        answer = None if committing is None else await asyncio.shield(committing)
+        answers = self.outbox.take(request.client_id)
+        acks = (
+            stream_pb2.FetchAckAnswers(
+                applied_seq=request.ack_seq if request.ack_ranges else 0, answers=answers
+            )
+            if request.ack_ranges or answers
+            else None
+        )
         response: stream_pb2.FetchResponse | bytes = (
-            wire.fetch_response(taken, None if answer is None else answer.SerializeToString())
+            wire.fetch_response(taken, None if acks is None else acks.SerializeToString())
             if columns
-            else stream_pb2.FetchResponse(records=records(taken), ack_result=answer)
+            else stream_pb2.FetchResponse(records=records(taken), acks=acks)
         )
         auto_ack = request.auto_ack and fits_any_client(response)
         if taken:

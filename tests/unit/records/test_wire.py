@@ -82,18 +82,21 @@ def test_encoded_bytes_are_protobufs_and_read_back_alike(
             assert answers_of_fields == answers
         assert wire.parse_stream_batch(answered) is None
 
-        # The answer to a Fetch's carried acks (FetchResponse.ack_result), even an empty
-        # one (its presence is what says the sidecar read them): protobuf's bytes, read
-        # back in place beside the records.
-        for result in (results[0], stream_pb2.StreamAckResult()):
-            with_answer = stream_pb2.FetchResponse(batches=expected.batches, ack_result=result)
-            fetched = wire.fetch_response(taken, result.SerializeToString())
-            assert fetched == with_answer.SerializeToString()
+        # What a Fetch response says of carried acks (FetchResponse.acks), even an empty
+        # message: protobuf's bytes, read back in place beside the records.
+        answer = stream_pb2.FetchAckAnswer(seq=again, result=results[0])
+        for acks in (
+            stream_pb2.FetchAckAnswers(applied_seq=again, answers=[answer]),
+            stream_pb2.FetchAckAnswers(),
+        ):
+            with_acks = stream_pb2.FetchResponse(batches=expected.batches, acks=acks)
+            fetched = wire.fetch_response(taken, acks.SerializeToString())
+            assert fetched == with_acks.SerializeToString()
             answers = []
             parsed = wire.parse_batches(fetched, answers=answers)
             if not any(b.headers for b in expected.batches):
                 assert parsed is not None and records(parsed) == records(by_protobuf)
-                assert [stream_pb2.StreamAckResult.FromString(a) for a in answers] == [result]
+                assert [stream_pb2.FetchAckAnswers.FromString(a) for a in answers] == [acks]
             assert wire.parse_batches(fetched) is None  # a reader not asking: protobuf's
 
 

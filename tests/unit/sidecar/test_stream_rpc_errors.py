@@ -145,21 +145,33 @@ def test_fetch_long_polls_until_records_arrive() -> None:
     run(body)
 
 
-def test_a_fetch_commits_the_acks_it_carries_and_answers_them_with_its_records() -> None:
+async def answer_of(stub: Stub, seq: int) -> stream_pb2.StreamAckResult:
+    """The answer to the acks carried with ``seq``: in a response to a later fetch of the
+    same client (without acks), once their commit has been made."""
+    for _ in range(50):
+        response = await stub.Fetch(fetch_request(wait_ms=20))
+        found = [a.result for a in response.acks.answers if a.seq == seq]
+        if found:
+            return found[0]
+    raise AssertionError(f"no answer to ack_seq {seq}")
+
+
+def test_a_fetch_applies_the_acks_it_carries_and_a_response_answers_them_once() -> None:
     async def body(stub: Stub, sc: Sidecar) -> None:
         part = sc.hold(0, epoch=2)
         delivered(sc, 0, range(3))
         sc.buffer(0, range(3, 5))
         carried = [range_ack(0, 0, 3, 2), range_ack(0, 0, 3, 1)]  # the second: stale
-        response = await stub.Fetch(fetch_request(ack_ranges=carried))
-        assert [r.offset for r in response.records] == [3, 4]
-        assert response.ack_result.acked_count == 1
-        assert [r.reason for r in response.ack_result.rejected_ranges] == [
-            stream_pb2.REJECT_REASON_STALE_EPOCH
-        ]
-        assert part.committed == 3  # committed before the answer
-        # No acks carried: no answer either.
-        assert not (await stub.Fetch(fetch_request())).HasField("ack_result")
+        response = await stub.Fetch(fetch_request(ack_ranges=carried, ack_seq=7))
+        assert [r.offset for r in response.records] == [3, 4]  # taken after the acks
+        assert response.acks.applied_seq == 7
+        answers = [a for a in response.acks.answers if a.seq == 7]
+        result = answers[0].result if answers else await answer_of(stub, 7)
+        assert result.acked_count == 1
+        assert [r.reason for r in result.rejected_ranges] == [stream_pb2.REJECT_REASON_STALE_EPOCH]
+        assert part.committed == 3  # committed before it was answered
+        # Answered once; a fetch carrying nothing and with nothing to answer says nothing.
+        assert not (await stub.Fetch(fetch_request())).HasField("acks")
 
     run(body)
 
@@ -174,10 +186,13 @@ def test_a_fetch_whose_carried_acks_cannot_be_committed_still_delivers() -> None
         delivered(sc, 0, range(3))
         sc.buffer(0, range(3, 5))
         sc.fetcher.fail = transport_error()
-        response = await stub.Fetch(fetch_request(ack_ranges=[range_ack(0, 0, 3, 2)]))
+        request = fetch_request(ack_ranges=[range_ack(0, 0, 3, 2)], ack_seq=1)
+        response = await stub.Fetch(request)
         assert [r.offset for r in response.records] == [3, 4]
-        assert response.ack_result.acked_count == 0
-        assert [r.reason for r in response.ack_result.rejected_ranges] == [
+        answers = [a.result for a in response.acks.answers]
+        result = answers[0] if answers else await answer_of(stub, 1)
+        assert result.acked_count == 0
+        assert [r.reason for r in result.rejected_ranges] == [
             stream_pb2.REJECT_REASON_COMMIT_FAILED
         ]
         assert part.acks.commit_point == 3 and part.committed == 0
@@ -194,8 +209,10 @@ def test_a_fetch_carrying_a_malformed_ack_takes_nothing() -> None:
     async def body(stub: Stub, sc: Sidecar) -> None:
         sc.hold(0, epoch=2)
         sc.buffer(0, range(3))
-        bad = fetch_request(ack_ranges=[range_ack(0, 2, 1, 2)])
+        bad = fetch_request(ack_ranges=[range_ack(0, 2, 1, 2)], ack_seq=1)
         invalid_field(await failure(stub.Fetch(bad)), "ack_ranges.to_offset")
+        unnumbered = fetch_request(ack_ranges=[range_ack(0, 0, 1, 2)])
+        invalid_field(await failure(stub.Fetch(unnumbered)), "ack_seq")
         assert [r.offset for r in (await stub.Fetch(fetch_request())).records] == [0, 1, 2]
 
     run(body)
