@@ -161,9 +161,9 @@ class Sidecar(stream_pb2_grpc.StreamServiceServicer):
     ``max_wait``); ``Stream`` runs ``streams`` (one function per opening, the last one
     repeating; none: :func:`idle`) with the request iterator; ``Ack`` accepts everything
     and logs it. With ``reads_carried_acks``, a Fetch's ``ack_ranges`` are logged in
-    ``carried`` and answered in ``ack_result``, those of partition ``refuse_partition``
-    refused (stale epoch); without, they are ignored, as a sidecar older than the field
-    does."""
+    ``carried`` and answered in ``acks`` (with ``defer_answers``, in the next response),
+    those of partition ``refuse_partition`` refused (stale epoch); without, they are
+    ignored, as a sidecar older than the field does."""
 
     fetches: list[FetchSeen]  # shared by the sidecars of a test: the order they were asked
     address: str = ""
@@ -175,28 +175,36 @@ class Sidecar(stream_pb2_grpc.StreamServiceServicer):
     acks: list[stream_pb2.AckRequest] = field(default_factory=list)
     reads_carried_acks: bool = False
     refuse_partition: int = -1
+    defer_answers: bool = False  # answer carried acks with the next response, not this one
     carried: list[list[stream_pb2.RangeAck]] = field(default_factory=list)
+    pending_answers: list[stream_pb2.FetchAckAnswer] = field(default_factory=list)
 
     def Fetch(self, request: Any, context: grpc.ServicerContext) -> stream_pb2.FetchResponse:
         wait = request.max_wait.ToNanoseconds() / 1e9
         self.fetches.append(FetchSeen(self.address, request.HasField("max_wait"), wait))
-        answer = None
-        if self.reads_carried_acks and request.ack_ranges:
-            self.carried.append(list(request.ack_ranges))
-            refused = [
-                stream_pb2.RejectedRangeAck(ack=r, reason=stream_pb2.REJECT_REASON_STALE_EPOCH)
-                for r in request.ack_ranges
-                if r.partition == self.refuse_partition
-            ]
-            answer = stream_pb2.StreamAckResult(
-                acked_count=len(request.ack_ranges) - len(refused), rejected_ranges=refused
-            )
+        acks = None
+        if self.reads_carried_acks and (request.ack_ranges or self.pending_answers):
+            answers, self.pending_answers = self.pending_answers, []
+            if request.ack_ranges:
+                self.carried.append(list(request.ack_ranges))
+                refused = [
+                    stream_pb2.RejectedRangeAck(ack=r, reason=stream_pb2.REJECT_REASON_STALE_EPOCH)
+                    for r in request.ack_ranges
+                    if r.partition == self.refuse_partition
+                ]
+                result = stream_pb2.StreamAckResult(
+                    acked_count=len(request.ack_ranges) - len(refused), rejected_ranges=refused
+                )
+                answer = stream_pb2.FetchAckAnswer(seq=request.ack_seq, result=result)
+                (self.pending_answers if self.defer_answers else answers).append(answer)
+            applied = request.ack_seq if request.ack_ranges else 0
+            acks = stream_pb2.FetchAckAnswers(applied_seq=applied, answers=answers)
         try:
             batches = [self.fetch_batches.get_nowait()]
         except queue.Empty:
             time.sleep(wait)
             batches = []
-        return stream_pb2.FetchResponse(batches=batches, ack_result=answer)
+        return stream_pb2.FetchResponse(batches=batches, acks=acks)
 
     def Stream(
         self, request_iterator: Iterator[Any], context: grpc.ServicerContext

@@ -11,11 +11,13 @@ import threading
 from array import array
 from collections.abc import Sequence
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataservice.common.v1 import common_pb2
 from dataservice.sidecar.v1 import stream_pb2
+from dsclient import acker as acker_module
 from dsclient.acker import Acker
 from dsclient.batch import (
     Batch,
@@ -203,3 +205,29 @@ def test_acks_given_back_after_close_are_not_accepted() -> None:
     acker.close()
     acker.give_back(claimed)  # the thread is gone: the ack is not known to have landed
     assert future.result(1) == 0
+
+
+def test_carried_acks_resolve_from_their_answer_or_go_by_ack_when_it_does_not_come(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(acker_module, "CARRIED_ANSWER_SECONDS", 0.2)
+    sent: list[list[Span]] = []
+
+    def send(spans: list[Span], releases: Sequence[Release] = ()) -> list[bool]:
+        sent.append(spans)
+        return [True] * len(spans)
+
+    acker = Acker(send)
+    acker.carry_wait = 30.0
+    first, second = (acker.submit(spans_of([record(0, n)])) for n in (1, 2))
+    acker.carried(("a", 1), acker.claim(lambda spans: spans[0].from_offset == 1))
+    acker.carried(("a", 2), acker.claim(lambda spans: True))
+    refused = stream_pb2.RejectedRangeAck(
+        ack=spans_of([record(0, 1)])[0].range_ack(), reason=stream_pb2.REJECT_REASON_STALE_EPOCH
+    )
+    acker.answered(("a", 1), stream_pb2.StreamAckResult(rejected_ranges=[refused]))
+    assert first.result(1) == 0
+    assert second.result(10) == 1  # no answer in time: sent with Ack
+    assert [[s.from_offset for s in spans] for spans in sent] == [[2]]
+    acker.answered(("a", 2), stream_pb2.StreamAckResult(acked_count=1))  # late: left alone
+    acker.close()

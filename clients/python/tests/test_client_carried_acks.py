@@ -1,8 +1,9 @@
 """Acks carried by the next Fetch (``FetchRequest.ack_ranges``, issue 34): a fetch loop's
 ``ack_nowait`` goes inside its next ``fetch()`` to the same sidecar instead of an Ack call of
-its own, and its future resolves from the answer (``FetchResponse.ack_result``); acks no
-fetch carries in time, and every ack to a sidecar that does not read them (older than the
-field), go by Ack as before. Against a scripted sidecar (clients/python/tests/scripted.py)."""
+its own, and its future resolves from the answer (``FetchResponse.acks``, in that response
+or a later one); acks no fetch carries in time, acks whose answer does not come, and every
+ack to a sidecar that does not read them (older than the field), go by Ack as before.
+Against a scripted sidecar (clients/python/tests/scripted.py)."""
 
 from __future__ import annotations
 
@@ -62,3 +63,24 @@ def test_acks_to_a_sidecar_that_does_not_read_them_go_by_ack(servers: Servers) -
         assert pending_second.result(10) == 2
         wait_for(lambda: len(sidecar.acks) == 2)
     assert [ranges(a.ranges) for a in sidecar.acks] == [[(0, 0, 3)], [(0, 3, 5)]]
+
+
+def test_answers_may_come_with_a_later_response_or_else_the_acks_go_by_ack(
+    servers: Servers,
+) -> None:
+    sidecar = Sidecar([], reads_carried_acks=True, defer_answers=True)
+    for offsets in (range(0, 3), range(3, 5), range(5, 6)):
+        sidecar.fetch_batches.put(record_batch(0, offsets))
+    assigner = Assigner(binding(1, servers.sidecar(sidecar)))
+    with DsClient("g", client_id="c", assigner=servers.assigner(assigner)) as client:
+        first = client.fetch(10, max_wait=2)
+        pending_first = client.ack_nowait(first)
+        second = client.fetch(10, max_wait=2)  # carries them; their answer comes later
+        assert not pending_first.done()
+        pending_second = client.ack_nowait(second)
+        client.fetch(10, max_wait=2)  # carries the second's, brings the first's answer
+        assert pending_first.result(1) == 3
+        # No fetch brings the second's answer: after a while they go by Ack (again).
+        assert pending_second.result(10) == 2
+    assert [ranges(c) for c in sidecar.carried] == [[(0, 0, 3)], [(0, 3, 5)]]
+    assert [ranges(a.ranges) for a in sidecar.acks] == [[(0, 3, 5)]]

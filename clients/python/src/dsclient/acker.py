@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from dsclient.batch import Span, counted
+from dataservice.sidecar.v1 import stream_pb2
+from dsclient.batch import Span, accepted_spans, counted
 from dsclient.columns import Release
 
 # Range acks in one coalesced ack_nowait send at most (the sidecar takes 100,000 a message).
@@ -20,6 +21,13 @@ MAX_COALESCED_SPANS = 10_000
 # thread sends it with Ack itself, while the client reads with fetch(): a fetch loop's next
 # fetch leaves well within it, and an application that stopped fetching pays this much.
 CARRY_WAIT_SECONDS = 0.02
+# How long carried acks wait for their answer, which comes with a later response of their
+# sidecar (FetchResponse.acks), before the thread sends them again with Ack (acks are
+# idempotent): an application that stopped fetching there still hears of them.
+CARRIED_ANSWER_SECONDS = 2.0
+
+# Carried acks waiting for their answer: by (sidecar address, ack_seq).
+CarriedKey = tuple[str, int]
 
 
 @dataclass
@@ -43,8 +51,11 @@ class Acker:
 
     While ``carry_wait`` is above zero (the client reads with ``fetch()``), a queued ack
     waits that long for a fetch to :meth:`claim` it and carry it to its sidecar in the
-    Fetch request; the fetch then answers it (:meth:`resolve`) or hands it back
-    (:meth:`give_back`), and the thread sends what nobody claimed in time."""
+    Fetch request; the thread sends what nobody claimed in time. A fetch whose sidecar
+    applied them registers them (:meth:`carried`) until their answer comes with a later
+    response (:meth:`answered`); one that failed hands them back (:meth:`give_back`), and
+    so does the thread with those whose answer did not come in
+    :data:`CARRIED_ANSWER_SECONDS`, or are still awaited at :meth:`close`."""
 
     def __init__(
         self,
@@ -59,6 +70,7 @@ class Acker:
         self._changed = threading.Condition()
         self._closing = False
         self._done = False  # the thread ended: nothing queued is sent any more
+        self._in_flight: dict[CarriedKey, tuple[list[Pending], float]] = {}
         self.carry_wait = 0.0
         self._thread = threading.Thread(target=self._run, name="ds-ack", daemon=True)
         self._thread.start()
@@ -107,6 +119,27 @@ class Acker:
             item.future.set_result(counted(item.spans, accepted[start:end]))
             start = end
 
+    def carried(self, key: CarriedKey, claimed: list[Pending]) -> None:
+        """``claimed`` were applied by the sidecar of ``key`` (its response named their
+        ack_seq): their answer comes with one of its later responses."""
+        with self._changed:
+            done = self._done
+            if not done:
+                self._in_flight[key] = (claimed, self._clock())
+                self._changed.notify()  # the thread watches how long it takes
+        if done:
+            self.resolve(claimed, [False] * sum(len(item.spans) for item in claimed))
+
+    def answered(self, key: CarriedKey, result: stream_pb2.StreamAckResult) -> None:
+        """The answer to carried acks: each call's future gets its own records' count. An
+        answer that comes after they were sent again with Ack is left alone."""
+        with self._changed:
+            entry = self._in_flight.pop(key, None)
+        if entry is not None:
+            claimed = entry[0]
+            spans = [span for item in claimed for span in item.spans]
+            self.resolve(claimed, accepted_spans(spans, result.rejected_ranges))
+
     def give_back(self, claimed: Sequence[Pending]) -> None:
         """Claimed acks no answer came for (the fetch failed, or its sidecar does not read
         carried acks): the thread sends them at once, ahead of the rest."""
@@ -128,24 +161,43 @@ class Acker:
         while True:
             with self._changed:
                 while True:
+                    now = self._clock()
+                    self._unanswered(now)
+                    wait: float | None = None
                     if self._queue:
                         if self._closing:
                             break  # send what was queued before close(), then stop
-                        wait = self._queue[0].queued_at + self.carry_wait - self._clock()
+                        wait = self._queue[0].queued_at + self.carry_wait - now
                         if wait <= 0:
                             break
-                        self._changed.wait(wait)
                     elif self._closing:
                         self._done = True
                         return
-                    else:
-                        self._changed.wait()
+                    if self._in_flight:
+                        oldest = min(at for _, at in self._in_flight.values())
+                        due = oldest + CARRIED_ANSWER_SECONDS - now
+                        wait = due if wait is None else min(wait, due)
+                    self._changed.wait(wait)
                 items = [self._queue.popleft()]
                 queued = len(items[0].spans)
                 while self._queue and queued + len(self._queue[0].spans) <= MAX_COALESCED_SPANS:
                     items.append(self._queue.popleft())
                     queued += len(items[-1].spans)
             self._answer(items)
+
+    def _unanswered(self, now: float) -> None:
+        """Carried acks whose answer did not come in time (or that are still awaited at
+        close) go to the head of the queue, to be sent with Ack at once."""
+        keys = [
+            key
+            for key, (_, at) in self._in_flight.items()
+            if self._closing or now - at >= CARRIED_ANSWER_SECONDS
+        ]
+        late = sorted((self._in_flight.pop(key) for key in keys), key=lambda entry: entry[1])
+        for claimed, _ in reversed(late):
+            for item in reversed(claimed):
+                item.queued_at = float("-inf")
+                self._queue.appendleft(item)
 
     def _answer(self, items: list[Pending]) -> None:
         spans = [span for item in items for span in item.spans]

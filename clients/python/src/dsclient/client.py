@@ -44,7 +44,7 @@ from dsclient.leader_watch import DEFAULT_LEADER_KEY
 from dsclient.mesh_env import MeshEnv
 from dsclient.reasons import Reason, error_info
 from dsclient.records.batches import DsRecord
-from dsclient.sidecar import Answered, Sidecar
+from dsclient.sidecar import Fetched, Sidecar
 from dsclient.stream import SidecarStream
 
 log = logging.getLogger(__name__)
@@ -178,6 +178,7 @@ class DsClient:
         self._acker: Acker | None = None
         self._acker_lock = threading.Lock()
         self._fetching = False  # fetch() was called: queued acks wait for one to carry them
+        self._ack_seq = 0  # the last FetchRequest.ack_seq
         self._acks_closed = False
         self.connection = (
             connection
@@ -778,6 +779,7 @@ class DsClient:
         max_wait = duration_pb2.Duration()
         max_wait.FromNanoseconds(int(wait * 1e9))
         acker, carried = self._carried_to(sidecar)
+        seq = self._next_ack_seq() if carried else 0
         request = stream_pb2.FetchRequest(
             client_id=self.client_id,
             group=self.group,
@@ -787,6 +789,7 @@ class DsClient:
             auto_ack=self.auto_ack,
             format=stream_pb2.DELIVERY_FORMAT_BATCHES,
             ack_ranges=[span.range_ack() for item in carried for span in item.spans],
+            ack_seq=seq,
         )
         try:
             answered = sidecar.fetch(request, timeout=wait + self.call_timeout)
@@ -813,21 +816,28 @@ class DsClient:
             raise ClientError(
                 f"Fetch from {sidecar.address} failed: {err.code().name}: {err.details()}"
             ) from err
-        batch = answered.item if isinstance(answered, Answered) else answered
-        assert isinstance(batch, Batch)
-        if carried:
-            if isinstance(answered, Answered):
-                spans = [span for item in carried for span in item.spans]
-                Acker.resolve(carried, accepted_spans(spans, answered.answers[0].rejected_ranges))
+        batch = answered.batch if isinstance(answered, Fetched) else answered
+        acks = answered.acks if isinstance(answered, Fetched) else None
+        if carried and acker is not None:
+            if acks is not None and acks.applied_seq == seq:
+                acker.carried((sidecar.address, seq), carried)
             else:
                 # A sidecar that predates FetchRequest.ack_ranges served the fetch and
                 # ignored them: they go by Ack, and so do this sidecar's from now on.
                 sidecar.reads_carried_acks = False
-                _send_by_ack(acker, carried)
+                acker.give_back(carried)
+        if acks is not None and acker is not None:
+            for answer in acks.answers:
+                acker.answered((sidecar.address, answer.seq), answer.result)
         if batch:
             self._delivered_at[sidecar.address] = time.monotonic()
         self._delivered(batch.spans, sidecar.address)
         return batch
+
+    def _next_ack_seq(self) -> int:
+        with self._lock:
+            self._ack_seq += 1
+            return self._ack_seq
 
     def _carried_to(self, sidecar: Sidecar) -> tuple[Acker | None, list[Pending]]:
         """The queued ``ack_nowait`` calls a Fetch to ``sidecar`` carries (each of their

@@ -20,17 +20,28 @@ log = logging.getLogger(__name__)
 _SERVICE = f"/{stream_pb2.DESCRIPTOR.services_by_name['StreamService'].full_name}/"
 
 
-def fetched(data: bytes) -> Batch | Answered:
+@dataclass(frozen=True)
+class Fetched:
+    """A Fetch response that says something of the acks the client carried in fetches
+    (``FetchResponse.acks``): its batch, and that."""
+
+    batch: Batch
+    acks: stream_pb2.FetchAckAnswers
+
+
+def fetched(data: bytes) -> Batch | Fetched:
     """A Fetch response as a Batch: its RecordBatches read in place (``wire.py``), anything
-    else (an older sidecar's Record messages, headers) parsed by protobuf; with the answer
-    to the acks the request carried (``ack_result``), as an :class:`Answered`."""
+    else (an older sidecar's Record messages, headers) parsed by protobuf; with what it
+    says of carried acks (``acks``), as :class:`Fetched`."""
     answers: list[bytes] = []
     columns = wire.parse_batches(data, answers=answers)
     if columns is None:
         response = stream_pb2.FetchResponse.FromString(data)
         batch = received(response)
-        return Answered(batch, [response.ack_result]) if response.HasField("ack_result") else batch
-    return _answered(batch_of(columns), answers)
+        return Fetched(batch, response.acks) if response.HasField("acks") else batch
+    if not answers:
+        return batch_of(columns)
+    return Fetched(batch_of(columns), stream_pb2.FetchAckAnswers.FromString(answers[-1]))
 
 
 @dataclass(frozen=True)
@@ -96,7 +107,7 @@ class Sidecar:
     # once a response left ack_result unset (a sidecar older than the field).
     reads_carried_acks: bool = True
     # Fetch and Stream with responses read by fetched and streamed.
-    fetch: grpc.UnaryUnaryMultiCallable[stream_pb2.FetchRequest, Batch | Answered] = field(
+    fetch: grpc.UnaryUnaryMultiCallable[stream_pb2.FetchRequest, Batch | Fetched] = field(
         init=False
     )
     stream: grpc.StreamStreamMultiCallable[
