@@ -2,9 +2,10 @@
 and a real Kafka broker, at the low rates services run (about 100 records/s).
 
 * A raw fetch loop that carries each batch's range acks in its next Fetch: every record
-  exactly once, every carried ack answered in ``ack_result`` and accepted, and the group's
+  exactly once, every carried ack applied (``acks.applied_seq``) and answered exactly once,
+  in that response or a later one (``acks.answers``), all accepted, and the group's
   committed offsets reach the end offsets (the last acks carried by a Fetch with no wait).
-* A carried ack of a stale lease epoch is refused in ``ack_result`` (the call succeeds and
+* A carried ack of a stale lease epoch is refused in its answer (the call succeeds and
   still delivers); a malformed one fails the call with INVALID_ARGUMENT and takes nothing
   (the records come to the next Fetch).
 * ``DsClient.fetch`` + ``ack_nowait``: every record exactly once, every future says its batch
@@ -67,42 +68,43 @@ def test_a_fetch_loop_carrying_its_acks_reads_every_record_once_and_commits_them
         producer = trickle(mesh.bootstrap, topic)
         seen: set[tuple[int, int]] = set()
         carried: list[stream_pb2.RangeAck] = []
-        answers: list[stream_pb2.StreamAckResult] = []
+        answers: dict[int, stream_pb2.StreamAckResult] = {}
+        seq = 0
         deadline = time.monotonic() + 120
-        while len(seen) < RECORDS and time.monotonic() < deadline:
+
+        def fetch(wait: float, acks: list[stream_pb2.RangeAck]) -> stream_pb2.FetchResponse:
+            nonlocal seq
+            seq += 1 if acks else 0
             request = stream_pb2.FetchRequest(
-                client_id="carry-app",
-                group=group,
-                max_records=1000,
-                max_wait=wait_of(1.0),
-                ack_ranges=carried,
-            )
+                client_id="carry-app", group=group, max_records=1000, max_wait=wait_of(wait),
+                ack_ranges=acks, ack_seq=seq if acks else 0,
+            )  # fmt: skip
             response = stub.Fetch(request, timeout=10)
-            if carried:
-                assert response.HasField("ack_result"), "carried acks not answered"
-                answers.append(response.ack_result)
-            else:
-                assert not response.HasField("ack_result")
+            assert response.acks.applied_seq == (seq if acks else 0)
+            for answer in response.acks.answers:
+                assert answer.seq not in answers, "an answer came twice"
+                answers[answer.seq] = answer.result
+            return response
+
+        while len(seen) < RECORDS and time.monotonic() < deadline:
+            response = fetch(1.0, carried)
             fresh = {(r.partition, r.offset) for r in response.records}
             assert len(fresh) == len(response.records) and not fresh & seen, "a record twice"
             seen |= fresh
             carried = range_acks(response.records)
-        # The last batch's acks, carried by a fetch that does not wait.
-        last = stub.Fetch(
-            stream_pb2.FetchRequest(
-                client_id="carry-app", group=group, max_wait=wait_of(0), ack_ranges=carried
-            ),
-            timeout=10,
-        )
-        answers.append(last.ack_result)
-        assert not last.records
+        # The last batch's acks, carried by a fetch that does not wait; their answer comes
+        # with that response or a later one.
+        assert not fetch(0, carried).records
+        while len(answers) < seq and time.monotonic() < deadline:
+            assert not fetch(0.1, []).records
         producer.join()
 
     assert len(seen) == RECORDS
-    assert not any(a.rejected_ranges or a.rejected_acks for a in answers), answers
-    assert sum(a.acked_count for a in answers) > 0
-    print(f"fetches with acks carried: {len(answers)}, ranges accepted "
-          f"{sum(a.acked_count for a in answers)}")  # fmt: skip
+    assert sorted(answers) == list(range(1, seq + 1)), "every carried ack answered once"
+    results = list(answers.values())
+    assert not any(a.rejected_ranges or a.rejected_acks for a in results), results
+    print(f"fetches with acks carried: {seq}, ranges accepted "
+          f"{sum(a.acked_count for a in results)}")  # fmt: skip
     committed, ends = settled(mesh.bootstrap, group, topic)
     assert committed == ends, f"committed {committed} != end offsets {ends}"
 
@@ -118,10 +120,10 @@ def test_a_stale_carried_ack_is_refused_in_the_answer_and_a_malformed_one_takes_
         producer = trickle(mesh.bootstrap, topic)
         producer.join()
 
-        def fetch(acks: list[stream_pb2.RangeAck]) -> stream_pb2.FetchResponse:
+        def fetch(acks: list[stream_pb2.RangeAck], seq: int = 0) -> stream_pb2.FetchResponse:
             request = stream_pb2.FetchRequest(
                 client_id="carry-bad", group=group, max_records=5, max_wait=wait_of(5),
-                ack_ranges=acks,
+                ack_ranges=acks, ack_seq=seq,
             )  # fmt: skip
             return stub.Fetch(request, timeout=10)
 
@@ -132,21 +134,28 @@ def test_a_stale_carried_ack_is_refused_in_the_answer_and_a_malformed_one_takes_
             topic=topic, partition=r.partition, lease_epoch=epochs[r.partition] - 1,
             from_offset=r.offset, to_offset=r.offset + 1,
         )  # fmt: skip
-        second = fetch([stale])
+        second = fetch([stale], seq=1)
         assert second.records, "a refused carried ack does not stop the fetch"
-        assert second.ack_result.acked_count == 0
-        assert [x.reason for x in second.ack_result.rejected_ranges] == [
+        assert second.acks.applied_seq == 1
+        answers = list(second.acks.answers)
+        delivered = {(x.partition, x.offset) for x in (*first.records, *second.records)}
+        while not answers:
+            later = fetch([])
+            delivered |= {(x.partition, x.offset) for x in later.records}
+            answers = list(later.acks.answers)
+        assert [a.seq for a in answers] == [1]
+        assert answers[0].result.acked_count == 0
+        assert [x.reason for x in answers[0].result.rejected_ranges] == [
             stream_pb2.REJECT_REASON_STALE_EPOCH
         ]
         malformed = stream_pb2.RangeAck(
             topic=topic, partition=r.partition, lease_epoch=epochs[r.partition],
             from_offset=r.offset + 1, to_offset=r.offset,
         )  # fmt: skip
-        code, reason, metadata = failing(lambda: fetch([malformed]))
+        code, reason, metadata = failing(lambda: fetch([malformed], seq=2))
         assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_FIELD")
         assert metadata["field"].startswith("ack_ranges"), metadata
         # Nothing was taken by the refused call: the records come to the next one.
-        delivered = {(x.partition, x.offset) for x in (*first.records, *second.records)}
         third = fetch([])
         assert third.records
         assert not {(x.partition, x.offset) for x in third.records} & delivered
