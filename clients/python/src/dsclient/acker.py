@@ -130,6 +130,13 @@ class Acker:
         if done:
             self.resolve(claimed, [False] * sum(len(item.spans) for item in claimed))
 
+    def awaiting(self, address: str) -> bool:
+        """Whether acks carried to the sidecar at ``address`` still wait for their answer:
+        a fetch then carries none, and the acks that queue up meanwhile go together in a
+        later one (one commit for them, as the thread's own sends coalesce)."""
+        with self._changed:
+            return any(key[0] == address for key in self._in_flight)
+
     def answered(self, key: CarriedKey, result: stream_pb2.StreamAckResult) -> None:
         """The answer to carried acks: each call's future gets its own records' count. An
         answer that comes after they were sent again with Ack is left alone."""

@@ -471,9 +471,10 @@ class DsClient:
         its next batch, up to 100 ms after the commit, instead of a message of its own
         (``StreamOpen.answers_with_batches``); the commit is not delayed. In a
         :meth:`fetch` loop the acks ride in the next fetch to the sidecar that delivered
-        them (``FetchRequest.ack_ranges``: one call less per batch), committed before it
-        takes records; the future resolves when that fetch returns, and acks no fetch
-        carries within 20 ms go on their own.
+        them (``FetchRequest.ack_ranges``: one call less per batch), applied before it
+        takes records; the future resolves when a later response brings their answer (once
+        committed). Acks no fetch carries within 20 ms, or whose answer does not come
+        within 2 s, go on their own.
 
         A :class:`ColumnBatch`'s shared-memory regions are released with its acks: its
         columns are not valid after this call.
@@ -841,9 +842,10 @@ class DsClient:
 
     def _carried_to(self, sidecar: Sidecar) -> tuple[Acker | None, list[Pending]]:
         """The queued ``ack_nowait`` calls a Fetch to ``sidecar`` carries (each of their
-        records delivered by it; none while a stream to it is open, whose acks go on it),
-        taken off the ack thread's queue; from the first fetch on, that thread leaves
-        queued acks a moment (``CARRY_WAIT_SECONDS``) for a fetch to carry."""
+        records delivered by it; none while a stream to it is open, whose acks go on it, or
+        while acks carried there earlier still wait for their answer), taken off the ack
+        thread's queue; from the first fetch on, that thread leaves queued acks a moment
+        (``CARRY_WAIT_SECONDS``) for a fetch to carry."""
         with self._acker_lock:
             acker = self._acker
             self._fetching = True
@@ -853,6 +855,8 @@ class DsClient:
         with self._lock:
             if not sidecar.reads_carried_acks or sidecar.address in self._streams:
                 return acker, []
+        if acker.awaiting(sidecar.address):
+            return acker, []  # one commit at a time: what queues up meanwhile goes together
         address = sidecar.address
         return acker, acker.claim(
             lambda spans: all(
