@@ -231,3 +231,21 @@ def test_carried_acks_resolve_from_their_answer_or_go_by_ack_when_it_does_not_co
     assert [[s.from_offset for s in spans] for spans in sent] == [[2]]
     acker.answered(("a", 2), stream_pb2.StreamAckResult(acked_count=1))  # late: left alone
     acker.close()
+
+
+def test_a_big_batch_is_not_carried_and_goes_at_once() -> None:
+    """At saturation a batch's ack is amortized over its records: a fetch does not carry it
+    and the thread does not hold it back for one (a late ack holds the sidecar's reads)."""
+    sent = threading.Event()
+
+    def send(spans: list[Span], releases: Sequence[Release] = ()) -> list[bool]:
+        sent.set()
+        return [True] * len(spans)
+
+    acker = Acker(send)
+    acker.carry_wait = 30.0
+    big = [record(0, n) for n in range(acker_module.CARRY_MAX_RECORDS + 1)]
+    future = acker.submit(spans_of(big))
+    assert acker.claim(lambda spans: True) == []
+    assert sent.wait(5) and future.result(5) == len(big)
+    acker.close()

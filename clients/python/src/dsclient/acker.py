@@ -21,6 +21,10 @@ MAX_COALESCED_SPANS = 10_000
 # thread sends it with Ack itself, while the client reads with fetch(): a fetch loop's next
 # fetch leaves well within it, and an application that stopped fetching pays this much.
 CARRY_WAIT_SECONDS = 0.02
+# The largest ack_nowait call a fetch carries, in records: a small batch's ack costs a call
+# as dear as its records (low rates), a big one's is amortized, and at saturation a big
+# batch's ack goes at once with Ack, as before, rather than being paced by the fetches.
+CARRY_MAX_RECORDS = 1000
 # How long carried acks wait for their answer, which comes with a later response of their
 # sidecar (FetchResponse.acks), before the thread sends them again with Ack (acks are
 # idempotent): an application that stopped fetching there still hears of them.
@@ -39,6 +43,12 @@ class Pending:
     releases: Sequence[Release]
     future: Future[int]
     queued_at: float
+
+    @property
+    def carriable(self) -> bool:
+        """Whether a fetch may carry it: no shared-memory regions (a stream's), and a
+        small batch (:data:`CARRY_MAX_RECORDS`)."""
+        return not self.releases and sum(span.count for span in self.spans) <= CARRY_MAX_RECORDS
 
 
 class Acker:
@@ -95,13 +105,13 @@ class Acker:
         """The acks at the head of the queue that ``carries`` takes (a fetch: each of the
         call's spans goes to the sidecar it calls), in order, off the queue: the caller
         answers them (:meth:`resolve`) or gives them back (:meth:`give_back`). Acks that
-        release shared-memory regions are a stream's and are never claimed."""
+        are not :attr:`Pending.carriable` (a stream's, a big batch's) are never claimed."""
         claimed: list[Pending] = []
         count = 0
         with self._changed:
             while self._queue:
                 head = self._queue[0]
-                if head.releases or count + len(head.spans) > MAX_COALESCED_SPANS:
+                if not head.carriable or count + len(head.spans) > MAX_COALESCED_SPANS:
                     break
                 if not carries(head.spans):
                     break
@@ -174,7 +184,8 @@ class Acker:
                     if self._queue:
                         if self._closing:
                             break  # send what was queued before close(), then stop
-                        wait = self._queue[0].queued_at + self.carry_wait - now
+                        head = self._queue[0]
+                        wait = head.queued_at + self.carry_wait - now if head.carriable else 0
                         if wait <= 0:
                             break
                     elif self._closing:

@@ -473,8 +473,8 @@ class DsClient:
         :meth:`fetch` loop the acks ride in the next fetch to the sidecar that delivered
         them (``FetchRequest.ack_ranges``: one call less per batch), applied before it
         takes records; the future resolves when a later response brings their answer (once
-        committed). Acks no fetch carries within 20 ms, or whose answer does not come
-        within 2 s, go on their own.
+        committed). A batch of more than 1,000 records, acks no fetch carries within 20 ms,
+        and acks whose answer does not come within 2 s go on their own.
 
         A :class:`ColumnBatch`'s shared-memory regions are released with its acks: its
         columns are not valid after this call.
