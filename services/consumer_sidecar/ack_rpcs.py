@@ -115,6 +115,14 @@ class AckOutcome:
             ranges,
         )
 
+    def result(self) -> stream_pb2.StreamAckResult:
+        """The answer to these acks on a Stream or carried by a Fetch."""
+        return stream_pb2.StreamAckResult(
+            acked_count=self.accepted,
+            rejected_acks=self.rejected,
+            rejected_ranges=self.rejected_ranges,
+        )
+
     def all_stale(self) -> bool:
         stale = stream_pb2.REJECT_REASON_STALE_EPOCH
         return (
@@ -181,11 +189,7 @@ class AckRpcs:
                 }
             outcome = outcome.refused(failed)
         self.count_acks(client_id, (), ranges, outcome)
-        return stream_pb2.StreamAckResult(
-            acked_count=outcome.accepted,
-            rejected_acks=outcome.rejected,
-            rejected_ranges=outcome.rejected_ranges,
-        )
+        return outcome.result()
 
     def apply_acks(self, client: str, acks: Any, ranges: Any) -> AckOutcome:
         """Acks from ``client``: a record in flight to another client is refused to it

@@ -312,11 +312,7 @@ class StreamRpc:
             if state.error is not None:
                 state.wake.set()
                 return
-            result = stream_pb2.StreamAckResult(
-                acked_count=outcome.accepted,
-                rejected_acks=outcome.rejected,
-                rejected_ranges=outcome.rejected_ranges,
-            )
+            result = outcome.result()
             now = asyncio.get_running_loop().time()
             if state.answer(result, acks.answer_now, now):
                 state.wake.set()

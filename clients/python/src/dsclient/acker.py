@@ -138,7 +138,7 @@ class Acker:
                 self._in_flight[key] = (claimed, self._clock())
                 self._changed.notify()  # the thread watches how long it takes
         if done:
-            self.resolve(claimed, [False] * sum(len(item.spans) for item in claimed))
+            _not_accepted(claimed)
 
     def awaiting(self, address: str) -> bool:
         """Whether acks carried to the sidecar at ``address`` still wait for their answer:
@@ -165,12 +165,10 @@ class Acker:
         with self._changed:
             done = self._done
             if not done:
-                for item in reversed(claimed):
-                    item.queued_at = float("-inf")
-                    self._queue.appendleft(item)
+                self._to_front(claimed)
                 self._changed.notify()
         if done:  # closed while a fetch carried them: not known to be accepted
-            self.resolve(claimed, [False] * sum(len(item.spans) for item in claimed))
+            _not_accepted(claimed)
 
     # ---- the thread ---------------------------------------------------------------------
 
@@ -213,9 +211,14 @@ class Acker:
         ]
         late = sorted((self._in_flight.pop(key) for key in keys), key=lambda entry: entry[1])
         for claimed, _ in reversed(late):
-            for item in reversed(claimed):
-                item.queued_at = float("-inf")
-                self._queue.appendleft(item)
+            self._to_front(claimed)
+
+    def _to_front(self, claimed: Sequence[Pending]) -> None:
+        """``claimed`` go to the head of the queue in their order, to be sent at once
+        (called holding the lock)."""
+        for item in reversed(claimed):
+            item.queued_at = float("-inf")
+            self._queue.appendleft(item)
 
     def _answer(self, items: list[Pending]) -> None:
         spans = [span for item in items for span in item.spans]
@@ -227,3 +230,8 @@ class Acker:
                 item.future.set_exception(exc)
             return
         self.resolve(items, accepted)
+
+
+def _not_accepted(claimed: Sequence[Pending]) -> None:
+    """Carried acks the closed thread can no longer send: not known to be accepted."""
+    Acker.resolve(claimed, [False] * sum(len(item.spans) for item in claimed))

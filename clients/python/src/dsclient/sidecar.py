@@ -104,7 +104,7 @@ class Sidecar:
     # channels are made, with the client's settings): how fall_back reaches TCP.
     reopen: Callable[[str], grpc.Channel] | None = None
     # Whether its Fetch reads the acks a request carries (FetchRequest.ack_ranges): False
-    # once a response left ack_result unset (a sidecar older than the field).
+    # once a response did not name their ack_seq (a sidecar older than the field).
     reads_carried_acks: bool = True
     # Fetch and Stream with responses read by fetched and streamed.
     fetch: grpc.UnaryUnaryMultiCallable[stream_pb2.FetchRequest, Batch | Fetched] = field(

@@ -35,7 +35,7 @@ _VALUE_LENGTHS, _VALUES, _KEY_LENGTHS, _KEYS = 6, 7, 8, 9
 _DELIVERIES = 11
 # FetchResponse.batches and StreamBatch.batches; StreamResponse.batch;
 # StreamBatch.ack_results (answers to earlier acks, StreamOpen.answers_with_batches) and
-# FetchResponse.ack_result (the answer to FetchRequest.ack_ranges) share field number 4
+# FetchResponse.acks (what it says of acks carried by fetches) share field number 4
 _BATCHES = 2
 _STREAM_BATCH = 1
 _ACK_RESULTS = 4
@@ -103,8 +103,7 @@ def _batches(slices: Sequence[Slice]) -> list[Piece]:
 
 def fetch_response(slices: Sequence[Slice], answer: bytes | None = None) -> bytes:
     """A FetchResponse with one RecordBatch per slice, encoded, and ``answer`` (an encoded
-    StreamAckResult, the answer to the request's ``ack_ranges``; None = no answer) as its
-    ``ack_result``."""
+    FetchAckAnswers, what it says of carried acks; None = nothing) as its ``acks``."""
     pieces = _batches(slices)
     if answer is not None:
         pieces += (_tag(_ACK_RESULTS, _LEN), varint(len(answer)), answer)
@@ -147,7 +146,7 @@ def parse_batches(
     """The RecordBatches of an encoded FetchResponse or StreamBatch (``data[start:end]``),
     as Columns whose keys and values are cut from ``data``; ``None`` when the message holds
     anything else (Record messages, headers, an unknown field): parse it with protobuf.
-    With ``answers``, a FetchResponse's ``ack_result`` (encoded) is appended to it."""
+    With ``answers``, a FetchResponse's ``acks`` (encoded) is appended to it."""
     return _batches_of(data, start, len(data) if end is None else end, _record_batch, answers)
 
 
