@@ -35,6 +35,7 @@ from services.assigner.resets import OffsetResets
 from services.assigner.rpc import AdminServicer, AssignerServicer, BindingServicer
 from services.assigner.settings import AssignerSettings
 from services.assigner.state import StateStore
+from services.assigner.tick_wake import next_tick
 from services.assigner.ui.gather import LagSampler, UiData, UiSources
 from services.assigner.ui.history import LagHistory
 from services.assigner.ui.routes import UiRoutes
@@ -279,12 +280,14 @@ class AssignerApp:
         return time.monotonic()
 
     async def _tick_loop(self) -> None:
+        """At each group's next deadline or when an input pokes (tick_wake.py), at most
+        every tick_seconds; each sleep's overshoot is the loop lag the join admission reads."""
+        gap = self.settings.tick_seconds
         while True:
-            self.groups.tick()
-            asleep = self.now()
-            await asyncio.sleep(self.settings.tick_seconds)
-            woke = self.now()
-            self.loop_lag.record(woke, woke - asleep - self.settings.tick_seconds)
+            ticked = self.now()
+            due = self.groups.tick()
+            lag = await self.groups.wake.sleep(ticked, next_tick(ticked, due, gap), gap)
+            self.loop_lag.record(self.now(), lag)
 
     async def _metadata_loop(self) -> None:
         """Partitions added to a topic are picked up without a restart."""

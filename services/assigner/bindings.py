@@ -73,7 +73,7 @@ class GroupBindings:
         # from now) and its open watches.
         self.client_seen: dict[str, float] = dict.fromkeys(self.clients, clock())
         self.watching: dict[str, int] = {}
-        self._next_sweep = 0.0
+        self.next_sweep = 0.0
         self.watchers: set[asyncio.Queue[types_pb2.Binding]] = set()
         self.version = 0
         self.holders_seen: Holders = {}
@@ -131,9 +131,9 @@ class GroupBindings:
         open watch, no Bind, no sidecar report); the clients unbound. Swept at most every
         quarter window (O(bound clients))."""
         window = self.settings.binding_liveness_seconds
-        if now < self._next_sweep:
+        if now < self.next_sweep:
             return []
-        self._next_sweep = now + min(window / 4, 5.0)
+        self.next_sweep = now + min(window / 4, 5.0)
         expired = [
             c
             for c in self.clients

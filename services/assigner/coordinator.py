@@ -55,7 +55,7 @@ invariants would have no single home. Its pure parts that stand alone already li
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from services.assigner.balancer import BalanceInput, Member, Strategy, rebalance
@@ -65,6 +65,10 @@ from services.runtime.topic_partition import TopicPartition
 COMMITTED = -1
 # In LOAD mode weights drift continuously; the tick re-balances on them this often.
 LOAD_REBALANCE_SECONDS = 10.0
+
+
+def _nothing() -> None:
+    pass
 
 
 class LeaseState(enum.Enum):
@@ -286,6 +290,10 @@ class GroupCoordinator:
         # at the next tick). At 1,000 sidecars the scan on each 100 ms tick was a tenth of
         # the assigner's CPU.
         self._scan_at = float("-inf")
+        # Called when an input may have brought a deadline nearer or left a rebalance
+        # pending (:meth:`_rescan`): the adapter's tick loop sleeps until :meth:`due` and
+        # is woken by it (an idle assigner does not tick 10 times a second; issue 34).
+        self.on_sooner: Callable[[], None] = _nothing
         self.set_partitions(partitions)
         for tp, epoch in (epochs or {}).items():
             if tp in self.leases:
@@ -295,16 +303,16 @@ class GroupCoordinator:
     # ---- inputs -------------------------------------------------------------------------
 
     def set_partitions(self, partitions: Iterable[TopicPartition]) -> None:
-        self._scan_at = float("-inf")
+        self._rescan()
         for tp in partitions:
             if tp not in self.leases:
                 self.leases[tp] = Lease(tp)
-                self._rebalance_pending = True
+                self._pend_rebalance()
 
     def join(self, member: MemberInfo, held: Sequence[HeldLease], now: float) -> Outcome:
         """A sidecar (re-)attached. Leases it still holds with the current epoch stay put;
         after an assigner restart it adopts them; older epochs are fenced."""
-        self._scan_at = float("-inf")
+        self._rescan()
         previous = self.members.get(member.id)
         out = Outcome(membership_changed=previous is None or not previous.present)
         member.last_seen = now
@@ -375,7 +383,7 @@ class GroupCoordinator:
             return out
         member.last_seen = now
         if released:
-            self._scan_at = float("-inf")  # a release may end a leave or grant elsewhere
+            self._rescan()  # a release may end a leave or grant elsewhere
         for r in released:
             out.commands.extend(self._on_release(member_id, r, now))
         for p in progress:
@@ -399,7 +407,7 @@ class GroupCoordinator:
     def leave(self, member_id: str, now: float) -> Outcome:
         """Graceful leave: revoke everything the member holds; when it has released all,
         its place is kept for the hold window (static identity)."""
-        self._scan_at = float("-inf")
+        self._rescan()
         member = self.members.get(member_id)
         out = Outcome()
         if member is None or member.leaving:
@@ -420,7 +428,7 @@ class GroupCoordinator:
     def abandon(self, member_id: str, now: float) -> Outcome:
         """Non-graceful leave: the member is gone now; its leases lapse at their expiry
         (it may still be serving until its own deadline) and then move."""
-        self._scan_at = float("-inf")
+        self._rescan()
         out = Outcome()
         if self.members.pop(member_id, None) is not None:
             out.membership_changed = True
@@ -440,14 +448,14 @@ class GroupCoordinator:
         if member is None or not member.present or member.disconnected_at is not None:
             return out  # leaving (its leave finishes by releases or expiry), away, or gone
         member.disconnected_at = now
-        self._scan_at = float("-inf")
+        self._rescan()
         return out
 
     def move(self, tp: TopicPartition, target: str, now: float) -> Outcome:
         """Operator move (MoveLease): hand ``tp`` to ``target``. If that would break the
         count balance, the target hands one of its partitions back in exchange, so the
         balancer has nothing to undo."""
-        self._scan_at = float("-inf")
+        self._rescan()
         out = Outcome()
         lease = self.leases[tp]
         source = self._intended_holder(lease)
@@ -477,7 +485,7 @@ class GroupCoordinator:
         free one stays free. Each is reserved for the member that holds it (or would next),
         and none is granted to anyone until :meth:`resume` or :meth:`unpause`. A holder that
         does not release is waited out until its lease expires, as in any handoff."""
-        self._scan_at = float("-inf")
+        self._rescan()
         out = Outcome()
         for tp in sorted(tps):
             lease = self.leases[tp]
@@ -500,7 +508,7 @@ class GroupCoordinator:
         """Offset reset, step 2: a new epoch for each paused partition, under which its new
         offset is committed and it is granted back (:meth:`resume` does not bump it again).
         The adapter persists them before it commits."""
-        self._scan_at = float("-inf")
+        self._rescan()
         epochs = {}
         for tp in sorted(tps):
             lease = self.leases[tp]
@@ -516,7 +524,7 @@ class GroupCoordinator:
         back to the member it was reserved for, under its :meth:`reset_epochs` epoch, at its
         new offset. One whose member cannot take it any more (gone, drained) is balanced
         over the others like any free partition, starting at the new offset too."""
-        self._scan_at = float("-inf")
+        self._rescan()
         out = Outcome()
         for tp, offset in sorted(offsets.items()):
             holder = self.paused.pop(tp, None)
@@ -538,11 +546,11 @@ class GroupCoordinator:
     def unpause(self, tps: Iterable[TopicPartition], now: float) -> Outcome:
         """A reset that committed nothing: the partitions are granted again as after any
         handoff (a new epoch, at what Kafka holds)."""
-        self._scan_at = float("-inf")
+        self._rescan()
         for tp in tps:
             if self.paused.pop(tp, None) is not None:
                 self.leases[tp].next_holder = None
-        self._rebalance_pending = True
+        self._pend_rebalance()
         return Outcome(commands=self._rebalance(now, coalesce=False))
 
     # ---- drains -------------------------------------------------------------------------
@@ -551,12 +559,12 @@ class GroupCoordinator:
         """An operator drains a member (its capacity counts as 0: its partitions move off
         with cooperative handoffs while it stays connected) or ends the drain (it gets its
         share back). Persisting the drain is the adapter's job."""
-        self._scan_at = float("-inf")
+        self._rescan()
         if drained:
             self.drained.add(member_id)
         else:
             self.drained.discard(member_id)
-        self._rebalance_pending = True
+        self._pend_rebalance()
         return Outcome(commands=self._rebalance(now, coalesce=False), membership_changed=True)
 
     # ---- mode switches ------------------------------------------------------------------
@@ -566,7 +574,7 @@ class GroupCoordinator:
         lease cooperatively (CONFIG: the holder drains in-flight acks, commits and
         releases). A holder that does not release is waited out until its lease expires;
         :meth:`unheld` tells when no partition has a holder left."""
-        self._scan_at = float("-inf")
+        self._rescan()
         self.grants_enabled = False
         out = Outcome()
         for tp in sorted(self.leases):
@@ -586,12 +594,12 @@ class GroupCoordinator:
         """Granting (re)starts: a switch to leased once Kafka's group is empty, or a switch
         to kafka_group called off. Every free partition starts at the committed offset
         Kafka has (what the classic consumers committed), never at an older report."""
-        self._scan_at = float("-inf")
+        self._rescan()
         self.grants_enabled = True
         for lease in self.leases.values():
             if lease.holder is None:
                 lease.committed = lease.start = COMMITTED
-        self._rebalance_pending = True
+        self._pend_rebalance()
         return Outcome(commands=self._rebalance(now, coalesce=False), membership_changed=True)
 
     def set_ttl(self, ttl: float) -> None:
@@ -599,7 +607,30 @@ class GroupCoordinator:
         renewals use it, leases already renewed keep their expiry."""
         if ttl != self.timing.ttl:
             self.timing = replace(self.timing, ttl=ttl)
-            self._scan_at = float("-inf")  # a shorter TTL may bring a deadline nearer
+            self._rescan()  # a shorter TTL may bring a deadline nearer
+
+    def _rescan(self) -> None:
+        """The next tick scans: this input may have brought a deadline nearer."""
+        self._scan_at = float("-inf")
+        self.on_sooner()
+
+    def _pend_rebalance(self) -> None:
+        self._rebalance_pending = True
+        self.on_sooner()
+
+    def due(self) -> float:
+        """When :meth:`disconnect_expired` next has work (monotonic seconds; ``-inf`` or a
+        past time: at the next tick; ``inf``: only after an input): the earliest deadline
+        as of the last scan, a pending rebalance (once the settle period is over), LOAD's
+        periodic one. Inputs that bring it nearer call :attr:`on_sooner`."""
+        due = self._scan_at
+        if not self.grants_enabled:
+            return due  # nothing to balance (kafka_group mode): only member deadlines
+        if self._rebalance_pending:
+            due = min(due, self.settle_until)
+        if self.strategy is Strategy.LOAD:
+            due = min(due, self._last_load_rebalance + LOAD_REBALANCE_SECONDS)
+        return due
 
     def disconnect_expired(self, now: float) -> Outcome:
         """Tick: expire silent members, lapsed leases and hold windows; rebalance."""
@@ -669,7 +700,7 @@ class GroupCoordinator:
         # What this scan decided (grants, revokes, ended leaves) may set new deadlines:
         # only a scan that changed nothing may skip the next ones.
         quiet = not (changed or out.membership_changed or out.commands or out.expired)
-        self._scan_at = earliest if quiet else float("-inf")
+        self._scan_at = earliest if quiet else float("-inf")  # (not _rescan: the scan itself)
         return out
 
     # ---- grant dispatch (the adapter persists a grant's epoch, then sends it) ------------
@@ -680,7 +711,7 @@ class GroupCoordinator:
         runs from now (a slow write does not eat into the holder's first TTL). False if the
         lease lapsed, moved on or was taken back meanwhile: the adapter must not send it
         (another grant of the partition may already be out)."""
-        self._scan_at = float("-inf")
+        self._rescan()
         lease = self.leases.get(tp)
         if lease is None or lease.epoch != epoch or lease.holder != member:
             return False
@@ -693,12 +724,12 @@ class GroupCoordinator:
         """The epoch of the grant (``tp``, ``epoch``) to ``member`` could not be written, so
         the grant was never sent: take it back. The partition is decided again on the next
         tick, under a newer epoch (never this one: it may yet reach the log)."""
-        self._scan_at = float("-inf")
+        self._rescan()
         lease = self.leases.get(tp)
         if lease is None or lease.epoch != epoch or lease.holder != member:
             return
         self._free(lease)
-        self._rebalance_pending = True
+        self._pend_rebalance()
 
     # ---- views --------------------------------------------------------------------------
 
@@ -818,14 +849,14 @@ class GroupCoordinator:
         if not self.grants_enabled:
             return []
         if now < self.settle_until:
-            self._rebalance_pending = True
+            self._pend_rebalance()
             return []  # rebuilding after a restart: let holders re-attach first
         if self.timing.rebalance_interval > 0:
             work = len(self.leases) + len(self.members)
             if now - self._work_since >= self.timing.rebalance_interval:
                 self._work_since, self._work = now, 0
             if coalesce and self._work and self._work + work > self.timing.rebalance_work:
-                self._rebalance_pending = True
+                self._pend_rebalance()
                 return []  # enough ran in this interval: the next tick runs one for all
             self._work += work
         self._rebalance_pending = False

@@ -612,6 +612,11 @@ class GroupRuntime:
         self.log.info("moving lease", topic=tp.topic, partition=tp.partition, target=target)
         self.apply(self.coordinator.move(tp, target, now))
 
+    def due(self) -> float:
+        """When :meth:`tick` next has work (monotonic seconds): a coordinator deadline or
+        the next sweep of the bindings."""
+        return min(self.coordinator.due(), self.bindings.next_sweep)
+
     def tick(self, now: float) -> None:
         self.bindings.expire(now)
         outcome = self.coordinator.disconnect_expired(now)

@@ -22,6 +22,7 @@ from services.assigner.groups import GroupRuntime, GroupStore
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.settings import AssignerSettings, GroupSeed
 from services.assigner.state import GroupRecord, StateSnapshot
+from services.assigner.tick_wake import TickWake
 from services.runtime.reporter import FaultReporter
 from services.runtime.topic_partition import TopicPartition
 
@@ -68,6 +69,7 @@ class GroupRegistry:
         self._deleted_epochs: dict[str, dict[TopicPartition, int]] = {}
         self.serving = False
         self._serving = asyncio.Event()  # set while serving, for calls that wait for it
+        self.wake = TickWake(clock)  # the tick loop's: groups poke it (tick_wake.py)
 
     # ---- serving ----------------------------------------------------------------------
 
@@ -164,7 +166,7 @@ class GroupRegistry:
             faults=self.faults,
             clock=self.clock,
         )
-        self._groups[record.name] = group
+        self._add(group)
         log.info(
             "group created", group=record.name, topics=record.topics, partitions=len(partitions)
         )
@@ -256,19 +258,21 @@ class GroupRegistry:
                 continue
             ttl = record.lease_ttl_seconds or self.settings.lease_ttl_seconds
             settled = max(settled, started + ttl + grace)
-            self._groups[record.name] = GroupRuntime(
-                record,
-                partitions,
-                self.settings,
-                self.metrics,
-                self.store,
-                epochs=snapshot.epochs.get(record.name, {}),
-                holders=snapshot.holders.get(record.name, {}),
-                settle_until=started + ttl + grace,
-                clients=snapshot.bindings.get(record.name, set()),
-                drained=snapshot.drained.get(record.name, set()),
-                faults=self.faults,
-                clock=self.clock,
+            self._add(
+                GroupRuntime(
+                    record,
+                    partitions,
+                    self.settings,
+                    self.metrics,
+                    self.store,
+                    epochs=snapshot.epochs.get(record.name, {}),
+                    holders=snapshot.holders.get(record.name, {}),
+                    settle_until=started + ttl + grace,
+                    clients=snapshot.bindings.get(record.name, set()),
+                    drained=snapshot.drained.get(record.name, set()),
+                    faults=self.faults,
+                    clock=self.clock,
+                )
             )
             log.info(
                 "group restored",
@@ -312,14 +316,25 @@ class GroupRegistry:
 
     # ---- timers (the app runs them while it leads) ------------------------------------
 
-    def tick(self) -> None:
-        """Expire leases and hold windows of every group (coordinator rules)."""
+    def _add(self, group: GroupRuntime) -> None:
+        self._groups[group.name] = group
+        group.coordinator.on_sooner = self.wake.poke
+        self.wake.poke()
+
+    def tick(self) -> float:
+        """Expire leases and hold windows of every group (coordinator rules); returns when
+        the next tick has work (monotonic seconds; ``inf``: only after an input, which then
+        pokes :attr:`wake`)."""
         now = self.clock()
+        due = float("inf")
         for group in self:
             try:
                 group.tick(now)
+                due = min(due, group.due())
             except Exception:
                 log.exception("tick failed", group=group.name)
+                due = min(due, now)  # tried again at the next tick, as before
+        return due
 
     async def refresh_partitions(self) -> None:
         """Partitions added to a topic are picked up without a restart."""

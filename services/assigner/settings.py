@@ -115,8 +115,9 @@ class AssignerSettings(ServiceSettings):
         description="how long a grant waits for its epoch to be written to the state topic; "
         "a grant whose write fails or times out is taken back and decided again",
     )
-    # How often the coordinator runs: lease expiries, hold windows, and rebalancing when something
-    # changed.
+    # The shortest time between two coordinator ticks (lease expiries, hold windows, rebalancing
+    # when something changed): events within it share one tick and one rebalance. An idle
+    # assigner ticks only at its next deadline, at least once a second (tick_wake.py).
     tick_seconds: float = Field(0.1, ge=0.01, le=5)
     # How often topic metadata is read again, so partitions added to a topic are picked up without a
     # restart.

@@ -7,11 +7,13 @@ renewal + TTL + grace lies in the past. Epochs only grow.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from services.assigner.balancer import Strategy
 from services.assigner.coordinator import (
     COMMITTED,
     GroupCoordinator,
@@ -285,6 +287,74 @@ def test_a_tick_that_skips_its_scan_decides_what_a_full_scan_decides(
             assert skipping.leases == scanning.leases
             assert skipping.members == scanning.members
         now += step
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(operation, st.tuples(st.just("abandon"), st.sampled_from(MEMBERS))),
+            st.floats(min_value=0.0, max_value=2.5),
+        ),
+        max_size=80,
+    ),
+    st.sampled_from([TIMING, HOLD, HANDOFF_HOLD]),
+    st.sampled_from(list(Strategy)),
+)
+def test_nothing_is_due_before_due_unless_an_input_poked(
+    history: list[tuple[tuple[str, str], float]], timing: Timing, strategy: Strategy
+) -> None:
+    """The assigner ticks at :meth:`GroupCoordinator.due` or when an input calls
+    ``on_sooner`` (tick_wake.py), not every 100 ms: a tick any earlier, with no poke since
+    the last one, would have decided nothing and changed nothing."""
+    coord = GroupCoordinator("g", TPS, timing, strategy=strategy)
+    poked = [True]
+
+    def poke() -> None:
+        poked[0] = True
+
+    coord.on_sooner = poke
+    due = float("-inf")  # as of the last tick: what the loop sleeps until
+    now = 0.0
+    for (op, mid), step in history:
+        for when, what in ((now + step / 2, "tick"), (now + step, op)):
+            if what != "tick":
+                _step(coord, what, mid, when)
+            elif not poked[0] and when < due:
+                early = copy.deepcopy(coord)
+                early.on_sooner = lambda: None
+                assert early.disconnect_expired(when) == Outcome(), (op, mid, when)
+                assert early.leases == coord.leases
+                assert early.members == coord.members
+            else:
+                coord.disconnect_expired(when)  # the tick the loop runs
+                poked[0] = False
+                due = coord.due()
+        now += step
+
+
+def test_an_idle_group_is_due_at_its_earliest_deadline() -> None:
+    coord = GroupCoordinator("g", TPS, TIMING)
+    coord.join(member("a"), [], now=0.0)
+    coord.disconnect_expired(0.1)  # the scan after the grants
+    coord.disconnect_expired(0.2)  # quiet: it sets the deadline
+    expiry = TIMING.ttl + TIMING.grace
+    assert coord.due() == min(lease.expires_at for lease in coord.leases.values())
+    assert 0.0 < coord.due() <= expiry
+    pokes: list[str] = []
+    coord.on_sooner = lambda: pokes.append("poke")
+    coord.heartbeat("a", [Progress(tp, 1) for tp in TPS], [], now=1.0)
+    assert pokes == []  # a plain heartbeat moves deadlines later: no poke
+    coord.leave("a", now=1.5)
+    assert pokes and coord.due() == float("-inf")
+
+
+def test_a_group_without_grants_is_not_due_for_its_pending_rebalance() -> None:
+    """kafka_group mode: the balancer never runs, so its pending rebalance is no deadline
+    (the loop would tick every 100 ms for ever)."""
+    coord = GroupCoordinator("g", TPS, TIMING, grants_enabled=False)
+    coord.disconnect_expired(0.0)
+    assert coord.due() == float("inf")
 
 
 # ---- static identity, restart, fencing, moves ------------------------------------------
