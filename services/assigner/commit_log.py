@@ -33,14 +33,11 @@ log = structlog.get_logger(__name__)
 # reads its committed offsets back at most once per interval), so it is read promptly: the
 # broker holds each fetch up to FETCH_WAIT_MS (it answered every commit at once before,
 # ~340 wake-ups/s of the reader's broker thread on the shared broker, the mesh idle; issue
-# 34). 500 ms, not 100: an empty fetch every 100 ms was 10 of an idle assigner's ~110
-# wake-ups a second, and the log is the safety net behind the holders' read-backs, which
-# see an external commit first (a follow is matched to the commit it followed within
-# READ_DELAY_SECONDS). A read waits for the first record up to IDLE_POLL_SECONDS, returning the moment one
+# 34). A read waits for the first record up to IDLE_POLL_SECONDS, returning the moment one
 # comes, then takes what else is there (up to BATCH) without waiting: an idle log costs a
 # wake-up a second. (It was consume(BATCH, 0.1): a return every 0.1 s, and librdkafka's
 # batch wait woke its thread ~46 times a second, a third of an idle assigner's CPU.)
-FETCH_WAIT_MS = 500
+FETCH_WAIT_MS = 100
 IDLE_POLL_SECONDS = 1.0
 # How long after Kafka wrote a commit the log may show it: the fetch's wait, and a margin
 # for handing the batch to the event loop.

@@ -713,6 +713,12 @@ def main() -> int:
     parser.add_argument("--paths", help=f"mesh paths, of {','.join(MESH_PATHS)}")
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--window", type=float, help="seconds per round")
+    parser.add_argument(
+        "--idle-window",
+        type=float,
+        help="seconds of the idle window (default 10: CPU in steps of 0.1 %% of a core; "
+        "60 resolves the idle targets of 0.3 and 0.5 %%)",
+    )
     parser.add_argument("--json", type=Path, help=f"write the figures here (e.g. {JSON_DEFAULT})")
     parser.add_argument(
         "--label",
@@ -763,6 +769,8 @@ def main() -> int:
         profile = replace(profile, share=args.share)
     if args.window:
         profile = replace(profile, window=args.window)
+    if args.idle_window:
+        profile = replace(profile, idle_window=args.idle_window)
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
     print(f"{started} load average {os.getloadavg()}; {profile}", flush=True)
