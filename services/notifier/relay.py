@@ -58,8 +58,12 @@ from services.notifier.webhook_budget import (
 log = structlog.get_logger(__name__)
 
 ID_HEADER = "ds-id"
-# How long an idle relay thread sleeps when nothing woke it (notify() does for new items).
-IDLE_WAIT_SECONDS = 1.0
+# How long an idle relay thread sleeps when nothing woke it: notify() does for new items
+# (every outbox write is this process's), and a webhook relay wakes at its earliest
+# backoff, so the timeout only serves the Kafka producer's own events (logs, errors). At
+# 1 s the three relays woke an idle notifier ~6 times a second, each with an outbox query
+# (issue 34).
+IDLE_WAIT_SECONDS = 10.0
 # Delivery errors that retrying cannot fix: the item goes to the dead-letter table.
 _PERMANENT = frozenset(
     {
@@ -194,7 +198,7 @@ class KafkaRelay:
                 self._settle(done, in_flight)
                 if not in_flight:
                     # notify() wakes it for new items; the timeout only serves the
-                    # producer's own events (issue 34: 0.2 s woke an idle notifier 5/s).
+                    # producer's own events (IDLE_WAIT_SECONDS).
                     self._wake.wait(IDLE_WAIT_SECONDS)
                     self._wake.clear()
         finally:
