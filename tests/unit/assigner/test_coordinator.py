@@ -231,6 +231,16 @@ def test_no_grant_while_the_previous_lease_may_be_valid(
             assert lease.epoch == model.epoch.get(lease.tp, 0)
 
 
+# Histories of the tick properties below: every operation and abandons, with their gaps.
+histories = st.lists(
+    st.tuples(
+        st.one_of(operation, st.tuples(st.just("abandon"), st.sampled_from(MEMBERS))),
+        st.floats(min_value=0.0, max_value=2.5),
+    ),
+    max_size=80,
+)
+
+
 def _step(coord: GroupCoordinator, op: str, mid: str, now: float) -> Outcome:
     """One operation of the histories above, on ``coord``."""
     if op == "join":
@@ -259,13 +269,7 @@ def _step(coord: GroupCoordinator, op: str, mid: str, now: float) -> Outcome:
 
 @settings(max_examples=500, deadline=None)
 @given(
-    st.lists(
-        st.tuples(
-            st.one_of(operation, st.tuples(st.just("abandon"), st.sampled_from(MEMBERS))),
-            st.floats(min_value=0.0, max_value=2.5),
-        ),
-        max_size=80,
-    ),
+    histories,
     st.sampled_from([TIMING, HOLD, HANDOFF_HOLD]),
 )
 def test_a_tick_that_skips_its_scan_decides_what_a_full_scan_decides(
@@ -276,7 +280,7 @@ def test_a_tick_that_skips_its_scan_decides_what_a_full_scan_decides(
     skipping, scanning = GroupCoordinator("g", TPS, timing), GroupCoordinator("g", TPS, timing)
     now = 0.0
     for (op, mid), step in history:
-        # The assigner ticks every 100 ms whatever else happens: a tick before each event.
+        # A tick before each event (the twin that scans sees every one).
         for when, what in ((now + step / 2, "tick"), (now + step, op)):
             scanning._scan_at = float("-inf")  # never skips
             assert _step(skipping, what, mid, when) == _step(scanning, what, mid, when), (
@@ -291,13 +295,7 @@ def test_a_tick_that_skips_its_scan_decides_what_a_full_scan_decides(
 
 @settings(max_examples=500, deadline=None)
 @given(
-    st.lists(
-        st.tuples(
-            st.one_of(operation, st.tuples(st.just("abandon"), st.sampled_from(MEMBERS))),
-            st.floats(min_value=0.0, max_value=2.5),
-        ),
-        max_size=80,
-    ),
+    histories,
     st.sampled_from([TIMING, HOLD, HANDOFF_HOLD]),
     st.sampled_from(list(Strategy)),
 )
