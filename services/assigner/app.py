@@ -35,7 +35,6 @@ from services.assigner.resets import OffsetResets
 from services.assigner.rpc import AdminServicer, AssignerServicer, BindingServicer
 from services.assigner.settings import AssignerSettings
 from services.assigner.state import StateStore
-from services.assigner.tick_wake import next_tick
 from services.assigner.ui.gather import LagSampler, UiData, UiSources
 from services.assigner.ui.history import LagHistory
 from services.assigner.ui.routes import UiRoutes
@@ -45,6 +44,7 @@ from services.runtime.kafka import KafkaProbe, new_admin
 from services.runtime.lifecycle import Dependency
 from services.runtime.reporter import reporter_for
 from services.runtime.tasks import TaskSet
+from services.runtime.tick_wake import next_tick
 
 log = structlog.get_logger(__name__)
 

@@ -22,8 +22,8 @@ from services.assigner.groups import GroupRuntime, GroupStore
 from services.assigner.metrics import AssignerMetrics
 from services.assigner.settings import AssignerSettings, GroupSeed
 from services.assigner.state import GroupRecord, StateSnapshot
-from services.assigner.tick_wake import TickWake
 from services.runtime.reporter import FaultReporter
+from services.runtime.tick_wake import TickWake
 from services.runtime.topic_partition import TopicPartition
 
 log = structlog.get_logger(__name__)

@@ -9,7 +9,7 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.assigner.tick_wake import IDLE_TICK_SECONDS, TickWake, next_tick
+from services.runtime.tick_wake import IDLE_TICK_SECONDS, TickWake, next_tick
 
 times = st.floats(min_value=0.0, max_value=1e6, allow_nan=False)
 dues = st.one_of(times, st.just(float("inf")), st.just(float("-inf")))

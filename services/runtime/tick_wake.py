@@ -1,19 +1,21 @@
-"""When the assigner's tick runs: at its next deadline or when an input brings one nearer,
-not ten times a second (issue 34, "no work while idle").
+"""When a service's timer loop runs: at its next deadline or when an input brings one
+nearer, not on a fixed period (issue 34, "no work while idle").
 
-The tick (:meth:`GroupRegistry.tick <services.assigner.registry.GroupRegistry.tick>`)
-expires members, leases, hold windows and bindings and runs pending rebalances. Between
-two ticks nothing is due before the earliest deadline the last one computed
-(:meth:`GroupRuntime.due <services.assigner.groups.GroupRuntime.due>`), except what an
-input brings nearer: a join, a leave, a release, a move, a pause, a grant sent or withheld,
-a shorter TTL, a new group. Each of those pokes :class:`TickWake` (the coordinator's
-``on_sooner``). A plain heartbeat only moves deadlines later and pokes nothing.
+The loop's owner computes, after each tick, the earliest time anything is due (``due``);
+between two ticks nothing is due before it except what an input brings nearer, and each
+such input pokes :class:`TickWake`. :func:`next_tick` keeps ticks at least ``gap`` apart
+under load (events within that gap share one tick) and at most ``longest`` apart when idle
+(a safety net should an input forget to poke).
 
-Ticks stay at most ``tick_seconds`` apart under load (events within that gap share one
-tick and one rebalance, as with the fixed 100 ms tick), and at most IDLE_TICK_SECONDS
-apart when idle: a safety net should an input forget to poke, and the pace at which the
-loop-lag samples the join admission reads come in. An idle assigner ticked ten times a
-second, about a third of its CPU (0.38 % of a core of 1.0 %, one sidecar attached).
+* The assigner (:meth:`GroupRegistry.tick <services.assigner.registry.GroupRegistry.tick>`):
+  member, lease, hold and binding deadlines, pending rebalances; a join, a leave, a release,
+  a move, a pause, a grant sent or withheld, a shorter TTL or a new group pokes (the
+  coordinator's ``on_sooner``); a plain heartbeat only moves deadlines later. Its idle
+  ticks, once a second, are also the pace of the loop-lag samples the join admission reads.
+  It ticked ten times a second before, about a third of an idle assigner's CPU.
+* The notifier (:meth:`FaultPipeline.tick <services.notifier.pipeline.FaultPipeline.tick>`):
+  storm-suppression summaries, held alerts, the outbox gauge; a suppressed report or a
+  published fault pokes. It ticked twice a second before.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def next_tick(ticked: float, due: float, gap: float, longest: float = IDLE_TICK_
 
 
 class TickWake:
-    """The tick loop's sleep and its wake-up. Used on the event loop's thread only."""
+    """A timer loop's sleep and its wake-up. Used on the event loop's thread only."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
