@@ -115,6 +115,11 @@ class AlertRouter:
                 out.append(self._job(template, event))
         return out
 
+    def next_due(self) -> float:
+        """When :meth:`due` next may have a held alert (the router's clock; ``inf``: none)."""
+        with self._lock:
+            return self._limiter.next_due()
+
     def due(self) -> list[OutboxItem]:
         """Render jobs of held alerts whose interval ended and that change what the caller
         was told."""

@@ -39,7 +39,12 @@ from services.notifier.lag_monitor import LagMonitor
 from services.notifier.lag_monitor import fault_event as lag_fault_event
 from services.notifier.metrics import NotifierMetrics, ProbeMetrics
 from services.notifier.outbox import KAFKA_LANE, Outbox
-from services.notifier.pipeline import FaultPipeline, Wake
+from services.notifier.pipeline import (
+    OUTBOX_GAUGE_SECONDS,
+    TICK_GAP_SECONDS,
+    FaultPipeline,
+    Wake,
+)
 from services.notifier.probe import TICK_SECONDS, Prober, new_instance_id
 from services.notifier.probe import fault_event as probe_fault_event
 from services.notifier.relay import KafkaRelay, WebhookRelay
@@ -54,6 +59,7 @@ from services.runtime.http import Route
 from services.runtime.kafka import KafkaProbe, new_admin, new_producer
 from services.runtime.lifecycle import Dependency
 from services.runtime.tasks import TaskSet
+from services.runtime.tick_wake import next_tick
 from services.runtime.topics import TopicSpec, ensure_topic
 
 log = structlog.get_logger(__name__)
@@ -351,13 +357,19 @@ class NotifierApp:
     # ---- background loops -----------------------------------------------------------------
 
     async def _timer_loop(self) -> None:
-        """Storm-suppression summaries, held alerts, the outbox gauge."""
+        """Storm-suppression summaries, held alerts, the outbox gauge: when the pipeline
+        says one is due or a report pokes (tick_wake.py), at most every TICK_GAP_SECONDS."""
+        wake = self.pipeline.tick_wake
         while True:
-            await asyncio.sleep(0.5)
+            ticked = wake.clock()
             try:
                 await self.pipeline.tick()
             except Exception:
                 log.exception("notifier timer failed")
+            until = next_tick(
+                ticked, self.pipeline.due(), TICK_GAP_SECONDS, longest=OUTBOX_GAUGE_SECONDS
+            )
+            await wake.sleep(ticked, until, TICK_GAP_SECONDS)
 
     async def _lag_poll_loop(self) -> None:
         while True:

@@ -10,8 +10,11 @@
   (``alerts.py``; rendered by the render relay, ``render_relay.py``) and enters the
   history that ``ListFaults`` and ``WatchFaults`` read. An item moved to the dead-letter
   table is counted and raises DEAD_LETTER.
-* :meth:`FaultPipeline.tick` (twice a second) queues storm summaries and held alerts and
-  sets the outbox gauge.
+* :meth:`FaultPipeline.tick` queues storm summaries and held alerts and sets the outbox
+  gauge. The app runs it when :meth:`FaultPipeline.due` says something is (at most twice
+  a second, at least every OUTBOX_GAUGE_SECONDS); a suppressed report or a published
+  fault (whose alerts a send interval may hold) pokes :attr:`FaultPipeline.tick_wake`
+  (``services/runtime/tick_wake.py``).
 
 Requests are validated before they get here (``rpc.py``); the lag evaluator and the probe
 build their events themselves.
@@ -49,11 +52,15 @@ from services.notifier.relay import ID_HEADER, RelayHooks
 from services.notifier.settings import NotifierSettings
 from services.notifier.suppression import StormSuppressor
 from services.runtime import faults
+from services.runtime.tick_wake import TickWake
 
 log = structlog.get_logger(__name__)
 
-# ds_notifier_outbox_pending is refreshed this often (it was on every 0.5 s tick).
+# ds_notifier_outbox_pending is refreshed this often (it was on every 0.5 s tick); an idle
+# notifier ticks at this pace.
 OUTBOX_GAUGE_SECONDS = 5.0
+# The shortest time between two ticks: summaries and held alerts due within it go together.
+TICK_GAP_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -79,7 +86,8 @@ class FaultPipeline:
         clock: Callable[[], float] = time.monotonic,
         instance: str = "",
     ) -> None:
-        """``instance``: this notifier, named in the faults it raises itself."""
+        """``instance``: this notifier, named in the faults it raises itself. ``clock``
+        must be the router's (both deadlines are compared in :meth:`due`)."""
         self._settings = settings
         self._instance = instance
         self._outbox = outbox
@@ -93,7 +101,9 @@ class FaultPipeline:
         # report must not interleave with another report's.
         self._report_lock = asyncio.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._gauge_at = 0.0  # monotonic: when tick() next counts the outbox's lanes
+        self._gauge_at = 0.0  # clock: when tick() next counts the outbox's lanes
+        # The timer loop's sleep; poked (loop thread) when a deadline may have come nearer.
+        self.tick_wake = TickWake(clock)
         self._hooks = RelayHooks(
             delivered=self._delivered,
             dead_letter=self._dead_letter,
@@ -133,6 +143,7 @@ class FaultPipeline:
                 items.append(self._fault_item(event))
             else:
                 self._metrics.suppressed.labels(type_name).inc()
+                self.tick_wake.poke()  # its window's summary may now be the next deadline
             try:
                 dead = await asyncio.to_thread(
                     self._outbox.append, items, received=(event.id, answer)
@@ -178,6 +189,11 @@ class FaultPipeline:
 
     # ---- timers ---------------------------------------------------------------------------
 
+    def due(self) -> float:
+        """The earliest time :meth:`tick` has something to do: a storm summary, a held
+        alert, the outbox gauge (the pipeline's clock)."""
+        return min(self._suppressor.next_due(), self._router.next_due(), self._gauge_at)
+
     async def tick(self) -> None:
         """Storm-suppression summaries and held alerts whose time came; the outbox gauge."""
         summaries = self._suppressor.due(self._clock())
@@ -189,7 +205,7 @@ class FaultPipeline:
         if held:
             self._hooks.report_dead_letters(await asyncio.to_thread(self._outbox.append, held))
             self._wake.render()
-        now = time.monotonic()
+        now = self._clock()
         if now >= self._gauge_at:
             # The gauge every OUTBOX_GAUGE_SECONDS, the three lanes in one trip to a worker
             # thread: three SQLite counts on every 0.5 s tick were most of an idle
@@ -287,6 +303,7 @@ class FaultPipeline:
 
     def _announce(self, events: list[common_pb2.FaultEvent]) -> None:
         self._history.add(events)
+        self.tick_wake.poke()  # a send interval may hold some of their alerts
         for event in events:
             log.info(
                 "fault published",

@@ -15,6 +15,7 @@ state changes (``tests/unit/notifier/test_suppression.py`` checks both propertie
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,6 +66,12 @@ class StormSuppressor:
         window.last_suppressed = event
         self.suppressed_total += 1
         return Admission(False, 0)
+
+    def next_due(self) -> float:
+        """When :meth:`due` next has a summary to give: the earliest end of a window that
+        suppressed something (``inf``: none). Windows that end quietly need no tick; the
+        next :meth:`due` forgets them."""
+        return min((w.ends_at for w in self._windows.values() if w.suppressed), default=math.inf)
 
     def due(self, now: float) -> list[common_pb2.FaultEvent]:
         """Summary events of windows that ended with suppressed reports (a new window

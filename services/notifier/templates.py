@@ -10,6 +10,7 @@ string — e.g. ``"{{ group }} lag {{ attributes.lag }}"``.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -228,18 +229,33 @@ class SendLimiter:
         self, key: tuple[str, str, str], event: common_pb2.FaultEvent, interval: float, now: float
     ) -> Offer:
         sent = self._sent.get(key)
-        if interval <= 0 or sent is None or now - sent.at >= interval:
+        # Compared as next_due() computes the end (sent.at + interval): the timer sleeps
+        # until that very float.
+        if interval <= 0 or sent is None or now >= sent.at + interval:
             self._sent[key] = _Sent(now, event.state)
             self._intervals[key] = interval
             return Offer(True, False)
         sent.pending = event
         return Offer(False, True)
 
+    def next_due(self) -> float:
+        """When :meth:`due` next may send a held event: the earliest end of an interval
+        that holds one (``inf``: none). Intervals ending with nothing held need no tick;
+        the next :meth:`due` forgets them."""
+        return min(
+            (
+                sent.at + self._intervals.get(key, 0.0)
+                for key, sent in self._sent.items()
+                if sent.pending is not None
+            ),
+            default=math.inf,
+        )
+
     def due(self, now: float) -> list[tuple[tuple[str, str, str], common_pb2.FaultEvent]]:
         out = []
         for key, sent in list(self._sent.items()):
             interval = self._intervals.get(key, 0.0)
-            if now - sent.at < interval:
+            if now < sent.at + interval:
                 continue
             pending, sent.pending = sent.pending, None
             if pending is not None and pending.state != sent.state:

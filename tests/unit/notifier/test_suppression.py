@@ -109,3 +109,39 @@ def test_every_report_is_accounted_once_and_windows_hold(
         for (t1, e1), (t2, e2) in itertools.pairwise(mine):
             if e1.state == e2.state:
                 assert t2 - t1 >= window - 1e-9, (key, mine)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(min_value=0, max_value=0.7),  # gap to the previous report
+            st.sampled_from(["a", "b", "c"]),
+            st.sampled_from([OPEN, RESOLVED]),
+        ),
+        max_size=60,
+    ),
+    st.sampled_from([1.0, 2.5]),
+)
+def test_no_summary_is_due_before_next_due_and_one_is_at_it(
+    steps: list[tuple[float, str, int]], window: float
+) -> None:
+    """The notifier's timer sleeps until next_due() (unless a suppressed report pokes it):
+    due() has nothing before it, and a summary at it."""
+    suppressor = StormSuppressor(lambda _t: window)
+    at = 0.0
+    for gap, key, state in steps:
+        at += gap
+        # What the timer would run between the reports: every deadline that came.
+        while suppressor.next_due() <= at:
+            assert suppressor.due(suppressor.next_due())
+        suppressor.admit(report(key, state), at)
+        due = suppressor.next_due()
+        if due != float("inf"):
+            assert due > at
+            assert suppressor.due((at + due) / 2) == []
+            assert suppressor.due(due - 1e-6) == []
+    while suppressor.next_due() != float("inf"):
+        due = suppressor.next_due()
+        assert [e.suppressed_count for e in suppressor.due(due)]
+        assert suppressor.next_due() > due  # a summary starts a new window

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataservice.common.v1 import common_pb2
 from dataservice.notifier.v1 import notifier_pb2
@@ -123,6 +126,43 @@ def test_send_interval_flapping_sends_one_per_interval_and_the_final_state() -> 
     assert all(b - a >= 4.0 for a, b in itertools.pairwise(times)), sent
     assert sent[-1][1] == RESOLVED  # the last state (step 19) is told in the end
     assert len(sent) <= 4
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(min_value=0, max_value=1.5),  # gap to the previous offer
+            st.sampled_from(["k1", "k2"]),
+            st.sampled_from([OPEN, RESOLVED]),
+        ),
+        max_size=60,
+    )
+)
+def test_nothing_held_is_due_before_next_due_and_the_held_event_is_decided_at_it(
+    steps: list[tuple[float, str, int]],
+) -> None:
+    """The notifier's timer sleeps until next_due() (unless a published fault pokes it):
+    due() sends nothing before it; at it, the held event is decided (sent if it changes
+    what was told, else dropped) and the deadline moves on."""
+    limiter = templates.SendLimiter()
+    now = 0.0
+    for gap, dedupe, state in steps:
+        now += gap
+        while limiter.next_due() <= now:
+            due = limiter.next_due()
+            limiter.due(due)
+            assert limiter.next_due() > due
+        limiter.offer(("c", "t", dedupe), event(state), 1.0, now)
+        due = limiter.next_due()
+        if due != math.inf:
+            assert due > now
+            assert limiter.due(due - 1e-6) == []
+            assert limiter.next_due() == due
+    while limiter.next_due() != math.inf:
+        due = limiter.next_due()
+        limiter.due(due)
+        assert limiter.next_due() > due
 
 
 def test_zero_interval_sends_every_event() -> None:
