@@ -130,6 +130,7 @@ class Notifier:
     topics: AlertTopics
     ready: threading.Event  # the template store has loaded its topic
     registry: CollectorRegistry  # the notifier's metrics
+    pipeline: FaultPipeline  # its timer is the app's (not run here): tests drive tick()
 
 
 Body = Callable[[Notifier], Awaitable[None]]
@@ -209,7 +210,7 @@ def run(
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
                 stub = notifier_pb2_grpc.NotifierServiceStub(channel)
-                notifier = Notifier(stub, outbox, kafka, store, topics, ready, registry)
+                notifier = Notifier(stub, outbox, kafka, store, topics, ready, registry, pipeline)
                 await asyncio.wait_for(body(notifier), 20)
         finally:
             await server.server.stop(0)

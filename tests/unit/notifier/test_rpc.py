@@ -104,6 +104,35 @@ def test_report_fault_publishes_answers_re_reports_alike_and_suppresses_storms(
     run(tmp_path, body)
 
 
+def test_the_timer_is_woken_by_what_brings_its_next_deadline_nearer(tmp_path: Path) -> None:
+    """The notifier's timer sleeps until the pipeline's next deadline (tick_wake.py): a
+    published fault (its alerts may be held) and a suppressed report (its window's summary)
+    end that sleep. (When each is due: the properties in test_suppression.py and
+    test_templates.py.)"""
+
+    async def body(n: Notifier) -> None:
+        pipeline, wake = n.pipeline, n.pipeline.tick_wake
+
+        def sleeping() -> asyncio.Task[float]:
+            return asyncio.create_task(wake.sleep(wake.clock(), wake.clock() + 60, 0.0))
+
+        await pipeline.tick()  # the gauge: due again in 5 s
+        assert pipeline.due() > wake.clock()
+        timer = sleeping()
+        await asyncio.sleep(0.05)
+        assert not timer.done()  # nothing poked it
+        first = await n.stub.ReportFault(report(fault()))
+        await asyncio.wait_for(timer, 10)  # published (KafkaEdge confirms it): poked
+        assert [e.id for e in pipeline.recent()] == [first.event_id]
+
+        timer = sleeping()
+        storm = await n.stub.ReportFault(report(fault()))
+        assert storm.suppressed
+        await asyncio.wait_for(timer, 10)  # suppressed: poked
+
+    run(tmp_path, body)
+
+
 def test_report_fault_is_unavailable_when_the_outbox_is_not_writable(tmp_path: Path) -> None:
     async def body(n: Notifier) -> None:
         n.outbox.close()
