@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import shutil
+import subprocess
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -56,7 +58,7 @@ from tests.support.records import (
     describe_missing,
     partition_gaps,
 )
-from tests.support.sidecar_probe import CommitWatcher
+from tests.support.sidecar_probe import CommitWatcher, status
 from tests.support.waiting import wait_for
 
 PARTITIONS = 6
@@ -347,6 +349,13 @@ class LoadedMesh:
                 every=0.5,
             )
         committed = committed_offsets(bootstrap, self.group, self.topic, PARTITIONS)
+        # Where a partition that did not reach its end stands, asked while everything still
+        # runs (the sidecars' own view, their not-fetching gauges, each client's binding):
+        # a stall must say where it is (CI, 4 Dec: two partitions of one sidecar).
+        stuck = produced - done - self.tally.received() or any(
+            committed[p] != e for p, e in ends.items()
+        )
+        states = self._states() if stuck else ""
         for loop in self.loops:
             loop.stop()
         redeliveries = self._scrape_redeliveries()
@@ -357,6 +366,8 @@ class LoadedMesh:
         lost = produced - received - done
         received |= {d[0] for app in apps for d in app.deliveries}
         lost_text = describe_missing(lost, PARTITIONS, producer=self.producer, tally=self.tally)
+        if states:
+            lost_text += f"\n  where the mesh stood: {states}"
         commits_backwards, epochs_backwards, changes = [], [], 0
         for p in range(PARTITIONS):
             history = [c for _, c in self.commits.changes(p) if c.offset >= 0]
@@ -396,6 +407,60 @@ class LoadedMesh:
                 for seq, ds in sorted(unexplained.items())[:5]
             ),
         )
+
+    def _states(self) -> str:
+        """Each sidecar's held partitions (Status: epoch, position, committed offset, high
+        watermark, buffered, paused, in flight, due) and not-fetching gauges, and each
+        client's bound sidecars, as one line each."""
+        lines = []
+        for sidecar in self.sidecars:
+            try:
+                answer = status(sidecar.grpc_addr)
+            except grpc.RpcError as err:
+                lines.append(f"{sidecar.log.stem}: Status failed: {err.code().name}")
+                continue
+            parts = ", ".join(
+                f"p{p.partition}@e{p.lease_epoch} pos {p.position} committed "
+                f"{p.committed_offset} hw {p.high_watermark} buffered {p.buffered_records}"
+                f"{' paused' if p.paused else ''} inflight {p.inflight} due {p.due}"
+                for p in answer.partitions
+            )
+            gaps = {
+                s.labels.get("partition"): round(s.value, 1)
+                for s in metric_samples(sidecar, "ds_partition_not_fetching_current_seconds")
+            }
+            age = [
+                round(s.value, 1)
+                for s in metric_samples(sidecar, "ds_sidecar_last_poll_age_seconds")
+            ]
+            brokers = {
+                s.labels.get("broker"): s.value
+                for s in metric_samples(sidecar, "ds_sidecar_broker_connected")
+            }
+            lines.append(
+                f"{sidecar.log.stem} ({sidecar.grpc_addr}): {parts}; not fetching {gaps}; "
+                f"last poll {age} s ago; brokers connected {brokers}"
+            )
+        spy = shutil.which("py-spy")  # where installed (not in CI): every thread's stack
+        for sidecar in self.sidecars if spy else ():
+            out = self.log_dir / f"{sidecar.log.stem}.py-spy.txt"
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                dump = subprocess.run(
+                    [spy, "dump", "--pid", str(sidecar.pid)],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                    check=False,
+                )
+                out.write_text(dump.stdout + dump.stderr)
+                lines.append(f"{sidecar.log.stem}: threads in {out}")
+        for loop in self.loops:
+            bound = sorted(loop.client._binding.sidecars)
+            lines.append(
+                f"{loop.client.client_id}: bound to {bound}, {loop.batches} batches, "
+                f"alive {loop.alive}, errors {loop.errors[:1]}"
+            )
+        return "\n  ".join(lines)
 
     def _scrape_redeliveries(self) -> dict[str, float]:
         """ds_sidecar_redeliveries_total by reason, summed over the sidecars still up."""
