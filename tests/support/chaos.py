@@ -442,18 +442,19 @@ class LoadedMesh:
                 f"last poll {age} s ago; brokers connected {brokers}"
             )
         spy = shutil.which("py-spy")  # where installed (not in CI): every thread's stack
-        for sidecar in self.sidecars if spy else ():
-            out = self.log_dir / f"{sidecar.log.stem}.py-spy.txt"
-            with contextlib.suppress(OSError, subprocess.SubprocessError):
-                dump = subprocess.run(
-                    [spy, "dump", "--pid", str(sidecar.pid)],
-                    capture_output=True,
-                    text=True,
-                    timeout=30,
-                    check=False,
-                )
-                out.write_text(dump.stdout + dump.stderr)
-                lines.append(f"{sidecar.log.stem}: threads in {out}")
+        if spy is not None:
+            for sidecar in self.sidecars:
+                out = self.log_dir / f"{sidecar.log.stem}.py-spy.txt"
+                with contextlib.suppress(OSError, subprocess.SubprocessError):
+                    dump = subprocess.run(
+                        [spy, "dump", "--pid", str(sidecar.pid)],
+                        capture_output=True,
+                        text=True,
+                        timeout=30,
+                        check=False,
+                    )
+                    out.write_text(dump.stdout + dump.stderr)
+                    lines.append(f"{sidecar.log.stem}: threads in {out}")
         for loop in self.loops:
             bound = sorted(loop.client._binding.sidecars)
             lines.append(
