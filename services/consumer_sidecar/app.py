@@ -23,7 +23,7 @@ from typing import Any
 import grpc
 import grpc.aio
 import structlog
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaException
 from prometheus_client import CollectorRegistry, ProcessCollector
 
 from dataservice.assigner.v1 import assigner_pb2
@@ -119,7 +119,9 @@ class SidecarApp:
         self._probe = KafkaProbe(settings, client_id=kafka_config.fetch_client_id(settings))
         self.reporter = reporter_for(settings, "sidecar", settings.id, self.registry)
         self.faults = SidecarFaults(self.reporter, settings.group, settings.id)
-        self.kafka_callbacks = KafkaCallbacks(self.table, self.metrics, self.faults)
+        self.kafka_callbacks = KafkaCallbacks(
+            self.table, self.metrics, self.faults, on_broker_loss=self._broker_loss
+        )
         fetch_config = kafka_config.fetch_config(
             settings, on_stats=self.kafka_callbacks.on_stats, on_error=self.kafka_callbacks.on_error
         )
@@ -316,6 +318,35 @@ class SidecarApp:
         moved = await self.fetcher.run(self.fetcher.replace_consumer, config)
         self.fetcher.reset_to_end = kafka_config.resets_to_end(self.settings, group_config)
         log.info("fetch consumer replaced for the group's consumer config", partitions=moved)
+
+    def _broker_loss(self) -> None:
+        """Fetch thread: the fetch consumer has known no broker for a while (broker_loss.py):
+        a new one takes over, on the event loop's turn."""
+        if self._loop is None:
+            self.kafka_callbacks.replaced()  # not serving yet: look again
+            return
+        renew = self._renew_consumer()
+        try:
+            self._loop.call_soon_threadsafe(self._tasks.spawn, renew, "renew")
+        except RuntimeError:  # the loop is closed: stopping
+            renew.close()
+
+    async def _renew_consumer(self) -> None:
+        """Leased mode: the fetch consumer made anew in place, from the group's config of
+        now (what a live config change does). kafka_group mode: its consumer is the
+        group's member; not replaced here (restart the sidecar)."""
+        try:
+            if self.session.kafka_group:
+                log.error(
+                    "the fetch consumer knows no broker; in kafka_group mode it is not "
+                    "replaced: restart this sidecar"
+                )
+                return
+            await self._replace_consumer(self.live_config.applied.group)
+        except KafkaException as exc:
+            log.warning("fetch consumer not replaced; trying again", error=str(exc))
+        finally:
+            self.kafka_callbacks.replaced()
 
     def _config_status(self) -> ConfigStatus:
         rejected = self.live_config.rejected

@@ -72,6 +72,14 @@ class BrokerStats:
     connects: int = 0  # connection attempts that succeeded, cumulative
     disconnects: int = 0  # connections lost or closed, cumulative
     throttle_ms: Window = field(default_factory=Window)
+    # librdkafka's "source": configured (bootstrap.servers), learned (from metadata),
+    # internal (its placeholder, ``:0/internal``) or logical (``GroupCoordinator``, which
+    # stands for whichever broker coordinates the group); "" when not reported.
+    source: str = ""
+
+
+# The entries of a client that can reach the cluster: brokers it was given or learned.
+REAL_BROKER_SOURCES = ("configured", "learned")
 
 
 @dataclass(frozen=True)
@@ -155,8 +163,25 @@ def _brokers(stats: Mapping[str, Any]) -> dict[str, BrokerStats]:
             sent_bytes=_int(bstats.get("txbytes")),
             connects=_int(bstats.get("connects")),
             disconnects=_int(bstats.get("disconnects")),
+            source=str(bstats.get("source", "")),
         )
     return out
+
+
+def knows_a_broker(stats: Statistics) -> bool:
+    """Whether the client lists any broker it could connect to (in any state, down ones
+    included). False when librdkafka forgot every broker and lists only its logical and
+    internal entries: a client that then connects nowhere until it is made anew
+    (broker_loss.py).
+    Empty statistics (none yet, or unreadable) say nothing: True."""
+    if not stats.brokers:
+        return True
+    return any(
+        b.source in REAL_BROKER_SOURCES
+        or (not b.source and b.node_id >= 0)
+        or (not b.source and b.name.endswith("/bootstrap"))
+        for b in stats.brokers.values()
+    )
 
 
 def parse_statistics(document: str) -> Statistics:
