@@ -15,7 +15,9 @@ CI met it on 4 Dec (a sidecar's fetch consumer, two partitions not delivered for
 minutes the chaos test waited). Bare ``assign()`` consumers reproduce it: through 20 s
 outages of all three brokers, 2 of 20 after the second outage, still stuck seven minutes
 later; a new ``incremental_assign()`` of their partitions does not revive them, a new
-consumer does (docs/operate/failure-model.md, "Every broker down, then back").
+consumer does (2 of 40 stuck after the fifth outage of another run, both fetching again
+within 20 s of their replacement; docs/operate/failure-model.md, "Every broker down, then
+back").
 
 So the fetch loop's statistics are watched: a fetch consumer whose statistics have listed
 no broker it could connect to for :data:`REPLACE_AFTER_SECONDS` is replaced in place
