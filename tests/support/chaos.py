@@ -49,7 +49,13 @@ from tests.support.assignment import describe, wait_stable
 from tests.support.holders import HolderSampler
 from tests.support.mesh import Mesh, ServiceProcess, running_mesh
 from tests.support.offsets import committed_offsets, end_offsets
-from tests.support.ops import describe_deliveries, metric_samples, unexplained_duplicates
+from tests.support.ops import (
+    describe_deliveries,
+    metric_samples,
+    metrics,
+    samples_in,
+    unexplained_duplicates,
+)
 from tests.support.records import (
     ConsumerLoop,
     Delivery,
@@ -410,14 +416,18 @@ class LoadedMesh:
 
     def _states(self) -> str:
         """Each sidecar's held partitions (Status: epoch, position, committed offset, high
-        watermark, buffered, paused, in flight, due) and not-fetching gauges, and each
-        client's bound sidecars, as one line each."""
+        watermark, buffered, paused, in flight, due), not-fetching gauges, last poll and
+        broker connections (one scrape), and each client's bound sidecars, as one line
+        each; where py-spy is installed (not in CI), every thread's stack of each sidecar
+        in a file beside its log."""
         lines = []
+        spy = shutil.which("py-spy")
         for sidecar in self.sidecars:
+            name = sidecar.log.stem
             try:
                 answer = status(sidecar.grpc_addr)
             except grpc.RpcError as err:
-                lines.append(f"{sidecar.log.stem}: Status failed: {err.code().name}")
+                lines.append(f"{name}: Status failed: {err.code().name}")
                 continue
             parts = ", ".join(
                 f"p{p.partition}@e{p.lease_epoch} pos {p.position} committed "
@@ -425,26 +435,25 @@ class LoadedMesh:
                 f"{' paused' if p.paused else ''} inflight {p.inflight} due {p.due}"
                 for p in answer.partitions
             )
+            try:
+                text = metrics(sidecar)
+            except OSError:
+                text = ""
             gaps = {
                 s.labels.get("partition"): round(s.value, 1)
-                for s in metric_samples(sidecar, "ds_partition_not_fetching_current_seconds")
+                for s in samples_in(text, "ds_partition_not_fetching_current_seconds")
             }
-            age = [
-                round(s.value, 1)
-                for s in metric_samples(sidecar, "ds_sidecar_last_poll_age_seconds")
-            ]
+            age = [round(s.value, 1) for s in samples_in(text, "ds_sidecar_last_poll_age_seconds")]
             brokers = {
                 s.labels.get("broker"): s.value
-                for s in metric_samples(sidecar, "ds_sidecar_broker_connected")
+                for s in samples_in(text, "ds_sidecar_broker_connected")
             }
             lines.append(
-                f"{sidecar.log.stem} ({sidecar.grpc_addr}): {parts}; not fetching {gaps}; "
+                f"{name} ({sidecar.grpc_addr}): {parts}; not fetching {gaps}; "
                 f"last poll {age} s ago; brokers connected {brokers}"
             )
-        spy = shutil.which("py-spy")  # where installed (not in CI): every thread's stack
-        if spy is not None:
-            for sidecar in self.sidecars:
-                out = self.log_dir / f"{sidecar.log.stem}.py-spy.txt"
+            if spy is not None:
+                out = self.log_dir / f"{name}.py-spy.txt"
                 with contextlib.suppress(OSError, subprocess.SubprocessError):
                     dump = subprocess.run(
                         [spy, "dump", "--pid", str(sidecar.pid)],
@@ -454,7 +463,7 @@ class LoadedMesh:
                         check=False,
                     )
                     out.write_text(dump.stdout + dump.stderr)
-                    lines.append(f"{sidecar.log.stem}: threads in {out}")
+                    lines.append(f"{name}: threads in {out}")
         for loop in self.loops:
             bound = sorted(loop.client._binding.sidecars)
             lines.append(

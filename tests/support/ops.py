@@ -40,6 +40,11 @@ def metric_samples(service: ServiceProcess, name: str) -> list[Sample]:
         text = metrics(service)
     except OSError:
         return []
+    return samples_in(text, name)
+
+
+def samples_in(text: str, name: str) -> list[Sample]:
+    """The samples of one metric in a /metrics exposition already read."""
     return [
         sample
         for family in text_string_to_metric_families(text)
