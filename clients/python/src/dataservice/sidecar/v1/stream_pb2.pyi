@@ -588,6 +588,7 @@ class StreamOpen(_message.Message):
     FORMAT_FIELD_NUMBER: _builtins.int
     LINGER_FIELD_NUMBER: _builtins.int
     ANSWERS_WITH_BATCHES_FIELD_NUMBER: _builtins.int
+    FRAME_SOCKET_FIELD_NUMBER: _builtins.int
     client_id: _builtins.str
     """Application client id."""
     group: _builtins.str
@@ -604,6 +605,17 @@ class StreamOpen(_message.Message):
     at once when the stream waits for the client (no credit, no room in its segment) or
     ends. The answers keep the order of the acks. Unset = every answer is its own
     `ack_result`, as before.
+    """
+    frame_socket: _builtins.bool
+    """Over the sidecar's local socket only: after its first response (`frame_socket`), the
+    stream's messages go as frames on a plain Unix socket beside the gRPC socket instead of
+    as gRPC messages (issue 34: the cost of a gRPC message per batch, per ack and per
+    answer). Each frame is a 4-byte little-endian length and one serialized StreamRequest
+    (client to sidecar: credit, acks, nacks) or StreamResponse (sidecar to client: batch,
+    ack_result, nack_result); the client's first frame is the token. The gRPC call stays
+    open: its end is the stream's end, and its status the stream's error (the frame
+    socket is closed first). The client sends nothing more on the call. Refused over TCP
+    (INVALID_ARGUMENT, field `open.frame_socket`); the client then opens without it.
     """
     @_builtins.property
     def initial_credit(self) -> Global___StreamCredit:
@@ -629,14 +641,45 @@ class StreamOpen(_message.Message):
         format: Global___DeliveryFormat.ValueType = ...,
         linger: _duration_pb2.Duration | None = ...,
         answers_with_batches: _builtins.bool = ...,
+        frame_socket: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["initial_credit", b"initial_credit", "linger", b"linger"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["answers_with_batches", b"answers_with_batches", "auto_ack", b"auto_ack", "client_id", b"client_id", "format", b"format", "group", b"group", "initial_credit", b"initial_credit", "linger", b"linger"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answers_with_batches", b"answers_with_batches", "auto_ack", b"auto_ack", "client_id", b"client_id", "format", b"format", "frame_socket", b"frame_socket", "group", b"group", "initial_credit", b"initial_credit", "linger", b"linger"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StreamOpen: _TypeAlias = StreamOpen  # noqa: Y015
+
+@_typing.final
+class FrameSocket(_message.Message):
+    """Where a Stream opened with `frame_socket` goes on: connect to `name` (a file in the
+    directory of the sidecar's local socket) and send `token` as the first frame. A stream
+    whose socket is not connected within 10 s fails (INVALID_ARGUMENT, field
+    `open.frame_socket`: the client opens without it).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The socket's file name, in the directory of the local socket the call came on."""
+    token: _builtins.bytes
+    """The stream's token (16 random bytes), the first frame on the socket."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        token: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FrameSocket: _TypeAlias = FrameSocket  # noqa: Y015
 
 @_typing.final
 class StreamCredit(_message.Message):
@@ -757,6 +800,7 @@ class StreamResponse(_message.Message):
     BATCH_FIELD_NUMBER: _builtins.int
     ACK_RESULT_FIELD_NUMBER: _builtins.int
     NACK_RESULT_FIELD_NUMBER: _builtins.int
+    FRAME_SOCKET_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def batch(self) -> Global___StreamBatch:
         """Records delivered."""
@@ -769,18 +813,25 @@ class StreamResponse(_message.Message):
     def nack_result(self) -> Global___StreamNackResult:
         """Outcome of one `nacks` message, in the order they were received."""
 
+    @_builtins.property
+    def frame_socket(self) -> Global___FrameSocket:
+        """First and only gRPC response of a stream opened with `frame_socket`: what follows
+        comes as frames on that socket.
+        """
+
     def __init__(
         self,
         *,
         batch: Global___StreamBatch | None = ...,
         ack_result: Global___StreamAckResult | None = ...,
         nack_result: Global___StreamNackResult | None = ...,
+        frame_socket: Global___FrameSocket | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack_result", b"ack_result", "batch", b"batch", "kind", b"kind", "nack_result", b"nack_result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack_result", b"ack_result", "batch", b"batch", "frame_socket", b"frame_socket", "kind", b"kind", "nack_result", b"nack_result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_result", b"ack_result", "batch", b"batch", "kind", b"kind", "nack_result", b"nack_result"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_result", b"ack_result", "batch", b"batch", "frame_socket", b"frame_socket", "kind", b"kind", "nack_result", b"nack_result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["batch", "ack_result", "nack_result"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["batch", "ack_result", "nack_result", "frame_socket"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
