@@ -43,6 +43,7 @@ from services.consumer_sidecar.events import (
 )
 from services.consumer_sidecar.fault_emitters import SidecarFaults
 from services.consumer_sidecar.fetcher import Fetcher
+from services.consumer_sidecar.frame_socket import FrameListener
 from services.consumer_sidecar.idle_waits import external_sweep_interval
 from services.consumer_sidecar.kafka_callbacks import KafkaCallbacks
 from services.consumer_sidecar.kafka_fenced_commits import (
@@ -157,6 +158,7 @@ class SidecarApp:
         )
         self.fetcher.reset_to_end = kafka_config.resets_to_end(settings)
         self.dead_letters: dead_letter.DeadLetters | None = None  # made on first use
+        self._frames: FrameListener | None = None  # grpc_services makes it
         self.keeper = LeaseKeeper(
             self.table,
             self.fetcher,
@@ -516,11 +518,19 @@ class SidecarApp:
             prefetch_bytes=self.settings.read_range_prefetch_bytes,
         )
         clients = self.metrics.clients if self.metrics.enabled else None
+        socket = self.settings.local_socket_path
+        # StreamOpen.frame_socket: a socket file beside the local one, from the first
+        # stream that asks for it (frame_socket.py).
+        self._frames = FrameListener(socket.parent, self.settings.id) if socket else None
         return [
             GrpcService(
                 "dataservice.sidecar.v1.StreamService",
                 StreamServicer(
-                    self.serving, readers, clients=clients, shared_memory=self._shared_memory()
+                    self.serving,
+                    readers,
+                    clients=clients,
+                    shared_memory=self._shared_memory(),
+                    frames=self._frames,
                 ),
                 add_to_server,
             )
@@ -603,6 +613,8 @@ class SidecarApp:
 
     async def close(self) -> None:
         await self._tasks.cancel_all()
+        if self._frames is not None:
+            self._frames.close()
         if self.dead_letters is not None:
             await self.dead_letters.close()
         if self._loop is not None:

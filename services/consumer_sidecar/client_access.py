@@ -138,6 +138,7 @@ class _Client:
     redeliveries: int = 0
     active_streams: int = 0
     shared_memory_bytes: int = 0  # segments of its open ARROW_SHM streams
+    frame_streams: int = 0  # its open Streams on the frame socket
     last_seen: float = 0.0
 
 
@@ -234,6 +235,13 @@ class ClientMetrics(Collector):
         if state is not None:
             state.shared_memory_bytes += nbytes
 
+    def frame_stream(self, label: str, opened: int) -> None:
+        """A Stream of the client labelled ``label`` went on (1) or off (-1) the frame
+        socket."""
+        state = self._clients.get(label)
+        if state is not None:
+            state.frame_streams += opened
+
     def stream_closed(self, label: str) -> None:
         state = self._clients.get(label)
         if state is not None:
@@ -288,6 +296,7 @@ class ClientMetrics(Collector):
                 "ds_client_bytes_served_total",
                 "ds_client_active_streams",
                 "ds_client_shared_memory_bytes",
+                "ds_client_frame_streams",
                 "ds_client_acks_total",
                 "ds_client_redeliveries_total",
                 "ds_client_last_seen_timestamp_seconds",
@@ -307,6 +316,7 @@ class ClientMetrics(Collector):
             simple["ds_client_bytes_served_total"].add_metric(labels, state.bytes)
             simple["ds_client_active_streams"].add_metric(labels, state.active_streams)
             simple["ds_client_shared_memory_bytes"].add_metric(labels, state.shared_memory_bytes)
+            simple["ds_client_frame_streams"].add_metric(labels, state.frame_streams)
             simple["ds_client_acks_total"].add_metric(labels, state.acks)
             simple["ds_client_redeliveries_total"].add_metric(labels, state.redeliveries)
             simple["ds_client_last_seen_timestamp_seconds"].add_metric(labels, state.last_seen)

@@ -244,6 +244,9 @@ METRIC_TABLE: tuple[MetricSpec, ...] = (
     _spec("ds_client_shared_memory_bytes", "gauge", GC, OWN,
           "Shared-memory segments of the client's open Streams (DELIVERY_FORMAT_ARROW_SHM: "
           "zero copy over the pod's socket), in bytes"),
+    _spec("ds_client_frame_streams", "gauge", GC, OWN,
+          "Open Streams of the client on the sidecar's frame socket (StreamOpen.frame_socket: "
+          "over the pod's socket, no gRPC message per batch, ack or answer)"),
     _spec("ds_client_acks_total", "counter", GC, OWN,
           "Records acknowledged by the client (a range ack counts its offset span; "
           "auto_ack deliveries count as acked)"),

@@ -31,6 +31,7 @@ from dataservice.sidecar.v1 import stream_pb2, stream_pb2_grpc
 from services.consumer_sidecar.ack_rpcs import AckRpcs
 from services.consumer_sidecar.client_access import ClientMetrics
 from services.consumer_sidecar.fetch_rpc import FetchRpc
+from services.consumer_sidecar.frame_socket import FrameListener
 from services.consumer_sidecar.range_rpcs import RangeRpcs
 from services.consumer_sidecar.reader import RangeReaders
 from services.consumer_sidecar.serving import Serving
@@ -49,13 +50,15 @@ class StreamServicer(stream_pb2_grpc.StreamServiceServicer):
         readers: RangeReaders,
         clients: ClientMetrics | None = None,
         shared_memory: SharedMemory | None = None,
+        frames: FrameListener | None = None,
     ) -> None:
         self.serving = serving
         self.readers = readers  # ReadRange's consumers and watermark queries
         self.acks = AckRpcs(serving, clients)
         self.fetches = FetchRpc(serving, clients, self.acks)
         # shared_memory None: DELIVERY_FORMAT_ARROW_SHM is refused
-        self.streams = StreamRpc(serving, self.acks, clients, shared_memory)
+        # frames None: StreamOpen.frame_socket is refused
+        self.streams = StreamRpc(serving, self.acks, clients, shared_memory, frames)
         self.ranges = RangeRpcs(serving, readers, clients)
 
     def close(self) -> None:

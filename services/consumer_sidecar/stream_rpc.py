@@ -35,6 +35,7 @@ from services.consumer_sidecar.delivery_messages import (
     fits_any_client,
     records,
 )
+from services.consumer_sidecar.frame_socket import FrameConnection, FrameListener, check_open
 from services.consumer_sidecar.request_checks import (
     MAX_ACKS,
     SHM_LOCAL_ONLY,
@@ -75,7 +76,8 @@ STREAM_IDLE_SECONDS = 30.0
 class StreamRpc:
     """The Stream RPC over ``serving``; its acks and nacks through ``acks``; ``clients``:
     the client-access metrics (None = not counted); ``shared_memory``: where
-    ``DELIVERY_FORMAT_ARROW_SHM`` streams get their segments (None: refused)."""
+    ``DELIVERY_FORMAT_ARROW_SHM`` streams get their segments (None: refused);
+    ``frames``: the frame socket of streams opened with ``frame_socket`` (None: refused)."""
 
     def __init__(
         self,
@@ -83,11 +85,13 @@ class StreamRpc:
         acks: AckRpcs,
         clients: ClientMetrics | None = None,
         shared_memory: SharedMemory | None = None,
+        frames: FrameListener | None = None,
     ) -> None:
         self.serving = serving
         self.acks = acks
         self.clients = clients
         self.shared_memory = shared_memory
+        self.frames = frames
         self._stream_ids = itertools.count(1)  # a Stream's holder id (0: Fetch)
 
     async def stream(
@@ -107,6 +111,8 @@ class StreamRpc:
         shared = delivery == stream_pb2.DELIVERY_FORMAT_ARROW_SHM
         if shared and (self.shared_memory is None or not context.peer().startswith("unix:")):
             raise invalid("open.format", SHM_LOCAL_ONLY)
+        if opened.frame_socket:
+            check_open(self.frames, context.peer())
         if not self.serving.has_joined():
             raise DsError(Reason.SERVICE_NOT_READY, "sidecar has not joined the assigner yet")
         credit = Credit()
@@ -134,19 +140,36 @@ class StreamRpc:
             limits = (limits[0], min(limits[1], AUTO_ACK_MAX_BYTES))
         holder: Holder = (opened.client_id, next(self._stream_ids))
         self.serving.data.add_waiter(state.data)
-        reader = asyncio.create_task(self.read_requests(request_iterator, state))
+        readers: list[asyncio.Task[None]] = []
+        frames: FrameConnection | None = None
         clients = self.clients
         client_label = clients.stream_opened(opened.client_id) if clients is not None else ""
         if clients is not None and state.segment is not None:
             clients.shared_memory(client_label, state.segment.ring.capacity)
         loop = asyncio.get_running_loop()
         try:
+            if opened.frame_socket:
+                assert self.frames is not None
+                token = await self.frames.open()
+                yield stream_pb2.StreamResponse(
+                    frame_socket=stream_pb2.FrameSocket(name=self.frames.path.name, token=token)
+                )
+                frames = await self.frames.attached(token)
+                if clients is not None:
+                    clients.frame_stream(client_label, 1)
+                readers.append(asyncio.create_task(self.read_requests(frames.requests(), state)))
+                readers.append(asyncio.create_task(_call_ends(request_iterator, state)))
+            else:
+                readers.append(asyncio.create_task(self.read_requests(request_iterator, state)))
             while True:
                 state.wake.clear()
                 if state.hold_due(loop.time()):
                     state.flush_held()
                 while state.results:
-                    yield state.results.popleft()
+                    if frames is None:
+                        yield state.results.popleft()
+                    else:
+                        await frames.send(state.results.popleft())
                     state.drained()
                 if state.error is not None:
                     raise state.error
@@ -159,7 +182,10 @@ class StreamRpc:
                         continue
                     answers = state.take_held()
                     response.batch.ack_results.extend(answers)
-                    yield response
+                    if frames is None:
+                        yield response
+                    else:
+                        await frames.send(response)
                     if answers:
                         state.drained()
                     if state.auto_ack:
@@ -204,18 +230,32 @@ class StreamRpc:
                 acked = state.auto_ack and fits_any_client(message)
                 if clients is not None:
                     clients.delivered(opened.client_id, taken, acked=acked)
-                yield message
+                if frames is None:
+                    yield message
+                else:
+                    await frames.send(message)
                 if answers:
                     state.drained()
                 if acked:  # written (the generator resumes once it was sent)
                     self.serving.written(taken)
+        except ConnectionError:
+            if frames is None:
+                raise
+            # The client closed its frame socket while a frame went: the stream ends.
+            log.info("stream's frame socket closed by the client", client=opened.client_id)
         finally:
             # Records delivered on this stream and not acked come again now (redelivery
             # as soon as the stream that received them ends); acks on the Ack RPC still
             # count for them until they are delivered again.
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader
+            for reader in readers:
+                reader.cancel()
+            for reader in readers:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await reader
+            if frames is not None:
+                frames.close()
+                if clients is not None:
+                    clients.frame_stream(client_label, -1)
             self.serving.data.drop(state.data)
             if state.segment is not None:
                 state.segment.close()
@@ -363,3 +403,22 @@ class StreamRpc:
             pass
         finally:
             state.data.wanted = False
+
+
+async def _call_ends(
+    request_iterator: AsyncIterator[stream_pb2.StreamRequest], state: StreamState
+) -> None:
+    """A stream on its frame socket: the gRPC call's end (the client half-closed, or went)
+    ends it too; a message sent on the call instead of the socket fails it."""
+    try:
+        async for request in request_iterator:
+            kind = request.WhichOneof("kind")
+            state.error = state.error or invalid(
+                kind or "kind", "a stream on its frame socket sends its messages there"
+            )
+            break
+    except (grpc.aio.AioRpcError, asyncio.CancelledError):
+        pass
+    finally:
+        state.ended = True
+        state.wake.set()

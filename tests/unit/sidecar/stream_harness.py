@@ -29,6 +29,7 @@ from dsclient.records.batches import chunk_from_records
 from services.consumer_sidecar.acks import PartitionAcks
 from services.consumer_sidecar.client_access import ClientMetrics
 from services.consumer_sidecar.events import LeaseEvents
+from services.consumer_sidecar.frame_socket import FrameListener
 from services.consumer_sidecar.leasing import LeaseKeeper
 from services.consumer_sidecar.offset_commits import CommitRequest
 from services.consumer_sidecar.partitions import Partition, PartitionTable
@@ -207,19 +208,26 @@ def run(
     clients: ClientMetrics | None = None,
     auth: AuthSettings | None = None,
     events: LeaseEvents | None = None,
+    frames: bool = False,
 ) -> None:
     """``body`` against the servicer over TCP; with ``shared_memory``, over a Unix socket
-    in its directory (``DELIVERY_FORMAT_ARROW_SHM`` served); with ``auth``, behind the
-    authorization interceptor of a sidecar serving GROUP; ``events``: the lease keeper's."""
+    in its directory (``DELIVERY_FORMAT_ARROW_SHM`` served, and with ``frames`` the frame
+    socket); with ``auth``, behind the authorization interceptor of a sidecar serving
+    GROUP; ``events``: the lease keeper's."""
 
     async def main() -> None:
         sidecar = Sidecar(events)
         sidecar.data.bind_loop(asyncio.get_running_loop())
+        listener = None
+        if frames:
+            assert shared_memory is not None, "the frame socket is served beside a local one"
+            listener = FrameListener(shared_memory.directory, "sc-1")
         servicer = servicer_class(
             sidecar.serving,
             readers or FakeReaders(),  # type: ignore[arg-type]
             clients=clients,
             shared_memory=shared_memory,
+            frames=listener,
         )
         socket = None
         if shared_memory is not None:
@@ -246,6 +254,8 @@ def run(
                 )
         finally:
             await server.server.stop(0)
+            if listener is not None:
+                listener.close()
 
     asyncio.run(main())
 
@@ -266,6 +276,7 @@ def opening(
             auto_ack=auto_ack,
             initial_credit=stream_pb2.StreamCredit(records=records, bytes=nbytes),
             format=kw.get("format", stream_pb2.DELIVERY_FORMAT_UNSPECIFIED),
+            frame_socket=kw.get("frame_socket", False),
         )
     )
 

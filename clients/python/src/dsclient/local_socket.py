@@ -115,6 +115,12 @@ def segment_prefix(sidecar_id: str) -> str:
     return f"sidecar-{sidecar_id}.shm-"
 
 
+def frame_socket_name(sidecar_id: str) -> str:
+    """The sidecar's frame socket beside its gRPC socket (``StreamOpen.frame_socket``):
+    ``sidecar-ID.frames``."""
+    return f"sidecar-{sidecar_id}.frames"
+
+
 def sweep_segments(directory: Path, sidecar_id: str) -> int:
     """Remove the segment files a previous run of this sidecar left (killed with streams
     open); how many. Call it once the socket is claimed (no live process has this id)."""
