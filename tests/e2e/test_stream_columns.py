@@ -122,8 +122,8 @@ def check_every_record_once(table: pa.Table) -> None:
 
 def segments_in(directory: Path) -> list[str]:
     """The segment files of the sidecars serving in ``directory`` (each in its own
-    ``sidecar-ID.d``, beside its socket)."""
-    return sorted(p.name for p in directory.glob("*/*") if not p.name.endswith(".sock"))
+    ``sidecar-ID.d``, beside its gRPC and frame sockets)."""
+    return sorted(p.name for p in directory.glob("*/*") if ".shm-" in p.name)
 
 
 def test_columns_over_the_socket_come_through_shared_memory_and_equal_those_over_tcp(

@@ -700,7 +700,11 @@ class DsClient:
             for address, sidecar in self._binding.sidecars.items():
                 if address not in self._streams:
                     stream = SidecarStream(
-                        sidecar, self._stream_open(window, linger), out, columns=columns
+                        sidecar,
+                        self._stream_open(window, linger),
+                        out,
+                        columns=columns,
+                        frame_socket=self.connection.frame_socket,
                     )
                     self._streams[address] = stream
                     stream.start()

@@ -148,6 +148,16 @@ class Sidecar:
         """Whether the channel dials the sidecar's socket (not TCP)."""
         return self.target != self.address
 
+    def records_call(
+        self,
+    ) -> tuple[
+        str,
+        grpc.StreamStreamMultiCallable[stream_pb2.StreamRequest, Batch | stream_pb2.StreamResponse],
+    ]:
+        """The target dialed now and the records' Stream call on that same channel."""
+        with self._lock:
+            return self.target, self.stream
+
     def columns_call(
         self,
     ) -> tuple[

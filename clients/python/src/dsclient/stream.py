@@ -22,8 +22,9 @@ import queue
 import random
 import threading
 from collections import deque
-from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import grpc
@@ -32,11 +33,12 @@ from dataservice.sidecar.v1 import stream_pb2
 from dsclient.batch import Batch, Span, accepted_spans, received
 from dsclient.columns import ColumnBatch, Release, regions_of
 from dsclient.errors import ClientError
+from dsclient.frame_socket import FrameSocket, FrameSocketError
 from dsclient.local_socket import path_of
 from dsclient.reasons import error_info
 from dsclient.records import wire
 from dsclient.shared import Segments, SharedBatchError
-from dsclient.sidecar import Answered, Sidecar
+from dsclient.sidecar import Answered, Sidecar, streamed, streamed_columns
 
 if TYPE_CHECKING:
     # pyarrow is the ``arrow`` extra's: imported when a columns stream builds its first
@@ -148,6 +150,14 @@ def columns_of(
     )
 
 
+def _refused_field(error: grpc.RpcError) -> str | None:
+    """The field an INVALID_ARGUMENT names (its ErrorInfo), else None."""
+    if error.code() is not grpc.StatusCode.INVALID_ARGUMENT:
+        return None
+    info = error_info(error)
+    return info.metadata.get("field") if info is not None else None
+
+
 def _holds_records(batch: stream_pb2.StreamBatch) -> bool:
     return bool(batch.records or batch.batches or batch.shared)
 
@@ -190,11 +200,14 @@ class SidecarStream:
         out: queue.SimpleQueue[tuple[SidecarStream, Item]],
         *,
         columns: bool = False,
+        frame_socket: bool = True,
     ) -> None:
         """``opening`` is sent first on every (re-)opened stream: the client, its group,
         ``auto_ack`` and the initial credit (the window). With ``columns``, batches are
         :class:`ColumnBatch`\\ es and the opening's format is chosen at each opening
-        (``ARROW_SHM`` over the local socket, else ``BATCHES``)."""
+        (``ARROW_SHM`` over the local socket, else ``BATCHES``). With ``frame_socket``,
+        an opening over the local socket asks for the sidecar's frame socket
+        (:mod:`dsclient.frame_socket`)."""
         self.sidecar = sidecar
         self.address = sidecar.address
         self.opening = opening
@@ -203,8 +216,16 @@ class SidecarStream:
         # The format of the running (or last) opening; DELIVERY_FORMAT_UNSPECIFIED before.
         self.format: stream_pb2.DeliveryFormat.ValueType = stream_pb2.DELIVERY_FORMAT_UNSPECIFIED
         self._shared_off = False  # the sidecar refused ARROW_SHM, or its batches were unreadable
+        # Not asked for, refused by the sidecar, or it could not be used here.
+        self._frames_off = not frame_socket
         self._lock = threading.Lock()
+        # Held by whoever sends a request (credit, acks, nacks), around its queueing and its
+        # write to the frame socket, so requests go in the order their futures were queued;
+        # never held by the stream's thread, which reads the answers.
+        self._send_lock = threading.Lock()
         self._requests: queue.SimpleQueue[stream_pb2.StreamRequest | None] | None = None
+        # The running opening's frame socket (StreamOpen.frame_socket), once connected.
+        self._frames: FrameSocket | None = None
         self._generation = 0
         self._owed = OwedCredit(opening.initial_credit.records)
         self._pending: deque[Future[stream_pb2.StreamAckResult]] = deque()
@@ -227,20 +248,58 @@ class SidecarStream:
     def stop(self) -> None:
         self._stopped.set()
         with self._lock:
-            requests, call = self._requests, self._call
+            requests, call, frames = self._requests, self._call, self._frames
         if requests is not None:
             requests.put(None)
         if call is not None:
             call.cancel()  # type: ignore[no-untyped-call]
+        if frames is not None:
+            frames.close()
+
+    def _submit(
+        self,
+        make: Callable[[int], stream_pb2.StreamRequest | None],
+        answers: deque[Future[stream_pb2.StreamAckResult]]
+        | deque[Future[stream_pb2.StreamNackResult]]
+        | None = None,
+        future: Future[stream_pb2.StreamAckResult]
+        | Future[stream_pb2.StreamNackResult]
+        | None = None,
+    ) -> bool:
+        """Send the request ``make`` builds for the running opening's generation (None:
+        nothing to send), its answer's ``future`` queued on ``answers`` first: on the
+        frame socket when the opening has one, else on the call. False if no opening runs
+        or nothing was sent. A frame that cannot be written (the sidecar went) is answered
+        like the rest: the opening ends and fails the futures it holds."""
+        with self._send_lock:
+            with self._lock:
+                if self._requests is None:
+                    return False
+                request = make(self._generation)
+                if request is None:
+                    return False
+                if answers is not None:
+                    answers.append(future)  # type: ignore[arg-type]
+                frames = self._frames
+                if frames is None:
+                    self._requests.put(request)
+                    return True
+            try:
+                frames.send(request)
+            except OSError as exc:
+                log.info("sidecar %s: frame not sent: %s", self.address, exc)
+                frames.close()  # the stream's thread sees the end and fails the futures
+        return True
 
     def grant(self, records: int) -> None:
         """``records`` arrived: credit them back, once half the window is owed."""
         with self._lock:
             if self._requests is None:
                 return
-            if due := self._owed.arrived(records):
-                credit = stream_pb2.StreamCredit(records=due)
-                self._requests.put(stream_pb2.StreamRequest(credit=credit))
+            due = self._owed.arrived(records)
+        if due:
+            credit = stream_pb2.StreamRequest(credit=stream_pb2.StreamCredit(records=due))
+            self._submit(lambda _generation: credit)
 
     def ack(
         self,
@@ -256,15 +315,15 @@ class SidecarStream:
         generation only. ``answer_now`` False: the caller does not hold up a reader
         (``ack_nowait``'s thread), so the sidecar may answer with its next batch."""
         future: Future[stream_pb2.StreamAckResult] = Future()
-        with self._lock:
-            if self._requests is None:
-                return None
-            regions = regions_of(released or {}, self._generation)
-            acks = stream_pb2.StreamAcks(
-                ranges=[s.range_ack() for s in spans], released=regions, answer_now=answer_now
-            )
-            self._pending.append(future)
-            self._requests.put(stream_pb2.StreamRequest(acks=acks))
+        ranges = [s.range_ack() for s in spans]
+
+        def acks(generation: int) -> stream_pb2.StreamRequest:
+            regions = regions_of(released or {}, generation)
+            message = stream_pb2.StreamAcks(ranges=ranges, released=regions, answer_now=answer_now)
+            return stream_pb2.StreamRequest(acks=message)
+
+        if not self._submit(acks, self._pending, future):
+            return None
         try:
             result = future.result(timeout=timeout)
         except Exception:
@@ -275,14 +334,21 @@ class SidecarStream:
         """Give shared-memory regions back (an ``acks`` message with only ``released``),
         without waiting for its answer: those of the running generation; how many were
         sent."""
-        with self._lock:
-            regions = regions_of(released, self._generation)
-            if self._requests is None or not regions:
-                return 0
-            self._pending.append(Future())  # its answer comes in order with the others
-            acks = stream_pb2.StreamAcks(released=regions)  # nobody waits: may ride a batch
-            self._requests.put(stream_pb2.StreamRequest(acks=acks))
-        return len(regions)
+        sent = 0
+
+        def release(generation: int) -> stream_pb2.StreamRequest | None:
+            nonlocal sent
+            regions = regions_of(released, generation)
+            sent = len(regions)
+            # Nobody waits for its answer: it may ride a batch.
+            return (
+                stream_pb2.StreamRequest(acks=stream_pb2.StreamAcks(released=regions))
+                if regions
+                else None
+            )
+
+        # Its answer comes in order with the others.
+        return sent if self._submit(release, self._pending, Future()) else 0
 
     def nack(self, spans: list[Span], delay: float, timeout: float) -> list[bool] | None:
         """Range nacks sent on the stream (records to deliver again after ``delay`` s):
@@ -291,11 +357,10 @@ class SidecarStream:
         nacks = stream_pb2.StreamNacks(ranges=[s.range_ack() for s in spans])
         if delay:
             nacks.delay.FromNanoseconds(int(delay * 1e9))
-        with self._lock:
-            if self._requests is None:
-                return None
-            self._pending_nacks.append(future)
-            self._requests.put(stream_pb2.StreamRequest(nacks=nacks))
+        if not self._submit(
+            lambda _generation: stream_pb2.StreamRequest(nacks=nacks), self._pending_nacks, future
+        ):
+            return None
         try:
             result = future.result(timeout=timeout)
         except Exception:
@@ -313,33 +378,76 @@ class SidecarStream:
 
     def _open(
         self, requests: queue.SimpleQueue[stream_pb2.StreamRequest | None]
-    ) -> tuple[grpc.CallIterator[Response], Segments | None]:
-        """Open the call: the opening's format and, for ARROW_SHM, the segments' directory."""
-        if not self.columns:
-            self.format = self.opening.format
-            records = self.sidecar.stream(self._request_iterator(requests, self.opening))
-            return cast("grpc.CallIterator[Response]", records), None
-        target, call = self.sidecar.columns_call()
-        socket = path_of(target) if target != self.address else None
+    ) -> tuple[grpc.CallIterator[Response], Segments | None, Path | None]:
+        """Open the call: the opening's format; for ARROW_SHM, the segments' directory;
+        with ``frame_socket`` (over the local socket), the directory of its socket."""
         opening = stream_pb2.StreamOpen()
         opening.CopyFrom(self.opening)
-        shared = socket is not None and not self._shared_off
-        opening.format = (
-            stream_pb2.DELIVERY_FORMAT_ARROW_SHM if shared else stream_pb2.DELIVERY_FORMAT_BATCHES
-        )
+        target, call = self.sidecar.columns_call() if self.columns else self.sidecar.records_call()
+        socket = path_of(target) if target != self.address else None
+        local = socket.parent if socket is not None else None
+        opening.frame_socket = local is not None and not self._frames_off
+        segments = None
+        if self.columns:
+            shared = local is not None and not self._shared_off
+            opening.format = (
+                stream_pb2.DELIVERY_FORMAT_ARROW_SHM
+                if shared
+                else stream_pb2.DELIVERY_FORMAT_BATCHES
+            )
+            segments = Segments(local) if shared and local is not None else None
         self.format = opening.format
-        segments = Segments(socket.parent) if shared and socket is not None else None
         responses = call(self._request_iterator(requests, opening))
-        return cast("grpc.CallIterator[Response]", responses), segments
+        return (
+            cast("grpc.CallIterator[Response]", responses),
+            segments,
+            local if opening.frame_socket else None,
+        )
+
+    def _responses(
+        self, call: grpc.CallIterator[Response], frames_in: Path | None
+    ) -> Iterator[Response]:
+        """The opening's responses: the call's, until it names its frame socket (an
+        opening that asked for one, ``frames_in`` its directory), then the socket's frames
+        read as the call's would be, until the sidecar closes it; then the call's end (its
+        status raised as the call's). A socket that cannot be used ends the opening: it is
+        opened again without one."""
+        for response in call:
+            if (
+                frames_in is None
+                or not isinstance(response, stream_pb2.StreamResponse)
+                or response.WhichOneof("kind") != "frame_socket"
+            ):
+                yield response
+                continue
+            try:
+                frames = FrameSocket(
+                    frames_in, response.frame_socket.name, response.frame_socket.token
+                )
+            except FrameSocketError as exc:
+                log.warning("sidecar %s: %s; re-opening without it", self.address, exc)
+                self._frames_off = True
+                call.cancel()  # type: ignore[no-untyped-call]
+                return
+            with self._lock:
+                self._frames = frames
+            read = streamed_columns if self.columns else streamed
+            try:
+                for data in frames.frames():
+                    yield read(data)
+            finally:
+                with self._send_lock, self._lock:
+                    self._frames = None
+                frames.close()
+            for _ in call:  # the sidecar closed the socket: the call ends now, with its status
+                pass
+            return
 
     def _refused_shared(self, error: grpc.RpcError) -> bool:
         """Whether the sidecar refused the ARROW_SHM this opening asked for."""
         if self.format != stream_pb2.DELIVERY_FORMAT_ARROW_SHM:
             return False
-        if error.code() is not grpc.StatusCode.INVALID_ARGUMENT:
-            return False
-        info = error_info(error)
-        return info is not None and info.metadata.get("field") in ("open.format", "format")
+        return _refused_field(error) in ("open.format", "format")
 
     def _answered(self, answers: Iterable[stream_pb2.StreamAckResult]) -> None:
         """Answers to this stream's acks, in the order they were sent."""
@@ -354,7 +462,7 @@ class SidecarStream:
         while not self._stopped.is_set():
             requests: queue.SimpleQueue[stream_pb2.StreamRequest | None] = queue.SimpleQueue()
             try:
-                call, segments = self._open(requests)
+                call, segments, frames_in = self._open(requests)
             except ValueError as exc:
                 # The channel was closed: a binding dropped this sidecar (a binding naming
                 # its address again makes a new one, and the client a new stream for it),
@@ -367,7 +475,7 @@ class SidecarStream:
                 self._generation += 1
                 generation = self._generation
             try:
-                for response in call:
+                for response in self._responses(call, frames_in):
                     if isinstance(response, Answered):
                         self._answered(response.answers)
                         response = response.item
@@ -443,6 +551,14 @@ class SidecarStream:
                     nack_future.set_exception(ConnectionError("stream ended"))
             if self._stopped.is_set():
                 return
+            if error is not None and _refused_field(error) == "open.frame_socket":
+                log.info(
+                    "sidecar %s: no frame socket (%s); streaming on the call",
+                    self.address,
+                    error.details(),
+                )
+                self._frames_off = True
+                continue
             if error is not None and self._refused_shared(error):
                 log.info("sidecar %s does not serve ARROW_SHM; reading BATCHES", self.address)
                 self._shared_off = True

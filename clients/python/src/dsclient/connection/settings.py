@@ -62,6 +62,11 @@ class ConnectionSettings:
     retry: GrpcRetryPolicy | None = field(default_factory=GrpcRetryPolicy)
     # TLS, mTLS and the bearer token; PLAINTEXT: none of them (loopback, `make run`).
     tls: TlsConfig = PLAINTEXT
+    # Over a sidecar's local socket, a Stream's batches, acks and answers go as frames on
+    # the sidecar's frame socket, not as gRPC messages (StreamOpen.frame_socket; issue 34).
+    # False: every message on the gRPC call (for comparison, or a sidecar whose frame
+    # socket cannot be reached; a refusing sidecar is detected without it).
+    frame_socket: bool = True
 
     def with_tls(self, tls: TlsConfig) -> ConnectionSettings:
         """These settings over ``tls``."""

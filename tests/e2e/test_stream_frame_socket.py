@@ -1,0 +1,121 @@
+"""A Stream over the sidecar's local socket goes on its frame socket (issue 34:
+``StreamOpen.frame_socket``, no gRPC message per batch, ack or answer): the call opens it,
+and batches, acks and answers are frames. Killed mid-stream, the sidecar's socket ends the
+stream on the client at once; the client reads on from the restarted sidecar (over TCP:
+its socket failed), and every record arrives, those delivered twice no more than the
+client held unacked at the kill.
+
+Real Kafka, real assigner and sidecar processes, a real DsClient. That the stream ran on
+the frame socket is the sidecar's own gauge (``ds_client_frame_streams``), and that its
+acks never were gRPC calls, its request counts.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dsclient import DsClient
+from tests.support.assignment import wait_stable
+from tests.support.mesh import Mesh, ServiceProcess
+from tests.support.ops import metric_samples
+from tests.support.producing import produce
+from tests.support.records import value_of
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+PARTITIONS = 3
+PER_PHASE = 1500
+WINDOW = 100  # the stream's credit: what the client may hold unacked
+CLIENT = "pod-frames"
+
+
+@pytest.fixture
+def socket_dir() -> Iterator[Path]:
+    """A short directory (a socket path has at most 107 bytes; pytest's tmp_path is long)."""
+    path = Path(tempfile.mkdtemp(prefix="ds-frames-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def client_metric(sidecar: ServiceProcess, name: str) -> dict[str, float]:
+    """``name``'s samples of CLIENT, by method (or "" without one)."""
+    return {
+        s.labels.get("method", ""): s.value
+        for s in metric_samples(sidecar, name)
+        if s.labels["client_id"] == CLIENT
+    }
+
+
+def test_a_stream_on_the_frame_socket_loses_nothing_when_its_sidecar_is_killed(
+    mesh: Mesh, topic_factory: object, socket_dir: Path
+) -> None:
+    topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
+    group = f"g-{topic}"
+    produce(mesh.bootstrap, topic, range(PER_PHASE), partitions=PARTITIONS, value=value_of)
+    assigner = mesh.assigner([(group, [topic])])
+    assigner.wait_serving()
+    sidecar = mesh.sidecar(group, assigner, "sc-frames", "--uds-dir", str(socket_dir))
+    sidecar.wait_serving()
+    wait_stable(assigner.grpc_addr, group, ["sc-frames"], PARTITIONS)
+    frames_file = socket_dir / "sidecar-sc-frames.d" / "sidecar-sc-frames.frames"
+
+    seen: dict[int, int] = {}
+    phases: dict[str, object] = {}
+    total = 2 * PER_PHASE
+    with DsClient(group, client_id=CLIENT, assigner=assigner.grpc_addr) as client:
+        timer = threading.Timer(180, client.close)  # a stall fails the count, not the run
+        timer.start()
+        try:
+            for batch in client.stream(WINDOW, use_stream_rpc=True):
+                client.ack(batch)
+                for record in batch:
+                    seq = int(record.key)
+                    seen[seq] = seen.get(seq, 0) + 1
+                if "killed" not in phases and len(seen) >= PER_PHASE // 2:
+                    # 1. Half read: the stream runs on the frame socket, its acks too.
+                    phases["frame streams"] = client_metric(sidecar, "ds_client_frame_streams")
+                    phases["calls"] = client_metric(sidecar, "ds_client_requests_total")
+                    phases["socket file"] = frames_file.exists()
+                    # 2. Killed mid-stream, restarted (on its socket again: the stale files
+                    # replaced), with more records to read.
+                    sidecar.kill()
+                    phases["killed"] = len(seen)
+                    produce(
+                        mesh.bootstrap,
+                        topic,
+                        range(PER_PHASE, total),
+                        partitions=PARTITIONS,
+                        value=value_of,
+                    )
+                    sidecar.start().wait_serving()
+                if len(seen) >= total:
+                    break
+        finally:
+            timer.cancel()
+        phases["frame streams after"] = client_metric(sidecar, "ds_client_frame_streams")
+    again = sum(n - 1 for n in seen.values())
+    print(f"phases {phases}; records {total}: delivered {len(seen)}, more than once {again}")
+    assert phases["frame streams"] == {"": 1.0}
+    calls = phases["calls"]
+    assert isinstance(calls, dict) and calls.get("Stream", 0) == 0 and "Ack" not in calls, (
+        "the stream's acks went as gRPC calls, or the Stream call ended"
+    )
+    assert phases["socket file"] is True
+    missing = sorted(set(range(total)) - set(seen))
+    assert not missing, f"{len(missing)} of {total} never delivered, e.g. {missing[:10]}"
+    # Redelivered: what the client held unacked at the kill (at most its window) and what
+    # it had acked whose answer the kill cut off (one batch).
+    assert again <= 2 * WINDOW, f"{again} delivered twice"
+    # The socket failed (UNAVAILABLE): the client read on over TCP, no frame socket there,
+    # until a binding names the socket again (test_sidecar_local_socket.py, phase 3).
+    assert phases["frame streams after"] == {"": 0.0}
+    sidecar.stop()
+    assert not frames_file.exists(), "the frame socket outlived its sidecar"
