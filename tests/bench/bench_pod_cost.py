@@ -92,6 +92,9 @@ MESH_PATHS = {
     "Su": ("DsClient.stream (Stream RPC) UDS", "stream", True),
     "Fu": ("DsClient.fetch UDS", "fetch", True),
     "Cu": ("DsClient.stream_columns UDS (ARROW_SHM)", "columns", True),
+    # Su and Cu as before the frame socket: every Stream message a gRPC message.
+    "Sug": ("DsClient.stream (Stream RPC) UDS, no frame socket", "stream-grpc", True),
+    "Cug": ("DsClient.stream_columns UDS (ARROW_SHM), no frame socket", "columns-grpc", True),
 }
 # A path's group settings (the assigner's YAML keys): Slf's group has the broker hold its
 # sidecar's fetches up to 50 ms (a live-configurable consumer property, `dsctl config set`),

@@ -8,6 +8,7 @@ with ``spawn`` imports the module of its target and nothing of the parent's.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -29,6 +30,7 @@ PRODUCER_IDLE_TICK = 0.05  # and while its rate is 0
 # batch (bench_sidecar's latency row).
 CLIENT_RECORDS = 1_000
 FETCH_WAIT = 0.2
+GRPC_SUFFIX = "-grpc"  # a reader kind with it: no frame socket (ConnectionSettings.frame_socket)
 STREAM_LINGER = 0.05  # "stream-linger": the Stream's linger (StreamOpen.linger), seconds
 
 
@@ -89,7 +91,8 @@ class AckChecks:
 @dataclass(frozen=True)
 class Reader:
     """One reader process: ``kind`` "commit" | "auto" (direct) or "stream" |
-    "stream-linger" | "fetch" | "columns" (DsClient, ``group`` at ``assigner``)."""
+    "stream-linger" | "fetch" | "columns" (DsClient, ``group`` at ``assigner``; "stream"
+    and "columns" with GRPC_SUFFIX: without the frame socket)."""
 
     key: str
     kind: str
@@ -182,9 +185,17 @@ def _client(reader: Reader, result: Arrivals, ready: Any, first: Any, stop: Any)
     """DsClient: fetch() long-polls, stream() over the Stream RPC, or stream_columns();
     each batch stamped on arrival and acked with ack_nowait, every answer checked."""
     from dsclient import ColumnBatch, DsClient
+    from dsclient.connection import DEFAULT_SETTINGS
 
     acks = AckChecks()
-    with DsClient(reader.group, client_id=reader.client_id, assigner=reader.assigner) as client:
+    # "-grpc": over the local socket, every Stream message on the gRPC call (no frame socket).
+    kind = reader.kind.removesuffix(GRPC_SUFFIX)
+    connection = dataclasses.replace(
+        DEFAULT_SETTINGS, frame_socket=not reader.kind.endswith(GRPC_SUFFIX)
+    )
+    with DsClient(
+        reader.group, client_id=reader.client_id, assigner=reader.assigner, connection=connection
+    ) as client:
 
         def handle(batch: Batch | ColumnBatch) -> None:
             now = time.time_ns()
@@ -198,7 +209,7 @@ def _client(reader: Reader, result: Arrivals, ready: Any, first: Any, stop: Any)
             first.set()
 
         ready.set()
-        if reader.kind == "fetch":
+        if kind == "fetch":
             while not stop.is_set():
                 batch = client.fetch(max_records=CLIENT_RECORDS, max_wait=FETCH_WAIT)
                 if batch:
@@ -213,11 +224,11 @@ def _client(reader: Reader, result: Arrivals, ready: Any, first: Any, stop: Any)
             closer.start()
             batches: Iterator[Batch] | Iterator[ColumnBatch] = (
                 client.stream_columns(CLIENT_RECORDS)
-                if reader.kind == "columns"
+                if kind == "columns"
                 else client.stream(
                     CLIENT_RECORDS,
                     use_stream_rpc=True,
-                    linger=STREAM_LINGER if reader.kind == "stream-linger" else 0.0,
+                    linger=STREAM_LINGER if kind == "stream-linger" else 0.0,
                 )
             )
             for streamed in batches:
