@@ -1039,8 +1039,18 @@ type StreamOpen struct {
 	// ends. The answers keep the order of the acks. Unset = every answer is its own
 	// `ack_result`, as before.
 	AnswersWithBatches bool `protobuf:"varint,7,opt,name=answers_with_batches,json=answersWithBatches,proto3" json:"answers_with_batches,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Over the sidecar's local socket only: after its first response (`frame_socket`), the
+	// stream's messages go as frames on a plain Unix socket beside the gRPC socket instead of
+	// as gRPC messages (issue 34: the cost of a gRPC message per batch, per ack and per
+	// answer). Each frame is a 4-byte little-endian length and one serialized StreamRequest
+	// (client to sidecar: credit, acks, nacks) or StreamResponse (sidecar to client: batch,
+	// ack_result, nack_result); the client's first frame is the token. The gRPC call stays
+	// open: its end is the stream's end, and its status the stream's error (the frame
+	// socket is closed first). The client sends nothing more on the call. Refused over TCP
+	// (INVALID_ARGUMENT, field `open.frame_socket`); the client then opens without it.
+	FrameSocket   bool `protobuf:"varint,8,opt,name=frame_socket,json=frameSocket,proto3" json:"frame_socket,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StreamOpen) Reset() {
@@ -1122,6 +1132,71 @@ func (x *StreamOpen) GetAnswersWithBatches() bool {
 	return false
 }
 
+func (x *StreamOpen) GetFrameSocket() bool {
+	if x != nil {
+		return x.FrameSocket
+	}
+	return false
+}
+
+// Where a Stream opened with `frame_socket` goes on: connect to `name` (a file in the
+// directory of the sidecar's local socket) and send `token` as the first frame. A stream
+// whose socket is not connected within 10 s fails (INVALID_ARGUMENT, field
+// `open.frame_socket`: the client opens without it).
+type FrameSocket struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The socket's file name, in the directory of the local socket the call came on.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The stream's token (16 random bytes), the first frame on the socket.
+	Token         []byte `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FrameSocket) Reset() {
+	*x = FrameSocket{}
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FrameSocket) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FrameSocket) ProtoMessage() {}
+
+func (x *FrameSocket) ProtoReflect() protoreflect.Message {
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FrameSocket.ProtoReflect.Descriptor instead.
+func (*FrameSocket) Descriptor() ([]byte, []int) {
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *FrameSocket) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FrameSocket) GetToken() []byte {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
 // Flow-control credit; adds to the client's outstanding credit. A batch is sent only while
 // both record and byte credit remain, and consumes credit for what it contains.
 type StreamCredit struct {
@@ -1136,7 +1211,7 @@ type StreamCredit struct {
 
 func (x *StreamCredit) Reset() {
 	*x = StreamCredit{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[9]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1223,7 @@ func (x *StreamCredit) String() string {
 func (*StreamCredit) ProtoMessage() {}
 
 func (x *StreamCredit) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[9]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1236,7 @@ func (x *StreamCredit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamCredit.ProtoReflect.Descriptor instead.
 func (*StreamCredit) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{9}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StreamCredit) GetRecords() int32 {
@@ -1199,7 +1274,7 @@ type StreamAcks struct {
 
 func (x *StreamAcks) Reset() {
 	*x = StreamAcks{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[10]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1286,7 @@ func (x *StreamAcks) String() string {
 func (*StreamAcks) ProtoMessage() {}
 
 func (x *StreamAcks) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[10]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1299,7 @@ func (x *StreamAcks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAcks.ProtoReflect.Descriptor instead.
 func (*StreamAcks) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{10}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StreamAcks) GetAcks() []*RecordAck {
@@ -1270,7 +1345,7 @@ type StreamNacks struct {
 
 func (x *StreamNacks) Reset() {
 	*x = StreamNacks{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[11]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1282,7 +1357,7 @@ func (x *StreamNacks) String() string {
 func (*StreamNacks) ProtoMessage() {}
 
 func (x *StreamNacks) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[11]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1295,7 +1370,7 @@ func (x *StreamNacks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamNacks.ProtoReflect.Descriptor instead.
 func (*StreamNacks) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{11}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StreamNacks) GetRecords() []*RecordAck {
@@ -1329,6 +1404,7 @@ type StreamResponse struct {
 	//	*StreamResponse_Batch
 	//	*StreamResponse_AckResult
 	//	*StreamResponse_NackResult
+	//	*StreamResponse_FrameSocket
 	Kind          isStreamResponse_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1336,7 +1412,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[12]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1424,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[12]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1437,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{12}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StreamResponse) GetKind() isStreamResponse_Kind {
@@ -1398,6 +1474,15 @@ func (x *StreamResponse) GetNackResult() *StreamNackResult {
 	return nil
 }
 
+func (x *StreamResponse) GetFrameSocket() *FrameSocket {
+	if x != nil {
+		if x, ok := x.Kind.(*StreamResponse_FrameSocket); ok {
+			return x.FrameSocket
+		}
+	}
+	return nil
+}
+
 type isStreamResponse_Kind interface {
 	isStreamResponse_Kind()
 }
@@ -1417,11 +1502,19 @@ type StreamResponse_NackResult struct {
 	NackResult *StreamNackResult `protobuf:"bytes,3,opt,name=nack_result,json=nackResult,proto3,oneof"`
 }
 
+type StreamResponse_FrameSocket struct {
+	// First and only gRPC response of a stream opened with `frame_socket`: what follows
+	// comes as frames on that socket.
+	FrameSocket *FrameSocket `protobuf:"bytes,4,opt,name=frame_socket,json=frameSocket,proto3,oneof"`
+}
+
 func (*StreamResponse_Batch) isStreamResponse_Kind() {}
 
 func (*StreamResponse_AckResult) isStreamResponse_Kind() {}
 
 func (*StreamResponse_NackResult) isStreamResponse_Kind() {}
+
+func (*StreamResponse_FrameSocket) isStreamResponse_Kind() {}
 
 // A batch of records sent on a Stream.
 type StreamBatch struct {
@@ -1443,7 +1536,7 @@ type StreamBatch struct {
 
 func (x *StreamBatch) Reset() {
 	*x = StreamBatch{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[13]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1455,7 +1548,7 @@ func (x *StreamBatch) String() string {
 func (*StreamBatch) ProtoMessage() {}
 
 func (x *StreamBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[13]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1468,7 +1561,7 @@ func (x *StreamBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamBatch.ProtoReflect.Descriptor instead.
 func (*StreamBatch) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{13}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StreamBatch) GetRecords() []*v1.Record {
@@ -1514,7 +1607,7 @@ type StreamAckResult struct {
 
 func (x *StreamAckResult) Reset() {
 	*x = StreamAckResult{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[14]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1619,7 @@ func (x *StreamAckResult) String() string {
 func (*StreamAckResult) ProtoMessage() {}
 
 func (x *StreamAckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[14]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1632,7 @@ func (x *StreamAckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamAckResult.ProtoReflect.Descriptor instead.
 func (*StreamAckResult) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{14}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StreamAckResult) GetAckedCount() int64 {
@@ -1580,7 +1673,7 @@ type StreamNackResult struct {
 
 func (x *StreamNackResult) Reset() {
 	*x = StreamNackResult{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[15]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1685,7 @@ func (x *StreamNackResult) String() string {
 func (*StreamNackResult) ProtoMessage() {}
 
 func (x *StreamNackResult) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[15]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1698,7 @@ func (x *StreamNackResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamNackResult.ProtoReflect.Descriptor instead.
 func (*StreamNackResult) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{15}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StreamNackResult) GetNackedCount() int64 {
@@ -1653,7 +1746,7 @@ type RecordAck struct {
 
 func (x *RecordAck) Reset() {
 	*x = RecordAck{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[16]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +1758,7 @@ func (x *RecordAck) String() string {
 func (*RecordAck) ProtoMessage() {}
 
 func (x *RecordAck) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[16]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +1771,7 @@ func (x *RecordAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordAck.ProtoReflect.Descriptor instead.
 func (*RecordAck) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{16}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RecordAck) GetTopic() string {
@@ -1733,7 +1826,7 @@ type RangeAck struct {
 
 func (x *RangeAck) Reset() {
 	*x = RangeAck{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[17]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1745,7 +1838,7 @@ func (x *RangeAck) String() string {
 func (*RangeAck) ProtoMessage() {}
 
 func (x *RangeAck) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[17]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1758,7 +1851,7 @@ func (x *RangeAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeAck.ProtoReflect.Descriptor instead.
 func (*RangeAck) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{17}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RangeAck) GetTopic() string {
@@ -1811,7 +1904,7 @@ type RejectedRangeAck struct {
 
 func (x *RejectedRangeAck) Reset() {
 	*x = RejectedRangeAck{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[18]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +1916,7 @@ func (x *RejectedRangeAck) String() string {
 func (*RejectedRangeAck) ProtoMessage() {}
 
 func (x *RejectedRangeAck) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[18]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +1929,7 @@ func (x *RejectedRangeAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectedRangeAck.ProtoReflect.Descriptor instead.
 func (*RejectedRangeAck) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{18}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RejectedRangeAck) GetAck() *RangeAck {
@@ -1875,7 +1968,7 @@ type RejectedAck struct {
 
 func (x *RejectedAck) Reset() {
 	*x = RejectedAck{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[19]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +1980,7 @@ func (x *RejectedAck) String() string {
 func (*RejectedAck) ProtoMessage() {}
 
 func (x *RejectedAck) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[19]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +1993,7 @@ func (x *RejectedAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectedAck.ProtoReflect.Descriptor instead.
 func (*RejectedAck) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{19}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RejectedAck) GetAck() *RecordAck {
@@ -1941,7 +2034,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[20]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +2046,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[20]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +2059,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{20}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AckRequest) GetClientId() string {
@@ -2012,7 +2105,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[21]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2117,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[21]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2130,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{21}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AckResponse) GetAckedCount() int64 {
@@ -2083,7 +2176,7 @@ type NackRequest struct {
 
 func (x *NackRequest) Reset() {
 	*x = NackRequest{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[22]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2188,7 @@ func (x *NackRequest) String() string {
 func (*NackRequest) ProtoMessage() {}
 
 func (x *NackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[22]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2201,7 @@ func (x *NackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackRequest.ProtoReflect.Descriptor instead.
 func (*NackRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{22}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *NackRequest) GetClientId() string {
@@ -2170,7 +2263,7 @@ type NackResponse struct {
 
 func (x *NackResponse) Reset() {
 	*x = NackResponse{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[23]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2182,7 +2275,7 @@ func (x *NackResponse) String() string {
 func (*NackResponse) ProtoMessage() {}
 
 func (x *NackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[23]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2195,7 +2288,7 @@ func (x *NackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackResponse.ProtoReflect.Descriptor instead.
 func (*NackResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{23}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NackResponse) GetNackedCount() int64 {
@@ -2251,7 +2344,7 @@ type ReadRangeRequest struct {
 
 func (x *ReadRangeRequest) Reset() {
 	*x = ReadRangeRequest{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[24]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2263,7 +2356,7 @@ func (x *ReadRangeRequest) String() string {
 func (*ReadRangeRequest) ProtoMessage() {}
 
 func (x *ReadRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[24]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2276,7 +2369,7 @@ func (x *ReadRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRangeRequest.ProtoReflect.Descriptor instead.
 func (*ReadRangeRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{24}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReadRangeRequest) GetClientId() string {
@@ -2353,7 +2446,7 @@ type ReadRangeResponse struct {
 
 func (x *ReadRangeResponse) Reset() {
 	*x = ReadRangeResponse{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[25]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2458,7 @@ func (x *ReadRangeResponse) String() string {
 func (*ReadRangeResponse) ProtoMessage() {}
 
 func (x *ReadRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[25]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2471,7 @@ func (x *ReadRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRangeResponse.ProtoReflect.Descriptor instead.
 func (*ReadRangeResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{25}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReadRangeResponse) GetRecords() []*v1.Record {
@@ -2426,7 +2519,7 @@ type OffsetCommit struct {
 
 func (x *OffsetCommit) Reset() {
 	*x = OffsetCommit{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[26]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2438,7 +2531,7 @@ func (x *OffsetCommit) String() string {
 func (*OffsetCommit) ProtoMessage() {}
 
 func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[26]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2451,7 +2544,7 @@ func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetCommit.ProtoReflect.Descriptor instead.
 func (*OffsetCommit) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{26}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *OffsetCommit) GetTopic() string {
@@ -2497,7 +2590,7 @@ type CommitOffsetsRequest struct {
 
 func (x *CommitOffsetsRequest) Reset() {
 	*x = CommitOffsetsRequest{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[27]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2509,7 +2602,7 @@ func (x *CommitOffsetsRequest) String() string {
 func (*CommitOffsetsRequest) ProtoMessage() {}
 
 func (x *CommitOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[27]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2522,7 +2615,7 @@ func (x *CommitOffsetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsetsRequest.ProtoReflect.Descriptor instead.
 func (*CommitOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{27}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CommitOffsetsRequest) GetClientId() string {
@@ -2563,7 +2656,7 @@ type OffsetCommitResult struct {
 
 func (x *OffsetCommitResult) Reset() {
 	*x = OffsetCommitResult{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[28]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2575,7 +2668,7 @@ func (x *OffsetCommitResult) String() string {
 func (*OffsetCommitResult) ProtoMessage() {}
 
 func (x *OffsetCommitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[28]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2588,7 +2681,7 @@ func (x *OffsetCommitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetCommitResult.ProtoReflect.Descriptor instead.
 func (*OffsetCommitResult) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{28}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *OffsetCommitResult) GetCommit() *OffsetCommit {
@@ -2630,7 +2723,7 @@ type CommitOffsetsResponse struct {
 
 func (x *CommitOffsetsResponse) Reset() {
 	*x = CommitOffsetsResponse{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[29]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2642,7 +2735,7 @@ func (x *CommitOffsetsResponse) String() string {
 func (*CommitOffsetsResponse) ProtoMessage() {}
 
 func (x *CommitOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[29]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2655,7 +2748,7 @@ func (x *CommitOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*CommitOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{29}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CommitOffsetsResponse) GetResults() []*OffsetCommitResult {
@@ -2674,7 +2767,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[30]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2686,7 +2779,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[30]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2699,7 +2792,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{30}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{31}
 }
 
 // State of one partition held by the sidecar.
@@ -2735,7 +2828,7 @@ type PartitionStatus struct {
 
 func (x *PartitionStatus) Reset() {
 	*x = PartitionStatus{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[31]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2747,7 +2840,7 @@ func (x *PartitionStatus) String() string {
 func (*PartitionStatus) ProtoMessage() {}
 
 func (x *PartitionStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[31]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2760,7 +2853,7 @@ func (x *PartitionStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStatus.ProtoReflect.Descriptor instead.
 func (*PartitionStatus) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{31}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PartitionStatus) GetTopic() string {
@@ -2881,7 +2974,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[32]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2893,7 +2986,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[32]
+	mi := &file_dataservice_sidecar_v1_stream_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2906,7 +2999,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{32}
+	return file_dataservice_sidecar_v1_stream_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StatusResponse) GetSidecarId() string {
@@ -3054,7 +3147,7 @@ const file_dataservice_sidecar_v1_stream_proto_rawDesc = "" +
 	"\x06credit\x18\x02 \x01(\v2$.dataservice.sidecar.v1.StreamCreditH\x00R\x06credit\x128\n" +
 	"\x04acks\x18\x03 \x01(\v2\".dataservice.sidecar.v1.StreamAcksH\x00R\x04acks\x12;\n" +
 	"\x05nacks\x18\x04 \x01(\v2#.dataservice.sidecar.v1.StreamNacksH\x00R\x05nacksB\x06\n" +
-	"\x04kind\"\xcc\x02\n" +
+	"\x04kind\"\xef\x02\n" +
 	"\n" +
 	"StreamOpen\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
@@ -3063,7 +3156,11 @@ const file_dataservice_sidecar_v1_stream_proto_rawDesc = "" +
 	"\x0einitial_credit\x18\x04 \x01(\v2$.dataservice.sidecar.v1.StreamCreditR\rinitialCredit\x12>\n" +
 	"\x06format\x18\x05 \x01(\x0e2&.dataservice.sidecar.v1.DeliveryFormatR\x06format\x121\n" +
 	"\x06linger\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06linger\x120\n" +
-	"\x14answers_with_batches\x18\a \x01(\bR\x12answersWithBatches\">\n" +
+	"\x14answers_with_batches\x18\a \x01(\bR\x12answersWithBatches\x12!\n" +
+	"\fframe_socket\x18\b \x01(\bR\vframeSocket\"7\n" +
+	"\vFrameSocket\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\fR\x05token\">\n" +
 	"\fStreamCredit\x12\x18\n" +
 	"\arecords\x18\x01 \x01(\x05R\arecords\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\"\xb8\x01\n" +
@@ -3077,13 +3174,14 @@ const file_dataservice_sidecar_v1_stream_proto_rawDesc = "" +
 	"\vStreamNacks\x12;\n" +
 	"\arecords\x18\x01 \x03(\v2!.dataservice.sidecar.v1.RecordAckR\arecords\x128\n" +
 	"\x06ranges\x18\x02 \x03(\v2 .dataservice.sidecar.v1.RangeAckR\x06ranges\x12/\n" +
-	"\x05delay\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05delay\"\xec\x01\n" +
+	"\x05delay\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05delay\"\xb6\x02\n" +
 	"\x0eStreamResponse\x12;\n" +
 	"\x05batch\x18\x01 \x01(\v2#.dataservice.sidecar.v1.StreamBatchH\x00R\x05batch\x12H\n" +
 	"\n" +
 	"ack_result\x18\x02 \x01(\v2'.dataservice.sidecar.v1.StreamAckResultH\x00R\tackResult\x12K\n" +
 	"\vnack_result\x18\x03 \x01(\v2(.dataservice.sidecar.v1.StreamNackResultH\x00R\n" +
-	"nackResultB\x06\n" +
+	"nackResult\x12H\n" +
+	"\fframe_socket\x18\x04 \x01(\v2#.dataservice.sidecar.v1.FrameSocketH\x00R\vframeSocketB\x06\n" +
 	"\x04kind\"\x8c\x02\n" +
 	"\vStreamBatch\x127\n" +
 	"\arecords\x18\x01 \x03(\v2\x1d.dataservice.common.v1.RecordR\arecords\x12=\n" +
@@ -3257,7 +3355,7 @@ func file_dataservice_sidecar_v1_stream_proto_rawDescGZIP() []byte {
 }
 
 var file_dataservice_sidecar_v1_stream_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_dataservice_sidecar_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_dataservice_sidecar_v1_stream_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_dataservice_sidecar_v1_stream_proto_goTypes = []any{
 	(DeliveryFormat)(0),           // 0: dataservice.sidecar.v1.DeliveryFormat
 	(RejectReason)(0),             // 1: dataservice.sidecar.v1.RejectReason
@@ -3271,113 +3369,115 @@ var file_dataservice_sidecar_v1_stream_proto_goTypes = []any{
 	(*RecordBatchHeaders)(nil),    // 9: dataservice.sidecar.v1.RecordBatchHeaders
 	(*StreamRequest)(nil),         // 10: dataservice.sidecar.v1.StreamRequest
 	(*StreamOpen)(nil),            // 11: dataservice.sidecar.v1.StreamOpen
-	(*StreamCredit)(nil),          // 12: dataservice.sidecar.v1.StreamCredit
-	(*StreamAcks)(nil),            // 13: dataservice.sidecar.v1.StreamAcks
-	(*StreamNacks)(nil),           // 14: dataservice.sidecar.v1.StreamNacks
-	(*StreamResponse)(nil),        // 15: dataservice.sidecar.v1.StreamResponse
-	(*StreamBatch)(nil),           // 16: dataservice.sidecar.v1.StreamBatch
-	(*StreamAckResult)(nil),       // 17: dataservice.sidecar.v1.StreamAckResult
-	(*StreamNackResult)(nil),      // 18: dataservice.sidecar.v1.StreamNackResult
-	(*RecordAck)(nil),             // 19: dataservice.sidecar.v1.RecordAck
-	(*RangeAck)(nil),              // 20: dataservice.sidecar.v1.RangeAck
-	(*RejectedRangeAck)(nil),      // 21: dataservice.sidecar.v1.RejectedRangeAck
-	(*RejectedAck)(nil),           // 22: dataservice.sidecar.v1.RejectedAck
-	(*AckRequest)(nil),            // 23: dataservice.sidecar.v1.AckRequest
-	(*AckResponse)(nil),           // 24: dataservice.sidecar.v1.AckResponse
-	(*NackRequest)(nil),           // 25: dataservice.sidecar.v1.NackRequest
-	(*NackResponse)(nil),          // 26: dataservice.sidecar.v1.NackResponse
-	(*ReadRangeRequest)(nil),      // 27: dataservice.sidecar.v1.ReadRangeRequest
-	(*ReadRangeResponse)(nil),     // 28: dataservice.sidecar.v1.ReadRangeResponse
-	(*OffsetCommit)(nil),          // 29: dataservice.sidecar.v1.OffsetCommit
-	(*CommitOffsetsRequest)(nil),  // 30: dataservice.sidecar.v1.CommitOffsetsRequest
-	(*OffsetCommitResult)(nil),    // 31: dataservice.sidecar.v1.OffsetCommitResult
-	(*CommitOffsetsResponse)(nil), // 32: dataservice.sidecar.v1.CommitOffsetsResponse
-	(*StatusRequest)(nil),         // 33: dataservice.sidecar.v1.StatusRequest
-	(*PartitionStatus)(nil),       // 34: dataservice.sidecar.v1.PartitionStatus
-	(*StatusResponse)(nil),        // 35: dataservice.sidecar.v1.StatusResponse
-	nil,                           // 36: dataservice.sidecar.v1.StatusResponse.ConsumerConfigEntry
-	(*durationpb.Duration)(nil),   // 37: google.protobuf.Duration
-	(*v1.Record)(nil),             // 38: dataservice.common.v1.Record
-	(*v1.Header)(nil),             // 39: dataservice.common.v1.Header
-	(v1.GroupMode)(0),             // 40: dataservice.common.v1.GroupMode
+	(*FrameSocket)(nil),           // 12: dataservice.sidecar.v1.FrameSocket
+	(*StreamCredit)(nil),          // 13: dataservice.sidecar.v1.StreamCredit
+	(*StreamAcks)(nil),            // 14: dataservice.sidecar.v1.StreamAcks
+	(*StreamNacks)(nil),           // 15: dataservice.sidecar.v1.StreamNacks
+	(*StreamResponse)(nil),        // 16: dataservice.sidecar.v1.StreamResponse
+	(*StreamBatch)(nil),           // 17: dataservice.sidecar.v1.StreamBatch
+	(*StreamAckResult)(nil),       // 18: dataservice.sidecar.v1.StreamAckResult
+	(*StreamNackResult)(nil),      // 19: dataservice.sidecar.v1.StreamNackResult
+	(*RecordAck)(nil),             // 20: dataservice.sidecar.v1.RecordAck
+	(*RangeAck)(nil),              // 21: dataservice.sidecar.v1.RangeAck
+	(*RejectedRangeAck)(nil),      // 22: dataservice.sidecar.v1.RejectedRangeAck
+	(*RejectedAck)(nil),           // 23: dataservice.sidecar.v1.RejectedAck
+	(*AckRequest)(nil),            // 24: dataservice.sidecar.v1.AckRequest
+	(*AckResponse)(nil),           // 25: dataservice.sidecar.v1.AckResponse
+	(*NackRequest)(nil),           // 26: dataservice.sidecar.v1.NackRequest
+	(*NackResponse)(nil),          // 27: dataservice.sidecar.v1.NackResponse
+	(*ReadRangeRequest)(nil),      // 28: dataservice.sidecar.v1.ReadRangeRequest
+	(*ReadRangeResponse)(nil),     // 29: dataservice.sidecar.v1.ReadRangeResponse
+	(*OffsetCommit)(nil),          // 30: dataservice.sidecar.v1.OffsetCommit
+	(*CommitOffsetsRequest)(nil),  // 31: dataservice.sidecar.v1.CommitOffsetsRequest
+	(*OffsetCommitResult)(nil),    // 32: dataservice.sidecar.v1.OffsetCommitResult
+	(*CommitOffsetsResponse)(nil), // 33: dataservice.sidecar.v1.CommitOffsetsResponse
+	(*StatusRequest)(nil),         // 34: dataservice.sidecar.v1.StatusRequest
+	(*PartitionStatus)(nil),       // 35: dataservice.sidecar.v1.PartitionStatus
+	(*StatusResponse)(nil),        // 36: dataservice.sidecar.v1.StatusResponse
+	nil,                           // 37: dataservice.sidecar.v1.StatusResponse.ConsumerConfigEntry
+	(*durationpb.Duration)(nil),   // 38: google.protobuf.Duration
+	(*v1.Record)(nil),             // 39: dataservice.common.v1.Record
+	(*v1.Header)(nil),             // 40: dataservice.common.v1.Header
+	(v1.GroupMode)(0),             // 41: dataservice.common.v1.GroupMode
 }
 var file_dataservice_sidecar_v1_stream_proto_depIdxs = []int32{
-	37, // 0: dataservice.sidecar.v1.FetchRequest.max_wait:type_name -> google.protobuf.Duration
+	38, // 0: dataservice.sidecar.v1.FetchRequest.max_wait:type_name -> google.protobuf.Duration
 	0,  // 1: dataservice.sidecar.v1.FetchRequest.format:type_name -> dataservice.sidecar.v1.DeliveryFormat
-	20, // 2: dataservice.sidecar.v1.FetchRequest.ack_ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	38, // 3: dataservice.sidecar.v1.FetchResponse.records:type_name -> dataservice.common.v1.Record
+	21, // 2: dataservice.sidecar.v1.FetchRequest.ack_ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	39, // 3: dataservice.sidecar.v1.FetchResponse.records:type_name -> dataservice.common.v1.Record
 	8,  // 4: dataservice.sidecar.v1.FetchResponse.batches:type_name -> dataservice.sidecar.v1.RecordBatch
 	5,  // 5: dataservice.sidecar.v1.FetchResponse.acks:type_name -> dataservice.sidecar.v1.FetchAckAnswers
 	6,  // 6: dataservice.sidecar.v1.FetchAckAnswers.answers:type_name -> dataservice.sidecar.v1.FetchAckAnswer
-	17, // 7: dataservice.sidecar.v1.FetchAckAnswer.result:type_name -> dataservice.sidecar.v1.StreamAckResult
+	18, // 7: dataservice.sidecar.v1.FetchAckAnswer.result:type_name -> dataservice.sidecar.v1.StreamAckResult
 	9,  // 8: dataservice.sidecar.v1.RecordBatch.headers:type_name -> dataservice.sidecar.v1.RecordBatchHeaders
-	39, // 9: dataservice.sidecar.v1.RecordBatchHeaders.headers:type_name -> dataservice.common.v1.Header
+	40, // 9: dataservice.sidecar.v1.RecordBatchHeaders.headers:type_name -> dataservice.common.v1.Header
 	11, // 10: dataservice.sidecar.v1.StreamRequest.open:type_name -> dataservice.sidecar.v1.StreamOpen
-	12, // 11: dataservice.sidecar.v1.StreamRequest.credit:type_name -> dataservice.sidecar.v1.StreamCredit
-	13, // 12: dataservice.sidecar.v1.StreamRequest.acks:type_name -> dataservice.sidecar.v1.StreamAcks
-	14, // 13: dataservice.sidecar.v1.StreamRequest.nacks:type_name -> dataservice.sidecar.v1.StreamNacks
-	12, // 14: dataservice.sidecar.v1.StreamOpen.initial_credit:type_name -> dataservice.sidecar.v1.StreamCredit
+	13, // 11: dataservice.sidecar.v1.StreamRequest.credit:type_name -> dataservice.sidecar.v1.StreamCredit
+	14, // 12: dataservice.sidecar.v1.StreamRequest.acks:type_name -> dataservice.sidecar.v1.StreamAcks
+	15, // 13: dataservice.sidecar.v1.StreamRequest.nacks:type_name -> dataservice.sidecar.v1.StreamNacks
+	13, // 14: dataservice.sidecar.v1.StreamOpen.initial_credit:type_name -> dataservice.sidecar.v1.StreamCredit
 	0,  // 15: dataservice.sidecar.v1.StreamOpen.format:type_name -> dataservice.sidecar.v1.DeliveryFormat
-	37, // 16: dataservice.sidecar.v1.StreamOpen.linger:type_name -> google.protobuf.Duration
-	19, // 17: dataservice.sidecar.v1.StreamAcks.acks:type_name -> dataservice.sidecar.v1.RecordAck
-	20, // 18: dataservice.sidecar.v1.StreamAcks.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	19, // 19: dataservice.sidecar.v1.StreamNacks.records:type_name -> dataservice.sidecar.v1.RecordAck
-	20, // 20: dataservice.sidecar.v1.StreamNacks.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	37, // 21: dataservice.sidecar.v1.StreamNacks.delay:type_name -> google.protobuf.Duration
-	16, // 22: dataservice.sidecar.v1.StreamResponse.batch:type_name -> dataservice.sidecar.v1.StreamBatch
-	17, // 23: dataservice.sidecar.v1.StreamResponse.ack_result:type_name -> dataservice.sidecar.v1.StreamAckResult
-	18, // 24: dataservice.sidecar.v1.StreamResponse.nack_result:type_name -> dataservice.sidecar.v1.StreamNackResult
-	38, // 25: dataservice.sidecar.v1.StreamBatch.records:type_name -> dataservice.common.v1.Record
-	8,  // 26: dataservice.sidecar.v1.StreamBatch.batches:type_name -> dataservice.sidecar.v1.RecordBatch
-	7,  // 27: dataservice.sidecar.v1.StreamBatch.shared:type_name -> dataservice.sidecar.v1.SharedBatch
-	17, // 28: dataservice.sidecar.v1.StreamBatch.ack_results:type_name -> dataservice.sidecar.v1.StreamAckResult
-	22, // 29: dataservice.sidecar.v1.StreamAckResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	21, // 30: dataservice.sidecar.v1.StreamAckResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	22, // 31: dataservice.sidecar.v1.StreamNackResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	21, // 32: dataservice.sidecar.v1.StreamNackResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	20, // 33: dataservice.sidecar.v1.RejectedRangeAck.ack:type_name -> dataservice.sidecar.v1.RangeAck
-	1,  // 34: dataservice.sidecar.v1.RejectedRangeAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
-	19, // 35: dataservice.sidecar.v1.RejectedAck.ack:type_name -> dataservice.sidecar.v1.RecordAck
-	1,  // 36: dataservice.sidecar.v1.RejectedAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
-	19, // 37: dataservice.sidecar.v1.AckRequest.acks:type_name -> dataservice.sidecar.v1.RecordAck
-	20, // 38: dataservice.sidecar.v1.AckRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	22, // 39: dataservice.sidecar.v1.AckResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	21, // 40: dataservice.sidecar.v1.AckResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	19, // 41: dataservice.sidecar.v1.NackRequest.records:type_name -> dataservice.sidecar.v1.RecordAck
-	20, // 42: dataservice.sidecar.v1.NackRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
-	37, // 43: dataservice.sidecar.v1.NackRequest.delay:type_name -> google.protobuf.Duration
-	22, // 44: dataservice.sidecar.v1.NackResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
-	21, // 45: dataservice.sidecar.v1.NackResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
-	2,  // 46: dataservice.sidecar.v1.ReadRangeRequest.format:type_name -> dataservice.sidecar.v1.ReadFormat
-	38, // 47: dataservice.sidecar.v1.ReadRangeResponse.records:type_name -> dataservice.common.v1.Record
-	29, // 48: dataservice.sidecar.v1.CommitOffsetsRequest.offsets:type_name -> dataservice.sidecar.v1.OffsetCommit
-	29, // 49: dataservice.sidecar.v1.OffsetCommitResult.commit:type_name -> dataservice.sidecar.v1.OffsetCommit
-	1,  // 50: dataservice.sidecar.v1.OffsetCommitResult.reason:type_name -> dataservice.sidecar.v1.RejectReason
-	31, // 51: dataservice.sidecar.v1.CommitOffsetsResponse.results:type_name -> dataservice.sidecar.v1.OffsetCommitResult
-	37, // 52: dataservice.sidecar.v1.PartitionStatus.lease_deadline_remaining:type_name -> google.protobuf.Duration
-	40, // 53: dataservice.sidecar.v1.StatusResponse.mode:type_name -> dataservice.common.v1.GroupMode
-	34, // 54: dataservice.sidecar.v1.StatusResponse.partitions:type_name -> dataservice.sidecar.v1.PartitionStatus
-	36, // 55: dataservice.sidecar.v1.StatusResponse.consumer_config:type_name -> dataservice.sidecar.v1.StatusResponse.ConsumerConfigEntry
-	37, // 56: dataservice.sidecar.v1.StatusResponse.visibility_timeout:type_name -> google.protobuf.Duration
-	3,  // 57: dataservice.sidecar.v1.StreamService.Fetch:input_type -> dataservice.sidecar.v1.FetchRequest
-	10, // 58: dataservice.sidecar.v1.StreamService.Stream:input_type -> dataservice.sidecar.v1.StreamRequest
-	23, // 59: dataservice.sidecar.v1.StreamService.Ack:input_type -> dataservice.sidecar.v1.AckRequest
-	25, // 60: dataservice.sidecar.v1.StreamService.Nack:input_type -> dataservice.sidecar.v1.NackRequest
-	27, // 61: dataservice.sidecar.v1.StreamService.ReadRange:input_type -> dataservice.sidecar.v1.ReadRangeRequest
-	30, // 62: dataservice.sidecar.v1.StreamService.CommitOffsets:input_type -> dataservice.sidecar.v1.CommitOffsetsRequest
-	33, // 63: dataservice.sidecar.v1.StreamService.Status:input_type -> dataservice.sidecar.v1.StatusRequest
-	4,  // 64: dataservice.sidecar.v1.StreamService.Fetch:output_type -> dataservice.sidecar.v1.FetchResponse
-	15, // 65: dataservice.sidecar.v1.StreamService.Stream:output_type -> dataservice.sidecar.v1.StreamResponse
-	24, // 66: dataservice.sidecar.v1.StreamService.Ack:output_type -> dataservice.sidecar.v1.AckResponse
-	26, // 67: dataservice.sidecar.v1.StreamService.Nack:output_type -> dataservice.sidecar.v1.NackResponse
-	28, // 68: dataservice.sidecar.v1.StreamService.ReadRange:output_type -> dataservice.sidecar.v1.ReadRangeResponse
-	32, // 69: dataservice.sidecar.v1.StreamService.CommitOffsets:output_type -> dataservice.sidecar.v1.CommitOffsetsResponse
-	35, // 70: dataservice.sidecar.v1.StreamService.Status:output_type -> dataservice.sidecar.v1.StatusResponse
-	64, // [64:71] is the sub-list for method output_type
-	57, // [57:64] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	38, // 16: dataservice.sidecar.v1.StreamOpen.linger:type_name -> google.protobuf.Duration
+	20, // 17: dataservice.sidecar.v1.StreamAcks.acks:type_name -> dataservice.sidecar.v1.RecordAck
+	21, // 18: dataservice.sidecar.v1.StreamAcks.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	20, // 19: dataservice.sidecar.v1.StreamNacks.records:type_name -> dataservice.sidecar.v1.RecordAck
+	21, // 20: dataservice.sidecar.v1.StreamNacks.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	38, // 21: dataservice.sidecar.v1.StreamNacks.delay:type_name -> google.protobuf.Duration
+	17, // 22: dataservice.sidecar.v1.StreamResponse.batch:type_name -> dataservice.sidecar.v1.StreamBatch
+	18, // 23: dataservice.sidecar.v1.StreamResponse.ack_result:type_name -> dataservice.sidecar.v1.StreamAckResult
+	19, // 24: dataservice.sidecar.v1.StreamResponse.nack_result:type_name -> dataservice.sidecar.v1.StreamNackResult
+	12, // 25: dataservice.sidecar.v1.StreamResponse.frame_socket:type_name -> dataservice.sidecar.v1.FrameSocket
+	39, // 26: dataservice.sidecar.v1.StreamBatch.records:type_name -> dataservice.common.v1.Record
+	8,  // 27: dataservice.sidecar.v1.StreamBatch.batches:type_name -> dataservice.sidecar.v1.RecordBatch
+	7,  // 28: dataservice.sidecar.v1.StreamBatch.shared:type_name -> dataservice.sidecar.v1.SharedBatch
+	18, // 29: dataservice.sidecar.v1.StreamBatch.ack_results:type_name -> dataservice.sidecar.v1.StreamAckResult
+	23, // 30: dataservice.sidecar.v1.StreamAckResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	22, // 31: dataservice.sidecar.v1.StreamAckResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	23, // 32: dataservice.sidecar.v1.StreamNackResult.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	22, // 33: dataservice.sidecar.v1.StreamNackResult.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	21, // 34: dataservice.sidecar.v1.RejectedRangeAck.ack:type_name -> dataservice.sidecar.v1.RangeAck
+	1,  // 35: dataservice.sidecar.v1.RejectedRangeAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
+	20, // 36: dataservice.sidecar.v1.RejectedAck.ack:type_name -> dataservice.sidecar.v1.RecordAck
+	1,  // 37: dataservice.sidecar.v1.RejectedAck.reason:type_name -> dataservice.sidecar.v1.RejectReason
+	20, // 38: dataservice.sidecar.v1.AckRequest.acks:type_name -> dataservice.sidecar.v1.RecordAck
+	21, // 39: dataservice.sidecar.v1.AckRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	23, // 40: dataservice.sidecar.v1.AckResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	22, // 41: dataservice.sidecar.v1.AckResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	20, // 42: dataservice.sidecar.v1.NackRequest.records:type_name -> dataservice.sidecar.v1.RecordAck
+	21, // 43: dataservice.sidecar.v1.NackRequest.ranges:type_name -> dataservice.sidecar.v1.RangeAck
+	38, // 44: dataservice.sidecar.v1.NackRequest.delay:type_name -> google.protobuf.Duration
+	23, // 45: dataservice.sidecar.v1.NackResponse.rejected_acks:type_name -> dataservice.sidecar.v1.RejectedAck
+	22, // 46: dataservice.sidecar.v1.NackResponse.rejected_ranges:type_name -> dataservice.sidecar.v1.RejectedRangeAck
+	2,  // 47: dataservice.sidecar.v1.ReadRangeRequest.format:type_name -> dataservice.sidecar.v1.ReadFormat
+	39, // 48: dataservice.sidecar.v1.ReadRangeResponse.records:type_name -> dataservice.common.v1.Record
+	30, // 49: dataservice.sidecar.v1.CommitOffsetsRequest.offsets:type_name -> dataservice.sidecar.v1.OffsetCommit
+	30, // 50: dataservice.sidecar.v1.OffsetCommitResult.commit:type_name -> dataservice.sidecar.v1.OffsetCommit
+	1,  // 51: dataservice.sidecar.v1.OffsetCommitResult.reason:type_name -> dataservice.sidecar.v1.RejectReason
+	32, // 52: dataservice.sidecar.v1.CommitOffsetsResponse.results:type_name -> dataservice.sidecar.v1.OffsetCommitResult
+	38, // 53: dataservice.sidecar.v1.PartitionStatus.lease_deadline_remaining:type_name -> google.protobuf.Duration
+	41, // 54: dataservice.sidecar.v1.StatusResponse.mode:type_name -> dataservice.common.v1.GroupMode
+	35, // 55: dataservice.sidecar.v1.StatusResponse.partitions:type_name -> dataservice.sidecar.v1.PartitionStatus
+	37, // 56: dataservice.sidecar.v1.StatusResponse.consumer_config:type_name -> dataservice.sidecar.v1.StatusResponse.ConsumerConfigEntry
+	38, // 57: dataservice.sidecar.v1.StatusResponse.visibility_timeout:type_name -> google.protobuf.Duration
+	3,  // 58: dataservice.sidecar.v1.StreamService.Fetch:input_type -> dataservice.sidecar.v1.FetchRequest
+	10, // 59: dataservice.sidecar.v1.StreamService.Stream:input_type -> dataservice.sidecar.v1.StreamRequest
+	24, // 60: dataservice.sidecar.v1.StreamService.Ack:input_type -> dataservice.sidecar.v1.AckRequest
+	26, // 61: dataservice.sidecar.v1.StreamService.Nack:input_type -> dataservice.sidecar.v1.NackRequest
+	28, // 62: dataservice.sidecar.v1.StreamService.ReadRange:input_type -> dataservice.sidecar.v1.ReadRangeRequest
+	31, // 63: dataservice.sidecar.v1.StreamService.CommitOffsets:input_type -> dataservice.sidecar.v1.CommitOffsetsRequest
+	34, // 64: dataservice.sidecar.v1.StreamService.Status:input_type -> dataservice.sidecar.v1.StatusRequest
+	4,  // 65: dataservice.sidecar.v1.StreamService.Fetch:output_type -> dataservice.sidecar.v1.FetchResponse
+	16, // 66: dataservice.sidecar.v1.StreamService.Stream:output_type -> dataservice.sidecar.v1.StreamResponse
+	25, // 67: dataservice.sidecar.v1.StreamService.Ack:output_type -> dataservice.sidecar.v1.AckResponse
+	27, // 68: dataservice.sidecar.v1.StreamService.Nack:output_type -> dataservice.sidecar.v1.NackResponse
+	29, // 69: dataservice.sidecar.v1.StreamService.ReadRange:output_type -> dataservice.sidecar.v1.ReadRangeResponse
+	33, // 70: dataservice.sidecar.v1.StreamService.CommitOffsets:output_type -> dataservice.sidecar.v1.CommitOffsetsResponse
+	36, // 71: dataservice.sidecar.v1.StreamService.Status:output_type -> dataservice.sidecar.v1.StatusResponse
+	65, // [65:72] is the sub-list for method output_type
+	58, // [58:65] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_dataservice_sidecar_v1_stream_proto_init() }
@@ -3391,10 +3491,11 @@ func file_dataservice_sidecar_v1_stream_proto_init() {
 		(*StreamRequest_Acks)(nil),
 		(*StreamRequest_Nacks)(nil),
 	}
-	file_dataservice_sidecar_v1_stream_proto_msgTypes[12].OneofWrappers = []any{
+	file_dataservice_sidecar_v1_stream_proto_msgTypes[13].OneofWrappers = []any{
 		(*StreamResponse_Batch)(nil),
 		(*StreamResponse_AckResult)(nil),
 		(*StreamResponse_NackResult)(nil),
+		(*StreamResponse_FrameSocket)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3402,7 +3503,7 @@ func file_dataservice_sidecar_v1_stream_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dataservice_sidecar_v1_stream_proto_rawDesc), len(file_dataservice_sidecar_v1_stream_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
