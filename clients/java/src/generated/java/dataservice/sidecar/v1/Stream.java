@@ -12517,6 +12517,24 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      * @return The answersWithBatches.
      */
     boolean getAnswersWithBatches();
+
+    /**
+     * <pre>
+     * Over the sidecar's local socket only: after its first response (`frame_socket`), the
+     * stream's messages go as frames on a plain Unix socket beside the gRPC socket instead of
+     * as gRPC messages (issue 34: the cost of a gRPC message per batch, per ack and per
+     * answer). Each frame is a 4-byte little-endian length and one serialized StreamRequest
+     * (client to sidecar: credit, acks, nacks) or StreamResponse (sidecar to client: batch,
+     * ack_result, nack_result); the client's first frame is the token. The gRPC call stays
+     * open: its end is the stream's end, and its status the stream's error (the frame
+     * socket is closed first). The client sends nothing more on the call. Refused over TCP
+     * (INVALID_ARGUMENT, field `open.frame_socket`); the client then opens without it.
+     * </pre>
+     *
+     * <code>bool frame_socket = 8;</code>
+     * @return The frameSocket.
+     */
+    boolean getFrameSocket();
   }
   /**
    * <pre>
@@ -12810,6 +12828,29 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       return answersWithBatches_;
     }
 
+    public static final int FRAME_SOCKET_FIELD_NUMBER = 8;
+    private boolean frameSocket_ = false;
+    /**
+     * <pre>
+     * Over the sidecar's local socket only: after its first response (`frame_socket`), the
+     * stream's messages go as frames on a plain Unix socket beside the gRPC socket instead of
+     * as gRPC messages (issue 34: the cost of a gRPC message per batch, per ack and per
+     * answer). Each frame is a 4-byte little-endian length and one serialized StreamRequest
+     * (client to sidecar: credit, acks, nacks) or StreamResponse (sidecar to client: batch,
+     * ack_result, nack_result); the client's first frame is the token. The gRPC call stays
+     * open: its end is the stream's end, and its status the stream's error (the frame
+     * socket is closed first). The client sends nothing more on the call. Refused over TCP
+     * (INVALID_ARGUMENT, field `open.frame_socket`); the client then opens without it.
+     * </pre>
+     *
+     * <code>bool frame_socket = 8;</code>
+     * @return The frameSocket.
+     */
+    @java.lang.Override
+    public boolean getFrameSocket() {
+      return frameSocket_;
+    }
+
     private byte memoizedIsInitialized = -1;
     @java.lang.Override
     public final boolean isInitialized() {
@@ -12844,6 +12885,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       }
       if (answersWithBatches_ != false) {
         output.writeBool(7, answersWithBatches_);
+      }
+      if (frameSocket_ != false) {
+        output.writeBool(8, frameSocket_);
       }
       getUnknownFields().writeTo(output);
     }
@@ -12880,6 +12924,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         size += com.google.protobuf.CodedOutputStream
           .computeBoolSize(7, answersWithBatches_);
       }
+      if (frameSocket_ != false) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeBoolSize(8, frameSocket_);
+      }
       size += getUnknownFields().getSerializedSize();
       memoizedSize = size;
       return size;
@@ -12914,6 +12962,8 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       }
       if (getAnswersWithBatches()
           != other.getAnswersWithBatches()) return false;
+      if (getFrameSocket()
+          != other.getFrameSocket()) return false;
       if (!getUnknownFields().equals(other.getUnknownFields())) return false;
       return true;
     }
@@ -12945,6 +12995,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       hash = (37 * hash) + ANSWERS_WITH_BATCHES_FIELD_NUMBER;
       hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
           getAnswersWithBatches());
+      hash = (37 * hash) + FRAME_SOCKET_FIELD_NUMBER;
+      hash = (53 * hash) + com.google.protobuf.Internal.hashBoolean(
+          getFrameSocket());
       hash = (29 * hash) + getUnknownFields().hashCode();
       memoizedHashCode = hash;
       return hash;
@@ -13102,6 +13155,7 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           lingerBuilder_ = null;
         }
         answersWithBatches_ = false;
+        frameSocket_ = false;
         return this;
       }
 
@@ -13163,6 +13217,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         if (((from_bitField0_ & 0x00000040) != 0)) {
           result.answersWithBatches_ = answersWithBatches_;
         }
+        if (((from_bitField0_ & 0x00000080) != 0)) {
+          result.frameSocket_ = frameSocket_;
+        }
         result.bitField0_ |= to_bitField0_;
       }
 
@@ -13202,6 +13259,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         }
         if (other.getAnswersWithBatches() != false) {
           setAnswersWithBatches(other.getAnswersWithBatches());
+        }
+        if (other.getFrameSocket() != false) {
+          setFrameSocket(other.getFrameSocket());
         }
         this.mergeUnknownFields(other.getUnknownFields());
         onChanged();
@@ -13268,6 +13328,11 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
                 bitField0_ |= 0x00000040;
                 break;
               } // case 56
+              case 64: {
+                frameSocket_ = input.readBool();
+                bitField0_ |= 0x00000080;
+                break;
+              } // case 64
               default: {
                 if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                   done = true; // was an endgroup tag
@@ -14005,6 +14070,74 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         return this;
       }
 
+      private boolean frameSocket_ ;
+      /**
+       * <pre>
+       * Over the sidecar's local socket only: after its first response (`frame_socket`), the
+       * stream's messages go as frames on a plain Unix socket beside the gRPC socket instead of
+       * as gRPC messages (issue 34: the cost of a gRPC message per batch, per ack and per
+       * answer). Each frame is a 4-byte little-endian length and one serialized StreamRequest
+       * (client to sidecar: credit, acks, nacks) or StreamResponse (sidecar to client: batch,
+       * ack_result, nack_result); the client's first frame is the token. The gRPC call stays
+       * open: its end is the stream's end, and its status the stream's error (the frame
+       * socket is closed first). The client sends nothing more on the call. Refused over TCP
+       * (INVALID_ARGUMENT, field `open.frame_socket`); the client then opens without it.
+       * </pre>
+       *
+       * <code>bool frame_socket = 8;</code>
+       * @return The frameSocket.
+       */
+      @java.lang.Override
+      public boolean getFrameSocket() {
+        return frameSocket_;
+      }
+      /**
+       * <pre>
+       * Over the sidecar's local socket only: after its first response (`frame_socket`), the
+       * stream's messages go as frames on a plain Unix socket beside the gRPC socket instead of
+       * as gRPC messages (issue 34: the cost of a gRPC message per batch, per ack and per
+       * answer). Each frame is a 4-byte little-endian length and one serialized StreamRequest
+       * (client to sidecar: credit, acks, nacks) or StreamResponse (sidecar to client: batch,
+       * ack_result, nack_result); the client's first frame is the token. The gRPC call stays
+       * open: its end is the stream's end, and its status the stream's error (the frame
+       * socket is closed first). The client sends nothing more on the call. Refused over TCP
+       * (INVALID_ARGUMENT, field `open.frame_socket`); the client then opens without it.
+       * </pre>
+       *
+       * <code>bool frame_socket = 8;</code>
+       * @param value The frameSocket to set.
+       * @return This builder for chaining.
+       */
+      public Builder setFrameSocket(boolean value) {
+
+        frameSocket_ = value;
+        bitField0_ |= 0x00000080;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * Over the sidecar's local socket only: after its first response (`frame_socket`), the
+       * stream's messages go as frames on a plain Unix socket beside the gRPC socket instead of
+       * as gRPC messages (issue 34: the cost of a gRPC message per batch, per ack and per
+       * answer). Each frame is a 4-byte little-endian length and one serialized StreamRequest
+       * (client to sidecar: credit, acks, nacks) or StreamResponse (sidecar to client: batch,
+       * ack_result, nack_result); the client's first frame is the token. The gRPC call stays
+       * open: its end is the stream's end, and its status the stream's error (the frame
+       * socket is closed first). The client sends nothing more on the call. Refused over TCP
+       * (INVALID_ARGUMENT, field `open.frame_socket`); the client then opens without it.
+       * </pre>
+       *
+       * <code>bool frame_socket = 8;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearFrameSocket() {
+        bitField0_ = (bitField0_ & ~0x00000080);
+        frameSocket_ = false;
+        onChanged();
+        return this;
+      }
+
       // @@protoc_insertion_point(builder_scope:dataservice.sidecar.v1.StreamOpen)
     }
 
@@ -14051,6 +14184,659 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
 
     @java.lang.Override
     public dataservice.sidecar.v1.Stream.StreamOpen getDefaultInstanceForType() {
+      return DEFAULT_INSTANCE;
+    }
+
+  }
+
+  public interface FrameSocketOrBuilder extends
+      // @@protoc_insertion_point(interface_extends:dataservice.sidecar.v1.FrameSocket)
+      com.google.protobuf.MessageOrBuilder {
+
+    /**
+     * <pre>
+     * The socket's file name, in the directory of the local socket the call came on.
+     * </pre>
+     *
+     * <code>string name = 1;</code>
+     * @return The name.
+     */
+    java.lang.String getName();
+    /**
+     * <pre>
+     * The socket's file name, in the directory of the local socket the call came on.
+     * </pre>
+     *
+     * <code>string name = 1;</code>
+     * @return The bytes for name.
+     */
+    com.google.protobuf.ByteString
+        getNameBytes();
+
+    /**
+     * <pre>
+     * The stream's token (16 random bytes), the first frame on the socket.
+     * </pre>
+     *
+     * <code>bytes token = 2;</code>
+     * @return The token.
+     */
+    com.google.protobuf.ByteString getToken();
+  }
+  /**
+   * <pre>
+   * Where a Stream opened with `frame_socket` goes on: connect to `name` (a file in the
+   * directory of the sidecar's local socket) and send `token` as the first frame. A stream
+   * whose socket is not connected within 10 s fails (INVALID_ARGUMENT, field
+   * `open.frame_socket`: the client opens without it).
+   * </pre>
+   *
+   * Protobuf type {@code dataservice.sidecar.v1.FrameSocket}
+   */
+  public static final class FrameSocket extends
+      com.google.protobuf.GeneratedMessage implements
+      // @@protoc_insertion_point(message_implements:dataservice.sidecar.v1.FrameSocket)
+      FrameSocketOrBuilder {
+  private static final long serialVersionUID = 0L;
+    static {
+      com.google.protobuf.RuntimeVersion.validateProtobufGencodeVersion(
+        com.google.protobuf.RuntimeVersion.RuntimeDomain.PUBLIC,
+        /* major= */ 4,
+        /* minor= */ 33,
+        /* patch= */ 5,
+        /* suffix= */ "",
+        "FrameSocket");
+    }
+    // Use FrameSocket.newBuilder() to construct.
+    private FrameSocket(com.google.protobuf.GeneratedMessage.Builder<?> builder) {
+      super(builder);
+    }
+    private FrameSocket() {
+      name_ = "";
+      token_ = com.google.protobuf.ByteString.EMPTY;
+    }
+
+    public static final com.google.protobuf.Descriptors.Descriptor
+        getDescriptor() {
+      return dataservice.sidecar.v1.Stream.internal_static_dataservice_sidecar_v1_FrameSocket_descriptor;
+    }
+
+    @java.lang.Override
+    protected com.google.protobuf.GeneratedMessage.FieldAccessorTable
+        internalGetFieldAccessorTable() {
+      return dataservice.sidecar.v1.Stream.internal_static_dataservice_sidecar_v1_FrameSocket_fieldAccessorTable
+          .ensureFieldAccessorsInitialized(
+              dataservice.sidecar.v1.Stream.FrameSocket.class, dataservice.sidecar.v1.Stream.FrameSocket.Builder.class);
+    }
+
+    public static final int NAME_FIELD_NUMBER = 1;
+    @SuppressWarnings("serial")
+    private volatile java.lang.Object name_ = "";
+    /**
+     * <pre>
+     * The socket's file name, in the directory of the local socket the call came on.
+     * </pre>
+     *
+     * <code>string name = 1;</code>
+     * @return The name.
+     */
+    @java.lang.Override
+    public java.lang.String getName() {
+      java.lang.Object ref = name_;
+      if (ref instanceof java.lang.String) {
+        return (java.lang.String) ref;
+      } else {
+        com.google.protobuf.ByteString bs = 
+            (com.google.protobuf.ByteString) ref;
+        java.lang.String s = bs.toStringUtf8();
+        name_ = s;
+        return s;
+      }
+    }
+    /**
+     * <pre>
+     * The socket's file name, in the directory of the local socket the call came on.
+     * </pre>
+     *
+     * <code>string name = 1;</code>
+     * @return The bytes for name.
+     */
+    @java.lang.Override
+    public com.google.protobuf.ByteString
+        getNameBytes() {
+      java.lang.Object ref = name_;
+      if (ref instanceof java.lang.String) {
+        com.google.protobuf.ByteString b = 
+            com.google.protobuf.ByteString.copyFromUtf8(
+                (java.lang.String) ref);
+        name_ = b;
+        return b;
+      } else {
+        return (com.google.protobuf.ByteString) ref;
+      }
+    }
+
+    public static final int TOKEN_FIELD_NUMBER = 2;
+    private com.google.protobuf.ByteString token_ = com.google.protobuf.ByteString.EMPTY;
+    /**
+     * <pre>
+     * The stream's token (16 random bytes), the first frame on the socket.
+     * </pre>
+     *
+     * <code>bytes token = 2;</code>
+     * @return The token.
+     */
+    @java.lang.Override
+    public com.google.protobuf.ByteString getToken() {
+      return token_;
+    }
+
+    private byte memoizedIsInitialized = -1;
+    @java.lang.Override
+    public final boolean isInitialized() {
+      byte isInitialized = memoizedIsInitialized;
+      if (isInitialized == 1) return true;
+      if (isInitialized == 0) return false;
+
+      memoizedIsInitialized = 1;
+      return true;
+    }
+
+    @java.lang.Override
+    public void writeTo(com.google.protobuf.CodedOutputStream output)
+                        throws java.io.IOException {
+      if (!com.google.protobuf.GeneratedMessage.isStringEmpty(name_)) {
+        com.google.protobuf.GeneratedMessage.writeString(output, 1, name_);
+      }
+      if (!token_.isEmpty()) {
+        output.writeBytes(2, token_);
+      }
+      getUnknownFields().writeTo(output);
+    }
+
+    @java.lang.Override
+    public int getSerializedSize() {
+      int size = memoizedSize;
+      if (size != -1) return size;
+
+      size = 0;
+      if (!com.google.protobuf.GeneratedMessage.isStringEmpty(name_)) {
+        size += com.google.protobuf.GeneratedMessage.computeStringSize(1, name_);
+      }
+      if (!token_.isEmpty()) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeBytesSize(2, token_);
+      }
+      size += getUnknownFields().getSerializedSize();
+      memoizedSize = size;
+      return size;
+    }
+
+    @java.lang.Override
+    public boolean equals(final java.lang.Object obj) {
+      if (obj == this) {
+       return true;
+      }
+      if (!(obj instanceof dataservice.sidecar.v1.Stream.FrameSocket)) {
+        return super.equals(obj);
+      }
+      dataservice.sidecar.v1.Stream.FrameSocket other = (dataservice.sidecar.v1.Stream.FrameSocket) obj;
+
+      if (!getName()
+          .equals(other.getName())) return false;
+      if (!getToken()
+          .equals(other.getToken())) return false;
+      if (!getUnknownFields().equals(other.getUnknownFields())) return false;
+      return true;
+    }
+
+    @java.lang.Override
+    public int hashCode() {
+      if (memoizedHashCode != 0) {
+        return memoizedHashCode;
+      }
+      int hash = 41;
+      hash = (19 * hash) + getDescriptor().hashCode();
+      hash = (37 * hash) + NAME_FIELD_NUMBER;
+      hash = (53 * hash) + getName().hashCode();
+      hash = (37 * hash) + TOKEN_FIELD_NUMBER;
+      hash = (53 * hash) + getToken().hashCode();
+      hash = (29 * hash) + getUnknownFields().hashCode();
+      memoizedHashCode = hash;
+      return hash;
+    }
+
+    public static dataservice.sidecar.v1.Stream.FrameSocket parseFrom(
+        java.nio.ByteBuffer data)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data);
+    }
+    public static dataservice.sidecar.v1.Stream.FrameSocket parseFrom(
+        java.nio.ByteBuffer data,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data, extensionRegistry);
+    }
+    public static dataservice.sidecar.v1.Stream.FrameSocket parseFrom(
+        com.google.protobuf.ByteString data)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data);
+    }
+    public static dataservice.sidecar.v1.Stream.FrameSocket parseFrom(
+        com.google.protobuf.ByteString data,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data, extensionRegistry);
+    }
+    public static dataservice.sidecar.v1.Stream.FrameSocket parseFrom(byte[] data)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data);
+    }
+    public static dataservice.sidecar.v1.Stream.FrameSocket parseFrom(
+        byte[] data,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws com.google.protobuf.InvalidProtocolBufferException {
+      return PARSER.parseFrom(data, extensionRegistry);
+    }
+    public static dataservice.sidecar.v1.Stream.FrameSocket parseFrom(java.io.InputStream input)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseWithIOException(PARSER, input);
+    }
+    public static dataservice.sidecar.v1.Stream.FrameSocket parseFrom(
+        java.io.InputStream input,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseWithIOException(PARSER, input, extensionRegistry);
+    }
+
+    public static dataservice.sidecar.v1.Stream.FrameSocket parseDelimitedFrom(java.io.InputStream input)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseDelimitedWithIOException(PARSER, input);
+    }
+
+    public static dataservice.sidecar.v1.Stream.FrameSocket parseDelimitedFrom(
+        java.io.InputStream input,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseDelimitedWithIOException(PARSER, input, extensionRegistry);
+    }
+    public static dataservice.sidecar.v1.Stream.FrameSocket parseFrom(
+        com.google.protobuf.CodedInputStream input)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseWithIOException(PARSER, input);
+    }
+    public static dataservice.sidecar.v1.Stream.FrameSocket parseFrom(
+        com.google.protobuf.CodedInputStream input,
+        com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+        throws java.io.IOException {
+      return com.google.protobuf.GeneratedMessage
+          .parseWithIOException(PARSER, input, extensionRegistry);
+    }
+
+    @java.lang.Override
+    public Builder newBuilderForType() { return newBuilder(); }
+    public static Builder newBuilder() {
+      return DEFAULT_INSTANCE.toBuilder();
+    }
+    public static Builder newBuilder(dataservice.sidecar.v1.Stream.FrameSocket prototype) {
+      return DEFAULT_INSTANCE.toBuilder().mergeFrom(prototype);
+    }
+    @java.lang.Override
+    public Builder toBuilder() {
+      return this == DEFAULT_INSTANCE
+          ? new Builder() : new Builder().mergeFrom(this);
+    }
+
+    @java.lang.Override
+    protected Builder newBuilderForType(
+        com.google.protobuf.GeneratedMessage.BuilderParent parent) {
+      Builder builder = new Builder(parent);
+      return builder;
+    }
+    /**
+     * <pre>
+     * Where a Stream opened with `frame_socket` goes on: connect to `name` (a file in the
+     * directory of the sidecar's local socket) and send `token` as the first frame. A stream
+     * whose socket is not connected within 10 s fails (INVALID_ARGUMENT, field
+     * `open.frame_socket`: the client opens without it).
+     * </pre>
+     *
+     * Protobuf type {@code dataservice.sidecar.v1.FrameSocket}
+     */
+    public static final class Builder extends
+        com.google.protobuf.GeneratedMessage.Builder<Builder> implements
+        // @@protoc_insertion_point(builder_implements:dataservice.sidecar.v1.FrameSocket)
+        dataservice.sidecar.v1.Stream.FrameSocketOrBuilder {
+      public static final com.google.protobuf.Descriptors.Descriptor
+          getDescriptor() {
+        return dataservice.sidecar.v1.Stream.internal_static_dataservice_sidecar_v1_FrameSocket_descriptor;
+      }
+
+      @java.lang.Override
+      protected com.google.protobuf.GeneratedMessage.FieldAccessorTable
+          internalGetFieldAccessorTable() {
+        return dataservice.sidecar.v1.Stream.internal_static_dataservice_sidecar_v1_FrameSocket_fieldAccessorTable
+            .ensureFieldAccessorsInitialized(
+                dataservice.sidecar.v1.Stream.FrameSocket.class, dataservice.sidecar.v1.Stream.FrameSocket.Builder.class);
+      }
+
+      // Construct using dataservice.sidecar.v1.Stream.FrameSocket.newBuilder()
+      private Builder() {
+
+      }
+
+      private Builder(
+          com.google.protobuf.GeneratedMessage.BuilderParent parent) {
+        super(parent);
+
+      }
+      @java.lang.Override
+      public Builder clear() {
+        super.clear();
+        bitField0_ = 0;
+        name_ = "";
+        token_ = com.google.protobuf.ByteString.EMPTY;
+        return this;
+      }
+
+      @java.lang.Override
+      public com.google.protobuf.Descriptors.Descriptor
+          getDescriptorForType() {
+        return dataservice.sidecar.v1.Stream.internal_static_dataservice_sidecar_v1_FrameSocket_descriptor;
+      }
+
+      @java.lang.Override
+      public dataservice.sidecar.v1.Stream.FrameSocket getDefaultInstanceForType() {
+        return dataservice.sidecar.v1.Stream.FrameSocket.getDefaultInstance();
+      }
+
+      @java.lang.Override
+      public dataservice.sidecar.v1.Stream.FrameSocket build() {
+        dataservice.sidecar.v1.Stream.FrameSocket result = buildPartial();
+        if (!result.isInitialized()) {
+          throw newUninitializedMessageException(result);
+        }
+        return result;
+      }
+
+      @java.lang.Override
+      public dataservice.sidecar.v1.Stream.FrameSocket buildPartial() {
+        dataservice.sidecar.v1.Stream.FrameSocket result = new dataservice.sidecar.v1.Stream.FrameSocket(this);
+        if (bitField0_ != 0) { buildPartial0(result); }
+        onBuilt();
+        return result;
+      }
+
+      private void buildPartial0(dataservice.sidecar.v1.Stream.FrameSocket result) {
+        int from_bitField0_ = bitField0_;
+        if (((from_bitField0_ & 0x00000001) != 0)) {
+          result.name_ = name_;
+        }
+        if (((from_bitField0_ & 0x00000002) != 0)) {
+          result.token_ = token_;
+        }
+      }
+
+      @java.lang.Override
+      public Builder mergeFrom(com.google.protobuf.Message other) {
+        if (other instanceof dataservice.sidecar.v1.Stream.FrameSocket) {
+          return mergeFrom((dataservice.sidecar.v1.Stream.FrameSocket)other);
+        } else {
+          super.mergeFrom(other);
+          return this;
+        }
+      }
+
+      public Builder mergeFrom(dataservice.sidecar.v1.Stream.FrameSocket other) {
+        if (other == dataservice.sidecar.v1.Stream.FrameSocket.getDefaultInstance()) return this;
+        if (!other.getName().isEmpty()) {
+          name_ = other.name_;
+          bitField0_ |= 0x00000001;
+          onChanged();
+        }
+        if (!other.getToken().isEmpty()) {
+          setToken(other.getToken());
+        }
+        this.mergeUnknownFields(other.getUnknownFields());
+        onChanged();
+        return this;
+      }
+
+      @java.lang.Override
+      public final boolean isInitialized() {
+        return true;
+      }
+
+      @java.lang.Override
+      public Builder mergeFrom(
+          com.google.protobuf.CodedInputStream input,
+          com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+          throws java.io.IOException {
+        if (extensionRegistry == null) {
+          throw new java.lang.NullPointerException();
+        }
+        try {
+          boolean done = false;
+          while (!done) {
+            int tag = input.readTag();
+            switch (tag) {
+              case 0:
+                done = true;
+                break;
+              case 10: {
+                name_ = input.readStringRequireUtf8();
+                bitField0_ |= 0x00000001;
+                break;
+              } // case 10
+              case 18: {
+                token_ = input.readBytes();
+                bitField0_ |= 0x00000002;
+                break;
+              } // case 18
+              default: {
+                if (!super.parseUnknownField(input, extensionRegistry, tag)) {
+                  done = true; // was an endgroup tag
+                }
+                break;
+              } // default:
+            } // switch (tag)
+          } // while (!done)
+        } catch (com.google.protobuf.InvalidProtocolBufferException e) {
+          throw e.unwrapIOException();
+        } finally {
+          onChanged();
+        } // finally
+        return this;
+      }
+      private int bitField0_;
+
+      private java.lang.Object name_ = "";
+      /**
+       * <pre>
+       * The socket's file name, in the directory of the local socket the call came on.
+       * </pre>
+       *
+       * <code>string name = 1;</code>
+       * @return The name.
+       */
+      public java.lang.String getName() {
+        java.lang.Object ref = name_;
+        if (!(ref instanceof java.lang.String)) {
+          com.google.protobuf.ByteString bs =
+              (com.google.protobuf.ByteString) ref;
+          java.lang.String s = bs.toStringUtf8();
+          name_ = s;
+          return s;
+        } else {
+          return (java.lang.String) ref;
+        }
+      }
+      /**
+       * <pre>
+       * The socket's file name, in the directory of the local socket the call came on.
+       * </pre>
+       *
+       * <code>string name = 1;</code>
+       * @return The bytes for name.
+       */
+      public com.google.protobuf.ByteString
+          getNameBytes() {
+        java.lang.Object ref = name_;
+        if (ref instanceof String) {
+          com.google.protobuf.ByteString b = 
+              com.google.protobuf.ByteString.copyFromUtf8(
+                  (java.lang.String) ref);
+          name_ = b;
+          return b;
+        } else {
+          return (com.google.protobuf.ByteString) ref;
+        }
+      }
+      /**
+       * <pre>
+       * The socket's file name, in the directory of the local socket the call came on.
+       * </pre>
+       *
+       * <code>string name = 1;</code>
+       * @param value The name to set.
+       * @return This builder for chaining.
+       */
+      public Builder setName(
+          java.lang.String value) {
+        if (value == null) { throw new NullPointerException(); }
+        name_ = value;
+        bitField0_ |= 0x00000001;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * The socket's file name, in the directory of the local socket the call came on.
+       * </pre>
+       *
+       * <code>string name = 1;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearName() {
+        name_ = getDefaultInstance().getName();
+        bitField0_ = (bitField0_ & ~0x00000001);
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * The socket's file name, in the directory of the local socket the call came on.
+       * </pre>
+       *
+       * <code>string name = 1;</code>
+       * @param value The bytes for name to set.
+       * @return This builder for chaining.
+       */
+      public Builder setNameBytes(
+          com.google.protobuf.ByteString value) {
+        if (value == null) { throw new NullPointerException(); }
+        checkByteStringIsUtf8(value);
+        name_ = value;
+        bitField0_ |= 0x00000001;
+        onChanged();
+        return this;
+      }
+
+      private com.google.protobuf.ByteString token_ = com.google.protobuf.ByteString.EMPTY;
+      /**
+       * <pre>
+       * The stream's token (16 random bytes), the first frame on the socket.
+       * </pre>
+       *
+       * <code>bytes token = 2;</code>
+       * @return The token.
+       */
+      @java.lang.Override
+      public com.google.protobuf.ByteString getToken() {
+        return token_;
+      }
+      /**
+       * <pre>
+       * The stream's token (16 random bytes), the first frame on the socket.
+       * </pre>
+       *
+       * <code>bytes token = 2;</code>
+       * @param value The token to set.
+       * @return This builder for chaining.
+       */
+      public Builder setToken(com.google.protobuf.ByteString value) {
+        if (value == null) { throw new NullPointerException(); }
+        token_ = value;
+        bitField0_ |= 0x00000002;
+        onChanged();
+        return this;
+      }
+      /**
+       * <pre>
+       * The stream's token (16 random bytes), the first frame on the socket.
+       * </pre>
+       *
+       * <code>bytes token = 2;</code>
+       * @return This builder for chaining.
+       */
+      public Builder clearToken() {
+        bitField0_ = (bitField0_ & ~0x00000002);
+        token_ = getDefaultInstance().getToken();
+        onChanged();
+        return this;
+      }
+
+      // @@protoc_insertion_point(builder_scope:dataservice.sidecar.v1.FrameSocket)
+    }
+
+    // @@protoc_insertion_point(class_scope:dataservice.sidecar.v1.FrameSocket)
+    private static final dataservice.sidecar.v1.Stream.FrameSocket DEFAULT_INSTANCE;
+    static {
+      DEFAULT_INSTANCE = new dataservice.sidecar.v1.Stream.FrameSocket();
+    }
+
+    public static dataservice.sidecar.v1.Stream.FrameSocket getDefaultInstance() {
+      return DEFAULT_INSTANCE;
+    }
+
+    private static final com.google.protobuf.Parser<FrameSocket>
+        PARSER = new com.google.protobuf.AbstractParser<FrameSocket>() {
+      @java.lang.Override
+      public FrameSocket parsePartialFrom(
+          com.google.protobuf.CodedInputStream input,
+          com.google.protobuf.ExtensionRegistryLite extensionRegistry)
+          throws com.google.protobuf.InvalidProtocolBufferException {
+        Builder builder = newBuilder();
+        try {
+          builder.mergeFrom(input, extensionRegistry);
+        } catch (com.google.protobuf.InvalidProtocolBufferException e) {
+          throw e.setUnfinishedMessage(builder.buildPartial());
+        } catch (com.google.protobuf.UninitializedMessageException e) {
+          throw e.asInvalidProtocolBufferException().setUnfinishedMessage(builder.buildPartial());
+        } catch (java.io.IOException e) {
+          throw new com.google.protobuf.InvalidProtocolBufferException(e)
+              .setUnfinishedMessage(builder.buildPartial());
+        }
+        return builder.buildPartial();
+      }
+    };
+
+    public static com.google.protobuf.Parser<FrameSocket> parser() {
+      return PARSER;
+    }
+
+    @java.lang.Override
+    public com.google.protobuf.Parser<FrameSocket> getParserForType() {
+      return PARSER;
+    }
+
+    @java.lang.Override
+    public dataservice.sidecar.v1.Stream.FrameSocket getDefaultInstanceForType() {
       return DEFAULT_INSTANCE;
     }
 
@@ -18041,6 +18827,36 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
      */
     dataservice.sidecar.v1.Stream.StreamNackResultOrBuilder getNackResultOrBuilder();
 
+    /**
+     * <pre>
+     * First and only gRPC response of a stream opened with `frame_socket`: what follows
+     * comes as frames on that socket.
+     * </pre>
+     *
+     * <code>.dataservice.sidecar.v1.FrameSocket frame_socket = 4;</code>
+     * @return Whether the frameSocket field is set.
+     */
+    boolean hasFrameSocket();
+    /**
+     * <pre>
+     * First and only gRPC response of a stream opened with `frame_socket`: what follows
+     * comes as frames on that socket.
+     * </pre>
+     *
+     * <code>.dataservice.sidecar.v1.FrameSocket frame_socket = 4;</code>
+     * @return The frameSocket.
+     */
+    dataservice.sidecar.v1.Stream.FrameSocket getFrameSocket();
+    /**
+     * <pre>
+     * First and only gRPC response of a stream opened with `frame_socket`: what follows
+     * comes as frames on that socket.
+     * </pre>
+     *
+     * <code>.dataservice.sidecar.v1.FrameSocket frame_socket = 4;</code>
+     */
+    dataservice.sidecar.v1.Stream.FrameSocketOrBuilder getFrameSocketOrBuilder();
+
     dataservice.sidecar.v1.Stream.StreamResponse.KindCase getKindCase();
   }
   /**
@@ -18093,6 +18909,7 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       BATCH(1),
       ACK_RESULT(2),
       NACK_RESULT(3),
+      FRAME_SOCKET(4),
       KIND_NOT_SET(0);
       private final int value;
       private KindCase(int value) {
@@ -18113,6 +18930,7 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           case 1: return BATCH;
           case 2: return ACK_RESULT;
           case 3: return NACK_RESULT;
+          case 4: return FRAME_SOCKET;
           case 0: return KIND_NOT_SET;
           default: return null;
         }
@@ -18257,6 +19075,52 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       return dataservice.sidecar.v1.Stream.StreamNackResult.getDefaultInstance();
     }
 
+    public static final int FRAME_SOCKET_FIELD_NUMBER = 4;
+    /**
+     * <pre>
+     * First and only gRPC response of a stream opened with `frame_socket`: what follows
+     * comes as frames on that socket.
+     * </pre>
+     *
+     * <code>.dataservice.sidecar.v1.FrameSocket frame_socket = 4;</code>
+     * @return Whether the frameSocket field is set.
+     */
+    @java.lang.Override
+    public boolean hasFrameSocket() {
+      return kindCase_ == 4;
+    }
+    /**
+     * <pre>
+     * First and only gRPC response of a stream opened with `frame_socket`: what follows
+     * comes as frames on that socket.
+     * </pre>
+     *
+     * <code>.dataservice.sidecar.v1.FrameSocket frame_socket = 4;</code>
+     * @return The frameSocket.
+     */
+    @java.lang.Override
+    public dataservice.sidecar.v1.Stream.FrameSocket getFrameSocket() {
+      if (kindCase_ == 4) {
+         return (dataservice.sidecar.v1.Stream.FrameSocket) kind_;
+      }
+      return dataservice.sidecar.v1.Stream.FrameSocket.getDefaultInstance();
+    }
+    /**
+     * <pre>
+     * First and only gRPC response of a stream opened with `frame_socket`: what follows
+     * comes as frames on that socket.
+     * </pre>
+     *
+     * <code>.dataservice.sidecar.v1.FrameSocket frame_socket = 4;</code>
+     */
+    @java.lang.Override
+    public dataservice.sidecar.v1.Stream.FrameSocketOrBuilder getFrameSocketOrBuilder() {
+      if (kindCase_ == 4) {
+         return (dataservice.sidecar.v1.Stream.FrameSocket) kind_;
+      }
+      return dataservice.sidecar.v1.Stream.FrameSocket.getDefaultInstance();
+    }
+
     private byte memoizedIsInitialized = -1;
     @java.lang.Override
     public final boolean isInitialized() {
@@ -18280,6 +19144,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       if (kindCase_ == 3) {
         output.writeMessage(3, (dataservice.sidecar.v1.Stream.StreamNackResult) kind_);
       }
+      if (kindCase_ == 4) {
+        output.writeMessage(4, (dataservice.sidecar.v1.Stream.FrameSocket) kind_);
+      }
       getUnknownFields().writeTo(output);
     }
 
@@ -18300,6 +19167,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
       if (kindCase_ == 3) {
         size += com.google.protobuf.CodedOutputStream
           .computeMessageSize(3, (dataservice.sidecar.v1.Stream.StreamNackResult) kind_);
+      }
+      if (kindCase_ == 4) {
+        size += com.google.protobuf.CodedOutputStream
+          .computeMessageSize(4, (dataservice.sidecar.v1.Stream.FrameSocket) kind_);
       }
       size += getUnknownFields().getSerializedSize();
       memoizedSize = size;
@@ -18330,6 +19201,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           if (!getNackResult()
               .equals(other.getNackResult())) return false;
           break;
+        case 4:
+          if (!getFrameSocket()
+              .equals(other.getFrameSocket())) return false;
+          break;
         case 0:
         default:
       }
@@ -18356,6 +19231,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         case 3:
           hash = (37 * hash) + NACK_RESULT_FIELD_NUMBER;
           hash = (53 * hash) + getNackResult().hashCode();
+          break;
+        case 4:
+          hash = (37 * hash) + FRAME_SOCKET_FIELD_NUMBER;
+          hash = (53 * hash) + getFrameSocket().hashCode();
           break;
         case 0:
         default:
@@ -18504,6 +19383,9 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         if (nackResultBuilder_ != null) {
           nackResultBuilder_.clear();
         }
+        if (frameSocketBuilder_ != null) {
+          frameSocketBuilder_.clear();
+        }
         kindCase_ = 0;
         kind_ = null;
         return this;
@@ -18557,6 +19439,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
             nackResultBuilder_ != null) {
           result.kind_ = nackResultBuilder_.build();
         }
+        if (kindCase_ == 4 &&
+            frameSocketBuilder_ != null) {
+          result.kind_ = frameSocketBuilder_.build();
+        }
       }
 
       @java.lang.Override
@@ -18582,6 +19468,10 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
           }
           case NACK_RESULT: {
             mergeNackResult(other.getNackResult());
+            break;
+          }
+          case FRAME_SOCKET: {
+            mergeFrameSocket(other.getFrameSocket());
             break;
           }
           case KIND_NOT_SET: {
@@ -18635,6 +19525,13 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
                 kindCase_ = 3;
                 break;
               } // case 26
+              case 34: {
+                input.readMessage(
+                    internalGetFrameSocketFieldBuilder().getBuilder(),
+                    extensionRegistry);
+                kindCase_ = 4;
+                break;
+              } // case 34
               default: {
                 if (!super.parseUnknownField(input, extensionRegistry, tag)) {
                   done = true; // was an endgroup tag
@@ -19199,6 +20096,193 @@ public final class Stream extends com.google.protobuf.GeneratedFile {
         kindCase_ = 3;
         onChanged();
         return nackResultBuilder_;
+      }
+
+      private com.google.protobuf.SingleFieldBuilder<
+          dataservice.sidecar.v1.Stream.FrameSocket, dataservice.sidecar.v1.Stream.FrameSocket.Builder, dataservice.sidecar.v1.Stream.FrameSocketOrBuilder> frameSocketBuilder_;
+      /**
+       * <pre>
+       * First and only gRPC response of a stream opened with `frame_socket`: what follows
+       * comes as frames on that socket.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.FrameSocket frame_socket = 4;</code>
+       * @return Whether the frameSocket field is set.
+       */
+      @java.lang.Override
+      public boolean hasFrameSocket() {
+        return kindCase_ == 4;
+      }
+      /**
+       * <pre>
+       * First and only gRPC response of a stream opened with `frame_socket`: what follows
+       * comes as frames on that socket.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.FrameSocket frame_socket = 4;</code>
+       * @return The frameSocket.
+       */
+      @java.lang.Override
+      public dataservice.sidecar.v1.Stream.FrameSocket getFrameSocket() {
+        if (frameSocketBuilder_ == null) {
+          if (kindCase_ == 4) {
+            return (dataservice.sidecar.v1.Stream.FrameSocket) kind_;
+          }
+          return dataservice.sidecar.v1.Stream.FrameSocket.getDefaultInstance();
+        } else {
+          if (kindCase_ == 4) {
+            return frameSocketBuilder_.getMessage();
+          }
+          return dataservice.sidecar.v1.Stream.FrameSocket.getDefaultInstance();
+        }
+      }
+      /**
+       * <pre>
+       * First and only gRPC response of a stream opened with `frame_socket`: what follows
+       * comes as frames on that socket.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.FrameSocket frame_socket = 4;</code>
+       */
+      public Builder setFrameSocket(dataservice.sidecar.v1.Stream.FrameSocket value) {
+        if (frameSocketBuilder_ == null) {
+          if (value == null) {
+            throw new NullPointerException();
+          }
+          kind_ = value;
+          onChanged();
+        } else {
+          frameSocketBuilder_.setMessage(value);
+        }
+        kindCase_ = 4;
+        return this;
+      }
+      /**
+       * <pre>
+       * First and only gRPC response of a stream opened with `frame_socket`: what follows
+       * comes as frames on that socket.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.FrameSocket frame_socket = 4;</code>
+       */
+      public Builder setFrameSocket(
+          dataservice.sidecar.v1.Stream.FrameSocket.Builder builderForValue) {
+        if (frameSocketBuilder_ == null) {
+          kind_ = builderForValue.build();
+          onChanged();
+        } else {
+          frameSocketBuilder_.setMessage(builderForValue.build());
+        }
+        kindCase_ = 4;
+        return this;
+      }
+      /**
+       * <pre>
+       * First and only gRPC response of a stream opened with `frame_socket`: what follows
+       * comes as frames on that socket.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.FrameSocket frame_socket = 4;</code>
+       */
+      public Builder mergeFrameSocket(dataservice.sidecar.v1.Stream.FrameSocket value) {
+        if (frameSocketBuilder_ == null) {
+          if (kindCase_ == 4 &&
+              kind_ != dataservice.sidecar.v1.Stream.FrameSocket.getDefaultInstance()) {
+            kind_ = dataservice.sidecar.v1.Stream.FrameSocket.newBuilder((dataservice.sidecar.v1.Stream.FrameSocket) kind_)
+                .mergeFrom(value).buildPartial();
+          } else {
+            kind_ = value;
+          }
+          onChanged();
+        } else {
+          if (kindCase_ == 4) {
+            frameSocketBuilder_.mergeFrom(value);
+          } else {
+            frameSocketBuilder_.setMessage(value);
+          }
+        }
+        kindCase_ = 4;
+        return this;
+      }
+      /**
+       * <pre>
+       * First and only gRPC response of a stream opened with `frame_socket`: what follows
+       * comes as frames on that socket.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.FrameSocket frame_socket = 4;</code>
+       */
+      public Builder clearFrameSocket() {
+        if (frameSocketBuilder_ == null) {
+          if (kindCase_ == 4) {
+            kindCase_ = 0;
+            kind_ = null;
+            onChanged();
+          }
+        } else {
+          if (kindCase_ == 4) {
+            kindCase_ = 0;
+            kind_ = null;
+          }
+          frameSocketBuilder_.clear();
+        }
+        return this;
+      }
+      /**
+       * <pre>
+       * First and only gRPC response of a stream opened with `frame_socket`: what follows
+       * comes as frames on that socket.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.FrameSocket frame_socket = 4;</code>
+       */
+      public dataservice.sidecar.v1.Stream.FrameSocket.Builder getFrameSocketBuilder() {
+        return internalGetFrameSocketFieldBuilder().getBuilder();
+      }
+      /**
+       * <pre>
+       * First and only gRPC response of a stream opened with `frame_socket`: what follows
+       * comes as frames on that socket.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.FrameSocket frame_socket = 4;</code>
+       */
+      @java.lang.Override
+      public dataservice.sidecar.v1.Stream.FrameSocketOrBuilder getFrameSocketOrBuilder() {
+        if ((kindCase_ == 4) && (frameSocketBuilder_ != null)) {
+          return frameSocketBuilder_.getMessageOrBuilder();
+        } else {
+          if (kindCase_ == 4) {
+            return (dataservice.sidecar.v1.Stream.FrameSocket) kind_;
+          }
+          return dataservice.sidecar.v1.Stream.FrameSocket.getDefaultInstance();
+        }
+      }
+      /**
+       * <pre>
+       * First and only gRPC response of a stream opened with `frame_socket`: what follows
+       * comes as frames on that socket.
+       * </pre>
+       *
+       * <code>.dataservice.sidecar.v1.FrameSocket frame_socket = 4;</code>
+       */
+      private com.google.protobuf.SingleFieldBuilder<
+          dataservice.sidecar.v1.Stream.FrameSocket, dataservice.sidecar.v1.Stream.FrameSocket.Builder, dataservice.sidecar.v1.Stream.FrameSocketOrBuilder> 
+          internalGetFrameSocketFieldBuilder() {
+        if (frameSocketBuilder_ == null) {
+          if (!(kindCase_ == 4)) {
+            kind_ = dataservice.sidecar.v1.Stream.FrameSocket.getDefaultInstance();
+          }
+          frameSocketBuilder_ = new com.google.protobuf.SingleFieldBuilder<
+              dataservice.sidecar.v1.Stream.FrameSocket, dataservice.sidecar.v1.Stream.FrameSocket.Builder, dataservice.sidecar.v1.Stream.FrameSocketOrBuilder>(
+                  (dataservice.sidecar.v1.Stream.FrameSocket) kind_,
+                  getParentForChildren(),
+                  isClean());
+          kind_ = null;
+        }
+        kindCase_ = 4;
+        onChanged();
+        return frameSocketBuilder_;
       }
 
       // @@protoc_insertion_point(builder_scope:dataservice.sidecar.v1.StreamResponse)
@@ -46304,6 +47388,11 @@ java.lang.String defaultValue) {
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
       internal_static_dataservice_sidecar_v1_StreamOpen_fieldAccessorTable;
   private static final com.google.protobuf.Descriptors.Descriptor
+    internal_static_dataservice_sidecar_v1_FrameSocket_descriptor;
+  private static final 
+    com.google.protobuf.GeneratedMessage.FieldAccessorTable
+      internal_static_dataservice_sidecar_v1_FrameSocket_fieldAccessorTable;
+  private static final com.google.protobuf.Descriptors.Descriptor
     internal_static_dataservice_sidecar_v1_StreamCredit_descriptor;
   private static final 
     com.google.protobuf.GeneratedMessage.FieldAccessorTable
@@ -46476,141 +47565,144 @@ java.lang.String defaultValue) {
       "taservice.sidecar.v1.StreamCreditH\000\0222\n\004a" +
       "cks\030\003 \001(\0132\".dataservice.sidecar.v1.Strea" +
       "mAcksH\000\0224\n\005nacks\030\004 \001(\0132#.dataservice.sid" +
-      "ecar.v1.StreamNacksH\000B\006\n\004kind\"\377\001\n\nStream" +
+      "ecar.v1.StreamNacksH\000B\006\n\004kind\"\225\002\n\nStream" +
       "Open\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022\020" +
       "\n\010auto_ack\030\003 \001(\010\022<\n\016initial_credit\030\004 \001(\013" +
       "2$.dataservice.sidecar.v1.StreamCredit\0226" +
       "\n\006format\030\005 \001(\0162&.dataservice.sidecar.v1." +
       "DeliveryFormat\022)\n\006linger\030\006 \001(\0132\031.google." +
       "protobuf.Duration\022\034\n\024answers_with_batche" +
-      "s\030\007 \001(\010\".\n\014StreamCredit\022\017\n\007records\030\001 \001(\005" +
-      "\022\r\n\005bytes\030\002 \001(\003\"\225\001\n\nStreamAcks\022/\n\004acks\030\001" +
-      " \003(\0132!.dataservice.sidecar.v1.RecordAck\022" +
-      "0\n\006ranges\030\002 \003(\0132 .dataservice.sidecar.v1" +
-      ".RangeAck\022\020\n\010released\030\003 \003(\003\022\022\n\nanswer_no" +
-      "w\030\004 \001(\010\"\235\001\n\013StreamNacks\0222\n\007records\030\001 \003(\013" +
-      "2!.dataservice.sidecar.v1.RecordAck\0220\n\006r" +
-      "anges\030\002 \003(\0132 .dataservice.sidecar.v1.Ran" +
-      "geAck\022(\n\005delay\030\003 \001(\0132\031.google.protobuf.D" +
-      "uration\"\316\001\n\016StreamResponse\0224\n\005batch\030\001 \001(" +
-      "\0132#.dataservice.sidecar.v1.StreamBatchH\000" +
-      "\022=\n\nack_result\030\002 \001(\0132\'.dataservice.sidec" +
-      "ar.v1.StreamAckResultH\000\022?\n\013nack_result\030\003" +
-      " \001(\0132(.dataservice.sidecar.v1.StreamNack" +
-      "ResultH\000B\006\n\004kind\"\346\001\n\013StreamBatch\022.\n\007reco" +
-      "rds\030\001 \003(\0132\035.dataservice.common.v1.Record" +
-      "\0224\n\007batches\030\002 \003(\0132#.dataservice.sidecar." +
-      "v1.RecordBatch\0223\n\006shared\030\003 \003(\0132#.dataser" +
-      "vice.sidecar.v1.SharedBatch\022<\n\013ack_resul" +
-      "ts\030\004 \003(\0132\'.dataservice.sidecar.v1.Stream" +
-      "AckResult\"\245\001\n\017StreamAckResult\022\023\n\013acked_c" +
-      "ount\030\001 \001(\003\022:\n\rrejected_acks\030\002 \003(\0132#.data" +
-      "service.sidecar.v1.RejectedAck\022A\n\017reject" +
-      "ed_ranges\030\003 \003(\0132(.dataservice.sidecar.v1" +
-      ".RejectedRangeAck\"\270\001\n\020StreamNackResult\022\024" +
-      "\n\014nacked_count\030\001 \001(\003\022:\n\rrejected_acks\030\002 " +
-      "\003(\0132#.dataservice.sidecar.v1.RejectedAck" +
-      "\022A\n\017rejected_ranges\030\003 \003(\0132(.dataservice." +
-      "sidecar.v1.RejectedRangeAck\022\017\n\007records\030\004" +
-      " \001(\003\"R\n\tRecordAck\022\r\n\005topic\030\001 \001(\t\022\021\n\tpart" +
-      "ition\030\002 \001(\005\022\016\n\006offset\030\003 \001(\003\022\023\n\013lease_epo" +
-      "ch\030\004 \001(\003\"i\n\010RangeAck\022\r\n\005topic\030\001 \001(\t\022\021\n\tp" +
-      "artition\030\002 \001(\005\022\023\n\013from_offset\030\003 \001(\003\022\021\n\tt" +
-      "o_offset\030\004 \001(\003\022\023\n\013lease_epoch\030\005 \001(\003\"\210\001\n\020" +
-      "RejectedRangeAck\022-\n\003ack\030\001 \001(\0132 .dataserv" +
-      "ice.sidecar.v1.RangeAck\0224\n\006reason\030\002 \001(\0162" +
-      "$.dataservice.sidecar.v1.RejectReason\022\017\n" +
-      "\007message\030\003 \001(\t\"\204\001\n\013RejectedAck\022.\n\003ack\030\001 " +
-      "\001(\0132!.dataservice.sidecar.v1.RecordAck\0224" +
-      "\n\006reason\030\002 \001(\0162$.dataservice.sidecar.v1." +
-      "RejectReason\022\017\n\007message\030\003 \001(\t\"\221\001\n\nAckReq" +
-      "uest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022/" +
-      "\n\004acks\030\003 \003(\0132!.dataservice.sidecar.v1.Re" +
-      "cordAck\0220\n\006ranges\030\004 \003(\0132 .dataservice.si" +
-      "decar.v1.RangeAck\"\241\001\n\013AckResponse\022\023\n\013ack" +
-      "ed_count\030\001 \001(\003\022:\n\rrejected_acks\030\002 \003(\0132#." +
-      "dataservice.sidecar.v1.RejectedAck\022A\n\017re" +
-      "jected_ranges\030\003 \003(\0132(.dataservice.sideca" +
-      "r.v1.RejectedRangeAck\"\314\001\n\013NackRequest\022\021\n" +
-      "\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\0222\n\007recor" +
-      "ds\030\003 \003(\0132!.dataservice.sidecar.v1.Record" +
-      "Ack\0220\n\006ranges\030\004 \003(\0132 .dataservice.sideca" +
-      "r.v1.RangeAck\022(\n\005delay\030\005 \001(\0132\031.google.pr" +
-      "otobuf.Duration\022\013\n\003all\030\006 \001(\010\"\264\001\n\014NackRes" +
-      "ponse\022\024\n\014nacked_count\030\001 \001(\003\022:\n\rrejected_" +
+      "s\030\007 \001(\010\022\024\n\014frame_socket\030\010 \001(\010\"*\n\013FrameSo" +
+      "cket\022\014\n\004name\030\001 \001(\t\022\r\n\005token\030\002 \001(\014\".\n\014Str" +
+      "eamCredit\022\017\n\007records\030\001 \001(\005\022\r\n\005bytes\030\002 \001(" +
+      "\003\"\225\001\n\nStreamAcks\022/\n\004acks\030\001 \003(\0132!.dataser" +
+      "vice.sidecar.v1.RecordAck\0220\n\006ranges\030\002 \003(" +
+      "\0132 .dataservice.sidecar.v1.RangeAck\022\020\n\010r" +
+      "eleased\030\003 \003(\003\022\022\n\nanswer_now\030\004 \001(\010\"\235\001\n\013St" +
+      "reamNacks\0222\n\007records\030\001 \003(\0132!.dataservice" +
+      ".sidecar.v1.RecordAck\0220\n\006ranges\030\002 \003(\0132 ." +
+      "dataservice.sidecar.v1.RangeAck\022(\n\005delay" +
+      "\030\003 \001(\0132\031.google.protobuf.Duration\"\213\002\n\016St" +
+      "reamResponse\0224\n\005batch\030\001 \001(\0132#.dataservic" +
+      "e.sidecar.v1.StreamBatchH\000\022=\n\nack_result" +
+      "\030\002 \001(\0132\'.dataservice.sidecar.v1.StreamAc" +
+      "kResultH\000\022?\n\013nack_result\030\003 \001(\0132(.dataser" +
+      "vice.sidecar.v1.StreamNackResultH\000\022;\n\014fr" +
+      "ame_socket\030\004 \001(\0132#.dataservice.sidecar.v" +
+      "1.FrameSocketH\000B\006\n\004kind\"\346\001\n\013StreamBatch\022" +
+      ".\n\007records\030\001 \003(\0132\035.dataservice.common.v1" +
+      ".Record\0224\n\007batches\030\002 \003(\0132#.dataservice.s" +
+      "idecar.v1.RecordBatch\0223\n\006shared\030\003 \003(\0132#." +
+      "dataservice.sidecar.v1.SharedBatch\022<\n\013ac" +
+      "k_results\030\004 \003(\0132\'.dataservice.sidecar.v1" +
+      ".StreamAckResult\"\245\001\n\017StreamAckResult\022\023\n\013" +
+      "acked_count\030\001 \001(\003\022:\n\rrejected_acks\030\002 \003(\013" +
+      "2#.dataservice.sidecar.v1.RejectedAck\022A\n" +
+      "\017rejected_ranges\030\003 \003(\0132(.dataservice.sid" +
+      "ecar.v1.RejectedRangeAck\"\270\001\n\020StreamNackR" +
+      "esult\022\024\n\014nacked_count\030\001 \001(\003\022:\n\rrejected_" +
       "acks\030\002 \003(\0132#.dataservice.sidecar.v1.Reje" +
       "ctedAck\022A\n\017rejected_ranges\030\003 \003(\0132(.datas" +
       "ervice.sidecar.v1.RejectedRangeAck\022\017\n\007re" +
-      "cords\030\004 \001(\003\"\305\001\n\020ReadRangeRequest\022\021\n\tclie" +
-      "nt_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022\r\n\005topic\030\003 \001(" +
-      "\t\022\021\n\tpartition\030\004 \001(\005\022\023\n\013from_offset\030\005 \001(" +
-      "\003\022\021\n\tto_offset\030\006 \001(\003\022\021\n\tmax_bytes\030\007 \001(\003\022" +
-      "2\n\006format\030\010 \001(\0162\".dataservice.sidecar.v1" +
-      ".ReadFormat\"\200\001\n\021ReadRangeResponse\022.\n\007rec" +
-      "ords\030\001 \003(\0132\035.dataservice.common.v1.Recor" +
-      "d\022\021\n\tarrow_ipc\030\002 \001(\014\022\023\n\013lease_epoch\030\003 \001(" +
-      "\003\022\023\n\013next_offset\030\004 \001(\003\"U\n\014OffsetCommit\022\r" +
-      "\n\005topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\016\n\006offs" +
-      "et\030\003 \001(\003\022\023\n\013lease_epoch\030\004 \001(\003\"o\n\024CommitO" +
-      "ffsetsRequest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005grou" +
-      "p\030\002 \001(\t\0225\n\007offsets\030\003 \003(\0132$.dataservice.s" +
-      "idecar.v1.OffsetCommit\"\244\001\n\022OffsetCommitR" +
-      "esult\0224\n\006commit\030\001 \001(\0132$.dataservice.side" +
-      "car.v1.OffsetCommit\022\021\n\tcommitted\030\002 \001(\010\0224" +
-      "\n\006reason\030\003 \001(\0162$.dataservice.sidecar.v1." +
-      "RejectReason\022\017\n\007message\030\004 \001(\t\"T\n\025CommitO" +
-      "ffsetsResponse\022;\n\007results\030\001 \003(\0132*.datase" +
-      "rvice.sidecar.v1.OffsetCommitResult\"\017\n\rS" +
-      "tatusRequest\"\252\002\n\017PartitionStatus\022\r\n\005topi" +
-      "c\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\023\n\013lease_epoc" +
-      "h\030\003 \001(\003\022;\n\030lease_deadline_remaining\030\004 \001(" +
-      "\0132\031.google.protobuf.Duration\022\020\n\010position" +
-      "\030\005 \001(\003\022\030\n\020committed_offset\030\006 \001(\003\022\026\n\016high" +
-      "_watermark\030\007 \001(\003\022\030\n\020buffered_records\030\010 \001" +
-      "(\003\022\026\n\016buffered_bytes\030\t \001(\003\022\016\n\006paused\030\n \001" +
-      "(\010\022\020\n\010inflight\030\013 \001(\003\022\013\n\003due\030\014 \001(\003\"\337\003\n\016St" +
-      "atusResponse\022\022\n\nsidecar_id\030\001 \001(\t\022\r\n\005grou" +
-      "p\030\002 \001(\t\022.\n\004mode\030\003 \001(\0162 .dataservice.comm" +
-      "on.v1.GroupMode\022;\n\npartitions\030\004 \003(\0132\'.da" +
-      "taservice.sidecar.v1.PartitionStatus\022\024\n\014" +
-      "buffer_bytes\030\005 \001(\003\022\030\n\020buffer_cap_bytes\030\006" +
-      " \001(\003\022S\n\017consumer_config\030\007 \003(\0132:.dataserv" +
-      "ice.sidecar.v1.StatusResponse.ConsumerCo" +
-      "nfigEntry\022\026\n\016config_version\030\010 \001(\003\022\032\n\022ass" +
-      "igner_connected\030\t \001(\010\0225\n\022visibility_time" +
-      "out\030\n \001(\0132\031.google.protobuf.Duration\022\026\n\016" +
-      "max_deliveries\030\013 \001(\005\0325\n\023ConsumerConfigEn" +
-      "try\022\013\n\003key\030\001 \001(\t\022\r\n\005value\030\002 \001(\t:\0028\001*\212\001\n\016" +
-      "DeliveryFormat\022\037\n\033DELIVERY_FORMAT_UNSPEC" +
-      "IFIED\020\000\022\033\n\027DELIVERY_FORMAT_RECORDS\020\001\022\033\n\027" +
-      "DELIVERY_FORMAT_BATCHES\020\002\022\035\n\031DELIVERY_FO" +
-      "RMAT_ARROW_SHM\020\003*\220\002\n\014RejectReason\022\035\n\031REJ" +
-      "ECT_REASON_UNSPECIFIED\020\000\022\035\n\031REJECT_REASO" +
-      "N_STALE_EPOCH\020\001\022\032\n\026REJECT_REASON_NOT_HEL" +
-      "D\020\002\022\037\n\033REJECT_REASON_LEASE_EXPIRED\020\003\022\037\n\033" +
-      "REJECT_REASON_NOT_DELIVERED\020\004\022%\n!REJECT_" +
-      "REASON_OFFSET_OUT_OF_RANGE\020\005\022\037\n\033REJECT_R" +
-      "EASON_COMMIT_FAILED\020\006\022\034\n\030REJECT_REASON_N" +
-      "OT_HOLDER\020\007*]\n\nReadFormat\022\033\n\027READ_FORMAT" +
-      "_UNSPECIFIED\020\000\022\027\n\023READ_FORMAT_RECORDS\020\001\022" +
-      "\031\n\025READ_FORMAT_ARROW_IPC\020\0022\220\005\n\rStreamSer" +
-      "vice\022T\n\005Fetch\022$.dataservice.sidecar.v1.F" +
-      "etchRequest\032%.dataservice.sidecar.v1.Fet" +
-      "chResponse\022[\n\006Stream\022%.dataservice.sidec" +
-      "ar.v1.StreamRequest\032&.dataservice.sideca" +
-      "r.v1.StreamResponse(\0010\001\022N\n\003Ack\022\".dataser" +
-      "vice.sidecar.v1.AckRequest\032#.dataservice" +
-      ".sidecar.v1.AckResponse\022Q\n\004Nack\022#.datase" +
-      "rvice.sidecar.v1.NackRequest\032$.dataservi" +
-      "ce.sidecar.v1.NackResponse\022b\n\tReadRange\022" +
-      "(.dataservice.sidecar.v1.ReadRangeReques" +
-      "t\032).dataservice.sidecar.v1.ReadRangeResp" +
-      "onse0\001\022l\n\rCommitOffsets\022,.dataservice.si" +
-      "decar.v1.CommitOffsetsRequest\032-.dataserv" +
-      "ice.sidecar.v1.CommitOffsetsResponse\022W\n\006" +
-      "Status\022%.dataservice.sidecar.v1.StatusRe" +
-      "quest\032&.dataservice.sidecar.v1.StatusRes" +
-      "ponseb\006proto3"
+      "cords\030\004 \001(\003\"R\n\tRecordAck\022\r\n\005topic\030\001 \001(\t\022" +
+      "\021\n\tpartition\030\002 \001(\005\022\016\n\006offset\030\003 \001(\003\022\023\n\013le" +
+      "ase_epoch\030\004 \001(\003\"i\n\010RangeAck\022\r\n\005topic\030\001 \001" +
+      "(\t\022\021\n\tpartition\030\002 \001(\005\022\023\n\013from_offset\030\003 \001" +
+      "(\003\022\021\n\tto_offset\030\004 \001(\003\022\023\n\013lease_epoch\030\005 \001" +
+      "(\003\"\210\001\n\020RejectedRangeAck\022-\n\003ack\030\001 \001(\0132 .d" +
+      "ataservice.sidecar.v1.RangeAck\0224\n\006reason" +
+      "\030\002 \001(\0162$.dataservice.sidecar.v1.RejectRe" +
+      "ason\022\017\n\007message\030\003 \001(\t\"\204\001\n\013RejectedAck\022.\n" +
+      "\003ack\030\001 \001(\0132!.dataservice.sidecar.v1.Reco" +
+      "rdAck\0224\n\006reason\030\002 \001(\0162$.dataservice.side" +
+      "car.v1.RejectReason\022\017\n\007message\030\003 \001(\t\"\221\001\n" +
+      "\nAckRequest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030" +
+      "\002 \001(\t\022/\n\004acks\030\003 \003(\0132!.dataservice.sideca" +
+      "r.v1.RecordAck\0220\n\006ranges\030\004 \003(\0132 .dataser" +
+      "vice.sidecar.v1.RangeAck\"\241\001\n\013AckResponse" +
+      "\022\023\n\013acked_count\030\001 \001(\003\022:\n\rrejected_acks\030\002" +
+      " \003(\0132#.dataservice.sidecar.v1.RejectedAc" +
+      "k\022A\n\017rejected_ranges\030\003 \003(\0132(.dataservice" +
+      ".sidecar.v1.RejectedRangeAck\"\314\001\n\013NackReq" +
+      "uest\022\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\0222" +
+      "\n\007records\030\003 \003(\0132!.dataservice.sidecar.v1" +
+      ".RecordAck\0220\n\006ranges\030\004 \003(\0132 .dataservice" +
+      ".sidecar.v1.RangeAck\022(\n\005delay\030\005 \001(\0132\031.go" +
+      "ogle.protobuf.Duration\022\013\n\003all\030\006 \001(\010\"\264\001\n\014" +
+      "NackResponse\022\024\n\014nacked_count\030\001 \001(\003\022:\n\rre" +
+      "jected_acks\030\002 \003(\0132#.dataservice.sidecar." +
+      "v1.RejectedAck\022A\n\017rejected_ranges\030\003 \003(\0132" +
+      "(.dataservice.sidecar.v1.RejectedRangeAc" +
+      "k\022\017\n\007records\030\004 \001(\003\"\305\001\n\020ReadRangeRequest\022" +
+      "\021\n\tclient_id\030\001 \001(\t\022\r\n\005group\030\002 \001(\t\022\r\n\005top" +
+      "ic\030\003 \001(\t\022\021\n\tpartition\030\004 \001(\005\022\023\n\013from_offs" +
+      "et\030\005 \001(\003\022\021\n\tto_offset\030\006 \001(\003\022\021\n\tmax_bytes" +
+      "\030\007 \001(\003\0222\n\006format\030\010 \001(\0162\".dataservice.sid" +
+      "ecar.v1.ReadFormat\"\200\001\n\021ReadRangeResponse" +
+      "\022.\n\007records\030\001 \003(\0132\035.dataservice.common.v" +
+      "1.Record\022\021\n\tarrow_ipc\030\002 \001(\014\022\023\n\013lease_epo" +
+      "ch\030\003 \001(\003\022\023\n\013next_offset\030\004 \001(\003\"U\n\014OffsetC" +
+      "ommit\022\r\n\005topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022" +
+      "\016\n\006offset\030\003 \001(\003\022\023\n\013lease_epoch\030\004 \001(\003\"o\n\024" +
+      "CommitOffsetsRequest\022\021\n\tclient_id\030\001 \001(\t\022" +
+      "\r\n\005group\030\002 \001(\t\0225\n\007offsets\030\003 \003(\0132$.datase" +
+      "rvice.sidecar.v1.OffsetCommit\"\244\001\n\022Offset" +
+      "CommitResult\0224\n\006commit\030\001 \001(\0132$.dataservi" +
+      "ce.sidecar.v1.OffsetCommit\022\021\n\tcommitted\030" +
+      "\002 \001(\010\0224\n\006reason\030\003 \001(\0162$.dataservice.side" +
+      "car.v1.RejectReason\022\017\n\007message\030\004 \001(\t\"T\n\025" +
+      "CommitOffsetsResponse\022;\n\007results\030\001 \003(\0132*" +
+      ".dataservice.sidecar.v1.OffsetCommitResu" +
+      "lt\"\017\n\rStatusRequest\"\252\002\n\017PartitionStatus\022" +
+      "\r\n\005topic\030\001 \001(\t\022\021\n\tpartition\030\002 \001(\005\022\023\n\013lea" +
+      "se_epoch\030\003 \001(\003\022;\n\030lease_deadline_remaini" +
+      "ng\030\004 \001(\0132\031.google.protobuf.Duration\022\020\n\010p" +
+      "osition\030\005 \001(\003\022\030\n\020committed_offset\030\006 \001(\003\022" +
+      "\026\n\016high_watermark\030\007 \001(\003\022\030\n\020buffered_reco" +
+      "rds\030\010 \001(\003\022\026\n\016buffered_bytes\030\t \001(\003\022\016\n\006pau" +
+      "sed\030\n \001(\010\022\020\n\010inflight\030\013 \001(\003\022\013\n\003due\030\014 \001(\003" +
+      "\"\337\003\n\016StatusResponse\022\022\n\nsidecar_id\030\001 \001(\t\022" +
+      "\r\n\005group\030\002 \001(\t\022.\n\004mode\030\003 \001(\0162 .dataservi" +
+      "ce.common.v1.GroupMode\022;\n\npartitions\030\004 \003" +
+      "(\0132\'.dataservice.sidecar.v1.PartitionSta" +
+      "tus\022\024\n\014buffer_bytes\030\005 \001(\003\022\030\n\020buffer_cap_" +
+      "bytes\030\006 \001(\003\022S\n\017consumer_config\030\007 \003(\0132:.d" +
+      "ataservice.sidecar.v1.StatusResponse.Con" +
+      "sumerConfigEntry\022\026\n\016config_version\030\010 \001(\003" +
+      "\022\032\n\022assigner_connected\030\t \001(\010\0225\n\022visibili" +
+      "ty_timeout\030\n \001(\0132\031.google.protobuf.Durat" +
+      "ion\022\026\n\016max_deliveries\030\013 \001(\005\0325\n\023ConsumerC" +
+      "onfigEntry\022\013\n\003key\030\001 \001(\t\022\r\n\005value\030\002 \001(\t:\002" +
+      "8\001*\212\001\n\016DeliveryFormat\022\037\n\033DELIVERY_FORMAT" +
+      "_UNSPECIFIED\020\000\022\033\n\027DELIVERY_FORMAT_RECORD" +
+      "S\020\001\022\033\n\027DELIVERY_FORMAT_BATCHES\020\002\022\035\n\031DELI" +
+      "VERY_FORMAT_ARROW_SHM\020\003*\220\002\n\014RejectReason" +
+      "\022\035\n\031REJECT_REASON_UNSPECIFIED\020\000\022\035\n\031REJEC" +
+      "T_REASON_STALE_EPOCH\020\001\022\032\n\026REJECT_REASON_" +
+      "NOT_HELD\020\002\022\037\n\033REJECT_REASON_LEASE_EXPIRE" +
+      "D\020\003\022\037\n\033REJECT_REASON_NOT_DELIVERED\020\004\022%\n!" +
+      "REJECT_REASON_OFFSET_OUT_OF_RANGE\020\005\022\037\n\033R" +
+      "EJECT_REASON_COMMIT_FAILED\020\006\022\034\n\030REJECT_R" +
+      "EASON_NOT_HOLDER\020\007*]\n\nReadFormat\022\033\n\027READ" +
+      "_FORMAT_UNSPECIFIED\020\000\022\027\n\023READ_FORMAT_REC" +
+      "ORDS\020\001\022\031\n\025READ_FORMAT_ARROW_IPC\020\0022\220\005\n\rSt" +
+      "reamService\022T\n\005Fetch\022$.dataservice.sidec" +
+      "ar.v1.FetchRequest\032%.dataservice.sidecar" +
+      ".v1.FetchResponse\022[\n\006Stream\022%.dataservic" +
+      "e.sidecar.v1.StreamRequest\032&.dataservice" +
+      ".sidecar.v1.StreamResponse(\0010\001\022N\n\003Ack\022\"." +
+      "dataservice.sidecar.v1.AckRequest\032#.data" +
+      "service.sidecar.v1.AckResponse\022Q\n\004Nack\022#" +
+      ".dataservice.sidecar.v1.NackRequest\032$.da" +
+      "taservice.sidecar.v1.NackResponse\022b\n\tRea" +
+      "dRange\022(.dataservice.sidecar.v1.ReadRang" +
+      "eRequest\032).dataservice.sidecar.v1.ReadRa" +
+      "ngeResponse0\001\022l\n\rCommitOffsets\022,.dataser" +
+      "vice.sidecar.v1.CommitOffsetsRequest\032-.d" +
+      "ataservice.sidecar.v1.CommitOffsetsRespo" +
+      "nse\022W\n\006Status\022%.dataservice.sidecar.v1.S" +
+      "tatusRequest\032&.dataservice.sidecar.v1.St" +
+      "atusResponseb\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,
@@ -46671,147 +47763,153 @@ java.lang.String defaultValue) {
     internal_static_dataservice_sidecar_v1_StreamOpen_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamOpen_descriptor,
-        new java.lang.String[] { "ClientId", "Group", "AutoAck", "InitialCredit", "Format", "Linger", "AnswersWithBatches", });
-    internal_static_dataservice_sidecar_v1_StreamCredit_descriptor =
+        new java.lang.String[] { "ClientId", "Group", "AutoAck", "InitialCredit", "Format", "Linger", "AnswersWithBatches", "FrameSocket", });
+    internal_static_dataservice_sidecar_v1_FrameSocket_descriptor =
       getDescriptor().getMessageType(9);
+    internal_static_dataservice_sidecar_v1_FrameSocket_fieldAccessorTable = new
+      com.google.protobuf.GeneratedMessage.FieldAccessorTable(
+        internal_static_dataservice_sidecar_v1_FrameSocket_descriptor,
+        new java.lang.String[] { "Name", "Token", });
+    internal_static_dataservice_sidecar_v1_StreamCredit_descriptor =
+      getDescriptor().getMessageType(10);
     internal_static_dataservice_sidecar_v1_StreamCredit_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamCredit_descriptor,
         new java.lang.String[] { "Records", "Bytes", });
     internal_static_dataservice_sidecar_v1_StreamAcks_descriptor =
-      getDescriptor().getMessageType(10);
+      getDescriptor().getMessageType(11);
     internal_static_dataservice_sidecar_v1_StreamAcks_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamAcks_descriptor,
         new java.lang.String[] { "Acks", "Ranges", "Released", "AnswerNow", });
     internal_static_dataservice_sidecar_v1_StreamNacks_descriptor =
-      getDescriptor().getMessageType(11);
+      getDescriptor().getMessageType(12);
     internal_static_dataservice_sidecar_v1_StreamNacks_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamNacks_descriptor,
         new java.lang.String[] { "Records", "Ranges", "Delay", });
     internal_static_dataservice_sidecar_v1_StreamResponse_descriptor =
-      getDescriptor().getMessageType(12);
+      getDescriptor().getMessageType(13);
     internal_static_dataservice_sidecar_v1_StreamResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamResponse_descriptor,
-        new java.lang.String[] { "Batch", "AckResult", "NackResult", "Kind", });
+        new java.lang.String[] { "Batch", "AckResult", "NackResult", "FrameSocket", "Kind", });
     internal_static_dataservice_sidecar_v1_StreamBatch_descriptor =
-      getDescriptor().getMessageType(13);
+      getDescriptor().getMessageType(14);
     internal_static_dataservice_sidecar_v1_StreamBatch_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamBatch_descriptor,
         new java.lang.String[] { "Records", "Batches", "Shared", "AckResults", });
     internal_static_dataservice_sidecar_v1_StreamAckResult_descriptor =
-      getDescriptor().getMessageType(14);
+      getDescriptor().getMessageType(15);
     internal_static_dataservice_sidecar_v1_StreamAckResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamAckResult_descriptor,
         new java.lang.String[] { "AckedCount", "RejectedAcks", "RejectedRanges", });
     internal_static_dataservice_sidecar_v1_StreamNackResult_descriptor =
-      getDescriptor().getMessageType(15);
+      getDescriptor().getMessageType(16);
     internal_static_dataservice_sidecar_v1_StreamNackResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StreamNackResult_descriptor,
         new java.lang.String[] { "NackedCount", "RejectedAcks", "RejectedRanges", "Records", });
     internal_static_dataservice_sidecar_v1_RecordAck_descriptor =
-      getDescriptor().getMessageType(16);
+      getDescriptor().getMessageType(17);
     internal_static_dataservice_sidecar_v1_RecordAck_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_RecordAck_descriptor,
         new java.lang.String[] { "Topic", "Partition", "Offset", "LeaseEpoch", });
     internal_static_dataservice_sidecar_v1_RangeAck_descriptor =
-      getDescriptor().getMessageType(17);
+      getDescriptor().getMessageType(18);
     internal_static_dataservice_sidecar_v1_RangeAck_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_RangeAck_descriptor,
         new java.lang.String[] { "Topic", "Partition", "FromOffset", "ToOffset", "LeaseEpoch", });
     internal_static_dataservice_sidecar_v1_RejectedRangeAck_descriptor =
-      getDescriptor().getMessageType(18);
+      getDescriptor().getMessageType(19);
     internal_static_dataservice_sidecar_v1_RejectedRangeAck_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_RejectedRangeAck_descriptor,
         new java.lang.String[] { "Ack", "Reason", "Message", });
     internal_static_dataservice_sidecar_v1_RejectedAck_descriptor =
-      getDescriptor().getMessageType(19);
+      getDescriptor().getMessageType(20);
     internal_static_dataservice_sidecar_v1_RejectedAck_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_RejectedAck_descriptor,
         new java.lang.String[] { "Ack", "Reason", "Message", });
     internal_static_dataservice_sidecar_v1_AckRequest_descriptor =
-      getDescriptor().getMessageType(20);
+      getDescriptor().getMessageType(21);
     internal_static_dataservice_sidecar_v1_AckRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_AckRequest_descriptor,
         new java.lang.String[] { "ClientId", "Group", "Acks", "Ranges", });
     internal_static_dataservice_sidecar_v1_AckResponse_descriptor =
-      getDescriptor().getMessageType(21);
+      getDescriptor().getMessageType(22);
     internal_static_dataservice_sidecar_v1_AckResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_AckResponse_descriptor,
         new java.lang.String[] { "AckedCount", "RejectedAcks", "RejectedRanges", });
     internal_static_dataservice_sidecar_v1_NackRequest_descriptor =
-      getDescriptor().getMessageType(22);
+      getDescriptor().getMessageType(23);
     internal_static_dataservice_sidecar_v1_NackRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_NackRequest_descriptor,
         new java.lang.String[] { "ClientId", "Group", "Records", "Ranges", "Delay", "All", });
     internal_static_dataservice_sidecar_v1_NackResponse_descriptor =
-      getDescriptor().getMessageType(23);
+      getDescriptor().getMessageType(24);
     internal_static_dataservice_sidecar_v1_NackResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_NackResponse_descriptor,
         new java.lang.String[] { "NackedCount", "RejectedAcks", "RejectedRanges", "Records", });
     internal_static_dataservice_sidecar_v1_ReadRangeRequest_descriptor =
-      getDescriptor().getMessageType(24);
+      getDescriptor().getMessageType(25);
     internal_static_dataservice_sidecar_v1_ReadRangeRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_ReadRangeRequest_descriptor,
         new java.lang.String[] { "ClientId", "Group", "Topic", "Partition", "FromOffset", "ToOffset", "MaxBytes", "Format", });
     internal_static_dataservice_sidecar_v1_ReadRangeResponse_descriptor =
-      getDescriptor().getMessageType(25);
+      getDescriptor().getMessageType(26);
     internal_static_dataservice_sidecar_v1_ReadRangeResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_ReadRangeResponse_descriptor,
         new java.lang.String[] { "Records", "ArrowIpc", "LeaseEpoch", "NextOffset", });
     internal_static_dataservice_sidecar_v1_OffsetCommit_descriptor =
-      getDescriptor().getMessageType(26);
+      getDescriptor().getMessageType(27);
     internal_static_dataservice_sidecar_v1_OffsetCommit_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_OffsetCommit_descriptor,
         new java.lang.String[] { "Topic", "Partition", "Offset", "LeaseEpoch", });
     internal_static_dataservice_sidecar_v1_CommitOffsetsRequest_descriptor =
-      getDescriptor().getMessageType(27);
+      getDescriptor().getMessageType(28);
     internal_static_dataservice_sidecar_v1_CommitOffsetsRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_CommitOffsetsRequest_descriptor,
         new java.lang.String[] { "ClientId", "Group", "Offsets", });
     internal_static_dataservice_sidecar_v1_OffsetCommitResult_descriptor =
-      getDescriptor().getMessageType(28);
+      getDescriptor().getMessageType(29);
     internal_static_dataservice_sidecar_v1_OffsetCommitResult_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_OffsetCommitResult_descriptor,
         new java.lang.String[] { "Commit", "Committed", "Reason", "Message", });
     internal_static_dataservice_sidecar_v1_CommitOffsetsResponse_descriptor =
-      getDescriptor().getMessageType(29);
+      getDescriptor().getMessageType(30);
     internal_static_dataservice_sidecar_v1_CommitOffsetsResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_CommitOffsetsResponse_descriptor,
         new java.lang.String[] { "Results", });
     internal_static_dataservice_sidecar_v1_StatusRequest_descriptor =
-      getDescriptor().getMessageType(30);
+      getDescriptor().getMessageType(31);
     internal_static_dataservice_sidecar_v1_StatusRequest_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StatusRequest_descriptor,
         new java.lang.String[] { });
     internal_static_dataservice_sidecar_v1_PartitionStatus_descriptor =
-      getDescriptor().getMessageType(31);
+      getDescriptor().getMessageType(32);
     internal_static_dataservice_sidecar_v1_PartitionStatus_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_PartitionStatus_descriptor,
         new java.lang.String[] { "Topic", "Partition", "LeaseEpoch", "LeaseDeadlineRemaining", "Position", "CommittedOffset", "HighWatermark", "BufferedRecords", "BufferedBytes", "Paused", "Inflight", "Due", });
     internal_static_dataservice_sidecar_v1_StatusResponse_descriptor =
-      getDescriptor().getMessageType(32);
+      getDescriptor().getMessageType(33);
     internal_static_dataservice_sidecar_v1_StatusResponse_fieldAccessorTable = new
       com.google.protobuf.GeneratedMessage.FieldAccessorTable(
         internal_static_dataservice_sidecar_v1_StatusResponse_descriptor,
