@@ -119,3 +119,51 @@ def test_a_stream_on_the_frame_socket_loses_nothing_when_its_sidecar_is_killed(
     assert phases["frame streams after"] == {"": 0.0}
     sidecar.stop()
     assert not frames_file.exists(), "the frame socket outlived its sidecar"
+
+
+def test_nacks_on_the_frame_socket_bring_the_records_again_and_all_are_acked(
+    mesh: Mesh, topic_factory: object, socket_dir: Path
+) -> None:
+    """Every batch's first delivery is nacked (on the frame socket, like the acks), its
+    second acked: every record arrives exactly twice, the second time counted as such."""
+    topic = topic_factory(partitions=PARTITIONS)  # type: ignore[operator]
+    group = f"g-{topic}"
+    produce(mesh.bootstrap, topic, range(PER_PHASE), partitions=PARTITIONS, value=value_of)
+    assigner = mesh.assigner([(group, [topic])])
+    assigner.wait_serving()
+    sidecar = mesh.sidecar(group, assigner, "sc-nacks", "--uds-dir", str(socket_dir))
+    sidecar.wait_serving()
+    wait_stable(assigner.grpc_addr, group, ["sc-nacks"], PARTITIONS)
+
+    counts: dict[int, list[int]] = {}
+    acked: set[int] = set()
+    frame_streams: dict[str, float] = {}
+    calls: dict[str, float] = {}
+    with DsClient(group, client_id=CLIENT, assigner=assigner.grpc_addr) as client:
+        timer = threading.Timer(120, client.close)
+        timer.start()
+        try:
+            for batch in client.stream(WINDOW, use_stream_rpc=True):
+                first = [r for r in batch if r.delivery_count == 1]
+                again = [r for r in batch if r.delivery_count > 1]
+                for record in batch:
+                    counts.setdefault(int(record.key), []).append(record.delivery_count)
+                if first:
+                    assert client.nack(first) == len(first)
+                if again:
+                    assert client.ack(again) == len(again)
+                    acked.update(int(r.key) for r in again)
+                if len(acked) >= PER_PHASE:
+                    frame_streams = client_metric(sidecar, "ds_client_frame_streams")
+                    calls = client_metric(sidecar, "ds_client_requests_total")
+                    break
+        finally:
+            timer.cancel()
+    print(f"frame streams {frame_streams}, calls {calls}; {len(acked)} acked")
+    assert frame_streams == {"": 1.0}
+    assert "Nack" not in calls and "Ack" not in calls, "a nack or an ack went as a gRPC call"
+    assert sorted(counts) == list(range(PER_PHASE))
+    assert all(seen == [1, 2] for seen in counts.values()), {
+        k: v for k, v in counts.items() if v != [1, 2]
+    }
+    sidecar.stop()
