@@ -111,8 +111,15 @@ class FrameListener:
             log.info("frame socket listening", path=str(self.path))
 
     async def open(self) -> bytes:
-        """A new stream's token: its connection is :meth:`attached` once the client sent it."""
-        await self._start()
+        """A new stream's token: its connection is :meth:`attached` once the client sent it.
+        INVALID_ARGUMENT on ``open.frame_socket`` when the socket cannot be served (its
+        path too long, say: the client then opens without it, never an internal error it
+        would hand to the application)."""
+        try:
+            await self._start()
+        except OSError as err:
+            log.warning("frame socket not served", path=str(self.path), error=str(err))
+            raise invalid("open.frame_socket", f"the frame socket cannot be served: {err}") from err
         token = secrets.token_bytes(TOKEN_BYTES)
         self._waiting[token] = asyncio.get_running_loop().create_future()
         return token

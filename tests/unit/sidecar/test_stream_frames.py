@@ -272,3 +272,35 @@ def test_a_records_batch_decodes_from_its_frame(tmp_path: Path) -> None:
         assert await call.read() == grpc.aio.EOF
 
     run(body, shared_memory=SharedMemory(tmp_path, 1 << 20), frames=True)
+
+
+def test_a_frame_socket_that_cannot_be_served_is_refused_not_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its path too long for a socket (the gRPC socket's name is two bytes shorter), say:
+    the stream is refused on open.frame_socket, so the client opens without it, instead of
+    failing with an internal error the client would hand to the application."""
+
+    claim = local_socket.claim
+
+    def too_long(path: Path) -> None:
+        if path.name.endswith(".frames"):
+            raise OSError(f"socket path {path} is longer than 107 bytes")
+        claim(path)
+
+    monkeypatch.setattr(local_socket, "claim", too_long)
+
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        sc.hold(0)
+        sc.buffer(0, range(2))
+        call = stub.Stream(Requests(opening(records=10, frame_socket=True)))
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await call.read()
+        code, _reason, metadata = reason_of(err.value)
+        assert (code, metadata["field"]) == (grpc.StatusCode.INVALID_ARGUMENT, "open.frame_socket")
+        assert "longer than 107 bytes" in (err.value.details() or "")
+        plain = stub.Stream(Requests(opening(records=10)))
+        assert offsets_of(await plain.read()) == [0, 1]
+        plain.cancel()
+
+    run(body, shared_memory=SharedMemory(tmp_path, 1 << 20), frames=True)
