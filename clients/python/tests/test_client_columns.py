@@ -408,6 +408,58 @@ def test_a_socket_sidecar_that_refuses_arrow_shm_is_read_with_batches(
         batches.close()
 
 
+def test_a_socket_sidecar_that_refuses_the_frame_socket_is_read_on_the_call(
+    servers: Servers, short_dir: Path
+) -> None:
+    """Refused on open.frame_socket (a sidecar that cannot serve it): the stream opens
+    again without it, still ARROW_SHM, and never asks again."""
+    seen = Seen()
+
+    def refuses(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        seen.opened.put(next(requests).open)
+        abort(context, invalid("open.frame_socket", "the frame socket cannot be served"))
+        yield from ()
+
+    sidecar = Sidecar([], streams=[refuses, shm_script(short_dir, seen, [range(0, 3)], "s7")])
+    socket = serve_on_socket(servers, sidecar, short_dir)
+    assigner = Assigner(local_binding(sidecar.address, socket))
+    with DsClient("g", client_id="c", assigner=servers.assigner(assigner)) as client:
+        batches = client.stream_columns()
+        got = next(batches)
+        openings = [seen.opened.get(timeout=10) for _ in range(2)]
+        assert [o.frame_socket for o in openings] == [True, False]
+        assert [o.format for o in openings] == [stream_pb2.DELIVERY_FORMAT_ARROW_SHM] * 2
+        assert got.table.column("offset").to_pylist() == [0, 1, 2]
+        assert client.ack(got) == 3  # on the call
+        assert [(r.from_offset, r.to_offset) for r in seen.acks.get(timeout=10).ranges] == [(0, 3)]
+        batches.close()
+
+
+def test_a_frame_socket_the_client_cannot_use_reopens_the_stream_on_the_call(
+    servers: Servers, short_dir: Path
+) -> None:
+    """The sidecar names a socket that is not there (or not trusted): the client sends no
+    token, cancels that opening and streams on the call from then on."""
+    seen = Seen()
+
+    def names_nothing(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        seen.opened.put(next(requests).open)
+        named = stream_pb2.FrameSocket(name="sidecar-sc-0.frames", token=bytes(16))
+        yield stream_pb2.StreamResponse(frame_socket=named)
+        for _ in requests:  # until the client cancels
+            pass
+
+    sidecar = Sidecar([], streams=[names_nothing, shm_script(short_dir, seen, [range(0, 2)], "s8")])
+    socket = serve_on_socket(servers, sidecar, short_dir)
+    assigner = Assigner(local_binding(sidecar.address, socket))
+    with DsClient("g", client_id="c", assigner=servers.assigner(assigner)) as client:
+        batches = client.stream_columns()
+        got = next(batches)
+        assert [seen.opened.get(timeout=10).frame_socket for _ in range(2)] == [True, False]
+        assert got.table.column("offset").to_pylist() == [0, 1]
+        batches.close()
+
+
 def test_an_unreadable_shared_batch_reopens_the_stream_with_batches(
     servers: Servers, short_dir: Path
 ) -> None:
