@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import os
 import secrets
-import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -32,11 +31,11 @@ from google.protobuf.message import DecodeError, Message
 
 from dataservice.sidecar.v1 import stream_pb2
 from dsclient import local_socket
+from dsclient.frame_socket import HEADER  # the wire format, one place for both ends
 from dsclient.reasons import invalid
 
 log = structlog.get_logger(__name__)
 
-HEADER = struct.Struct("<I")
 TOKEN_BYTES = 16
 # A frame from the client holds one StreamRequest: credit, acks or nacks. gRPC's default
 # limit on a received message, as the same request on the call would have.

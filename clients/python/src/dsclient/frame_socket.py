@@ -19,7 +19,7 @@ from pathlib import Path
 from dataservice.sidecar.v1 import stream_pb2
 from dsclient import local_socket
 
-HEADER = struct.Struct("<I")
+HEADER = struct.Struct("<I")  # a frame's length, before it (the sidecar's end uses this too)
 CONNECT_SECONDS = 5.0
 READ_BUFFER_BYTES = 256 * 1024
 
