@@ -106,6 +106,11 @@ PATH_GROUP_SETTINGS = {
 ORDERED_SUFFIX = {"key": "k", "partition": "p"}
 DIRECT_PATHS = {"dc": ("direct, commit per batch", "commit"), "da": ("direct, auto-commit", "auto")}
 SHARE_PATH = "ds"
+# --floor: the least a sidecar in Python can cost (tests/support/relay_floor.py): a bare relay
+# (poll, one frame per batch on a Unix socket, the reader's ack, a synchronous commit) and
+# its reader; the relay's figures in the "sidecar" columns.
+FLOOR_PATH = "dr"
+FLOOR_LABEL = "floor: bare Python relay, frames on UDS, commit per ack"
 SHARE_LABEL = "share group (KIP-932), Java, commitSync per batch"
 JIT_WARM_RATE, JIT_WARM_SECONDS = 1000.0, 30.0  # with the share consumer, before measuring
 JSON_DEFAULT = Path(__file__).resolve().parents[2] / "docs/benchmarks/results/pod_cost.json"
@@ -123,6 +128,7 @@ class Profile:
     keys: int = 0  # the producer's keys (0: no key)
     share: bool = False  # also (ds): a share-group consumer (the Java dsread --share)
     threads: bool = False  # print each mesh process's threads in each rate's first round
+    floor: bool = False  # also (dr): the bare relay, the floor of a Python sidecar
 
     @property
     def run_paths(self) -> tuple[str, ...]:
@@ -135,11 +141,22 @@ class Profile:
     @property
     def direct_paths(self) -> tuple[str, ...]:
         """The baselines run: the direct consumers, and the share consumer with ``share``."""
-        return (*DIRECT_PATHS, *((SHARE_PATH,) if self.share else ()))
+        return (
+            *DIRECT_PATHS,
+            *((SHARE_PATH,) if self.share else ()),
+            *((FLOOR_PATH,) if self.floor else ()),
+        )
 
 
 FULL = Profile(
-    (0, 10, 100, 1000, 10_000), (100, 1024), ("S", "F", "Su", "Fu", "Cu"), 3, 20, 30, share=True
+    (0, 10, 100, 1000, 10_000),
+    (100, 1024),
+    ("S", "F", "Su", "Fu", "Cu"),
+    3,
+    20,
+    30,
+    share=True,
+    floor=True,
 )
 # CI: a minute or two on a shared 2-core machine.
 SHORT = Profile((100, 1000), (100, 1024), ("S", "F"), 2, 5, 10)
@@ -289,6 +306,7 @@ def run_size(
 ) -> Size:
     from tests.bench.bench_sidecar import check_transport
     from tests.support import share_reader
+    from tests.support.relay_floor import relay
     from tests.support.sidecar_probe import start_sidecar
 
     ctx = multiprocessing.get_context("spawn")
@@ -301,6 +319,7 @@ def run_size(
     firsts: dict[str, Any] = {}
     pids: dict[str, dict[str, int]] = {}
     share: subprocess.Popen[bytes] | None = None
+    relay_proc: Any = None
     share_out = log_dir / f"share-{size}.out"
     try:
         for key in profile.run_paths:
@@ -337,6 +356,14 @@ def run_size(
             Reader(k, mesh_path(k)[1], group=groups[k], assigner=assigner.grpc_addr)
             for k in profile.run_paths
         ]
+        if profile.floor:
+            relay_socket = str(socket_dir / f"floor-{size}.sock")
+            relay_proc = ctx.Process(
+                target=relay, args=(bootstrap, topic, PARTITIONS, relay_socket, stop)
+            )
+            relay_proc.daemon = True
+            relay_proc.start()
+            readers.append(Reader(FLOOR_PATH, "relay", socket=relay_socket))
         for reader in readers:
             key = reader.key
             ready, firsts[key] = ctx.Event(), ctx.Event()
@@ -347,6 +374,8 @@ def run_size(
             pids[key] = {"app": proc.pid or 0}
             if key in sidecars:
                 pids[key]["sidecar"] = sidecars[key].pid or 0
+            if key == FLOOR_PATH:
+                pids[key]["sidecar"] = relay_proc.pid or 0
             if not started(ready, proc, out):
                 raise RuntimeError(f"({key}) did not start: {failure(out)}")
         if profile.share:
@@ -415,6 +444,10 @@ def run_size(
             proc.join(15)
             if proc.is_alive():
                 proc.kill()
+        if relay_proc is not None:
+            relay_proc.join(15)
+            if relay_proc.is_alive():
+                relay_proc.kill()
         for sidecar in sidecars.values():
             sidecar.stop()
         if share is not None:
@@ -490,6 +523,7 @@ def fmt(pair: tuple[float, float], scale: float = 1.0, spec: str = "6.1f") -> st
 def print_size(result: Size, paths: tuple[str, ...], direct: tuple[str, ...]) -> None:
     labels = {k: v[0] for k, v in DIRECT_PATHS.items()} | {k: mesh_path(k)[0] for k in paths}
     labels[SHARE_PATH] = SHARE_LABEL
+    labels[FLOOR_PATH] = FLOOR_LABEL
     for r, rounds in result.rates.items():
         loads = ", ".join(f"{rnd.load[0]:.2f}" for rnd in rounds)
         made = ", ".join(f"{rnd.produced:.0f}" for rnd in rounds)
@@ -742,6 +776,13 @@ def main() -> int:
         help="also a share-group consumer, (ds) (default: in the full profile, not --short)",
     )
     parser.add_argument(
+        "--floor",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also (dr): a bare Python relay and its reader, the floor of any Python sidecar "
+        "(default: in the full profile, not --short)",
+    )
+    parser.add_argument(
         "--threads",
         action="store_true",
         help="print each mesh path's sidecar and application per thread (wake-ups/s, "
@@ -770,6 +811,8 @@ def main() -> int:
         profile = replace(profile, rounds=args.rounds)
     if args.share is not None:
         profile = replace(profile, share=args.share)
+    if args.floor is not None:
+        profile = replace(profile, floor=args.floor)
     if args.window:
         profile = replace(profile, window=args.window)
     if args.idle_window:

@@ -101,6 +101,7 @@ class Reader:
     partitions: int = 0
     group: str = ""
     assigner: str = ""
+    socket: str = ""  # "relay": the floor relay's Unix socket (relay_floor)
 
     @property
     def client_id(self) -> str:
@@ -142,6 +143,8 @@ def read(reader: Reader, ready: Any, first: Any, stop: Any, out: Any) -> None:
     try:
         if reader.kind in ("commit", "auto"):
             _direct(reader, result, ready, first, stop)
+        elif reader.kind == "relay":
+            _relayed(reader, result, ready, first, stop)
         else:
             _client(reader, result, ready, first, stop)
     except Exception as exc:  # reported by the parent
@@ -179,6 +182,28 @@ def _direct(reader: Reader, result: Arrivals, ready: Any, first: Any, stop: Any)
             first.set()
     finally:
         consumer.close()
+
+
+def _relayed(reader: Reader, result: Arrivals, ready: Any, first: Any, stop: Any) -> None:
+    """ "relay": the floor relay's reader (``relay_floor``), each frame acked as it came."""
+    from tests.support.relay_floor import LENGTH, connect, decode, read_exactly
+
+    sock = connect(reader.socket, stop)
+    try:
+        ready.set()
+        while not stop.is_set():
+            head = read_exactly(sock, LENGTH.size, stop)
+            payload = None if head is None else read_exactly(sock, LENGTH.unpack(head)[0], stop)
+            if payload is None:
+                break
+            now = time.time_ns()
+            values = decode(payload)
+            for value in values:
+                result.see(value or b"0:0:", now)
+            sock.sendall(LENGTH.pack(len(values)))
+            first.set()
+    finally:
+        sock.close()
 
 
 def _client(reader: Reader, result: Arrivals, ready: Any, first: Any, stop: Any) -> None:

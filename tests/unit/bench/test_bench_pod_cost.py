@@ -204,11 +204,25 @@ def test_share_reader_output_gives_first_arrivals_and_duplicates() -> None:
     assert "without its done line" in arrivals(["lat 0 3.5"]).error
 
 
-def test_the_full_profile_runs_the_share_consumer_beside_the_direct_ones() -> None:
-    from tests.bench.bench_pod_cost import DIRECT_PATHS, FULL, SHARE_PATH, SHORT
+def test_the_full_profile_runs_the_share_consumer_and_the_floor_beside_the_direct_ones() -> None:
+    from tests.bench.bench_pod_cost import DIRECT_PATHS, FLOOR_PATH, FULL, SHARE_PATH, SHORT
 
-    assert FULL.direct_paths == (*DIRECT_PATHS, SHARE_PATH)
+    assert FULL.direct_paths == (*DIRECT_PATHS, SHARE_PATH, FLOOR_PATH)
     assert SHORT.direct_paths == tuple(DIRECT_PATHS)
+
+
+@given(st.lists(st.binary(max_size=64), max_size=20))
+def test_a_floor_relay_frame_reads_back_its_values(values: list[bytes]) -> None:
+    from tests.support.relay_floor import decode, encode
+
+    assert decode(encode(values)) == values
+
+
+def test_a_floor_relay_frame_cut_short_is_refused() -> None:
+    from tests.support.relay_floor import decode, encode
+
+    with pytest.raises(ValueError, match="past its end"):
+        decode(encode([b"abc", b"defg"])[:-1])
 
 
 def test_ack_checks_hold_only_the_answers_in_flight() -> None:
