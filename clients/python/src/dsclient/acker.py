@@ -82,6 +82,7 @@ class Acker:
         self._done = False  # the thread ended: nothing queued is sent any more
         self._in_flight: dict[CarriedKey, tuple[list[Pending], float]] = {}
         self.carry_wait = 0.0
+        self._sending = False  # the thread is sending what it took off the queue
         self._thread = threading.Thread(target=self._run, name="ds-ack", daemon=True)
         self._thread.start()
 
@@ -91,6 +92,13 @@ class Acker:
             self._queue.append(Pending(spans, releases, future, self._clock()))
             self._changed.notify()
         return future
+
+    @property
+    def idle(self) -> bool:
+        """Whether no ack is queued, being sent or carried awaiting its answer: an ack sent
+        now by another way does not overtake one of this thread's."""
+        with self._changed:
+            return not self._queue and not self._in_flight and not self._sending
 
     def close(self) -> None:
         """Returns once every ack submitted before it has its answer."""
@@ -199,7 +207,12 @@ class Acker:
                 while self._queue and queued + len(self._queue[0].spans) <= MAX_COALESCED_SPANS:
                     items.append(self._queue.popleft())
                     queued += len(items[-1].spans)
-            self._answer(items)
+                self._sending = True
+            try:
+                self._answer(items)
+            finally:
+                with self._changed:
+                    self._sending = False
 
     def _unanswered(self, now: float) -> None:
         """Carried acks whose answer did not come in time (or that are still awaited at

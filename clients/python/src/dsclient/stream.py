@@ -226,6 +226,10 @@ class SidecarStream:
         self._requests: queue.SimpleQueue[stream_pb2.StreamRequest | None] | None = None
         # The running opening's frame socket (StreamOpen.frame_socket), once connected.
         self._frames: FrameSocket | None = None
+        # Requests made while the running opening waits for the frame socket it asked for:
+        # sent there first once it is connected (the sidecar refuses them on the call),
+        # dropped with the opening if it ends first (their futures fail with it).
+        self._held: list[stream_pb2.StreamRequest] | None = None
         self._generation = 0
         self._owed = OwedCredit(opening.initial_credit.records)
         self._pending: deque[Future[stream_pb2.StreamAckResult]] = deque()
@@ -282,7 +286,10 @@ class SidecarStream:
                     answers.append(future)  # type: ignore[arg-type]
                 frames = self._frames
                 if frames is None:
-                    self._requests.put(request)
+                    if self._held is not None:
+                        self._held.append(request)
+                    else:
+                        self._requests.put(request)
                     return True
             try:
                 frames.send(request)
@@ -313,7 +320,26 @@ class SidecarStream:
         could not answer (not open, broken, slow) and the caller should use the Ack RPC.
         ``released`` (generation → region ids) go with them, those of the running
         generation only. ``answer_now`` False: the caller does not hold up a reader
-        (``ack_nowait``'s thread), so the sidecar may answer with its next batch."""
+        (``ack_nowait``), so the sidecar may answer with its next batch."""
+        future = self.ack_async(spans, released, answer_now=answer_now)
+        if future is None:
+            return None
+        try:
+            result = future.result(timeout=timeout)
+        except Exception:
+            return None
+        return accepted_spans(spans, result.rejected_ranges)
+
+    def ack_async(
+        self,
+        spans: list[Span],
+        released: Mapping[int, Sequence[int]] | None = None,
+        *,
+        answer_now: bool = True,
+    ) -> Future[stream_pb2.StreamAckResult] | None:
+        """:meth:`ack` without waiting: the future of its answer, resolved by the stream's
+        thread when the answer comes (an exception if the opening ends first), or None if
+        no opening runs."""
         future: Future[stream_pb2.StreamAckResult] = Future()
         ranges = [s.range_ack() for s in spans]
 
@@ -322,13 +348,7 @@ class SidecarStream:
             message = stream_pb2.StreamAcks(ranges=ranges, released=regions, answer_now=answer_now)
             return stream_pb2.StreamRequest(acks=message)
 
-        if not self._submit(acks, self._pending, future):
-            return None
-        try:
-            result = future.result(timeout=timeout)
-        except Exception:
-            return None
-        return accepted_spans(spans, result.rejected_ranges)
+        return future if self._submit(acks, self._pending, future) else None
 
     def release(self, released: Mapping[int, Sequence[int]]) -> int:
         """Give shared-memory regions back (an ``acks`` message with only ``released``),
@@ -418,6 +438,8 @@ class SidecarStream:
                 or not isinstance(response, stream_pb2.StreamResponse)
                 or response.WhichOneof("kind") != "frame_socket"
             ):
+                if frames_in is not None:
+                    self._unhold()  # a sidecar older than frame_socket: all on the call
                 yield response
                 continue
             try:
@@ -429,8 +451,16 @@ class SidecarStream:
                 self._frames_off = True
                 call.cancel()  # type: ignore[no-untyped-call]
                 return
-            with self._lock:
-                self._frames = frames
+            with self._send_lock:
+                with self._lock:
+                    self._frames = frames
+                    held, self._held = self._held or [], None
+                try:
+                    for request in held:  # in the order they were made, ahead of any other
+                        frames.send(request)
+                except OSError as exc:
+                    log.info("sidecar %s: frame not sent: %s", self.address, exc)
+                    frames.close()  # read below as the socket's end: the opening ends
             read = streamed_columns if self.columns else streamed
             try:
                 for data in frames.frames():
@@ -442,6 +472,15 @@ class SidecarStream:
             for _ in call:  # the sidecar closed the socket: the call ends now, with its status
                 pass
             return
+
+    def _unhold(self) -> None:
+        """The opening goes on without a frame socket: the requests held for it go on the
+        call, in order, and the next ones too."""
+        with self._send_lock, self._lock:
+            held, self._held = self._held, None
+            if held and self._requests is not None:
+                for request in held:
+                    self._requests.put(request)
 
     def _refused_shared(self, error: grpc.RpcError) -> bool:
         """Whether the sidecar refused the ARROW_SHM this opening asked for."""
@@ -471,6 +510,7 @@ class SidecarStream:
                 return
             with self._lock:
                 self._requests, self._call = requests, call
+                self._held = [] if frames_in is not None else None
                 self._owed.reset()  # each opening starts with the whole window
                 self._generation += 1
                 generation = self._generation
@@ -541,7 +581,7 @@ class SidecarStream:
                 error = None
             finally:
                 with self._lock:
-                    self._requests, self._call = None, None
+                    self._requests, self._call, self._held = None, None, None
                     pending, self._pending = self._pending, deque()
                     pending_nacks, self._pending_nacks = self._pending_nacks, deque()
                 requests.put(None)
