@@ -3,7 +3,7 @@
     .venv/bin/python tests/bench/bench_pod_cost.py [--short] [--bootstrap HOST:PORT]
         [--rates 0,10,100,1000,10000] [--sizes 100,1024] [--paths S,F,Sl,Su,Fu,Cu]
         [--rounds N] [--window SECONDS] [--json PATH [--label TEXT]]
-        [--ordering key|partition --keys N] [--share | --no-share]
+        [--ordering key|partition --keys N] [--share | --no-share] [--floor | --no-floor]
 
 One producer process writes ``rate`` records/s (each value ``seq:time_ns:`` padded to the
 record size) to a topic of its own per size. In the same window, each in a process of its
@@ -23,10 +23,13 @@ own, reading the same records from the end:
      sidecar of its own; (Sl) ``stream`` with a 50 ms linger (``StreamOpen.linger``:
      records arriving one by one share a message); (Slf) the same, its group's consumer
      config holding the sidecar's fetches up to 50 ms; (Su), (Fu) the same over the
-     sidecar's Unix domain socket; (Cu)
-     ``stream_columns`` over the socket (``ARROW_SHM``): each batch acked with
-     ``ack_nowait`` and every answer checked at the end (the loops of ``bench_sidecar``'s
-     latency row, whose code they run).
+     sidecar's Unix domain socket; (Sulf), (Fuf) Slf's trade over the socket (Fuf: held
+     fetches only); (Cu) ``stream_columns`` over the socket (``ARROW_SHM``); (Sug), (Cug)
+     Su and Cu without the frame socket: each batch acked with ``ack_nowait`` and every
+     answer checked at the end (the loops of ``bench_sidecar``'s latency row, whose code
+     they run);
+(dr) with ``--floor`` (the full profile): a bare Python relay and its reader
+     (``tests/support/relay_floor.py``), the least a sidecar in Python can cost.
 
 Every process does the same per-record work (parse the stamp, keep the first arrival).
 Before any client attaches, the sidecars, the assigner and the notifier are measured idle
@@ -71,6 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 # Light imports only: every reader process (spawn) imports this module again, and its
 # RSS is one of the figures. The mesh's helpers are imported where they are used.
+from tests.support import pod_readers
 from tests.support.pod_readers import Arrivals, Reader, produce, read
 from tests.support.proc_usage import Usage, UsageRate, read_threads, read_usage, usage_rate
 
@@ -92,6 +96,14 @@ MESH_PATHS = {
     "Su": ("DsClient.stream (Stream RPC) UDS", "stream", True),
     "Fu": ("DsClient.fetch UDS", "fetch", True),
     "Cu": ("DsClient.stream_columns UDS (ARROW_SHM)", "columns", True),
+    # The low-rate trade over the socket: linger and held fetches (Slf's), and held fetches
+    # under Fetch.
+    "Sulf": (
+        "Su, linger 50 ms, group fetch.wait.max.ms 50, fetch.min.bytes 1 MiB",
+        "stream-linger",
+        True,
+    ),
+    "Fuf": ("Fu, group fetch.wait.max.ms 50, fetch.min.bytes 1 MiB", "fetch", True),
     # Su and Cu as before the frame socket: every Stream message a gRPC message.
     "Sug": ("DsClient.stream (Stream RPC) UDS, no frame socket", "stream-grpc", True),
     "Cug": ("DsClient.stream_columns UDS (ARROW_SHM), no frame socket", "columns-grpc", True),
@@ -99,12 +111,18 @@ MESH_PATHS = {
 # A path's group settings (the assigner's YAML keys): Slf's group has the broker hold its
 # sidecar's fetches up to 50 ms (a live-configurable consumer property, `dsctl config set`),
 # so the fetch loop wakes per 50 ms of records, not per record.
-PATH_GROUP_SETTINGS = {
-    "Slf": {"consumer_config": "{fetch.wait.max.ms: '50', fetch.min.bytes: '1048576'}"}
+HELD_FETCHES = {
+    "consumer_config": "{"
+    + ", ".join(f"{k}: '{v}'" for k, v in pod_readers.HELD_FETCHES.items())
+    + "}"
 }
+PATH_GROUP_SETTINGS = {"Slf": HELD_FETCHES, "Sulf": HELD_FETCHES, "Fuf": HELD_FETCHES}
 # An ordered twin of a mesh path (--ordering): the path's key with this suffix.
 ORDERED_SUFFIX = {"key": "k", "partition": "p"}
 DIRECT_PATHS = {"dc": ("direct, commit per batch", "commit"), "da": ("direct, auto-commit", "auto")}
+# With a path of the low-rate trade (held fetches): the direct consumer given the same fetches.
+HELD_DIRECT = "dcf"
+HELD_DIRECT_LABEL = "dc, fetch.wait.max.ms 50, fetch.min.bytes 1 MiB"
 SHARE_PATH = "ds"
 # --floor: the least a sidecar in Python can cost (tests/support/relay_floor.py): a bare relay
 # (poll, one frame per batch on a Unix socket, the reader's ack, a synchronous commit) and
@@ -141,8 +159,11 @@ class Profile:
     @property
     def direct_paths(self) -> tuple[str, ...]:
         """The baselines run: the direct consumers, and the share consumer with ``share``."""
+        held = any(p in PATH_GROUP_SETTINGS and "consumer_config" in PATH_GROUP_SETTINGS[p]
+                   for p in self.paths)  # fmt: skip
         return (
             *DIRECT_PATHS,
+            *((HELD_DIRECT,) if held else ()),
             *((SHARE_PATH,) if self.share else ()),
             *((FLOOR_PATH,) if self.floor else ()),
         )
@@ -348,9 +369,12 @@ def run_size(
             k: {"load": load, **{n: asdict(u) for n, u in v.items()}} for k, v in idle.items()
         }
         print_idle(size, idle, load, len(sidecars))
+        direct_kinds = {k: kind for k, (_, kind) in DIRECT_PATHS.items()}
+        direct_kinds[HELD_DIRECT] = "commit-held"
         readers = [
-            Reader(k, kind, bootstrap=bootstrap, topic=topic, partitions=PARTITIONS)
-            for k, (_, kind) in DIRECT_PATHS.items()
+            Reader(k, direct_kinds[k], bootstrap=bootstrap, topic=topic, partitions=PARTITIONS)
+            for k in profile.direct_paths
+            if k in direct_kinds
         ]
         readers += [
             Reader(k, mesh_path(k)[1], group=groups[k], assigner=assigner.grpc_addr)
@@ -524,6 +548,7 @@ def print_size(result: Size, paths: tuple[str, ...], direct: tuple[str, ...]) ->
     labels = {k: v[0] for k, v in DIRECT_PATHS.items()} | {k: mesh_path(k)[0] for k in paths}
     labels[SHARE_PATH] = SHARE_LABEL
     labels[FLOOR_PATH] = FLOOR_LABEL
+    labels[HELD_DIRECT] = HELD_DIRECT_LABEL
     for r, rounds in result.rates.items():
         loads = ", ".join(f"{rnd.load[0]:.2f}" for rnd in rounds)
         made = ", ".join(f"{rnd.produced:.0f}" for rnd in rounds)

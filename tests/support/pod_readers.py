@@ -32,6 +32,9 @@ CLIENT_RECORDS = 1_000
 FETCH_WAIT = 0.2
 GRPC_SUFFIX = "-grpc"  # a reader kind with it: no frame socket (ConnectionSettings.frame_socket)
 STREAM_LINGER = 0.05  # "stream-linger": the Stream's linger (StreamOpen.linger), seconds
+# The low-rate trade's fetch settings (a group's consumer_config in the mesh): the broker
+# holds a fetch up to 50 ms for 1 MiB.
+HELD_FETCHES = {"fetch.wait.max.ms": 50, "fetch.min.bytes": 1_048_576}
 
 
 def records_due(elapsed: float, rate: float) -> int:
@@ -141,7 +144,7 @@ def read(reader: Reader, ready: Any, first: Any, stop: Any, out: Any) -> None:
     Arrivals)`` on ``out``."""
     result = Arrivals()
     try:
-        if reader.kind in ("commit", "auto"):
+        if reader.kind in ("commit", "auto", "commit-held"):
             _direct(reader, result, ready, first, stop)
         elif reader.kind == "relay":
             _relayed(reader, result, ready, first, stop)
@@ -155,13 +158,15 @@ def read(reader: Reader, ready: Any, first: Any, stop: Any, out: Any) -> None:
 
 def _direct(reader: Reader, result: Arrivals, ready: Any, first: Any, stop: Any) -> None:
     """ "commit": poll(1.0), then what is already fetched (consume(999, 0)), a synchronous
-    commit per batch (the sidecar's guarantee); "auto": poll() per record, auto-commit."""
+    commit per batch (the sidecar's guarantee); "commit-held": the same with the broker
+    holding its fetches (:data:`HELD_FETCHES`); "auto": poll() per record, auto-commit."""
     auto = reader.kind == "auto"
     consumer = Consumer(
         {
             "bootstrap.servers": reader.bootstrap,
             "group.id": f"bench-pod-{reader.key}-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": auto,
+            **(HELD_FETCHES if reader.kind == "commit-held" else {}),
         }
     )
     try:

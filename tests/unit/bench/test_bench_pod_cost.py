@@ -211,6 +211,18 @@ def test_the_full_profile_runs_the_share_consumer_and_the_floor_beside_the_direc
     assert SHORT.direct_paths == tuple(DIRECT_PATHS)
 
 
+def test_a_path_of_held_fetches_runs_the_direct_consumer_with_the_same_fetches() -> None:
+    from dataclasses import replace
+
+    from tests.bench.bench_pod_cost import DIRECT_PATHS, HELD_DIRECT, HELD_FETCHES, SHORT
+
+    assert replace(SHORT, paths=("Su", "Sulf")).direct_paths == (*DIRECT_PATHS, HELD_DIRECT)
+    assert replace(SHORT, paths=("Su", "Sl")).direct_paths == tuple(DIRECT_PATHS)
+    assert HELD_FETCHES == {
+        "consumer_config": "{fetch.wait.max.ms: '50', fetch.min.bytes: '1048576'}"
+    }
+
+
 @given(st.lists(st.binary(max_size=64), max_size=20))
 def test_a_floor_relay_frame_reads_back_its_values(values: list[bytes]) -> None:
     from tests.support.relay_floor import decode, encode
