@@ -158,6 +158,22 @@ def _refused_field(error: grpc.RpcError) -> str | None:
     return info.metadata.get("field") if info is not None else None
 
 
+def _accepted(
+    spans: list[Span],
+    answer: Future[stream_pb2.StreamAckResult] | Future[stream_pb2.StreamNackResult] | None,
+    timeout: float,
+) -> list[bool] | None:
+    """Whether each of ``spans`` was accepted, from the ``answer`` to the request that sent
+    them; None if it was not sent or not answered in ``timeout`` (the caller falls back)."""
+    if answer is None:
+        return None
+    try:
+        result = answer.result(timeout=timeout)
+    except Exception:
+        return None
+    return accepted_spans(spans, result.rejected_ranges)
+
+
 def _holds_records(batch: stream_pb2.StreamBatch) -> bool:
     return bool(batch.records or batch.batches or batch.shared)
 
@@ -291,12 +307,19 @@ class SidecarStream:
                     else:
                         self._requests.put(request)
                     return True
-            try:
-                frames.send(request)
-            except OSError as exc:
-                log.info("sidecar %s: frame not sent: %s", self.address, exc)
-                frames.close()  # the stream's thread sees the end and fails the futures
+            self._send_frames(frames, [request])
         return True
+
+    def _send_frames(self, frames: FrameSocket, requests: list[stream_pb2.StreamRequest]) -> None:
+        """Write ``requests`` on the frame socket, in order (holding the send lock). One that
+        cannot be written (the sidecar went) closes it: the stream's thread sees the end,
+        and the opening fails the futures it holds."""
+        try:
+            for request in requests:
+                frames.send(request)
+        except OSError as exc:
+            log.info("sidecar %s: frame not sent: %s", self.address, exc)
+            frames.close()
 
     def grant(self, records: int) -> None:
         """``records`` arrived: credit them back, once half the window is owed."""
@@ -321,14 +344,7 @@ class SidecarStream:
         ``released`` (generation → region ids) go with them, those of the running
         generation only. ``answer_now`` False: the caller does not hold up a reader
         (``ack_nowait``), so the sidecar may answer with its next batch."""
-        future = self.ack_async(spans, released, answer_now=answer_now)
-        if future is None:
-            return None
-        try:
-            result = future.result(timeout=timeout)
-        except Exception:
-            return None
-        return accepted_spans(spans, result.rejected_ranges)
+        return _accepted(spans, self.ack_async(spans, released, answer_now=answer_now), timeout)
 
     def ack_async(
         self,
@@ -377,15 +393,10 @@ class SidecarStream:
         nacks = stream_pb2.StreamNacks(ranges=[s.range_ack() for s in spans])
         if delay:
             nacks.delay.FromNanoseconds(int(delay * 1e9))
-        if not self._submit(
+        sent = self._submit(
             lambda _generation: stream_pb2.StreamRequest(nacks=nacks), self._pending_nacks, future
-        ):
-            return None
-        try:
-            result = future.result(timeout=timeout)
-        except Exception:
-            return None
-        return accepted_spans(spans, result.rejected_ranges)
+        )
+        return _accepted(spans, future if sent else None, timeout)
 
     def _request_iterator(
         self,
@@ -432,14 +443,16 @@ class SidecarStream:
         read as the call's would be, until the sidecar closes it; then the call's end (its
         status raised as the call's). A socket that cannot be used ends the opening: it is
         opened again without one."""
+        holding = frames_in is not None  # requests wait for the frame socket asked for
         for response in call:
             if (
                 frames_in is None
                 or not isinstance(response, stream_pb2.StreamResponse)
                 or response.WhichOneof("kind") != "frame_socket"
             ):
-                if frames_in is not None:
-                    self._unhold()  # a sidecar older than frame_socket: all on the call
+                if holding:  # a sidecar older than frame_socket: everything on the call
+                    self._unhold()
+                    holding = False
                 yield response
                 continue
             try:
@@ -455,12 +468,7 @@ class SidecarStream:
                 with self._lock:
                     self._frames = frames
                     held, self._held = self._held or [], None
-                try:
-                    for request in held:  # in the order they were made, ahead of any other
-                        frames.send(request)
-                except OSError as exc:
-                    log.info("sidecar %s: frame not sent: %s", self.address, exc)
-                    frames.close()  # read below as the socket's end: the opening ends
+                self._send_frames(frames, held)  # ahead of any request made from now on
             read = streamed_columns if self.columns else streamed
             try:
                 for data in frames.frames():
