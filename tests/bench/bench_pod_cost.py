@@ -123,6 +123,8 @@ DIRECT_PATHS = {"dc": ("direct, commit per batch", "commit"), "da": ("direct, au
 # With a path of the low-rate trade (held fetches): the direct consumer given the same fetches.
 HELD_DIRECT = "dcf"
 HELD_DIRECT_LABEL = "dc, fetch.wait.max.ms 50, fetch.min.bytes 1 MiB"
+# Each direct path's reader kind (tests/support/pod_readers.py).
+DIRECT_KINDS = {**{k: kind for k, (_, kind) in DIRECT_PATHS.items()}, HELD_DIRECT: "commit-held"}
 SHARE_PATH = "ds"
 # --floor: the least a sidecar in Python can cost (tests/support/relay_floor.py): a bare relay
 # (poll, one frame per batch on a Unix socket, the reader's ack, a synchronous commit) and
@@ -159,8 +161,7 @@ class Profile:
     @property
     def direct_paths(self) -> tuple[str, ...]:
         """The baselines run: the direct consumers, and the share consumer with ``share``."""
-        held = any(p in PATH_GROUP_SETTINGS and "consumer_config" in PATH_GROUP_SETTINGS[p]
-                   for p in self.paths)  # fmt: skip
+        held = any(PATH_GROUP_SETTINGS.get(p) == HELD_FETCHES for p in self.paths)
         return (
             *DIRECT_PATHS,
             *((HELD_DIRECT,) if held else ()),
@@ -369,12 +370,10 @@ def run_size(
             k: {"load": load, **{n: asdict(u) for n, u in v.items()}} for k, v in idle.items()
         }
         print_idle(size, idle, load, len(sidecars))
-        direct_kinds = {k: kind for k, (_, kind) in DIRECT_PATHS.items()}
-        direct_kinds[HELD_DIRECT] = "commit-held"
         readers = [
-            Reader(k, direct_kinds[k], bootstrap=bootstrap, topic=topic, partitions=PARTITIONS)
+            Reader(k, DIRECT_KINDS[k], bootstrap=bootstrap, topic=topic, partitions=PARTITIONS)
             for k in profile.direct_paths
-            if k in direct_kinds
+            if k in DIRECT_KINDS
         ]
         readers += [
             Reader(k, mesh_path(k)[1], group=groups[k], assigner=assigner.grpc_addr)

@@ -67,19 +67,26 @@ def read_exactly(sock: socket.socket, n: int, stop: Any) -> bytes | None:
 def relay(bootstrap: str, topic: str, partitions: int, path: str, stop: Any) -> None:
     """The relay process: serves one reader at ``path`` until it closes or ``stop``."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(1)
-    listener.settimeout(STOP_CHECK_SECONDS)
-    while True:  # the reader starts after the mesh's readers, which may take minutes
-        try:
-            conn, _ = listener.accept()
-            break
-        except TimeoutError:
-            if stop.is_set():
-                listener.close()
-                Path(path).unlink(missing_ok=True)
-                return
-    conn.settimeout(STOP_CHECK_SECONDS)
+    try:
+        listener.bind(path)
+        listener.listen(1)
+        listener.settimeout(STOP_CHECK_SECONDS)
+        while not stop.is_set():  # the reader starts after the mesh's, which may take minutes
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(STOP_CHECK_SECONDS)
+                _serve(conn, bootstrap, topic, partitions, stop)
+            return
+    finally:
+        listener.close()
+        Path(path).unlink(missing_ok=True)
+
+
+def _serve(conn: socket.socket, bootstrap: str, topic: str, partitions: int, stop: Any) -> None:
+    """Each batch read as ``dc`` reads it, sent as a frame, acked, committed synchronously."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -96,15 +103,11 @@ def relay(bootstrap: str, topic: str, partitions: int, path: str, stop: Any) -> 
             batch = [m, *consumer.consume(MAX_RECORDS - 1, 0)]
             payload = encode([msg.value() or b"" for msg in batch if msg.error() is None])
             conn.sendall(LENGTH.pack(len(payload)) + payload)
-            ack = read_exactly(conn, LENGTH.size, stop)
-            if ack is None:
-                break
+            if read_exactly(conn, LENGTH.size, stop) is None:
+                return
             consumer.commit(asynchronous=False)
     finally:
         consumer.close()
-        conn.close()
-        listener.close()
-        Path(path).unlink(missing_ok=True)
 
 
 def connect(path: str, stop: Any) -> socket.socket:
