@@ -9,12 +9,9 @@ socket is the sidecar's own count (``ds_client_transport_requests_total{transpor
 
 from __future__ import annotations
 
-import shutil
 import stat
 import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,16 +29,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 PARTITIONS = 3
 PER_PHASE = 600
 CLIENT = "pod-app"
-
-
-@pytest.fixture
-def socket_dir() -> Iterator[Path]:
-    """A short directory (a socket path has at most 107 bytes; pytest's tmp_path is long)."""
-    path = Path(tempfile.mkdtemp(prefix="ds-uds-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def read_until(client: DsClient, seen: dict[int, int], total: int, timeout: float) -> None:

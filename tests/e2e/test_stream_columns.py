@@ -11,13 +11,10 @@ Real Kafka, real assigner and sidecar processes, a real DsClient.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -41,16 +38,6 @@ VALUE_BYTES = 1_000
 # The segment holds about 500 of these records: RECORDS pass only if regions are reused.
 SEGMENT_BYTES = 512 * 1024
 CREDIT = 400
-
-
-@pytest.fixture
-def socket_dir() -> Iterator[Path]:
-    """A short directory (a socket path has at most 107 bytes; pytest's tmp_path is long)."""
-    path = Path(tempfile.mkdtemp(prefix="ds-cols-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def value(seq: int) -> bytes:

@@ -12,10 +12,7 @@ acks never were gRPC calls, its request counts.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
-from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -34,16 +31,6 @@ PARTITIONS = 3
 PER_PHASE = 1500
 WINDOW = 100  # the stream's credit: what the client may hold unacked
 CLIENT = "pod-frames"
-
-
-@pytest.fixture
-def socket_dir() -> Iterator[Path]:
-    """A short directory (a socket path has at most 107 bytes; pytest's tmp_path is long)."""
-    path = Path(tempfile.mkdtemp(prefix="ds-frames-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def client_metric(sidecar: ServiceProcess, name: str) -> dict[str, float]:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import shutil
-import tempfile
 from array import array
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -131,16 +129,6 @@ def shared(
         length=length,
         region=region,
     )
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A short directory (a socket path has at most 107 bytes; tmp_path is long)."""
-    path = Path(tempfile.mkdtemp(prefix="ds-cols-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def test_segments_are_mapped_once_and_read_in_place_after_the_file_is_gone(

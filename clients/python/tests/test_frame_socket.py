@@ -6,12 +6,9 @@ socket the client must not trust (or cannot reach) is refused before any token i
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import struct
-import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,16 +18,6 @@ from dsclient.frame_socket import FrameSocket, FrameSocketError
 
 HEADER = struct.Struct("<I")
 TOKEN = bytes(range(16))
-
-
-@pytest.fixture
-def directory() -> Iterator[Path]:
-    """A short private directory (a socket path has at most 107 bytes)."""
-    path = Path(tempfile.mkdtemp(prefix="ds-fs-"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def listening(path: Path) -> socket.socket:
@@ -54,10 +41,10 @@ def read_frame(conn: socket.socket) -> bytes:
 
 
 def test_the_token_goes_first_then_requests_and_responses_are_whole_frames(
-    directory: Path,
+    short_dir: Path,
 ) -> None:
-    server = listening(directory / "sidecar-x.frames")
-    client = FrameSocket(directory, "sidecar-x.frames", TOKEN)
+    server = listening(short_dir / "sidecar-x.frames")
+    client = FrameSocket(short_dir, "sidecar-x.frames", TOKEN)
     conn, _ = server.accept()
     assert read_frame(conn) == TOKEN
     acks = stream_pb2.StreamRequest(acks=stream_pb2.StreamAcks(released=[3, 4]))
@@ -85,9 +72,9 @@ def test_the_token_goes_first_then_requests_and_responses_are_whole_frames(
     server.close()
 
 
-def test_close_from_another_thread_ends_a_blocked_read(directory: Path) -> None:
-    server = listening(directory / "f")
-    client = FrameSocket(directory, "f", TOKEN)
+def test_close_from_another_thread_ends_a_blocked_read(short_dir: Path) -> None:
+    server = listening(short_dir / "f")
+    client = FrameSocket(short_dir, "f", TOKEN)
     conn, _ = server.accept()
     got: list[bytes] = []
     reader = threading.Thread(target=lambda: got.extend(client.frames()))
@@ -101,9 +88,9 @@ def test_close_from_another_thread_ends_a_blocked_read(directory: Path) -> None:
     server.close()
 
 
-def test_a_frame_cut_short_by_the_sidecar_is_the_end_not_a_frame(directory: Path) -> None:
-    server = listening(directory / "f")
-    client = FrameSocket(directory, "f", TOKEN)
+def test_a_frame_cut_short_by_the_sidecar_is_the_end_not_a_frame(short_dir: Path) -> None:
+    server = listening(short_dir / "f")
+    client = FrameSocket(short_dir, "f", TOKEN)
     conn, _ = server.accept()
     conn.sendall(HEADER.pack(100) + b"only part of it")
     conn.close()
@@ -113,23 +100,23 @@ def test_a_frame_cut_short_by_the_sidecar_is_the_end_not_a_frame(directory: Path
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "../sidecar-x.frames", "a/b"])
-def test_a_name_that_is_not_a_plain_file_name_is_refused(directory: Path, name: str) -> None:
+def test_a_name_that_is_not_a_plain_file_name_is_refused(short_dir: Path, name: str) -> None:
     with pytest.raises(FrameSocketError, match="not a file name"):
-        FrameSocket(directory, name, TOKEN)
+        FrameSocket(short_dir, name, TOKEN)
 
 
-def test_a_socket_in_a_directory_others_may_write_gets_no_token(directory: Path) -> None:
-    server = listening(directory / "f")
-    os.chmod(directory, 0o777)
+def test_a_socket_in_a_directory_others_may_write_gets_no_token(short_dir: Path) -> None:
+    server = listening(short_dir / "f")
+    os.chmod(short_dir, 0o777)
     with pytest.raises(FrameSocketError, match="not used"):
-        FrameSocket(directory, "f", TOKEN)
+        FrameSocket(short_dir, "f", TOKEN)
     server.settimeout(0.2)
     with pytest.raises(TimeoutError):
         server.accept()  # never connected: no token went out
     server.close()
 
 
-def test_a_socket_nobody_listens_on_is_refused(directory: Path) -> None:
-    listening(directory / "f").close()  # the file stays, nobody listens
+def test_a_socket_nobody_listens_on_is_refused(short_dir: Path) -> None:
+    listening(short_dir / "f").close()  # the file stays, nobody listens
     with pytest.raises(FrameSocketError, match="refused"):
-        FrameSocket(directory, "f", TOKEN)
+        FrameSocket(short_dir, "f", TOKEN)
