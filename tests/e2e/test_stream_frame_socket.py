@@ -116,8 +116,10 @@ def test_a_stream_on_the_frame_socket_loses_nothing_when_its_sidecar_is_killed(
     # it had acked whose answer the kill cut off (one batch).
     assert again <= 2 * WINDOW, f"{again} delivered twice"
     # The socket failed (UNAVAILABLE): the client read on over TCP, no frame socket there,
-    # until a binding names the socket again (test_sidecar_local_socket.py, phase 3).
-    assert phases["frame streams after"] == {"": 0.0}
+    # until a binding names the socket again (test_sidecar_local_socket.py, phase 3); then
+    # one stream on the frame socket again. Which of the two the end of the run finds is
+    # timing (CI, 4 Dec: the ack_nowait run was back on the socket), never more than one.
+    assert phases["frame streams after"] in ({"": 0.0}, {"": 1.0})
     sidecar.stop()
     assert not frames_file.exists(), "the frame socket outlived its sidecar"
 
