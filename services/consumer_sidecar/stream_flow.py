@@ -99,6 +99,11 @@ class StreamState:
     hold_answers: bool = False
     held: list[stream_pb2.StreamAckResult] = field(default_factory=list)
     held_until: float = 0.0
+    # The loop's wait in progress (``StreamRpc._wait``): its timeout, which a first held
+    # answer cuts to the hold's deadline, and whether it waits for records (else for the
+    # client).
+    waiting: asyncio.Timeout | None = None
+    waiting_for_data: bool = False
 
     def backlog(self) -> int:
         """The answers waiting for the client: queued, held, or acks being committed."""
@@ -108,17 +113,45 @@ class StreamState:
         """Queue the answer to an ``acks`` message, after those before it: held for the
         next batch when the stream allows it and the client did not ask for it now
         (``now_ok`` False), else sent on its own (the held ones first, keeping the order).
-        True when the stream's loop must look again (something to send, or a hold's
-        deadline it does not know yet)."""
+        True when the stream's loop must look again: something to send, or a first held
+        answer while the loop waits for the client (:meth:`on_first_held`)."""
         if self.hold_answers and not now_ok:
             first = not self.held
+            self.held.append(result)
             if first:
                 self.held_until = now + ANSWER_HOLD_SECONDS
-            self.held.append(result)
-            return first
+                return self.on_first_held()
+            return False
         self.flush_held()
         self.results.append(stream_pb2.StreamResponse(ack_result=result))
         return True
+
+    def looks_again_for(self, kind: str) -> bool:
+        """Whether the loop must look again for a client message of ``kind`` (after it was
+        applied). Not for acks: they change nothing it can send (their answer comes once
+        committed, :meth:`answer`; a release of segment regions wakes it where it is
+        read). Not for credit while it waits for records: with credit left, nothing it can
+        send changes either. A look for nothing was a take() and a new wait, for each
+        message at every batch (issue 34)."""
+        if kind == "acks":
+            return False
+        return not (kind == "credit" and self.waiting is not None and self.waiting_for_data)
+
+    def on_first_held(self) -> bool:
+        """An answer is held where none was: whether the loop must look again. Waiting for
+        records, it need not (issue 34: a look per answer was a take() and a new wait, at
+        every batch): its wait is cut to the hold's deadline, and records that come first
+        carry the answer. Waiting for the client (credit, a release), it must: the answers
+        go now, on their own (``StreamRpc._wait``). Not waiting, it sees them at its next
+        wait (``wait_limit``)."""
+        if self.waiting is None or self.waiting.expired():
+            return False  # about to look again anyway
+        if not self.waiting_for_data:
+            return True
+        deadline = self.waiting.when()
+        if deadline is None or deadline > self.held_until:
+            self.waiting.reschedule(self.held_until)
+        return False
 
     def flush_held(self) -> None:
         """The held answers go on their own, as ``ack_result`` messages, in order."""

@@ -283,6 +283,7 @@ class StreamRpc:
                         raise invalid("acks.released", f"at most {MAX_ACKS} per message")
                     if state.segment is not None and request.acks.released:
                         state.segment.release(request.acks.released)
+                        state.wake.set()  # room in the segment
                     outcome = self.acks.apply_acks(
                         state.client_id, request.acks.acks, request.acks.ranges
                     )
@@ -311,7 +312,8 @@ class StreamRpc:
                     raise invalid("open", "a Stream is opened once")
                 else:
                     raise invalid("kind", "set one of open, credit, acks, nacks")
-                state.wake.set()
+                if state.looks_again_for(kind):
+                    state.wake.set()
                 # A client that sends without reading its answers: read nothing more from
                 # it until it has (issue 37, finding 11); its sends wait on flow control.
                 await state.wait_for_room()
@@ -397,11 +399,13 @@ class StreamRpc:
             state.data.wanted = True
         timeout = state.wait_limit(timeout, asyncio.get_running_loop().time())
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(timeout) as waiting:
+                state.waiting, state.waiting_for_data = waiting, data
                 await state.wake.wait()
         except TimeoutError:
             pass
         finally:
+            state.waiting = None
             state.data.wanted = False
 
 

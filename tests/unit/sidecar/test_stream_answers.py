@@ -175,3 +175,50 @@ def test_a_stream_waiting_for_credit_does_not_hold_answers(
         call.cancel()
 
     run(body)
+
+
+def test_acks_credit_and_a_held_answer_do_not_wake_a_stream_waiting_for_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 34 (the per-batch cost): a stream waiting for records is not woken by an
+    ``acks`` message or more credit (nothing it can send changes) nor by the answer it
+    holds for the next batch (its wait is cut to the hold's deadline instead): between one
+    batch and the next it looks for records once after sending and once when they come,
+    not once more per message. Before, every ack, every credit and every first held answer
+    cost a futile look (a take() and a new wait), three of the five per record."""
+    monkeypatch.setattr(stream_flow, "ANSWER_HOLD_SECONDS", 30.0)
+
+    async def body(stub: stream_pb2_grpc.StreamServiceStub, sc: Sidecar) -> None:
+        part = sc.hold(0, epoch=1)
+        takes = 0
+        take = sc.serving.take
+
+        def counted(*args: object) -> object:
+            nonlocal takes
+            takes += 1
+            return take(*args)  # type: ignore[arg-type]
+
+        sc.serving.take = counted  # type: ignore[method-assign]
+        sc.buffer(0, range(0, 2))
+        requests = answering(records=100)
+        call = stub.Stream(requests)
+        first = await call.read()
+        for record in first.batch.records:
+            requests.send(acks([record]))  # two acks messages, two answers held
+            requests.send(stream_pb2.StreamRequest(credit=stream_pb2.StreamCredit(records=1)))
+        while part.acks.commit_point < 2:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # the answers are held: nothing more to look at
+        before = takes
+        sc.buffer(0, range(2, 3))
+        second = await call.read()
+        assert [r.offset for r in second.batch.records] == [2]
+        assert [a.acked_count for a in second.batch.ack_results] == [1, 1]
+        # Counted from the opening: the look that took the first batch, the empty one right
+        # after it; then (after ``before``) the one that took record 2, and perhaps already
+        # the empty one after that batch.
+        assert before <= 2, f"{before} looks for records while only acks and credit came"
+        assert takes - before in (1, 2)
+        call.cancel()
+
+    run(body)
