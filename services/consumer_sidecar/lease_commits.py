@@ -103,6 +103,9 @@ class LeaseCommitter:
         # Issue 34: the commit loop sleeps until a deadline it knows of, or with none
         # until an ack (the loop is idle: ``_commits_idle``) gives it one.
         self._commits_idle = False
+        # The idle loop's wait: an ack that its answer commits (commit on ack) gives it a
+        # deadline one interval away instead of waking it (``uncommitted``).
+        self._idle_wait: asyncio.Timeout | None = None
         self._commit_lock = asyncio.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None  # the commit loop's
         table.on_stalled = self._stalled
@@ -113,12 +116,24 @@ class LeaseCommitter:
         if self._commits_idle:
             self._commit_now.set()
 
-    def uncommitted(self) -> None:
+    def uncommitted(self, answered: bool = False) -> None:
         """Something changed that the next commit round must carry: it comes within the
-        commit interval, or at once after many acks or when the loop was idle."""
+        commit interval, or at once after many acks or when the loop was idle.
+        ``answered``: acks whose answer commits them (:meth:`commit_acked`, commit on
+        ack): an idle loop is not woken for them, it looks once within the interval (so
+        an ack whose own commit failed is still committed). Before, every ack woke it for
+        a second round that found nothing to commit (issue 34: a loop wake and a scan of
+        the table at every batch)."""
         self._acks_since_commit += 1
-        if self._acks_since_commit >= self.commit_max_acks or self._commits_idle:
+        if self._acks_since_commit >= self.commit_max_acks:
             self._commit_now.set()
+        elif self._commits_idle:
+            idle = self._idle_wait
+            if answered and self.commit_on_ack and idle is not None and not idle.expired():
+                if idle.when() is None:
+                    idle.reschedule(asyncio.get_running_loop().time() + self.commit_interval)
+            else:
+                self._commit_now.set()
 
     async def commit_loop(self) -> None:
         """Commit rounds: every ``commit_interval`` while acks come, at once when asked;
@@ -139,7 +154,9 @@ class LeaseCommitter:
             )
             self._commits_idle = wait is None
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._commit_now.wait(), wait)
+                async with asyncio.timeout(wait) as self._idle_wait:
+                    await self._commit_now.wait()
+            self._idle_wait = None
             self._commits_idle = False
             self._commit_now.clear()
             self._acks_since_commit = 0

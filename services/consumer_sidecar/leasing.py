@@ -463,7 +463,7 @@ class LeaseKeeper:
                 reject = (ack_error_reason(exc), str(exc))
         if reject is not None:
             return reject
-        self.committer.uncommitted()
+        self.committer.uncommitted(answered=True)  # every ack RPC commits before answering
         return None
 
     def holds(self, tp: TP, epoch: int) -> bool:

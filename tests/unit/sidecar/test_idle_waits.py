@@ -20,6 +20,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dataservice.sidecar.v1 import stream_pb2
 from services.consumer_sidecar.acks import NO_LIMIT
 from services.consumer_sidecar.backpressure_watch import watch_backpressure
 from services.consumer_sidecar.idle_waits import (
@@ -154,6 +155,51 @@ def test_an_idle_commit_loop_makes_no_round_until_an_ack_or_a_renewal() -> None:
             loop.cancel()
 
     asyncio.run(main())
+
+
+def test_an_ack_committed_by_its_own_answer_does_not_wake_the_idle_commit_loop() -> None:
+    """Commit on ack: an ack's answer (``commit_acked``) commits it; the idle commit loop
+    is not woken to commit it too (before: a second round per ack, a loop wake and a scan
+    of the table at every batch; issue 34). It looks once within the commit interval, so
+    an ack whose own commit failed is still committed by the loop."""
+
+    async def main() -> None:
+        sidecar = Sidecar()
+        committer = sidecar.keeper.committer
+        committer.commit_interval = 0.3
+        loop_rounds: list[int] = []
+        commit_all = committer.commit_all
+        loop = asyncio.create_task(committer.commit_loop())
+        try:
+            await asyncio.sleep(0.05)  # the loop is idle
+            committer.commit_all = counting(commit_all, loop_rounds)  # type: ignore[method-assign]
+            part = sidecar.hold(0)
+            sidecar.buffer(0, range(3))
+            (taken,) = sidecar.table.take(10, 1 << 20)
+            for offset in range(taken.first_offset, taken.last_offset + 1):
+                assert sidecar.serving.ack(record_ack(offset), "c1") is None
+                committer.commit_all = commit_all  # type: ignore[method-assign]
+                touched = {part.tp: (part, part.acks.version)}
+                assert await sidecar.serving.commit_acked(touched) == {}
+                committer.commit_all = counting(commit_all, loop_rounds)  # type: ignore[method-assign]
+                await asyncio.sleep(0.01)
+            assert part.committed == 3
+            assert loop_rounds == []  # not a round per ack
+            for _ in range(300):  # one look within the interval
+                if loop_rounds:
+                    break
+                await asyncio.sleep(0.01)
+            assert loop_rounds == [1]
+            await asyncio.sleep(0.5)
+            assert loop_rounds == [1]  # then idle again
+        finally:
+            loop.cancel()
+
+    asyncio.run(main())
+
+
+def record_ack(offset: int) -> stream_pb2.RecordAck:
+    return stream_pb2.RecordAck(topic=TOPIC, partition=0, offset=offset, lease_epoch=1)
 
 
 class SuspendingFetcher:
