@@ -17,6 +17,7 @@ from dataservice.common.v1 import common_pb2
 from dsclient.reasons import error_info
 from tests.support.assignment import is_settled, wait_until
 from tests.support.mesh import Mesh, ServiceProcess
+from tests.support.ops import metric_samples
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -49,6 +50,25 @@ def wait_all_held(svc: ServiceProcess, group: str, partitions: int, timeout: flo
     raise AssertionError(f"not every partition held within {timeout}s: {current}")
 
 
+def wait_in_hand(sidecars: dict[str, ServiceProcess], holders: dict, timeout: float = 30) -> None:
+    """Every lease the assigner shows granted has reached its sidecar. The assigner shows a
+    grant as soon as it decides it, and sends it once its epoch is durable: a kill in between
+    leaves a durable epoch nobody holds, which the restarted assigner rightly grants again
+    under a newer one. A grant the sidecar has is named in its re-attach and adopted."""
+    want = {sid: {str(p) for (_, p), (h, _) in holders.items() if h == sid} for sid in sidecars}
+    deadline = time.monotonic() + timeout
+    have: dict[str, set[str]] = {}
+    while time.monotonic() < deadline:
+        have = {
+            sid: {s.labels["partition"] for s in metric_samples(svc, "ds_sidecar_buffered_records")}
+            for sid, svc in sidecars.items()
+        }
+        if have == want:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"grants not in the sidecars' hands within {timeout}s: {have} != {want}")
+
+
 def restart(svc: ServiceProcess) -> ServiceProcess:
     again = ServiceProcess(svc.kind, svc.args, svc.log, svc.grpc_port, svc.http_port)
     return again.start()
@@ -74,6 +94,8 @@ def test_group_and_epochs_survive_an_assigner_kill(mesh: Mesh, topic_factory: ob
     wait_until(assigner.grpc_addr, group, lambda v: is_settled(v, SIDECARS, 8), timeout=30)
     before = wait_all_held(assigner, group, 8)
     assert {holder for holder, _ in before.values()} == {"sc-0", "sc-1"}
+    wait_in_hand(dict(zip(SIDECARS, sidecars, strict=True)), before)
+    assert wait_all_held(assigner, group, 8) == before, "settled: nothing moved meanwhile"
 
     assigner.kill()
     mesh.services.remove(assigner)
