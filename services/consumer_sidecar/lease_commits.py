@@ -48,6 +48,7 @@ from services.consumer_sidecar.partitions import (
     PartitionTable,
     Reverted,
 )
+from services.consumer_sidecar.wakeup import bring_forward
 from services.runtime.topic_partition import TP
 
 log = structlog.get_logger(__name__)
@@ -105,7 +106,7 @@ class LeaseCommitter:
         self._commits_idle = False
         # The idle loop's wait: an ack that its answer commits (commit on ack) gives it a
         # deadline one interval away instead of waking it (``uncommitted``).
-        self._idle_wait: asyncio.Timeout | None = None
+        self._wait: asyncio.Timeout | None = None
         self._commit_lock = asyncio.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None  # the commit loop's
         table.on_stalled = self._stalled
@@ -128,11 +129,8 @@ class LeaseCommitter:
         if self._acks_since_commit >= self.commit_max_acks:
             self._commit_now.set()
         elif self._commits_idle:
-            idle = self._idle_wait
-            if answered and self.commit_on_ack and idle is not None and not idle.expired():
-                if idle.when() is None:
-                    idle.reschedule(asyncio.get_running_loop().time() + self.commit_interval)
-            else:
+            in_time = asyncio.get_running_loop().time() + self.commit_interval
+            if not (answered and self.commit_on_ack and bring_forward(self._wait, in_time)):
                 self._commit_now.set()
 
     async def commit_loop(self) -> None:
@@ -154,9 +152,9 @@ class LeaseCommitter:
             )
             self._commits_idle = wait is None
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait) as self._idle_wait:
+                async with asyncio.timeout(wait) as self._wait:
                     await self._commit_now.wait()
-            self._idle_wait = None
+            self._wait = None
             self._commits_idle = False
             self._commit_now.clear()
             self._acks_since_commit = 0

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from dataservice.sidecar.v1 import stream_pb2
 from dsclient.records.batches import Slice
+from services.consumer_sidecar.wakeup import bring_forward
 
 if TYPE_CHECKING:
     from services.consumer_sidecar.shm_segment import Segment
@@ -148,9 +149,7 @@ class StreamState:
             return False  # about to look again anyway
         if not self.waiting_for_data:
             return True
-        deadline = self.waiting.when()
-        if deadline is None or deadline > self.held_until:
-            self.waiting.reschedule(self.held_until)
+        bring_forward(self.waiting, self.held_until)
         return False
 
     def flush_held(self) -> None:

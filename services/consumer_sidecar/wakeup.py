@@ -54,3 +54,16 @@ class Wakeup:
         except TimeoutError:
             return False
         return True
+
+
+def bring_forward(timeout: asyncio.Timeout | None, when: float) -> bool:
+    """Make a running ``asyncio.timeout`` end by ``when`` (loop time) at the latest, instead
+    of waking its task now: the task looks once then (issue 34: a wake per message that
+    changed nothing it could act on). False if there is none or it already expired: its task
+    is about to look anyway."""
+    if timeout is None or timeout.expired():
+        return False
+    deadline = timeout.when()
+    if deadline is None or deadline > when:
+        timeout.reschedule(when)
+    return True

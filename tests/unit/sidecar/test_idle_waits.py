@@ -12,6 +12,7 @@ no round at all when idle, and the waits for what must happen are bounded genero
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import threading
 from collections.abc import Callable
@@ -32,7 +33,7 @@ from services.consumer_sidecar.idle_waits import (
 )
 from services.consumer_sidecar.partitions import Redelivery
 from services.consumer_sidecar.settings import SidecarSettings
-from services.consumer_sidecar.wakeup import Wakeup
+from services.consumer_sidecar.wakeup import Wakeup, bring_forward
 from services.runtime.topic_partition import TP
 from tests.unit.sidecar.stream_harness import TOPIC, Sidecar
 
@@ -88,6 +89,22 @@ def test_a_wakeup_set_from_another_thread_wakes_the_waiting_task() -> None:
         wake.clear()
         wake.set()  # on the loop's own thread: set at once
         assert wake.is_set()
+
+    asyncio.run(main())
+
+
+def test_bring_forward_only_ever_moves_a_running_wait_earlier() -> None:
+    async def main() -> None:
+        assert not bring_forward(None, 1.0)  # no wait: the caller wakes its task instead
+        now = asyncio.get_running_loop().time()
+        async with asyncio.timeout(None) as wait:
+            assert bring_forward(wait, now + 60) and wait.when() == now + 60  # none had one
+            assert bring_forward(wait, now + 90) and wait.when() == now + 60  # never later
+            assert bring_forward(wait, now + 30) and wait.when() == now + 30
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0) as expired:
+                await asyncio.sleep(1)
+        assert not bring_forward(expired, now + 60)  # its task is looking already
 
     asyncio.run(main())
 
