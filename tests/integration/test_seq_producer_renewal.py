@@ -1,0 +1,66 @@
+"""The failure tests' producer (tests/support/records.py ``SeqProducer``) replaces a producer
+that stopped sending: what it had queued is produced again by a fresh one, once each.
+
+Stuck here means a producer that cannot reach any broker (its bootstrap is a closed port)
+while the next one can: the records queued in the first were never sent, so moving them
+writes none twice, and every sequence ends in Kafka exactly once.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Producer
+
+from services.devstack.kafka import KafkaHandle
+from tests.support.offsets import end_offsets
+from tests.support.records import SeqProducer
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+RECORDS = 60
+
+
+def closed_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens once closed
+
+
+class FirstOneStuck(SeqProducer):
+    """Its first producer reaches no broker; the ones made after it reach Kafka."""
+
+    def _new_producer(self) -> Producer:
+        made = getattr(self, "_made", 0)
+        self._made = made + 1
+        if made == 0:
+            return Producer({"bootstrap.servers": closed_port(), "enable.idempotence": True})
+        return super()._new_producer()
+
+
+def wait_for(check: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.2)
+    return check()
+
+
+def test_a_stuck_producers_queue_is_produced_again_by_a_fresh_one_once_each(
+    kafka_cluster: KafkaHandle, topic_factory: object
+) -> None:
+    topic = topic_factory(partitions=3)  # type: ignore[operator]
+    producer = FirstOneStuck(
+        kafka_cluster.bootstrap, topic, 3, rate=200, limit=RECORDS, stall_seconds=2
+    ).start()
+    assert wait_for(lambda: len(producer.confirmed()) == RECORDS, 90), producer.confirmed()
+    confirmed = producer.stop()
+
+    assert producer.renewals >= 1
+    assert confirmed == set(range(RECORDS))
+    assert len(set(producer.placed.values())) == RECORDS, "a sequence written twice"
+    assert sum(end_offsets(kafka_cluster.bootstrap, topic, 3).values()) == RECORDS
