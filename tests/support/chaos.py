@@ -100,6 +100,8 @@ class Accounting:
     # Sequences Kafka holds at more than one offset (the producer's retry across an outage):
     # two records to the mesh, not a redelivery (``tests.support.ops.producer_copies``).
     producer_copies: int = 0
+    # The producer replaced after confirming nothing for its stall time (records.py).
+    producer_renewals: int = 0
 
     def line(self, label: str) -> str:
         """The scenario's one summary line."""
@@ -121,6 +123,11 @@ class Accounting:
             f"{len(self.client_errors)}; made due again by the sidecars: "
             f"{self._redeliveries_text()}; written twice to Kafka by the producer "
             f"{self.producer_copies}"
+            + (
+                f" (the producer replaced {self.producer_renewals}x after a stall)"
+                if self.producer_renewals
+                else ""
+            )
         )
 
     def _redeliveries_text(self) -> str:
@@ -395,6 +402,7 @@ class LoadedMesh:
             producer_copies=sum(
                 n > 1 for n in Counter(seq for seq, _, _ in self._deliveries(apps)).values()
             ),
+            producer_renewals=self.producer.renewals,
             unexplained=unexplained,
             not_at_end={p: (committed[p], e) for p, e in ends.items() if committed[p] != e},
             commits_backwards=commits_backwards,
