@@ -23,6 +23,7 @@ from tests.support.proc_usage import (
     UsageRate,
     read_threads,
     read_usage,
+    schedstat_seconds,
     stat_cpu_ticks,
     status_fields,
     thread_name,
@@ -132,6 +133,33 @@ def test_usage_rate_is_per_second() -> None:
     assert rate.rss == 2048
     with pytest.raises(ValueError):
         usage_rate(before, after, 0.0)
+
+
+def test_schedstat_seconds_reads_the_time_on_the_cpu_in_nanoseconds() -> None:
+    assert schedstat_seconds("1234567890 5550000 321\n") == pytest.approx(1.23456789)
+
+
+def test_usage_rate_takes_the_nanoseconds_unless_an_ended_thread_took_its_time() -> None:
+    tick = 1 / TICKS_PER_SECOND
+    before = Usage(cpu=10.0, rss=1, voluntary=0, involuntary=0, ran=10.004)
+    # 5 s of an idle process: 2 ticks by /proc/PID/stat, 0.0123 s by the threads' schedstat.
+    idle = Usage(cpu=10.0 + 2 * tick, rss=1, voluntary=0, involuntary=0, ran=10.0163)
+    assert usage_rate(before, idle, 5.0).cores == pytest.approx(0.0123 / 5)
+    # A thread that used 0.5 s ended meanwhile: the live threads' sum lost it, the ticks not.
+    ended = Usage(cpu=10.6, rss=1, voluntary=0, involuntary=0, ran=10.104)
+    assert usage_rate(before, ended, 5.0).cores == pytest.approx(0.6 / 5)
+    # No schedstat (a kernel without it): the ticks.
+    plain = Usage(cpu=10.6, rss=1, voluntary=0, involuntary=0)
+    assert usage_rate(before, plain, 5.0).cores == pytest.approx(0.6 / 5)
+
+
+def test_read_usage_counts_the_threads_time_on_the_cpu_finer_than_ticks() -> None:
+    before = read_usage(os.getpid())
+    sum(i * i for i in range(200_000))  # a few milliseconds
+    after = read_usage(os.getpid())
+    if before.ran is None or after.ran is None:
+        pytest.skip("no /proc/PID/task/TID/schedstat on this kernel: the ticks are used")
+    assert 0 < after.ran - before.ran < 5
 
 
 def test_percentile_and_median_and_best() -> None:
