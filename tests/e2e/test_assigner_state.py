@@ -18,6 +18,7 @@ from dsclient.reasons import error_info
 from tests.support.assignment import is_settled, wait_until
 from tests.support.mesh import Mesh, ServiceProcess
 from tests.support.ops import metric_samples
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -56,17 +57,17 @@ def wait_in_hand(sidecars: dict[str, ServiceProcess], holders: dict, timeout: fl
     leaves a durable epoch nobody holds, which the restarted assigner rightly grants again
     under a newer one. A grant the sidecar has is named in its re-attach and adopted."""
     want = {sid: {str(p) for (_, p), (h, _) in holders.items() if h == sid} for sid in sidecars}
-    deadline = time.monotonic() + timeout
-    have: dict[str, set[str]] = {}
-    while time.monotonic() < deadline:
-        have = {
+
+    def have() -> dict[str, set[str]]:
+        return {
             sid: {s.labels["partition"] for s in metric_samples(svc, "ds_sidecar_buffered_records")}
             for sid, svc in sidecars.items()
         }
-        if have == want:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"grants not in the sidecars' hands within {timeout}s: {have} != {want}")
+
+    wait_for(
+        lambda: have() == want, timeout, "grants in the sidecars' hands",
+        detail=lambda: f"{have()} != {want}",
+    )  # fmt: skip
 
 
 def restart(svc: ServiceProcess) -> ServiceProcess:

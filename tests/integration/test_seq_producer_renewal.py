@@ -8,46 +8,32 @@ writes none twice, and every sequence ends in Kafka exactly once.
 
 from __future__ import annotations
 
-import socket
-import time
-from collections.abc import Callable
-
 import pytest
 from confluent_kafka import Producer
 
 from services.devstack.kafka import KafkaHandle
+from services.devstack.ports import free_ports
 from tests.support.offsets import end_offsets
 from tests.support.records import SeqProducer
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 RECORDS = 60
 
 
-def closed_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens once closed
-
-
 class FirstOneStuck(SeqProducer):
-    """Its first producer reaches no broker; the ones made after it reach Kafka."""
+    """Its first producer reaches no broker (a free port: nothing listens there); the ones
+    made after it reach Kafka."""
+
+    made = 0
 
     def _new_producer(self) -> Producer:
-        made = getattr(self, "_made", 0)
-        self._made = made + 1
-        if made == 0:
-            return Producer({"bootstrap.servers": closed_port(), "enable.idempotence": True})
+        self.made += 1
+        if self.made == 1:
+            (port,) = free_ports(1)
+            return Producer({"bootstrap.servers": f"127.0.0.1:{port}", "enable.idempotence": True})
         return super()._new_producer()
-
-
-def wait_for(check: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.2)
-    return check()
 
 
 def test_a_stuck_producers_queue_is_produced_again_by_a_fresh_one_once_each(
@@ -57,7 +43,10 @@ def test_a_stuck_producers_queue_is_produced_again_by_a_fresh_one_once_each(
     producer = FirstOneStuck(
         kafka_cluster.bootstrap, topic, 3, rate=200, limit=RECORDS, stall_seconds=2
     ).start()
-    assert wait_for(lambda: len(producer.confirmed()) == RECORDS, 90), producer.confirmed()
+    wait_for(
+        lambda: len(producer.confirmed()) == RECORDS, 90, "every record confirmed",
+        detail=lambda: f"confirmed {sorted(producer.confirmed())}",
+    )  # fmt: skip
     confirmed = producer.stop()
 
     assert producer.renewals >= 1

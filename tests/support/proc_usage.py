@@ -65,6 +65,12 @@ def _ran(task: Path) -> float | None:
         return None  # no schedstats in this kernel, or the thread ended meanwhile
 
 
+def _plus_ran(total: float | None, task: Path) -> float | None:
+    """``total`` plus the task's time on the CPU; None once any task's is unknown."""
+    seconds = _ran(task)
+    return None if total is None or seconds is None else total + seconds
+
+
 def status_fields(status: str) -> dict[str, int]:
     """The numeric fields of ``/proc/PID/status`` (or a task's): ``kB`` values in bytes."""
     out: dict[str, int] = {}
@@ -92,8 +98,7 @@ def read_usage(pid: int) -> Usage:
             continue  # the thread ended meanwhile
         voluntary += fields.get("voluntary_ctxt_switches", 0)
         involuntary += fields.get("nonvoluntary_ctxt_switches", 0)
-        seconds = _ran(task)
-        ran = None if ran is None or seconds is None else ran + seconds
+        ran = _plus_ran(ran, task)
     return Usage(cpu, rss, voluntary, involuntary, ran)
 
 
@@ -121,13 +126,12 @@ def read_threads(pid: int) -> dict[str, Usage]:
         if name == own:
             name = "main" if task.name == str(pid) else f"tid {task.name}"
         prev = out.get(name, Usage(0.0, 0, 0, 0, 0.0))
-        seconds = _ran(task)
         out[name] = Usage(
             prev.cpu + stat_cpu_ticks(stat) / TICKS_PER_SECOND,
             0,
             prev.voluntary + fields.get("voluntary_ctxt_switches", 0),
             prev.involuntary + fields.get("nonvoluntary_ctxt_switches", 0),
-            None if prev.ran is None or seconds is None else prev.ran + seconds,
+            _plus_ran(prev.ran, task),
         )
     return out
 

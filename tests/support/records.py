@@ -91,10 +91,7 @@ class SeqProducer:
             while self.sent < due:
                 self._produce(self.sent)
                 self.sent += 1
-            with self._lock:
-                again, self._purged = self._purged, []
-            for seq in again:
-                self._produce(seq)
+            self._produce_purged()
             self._producer.poll(0)
             for retired in self._retired:
                 retired.poll(0)
@@ -110,6 +107,13 @@ class SeqProducer:
             partition=seq % self.partitions,
             on_delivery=functools.partial(self._delivered, seq),
         )
+
+    def _produce_purged(self) -> None:
+        """Produce again, on the current producer, what was purged from a stuck one."""
+        with self._lock:
+            again, self._purged = self._purged, []
+        for seq in again:
+            self._produce(seq)
 
     def _stalled(self) -> bool:
         with self._lock:
@@ -142,10 +146,7 @@ class SeqProducer:
         """Stop producing, flush, and return every sequence Kafka confirmed."""
         self._stop.set()
         self._thread.join(timeout=10)
-        with self._lock:
-            again, self._purged = self._purged, []
-        for seq in again:
-            self._produce(seq)
+        self._produce_purged()
         remaining = sum(p.flush(30) for p in (*self._retired, self._producer))
         assert remaining == 0, f"{remaining} records not confirmed by Kafka"
         assert not self.failed, f"produce failures: {self.failed[:5]}"
