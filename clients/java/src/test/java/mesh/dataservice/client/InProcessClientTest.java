@@ -30,7 +30,6 @@ import io.grpc.ManagedChannel;
 import io.grpc.Metadata;
 import io.grpc.Server;
 import io.grpc.Status;
-import io.grpc.inprocess.InProcessChannelBuilder;
 import io.grpc.inprocess.InProcessServerBuilder;
 import io.grpc.stub.StreamObserver;
 import java.time.Duration;
@@ -51,19 +50,6 @@ import org.junit.jupiter.api.Test;
  */
 class InProcessClientTest {
   private final List<Server> servers = new ArrayList<>();
-
-  /** Opens in-process channels by name, with the same service config as real ones. */
-  static final class InProcessChannels extends Channels {
-    InProcessChannels() {
-      super(Security.PLAINTEXT);
-    }
-
-    @Override
-    public ManagedChannel open(String address) {
-      return InProcessChannelBuilder.forName(address).defaultServiceConfig(serviceConfig())
-          .enableRetry().build();
-    }
-  }
 
   /**
    * An assigner: Bind answers {@code binding}; WatchBinding first sends {@code binding} when its

@@ -18,7 +18,6 @@ import java.util.concurrent.TimeUnit;
 import java.util.function.BooleanSupplier;
 import mesh.dataservice.client.InProcessClientTest.FakeAssigner;
 import mesh.dataservice.client.InProcessClientTest.FakeSidecar;
-import mesh.dataservice.client.InProcessClientTest.InProcessChannels;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
