@@ -26,6 +26,7 @@ from services.devstack.pki import DevPki
 from services.devstack.ports import free_port
 from services.runtime.discovery import ConsulDiscovery
 from tests.support.dev_stacks import dev_env, dev_state, down_and_gone, dsctl, require_free
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -78,11 +79,26 @@ def test_consul_checks_pass_and_discovery_finds_every_service(tmp_path: Path) ->
         ], seen  # fmt: skip
         assert all(c["Status"] == "passing" for c in checks), seen
 
-        # The services' own discovery (passing instances only) finds every one of them.
+        # The services' own discovery (passing instances only) finds every one of them. It
+        # reads the catalog, which learns a check's status from the agent a moment after
+        # the agent's own view above (anti-entropy): in a CI run the assigner's check had
+        # just passed on the agent and the catalog did not list it yet. So wait for it.
         discovery = ConsulDiscovery(consul)
-        for service, endpoints in REGISTERED.items():
-            _, found = asyncio.run(discovery.healthy(service))
-            assert sorted(i.endpoint for i in found) == endpoints, service
+
+        def discovered() -> dict[str, list[str]]:
+            return {
+                service: sorted(i.endpoint for i in asyncio.run(discovery.healthy(service))[1])
+                for service in REGISTERED
+            }
+
+        found: dict[str, list[str]] = {}
+
+        def all_found() -> bool:
+            found.update(discovered())
+            return found == REGISTERED
+
+        wait_for(all_found, 60, "discovery to find every service", every=0.5,
+                 detail=lambda: f"found {found}, expected {REGISTERED}")  # fmt: skip
 
         # The assigner's leader session (bound to its check) could be made: it leads, and
         # dsctl, with the stack's client certificate and the admin token, lists group demo.
