@@ -91,14 +91,10 @@ def test_consul_checks_pass_and_discovery_finds_every_service(tmp_path: Path) ->
                 for service in REGISTERED
             }
 
-        found: dict[str, list[str]] = {}
-
-        def all_found() -> bool:
-            found.update(discovered())
-            return found == REGISTERED
-
-        wait_for(all_found, 60, "discovery to find every service", every=0.5,
-                 detail=lambda: f"found {found}, expected {REGISTERED}")  # fmt: skip
+        wait_for(
+            lambda: discovered() == REGISTERED, 60, "discovery to find every service",
+            every=0.5, detail=lambda: f"found {discovered()}, expected {REGISTERED}",
+        )  # fmt: skip
 
         # The assigner's leader session (bound to its check) could be made: it leads, and
         # dsctl, with the stack's client certificate and the admin token, lists group demo.
