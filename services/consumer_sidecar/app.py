@@ -155,7 +155,9 @@ class SidecarApp:
             on_error=self.kafka_callbacks.on_error,
             prefetch_bytes=int(fetch_config["queued.max.messages.kbytes"]) * 1024,
             events=self._fetcher_events(metrics),
+            last_read=self.data.last_read,  # nobody reads for a while: the loop parks
         )
+        self.data.on_read = self.fetcher.reader_came
         self.fetcher.reset_to_end = kafka_config.resets_to_end(settings)
         self.dead_letters: dead_letter.DeadLetters | None = None  # made on first use
         self._frames: FrameListener | None = None  # grpc_services makes it

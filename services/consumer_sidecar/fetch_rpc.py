@@ -64,6 +64,7 @@ class FetchRpc:
         columns = delivery == stream_pb2.DELIVERY_FORMAT_BATCHES
         if not self.serving.has_joined():
             raise DsError(Reason.SERVICE_NOT_READY, "sidecar has not joined the assigner yet")
+        self.serving.data.read()  # a parked fetch loop polls again
         # Carried acks are applied before anything is taken; their commit runs beside the
         # fetch, and its answer goes with the first response to this client after it.
         if request.ack_ranges:

@@ -10,7 +10,9 @@ never ``subscribe()``, so Kafka never rebalances a leased group. In ``kafka_grou
 ``subscribe()`` one whose rebalance callbacks run here, inside ``consume()``, and back
 again when the group switches to leased mode. Every
 consumer call happens on this thread (other threads hand it commands and wait on a future).
-How long each poll() waits (busy, active, quiet): :mod:`~services.consumer_sidecar.poll_timing`.
+How long each poll() waits (busy, active, quiet), and when the loop parks instead (nobody
+reads: it waits on its wake-up event, which a command or a reader sets, and takes what
+librdkafka fetched every half second): :mod:`~services.consumer_sidecar.poll_timing`.
 The commits are not made here: :mod:`~services.consumer_sidecar.offset_commits` makes them
 (leased mode's on a commit thread of their own). The loop hands its committer what that
 needs of it (its mode, its consumer, a way onto this thread), serves it between polls, and
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import queue
 import threading
 import time
@@ -90,10 +93,14 @@ class Fetcher:
         on_error: Callable[[KafkaError], None] | None = None,
         prefetch_bytes: int = 0,
         events: FetcherEvents | None = None,
+        last_read: Callable[[], float] | None = None,
     ) -> None:
         """``commits``: the committer of this sidecar's offsets; this loop hands it what it
         needs of the fetch thread (kafka_group mode's commits run here) and serves it
-        between polls. ``events``: what the loop reports (all on this thread)."""
+        between polls. ``events``: what the loop reports (all on this thread).
+        ``last_read``: when somebody last read records here (``inf``: somebody reads now;
+        :meth:`DataSignal.last_read <services.consumer_sidecar.serving.DataSignal.last_read>`);
+        the loop parks once nobody read for a while (None: it never parks)."""
         self._consumer = consumer
         self._commits = commits
         self._table = table
@@ -109,6 +116,8 @@ class Fetcher:
         # Wakes the loop while it holds consumption back: a delivery made room, or a command.
         self._wake = threading.Event()
         table.on_room = self._wake.set
+        self._last_read = last_read or (lambda: math.inf)
+        self._parked = False  # waiting on _wake instead of in poll() (poll_timing.park_seconds)
         self._set_prefetch(prefetch_bytes)
         self.last_poll = time.monotonic()
         self.classic = False  # True once subscribe()d (kafka_group mode)
@@ -133,7 +142,14 @@ class Fetcher:
         (:meth:`OffsetCommitter.stop`): a commit it runs here in kafka_group mode still has
         the loop."""
         self._stop.set()
+        self._wake.set()
         self._thread.join(timeout=30)
+
+    def reader_came(self) -> None:
+        """Any thread: somebody reads records here (a Fetch, a Stream opened). A parked loop
+        polls again at once; one polling already is not disturbed."""
+        if self._parked:
+            self._wake.set()
 
     def call(self, fn: Callable[..., R], *args: Any) -> Future[R]:
         """Run ``fn(*args)`` on the fetch thread (between polls); a future of its result."""
@@ -441,7 +457,12 @@ class Fetcher:
                 if self._commits.deferred or self._resets:
                     quiet_at = self.last_poll + poll_timing.QUIET_SECONDS  # retries are due soon
                 poll_started = time.monotonic()
-                messages = self._take(poll_timing.poll_timeout(poll_started, busy_until, quiet_at))
+                if self._park(poll_started, busy_until):
+                    timeout = 0.0  # what librdkafka fetched meanwhile, and its callbacks
+                else:
+                    timeout = poll_timing.poll_timeout(poll_started, busy_until, quiet_at)
+                # Parked, the park counts as the poll's wait (ds_sidecar_poll_wait_seconds).
+                messages = self._take(timeout)
                 self.last_poll = time.monotonic()
                 self._events.on_poll(poll_started, self.last_poll)
                 if messages:
@@ -460,6 +481,30 @@ class Fetcher:
         finally:
             self._run_commands()
             self._consumer.close()
+
+    def _park(self, now: float, busy_until: float) -> bool:
+        """Leased mode, nobody reading: wait on the wake-up event instead of in poll()
+        (:func:`~services.consumer_sidecar.poll_timing.park_seconds`), until a command, a
+        reader (:meth:`reader_came`), room in the buffer or the park's end. False (poll as
+        usual) when somebody reads, a command came lately, or work waits on this thread:
+        kafka_group mode (rebalances run in consume(); ``max.poll.interval.ms``), commits
+        made here, a deferred commit or an out-of-range position to retry."""
+        if self.classic or self._commits.on_fetch_thread or self._commits.deferred:
+            return False
+        if self._resets:
+            return False
+        self._parked = True  # before last_read(): a reader that comes now sees it and wakes us
+        try:
+            wait = poll_timing.park_seconds(
+                now, busy_until, self._last_read(), self._table.stall.limit
+            )
+            if wait is None:
+                return False
+            self._wake.wait(wait)
+        finally:
+            self._parked = False
+        self._wake.clear()  # a command queued meanwhile runs next turn (the queue is read)
+        return True
 
     def _take(self, timeout: float) -> list[Message]:
         """The records librdkafka has for us: waits up to ``timeout`` for the first one

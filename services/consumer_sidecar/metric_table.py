@@ -184,10 +184,11 @@ METRIC_TABLE: tuple[MetricSpec, ...] = (
           "suspended and fetching paused (each commit round looks). kafka_group mode: "
           "on_lost handling time (entered until the partitions are dropped)"),
     _spec("ds_sidecar_poll_interval_seconds", "histogram", G, OWN,
-          "Time between the starts of successive consume() calls of the fetch loop"),
+          "Time between the starts of successive consume() calls of the fetch loop (half "
+          "a second while nobody reads: the loop parks)"),
     _spec("ds_sidecar_poll_wait_seconds_total", "counter", G, OWN,
-          "Time the fetch loop spent inside consume() waiting for records; its rate is the "
-          "poll idle ratio"),
+          "Time the fetch loop spent inside consume() waiting for records, or parked (nobody "
+          "reads) waiting for a reader or a command; its rate is the poll idle ratio"),
     _spec("ds_sidecar_last_poll_age_seconds", "gauge", G, OWN,
           "Seconds since the fetch loop's last consume() returned"),
     _spec("ds_sidecar_record_age_seconds", "histogram", G, OWN,

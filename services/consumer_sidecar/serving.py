@@ -23,6 +23,8 @@ them (``tests/unit/sidecar/test_stream_rpc.py``).
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections.abc import Callable
 
 from dataservice.sidecar.v1 import stream_pb2
@@ -42,13 +44,19 @@ class DataSignal:
     the event loop. Fetch waits on the shared :attr:`event`; each Stream on an event of
     its own (:meth:`add_waiter`), which no other stream clears: a shared one cleared by one
     stream could hide the records from another, which therefore looked again every 0.5 s
-    (an idle Stream woke twice a second, issue 34)."""
+    (an idle Stream woke twice a second, issue 34). It also knows when somebody last read
+    (:meth:`last_read`): the fetch loop of a sidecar nobody reads from parks."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.event = asyncio.Event()
         self._waiters: set[asyncio.Event] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scheduled = False  # a _set is queued on the loop and has not run yet
+        self._clock = clock
+        self._read_at = -math.inf  # the last Fetch (a Stream reads for as long as it is open)
+        # Somebody reads (a Fetch, a Stream opened): the fetch loop, if parked, polls again
+        # (app.py: Fetcher.reader_came).
+        self.on_read: Callable[[], None] = lambda: None
 
     def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop the RPCs run on; until it is bound, :meth:`notify` does nothing."""
@@ -69,11 +77,24 @@ class DataSignal:
             waiter.set()
 
     def add_waiter(self, event: asyncio.Event) -> None:
-        """Set ``event`` (the caller's own) at each notify until it is dropped (:meth:`drop`)."""
+        """Set ``event`` (the caller's own) at each notify until it is dropped (:meth:`drop`).
+        A Stream's: it reads for as long as it is open (:meth:`last_read`)."""
         self._waiters.add(event)
+        self.on_read()
 
     def drop(self, waiter: asyncio.Event) -> None:
         self._waiters.discard(waiter)
+        self._read_at = self._clock()
+
+    def read(self) -> None:
+        """A Fetch came (whether it finds records or waits for them)."""
+        self._read_at = self._clock()
+        self.on_read()
+
+    def last_read(self) -> float:
+        """When somebody last read here: ``inf`` while a Stream is open (any thread: the
+        fetch loop parks when nobody read for a while, poll_timing.park_seconds)."""
+        return math.inf if self._waiters else self._read_at
 
 
 class Serving:

@@ -11,8 +11,11 @@ which never waits."""
 
 from __future__ import annotations
 
+import asyncio
+import math
 import threading
 import time
+from collections.abc import Callable
 from itertools import pairwise
 
 import pytest
@@ -26,8 +29,11 @@ from services.consumer_sidecar.poll_timing import (
     BUSY_POLL_TIMEOUT_SECONDS,
     IDLE_POLL_TIMEOUT_SECONDS,
     POLL_TIMEOUT_SECONDS,
+    QUIET_SECONDS,
+    park_seconds,
     poll_timeout,
 )
+from services.consumer_sidecar.serving import DataSignal
 
 BATCH = 5000
 
@@ -95,8 +101,11 @@ def test_the_loop_waits_for_the_first_record_only_and_then_takes_what_is_queued(
         fetcher.stop()
 
 
-def leased_fetcher(consumer: RecordingConsumer) -> Fetcher:
-    """Leased mode as the sidecar runs it: commits go through a commit consumer of their own."""
+def leased_fetcher(
+    consumer: RecordingConsumer, last_read: Callable[[], float] | None = None
+) -> Fetcher:
+    """Leased mode as the sidecar runs it: commits go through a commit consumer of their own.
+    ``last_read``: when somebody last read (None: a reader always, the loop never parks)."""
     table = PartitionTable(1 << 20, time.monotonic)
     return Fetcher(
         consumer,  # type: ignore[arg-type]
@@ -104,7 +113,23 @@ def leased_fetcher(consumer: RecordingConsumer) -> Fetcher:
         OffsetCommitter(table, sidecar_id="s", consumer=RecordingConsumer()),  # type: ignore[arg-type]
         batch=BATCH,
         on_data=lambda: None,
+        last_read=last_read,
     )
+
+
+def wait_for_call(
+    consumer: RecordingConsumer, wanted: Callable[[tuple[str, int, float]], bool]
+) -> list[tuple[str, int, float]]:
+    """The calls up to and including the first ``wanted`` one (10 s at most)."""
+    seen: list[tuple[str, int, float]] = []
+    deadline = time.monotonic() + 10
+    while True:
+        for call in consumer.taken():
+            seen.append(call)
+            if wanted(call):
+                return seen
+        assert time.monotonic() < deadline, seen[-5:]
+        time.sleep(0.01)
 
 
 def test_leased_records_do_not_make_the_loop_poll_on_a_short_timeout() -> None:
@@ -171,3 +196,71 @@ def test_a_quiet_loop_polls_on_the_long_timeout_until_a_record_or_a_command(
         assert ("poll", 1, IDLE_POLL_TIMEOUT_SECONDS) not in consumer.taken()[-3:]
     finally:
         fetcher.stop()
+
+
+def test_park_only_when_nobody_read_for_a_while_and_no_command_came_lately() -> None:
+    """Issue 34 item 3: a sidecar nobody reads from waits on its wake-up event, not in
+    poll(); never while a Stream is open (last read: inf), a Fetch came within
+    QUIET_SECONDS, or a command within BUSY_SECONDS; at most half the stall limit."""
+    assert park_seconds(100.0, busy_until=0.0, read_at=math.inf, stall_limit=1.0) is None
+    assert (
+        park_seconds(100.0, busy_until=0.0, read_at=100.0 - QUIET_SECONDS / 2, stall_limit=1.0)
+        is None
+    )
+    assert park_seconds(100.0, busy_until=100.5, read_at=-math.inf, stall_limit=1.0) is None
+    assert park_seconds(100.0, busy_until=0.0, read_at=-math.inf, stall_limit=1.0) == 0.5
+    assert park_seconds(100.0, busy_until=0.0, read_at=90.0, stall_limit=math.inf) == 0.5
+    assert park_seconds(100.0, busy_until=0.0, read_at=90.0, stall_limit=0.4) == 0.2
+
+
+def test_a_loop_nobody_reads_from_parks_takes_commands_at_once_and_wakes_for_a_reader() -> None:
+    """Parked, the loop calls poll() only without waiting (what librdkafka fetched meanwhile,
+    and its callbacks): a command is run without waiting for a poll() in progress, and a
+    reader (a Stream opened) has it poll for records again."""
+    read_at = [-math.inf]
+    consumer = RecordingConsumer()
+    fetcher = leased_fetcher(consumer, last_read=lambda: read_at[0])
+    fetcher.start()
+    try:
+        parked = wait_for_call(consumer, lambda c: c == ("poll", 1, 0.0))
+        parked += wait_for_call(consumer, lambda c: c == ("poll", 1, 0.0))
+        assert set(parked) == {("poll", 1, 0.0)}  # no poll() waited for records
+        # The command (run on the fetch thread) came between polls that did not wait.
+        before = fetcher.call(consumer.taken).result(timeout=5)
+        assert {c[2] for c in before if c[0] == "poll"} <= {0.0}
+        # A command makes the loop busy: it polls (a grant's first records come as they
+        # are fetched), then parks again.
+        wait_for_call(consumer, lambda c: c == ("poll", 1, BUSY_POLL_TIMEOUT_SECONDS))
+        wait_for_call(consumer, lambda c: c == ("poll", 1, 0.0))
+        consumer.flowing.set()  # records fetched while parked are taken
+        wait_for_call(consumer, lambda c: c == ("consume", BATCH - 1, 0))
+        consumer.flowing.clear()
+        read_at[0] = math.inf  # a Stream opened
+        fetcher.reader_came()
+        polling = wait_for_call(consumer, lambda c: c[0] == "poll" and c[2] > 0)
+        assert polling[-1][2] in (POLL_TIMEOUT_SECONDS, IDLE_POLL_TIMEOUT_SECONDS)
+    finally:
+        fetcher.stop()
+
+
+def test_the_data_signal_says_when_somebody_last_read() -> None:
+    """A Fetch reads at the moment it comes; a Stream for as long as it is open. Both tell
+    the fetch loop (on_read), which polls again if it was parked."""
+
+    async def scenario() -> None:
+        now = [50.0]
+        signal = DataSignal(clock=lambda: now[0])
+        told: list[str] = []
+        signal.on_read = lambda: told.append("read")
+        assert signal.last_read() == -math.inf
+        signal.read()
+        assert signal.last_read() == 50.0
+        waiter = asyncio.Event()
+        signal.add_waiter(waiter)
+        now[0] = 80.0
+        assert signal.last_read() == math.inf
+        signal.drop(waiter)
+        assert signal.last_read() == 80.0
+        assert told == ["read", "read"]
+
+    asyncio.run(scenario())
