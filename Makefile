@@ -142,10 +142,12 @@ bench-short:
 # failover against Kafka's group protocols (about 14 minutes alone, mostly Kafka's 45 s session timeouts), each
 # client through a sidecar against a direct consumer in its language, and a pod's cost at
 # 100 and 1,000 records/s against direct consumers (about 3 minutes; not in bench-short:
-# it runs a dozen processes at once and would double CI's benchmark time).
+# it runs a dozen processes at once and would double CI's benchmark time) with what one
+# hand-off to an event loop costs beside it (half a minute).
 bench-more:
 	$(VENV)/python tests/bench/bench_sidecar.py --short
 	$(VENV)/python tests/bench/bench_pod_cost.py --short
+	$(VENV)/python tests/bench/bench_loop_wake.py --short
 	$(VENV)/python tests/bench/bench_tls.py --short
 	$(VENV)/python tests/bench/bench_external_check.py --short
 	$(VENV)/python tests/bench/bench_metrics_overhead.py --short

@@ -1,0 +1,127 @@
+"""What one hand-off to the sidecar's event loop costs in CPU (issue 34, the twentieth pass of
+docs/benchmarks/pod-cost.md).
+
+    python tests/bench/bench_loop_wake.py [--rate 100 --window 10 --rounds 3] [--short]
+
+The sidecar hands each batch between threads: the fetch thread wakes the event loop
+(``DataSignal.notify``: ``call_soon_threadsafe``), the loop hands a commit to the commit
+thread and the commit's end wakes the loop again (``asyncio.wrap_future`` on the commit
+thread's future, ``OffsetCommitter.commit_async``). A sampling profile of the loop at 100
+records/s finds it mostly inside ``select()``: its CPU is the wake-ups, not Python. This
+measures one of them alone, in one process, at a steady rate:
+
+* ``baseline``: a thread that sleeps until its next tick, ``--rate`` times a second, and
+  does nothing else (the loop idles in ``select()`` beside it);
+* ``notify``: the same thread wakes the loop at each tick (``call_soon_threadsafe`` of an
+  empty callback), as the fetch thread does for each batch;
+* ``future``: the loop, on its own timer, submits an empty job to a one-thread executor at
+  each tick and awaits its future (``wrap_future``), as a commit goes to the commit thread
+  and back: two hand-offs a tick, and none of Kafka's work.
+
+Printed per row: the process's CPU in millicores (median and best of ``--rounds``; CPU from
+``os.times()``, 10 ms ticks: a millicore over a 10 s window) and what a tick adds over the
+baseline in microseconds of CPU (medians). Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+MODES = ("baseline", "notify", "future")
+
+
+def _cpu() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def _ticking(rate: float, stop: threading.Event, tick: Callable[[], None]) -> threading.Thread:
+    """A thread calling ``tick`` ``rate`` times a second, sleeping in between."""
+
+    def run() -> None:
+        period = 1.0 / rate
+        due = time.monotonic()
+        while not stop.is_set():
+            due += period
+            wait = due - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            tick()
+
+    thread = threading.Thread(target=run, name="ticker", daemon=True)
+    thread.start()
+    return thread
+
+
+async def _round(mode: str, rate: float, window: float) -> tuple[float, int]:
+    """One window of ``mode``: (millicores, hand-offs made)."""
+    loop = asyncio.get_running_loop()
+    stop = threading.Event()
+    count = 0
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bench-commit")
+
+    def handed() -> None:
+        nonlocal count
+        count += 1
+
+    ticker: threading.Thread | None = None
+    if mode == "baseline":
+        ticker = _ticking(rate, stop, handed)
+    elif mode == "notify":
+
+        def notify() -> None:
+            loop.call_soon_threadsafe(handed)
+
+        ticker = _ticking(rate, stop, notify)
+    started, cpu = time.monotonic(), _cpu()
+    if mode == "future":
+        period = 1.0 / rate
+        due = loop.time()
+        while loop.time() - started < window:  # loop.time() is time.monotonic()
+            due += period
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            await asyncio.wrap_future(executor.submit(handed))
+    else:
+        await asyncio.sleep(window)
+    used, elapsed = _cpu() - cpu, time.monotonic() - started
+    stop.set()
+    if ticker is not None:
+        ticker.join()
+    executor.shutdown()
+    return 1000 * used / elapsed, count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rate", type=float, default=100.0, help="hand-offs a second")
+    parser.add_argument("--window", type=float, default=10.0, help="seconds per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--short", action="store_true", help="3 rounds of 3 s")
+    args = parser.parse_args()
+    if args.short:
+        args.window, args.rounds = 3.0, 3
+    figures: dict[str, list[float]] = {mode: [] for mode in MODES}
+    counts: dict[str, int] = {}
+    for _ in range(args.rounds):
+        for mode in MODES:  # interleaved: a busy moment of the machine hits every row
+            mcores, counts[mode] = asyncio.run(_round(mode, args.rate, args.window))
+            figures[mode].append(mcores)
+    print(f"load average {os.getloadavg()[0]:.2f}; {args.rate:.0f} a second, {args.rounds} "
+          f"rounds of {args.window:.0f} s; millicores median / best")  # fmt: skip
+    base = statistics.median(figures["baseline"])
+    for mode in MODES:
+        median, best = statistics.median(figures[mode]), min(figures[mode])
+        extra = (median - base) / args.rate * 1000  # millicores per (1/s) -> us a tick
+        added = "" if mode == "baseline" else f"; {extra:.0f} us of CPU a tick over it"
+        print(f"  {mode:9s} {median:6.1f} / {best:6.1f}{added}")
+
+
+if __name__ == "__main__":
+    main()
