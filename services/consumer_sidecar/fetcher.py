@@ -489,9 +489,8 @@ class Fetcher:
         usual) when somebody reads, a command came lately, or work waits on this thread:
         kafka_group mode (rebalances run in consume(); ``max.poll.interval.ms``), commits
         made here, a deferred commit or an out-of-range position to retry."""
-        if self.classic or self._commits.on_fetch_thread or self._commits.deferred:
-            return False
-        if self._resets:
+        commits = self._commits
+        if self.classic or commits.on_fetch_thread or commits.deferred or self._resets:
             return False
         self._parked = True  # before last_read(): a reader that comes now sees it and wakes us
         try:

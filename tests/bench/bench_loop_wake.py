@@ -18,9 +18,10 @@ measures one of them alone, in one process, at a steady rate:
   each tick and awaits its future (``wrap_future``), as a commit goes to the commit thread
   and back: two hand-offs a tick, and none of Kafka's work.
 
-Printed per row: the process's CPU in millicores (median and best of ``--rounds``; CPU from
-``os.times()``, 10 ms ticks: a millicore over a 10 s window) and what a tick adds over the
-baseline in microseconds of CPU (medians). Nothing is asserted.
+Printed per row: the process's CPU in millicores (median and best of ``--rounds``; read as
+bench_pod_cost reads it, ``tests/support/proc_usage.py``: its threads' nanoseconds on the
+CPU) and what a tick adds over the baseline in microseconds of CPU (medians). Nothing is
+asserted.
 """
 
 from __future__ import annotations
@@ -29,17 +30,18 @@ import argparse
 import asyncio
 import os
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
+
+from tests.support.proc_usage import read_usage, usage_rate
 
 MODES = ("baseline", "notify", "future")
-
-
-def _cpu() -> float:
-    times = os.times()
-    return times.user + times.system
 
 
 def _ticking(rate: float, stop: threading.Event, tick: Callable[[], None]) -> threading.Thread:
@@ -80,7 +82,7 @@ async def _round(mode: str, rate: float, window: float) -> tuple[float, int]:
             loop.call_soon_threadsafe(handed)
 
         ticker = _ticking(rate, stop, notify)
-    started, cpu = time.monotonic(), _cpu()
+    started, before = time.monotonic(), read_usage(os.getpid())
     if mode == "future":
         period = 1.0 / rate
         due = loop.time()
@@ -90,12 +92,14 @@ async def _round(mode: str, rate: float, window: float) -> tuple[float, int]:
             await asyncio.wrap_future(executor.submit(handed))
     else:
         await asyncio.sleep(window)
-    used, elapsed = _cpu() - cpu, time.monotonic() - started
+    # Read while the ticker and the executor's thread still run (a thread that ended
+    # takes its nanoseconds with it).
+    used = usage_rate(before, read_usage(os.getpid()), time.monotonic() - started)
     stop.set()
     if ticker is not None:
         ticker.join()
     executor.shutdown()
-    return 1000 * used / elapsed, count
+    return 1000 * used.cores, count
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ import pytest
 
 from dsclient import DsClient
 from services.consumer_sidecar.poll_timing import PARK_SECONDS, QUIET_SECONDS
-from tests.support.assignment import wait_until
+from tests.support.assignment import wait_stable
 from tests.support.mesh import Mesh, ServiceProcess
 from tests.support.notifier import metric_value
 from tests.support.ops import metrics
@@ -53,12 +53,7 @@ def test_a_sidecar_nobody_reads_from_parks_and_a_later_fetch_reads_every_record(
     assigner.wait_serving()
     sidecar = mesh.sidecar(group, assigner, "park-1")
     sidecar.wait_serving()
-    wait_until(
-        assigner.grpc_addr,
-        group,
-        lambda v: len(v.leases) == PARTITIONS and all(v.leases[p].granted for p in v.leases),
-        timeout=60,
-    )
+    wait_stable(assigner.grpc_addr, group, ["park-1"], PARTITIONS)
     # Nobody has read yet: once the grants' commands are a second old, the loop parks.
     time.sleep(QUIET_SECONDS / 2)
     before = poll_figures(sidecar, group)
