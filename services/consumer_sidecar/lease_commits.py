@@ -211,7 +211,7 @@ class LeaseCommitter:
         if not self.commit_on_ack:
             return {}
         try:
-            await self.commit_all()
+            await self.commit_all(unless_covered=touched)
         except KafkaException as exc:
             raise DsError(
                 Reason.KAFKA_UNAVAILABLE,
@@ -230,8 +230,21 @@ class LeaseCommitter:
             )
         return failed
 
-    async def commit_all(self) -> None:
+    async def commit_all(
+        self, unless_covered: dict[TP, tuple[Partition, int]] | None = None
+    ) -> None:
+        """Commit what is acked and not committed, of every partition held.
+        ``unless_covered``: acks (each partition with its acks' version) whose commit is
+        all the caller waits for: once a commit made while it waited for the lock covers
+        them, it returns without one of its own. Acks that come faster than commits then
+        share them instead of queueing a commit each behind the lock (each waiter's commit
+        took the acks that came meanwhile, so each made one: a queue that grew while acks
+        came faster than a commit's round trip)."""
         async with self._commit_lock:
+            if unless_covered and all(
+                part.committed_version >= version for part, version in unless_covered.values()
+            ):
+                return
             now = self.clock()
             requests = []
             parts = []
