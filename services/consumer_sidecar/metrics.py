@@ -592,7 +592,8 @@ class SidecarMetrics:
         children[1].inc(nbytes)
 
     def committed(self, ok: bool, seconds: float) -> None:
-        """Fetch thread: one commit request to Kafka."""
+        """The commit thread, the fetch thread or the event loop: one commit request to
+        Kafka, answered."""
         (self._commit_ok if ok else self._commit_error).inc()
         self._commit_latency.observe(seconds)
 
