@@ -78,9 +78,9 @@ class CommitCompletions:
         # A copy: the loop adds and removes while a poll on another thread may call this.
         for pending in list(self._pending):
             if not pending.answered and (pending.key == key or not key):
+                pending.answered = True
                 pending.error = error
                 pending.result = list(partitions or [])
-                pending.answered = True  # last: a poll on another thread may call this
                 return
 
 
