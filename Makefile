@@ -143,13 +143,11 @@ bench-short:
 # client through a sidecar against a direct consumer in its language, and a pod's cost at
 # 100 and 1,000 records/s against direct consumers (about 3 minutes; not in bench-short:
 # it runs a dozen processes at once and would double CI's benchmark time) with what one
-# hand-off to an event loop costs beside it (half a minute), and what a commit costs the
-# commit thread's way and the event loop's (a minute).
+# hand-off to an event loop costs beside it (half a minute).
 bench-more:
 	$(VENV)/python tests/bench/bench_sidecar.py --short
 	$(VENV)/python tests/bench/bench_pod_cost.py --short
 	$(VENV)/python tests/bench/bench_loop_wake.py --short
-	$(VENV)/python tests/bench/bench_commit_ways.py --short
 	$(VENV)/python tests/bench/bench_tls.py --short
 	$(VENV)/python tests/bench/bench_external_check.py --short
 	$(VENV)/python tests/bench/bench_metrics_overhead.py --short
