@@ -32,7 +32,6 @@ from services.consumer_sidecar import dead_letter, kafka_config
 from services.consumer_sidecar.acks import GivenUp
 from services.consumer_sidecar.backpressure_watch import watch_backpressure
 from services.consumer_sidecar.client_access import AccessInterceptor
-from services.consumer_sidecar.commit_completions import CommitCompletions
 from services.consumer_sidecar.events import (
     CommitEvents,
     FetcherEvents,
@@ -127,13 +126,10 @@ class SidecarApp:
         fetch_config = kafka_config.fetch_config(
             settings, on_stats=self.kafka_callbacks.on_stats, on_error=self.kafka_callbacks.on_error
         )
-        # The answers to the commits the event loop makes (offset_commits.py).
-        completions = CommitCompletions()
         commit_consumer = new_consumer(
             settings,
             group=settings.group,
             client_id=f"ds-sidecar-{settings.id}-commit",
-            overrides={"on_commit": completions.on_commit},
             error_cb=self.kafka_callbacks.on_error,
         )
         # The lease producers exist whatever the fencing: the group's commit_fencing (or,
@@ -145,7 +141,6 @@ class SidecarApp:
             consumer=commit_consumer,
             fenced=self._fenced_committer(commit_consumer),
             external_check_seconds=settings.external_check_interval_seconds,
-            completions=completions,
             events=CommitEvents(
                 on_commit_request=metrics.committed if metrics else nothing,
                 on_fenced=self._fenced_at_kafka,

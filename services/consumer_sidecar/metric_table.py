@@ -146,8 +146,7 @@ METRIC_TABLE: tuple[MetricSpec, ...] = (
     _spec("ds_sidecar_commits_total", "counter", "group,result", OWN,
           "Offset commit requests to Kafka, by result (ok, error)"),
     _spec("ds_sidecar_commit_latency_seconds", "histogram", G, OWN,
-          "Duration of one offset commit request to Kafka, until the sidecar has its answer "
-          "(a commit made from the event loop: within a poll of it, 2 ms at first)"),
+          "Duration of one synchronous offset commit request to Kafka"),
     _spec("ds_sidecar_lease_changes_total", "counter", "group,kind", f"session commands; {CB}",
           "Lease changes (grant, revoke incl. fenced, expire = local deadline passed); "
           "kafka_group mode: partitions assigned (grant), revoked (revoke), lost (expire) "
@@ -492,8 +491,7 @@ OPERATOR_NAMES: tuple[OperatorName, ...] = (
     # consumer-metrics: the consumer's own calls
     OperatorName("commit-sync-time-ns-total", "ds_sidecar_commit_latency_seconds",
                  "`ds_sidecar_commit_latency_seconds_sum * 1e9` (every commit the sidecar makes "
-                 "is waited for: synchronous on the commit thread, or asynchronous from the "
-                 "event loop and waited for there)"),
+                 "is synchronous)"),
     OperatorName("committed-time-ns-total", "—",
                  "not timed on its own: committed() runs once per batch of granted partitions "
                  "(inside `ds_sidecar_lease_change_latency_seconds{kind=\"grant\"}`) and in the "

@@ -592,8 +592,7 @@ class SidecarMetrics:
         children[1].inc(nbytes)
 
     def committed(self, ok: bool, seconds: float) -> None:
-        """The commit thread, the fetch thread or the event loop: one commit request to
-        Kafka, answered."""
+        """Fetch thread: one commit request to Kafka."""
         (self._commit_ok if ok else self._commit_error).inc()
         self._commit_latency.observe(seconds)
 

@@ -5,16 +5,10 @@ kafka_group mode's revoke commits, :mod:`~services.consumer_sidecar.kafka_group_
 hands it :class:`CommitRequest` s; it checks each against the partition table at the last
 moment, picks the way out, and says which were committed.
 
-* Leased mode: through a second consumer of the group (the *commit consumer*), so a commit
-  neither waits for the fetch loop's consume() in progress nor stops fetching for its round
-  trip. A group without members (leased mode never subscribes) takes commits from any
-  consumer of it. The event loop hands librdkafka an asynchronous commit and takes its
-  answer with ``poll(0)`` on a timer of its own (:meth:`OffsetCommitter.commit_async`,
-  :mod:`~services.consumer_sidecar.commit_completions`); a commit that must first read the committed
-  offsets back (below), or that finds the commit thread (``kafka-commit``) at work, goes
-  there instead and is made synchronously. confluent-kafka lets one thread at a time into
-  a consumer, so the loop never calls the commit consumer while a job of the thread may
-  (a read-back waits for Kafka's answer).
+* Leased mode: through a second consumer of the group, on a commit thread of its own
+  (``kafka-commit``, :meth:`OffsetCommitter.commit_async`), so a commit neither waits for
+  the fetch loop's consume() in progress nor stops fetching for its round trip. A group
+  without members (leased mode never subscribes) takes commits from any consumer of it.
 * ``commit_fencing: kafka``: each lease granted under it commits in its own transaction,
   through its lease producer (:mod:`~services.consumer_sidecar.kafka_fenced_commits`),
   whose id is initialised on the fetch thread at the grant, before the start offset is
@@ -38,21 +32,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from services.consumer_sidecar.commit_completions import (
-    CommitCompletions,
-    PendingCommit,
-    poll_delays,
-)
 from services.consumer_sidecar.events import CommitEvents
 from services.consumer_sidecar.kafka_fenced_commits import FencedCommitter
 from services.consumer_sidecar.partitions import UNLEASED_EPOCH, PartitionTable, Reverted
@@ -101,13 +89,10 @@ class OffsetCommitter:
         fenced: FencedCommitter | None = None,
         external_check_seconds: float = 0.5,
         events: CommitEvents | None = None,
-        completions: CommitCompletions | None = None,
     ) -> None:
         """``consumer``: leased mode's commit consumer (None: commits go through the fetch
         consumer, on the fetch thread); ``fenced``: the lease producers of
-        ``commit_fencing: kafka``; ``events``: what it reports; ``completions``: where the
-        commit consumer's ``on_commit`` callback puts the answers to asynchronous commits
-        (None: every commit on the commit thread, synchronously)."""
+        ``commit_fencing: kafka``; ``events``: what it reports."""
         self._table = table
         self._sidecar_id = sidecar_id
         self._commit_consumer = consumer
@@ -118,14 +103,6 @@ class OffsetCommitter:
         # Fetch+ack cycle's time in the benchmark). confluent-kafka serializes the calls on
         # one handle, hence a consumer of its own.
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-commit")
-        # The commit thread's jobs not yet ended (any thread submits them: the event loop
-        # its commits and read-backs, the fetch thread its serving polls). While there is
-        # one, the loop leaves the commit consumer alone: the job may be waiting for Kafka
-        # inside it, and the loop would wait for it at confluent-kafka's gate.
-        self._jobs = 0
-        self._jobs_lock = threading.Lock()
-        self._completions = completions
-        self._closed = False
         # commit_fencing: kafka: the lease producers that make (and fence) the commits of
         # the leases granted under it (Partition.kafka_fenced); the others (and all, when
         # None) commit through a consumer, fenced by the local deadlines.
@@ -158,7 +135,6 @@ class OffsetCommitter:
     def stop(self) -> None:
         """Wait for the commit in progress, then close the commit consumer and the lease
         producers."""
-        self._closed = True  # the loop's commits (and their polls) end here
         self._thread.shutdown(wait=True)
         if self._commit_consumer is not None:
             self._commit_consumer.close()
@@ -192,7 +168,7 @@ class OffsetCommitter:
         poll; it has nothing to fetch) on the commit thread, without waiting for it."""
         assert self._commit_consumer is not None
         with contextlib.suppress(RuntimeError):  # the commit thread is shut down: stopping
-            self._submit(self._commit_consumer.poll, 0)
+            self._thread.submit(self._commit_consumer.poll, 0)
 
     def forget_deferred(self) -> None:
         """Fetch thread: the partitions were handed back to Kafka (committed, or left)."""
@@ -229,108 +205,15 @@ class OffsetCommitter:
     # ---- commits ------------------------------------------------------------------------
 
     async def commit_async(self, requests: list[CommitRequest]) -> list[CommitRequest]:
-        """:meth:`commit` without blocking the event loop. Leased mode: through the commit
-        consumer, so the commit neither waits for the consume() in progress nor stops
-        fetching for its round trip; from the loop itself as an asynchronous commit when it
-        can (:meth:`_commit_from_loop`), else on the commit thread. kafka_group mode (or
-        without a commit consumer): on the fetch thread, where commits interleave with the
-        rebalance callbacks that consume() runs. The lease checks are made right before the
-        commit is handed to librdkafka, whichever way."""
+        """:meth:`commit` off the event loop. Leased mode: through the commit consumer on the
+        commit thread, so the commit neither waits for the consume() in progress nor stops
+        fetching for its round trip (the lease checks are made there, right before it, as
+        on the fetch thread). kafka_group mode (or without a commit consumer): on the fetch
+        thread, where commits interleave with the rebalance callbacks that consume() runs."""
         if self.on_fetch_thread:
             return await self._fetch_loop.run(self.commit, requests)
-        if self._from_loop(requests):
-            return await self._commit_from_loop(requests)
-        return await self._on_thread(self.commit, requests, self._commit_consumer)
-
-    def _submit(self, fn: Callable[..., R], *args: Any) -> Future[R]:
-        """A job for the commit thread, counted until it ends (:attr:`_jobs`)."""
-
-        def job() -> R:
-            try:
-                return fn(*args)
-            finally:
-                self._job_ended()
-
-        with self._jobs_lock:
-            self._jobs += 1
-        try:
-            future = self._thread.submit(job)
-        except RuntimeError:  # shut down: the job never runs
-            self._job_ended()
-            raise
-        future.add_done_callback(lambda f: self._job_ended() if f.cancelled() else None)
-        return future
-
-    def _job_ended(self) -> None:
-        with self._jobs_lock:
-            self._jobs -= 1
-
-    async def _on_thread(self, fn: Callable[..., R], *args: Any) -> R:
-        return await asyncio.wrap_future(self._submit(fn, *args))
-
-    def _from_loop(self, requests: list[CommitRequest]) -> bool:
-        """Whether the loop makes this commit itself: leased mode with the commit consumer's
-        answers taken (``completions``), the commit thread idle, no lease among them that
-        commits in its own transaction (commit_fencing: kafka, the lease producers' way),
-        and no partition due to be read back first (:meth:`_without_external`: a round trip
-        the loop does not wait for; at most one per partition per
-        ``external_check_seconds``, on the thread)."""
-        if self._completions is None or self._closed or self._jobs:
-            return False
-        if self.fenced is not None and any(self._kafka_fenced(r.tp, r.epoch) for r in requests):
-            return False
-        if self.external_changes == "ignore":
-            return True
-        return not self._read_back_due(requests, time.monotonic())
-
-    async def _commit_from_loop(self, requests: list[CommitRequest]) -> list[CommitRequest]:
-        """Event loop: the commit as :meth:`commit` makes it, handed to librdkafka without
-        waiting (``asynchronous=True``); its answer is taken by ``poll(0)`` on this loop's
-        timer (:func:`~services.consumer_sidecar.commit_completions.poll_delays`), or by any
-        other poll of the commit consumer first."""
-        assert self._completions is not None and self._commit_consumer is not None
-        kept = self._committable(requests)
-        if not kept:
-            return []
-        offsets = self._offsets(kept)
-        started = time.monotonic()
-        pending = self._completions.expect(offsets)
-        try:
-            try:
-                self._commit_consumer.commit(offsets=offsets, asynchronous=True)
-            except KafkaException:
-                self._events.on_commit_request(False, time.monotonic() - started)
-                raise
-            await self._answer(pending)
-        finally:
-            self._completions.forget(pending)
-        if pending.error is not None:
-            self._events.on_commit_request(False, time.monotonic() - started)
-            raise KafkaException(pending.error)
-        answered = {(str(tp.topic), int(tp.partition or 0)): tp.error for tp in pending.result}
-        failed = [answered.get((r.tp.topic, r.tp.partition)) for r in kept]
-        errors = [e for e in failed if e is not None]
-        self._events.on_commit_request(not errors, time.monotonic() - started)
-        self._warn_if_outlived(kept)
-        if errors:
-            raise KafkaException(errors[0])
-        return kept
-
-    async def _answer(self, pending: PendingCommit) -> None:
-        """Wait for ``pending``'s answer, polling the commit consumer now and then; a poll
-        is skipped while the commit thread has a job (it may be inside the consumer)."""
-        assert self._commit_consumer is not None
-        for delay in poll_delays():
-            await asyncio.sleep(delay)
-            if pending.answered:
-                return
-            if self._closed:
-                raise KafkaException(KafkaError(KafkaError._DESTROY, "the sidecar is stopping"))
-            if not self._jobs:
-                with contextlib.suppress(RuntimeError):  # closed meanwhile: seen above next
-                    self._commit_consumer.poll(0)
-                if pending.answered:
-                    return
+        future = self._thread.submit(self.commit, requests, self._commit_consumer)
+        return await asyncio.wrap_future(future)
 
     def commit_offsets(self, commits: list[tuple[TP, int]]) -> None:
         """Fetch thread: kafka_group mode's commit (no lease: epoch 0 in the metadata)."""
@@ -353,12 +236,23 @@ class OffsetCommitter:
         request is handed to librdkafka. In kafka_group mode every epoch is 0, so a
         partition Kafka handed back to us meanwhile is told apart by its committed offset:
         never commit below it."""
-        kept = self._committable(requests)
+        now = self._table.clock()
+        kept = [r for r in requests if self._still_committable(r, now)]
+        if self.fenced is None:  # never outside its transaction (it has no deadline)
+            kept = [r for r in kept if not self._kafka_fenced(r.tp, r.epoch)]
         if not self._classic and self.external_changes != "ignore":
             kept = self._without_external(kept, consumer or self._fetch_loop.consumer)
         if not kept:
             return []
-        offsets = self._offsets(kept)
+        offsets = [
+            TopicPartition(
+                r.tp.topic,
+                r.tp.partition,
+                r.offset,
+                metadata=commitmeta.encode(r.epoch, self._sidecar_id, r.offset, r.acked),
+            )
+            for r in kept
+        ]
         started = time.monotonic()
         if self.fenced is not None and not self._classic:
             fenced = [i for i, r in enumerate(kept) if self._kafka_fenced(r.tp, r.epoch)]
@@ -389,26 +283,6 @@ class OffsetCommitter:
             if not self._defer_if_rebalancing(KafkaException(error), [request]):
                 raise KafkaException(error)
         return kept
-
-    def _committable(self, requests: list[CommitRequest]) -> list[CommitRequest]:
-        """The requests still to be committed, at the last moment (:meth:`commit`)."""
-        now = self._table.clock()
-        kept = [r for r in requests if self._still_committable(r, now)]
-        if self.fenced is None:  # never outside its transaction (it has no deadline)
-            kept = [r for r in kept if not self._kafka_fenced(r.tp, r.epoch)]
-        return kept
-
-    def _offsets(self, requests: list[CommitRequest]) -> list[TopicPartition]:
-        """The requests as librdkafka's offsets, the lease epoch in the metadata (§3.1.6)."""
-        return [
-            TopicPartition(
-                r.tp.topic,
-                r.tp.partition,
-                r.offset,
-                metadata=commitmeta.encode(r.epoch, self._sidecar_id, r.offset, r.acked),
-            )
-            for r in requests
-        ]
 
     def _kafka_fenced(self, tp: TP, epoch: int) -> bool:
         """The lease (tp, epoch) was granted under commit_fencing: kafka."""
@@ -501,27 +375,24 @@ class OffsetCommitter:
         round trip is on the ack's path (tests/bench/bench_external_check.py); an external
         commit landing after the last read-back is overwritten and followed from the
         commit log instead (services/assigner/commit_log.py)."""
-        leased = {r.tp: r.offset for r in self._read_back_due(requests, time.monotonic())}
+        now = time.monotonic()
+        due = self.external_check_seconds
+        leased = {
+            r.tp: r.offset
+            for r in requests
+            if r.epoch != UNLEASED_EPOCH and now - self._read_back.get(r.tp, -math.inf) >= due
+        }
         if leased:
             # In revert mode the commit about to be made is the revert.
             self.check_external(list(leased), consumer, restore=leased)
         return [r for r in requests if (p := self._table.get(r.tp)) is None or p.external is None]
 
-    def _read_back_due(self, requests: list[CommitRequest], now: float) -> list[CommitRequest]:
-        """The leased requests whose partition was not read back within
-        ``external_check_seconds``."""
-        due = self.external_check_seconds
-        return [
-            r
-            for r in requests
-            if r.epoch != UNLEASED_EPOCH and now - self._read_back.get(r.tp, -math.inf) >= due
-        ]
-
     async def check_external_async(self, tps: list[TP]) -> list[TP]:
         """:meth:`check_external` on the commit thread (the fetch thread without one)."""
         if self._commit_consumer is None:
             return await self._fetch_loop.run(self.check_external, tps)
-        return await self._on_thread(self.check_external, tps, self._commit_consumer)
+        future = self._thread.submit(self.check_external, tps, self._commit_consumer)
+        return await asyncio.wrap_future(future)
 
     def check_external(
         self,
