@@ -220,7 +220,7 @@ class LeaseCommitter:
         failed: dict[TP, Problem] = {}
         now = self.clock()
         for tp, (part, version) in touched.items():
-            if part.committed_version >= version:
+            if _covers(part, version):
                 continue
             problem = lease_problem(part, now, part.epoch)
             failed[tp] = problem or (
@@ -241,9 +241,7 @@ class LeaseCommitter:
         took the acks that came meanwhile, so each made one: a queue that grew while acks
         came faster than a commit's round trip)."""
         async with self._commit_lock:
-            if unless_covered and all(
-                part.committed_version >= version for part, version in unless_covered.values()
-            ):
+            if unless_covered and all(_covers(p, v) for p, v in unless_covered.values()):
                 return
             now = self.clock()
             requests = []
@@ -458,3 +456,8 @@ class LeaseCommitter:
                     part.committed = point
                     part.committed_version = version
             return part.committed
+
+
+def _covers(part: Partition, version: int) -> bool:
+    """A commit made covers the partition's acks up to ``version`` (its acks' version then)."""
+    return part.committed_version >= version
