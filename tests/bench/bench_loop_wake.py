@@ -16,11 +16,17 @@ measures one of them alone, in one process, at a steady rate:
   empty callback), as the fetch thread does for each batch;
 * ``future``: the loop, on its own timer, submits an empty job to a one-thread executor at
   each tick and awaits its future (``wrap_future``), as a commit goes to the commit thread
-  and back: two hand-offs a tick, and none of Kafka's work.
+  and back: two hand-offs a tick, and none of Kafka's work;
+* ``pipe``: the cheapest hand-off between two Python threads, for comparison: the ticking
+  thread writes a byte to a pipe at each tick and a plain thread blocked in ``os.read()``
+  takes it (the relay of ``tests/support/relay_floor.py`` is woken that way).
 
 Printed per row: the process's CPU in millicores (median and best of ``--rounds``; read as
 bench_pod_cost reads it, ``tests/support/proc_usage.py``: its threads' nanoseconds on the
-CPU) and what a tick adds over the baseline in microseconds of CPU (medians). Nothing is
+CPU), what a tick adds over the baseline in microseconds of CPU (medians), and for
+``notify`` and ``pipe`` the woken side's share of it: the CPU of the thread that was woken
+(the loop, over the baseline's loop; the reading thread), per tick. The rest is the waking
+side's (the ``write()`` that wakes a thread sleeping on the other core). Nothing is
 asserted.
 """
 
@@ -41,7 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script 
 
 from tests.support.proc_usage import read_usage, usage_rate
 
-MODES = ("baseline", "notify", "future")
+MODES = ("baseline", "notify", "future", "pipe")
+QUIT = b"q"  # ends the pipe's reader
 
 
 def _ticking(rate: float, stop: threading.Event, tick: Callable[[], None]) -> threading.Thread:
@@ -62,12 +69,34 @@ def _ticking(rate: float, stop: threading.Event, tick: Callable[[], None]) -> th
     return thread
 
 
-async def _round(mode: str, rate: float, window: float) -> tuple[float, int]:
-    """One window of ``mode``: (millicores, hand-offs made)."""
+def _pipe_reader(woken: list[float]) -> tuple[threading.Thread, int]:
+    """A plain thread blocked in ``os.read()`` on a pipe, a byte at a time; at the byte
+    ``QUIT`` it appends its CPU seconds to ``woken`` and ends. Returns it and the pipe's
+    write end."""
+    read_end, write_end = os.pipe()
+
+    def run() -> None:
+        cpu = time.thread_time()
+        while os.read(read_end, 1) != QUIT:
+            pass
+        woken.append(time.thread_time() - cpu)
+        os.close(read_end)
+
+    thread = threading.Thread(target=run, name="pipe-reader", daemon=True)
+    thread.start()
+    return thread, write_end
+
+
+async def _round(mode: str, rate: float, window: float) -> tuple[float, int, float]:
+    """One window of ``mode``: (millicores, hand-offs made, CPU seconds of the woken
+    thread: the loop's own for every mode but ``pipe``, the reading thread's for it)."""
     loop = asyncio.get_running_loop()
     stop = threading.Event()
     count = 0
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bench-commit")
+    woken: list[float] = []
+    reader: threading.Thread | None = None
+    write_end = -1
 
     def handed() -> None:
         nonlocal count
@@ -82,6 +111,15 @@ async def _round(mode: str, rate: float, window: float) -> tuple[float, int]:
             loop.call_soon_threadsafe(handed)
 
         ticker = _ticking(rate, stop, notify)
+    elif mode == "pipe":
+        reader, write_end = _pipe_reader(woken)
+
+        def write() -> None:
+            handed()
+            os.write(write_end, b"x")
+
+        ticker = _ticking(rate, stop, write)
+    loop_cpu = time.thread_time()
     started, before = time.monotonic(), read_usage(os.getpid())
     if mode == "future":
         period = 1.0 / rate
@@ -95,11 +133,16 @@ async def _round(mode: str, rate: float, window: float) -> tuple[float, int]:
     # Read while the ticker and the executor's thread still run (a thread that ended
     # takes its nanoseconds with it).
     used = usage_rate(before, read_usage(os.getpid()), time.monotonic() - started)
+    loop_cpu = time.thread_time() - loop_cpu
     stop.set()
     if ticker is not None:
         ticker.join()
+    if reader is not None:
+        os.write(write_end, QUIT)  # after the ticker's last byte
+        reader.join()
+        os.close(write_end)
     executor.shutdown()
-    return 1000 * used.cores, count
+    return 1000 * used.cores, count, woken[0] if woken else loop_cpu
 
 
 def main() -> None:
@@ -112,11 +155,13 @@ def main() -> None:
     if args.short:
         args.window, args.rounds = 3.0, 3
     figures: dict[str, list[float]] = {mode: [] for mode in MODES}
+    woken: dict[str, list[float]] = {mode: [] for mode in MODES}
     counts: dict[str, int] = {}
     for _ in range(args.rounds):
         for mode in MODES:  # interleaved: a busy moment of the machine hits every row
-            mcores, counts[mode] = asyncio.run(_round(mode, args.rate, args.window))
+            mcores, counts[mode], cpu = asyncio.run(_round(mode, args.rate, args.window))
             figures[mode].append(mcores)
+            woken[mode].append(cpu / max(1, counts[mode]) * 1e6)  # us a tick
     print(f"load average {os.getloadavg()[0]:.2f}; {args.rate:.0f} a second, {args.rounds} "
           f"rounds of {args.window:.0f} s; millicores median / best")  # fmt: skip
     base = statistics.median(figures["baseline"])
@@ -124,6 +169,11 @@ def main() -> None:
         median, best = statistics.median(figures[mode]), min(figures[mode])
         extra = (median - base) / args.rate * 1000  # millicores per (1/s) -> us a tick
         added = "" if mode == "baseline" else f"; {extra:.0f} us of CPU a tick over it"
+        if mode == "notify":  # the loop's own CPU over what it spends beside the baseline
+            side = statistics.median(woken[mode]) - statistics.median(woken["baseline"])
+            added += f", the woken loop's {side:.0f} us of it"
+        elif mode == "pipe":
+            added += f", the woken thread's {statistics.median(woken[mode]):.0f} us of it"
         print(f"  {mode:9s} {median:6.1f} / {best:6.1f}{added}")
 
 
